@@ -1,0 +1,20 @@
+// Loading FFN layers from files: a config file (Hugging Face or ffnlab's own) and weights in
+// safetensors under Hugging Face parameter names, with an optional prefix.
+#pragma once
+
+#include <string>
+
+#include "ffnlab/io/safetensors.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/parameters.hpp"
+
+namespace ffnlab {
+
+// A Hugging Face config.json (recognised by "model_type") or ffnlab's own layer config.
+FFNConfig read_ffn_config_file(const std::string& path);
+
+// Copies every parameter from `file`, where parameter "up_proj.weight" is stored as
+// prefix + "up_proj.weight". A missing tensor or a shape mismatch throws "[weights] ...".
+void load_parameters(ParameterSet& params, const SafeTensors& file, const std::string& prefix);
+
+}  // namespace ffnlab

@@ -1,0 +1,80 @@
+// safetensors: read and write, strictly validated. Layout: an 8-byte little-endian header length
+// N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}},
+// then the data. Offsets are relative to the data and must tile it exactly, in order, with no gap
+// or overlap (as the reference implementation requires). Nothing is read out of bounds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ffnlab/tensor.hpp"
+
+namespace ffnlab {
+
+enum class StDType : std::uint8_t { f32, bf16, f16, i32, i64 };
+const char* st_dtype_name(StDType dtype);  // "F32", "BF16", ...
+std::size_t st_dtype_size(StDType dtype);
+
+struct StTensorInfo {
+  std::string name;
+  StDType dtype;
+  Shape shape;  // may be empty (a scalar)
+  std::uint64_t begin = 0, end = 0;  // byte offsets into the data section
+};
+
+class SafeTensors {
+ public:
+  // Reads and validates a whole file. Throws "[safetensors] PATH: ..." on any defect.
+  static SafeTensors load(const std::string& path);
+  // Validates bytes already in memory; `source` names them in errors.
+  static SafeTensors parse(std::vector<std::byte> bytes, const std::string& source);
+
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  const StTensorInfo& info(const std::string& name) const;
+  std::vector<std::string> names() const;  // in file order
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::string& source() const { return source_; }
+
+  // The tensor as f32 (converted from BF16 or F16); a scalar becomes shape [1].
+  Tensor f32(const std::string& name) const;
+  // An integer tensor (I32 or I64) as int64 values.
+  std::vector<std::int64_t> ints(const std::string& name) const;
+
+ private:
+  std::string source_;
+  std::vector<std::byte> bytes_;
+  std::size_t data_start_ = 0;
+  std::vector<StTensorInfo> tensors_;
+  std::map<std::string, std::size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class SafeTensorsWriter {
+ public:
+  // Stores f32 tensors as F32 (or BF16 with as = StDType::bf16) and bf16 tensors as BF16.
+  void add(const std::string& name, const Tensor& tensor, StDType as = StDType::f32);
+  void add_ints(const std::string& name, const Shape& shape, const std::vector<std::int64_t>& v,
+                StDType as = StDType::i64);
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // Writes to a temporary file beside `path`, then renames it: a failure leaves no partial file.
+  void write(const std::string& path) const;
+  std::vector<std::byte> serialize() const;
+
+ private:
+  struct Entry {
+    std::string name;
+    StDType dtype;
+    Shape shape;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes bytes to path atomically (temporary file, fsync-free rename). Throws on failure.
+void write_file_atomic(const std::string& path, const void* data, std::size_t size);
+
+}  // namespace ffnlab

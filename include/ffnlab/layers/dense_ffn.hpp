@@ -1,0 +1,46 @@
+// DenseFFN: the plain FFN, the GLU family (both layouts) and the multi-branch gated FFN.
+//
+// All three are  y = W_out · mix(W_in·x + b_in) + b_out  with
+//   plain:         W_in = up_proj [F, D],               mix(a) = act(a)
+//   glu:           W_in = [gate_proj; up_proj] [2F, D], mix(a) = act(g) ⊙ u          (ops/glu)
+//   multi_branch:  W_in = [G_0; V_0; G_1; ...] [2nF, D], mix(a) = Σ_b act(g_b) ⊙ u_b
+// The projections that form W_in are declared next to each other in the parameter buffer, so
+// W_in is one view and the input side is one matrix product whatever the layout.
+#pragma once
+
+#include "ffnlab/layers/feed_forward.hpp"
+
+namespace ffnlab {
+
+class DenseFFN final : public FeedForward {
+ public:
+  DenseFFN(const FFNConfig& config, std::uint64_t seed);
+
+  const FFNConfig& config() const override { return config_; }
+  void forward(Tensor& y, const Tensor& x, bool train) override;
+  void backward(Tensor& dx, const Tensor& dy) override;
+  ParameterSet& parameters() override { return params_; }
+  FFNStats stats() const override;
+
+  std::int64_t in_width() const { return in_width_; }  // P
+
+ private:
+  void mix_forward(Tensor& h, const Tensor& a);
+
+  FFNConfig config_;
+  std::int64_t in_width_;  // P = F, 2F or 2nF
+  int branches_;           // 0 for plain
+  ParameterSet params_;
+  Tensor w_in_, b_in_;    // [P, D], [P]   (b_in_ undefined without bias)
+  Tensor w_out_, b_out_;  // [D, F], [D]
+  Tensor dw_in_, db_in_, dw_out_, db_out_;
+
+  // Saved by a training forward, reused as workspaces (resized only when T grows).
+  Tensor x_;  // [T, D] the caller's input (a view)
+  Tensor a_;  // [T, P] pre-activation
+  Tensor h_;  // [T, F] mixed hidden activation
+  Tensor dh_, da_;
+  bool saved_ = false;
+};
+
+}  // namespace ffnlab

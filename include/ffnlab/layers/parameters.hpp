@@ -1,0 +1,53 @@
+// ParameterSet: a layer's parameters in one contiguous f32 buffer, with a gradient buffer of the
+// same layout, and named views into both. The optimizer and checkpointing are then one loop.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ffnlab/tensor.hpp"
+
+namespace ffnlab {
+
+struct Parameter {
+  std::string name;     // Hugging Face naming, e.g. "gate_proj.weight"
+  Shape shape;
+  std::int64_t offset;  // elements into the buffer
+  Tensor value;         // view into values()
+  Tensor grad;          // view into grads()
+};
+
+class ParameterSet {
+ public:
+  // Declares parameters in buffer order; then allocate() once.
+  void declare(std::string name, Shape shape);
+  void allocate();
+
+  const std::vector<Parameter>& list() const { return params_; }
+  std::vector<Parameter>& list() { return params_; }
+  const Parameter& at(std::string_view name) const;
+  Parameter& at(std::string_view name);
+  bool contains(std::string_view name) const;
+
+  std::int64_t count() const { return size_; }
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  // A view spanning `shape` from a parameter's start, across its neighbours in the buffer
+  // (gate_proj and up_proj declared one after the other read as one [2F, D] matrix).
+  Tensor value_span(std::string_view first, Shape shape);
+  Tensor grad_span(std::string_view first, Shape shape);
+
+  void zero_grad();
+
+ private:
+  std::vector<Parameter> params_;
+  std::int64_t size_ = 0;
+  Tensor values_, grads_;
+};
+
+// torch.nn.Linear's default initialisation: U(-1/√in, 1/√in) for weight and bias.
+void init_uniform(Tensor& t, float bound, std::mt19937_64& rng);
+
+}  // namespace ffnlab

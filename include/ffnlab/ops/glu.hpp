@@ -1,0 +1,19 @@
+// The gated product of the GLU family and of the multi-branch gated FFN:
+//   h = Σ_b act(g_b) ⊙ u_b
+// over n branches (n = 1 is GLU/ReGLU/GEGLU/SwiGLU/bilinear). The input a is the output of one
+// projection whose rows are laid out [g_0 | u_0 | g_1 | u_1 | ...], each part F wide: this is
+// what x·Wᵀ gives when W stacks gate_proj over up_proj (or is ChatGLM's fused dense_h_to_4h).
+// One pass over memory each way. Reference: ops/ref/glu_ref.hpp.
+#pragma once
+
+#include "ffnlab/ops/activation.hpp"
+
+namespace ffnlab {
+
+// h [T, F] = Σ_b act(a[:, 2bF : 2bF+F]) ⊙ a[:, 2bF+F : 2bF+2F]; a is [T, 2·n·F].
+void glu_forward(Tensor& h, const Tensor& a, Act act, int branches = 1);
+
+// da [T, 2·n·F] (overwritten): dg_b = dh ⊙ u_b ⊙ act'(g_b), du_b = dh ⊙ act(g_b).
+void glu_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int branches = 1);
+
+}  // namespace ffnlab

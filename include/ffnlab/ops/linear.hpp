@@ -1,0 +1,23 @@
+// Linear (fully connected) op: y = x·Wᵀ + b with W stored like torch.nn.Linear.weight, [O, I].
+// Products go through ops/matmul (oneDNN); the scalar reference is ops/ref/linear_ref.hpp.
+#pragma once
+
+#include "ffnlab/ops/matmul.hpp"
+
+namespace ffnlab {
+
+// y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null); act, if given, is fused into the
+// product as a oneDNN post-op (inference: the pre-activation is not kept).
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                    Precision precision = Precision::f32, const Act* act = nullptr);
+
+// dx [T, I] = dy · w        (overwritten; skipped when dx is null)
+// dw [O, I] += dyᵀ · x      (accumulated)
+// db [O]    += Σ_t dy[t]    (accumulated; skipped when db is null)
+void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w, Precision precision = Precision::f32);
+
+// db [O] += Σ_t dy[t, :], in a fixed order (deterministic for any thread count).
+void bias_backward(Tensor& db, const Tensor& dy);
+
+}  // namespace ffnlab

@@ -1,0 +1,34 @@
+// Matrix products through oneDNN: C = op(A)·op(B) (+ bias) (then act), or C += op(A)·op(B).
+// Primitives are created once per shape/option set and kept in a process-wide cache.
+#pragma once
+
+#include <cstdint>
+
+#include "ffnlab/ops/activation.hpp"
+#include "ffnlab/tensor.hpp"
+
+namespace ffnlab {
+
+// Compute precision of a product's inputs; accumulation and output are always f32.
+enum class Precision : std::uint8_t { f32, bf16 };
+const char* precision_name(Precision p);
+Precision parse_precision(std::string_view name);
+
+// How a row-major operand is read: as stored, or transposed (by strides; nothing is copied).
+enum class Trans : std::uint8_t { no, yes };
+
+struct MatmulOptions {
+  const Tensor* bias = nullptr;  // [N], added to every row of C
+  const Act* act = nullptr;      // activation applied to C after the bias (oneDNN post-op)
+  bool accumulate = false;       // C += product instead of C = product
+  Precision precision = Precision::f32;
+};
+
+// c [M, N] = op(a) [M, K] · op(b) [K, N]. Shapes are checked; all tensors are f32 and contiguous.
+void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
+            const MatmulOptions& options = {});
+
+// Number of distinct primitives created so far (for tests of the cache).
+std::int64_t matmul_primitive_count();
+
+}  // namespace ffnlab

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package that ffnlab's build, tests and main job need. Idempotent: a package
+# already installed is left alone, and nothing is fetched when all are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libdnnl-dev                      # oneDNN: every matrix product
+  ocl-icd-opencl-dev opencl-headers  # only so that Debian's dnnl CMake config (OCL GPU runtime) resolves
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  gnuplot-nox                      # figures (pngcairo)
+  fortunes                         # default text corpus
+  python3 python3-torch python3-numpy  # the reference that writes golden cases
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

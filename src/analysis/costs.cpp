@@ -1,0 +1,88 @@
+// Closed-form costs; docs/costs.md derives every term.
+#include "ffnlab/analysis/costs.hpp"
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+namespace {
+
+// Costs of one dense FFN (plain, glu, multi_branch), per token.
+struct Dense {
+  std::int64_t params;
+  FlopCount fwd, bwd;
+  double saved;  // floats saved for backward per token
+};
+
+Dense dense_cost(const FFNConfig& c) {
+  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff);
+  const int n = c.kind == FFNKind::plain ? 0 : c.kind == FFNKind::glu ? 1 : c.branches;
+  const double P = n == 0 ? F : 2.0 * n * F;  // width of the input projection
+  const std::int64_t Pi = static_cast<std::int64_t>(P);
+  Dense d{};
+  d.params = Pi * c.d_model + c.d_model * c.d_ff + (c.bias ? Pi + c.d_model : 0);
+  d.fwd.matmul = 2 * D * P + 2 * F * D;
+  d.bwd.matmul = 2 * d.fwd.matmul;  // dX and dW of both products
+  const double bias = c.bias ? P + D : 0;
+  if (n == 0) {
+    d.fwd.elementwise = bias + F;      // bias adds, one activation per hidden unit
+    d.bwd.elementwise = bias + 2 * F;  // bias gradients; act'(a) and its product with dh
+  } else {
+    // n·F activations, n·F products, (n-1)·F sums; backward per branch: act'(g), act(g) and
+    // three products (dh·u·act'(g), dh·act(g)).
+    d.fwd.elementwise = bias + n * F + n * F + (n - 1) * F;
+    d.bwd.elementwise = bias + 5.0 * n * F;
+  }
+  d.saved = D + P + F;  // x, the pre-activation a, the hidden h
+  return d;
+}
+
+}  // namespace
+
+std::int64_t count_params(const FFNConfig& c) { return ffn_cost(c, 1).params; }
+
+FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
+  validate(c);
+  check(tokens >= 0, "[costs] tokens = {} must not be negative", tokens);
+  FFNCost out;
+  if (c.kind != FFNKind::moe) {
+    const Dense d = dense_cost(c);
+    out.params = out.active_params = d.params;
+    out.forward = d.fwd;
+    out.backward = d.bwd;
+    out.saved_floats_per_token = d.saved;
+  } else {
+    const auto& m = c.moe;
+    const double D = static_cast<double>(c.d_model), E = m.num_experts, K = m.top_k;
+    const Dense expert = dense_cost(expert_config(c));
+    const Dense shared = dense_cost(expert_config(c, true));
+    const std::int64_t router = c.d_model * m.num_experts + (m.router_bias ? m.num_experts : 0);
+    const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
+    out.params = router + m.num_experts * expert.params + m.num_shared * (shared.params + gate);
+    out.active_params = router + m.top_k * expert.params + m.num_shared * (shared.params + gate);
+    // Router: logits (product), bias, softmax (exp, sum, divide), top-k scan, renormalise.
+    // Combine: K weighted sums of D-vectors.
+    out.forward.matmul = 2 * D * E + K * expert.fwd.matmul;
+    out.forward.elementwise =
+        (m.router_bias ? E : 0) + 3 * E + E + K + K * expert.fwd.elementwise + 2 * K * D;
+    out.backward.matmul = 2 * 2 * D * E + K * expert.bwd.matmul;
+    out.backward.elementwise = (m.router_bias ? E : 0) + 3 * E + K + K * expert.bwd.elementwise +
+                               2 * K * D + 2 * K * D;  // dy·w_k into experts; <dy, y_k> for w_k
+    const double S = m.num_shared;
+    out.forward.matmul += S * (shared.fwd.matmul + (m.shared_gate ? 2 * D : 0));
+    out.forward.elementwise += S * (shared.fwd.elementwise + (m.shared_gate ? 1 + D : 0) + D);
+    out.backward.matmul += S * (shared.bwd.matmul + (m.shared_gate ? 4 * D : 0));
+    out.backward.elementwise += S * (shared.bwd.elementwise + (m.shared_gate ? 2 + 2 * D : 0));
+    // x, router probabilities, per assignment a permuted copy of x plus the expert's a, h and
+    // output (for the gradient of its combine weight); shared experts' saved tensors.
+    out.saved_floats_per_token =
+        D + E + K * (expert.saved + D) + S * (shared.saved - D + (m.shared_gate ? 1 + D : 0));
+  }
+  const double P = static_cast<double>(out.params);
+  const double act = out.saved_floats_per_token * static_cast<double>(tokens);
+  out.f32 = MemoryBytes{4 * P, 4 * P, 8 * P, 4 * act};
+  out.bf16 = MemoryBytes{2 * P, 2 * P, 8 * P, 2 * act};
+  return out;
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,20 @@
+// Argument checks for the public boundary of the library (not for inner loops).
+#pragma once
+
+#include <fmt/format.h>
+
+#include "ffnlab/error.hpp"
+
+namespace ffnlab {
+
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+template <typename... Args>
+void check(bool ok, fmt::format_string<Args...> format, Args&&... args) {
+  if (!ok) throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace ffnlab

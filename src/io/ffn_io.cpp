@@ -1,0 +1,54 @@
+// Config files and weight loading for FFN layers.
+#include "ffnlab/io/ffn_io.hpp"
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "check.hpp"
+#include "ffnlab/io/hf_config.hpp"
+
+namespace ffnlab {
+
+FFNConfig read_ffn_config_file(const std::string& path) {
+  std::ifstream in(path);
+  check(in.good(), "[config] {}: cannot open ({})", path, std::strerror(errno));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("[config] {}: not valid JSON ({})", path, e.what());
+  }
+  try {
+    return is_hf_config(j) ? hf_ffn_config(j) : config_from_json(j);
+  } catch (const Error& e) {
+    fail("{} (in {})", e.what(), path);
+  }
+}
+
+void load_parameters(ParameterSet& params, const SafeTensors& file, const std::string& prefix) {
+  for (auto& p : params.list()) {
+    const std::string name = prefix + p.name;
+    if (!file.contains(name)) {
+      std::string some;
+      int shown = 0;
+      for (const auto& n : file.names()) {
+        if (shown++ == 4) {
+          some += ", ...";
+          break;
+        }
+        some += (some.empty() ? "" : ", ") + n;
+      }
+      fail("[weights] {}: missing tensor '{}' (the file has: {}{})", file.source(), name,
+           some.empty() ? "nothing" : some,
+           prefix.empty() ? "; a --prefix may be needed" : "");
+    }
+    const auto& info = file.info(name);
+    check(info.shape == p.shape, "[weights] {}: tensor '{}' has shape {}, the layer needs {}",
+          file.source(), name, shape_string(info.shape), shape_string(p.shape));
+    Tensor t = file.f32(name);
+    std::memcpy(p.value.f32(), t.f32(), t.nbytes());
+  }
+}
+
+}  // namespace ffnlab

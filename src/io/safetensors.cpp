@@ -1,0 +1,329 @@
+// safetensors reader (strict validation) and writer (atomic).
+#include "ffnlab/io/safetensors.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+namespace {
+
+// A header larger than this is refused before anything is allocated (the reference
+// implementation uses the same bound).
+constexpr std::uint64_t kMaxHeader = 100'000'000;
+
+struct DTypeName {
+  StDType dtype;
+  const char* name;
+  std::size_t size;
+};
+constexpr DTypeName kDTypes[] = {{StDType::f32, "F32", 4},
+                                 {StDType::bf16, "BF16", 2},
+                                 {StDType::f16, "F16", 2},
+                                 {StDType::i32, "I32", 4},
+                                 {StDType::i64, "I64", 8}};
+
+float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      bits = sign | ((112 - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+}  // namespace
+
+const char* st_dtype_name(StDType dtype) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == dtype) return d.name;
+  return "?";
+}
+std::size_t st_dtype_size(StDType dtype) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == dtype) return d.size;
+  return 0;
+}
+
+SafeTensors SafeTensors::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "[safetensors] {}: cannot open ({})", path, std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::size_t>(in.tellg());
+  in.seekg(0);
+  std::vector<std::byte> bytes(size);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+  check(in.good() || size == 0, "[safetensors] {}: read failed", path);
+  return parse(std::move(bytes), path);
+}
+
+SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, const std::string& source) {
+  SafeTensors st;
+  st.source_ = source;
+  st.bytes_ = std::move(bytes);
+  const std::uint64_t size = st.bytes_.size();
+  check(size >= 8, "[safetensors] {}: file of {} bytes is too short for a header", source, size);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(st.bytes_[i]);
+  check(n <= kMaxHeader, "[safetensors] {}: header length {} is absurd (limit {})", source, n,
+        kMaxHeader);
+  check(n <= size - 8, "[safetensors] {}: header length {} runs past the end of the {}-byte file",
+        source, n, size);
+  st.data_start_ = 8 + n;
+  const std::uint64_t data_size = size - 8 - n;
+
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(reinterpret_cast<const char*>(st.bytes_.data()) + 8,
+                                   reinterpret_cast<const char*>(st.bytes_.data()) + 8 + n);
+  } catch (const nlohmann::json::exception& e) {
+    fail("[safetensors] {}: header is not valid JSON ({})", source, e.what());
+  }
+  check(header.is_object(), "[safetensors] {}: header is not a JSON object", source);
+
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      check(entry.is_object(), "[safetensors] {}: __metadata__ is not an object", source);
+      for (const auto& [k, v] : entry.items()) {
+        check(v.is_string(), "[safetensors] {}: metadata '{}' is not a string", source, k);
+        st.metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    check(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
+              entry.contains("data_offsets"),
+          "[safetensors] {}: tensor '{}' needs dtype, shape and data_offsets", source, name);
+    const auto& jd = entry.at("dtype");
+    check(jd.is_string(), "[safetensors] {}: tensor '{}' has a non-string dtype", source, name);
+    StTensorInfo info;
+    info.name = name;
+    const auto dname = jd.get<std::string>();
+    const DTypeName* found = nullptr;
+    for (const auto& d : kDTypes)
+      if (dname == d.name) found = &d;
+    check(found != nullptr,
+          "[safetensors] {}: tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16, "
+          "I32, I64)",
+          source, name, dname);
+    info.dtype = found->dtype;
+    const auto& js = entry.at("shape");
+    check(js.is_array() && js.size() <= 8, "[safetensors] {}: tensor '{}' has an invalid shape",
+          source, name);
+    std::uint64_t numel = 1;
+    for (const auto& d : js) {
+      check(d.is_number_unsigned(), "[safetensors] {}: tensor '{}' has a non-integer dimension",
+            source, name);
+      const auto v = d.get<std::uint64_t>();
+      check(v == 0 || numel <= data_size / v,
+            "[safetensors] {}: tensor '{}' has shape larger than the file", source, name);
+      numel *= v;
+      info.shape.push_back(static_cast<std::int64_t>(v));
+    }
+    const auto& jo = entry.at("data_offsets");
+    check(jo.is_array() && jo.size() == 2 && jo[0].is_number_unsigned() &&
+              jo[1].is_number_unsigned(),
+          "[safetensors] {}: tensor '{}' has invalid data_offsets", source, name);
+    info.begin = jo[0].get<std::uint64_t>();
+    info.end = jo[1].get<std::uint64_t>();
+    check(info.begin <= info.end && info.end <= data_size,
+          "[safetensors] {}: tensor '{}' offsets [{}, {}) run past the {}-byte data section",
+          source, name, info.begin, info.end, data_size);
+    check(info.end - info.begin == numel * found->size,
+          "[safetensors] {}: tensor '{}' of shape {} and dtype {} needs {} bytes, offsets give {}",
+          source, name, shape_string(info.shape), dname, numel * found->size,
+          info.end - info.begin);
+    st.tensors_.push_back(std::move(info));
+  }
+
+  // The tensors, in offset order, must tile the data section exactly.
+  std::vector<const StTensorInfo*> order;
+  for (const auto& t : st.tensors_) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  std::uint64_t pos = 0;
+  for (const auto* t : order) {
+    check(t->begin >= pos, "[safetensors] {}: tensor '{}' overlaps another tensor", source,
+          t->name);
+    check(t->begin == pos, "[safetensors] {}: a gap of {} bytes before tensor '{}'", source,
+          t->begin - pos, t->name);
+    pos = t->end;
+  }
+  check(pos == data_size, "[safetensors] {}: {} bytes of data after the last tensor", source,
+        data_size - pos);
+
+  std::sort(st.tensors_.begin(), st.tensors_.end(),
+            [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  for (std::size_t i = 0; i < st.tensors_.size(); ++i) st.index_[st.tensors_[i].name] = i;
+  return st;
+}
+
+const StTensorInfo& SafeTensors::info(const std::string& name) const {
+  auto it = index_.find(name);
+  check(it != index_.end(), "[safetensors] {}: no tensor named '{}'", source_, name);
+  return tensors_[it->second];
+}
+
+std::vector<std::string> SafeTensors::names() const {
+  std::vector<std::string> out;
+  for (const auto& t : tensors_) out.push_back(t.name);
+  return out;
+}
+
+Tensor SafeTensors::f32(const std::string& name) const {
+  const auto& t = info(name);
+  check(t.dtype == StDType::f32 || t.dtype == StDType::bf16 || t.dtype == StDType::f16,
+        "[safetensors] {}: tensor '{}' has dtype {}, expected a float type", source_, name,
+        st_dtype_name(t.dtype));
+  check(t.shape.size() <= 4, "[safetensors] {}: tensor '{}' has rank {} (at most 4 supported)",
+        source_, name, t.shape.size());
+  Tensor out(t.shape.empty() ? Shape{1} : t.shape);
+  const std::byte* src = bytes_.data() + data_start_ + t.begin;
+  float* dst = out.f32();
+  const std::int64_t n = out.numel();
+  if (t.dtype == StDType::f32) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      dst[i] = t.dtype == StDType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
+    }
+  }
+  return out;
+}
+
+std::vector<std::int64_t> SafeTensors::ints(const std::string& name) const {
+  const auto& t = info(name);
+  check(t.dtype == StDType::i32 || t.dtype == StDType::i64,
+        "[safetensors] {}: tensor '{}' has dtype {}, expected I32 or I64", source_, name,
+        st_dtype_name(t.dtype));
+  const std::size_t size = st_dtype_size(t.dtype);
+  const std::size_t n = (t.end - t.begin) / size;
+  const std::byte* src = bytes_.data() + data_start_ + t.begin;
+  std::vector<std::int64_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (t.dtype == StDType::i32) {
+      std::int32_t v;
+      std::memcpy(&v, src + 4 * i, 4);
+      out[i] = v;
+    } else {
+      std::memcpy(&out[i], src + 8 * i, 8);
+    }
+  }
+  return out;
+}
+
+void SafeTensorsWriter::add(const std::string& name, const Tensor& tensor, StDType as) {
+  Entry e{name, as, tensor.shape(), {}};
+  const std::int64_t n = tensor.numel();
+  if (tensor.dtype() == DType::bf16) {
+    e.dtype = StDType::bf16;
+    e.bytes.resize(static_cast<std::size_t>(n) * 2);
+    std::memcpy(e.bytes.data(), tensor.bf16(), e.bytes.size());
+  } else if (as == StDType::f32) {
+    e.bytes.resize(static_cast<std::size_t>(n) * 4);
+    std::memcpy(e.bytes.data(), tensor.f32(), e.bytes.size());
+  } else if (as == StDType::bf16) {
+    e.bytes.resize(static_cast<std::size_t>(n) * 2);
+    const float* src = tensor.f32();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::uint16_t v = f32_to_bf16(src[i]);
+      std::memcpy(e.bytes.data() + 2 * i, &v, 2);
+    }
+  } else {
+    fail("[safetensors] cannot store tensor '{}' as {}", name, st_dtype_name(as));
+  }
+  entries_.push_back(std::move(e));
+}
+
+void SafeTensorsWriter::add_ints(const std::string& name, const Shape& shape,
+                                 const std::vector<std::int64_t>& v, StDType as) {
+  check(as == StDType::i32 || as == StDType::i64, "[safetensors] '{}': ints must be I32 or I64",
+        name);
+  check(static_cast<std::int64_t>(v.size()) == shape_numel(shape),
+        "[safetensors] '{}': {} values for shape {}", name, v.size(), shape_string(shape));
+  Entry e{name, as, shape, {}};
+  e.bytes.resize(v.size() * st_dtype_size(as));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (as == StDType::i32) {
+      const auto x = static_cast<std::int32_t>(v[i]);
+      std::memcpy(e.bytes.data() + 4 * i, &x, 4);
+    } else {
+      std::memcpy(e.bytes.data() + 8 * i, &v[i], 8);
+    }
+  }
+  entries_.push_back(std::move(e));
+}
+
+std::vector<std::byte> SafeTensorsWriter::serialize() const {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  std::uint64_t pos = 0;
+  for (const auto& e : entries_) {
+    header[e.name] = {{"dtype", st_dtype_name(e.dtype)},
+                      {"shape", e.shape},
+                      {"data_offsets", {pos, pos + e.bytes.size()}}};
+    pos += e.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  std::vector<std::byte> out(8 + text.size() + pos);
+  std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  std::byte* data = out.data() + 8 + text.size();
+  for (const auto& e : entries_) {
+    if (!e.bytes.empty()) std::memcpy(data, e.bytes.data(), e.bytes.size());
+    data += e.bytes.size();
+  }
+  return out;
+}
+
+void SafeTensorsWriter::write(const std::string& path) const {
+  const auto bytes = serialize();
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+void write_file_atomic(const std::string& path, const void* data, std::size_t size) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  check(f != nullptr, "[io] {}: cannot write ({})", path, std::strerror(errno));
+  const bool ok = std::fwrite(data, 1, size, f) == size;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) {
+    std::remove(tmp.c_str());
+    fail("[io] {}: write failed ({})", path, std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    fail("[io] {}: cannot rename into place ({})", path, ec.message());
+  }
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,143 @@
+// DenseFFN: parameter layout, forward and backward for plain, GLU and multi-branch FFNs.
+#include "ffnlab/layers/dense_ffn.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "check.hpp"
+#include "ffnlab/ops/glu.hpp"
+#include "ffnlab/ops/linear.hpp"
+
+namespace ffnlab {
+
+namespace {
+
+// The names of the input projections in buffer order, and of the output projection.
+std::vector<std::string> in_names(const FFNConfig& c) {
+  switch (c.kind) {
+    case FFNKind::plain:
+      return {c.layout == GLULayout::fused ? "dense_h_to_4h" : "up_proj"};
+    case FFNKind::glu:
+      if (c.layout == GLULayout::fused) return {"dense_h_to_4h"};
+      return {"gate_proj", "up_proj"};
+    case FFNKind::multi_branch: {
+      std::vector<std::string> names;
+      for (int b = 0; b < c.branches; ++b) {
+        names.push_back("branches." + std::to_string(b) + ".gate_proj");
+        names.push_back("branches." + std::to_string(b) + ".up_proj");
+      }
+      return names;
+    }
+    default: fail("[ffn] DenseFFN cannot build kind '{}'", kind_name(c.kind));
+  }
+}
+
+std::string out_name(const FFNConfig& c) {
+  return c.layout == GLULayout::fused ? "dense_4h_to_h" : "down_proj";
+}
+
+void ensure(Tensor& t, std::int64_t rows, std::int64_t cols) {
+  if (!t.defined() || t.dim(0) != rows || t.dim(1) != cols) t.resize({rows, cols});
+}
+
+}  // namespace
+
+DenseFFN::DenseFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
+  validate(config_);
+  const std::int64_t D = config_.d_model, F = config_.d_ff;
+  branches_ = config_.kind == FFNKind::plain ? 0
+              : config_.kind == FFNKind::glu ? 1
+                                             : config_.branches;
+  in_width_ = branches_ == 0 ? F : 2 * branches_ * F;
+
+  const auto names = in_names(config_);
+  const std::int64_t rows_each = in_width_ / static_cast<std::int64_t>(names.size());
+  for (const auto& n : names) params_.declare(n + ".weight", {rows_each, D});
+  if (config_.bias)
+    for (const auto& n : names) params_.declare(n + ".bias", {rows_each});
+  params_.declare(out_name(config_) + ".weight", {D, F});
+  if (config_.bias) params_.declare(out_name(config_) + ".bias", {D});
+  params_.allocate();
+
+  w_in_ = params_.value_span(names[0] + ".weight", {in_width_, D});
+  dw_in_ = params_.grad_span(names[0] + ".weight", {in_width_, D});
+  w_out_ = params_.at(out_name(config_) + ".weight").value;
+  dw_out_ = params_.at(out_name(config_) + ".weight").grad;
+  if (config_.bias) {
+    b_in_ = params_.value_span(names[0] + ".bias", {in_width_});
+    db_in_ = params_.grad_span(names[0] + ".bias", {in_width_});
+    b_out_ = params_.at(out_name(config_) + ".bias").value;
+    db_out_ = params_.at(out_name(config_) + ".bias").grad;
+  }
+
+  // torch.nn.Linear's initialisation, each Linear bounded by 1/√(its input width).
+  std::mt19937_64 rng(seed);
+  const float in_bound = 1.0f / std::sqrt(static_cast<float>(D));
+  const float out_bound = 1.0f / std::sqrt(static_cast<float>(F));
+  init_uniform(w_in_, in_bound, rng);
+  init_uniform(w_out_, out_bound, rng);
+  if (config_.bias) {
+    init_uniform(b_in_, in_bound, rng);
+    init_uniform(b_out_, out_bound, rng);
+  }
+}
+
+void DenseFFN::mix_forward(Tensor& h, const Tensor& a) {
+  if (branches_ == 0)
+    activation_forward(h, a, config_.act);
+  else
+    glu_forward(h, a, config_.act, branches_);
+}
+
+void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
+  const std::int64_t D = config_.d_model, F = config_.d_ff;
+  check(x.rank() == 2 && x.dim(1) == D, "[ffn] input {} must be [T, {}]", shape_string(x.shape()),
+        D);
+  const std::int64_t T = x.dim(0);
+  const Tensor* b_in = config_.bias ? &b_in_ : nullptr;
+  const Tensor* b_out = config_.bias ? &b_out_ : nullptr;
+  ensure(h_, T, F);
+  if (!train && branches_ == 0) {
+    // Inference: the activation is a oneDNN post-op of the up projection; nothing is kept.
+    linear_forward(h_, x, w_in_, b_in, precision_, &config_.act);
+  } else {
+    ensure(a_, T, in_width_);
+    linear_forward(a_, x, w_in_, b_in, precision_);
+    mix_forward(h_, a_);
+  }
+  ensure(y, T, D);
+  linear_forward(y, h_, w_out_, b_out, precision_);
+  saved_ = train;
+  x_ = train ? x : Tensor();
+}
+
+void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
+  check(saved_, "[ffn] backward needs a forward with train = true first");
+  const std::int64_t T = x_.dim(0), D = config_.d_model, F = config_.d_ff;
+  check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
+        "[ffn] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
+  ensure(dh_, T, F);
+  ensure(da_, T, in_width_);
+  ensure(dx, T, D);
+  linear_backward(&dh_, dw_out_, config_.bias ? &db_out_ : nullptr, dy, h_, w_out_, precision_);
+  if (branches_ == 0)
+    activation_backward(da_, dh_, a_, config_.act);
+  else
+    glu_backward(da_, dh_, a_, config_.act, branches_);
+  linear_backward(&dx, dw_in_, config_.bias ? &db_in_ : nullptr, da_, x_, w_in_, precision_);
+}
+
+FFNStats DenseFFN::stats() const {
+  FFNStats s;
+  if (!saved_) return s;
+  s.tokens = h_.dim(0);
+  const float* h = h_.f32();
+  const std::int64_t n = h_.numel();
+  std::int64_t zeros = 0;
+#pragma omp parallel for simd reduction(+ : zeros) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) zeros += h[i] == 0.0f;
+  s.zero_fraction = n ? static_cast<double>(zeros) / static_cast<double>(n) : 0.0;
+  return s;
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,57 @@
+// Linear forward/backward on top of the oneDNN matmul wrapper.
+#include "ffnlab/ops/linear.hpp"
+
+#include <algorithm>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                    Precision precision, const Act* act) {
+  check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1),
+        "[linear] input {} does not fit weight {} ([out, in])", shape_string(x.shape()),
+        shape_string(w.shape()));
+  MatmulOptions opt;
+  opt.bias = b;
+  opt.act = act;
+  opt.precision = precision;
+  matmul(y, x, Trans::no, w, Trans::yes, opt);
+}
+
+void bias_backward(Tensor& db, const Tensor& dy) {
+  const std::int64_t T = dy.dim(0), O = dy.dim(1);
+  check(db.numel() == O, "[linear] bias gradient has {} elements, dy has {} columns", db.numel(),
+        O);
+  const float* g = dy.f32();
+  float* out = db.f32();
+  // Each thread owns a block of columns and sums its rows in order: no reduction across threads.
+  constexpr std::int64_t kBlock = 64;
+  const std::int64_t blocks = (O + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (T * O > 65536)
+  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+    const std::int64_t c0 = blk * kBlock, c1 = std::min(O, c0 + kBlock);
+    float acc[kBlock] = {};
+    for (std::int64_t t = 0; t < T; ++t) {
+      const float* row = g + t * O;
+#pragma omp simd
+      for (std::int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+    }
+    for (std::int64_t c = c0; c < c1; ++c) out[c] += acc[c - c0];
+  }
+}
+
+void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w, Precision precision) {
+  check(dy.rank() == 2 && dy.dim(0) == x.dim(0) && dy.dim(1) == w.dim(0),
+        "[linear] dy {} does not fit x {} and weight {}", shape_string(dy.shape()),
+        shape_string(x.shape()), shape_string(w.shape()));
+  MatmulOptions opt;
+  opt.precision = precision;
+  if (dx) matmul(*dx, dy, Trans::no, w, Trans::no, opt);
+  opt.accumulate = true;
+  matmul(dw, dy, Trans::yes, x, Trans::no, opt);
+  if (db) bias_backward(*db, dy);
+}
+
+}  // namespace ffnlab

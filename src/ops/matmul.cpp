@@ -1,0 +1,162 @@
+// oneDNN matmul behind ffnlab's matmul(): memory descriptors by strides, post-ops for bias,
+// activation and accumulation, a primitive cache, and bf16 conversion of the inputs.
+#include "ffnlab/ops/matmul.hpp"
+
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+const char* precision_name(Precision p) { return p == Precision::f32 ? "f32" : "bf16"; }
+
+Precision parse_precision(std::string_view name) {
+  if (name == "f32" || name == "float32") return Precision::f32;
+  if (name == "bf16" || name == "bfloat16") return Precision::bf16;
+  fail("[precision] unknown dtype '{}' (known: f32, bf16)", name);
+}
+
+namespace {
+
+using dnnl::memory;
+using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int,
+                       float>;  // M N K ta tb precision bias accumulate act beta
+
+struct Engine {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mutex;
+  std::map<Key, dnnl::matmul> cache;
+};
+
+Engine& engine() {
+  static Engine e;
+  return e;
+}
+
+// The oneDNN post-ops that compute an activation (empty for identity).
+void append_activation(dnnl::post_ops& ops, const Act& act) {
+  using dnnl::algorithm;
+  switch (act.kind) {
+    case Activation::relu: ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f); break;
+    case Activation::gelu: ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
+    case Activation::gelu_tanh:
+      ops.append_eltwise(1.f, algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+      break;
+    case Activation::gelu_quick:
+      ops.append_eltwise(1.f, algorithm::eltwise_swish, 1.702f, 0.f);
+      break;
+    case Activation::silu: ops.append_eltwise(1.f, algorithm::eltwise_swish, act.beta, 0.f); break;
+    case Activation::sigmoid: ops.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f); break;
+    case Activation::tanh: ops.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f); break;
+    case Activation::relu2:
+      ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      ops.append_eltwise(1.f, algorithm::eltwise_square, 0.f, 0.f);
+      break;
+    case Activation::identity:
+    case Activation::count: break;
+  }
+}
+
+memory::desc matrix_desc(std::int64_t rows, std::int64_t cols, Trans t, memory::data_type dt) {
+  // A row-major matrix stored [rows, cols], or stored [cols, rows] and read transposed.
+  if (t == Trans::no) return memory::desc({rows, cols}, dt, memory::dims{cols, 1});
+  return memory::desc({rows, cols}, dt, memory::dims{1, rows});
+}
+
+// Grow-only per-thread scratch for bf16 copies of the inputs.
+std::uint16_t* bf16_scratch(int slot, std::int64_t n) {
+  thread_local std::vector<std::uint16_t> buffers[2];
+  auto& b = buffers[slot];
+  if (static_cast<std::int64_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
+  return b.data();
+}
+
+void to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+}  // namespace
+
+std::int64_t matmul_primitive_count() {
+  std::lock_guard lock(engine().mutex);
+  return static_cast<std::int64_t>(engine().cache.size());
+}
+
+void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
+            const MatmulOptions& opt) {
+  check(a.rank() == 2 && b.rank() == 2 && c.rank() == 2,
+        "[matmul] operands must be matrices, got {} {} -> {}", shape_string(a.shape()),
+        shape_string(b.shape()), shape_string(c.shape()));
+  const std::int64_t M = ta == Trans::no ? a.dim(0) : a.dim(1);
+  const std::int64_t K = ta == Trans::no ? a.dim(1) : a.dim(0);
+  const std::int64_t Kb = tb == Trans::no ? b.dim(0) : b.dim(1);
+  const std::int64_t N = tb == Trans::no ? b.dim(1) : b.dim(0);
+  check(K == Kb && c.dim(0) == M && c.dim(1) == N,
+        "[matmul] shapes do not chain: {}{} x {}{} -> {}", shape_string(a.shape()),
+        ta == Trans::yes ? "^T" : "", shape_string(b.shape()), tb == Trans::yes ? "^T" : "",
+        shape_string(c.shape()));
+  check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
+        opt.bias ? opt.bias->numel() : 0, N);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: oneDNN rejects zero-sized K
+    if (!opt.accumulate) c.zero();
+    return;
+  }
+
+  const bool bf16 = opt.precision == Precision::bf16;
+  const int act = opt.act ? static_cast<int>(opt.act->kind) : -1;
+  const Key key{M, N, K, static_cast<int>(ta), static_cast<int>(tb), bf16, opt.bias != nullptr,
+                opt.accumulate, act, opt.act ? opt.act->beta : 0.f};
+
+  const auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const auto a_md = matrix_desc(M, K, ta, in_dt);
+  const auto b_md = matrix_desc(K, N, tb, in_dt);
+  const auto c_md = matrix_desc(M, N, Trans::no, memory::data_type::f32);
+  const auto bias_md = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+
+  Engine& e = engine();
+  dnnl::matmul prim;
+  {
+    std::lock_guard lock(e.mutex);
+    auto it = e.cache.find(key);
+    if (it == e.cache.end()) {
+      dnnl::post_ops ops;
+      if (opt.accumulate) ops.append_sum(1.f);
+      if (opt.act) append_activation(ops, *opt.act);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(ops);
+      auto desc = opt.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                           : dnnl::matmul::desc(a_md, b_md, c_md);
+      it = e.cache.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, e.engine)))
+               .first;
+    }
+    prim = it->second;
+  }
+
+  const void* a_ptr = a.f32();
+  const void* b_ptr = b.f32();
+  if (bf16) {
+    std::uint16_t* a16 = bf16_scratch(0, M * K);
+    std::uint16_t* b16 = bf16_scratch(1, K * N);
+    to_bf16(a16, a.f32(), M * K);
+    to_bf16(b16, b.f32(), K * N);
+    a_ptr = a16;
+    b_ptr = b16;
+  }
+  memory a_mem(a_md, e.engine, const_cast<void*>(a_ptr));
+  memory b_mem(b_md, e.engine, const_cast<void*>(b_ptr));
+  memory c_mem(c_md, e.engine, c.f32());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (opt.bias)
+    args.emplace(DNNL_ARG_BIAS, memory(bias_md, e.engine, const_cast<float*>(opt.bias->f32())));
+  prim.execute(e.stream, args);
+  e.stream.wait();
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,15 @@
+// The subcommands of the ffnlab program; each registers itself on the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace ffnlab::cli {
+
+void add_params_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+
+// --threads N: sets OpenMP's thread count (0 keeps OMP_NUM_THREADS or the default).
+void add_threads_option(CLI::App& cmd, int& threads);
+void apply_threads(int threads);
+
+}  // namespace ffnlab::cli

@@ -1,0 +1,45 @@
+// ffnlab: the command-line lab for Transformer FFN layers. Errors become one line on stderr and
+// exit status 1; usage errors exit 2 (CLI11's convention is 1xx, mapped below).
+#include <omp.h>
+
+#include <cstdio>
+
+#include "commands.hpp"
+#include "ffnlab/error.hpp"
+
+namespace ffnlab::cli {
+
+void add_threads_option(CLI::App& cmd, int& threads) {
+  cmd.add_option("--threads", threads, "OpenMP threads (default: OMP_NUM_THREADS or all cores)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void apply_threads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+}  // namespace ffnlab::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ffnlab: fast, correct feed-forward (dense and MoE) layers of Transformers, measured.\n"
+      "Run 'ffnlab COMMAND --help' for a command's options."};
+  app.require_subcommand(1);
+  ffnlab::cli::add_params_command(app);
+  ffnlab::cli::add_run_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  } catch (const ffnlab::Error& e) {
+    std::fprintf(stderr, "ffnlab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ffnlab: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
