@@ -34,6 +34,16 @@ inline float exp_fast(float x) {
 
 inline float sigmoid_fast(float x) { return 1.0f / (1.0f + exp_fast(-x)); }
 
+// σ(z) and 1 − σ(z) = e^{−z}·σ(z), the latter without the cancellation of 1 − s when s ≈ 1.
+struct SigmoidPair {
+  float s, one_minus_s;
+};
+inline SigmoidPair sigmoid_pair(float z) {
+  const float e = exp_fast(-z);
+  const float s = 1.0f / (1.0f + e);
+  return {s, e * s};
+}
+
 inline float tanh_fast(float x) { return 1.0f - 2.0f / (exp_fast(2.0f * x) + 1.0f); }
 
 // erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7).
@@ -57,8 +67,9 @@ template <Activation A>
 inline float act_value(float x, float beta) {
   if constexpr (A == Activation::relu) return std::max(x, 0.0f);
   if constexpr (A == Activation::gelu) return 0.5f * x * (1.0f + erf_fast(x * kInvSqrt2));
+  // 0.5·(1 + tanh(u)) = σ(2u): the same function, without cancellation in the negative tail.
   if constexpr (A == Activation::gelu_tanh)
-    return 0.5f * x * (1.0f + tanh_fast(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    return x * sigmoid_fast(2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x));
   if constexpr (A == Activation::gelu_quick) return x * sigmoid_fast(1.702f * x);
   if constexpr (A == Activation::silu) return x * sigmoid_fast(beta * x);
   if constexpr (A == Activation::sigmoid) return sigmoid_fast(x);
@@ -76,26 +87,26 @@ inline float act_grad(float x, float beta) {
   if constexpr (A == Activation::relu) return x > 0.0f ? 1.0f : 0.0f;
   if constexpr (A == Activation::gelu)
     return 0.5f * (1.0f + erf_fast(x * kInvSqrt2)) + x * kInvSqrt2Pi * exp_fast(-0.5f * x * x);
-  if constexpr (A == Activation::gelu_tanh) {
-    const float t = tanh_fast(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+  if constexpr (A == Activation::gelu_tanh) {  // d/dx x·σ(2u) = σ + 2x·σ·(1−σ)·u'
+    const auto p = sigmoid_pair(2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x));
     const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    return p.s + 2.0f * x * p.s * p.one_minus_s * du;
   }
   if constexpr (A == Activation::gelu_quick) {
-    const float s = sigmoid_fast(1.702f * x);
-    return s + 1.702f * x * s * (1.0f - s);
+    const auto p = sigmoid_pair(1.702f * x);
+    return p.s + 1.702f * x * p.s * p.one_minus_s;
   }
   if constexpr (A == Activation::silu) {
-    const float s = sigmoid_fast(beta * x);
-    return s + beta * x * s * (1.0f - s);
+    const auto p = sigmoid_pair(beta * x);
+    return p.s + beta * x * p.s * p.one_minus_s;
   }
   if constexpr (A == Activation::sigmoid) {
-    const float s = sigmoid_fast(x);
-    return s * (1.0f - s);
+    const auto p = sigmoid_pair(x);
+    return p.s * p.one_minus_s;
   }
-  if constexpr (A == Activation::tanh) {
-    const float t = tanh_fast(x);
-    return 1.0f - t * t;
+  if constexpr (A == Activation::tanh) {  // 1 − tanh² = 4·σ(2x)·(1 − σ(2x)), no cancellation
+    const auto p = sigmoid_pair(2.0f * x);
+    return 4.0f * p.s * p.one_minus_s;
   }
   if constexpr (A == Activation::relu2) return 2.0f * std::max(x, 0.0f);
   if constexpr (A == Activation::identity) return 1.0f;

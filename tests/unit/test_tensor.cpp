@@ -1,6 +1,9 @@
 // Tensor: shapes, views, resize, bf16 conversion.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "ffnlab/error.hpp"
 #include "ffnlab/tensor.hpp"
 
@@ -12,6 +15,47 @@ TEST(Tensor, ViewsShareStorage) {
   ASSERT_EQ(r.shape(), (Shape{2, 2}));
   r.f32()[0] = 30;
   EXPECT_EQ(t.f32()[2], 30);
+  EXPECT_EQ(t.reshape({2, 3}).f32()[2], 30);
   EXPECT_THROW(t.rows(2, 4), Error);
   EXPECT_THROW(t.reshape({4, 2}), Error);
+  EXPECT_THROW(t.view(4, {3}), Error);
+}
+
+TEST(Tensor, RejectsBadShapes) {
+  EXPECT_THROW(Tensor({2, -1}), Error);
+  EXPECT_THROW(Tensor({1, 1, 1, 1, 1}), Error);
+  EXPECT_THROW(Tensor::from({2}, {1, 2, 3}), Error);
+}
+
+TEST(Tensor, ResizeReusesMemoryWhenLargeEnough) {
+  Tensor t({4, 8});
+  const void* before = t.raw();
+  t.resize({2, 8});
+  EXPECT_EQ(t.raw(), before);
+  EXPECT_EQ(t.shape(), (Shape{2, 8}));
+  t.resize({4, 8});
+  EXPECT_EQ(t.raw(), before);
+  t.resize({5, 8});
+  EXPECT_EQ(t.numel(), 40);
+}
+
+TEST(Tensor, ResizeOfSharedStorageDoesNotClobberTheView) {
+  Tensor t = Tensor::from({2}, {1, 2});
+  Tensor kept = t;  // e.g. a layer's saved input
+  t.resize({2});
+  t.f32()[0] = 7;
+  EXPECT_EQ(kept.f32()[0], 1);
+}
+
+TEST(Tensor, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  // 1 + 2^-8 lies halfway between two bf16 values: ties go to the even mantissa (1.0).
+  EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);
+  // 1 + 3·2^-8 lies halfway too: the even neighbour is 1 + 2^-6.
+  EXPECT_EQ(f32_to_bf16(1.01171875f), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  Tensor t = Tensor::from({3}, {0.1f, -2.5f, 1e30f});
+  Tensor back = t.to(DType::bf16).to(DType::f32);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(back.f32()[i], t.f32()[i], std::fabs(t.f32()[i]) / 256);
+  EXPECT_THROW(t.to(DType::bf16).f32(), Error);
 }

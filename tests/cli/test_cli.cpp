@@ -1,0 +1,164 @@
+// The ffnlab program as a user runs it: output, exit status, files written, errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/io/safetensors.hpp"
+
+using namespace ffnlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int status;
+  std::string out, err;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ffnlab_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Outcome run(const std::string& args) {
+    const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
+    const std::string cmd = std::string(FFNLAB_BIN) + " " + args + " > " + out + " 2> " + err;
+    const int raw = std::system(cmd.c_str());
+    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read(out), read(err)};
+  }
+  static std::string read(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string golden(const std::string& c, const std::string& f) {
+    return (fs::path(FFNLAB_GOLDEN_DIR) / c / f).string();
+  }
+  // An error run: exit 1, one line on stderr starting "ffnlab: error: " and containing `what`.
+  void expect_error(const Outcome& r, const std::string& what) {
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("ffnlab: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+  }
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(Cli, ParamsPrintsTheSeedCounts) {
+  const Outcome r = run("params");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* n : {"2,099,712", "3,150,336", "9,454,080", "16,801,800"})
+    EXPECT_NE(r.out.find(n), std::string::npos) << n << "\n" << r.out;
+}
+
+TEST_F(Cli, ParamsJson) {
+  const Outcome r = run("params --json --variants relu,swiglu --d-model 64 --d-ff 172 --no-bias");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.at("variants").size(), 2u);
+  EXPECT_EQ(j["variants"][0]["params"], 2 * 64 * 172);
+  EXPECT_EQ(j["variants"][1]["params"], 3 * 64 * 172);
+  EXPECT_EQ(j["variants"][1]["config"]["activation"], "silu");
+}
+
+TEST_F(Cli, HelpAndUsageErrors) {
+  EXPECT_EQ(run("--help").status, 0);
+  EXPECT_EQ(run("run --help").status, 0);
+  EXPECT_NE(run("").status, 0);
+  EXPECT_NE(run("params --d-ff 0").status, 0);
+  expect_error(run("params --variants relu,selu"), "unknown variant 'selu'");
+}
+
+TEST_F(Cli, RunReproducesPyTorchWithGradients) {
+  for (const std::string c : {"hf_llama_prefix", "hf_chatglm_prefix", "gated_3branches_bias"}) {
+    std::ifstream meta_in(golden(c, "case.json"));
+    const std::string prefix = nlohmann::json::parse(meta_in).at("prefix");
+    const Outcome r = run("run --config " + golden(c, "config.json") + " --weights " +
+                      golden(c, "weights.safetensors") +
+                      (prefix.empty() ? "" : " --prefix " + prefix) + " --input " +
+                      golden(c, "x.safetensors") + " --output " + path("y.safetensors") +
+                      " --grad-output " + golden(c, "dy.safetensors") + " --grads " +
+                      path("g.safetensors") + " --threads 1");
+    ASSERT_EQ(r.status, 0) << c << ": " << r.err;
+    const auto expected = SafeTensors::load(golden(c, "expected.safetensors"));
+    const auto y = SafeTensors::load(path("y.safetensors"));
+    const auto g = SafeTensors::load(path("g.safetensors"));
+    auto err = [&](const SafeTensors& f, const std::string& n) {
+      const Tensor a = f.f32(n), b = expected.f32(n);
+      EXPECT_EQ(a.shape(), b.shape()) << n;
+      return test::scaled_error(a.f32(), b.f32(), a.numel());
+    };
+    EXPECT_LE(err(y, "y"), 1e-4) << c;
+    EXPECT_LE(err(g, "dx"), 1e-4) << c;
+    int grads = 0;
+    for (const auto& n : expected.names())
+      if (n != "y" && n != "dx") {
+        EXPECT_LE(err(g, n), 1e-4) << c << " " << n;
+        ++grads;
+      }
+    EXPECT_EQ(static_cast<std::size_t>(grads) + 1, g.names().size());
+  }
+}
+
+TEST_F(Cli, RunRejectsBadInputWithoutWritingOutput) {
+  const std::string c = "swiglu_separate_nobias";
+  const std::string base = "run --config " + golden(c, "config.json") + " --input " +
+                           golden(c, "x.safetensors") + " --output " + path("y.safetensors");
+  // A truncated weights file.
+  {
+    std::ifstream in(golden(c, "weights.safetensors"), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(path("trunc.safetensors"), std::ios::binary)
+        << bytes.substr(0, bytes.size() - 10);
+  }
+  expect_error(run(base + " --weights " + path("trunc.safetensors")), "[safetensors]");
+  // Garbage in place of a safetensors file.
+  std::ofstream(path("junk.safetensors")) << "this is not a safetensors file at all";
+  expect_error(run(base + " --weights " + path("junk.safetensors")), "[safetensors]");
+  // A weights file of another layer: missing tensor.
+  expect_error(run(base + " --weights " + golden("plain_relu_bias", "weights.safetensors")),
+               "missing tensor 'gate_proj.weight'");
+  // The same names with other shapes.
+  expect_error(run("run --config " + golden("swiglu_wide_T33", "config.json") + " --weights " +
+                   golden(c, "weights.safetensors") + " --input " +
+                   golden("swiglu_wide_T33", "x.safetensors") + " --output " +
+                   path("y.safetensors")),
+               "has shape [37, 13], the layer needs [172, 64]");
+  // x of the wrong width.
+  expect_error(run("run --config " + golden("swiglu_wide_T33", "config.json") + " --input " +
+                   golden(c, "x.safetensors") + " --output " + path("y.safetensors")),
+               "expected [..., 64]");
+  // Configs that make no sense.
+  std::ofstream(path("act.json")) << R"({"variant":"relu","activation":"selu","d_model":13})";
+  expect_error(run("run --config " + path("act.json") + " --input " + golden(c, "x.safetensors") +
+                   " --output " + path("y.safetensors")),
+               "unknown activation 'selu'");
+  std::ofstream(path("dff.json")) << R"({"variant":"relu","d_model":13,"d_ff":0})";
+  expect_error(run("run --config " + path("dff.json") + " --input " + golden(c, "x.safetensors") +
+                   " --output " + path("y.safetensors")),
+               "d_ff = 0");
+  std::ofstream(path("broken.json")) << R"({"variant": )";
+  expect_error(run("run --config " + path("broken.json") + " --input " +
+                   golden(c, "x.safetensors") + " --output " + path("y.safetensors")),
+               "not valid JSON");
+  EXPECT_FALSE(fs::exists(path("y.safetensors")));
+  // Writing into a folder that does not exist fails and leaves nothing behind.
+  expect_error(run("run --config " + golden(c, "config.json") + " --input " +
+                   golden(c, "x.safetensors") + " --weights " + golden(c, "weights.safetensors") +
+                   " --output " + path("nope/y.safetensors")),
+               "cannot write");
+}

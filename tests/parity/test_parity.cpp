@@ -1,0 +1,70 @@
+// PyTorch parity: every golden case written by make_golden.py, loaded the way `ffnlab run` loads
+// it (config file, Hugging Face names, prefix), compared for y, dx and every parameter gradient.
+// f32: error <= 1e-4 of the reference's scale (the bound). bf16 products: <= 3e-2.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/layers/feed_forward.hpp"
+
+using namespace ffnlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> case_names() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(FFNLAB_GOLDEN_DIR))
+    if (e.is_directory()) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class Parity : public ::testing::TestWithParam<std::string> {};
+
+void check_case(const std::string& name, Precision precision, double tol) {
+  const fs::path dir = fs::path(FFNLAB_GOLDEN_DIR) / name;
+  std::ifstream meta_in(dir / "case.json");
+  const auto meta = nlohmann::json::parse(meta_in);
+  const std::string prefix = meta.at("prefix");
+  const FFNConfig config = read_ffn_config_file((dir / "config.json").string());
+  auto ffn = make_ffn(config, 123);
+  ffn->set_precision(precision);
+  load_parameters(ffn->parameters(), SafeTensors::load((dir / "weights.safetensors").string()),
+                  prefix);
+  const Tensor x = SafeTensors::load((dir / "x.safetensors").string()).f32("x");
+  const Tensor dy = SafeTensors::load((dir / "dy.safetensors").string()).f32("dy");
+  const auto expected = SafeTensors::load((dir / "expected.safetensors").string());
+
+  Tensor y, dx;
+  ffn->forward(y, x, true);
+  ffn->backward(dx, dy);
+  auto compare = [&](const std::string& what, const Tensor& got) {
+    const Tensor want = expected.f32(what);
+    ASSERT_EQ(got.numel(), want.numel()) << what;
+    const double err = test::scaled_error(got.f32(), want.f32(), got.numel());
+    EXPECT_LE(err, tol) << name << " " << precision_name(precision) << ": " << what;
+  };
+  compare("y", y);
+  compare("dx", dx);
+  for (const auto& p : ffn->parameters().list()) compare(prefix + p.name, p.grad);
+}
+
+TEST_P(Parity, F32) { check_case(GetParam(), Precision::f32, 1e-4); }
+TEST_P(Parity, Bf16) { check_case(GetParam(), Precision::bf16, 3e-2); }
+
+INSTANTIATE_TEST_SUITE_P(Golden, Parity, ::testing::ValuesIn(case_names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+TEST(ParityCases, AllWritten) { EXPECT_GE(case_names().size(), 40u); }
+
+}  // namespace

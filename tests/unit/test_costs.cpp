@@ -1,0 +1,79 @@
+// Closed-form costs: the seeds' parameter counts, the count of instantiated layers, FLOPs.
+#include <gtest/gtest.h>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/layers/feed_forward.hpp"
+
+using namespace ffnlab;
+
+TEST(Costs, SeedParameterCountsAreExact) {
+  // d_model 512, d_ff 2048, every Linear with bias; 4 branches; 8 experts with a biased router.
+  EXPECT_EQ(count_params(variant_config("relu", 512, 2048, true)), 2'099'712);
+  EXPECT_EQ(count_params(variant_config("gelu", 512, 2048, true)), 2'099'712);
+  EXPECT_EQ(count_params(variant_config("glu", 512, 2048, true)), 3'150'336);
+  FFNConfig gated = variant_config("gated", 512, 2048, true);
+  gated.branches = 4;
+  EXPECT_EQ(count_params(gated), 9'454'080);
+  FFNConfig moe = variant_config("moe", 512, 2048, true);
+  moe.moe.num_experts = 8;
+  EXPECT_EQ(count_params(moe), 16'801'800);
+}
+
+TEST(Costs, ClosedFormEqualsInstantiatedLayers) {
+  int checked = 0;
+  for (const auto& v : {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"})
+    for (bool bias : {true, false})
+      for (std::int64_t D : {1, 7, 64})
+        for (std::int64_t F : {1, 13, 96})
+          for (int branches : {1, 2, 5})
+            for (GLULayout layout : {GLULayout::separate, GLULayout::fused}) {
+              FFNConfig c = variant_config(v, D, F, bias);
+              c.branches = branches;
+              c.layout = layout;
+              if (c.kind == FFNKind::multi_branch && layout == GLULayout::fused) continue;
+              if (c.kind != FFNKind::multi_branch && branches != 1) continue;
+              EXPECT_EQ(count_params(c), make_ffn(c, 0)->parameters().count())
+                  << variant_name(c) << " D=" << D << " F=" << F << " bias=" << bias;
+              ++checked;
+            }
+  EXPECT_GT(checked, 150);
+}
+
+TEST(Costs, MoEActiveParametersAndFlops) {
+  FFNConfig c = variant_config("moe", 512, 2048, true);
+  c.moe.num_experts = 8;
+  c.moe.top_k = 2;
+  const FFNCost moe = ffn_cost(c, 8);
+  const FFNCost dense = ffn_cost(variant_config("relu", 512, 2048, true), 8);
+  EXPECT_EQ(moe.active_params, 4'104 + 2 * 2'099'712);
+  // Top-2: each token runs two full experts, so forward products are 2x one dense FFN + router.
+  EXPECT_DOUBLE_EQ(moe.forward.matmul, 2 * dense.forward.matmul + 2.0 * 512 * 8);
+  // Shared experts add to both counts.
+  c.moe.num_shared = 1;
+  c.moe.shared_gate = true;
+  EXPECT_EQ(count_params(c), 16'801'800 + 2'099'712 + 512);
+}
+
+TEST(Costs, DenseFlopsAndMemory) {
+  const FFNCost relu = ffn_cost(variant_config("relu", 512, 2048, true), 8);
+  EXPECT_DOUBLE_EQ(relu.forward.matmul, 4.0 * 512 * 2048);
+  EXPECT_DOUBLE_EQ(relu.backward.matmul, 8.0 * 512 * 2048);
+  // Activation work is O(d_ff), not 2·d_model·d_ff (the seeds' error 2): bias adds + F.
+  EXPECT_DOUBLE_EQ(relu.forward.elementwise, 2048 + 512 + 2048);
+  EXPECT_DOUBLE_EQ(relu.f32.weights, 4.0 * 2'099'712);
+  EXPECT_DOUBLE_EQ(relu.f32.adam, 8.0 * 2'099'712);
+  EXPECT_DOUBLE_EQ(relu.f32.activations, 4.0 * 8 * (512 + 2048 + 2048));
+  EXPECT_DOUBLE_EQ(relu.bf16.activations, relu.f32.activations / 2);
+  const FFNCost swiglu = ffn_cost(variant_config("swiglu", 512, 1365, false), 1);
+  EXPECT_DOUBLE_EQ(swiglu.forward.matmul, 2.0 * 512 * 2 * 1365 + 2.0 * 1365 * 512);
+}
+
+TEST(Costs, InvalidConfigsAreRejected) {
+  FFNConfig c = variant_config("moe", 16, 32, true);
+  c.moe.num_experts = 4;
+  c.moe.top_k = 5;
+  EXPECT_THROW(ffn_cost(c, 1), Error);
+  EXPECT_THROW(count_params(variant_config("relu", 16, 0, true)), Error);
+  EXPECT_THROW(make_ffn(variant_config("moe", 16, 32, true)), Error);  // layer: issue 3
+}

@@ -1,0 +1,124 @@
+// Linear op and oneDNN matmul: against the naive reference, at awkward shapes, f32 and bf16;
+// the reference's gradients against central differences; the primitive cache.
+#include <gtest/gtest.h>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/ref/activation_ref.hpp"
+#include "ffnlab/ops/ref/linear_ref.hpp"
+
+using namespace ffnlab;
+
+namespace {
+struct Shape3 {
+  std::int64_t T, I, O;
+};
+const Shape3 kShapes[] = {{1, 13, 37}, {7, 37, 13}, {33, 64, 100}, {5, 1, 3}, {129, 17, 9}};
+
+struct Result {
+  std::vector<double> y, dx, dw, db;
+};
+
+Result reference(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy, bool bias,
+                 const Tensor& dw0) {
+  const std::int64_t T = x.dim(0), I = x.dim(1), O = w.dim(0);
+  const auto x64 = test::to_vector<double>(x), w64 = test::to_vector<double>(w),
+             b64 = test::to_vector<double>(b), dy64 = test::to_vector<double>(dy);
+  Result r;
+  r.y.resize(T * O);
+  r.dx.resize(T * I);
+  r.dw = test::to_vector<double>(dw0);
+  r.db.assign(O, 0.0);
+  ref::linear_forward<double>(r.y.data(), x64.data(), w64.data(), bias ? b64.data() : nullptr, T,
+                              I, O);
+  ref::linear_backward<double>(r.dx.data(), r.dw.data(), bias ? r.db.data() : nullptr,
+                               dy64.data(), x64.data(), w64.data(), T, I, O);
+  return r;
+}
+}  // namespace
+
+TEST(Linear, MatchesReferenceInF32AndBf16) {
+  std::uint64_t seed = 1;
+  for (const auto& s : kShapes)
+    for (bool bias : {true, false})
+      for (Precision p : {Precision::f32, Precision::bf16}) {
+        const Tensor x = test::random_tensor({s.T, s.I}, seed++);
+        const Tensor w = test::random_tensor({s.O, s.I}, seed++, 0.3f);
+        const Tensor b = test::random_tensor({s.O}, seed++);
+        const Tensor dy = test::random_tensor({s.T, s.O}, seed++);
+        Tensor dw = test::random_tensor({s.O, s.I}, seed++);  // gradients accumulate onto this
+        const Result r = reference(x, w, b, dy, bias, dw);
+        Tensor y({s.T, s.O}), dx({s.T, s.I}), db({s.O});
+        linear_forward(y, x, w, bias ? &b : nullptr, p);
+        linear_backward(&dx, dw, bias ? &db : nullptr, dy, x, w, p);
+        // bf16 keeps 8 mantissa bits: inputs are rounded to ~0.4 % each, accumulation is f32.
+        const double tol = p == Precision::f32 ? 1e-5 : 2e-2;
+        const auto where = ::testing::Message() << "T=" << s.T << " I=" << s.I << " O=" << s.O
+                                                << " bias=" << bias << " " << precision_name(p);
+        EXPECT_LT(test::scaled_error(y.f32(), r.y.data(), y.numel()), tol) << where;
+        EXPECT_LT(test::scaled_error(dx.f32(), r.dx.data(), dx.numel()), tol) << where;
+        EXPECT_LT(test::scaled_error(dw.f32(), r.dw.data(), dw.numel()), tol) << where;
+        if (bias) {
+          EXPECT_LT(test::scaled_error(db.f32(), r.db.data(), db.numel()), 1e-5) << where;
+        }
+      }
+}
+
+TEST(Linear, FusedActivationMatchesSeparateOne) {
+  const Tensor x = test::random_tensor({9, 21}, 5);
+  const Tensor w = test::random_tensor({31, 21}, 6, 0.3f);
+  const Tensor b = test::random_tensor({31}, 7);
+  for (int i = 0; i < static_cast<int>(Activation::count); ++i) {
+    const Act act{static_cast<Activation>(i)};
+    Tensor fused({9, 31}), pre({9, 31});
+    linear_forward(fused, x, w, &b, Precision::f32, &act);
+    linear_forward(pre, x, w, &b, Precision::f32);
+    for (std::int64_t k = 0; k < pre.numel(); ++k) {
+      const double r = ref::activation<double>(act.kind, pre.f32()[k]);
+      EXPECT_NEAR(fused.f32()[k], r, 1e-5 + 1e-5 * std::fabs(r)) << activation_name(act.kind);
+    }
+  }
+}
+
+TEST(Linear, ReferenceGradientsMatchCentralDifferences) {
+  const std::int64_t T = 3, I = 5, O = 4;
+  auto x = test::to_vector<double>(test::random_tensor({T, I}, 11));
+  auto w = test::to_vector<double>(test::random_tensor({O, I}, 12));
+  auto b = test::to_vector<double>(test::random_tensor({O}, 13));
+  const auto dy = test::to_vector<double>(test::random_tensor({T, O}, 14));
+  std::vector<double> dx(T * I), dw(O * I, 0.0), db(O, 0.0), y(T * O);
+  ref::linear_backward<double>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), T,
+                               I, O);
+  auto loss = [&] {
+    ref::linear_forward<double>(y.data(), x.data(), w.data(), b.data(), T, I, O);
+    double l = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) l += y[i] * dy[i];
+    return l;
+  };
+  auto all = [](std::size_t n) { return test::sample_indices(n, n); };
+  test::expect_gradient(x, dx, loss, all(x.size()), 1e-8, 1e-7, "dx");
+  test::expect_gradient(w, dw, loss, all(w.size()), 1e-8, 1e-7, "dw");
+  test::expect_gradient(b, db, loss, all(b.size()), 1e-8, 1e-7, "db");
+}
+
+TEST(Linear, PrimitivesAreCreatedOncePerShape) {
+  const Tensor x = test::random_tensor({6, 10}, 1), w = test::random_tensor({7, 10}, 2);
+  Tensor y({6, 7});
+  linear_forward(y, x, w, nullptr);
+  const auto after_first = matmul_primitive_count();
+  for (int i = 0; i < 5; ++i) linear_forward(y, x, w, nullptr);
+  EXPECT_EQ(matmul_primitive_count(), after_first);
+  Tensor y2({5, 7});
+  linear_forward(y2, x.rows(0, 5), w, nullptr);
+  EXPECT_EQ(matmul_primitive_count(), after_first + 1);
+}
+
+TEST(Linear, RejectsShapeMismatch) {
+  Tensor x({4, 3}), w({5, 2}), y({4, 5});
+  EXPECT_THROW(linear_forward(y, x, w, nullptr), Error);
+  Tensor w2({5, 3}), bad_y({4, 4});
+  EXPECT_THROW(linear_forward(bad_y, x, w2, nullptr), Error);
+  Tensor b({4});
+  EXPECT_THROW(linear_forward(y, x, w2, &b), Error);
+}

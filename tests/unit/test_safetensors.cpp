@@ -1,0 +1,124 @@
+// safetensors: round trips, conversions, and every kind of malformed file rejected cleanly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/io/safetensors.hpp"
+
+using namespace ffnlab;
+
+namespace {
+
+std::vector<std::byte> file_of(const std::string& header, std::size_t data_bytes,
+                               std::int64_t declared_len = -1) {
+  std::vector<std::byte> out(8 + header.size() + data_bytes);
+  std::uint64_t n = declared_len < 0 ? header.size() : static_cast<std::uint64_t>(declared_len);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  return out;
+}
+
+void expect_rejected(const std::vector<std::byte>& bytes, const std::string& fragment) {
+  try {
+    SafeTensors::parse(bytes, "bad.safetensors");
+    ADD_FAILURE() << "accepted a file that should fail with '" << fragment << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
+    EXPECT_EQ(msg.rfind("[safetensors] bad.safetensors: ", 0), 0u) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+  }
+}
+
+}  // namespace
+
+TEST(SafeTensors, RoundTripsAllDtypes) {
+  const Tensor a = test::random_tensor({3, 5}, 1);
+  const Tensor b = test::random_tensor({7}, 2);
+  SafeTensorsWriter w;
+  w.add("a", a);
+  w.add("b16", b, StDType::bf16);
+  w.add("b16_native", b.to(DType::bf16));
+  w.add_ints("i", {2, 2}, {1, -2, 3, 1LL << 40});
+  w.add_ints("j", {3}, {7, -8, 9}, StDType::i32);
+  w.set_metadata("format", "pt");
+  const auto st = SafeTensors::parse(w.serialize(), "mem");
+  EXPECT_EQ(st.names(), (std::vector<std::string>{"a", "b16", "b16_native", "i", "j"}));
+  EXPECT_EQ(st.metadata().at("format"), "pt");
+  const Tensor a2 = st.f32("a");
+  EXPECT_EQ(a2.shape(), a.shape());
+  EXPECT_EQ(std::memcmp(a2.f32(), a.f32(), a.nbytes()), 0);
+  const Tensor b2 = st.f32("b16");
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(b2.f32()[i], bf16_to_f32(f32_to_bf16(b.f32()[i])));
+  EXPECT_EQ(st.info("b16_native").dtype, StDType::bf16);
+  EXPECT_EQ(st.ints("i"), (std::vector<std::int64_t>{1, -2, 3, 1LL << 40}));
+  EXPECT_EQ(st.ints("j"), (std::vector<std::int64_t>{7, -8, 9}));
+  EXPECT_THROW(st.f32("i"), Error);
+  EXPECT_THROW(st.f32("missing"), Error);
+}
+
+TEST(SafeTensors, ReadsF16) {
+  // 1.0, -2.0, 65504 (max), 2^-24 (smallest subnormal), -0.0
+  const std::uint16_t h[] = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000};
+  auto bytes = file_of(R"({"h":{"dtype":"F16","shape":[5],"data_offsets":[0,10]}})", 10);
+  std::memcpy(bytes.data() + bytes.size() - 10, h, 10);
+  const Tensor t = SafeTensors::parse(bytes, "f16").f32("h");
+  EXPECT_EQ(t.f32()[0], 1.0f);
+  EXPECT_EQ(t.f32()[1], -2.0f);
+  EXPECT_EQ(t.f32()[2], 65504.0f);
+  EXPECT_EQ(t.f32()[3], std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::signbit(t.f32()[4]));
+}
+
+TEST(SafeTensors, RejectsMalformedFiles) {
+  const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_NO_THROW(SafeTensors::parse(file_of(ok, 8), "bad.safetensors"));
+  expect_rejected(std::vector<std::byte>(5), "too short");
+  expect_rejected(file_of(ok, 8, 1LL << 40), "absurd");
+  expect_rejected(file_of(ok, 8, static_cast<std::int64_t>(ok.size() + 9)), "past the end");
+  auto truncated = file_of(ok, 8);
+  truncated.resize(truncated.size() - 3);
+  expect_rejected(truncated, "run past");
+  expect_rejected(file_of("{not json", 0), "not valid JSON");
+  expect_rejected(file_of("[1,2]", 0), "not a JSON object");
+  expect_rejected(file_of(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
+                  "unsupported dtype 'F64'");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+                  "needs 12 bytes");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8),
+                  "run past");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                          12),
+                  "overlaps");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
+                  "gap of 4 bytes");
+  expect_rejected(file_of(ok, 12), "4 bytes of data after");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
+                  "non-integer dimension");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2]}})", 8), "needs dtype, shape");
+  expect_rejected(
+      file_of(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8),
+      "larger than the file");
+  expect_rejected(file_of(R"({"__metadata__":{"k":1}})", 0), "not a string");
+}
+
+TEST(SafeTensors, WriteIsAtomicAndFailsCleanly) {
+  const auto dir = std::filesystem::temp_directory_path() / "ffnlab_st_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "t.safetensors").string();
+  SafeTensorsWriter w;
+  w.add("x", test::random_tensor({4, 4}, 3));
+  w.write(path);
+  EXPECT_EQ(SafeTensors::load(path).f32("x").numel(), 16);
+  EXPECT_THROW(w.write((dir / "no_such_dir" / "t.safetensors").string()), Error);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  EXPECT_THROW(SafeTensors::load((dir / "missing.safetensors").string()), Error);
+  std::filesystem::remove_all(dir);
+}
