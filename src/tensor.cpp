@@ -8,8 +8,12 @@
 
 namespace ffnlab {
 
-const char* dtype_name(DType dtype) { return dtype == DType::f32 ? "f32" : "bf16"; }
-std::size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+const char* dtype_name(DType dtype) {
+  return dtype == DType::f32 ? "f32" : "bf16";
+}
+std::size_t dtype_size(DType dtype) {
+  return dtype == DType::f32 ? 4 : 2;
+}
 
 std::string shape_string(const Shape& shape) {
   std::string out = "[";
@@ -33,9 +37,9 @@ static std::shared_ptr<std::byte> allocate(std::size_t bytes) {
 }
 
 static void check_shape(const Shape& shape) {
-  check(!shape.empty() && shape.size() <= 4, "[tensor] rank {} is not in 1..4",
-        shape.size());
-  for (auto d : shape) check(d >= 0, "[tensor] negative dimension in shape {}", shape_string(shape));
+  check(!shape.empty() && shape.size() <= 4, "[tensor] rank {} is not in 1..4", shape.size());
+  for (auto d : shape)
+    check(d >= 0, "[tensor] negative dimension in shape {}", shape_string(shape));
 }
 
 Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
@@ -48,8 +52,8 @@ Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtyp
 
 Tensor Tensor::from(Shape shape, const std::vector<float>& values) {
   Tensor t(std::move(shape));
-  check(static_cast<std::int64_t>(values.size()) == t.numel(),
-        "[tensor] {} values for shape {}", values.size(), shape_string(t.shape()));
+  check(static_cast<std::int64_t>(values.size()) == t.numel(), "[tensor] {} values for shape {}",
+        values.size(), shape_string(t.shape()));
   std::memcpy(t.f32(), values.data(), values.size() * 4);
   return t;
 }
@@ -58,12 +62,16 @@ float* Tensor::f32() {
   check(dtype_ == DType::f32, "[tensor] f32 access to a {} tensor", dtype_name(dtype_));
   return reinterpret_cast<float*>(data_);
 }
-const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
+const float* Tensor::f32() const {
+  return const_cast<Tensor*>(this)->f32();
+}
 std::uint16_t* Tensor::bf16() {
   check(dtype_ == DType::bf16, "[tensor] bf16 access to a {} tensor", dtype_name(dtype_));
   return reinterpret_cast<std::uint16_t*>(data_);
 }
-const std::uint16_t* Tensor::bf16() const { return const_cast<Tensor*>(this)->bf16(); }
+const std::uint16_t* Tensor::bf16() const {
+  return const_cast<Tensor*>(this)->bf16();
+}
 
 Tensor Tensor::view(std::int64_t offset, Shape shape) const {
   check_shape(shape);

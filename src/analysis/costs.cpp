@@ -39,7 +39,9 @@ Dense dense_cost(const FFNConfig& c) {
 
 }  // namespace
 
-std::int64_t count_params(const FFNConfig& c) { return ffn_cost(c, 1).params; }
+std::int64_t count_params(const FFNConfig& c) {
+  return ffn_cost(c, 1).params;
+}
 
 FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
   validate(c);

@@ -40,8 +40,7 @@ void load_parameters(ParameterSet& params, const SafeTensors& file, const std::s
         some += (some.empty() ? "" : ", ") + n;
       }
       fail("[weights] {}: missing tensor '{}' (the file has: {}{})", file.source(), name,
-           some.empty() ? "nothing" : some,
-           prefix.empty() ? "; a --prefix may be needed" : "");
+           some.empty() ? "nothing" : some, prefix.empty() ? "; a --prefix may be needed" : "");
     }
     const auto& info = file.info(name);
     check(info.shape == p.shape, "[weights] {}: tensor '{}' has shape {}, the layer needs {}",

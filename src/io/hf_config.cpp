@@ -21,7 +21,9 @@ T require(const nlohmann::json& j, const char* key, const std::string& model) {
 
 }  // namespace
 
-bool is_hf_config(const nlohmann::json& j) { return j.is_object() && j.contains("model_type"); }
+bool is_hf_config(const nlohmann::json& j) {
+  return j.is_object() && j.contains("model_type");
+}
 
 FFNConfig hf_ffn_config(const nlohmann::json& j) {
   const auto model = require<std::string>(j, "model_type", "Hugging Face");
@@ -40,9 +42,10 @@ FFNConfig hf_ffn_config(const nlohmann::json& j) {
     c.bias = j.value("add_bias_linear", false);
     c.layout = GLULayout::fused;
   } else {
-    fail("[config] model_type '{}' has no dense MLP mapping (supported: llama, mistral, qwen2, "
-         "chatglm)",
-         model);
+    fail(
+        "[config] model_type '{}' has no dense MLP mapping (supported: llama, mistral, qwen2, "
+        "chatglm)",
+        model);
   }
   validate(c);
   return c;

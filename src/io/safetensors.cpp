@@ -143,9 +143,9 @@ SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, const std::string& 
       info.shape.push_back(static_cast<std::int64_t>(v));
     }
     const auto& jo = entry.at("data_offsets");
-    check(jo.is_array() && jo.size() == 2 && jo[0].is_number_unsigned() &&
-              jo[1].is_number_unsigned(),
-          "[safetensors] {}: tensor '{}' has invalid data_offsets", source, name);
+    check(
+        jo.is_array() && jo.size() == 2 && jo[0].is_number_unsigned() && jo[1].is_number_unsigned(),
+        "[safetensors] {}: tensor '{}' has invalid data_offsets", source, name);
     info.begin = jo[0].get<std::uint64_t>();
     info.end = jo[1].get<std::uint64_t>();
     check(info.begin <= info.end && info.end <= data_size,

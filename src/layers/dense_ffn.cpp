@@ -28,7 +28,8 @@ std::vector<std::string> in_names(const FFNConfig& c) {
       }
       return names;
     }
-    default: fail("[ffn] DenseFFN cannot build kind '{}'", kind_name(c.kind));
+    default:
+      fail("[ffn] DenseFFN cannot build kind '{}'", kind_name(c.kind));
   }
 }
 

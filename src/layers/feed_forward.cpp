@@ -11,10 +11,12 @@ std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t see
   switch (config.kind) {
     case FFNKind::plain:
     case FFNKind::glu:
-    case FFNKind::multi_branch: return std::make_unique<DenseFFN>(config, seed);
+    case FFNKind::multi_branch:
+      return std::make_unique<DenseFFN>(config, seed);
     case FFNKind::moe:
       fail("[ffn] the MoE layer is not implemented yet (issue 3); its costs are in ffnlab params");
-    case FFNKind::count: break;
+    case FFNKind::count:
+      break;
   }
   fail("[ffn] invalid kind");
 }

@@ -45,7 +45,9 @@ int parse_name(const std::array<const char*, N>& names, std::string_view name, c
 
 }  // namespace
 
-const char* kind_name(FFNKind kind) { return kKindNames.at(static_cast<std::size_t>(kind)); }
+const char* kind_name(FFNKind kind) {
+  return kKindNames.at(static_cast<std::size_t>(kind));
+}
 FFNKind parse_kind(std::string_view name) {
   return static_cast<FFNKind>(parse_name(kKindNames, name, "kind"));
 }
@@ -120,10 +122,10 @@ FFNConfig expert_config(const FFNConfig& c, bool shared) {
 
 FFNConfig config_from_json(const nlohmann::json& j) {
   check(j.is_object(), "[config] an FFN config must be a JSON object");
-  static const std::set<std::string> kKeys{"variant", "kind",   "activation", "swish_beta",
-                                           "d_model", "d_ff",   "bias",       "layout",
-                                           "branches", "moe",   "ffnlab"};
-  static const std::set<std::string> kMoEKeys{"num_experts", "top_k",     "expert_kind",
+  static const std::set<std::string> kKeys{"variant",  "kind", "activation", "swish_beta",
+                                           "d_model",  "d_ff", "bias",       "layout",
+                                           "branches", "moe",  "ffnlab"};
+  static const std::set<std::string> kMoEKeys{"num_experts", "top_k",       "expert_kind",
                                               "expert_d_ff", "router_bias", "num_shared",
                                               "shared_d_ff", "shared_gate"};
   for (const auto& [key, value] : j.items())
@@ -173,10 +175,13 @@ nlohmann::json config_to_json(const FFNConfig& c) {
   if (c.act.beta != 1.0f) j["swish_beta"] = c.act.beta;
   if (c.kind == FFNKind::multi_branch) j["branches"] = c.branches;
   if (c.kind == FFNKind::moe)
-    j["moe"] = {{"num_experts", c.moe.num_experts}, {"top_k", c.moe.top_k},
+    j["moe"] = {{"num_experts", c.moe.num_experts},
+                {"top_k", c.moe.top_k},
                 {"expert_kind", kind_name(c.moe.expert_kind)},
-                {"expert_d_ff", c.expert_d_ff()},   {"router_bias", c.moe.router_bias},
-                {"num_shared", c.moe.num_shared},   {"shared_d_ff", c.shared_d_ff()},
+                {"expert_d_ff", c.expert_d_ff()},
+                {"router_bias", c.moe.router_bias},
+                {"num_shared", c.moe.num_shared},
+                {"shared_d_ff", c.shared_d_ff()},
                 {"shared_gate", c.moe.shared_gate}};
   return j;
 }

@@ -44,7 +44,9 @@ Tensor ParameterSet::grad_span(std::string_view first, Shape shape) {
   return grads_.view(at(first).offset, std::move(shape));
 }
 
-void ParameterSet::zero_grad() { grads_.zero(); }
+void ParameterSet::zero_grad() {
+  grads_.zero();
+}
 
 void init_uniform(Tensor& t, float bound, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> dist(-bound, bound);

@@ -32,7 +32,9 @@ inline float exp_fast(float x) {
   return p * std::bit_cast<float>(bits);
 }
 
-inline float sigmoid_fast(float x) { return 1.0f / (1.0f + exp_fast(-x)); }
+inline float sigmoid_fast(float x) {
+  return 1.0f / (1.0f + exp_fast(-x));
+}
 
 // σ(z) and 1 − σ(z) = e^{−z}·σ(z), the latter without the cancellation of 1 − s when s ≈ 1.
 struct SigmoidPair {
@@ -44,7 +46,9 @@ inline SigmoidPair sigmoid_pair(float z) {
   return {s, e * s};
 }
 
-inline float tanh_fast(float x) { return 1.0f - 2.0f / (exp_fast(2.0f * x) + 1.0f); }
+inline float tanh_fast(float x) {
+  return 1.0f - 2.0f / (exp_fast(2.0f * x) + 1.0f);
+}
 
 // erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7).
 inline float erf_fast(float x) {
@@ -119,16 +123,26 @@ template <typename F>
 void dispatch(Activation act, F&& f) {
   using A = Activation;
   switch (act) {
-    case A::relu: return f(std::integral_constant<A, A::relu>{});
-    case A::gelu: return f(std::integral_constant<A, A::gelu>{});
-    case A::gelu_tanh: return f(std::integral_constant<A, A::gelu_tanh>{});
-    case A::gelu_quick: return f(std::integral_constant<A, A::gelu_quick>{});
-    case A::silu: return f(std::integral_constant<A, A::silu>{});
-    case A::sigmoid: return f(std::integral_constant<A, A::sigmoid>{});
-    case A::tanh: return f(std::integral_constant<A, A::tanh>{});
-    case A::relu2: return f(std::integral_constant<A, A::relu2>{});
-    case A::identity: return f(std::integral_constant<A, A::identity>{});
-    case A::count: break;
+    case A::relu:
+      return f(std::integral_constant<A, A::relu>{});
+    case A::gelu:
+      return f(std::integral_constant<A, A::gelu>{});
+    case A::gelu_tanh:
+      return f(std::integral_constant<A, A::gelu_tanh>{});
+    case A::gelu_quick:
+      return f(std::integral_constant<A, A::gelu_quick>{});
+    case A::silu:
+      return f(std::integral_constant<A, A::silu>{});
+    case A::sigmoid:
+      return f(std::integral_constant<A, A::sigmoid>{});
+    case A::tanh:
+      return f(std::integral_constant<A, A::tanh>{});
+    case A::relu2:
+      return f(std::integral_constant<A, A::relu2>{});
+    case A::identity:
+      return f(std::integral_constant<A, A::identity>{});
+    case A::count:
+      break;
   }
 }
 

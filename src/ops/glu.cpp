@@ -16,10 +16,10 @@ constexpr std::int64_t kColumnBlock = 512;
 
 void check_glu(const Tensor& h, const Tensor& a, int branches, const char* what) {
   check(branches >= 1, "[glu] branches = {} must be >= 1", branches);
-  check(h.rank() == 2 && a.rank() == 2 && a.dim(0) == h.dim(0) &&
-            a.dim(1) == 2 * branches * h.dim(1),
-        "[glu] {}: a {} does not match h {} with {} branch(es)", what, shape_string(a.shape()),
-        shape_string(h.shape()), branches);
+  check(
+      h.rank() == 2 && a.rank() == 2 && a.dim(0) == h.dim(0) && a.dim(1) == 2 * branches * h.dim(1),
+      "[glu] {}: a {} does not match h {} with {} branch(es)", what, shape_string(a.shape()),
+      shape_string(h.shape()), branches);
 }
 
 }  // namespace
@@ -46,7 +46,8 @@ void glu_forward(Tensor& h, const Tensor& a, Act act, int branches) {
             for (std::int64_t f = f0; f < f1; ++f) hr[f] = kernels::act_value<A>(g[f], beta) * u[f];
           } else {
 #pragma omp simd
-            for (std::int64_t f = f0; f < f1; ++f) hr[f] += kernels::act_value<A>(g[f], beta) * u[f];
+            for (std::int64_t f = f0; f < f1; ++f)
+              hr[f] += kernels::act_value<A>(g[f], beta) * u[f];
           }
         }
       }

@@ -11,7 +11,9 @@
 
 namespace ffnlab {
 
-const char* precision_name(Precision p) { return p == Precision::f32 ? "f32" : "bf16"; }
+const char* precision_name(Precision p) {
+  return p == Precision::f32 ? "f32" : "bf16";
+}
 
 Precision parse_precision(std::string_view name) {
   if (name == "f32" || name == "float32") return Precision::f32;
@@ -41,23 +43,34 @@ Engine& engine() {
 void append_activation(dnnl::post_ops& ops, const Act& act) {
   using dnnl::algorithm;
   switch (act.kind) {
-    case Activation::relu: ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f); break;
-    case Activation::gelu: ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
+    case Activation::relu:
+      ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      break;
+    case Activation::gelu:
+      ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+      break;
     case Activation::gelu_tanh:
       ops.append_eltwise(1.f, algorithm::eltwise_gelu_tanh, 0.f, 0.f);
       break;
     case Activation::gelu_quick:
       ops.append_eltwise(1.f, algorithm::eltwise_swish, 1.702f, 0.f);
       break;
-    case Activation::silu: ops.append_eltwise(1.f, algorithm::eltwise_swish, act.beta, 0.f); break;
-    case Activation::sigmoid: ops.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f); break;
-    case Activation::tanh: ops.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f); break;
+    case Activation::silu:
+      ops.append_eltwise(1.f, algorithm::eltwise_swish, act.beta, 0.f);
+      break;
+    case Activation::sigmoid:
+      ops.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+      break;
+    case Activation::tanh:
+      ops.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+      break;
     case Activation::relu2:
       ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
       ops.append_eltwise(1.f, algorithm::eltwise_square, 0.f, 0.f);
       break;
     case Activation::identity:
-    case Activation::count: break;
+    case Activation::count:
+      break;
   }
 }
 
@@ -110,8 +123,16 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
 
   const bool bf16 = opt.precision == Precision::bf16;
   const int act = opt.act ? static_cast<int>(opt.act->kind) : -1;
-  const Key key{M, N, K, static_cast<int>(ta), static_cast<int>(tb), bf16, opt.bias != nullptr,
-                opt.accumulate, act, opt.act ? opt.act->beta : 0.f};
+  const Key key{M,
+                N,
+                K,
+                static_cast<int>(ta),
+                static_cast<int>(tb),
+                bf16,
+                opt.bias != nullptr,
+                opt.accumulate,
+                act,
+                opt.act ? opt.act->beta : 0.f};
 
   const auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const auto a_md = matrix_desc(M, K, ta, in_dt);

@@ -24,7 +24,8 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("ffnlab_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("ffnlab_cli_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -84,15 +85,20 @@ TEST_F(Cli, HelpAndUsageErrors) {
 }
 
 TEST_F(Cli, RunReproducesPyTorchWithGradients) {
-  for (const std::string c : {"hf_llama_prefix", "hf_chatglm_prefix", "gated_3branches_bias"}) {
+  // Every golden case, through the program as a user runs it.
+  std::vector<std::string> cases;
+  for (const auto& e : fs::directory_iterator(FFNLAB_GOLDEN_DIR))
+    if (e.is_directory()) cases.push_back(e.path().filename().string());
+  ASSERT_GE(cases.size(), 40u);
+  for (const std::string& c : cases) {
     std::ifstream meta_in(golden(c, "case.json"));
     const std::string prefix = nlohmann::json::parse(meta_in).at("prefix");
-    const Outcome r = run("run --config " + golden(c, "config.json") + " --weights " +
-                      golden(c, "weights.safetensors") +
-                      (prefix.empty() ? "" : " --prefix " + prefix) + " --input " +
-                      golden(c, "x.safetensors") + " --output " + path("y.safetensors") +
-                      " --grad-output " + golden(c, "dy.safetensors") + " --grads " +
-                      path("g.safetensors") + " --threads 1");
+    const Outcome r =
+        run("run --config " + golden(c, "config.json") + " --weights " +
+            golden(c, "weights.safetensors") + (prefix.empty() ? "" : " --prefix " + prefix) +
+            " --input " + golden(c, "x.safetensors") + " --output " + path("y.safetensors") +
+            " --grad-output " + golden(c, "dy.safetensors") + " --grads " + path("g.safetensors") +
+            " --threads 1");
     ASSERT_EQ(r.status, 0) << c << ": " << r.err;
     const auto expected = SafeTensors::load(golden(c, "expected.safetensors"));
     const auto y = SafeTensors::load(path("y.safetensors"));
@@ -133,11 +139,11 @@ TEST_F(Cli, RunRejectsBadInputWithoutWritingOutput) {
   expect_error(run(base + " --weights " + golden("plain_relu_bias", "weights.safetensors")),
                "missing tensor 'gate_proj.weight'");
   // The same names with other shapes.
-  expect_error(run("run --config " + golden("swiglu_wide_T33", "config.json") + " --weights " +
-                   golden(c, "weights.safetensors") + " --input " +
-                   golden("swiglu_wide_T33", "x.safetensors") + " --output " +
-                   path("y.safetensors")),
-               "has shape [37, 13], the layer needs [172, 64]");
+  expect_error(
+      run("run --config " + golden("swiglu_wide_T33", "config.json") + " --weights " +
+          golden(c, "weights.safetensors") + " --input " +
+          golden("swiglu_wide_T33", "x.safetensors") + " --output " + path("y.safetensors")),
+      "has shape [37, 13], the layer needs [172, 64]");
   // x of the wrong width.
   expect_error(run("run --config " + golden("swiglu_wide_T33", "config.json") + " --input " +
                    golden(c, "x.safetensors") + " --output " + path("y.safetensors")),
@@ -155,7 +161,17 @@ TEST_F(Cli, RunRejectsBadInputWithoutWritingOutput) {
   expect_error(run("run --config " + path("broken.json") + " --input " +
                    golden(c, "x.safetensors") + " --output " + path("y.safetensors")),
                "not valid JSON");
+  // dy of another shape than x.
+  expect_error(
+      run(base + " --weights " + golden(c, "weights.safetensors") + " --grad-output " +
+          golden("swiglu_separate_T1", "dy.safetensors") + " --grads " + path("g.safetensors")),
+      "expected [..., 13]");
+  expect_error(
+      run(base + " --weights " + golden(c, "weights.safetensors") + " --grad-output " +
+          golden("plain_relu_nobias_T1", "dy.safetensors") + " --grads " + path("g.safetensors")),
+      "dy has shape [1, 13], x has [7, 13]");
   EXPECT_FALSE(fs::exists(path("y.safetensors")));
+  EXPECT_FALSE(fs::exists(path("g.safetensors")));
   // Writing into a folder that does not exist fails and leaves nothing behind.
   expect_error(run("run --config " + golden(c, "config.json") + " --input " +
                    golden(c, "x.safetensors") + " --weights " + golden(c, "weights.safetensors") +

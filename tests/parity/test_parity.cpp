@@ -54,17 +54,22 @@ void check_case(const std::string& name, Precision precision, double tol) {
   for (const auto& p : ffn->parameters().list()) compare(prefix + p.name, p.grad);
 }
 
-TEST_P(Parity, F32) { check_case(GetParam(), Precision::f32, 1e-4); }
-TEST_P(Parity, Bf16) { check_case(GetParam(), Precision::bf16, 3e-2); }
+TEST_P(Parity, F32) {
+  check_case(GetParam(), Precision::f32, 1e-4);
+}
+TEST_P(Parity, Bf16) {
+  check_case(GetParam(), Precision::bf16, 3e-2);
+}
 
-INSTANTIATE_TEST_SUITE_P(Golden, Parity, ::testing::ValuesIn(case_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Golden, Parity, ::testing::ValuesIn(case_names()), [](const auto& info) {
+  std::string n = info.param;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
 
-TEST(ParityCases, AllWritten) { EXPECT_GE(case_names().size(), 40u); }
+TEST(ParityCases, AllWritten) {
+  EXPECT_GE(case_names().size(), 40u);
+}
 
 }  // namespace

@@ -30,8 +30,8 @@ TEST(Config, OwnJsonRoundTrips) {
     EXPECT_EQ(config_to_json(back), config_to_json(c)) << v;
     EXPECT_EQ(variant_name(back), v);
   }
-  const FFNConfig s = config_from_json(json::parse(
-      R"({"variant":"swiglu","d_model":64,"d_ff":172,"bias":false,"layout":"fused"})"));
+  const FFNConfig s = config_from_json(
+      json::parse(R"({"variant":"swiglu","d_model":64,"d_ff":172,"bias":false,"layout":"fused"})"));
   EXPECT_EQ(s.kind, FFNKind::glu);
   EXPECT_EQ(s.act.kind, Activation::silu);
   EXPECT_EQ(s.layout, GLULayout::fused);
@@ -40,15 +40,16 @@ TEST(Config, OwnJsonRoundTrips) {
 TEST(Config, RejectsNonsenseWithOneLineNamingIt) {
   EXPECT_NE(error_of([] { config_from_json(json::parse(R"({"d_ff":0})")); }).find("d_ff = 0"),
             std::string::npos);
-  EXPECT_NE(error_of([] { config_from_json(json::parse(R"({"activation":"selu"})")); })
-                .find("unknown activation 'selu'"),
+  EXPECT_NE(error_of([] {
+              config_from_json(json::parse(R"({"activation":"selu"})"));
+            }).find("unknown activation 'selu'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { config_from_json(json::parse(R"({"dff":10})")); })
-                .find("unknown key 'dff'"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { config_from_json(json::parse(R"({"d_model":"big"})")); })
-                .find("[config]"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { config_from_json(json::parse(R"({"dff":10})")); }).find("unknown key 'dff'"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { config_from_json(json::parse(R"({"d_model":"big"})")); }).find("[config]"),
+      std::string::npos);
   EXPECT_NE(error_of([] {
               config_from_json(json::parse(R"({"kind":"moe","moe":{"num_experts":8,"top_k":9}})"));
             }).find("top_k = 9 exceeds num_experts = 8"),
@@ -76,15 +77,18 @@ TEST(Config, HuggingFaceLlamaAndChatGLM) {
       R"({"model_type":"chatglm","hidden_size":4096,"ffn_hidden_size":13696,"add_bias_linear":false})"));
   EXPECT_EQ(glm.layout, GLULayout::fused);
   EXPECT_EQ(glm.d_ff, 13696);
-  EXPECT_NE(error_of([] { hf_ffn_config(json::parse(R"({"model_type":"llama","hidden_size":8})")); })
-                .find("lacks 'intermediate_size'"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { hf_ffn_config(json::parse(R"({"model_type":"bert"})")); })
-                .find("model_type 'bert'"),
+  EXPECT_NE(error_of([] {
+              hf_ffn_config(json::parse(R"({"model_type":"llama","hidden_size":8})"));
+            }).find("lacks 'intermediate_size'"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              hf_ffn_config(json::parse(
-                  R"({"model_type":"llama","hidden_size":8,"intermediate_size":8,"hidden_act":"xielu"})"));
-            }).find("unknown activation 'xielu'"),
+              hf_ffn_config(json::parse(R"({"model_type":"bert"})"));
+            }).find("model_type 'bert'"),
             std::string::npos);
+  EXPECT_NE(
+      error_of([] {
+        hf_ffn_config(json::parse(
+            R"({"model_type":"llama","hidden_size":8,"intermediate_size":8,"hidden_act":"xielu"})"));
+      }).find("unknown activation 'xielu'"),
+      std::string::npos);
 }

@@ -120,8 +120,8 @@ TEST(DenseFFN, ReferenceGradientsMatchCentralDifferences) {
     const std::int64_t T = 3;
     auto x = test::to_vector<double>(test::random_tensor({T, c.d_model}, seed++));
     const auto dy = test::to_vector<double>(test::random_tensor({T, c.d_model}, seed++));
-    std::vector<double> y, dx, dw_in(r.w_in.size()), db_in(r.b_in.size()),
-        dw_out(r.w_out.size()), db_out(r.b_out.size());
+    std::vector<double> y, dx, dw_in(r.w_in.size()), db_in(r.b_in.size()), dw_out(r.w_out.size()),
+        db_out(r.b_out.size());
     r.forward(y, x, T);
     r.backward(dx, dw_in, db_in, dw_out, db_out, dy, x, T);
     auto loss = [&] {
@@ -135,8 +135,8 @@ TEST(DenseFFN, ReferenceGradientsMatchCentralDifferences) {
     const double atol = 1e-7, rtol = 1e-6;
     test::expect_gradient(x, dx, loss, test::sample_indices(x.size(), 15), atol, rtol,
                           (what + " dx").c_str());
-    test::expect_gradient(r.w_in, dw_in, loss, test::sample_indices(r.w_in.size(), 25), atol,
-                          rtol, (what + " dW_in").c_str());
+    test::expect_gradient(r.w_in, dw_in, loss, test::sample_indices(r.w_in.size(), 25), atol, rtol,
+                          (what + " dW_in").c_str());
     test::expect_gradient(r.w_out, dw_out, loss, test::sample_indices(r.w_out.size(), 15), atol,
                           rtol, (what + " dW_out").c_str());
     if (c.bias) {

@@ -30,10 +30,10 @@ Result reference(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor
   r.dx.resize(T * I);
   r.dw = test::to_vector<double>(dw0);
   r.db.assign(O, 0.0);
-  ref::linear_forward<double>(r.y.data(), x64.data(), w64.data(), bias ? b64.data() : nullptr, T,
-                              I, O);
-  ref::linear_backward<double>(r.dx.data(), r.dw.data(), bias ? r.db.data() : nullptr,
-                               dy64.data(), x64.data(), w64.data(), T, I, O);
+  ref::linear_forward<double>(r.y.data(), x64.data(), w64.data(), bias ? b64.data() : nullptr, T, I,
+                              O);
+  ref::linear_backward<double>(r.dx.data(), r.dw.data(), bias ? r.db.data() : nullptr, dy64.data(),
+                               x64.data(), w64.data(), T, I, O);
   return r;
 }
 }  // namespace
@@ -88,8 +88,8 @@ TEST(Linear, ReferenceGradientsMatchCentralDifferences) {
   auto b = test::to_vector<double>(test::random_tensor({O}, 13));
   const auto dy = test::to_vector<double>(test::random_tensor({T, O}, 14));
   std::vector<double> dx(T * I), dw(O * I, 0.0), db(O, 0.0), y(T * O);
-  ref::linear_backward<double>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), T,
-                               I, O);
+  ref::linear_backward<double>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), T, I,
+                               O);
   auto loss = [&] {
     ref::linear_forward<double>(y.data(), x.data(), w.data(), b.data(), T, I, O);
     double l = 0;

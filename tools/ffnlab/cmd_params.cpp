@@ -38,8 +38,7 @@ std::string thousands(std::int64_t v) {
 }
 
 void run_params(const ParamsOptions& o) {
-  std::vector<std::string> names =
-      o.variants == "all" ? variant_names() : split(o.variants);
+  std::vector<std::string> names = o.variants == "all" ? variant_names() : split(o.variants);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<std::string, FFNCost>> costs;
   for (const auto& name : names) {
@@ -71,21 +70,24 @@ void run_params(const ParamsOptions& o) {
                     {"memory_bytes", {{"f32", mem(cost.f32)}, {"bf16", mem(cost.bf16)}}}});
   }
   if (o.json) {
-    nlohmann::ordered_json out{{"d_model", o.d_model}, {"d_ff", o.d_ff},
-                               {"bias", !o.no_bias},   {"tokens", o.tokens},
+    nlohmann::ordered_json out{{"d_model", o.d_model},
+                               {"d_ff", o.d_ff},
+                               {"bias", !o.no_bias},
+                               {"tokens", o.tokens},
                                {"variants", rows}};
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, top-{}; gated: "
-             "{} branches)\n\n",
-             o.d_model, o.d_ff, o.no_bias ? "off" : "on", o.tokens, o.experts, o.top_k, o.branches);
+  fmt::print(
+      "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, top-{}; gated: "
+      "{} branches)\n\n",
+      o.d_model, o.d_ff, o.no_bias ? "off" : "on", o.tokens, o.experts, o.top_k, o.branches);
   fmt::print("{:<10} {:>13} {:>13} {:>11} {:>9} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
              "variant", "params", "active", "fwd mm", "fwd ew", "bwd mm", "bwd ew", "weights",
              "grads", "adam", "activations");
-  fmt::print("{:<10} {:>13} {:>13} {:>11} {:>9} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n", "",
-             "", "per token", "FLOP/tok", "op/tok", "FLOP/tok", "op/tok", "MiB f32", "MiB f32",
-             "MiB", "MiB f32");
+  fmt::print("{:<10} {:>13} {:>13} {:>11} {:>9} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n", "", "",
+             "per token", "FLOP/tok", "op/tok", "FLOP/tok", "op/tok", "MiB f32", "MiB f32", "MiB",
+             "MiB f32");
   const double MiB = 1024.0 * 1024.0;
   for (const auto& [name, c] : costs)
     fmt::print(
@@ -110,13 +112,16 @@ void add_params_command(CLI::App& app) {
       "params",
       "Print parameters, FLOPs per token and memory of FFN variants (closed form). The defaults "
       "are the seed study's configuration.");
-  cmd->add_option("--d-model", o->d_model, "model width D")->capture_default_str()
+  cmd->add_option("--d-model", o->d_model, "model width D")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--d-ff", o->d_ff, "hidden width F")->capture_default_str()
+  cmd->add_option("--d-ff", o->d_ff, "hidden width F")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--no-bias", o->no_bias, "no bias on any Linear");
   cmd->add_option("--tokens", o->tokens, "tokens in a batch, for activation memory")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--branches", o->branches, "branches of the gated (multi-branch) FFN")
       ->capture_default_str();
   cmd->add_option("--experts", o->experts, "MoE: routed experts")->capture_default_str();

@@ -22,8 +22,7 @@ struct RunOptions {
 Tensor read_rows(const std::string& path, const std::string& name, std::int64_t d,
                  Shape& original) {
   const SafeTensors file = SafeTensors::load(path);
-  if (!file.contains(name))
-    throw Error(fmt::format("[run] {}: no tensor named '{}'", path, name));
+  if (!file.contains(name)) throw Error(fmt::format("[run] {}: no tensor named '{}'", path, name));
   Tensor t = file.f32(name);
   original = t.shape();
   if (t.rank() < 2 || t.dim(-1) != d)
@@ -37,32 +36,38 @@ void run(const RunOptions& o) {
   const FFNConfig config = read_ffn_config_file(o.config);
   auto ffn = make_ffn(config, o.seed);
   ffn->set_precision(parse_precision(o.dtype));
-  if (!o.weights.empty()) load_parameters(ffn->parameters(), SafeTensors::load(o.weights), o.prefix);
+  if (!o.weights.empty())
+    load_parameters(ffn->parameters(), SafeTensors::load(o.weights), o.prefix);
 
-  Shape x_shape;
+  // Every input is read and checked before anything is written.
+  Shape x_shape, dy_shape;
   const Tensor x = read_rows(o.input, "x", config.d_model, x_shape);
   const bool backward = !o.grad_output.empty();
+  Tensor dy;
+  if (backward) {
+    dy = read_rows(o.grad_output, "dy", config.d_model, dy_shape);
+    if (dy_shape != x_shape)
+      throw Error(fmt::format("[run] dy has shape {}, x has {}", shape_string(dy_shape),
+                              shape_string(x_shape)));
+  }
+
   Tensor y;
   ffn->forward(y, x, backward);
   SafeTensorsWriter out;
   out.add("y", y.reshape(x_shape));
   out.set_metadata("ffnlab_config", config_to_json(config).dump());
-  out.write(o.output);
-
-  if (backward) {
-    Shape dy_shape;
-    const Tensor dy = read_rows(o.grad_output, "dy", config.d_model, dy_shape);
-    if (dy_shape != x_shape)
-      throw Error(fmt::format("[run] dy has shape {}, x has {}", shape_string(dy_shape),
-                              shape_string(x_shape)));
-    Tensor dx;
-    ffn->parameters().zero_grad();
-    ffn->backward(dx, dy);
-    SafeTensorsWriter g;
-    g.add("dx", dx.reshape(x_shape));
-    for (const auto& p : ffn->parameters().list()) g.add(o.prefix + p.name, p.grad);
-    g.write(o.grads);
+  if (!backward) {
+    out.write(o.output);
+    return;
   }
+  Tensor dx;
+  ffn->parameters().zero_grad();
+  ffn->backward(dx, dy);
+  SafeTensorsWriter g;
+  g.add("dx", dx.reshape(x_shape));
+  for (const auto& p : ffn->parameters().list()) g.add(o.prefix + p.name, p.grad);
+  g.write(o.grads);
+  out.write(o.output);
 }
 
 }  // namespace
@@ -76,14 +81,17 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--config", o->config,
                   "layer config: a Hugging Face config.json (llama, mistral, qwen2, chatglm) or "
                   "ffnlab's own JSON (docs/config.md)")
-      ->required()->check(CLI::ExistingFile);
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("--weights", o->weights,
                   "safetensors with Hugging Face parameter names (without it: random init from "
                   "--seed)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--prefix", o->prefix, "name prefix of the layer's tensors, e.g. model.layers.3.mlp.");
+  cmd->add_option("--prefix", o->prefix,
+                  "name prefix of the layer's tensors, e.g. model.layers.3.mlp.");
   cmd->add_option("--input", o->input, "safetensors holding x [T, D] (or [..., D])")
-      ->required()->check(CLI::ExistingFile);
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("--output", o->output, "safetensors to write y into")->required();
   auto* dy = cmd->add_option("--grad-output", o->grad_output,
                              "safetensors holding dy, the gradient of the loss wrt y")
@@ -94,8 +102,10 @@ void add_run_command(CLI::App& app) {
   dy->needs(grads);
   grads->needs(dy);
   cmd->add_option("--dtype", o->dtype, "compute precision of the products: f32 or bf16")
-      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--seed", o->seed, "initialisation seed when no --weights")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--seed", o->seed, "initialisation seed when no --weights")
+      ->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run(*o); });
 }

@@ -21,7 +21,7 @@ std::size_t st_dtype_size(StDType dtype);
 struct StTensorInfo {
   std::string name;
   StDType dtype;
-  Shape shape;  // may be empty (a scalar)
+  Shape shape;                       // may be empty (a scalar)
   std::uint64_t begin = 0, end = 0;  // byte offsets into the data section
 };
 

@@ -12,7 +12,7 @@
 namespace ffnlab {
 
 struct Parameter {
-  std::string name;     // Hugging Face naming, e.g. "gate_proj.weight"
+  std::string name;  // Hugging Face naming, e.g. "gate_proj.weight"
   Shape shape;
   std::int64_t offset;  // elements into the buffer
   Tensor value;         // view into values()

@@ -18,7 +18,7 @@ struct DenseFFN {
   std::vector<T> w_in, b_in;    // [P, D], [P] with P = F, 2F or 2nF ([g_0; u_0; g_1; ...])
   std::vector<T> w_out, b_out;  // [D, F], [D]
   // saved by forward
-  std::vector<T> a, h;          // [T, P], [T, F]
+  std::vector<T> a, h;  // [T, P], [T, F]
 
   int branches() const {
     return config.kind == FFNKind::plain ? 0 : config.kind == FFNKind::glu ? 1 : config.branches;
@@ -32,8 +32,8 @@ struct DenseFFN {
     a.assign(tokens * P, T(0));
     h.assign(tokens * F, T(0));
     y.assign(tokens * D, T(0));
-    linear_forward<T>(a.data(), x.data(), w_in.data(), config.bias ? b_in.data() : nullptr,
-                      tokens, D, P);
+    linear_forward<T>(a.data(), x.data(), w_in.data(), config.bias ? b_in.data() : nullptr, tokens,
+                      D, P);
     if (branches() == 0)
       activation_forward<T>(h.data(), a.data(), tokens * F, config.act);
     else

@@ -19,17 +19,26 @@ template <typename T>
 T activation(Activation act, T x, T beta = T(1)) {
   const T kSqrt2OverPi = T(0.7978845608028654);
   switch (act) {
-    case Activation::relu: return x > T(0) ? x : T(0);
-    case Activation::gelu: return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2))));
+    case Activation::relu:
+      return x > T(0) ? x : T(0);
+    case Activation::gelu:
+      return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2))));
     case Activation::gelu_tanh:
       return T(0.5) * x * (T(1) + std::tanh(kSqrt2OverPi * (x + T(0.044715) * x * x * x)));
-    case Activation::gelu_quick: return x * sigmoid(T(1.702) * x);
-    case Activation::silu: return x * sigmoid(beta * x);
-    case Activation::sigmoid: return sigmoid(x);
-    case Activation::tanh: return std::tanh(x);
-    case Activation::relu2: return x > T(0) ? x * x : T(0);
-    case Activation::identity: return x;
-    case Activation::count: break;
+    case Activation::gelu_quick:
+      return x * sigmoid(T(1.702) * x);
+    case Activation::silu:
+      return x * sigmoid(beta * x);
+    case Activation::sigmoid:
+      return sigmoid(x);
+    case Activation::tanh:
+      return std::tanh(x);
+    case Activation::relu2:
+      return x > T(0) ? x * x : T(0);
+    case Activation::identity:
+      return x;
+    case Activation::count:
+      break;
   }
   return T(0);
 }
@@ -39,7 +48,8 @@ template <typename T>
 T activation_grad(Activation act, T x, T beta = T(1)) {
   const T kSqrt2OverPi = T(0.7978845608028654);
   switch (act) {
-    case Activation::relu: return x > T(0) ? T(1) : T(0);
+    case Activation::relu:
+      return x > T(0) ? T(1) : T(0);
     case Activation::gelu: {
       const T cdf = T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2))));
       const T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * T(M_PI));
@@ -67,9 +77,12 @@ T activation_grad(Activation act, T x, T beta = T(1)) {
       const T t = std::tanh(x);
       return T(1) - t * t;
     }
-    case Activation::relu2: return x > T(0) ? T(2) * x : T(0);
-    case Activation::identity: return T(1);
-    case Activation::count: break;
+    case Activation::relu2:
+      return x > T(0) ? T(2) * x : T(0);
+    case Activation::identity:
+      return T(1);
+    case Activation::count:
+      break;
   }
   return T(0);
 }
@@ -81,7 +94,8 @@ void activation_forward(T* y, const T* x, std::int64_t n, Act act) {
 
 template <typename T>
 void activation_backward(T* dx, const T* dy, const T* x, std::int64_t n, Act act) {
-  for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * activation_grad<T>(act.kind, x[i], T(act.beta));
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = dy[i] * activation_grad<T>(act.kind, x[i], T(act.beta));
 }
 
 }  // namespace ffnlab::ref

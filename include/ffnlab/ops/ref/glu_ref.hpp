@@ -22,8 +22,8 @@ void glu_forward(T* h, const T* a, std::int64_t tokens, std::int64_t F, int bran
 }
 
 template <typename T>
-void glu_backward(T* da, const T* dh, const T* a, std::int64_t tokens, std::int64_t F,
-                  int branches, Act act) {
+void glu_backward(T* da, const T* dh, const T* a, std::int64_t tokens, std::int64_t F, int branches,
+                  Act act) {
   const std::int64_t P = 2 * F * branches;
   for (std::int64_t t = 0; t < tokens; ++t)
     for (int b = 0; b < branches; ++b)

@@ -7,8 +7,8 @@ namespace ffnlab::ref {
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null)
 template <typename T>
-void linear_forward(T* y, const T* x, const T* w, const T* b, std::int64_t tokens,
-                    std::int64_t in, std::int64_t out) {
+void linear_forward(T* y, const T* x, const T* w, const T* b, std::int64_t tokens, std::int64_t in,
+                    std::int64_t out) {
   for (std::int64_t t = 0; t < tokens; ++t)
     for (std::int64_t o = 0; o < out; ++o) {
       T acc = b ? b[o] : T(0);
@@ -19,8 +19,8 @@ void linear_forward(T* y, const T* x, const T* w, const T* b, std::int64_t token
 
 // dx = dy · w (overwritten, if dx), dw += dyᵀ · x, db += Σ_t dy (if db)
 template <typename T>
-void linear_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
-                     std::int64_t tokens, std::int64_t in, std::int64_t out) {
+void linear_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, std::int64_t tokens,
+                     std::int64_t in, std::int64_t out) {
   for (std::int64_t t = 0; t < tokens; ++t) {
     if (dx)
       for (std::int64_t i = 0; i < in; ++i) {
