@@ -5,13 +5,15 @@ set -euo pipefail
 build_dir=$1
 src_dir=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cmake --install "$build_dir" --prefix "$work/prefix" > /dev/null
+log=$work/log
+trap 'status=$?; [ $status -eq 0 ] || cat "$log"; rm -rf "$work"; exit $status' EXIT
+cmake --install "$build_dir" --prefix "$work/prefix" > "$log" 2>&1
 mkdir -p "$work/consumer"
 cp "$src_dir/CMakeLists.txt.in" "$work/consumer/CMakeLists.txt"
 cp "$src_dir/main.cpp" "$work/consumer/main.cpp"
-cmake -S "$work/consumer" -B "$work/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
-cmake --build "$work/consumer/build" > /dev/null
+cmake -S "$work/consumer" -B "$work/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_CXX_COMPILER="${FFNLAB_CONSUMER_CXX:-c++}" >> "$log" 2>&1
+cmake --build "$work/consumer/build" >> "$log" 2>&1
 out=$("$work/consumer/build/consumer")
 # SwiGLU, D 16, F 32, no bias: 3·16·32 = 1536 parameters; 3 rows of output.
 [ "$out" = "1536 3" ] || { echo "consumer printed '$out', expected '1536 3'"; exit 1; }
