@@ -117,6 +117,7 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
         opt.bias ? opt.bias->numel() : 0, N);
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: oneDNN rejects zero-sized K
+    check(!opt.bias && !opt.act, "[matmul] K = 0 with a bias or activation is not supported");
     if (!opt.accumulate) c.zero();
     return;
   }

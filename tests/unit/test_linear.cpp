@@ -114,6 +114,20 @@ TEST(Linear, PrimitivesAreCreatedOncePerShape) {
   EXPECT_EQ(matmul_primitive_count(), after_first + 1);
 }
 
+TEST(Matmul, EmptyInnerDimension) {
+  Tensor a({3, 0}), b({0, 4}), c = Tensor::from({3, 4}, std::vector<float>(12, 5.0f));
+  MatmulOptions acc;
+  acc.accumulate = true;
+  matmul(c, a, Trans::no, b, Trans::no, acc);
+  EXPECT_EQ(c.f32()[7], 5.0f);  // += an empty sum
+  matmul(c, a, Trans::no, b, Trans::no);
+  EXPECT_EQ(c.f32()[7], 0.0f);  // = an empty sum
+  Tensor bias({4});
+  MatmulOptions with_bias;
+  with_bias.bias = &bias;
+  EXPECT_THROW(matmul(c, a, Trans::no, b, Trans::no, with_bias), Error);
+}
+
 TEST(Linear, RejectsShapeMismatch) {
   Tensor x({4, 3}), w({5, 2}), y({4, 5});
   EXPECT_THROW(linear_forward(y, x, w, nullptr), Error);
