@@ -45,8 +45,7 @@ void load_parameters(ParameterSet& params, const SafeTensors& file, const std::s
     const auto& info = file.info(name);
     check(info.shape == p.shape, "[weights] {}: tensor '{}' has shape {}, the layer needs {}",
           file.source(), name, shape_string(info.shape), shape_string(p.shape));
-    Tensor t = file.f32(name);
-    std::memcpy(p.value.f32(), t.f32(), t.nbytes());
+    file.copy_f32(name, p.value);
   }
 }
 

@@ -19,6 +19,12 @@ T require(const nlohmann::json& j, const char* key, const std::string& model) {
   }
 }
 
+// An optional key: its default when absent, a named error when of the wrong type.
+template <typename T>
+T optional(const nlohmann::json& j, const char* key, T fallback, const std::string& model) {
+  return j.contains(key) ? require<T>(j, key, model) : fallback;
+}
+
 }  // namespace
 
 bool is_hf_config(const nlohmann::json& j) {
@@ -33,13 +39,13 @@ FFNConfig hf_ffn_config(const nlohmann::json& j) {
   if (model == "llama" || model == "mistral" || model == "qwen2") {
     c.d_model = require<std::int64_t>(j, "hidden_size", model);
     c.d_ff = require<std::int64_t>(j, "intermediate_size", model);
-    c.act.kind = parse_activation(j.value("hidden_act", std::string("silu")));
-    c.bias = j.value("mlp_bias", false);
+    c.act.kind = parse_activation(optional<std::string>(j, "hidden_act", "silu", model));
+    c.bias = optional(j, "mlp_bias", false, model);
     c.layout = GLULayout::separate;
   } else if (model == "chatglm") {
     c.d_model = require<std::int64_t>(j, "hidden_size", model);
     c.d_ff = require<std::int64_t>(j, "ffn_hidden_size", model);
-    c.bias = j.value("add_bias_linear", false);
+    c.bias = optional(j, "add_bias_linear", false, model);
     c.layout = GLULayout::fused;
   } else {
     fail(

@@ -1,6 +1,9 @@
 // safetensors reader (strict validation) and writer (atomic).
 #include "ffnlab/io/safetensors.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,25 +72,46 @@ std::size_t st_dtype_size(StDType dtype) {
 }
 
 SafeTensors SafeTensors::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "[safetensors] {}: cannot open ({})", path, std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::size_t>(in.tellg());
-  in.seekg(0);
-  std::vector<std::byte> bytes(size);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
-  check(in.good() || size == 0, "[safetensors] {}: read failed", path);
-  return parse(std::move(bytes), path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  check(fd >= 0, "[safetensors] {}: cannot open ({})", path, std::strerror(errno));
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const int stat_errno = errno;
+  if (!stat_ok || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("[safetensors] {}: {}", path, stat_ok ? "not a regular file" : std::strerror(stat_errno));
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    fail("[safetensors] {}: file of {} bytes is too short for a header", path, size);
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping stays valid without the descriptor
+  check(map != MAP_FAILED, "[safetensors] {}: cannot map ({})", path, std::strerror(map_errno));
+  std::shared_ptr<const std::byte> owner(
+      static_cast<const std::byte*>(map),
+      [size](const std::byte* p) { ::munmap(const_cast<std::byte*>(p), size); });
+  return from_buffer(std::move(owner), size, path);
 }
 
 SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, const std::string& source) {
+  auto vec = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+  const std::size_t size = vec->size();
+  std::shared_ptr<const std::byte> owner(vec, vec->data());  // aliasing: keeps the vector alive
+  return from_buffer(std::move(owner), size, source);
+}
+
+SafeTensors SafeTensors::from_buffer(std::shared_ptr<const std::byte> owner, std::size_t size,
+                                     const std::string& source) {
   SafeTensors st;
   st.source_ = source;
-  st.bytes_ = std::move(bytes);
-  const std::uint64_t size = st.bytes_.size();
+  st.bytes_ = std::move(owner);
+  const std::byte* base = st.bytes_.get();
   check(size >= 8, "[safetensors] {}: file of {} bytes is too short for a header", source, size);
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(st.bytes_[i]);
+  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(base[i]);
   check(n <= kMaxHeader, "[safetensors] {}: header length {} is absurd (limit {})", source, n,
         kMaxHeader);
   check(n <= size - 8, "[safetensors] {}: header length {} runs past the end of the {}-byte file",
@@ -97,8 +121,8 @@ SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, const std::string& 
 
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(st.bytes_.data()) + 8,
-                                   reinterpret_cast<const char*>(st.bytes_.data()) + 8 + n);
+    header = nlohmann::json::parse(reinterpret_cast<const char*>(base) + 8,
+                                   reinterpret_cast<const char*>(base) + 8 + n);
   } catch (const nlohmann::json::exception& e) {
     fail("[safetensors] {}: header is not valid JSON ({})", source, e.what());
   }
@@ -195,25 +219,32 @@ std::vector<std::string> SafeTensors::names() const {
 
 Tensor SafeTensors::f32(const std::string& name) const {
   const auto& t = info(name);
-  check(t.dtype == StDType::f32 || t.dtype == StDType::bf16 || t.dtype == StDType::f16,
-        "[safetensors] {}: tensor '{}' has dtype {}, expected a float type", source_, name,
-        st_dtype_name(t.dtype));
   check(t.shape.size() <= 4, "[safetensors] {}: tensor '{}' has rank {} (at most 4 supported)",
         source_, name, t.shape.size());
   Tensor out(t.shape.empty() ? Shape{1} : t.shape);
-  const std::byte* src = bytes_.data() + data_start_ + t.begin;
-  float* dst = out.f32();
-  const std::int64_t n = out.numel();
-  if (t.dtype == StDType::f32) {
-    std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::uint16_t v;
-      std::memcpy(&v, src + 2 * i, 2);
-      dst[i] = t.dtype == StDType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
-    }
-  }
+  copy_f32(name, out);
   return out;
+}
+
+void SafeTensors::copy_f32(const std::string& name, Tensor& dst) const {
+  const auto& t = info(name);
+  check(t.dtype == StDType::f32 || t.dtype == StDType::bf16 || t.dtype == StDType::f16,
+        "[safetensors] {}: tensor '{}' has dtype {}, expected a float type", source_, name,
+        st_dtype_name(t.dtype));
+  const std::int64_t n = static_cast<std::int64_t>((t.end - t.begin) / st_dtype_size(t.dtype));
+  check(dst.numel() == n, "[safetensors] {}: tensor '{}' has {} elements, destination {}", source_,
+        name, n, dst.numel());
+  const std::byte* src = bytes_.get() + data_start_ + t.begin;
+  float* out = dst.f32();
+  if (t.dtype == StDType::f32) {
+    if (n) std::memcpy(out, src, static_cast<std::size_t>(n) * 4);
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint16_t v;
+    std::memcpy(&v, src + 2 * i, 2);
+    out[i] = t.dtype == StDType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
+  }
 }
 
 std::vector<std::int64_t> SafeTensors::ints(const std::string& name) const {
@@ -223,7 +254,7 @@ std::vector<std::int64_t> SafeTensors::ints(const std::string& name) const {
         st_dtype_name(t.dtype));
   const std::size_t size = st_dtype_size(t.dtype);
   const std::size_t n = (t.end - t.begin) / size;
-  const std::byte* src = bytes_.data() + data_start_ + t.begin;
+  const std::byte* src = bytes_.get() + data_start_ + t.begin;
   std::vector<std::int64_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (t.dtype == StDType::i32) {

@@ -45,13 +45,6 @@ const char* activation_name(Activation act) {
   return "?";
 }
 
-std::vector<std::string> activation_names() {
-  std::vector<std::string> out;
-  for (int i = 0; i < static_cast<int>(Activation::count); ++i)
-    out.emplace_back(activation_name(static_cast<Activation>(i)));
-  return out;
-}
-
 Activation parse_activation(std::string_view name) {
   for (const auto& e : kActivationNames)
     if (name == e.name) return e.act;

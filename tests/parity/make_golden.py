@@ -16,9 +16,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = {torch.float32: ("F32", np.float32), torch.float16: ("F16", np.float16)}
-
-
 def save_safetensors(path, tensors, as_dtype=None):
     """Minimal safetensors writer (F32, F16 and BF16), so that the golden files do not depend on
     ffnlab's own writer. as_dtype maps a name to 'BF16' or 'F16' for storage in that type."""

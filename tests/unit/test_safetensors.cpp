@@ -108,6 +108,24 @@ TEST(SafeTensors, RejectsMalformedFiles) {
   expect_rejected(file_of(R"({"__metadata__":{"k":1}})", 0), "not a string");
 }
 
+TEST(SafeTensors, MappedDataStaysReadableWhileTheObjectLives) {
+  // A mapped file's tensors are read after the loader returned, and copy_f32 converts in place.
+  const auto path = std::filesystem::temp_directory_path() / "ffnlab_st_mmap.safetensors";
+  const Tensor a = test::random_tensor({5, 3}, 9);
+  SafeTensorsWriter w;
+  w.add("a", a, StDType::bf16);
+  w.write(path.string());
+  Tensor dst({15});
+  {
+    const SafeTensors st = SafeTensors::load(path.string());
+    std::filesystem::remove(path);  // the mapping keeps the data readable
+    st.copy_f32("a", dst);
+    Tensor wrong({14});
+    EXPECT_THROW(st.copy_f32("a", wrong), Error);
+  }
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(dst.f32()[i], bf16_to_f32(f32_to_bf16(a.f32()[i])));
+}
+
 TEST(SafeTensors, WriteIsAtomicAndFailsCleanly) {
   const auto dir = std::filesystem::temp_directory_path() / "ffnlab_st_test";
   std::filesystem::create_directories(dir);
@@ -120,5 +138,18 @@ TEST(SafeTensors, WriteIsAtomicAndFailsCleanly) {
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
   EXPECT_THROW(SafeTensors::load((dir / "missing.safetensors").string()), Error);
+  std::ofstream(dir / "empty.safetensors").close();
+  try {
+    SafeTensors::load((dir / "empty.safetensors").string());
+    ADD_FAILURE() << "accepted an empty file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too short"), std::string::npos) << e.what();
+  }
+  try {
+    SafeTensors::load(dir.string());
+    ADD_FAILURE() << "accepted a directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }

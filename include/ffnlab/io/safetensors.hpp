@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,9 @@ struct StTensorInfo {
 
 class SafeTensors {
  public:
-  // Reads and validates a whole file. Throws "[safetensors] PATH: ..." on any defect.
+  // Maps a file read-only and validates its header and offsets; tensor data is only touched when
+  // a tensor is read, so one layer of a large checkpoint costs that layer's pages, not the file.
+  // Throws "[safetensors] PATH: ..." on any defect.
   static SafeTensors load(const std::string& path);
   // Validates bytes already in memory; `source` names them in errors.
   static SafeTensors parse(std::vector<std::byte> bytes, const std::string& source);
@@ -40,12 +43,18 @@ class SafeTensors {
 
   // The tensor as f32 (converted from BF16 or F16); a scalar becomes shape [1].
   Tensor f32(const std::string& name) const;
+  // Converts the tensor into `dst`, an f32 tensor of the same element count, without a temporary.
+  void copy_f32(const std::string& name, Tensor& dst) const;
   // An integer tensor (I32 or I64) as int64 values.
   std::vector<std::int64_t> ints(const std::string& name) const;
 
  private:
+  // Validates the buffer [base, base + size) that `owner` keeps alive (a vector or a mapping).
+  static SafeTensors from_buffer(std::shared_ptr<const std::byte> owner, std::size_t size,
+                                 const std::string& source);
+
   std::string source_;
-  std::vector<std::byte> bytes_;
+  std::shared_ptr<const std::byte> bytes_;  // the whole file: owned bytes or a read-only mapping
   std::size_t data_start_ = 0;
   std::vector<StTensorInfo> tensors_;
   std::map<std::string, std::size_t> index_;

@@ -38,7 +38,6 @@ const char* activation_name(Activation act);
 // Accepts ffnlab's names and the common aliases (swish, gelu_erf, gelu_new, gelu_pytorch_tanh,
 // quick_gelu, relu_squared, linear). Throws "[activation] unknown activation 'x' (known: ...)".
 Activation parse_activation(std::string_view name);
-std::vector<std::string> activation_names();
 
 // y = act(x), elementwise. y and x have the same number of elements; y may alias x.
 void activation_forward(Tensor& y, const Tensor& x, Act act);
