@@ -58,10 +58,14 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     const double D = static_cast<double>(c.d_model), E = m.num_experts, K = m.top_k;
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
-    const std::int64_t router = c.d_model * m.num_experts + (m.router_bias ? m.num_experts : 0);
+    // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
+    const std::int64_t router = c.d_model * m.num_experts * (m.noisy_topk ? 2 : 1) +
+                                (m.router_bias ? m.num_experts : 0);
     const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
-    out.params = router + m.num_experts * expert.params + m.num_shared * (shared.params + gate);
-    out.active_params = router + m.top_k * expert.params + m.num_shared * (shared.params + gate);
+    const bool has_shared = m.num_shared > 0;
+    const std::int64_t shared_params = has_shared ? shared.params + gate : 0;
+    out.params = router + m.num_experts * expert.params + shared_params;
+    out.active_params = router + m.top_k * expert.params + shared_params;
     // Router: logits (product), bias, softmax (exp, sum, divide), top-k scan, renormalise.
     // Combine: K weighted sums of D-vectors.
     out.forward.matmul = 2 * D * E + K * expert.fwd.matmul;
@@ -70,15 +74,18 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     out.backward.matmul = 2 * 2 * D * E + K * expert.bwd.matmul;
     out.backward.elementwise = (m.router_bias ? E : 0) + 3 * E + K + K * expert.bwd.elementwise +
                                2 * K * D + 2 * K * D;  // dy·w_k into experts; <dy, y_k> for w_k
-    const double S = m.num_shared;
-    out.forward.matmul += S * (shared.fwd.matmul + (m.shared_gate ? 2 * D : 0));
-    out.forward.elementwise += S * (shared.fwd.elementwise + (m.shared_gate ? 1 + D : 0) + D);
-    out.backward.matmul += S * (shared.bwd.matmul + (m.shared_gate ? 4 * D : 0));
-    out.backward.elementwise += S * (shared.bwd.elementwise + (m.shared_gate ? 2 + 2 * D : 0));
+    // The shared experts are one dense FFN of width num_shared·shared_d_ff (expert_config).
+    if (has_shared) {
+      const bool g = m.shared_gate;
+      out.forward.matmul += shared.fwd.matmul + (g ? 2 * D : 0);
+      out.forward.elementwise += shared.fwd.elementwise + (g ? 1 + D : 0) + D;
+      out.backward.matmul += shared.bwd.matmul + (g ? 4 * D : 0);
+      out.backward.elementwise += shared.bwd.elementwise + (g ? 2 + 2 * D : 0);
+    }
     // x, router probabilities, per assignment a permuted copy of x plus the expert's a, h and
     // output (for the gradient of its combine weight); shared experts' saved tensors.
-    out.saved_floats_per_token =
-        D + E + K * (expert.saved + D) + S * (shared.saved - D + (m.shared_gate ? 1 + D : 0));
+    out.saved_floats_per_token = D + E + K * (expert.saved + D) +
+                                 (has_shared ? shared.saved - D + (m.shared_gate ? 1 + D : 0) : 0);
   }
   const double P = static_cast<double>(out.params);
   const double act = out.saved_floats_per_token * static_cast<double>(tokens);

@@ -60,16 +60,7 @@ DenseFFN::DenseFFN(const FFNConfig& config, std::uint64_t seed) : config_(config
   if (config_.bias) params_.declare(out_name(config_) + ".bias", {D});
   params_.allocate();
 
-  w_in_ = params_.value_span(names[0] + ".weight", {in_width_, D});
-  dw_in_ = params_.grad_span(names[0] + ".weight", {in_width_, D});
-  w_out_ = params_.at(out_name(config_) + ".weight").value;
-  dw_out_ = params_.at(out_name(config_) + ".weight").grad;
-  if (config_.bias) {
-    b_in_ = params_.value_span(names[0] + ".bias", {in_width_});
-    db_in_ = params_.grad_span(names[0] + ".bias", {in_width_});
-    b_out_ = params_.at(out_name(config_) + ".bias").value;
-    db_out_ = params_.at(out_name(config_) + ".bias").grad;
-  }
+  bind_parameters();
 
   // torch.nn.Linear's initialisation, each Linear bounded by 1/√(its input width).
   std::mt19937_64 rng(seed);
@@ -80,6 +71,22 @@ DenseFFN::DenseFFN(const FFNConfig& config, std::uint64_t seed) : config_(config
   if (config_.bias) {
     init_uniform(b_in_, in_bound, rng);
     init_uniform(b_out_, out_bound, rng);
+  }
+}
+
+void DenseFFN::bind_parameters() {
+  const std::int64_t D = config_.d_model;
+  const auto first = in_names(config_)[0];
+  const auto out = out_name(config_);
+  w_in_ = params_.value_span(first + ".weight", {in_width_, D});
+  dw_in_ = params_.grad_span(first + ".weight", {in_width_, D});
+  w_out_ = params_.at(out + ".weight").value;
+  dw_out_ = params_.at(out + ".weight").grad;
+  if (config_.bias) {
+    b_in_ = params_.value_span(first + ".bias", {in_width_});
+    db_in_ = params_.grad_span(first + ".bias", {in_width_});
+    b_out_ = params_.at(out + ".bias").value;
+    db_out_ = params_.at(out + ".bias").grad;
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include "check.hpp"
 #include "ffnlab/layers/dense_ffn.hpp"
+#include "ffnlab/layers/moe_ffn.hpp"
 
 namespace ffnlab {
 
@@ -14,7 +15,7 @@ std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t see
     case FFNKind::multi_branch:
       return std::make_unique<DenseFFN>(config, seed);
     case FFNKind::moe:
-      fail("[ffn] the MoE layer is not implemented yet (issue 3); its costs are in ffnlab params");
+      return std::make_unique<MoEFFN>(config, seed);
     case FFNKind::count:
       break;
   }

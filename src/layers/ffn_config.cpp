@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "check.hpp"
 
@@ -16,6 +17,14 @@ constexpr std::array<const char*, 4> kKindNames{"plain", "glu", "multi_branch", 
 static_assert(kKindNames.size() == static_cast<std::size_t>(FFNKind::count));
 constexpr std::array<const char*, 2> kLayoutNames{"separate", "fused"};
 static_assert(kLayoutNames.size() == static_cast<std::size_t>(GLULayout::count));
+constexpr std::array<const char*, 2> kScoreNames{"softmax", "sigmoid"};
+static_assert(kScoreNames.size() == static_cast<std::size_t>(ScoreFunc::count));
+constexpr std::array<const char*, 2> kDropNames{"position", "probability"};
+static_assert(kDropNames.size() == static_cast<std::size_t>(DropPolicy::count));
+constexpr std::array<const char*, 3> kBalanceNames{"topk", "topk_normalized", "top1"};
+static_assert(kBalanceNames.size() == static_cast<std::size_t>(BalanceLoss::count));
+constexpr std::array<const char*, 3> kNamingNames{"standard", "mixtral", "qwen2_moe"};
+static_assert(kNamingNames.size() == static_cast<std::size_t>(MoENaming::count));
 
 struct Variant {
   const char* name;
@@ -58,6 +67,31 @@ GLULayout parse_layout(std::string_view name) {
   return static_cast<GLULayout>(parse_name(kLayoutNames, name, "layout"));
 }
 
+const char* score_name(ScoreFunc f) {
+  return kScoreNames.at(static_cast<std::size_t>(f));
+}
+ScoreFunc parse_score(std::string_view name) {
+  return static_cast<ScoreFunc>(parse_name(kScoreNames, name, "scoring function"));
+}
+const char* drop_policy_name(DropPolicy p) {
+  return kDropNames.at(static_cast<std::size_t>(p));
+}
+DropPolicy parse_drop_policy(std::string_view name) {
+  return static_cast<DropPolicy>(parse_name(kDropNames, name, "drop policy"));
+}
+const char* balance_loss_name(BalanceLoss l) {
+  return kBalanceNames.at(static_cast<std::size_t>(l));
+}
+BalanceLoss parse_balance_loss(std::string_view name) {
+  return static_cast<BalanceLoss>(parse_name(kBalanceNames, name, "balance loss"));
+}
+const char* naming_name(MoENaming n) {
+  return kNamingNames.at(static_cast<std::size_t>(n));
+}
+MoENaming parse_naming(std::string_view name) {
+  return static_cast<MoENaming>(parse_name(kNamingNames, name, "MoE naming"));
+}
+
 void validate(const FFNConfig& c) {
   check(c.d_model > 0, "[ffn] d_model = {} must be positive", c.d_model);
   check(c.d_ff > 0, "[ffn] d_ff = {} must be positive", c.d_ff);
@@ -79,6 +113,39 @@ void validate(const FFNConfig& c) {
           "[moe] expert kind '{}' must be plain or glu", kind_name(m.expert_kind));
     check(m.expert_d_ff >= 0 && m.shared_d_ff >= 0, "[moe] expert d_ff must not be negative");
     check(m.num_shared >= 0, "[moe] num_shared = {} must not be negative", m.num_shared);
+    check(m.score < ScoreFunc::count && m.drop < DropPolicy::count &&
+              m.balance_loss < BalanceLoss::count && m.naming < MoENaming::count,
+          "[moe] invalid enum value");
+    check(std::isfinite(m.scaling) && m.scaling > 0, "[moe] routed scaling = {} must be positive",
+          m.scaling);
+    check(m.groups >= 0 && m.topk_groups >= 0, "[moe] groups and topk_groups must not be negative");
+    if (m.groups > 0) {
+      check(m.num_experts % m.groups == 0,
+            "[moe] num_experts = {} is not divisible by n_group = {}", m.num_experts, m.groups);
+      check(m.topk_groups >= 1 && m.topk_groups <= m.groups,
+            "[moe] topk_group = {} must be between 1 and n_group = {}", m.topk_groups, m.groups);
+      check(m.top_k <= m.topk_groups * (m.num_experts / m.groups),
+            "[moe] top_k = {} exceeds the {} experts of the {} kept groups", m.top_k,
+            m.topk_groups * (m.num_experts / m.groups), m.topk_groups);
+    } else {
+      check(m.topk_groups == 0, "[moe] topk_group = {} needs n_group > 0", m.topk_groups);
+    }
+    check(std::isfinite(m.jitter) && m.jitter >= 0 && m.jitter < 1,
+          "[moe] jitter = {} must be in [0, 1)", m.jitter);
+    check(std::isfinite(m.balance_rate) && m.balance_rate >= 0,
+          "[moe] balance rate = {} must not be negative", m.balance_rate);
+    check(std::isfinite(m.capacity_factor) && m.capacity_factor >= 0,
+          "[moe] capacity factor = {} must not be negative (0 is dropless)", m.capacity_factor);
+    check(std::isfinite(m.aux_coef) && m.aux_coef >= 0 && std::isfinite(m.z_coef) && m.z_coef >= 0,
+          "[moe] loss coefficients must not be negative");
+    check(!(m.softmax_after_topk && m.score != ScoreFunc::softmax),
+          "[moe] softmax_after_topk needs the softmax scoring function");
+    check(!(m.naming == MoENaming::qwen2_moe && m.num_shared > 1),
+          "[moe] qwen2_moe naming has one shared expert, not {}", m.num_shared);
+    check(c.layout == GLULayout::separate,
+          "[moe] layout 'fused' applies to dense FFNs; experts are stored per expert");
+    check(!(m.naming == MoENaming::mixtral && m.expert_kind != FFNKind::glu),
+          "[moe] mixtral naming (w1/w3/w2) needs glu experts");
   }
 }
 
@@ -115,7 +182,7 @@ std::string variant_name(const FFNConfig& c) {
 FFNConfig expert_config(const FFNConfig& c, bool shared) {
   FFNConfig e = c;
   e.kind = c.moe.expert_kind;
-  e.d_ff = shared ? c.shared_d_ff() : c.expert_d_ff();
+  e.d_ff = shared ? c.moe.num_shared * c.shared_d_ff() : c.expert_d_ff();
   e.moe = MoEConfig{};
   return e;
 }
@@ -125,9 +192,12 @@ FFNConfig config_from_json(const nlohmann::json& j) {
   static const std::set<std::string> kKeys{"variant",  "kind", "activation", "swish_beta",
                                            "d_model",  "d_ff", "bias",       "layout",
                                            "branches", "moe",  "ffnlab"};
-  static const std::set<std::string> kMoEKeys{"num_experts", "top_k",       "expert_kind",
-                                              "expert_d_ff", "router_bias", "num_shared",
-                                              "shared_d_ff", "shared_gate"};
+  static const std::set<std::string> kMoEKeys{
+      "num_experts", "top_k",        "expert_kind",     "expert_d_ff",  "router_bias",
+      "num_shared",  "shared_d_ff",  "shared_gate",     "score",        "softmax_after_topk",
+      "normalize",   "scaling",      "groups",          "topk_groups",  "jitter",
+      "noisy_topk",  "balance_bias", "balance_rate",    "capacity_factor", "drop",
+      "balance_loss", "aux_coef",    "z_coef",          "naming"};
   for (const auto& [key, value] : j.items())
     check(kKeys.count(key), "[config] unknown key '{}'", key);
   try {
@@ -148,15 +218,37 @@ FFNConfig config_from_json(const nlohmann::json& j) {
       check(m.is_object(), "[config] 'moe' must be an object");
       for (const auto& [key, value] : m.items())
         check(kMoEKeys.count(key), "[config] unknown key 'moe.{}'", key);
-      if (m.contains("num_experts")) c.moe.num_experts = m.at("num_experts").get<int>();
-      if (m.contains("top_k")) c.moe.top_k = m.at("top_k").get<int>();
-      if (m.contains("expert_kind"))
-        c.moe.expert_kind = parse_kind(m.at("expert_kind").get<std::string>());
-      if (m.contains("expert_d_ff")) c.moe.expert_d_ff = m.at("expert_d_ff").get<std::int64_t>();
-      if (m.contains("router_bias")) c.moe.router_bias = m.at("router_bias").get<bool>();
-      if (m.contains("num_shared")) c.moe.num_shared = m.at("num_shared").get<int>();
-      if (m.contains("shared_d_ff")) c.moe.shared_d_ff = m.at("shared_d_ff").get<std::int64_t>();
-      if (m.contains("shared_gate")) c.moe.shared_gate = m.at("shared_gate").get<bool>();
+      auto get = [&m](const char* key, auto& field) {
+        if (m.contains(key)) field = m.at(key).get<std::decay_t<decltype(field)>>();
+      };
+      auto get_name = [&m](const char* key, auto& field, auto parse) {
+        if (m.contains(key)) field = parse(m.at(key).get<std::string>());
+      };
+      MoEConfig& o = c.moe;
+      get("num_experts", o.num_experts);
+      get("top_k", o.top_k);
+      get_name("expert_kind", o.expert_kind, parse_kind);
+      get("expert_d_ff", o.expert_d_ff);
+      get("router_bias", o.router_bias);
+      get("num_shared", o.num_shared);
+      get("shared_d_ff", o.shared_d_ff);
+      get("shared_gate", o.shared_gate);
+      get_name("score", o.score, parse_score);
+      get("softmax_after_topk", o.softmax_after_topk);
+      get("normalize", o.normalize);
+      get("scaling", o.scaling);
+      get("groups", o.groups);
+      get("topk_groups", o.topk_groups);
+      get("jitter", o.jitter);
+      get("noisy_topk", o.noisy_topk);
+      get("balance_bias", o.balance_bias);
+      get("balance_rate", o.balance_rate);
+      get("capacity_factor", o.capacity_factor);
+      get_name("drop", o.drop, parse_drop_policy);
+      get_name("balance_loss", o.balance_loss, parse_balance_loss);
+      get("aux_coef", o.aux_coef);
+      get("z_coef", o.z_coef);
+      get_name("naming", o.naming, parse_naming);
     }
     validate(c);
     return c;
@@ -174,15 +266,33 @@ nlohmann::json config_to_json(const FFNConfig& c) {
                    {"layout", layout_name(c.layout)}};
   if (c.act.beta != 1.0f) j["swish_beta"] = c.act.beta;
   if (c.kind == FFNKind::multi_branch) j["branches"] = c.branches;
-  if (c.kind == FFNKind::moe)
-    j["moe"] = {{"num_experts", c.moe.num_experts},
-                {"top_k", c.moe.top_k},
-                {"expert_kind", kind_name(c.moe.expert_kind)},
+  if (c.kind == FFNKind::moe) {
+    const MoEConfig& m = c.moe;
+    j["moe"] = {{"num_experts", m.num_experts},
+                {"top_k", m.top_k},
+                {"expert_kind", kind_name(m.expert_kind)},
                 {"expert_d_ff", c.expert_d_ff()},
-                {"router_bias", c.moe.router_bias},
-                {"num_shared", c.moe.num_shared},
+                {"router_bias", m.router_bias},
+                {"num_shared", m.num_shared},
                 {"shared_d_ff", c.shared_d_ff()},
-                {"shared_gate", c.moe.shared_gate}};
+                {"shared_gate", m.shared_gate},
+                {"score", score_name(m.score)},
+                {"softmax_after_topk", m.softmax_after_topk},
+                {"normalize", m.normalize},
+                {"scaling", m.scaling},
+                {"groups", m.groups},
+                {"topk_groups", m.topk_groups},
+                {"jitter", m.jitter},
+                {"noisy_topk", m.noisy_topk},
+                {"balance_bias", m.balance_bias},
+                {"balance_rate", m.balance_rate},
+                {"capacity_factor", m.capacity_factor},
+                {"drop", drop_policy_name(m.drop)},
+                {"balance_loss", balance_loss_name(m.balance_loss)},
+                {"aux_coef", m.aux_coef},
+                {"z_coef", m.z_coef},
+                {"naming", naming_name(m.naming)}};
+  }
   return j;
 }
 

@@ -1,21 +1,66 @@
 // ParameterSet: contiguous parameter and gradient buffers with named views.
 #include "ffnlab/layers/parameters.hpp"
 
+#include <algorithm>
+
 #include "check.hpp"
 
 namespace ffnlab {
 
-void ParameterSet::declare(std::string name, Shape shape) {
+void ParameterSet::declare(std::string name, Shape shape, bool trainable) {
   check(!values_.defined(), "[parameters] '{}' declared after allocate()", name);
   check(!contains(name), "[parameters] '{}' declared twice", name);
   const std::int64_t n = shape_numel(shape);
-  params_.push_back(Parameter{std::move(name), std::move(shape), size_, {}, {}});
+  params_.push_back(Parameter{std::move(name), std::move(shape), size_, {}, {}, trainable});
   size_ += n;
 }
 
 void ParameterSet::allocate() {
   values_ = Tensor({std::max<std::int64_t>(size_, 1)});
   grads_ = Tensor({std::max<std::int64_t>(size_, 1)});
+  for (auto& p : params_) {
+    p.value = values_.view(p.offset, p.shape);
+    p.grad = grads_.view(p.offset, p.shape);
+  }
+}
+
+void ParameterSet::declare_all(const ParameterSet& child, const std::string& prefix) {
+  for (const auto& p : child.list()) declare(prefix + p.name, p.shape, p.trainable);
+}
+
+namespace {
+
+// The offset of a child's parameters in the parent, checking that they were declared in order.
+std::int64_t child_offset(const ParameterSet& parent, const ParameterSet& child,
+                          const std::string& prefix) {
+  check(!child.list().empty(), "[parameters] the child has no parameters");
+  const std::int64_t begin = parent.at(prefix + child.list().front().name).offset;
+  for (const auto& p : child.list())
+    check(parent.at(prefix + p.name).offset - begin == p.offset,
+          "[parameters] '{}' was not declared with declare_all()", prefix + p.name);
+  return begin;
+}
+
+}  // namespace
+
+Tensor ParameterSet::child_values(const ParameterSet& child, const std::string& prefix) {
+  check(values_.defined(), "[parameters] child_values() needs allocate() first");
+  return values_.view(child_offset(*this, child, prefix), {child.count()});
+}
+
+Tensor ParameterSet::child_grads(const ParameterSet& child, const std::string& prefix) {
+  check(grads_.defined(), "[parameters] child_grads() needs allocate() first");
+  return grads_.view(child_offset(*this, child, prefix), {child.count()});
+}
+
+void ParameterSet::move_to(Tensor values, Tensor grads) {
+  check(values.numel() == size_ && grads.numel() == size_,
+        "[parameters] move_to needs {} elements, got {} and {}", size_, values.numel(),
+        grads.numel());
+  std::copy(values_.f32(), values_.f32() + size_, values.f32());
+  std::copy(grads_.f32(), grads_.f32() + size_, grads.f32());
+  values_ = values;
+  grads_ = grads;
   for (auto& p : params_) {
     p.value = values_.view(p.offset, p.shape);
     p.grad = grads_.view(p.offset, p.shape);

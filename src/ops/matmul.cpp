@@ -74,10 +74,14 @@ void append_activation(dnnl::post_ops& ops, const Act& act) {
   }
 }
 
-memory::desc matrix_desc(std::int64_t rows, std::int64_t cols, Trans t, memory::data_type dt) {
+memory::desc matrix_desc(std::int64_t rows, std::int64_t cols, Trans t, memory::data_type dt,
+                         bool runtime_rows = false, bool runtime_cols = false) {
   // A row-major matrix stored [rows, cols], or stored [cols, rows] and read transposed.
-  if (t == Trans::no) return memory::desc({rows, cols}, dt, memory::dims{cols, 1});
-  return memory::desc({rows, cols}, dt, memory::dims{1, rows});
+  // A run-time dimension (and the stride it sets) is left for execution time.
+  const std::int64_t r = runtime_rows ? DNNL_RUNTIME_DIM_VAL : rows;
+  const std::int64_t c = runtime_cols ? DNNL_RUNTIME_DIM_VAL : cols;
+  if (t == Trans::no) return memory::desc({r, c}, dt, memory::dims{c, 1});
+  return memory::desc({r, c}, dt, memory::dims{1, r});
 }
 
 // Grow-only per-thread scratch for bf16 copies of the inputs.
@@ -124,9 +128,9 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
 
   const bool bf16 = opt.precision == Precision::bf16;
   const int act = opt.act ? static_cast<int>(opt.act->kind) : -1;
-  const Key key{M,
+  const Key key{opt.dynamic_m ? -1 : M,
                 N,
-                K,
+                opt.dynamic_k ? -1 : K,
                 static_cast<int>(ta),
                 static_cast<int>(tb),
                 bf16,
@@ -152,8 +156,12 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
       if (opt.act) append_activation(ops, *opt.act);
       dnnl::primitive_attr attr;
       attr.set_post_ops(ops);
-      auto desc = opt.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
-                           : dnnl::matmul::desc(a_md, b_md, c_md);
+      const bool dm = opt.dynamic_m, dk = opt.dynamic_k;
+      const auto a_rt = matrix_desc(M, K, ta, in_dt, dm, dk);
+      const auto b_rt = matrix_desc(K, N, tb, in_dt, dk, false);
+      const auto c_rt = matrix_desc(M, N, Trans::no, memory::data_type::f32, dm, false);
+      auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_md, c_rt)
+                           : dnnl::matmul::desc(a_rt, b_rt, c_rt);
       it = e.cache.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, e.engine)))
                .first;
     }

@@ -25,6 +25,7 @@ class DenseFFN final : public FeedForward {
   std::int64_t in_width() const { return in_width_; }  // P
 
  private:
+  void bind_parameters() override;
   void mix_forward(Tensor& h, const Tensor& a);
 
   FFNConfig config_;

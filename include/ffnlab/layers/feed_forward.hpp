@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/parameters.hpp"
@@ -10,10 +11,23 @@
 
 namespace ffnlab {
 
-// Measured on the last training forward.
+// Measured on the last forward (training or not); cheap enough to leave on.
 struct FFNStats {
   std::int64_t tokens = 0;
-  double zero_fraction = 0.0;  // fraction of exactly-zero hidden activations h [T, F]
+  double zero_fraction = 0.0;  // fraction of exactly-zero hidden activations h (training only)
+
+  // MoE only (num_experts == 0 for dense layers).
+  int num_experts = 0;
+  std::vector<std::int64_t> tokens_per_expert;  // assignments kept per expert
+  double load_cv = 0.0;           // coefficient of variation (std / mean) of tokens_per_expert
+  double max_over_mean = 0.0;     // max load / mean load
+  double unused_fraction = 0.0;   // fraction of experts that got no token
+  std::int64_t dropped = 0;       // assignments over capacity
+  double dropped_fraction = 0.0;  // dropped / (T·k)
+  double router_entropy = 0.0;    // mean over tokens of the entropy of softmax(logits), nats
+  double top1_prob = 0.0;         // mean over tokens of max softmax(logits)
+  double balance_loss = 0.0;      // E·Σ f_e·P_e (unweighted)
+  double z_loss = 0.0;            // mean over tokens of logsumexp(logits)² (unweighted)
 };
 
 class FeedForward {
@@ -30,11 +44,28 @@ class FeedForward {
   virtual ParameterSet& parameters() = 0;
   virtual FFNStats stats() const = 0;
 
+  // The auxiliary loss of the last training forward, with its coefficients (MoE: aux_coef·
+  // balance + z_coef·z); the training loss adds it. Backward adds aux_loss_scale·∂aux/∂θ.
+  virtual double aux_loss() const { return 0.0; }
+  void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
+  // Called once per optimizer step (MoE: the aux-loss-free balancing bias update).
+  virtual void after_optimizer_step() {}
+
+  // Moves the parameters into `values` / `grads` (views of a bigger buffer, count() elements).
+  void move_parameters(Tensor values, Tensor grads) {
+    parameters().move_to(std::move(values), std::move(grads));
+    bind_parameters();
+  }
+
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
 
  protected:
+  // Re-takes the layer's views of its parameters after they moved.
+  virtual void bind_parameters() = 0;
+
   Precision precision_ = Precision::f32;
+  float aux_loss_scale_ = 1.0f;
 };
 
 // Builds the layer a config describes, initialised like torch.nn.Linear from `seed`.

@@ -34,6 +34,38 @@ FFNKind parse_kind(std::string_view name);
 const char* layout_name(GLULayout layout);
 GLULayout parse_layout(std::string_view name);
 
+// How the router turns logits into scores (docs/moe.md).
+enum class ScoreFunc : std::uint8_t { softmax, sigmoid, count };
+// Which assignments an expert over capacity drops.
+enum class DropPolicy : std::uint8_t {
+  position,     // later ones: all first choices before second choices, then by token index
+  probability,  // those of lowest combine weight
+  count
+};
+// Which f_e the load-balancing loss E·Σ_e f_e·P_e uses (docs/moe.md).
+enum class BalanceLoss : std::uint8_t {
+  topk,             // f_e = (assignments to e) / T, all k choices: Mixtral / Qwen2-MoE in HF
+  topk_normalized,  // f_e = (assignments to e) / (k·T): GShard, DeepSeek (1 when balanced)
+  top1,             // f_e = (tokens whose first choice is e) / T: Switch Transformer
+  count
+};
+// Parameter names of the routed and shared experts in checkpoints (docs/config.md).
+enum class MoENaming : std::uint8_t {
+  standard,   // experts.{e}.gate_proj/up_proj/down_proj, shared_experts.* (DeepSeek-V3)
+  mixtral,    // experts.{e}.w1/w3/w2
+  qwen2_moe,  // shared_expert.* (one shared expert)
+  count
+};
+
+const char* score_name(ScoreFunc f);
+ScoreFunc parse_score(std::string_view name);
+const char* drop_policy_name(DropPolicy p);
+DropPolicy parse_drop_policy(std::string_view name);
+const char* balance_loss_name(BalanceLoss l);
+BalanceLoss parse_balance_loss(std::string_view name);
+const char* naming_name(MoENaming n);
+MoENaming parse_naming(std::string_view name);
+
 struct MoEConfig {
   int num_experts = 8;
   int top_k = 2;
@@ -43,6 +75,29 @@ struct MoEConfig {
   int num_shared = 0;                    // shared experts every token passes through
   std::int64_t shared_d_ff = 0;          // 0: the routed experts' d_ff
   bool shared_gate = false;              // σ(x·w_g) scale on the shared output (Qwen2-MoE)
+
+  // Routing.
+  ScoreFunc score = ScoreFunc::softmax;
+  bool softmax_after_topk = false;  // weights = softmax over the k chosen logits (GPT-OSS)
+  bool normalize = true;            // top-k weights divided by their sum (norm_topk_prob)
+  float scaling = 1.0f;             // routed_scaling_factor, applied after normalisation
+  int groups = 0;                   // n_group (0: no group-limited selection)
+  int topk_groups = 0;              // topk_group: groups kept per token
+  float jitter = 0.0f;              // training: router input × U(1-ε, 1+ε) (Switch)
+  bool noisy_topk = false;          // training: logits + N(0,1)·softplus(x·W_noise) (Shazeer)
+  bool balance_bias = false;        // aux-loss-free bias, added to scores for selection only
+  float balance_rate = 1e-3f;       // its update b_e += rate·sign(mean load - load_e)
+
+  // Capacity.
+  double capacity_factor = 0.0;  // 0: dropless; else capacity = ceil(c·k·T/E)
+  DropPolicy drop = DropPolicy::position;
+
+  // Auxiliary losses, added to the training loss with these coefficients.
+  BalanceLoss balance_loss = BalanceLoss::topk;
+  float aux_coef = 0.0f;  // load-balancing loss
+  float z_coef = 0.0f;    // router z-loss
+
+  MoENaming naming = MoENaming::standard;
 };
 
 struct FFNConfig {
@@ -73,7 +128,8 @@ std::string variant_name(const FFNConfig& config);
 FFNConfig config_from_json(const nlohmann::json& j);
 nlohmann::json config_to_json(const FFNConfig& config);
 
-// The dense FFN that one expert of an MoE config is.
+// The dense FFN that one routed expert of an MoE config is; with shared = true, the dense FFN
+// all shared experts together are (n shared experts of width F are one FFN of width n·F).
 FFNConfig expert_config(const FFNConfig& config, bool shared = false);
 
 }  // namespace ffnlab

@@ -17,13 +17,22 @@ struct Parameter {
   std::int64_t offset;  // elements into the buffer
   Tensor value;         // view into values()
   Tensor grad;          // view into grads()
+  bool trainable = true;  // false: state kept with the weights but not moved by the optimizer
+                          // (the aux-loss-free balancing bias); its gradient stays zero
 };
 
 class ParameterSet {
  public:
   // Declares parameters in buffer order; then allocate() once.
-  void declare(std::string name, Shape shape);
+  void declare(std::string name, Shape shape, bool trainable = true);
   void allocate();
+  // Declares every parameter of `child` under `prefix`. After allocate(), child_values/grads
+  // are the part of this buffer the child's parameters belong in (FeedForward::move_parameters
+  // moves them there), so that a layer built from other layers (MoE with a shared expert, a
+  // Transformer) still keeps one contiguous buffer.
+  void declare_all(const ParameterSet& child, const std::string& prefix);
+  Tensor child_values(const ParameterSet& child, const std::string& prefix);
+  Tensor child_grads(const ParameterSet& child, const std::string& prefix);
 
   const std::vector<Parameter>& list() const { return params_; }
   std::vector<Parameter>& list() { return params_; }
@@ -40,6 +49,10 @@ class ParameterSet {
   Tensor grad_span(std::string_view first, Shape shape);
 
   void zero_grad();
+
+  // Re-points every view into `values` / `grads` (1-D, count() elements), copying the current
+  // values and gradients there first.
+  void move_to(Tensor values, Tensor grads);
 
  private:
   std::vector<Parameter> params_;

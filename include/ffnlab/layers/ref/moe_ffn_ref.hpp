@@ -1,0 +1,244 @@
+// Scalar reference of the MoE layer, forward only, in any floating type: every token is routed
+// by sorting (not by the fast layer's argmax passes), capacity is applied by sorting each
+// expert's assignments, and each kept assignment runs the reference dense FFN of its expert on
+// its own. The fast MoEFFN is compared with it (tests/unit/test_moe_ffn.cpp); its gradients are
+// checked by central differences of this forward in double precision with the routing held.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/ref/dense_ffn_ref.hpp"
+
+namespace ffnlab::ref {
+
+template <typename T>
+struct MoEFFN {
+  FFNConfig config;
+  // Parameters by their names (the fast layer's names; see docs/config.md).
+  std::map<std::string, std::vector<T>> params;
+  // Training noise to apply (empty: none): jitter [tokens·D] multiplies the router input,
+  // noise [tokens·E] scales softplus(x·W_noiseᵀ) into the logits.
+  std::vector<T> jitter, noise;
+  // Routing: computed by forward unless hold_routing, then reused as given.
+  bool hold_routing = false;
+  std::vector<int> chosen;  // [tokens, k]
+  std::vector<char> kept;   // [tokens, k]
+  // Results of forward.
+  std::vector<T> weight;  // [tokens, k]
+  T balance = 0, z = 0;
+
+  const std::vector<T>& p(const std::string& name) const { return params.at(name); }
+
+  std::string in_name(int e, int part) const {
+    const std::string pre = "experts." + std::to_string(e) + ".";
+    if (config.moe.naming == MoENaming::mixtral) return pre + (part == 0 ? "w1" : "w3");
+    if (config.moe.expert_kind == FFNKind::plain) return pre + "up_proj";
+    return pre + (part == 0 ? "gate_proj" : "up_proj");
+  }
+  std::string out_name(int e) const {
+    return "experts." + std::to_string(e) + "." +
+           (config.moe.naming == MoENaming::mixtral ? "w2" : "down_proj");
+  }
+
+  // The dense reference of expert e, its weights concatenated from the per-expert tensors.
+  DenseFFN<T> expert(int e) const {
+    DenseFFN<T> d;
+    d.config = config;
+    d.config.kind = config.moe.expert_kind;
+    d.config.d_ff = config.expert_d_ff();
+    const int parts = d.config.kind == FFNKind::glu ? 2 : 1;
+    for (int part = 0; part < parts; ++part) {
+      const auto& w = p(in_name(e, part) + ".weight");
+      d.w_in.insert(d.w_in.end(), w.begin(), w.end());
+      if (config.bias) {
+        const auto& b = p(in_name(e, part) + ".bias");
+        d.b_in.insert(d.b_in.end(), b.begin(), b.end());
+      }
+    }
+    d.w_out = p(out_name(e) + ".weight");
+    if (config.bias) d.b_out = p(out_name(e) + ".bias");
+    return d;
+  }
+
+  DenseFFN<T> shared() const {
+    const std::string pre = config.moe.naming == MoENaming::qwen2_moe ? "shared_expert."
+                                                                        : "shared_experts.";
+    DenseFFN<T> d;
+    d.config = config;
+    d.config.kind = config.moe.expert_kind;
+    d.config.d_ff = config.moe.num_shared * config.shared_d_ff();
+    if (d.config.kind == FFNKind::glu) {
+      d.w_in = p(pre + "gate_proj.weight");
+      const auto& u = p(pre + "up_proj.weight");
+      d.w_in.insert(d.w_in.end(), u.begin(), u.end());
+      if (config.bias) {
+        d.b_in = p(pre + "gate_proj.bias");
+        const auto& ub = p(pre + "up_proj.bias");
+        d.b_in.insert(d.b_in.end(), ub.begin(), ub.end());
+      }
+    } else {
+      d.w_in = p(pre + "up_proj.weight");
+      if (config.bias) d.b_in = p(pre + "up_proj.bias");
+    }
+    d.w_out = p(pre + "down_proj.weight");
+    if (config.bias) d.b_out = p(pre + "down_proj.bias");
+    return d;
+  }
+
+  void forward(std::vector<T>& y, const std::vector<T>& x, std::int64_t tokens) {
+    const MoEConfig& m = config.moe;
+    const std::int64_t D = config.d_model;
+    const int E = m.num_experts, K = m.top_k;
+    const T inf = std::numeric_limits<T>::infinity();
+
+    // Router logits, probabilities, scores.
+    std::vector<T> logits(tokens * E), probs(tokens * E), scores(tokens * E), lse(tokens);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      std::vector<T> xr(x.begin() + t * D, x.begin() + (t + 1) * D);
+      if (!jitter.empty())
+        for (std::int64_t d = 0; d < D; ++d) xr[d] *= jitter[t * D + d];
+      for (int e = 0; e < E; ++e) {
+        T v = m.router_bias ? p("gate.bias")[e] : T(0);
+        for (std::int64_t d = 0; d < D; ++d) v += p("gate.weight")[e * D + d] * xr[d];
+        if (!noise.empty()) {
+          T n = 0;
+          for (std::int64_t d = 0; d < D; ++d) n += p("gate.noise.weight")[e * D + d] * xr[d];
+          v += noise[t * E + e] * std::log1p(std::exp(n));
+        }
+        logits[t * E + e] = v;
+      }
+      const T mx = *std::max_element(logits.begin() + t * E, logits.begin() + (t + 1) * E);
+      T sum = 0;
+      for (int e = 0; e < E; ++e) sum += std::exp(logits[t * E + e] - mx);
+      lse[t] = mx + std::log(sum);
+      for (int e = 0; e < E; ++e) {
+        probs[t * E + e] = std::exp(logits[t * E + e] - lse[t]);
+        scores[t * E + e] = m.score == ScoreFunc::softmax
+                                ? probs[t * E + e]
+                                : T(1) / (T(1) + std::exp(-logits[t * E + e]));
+      }
+    }
+
+    // Selection: sort experts by biased score, after dropping the groups that lose.
+    if (!hold_routing) {
+      chosen.assign(tokens * K, 0);
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        std::vector<T> sel(E);
+        for (int e = 0; e < E; ++e)
+          sel[e] = scores[t * E + e] +
+                   (m.balance_bias ? p("gate.e_score_correction_bias")[e] : T(0));
+        if (m.groups > 0) {
+          const int size = E / m.groups;
+          std::vector<T> gs(m.groups);
+          for (int g = 0; g < m.groups; ++g) {
+            std::vector<T> v(sel.begin() + g * size, sel.begin() + (g + 1) * size);
+            std::sort(v.begin(), v.end(), std::greater<T>());
+            gs[g] = v[0] + (size >= 2 ? v[1] : T(0));
+          }
+          std::vector<int> order(m.groups);
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int a, int b) { return gs[a] > gs[b]; });
+          for (int i = m.topk_groups; i < m.groups; ++i)
+            for (int e = order[i] * size; e < (order[i] + 1) * size; ++e) sel[e] = -inf;
+        }
+        std::vector<int> order(E);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sel[a] > sel[b]; });
+        for (int j = 0; j < K; ++j) chosen[t * K + j] = order[j];
+      }
+    }
+
+    // Combine weights.
+    weight.assign(tokens * K, T(0));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      std::vector<T> v(K);
+      if (m.softmax_after_topk) {
+        T sum = 0;
+        for (int j = 0; j < K; ++j) sum += std::exp(logits[t * E + chosen[t * K + j]]);
+        for (int j = 0; j < K; ++j) v[j] = std::exp(logits[t * E + chosen[t * K + j]]) / sum;
+      } else {
+        for (int j = 0; j < K; ++j) v[j] = scores[t * E + chosen[t * K + j]];
+      }
+      T total = 0;
+      for (int j = 0; j < K; ++j) total += v[j];
+      for (int j = 0; j < K; ++j)
+        weight[t * K + j] = T(m.scaling) * (m.normalize ? v[j] / total : v[j]);
+    }
+
+    // Capacity: each expert keeps its first `capacity` assignments in priority order.
+    if (!hold_routing) {
+      kept.assign(tokens * K, 1);
+      if (m.capacity_factor > 0) {
+        const auto cap = static_cast<std::int64_t>(
+            std::ceil(m.capacity_factor * K * static_cast<double>(tokens) / E));
+        for (int e = 0; e < E; ++e) {
+          std::vector<std::int64_t> list;  // assignment t·K + j
+          for (std::int64_t a = 0; a < tokens * K; ++a)
+            if (chosen[a] == e) list.push_back(a);
+          std::stable_sort(list.begin(), list.end(), [&](std::int64_t a, std::int64_t b) {
+            if (m.drop == DropPolicy::probability)
+              return scores[(a / K) * E + e] > scores[(b / K) * E + e];
+            return a % K != b % K ? a % K < b % K : a < b;  // rank, then token
+          });
+          for (std::size_t i = static_cast<std::size_t>(cap); i < list.size(); ++i)
+            kept[list[i]] = 0;
+        }
+      }
+    }
+
+    // Experts, one assignment at a time.
+    y.assign(tokens * D, T(0));
+    std::vector<DenseFFN<T>> experts;
+    for (int e = 0; e < E; ++e) experts.push_back(expert(e));
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (int j = 0; j < K; ++j) {
+        if (!kept[t * K + j]) continue;
+        std::vector<T> xt(x.begin() + t * D, x.begin() + (t + 1) * D), out;
+        experts[chosen[t * K + j]].forward(out, xt, 1);
+        for (std::int64_t d = 0; d < D; ++d) y[t * D + d] += weight[t * K + j] * out[d];
+      }
+    if (m.num_shared > 0) {
+      DenseFFN<T> s = shared();
+      std::vector<T> out;
+      s.forward(out, x, tokens);
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        T g = 1;
+        if (m.shared_gate) {
+          T v = 0;
+          for (std::int64_t d = 0; d < D; ++d)
+            v += p("shared_expert_gate.weight")[d] * x[t * D + d];
+          g = T(1) / (T(1) + std::exp(-v));
+        }
+        for (std::int64_t d = 0; d < D; ++d) y[t * D + d] += g * out[t * D + d];
+      }
+    }
+
+    // Losses (f_e from the choices before capacity; P_e the mean softmax probability).
+    std::vector<T> f(E, T(0)), mean_p(E, T(0));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      for (int j = 0; j < K; ++j)
+        if (m.balance_loss != BalanceLoss::top1 || j == 0) f[chosen[t * K + j]] += T(1);
+      for (int e = 0; e < E; ++e) mean_p[e] += probs[t * E + e] / T(tokens);
+    }
+    balance = 0;
+    for (int e = 0; e < E; ++e) {
+      T fe = f[e] / T(tokens);
+      if (m.balance_loss == BalanceLoss::topk_normalized) fe /= T(K);
+      balance += fe * mean_p[e];
+    }
+    balance *= T(E);
+    z = 0;
+    for (std::int64_t t = 0; t < tokens; ++t) z += lse[t] * lse[t] / T(tokens);
+  }
+};
+
+}  // namespace ffnlab::ref

@@ -1,0 +1,391 @@
+// MoEFFN: the fast layer against the sort-based double reference (output, routing, losses),
+// its backward against central differences of the reference with the routing held, and the
+// router options, capacity, statistics and the balancing-bias update on their own.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/layers/moe_ffn.hpp"
+#include "ffnlab/layers/ref/moe_ffn_ref.hpp"
+
+using namespace ffnlab;
+
+namespace {
+
+struct Case {
+  const char* name;
+  FFNConfig config;
+  std::int64_t tokens;
+};
+
+FFNConfig base(int experts, int k, const char* expert_variant, bool bias) {
+  FFNConfig c = variant_config("moe", 12, 10, bias);
+  const FFNConfig e = variant_config(expert_variant, 12, 10, bias);
+  c.act = e.act;
+  c.moe.expert_kind = e.kind;
+  c.moe.num_experts = experts;
+  c.moe.top_k = k;
+  c.moe.aux_coef = 0.05f;
+  c.moe.z_coef = 0.01f;
+  return c;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  out.push_back({"seeds_relu_e8_k2", base(8, 2, "relu", true), 11});
+  {
+    Case c{"mixtral_like_e5_k2", base(5, 2, "swiglu", false), 9};
+    c.config.moe.naming = MoENaming::mixtral;
+    c.config.moe.router_bias = false;
+    out.push_back(c);
+  }
+  {
+    Case c{"qwen2_like_e7_k3_shared_gate", base(7, 3, "swiglu", false), 5};
+    c.config.moe.normalize = false;
+    c.config.moe.num_shared = 1;
+    c.config.moe.shared_d_ff = 14;
+    c.config.moe.shared_gate = true;
+    c.config.moe.naming = MoENaming::qwen2_moe;
+    c.config.moe.router_bias = false;
+    out.push_back(c);
+  }
+  {
+    Case c{"deepseek_like_groups_sigmoid", base(12, 3, "swiglu", false), 10};
+    auto& m = c.config.moe;
+    m.score = ScoreFunc::sigmoid;
+    m.groups = 4;
+    m.topk_groups = 2;
+    m.scaling = 2.5f;
+    m.balance_bias = true;
+    m.num_shared = 2;
+    m.shared_d_ff = 6;
+    m.expert_d_ff = 7;
+    m.router_bias = false;
+    m.balance_loss = BalanceLoss::topk_normalized;
+    out.push_back(c);
+  }
+  {
+    Case c{"switch_top1_capacity_position", base(5, 1, "relu", true), 16};
+    c.config.moe.capacity_factor = 1.0;
+    c.config.moe.balance_loss = BalanceLoss::top1;
+    c.config.moe.normalize = false;
+    out.push_back(c);
+  }
+  {
+    Case c{"capacity_probability_k2", base(6, 2, "gelu", true), 13};
+    c.config.moe.capacity_factor = 0.75;
+    c.config.moe.drop = DropPolicy::probability;
+    out.push_back(c);
+  }
+  {
+    Case c{"capacity_position_k2", base(4, 2, "relu", false), 15};
+    c.config.moe.capacity_factor = 0.6;
+    out.push_back(c);
+  }
+  {
+    Case c{"softmax_after_topk_k3", base(6, 3, "geglu", true), 7};
+    c.config.moe.softmax_after_topk = true;
+    out.push_back(c);
+  }
+  {
+    Case c{"k_equals_e_shared_ungated", base(3, 3, "relu", false), 4};
+    c.config.moe.num_shared = 1;
+    out.push_back(c);
+  }
+  {
+    Case c{"tokens_fewer_than_experts", base(9, 2, "reglu", true), 3};
+    c.config.moe.score = ScoreFunc::sigmoid;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// The reference with the layer's parameters, by name.
+ref::MoEFFN<double> reference_of(MoEFFN& moe) {
+  ref::MoEFFN<double> r;
+  r.config = moe.config();
+  for (const auto& p : moe.parameters().list())
+    r.params[p.name] = std::vector<double>(p.value.f32(), p.value.f32() + p.value.numel());
+  return r;
+}
+
+// Some parameters get random values that the initialisation leaves at zero.
+void randomize_state(MoEFFN& moe, std::uint64_t seed) {
+  if (moe.config().moe.balance_bias) {
+    Tensor& b = moe.parameters().at("gate.e_score_correction_bias").value;
+    const Tensor r = test::random_tensor(b.shape(), seed, 0.05f);
+    std::copy(r.f32(), r.f32() + r.numel(), b.f32());
+  }
+}
+
+}  // namespace
+
+TEST(MoEFFN, MatchesReference) {
+  std::uint64_t seed = 100;
+  for (const auto& c : cases()) {
+    SCOPED_TRACE(c.name);
+    MoEFFN moe(c.config, ++seed);
+    randomize_state(moe, ++seed);
+    const Tensor x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
+    Tensor y;
+    moe.forward(y, x, /*train=*/false);
+
+    auto r = reference_of(moe);
+    std::vector<double> yr;
+    r.forward(yr, test::to_vector<double>(x), c.tokens);
+    EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6);
+
+    const Routing& routing = moe.routing();
+    const int K = c.config.moe.top_k;
+    for (std::int64_t a = 0; a < c.tokens * K; ++a) {
+      EXPECT_EQ(routing.expert[a], r.chosen[a]) << "assignment " << a;
+      EXPECT_EQ(routing.slot[a] >= 0, r.kept[a] != 0) << "assignment " << a;
+      EXPECT_NEAR(routing.weight[a], r.weight[a], 2e-6) << "assignment " << a;
+    }
+    EXPECT_NEAR(routing.balance_loss, r.balance, 1e-5 * std::max(1.0, r.balance));
+    EXPECT_NEAR(routing.z_loss, r.z, 1e-5 * std::max(1.0, r.z));
+  }
+}
+
+TEST(MoEFFN, GradientsMatchCentralDifferences) {
+  std::uint64_t seed = 200;
+  auto all = cases();
+  {  // the training noise, held fixed like the routing
+    Case c{"jitter_and_noisy_topk", base(5, 2, "swiglu", true), 8};
+    c.config.moe.jitter = 0.1f;
+    c.config.moe.noisy_topk = true;
+    all.push_back(c);
+  }
+  for (const auto& c : all) {
+    SCOPED_TRACE(c.name);
+    MoEFFN moe(c.config, ++seed);
+    randomize_state(moe, ++seed);
+    const std::int64_t T = c.tokens, D = c.config.d_model;
+    const Tensor x = test::random_tensor({T, D}, ++seed);
+    const Tensor dy = test::random_tensor({T, D}, ++seed);
+    Tensor y, dx;
+    moe.parameters().zero_grad();
+    moe.forward(y, x, /*train=*/true);
+    moe.backward(dx, dy);
+
+    auto r = reference_of(moe);
+    if (c.config.moe.jitter > 0) r.jitter = test::to_vector<double>(moe.jitter_noise());
+    if (c.config.moe.noisy_topk) r.noise = test::to_vector<double>(moe.gate_noise());
+    std::vector<double> xs = test::to_vector<double>(x), ys;
+    r.forward(ys, xs, T);  // routing from unperturbed parameters...
+    const Routing& routing = moe.routing();
+    for (std::int64_t a = 0; a < T * c.config.moe.top_k; ++a)
+      ASSERT_EQ(routing.expert[a], r.chosen[a]) << "the noise was not reproduced";
+    r.hold_routing = true;  // ...then held
+    const std::vector<double> g = test::to_vector<double>(dy);
+    const double aux = c.config.moe.aux_coef, zc = c.config.moe.z_coef;
+    auto loss = [&] {
+      r.forward(ys, xs, T);
+      double l = aux * r.balance + zc * r.z;
+      for (std::size_t i = 0; i < ys.size(); ++i) l += ys[i] * g[i];
+      return l;
+    };
+    EXPECT_NEAR(moe.aux_loss(), aux * r.balance + zc * r.z, 1e-6);
+    const double atol = 2e-4, rtol = 2e-3;
+    test::expect_gradient(xs, test::to_vector<double>(dx), loss,
+                          test::sample_indices(xs.size(), 20), atol, rtol, "dx");
+    for (const auto& p : moe.parameters().list()) {
+      auto& theta = r.params[p.name];
+      const std::vector<double> analytic(p.grad.f32(), p.grad.f32() + p.grad.numel());
+      test::expect_gradient(theta, analytic, loss, test::sample_indices(theta.size(), 6), atol,
+                            rtol, p.name.c_str());
+    }
+  }
+}
+
+TEST(MoEFFN, ExpertsWithoutTokensCostNothingAndLoadIsReported) {
+  FFNConfig c = base(9, 1, "relu", true);
+  MoEFFN moe(c, 3);
+  const Tensor x = test::random_tensor({2, 12}, 4);
+  Tensor y, dx;
+  moe.forward(y, x, true);
+  moe.backward(dx, test::random_tensor({2, 12}, 5));
+  const FFNStats s = moe.stats();
+  EXPECT_EQ(s.num_experts, 9);
+  std::int64_t total = 0;
+  int unused = 0;
+  for (auto n : s.tokens_per_expert) {
+    total += n;
+    unused += n == 0;
+  }
+  EXPECT_EQ(total, 2);
+  EXPECT_GE(unused, 7);
+  EXPECT_DOUBLE_EQ(s.unused_fraction, unused / 9.0);
+  EXPECT_EQ(s.dropped, 0);
+  // Unused experts get exactly zero gradient.
+  for (int e = 0; e < 9; ++e)
+    if (s.tokens_per_expert[e] == 0) {
+      const Tensor& g = moe.parameters().at("experts." + std::to_string(e) + ".up_proj.weight").grad;
+      for (std::int64_t i = 0; i < g.numel(); ++i) ASSERT_EQ(g.f32()[i], 0.0f);
+    }
+}
+
+TEST(MoEFFN, CapacityDropsAndReports) {
+  FFNConfig c = base(4, 2, "relu", true);
+  c.moe.capacity_factor = 0.5;  // capacity = ceil(0.5·2·T/4) = T/4 per expert: half dropped
+  MoEFFN moe(c, 7);
+  const std::int64_t T = 40;
+  Tensor y;
+  moe.forward(y, test::random_tensor({T, 12}, 8), false);
+  const Routing& r = moe.routing();
+  EXPECT_EQ(r.capacity, 10);
+  const FFNStats s = moe.stats();
+  for (auto n : s.tokens_per_expert) EXPECT_LE(n, 10);
+  EXPECT_EQ(s.dropped, T * 2 - r.kept());
+  EXPECT_GE(s.dropped, T * 2 - 40);
+  EXPECT_DOUBLE_EQ(s.dropped_fraction, static_cast<double>(s.dropped) / (T * 2));
+  // A dropped token-assignment contributes nothing: with every assignment dropped, y is 0.
+  for (std::int64_t t = 0; t < T; ++t) {
+    bool any = false;
+    for (int j = 0; j < 2; ++j) any |= r.slot[t * 2 + j] >= 0;
+    if (any) continue;
+    for (int d = 0; d < 12; ++d) EXPECT_EQ(y.f32()[t * 12 + d], 0.0f);
+  }
+}
+
+TEST(MoEFFN, StatisticsAreConsistent) {
+  FFNConfig c = base(6, 2, "relu", true);
+  MoEFFN moe(c, 11);
+  Tensor y;
+  moe.forward(y, test::random_tensor({50, 12}, 12), true);
+  const FFNStats s = moe.stats();
+  const Routing& r = moe.routing();
+  double mean = 100.0 / 6, sq = 0, mx = 0;
+  for (auto n : s.tokens_per_expert) {
+    sq += (n - mean) * (n - mean);
+    mx = std::max(mx, static_cast<double>(n));
+  }
+  EXPECT_NEAR(s.load_cv, std::sqrt(sq / 6) / mean, 1e-12);
+  EXPECT_NEAR(s.max_over_mean, mx / mean, 1e-12);
+  EXPECT_GT(s.router_entropy, 0.0);
+  EXPECT_LE(s.router_entropy, std::log(6.0) + 1e-9);
+  EXPECT_GE(s.top1_prob, 1.0 / 6 - 1e-9);
+  double top1 = 0;
+  for (std::int64_t t = 0; t < 50; ++t)
+    top1 += *std::max_element(r.probs.begin() + t * 6, r.probs.begin() + (t + 1) * 6) / 50.0;
+  EXPECT_NEAR(s.top1_prob, top1, 1e-6);
+  EXPECT_GT(s.zero_fraction, 0.2);  // ReLU experts at initialisation
+  EXPECT_LT(s.zero_fraction, 0.8);
+}
+
+TEST(MoEFFN, BalanceBiasFollowsTheUpdateRule) {
+  FFNConfig c = base(4, 1, "relu", false);
+  c.moe.balance_bias = true;
+  c.moe.balance_rate = 0.01f;
+  MoEFFN moe(c, 21);
+  const Tensor x = test::random_tensor({64, 12}, 22);
+  Tensor y;
+  std::vector<std::int64_t> load(4, 0);
+  for (int step = 0; step < 2; ++step) {  // two forwards (accumulation), one update
+    moe.forward(y, x, true);
+    for (int e = 0; e < 4; ++e) load[e] += moe.routing().load[e];
+  }
+  const Tensor& b = moe.parameters().at("gate.e_score_correction_bias").value;
+  EXPECT_FALSE(moe.parameters().at("gate.e_score_correction_bias").trainable);
+  moe.after_optimizer_step();
+  const double mean = (load[0] + load[1] + load[2] + load[3]) / 4.0;
+  for (int e = 0; e < 4; ++e) {
+    const float expect = load[e] < mean ? 0.01f : load[e] > mean ? -0.01f : 0.0f;
+    EXPECT_FLOAT_EQ(b.f32()[e], expect) << "expert " << e << " load " << load[e];
+  }
+  // Inference forwards do not count towards the next update.
+  moe.forward(y, x, false);
+  moe.after_optimizer_step();
+  for (int e = 0; e < 4; ++e)
+    EXPECT_FLOAT_EQ(b.f32()[e], load[e] < mean ? 0.01f : load[e] > mean ? -0.01f : 0.0f);
+}
+
+TEST(MoEFFN, NoiseOnlyInTraining) {
+  FFNConfig c = base(6, 2, "relu", true);
+  c.moe.jitter = 0.5f;
+  c.moe.noisy_topk = true;
+  MoEFFN moe(c, 31);
+  const Tensor x = test::random_tensor({64, 12}, 32);
+  Tensor y1, y2, y3;
+  moe.forward(y1, x, false);
+  const auto chosen = moe.routing().expert;
+  moe.forward(y2, x, false);
+  EXPECT_EQ(test::scaled_error(y1.f32(), y2.f32(), y1.numel()), 0.0);
+  moe.forward(y3, x, true);
+  EXPECT_NE(moe.routing().expert, chosen);  // the noise moved some tokens
+}
+
+TEST(MoEFFN, AuxLossGradientScales) {
+  FFNConfig c = base(5, 2, "relu", true);
+  c.moe.aux_coef = 1.0f;
+  c.moe.z_coef = 0.0f;
+  MoEFFN moe(c, 41);
+  const Tensor x = test::random_tensor({20, 12}, 42);
+  const Tensor zero({20, 12});
+  Tensor y, dx;
+  moe.forward(y, x, true);
+  moe.backward(dx, zero);  // only the aux loss reaches the router
+  const Tensor g1 = moe.parameters().at("gate.weight").grad.clone();
+  double norm = 0;
+  for (std::int64_t i = 0; i < g1.numel(); ++i) norm += std::fabs(g1.f32()[i]);
+  EXPECT_GT(norm, 0.0);
+  moe.parameters().zero_grad();
+  moe.set_aux_loss_scale(0.25f);
+  moe.forward(y, x, true);
+  moe.backward(dx, zero);
+  const Tensor& g2 = moe.parameters().at("gate.weight").grad;
+  for (std::int64_t i = 0; i < g1.numel(); ++i)
+    EXPECT_NEAR(g2.f32()[i], 0.25f * g1.f32()[i], 1e-7);
+}
+
+TEST(MoEFFN, InvalidConfigsAreRejected) {
+  auto expect_error = [](FFNConfig c, const char* text) {
+    try {
+      MoEFFN moe(c, 0);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  FFNConfig c = base(6, 2, "relu", true);
+  c.moe.top_k = 7;
+  expect_error(c, "exceeds num_experts");
+  c = base(6, 2, "relu", true);
+  c.moe.groups = 4;
+  c.moe.topk_groups = 1;
+  expect_error(c, "not divisible");
+  c.moe.groups = 3;
+  c.moe.topk_groups = 4;
+  expect_error(c, "topk_group = 4");
+  c.moe.groups = 0;
+  c.moe.topk_groups = 0;
+  c.moe.capacity_factor = -1;
+  expect_error(c, "capacity factor");
+  c.moe.capacity_factor = 0;
+  c.moe.expert_kind = FFNKind::multi_branch;
+  expect_error(c, "must be plain or glu");
+  c = base(6, 2, "relu", true);
+  c.moe.naming = MoENaming::mixtral;
+  expect_error(c, "needs glu experts");
+}
+
+TEST(MoEFFN, ParametersMoveWithTheirBuffer) {
+  FFNConfig c = base(4, 2, "swiglu", true);
+  c.moe.num_shared = 1;
+  c.moe.shared_gate = true;
+  MoEFFN moe(c, 51);
+  const Tensor x = test::random_tensor({6, 12}, 52);
+  Tensor y1, y2;
+  moe.forward(y1, x, false);
+  const std::int64_t n = moe.parameters().count();
+  Tensor big({n + 10}), grads({n + 10});
+  moe.move_parameters(big.view(5, {n}), grads.view(5, {n}));
+  EXPECT_EQ(moe.parameters().values().f32(), big.f32() + 5);
+  moe.forward(y2, x, false);
+  EXPECT_EQ(test::scaled_error(y1.f32(), y2.f32(), y1.numel()), 0.0);
+  big.f32()[5 + moe.parameters().at("shared_experts.down_proj.weight").offset] += 1.0f;
+  moe.forward(y2, x, false);
+  EXPECT_GT(test::scaled_error(y2.f32(), y1.f32(), y1.numel()), 0.0);  // the shared expert moved too
+}
