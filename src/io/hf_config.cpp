@@ -25,6 +25,51 @@ T optional(const nlohmann::json& j, const char* key, T fallback, const std::stri
   return j.contains(key) ? require<T>(j, key, model) : fallback;
 }
 
+// The sparse MoE block of Mixtral, Qwen2-MoE and DeepSeek-V3 (docs/moe.md has the mapping).
+void hf_moe_config(FFNConfig& c, const nlohmann::json& j, const std::string& model) {
+  MoEConfig& m = c.moe;
+  c.kind = FFNKind::moe;
+  c.bias = false;
+  c.d_model = require<std::int64_t>(j, "hidden_size", model);
+  c.act.kind = parse_activation(optional<std::string>(j, "hidden_act", "silu", model));
+  m.expert_kind = FFNKind::glu;
+  m.router_bias = false;
+  m.top_k = require<int>(j, "num_experts_per_tok", model);
+  m.aux_coef = static_cast<float>(optional(j, "router_aux_loss_coef", 0.0, model));
+  if (model == "mixtral") {
+    c.d_ff = require<std::int64_t>(j, "intermediate_size", model);
+    m.num_experts = require<int>(j, "num_local_experts", model);
+    m.normalize = true;
+    m.jitter = static_cast<float>(optional(j, "router_jitter_noise", 0.0, model));
+    m.naming = MoENaming::mixtral;
+  } else if (model == "qwen2_moe") {
+    c.d_ff = require<std::int64_t>(j, "moe_intermediate_size", model);
+    m.num_experts = require<int>(j, "num_experts", model);
+    m.normalize = optional(j, "norm_topk_prob", false, model);
+    const auto shared = optional<std::int64_t>(j, "shared_expert_intermediate_size", 0, model);
+    m.num_shared = shared > 0 ? 1 : 0;
+    m.shared_d_ff = shared;
+    m.shared_gate = shared > 0;
+    m.naming = MoENaming::qwen2_moe;
+  } else {  // deepseek_v3
+    c.d_ff = require<std::int64_t>(j, "moe_intermediate_size", model);
+    m.num_experts = require<int>(j, "n_routed_experts", model);
+    m.num_shared = optional(j, "n_shared_experts", 0, model);
+    m.normalize = optional(j, "norm_topk_prob", true, model);
+    m.scaling = static_cast<float>(optional(j, "routed_scaling_factor", 1.0, model));
+    m.groups = optional(j, "n_group", 0, model);
+    m.topk_groups = optional(j, "topk_group", 0, model);
+    if (m.groups == 1 && m.topk_groups == 1) m.groups = m.topk_groups = 0;  // no grouping
+    m.score = parse_score(optional<std::string>(j, "scoring_func", "sigmoid", model));
+    const auto method = optional<std::string>(j, "topk_method", "noaux_tc", model);
+    check(method == "noaux_tc" || method == "greedy",
+          "[config] deepseek_v3 topk_method '{}' is not supported (noaux_tc, greedy)", method);
+    m.balance_bias = method == "noaux_tc";  // gate.e_score_correction_bias
+    if (method == "greedy") m.groups = m.topk_groups = 0;
+    m.naming = MoENaming::standard;
+  }
+}
+
 }  // namespace
 
 bool is_hf_config(const nlohmann::json& j) {
@@ -47,10 +92,12 @@ FFNConfig hf_ffn_config(const nlohmann::json& j) {
     c.d_ff = require<std::int64_t>(j, "ffn_hidden_size", model);
     c.bias = optional(j, "add_bias_linear", false, model);
     c.layout = GLULayout::fused;
+  } else if (model == "mixtral" || model == "qwen2_moe" || model == "deepseek_v3") {
+    hf_moe_config(c, j, model);
   } else {
     fail(
-        "[config] model_type '{}' has no dense MLP mapping (supported: llama, mistral, qwen2, "
-        "chatglm)",
+        "[config] model_type '{}' has no FFN mapping (supported: llama, mistral, qwen2, chatglm, "
+        "mixtral, qwen2_moe, deepseek_v3)",
         model);
   }
   validate(c);

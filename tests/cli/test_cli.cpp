@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "../common/test_util.hpp"
@@ -111,13 +112,63 @@ TEST_F(Cli, RunReproducesPyTorchWithGradients) {
     EXPECT_LE(err(y, "y"), 1e-4) << c;
     EXPECT_LE(err(g, "dx"), 1e-4) << c;
     int grads = 0;
+    const std::set<std::string> routing_floats{"balance_loss", "z_loss", "expert_weights"};
+    const std::set<std::string> routing_ints{"experts", "expert_kept"};
     for (const auto& n : expected.names())
-      if (n != "y" && n != "dx") {
+      if (routing_floats.count(n)) {
+        EXPECT_LE(err(y, n), 1e-5) << c << " " << n;
+      } else if (routing_ints.count(n)) {
+        const auto got = y.ints(n);
+        const Tensor want = expected.f32(n);
+        ASSERT_EQ(static_cast<std::int64_t>(got.size()), want.numel()) << c << " " << n;
+        for (std::size_t i = 0; i < got.size(); ++i)
+          EXPECT_EQ(got[i], static_cast<std::int64_t>(want.f32()[i])) << c << " " << n << i;
+      } else if (n != "y" && n != "dx") {
         EXPECT_LE(err(g, n), 1e-4) << c << " " << n;
         ++grads;
       }
     EXPECT_EQ(static_cast<std::size_t>(grads) + 1, g.names().size());
   }
+}
+
+TEST_F(Cli, RunRejectsBadMoEInput) {
+  const std::string c = "moe_hf_mixtral_e6_k2";
+  const std::string x =
+      " --input " + golden(c, "x.safetensors") + " --output " + path("y.safetensors");
+  auto config = [&](const std::string& name, const std::string& json) {
+    std::ofstream(path(name)) << json;
+    return "run --config " + path(name) + x;
+  };
+  expect_error(
+      run(config("k.json", R"({"kind":"moe","d_model":16,"moe":{"num_experts":4,"top_k":5}})")),
+      "top_k = 5 exceeds num_experts = 4");
+  expect_error(
+      run(config(
+          "g.json",
+          R"({"kind":"moe","d_model":16,"moe":{"num_experts":6,"groups":4,"topk_groups":1}})")),
+      "not divisible by n_group = 4");
+  expect_error(
+      run(config(
+          "tg.json",
+          R"({"kind":"moe","d_model":16,"moe":{"num_experts":6,"groups":3,"topk_groups":4}})")),
+      "topk_group = 4 must be between 1 and n_group = 3");
+  expect_error(
+      run(config("c.json", R"({"kind":"moe","d_model":16,"moe":{"capacity_factor":-0.5}})")),
+      "capacity factor = -0.5 must not be negative");
+  expect_error(run(config("u.json", R"({"kind":"moe","d_model":16,"moe":{"top_kk":2}})")),
+               "unknown key 'moe.top_kk'");
+  // A Mixtral checkpoint whose experts are wider than its config says.
+  std::ifstream in(golden(c, "config.json"));
+  auto hf = nlohmann::json::parse(in);
+  hf["intermediate_size"] = 20;
+  expect_error(run(config("narrow.json", hf.dump()) + " --weights " +
+                   golden(c, "weights.safetensors") + " --prefix model.layers.1.block_sparse_moe."),
+               "tensor 'model.layers.1.block_sparse_moe.experts.0.w1.weight' has shape [24, 16], "
+               "the layer needs [20, 16]");
+  hf["intermediate_size"] = 24;
+  hf["model_type"] = "deepseek_v2";
+  expect_error(run(config("v2.json", hf.dump())), "model_type 'deepseek_v2' has no FFN mapping");
+  EXPECT_FALSE(fs::exists(path("y.safetensors")));
 }
 
 TEST_F(Cli, RunRejectsBadInputWithoutWritingOutput) {

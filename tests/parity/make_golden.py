@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes PyTorch golden cases for every dense FFN variant (tests/parity/).
+"""Writes PyTorch golden cases for every dense FFN variant and the MoE layer (tests/parity/).
 
 Each case is a folder holding config.json (ffnlab's own format or a Hugging Face config.json),
 weights.safetensors (Hugging Face names, optionally under a prefix), x.safetensors, dy.safetensors
@@ -160,6 +160,190 @@ def make_case(out_dir, name, kind, act, D, Fh, T, bias, layout="separate", branc
         json.dump({"prefix": prefix, "tokens": T}, f)
 
 
+def moe_param_names(m, kind, bias, D, Fe, Fs):
+    """(name, shape, fan_in, is_bias) in ffnlab's declaration order, with the naming m['naming']."""
+    E = m["num_experts"]
+    out = [("gate.weight", (E, D), D, False)]
+    if m.get("router_bias", True):
+        out.append(("gate.bias", (E,), D, True))
+    mixtral = m.get("naming") == "mixtral"
+    ins = (["w1", "w3"] if mixtral else ["gate_proj", "up_proj"]) if kind == "glu" else ["up_proj"]
+    down = "w2" if mixtral else "down_proj"
+    for e in range(E):
+        for n in ins:
+            out.append((f"experts.{e}.{n}.weight", (Fe, D), D, False))
+            if bias:
+                out.append((f"experts.{e}.{n}.bias", (Fe,), D, True))
+        out.append((f"experts.{e}.{down}.weight", (D, Fe), Fe, False))
+        if bias:
+            out.append((f"experts.{e}.{down}.bias", (D,), Fe, True))
+    if m.get("num_shared", 0):
+        pre = "shared_expert." if m.get("naming") == "qwen2_moe" else "shared_experts."
+        for n in (["gate_proj", "up_proj"] if kind == "glu" else ["up_proj"]):
+            out.append((pre + n + ".weight", (Fs, D), D, False))
+            if bias:
+                out.append((pre + n + ".bias", (Fs,), D, True))
+        out.append((pre + "down_proj.weight", (D, Fs), Fs, False))
+        if bias:
+            out.append((pre + "down_proj.bias", (D,), Fs, True))
+        if m.get("shared_gate"):
+            out.append(("shared_expert_gate.weight", (1, D), D, False))
+    return out
+
+
+def moe_reference(p, x, m, kind, act, bias):
+    """The MoE block in float64 autograd, written from the papers' and HF's definitions
+    (docs/moe.md). Returns y, balance loss, z-loss, chosen experts [T, k], weights, kept."""
+    T, D = x.shape
+    E, K = m["num_experts"], m["top_k"]
+    fn = activation(act)
+    logits = F.linear(x, p["gate.weight"], p.get("gate.bias"))
+    probs = torch.softmax(logits, dim=-1)
+    scores = probs if m.get("score", "softmax") == "softmax" else torch.sigmoid(logits)
+    sel = scores.detach().clone()
+    if "gate.e_score_correction_bias" in p:
+        sel = sel + p["gate.e_score_correction_bias"].detach()
+    G = m.get("groups", 0)
+    if G:
+        size = E // G
+        grouped = sel.view(T, G, size)
+        gs = grouped.topk(min(2, size), dim=-1).values.sum(-1)
+        keep = gs.topk(m["topk_groups"], dim=-1).indices
+        gmask = torch.zeros(T, G, dtype=torch.bool).scatter_(1, keep, True)
+        sel = sel.masked_fill(~gmask.repeat_interleave(size, dim=1), float("-inf"))
+    idx = sel.topk(K, dim=-1, sorted=True).indices
+    if m.get("softmax_after_topk"):
+        v = torch.softmax(logits.gather(1, idx), dim=-1)
+    else:
+        v = scores.gather(1, idx)
+    w = v / v.sum(-1, keepdim=True) if m.get("normalize", True) else v
+    w = w * m.get("scaling", 1.0)
+    # Capacity: per expert, first choices before second choices, then by token (position) or
+    # by router probability (descending); the first `capacity` are kept.
+    kept = torch.ones(T, K, dtype=torch.bool)
+    c = m.get("capacity_factor", 0.0)
+    if c > 0:
+        cap = math.ceil(c * K * T / E)
+        for e in range(E):
+            lst = [(j, t) for j in range(K) for t in range(T) if idx[t, j] == e]
+            if m.get("drop", "position") == "probability":
+                lst.sort(key=lambda jt: -float(scores[jt[1], e]))
+            for j, t in lst[cap:]:
+                kept[t, j] = False
+    mixtral = m.get("naming") == "mixtral"
+    ins = (["w1", "w3"] if mixtral else ["gate_proj", "up_proj"]) if kind == "glu" else ["up_proj"]
+    down = "w2" if mixtral else "down_proj"
+
+    def mlp(pre, inp, names, down_name):
+        lin = lambda n, z: F.linear(z, p[pre + n + ".weight"], p.get(pre + n + ".bias"))
+        h = fn(lin(names[0], inp)) * lin(names[1], inp) if kind == "glu" else fn(lin(names[0], inp))
+        return lin(down_name, h)
+
+    y = torch.zeros(T, D, dtype=torch.float64)
+    for e in range(E):
+        tok, j = torch.nonzero((idx == e) & kept, as_tuple=True)
+        if len(tok) == 0:
+            continue
+        out = mlp(f"experts.{e}.", x[tok], ins, down)
+        y = y.index_add(0, tok, w[tok, j].unsqueeze(-1) * out)
+    if m.get("num_shared", 0):
+        pre = "shared_expert." if m.get("naming") == "qwen2_moe" else "shared_experts."
+        s = mlp(pre, x, ["gate_proj", "up_proj"] if kind == "glu" else ["up_proj"], "down_proj")
+        if m.get("shared_gate"):
+            s = torch.sigmoid(F.linear(x, p["shared_expert_gate.weight"])) * s
+        y = y + s
+    which = m.get("balance_loss", "topk")
+    onehot = F.one_hot(idx[:, :1] if which == "top1" else idx, E).double().sum(1)  # [T, E]
+    f = onehot.mean(0) / (K if which == "topk_normalized" else 1)
+    balance = E * (f * probs.mean(0)).sum()
+    z = torch.logsumexp(logits, dim=-1).pow(2).mean()
+    return y, balance, z, idx, w, kept
+
+
+def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="", Fs=0, seed=0,
+                  balance_bias=False):
+    gen = torch.Generator().manual_seed(seed)
+    params = {}
+    for n, shape, fan_in, is_bias in moe_param_names(m, kind, bias, D, Fe, Fs):
+        bound = 1.0 / math.sqrt(fan_in)
+        params[n] = ((torch.rand(*shape, generator=gen, dtype=torch.float64) * 2 - 1)
+                     * bound).float()
+    if balance_bias:
+        params["gate.e_score_correction_bias"] = (
+            torch.randn(m["num_experts"], generator=gen, dtype=torch.float64) * 0.05).float()
+    x = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
+    dy = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
+    p64 = {n: t.double().requires_grad_(True) for n, t in params.items()}
+    x64 = x.double().requires_grad_(True)
+    y, balance, z, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias)
+    loss = (y * dy.double()).sum() + m.get("aux_coef", 0.0) * balance + m.get("z_coef", 0.0) * z
+    loss.backward()
+
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    cfg = hf if hf else {"kind": "moe", "activation": act, "d_model": D, "d_ff": Fe, "bias": bias,
+                         "moe": dict(m, expert_kind=kind)}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    save_safetensors(os.path.join(d, "weights.safetensors"),
+                     {prefix + n: t for n, t in params.items()})
+    save_safetensors(os.path.join(d, "x.safetensors"), {"x": x})
+    save_safetensors(os.path.join(d, "dy.safetensors"), {"dy": dy})
+    expected = {"y": y.detach(), "dx": x64.grad, "balance_loss": balance.detach().reshape(1),
+                "z_loss": z.detach().reshape(1), "experts": idx.double(),
+                "expert_weights": w.detach(), "expert_kept": kept.double()}
+    for n in params:
+        g = p64[n].grad
+        expected[prefix + n] = g if g is not None else torch.zeros_like(p64[n])
+    save_safetensors(os.path.join(d, "expected.safetensors"), expected)
+    with open(os.path.join(d, "case.json"), "w") as f:
+        json.dump({"prefix": prefix, "tokens": T, "moe": True}, f)
+
+
+def moe_cases(case):
+    """The three Hugging Face semantics, Switch-style capacity, the seeds' MoE, small T."""
+    case("moe_hf_mixtral_e6_k2",
+         {"num_experts": 6, "top_k": 2, "naming": "mixtral", "router_bias": False,
+          "normalize": True, "aux_coef": 0.02}, "glu", "silu", 16, 24, 9, False,
+         hf={"model_type": "mixtral", "hidden_size": 16, "intermediate_size": 24,
+             "num_local_experts": 6, "num_experts_per_tok": 2, "hidden_act": "silu",
+             "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0},
+         prefix="model.layers.1.block_sparse_moe.")
+    case("moe_hf_qwen2_moe_e7_k3_T5",
+         {"num_experts": 7, "top_k": 3, "naming": "qwen2_moe", "router_bias": False,
+          "normalize": False, "num_shared": 1, "shared_gate": True, "aux_coef": 0.001},
+         "glu", "silu", 16, 12, 5, False, Fs=20,
+         hf={"model_type": "qwen2_moe", "hidden_size": 16, "moe_intermediate_size": 12,
+             "shared_expert_intermediate_size": 20, "num_experts": 7, "num_experts_per_tok": 3,
+             "norm_topk_prob": False, "hidden_act": "silu", "router_aux_loss_coef": 0.001},
+         prefix="model.layers.0.mlp.")
+    case("moe_hf_deepseek_v3_e12_groups",
+         {"num_experts": 12, "top_k": 3, "score": "sigmoid", "groups": 4, "topk_groups": 2,
+          "scaling": 2.5, "normalize": True, "num_shared": 2, "router_bias": False},
+         "glu", "silu", 16, 8, 10, False, Fs=16, balance_bias=True,
+         hf={"model_type": "deepseek_v3", "hidden_size": 16, "moe_intermediate_size": 8,
+             "n_routed_experts": 12, "num_experts_per_tok": 3, "n_shared_experts": 2,
+             "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5,
+             "norm_topk_prob": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+             "hidden_act": "silu"},
+         prefix="model.layers.3.mlp.")
+    case("moe_switch_top1_capacity_zloss",
+         {"num_experts": 5, "top_k": 1, "capacity_factor": 1.0, "balance_loss": "top1",
+          "normalize": False, "aux_coef": 0.01, "z_coef": 0.001}, "plain", "relu", 13, 20, 16,
+         True)
+    case("moe_capacity_by_probability_k2",
+         {"num_experts": 5, "top_k": 2, "capacity_factor": 0.8, "drop": "probability",
+          "aux_coef": 0.01, "balance_loss": "topk_normalized"}, "plain", "gelu", 13, 20, 12,
+         True)
+    case("moe_seeds_relu_e8_k2",
+         {"num_experts": 8, "top_k": 2, "aux_coef": 0.01}, "plain", "relu", 13, 37, 7, True)
+    case("moe_k1_T3_fewer_tokens_than_experts",
+         {"num_experts": 6, "top_k": 1, "z_coef": 0.01}, "plain", "gelu", 13, 20, 3, False)
+    case("moe_softmax_after_topk_geglu_k3",
+         {"num_experts": 7, "top_k": 3, "softmax_after_topk": True, "aux_coef": 0.01},
+         "glu", "gelu", 13, 11, 9, True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -197,6 +381,13 @@ def main():
          prefix="transformer.encoder.layers.0.mlp.")
     case("hf_llama_bf16_f16_weights", "glu", "silu", D, Fh, T, False, hf="llama",
          store={"gate_proj.weight": "BF16", "up_proj.weight": "F16"})
+
+    def moe_case(*a, **k):
+        nonlocal seed
+        seed += 1
+        make_moe_case(out, *a, seed=seed, **k)
+
+    moe_cases(moe_case)
     with open(os.path.join(out, "stamp"), "w") as f:
         f.write(f"{seed} cases\n")
     print(f"make_golden: wrote {seed} cases to {out}")

@@ -10,6 +10,7 @@
 #include "../common/test_util.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/layers/moe_ffn.hpp"
 
 using namespace ffnlab;
 namespace fs = std::filesystem;
@@ -52,6 +53,24 @@ void check_case(const std::string& name, Precision precision, double tol) {
   compare("y", y);
   compare("dx", dx);
   for (const auto& p : ffn->parameters().list()) compare(prefix + p.name, p.grad);
+  if (meta.value("moe", false)) {
+    // The router runs in f32 at every precision: the same choices, weights and losses.
+    const auto* moe = dynamic_cast<const MoEFFN*>(ffn.get());
+    ASSERT_NE(moe, nullptr);
+    const Routing& r = moe->routing();
+    const Tensor experts = expected.f32("experts"), kept = expected.f32("expert_kept");
+    const Tensor weights = expected.f32("expert_weights");
+    ASSERT_EQ(experts.numel(), static_cast<std::int64_t>(r.expert.size()));
+    for (std::int64_t a = 0; a < experts.numel(); ++a) {
+      EXPECT_EQ(r.expert[a], static_cast<int>(experts.f32()[a])) << name << " assignment " << a;
+      EXPECT_EQ(r.slot[a] >= 0, kept.f32()[a] != 0.0f) << name << " assignment " << a;
+      EXPECT_NEAR(r.weight[a], weights.f32()[a], 1e-5) << name << " assignment " << a;
+    }
+    const float balance = expected.f32("balance_loss").f32()[0];
+    const float z = expected.f32("z_loss").f32()[0];
+    EXPECT_NEAR(r.balance_loss, balance, 1e-5 * std::max(1.0f, balance)) << name;
+    EXPECT_NEAR(r.z_loss, z, 1e-5 * std::max(1.0f, z)) << name;
+  }
 }
 
 TEST_P(Parity, F32) {
@@ -69,7 +88,10 @@ INSTANTIATE_TEST_SUITE_P(Golden, Parity, ::testing::ValuesIn(case_names()), [](c
 });
 
 TEST(ParityCases, AllWritten) {
-  EXPECT_GE(case_names().size(), 40u);
+  EXPECT_GE(case_names().size(), 48u);
+  int moe = 0;
+  for (const auto& n : case_names()) moe += n.rfind("moe_", 0) == 0;
+  EXPECT_GE(moe, 8);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/layers/moe_ffn.hpp"
 
 namespace ffnlab::cli {
 
@@ -29,6 +30,19 @@ Tensor read_rows(const std::string& path, const std::string& name, std::int64_t 
     throw Error(fmt::format("[run] {}: tensor '{}' has shape {}, expected [..., {}]", path, name,
                             shape_string(t.shape()), d));
   return t.reshape({t.numel() / d, d});
+}
+
+// The MoE's routing next to y: its losses (unweighted), chosen experts and combine weights.
+void add_routing(SafeTensorsWriter& out, const MoEFFN& moe) {
+  const Routing& r = moe.routing();
+  out.add("balance_loss", Tensor::from({1}, {static_cast<float>(r.balance_loss)}));
+  out.add("z_loss", Tensor::from({1}, {static_cast<float>(r.z_loss)}));
+  const Shape shape{r.tokens, r.k};
+  out.add_ints("experts", shape, std::vector<std::int64_t>(r.expert.begin(), r.expert.end()));
+  out.add("expert_weights", Tensor::from(shape, r.weight));
+  std::vector<std::int64_t> kept(r.slot.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = r.slot[i] >= 0;
+  out.add_ints("expert_kept", shape, kept);
 }
 
 void run(const RunOptions& o) {
@@ -56,6 +70,7 @@ void run(const RunOptions& o) {
   SafeTensorsWriter out;
   out.add("y", y.reshape(x_shape));
   out.set_metadata("ffnlab_config", config_to_json(config).dump());
+  if (const auto* moe = dynamic_cast<const MoEFFN*>(ffn.get())) add_routing(out, *moe);
   if (!backward) {
     out.write(o.output);
     return;
@@ -76,11 +91,12 @@ void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand(
       "run",
-      "Run one FFN layer on a tensor x from a safetensors file and write y; with --grad-output, "
-      "also write dx and every parameter gradient.");
+      "Run one FFN layer on a tensor x from a safetensors file and write y (MoE: also "
+      "balance_loss, z_loss, experts, expert_weights, expert_kept); with --grad-output, also "
+      "write dx and every parameter gradient (MoE: of y·dy plus the weighted aux losses).");
   cmd->add_option("--config", o->config,
-                  "layer config: a Hugging Face config.json (llama, mistral, qwen2, chatglm) or "
-                  "ffnlab's own JSON (docs/config.md)")
+                  "layer config: a Hugging Face config.json (llama, mistral, qwen2, chatglm, "
+                  "mixtral, qwen2_moe, deepseek_v3) or ffnlab's own JSON (docs/config.md)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--weights", o->weights,

@@ -57,7 +57,7 @@ class MoEFFN final : public FeedForward {
 
   Tensor w_router_, b_router_, w_noise_, balance_bias_, w_gate_;
   Tensor dw_router_, db_router_, dw_noise_, dw_gate_;
-  Tensor w_in_, b_in_, w_out_, b_out_;      // [E, P, D], [E, P], [E, D, F], [E, D]
+  Tensor w_in_, b_in_, w_out_, b_out_;  // [E, P, D], [E, P], [E, D, F], [E, D]
   Tensor dw_in_, db_in_, dw_out_, db_out_;
 
   std::mt19937_64 rng_;
@@ -66,12 +66,12 @@ class MoEFFN final : public FeedForward {
   bool saved_ = false;
 
   // Saved by a training forward (workspaces otherwise).
-  Tensor x_;        // [T, D] the caller's input (a view)
-  Tensor x_router_; // [T, D] jittered router input (jitter only)
-  Tensor jitter_;   // [T, D] the multiplicative noise
-  Tensor logits_;   // [T, E]
-  Tensor noise_pre_, noise_eps_;  // [T, E] noisy top-k
-  Tensor xp_, ap_, hp_, op_;      // permuted rows: [R, D], [R, P], [R, F], [R, D]
+  Tensor x_;                           // [T, D] the caller's input (a view)
+  Tensor x_router_;                    // [T, D] jittered router input (jitter only)
+  Tensor jitter_;                      // [T, D] the multiplicative noise
+  Tensor logits_;                      // [T, E]
+  Tensor noise_pre_, noise_eps_;       // [T, E] noisy top-k
+  Tensor xp_, ap_, hp_, op_;           // permuted rows: [R, D], [R, P], [R, F], [R, D]
   Tensor shared_y_, gate_pre_, gate_;  // [T, D], [T, 1], [T, 1]
   // Backward workspaces.
   Tensor dop_, dhp_, dap_, dxp_, dlogits_, dx_router_, dshared_, dx_shared_, dgate_;

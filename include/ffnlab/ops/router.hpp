@@ -25,9 +25,9 @@ struct Routing {
   std::vector<std::int64_t> slot;     // [T, k] row in the permuted buffer, -1 when dropped
   std::vector<std::int64_t> offsets;  // [E + 1] expert blocks in the permuted buffer
   std::vector<std::int64_t> token_of_row;  // [kept] token of each permuted row
-  std::vector<std::int64_t> load;     // [E] assignments before capacity
-  std::vector<std::int64_t> first;    // [E] tokens whose first choice is e
-  std::int64_t capacity = 0;          // per expert; 0: dropless
+  std::vector<std::int64_t> load;          // [E] assignments before capacity
+  std::vector<std::int64_t> first;         // [E] tokens whose first choice is e
+  std::int64_t capacity = 0;               // per expert; 0: dropless
   double balance_loss = 0, z_loss = 0, entropy = 0, top1_prob = 0;
 
   std::int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }

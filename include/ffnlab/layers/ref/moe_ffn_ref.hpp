@@ -69,8 +69,8 @@ struct MoEFFN {
   }
 
   DenseFFN<T> shared() const {
-    const std::string pre = config.moe.naming == MoENaming::qwen2_moe ? "shared_expert."
-                                                                        : "shared_experts.";
+    const std::string pre =
+        config.moe.naming == MoENaming::qwen2_moe ? "shared_expert." : "shared_experts.";
     DenseFFN<T> d;
     d.config = config;
     d.config.kind = config.moe.expert_kind;
@@ -133,8 +133,8 @@ struct MoEFFN {
       for (std::int64_t t = 0; t < tokens; ++t) {
         std::vector<T> sel(E);
         for (int e = 0; e < E; ++e)
-          sel[e] = scores[t * E + e] +
-                   (m.balance_bias ? p("gate.e_score_correction_bias")[e] : T(0));
+          sel[e] =
+              scores[t * E + e] + (m.balance_bias ? p("gate.e_score_correction_bias")[e] : T(0));
         if (m.groups > 0) {
           const int size = E / m.groups;
           std::vector<T> gs(m.groups);
@@ -145,8 +145,7 @@ struct MoEFFN {
           }
           std::vector<int> order(m.groups);
           std::iota(order.begin(), order.end(), 0);
-          std::stable_sort(order.begin(), order.end(),
-                           [&](int a, int b) { return gs[a] > gs[b]; });
+          std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return gs[a] > gs[b]; });
           for (int i = m.topk_groups; i < m.groups; ++i)
             for (int e = order[i] * size; e < (order[i] + 1) * size; ++e) sel[e] = -inf;
         }
