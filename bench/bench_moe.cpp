@@ -1,0 +1,116 @@
+// MoE benchmark: forward+backward of the MoE layer against k times the dense FFN of one expert
+// at the same token count (the same matrix-product FLOPs), measured in the same run. The
+// difference is what routing, permutation, un-permutation and the smaller per-expert products
+// cost. Also reports the load balance of the routing that was timed.
+//
+//   bench_moe [--d-model 512] [--d-ff 2048] [--tokens 6400] [--experts 8] [--top-k 2]
+//             [--expert relu|swiglu|...] [--seconds 2] [--json]
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "bench_util.hpp"
+#include "ffnlab/layers/dense_ffn.hpp"
+#include "ffnlab/layers/moe_ffn.hpp"
+
+using namespace ffnlab;
+
+int main(int argc, char** argv) {
+  std::int64_t D = 512, F = 2048, T = 6400;
+  int E = 8, K = 2;
+  std::string expert = "relu";
+  double budget = 2.0;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--d-model")
+      D = std::stoll(next());
+    else if (a == "--d-ff")
+      F = std::stoll(next());
+    else if (a == "--tokens")
+      T = std::stoll(next());
+    else if (a == "--experts")
+      E = std::stoi(next());
+    else if (a == "--top-k")
+      K = std::stoi(next());
+    else if (a == "--expert")
+      expert = next();
+    else if (a == "--seconds")
+      budget = std::stod(next());
+    else if (a == "--json")
+      json = true;
+    else {
+      fmt::print(stderr,
+                 "usage: bench_moe [--d-model N] [--d-ff N] [--tokens T] [--experts E] "
+                 "[--top-k K] [--expert VARIANT] [--seconds S] [--json]\n");
+      return 2;
+    }
+  }
+
+  const FFNConfig dense_config = variant_config(expert, D, F, true);
+  FFNConfig moe_config = variant_config("moe", D, F, true);
+  moe_config.act = dense_config.act;
+  moe_config.moe.expert_kind = dense_config.kind;
+  moe_config.moe.num_experts = E;
+  moe_config.moe.top_k = K;
+  moe_config.moe.aux_coef = 0.01f;
+  DenseFFN dense(dense_config, 1);
+  MoEFFN moe(moe_config, 1);
+
+  const Tensor x = bench::random({T, D}, 2), dy = bench::random({T, D}, 3);
+  Tensor y, dx;
+  auto dense_step = [&] {
+    dense.forward(y, x, true);
+    dense.backward(dx, dy);
+  };
+  auto moe_step = [&] {
+    moe.forward(y, x, true);
+    moe.backward(dx, dy);
+  };
+  // Interleaved rounds, so that drift of the shared machine hits both sides alike.
+  double dense_fwd = 1e30, moe_fwd = 1e30, dense_fb = 1e30, moe_fb = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    dense_fwd = std::min(dense_fwd, bench::time_it([&] { dense.forward(y, x, true); }, budget / 6));
+    moe_fwd = std::min(moe_fwd, bench::time_it([&] { moe.forward(y, x, true); }, budget / 6));
+    dense_fb = std::min(dense_fb, bench::time_it(dense_step, budget / 6));
+    moe_fb = std::min(moe_fb, bench::time_it(moe_step, budget / 6));
+  }
+  const FFNStats s = moe.stats();
+  const double fwd_overhead = moe_fwd / (K * dense_fwd) - 1.0;
+  const double fb_overhead = moe_fb / (K * dense_fb) - 1.0;
+
+  if (json) {
+    nlohmann::json out{{"d_model", D},
+                       {"d_ff", F},
+                       {"tokens", T},
+                       {"experts", E},
+                       {"top_k", K},
+                       {"expert", expert},
+                       {"dense_forward_s", dense_fwd},
+                       {"moe_forward_s", moe_fwd},
+                       {"dense_forward_backward_s", dense_fb},
+                       {"moe_forward_backward_s", moe_fb},
+                       {"forward_overhead", fwd_overhead},
+                       {"forward_backward_overhead", fb_overhead},
+                       {"load_cv", s.load_cv},
+                       {"max_over_mean", s.max_over_mean}};
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print(
+      "MoE ({} experts of {} d_ff {}, top-{}, d_model {}, bias, f32) against {} x the dense FFN "
+      "of one expert, {} tokens, training forward (+ backward); best of 3 interleaved rounds.\n\n",
+      E, expert, F, K, D, K, T);
+  fmt::print("{:<18} {:>12} {:>12} {:>10}\n", "", "k x dense", "MoE", "overhead");
+  fmt::print("{:<18} {:>10.1f}ms {:>10.1f}ms {:>9.1f}%\n", "forward", K * dense_fwd * 1e3,
+             moe_fwd * 1e3, fwd_overhead * 100);
+  fmt::print("{:<18} {:>10.1f}ms {:>10.1f}ms {:>9.1f}%\n", "forward+backward", K * dense_fb * 1e3,
+             moe_fb * 1e3, fb_overhead * 100);
+  fmt::print("\nrouting of the timed batch: tokens per expert [");
+  for (std::size_t e = 0; e < s.tokens_per_expert.size(); ++e)
+    fmt::print("{}{}", e ? " " : "", s.tokens_per_expert[e]);
+  fmt::print("], load CV {:.3f}, max/mean {:.2f}\n", s.load_cv, s.max_over_mean);
+  return 0;
+}
