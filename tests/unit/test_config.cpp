@@ -92,3 +92,71 @@ TEST(Config, HuggingFaceLlamaAndChatGLM) {
       }).find("unknown activation 'xielu'"),
       std::string::npos);
 }
+
+TEST(Config, MoEOptionsRoundTrip) {
+  FFNConfig c = variant_config("moe", 24, 40, false);
+  auto& m = c.moe;
+  m.num_experts = 12;
+  m.top_k = 3;
+  m.expert_kind = FFNKind::glu;
+  m.score = ScoreFunc::sigmoid;
+  m.groups = 4;
+  m.topk_groups = 2;
+  m.scaling = 2.5f;
+  m.balance_bias = true;
+  m.capacity_factor = 1.25;
+  m.drop = DropPolicy::probability;
+  m.balance_loss = BalanceLoss::top1;
+  m.aux_coef = 0.01f;
+  m.z_coef = 0.001f;
+  m.naming = MoENaming::qwen2_moe;
+  m.num_shared = 1;
+  const json j = config_to_json(c);
+  EXPECT_EQ(config_to_json(config_from_json(j)), j);
+  EXPECT_EQ(j["moe"]["score"], "sigmoid");
+  EXPECT_EQ(j["moe"]["drop"], "probability");
+  EXPECT_NE(error_of([] {
+              config_from_json(json::parse(R"({"kind":"moe","moe":{"score":"relu"}})"));
+            }).find("unknown scoring function 'relu' (known: softmax, sigmoid)"),
+            std::string::npos);
+}
+
+TEST(Config, HuggingFaceMoE) {
+  const FFNConfig mix = hf_ffn_config(json::parse(
+      R"({"model_type":"mixtral","hidden_size":4096,"intermediate_size":14336,
+          "num_local_experts":8,"num_experts_per_tok":2,"router_aux_loss_coef":0.02})"));
+  EXPECT_EQ(mix.kind, FFNKind::moe);
+  EXPECT_EQ(mix.moe.naming, MoENaming::mixtral);
+  EXPECT_TRUE(mix.moe.normalize);
+  EXPECT_FALSE(mix.moe.router_bias);
+  EXPECT_FLOAT_EQ(mix.moe.aux_coef, 0.02f);
+  EXPECT_EQ(mix.expert_d_ff(), 14336);
+
+  const FFNConfig qwen = hf_ffn_config(json::parse(
+      R"({"model_type":"qwen2_moe","hidden_size":2048,"moe_intermediate_size":1408,
+          "shared_expert_intermediate_size":5632,"num_experts":60,"num_experts_per_tok":4})"));
+  EXPECT_EQ(qwen.moe.num_shared, 1);
+  EXPECT_EQ(qwen.shared_d_ff(), 5632);
+  EXPECT_TRUE(qwen.moe.shared_gate);
+  EXPECT_FALSE(qwen.moe.normalize);  // norm_topk_prob defaults to false
+
+  json ds = json::parse(
+      R"({"model_type":"deepseek_v3","hidden_size":7168,"moe_intermediate_size":2048,
+          "n_routed_experts":256,"num_experts_per_tok":8,"n_shared_experts":1,"n_group":8,
+          "topk_group":4,"routed_scaling_factor":2.5,"norm_topk_prob":true,
+          "scoring_func":"sigmoid","topk_method":"noaux_tc"})");
+  const FFNConfig v3 = hf_ffn_config(ds);
+  EXPECT_EQ(v3.moe.score, ScoreFunc::sigmoid);
+  EXPECT_EQ(v3.moe.groups, 8);
+  EXPECT_EQ(v3.moe.topk_groups, 4);
+  EXPECT_TRUE(v3.moe.balance_bias);
+  EXPECT_FLOAT_EQ(v3.moe.scaling, 2.5f);
+  ds["topk_method"] = "greedy";
+  EXPECT_EQ(hf_ffn_config(ds).moe.groups, 0);
+  ds["topk_method"] = "group_limited_greedy";
+  EXPECT_NE(error_of([&] { hf_ffn_config(ds); }).find("topk_method 'group_limited_greedy'"),
+            std::string::npos);
+  ds["topk_method"] = "noaux_tc";
+  ds["topk_group"] = 9;
+  EXPECT_NE(error_of([&] { hf_ffn_config(ds); }).find("topk_group = 9"), std::string::npos);
+}
