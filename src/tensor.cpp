@@ -111,6 +111,10 @@ void Tensor::resize(Shape shape) {
   *this = Tensor(std::move(shape), dtype_);
 }
 
+void Tensor::ensure(Shape shape) {
+  if (shape != shape_) resize(std::move(shape));
+}
+
 Tensor Tensor::clone() const {
   Tensor t(shape_, dtype_);
   if (numel()) std::memcpy(t.data_, data_, nbytes());

@@ -64,9 +64,12 @@ class Tensor {
   // A view of `shape` starting `offset` elements into this tensor's memory.
   Tensor view(std::int64_t offset, Shape shape) const;
 
-  // Gives the tensor this shape, reusing its memory when it is large enough (workspaces).
-  // Contents are unspecified afterwards.
+  // Gives the tensor this shape, reusing its memory when it is large enough and not shared
+  // (workspaces); shared memory is never written through. Contents are unspecified afterwards.
   void resize(Shape shape);
+  // resize() unless the tensor already has this shape, in which case it is kept as is: an
+  // output passed in by a caller (possibly a view of its own buffer) is written in place.
+  void ensure(Shape shape);
 
   Tensor clone() const;
   Tensor to(DType dtype) const;

@@ -37,10 +37,6 @@ std::string out_name(const FFNConfig& c) {
   return c.layout == GLULayout::fused ? "dense_4h_to_h" : "down_proj";
 }
 
-void ensure(Tensor& t, std::int64_t rows, std::int64_t cols) {
-  if (!t.defined() || t.dim(0) != rows || t.dim(1) != cols) t.resize({rows, cols});
-}
-
 }  // namespace
 
 DenseFFN::DenseFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
@@ -104,16 +100,16 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0);
   const Tensor* b_in = config_.bias ? &b_in_ : nullptr;
   const Tensor* b_out = config_.bias ? &b_out_ : nullptr;
-  ensure(h_, T, F);
+  h_.ensure({T, F});
   if (!train && branches_ == 0) {
     // Inference: the activation is a oneDNN post-op of the up projection; nothing is kept.
     linear_forward(h_, x, w_in_, b_in, precision_, &config_.act);
   } else {
-    ensure(a_, T, in_width_);
+    a_.ensure({T, in_width_});
     linear_forward(a_, x, w_in_, b_in, precision_);
     mix_forward(h_, a_);
   }
-  ensure(y, T, D);
+  y.ensure({T, D});
   linear_forward(y, h_, w_out_, b_out, precision_);
   saved_ = train;
   x_ = train ? x : Tensor();
@@ -124,9 +120,9 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   const std::int64_t T = x_.dim(0), D = config_.d_model, F = config_.d_ff;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[ffn] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
-  ensure(dh_, T, F);
-  ensure(da_, T, in_width_);
-  ensure(dx, T, D);
+  dh_.ensure({T, F});
+  da_.ensure({T, in_width_});
+  dx.ensure({T, D});
   linear_backward(&dh_, dw_out_, config_.bias ? &db_out_ : nullptr, dy, h_, w_out_, precision_);
   if (branches_ == 0)
     activation_backward(da_, dh_, a_, config_.act);

@@ -13,14 +13,15 @@ namespace ffnlab {
 
 namespace {
 
-void ensure(Tensor& t, std::int64_t rows, std::int64_t cols) {
-  if (!t.defined() || t.rank() != 2 || t.dim(0) != rows || t.dim(1) != cols)
-    t.resize({rows, cols});
-}
-
-// Rows [begin, begin + n) of a workspace whose first dimension may exceed what is in use.
-Tensor block(const Tensor& t, std::int64_t begin, std::int64_t n) {
-  return t.rows(begin, begin + n);
+// Calls f(e, rows) for every expert with tokens, with `rows(t)` the expert's block of the
+// permuted buffer t. Experts without tokens are skipped: they cost nothing.
+template <typename Fn>
+void for_each_block(const Routing& r, Fn f) {
+  for (int e = 0; e < r.experts; ++e) {
+    const std::int64_t begin = r.offsets[e], end = r.offsets[e + 1];
+    if (begin == end) continue;
+    f(e, [begin, end](const Tensor& t) { return t.rows(begin, end); });
+  }
 }
 
 // Matrix e of a stack [E, rows, cols].
@@ -83,11 +84,6 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     if (m.shared_gate) params_.declare("shared_expert_gate.weight", {1, D});
   }
   params_.allocate();
-  if (shared_) {
-    const std::string prefix = shared_prefix(config_);
-    shared_->move_parameters(params_.child_values(shared_->parameters(), prefix),
-                             params_.child_grads(shared_->parameters(), prefix));
-  }
   bind_parameters();
 
   // torch.nn.Linear's initialisation for every Linear, expert by expert.
@@ -131,14 +127,10 @@ void MoEFFN::bind_parameters() {
     b_out_ = params_.value_span(out0 + ".bias", {E, D});
     db_out_ = params_.grad_span(out0 + ".bias", {E, D});
   }
-  if (shared_) {
+  if (shared_) {  // the shared expert's parameters follow this set's buffer
     const std::string prefix = shared_prefix(config_);
-    const auto& first = shared_->parameters().list().front();
-    const std::int64_t at = params_.at(prefix + first.name).offset;
-    // The shared expert follows its parameters wherever this set's buffer went.
-    if (shared_->parameters().values().f32() != params_.values().f32() + at)
-      shared_->move_parameters(params_.child_values(shared_->parameters(), prefix),
-                               params_.child_grads(shared_->parameters(), prefix));
+    shared_->move_parameters(params_.child_values(shared_->parameters(), prefix),
+                             params_.child_grads(shared_->parameters(), prefix));
   }
 }
 
@@ -147,8 +139,8 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0), D = config_.d_model, E = m.num_experts;
   const Tensor* in = &x;
   if (train && m.jitter > 0) {
-    ensure(jitter_, T, D);
-    ensure(x_router_, T, D);
+    jitter_.ensure({T, D});
+    x_router_.ensure({T, D});
     std::uniform_real_distribution<float> u(1.0f - m.jitter, 1.0f + m.jitter);
     float* j = jitter_.f32();
     for (std::int64_t i = 0; i < T * D; ++i) j[i] = u(rng_);
@@ -157,11 +149,11 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
     for (std::int64_t i = 0; i < T * D; ++i) xr[i] = xs[i] * j[i];
     in = &x_router_;
   }
-  ensure(logits_, T, E);
+  logits_.ensure({T, E});
   linear_forward(logits_, *in, w_router_, m.router_bias ? &b_router_ : nullptr);
   if (train && m.noisy_topk) {
-    ensure(noise_pre_, T, E);
-    ensure(noise_eps_, T, E);
+    noise_pre_.ensure({T, E});
+    noise_eps_.ensure({T, E});
     linear_forward(noise_pre_, *in, w_noise_, nullptr);
     std::normal_distribution<float> n(0.0f, 1.0f);
     float* eps = noise_eps_.f32();
@@ -187,34 +179,29 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t R = r.kept();
 
   permute_rows(xp_, x, r.token_of_row.data(), R);
-  ensure(ap_, R, P);
-  ensure(hp_, R, F);
-  ensure(op_, R, D);
-  MatmulOptions in_opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
-  MatmulOptions out_opt = in_opt;
-  for (int e = 0; e < m.num_experts; ++e) {
-    const std::int64_t n = r.rows_of(e), at = r.offsets[e];
-    if (n == 0) continue;
-    Tensor a = block(ap_, at, n);
+  ap_.ensure({R, P});
+  hp_.ensure({R, F});
+  op_.ensure({R, D});
+  MatmulOptions opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
+  for_each_block(r, [&](int e, auto rows) {
+    Tensor a = rows(ap_);
     const Tensor b = config_.bias ? b_in_.view(e * P, {P}) : Tensor();
-    in_opt.bias = config_.bias ? &b : nullptr;
-    matmul(a, block(xp_, at, n), Trans::no, slice(w_in_, e, P, D), Trans::yes, in_opt);
-  }
+    opt.bias = config_.bias ? &b : nullptr;
+    matmul(a, rows(xp_), Trans::no, slice(w_in_, e, P, D), Trans::yes, opt);
+  });
   if (R > 0) {
     if (expert_.kind == FFNKind::glu)
       glu_forward(hp_, ap_, config_.act, 1);
     else
       activation_forward(hp_, ap_, config_.act);
   }
-  for (int e = 0; e < m.num_experts; ++e) {
-    const std::int64_t n = r.rows_of(e), at = r.offsets[e];
-    if (n == 0) continue;
-    Tensor o = block(op_, at, n);
+  for_each_block(r, [&](int e, auto rows) {
+    Tensor o = rows(op_);
     const Tensor b = config_.bias ? b_out_.view(e * D, {D}) : Tensor();
-    out_opt.bias = config_.bias ? &b : nullptr;
-    matmul(o, block(hp_, at, n), Trans::no, slice(w_out_, e, D, F), Trans::yes, out_opt);
-  }
-  ensure(y, T, D);
+    opt.bias = config_.bias ? &b : nullptr;
+    matmul(o, rows(hp_), Trans::no, slice(w_out_, e, D, F), Trans::yes, opt);
+  });
+  y.ensure({T, D});
   unpermute_rows(y, op_, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
 
   if (shared_) {
@@ -223,8 +210,8 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
     float* out = y.f32();
     const float* s = shared_y_.f32();
     if (m.shared_gate) {
-      ensure(gate_pre_, T, 1);
-      ensure(gate_, T, 1);
+      gate_pre_.ensure({T, 1});
+      gate_.ensure({T, 1});
       linear_forward(gate_pre_, x, w_gate_, nullptr);
       for (std::int64_t t = 0; t < T; ++t) gate_.f32()[t] = sigmoid(gate_pre_.f32()[t]);
     }
@@ -256,64 +243,62 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   unpermute_rows_backward(dop_, dweight_.data(), dy, op_, r.slot.data(), r.weight.data(), r.k);
 
   // Experts, block by block.
-  ensure(dhp_, R, F);
-  ensure(dap_, R, P);
-  ensure(dxp_, R, D);
+  dhp_.ensure({R, F});
+  dap_.ensure({R, P});
+  dxp_.ensure({R, D});
   const MatmulOptions rows_opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
-  const MatmulOptions grad_opt{nullptr, nullptr, /*accumulate=*/true, precision_, false,
+  const MatmulOptions grad_opt{nullptr,           nullptr, /*accumulate=*/true, precision_, false,
                                /*dynamic_k=*/true};
-  for (int e = 0; e < E; ++e) {
-    const std::int64_t n = r.rows_of(e), at = r.offsets[e];
-    if (n == 0) continue;
-    Tensor dh = block(dhp_, at, n);
-    const Tensor dout = block(dop_, at, n);
+  for_each_block(r, [&](int e, auto rows) {
+    Tensor dh = rows(dhp_);
+    const Tensor dout = rows(dop_);
     matmul(dh, dout, Trans::no, slice(w_out_, e, D, F), Trans::no, rows_opt);
     Tensor dw = slice(dw_out_, e, D, F);
-    matmul(dw, dout, Trans::yes, block(hp_, at, n), Trans::no, grad_opt);
+    matmul(dw, dout, Trans::yes, rows(hp_), Trans::no, grad_opt);
     if (config_.bias) {
       Tensor db = db_out_.view(e * D, {D});
       bias_backward(db, dout);
     }
-  }
+  });
   if (R > 0) {
     if (expert_.kind == FFNKind::glu)
       glu_backward(dap_, dhp_, ap_, config_.act, 1);
     else
       activation_backward(dap_, dhp_, ap_, config_.act);
   }
-  for (int e = 0; e < E; ++e) {
-    const std::int64_t n = r.rows_of(e), at = r.offsets[e];
-    if (n == 0) continue;
-    const Tensor da = block(dap_, at, n);
+  for_each_block(r, [&](int e, auto rows) {
+    const Tensor da = rows(dap_);
     Tensor dw = slice(dw_in_, e, P, D);
-    matmul(dw, da, Trans::yes, block(xp_, at, n), Trans::no, grad_opt);
+    matmul(dw, da, Trans::yes, rows(xp_), Trans::no, grad_opt);
     if (config_.bias) {
       Tensor db = db_in_.view(e * P, {P});
       bias_backward(db, da);
     }
-    Tensor dxe = block(dxp_, at, n);
+    Tensor dxe = rows(dxp_);
     matmul(dxe, da, Trans::no, slice(w_in_, e, P, D), Trans::no, rows_opt);
-  }
-  ensure(dx, T, D);
+  });
+  dx.ensure({T, D});
   permute_rows_backward(dx, dxp_, r.slot.data(), r.k, /*accumulate=*/false);
 
   // Router: combine weights and auxiliary losses back to the logits, then to W_r and x.
-  ensure(dlogits_, T, E);
+  dlogits_.ensure({T, E});
   route_backward(dlogits_, r, dweight_.data(), m, aux_loss_scale_);
   const bool jitter = m.jitter > 0;
   const Tensor& rin = jitter ? x_router_ : x_;
-  ensure(dx_router_, T, D);
+  dx_router_.ensure({T, D});
   linear_backward(&dx_router_, dw_router_, m.router_bias ? &db_router_ : nullptr, dlogits_, rin,
                   w_router_);
   float* dxr = dx_router_.f32();
   if (m.noisy_topk) {
     // logits = clean + ε·softplus(pre): ∂/∂pre = ε·σ(pre).
-    Tensor dpre({T, E});
+    Tensor& dpre = dnoise_pre_;
+    dpre.ensure({T, E});
     const float* dl = dlogits_.f32();
     const float* eps = noise_eps_.f32();
     const float* pre = noise_pre_.f32();
     for (std::int64_t i = 0; i < T * E; ++i) dpre.f32()[i] = dl[i] * eps[i] * sigmoid(pre[i]);
-    Tensor dxn({T, D});
+    Tensor& dxn = dx_extra_;
+    dxn.ensure({T, D});
     linear_backward(&dxn, dw_noise_, nullptr, dpre, rin, w_noise_);
     for (std::int64_t i = 0; i < T * D; ++i) dxr[i] += dxn.f32()[i];
   }
@@ -324,12 +309,12 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
 
   // Shared experts: y += g·S(x) with g = σ(x·w_g) or 1.
   if (shared_) {
-    ensure(dshared_, T, D);
+    dshared_.ensure({T, D});
     const float* g = dy.f32();
     const float* s = shared_y_.f32();
     float* ds = dshared_.f32();
     if (m.shared_gate) {
-      ensure(dgate_, T, 1);
+      dgate_.ensure({T, 1});
       const float* gate = gate_.f32();
       for (std::int64_t t = 0; t < T; ++t) {
         float dot = 0.0f;
@@ -339,7 +324,8 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
         }
         dgate_.f32()[t] = dot * gate[t] * (1.0f - gate[t]);
       }
-      Tensor dxg({T, D});
+      Tensor& dxg = dx_extra_;
+      dxg.ensure({T, D});
       linear_backward(&dxg, dw_gate_, nullptr, dgate_, x_, w_gate_);
       for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxg.f32()[i];
     } else {

@@ -12,17 +12,12 @@ namespace {
 
 constexpr std::int64_t kParallelRows = 64;
 
-void ensure(Tensor& t, std::int64_t rows, std::int64_t cols) {
-  if (!t.defined() || t.rank() != 2 || t.dim(0) != rows || t.dim(1) != cols)
-    t.resize({rows, cols});
-}
-
 }  // namespace
 
 void permute_rows(Tensor& out, const Tensor& x, const std::int64_t* token_of_row, std::int64_t R) {
   check(x.rank() == 2, "[permute] x {} must be [T, D]", shape_string(x.shape()));
   const std::int64_t D = x.dim(1);
-  ensure(out, R, D);
+  out.ensure({R, D});
   const float* in = x.f32();
   float* o = out.f32();
 #pragma omp parallel for schedule(static) if (R > kParallelRows)
@@ -55,7 +50,7 @@ void unpermute_rows(Tensor& y, const Tensor& rows, const std::int64_t* slot, con
 void unpermute_rows_backward(Tensor& drows, float* dweight, const Tensor& dy, const Tensor& rows,
                              const std::int64_t* slot, const float* weight, int k) {
   const std::int64_t T = dy.dim(0), D = dy.dim(1), R = rows.dim(0);
-  ensure(drows, R, D);
+  drows.ensure({R, D});
   const float* g = dy.f32();
   const float* r = rows.f32();
   float* dr = drows.f32();

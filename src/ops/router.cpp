@@ -45,8 +45,8 @@ void limit_groups(float* sel, int E, int groups, int keep, float* group_score, b
 }  // namespace
 
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const MoEConfig& m) {
-  check(logits.rank() == 2 && logits.dim(1) == m.num_experts,
-        "[router] logits {} must be [T, {}]", shape_string(logits.shape()), m.num_experts);
+  check(logits.rank() == 2 && logits.dim(1) == m.num_experts, "[router] logits {} must be [T, {}]",
+        shape_string(logits.shape()), m.num_experts);
   const std::int64_t T = logits.dim(0);
   const int E = m.num_experts, K = m.top_k;
   r.tokens = T;
@@ -73,11 +73,14 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
       float mx = kNegInf;
       for (int e = 0; e < E; ++e) mx = std::max(mx, l[e]);
       double sum = 0;
-      for (int e = 0; e < E; ++e) sum += std::exp(static_cast<double>(l[e] - mx));
+      for (int e = 0; e < E; ++e) {
+        p[e] = std::exp(l[e] - mx);
+        sum += p[e];
+      }
       r.lse[t] = mx + static_cast<float>(std::log(sum));
       double h = 0, best = 0;
       for (int e = 0; e < E; ++e) {
-        p[e] = static_cast<float>(std::exp(static_cast<double>(l[e] - mx)) / sum);
+        p[e] = static_cast<float>(p[e] / sum);
         if (p[e] > 0) h -= static_cast<double>(p[e]) * std::log(static_cast<double>(p[e]));
         best = std::max(best, static_cast<double>(p[e]));
       }
@@ -134,10 +137,9 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   const double inv_t = T > 0 ? 1.0 / static_cast<double>(T) : 0.0;
   double balance = 0;
   for (int e = 0; e < E; ++e) {
-    const double f = m.balance_loss == BalanceLoss::top1 ? r.first[e] * inv_t
-                     : m.balance_loss == BalanceLoss::topk
-                         ? r.load[e] * inv_t
-                         : r.load[e] * inv_t / K;
+    const double f = m.balance_loss == BalanceLoss::top1   ? r.first[e] * inv_t
+                     : m.balance_loss == BalanceLoss::topk ? r.load[e] * inv_t
+                                                           : r.load[e] * inv_t / K;
     balance += f * mean_p[e] * inv_t;
   }
   r.balance_loss = E * balance;
@@ -149,10 +151,10 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
 void assign_rows(Routing& r, const MoEConfig& m) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;
-  r.capacity = m.capacity_factor > 0
-                   ? static_cast<std::int64_t>(std::ceil(m.capacity_factor * K *
-                                                         static_cast<double>(T) / E))
-                   : 0;
+  r.capacity =
+      m.capacity_factor > 0
+          ? static_cast<std::int64_t>(std::ceil(m.capacity_factor * K * static_cast<double>(T) / E))
+          : 0;
   // Assignments a = t·K + j of each expert, first choices before second choices (the
   // position order), then dropped down to capacity and put back in token order.
   std::vector<std::vector<std::int64_t>> of(E);
@@ -193,10 +195,9 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   // ∂(aux_coef·balance)/∂P_e and ∂(z_coef·z)/∂lse_t, both scaled.
   std::vector<float> dmean_p(E);
   for (int e = 0; e < E; ++e) {
-    const double f = m.balance_loss == BalanceLoss::top1 ? r.first[e] * inv_t
-                     : m.balance_loss == BalanceLoss::topk
-                         ? r.load[e] * inv_t
-                         : r.load[e] * inv_t / K;
+    const double f = m.balance_loss == BalanceLoss::top1   ? r.first[e] * inv_t
+                     : m.balance_loss == BalanceLoss::topk ? r.load[e] * inv_t
+                                                           : r.load[e] * inv_t / K;
     dmean_p[e] = static_cast<float>(aux_scale * m.aux_coef * E * f * inv_t);
   }
   const float z_scale = static_cast<float>(aux_scale * m.z_coef * 2.0 * inv_t);
@@ -205,7 +206,7 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
 
 #pragma omp parallel
   {
-    std::vector<float> ds(E), dv(K);
+    std::vector<float> dv(K);
 #pragma omp for schedule(static)
     for (std::int64_t t = 0; t < T; ++t) {
       const float* p = r.probs.data() + t * E;
@@ -236,16 +237,13 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
           const float se = s[chosen[j]];
           dl[chosen[j]] += dv[j] * se * (1.0f - se);
         }
-      } else {
-        std::fill(ds.begin(), ds.end(), 0.0f);
-        for (int j = 0; j < K; ++j) ds[chosen[j]] += dv[j];
-        if (aux)
-          for (int e = 0; e < E; ++e) ds[e] += dmean_p[e];
+      } else {  // softmax scores: only the chosen entries of ds are non-zero
         float dot = 0;
-        for (int e = 0; e < E; ++e) dot += ds[e] * p[e];
-        for (int e = 0; e < E; ++e) dl[e] += p[e] * (ds[e] - dot);
+        for (int j = 0; j < K; ++j) dot += dv[j] * p[chosen[j]];
+        for (int e = 0; e < E; ++e) dl[e] -= p[e] * dot;
+        for (int j = 0; j < K; ++j) dl[chosen[j]] += p[chosen[j]] * dv[j];
       }
-      if (aux && (m.softmax_after_topk || m.score == ScoreFunc::sigmoid)) {
+      if (aux) {  // P_e is a mean of softmax(l) whatever the scores are
         float dot = 0;
         for (int e = 0; e < E; ++e) dot += dmean_p[e] * p[e];
         for (int e = 0; e < E; ++e) dl[e] += p[e] * (dmean_p[e] - dot);

@@ -59,3 +59,15 @@ TEST(Tensor, Bf16RoundsToNearestEven) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(back.f32()[i], t.f32()[i], std::fabs(t.f32()[i]) / 256);
   EXPECT_THROW(t.to(DType::bf16).f32(), Error);
 }
+
+TEST(Tensor, EnsureKeepsATensorOfTheRightShape) {
+  Tensor buffer = Tensor::from({4}, {1, 2, 3, 4});
+  Tensor out = buffer.view(2, {2});  // a caller's output view
+  out.ensure({2});
+  out.f32()[0] = 9;
+  EXPECT_EQ(buffer.f32()[2], 9);  // written in place
+  out.ensure({3});                // another shape: fresh memory, the buffer is untouched
+  out.f32()[0] = 5;
+  EXPECT_EQ(buffer.f32()[2], 9);
+  EXPECT_EQ(out.shape(), (Shape{3}));
+}

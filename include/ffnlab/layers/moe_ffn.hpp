@@ -75,6 +75,7 @@ class MoEFFN final : public FeedForward {
   Tensor shared_y_, gate_pre_, gate_;  // [T, D], [T, 1], [T, 1]
   // Backward workspaces.
   Tensor dop_, dhp_, dap_, dxp_, dlogits_, dx_router_, dshared_, dx_shared_, dgate_;
+  Tensor dnoise_pre_, dx_extra_;
   std::vector<float> dweight_;
 };
 

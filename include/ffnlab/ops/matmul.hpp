@@ -24,8 +24,8 @@ struct MatmulOptions {
   Precision precision = Precision::f32;
   // M (K) changes from call to call, as the token count of an MoE expert block does: one
   // primitive with a run-time dimension then serves every value, instead of a new primitive
-  // (milliseconds to create) per value. Measured on this machine at D 512, F 2048: as fast for
-  // M, up to ~15 % slower for K (docs/benchmarks.md).
+  // (milliseconds to create) per value. bench/bench_matmul measures both (docs/benchmarks.md):
+  // at K 512, N 2048 the run-time primitive runs at the fixed one's rate or faster.
   bool dynamic_m = false;
   bool dynamic_k = false;
 };
