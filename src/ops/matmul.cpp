@@ -24,8 +24,8 @@ Precision parse_precision(std::string_view name) {
 namespace {
 
 using dnnl::memory;
-using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int,
-                       float>;  // M N K ta tb precision bias accumulate act beta
+using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int, int,
+                       int, int, float>;  // G M N K ta tb precision bias accumulate act beta
 
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -74,14 +74,18 @@ void append_activation(dnnl::post_ops& ops, const Act& act) {
   }
 }
 
-memory::desc matrix_desc(std::int64_t rows, std::int64_t cols, Trans t, memory::data_type dt,
-                         bool runtime_rows = false, bool runtime_cols = false) {
-  // A row-major matrix stored [rows, cols], or stored [cols, rows] and read transposed.
-  // A run-time dimension (and the stride it sets) is left for execution time.
+memory::desc matrix_desc(std::int64_t batch, std::int64_t rows, std::int64_t cols, Trans t,
+                         memory::data_type dt, bool runtime_rows = false,
+                         bool runtime_cols = false) {
+  // A row-major matrix stored [rows, cols], or stored [cols, rows] and read transposed; with
+  // batch > 0, `batch` such matrices one after the other. A run-time dimension (and the stride
+  // it sets) is left for execution time.
   const std::int64_t r = runtime_rows ? DNNL_RUNTIME_DIM_VAL : rows;
   const std::int64_t c = runtime_cols ? DNNL_RUNTIME_DIM_VAL : cols;
-  if (t == Trans::no) return memory::desc({r, c}, dt, memory::dims{c, 1});
-  return memory::desc({r, c}, dt, memory::dims{1, r});
+  const memory::dims strides = t == Trans::no ? memory::dims{c, 1} : memory::dims{1, r};
+  if (batch == 0) return memory::desc({r, c}, dt, strides);
+  const std::int64_t step = runtime_rows || runtime_cols ? DNNL_RUNTIME_DIM_VAL : rows * cols;
+  return memory::desc({batch, r, c}, dt, memory::dims{step, strides[0], strides[1]});
 }
 
 // Grow-only per-thread scratch for bf16 copies of the inputs.
@@ -106,20 +110,25 @@ std::int64_t matmul_primitive_count() {
 
 void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
             const MatmulOptions& opt) {
-  check(a.rank() == 2 && b.rank() == 2 && c.rank() == 2,
-        "[matmul] operands must be matrices, got {} {} -> {}", shape_string(a.shape()),
-        shape_string(b.shape()), shape_string(c.shape()));
-  const std::int64_t M = ta == Trans::no ? a.dim(0) : a.dim(1);
-  const std::int64_t K = ta == Trans::no ? a.dim(1) : a.dim(0);
-  const std::int64_t Kb = tb == Trans::no ? b.dim(0) : b.dim(1);
-  const std::int64_t N = tb == Trans::no ? b.dim(1) : b.dim(0);
-  check(K == Kb && c.dim(0) == M && c.dim(1) == N,
+  const int rank = c.rank();
+  check((rank == 2 || rank == 3) && a.rank() == rank && b.rank() == rank &&
+            (rank == 2 || (a.dim(0) == c.dim(0) && b.dim(0) == c.dim(0))),
+        "[matmul] operands must be matrices or equal batches of matrices, got {} {} -> {}",
+        shape_string(a.shape()), shape_string(b.shape()), shape_string(c.shape()));
+  check(rank == 2 || !opt.bias, "[matmul] a bias is not supported for batched products");
+  const std::int64_t G = rank == 3 ? c.dim(0) : 0;  // 0: not batched
+  const int r0 = rank - 2;
+  const std::int64_t M = ta == Trans::no ? a.dim(r0) : a.dim(r0 + 1);
+  const std::int64_t K = ta == Trans::no ? a.dim(r0 + 1) : a.dim(r0);
+  const std::int64_t Kb = tb == Trans::no ? b.dim(r0) : b.dim(r0 + 1);
+  const std::int64_t N = tb == Trans::no ? b.dim(r0 + 1) : b.dim(r0);
+  check(K == Kb && c.dim(r0) == M && c.dim(r0 + 1) == N,
         "[matmul] shapes do not chain: {}{} x {}{} -> {}", shape_string(a.shape()),
         ta == Trans::yes ? "^T" : "", shape_string(b.shape()), tb == Trans::yes ? "^T" : "",
         shape_string(c.shape()));
   check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
         opt.bias ? opt.bias->numel() : 0, N);
-  if (M == 0 || N == 0) return;
+  if (M == 0 || N == 0 || (rank == 3 && G == 0)) return;
   if (K == 0) {  // an empty sum: oneDNN rejects zero-sized K
     check(!opt.bias && !opt.act, "[matmul] K = 0 with a bias or activation is not supported");
     if (!opt.accumulate) c.zero();
@@ -128,7 +137,8 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
 
   const bool bf16 = opt.precision == Precision::bf16;
   const int act = opt.act ? static_cast<int>(opt.act->kind) : -1;
-  const Key key{opt.dynamic_m ? -1 : M,
+  const Key key{G,
+                opt.dynamic_m ? -1 : M,
                 N,
                 opt.dynamic_k ? -1 : K,
                 static_cast<int>(ta),
@@ -140,9 +150,9 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
                 opt.act ? opt.act->beta : 0.f};
 
   const auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  const auto a_md = matrix_desc(M, K, ta, in_dt);
-  const auto b_md = matrix_desc(K, N, tb, in_dt);
-  const auto c_md = matrix_desc(M, N, Trans::no, memory::data_type::f32);
+  const auto a_md = matrix_desc(G, M, K, ta, in_dt);
+  const auto b_md = matrix_desc(G, K, N, tb, in_dt);
+  const auto c_md = matrix_desc(G, M, N, Trans::no, memory::data_type::f32);
   const auto bias_md = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
 
   Engine& e = engine();
@@ -157,9 +167,9 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
       dnnl::primitive_attr attr;
       attr.set_post_ops(ops);
       const bool dm = opt.dynamic_m, dk = opt.dynamic_k;
-      const auto a_rt = matrix_desc(M, K, ta, in_dt, dm, dk);
-      const auto b_rt = matrix_desc(K, N, tb, in_dt, dk, false);
-      const auto c_rt = matrix_desc(M, N, Trans::no, memory::data_type::f32, dm, false);
+      const auto a_rt = matrix_desc(G, M, K, ta, in_dt, dm, dk);
+      const auto b_rt = matrix_desc(G, K, N, tb, in_dt, dk, false);
+      const auto c_rt = matrix_desc(G, M, N, Trans::no, memory::data_type::f32, dm, false);
       auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_md, c_rt)
                            : dnnl::matmul::desc(a_rt, b_rt, c_rt);
       it = e.cache.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, e.engine)))
@@ -171,10 +181,10 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
   const void* a_ptr = a.f32();
   const void* b_ptr = b.f32();
   if (bf16) {
-    std::uint16_t* a16 = bf16_scratch(0, M * K);
-    std::uint16_t* b16 = bf16_scratch(1, K * N);
-    to_bf16(a16, a.f32(), M * K);
-    to_bf16(b16, b.f32(), K * N);
+    std::uint16_t* a16 = bf16_scratch(0, a.numel());
+    std::uint16_t* b16 = bf16_scratch(1, b.numel());
+    to_bf16(a16, a.f32(), a.numel());
+    to_bf16(b16, b.f32(), b.numel());
     a_ptr = a16;
     b_ptr = b16;
   }

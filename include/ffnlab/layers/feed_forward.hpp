@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ffnlab/layers/ffn_config.hpp"
-#include "ffnlab/layers/parameters.hpp"
+#include "ffnlab/layers/layer.hpp"
 #include "ffnlab/ops/matmul.hpp"
 
 namespace ffnlab {
@@ -30,9 +30,8 @@ struct FFNStats {
   double z_loss = 0.0;            // mean over tokens of logsumexp(logits)² (unweighted)
 };
 
-class FeedForward {
+class FeedForward : public Layer {
  public:
-  virtual ~FeedForward() = default;
 
   virtual const FFNConfig& config() const = 0;
   // y [T, D] = FFN(x [T, D]); y is resized if needed. With train = true the activations that
@@ -41,7 +40,6 @@ class FeedForward {
   // dx [T, D] (overwritten; resized if needed) from dy [T, D] of the last training forward.
   // Parameter gradients accumulate into parameters().grads().
   virtual void backward(Tensor& dx, const Tensor& dy) = 0;
-  virtual ParameterSet& parameters() = 0;
   virtual FFNStats stats() const = 0;
 
   // The auxiliary loss of the last training forward, with its coefficients (MoE: aux_coef·
@@ -51,19 +49,10 @@ class FeedForward {
   // Called once per optimizer step (MoE: the aux-loss-free balancing bias update).
   virtual void after_optimizer_step() {}
 
-  // Moves the parameters into `values` / `grads` (views of a bigger buffer, count() elements).
-  void move_parameters(Tensor values, Tensor grads) {
-    parameters().move_to(std::move(values), std::move(grads));
-    bind_parameters();
-  }
-
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
 
  protected:
-  // Re-takes the layer's views of its parameters after they moved.
-  virtual void bind_parameters() = 0;
-
   Precision precision_ = Precision::f32;
   float aux_loss_scale_ = 1.0f;
 };

@@ -31,6 +31,8 @@ struct MatmulOptions {
 };
 
 // c [M, N] = op(a) [M, K] · op(b) [K, N]. Shapes are checked; all tensors are f32 and contiguous.
+// Batched: c [G, M, N] = op(a) [G, M, K] · op(b) [G, K, N], G independent products (attention's
+// per-head products); op transposes the last two dimensions. No bias then.
 void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
             const MatmulOptions& options = {});
 

@@ -1,0 +1,32 @@
+// Scalar reference for the losses (see ops/loss.hpp), in any floating type.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace ffnlab::ref {
+
+// Mean over t of −log softmax(logits[t])[targets[t]]; logits [T, V].
+template <typename T>
+T cross_entropy(const T* logits, const std::int32_t* targets, std::int64_t tokens,
+                std::int64_t V) {
+  T loss = T(0);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const T* l = logits + t * V;
+    T mx = l[0];
+    for (std::int64_t v = 1; v < V; ++v) mx = l[v] > mx ? l[v] : mx;
+    T sum = T(0);
+    for (std::int64_t v = 0; v < V; ++v) sum += std::exp(l[v] - mx);
+    loss += -(l[targets[t]] - mx - std::log(sum));
+  }
+  return loss / T(tokens);
+}
+
+template <typename T>
+T mse(const T* y, const T* target, std::int64_t n) {
+  T sum = T(0);
+  for (std::int64_t i = 0; i < n; ++i) sum += (y[i] - target[i]) * (y[i] - target[i]);
+  return sum / T(n);
+}
+
+}  // namespace ffnlab::ref

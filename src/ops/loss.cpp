@@ -1,0 +1,77 @@
+// Cross-entropy (softmax fused, one pass per row) and MSE. Row sums are reduced in a fixed order
+// so that the loss is the same for any thread count.
+#include "ffnlab/ops/loss.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+double cross_entropy_forward(Tensor& probs, const Tensor& logits,
+                             std::span<const std::int32_t> targets) {
+  check(logits.rank() == 2 && static_cast<std::int64_t>(targets.size()) == logits.dim(0),
+        "[cross_entropy] logits {} for {} targets", shape_string(logits.shape()), targets.size());
+  const std::int64_t T = logits.dim(0), V = logits.dim(1);
+  for (std::int32_t t : targets)
+    check(t >= 0 && t < V, "[cross_entropy] target {} outside the vocabulary [0, {})", t, V);
+  probs.ensure({T, V});
+  std::vector<double> row_loss(static_cast<std::size_t>(T));
+  const float* lp = logits.f32();
+  float* pp = probs.f32();
+#pragma omp parallel for schedule(static) if (T * V > 32768)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* l = lp + t * V;
+    float* p = pp + t * V;
+    float mx = l[0];
+    for (std::int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t v = 0; v < V; ++v) {
+      p[v] = std::exp(l[v] - mx);
+      sum += p[v];
+    }
+    const float inv = 1.f / sum;
+#pragma omp simd
+    for (std::int64_t v = 0; v < V; ++v) p[v] *= inv;
+    row_loss[t] = -(static_cast<double>(l[targets[t]]) - mx - std::log(static_cast<double>(sum)));
+  }
+  double loss = 0;
+  for (double r : row_loss) loss += r;
+  return T > 0 ? loss / static_cast<double>(T) : 0.0;
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& probs,
+                            std::span<const std::int32_t> targets, float scale) {
+  const std::int64_t T = probs.dim(0), V = probs.dim(1);
+  dlogits.ensure({T, V});
+  const float s = scale / static_cast<float>(T);
+  const float* pp = probs.f32();
+  float* dp = dlogits.f32();
+#pragma omp parallel for schedule(static) if (T * V > 32768)
+  for (std::int64_t t = 0; t < T; ++t) {
+#pragma omp simd
+    for (std::int64_t v = 0; v < V; ++v) dp[t * V + v] = s * pp[t * V + v];
+    dp[t * V + targets[t]] -= s;
+  }
+}
+
+double mse_forward(const Tensor& y, const Tensor& target) {
+  check(y.shape() == target.shape(), "[mse] y {} and target {} differ", shape_string(y.shape()),
+        shape_string(target.shape()));
+  double sum = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    const double d = static_cast<double>(y.f32()[i]) - target.f32()[i];
+    sum += d * d;
+  }
+  return y.numel() > 0 ? sum / static_cast<double>(y.numel()) : 0.0;
+}
+
+void mse_backward(Tensor& dy, const Tensor& y, const Tensor& target, float scale) {
+  dy.ensure(y.shape());
+  const float s = 2.f * scale / static_cast<float>(y.numel());
+  for (std::int64_t i = 0; i < y.numel(); ++i) dy.f32()[i] = s * (y.f32()[i] - target.f32()[i]);
+}
+
+}  // namespace ffnlab
