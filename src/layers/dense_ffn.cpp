@@ -10,10 +10,7 @@
 
 namespace ffnlab {
 
-namespace {
-
-// The names of the input projections in buffer order, and of the output projection.
-std::vector<std::string> in_names(const FFNConfig& c) {
+std::vector<std::string> DenseFFN::in_names(const FFNConfig& c) {
   switch (c.kind) {
     case FFNKind::plain:
       return {c.layout == GLULayout::fused ? "dense_h_to_4h" : "up_proj"};
@@ -33,11 +30,9 @@ std::vector<std::string> in_names(const FFNConfig& c) {
   }
 }
 
-std::string out_name(const FFNConfig& c) {
+std::string DenseFFN::out_name(const FFNConfig& c) {
   return c.layout == GLULayout::fused ? "dense_4h_to_h" : "down_proj";
 }
-
-}  // namespace
 
 DenseFFN::DenseFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   validate(config_);

@@ -56,7 +56,7 @@ void from_heads(float* dst, std::int64_t width, std::int64_t col0, const Tensor&
 }  // namespace
 
 void attention_forward(Tensor& out, AttentionCache& c, const Tensor& qkv, std::int64_t seq,
-                       std::int64_t heads, Precision precision) {
+                       std::int64_t heads, bool causal, Precision precision) {
   const Dims d = dims_of(qkv, seq, heads);
   const std::int64_t G = d.B * d.H;
   const Shape hs{G, d.S, d.dh};
@@ -76,7 +76,7 @@ void attention_forward(Tensor& out, AttentionCache& c, const Tensor& qkv, std::i
   const std::int64_t S = d.S;
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < G * S; ++r) {
-    const std::int64_t i = r % S;  // query position: keys 0..i are visible
+    const std::int64_t i = causal ? r % S : S - 1;  // keys 0..i are visible
     float* row = p + r * S;
     float mx = row[0];
     for (std::int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
@@ -96,7 +96,7 @@ void attention_forward(Tensor& out, AttentionCache& c, const Tensor& qkv, std::i
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, AttentionCache& c, std::int64_t seq,
-                        std::int64_t heads, Precision precision) {
+                        std::int64_t heads, bool causal, Precision precision) {
   check(c.p.defined(), "[attention] backward without a forward");
   const std::int64_t G = c.p.dim(0), S = c.p.dim(1), dh = c.q.dim(2);
   const Dims d{G / heads, seq, heads, dh, heads * dh};
@@ -118,7 +118,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, AttentionCache& c, std
   float* dp = c.dp.f32();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < G * S; ++r) {
-    const std::int64_t i = r % S;
+    const std::int64_t i = causal ? r % S : S - 1;
     const float* pr = p + r * S;
     float* g = dp + r * S;
     float dot = 0.f;

@@ -45,26 +45,27 @@ TEST(Attention, MatchesReferenceAndCentralDifferences) {
     std::int64_t B, S, H, dh;
   };
   std::uint64_t seed = 10;
+  for (bool causal : {true, false})
   for (const Case& c : {Case{2, 5, 3, 4}, Case{1, 1, 2, 8}, Case{3, 7, 1, 6}}) {
     const std::int64_t D = c.H * c.dh, T = c.B * c.S;
     const Tensor qkv = test::random_tensor({T, 3 * D}, seed++);
     const Tensor dout = test::random_tensor({T, D}, seed++);
     Tensor out, dqkv;
     AttentionCache cache;
-    attention_forward(out, cache, qkv, c.S, c.H);
-    attention_backward(dqkv, dout, cache, c.S, c.H);
+    attention_forward(out, cache, qkv, c.S, c.H, causal);
+    attention_backward(dqkv, dout, cache, c.S, c.H, causal);
 
     auto x64 = test::to_vector<double>(qkv);
     const auto g64 = test::to_vector<double>(dout);
     std::vector<double> ry(T * D);
     auto loss = [&] {
-      ref::attention_forward<double>(ry.data(), x64.data(), c.B, c.S, c.H, D);
+      ref::attention_forward<double>(ry.data(), x64.data(), c.B, c.S, c.H, D, causal);
       double l = 0;
       for (std::size_t i = 0; i < ry.size(); ++i) l += ry[i] * g64[i];
       return l;
     };
     loss();
-    EXPECT_LT(test::scaled_error(out.f32(), ry.data(), out.numel()), 2e-6);
+    EXPECT_LT(test::scaled_error(out.f32(), ry.data(), out.numel()), 2e-6) << causal;
     test::expect_gradient(x64, test::to_vector<double>(dqkv), loss,
                           test::sample_indices(x64.size(), 120), 2e-5, 1e-4, "dqkv");
   }

@@ -21,11 +21,14 @@ struct AttentionCache {
   Tensor dq, dk, dv;
 };
 
+// causal = false lets every position see the whole sequence (the seeds' encoder).
 void attention_forward(Tensor& out, AttentionCache& cache, const Tensor& qkv, std::int64_t seq,
-                       std::int64_t heads, Precision precision = Precision::f32);
+                       std::int64_t heads, bool causal = true,
+                       Precision precision = Precision::f32);
 
 // dqkv [B·S, 3D] (overwritten) from dout [B·S, D] and the cache of the last forward.
 void attention_backward(Tensor& dqkv, const Tensor& dout, AttentionCache& cache, std::int64_t seq,
-                        std::int64_t heads, Precision precision = Precision::f32);
+                        std::int64_t heads, bool causal = true,
+                        Precision precision = Precision::f32);
 
 }  // namespace ffnlab

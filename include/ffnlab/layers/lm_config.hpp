@@ -1,0 +1,43 @@
+// LMConfig: a byte-level (or any-vocabulary) Transformer language model around one FFN config.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string_view>
+
+#include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/ops/norm.hpp"
+
+namespace ffnlab {
+
+enum class PositionKind : std::uint8_t { learned, sinusoidal, rope, none, count };
+const char* position_name(PositionKind kind);
+PositionKind parse_position(std::string_view name);
+
+struct LMConfig {
+  std::int64_t vocab = 256;     // V
+  std::int64_t d_model = 128;   // D
+  int layers = 4;               // L
+  std::int64_t heads = 4;       // H
+  std::int64_t context = 128;   // longest sequence S (the learned position table's rows)
+  PositionKind positions = PositionKind::learned;
+  float rope_theta = 10000.f;
+  NormKind norm = NormKind::layernorm;
+  float norm_eps = 1e-5f;
+  bool pre_norm = true;         // false: post-norm (the original Transformer, the seeds' encoder)
+  bool final_norm = true;       // a norm after the last block (pre-norm models have one)
+  bool tied_head = true;        // the LM head is the token embedding, transposed
+  bool attn_bias = true;        // biases of q/k/v/o
+  bool causal = true;           // false: bidirectional attention (the seeds' encoder)
+  float dropout = 0.f;          // after the embeddings and on each residual branch
+  FFNConfig ffn;                // every block's FFN; ffn.d_model == d_model
+};
+
+// Throws "[lm] ..." naming the first thing that makes no sense.
+void validate(const LMConfig& config);
+
+// JSON: {"vocab": 256, ..., "ffn": {<docs/config.md>}}. Unknown keys are an error.
+LMConfig lm_config_from_json(const nlohmann::json& j);
+nlohmann::json lm_config_to_json(const LMConfig& config);
+
+}  // namespace ffnlab

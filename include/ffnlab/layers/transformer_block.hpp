@@ -1,0 +1,50 @@
+// TransformerBlock: attention and an FFN (any FeedForward, dense or MoE), each inside a residual
+// connection with a norm, in either order:
+//   pre-norm:  h = x + drop(attn(norm1(x)));   y = h + drop(ffn(norm2(h)))
+//   post-norm: h = norm1(x + drop(attn(x)));   y = norm2(h + drop(ffn(h)))
+// Hugging Face names: input_layernorm, self_attn, post_attention_layernorm, mlp.
+#pragma once
+
+#include <memory>
+
+#include "ffnlab/layers/attention_layer.hpp"
+#include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/layers/norm.hpp"
+
+namespace ffnlab {
+
+class TransformerBlock final : public Layer {
+ public:
+  TransformerBlock(const LMConfig& config, std::uint64_t seed);
+
+  // y [B·S, D] from x [B·S, D]; x is kept by reference. Dropout (training only) draws from
+  // streams `stream` and `stream + 1` of `dropout_seed` (ops/dropout.hpp).
+  void forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train, std::uint64_t dropout_seed,
+               std::uint64_t stream);
+  // dx [B·S, D] (overwritten); parameter gradients accumulate.
+  void backward(Tensor& dx, const Tensor& dy);
+
+  ParameterSet& parameters() override { return params_; }
+  FeedForward& ffn() { return *ffn_; }
+  const FeedForward& ffn() const { return *ffn_; }
+  void set_precision(Precision p);
+
+ private:
+  void bind_parameters() override;
+
+  bool pre_norm_;
+  float dropout_;
+  Norm norm1_, norm2_;
+  Attention attn_;
+  std::unique_ptr<FeedForward> ffn_;
+  ParameterSet params_;
+  // Saved by forward: [T, D] each.
+  bool train_ = false;
+  std::uint64_t dropout_seed_ = 0, stream_ = 0;
+  Tensor x_, n1_, a_, h_, n2_, f_, z_;
+  // Backward workspaces: [T, D] each.
+  Tensor d1_, d2_, d3_;
+};
+
+}  // namespace ffnlab

@@ -1,0 +1,68 @@
+// TransformerLM: token embedding (+ learned or sinusoidal positions) → dropout → L blocks →
+// final norm → LM head (tied to the embedding or its own) → cross-entropy. All parameters live in
+// one buffer, named like Hugging Face checkpoints (model.embed_tokens.weight,
+// model.layers.{i}.self_attn.q_proj.weight, model.norm.weight, lm_head.weight, ...).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/layers/norm.hpp"
+#include "ffnlab/layers/transformer_block.hpp"
+
+namespace ffnlab {
+
+class TransformerLM final : public Layer {
+ public:
+  TransformerLM(const LMConfig& config, std::uint64_t seed);
+
+  const LMConfig& config() const { return config_; }
+  ParameterSet& parameters() override { return params_; }
+
+  // Runs B = ids.size()/seq sequences of seq tokens. Returns the mean cross-entropy of
+  // predicting targets[t] at every position (0 when targets is empty: logits only). With
+  // train = true, dropout is on and backward() may follow.
+  double forward(std::span<const std::int32_t> ids, std::span<const std::int32_t> targets,
+                 std::int64_t seq, bool train);
+  // Gradients of scale·(cross-entropy + aux_loss()) of the last training forward, accumulated
+  // into parameters().grads().
+  void backward(float scale = 1.f);
+
+  const Tensor& logits() const { return logits_; }  // [B·S, V] of the last forward
+  double aux_loss() const;                          // Σ over blocks of the MoE aux losses
+  std::vector<FFNStats> ffn_stats() const;          // per block, of the last forward
+  void after_optimizer_step();                      // MoE balancing-bias updates
+  void set_precision(Precision p);
+  // Dropout of the next forwards draws from (seed, stream·(2L + 1) + i); the trainer passes the
+  // step, so that masks depend on the step only (a resumed run draws the same ones).
+  void set_dropout_stream(std::uint64_t seed, std::uint64_t stream);
+  // Whether AdamW decays a parameter: matrices (and embeddings) yes, norm weights and biases no.
+  static bool is_decayed(const Parameter& p);
+
+ private:
+  void bind_parameters() override;
+
+  LMConfig config_;
+  Precision precision_ = Precision::f32;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::unique_ptr<Norm> final_norm_;
+  ParameterSet params_;
+  Tensor embed_, dembed_;  // [V, D]
+  Tensor pos_, dpos_;      // [context, D] learned; pos_ is the fixed table when sinusoidal
+  Tensor head_, dhead_;    // [V, D] (views of embed_ when tied)
+  std::uint64_t dropout_seed_ = 0, dropout_stream_ = 0;
+
+  // Saved by forward.
+  bool train_ = false;
+  std::int64_t seq_ = 0;
+  std::vector<std::int32_t> ids_, targets_;
+  std::vector<Tensor> xs_;  // L + 1 activations [T, D]: the embedding output and each block's
+  Tensor z_;                // [T, D] the final norm's output (xs_.back() without one)
+  Tensor logits_, probs_;   // [T, V]
+  // Backward workspaces.
+  Tensor dlogits_, dz_, dx_a_, dx_b_;
+};
+
+}  // namespace ffnlab

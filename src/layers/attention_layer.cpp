@@ -1,0 +1,74 @@
+// The attention layer: one [3D, D] product, RoPE on q and k, ops/attention, the output product.
+#include "ffnlab/layers/attention_layer.hpp"
+
+#include <cmath>
+
+#include "check.hpp"
+#include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/positions.hpp"
+
+namespace ffnlab {
+
+Attention::Attention(const AttentionConfig& config, std::uint64_t seed) : config_(config) {
+  const std::int64_t D = config_.d_model, H = config_.heads;
+  check(D > 0 && H > 0 && D % H == 0, "[attention] d_model = {} is not a multiple of heads = {}",
+        D, H);
+  check(!config_.rope || (D / H) % 2 == 0, "[attention] RoPE needs an even head size, got {}",
+        D / H);
+  for (const char* n : {"q_proj", "k_proj", "v_proj"}) params_.declare(std::string(n) + ".weight", {D, D});
+  if (config_.bias)
+    for (const char* n : {"q_proj", "k_proj", "v_proj"}) params_.declare(std::string(n) + ".bias", {D});
+  params_.declare("o_proj.weight", {D, D});
+  if (config_.bias) params_.declare("o_proj.bias", {D});
+  params_.allocate();
+  bind_parameters();
+  std::mt19937_64 rng(seed);
+  const float bound = 1.f / std::sqrt(static_cast<float>(D));  // torch.nn.Linear's default
+  init_uniform(w_qkv_, bound, rng);
+  init_uniform(w_o_, bound, rng);
+  if (config_.bias) {
+    init_uniform(b_qkv_, bound, rng);
+    init_uniform(b_o_, bound, rng);
+  }
+}
+
+void Attention::bind_parameters() {
+  const std::int64_t D = config_.d_model;
+  w_qkv_ = params_.value_span("q_proj.weight", {3 * D, D});
+  dw_qkv_ = params_.grad_span("q_proj.weight", {3 * D, D});
+  w_o_ = params_.at("o_proj.weight").value;
+  dw_o_ = params_.at("o_proj.weight").grad;
+  if (config_.bias) {
+    b_qkv_ = params_.value_span("q_proj.bias", {3 * D});
+    db_qkv_ = params_.grad_span("q_proj.bias", {3 * D});
+    b_o_ = params_.at("o_proj.bias").value;
+    db_o_ = params_.at("o_proj.bias").grad;
+  }
+}
+
+void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq) {
+  const std::int64_t D = config_.d_model;
+  check(x.rank() == 2 && x.dim(1) == D && seq > 0 && x.dim(0) % seq == 0,
+        "[attention] input {} is not [B·{}, {}]", shape_string(x.shape()), seq, D);
+  x_ = x;
+  seq_ = seq;
+  qkv_.ensure({x.dim(0), 3 * D});
+  linear_forward(qkv_, x, w_qkv_, config_.bias ? &b_qkv_ : nullptr, precision_);
+  if (config_.rope) rope_forward(qkv_, seq, 2 * D, D / config_.heads, config_.rope_theta);
+  attention_forward(a_, cache_, qkv_, seq, config_.heads, config_.causal, precision_);
+  y.ensure({x.dim(0), D});
+  linear_forward(y, a_, w_o_, config_.bias ? &b_o_ : nullptr, precision_);
+}
+
+void Attention::backward(Tensor& dx, const Tensor& dy) {
+  check(x_.defined(), "[attention] backward without a forward");
+  const std::int64_t D = config_.d_model;
+  da_.ensure(a_.shape());
+  linear_backward(&da_, dw_o_, config_.bias ? &db_o_ : nullptr, dy, a_, w_o_, precision_);
+  attention_backward(dqkv_, da_, cache_, seq_, config_.heads, config_.causal, precision_);
+  if (config_.rope) rope_backward(dqkv_, seq_, 2 * D, D / config_.heads, config_.rope_theta);
+  dx.ensure(x_.shape());
+  linear_backward(&dx, dw_qkv_, config_.bias ? &db_qkv_ : nullptr, dqkv_, x_, w_qkv_, precision_);
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,118 @@
+// One Transformer block: norms, attention, FFN, dropout and residual adds, in pre- or post-norm
+// order. The block's parameters are its four children's, one after the other.
+#include "ffnlab/layers/transformer_block.hpp"
+
+#include "check.hpp"
+#include "ffnlab/ops/dropout.hpp"
+
+namespace ffnlab {
+
+namespace {
+
+AttentionConfig attention_config(const LMConfig& c) {
+  return {c.d_model, c.heads, c.attn_bias, c.causal, c.positions == PositionKind::rope,
+          c.rope_theta};
+}
+
+// y = a + b (y may be a or b).
+void add(Tensor& y, const Tensor& a, const Tensor& b) {
+  y.ensure(a.shape());
+  const std::int64_t n = a.numel();
+  const float *ap = a.f32(), *bp = b.f32();
+  float* yp = y.f32();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
+}
+
+const char* const kNorm1 = "input_layernorm.";
+const char* const kNorm2 = "post_attention_layernorm.";
+const char* const kAttn = "self_attn.";
+const char* const kFFN = "mlp.";
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(const LMConfig& c, std::uint64_t seed)
+    : pre_norm_(c.pre_norm),
+      dropout_(c.dropout),
+      norm1_(c.norm, c.d_model, c.norm_eps),
+      norm2_(c.norm, c.d_model, c.norm_eps),
+      attn_(attention_config(c), seed),
+      ffn_(make_ffn(c.ffn, seed + 1)) {
+  params_.declare_all(norm1_.parameters(), kNorm1);
+  params_.declare_all(attn_.parameters(), kAttn);
+  params_.declare_all(norm2_.parameters(), kNorm2);
+  params_.declare_all(ffn_->parameters(), kFFN);
+  params_.allocate();
+  bind_parameters();
+}
+
+void TransformerBlock::bind_parameters() {
+  auto move = [&](Layer& child, const char* prefix) {
+    child.move_parameters(params_.child_values(child.parameters(), prefix),
+                          params_.child_grads(child.parameters(), prefix));
+  };
+  move(norm1_, kNorm1);
+  move(attn_, kAttn);
+  move(norm2_, kNorm2);
+  move(*ffn_, kFFN);
+}
+
+void TransformerBlock::set_precision(Precision p) {
+  attn_.set_precision(p);
+  ffn_->set_precision(p);
+}
+
+void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train,
+                               std::uint64_t dropout_seed, std::uint64_t stream) {
+  train_ = train;
+  dropout_seed_ = dropout_seed;
+  stream_ = stream;
+  const float p = train ? dropout_ : 0.f;
+  x_ = x;
+  if (pre_norm_) {
+    norm1_.forward(n1_, x);
+    attn_.forward(a_, n1_, seq);
+    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream);
+    add(h_, x, a_);
+    norm2_.forward(n2_, h_);
+    ffn_->forward(f_, n2_, train);
+    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1);
+    add(y, h_, f_);
+  } else {
+    attn_.forward(a_, x, seq);
+    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream);
+    add(n1_, x, a_);  // n1_ holds x + a, the input of norm1
+    norm1_.forward(h_, n1_);
+    ffn_->forward(f_, h_, train);
+    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1);
+    add(z_, h_, f_);
+    norm2_.forward(y, z_);
+  }
+}
+
+void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {
+  check(train_, "[block] backward needs a training forward");
+  const float p = dropout_;
+  if (pre_norm_) {
+    // d1 = ∂/∂f, d2 = ∂/∂n2 then ∂/∂h, d3 = ∂/∂a then ∂/∂n1
+    dropout_backward(d1_, dy, p, dropout_seed_, stream_ + 1);
+    ffn_->backward(d2_, d1_);
+    norm2_.backward(d3_, d2_);
+    add(d2_, d3_, dy);  // dh
+    dropout_backward(d3_, d2_, p, dropout_seed_, stream_);
+    attn_.backward(d1_, d3_);
+    norm1_.backward(dx, d1_);
+    add(dx, dx, d2_);
+  } else {
+    norm2_.backward(d1_, dy);  // ∂/∂z
+    dropout_backward(d2_, d1_, p, dropout_seed_, stream_ + 1);
+    ffn_->backward(d3_, d2_);
+    add(d3_, d3_, d1_);  // dh
+    norm1_.backward(d1_, d3_);  // ∂/∂(x + a)
+    dropout_backward(d2_, d1_, p, dropout_seed_, stream_);
+    attn_.backward(dx, d2_);
+    add(dx, dx, d1_);
+  }
+}
+
+}  // namespace ffnlab

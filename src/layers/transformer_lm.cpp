@@ -1,0 +1,168 @@
+// The language model: embeddings, blocks, final norm, head and loss, with one parameter buffer.
+#include "ffnlab/layers/transformer_lm.hpp"
+
+#include <random>
+
+#include "check.hpp"
+#include "ffnlab/ops/dropout.hpp"
+#include "ffnlab/ops/embedding.hpp"
+#include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/loss.hpp"
+#include "ffnlab/ops/positions.hpp"
+
+namespace ffnlab {
+
+namespace {
+
+const char* const kEmbed = "model.embed_tokens.weight";
+const char* const kPos = "model.embed_positions.weight";
+const char* const kNorm = "model.norm.";
+const char* const kHead = "lm_head.weight";
+
+std::string block_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
+
+// Seeds of the sub-layers, far apart so that no two draw the same stream.
+std::uint64_t sub_seed(std::uint64_t seed, int i) {
+  return seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i) * 1000003ull + 17;
+}
+
+void init_normal(Tensor& t, float std, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist(0.f, std);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(rng);
+}
+
+}  // namespace
+
+TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed) : config_(config) {
+  validate(config_);
+  const std::int64_t V = config_.vocab, D = config_.d_model;
+  for (int i = 0; i < config_.layers; ++i)
+    blocks_.push_back(std::make_unique<TransformerBlock>(config_, sub_seed(seed, i + 1)));
+  if (config_.final_norm) final_norm_ = std::make_unique<Norm>(config_.norm, D, config_.norm_eps);
+
+  params_.declare(kEmbed, {V, D});
+  if (config_.positions == PositionKind::learned) params_.declare(kPos, {config_.context, D});
+  for (int i = 0; i < config_.layers; ++i)
+    params_.declare_all(blocks_[i]->parameters(), block_prefix(i));
+  if (final_norm_) params_.declare_all(final_norm_->parameters(), kNorm);
+  if (!config_.tied_head) params_.declare(kHead, {V, D});
+  params_.allocate();
+  bind_parameters();
+
+  // GPT-2's initialisation of the embeddings (N(0, 0.02)); Linear layers keep torch's default.
+  std::mt19937_64 rng(sub_seed(seed, 0));
+  init_normal(embed_, 0.02f, rng);
+  if (config_.positions == PositionKind::learned) init_normal(pos_, 0.02f, rng);
+  if (!config_.tied_head) init_uniform(head_, 1.f / std::sqrt(static_cast<float>(D)), rng);
+  if (config_.positions == PositionKind::sinusoidal) pos_ = sinusoidal_table(config_.context, D);
+}
+
+void TransformerLM::bind_parameters() {
+  embed_ = params_.at(kEmbed).value;
+  dembed_ = params_.at(kEmbed).grad;
+  if (config_.positions == PositionKind::learned) {
+    pos_ = params_.at(kPos).value;
+    dpos_ = params_.at(kPos).grad;
+  }
+  for (int i = 0; i < config_.layers; ++i) {
+    auto& b = *blocks_[i];
+    b.move_parameters(params_.child_values(b.parameters(), block_prefix(i)),
+                      params_.child_grads(b.parameters(), block_prefix(i)));
+  }
+  if (final_norm_)
+    final_norm_->move_parameters(params_.child_values(final_norm_->parameters(), kNorm),
+                                 params_.child_grads(final_norm_->parameters(), kNorm));
+  head_ = config_.tied_head ? embed_ : params_.at(kHead).value;
+  dhead_ = config_.tied_head ? dembed_ : params_.at(kHead).grad;
+}
+
+bool TransformerLM::is_decayed(const Parameter& p) {
+  return p.shape.size() == 2;
+}
+
+void TransformerLM::set_precision(Precision p) {
+  precision_ = p;
+  for (auto& b : blocks_) b->set_precision(p);
+}
+
+void TransformerLM::set_dropout_stream(std::uint64_t seed, std::uint64_t stream) {
+  dropout_seed_ = seed;
+  dropout_stream_ = stream;
+}
+
+double TransformerLM::forward(std::span<const std::int32_t> ids,
+                              std::span<const std::int32_t> targets, std::int64_t seq,
+                              bool train) {
+  const std::int64_t T = static_cast<std::int64_t>(ids.size());
+  check(seq > 0 && seq <= config_.context, "[lm] sequence length {} outside [1, context = {}]",
+        seq, config_.context);
+  check(T > 0 && T % seq == 0, "[lm] {} tokens are not whole sequences of {}", T, seq);
+  check(targets.empty() || targets.size() == ids.size(), "[lm] {} targets for {} tokens",
+        targets.size(), ids.size());
+  train_ = train;
+  seq_ = seq;
+  ids_.assign(ids.begin(), ids.end());
+  targets_.assign(targets.begin(), targets.end());
+  const int L = config_.layers;
+  const std::uint64_t base = dropout_stream_ * static_cast<std::uint64_t>(2 * L + 1);
+  xs_.resize(static_cast<std::size_t>(L + 1));
+
+  embedding_forward(xs_[0], ids, embed_);
+  if (pos_.defined()) position_add_forward(xs_[0], pos_, seq);
+  if (train && config_.dropout > 0.f)
+    dropout_forward(xs_[0], xs_[0], config_.dropout, dropout_seed_, base);
+  for (int i = 0; i < L; ++i)
+    blocks_[i]->forward(xs_[i + 1], xs_[i], seq, train, dropout_seed_, base + 1 + 2 * i);
+  const Tensor* z = &xs_[L];
+  if (final_norm_) {
+    final_norm_->forward(z_, xs_[L]);
+    z = &z_;
+  }
+  logits_.ensure({T, config_.vocab});
+  linear_forward(logits_, *z, head_, nullptr, precision_);
+  if (targets.empty()) return 0.0;
+  return cross_entropy_forward(probs_, logits_, targets);
+}
+
+void TransformerLM::backward(float scale) {
+  check(train_ && !targets_.empty(), "[lm] backward needs a training forward with targets");
+  const int L = config_.layers;
+  for (auto& b : blocks_) b->ffn().set_aux_loss_scale(scale);
+  cross_entropy_backward(dlogits_, probs_, targets_, scale);
+  const Tensor& z = final_norm_ ? z_ : xs_[L];
+  dz_.ensure(z.shape());
+  linear_backward(&dz_, dhead_, nullptr, dlogits_, z, head_, precision_);
+  Tensor* d = &dz_;
+  if (final_norm_) {
+    final_norm_->backward(dx_a_, dz_);
+    d = &dx_a_;
+  }
+  for (int i = L - 1; i >= 0; --i) {
+    Tensor& out = d == &dx_a_ ? dx_b_ : dx_a_;
+    blocks_[i]->backward(out, *d);
+    d = &out;
+  }
+  if (config_.dropout > 0.f)
+    dropout_backward(*d, *d, config_.dropout, dropout_seed_,
+                     dropout_stream_ * static_cast<std::uint64_t>(2 * L + 1));
+  if (dpos_.defined()) position_add_backward(dpos_, *d, seq_);
+  embedding_backward(dembed_, *d, ids_);
+}
+
+double TransformerLM::aux_loss() const {
+  double sum = 0;
+  for (const auto& b : blocks_) sum += b->ffn().aux_loss();
+  return sum;
+}
+
+std::vector<FFNStats> TransformerLM::ffn_stats() const {
+  std::vector<FFNStats> out;
+  for (const auto& b : blocks_) out.push_back(b->ffn().stats());
+  return out;
+}
+
+void TransformerLM::after_optimizer_step() {
+  for (auto& b : blocks_) b->ffn().after_optimizer_step();
+}
+
+}  // namespace ffnlab
