@@ -88,6 +88,7 @@ void TransformerLM::set_precision(Precision p) {
 void TransformerLM::set_dropout_stream(std::uint64_t seed, std::uint64_t stream) {
   dropout_seed_ = seed;
   dropout_stream_ = stream;
+  for (auto& b : blocks_) b->ffn().set_random_stream(stream);
 }
 
 double TransformerLM::forward(std::span<const std::int32_t> ids,

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ffnlab::cli::add_params_command(app);
   ffnlab::cli::add_run_command(app);
+  ffnlab::cli::add_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -36,7 +36,8 @@ class TransformerLM final : public Layer {
   void after_optimizer_step();                      // MoE balancing-bias updates
   void set_precision(Precision p);
   // Dropout of the next forwards draws from (seed, stream·(2L + 1) + i); the trainer passes the
-  // step, so that masks depend on the step only (a resumed run draws the same ones).
+  // step, so that masks depend on the step only (a resumed run draws the same ones). The MoE
+  // layers' noise is re-seeded from the same stream.
   void set_dropout_stream(std::uint64_t seed, std::uint64_t stream);
   // Whether AdamW decays a parameter: matrices (and embeddings) yes, norm weights and biases no.
   static bool is_decayed(const Parameter& p);

@@ -1,0 +1,76 @@
+"""PyTorch side of the language-model comparison: the reference configuration of issue 4 (pre-norm
+byte-level LM on the fortunes corpus) trained with the same model, schedule, data split and
+evaluation as `ffnlab train`, printing tokens/s and validation bits per byte. Run with the Debian
+PyTorch:  /usr/bin/python3 bench/torch_train.py --variant relu --d-ff 512 --threads 2"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "parity"))
+import torch_lm  # noqa: E402
+
+
+def load(path):
+    files = []
+    for root, _, names in os.walk(path):
+        files += [os.path.join(root, n) for n in names if not n.endswith((".dat", ".u8"))]
+    data = b"".join(open(f, "rb").read() for f in sorted(files))
+    return torch.tensor(list(data), dtype=torch.long)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", default="relu", choices=["relu", "swiglu"])
+    ap.add_argument("--d-ff", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--data", default="/usr/share/games/fortunes")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    data = load(a.data)
+    split = int(math.floor(len(data) * 0.9))
+    train, val = data[:split], data[split:]
+    S, B = 128, 16
+    kind, act = ("glu", "silu") if a.variant == "swiglu" else ("plain", "relu")
+    cfg = dict(vocab=256, d_model=128, layers=4, heads=4, context=S, attn_bias=True, norm_eps=1e-5,
+               tied_head=True, ffn=dict(kind=kind, act=act, d_ff=a.d_ff, bias=True))
+    model = torch_lm.LM(cfg)
+    opt = torch_lm.optimizer(model, 3e-3, (0.9, 0.95), 0.1)
+    times = []
+    for step in range(a.steps):
+        t0 = time.perf_counter()
+        starts = torch.randint(0, len(train) - S, (B,))
+        win = torch.stack([train[s:s + S + 1] for s in starts.tolist()])
+        ids, tgt = win[:, :-1].reshape(-1), win[:, 1:].reshape(-1)
+        for g in opt.param_groups:
+            g["lr"] = torch_lm.lr_at(step, 3e-3, 50, a.steps, 0.1)
+        ce, aux = model(ids, tgt, S)
+        opt.zero_grad(set_to_none=True)
+        (ce + aux).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    model.eval()
+    total, n = 0.0, 0
+    with torch.no_grad():
+        W = (len(val) - 1) // S
+        for w0 in range(0, W, B):
+            ws = range(w0, min(W, w0 + B))
+            ids = torch.cat([val[w * S:w * S + S] for w in ws])
+            tgt = torch.cat([val[w * S + 1:w * S + S + 1] for w in ws])
+            ce, _ = model(ids, tgt, S)
+            total += ce.item() * ids.numel()
+            n += ids.numel()
+    times.sort()
+    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed}: median {B * S / times[len(times) // 2]:.0f} "
+          f"tokens/s, validation {total / n / math.log(2):.4f} bits/byte after {a.steps} steps")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+// Byte-level text data: a file, or every regular file under a folder (sorted by path, skipping
+// the fortune package's binary `.dat` indexes and its `.u8` duplicates), concatenated. The last
+// `val_fraction` of the bytes is the validation part. Training batches are random contiguous
+// windows whose positions are a function of (seed, step, micro-batch, row) only, so a batch
+// never depends on what was drawn before: the data position of a run is its step.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ffnlab {
+
+inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
+
+struct Corpus {
+  std::string source;             // what was loaded
+  std::vector<std::string> files; // in order
+  std::vector<std::uint8_t> bytes;
+  std::int64_t split = 0;         // bytes [0, split) train, [split, size) validation
+
+  std::span<const std::uint8_t> train() const { return {bytes.data(), static_cast<std::size_t>(split)}; }
+  std::span<const std::uint8_t> validation() const {
+    return {bytes.data() + split, bytes.size() - static_cast<std::size_t>(split)};
+  }
+};
+
+// Throws "[data] ..." for a missing path, a folder without text files, or empty data.
+Corpus load_corpus(const std::string& path, double val_fraction = 0.1);
+
+// B windows of seq + 1 bytes: ids = window[0, seq), targets = window[1, seq + 1).
+struct Batch {
+  std::vector<std::int32_t> ids, targets;  // [B·S] each
+};
+
+// Throws "[data] ..." when the part is shorter than seq + 1 bytes.
+Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
+                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro);
+
+// Consecutive non-overlapping windows from the start of the part (evaluation): window w starts
+// at w·seq. Returns at most `batch` windows starting with window `first`.
+Batch sequential_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
+                       std::int64_t first);
+// How many such windows the part holds.
+std::int64_t window_count(std::span<const std::uint8_t> part, std::int64_t seq);
+
+// Shannon entropy of the byte distribution of a part, in bits per byte (a unigram baseline).
+double unigram_entropy_bits(std::span<const std::uint8_t> part);
+
+}  // namespace ffnlab

@@ -1,0 +1,26 @@
+// Learning-rate schedule: linear warm-up to the peak, then cosine decay to min_ratio·peak at the
+// last step (or constant). lr(s) for the update of step s = 0, 1, ..., steps − 1:
+//   s < warmup:  peak·(s + 1)/warmup
+//   otherwise:   peak·(min_ratio + (1 − min_ratio)·½(1 + cos(π·(s − warmup)/(steps − warmup))))
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace ffnlab {
+
+enum class DecayKind : std::uint8_t { cosine, constant, count };
+const char* decay_name(DecayKind kind);
+DecayKind parse_decay(std::string_view name);
+
+struct Schedule {
+  float peak = 3e-3f;
+  std::int64_t warmup = 50;
+  std::int64_t steps = 600;
+  float min_ratio = 0.1f;
+  DecayKind decay = DecayKind::cosine;
+
+  float lr(std::int64_t step) const;
+};
+
+}  // namespace ffnlab

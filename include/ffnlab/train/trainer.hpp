@@ -1,0 +1,114 @@
+// Trainer: trains a TransformerLM on a byte corpus. One step = `accumulate` micro-batches of
+// forward + backward (gradients summed with weight 1/accumulate), clipping by global norm, the
+// optimizer update at the scheduled learning rate, then the MoE balancing-bias update. All
+// randomness (batch windows, dropout, MoE noise) is a function of (seed, step), so the state of
+// a run is its weights, optimizer moments and step: a resumed run continues bit-identically.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/train/data.hpp"
+#include "ffnlab/train/optimizer.hpp"
+#include "ffnlab/train/schedule.hpp"
+
+namespace ffnlab {
+
+struct TrainConfig {
+  std::int64_t steps = 600;
+  std::int64_t batch = 16;       // sequences per micro-batch
+  std::int64_t seq = 128;        // tokens per sequence
+  std::int64_t accumulate = 1;   // micro-batches per step
+  OptimizerConfig optimizer;
+  std::int64_t warmup = 50;
+  float min_lr_ratio = 0.1f;
+  DecayKind decay = DecayKind::cosine;
+  float clip = 1.0f;             // max global gradient norm; 0: no clipping
+  std::uint64_t seed = 1;        // model initialisation, batches, dropout
+  Precision precision = Precision::f32;
+  std::int64_t eval_every = 100; // 0: only at the end
+  std::int64_t eval_tokens = 0;  // validation tokens per evaluation; 0: the whole part
+  std::int64_t checkpoint_every = 0;  // 0: only at the end (when a directory is set)
+};
+
+void validate(const TrainConfig& config);
+nlohmann::json train_config_to_json(const TrainConfig& config);
+TrainConfig train_config_from_json(const nlohmann::json& j);
+
+struct StepLog {
+  std::int64_t step = 0;  // 1-based: the number of updates done
+  double loss = 0;        // mean cross-entropy over the step's micro-batches
+  double aux_loss = 0;    // MoE aux losses (with coefficients), mean over micro-batches
+  double grad_norm = 0;   // before clipping
+  double lr = 0;
+  double tokens_per_second = 0;
+  double seconds = 0;     // wall time of the step
+  // MoE (means over layers; zero for dense models)
+  double load_cv = 0, max_over_mean = 0, dropped_fraction = 0, router_entropy = 0;
+};
+
+struct EvalLog {
+  std::int64_t step = 0;
+  double loss = 0;           // nats per byte
+  double bits_per_byte = 0;
+  std::int64_t tokens = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config);
+
+  // Trains from the current step to config.steps. Evaluates every eval_every steps and at the
+  // end, and checkpoints to `checkpoint_dir` (if not empty) every checkpoint_every steps and at
+  // the end. A non-finite loss or gradient stops training before the update with an Error naming
+  // the step; the last checkpoint written stays as it is.
+  void run(const std::function<void(const StepLog&)>& on_step,
+           const std::function<void(const EvalLog&)>& on_eval,
+           const std::string& checkpoint_dir = "");
+
+  // One step on `accumulate` batches drawn from the training part (used by run); returns its
+  // log. Throws on a non-finite loss or gradient.
+  StepLog train_step();
+  // One step on the given micro-batches (each config.seq-token sequences).
+  StepLog train_step(std::span<const Batch> batches);
+  // Mean loss over the first max_tokens tokens of the validation part (0: all of it).
+  EvalLog evaluate(std::int64_t max_tokens);
+
+  // Checkpoint: DIR/checkpoint.json (configs, step, seed, the weights file's name) and
+  // DIR/weights-<step>.safetensors (parameters by name, optimizer moments). Each file is
+  // written to a temporary name and renamed; checkpoint.json is renamed last, so that a crash
+  // at any point leaves the previous checkpoint whole.
+  void save(const std::string& dir) const;
+  // Loads weights, optimizer state and step from DIR. Throws "[checkpoint] ..." for a missing
+  // or corrupt checkpoint or one of another model shape.
+  void load(const std::string& dir);
+
+  std::int64_t step() const { return step_; }
+  const TrainConfig& config() const { return config_; }
+  void set_steps(std::int64_t steps) { config_.steps = schedule_.steps = steps; }
+  TransformerLM& model() { return model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  TransformerLM& model_;
+  const Corpus& corpus_;
+  TrainConfig config_;
+  Schedule schedule_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::int64_t step_ = 0;
+};
+
+// Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or
+// corrupt file.
+nlohmann::json read_checkpoint_info(const std::string& dir);
+
+// Generates n bytes after `prompt` by sampling softmax(logits / temperature) (greedy at 0),
+// with the context cut to the model's last `context` bytes.
+std::string sample_text(TransformerLM& model, const std::string& prompt, std::int64_t n,
+                        float temperature, std::uint64_t seed);
+
+}  // namespace ffnlab

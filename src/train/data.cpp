@@ -1,0 +1,112 @@
+// Loading text and cutting it into windows.
+#include "ffnlab/train/data.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool skipped(const fs::path& p) {
+  const auto ext = p.extension().string();
+  return ext == ".dat" || ext == ".u8";
+}
+
+void append_file(Corpus& c, const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  check(in.good(), "[data] cannot read '{}'", p.string());
+  c.bytes.insert(c.bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  c.files.push_back(p.string());
+}
+
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Corpus load_corpus(const std::string& path, double val_fraction) {
+  check(val_fraction >= 0.0 && val_fraction < 1.0, "[data] validation fraction {} outside [0, 1)",
+        val_fraction);
+  Corpus c;
+  c.source = path;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  check(!ec && fs::exists(status), "[data] '{}' does not exist", path);
+  if (fs::is_directory(status)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::recursive_directory_iterator(path))
+      if (e.is_regular_file() && !skipped(e.path())) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    check(!files.empty(), "[data] '{}' holds no text files", path);
+    for (const auto& f : files) append_file(c, f);
+  } else {
+    append_file(c, path);
+  }
+  check(!c.bytes.empty(), "[data] '{}' is empty", path);
+  c.split = static_cast<std::int64_t>(std::floor(static_cast<double>(c.bytes.size()) * (1.0 - val_fraction)));
+  return c;
+}
+
+Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
+                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro) {
+  const std::int64_t n = static_cast<std::int64_t>(part.size());
+  check(seq > 0 && batch > 0, "[data] batch {} and sequence length {} must be positive", batch, seq);
+  check(n >= seq + 1, "[data] sequence length {} needs {} bytes, the training part has {}", seq,
+        seq + 1, n);
+  Batch b;
+  b.ids.resize(static_cast<std::size_t>(batch * seq));
+  b.targets.resize(b.ids.size());
+  const std::uint64_t starts = static_cast<std::uint64_t>(n - seq);  // valid starts: [0, n − seq)
+  for (std::int64_t r = 0; r < batch; ++r) {
+    const std::uint64_t h = mix(mix(mix(seed) + step) + micro * 0x100000001b3ull + static_cast<std::uint64_t>(r));
+    const std::int64_t start = static_cast<std::int64_t>(h % starts);
+    for (std::int64_t s = 0; s < seq; ++s) {
+      b.ids[r * seq + s] = part[start + s];
+      b.targets[r * seq + s] = part[start + s + 1];
+    }
+  }
+  return b;
+}
+
+std::int64_t window_count(std::span<const std::uint8_t> part, std::int64_t seq) {
+  const std::int64_t n = static_cast<std::int64_t>(part.size());
+  return n >= seq + 1 ? (n - 1) / seq : 0;
+}
+
+Batch sequential_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
+                       std::int64_t first) {
+  const std::int64_t count = std::min(batch, window_count(part, seq) - first);
+  Batch b;
+  for (std::int64_t w = first; w < first + count; ++w)
+    for (std::int64_t s = 0; s < seq; ++s) {
+      b.ids.push_back(part[w * seq + s]);
+      b.targets.push_back(part[w * seq + s + 1]);
+    }
+  return b;
+}
+
+double unigram_entropy_bits(std::span<const std::uint8_t> part) {
+  std::vector<double> count(256, 0.0);
+  for (std::uint8_t b : part) count[b] += 1;
+  double h = 0;
+  for (double c : count)
+    if (c > 0) {
+      const double p = c / static_cast<double>(part.size());
+      h -= p * std::log2(p);
+    }
+  return h;
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,28 @@
+// Warm-up and cosine decay.
+#include "ffnlab/train/schedule.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+const char* decay_name(DecayKind kind) { return kind == DecayKind::cosine ? "cosine" : "constant"; }
+
+DecayKind parse_decay(std::string_view name) {
+  if (name == "cosine") return DecayKind::cosine;
+  if (name == "constant") return DecayKind::constant;
+  fail("[schedule] unknown decay '{}' (known: cosine, constant)", name);
+}
+
+float Schedule::lr(std::int64_t step) const {
+  if (step < warmup) return peak * static_cast<float>(step + 1) / static_cast<float>(warmup);
+  if (decay == DecayKind::constant || steps <= warmup) return peak;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(steps - warmup));
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return static_cast<float>(peak * (min_ratio + (1.0 - min_ratio) * cosine));
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,312 @@
+// The training loop, evaluation, checkpoints and sampling.
+#include "ffnlab/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "check.hpp"
+#include "ffnlab/io/safetensors.hpp"
+
+namespace ffnlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+constexpr const char* kFormat = "ffnlab-checkpoint-1";
+constexpr const char* kInfo = "checkpoint.json";
+
+Schedule schedule_of(const TrainConfig& c) {
+  return {c.optimizer.lr, c.warmup, c.steps, c.min_lr_ratio, c.decay};
+}
+}  // namespace
+
+void validate(const TrainConfig& c) {
+  check(c.steps >= 0 && c.batch > 0 && c.seq > 0 && c.accumulate > 0,
+        "[train] steps >= 0, batch, seq and accumulate > 0 (got {}, {}, {}, {})", c.steps, c.batch,
+        c.seq, c.accumulate);
+  check(c.warmup >= 0 && c.min_lr_ratio >= 0.f && c.min_lr_ratio <= 1.f && c.clip >= 0.f,
+        "[train] warmup >= 0, min_lr_ratio in [0, 1], clip >= 0");
+  check(c.eval_every >= 0 && c.eval_tokens >= 0 && c.checkpoint_every >= 0,
+        "[train] eval_every, eval_tokens and checkpoint_every must be >= 0");
+}
+
+json train_config_to_json(const TrainConfig& c) {
+  return {{"steps", c.steps},
+          {"batch", c.batch},
+          {"seq", c.seq},
+          {"accumulate", c.accumulate},
+          {"optimizer", optimizer_name(c.optimizer.kind)},
+          {"lr", c.optimizer.lr},
+          {"beta1", c.optimizer.beta1},
+          {"beta2", c.optimizer.beta2},
+          {"eps", c.optimizer.eps},
+          {"weight_decay", c.optimizer.weight_decay},
+          {"momentum", c.optimizer.momentum},
+          {"warmup", c.warmup},
+          {"min_lr_ratio", c.min_lr_ratio},
+          {"decay", decay_name(c.decay)},
+          {"clip", c.clip},
+          {"seed", c.seed},
+          {"precision", precision_name(c.precision)},
+          {"eval_every", c.eval_every},
+          {"eval_tokens", c.eval_tokens},
+          {"checkpoint_every", c.checkpoint_every}};
+}
+
+TrainConfig train_config_from_json(const json& j) {
+  check(j.is_object(), "[train] config must be a JSON object");
+  TrainConfig c;
+  for (const auto& [k, v] : j.items()) {
+    if (k == "steps") c.steps = v.get<std::int64_t>();
+    else if (k == "batch") c.batch = v.get<std::int64_t>();
+    else if (k == "seq") c.seq = v.get<std::int64_t>();
+    else if (k == "accumulate") c.accumulate = v.get<std::int64_t>();
+    else if (k == "optimizer") c.optimizer.kind = parse_optimizer(v.get<std::string>());
+    else if (k == "lr") c.optimizer.lr = v.get<float>();
+    else if (k == "beta1") c.optimizer.beta1 = v.get<float>();
+    else if (k == "beta2") c.optimizer.beta2 = v.get<float>();
+    else if (k == "eps") c.optimizer.eps = v.get<float>();
+    else if (k == "weight_decay") c.optimizer.weight_decay = v.get<float>();
+    else if (k == "momentum") c.optimizer.momentum = v.get<float>();
+    else if (k == "warmup") c.warmup = v.get<std::int64_t>();
+    else if (k == "min_lr_ratio") c.min_lr_ratio = v.get<float>();
+    else if (k == "decay") c.decay = parse_decay(v.get<std::string>());
+    else if (k == "clip") c.clip = v.get<float>();
+    else if (k == "seed") c.seed = v.get<std::uint64_t>();
+    else if (k == "precision") c.precision = parse_precision(v.get<std::string>());
+    else if (k == "eval_every") c.eval_every = v.get<std::int64_t>();
+    else if (k == "eval_tokens") c.eval_tokens = v.get<std::int64_t>();
+    else if (k == "checkpoint_every") c.checkpoint_every = v.get<std::int64_t>();
+    else fail("[train] unknown config key '{}'", k);
+  }
+  validate(c);
+  return c;
+}
+
+Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config)
+    : model_(model), corpus_(corpus), config_(config), schedule_(schedule_of(config)) {
+  validate(config_);
+  check(config_.seq <= model.config().context,
+        "[train] sequence length {} exceeds the model's context {}", config_.seq,
+        model.config().context);
+  const auto n = static_cast<std::int64_t>(corpus.train().size());
+  check(n >= config_.seq + 1,
+        "[data] sequence length {} needs at least {} bytes of training data; '{}' has {}",
+        config_.seq, config_.seq + 1, corpus.source, n);
+  model_.set_precision(config_.precision);
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_.parameters(),
+                                           TransformerLM::is_decayed);
+}
+
+StepLog Trainer::train_step() {
+  std::vector<Batch> batches;
+  for (std::int64_t micro = 0; micro < config_.accumulate; ++micro)
+    batches.push_back(sample_batch(corpus_.train(), config_.batch, config_.seq, config_.seed,
+                                   static_cast<std::uint64_t>(step_),
+                                   static_cast<std::uint64_t>(micro)));
+  return train_step(batches);
+}
+
+StepLog Trainer::train_step(std::span<const Batch> batches) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepLog log;
+  ParameterSet& ps = model_.parameters();
+  ps.zero_grad();
+  const auto count = static_cast<std::int64_t>(batches.size());
+  const float weight = 1.f / static_cast<float>(count);
+  std::int64_t tokens = 0;
+  for (std::int64_t micro = 0; micro < count; ++micro) {
+    const Batch& b = batches[micro];
+    tokens += static_cast<std::int64_t>(b.ids.size());
+    model_.set_dropout_stream(config_.seed, static_cast<std::uint64_t>(step_ * count + micro));
+    log.loss += model_.forward(b.ids, b.targets, config_.seq, true) * weight;
+    log.aux_loss += model_.aux_loss() * weight;
+    check(std::isfinite(log.loss) && std::isfinite(log.aux_loss),
+          "[train] step {}: the loss is {}; training stopped before the update", step_ + 1,
+          log.loss + log.aux_loss);
+    model_.backward(weight);
+  }
+  log.grad_norm = global_norm(ps.grads());
+  check(std::isfinite(log.grad_norm),
+        "[train] step {}: the gradient norm is {}; training stopped before the update", step_ + 1,
+        log.grad_norm);
+  if (config_.clip > 0.f) {
+    // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)).
+    const double factor = config_.clip / (log.grad_norm + 1e-6);
+    if (factor < 1.0) scale_buffer(ps.grads(), static_cast<float>(factor));
+  }
+  log.lr = schedule_.lr(step_);
+  optimizer_->step(static_cast<float>(log.lr));
+  model_.after_optimizer_step();
+  ++step_;
+  log.step = step_;
+
+  int moe_layers = 0;
+  for (const FFNStats& s : model_.ffn_stats()) {
+    if (s.num_experts == 0) continue;
+    ++moe_layers;
+    log.load_cv += s.load_cv;
+    log.max_over_mean += s.max_over_mean;
+    log.dropped_fraction += s.dropped_fraction;
+    log.router_entropy += s.router_entropy;
+  }
+  if (moe_layers > 0) {
+    log.load_cv /= moe_layers;
+    log.max_over_mean /= moe_layers;
+    log.dropped_fraction /= moe_layers;
+    log.router_entropy /= moe_layers;
+  }
+  log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log.tokens_per_second = static_cast<double>(tokens) / log.seconds;
+  return log;
+}
+
+EvalLog Trainer::evaluate(std::int64_t max_tokens) {
+  const auto val = corpus_.validation();
+  const std::int64_t S = config_.seq;
+  std::int64_t windows = window_count(val, S);
+  check(windows > 0, "[data] the validation part ({} bytes) is shorter than one sequence of {}",
+        val.size(), S + 1);
+  if (max_tokens > 0) windows = std::max<std::int64_t>(1, std::min(windows, max_tokens / S));
+  EvalLog log;
+  log.step = step_;
+  double sum = 0;
+  for (std::int64_t w = 0; w < windows; w += config_.batch) {
+    const Batch b = sequential_batch(val, std::min(config_.batch, windows - w), S, w);
+    const double loss = model_.forward(b.ids, b.targets, S, false);
+    sum += loss * static_cast<double>(b.ids.size());
+    log.tokens += static_cast<std::int64_t>(b.ids.size());
+  }
+  log.loss = sum / static_cast<double>(log.tokens);
+  log.bits_per_byte = log.loss / std::log(2.0);
+  return log;
+}
+
+void Trainer::run(const std::function<void(const StepLog&)>& on_step,
+                  const std::function<void(const EvalLog&)>& on_eval,
+                  const std::string& checkpoint_dir) {
+  while (step_ < config_.steps) {
+    const StepLog log = train_step();
+    if (on_step) on_step(log);
+    const bool last = step_ == config_.steps;
+    if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0))
+      if (on_eval) on_eval(evaluate(config_.eval_tokens));
+    if (!checkpoint_dir.empty() &&
+        (last || (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)))
+      save(checkpoint_dir);
+  }
+}
+
+void Trainer::save(const std::string& dir) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, "[checkpoint] cannot create '{}': {}", dir, ec.message());
+  const std::string weights = fmt::format("weights-{:08d}.safetensors", step_);
+  SafeTensorsWriter w;
+  for (const Parameter& p : model_.parameters().list()) w.add(p.name, p.value);
+  w.add("optimizer.m", optimizer_->m());
+  if (optimizer_->v().defined()) w.add("optimizer.v", optimizer_->v());
+  w.set_metadata("format", kFormat);
+  w.set_metadata("step", std::to_string(step_));
+  w.write((fs::path(dir) / weights).string());
+
+  const json info = {{"format", kFormat},
+                     {"step", step_},
+                     {"optimizer_steps", optimizer_->steps()},
+                     {"weights", weights},
+                     {"data", {{"source", corpus_.source}, {"bytes", corpus_.bytes.size()}}},
+                     {"model", lm_config_to_json(model_.config())},
+                     {"train", train_config_to_json(config_)}};
+  const std::string text = info.dump(2) + "\n";
+  write_file_atomic((fs::path(dir) / kInfo).string(), text.data(), text.size());
+  // The commit point has passed: older weights files are no longer referenced.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (name != weights && name.rfind("weights-", 0) == 0 && e.path().extension() == ".safetensors")
+      fs::remove(e.path(), ec);
+  }
+}
+
+json read_checkpoint_info(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kInfo;
+  check(fs::exists(path), "[checkpoint] no checkpoint in '{}' ({} is missing)", dir,
+        path.string());
+  std::ifstream in(path);
+  json info;
+  try {
+    in >> info;
+  } catch (const json::exception& e) {
+    fail("[checkpoint] {} is corrupt: {}", path.string(), e.what());
+  }
+  check(info.is_object() && info.value("format", "") == kFormat && info.contains("weights") &&
+            info.contains("model") && info.contains("train") && info.contains("step"),
+        "[checkpoint] {} is not an ffnlab checkpoint", path.string());
+  return info;
+}
+
+void Trainer::load(const std::string& dir) {
+  const json info = read_checkpoint_info(dir);
+  const json mine = lm_config_to_json(model_.config());
+  std::string diff;
+  for (const auto& [k, v] : mine.items())
+    if (!info["model"].contains(k) || info["model"][k] != v)
+      diff += fmt::format("{}{} {} in the checkpoint, {} here", diff.empty() ? "" : "; ", k,
+                          info["model"].value(k, json()).dump(), v.dump());
+  check(diff.empty(), "[checkpoint] '{}' holds a model of another shape: {}", dir, diff);
+  const SafeTensors st =
+      SafeTensors::load((fs::path(dir) / info["weights"].get<std::string>()).string());
+  for (Parameter& p : model_.parameters().list()) {
+    check(st.contains(p.name), "[checkpoint] {}: no tensor '{}'", st.source(), p.name);
+    check(st.info(p.name).shape == p.shape, "[checkpoint] {}: '{}' is {}, the model has {}",
+          st.source(), p.name, shape_string(st.info(p.name).shape), shape_string(p.shape));
+    st.copy_f32(p.name, p.value);
+  }
+  auto load_state = [&](const char* name, Tensor& t) {
+    check(st.contains(name) && shape_numel(st.info(name).shape) == t.numel(),
+          "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})",
+          st.source(), name, optimizer_name(optimizer_->config().kind));
+    st.copy_f32(name, t);
+  };
+  load_state("optimizer.m", optimizer_->m());
+  if (optimizer_->v().defined()) load_state("optimizer.v", optimizer_->v());
+  step_ = info["step"].get<std::int64_t>();
+  optimizer_->set_steps(info.value("optimizer_steps", step_));
+}
+
+std::string sample_text(TransformerLM& model, const std::string& prompt, std::int64_t n,
+                        float temperature, std::uint64_t seed) {
+  std::vector<std::int32_t> ctx;
+  for (unsigned char c : prompt) ctx.push_back(c);
+  if (ctx.empty()) ctx.push_back('\n');
+  std::mt19937_64 rng(seed);
+  std::string out;
+  const std::int64_t V = model.config().vocab;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t len = std::min<std::int64_t>(model.config().context,
+                                                    static_cast<std::int64_t>(ctx.size()));
+    const std::span<const std::int32_t> window(ctx.data() + ctx.size() - len,
+                                               static_cast<std::size_t>(len));
+    model.forward(window, {}, len, false);
+    const float* logits = model.logits().f32() + (len - 1) * V;
+    std::int32_t next = 0;
+    if (temperature <= 0.f) {
+      next = static_cast<std::int32_t>(std::max_element(logits, logits + V) - logits);
+    } else {
+      std::vector<double> p(static_cast<std::size_t>(V));
+      const float mx = *std::max_element(logits, logits + V);
+      for (std::int64_t v = 0; v < V; ++v) p[v] = std::exp((logits[v] - mx) / temperature);
+      std::discrete_distribution<std::int32_t> dist(p.begin(), p.end());
+      next = dist(rng);
+    }
+    ctx.push_back(next);
+    out.push_back(static_cast<char>(next));
+  }
+  return out;
+}
+
+}  // namespace ffnlab
