@@ -30,6 +30,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data", default="/usr/share/games/fortunes")
+    ap.add_argument("--init-std", type=float, default=0.02,
+                    help="every matrix N(0, s) and biases zero (GPT-2, ffnlab's default); "
+                         "0: torch.nn defaults")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -40,6 +43,7 @@ def main():
     kind, act = ("glu", "silu") if a.variant == "swiglu" else ("plain", "relu")
     cfg = dict(vocab=256, d_model=128, layers=4, heads=4, context=S, attn_bias=True, norm_eps=1e-5,
                tied_head=True, ffn=dict(kind=kind, act=act, d_ff=a.d_ff, bias=True))
+    cfg["init_std"] = a.init_std
     model = torch_lm.LM(cfg)
     opt = torch_lm.optimizer(model, 3e-3, (0.9, 0.95), 0.1)
     times = []
@@ -68,7 +72,7 @@ def main():
             total += ce.item() * ids.numel()
             n += ids.numel()
     times.sort()
-    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed}: median {B * S / times[len(times) // 2]:.0f} "
+    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median {B * S / times[len(times) // 2]:.0f} "
           f"tokens/s, validation {total / n / math.log(2):.4f} bits/byte after {a.steps} steps")
 
 

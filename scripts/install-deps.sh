@@ -12,6 +12,7 @@ packages=(
   gnuplot-nox                      # figures (pngcairo)
   fortunes                         # default text corpus
   python3 python3-torch python3-numpy  # the reference that writes golden cases
+  libopenblas0-openmp  # PyTorch products: without it Debian torch uses the reference BLAS (30x slower)
 )
 
 missing=()

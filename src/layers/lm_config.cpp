@@ -33,6 +33,7 @@ void validate(const LMConfig& c) {
         "[lm] rope needs an even head size, got {}", c.d_model / c.heads);
   check(c.dropout >= 0.f && c.dropout < 1.f, "[lm] dropout = {} must be in [0, 1)", c.dropout);
   check(c.norm_eps > 0.f, "[lm] norm_eps = {} must be positive", c.norm_eps);
+  check(c.init_std >= 0.f, "[lm] init_std = {} must be >= 0", c.init_std);
   check(c.ffn.d_model == c.d_model, "[lm] ffn d_model = {} differs from d_model = {}",
         c.ffn.d_model, c.d_model);
   validate(c.ffn);
@@ -57,6 +58,7 @@ LMConfig lm_config_from_json(const nlohmann::json& j) {
     else if (key == "attn_bias") c.attn_bias = v.get<bool>();
     else if (key == "causal") c.causal = v.get<bool>();
     else if (key == "dropout") c.dropout = v.get<float>();
+    else if (key == "init_std") c.init_std = v.get<float>();
     else if (key == "ffn") c.ffn = config_from_json(v);
     else fail("[lm] unknown config key '{}'", key);
   }
@@ -80,6 +82,7 @@ nlohmann::json lm_config_to_json(const LMConfig& c) {
           {"attn_bias", c.attn_bias},
           {"causal", c.causal},
           {"dropout", c.dropout},
+          {"init_std", c.init_std},
           {"ffn", config_to_json(c.ffn)}};
 }
 

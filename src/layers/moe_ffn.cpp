@@ -100,13 +100,12 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     init_uniform(b_out_, out_bound, rng);
   }
   if (m.shared_gate) init_uniform(w_gate_, in_bound, rng);
-  noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
-  rng_.seed(noise_seed_);
+  rng_.seed(seed ^ 0x6a09e667f3bcc909ull);
   step_load_.assign(E, 0);
 }
 
-void MoEFFN::set_random_stream(std::uint64_t stream) {
-  rng_.seed(noise_seed_ + (stream + 1) * 0x9e3779b97f4a7c15ull);
+void MoEFFN::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
+  rng_.seed((seed ^ 0x6a09e667f3bcc909ull) + (stream + 1) * 0x9e3779b97f4a7c15ull);
 }
 
 void MoEFFN::bind_parameters() {

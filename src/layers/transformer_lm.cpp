@@ -49,12 +49,21 @@ TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed) : confi
   params_.allocate();
   bind_parameters();
 
-  // GPT-2's initialisation of the embeddings (N(0, 0.02)); Linear layers keep torch's default.
+  // torch.nn's defaults: embeddings N(0, 0.02) (GPT-2's, nn.Embedding would use N(0, 1)), Linear
+  // layers as built; then, with init_std > 0, GPT-2's N(0, init_std) for every matrix.
   std::mt19937_64 rng(sub_seed(seed, 0));
   init_normal(embed_, 0.02f, rng);
   if (config_.positions == PositionKind::learned) init_normal(pos_, 0.02f, rng);
   if (!config_.tied_head) init_uniform(head_, 1.f / std::sqrt(static_cast<float>(D)), rng);
   if (config_.positions == PositionKind::sinusoidal) pos_ = sinusoidal_table(config_.context, D);
+  if (config_.init_std > 0.f)
+    for (Parameter& p : params_.list()) {
+      if (!p.trainable) continue;  // state such as the MoE balancing bias keeps its zero
+      if (p.shape.size() == 2)
+        init_normal(p.value, config_.init_std, rng);
+      else if (p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0)
+        p.value.zero();
+    }
 }
 
 void TransformerLM::bind_parameters() {
@@ -88,7 +97,8 @@ void TransformerLM::set_precision(Precision p) {
 void TransformerLM::set_dropout_stream(std::uint64_t seed, std::uint64_t stream) {
   dropout_seed_ = seed;
   dropout_stream_ = stream;
-  for (auto& b : blocks_) b->ffn().set_random_stream(stream);
+  for (int i = 0; i < config_.layers; ++i)  // each layer its own sequence of draws
+    blocks_[i]->ffn().set_random_stream(sub_seed(seed, i + 1), stream);
 }
 
 double TransformerLM::forward(std::span<const std::int32_t> ids,

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -228,4 +229,111 @@ TEST_F(Cli, RunRejectsBadInputWithoutWritingOutput) {
                    golden(c, "x.safetensors") + " --weights " + golden(c, "weights.safetensors") +
                    " --output " + path("nope/y.safetensors")),
                "cannot write");
+}
+
+namespace {
+// A small text file for training runs: a few hundred bytes of English.
+std::string training_text() {
+  std::string s;
+  for (int i = 0; i < 30; ++i)
+    s += "Q: Why did the chicken cross the road?\nA: To get to the other side.\n%\n";
+  return s;
+}
+const char* kTiny =
+    " --d-model 16 --layers 1 --heads 2 --seq 16 --batch 2 --threads 1 --print-every 1";
+}  // namespace
+
+TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
+  std::ofstream(path("text")) << training_text();
+  const auto r = run("train --data " + path("text") + kTiny +
+                     " --steps 6 --eval-every 3 --sample 20 --out " + path("run"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("step 6/6 loss"), std::string::npos) << r.out;  // plain lines: no TTY
+  EXPECT_NE(r.out.find("bits/byte"), std::string::npos) << r.out;
+  const std::string log = read(path("run/train_log.csv"));
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 7) << log;
+  EXPECT_EQ(log.rfind("step,loss,aux_loss,grad_norm,lr,tokens_per_s", 0), 0u) << log;
+  const std::string evals = read(path("run/eval_log.csv"));
+  EXPECT_EQ(std::count(evals.begin(), evals.end(), '\n'), 3) << evals;
+  EXPECT_EQ(read(path("run/sample.txt")).size(), 20u);
+  const auto summary = nlohmann::json::parse(read(path("run/summary.json")));
+  EXPECT_EQ(summary["steps"], 6);
+  EXPECT_EQ(summary["evaluations"].size(), 2u);
+  EXPECT_TRUE(fs::exists(path("run/checkpoint/checkpoint.json")));
+  EXPECT_TRUE(fs::exists(path("run/checkpoint/weights-00000006.safetensors")));
+
+  // MoE: the log carries the load statistics.
+  const auto m = run("train --data " + path("text") + kTiny +
+                     " --variant moe --experts 4 --top-k 2 --steps 2 --sample 0 --out " +
+                     path("moe"));
+  ASSERT_EQ(m.status, 0) << m.err;
+  const std::string mlog = read(path("moe/train_log.csv"));
+  const auto line = mlog.substr(mlog.find('\n') + 1);
+  EXPECT_NE(line.substr(line.rfind(',') + 1), "0.00000\n") << mlog;  // router entropy > 0
+}
+
+TEST_F(Cli, TrainResumeEqualsAnUninterruptedRun) {
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny + " --dropout 0.1 --sample 0";
+  ASSERT_EQ(run(common + " --steps 6 --out " + path("full")).status, 0);
+  ASSERT_EQ(run(common + " --steps 3 --out " + path("half")).status, 0);
+  const auto r = run(common + " --steps 6 --resume " + path("half") + " --out " + path("half"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("from step 3"), std::string::npos) << r.out;
+  const std::string a = read(path("full/checkpoint/weights-00000006.safetensors"));
+  const std::string b = read(path("half/checkpoint/weights-00000006.safetensors"));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "resumed weights differ from the uninterrupted run's";
+  const std::string log = read(path("half/train_log.csv"));
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 7) << log;  // appended, one header
+}
+
+TEST_F(Cli, TrainRejectsBadInput) {
+  std::ofstream(path("empty")).flush();
+  expect_error(run("train --data " + path("empty") + kTiny + " --steps 1 --out " + path("o1")),
+               "is empty");
+  std::ofstream(path("short")) << "just a few bytes";
+  expect_error(run("train --data " + path("short") + kTiny + " --steps 1 --out " + path("o2")),
+               "sequence length 16");
+  expect_error(run("train --data " + path("missing") + kTiny + " --steps 1 --out " + path("o3")),
+               "does not exist");
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny + " --sample 0";
+  expect_error(run(common + " --steps 2 --resume " + path("nothing") + " --out " + path("o4")),
+               "no checkpoint");
+  ASSERT_EQ(run(common + " --steps 2 --out " + path("run")).status, 0);
+  expect_error(run("train --data " + path("text") +
+                   " --d-model 32 --layers 1 --heads 2 --seq 16 --batch 2 --sample 0 --steps 4 "
+                   "--resume " + path("run") + " --out " + path("o5")),
+               "another shape");
+  std::ofstream(path("run/checkpoint/checkpoint.json")) << "{\"format\": \"ffnlab-chec";
+  expect_error(run(common + " --steps 4 --resume " + path("run") + " --out " + path("o6")),
+               "corrupt");
+  expect_error(run(common + " --steps 1 --variant nonsense --out " + path("o7")), "nonsense");
+  expect_error(run("train --data " + path("text") +
+                   " --d-model 16 --layers 1 --heads 2 --batch 2 --seq 32 --context 16 --steps 1 "
+                   "--out " + path("o8")),
+               "context");
+}
+
+TEST_F(Cli, ToyRunsEveryVariantAndLogsEachIteration) {
+  const auto r = run("toy --d-model 32 --d-ff 64 --iterations 30 --lr 3e-3 --threads 1 --out " +
+                     path("toy.csv"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string csv = read(path("toy.csv"));
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 5 * 30) << csv.substr(0, 200);
+  std::istringstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::map<std::string, std::vector<double>> loss;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string variant, it, l;
+    std::getline(f, variant, ',');
+    std::getline(f, it, ',');
+    std::getline(f, l, ',');
+    loss[variant].push_back(std::stod(l));
+  }
+  for (const auto& [variant, v] : loss) EXPECT_LT(v.back(), 0.5 * v.front()) << variant;
+  EXPECT_EQ(loss.size(), 5u);
 }

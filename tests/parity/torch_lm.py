@@ -118,6 +118,12 @@ class LM(nn.Module):
         self.model.norm = nn.LayerNorm(cfg["d_model"], eps=cfg["norm_eps"])
         if not cfg["tied_head"]:
             self.lm_head = nn.Linear(cfg["d_model"], cfg["vocab"], bias=False)
+        if cfg.get("init_std", 0) > 0:  # GPT-2: every matrix N(0, std), biases zero
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    nn.init.normal_(p, std=cfg["init_std"])
+                elif name.endswith(".bias"):
+                    nn.init.zeros_(p)
 
     def forward(self, ids, targets, S):
         B = ids.numel() // S

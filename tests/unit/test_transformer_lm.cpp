@@ -28,6 +28,7 @@ std::vector<Case> cases() {
   base.heads = 2;
   base.context = 6;
   base.ffn = variant_config("swiglu", 8, 12, true);
+  base.init_std = 0.f;  // torch's larger defaults: more signal for the central differences
   std::vector<Case> out;
   {
     LMConfig c = base;
@@ -63,6 +64,7 @@ std::vector<Case> cases() {
     c.positions = PositionKind::none;
     c.layers = 1;
     c.ffn = variant_config("gelu", 8, 10, true);
+    c.init_std = 0.3f;  // the GPT-2 initialisation path (biases zero, matrices normal)
     out.push_back({"no positions, one layer, gelu", c});
   }
   return out;

@@ -28,7 +28,7 @@ struct TrainOptions {
   std::string positions = "learned", norm = "layernorm";
   bool post_norm = false, no_final_norm = false, untied = false, no_attn_bias = false,
        no_ffn_bias = false;
-  float dropout = 0.f;
+  float dropout = 0.f, init_std = 0.02f;
   int experts = 8, top_k = 2, shared = 0;
   std::int64_t expert_d_ff = 0;
   double aux_coef = 0.01, z_coef = 0.0, capacity = 0.0;
@@ -78,6 +78,7 @@ LMConfig model_from_flags(const TrainOptions& o) {
   c.tied_head = !o.untied;
   c.attn_bias = !o.no_attn_bias;
   c.dropout = o.dropout;
+  c.init_std = o.init_std;
   if (!o.ffn_config.empty()) {
     c.ffn = read_ffn_config_file(o.ffn_config);
   } else {
@@ -261,7 +262,8 @@ void run_train(TrainOptions& o) {
                         {"median_tokens_per_second", median_tps},
                         {"evaluations", eval_list},
                         {"sample", text}};
-  const std::string s = summary.dump(2) + "\n";
+  // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
+  const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   write_file_atomic((fs::path(o.out) / "summary.json").string(), s.data(), s.size());
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n", median_tps, o.out);
 }
@@ -306,6 +308,9 @@ void add_train_command(CLI::App& app) {
   model(cmd->add_flag("--no-attn-bias", o->no_attn_bias, "no biases in q/k/v/o"))->group(M);
   model(cmd->add_flag("--no-ffn-bias", o->no_ffn_bias, "no biases in the FFN"))->group(M);
   model(cmd->add_option("--dropout", o->dropout, "dropout on embeddings and residual branches"))
+      ->capture_default_str()->group(M);
+  model(cmd->add_option("--init-std", o->init_std,
+                        "matrices N(0, s), biases 0 (GPT-2); 0: torch.nn defaults"))
       ->capture_default_str()->group(M);
   model(cmd->add_option("--experts", o->experts, "MoE: routed experts"))->capture_default_str()->group(M);
   model(cmd->add_option("--top-k", o->top_k, "MoE: experts per token"))->capture_default_str()->group(M);

@@ -8,6 +8,7 @@ namespace ffnlab::cli {
 void add_params_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_toy_command(CLI::App& app);
 
 // --threads N: sets OpenMP's thread count (0 keeps OMP_NUM_THREADS or the default).
 void add_threads_option(CLI::App& cmd, int& threads);

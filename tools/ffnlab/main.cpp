@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   ffnlab::cli::add_params_command(app);
   ffnlab::cli::add_run_command(app);
   ffnlab::cli::add_train_command(app);
+  ffnlab::cli::add_toy_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

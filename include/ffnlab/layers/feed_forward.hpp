@@ -48,10 +48,10 @@ class FeedForward : public Layer {
   void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
   // Called once per optimizer step (MoE: the aux-loss-free balancing bias update).
   virtual void after_optimizer_step() {}
-  // Re-seeds the layer's random draws in training (MoE: jitter and noisy top-k) from its seed
-  // and `stream`; a trainer passes the step, so that a resumed run draws what an uninterrupted
-  // one would.
-  virtual void set_random_stream(std::uint64_t /*stream*/) {}
+  // Re-seeds the layer's random draws in training (MoE: jitter and noisy top-k) from `seed` and
+  // `stream` alone; a trainer passes its seed and the step, so that a resumed run draws what an
+  // uninterrupted one would.
+  virtual void set_random_stream(std::uint64_t /*seed*/, std::uint64_t /*stream*/) {}
 
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }

@@ -32,7 +32,7 @@ class MoEFFN final : public FeedForward {
   ParameterSet& parameters() override { return params_; }
   FFNStats stats() const override;
   double aux_loss() const override;
-  void set_random_stream(std::uint64_t stream) override;
+  void set_random_stream(std::uint64_t seed, std::uint64_t stream) override;
   void after_optimizer_step() override;
 
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
@@ -62,7 +62,6 @@ class MoEFFN final : public FeedForward {
   Tensor dw_in_, db_in_, dw_out_, db_out_;
 
   std::mt19937_64 rng_;
-  std::uint64_t noise_seed_ = 0;
   Routing routing_;
   std::vector<std::int64_t> step_load_;  // assignments per expert since the last balance update
   bool saved_ = false;

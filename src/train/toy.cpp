@@ -1,0 +1,54 @@
+// The seeds' toy run: Adam on one FFN layer, fixed random batch, MSE.
+#include "ffnlab/train/toy.hpp"
+
+#include <random>
+
+#include "check.hpp"
+#include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/ops/dropout.hpp"
+#include "ffnlab/ops/loss.hpp"
+#include "ffnlab/train/optimizer.hpp"
+
+namespace ffnlab {
+
+std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
+  check(c.batch > 0 && c.seq > 0 && c.iterations > 0, "[toy] batch, seq and iterations must be positive");
+  auto ffn = make_ffn(ffn_config, c.seed);
+  const std::int64_t T = c.batch * c.seq, D = ffn_config.d_model;
+  Tensor x({T, D}), target({T, D});
+  std::mt19937_64 rng(c.seed + 1);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (std::int64_t i = 0; i < T * D; ++i) x.f32()[i] = normal(rng);
+  for (std::int64_t i = 0; i < T * D; ++i) target.f32()[i] = normal(rng);
+
+  OptimizerConfig oc;
+  oc.kind = OptimizerKind::adam;
+  oc.lr = c.lr;
+  oc.beta1 = 0.9f;
+  oc.beta2 = 0.999f;
+  oc.weight_decay = 0.f;
+  ParameterSet& ps = ffn->parameters();
+  Optimizer opt(oc, ps, [](const Parameter&) { return false; });
+  std::vector<ToyStep> out;
+  Tensor xd, y, dy, dx;
+  for (int it = 0; it < c.iterations; ++it) {
+    ps.zero_grad();
+    ffn->set_random_stream(c.seed, static_cast<std::uint64_t>(it));
+    dropout_forward(xd, x, c.dropout, c.seed, static_cast<std::uint64_t>(it));
+    ffn->forward(y, xd, true);
+    ToyStep s;
+    s.loss = mse_forward(y, target) + ffn->aux_loss();
+    mse_backward(dy, y, target, 1.f);
+    ffn->backward(dx, dy);
+    s.grad_norm = global_norm(ps.grads());
+    check(std::isfinite(s.loss) && std::isfinite(s.grad_norm),
+          "[toy] iteration {}: loss {} / gradient norm {} is not finite", it + 1, s.loss,
+          s.grad_norm);
+    opt.step(c.lr);
+    ffn->after_optimizer_step();
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace ffnlab

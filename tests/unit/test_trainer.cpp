@@ -1,0 +1,221 @@
+// Data loading and batching, checkpoints, exact resume, and the NaN stop.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/train/trainer.hpp"
+
+using namespace ffnlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("ffnlab_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+Corpus text_corpus() {
+  Corpus c;
+  c.source = "test";
+  const std::string text =
+      "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+      "Never put off till tomorrow what you can do today. ";
+  for (int i = 0; i < 20; ++i) c.bytes.insert(c.bytes.end(), text.begin(), text.end());
+  c.split = static_cast<std::int64_t>(c.bytes.size() * 9 / 10);
+  return c;
+}
+
+LMConfig small_model(bool moe) {
+  LMConfig c;
+  c.d_model = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.context = 16;
+  c.dropout = 0.1f;
+  if (moe) {
+    c.ffn = variant_config("moe", 16, 16, false);
+    c.ffn.moe.num_experts = 4;
+    c.ffn.moe.top_k = 2;
+    c.ffn.moe.noisy_topk = true;
+    c.ffn.moe.balance_bias = true;
+    c.ffn.moe.aux_coef = 0.01;
+  } else {
+    c.ffn = variant_config("swiglu", 16, 32, true);
+  }
+  return c;
+}
+
+TrainConfig small_train(std::int64_t steps) {
+  TrainConfig t;
+  t.steps = steps;
+  t.batch = 3;
+  t.seq = 16;
+  t.accumulate = 2;
+  t.warmup = 2;
+  t.eval_every = 0;
+  t.seed = 7;
+  return t;
+}
+
+}  // namespace
+
+TEST(Data, LoadsFoldersSkipsIndexesAndSplitsDeterministically) {
+  const fs::path dir = temp_dir("data");
+  write(dir / "b", "bbbb");
+  write(dir / "a", "aaaaaa");
+  write(dir / "a.dat", "BINARY");
+  write(dir / "a.u8", "DUPLICATE");
+  fs::create_directories(dir / "sub");
+  write(dir / "sub" / "c", "cccccccccc");
+  const Corpus c = load_corpus(dir.string(), 0.1);
+  EXPECT_EQ(c.files.size(), 3u);
+  EXPECT_EQ(std::string(c.bytes.begin(), c.bytes.end()), "aaaaaabbbbcccccccccc");
+  EXPECT_EQ(c.split, 18);
+  EXPECT_EQ(c.validation().size(), 2u);
+
+  write(dir / "empty", "");
+  EXPECT_THROW(load_corpus((dir / "empty").string()), Error);
+  EXPECT_THROW(load_corpus((dir / "missing").string()), Error);
+  fs::create_directories(dir / "only_dat");
+  write(dir / "only_dat" / "x.dat", "1");
+  EXPECT_THROW(load_corpus((dir / "only_dat").string()), Error);
+  fs::remove_all(dir);
+}
+
+TEST(Data, WindowsAreAFunctionOfSeedAndStep) {
+  const Corpus c = text_corpus();
+  const Batch a = sample_batch(c.train(), 4, 16, 1, 5, 0), b = sample_batch(c.train(), 4, 16, 1, 5, 0);
+  const Batch other = sample_batch(c.train(), 4, 16, 1, 6, 0);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_NE(a.ids, other.ids);
+  for (std::size_t i = 0; i + 1 < a.ids.size(); ++i)
+    if ((i + 1) % 16 != 0) {
+      EXPECT_EQ(a.targets[i], a.ids[i + 1]);  // shifted by one
+    }
+  EXPECT_THROW(sample_batch(c.train(), 1, static_cast<std::int64_t>(c.train().size()), 1, 0, 0), Error);
+  const Batch v = sequential_batch(c.validation(), 100, 16, 0);
+  EXPECT_EQ(static_cast<std::int64_t>(v.ids.size()), window_count(c.validation(), 16) * 16);
+}
+
+TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
+  const Corpus corpus = text_corpus();
+  for (bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "moe" : "dense");
+    const fs::path dir = temp_dir(moe ? "resume_moe" : "resume_dense");
+    TransformerLM full(small_model(moe), 3);
+    Trainer a(full, corpus, small_train(8));
+    a.run(nullptr, nullptr);
+
+    TransformerLM first(small_model(moe), 3);
+    Trainer b(first, corpus, small_train(8));
+    for (int i = 0; i < 4; ++i) b.train_step();
+    b.save(dir.string());
+
+    TransformerLM resumed(small_model(moe), 99);  // another initialisation: load must replace it
+    Trainer c(resumed, corpus, small_train(8));
+    c.load(dir.string());
+    EXPECT_EQ(c.step(), 4);
+    c.run(nullptr, nullptr);
+    const Tensor& wa = full.parameters().values();
+    const Tensor& wc = resumed.parameters().values();
+    EXPECT_EQ(std::memcmp(wa.f32(), wc.f32(), wa.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(a.optimizer().v().f32(), c.optimizer().v().f32(), a.optimizer().v().nbytes()), 0);
+    // ... and the run did something: the weights moved from the initialisation.
+    TransformerLM init(small_model(moe), 3);
+    EXPECT_NE(std::memcmp(wa.f32(), init.parameters().values().f32(), wa.nbytes()), 0);
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
+  const Corpus corpus = text_corpus();
+  const fs::path dir = temp_dir("nan");
+  TransformerLM model(small_model(false), 3);
+  TrainConfig t = small_train(6);
+  t.checkpoint_every = 2;
+  Trainer trainer(model, corpus, t);
+  for (int i = 0; i < 2; ++i) trainer.train_step();
+  trainer.save(dir.string());
+  model.parameters().at("model.layers.1.mlp.up_proj.weight").value.f32()[3] = std::nanf("");
+  const Tensor before = model.parameters().values().clone();
+  try {
+    trainer.run(nullptr, nullptr, dir.string());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nan"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(trainer.step(), 2);  // no update happened
+  EXPECT_EQ(std::memcmp(before.f32(), model.parameters().values().f32(), before.nbytes()), 0);
+  TransformerLM fresh(small_model(false), 5);
+  Trainer reloaded(fresh, corpus, t);
+  reloaded.load(dir.string());
+  EXPECT_EQ(reloaded.step(), 2);
+  EXPECT_EQ(read_checkpoint_info(dir.string())["step"], 2);
+  EXPECT_TRUE(std::isfinite(global_norm(fresh.parameters().values())));
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, CheckpointErrorsAreClear) {
+  const Corpus corpus = text_corpus();
+  const fs::path dir = temp_dir("ckpt");
+  TransformerLM model(small_model(false), 3);
+  Trainer trainer(model, corpus, small_train(2));
+  auto message = [&](const std::string& d) {
+    try {
+      trainer.load(d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message((dir / "none").string()).find("no checkpoint"), std::string::npos);
+  trainer.save(dir.string());
+  // Another model shape.
+  LMConfig wide = small_model(false);
+  wide.d_model = 32;
+  wide.ffn.d_model = 32;
+  TransformerLM other(wide, 3);
+  Trainer t2(other, corpus, small_train(2));
+  try {
+    t2.load(dir.string());
+    FAIL() << "loaded a checkpoint of another shape";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another shape"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d_model"), std::string::npos) << e.what();
+  }
+  // A truncated weights file.
+  std::string weights;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") weights = e.path().string();
+  ASSERT_FALSE(weights.empty());
+  fs::resize_file(weights, fs::file_size(weights) / 2);
+  EXPECT_NE(message(dir.string()).find("safetensors"), std::string::npos);
+  // A corrupt checkpoint.json.
+  write(dir / "checkpoint.json", "{\"format\": ");
+  EXPECT_NE(message(dir.string()).find("corrupt"), std::string::npos);
+  // No temporary file is left behind by a save.
+  trainer.save(dir.string());
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, RejectsSequencesLongerThanTheData) {
+  Corpus tiny;
+  tiny.source = "tiny";
+  tiny.bytes.assign(10, 'x');
+  tiny.split = 9;
+  TransformerLM model(small_model(false), 3);
+  EXPECT_THROW(Trainer(model, tiny, small_train(1)), Error);
+}
