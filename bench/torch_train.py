@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--init-std", type=float, default=0.02,
                     help="every matrix N(0, s) and biases zero (GPT-2, ffnlab's default); "
                          "0: torch.nn defaults")
+    ap.add_argument("--skip-eval", action="store_true", help="time training only")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -60,6 +61,12 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         times.append(time.perf_counter() - t0)
+    times.sort()
+    tps = B * S / times[len(times) // 2]
+    if a.skip_eval:
+        print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median "
+              f"{tps:.0f} tokens/s over {a.steps} steps")
+        return
     model.eval()
     total, n = 0.0, 0
     with torch.no_grad():
@@ -71,8 +78,7 @@ def main():
             ce, _ = model(ids, tgt, S)
             total += ce.item() * ids.numel()
             n += ids.numel()
-    times.sort()
-    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median {B * S / times[len(times) // 2]:.0f} "
+    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median {tps:.0f} "
           f"tokens/s, validation {total / n / math.log(2):.4f} bits/byte after {a.steps} steps")
 
 

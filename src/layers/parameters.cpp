@@ -99,4 +99,10 @@ void init_uniform(Tensor& t, float bound, std::mt19937_64& rng) {
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
 }
 
+void init_normal(Tensor& t, float std, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist(0.f, std);
+  float* p = t.f32();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+}
+
 }  // namespace ffnlab

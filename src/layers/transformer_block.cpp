@@ -92,25 +92,27 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, boo
 
 void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {
   check(train_, "[block] backward needs a training forward");
-  const float p = dropout_;
+  // The gradient through a residual branch's dropout: g itself when there is no dropout (no copy),
+  // else g ⊙ mask/(1 − p) written into the workspace ws.
+  auto dropped = [&](Tensor& ws, const Tensor& g, std::uint64_t stream) -> const Tensor& {
+    if (dropout_ == 0.f) return g;
+    dropout_backward(ws, g, dropout_, dropout_seed_, stream);
+    return ws;
+  };
   if (pre_norm_) {
     // d1 = ∂/∂f, d2 = ∂/∂n2 then ∂/∂h, d3 = ∂/∂a then ∂/∂n1
-    dropout_backward(d1_, dy, p, dropout_seed_, stream_ + 1);
-    ffn_->backward(d2_, d1_);
+    ffn_->backward(d2_, dropped(d1_, dy, stream_ + 1));
     norm2_.backward(d3_, d2_);
     add(d2_, d3_, dy);  // dh
-    dropout_backward(d3_, d2_, p, dropout_seed_, stream_);
-    attn_.backward(d1_, d3_);
+    attn_.backward(d1_, dropped(d3_, d2_, stream_));
     norm1_.backward(dx, d1_);
     add(dx, dx, d2_);
   } else {
     norm2_.backward(d1_, dy);  // ∂/∂z
-    dropout_backward(d2_, d1_, p, dropout_seed_, stream_ + 1);
-    ffn_->backward(d3_, d2_);
+    ffn_->backward(d3_, dropped(d2_, d1_, stream_ + 1));
     add(d3_, d3_, d1_);  // dh
     norm1_.backward(d1_, d3_);  // ∂/∂(x + a)
-    dropout_backward(d2_, d1_, p, dropout_seed_, stream_);
-    attn_.backward(dx, d2_);
+    attn_.backward(dx, dropped(d2_, d1_, stream_));
     add(dx, dx, d1_);
   }
 }

@@ -26,11 +26,6 @@ std::uint64_t sub_seed(std::uint64_t seed, int i) {
   return seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i) * 1000003ull + 17;
 }
 
-void init_normal(Tensor& t, float std, std::mt19937_64& rng) {
-  std::normal_distribution<float> dist(0.f, std);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(rng);
-}
-
 }  // namespace
 
 TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed) : config_(config) {

@@ -4,16 +4,11 @@
 #include <cstring>
 
 #include "check.hpp"
+#include "hash.hpp"
 
 namespace ffnlab {
 
 namespace {
-inline std::uint64_t splitmix64(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 void apply(Tensor& y, const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream) {
   check(p >= 0.f && p < 1.f, "[dropout] p = {} must be in [0, 1)", p);

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "check.hpp"
+#include "hash.hpp"
 
 namespace ffnlab {
 
@@ -25,13 +26,6 @@ void append_file(Corpus& c, const fs::path& p) {
   check(in.good(), "[data] cannot read '{}'", p.string());
   c.bytes.insert(c.bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   c.files.push_back(p.string());
-}
-
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -70,7 +64,7 @@ Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::
   b.targets.resize(b.ids.size());
   const std::uint64_t starts = static_cast<std::uint64_t>(n - seq);  // valid starts: [0, n − seq)
   for (std::int64_t r = 0; r < batch; ++r) {
-    const std::uint64_t h = mix(mix(mix(seed) + step) + micro * 0x100000001b3ull + static_cast<std::uint64_t>(r));
+    const std::uint64_t h = splitmix64(splitmix64(splitmix64(seed) + step) + micro * 0x100000001b3ull + static_cast<std::uint64_t>(r));
     const std::int64_t start = static_cast<std::int64_t>(h % starts);
     for (std::int64_t s = 0; s < seq; ++s) {
       b.ids[r * seq + s] = part[start + s];

@@ -191,7 +191,18 @@ void Trainer::run(const std::function<void(const StepLog&)>& on_step,
                   const std::function<void(const EvalLog&)>& on_eval,
                   const std::string& checkpoint_dir) {
   while (step_ < config_.steps) {
-    const StepLog log = train_step();
+    StepLog log;
+    try {
+      log = train_step();
+    } catch (const Error& e) {
+      // Say what is left to resume from: the checkpoint in the directory is the last good one.
+      const bool kept = !checkpoint_dir.empty() && fs::exists(fs::path(checkpoint_dir) / kInfo);
+      throw Error(kept ? fmt::format("{}; the last good checkpoint (step {}) is kept in {}",
+                                     e.what(),
+                                     read_checkpoint_info(checkpoint_dir)["step"].get<std::int64_t>(),
+                                     checkpoint_dir)
+                       : fmt::format("{}; no checkpoint was written", e.what()));
+    }
     if (on_step) on_step(log);
     const bool last = step_ == config_.steps;
     if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0))
@@ -285,19 +296,23 @@ std::string sample_text(TransformerLM& model, const std::string& prompt, std::in
   if (ctx.empty()) ctx.push_back('\n');
   std::mt19937_64 rng(seed);
   std::string out;
-  const std::int64_t V = model.config().vocab;
+  const std::int64_t V = model.config().vocab, S = model.config().context;
+  // A causal model's logits at position i do not depend on later positions, so every step runs
+  // one window of the full context, zero-padded on the right while the text is shorter: one
+  // shape, so the products' primitives are created once instead of once per length.
+  const bool pad = model.config().causal;
+  std::vector<std::int32_t> window;
+  std::vector<double> p(static_cast<std::size_t>(V));
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t len = std::min<std::int64_t>(model.config().context,
-                                                    static_cast<std::int64_t>(ctx.size()));
-    const std::span<const std::int32_t> window(ctx.data() + ctx.size() - len,
-                                               static_cast<std::size_t>(len));
-    model.forward(window, {}, len, false);
+    const std::int64_t len = std::min<std::int64_t>(S, static_cast<std::int64_t>(ctx.size()));
+    window.assign(ctx.end() - len, ctx.end());
+    if (pad) window.resize(static_cast<std::size_t>(S), 0);
+    model.forward(window, {}, static_cast<std::int64_t>(window.size()), false);
     const float* logits = model.logits().f32() + (len - 1) * V;
     std::int32_t next = 0;
     if (temperature <= 0.f) {
       next = static_cast<std::int32_t>(std::max_element(logits, logits + V) - logits);
     } else {
-      std::vector<double> p(static_cast<std::size_t>(V));
       const float mx = *std::max_element(logits, logits + V);
       for (std::int64_t v = 0; v < V; ++v) p[v] = std::exp((logits[v] - mx) / temperature);
       std::discrete_distribution<std::int32_t> dist(p.begin(), p.end());

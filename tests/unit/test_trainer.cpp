@@ -154,6 +154,8 @@ TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("step 3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("nan"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("last good checkpoint (step 2)"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(trainer.step(), 2);  // no update happened
   EXPECT_EQ(std::memcmp(before.f32(), model.parameters().values().f32(), before.nbytes()), 0);
@@ -218,4 +220,33 @@ TEST(Trainer, RejectsSequencesLongerThanTheData) {
   tiny.split = 9;
   TransformerLM model(small_model(false), 3);
   EXPECT_THROW(Trainer(model, tiny, small_train(1)), Error);
+}
+
+TEST(Sampling, PadsToOneShapeWithoutChangingTheLogits) {
+  LMConfig c = small_model(false);
+  c.dropout = 0.f;
+  c.init_std = 0.3f;
+  TransformerLM model(c, 3);
+  // The logits at the last real position of a right-padded full-context window equal those of
+  // the exact-length window (causal attention), for every length up to the context.
+  const std::vector<std::int32_t> text{'T', 'h', 'e', ' ', 'f', 'o', 'x', ' ', 'r', 'a', 'n'};
+  for (std::size_t len = 1; len <= text.size(); ++len) {
+    std::vector<std::int32_t> exact(text.begin(), text.begin() + static_cast<long>(len));
+    model.forward(exact, {}, static_cast<std::int64_t>(len), false);
+    const Tensor want = model.logits().rows(static_cast<std::int64_t>(len) - 1,
+                                            static_cast<std::int64_t>(len)).clone();
+    std::vector<std::int32_t> padded = exact;
+    padded.resize(static_cast<std::size_t>(c.context), 0);
+    model.forward(padded, {}, c.context, false);
+    const Tensor got = model.logits().rows(static_cast<std::int64_t>(len) - 1,
+                                           static_cast<std::int64_t>(len));
+    EXPECT_LT(test::scaled_error(got.f32(), want.f32(), want.numel()), 1e-5) << "length " << len;
+  }
+  // Sampling therefore creates its products' primitives once, whatever the text length.
+  sample_text(model, "x", 2, 0.8f, 1);
+  const std::int64_t before = matmul_primitive_count();
+  const std::string s = sample_text(model, "x", 40, 0.8f, 1);
+  EXPECT_EQ(matmul_primitive_count(), before);
+  EXPECT_EQ(s.size(), 40u);
+  EXPECT_EQ(s, sample_text(model, "x", 40, 0.8f, 1));  // seeded
 }

@@ -20,14 +20,6 @@ struct ParamsOptions {
   std::string variants = "relu,gelu,glu,gated,moe";
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 std::string thousands(std::int64_t v) {
   std::string digits = std::to_string(v < 0 ? -v : v), out;
   for (std::size_t i = 0; i < digits.size(); ++i) {
@@ -38,7 +30,7 @@ std::string thousands(std::int64_t v) {
 }
 
 void run_params(const ParamsOptions& o) {
-  std::vector<std::string> names = o.variants == "all" ? variant_names() : split(o.variants);
+  const std::vector<std::string> names = variant_list(o.variants);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<std::string, FFNCost>> costs;
   for (const auto& name : names) {

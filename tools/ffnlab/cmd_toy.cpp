@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include "commands.hpp"
 #include "ffnlab/error.hpp"
@@ -25,14 +24,7 @@ struct ToyOptions {
 
 void run_toy_command(const ToyOptions& o) {
   apply_threads(o.threads);
-  std::vector<std::string> names;
-  if (o.variants == "all") {
-    names = variant_names();
-  } else {
-    std::stringstream in(o.variants);
-    for (std::string v; std::getline(in, v, ',');)
-      if (!v.empty()) names.push_back(v);
-  }
+  const std::vector<std::string> names = variant_list(o.variants);
   std::string csv = "variant,iteration,loss,grad_norm\n";
   fmt::print("The seeds' toy run: d_model {}, d_ff {}, batch {} x seq {}, dropout {}, Adam lr {}, "
              "{} iterations, seed {}, fixed random inputs and targets, MSE\n\n",

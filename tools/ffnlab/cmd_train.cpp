@@ -232,13 +232,9 @@ void run_train(TrainOptions& o) {
   };
   try {
     trainer.run(on_step, on_eval, ckpt_dir);
-  } catch (const Error& e) {
-    progress.finish();
-    std::string kept = "no checkpoint was written";
-    if (fs::exists(fs::path(ckpt_dir) / "checkpoint.json"))
-      kept = fmt::format("the last good checkpoint (step {}) is kept in {}",
-                         read_checkpoint_info(ckpt_dir)["step"].get<std::int64_t>(), ckpt_dir);
-    throw Error(fmt::format("{}; {}", e.what(), kept));
+  } catch (const Error&) {
+    progress.finish();  // end the progress line before the error
+    throw;
   }
   progress.finish();
 

@@ -3,9 +3,11 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <sstream>
 
 #include "commands.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
 
 namespace ffnlab::cli {
 
@@ -16,6 +18,15 @@ void add_threads_option(CLI::App& cmd, int& threads) {
 
 void apply_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
+}
+
+std::vector<std::string> variant_list(const std::string& spec) {
+  if (spec == "all") return variant_names();
+  std::vector<std::string> out;
+  std::stringstream in(spec);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 }  // namespace ffnlab::cli

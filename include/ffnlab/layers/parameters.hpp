@@ -62,5 +62,7 @@ class ParameterSet {
 
 // torch.nn.Linear's default initialisation: U(-1/√in, 1/√in) for weight and bias.
 void init_uniform(Tensor& t, float bound, std::mt19937_64& rng);
+// N(0, std²) for every element (embeddings; GPT-2's initialisation of every matrix).
+void init_normal(Tensor& t, float std, std::mt19937_64& rng);
 
 }  // namespace ffnlab

@@ -65,7 +65,7 @@ class Trainer {
   // Trains from the current step to config.steps. Evaluates every eval_every steps and at the
   // end, and checkpoints to `checkpoint_dir` (if not empty) every checkpoint_every steps and at
   // the end. A non-finite loss or gradient stops training before the update with an Error naming
-  // the step; the last checkpoint written stays as it is.
+  // the step and the checkpoint left to resume from, which stays as it is.
   void run(const std::function<void(const StepLog&)>& on_step,
            const std::function<void(const EvalLog&)>& on_eval,
            const std::string& checkpoint_dir = "");
@@ -89,7 +89,6 @@ class Trainer {
 
   std::int64_t step() const { return step_; }
   const TrainConfig& config() const { return config_; }
-  void set_steps(std::int64_t steps) { config_.steps = schedule_.steps = steps; }
   TransformerLM& model() { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
 
