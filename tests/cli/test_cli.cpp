@@ -288,6 +288,32 @@ TEST_F(Cli, TrainResumeEqualsAnUninterruptedRun) {
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 7) << log;  // appended, one header
 }
 
+TEST_F(Cli, TrainStopsOnDivergenceAndKeepsTheLastGoodCheckpoint) {
+  // A learning rate of 1e30 throws the weights to ~1e28 in the first update; the second forward
+  // overflows. The run must stop there with one line naming the step and the kept checkpoint.
+  std::ofstream(path("text")) << training_text();
+  const auto r = run("train --data " + path("text") + kTiny +
+                     " --lr 1e30 --warmup 0 --clip 0 --steps 5 --checkpoint-every 1 --sample 0"
+                     " --out " + path("run"));
+  expect_error(r, "step 2");
+  EXPECT_NE(r.err.find("training stopped before the update"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("last good checkpoint (step 1)"), std::string::npos) << r.err;
+  const auto info = nlohmann::json::parse(read(path("run/checkpoint/checkpoint.json")));
+  EXPECT_EQ(info["step"], 1);
+  const SafeTensors st = SafeTensors::load(path("run/checkpoint/weights-00000001.safetensors"));
+  double largest = 0;
+  for (const std::string& name : st.names()) {
+    if (name.rfind("model.", 0) != 0) continue;
+    const Tensor t = st.f32(name);
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      ASSERT_TRUE(std::isfinite(t.f32()[i])) << name;
+      largest = std::max(largest, static_cast<double>(std::fabs(t.f32()[i])));
+    }
+  }
+  EXPECT_GT(largest, 1e20) << "the kept weights are the diverged step-1 weights";
+  EXPECT_FALSE(fs::exists(path("run/checkpoint/weights-00000002.safetensors")));
+}
+
 TEST_F(Cli, TrainRejectsBadInput) {
   std::ofstream(path("empty")).flush();
   expect_error(run("train --data " + path("empty") + kTiny + " --steps 1 --out " + path("o1")),

@@ -2,7 +2,8 @@
 // from PyTorch's weights and trained for 10 AdamW steps (warm-up + cosine, clipping at 1.0) on
 // the same fixed batches. ffnlab (f32) must reproduce PyTorch's (float64) 10 losses within 1e-4
 // relative and its final weights within 2e-4 of the largest weight, for a dense SwiGLU model
-// and for an MoE model (routing, renormalisation and the load-balancing loss included).
+// and for an MoE model (routing, renormalisation and the load-balancing loss included). The same
+// runs with bf16 products (f32 master weights) must stay within bf16's rounding of PyTorch.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -44,7 +45,13 @@ LMConfig model_config(const nlohmann::json& m) {
   return c;
 }
 
-void run_golden(const std::string& name) {
+struct Tolerance {
+  double loss;    // relative to each loss
+  double weight;  // any weight, relative to the largest weight
+  double update;  // the norm of (our update - PyTorch's), relative to the norm of PyTorch's
+};
+
+void run_golden(const std::string& name, Precision precision, Tolerance tol) {
   const fs::path dir = FFNLAB_GOLDEN_DIR;
   std::ifstream in(dir / ("train_" + name + ".json"));
   ASSERT_TRUE(in.good()) << name;
@@ -69,6 +76,7 @@ void run_golden(const std::string& name) {
   tc.warmup = meta.at("warmup");
   tc.min_lr_ratio = meta.at("min_lr_ratio");
   tc.clip = meta.at("clip");
+  tc.precision = precision;
   Corpus corpus;  // unused: the batches are given
   corpus.bytes.assign(64, 'a');
   corpus.split = 64;
@@ -76,6 +84,7 @@ void run_golden(const std::string& name) {
 
   const Tensor ids = st.f32("ids"), targets = st.f32("targets"), losses = st.f32("losses");
   const std::int64_t n = tc.batch * tc.seq;
+  double loss_err = 0;
   for (std::int64_t step = 0; step < tc.steps; ++step) {
     Batch b;
     for (std::int64_t i = 0; i < n; ++i) {
@@ -84,7 +93,8 @@ void run_golden(const std::string& name) {
     }
     const StepLog log = trainer.train_step(std::span<const Batch>(&b, 1));
     const double expected = losses.f32()[step];
-    EXPECT_NEAR(log.loss + log.aux_loss, expected, 1e-4 * std::fabs(expected))
+    loss_err = std::max(loss_err, std::fabs(log.loss + log.aux_loss - expected) / expected);
+    EXPECT_NEAR(log.loss + log.aux_loss, expected, tol.loss * std::fabs(expected))
         << name << " step " << step + 1;
   }
   double scale = 0, err = 0;
@@ -104,19 +114,50 @@ void run_golden(const std::string& name) {
       }
     }
   }
-  EXPECT_LE(err, 2e-4 * scale) << name << ": largest weight difference in " << worst;
-  // The run moved the weights: the check above is not comparing two copies of the start.
-  double moved = 0;
+  std::printf("[ %s %s ] largest loss difference %.3g relative; largest weight difference %.3g "
+              "of the largest weight (%s)\n",
+              name.c_str(), precision_name(precision), loss_err, err / scale, worst.c_str());
+  EXPECT_LE(err, tol.weight * scale) << name << ": largest weight difference in " << worst;
+  // The update as a whole: how far ffnlab's change of the weights is from PyTorch's, relative to
+  // PyTorch's change. This also shows the run moved the weights, so the checks above are not
+  // comparing two copies of the start.
+  double diff2 = 0, moved2 = 0;
   for (const Parameter& p : model.parameters().list()) {
-    const Tensor init = st.f32("init." + p.name);
-    for (std::int64_t i = 0; i < init.numel(); ++i)
-      moved = std::max(moved, static_cast<double>(std::fabs(init.f32()[i] - p.value.f32()[i])));
+    if (p.name.find("k_proj.bias") != std::string::npos) continue;
+    const Tensor init = st.f32("init." + p.name), ref = st.f32("final." + p.name);
+    for (std::int64_t i = 0; i < init.numel(); ++i) {
+      const double d_ref = static_cast<double>(ref.f32()[i]) - init.f32()[i];
+      const double d_ours = static_cast<double>(p.value.f32()[i]) - init.f32()[i];
+      diff2 += (d_ours - d_ref) * (d_ours - d_ref);
+      moved2 += d_ref * d_ref;
+    }
   }
-  EXPECT_GT(moved, 20 * err) << name;
+  const double update_err = std::sqrt(diff2 / moved2);
+  std::printf("[ %s %s ] update differs from PyTorch's by %.3g of its norm\n", name.c_str(),
+              precision_name(precision), update_err);
+  EXPECT_GT(moved2, 0) << name;
+  EXPECT_LE(update_err, tol.update) << name;
+  // bf16 rounding leaves a visible trace: the precision reached the products.
+  if (precision == Precision::bf16) {
+    EXPECT_GT(update_err, 1e-4) << name << ": bf16 not in effect";
+  }
   EXPECT_LT(losses.f32()[tc.steps - 1], losses.f32()[0]) << name << ": PyTorch's loss fell";
 }
 
 }  // namespace
 
-TEST(TrainGolden, DenseSwiGLUMatchesPyTorchOverTenAdamWSteps) { run_golden("dense_swiglu"); }
-TEST(TrainGolden, MoEMatchesPyTorchOverTenAdamWSteps) { run_golden("moe"); }
+constexpr Tolerance f32_tol{1e-4, 2e-4, 1e-4};
+// bf16 products round every operand to 8 significant bits: the losses move by about 1e-3
+// (dense) and 1e-2 (MoE, where routing near a tie can flip), the update by 1 % and 6 % of its
+// norm (measured); the bounds leave a factor of 3 or more.
+constexpr Tolerance dense_bf16_tol{5e-3, 0.03, 0.05};
+constexpr Tolerance moe_bf16_tol{3e-2, 0.1, 0.2};
+
+TEST(TrainGolden, DenseSwiGLUMatchesPyTorchOverTenAdamWSteps) {
+  run_golden("dense_swiglu", Precision::f32, f32_tol);
+}
+TEST(TrainGolden, MoEMatchesPyTorchOverTenAdamWSteps) {
+  run_golden("moe", Precision::f32, f32_tol);
+}
+TEST(TrainGolden, DenseSwiGLUInBF16) { run_golden("dense_swiglu", Precision::bf16, dense_bf16_tol); }
+TEST(TrainGolden, MoEInBF16) { run_golden("moe", Precision::bf16, moe_bf16_tol); }
