@@ -78,6 +78,22 @@ inline float erf_fast(float x) {
   return std::copysign(e, x);
 }
 
+// The exponentials of a softmax row: out[j] = e^(in[j] − m) for j < n, m = max_j in[j]; returns
+// their sum and stores m in *max_out. in may equal out. Both loops vectorise (see the top).
+inline float exp_minus_max(float* out, const float* in, std::int64_t n, float* max_out) {
+  float mx = in[0];
+#pragma omp simd reduction(max : mx)
+  for (std::int64_t j = 1; j < n; ++j) mx = in[j] > mx ? in[j] : mx;
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < n; ++j) {
+    out[j] = exp_fast(in[j] - mx);
+    sum += out[j];
+  }
+  *max_out = mx;
+  return sum;
+}
+
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;

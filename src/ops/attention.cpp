@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "activation_kernels.hpp"
 #include "check.hpp"
 
 namespace ffnlab {
@@ -78,14 +79,8 @@ void attention_forward(Tensor& out, AttentionCache& c, const Tensor& qkv, std::i
   for (std::int64_t r = 0; r < G * S; ++r) {
     const std::int64_t i = causal ? r % S : S - 1;  // keys 0..i are visible
     float* row = p + r * S;
-    float mx = row[0];
-    for (std::int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-    float sum = 0.f;
-    for (std::int64_t j = 0; j <= i; ++j) {
-      row[j] = std::exp(row[j] - mx);
-      sum += row[j];
-    }
-    const float inv = 1.f / sum;
+    float mx;
+    const float inv = 1.f / kernels::exp_minus_max(row, row, i + 1, &mx);
 #pragma omp simd
     for (std::int64_t j = 0; j <= i; ++j) row[j] *= inv;
 #pragma omp simd

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "activation_kernels.hpp"
 #include "check.hpp"
 
 namespace ffnlab {
@@ -24,14 +25,8 @@ double cross_entropy_forward(Tensor& probs, const Tensor& logits,
   for (std::int64_t t = 0; t < T; ++t) {
     const float* l = lp + t * V;
     float* p = pp + t * V;
-    float mx = l[0];
-    for (std::int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (std::int64_t v = 0; v < V; ++v) {
-      p[v] = std::exp(l[v] - mx);
-      sum += p[v];
-    }
+    float mx;
+    const float sum = kernels::exp_minus_max(p, l, V, &mx);
     const float inv = 1.f / sum;
 #pragma omp simd
     for (std::int64_t v = 0; v < V; ++v) p[v] *= inv;
