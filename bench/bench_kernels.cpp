@@ -3,9 +3,9 @@
 // language model that `ffnlab train` trains by default, where arithmetic decides the speed).
 #include <benchmark/benchmark.h>
 
+#include "bench_util.hpp"
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/glu.hpp"
-#include "bench_util.hpp"
 
 using namespace ffnlab;
 
@@ -35,8 +35,7 @@ BENCHMARK(BM_ActivationBackward)->Apply(every_activation);
 
 static void BM_GluForwardBackward(benchmark::State& state) {
   const std::int64_t T = state.range(0), F = state.range(1);
-  Tensor a = bench::random({T, 2 * F}, 1), h({T, F}), dh = bench::random({T, F}, 2),
-         da({T, 2 * F});
+  Tensor a = bench::random({T, 2 * F}, 1), h({T, F}), dh = bench::random({T, F}, 2), da({T, 2 * F});
   for (auto _ : state) {
     glu_forward(h, a, Act{Activation::silu});
     glu_backward(da, dh, a, Act{Activation::silu});
@@ -44,6 +43,9 @@ static void BM_GluForwardBackward(benchmark::State& state) {
   // forward reads a, writes h; backward reads dh and a, writes da
   state.SetBytesProcessed(state.iterations() * T * F * 4 * (3 + 5));
 }
-BENCHMARK(BM_GluForwardBackward)->Args({6400, 2048})->Args({2048, 344})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GluForwardBackward)
+    ->Args({6400, 2048})
+    ->Args({2048, 344})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -3,9 +3,9 @@
 // not, without -ffast-math (which this project does not use). Two more things stop GCC 12 from
 // vectorising such a loop, silently (the loop stays scalar and correct): std::floor (it needs
 // -fno-trapping-math) and std::min/std::max (their reference arguments become per-lane arrays
-// under `omp simd`). Hence the ternaries and the rounding by a magic constant below; `bench_kernels`
-// and `-fopt-info-vec` show the difference. Accuracy against the double
-// reference: a few float ulps for exp, ~2e-7 absolute for erf and tanh (see test_activation.cpp).
+// under `omp simd`). Hence the ternaries and the rounding by a magic constant below;
+// `bench_kernels` and `-fopt-info-vec` show the difference. Accuracy against the double reference:
+// a few float ulps for exp, ~2e-7 absolute for erf and tanh (see test_activation.cpp).
 #pragma once
 
 #include <algorithm>
@@ -24,7 +24,9 @@ inline float clamp_lanes(float x, float lo, float hi) {
   return hi < x ? hi : x;
 }
 // max(x, 0); NaN stays NaN, as with std::max(x, 0.0f).
-inline float relu_lanes(float x) { return x < 0.0f ? 0.0f : x; }
+inline float relu_lanes(float x) {
+  return x < 0.0f ? 0.0f : x;
+}
 
 // e^x: Cody–Waite reduction x = n·ln2 + r, |r| <= ln2/2, then a degree-7 Taylor polynomial.
 // n = round(x·log2 e): adding 1.5·2^23 leaves no fraction bits, so the sum is rounded to an

@@ -114,9 +114,10 @@ void run_golden(const std::string& name, Precision precision, Tolerance tol) {
       }
     }
   }
-  std::printf("[ %s %s ] largest loss difference %.3g relative; largest weight difference %.3g "
-              "of the largest weight (%s)\n",
-              name.c_str(), precision_name(precision), loss_err, err / scale, worst.c_str());
+  std::printf(
+      "[ %s %s ] largest loss difference %.3g relative; largest weight difference %.3g "
+      "of the largest weight (%s)\n",
+      name.c_str(), precision_name(precision), loss_err, err / scale, worst.c_str());
   EXPECT_LE(err, tol.weight * scale) << name << ": largest weight difference in " << worst;
   // The update as a whole: how far ffnlab's change of the weights is from PyTorch's, relative to
   // PyTorch's change. This also shows the run moved the weights, so the checks above are not
@@ -159,5 +160,9 @@ TEST(TrainGolden, DenseSwiGLUMatchesPyTorchOverTenAdamWSteps) {
 TEST(TrainGolden, MoEMatchesPyTorchOverTenAdamWSteps) {
   run_golden("moe", Precision::f32, f32_tol);
 }
-TEST(TrainGolden, DenseSwiGLUInBF16) { run_golden("dense_swiglu", Precision::bf16, dense_bf16_tol); }
-TEST(TrainGolden, MoEInBF16) { run_golden("moe", Precision::bf16, moe_bf16_tol); }
+TEST(TrainGolden, DenseSwiGLUInBF16) {
+  run_golden("dense_swiglu", Precision::bf16, dense_bf16_tol);
+}
+TEST(TrainGolden, MoEInBF16) {
+  run_golden("moe", Precision::bf16, moe_bf16_tol);
+}

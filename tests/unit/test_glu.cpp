@@ -15,12 +15,16 @@ struct Case {
   int branches;
   Act act;
 };
-const Case kCases[] = {{7, 37, 1, {Activation::silu}},       {1, 1031, 1, {Activation::gelu}},
-                       {33, 5, 1, {Activation::sigmoid}},    {5, 19, 3, {Activation::relu}},
-                       {4, 600, 2, {Activation::gelu_tanh}}, {3, 11, 1, {Activation::identity}},
+const Case kCases[] = {{7, 37, 1, {Activation::silu}},
+                       {1, 1031, 1, {Activation::gelu}},
+                       {33, 5, 1, {Activation::sigmoid}},
+                       {5, 19, 3, {Activation::relu}},
+                       {4, 600, 2, {Activation::gelu_tanh}},
+                       {3, 11, 1, {Activation::identity}},
                        {9, 13, 4, {Activation::silu, 1.5f}},
                        // above the parallel grain, two column blocks and a remainder
-                       {64, 700, 1, {Activation::silu}},     {40, 530, 2, {Activation::gelu}}};
+                       {64, 700, 1, {Activation::silu}},
+                       {40, 530, 2, {Activation::gelu}}};
 }  // namespace
 
 TEST(Glu, FastMatchesReference) {
