@@ -7,14 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_cli.hpp"
 #include "bench_util.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/layers/dense_ffn.hpp"
@@ -39,28 +38,16 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> token_counts{8, 6400};
   double budget = 0.5;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--d-model")
-      D = std::stoll(next());
-    else if (a == "--d-ff")
-      F = std::stoll(next());
-    else if (a == "--seconds")
-      budget = std::stod(next());
-    else if (a == "--json")
-      json = true;
-    else if (a == "--tokens") {
-      token_counts.clear();
-      std::stringstream s(next());
-      for (std::string t; std::getline(s, t, ',');) token_counts.push_back(std::stoll(t));
-    } else {
-      fmt::print(stderr,
-                 "usage: bench_ffn [--d-model N] [--d-ff N] [--tokens a,b] [--seconds S] "
-                 "[--json]\n");
-      return 2;
-    }
-  }
+  CLI::App app{
+      "Forward and forward+backward of every dense FFN variant against bare oneDNN "
+      "products of the same shapes, in one run."};
+  bench::positive_option(app, "--d-model", D, "model width D");
+  bench::positive_option(app, "--d-ff", F, "hidden width F");
+  bench::positive_option(app, "--tokens", token_counts, "token counts, comma-separated")
+      ->delimiter(',');
+  bench::add_seconds_option(app, budget);
+  app.add_flag("--json", json, "print JSON instead of a table");
+  CLI11_PARSE(app, argc, argv);
 
   std::vector<Row> rows;
   for (const std::string variant :

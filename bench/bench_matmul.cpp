@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <sstream>
 #include <string>
 
+#include "bench_cli.hpp"
 #include "bench_util.hpp"
 #include "ffnlab/ops/matmul.hpp"
 
@@ -30,24 +30,15 @@ int main(int argc, char** argv) {
   std::int64_t K = 512, N = 2048;
   std::vector<std::int64_t> ms{800, 1600, 1601, 3200};
   double budget = 0.5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--k") {
-      K = std::stoll(next());
-    } else if (a == "--n") {
-      N = std::stoll(next());
-    } else if (a == "--seconds") {
-      budget = std::stod(next());
-    } else if (a == "--m") {
-      ms.clear();
-      std::stringstream s(next());
-      for (std::string t; std::getline(s, t, ',');) ms.push_back(std::stoll(t));
-    } else {
-      fmt::print(stderr, "usage: bench_matmul [--k K] [--n N] [--m a,b,...] [--seconds S]\n");
-      return 2;
-    }
-  }
+  CLI::App app{
+      "oneDNN products with a fixed shape against a run-time dimension: first call "
+      "(primitive creation) and steady rate."};
+  bench::positive_option(app, "--k", K, "inner dimension K");
+  bench::positive_option(app, "--n", N, "output columns N");
+  bench::positive_option(app, "--m", ms, "row counts M, comma-separated")->delimiter(',');
+  bench::add_seconds_option(app, budget);
+  CLI11_PARSE(app, argc, argv);
+
   std::int64_t max_m = 0;
   for (auto m : ms) max_m = std::max(max_m, m);
   const Tensor w = bench::random({N, K}, 1), x = bench::random({max_m, K}, 2);

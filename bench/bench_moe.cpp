@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench_cli.hpp"
 #include "bench_util.hpp"
 #include "ffnlab/layers/dense_ffn.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
@@ -22,32 +23,18 @@ int main(int argc, char** argv) {
   std::string expert = "relu";
   double budget = 2.0;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--d-model")
-      D = std::stoll(next());
-    else if (a == "--d-ff")
-      F = std::stoll(next());
-    else if (a == "--tokens")
-      T = std::stoll(next());
-    else if (a == "--experts")
-      E = std::stoi(next());
-    else if (a == "--top-k")
-      K = std::stoi(next());
-    else if (a == "--expert")
-      expert = next();
-    else if (a == "--seconds")
-      budget = std::stod(next());
-    else if (a == "--json")
-      json = true;
-    else {
-      fmt::print(stderr,
-                 "usage: bench_moe [--d-model N] [--d-ff N] [--tokens T] [--experts E] "
-                 "[--top-k K] [--expert VARIANT] [--seconds S] [--json]\n");
-      return 2;
-    }
-  }
+  CLI::App app{
+      "An MoE layer against k x the dense FFN of one expert (the same matrix FLOPs), "
+      "training forward and forward+backward, best of 3 interleaved rounds."};
+  bench::positive_option(app, "--d-model", D, "model width D");
+  bench::positive_option(app, "--d-ff", F, "expert width F");
+  bench::positive_option(app, "--tokens", T, "tokens T");
+  bench::positive_option(app, "--experts", E, "routed experts E");
+  bench::positive_option(app, "--top-k", K, "experts per token");
+  app.add_option("--expert", expert, "expert variant (relu, swiglu, ...)")->capture_default_str();
+  bench::add_seconds_option(app, budget);
+  app.add_flag("--json", json, "print JSON instead of a table");
+  CLI11_PARSE(app, argc, argv);
 
   const FFNConfig dense_config = variant_config(expert, D, F, true);
   FFNConfig moe_config = variant_config("moe", D, F, true);

@@ -11,66 +11,34 @@ interpreter that has torch:
     python3 bench/bench_train.py --ffnlab build/release/ffnlab [--rounds 3] [--steps 60]
 """
 import argparse
-import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-D_FF = {"relu": 512, "swiglu": 344}  # the issue's widths: equal parameter counts
-
-
-def ffnlab_rate(a, variant, dtype, out):
-    cmd = [a.ffnlab, "train", "--variant", variant, "--d-ff", str(D_FF[variant]),
-           "--steps", str(a.steps), "--seed", "1", "--threads", str(a.threads), "--dtype", dtype,
-           "--eval-every", "0", "--eval-tokens", "2048", "--sample", "0", "--data", a.data,
-           "--out", out]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with open(os.path.join(out, "summary.json")) as f:
-        return json.load(f)["median_tokens_per_second"]
-
-
-def torch_rate(a, variant):
-    cmd = [a.python, os.path.join(HERE, "torch_train.py"), "--variant", variant,
-           "--d-ff", str(D_FF[variant]), "--steps", str(a.steps), "--threads", str(a.threads),
-           "--data", a.data, "--skip-eval"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    m = re.search(r"median (\d+) tokens/s", out)
-    if not m:
-        sys.exit(f"bench_train: no rate in PyTorch's output:\n{out}")
-    return float(m.group(1))
+import lm_runs
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ffnlab", default=os.path.join(HERE, "..", "build", "release", "ffnlab"))
-    ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch")
-    ap.add_argument("--variants", nargs="+", default=["relu", "swiglu"], choices=sorted(D_FF))
+    lm_runs.add_common_args(ap)
     ap.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"],
                     help="ffnlab product precisions to time (PyTorch runs f32)")
     ap.add_argument("--steps", type=int, default=60, help="steps per run (the median is kept)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs per side")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--data", default="/usr/share/games/fortunes")
     a = ap.parse_args()
-    for path, what in ((a.ffnlab, "ffnlab binary"), (a.python, "PyTorch interpreter")):
-        if not os.access(path, os.X_OK):
-            sys.exit(f"bench_train: {what} {path} not found (build first; "
-                     "scripts/install-deps.sh installs PyTorch)")
+    lm_runs.require([(a.ffnlab, "ffnlab binary"), (a.python, "PyTorch interpreter")])
 
     rates = {}
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         for r in range(a.rounds):
             for v in a.variants:
                 for dt in a.dtypes:
-                    x = ffnlab_rate(a, v, dt, os.path.join(tmp, f"{v}_{dt}"))
+                    _, x = lm_runs.ffnlab(a, v, a.steps, 1, dt, os.path.join(tmp, "run"), False)
                     rates.setdefault((v, "ffnlab " + dt), []).append(x)
                     print(f"round {r + 1}/{a.rounds} {v} ffnlab {dt}: {x:,.0f} tokens/s",
                           file=sys.stderr, flush=True)
-                x = torch_rate(a, v)
+                _, x = lm_runs.torch(a, v, a.steps, 1, False)
                 rates.setdefault((v, "torch f32"), []).append(x)
                 print(f"round {r + 1}/{a.rounds} {v} torch f32: {x:,.0f} tokens/s",
                       file=sys.stderr, flush=True)

@@ -1,11 +1,12 @@
-// Vectorisable activation kernels. Every function here is branch-free arithmetic that GCC and
-// clang turn into SIMD code inside `#pragma omp simd` loops; the standard library's expf/erff are
-// not, without -ffast-math (which this project does not use). Two more things stop GCC 12 from
-// vectorising such a loop, silently (the loop stays scalar and correct): std::floor (it needs
-// -fno-trapping-math) and std::min/std::max (their reference arguments become per-lane arrays
-// under `omp simd`). Hence the ternaries and the rounding by a magic constant below;
-// `bench_kernels` and `-fopt-info-vec` show the difference. Accuracy against the double reference:
-// a few float ulps for exp, ~2e-7 absolute for erf and tanh (see test_activation.cpp).
+// Vectorisable elementwise kernels: the activations and their derivatives, exp, and the
+// exponentials of a softmax row (attention, cross-entropy). Every function here is branch-free
+// arithmetic that GCC and clang turn into SIMD code inside `#pragma omp simd` loops; the standard
+// library's expf/erff are not, without -ffast-math (which this project does not use). Two more
+// things stop GCC 12 from vectorising such a loop, silently (the loop stays scalar and correct):
+// std::floor (it needs -fno-trapping-math) and std::min/std::max (their reference arguments become
+// per-lane arrays under `omp simd`). Hence the ternaries and the rounding by a magic constant
+// below; `bench_kernels` and `-fopt-info-vec` show the difference. Accuracy against the double
+// reference: a few float ulps for exp, ~2e-7 absolute for erf and tanh (see test_activation.cpp).
 #pragma once
 
 #include <algorithm>
