@@ -15,7 +15,7 @@ static void BM_ActivationForward(benchmark::State& state) {
   Tensor x = bench::random({n}, 1), y({n});
   for (auto _ : state) activation_forward(y, x, Act{act});
   state.SetBytesProcessed(state.iterations() * n * 8);
-  state.SetLabel(activation_name(act));
+  state.SetLabel(enum_name(act));
 }
 static void BM_ActivationBackward(benchmark::State& state) {
   const auto act = static_cast<Activation>(state.range(0));
@@ -23,7 +23,7 @@ static void BM_ActivationBackward(benchmark::State& state) {
   Tensor x = bench::random({n}, 1), dy = bench::random({n}, 2), dx({n});
   for (auto _ : state) activation_backward(dx, dy, x, Act{act});
   state.SetBytesProcessed(state.iterations() * n * 12);
-  state.SetLabel(activation_name(act));
+  state.SetLabel(enum_name(act));
 }
 
 static void every_activation(benchmark::internal::Benchmark* b) {

@@ -16,9 +16,9 @@ struct Dense {
 
 Dense dense_cost(const FFNConfig& c) {
   const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff);
-  const int n = c.kind == FFNKind::plain ? 0 : c.kind == FFNKind::glu ? 1 : c.branches;
-  const double P = n == 0 ? F : 2.0 * n * F;  // width of the input projection
-  const std::int64_t Pi = static_cast<std::int64_t>(P);
+  const int n = c.gated_branches();
+  const std::int64_t Pi = c.in_width();  // width of the input projection
+  const double P = static_cast<double>(Pi);
   Dense d{};
   d.params = Pi * c.d_model + c.d_model * c.d_ff + (c.bias ? Pi + c.d_model : 0);
   d.fwd.matmul = 2 * D * P + 2 * F * D;
@@ -59,8 +59,8 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
-    const std::int64_t router = c.d_model * m.num_experts * (m.noisy_topk ? 2 : 1) +
-                                (m.router_bias ? m.num_experts : 0);
+    const std::int64_t router =
+        c.d_model * m.num_experts * (m.noisy_topk ? 2 : 1) + (m.router_bias ? m.num_experts : 0);
     const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
     const bool has_shared = m.num_shared > 0;
     const std::int64_t shared_params = has_shared ? shared.params + gate : 0;

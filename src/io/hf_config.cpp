@@ -31,7 +31,7 @@ void hf_moe_config(FFNConfig& c, const nlohmann::json& j, const std::string& mod
   c.kind = FFNKind::moe;
   c.bias = false;
   c.d_model = require<std::int64_t>(j, "hidden_size", model);
-  c.act.kind = parse_activation(optional<std::string>(j, "hidden_act", "silu", model));
+  c.act.kind = parse_enum<Activation>(optional<std::string>(j, "hidden_act", "silu", model));
   m.expert_kind = FFNKind::glu;
   m.router_bias = false;
   m.top_k = require<int>(j, "num_experts_per_tok", model);
@@ -60,7 +60,7 @@ void hf_moe_config(FFNConfig& c, const nlohmann::json& j, const std::string& mod
     m.groups = optional(j, "n_group", 0, model);
     m.topk_groups = optional(j, "topk_group", 0, model);
     if (m.groups == 1 && m.topk_groups == 1) m.groups = m.topk_groups = 0;  // no grouping
-    m.score = parse_score(optional<std::string>(j, "scoring_func", "sigmoid", model));
+    m.score = parse_enum<ScoreFunc>(optional<std::string>(j, "scoring_func", "sigmoid", model));
     const auto method = optional<std::string>(j, "topk_method", "noaux_tc", model);
     check(method == "noaux_tc" || method == "greedy",
           "[config] deepseek_v3 topk_method '{}' is not supported (noaux_tc, greedy)", method);
@@ -84,7 +84,7 @@ FFNConfig hf_ffn_config(const nlohmann::json& j) {
   if (model == "llama" || model == "mistral" || model == "qwen2") {
     c.d_model = require<std::int64_t>(j, "hidden_size", model);
     c.d_ff = require<std::int64_t>(j, "intermediate_size", model);
-    c.act.kind = parse_activation(optional<std::string>(j, "hidden_act", "silu", model));
+    c.act.kind = parse_enum<Activation>(optional<std::string>(j, "hidden_act", "silu", model));
     c.bias = optional(j, "mlp_bias", false, model);
     c.layout = GLULayout::separate;
   } else if (model == "chatglm") {

@@ -26,7 +26,7 @@ std::vector<std::string> DenseFFN::in_names(const FFNConfig& c) {
       return names;
     }
     default:
-      fail("[ffn] DenseFFN cannot build kind '{}'", kind_name(c.kind));
+      fail("[ffn] DenseFFN cannot build kind '{}'", enum_name(c.kind));
   }
 }
 
@@ -37,10 +37,8 @@ std::string DenseFFN::out_name(const FFNConfig& c) {
 DenseFFN::DenseFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   validate(config_);
   const std::int64_t D = config_.d_model, F = config_.d_ff;
-  branches_ = config_.kind == FFNKind::plain ? 0
-              : config_.kind == FFNKind::glu ? 1
-                                             : config_.branches;
-  in_width_ = branches_ == 0 ? F : 2 * branches_ * F;
+  branches_ = config_.gated_branches();
+  in_width_ = config_.in_width();
 
   const auto names = in_names(config_);
   const std::int64_t rows_each = in_width_ / static_cast<std::int64_t>(names.size());
@@ -81,13 +79,6 @@ void DenseFFN::bind_parameters() {
   }
 }
 
-void DenseFFN::mix_forward(Tensor& h, const Tensor& a) {
-  if (branches_ == 0)
-    activation_forward(h, a, config_.act);
-  else
-    glu_forward(h, a, config_.act, branches_);
-}
-
 void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t D = config_.d_model, F = config_.d_ff;
   check(x.rank() == 2 && x.dim(1) == D, "[ffn] input {} must be [T, {}]", shape_string(x.shape()),
@@ -102,7 +93,7 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   } else {
     a_.ensure({T, in_width_});
     linear_forward(a_, x, w_in_, b_in, precision_);
-    mix_forward(h_, a_);
+    mix_forward(h_, a_, config_.act, branches_);
   }
   y.ensure({T, D});
   linear_forward(y, h_, w_out_, b_out, precision_);
@@ -119,10 +110,7 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   da_.ensure({T, in_width_});
   dx.ensure({T, D});
   linear_backward(&dh_, dw_out_, config_.bias ? &db_out_ : nullptr, dy, h_, w_out_, precision_);
-  if (branches_ == 0)
-    activation_backward(da_, dh_, a_, config_.act);
-  else
-    glu_backward(da_, dh_, a_, config_.act, branches_);
+  mix_backward(da_, dh_, a_, config_.act, branches_);
   linear_backward(&dx, dw_in_, config_.bias ? &db_in_ : nullptr, da_, x_, w_in_, precision_);
 }
 
@@ -130,12 +118,7 @@ FFNStats DenseFFN::stats() const {
   FFNStats s;
   if (!saved_) return s;
   s.tokens = h_.dim(0);
-  const float* h = h_.f32();
-  const std::int64_t n = h_.numel();
-  std::int64_t zeros = 0;
-#pragma omp parallel for simd reduction(+ : zeros) if (n > 65536)
-  for (std::int64_t i = 0; i < n; ++i) zeros += h[i] == 0.0f;
-  s.zero_fraction = n ? static_cast<double>(zeros) / static_cast<double>(n) : 0.0;
+  s.zero_fraction = zero_fraction(h_.f32(), h_.numel());
   return s;
 }
 

@@ -4,27 +4,13 @@
 #include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <set>
-#include <type_traits>
 
 #include "check.hpp"
+#include "json_keys.hpp"
 
 namespace ffnlab {
 
 namespace {
-
-constexpr std::array<const char*, 4> kKindNames{"plain", "glu", "multi_branch", "moe"};
-static_assert(kKindNames.size() == static_cast<std::size_t>(FFNKind::count));
-constexpr std::array<const char*, 2> kLayoutNames{"separate", "fused"};
-static_assert(kLayoutNames.size() == static_cast<std::size_t>(GLULayout::count));
-constexpr std::array<const char*, 2> kScoreNames{"softmax", "sigmoid"};
-static_assert(kScoreNames.size() == static_cast<std::size_t>(ScoreFunc::count));
-constexpr std::array<const char*, 2> kDropNames{"position", "probability"};
-static_assert(kDropNames.size() == static_cast<std::size_t>(DropPolicy::count));
-constexpr std::array<const char*, 3> kBalanceNames{"topk", "topk_normalized", "top1"};
-static_assert(kBalanceNames.size() == static_cast<std::size_t>(BalanceLoss::count));
-constexpr std::array<const char*, 3> kNamingNames{"standard", "mixtral", "qwen2_moe"};
-static_assert(kNamingNames.size() == static_cast<std::size_t>(MoENaming::count));
 
 struct Variant {
   const char* name;
@@ -43,53 +29,19 @@ constexpr std::array kVariants{
     Variant{"moe", FFNKind::moe, Activation::relu},
 };
 
-template <std::size_t N>
-int parse_name(const std::array<const char*, N>& names, std::string_view name, const char* what) {
-  for (std::size_t i = 0; i < N; ++i)
-    if (name == names[i]) return static_cast<int>(i);
-  std::string known;
-  for (auto n : names) known += (known.empty() ? "" : ", ") + std::string(n);
-  fail("[ffn] unknown {} '{}' (known: {})", what, name, known);
-}
-
 }  // namespace
 
-const char* kind_name(FFNKind kind) {
-  return kKindNames.at(static_cast<std::size_t>(kind));
-}
-FFNKind parse_kind(std::string_view name) {
-  return static_cast<FFNKind>(parse_name(kKindNames, name, "kind"));
-}
-const char* layout_name(GLULayout layout) {
-  return kLayoutNames.at(static_cast<std::size_t>(layout));
-}
-GLULayout parse_layout(std::string_view name) {
-  return static_cast<GLULayout>(parse_name(kLayoutNames, name, "layout"));
+int FFNConfig::gated_branches() const {
+  return kind == FFNKind::plain ? 0 : kind == FFNKind::glu ? 1 : branches;
 }
 
-const char* score_name(ScoreFunc f) {
-  return kScoreNames.at(static_cast<std::size_t>(f));
+std::int64_t FFNConfig::in_width() const {
+  const int n = gated_branches();
+  return n == 0 ? d_ff : 2 * n * d_ff;
 }
-ScoreFunc parse_score(std::string_view name) {
-  return static_cast<ScoreFunc>(parse_name(kScoreNames, name, "scoring function"));
-}
-const char* drop_policy_name(DropPolicy p) {
-  return kDropNames.at(static_cast<std::size_t>(p));
-}
-DropPolicy parse_drop_policy(std::string_view name) {
-  return static_cast<DropPolicy>(parse_name(kDropNames, name, "drop policy"));
-}
-const char* balance_loss_name(BalanceLoss l) {
-  return kBalanceNames.at(static_cast<std::size_t>(l));
-}
-BalanceLoss parse_balance_loss(std::string_view name) {
-  return static_cast<BalanceLoss>(parse_name(kBalanceNames, name, "balance loss"));
-}
-const char* naming_name(MoENaming n) {
-  return kNamingNames.at(static_cast<std::size_t>(n));
-}
-MoENaming parse_naming(std::string_view name) {
-  return static_cast<MoENaming>(parse_name(kNamingNames, name, "MoE naming"));
+
+std::int64_t default_d_ff(FFNKind kind, std::int64_t d_model) {
+  return kind == FFNKind::glu ? (8 * d_model / 3 + 7) / 8 * 8 : 4 * d_model;
 }
 
 void validate(const FFNConfig& c) {
@@ -110,7 +62,7 @@ void validate(const FFNConfig& c) {
     check(m.top_k <= m.num_experts, "[moe] top_k = {} exceeds num_experts = {}", m.top_k,
           m.num_experts);
     check(m.expert_kind == FFNKind::plain || m.expert_kind == FFNKind::glu,
-          "[moe] expert kind '{}' must be plain or glu", kind_name(m.expert_kind));
+          "[moe] expert kind '{}' must be plain or glu", enum_name(m.expert_kind));
     check(m.expert_d_ff >= 0 && m.shared_d_ff >= 0, "[moe] expert d_ff must not be negative");
     check(m.num_shared >= 0, "[moe] num_shared = {} must not be negative", m.num_shared);
     check(m.score < ScoreFunc::count && m.drop < DropPolicy::count &&
@@ -176,7 +128,7 @@ std::string variant_name(const FFNConfig& c) {
   if (c.act.beta == 1.0f)
     for (const auto& v : kVariants)
       if (v.kind == c.kind && v.act == c.act.kind) return v.name;
-  return std::string(kind_name(c.kind)) + "/" + activation_name(c.act.kind);
+  return std::string(enum_name(c.kind)) + "/" + enum_name(c.act.kind);
 }
 
 FFNConfig expert_config(const FFNConfig& c, bool shared) {
@@ -187,113 +139,83 @@ FFNConfig expert_config(const FFNConfig& c, bool shared) {
   return e;
 }
 
+namespace {
+
+using json = nlohmann::json;
+
+// Every key of the "moe" object, in the order they are read and printed.
+constexpr std::array kMoEKeys{
+    field<MoEConfig, &MoEConfig::num_experts>("num_experts"),
+    field<MoEConfig, &MoEConfig::top_k>("top_k"),
+    field<MoEConfig, &MoEConfig::expert_kind>("expert_kind"),
+    field<MoEConfig, &MoEConfig::expert_d_ff>("expert_d_ff"),
+    field<MoEConfig, &MoEConfig::router_bias>("router_bias"),
+    field<MoEConfig, &MoEConfig::num_shared>("num_shared"),
+    field<MoEConfig, &MoEConfig::shared_d_ff>("shared_d_ff"),
+    field<MoEConfig, &MoEConfig::shared_gate>("shared_gate"),
+    field<MoEConfig, &MoEConfig::score>("score"),
+    field<MoEConfig, &MoEConfig::softmax_after_topk>("softmax_after_topk"),
+    field<MoEConfig, &MoEConfig::normalize>("normalize"),
+    field<MoEConfig, &MoEConfig::scaling>("scaling"),
+    field<MoEConfig, &MoEConfig::groups>("groups"),
+    field<MoEConfig, &MoEConfig::topk_groups>("topk_groups"),
+    field<MoEConfig, &MoEConfig::jitter>("jitter"),
+    field<MoEConfig, &MoEConfig::noisy_topk>("noisy_topk"),
+    field<MoEConfig, &MoEConfig::balance_bias>("balance_bias"),
+    field<MoEConfig, &MoEConfig::balance_rate>("balance_rate"),
+    field<MoEConfig, &MoEConfig::capacity_factor>("capacity_factor"),
+    field<MoEConfig, &MoEConfig::drop>("drop"),
+    field<MoEConfig, &MoEConfig::balance_loss>("balance_loss"),
+    field<MoEConfig, &MoEConfig::aux_coef>("aux_coef"),
+    field<MoEConfig, &MoEConfig::z_coef>("z_coef"),
+    field<MoEConfig, &MoEConfig::naming>("naming"),
+};
+
+// The FFN config's keys. "variant" comes first: it is a preset that the other keys refine.
+// "ffnlab" is accepted and ignored (a marker some config files carry).
+constexpr std::array kFFNKeys{
+    JsonKey<FFNConfig>{"variant",
+                       [](FFNConfig& c, const json& j) {
+                         c = variant_config(j.get<std::string>(), c.d_model, c.d_ff, c.bias);
+                       }},
+    field<FFNConfig, &FFNConfig::kind>("kind"),
+    JsonKey<FFNConfig>{"activation",
+                       [](FFNConfig& c, const json& j) { c.act.kind = json_value<Activation>(j); },
+                       [](const FFNConfig& c) { return json_of(c.act.kind); }},
+    JsonKey<FFNConfig>{"swish_beta",
+                       [](FFNConfig& c, const json& j) { c.act.beta = j.get<float>(); },
+                       [](const FFNConfig& c) { return json(c.act.beta); },
+                       [](const FFNConfig& c) { return c.act.beta != 1.0f; }},
+    field<FFNConfig, &FFNConfig::d_model>("d_model"),
+    field<FFNConfig, &FFNConfig::d_ff>("d_ff"),
+    field<FFNConfig, &FFNConfig::bias>("bias"),
+    field<FFNConfig, &FFNConfig::layout>("layout"),
+    field<FFNConfig, &FFNConfig::branches>(
+        "branches", [](const FFNConfig& c) { return c.kind == FFNKind::multi_branch; }),
+    JsonKey<FFNConfig>{
+        "moe", [](FFNConfig& c, const json& j) { read_keys(kMoEKeys, c.moe, j, "config", "moe."); },
+        [](const FFNConfig& c) {
+          // The expert widths are printed resolved (0 means "inherit").
+          json m = write_keys(kMoEKeys, c.moe);
+          m["expert_d_ff"] = c.expert_d_ff();
+          m["shared_d_ff"] = c.shared_d_ff();
+          return m;
+        },
+        [](const FFNConfig& c) { return c.kind == FFNKind::moe; }},
+    JsonKey<FFNConfig>{"ffnlab", [](FFNConfig&, const json&) {}},
+};
+
+}  // namespace
+
 FFNConfig config_from_json(const nlohmann::json& j) {
-  check(j.is_object(), "[config] an FFN config must be a JSON object");
-  static const std::set<std::string> kKeys{"variant",  "kind", "activation", "swish_beta",
-                                           "d_model",  "d_ff", "bias",       "layout",
-                                           "branches", "moe",  "ffnlab"};
-  static const std::set<std::string> kMoEKeys{
-      "num_experts", "top_k",        "expert_kind",     "expert_d_ff",  "router_bias",
-      "num_shared",  "shared_d_ff",  "shared_gate",     "score",        "softmax_after_topk",
-      "normalize",   "scaling",      "groups",          "topk_groups",  "jitter",
-      "noisy_topk",  "balance_bias", "balance_rate",    "capacity_factor", "drop",
-      "balance_loss", "aux_coef",    "z_coef",          "naming"};
-  for (const auto& [key, value] : j.items())
-    check(kKeys.count(key), "[config] unknown key '{}'", key);
-  try {
-    FFNConfig c;
-    if (j.contains("variant"))
-      c = variant_config(j.at("variant").get<std::string>(), c.d_model, c.d_ff, c.bias);
-    if (j.contains("kind")) c.kind = parse_kind(j.at("kind").get<std::string>());
-    if (j.contains("activation"))
-      c.act.kind = parse_activation(j.at("activation").get<std::string>());
-    if (j.contains("swish_beta")) c.act.beta = j.at("swish_beta").get<float>();
-    if (j.contains("d_model")) c.d_model = j.at("d_model").get<std::int64_t>();
-    if (j.contains("d_ff")) c.d_ff = j.at("d_ff").get<std::int64_t>();
-    if (j.contains("bias")) c.bias = j.at("bias").get<bool>();
-    if (j.contains("layout")) c.layout = parse_layout(j.at("layout").get<std::string>());
-    if (j.contains("branches")) c.branches = j.at("branches").get<int>();
-    if (j.contains("moe")) {
-      const auto& m = j.at("moe");
-      check(m.is_object(), "[config] 'moe' must be an object");
-      for (const auto& [key, value] : m.items())
-        check(kMoEKeys.count(key), "[config] unknown key 'moe.{}'", key);
-      auto get = [&m](const char* key, auto& field) {
-        if (m.contains(key)) field = m.at(key).get<std::decay_t<decltype(field)>>();
-      };
-      auto get_name = [&m](const char* key, auto& field, auto parse) {
-        if (m.contains(key)) field = parse(m.at(key).get<std::string>());
-      };
-      MoEConfig& o = c.moe;
-      get("num_experts", o.num_experts);
-      get("top_k", o.top_k);
-      get_name("expert_kind", o.expert_kind, parse_kind);
-      get("expert_d_ff", o.expert_d_ff);
-      get("router_bias", o.router_bias);
-      get("num_shared", o.num_shared);
-      get("shared_d_ff", o.shared_d_ff);
-      get("shared_gate", o.shared_gate);
-      get_name("score", o.score, parse_score);
-      get("softmax_after_topk", o.softmax_after_topk);
-      get("normalize", o.normalize);
-      get("scaling", o.scaling);
-      get("groups", o.groups);
-      get("topk_groups", o.topk_groups);
-      get("jitter", o.jitter);
-      get("noisy_topk", o.noisy_topk);
-      get("balance_bias", o.balance_bias);
-      get("balance_rate", o.balance_rate);
-      get("capacity_factor", o.capacity_factor);
-      get_name("drop", o.drop, parse_drop_policy);
-      get_name("balance_loss", o.balance_loss, parse_balance_loss);
-      get("aux_coef", o.aux_coef);
-      get("z_coef", o.z_coef);
-      get_name("naming", o.naming, parse_naming);
-    }
-    validate(c);
-    return c;
-  } catch (const nlohmann::json::exception& e) {
-    fail("[config] {}", e.what());
-  }
+  FFNConfig c;
+  read_keys(kFFNKeys, c, j, "config");
+  validate(c);
+  return c;
 }
 
 nlohmann::json config_to_json(const FFNConfig& c) {
-  nlohmann::json j{{"kind", kind_name(c.kind)},
-                   {"activation", activation_name(c.act.kind)},
-                   {"d_model", c.d_model},
-                   {"d_ff", c.d_ff},
-                   {"bias", c.bias},
-                   {"layout", layout_name(c.layout)}};
-  if (c.act.beta != 1.0f) j["swish_beta"] = c.act.beta;
-  if (c.kind == FFNKind::multi_branch) j["branches"] = c.branches;
-  if (c.kind == FFNKind::moe) {
-    const MoEConfig& m = c.moe;
-    j["moe"] = {{"num_experts", m.num_experts},
-                {"top_k", m.top_k},
-                {"expert_kind", kind_name(m.expert_kind)},
-                {"expert_d_ff", c.expert_d_ff()},
-                {"router_bias", m.router_bias},
-                {"num_shared", m.num_shared},
-                {"shared_d_ff", c.shared_d_ff()},
-                {"shared_gate", m.shared_gate},
-                {"score", score_name(m.score)},
-                {"softmax_after_topk", m.softmax_after_topk},
-                {"normalize", m.normalize},
-                {"scaling", m.scaling},
-                {"groups", m.groups},
-                {"topk_groups", m.topk_groups},
-                {"jitter", m.jitter},
-                {"noisy_topk", m.noisy_topk},
-                {"balance_bias", m.balance_bias},
-                {"balance_rate", m.balance_rate},
-                {"capacity_factor", m.capacity_factor},
-                {"drop", drop_policy_name(m.drop)},
-                {"balance_loss", balance_loss_name(m.balance_loss)},
-                {"aux_coef", m.aux_coef},
-                {"z_coef", m.z_coef},
-                {"naming", naming_name(m.naming)}};
-  }
-  return j;
+  return write_keys(kFFNKeys, c);
 }
 
 }  // namespace ffnlab

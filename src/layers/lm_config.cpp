@@ -5,23 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "json_keys.hpp"
 
 namespace ffnlab {
-
-namespace {
-constexpr std::array<const char*, static_cast<int>(PositionKind::count)> kPositionNames = {
-    "learned", "sinusoidal", "rope", "none"};
-}
-
-const char* position_name(PositionKind kind) {
-  return kPositionNames.at(static_cast<std::size_t>(kind));
-}
-
-PositionKind parse_position(std::string_view name) {
-  for (std::size_t i = 0; i < kPositionNames.size(); ++i)
-    if (name == kPositionNames[i]) return static_cast<PositionKind>(i);
-  fail("[lm] unknown positions '{}' (known: learned, sinusoidal, rope, none)", name);
-}
 
 void validate(const LMConfig& c) {
   check(c.vocab > 0, "[lm] vocab = {} must be positive", c.vocab);
@@ -39,51 +25,42 @@ void validate(const LMConfig& c) {
   validate(c.ffn);
 }
 
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::array kLMKeys{
+    field<LMConfig, &LMConfig::vocab>("vocab"),
+    field<LMConfig, &LMConfig::d_model>("d_model"),
+    field<LMConfig, &LMConfig::layers>("layers"),
+    field<LMConfig, &LMConfig::heads>("heads"),
+    field<LMConfig, &LMConfig::context>("context"),
+    field<LMConfig, &LMConfig::positions>("positions"),
+    field<LMConfig, &LMConfig::rope_theta>("rope_theta"),
+    field<LMConfig, &LMConfig::norm>("norm"),
+    field<LMConfig, &LMConfig::norm_eps>("norm_eps"),
+    field<LMConfig, &LMConfig::pre_norm>("pre_norm"),
+    field<LMConfig, &LMConfig::final_norm>("final_norm"),
+    field<LMConfig, &LMConfig::tied_head>("tied_head"),
+    field<LMConfig, &LMConfig::attn_bias>("attn_bias"),
+    field<LMConfig, &LMConfig::causal>("causal"),
+    field<LMConfig, &LMConfig::dropout>("dropout"),
+    field<LMConfig, &LMConfig::init_std>("init_std"),
+    JsonKey<LMConfig>{"ffn", [](LMConfig& c, const json& j) { c.ffn = config_from_json(j); },
+                      [](const LMConfig& c) { return config_to_json(c.ffn); }},
+};
+
+}  // namespace
+
 LMConfig lm_config_from_json(const nlohmann::json& j) {
-  check(j.is_object(), "[lm] config must be a JSON object");
   LMConfig c;
-  for (const auto& [key, v] : j.items()) {
-    if (key == "vocab") c.vocab = v.get<std::int64_t>();
-    else if (key == "d_model") c.d_model = v.get<std::int64_t>();
-    else if (key == "layers") c.layers = v.get<int>();
-    else if (key == "heads") c.heads = v.get<std::int64_t>();
-    else if (key == "context") c.context = v.get<std::int64_t>();
-    else if (key == "positions") c.positions = parse_position(v.get<std::string>());
-    else if (key == "rope_theta") c.rope_theta = v.get<float>();
-    else if (key == "norm") c.norm = parse_norm(v.get<std::string>());
-    else if (key == "norm_eps") c.norm_eps = v.get<float>();
-    else if (key == "pre_norm") c.pre_norm = v.get<bool>();
-    else if (key == "final_norm") c.final_norm = v.get<bool>();
-    else if (key == "tied_head") c.tied_head = v.get<bool>();
-    else if (key == "attn_bias") c.attn_bias = v.get<bool>();
-    else if (key == "causal") c.causal = v.get<bool>();
-    else if (key == "dropout") c.dropout = v.get<float>();
-    else if (key == "init_std") c.init_std = v.get<float>();
-    else if (key == "ffn") c.ffn = config_from_json(v);
-    else fail("[lm] unknown config key '{}'", key);
-  }
+  read_keys(kLMKeys, c, j, "lm");
   validate(c);
   return c;
 }
 
 nlohmann::json lm_config_to_json(const LMConfig& c) {
-  return {{"vocab", c.vocab},
-          {"d_model", c.d_model},
-          {"layers", c.layers},
-          {"heads", c.heads},
-          {"context", c.context},
-          {"positions", position_name(c.positions)},
-          {"rope_theta", c.rope_theta},
-          {"norm", norm_name(c.norm)},
-          {"norm_eps", c.norm_eps},
-          {"pre_norm", c.pre_norm},
-          {"final_norm", c.final_norm},
-          {"tied_head", c.tied_head},
-          {"attn_bias", c.attn_bias},
-          {"causal", c.causal},
-          {"dropout", c.dropout},
-          {"init_std", c.init_std},
-          {"ffn", config_to_json(c.ffn)}};
+  return write_keys(kLMKeys, c);
 }
 
 }  // namespace ffnlab

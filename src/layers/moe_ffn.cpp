@@ -57,12 +57,12 @@ std::string MoEFFN::shared_prefix(const FFNConfig& c) {
 MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   validate(config_);
   check(config_.kind == FFNKind::moe, "[moe] MoEFFN needs kind 'moe', got '{}'",
-        kind_name(config_.kind));
+        enum_name(config_.kind));
   const MoEConfig& m = config_.moe;
   const std::int64_t D = config_.d_model, E = m.num_experts;
   expert_ = expert_config(config_);
   const std::int64_t F = expert_.d_ff;
-  in_width_ = expert_.kind == FFNKind::glu ? 2 * F : F;
+  in_width_ = expert_.in_width();
 
   params_.declare("gate.weight", {E, D});
   if (m.router_bias) params_.declare("gate.bias", {E});
@@ -77,9 +77,9 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   if (config_.bias)
     for (int e = 0; e < E; ++e) params_.declare(expert_out_name(config_, e) + ".bias", {D});
   if (m.num_shared > 0) {
-    FFNConfig sc = expert_config(config_, /*shared=*/true);
-    sc.d_ff = m.num_shared * config_.shared_d_ff();  // n shared experts = one of n times the width
-    shared_ = std::make_unique<DenseFFN>(sc, seed ^ 0x9e3779b97f4a7c15ull);
+    // n shared experts = one dense FFN of n times the width (expert_config).
+    shared_ = std::make_unique<DenseFFN>(expert_config(config_, /*shared=*/true),
+                                         seed ^ 0x9e3779b97f4a7c15ull);
     params_.declare_all(shared_->parameters(), shared_prefix(config_));
     if (m.shared_gate) params_.declare("shared_expert_gate.weight", {1, D});
   }
@@ -90,16 +90,16 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   std::mt19937_64 rng(seed);
   const float in_bound = 1.0f / std::sqrt(static_cast<float>(D));
   const float out_bound = 1.0f / std::sqrt(static_cast<float>(F));
-  init_uniform(w_router_, in_bound, rng);
-  if (m.router_bias) init_uniform(b_router_, in_bound, rng);
-  if (m.noisy_topk) init_uniform(w_noise_, in_bound, rng);
-  init_uniform(w_in_, in_bound, rng);
-  init_uniform(w_out_, out_bound, rng);
+  init_uniform(w_.router, in_bound, rng);
+  if (m.router_bias) init_uniform(w_.router_bias, in_bound, rng);
+  if (m.noisy_topk) init_uniform(w_.noise, in_bound, rng);
+  init_uniform(w_.in, in_bound, rng);
+  init_uniform(w_.out, out_bound, rng);
   if (config_.bias) {
-    init_uniform(b_in_, in_bound, rng);
-    init_uniform(b_out_, out_bound, rng);
+    init_uniform(w_.in_bias, in_bound, rng);
+    init_uniform(w_.out_bias, out_bound, rng);
   }
-  if (m.shared_gate) init_uniform(w_gate_, in_bound, rng);
+  if (m.shared_gate) init_uniform(w_.shared_gate, in_bound, rng);
   rng_.seed(seed ^ 0x6a09e667f3bcc909ull);
   step_load_.assign(E, 0);
 }
@@ -110,26 +110,28 @@ void MoEFFN::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
 
 void MoEFFN::bind_parameters() {
   const MoEConfig& m = config_.moe;
-  const std::int64_t D = config_.d_model, E = m.num_experts, F = expert_.d_ff;
+  const std::int64_t D = config_.d_model, E = m.num_experts, F = expert_.d_ff, P = in_width_;
   auto bind = [this](const std::string& name, Tensor& value, Tensor& grad) {
     value = params_.at(name).value;
     grad = params_.at(name).grad;
   };
-  bind("gate.weight", w_router_, dw_router_);
-  if (m.router_bias) bind("gate.bias", b_router_, db_router_);
-  if (m.noisy_topk) bind("gate.noise.weight", w_noise_, dw_noise_);
-  if (m.balance_bias) balance_bias_ = params_.at("gate.e_score_correction_bias").value;
-  if (m.shared_gate) bind("shared_expert_gate.weight", w_gate_, dw_gate_);
+  // A stack of every expert's tensors, which are adjacent in the buffer.
+  auto bind_span = [this](const std::string& first, const Shape& shape, Tensor& value,
+                          Tensor& grad) {
+    value = params_.value_span(first, shape);
+    grad = params_.grad_span(first, shape);
+  };
+  bind("gate.weight", w_.router, dw_.router);
+  if (m.router_bias) bind("gate.bias", w_.router_bias, dw_.router_bias);
+  if (m.noisy_topk) bind("gate.noise.weight", w_.noise, dw_.noise);
+  if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
+  if (m.shared_gate) bind("shared_expert_gate.weight", w_.shared_gate, dw_.shared_gate);
   const std::string in0 = expert_in_names(config_, 0)[0], out0 = expert_out_name(config_, 0);
-  w_in_ = params_.value_span(in0 + ".weight", {E, in_width_, D});
-  dw_in_ = params_.grad_span(in0 + ".weight", {E, in_width_, D});
-  w_out_ = params_.value_span(out0 + ".weight", {E, D, F});
-  dw_out_ = params_.grad_span(out0 + ".weight", {E, D, F});
+  bind_span(in0 + ".weight", {E, P, D}, w_.in, dw_.in);
+  bind_span(out0 + ".weight", {E, D, F}, w_.out, dw_.out);
   if (config_.bias) {
-    b_in_ = params_.value_span(in0 + ".bias", {E, in_width_});
-    db_in_ = params_.grad_span(in0 + ".bias", {E, in_width_});
-    b_out_ = params_.value_span(out0 + ".bias", {E, D});
-    db_out_ = params_.grad_span(out0 + ".bias", {E, D});
+    bind_span(in0 + ".bias", {E, P}, w_.in_bias, dw_.in_bias);
+    bind_span(out0 + ".bias", {E, D}, w_.out_bias, dw_.out_bias);
   }
   if (shared_) {  // the shared expert's parameters follow this set's buffer
     const std::string prefix = shared_prefix(config_);
@@ -141,205 +143,227 @@ void MoEFFN::bind_parameters() {
 void MoEFFN::router_forward(const Tensor& x, bool train) {
   const MoEConfig& m = config_.moe;
   const std::int64_t T = x.dim(0), D = config_.d_model, E = m.num_experts;
+  RouterCache& c = router_;
   const Tensor* in = &x;
   if (train && m.jitter > 0) {
-    jitter_.ensure({T, D});
-    x_router_.ensure({T, D});
+    c.jitter.ensure({T, D});
+    c.x_router.ensure({T, D});
     std::uniform_real_distribution<float> u(1.0f - m.jitter, 1.0f + m.jitter);
-    float* j = jitter_.f32();
+    float* j = c.jitter.f32();
     for (std::int64_t i = 0; i < T * D; ++i) j[i] = u(rng_);
     const float* xs = x.f32();
-    float* xr = x_router_.f32();
+    float* xr = c.x_router.f32();
     for (std::int64_t i = 0; i < T * D; ++i) xr[i] = xs[i] * j[i];
-    in = &x_router_;
+    in = &c.x_router;
   }
-  logits_.ensure({T, E});
-  linear_forward(logits_, *in, w_router_, m.router_bias ? &b_router_ : nullptr);
+  c.logits.ensure({T, E});
+  linear_forward(c.logits, *in, w_.router, m.router_bias ? &w_.router_bias : nullptr);
   if (train && m.noisy_topk) {
-    noise_pre_.ensure({T, E});
-    noise_eps_.ensure({T, E});
-    linear_forward(noise_pre_, *in, w_noise_, nullptr);
+    c.noise_pre.ensure({T, E});
+    c.noise_eps.ensure({T, E});
+    linear_forward(c.noise_pre, *in, w_.noise, nullptr);
     std::normal_distribution<float> n(0.0f, 1.0f);
-    float* eps = noise_eps_.f32();
-    float* l = logits_.f32();
-    const float* pre = noise_pre_.f32();
+    float* eps = c.noise_eps.f32();
+    float* l = c.logits.f32();
+    const float* pre = c.noise_pre.f32();
     for (std::int64_t i = 0; i < T * E; ++i) {
       eps[i] = n(rng_);
       l[i] += eps[i] * softplus(pre[i]);
     }
   }
-  route(routing_, logits_, m.balance_bias ? balance_bias_.f32() : nullptr, m);
+  route(routing_, c.logits, m.balance_bias ? w_.balance_bias.f32() : nullptr, m);
   assign_rows(routing_, m);
 }
 
-void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
-  const MoEConfig& m = config_.moe;
-  const std::int64_t D = config_.d_model, F = expert_.d_ff, P = in_width_;
-  check(x.rank() == 2 && x.dim(1) == D, "[moe] input {} must be [T, {}]", shape_string(x.shape()),
-        D);
-  const std::int64_t T = x.dim(0);
-  router_forward(x, train);
+void MoEFFN::experts_forward(Tensor& y, const Tensor& x) {
+  const std::int64_t T = x.dim(0), D = config_.d_model, F = expert_.d_ff, P = in_width_;
   const Routing& r = routing_;
   const std::int64_t R = r.kept();
-
-  permute_rows(xp_, x, r.token_of_row.data(), R);
-  ap_.ensure({R, P});
-  hp_.ensure({R, F});
-  op_.ensure({R, D});
+  ExpertCache& c = rows_;
+  permute_rows(c.xp, x, r.token_of_row.data(), R);
+  c.ap.ensure({R, P});
+  c.hp.ensure({R, F});
+  c.op.ensure({R, D});
   MatmulOptions opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
   for_each_block(r, [&](int e, auto rows) {
-    Tensor a = rows(ap_);
-    const Tensor b = config_.bias ? b_in_.view(e * P, {P}) : Tensor();
+    Tensor a = rows(c.ap);
+    const Tensor b = config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor();
     opt.bias = config_.bias ? &b : nullptr;
-    matmul(a, rows(xp_), Trans::no, slice(w_in_, e, P, D), Trans::yes, opt);
+    matmul(a, rows(c.xp), Trans::no, slice(w_.in, e, P, D), Trans::yes, opt);
   });
-  if (R > 0) {
-    if (expert_.kind == FFNKind::glu)
-      glu_forward(hp_, ap_, config_.act, 1);
-    else
-      activation_forward(hp_, ap_, config_.act);
-  }
+  if (R > 0) mix_forward(c.hp, c.ap, config_.act, expert_.gated_branches());
   for_each_block(r, [&](int e, auto rows) {
-    Tensor o = rows(op_);
-    const Tensor b = config_.bias ? b_out_.view(e * D, {D}) : Tensor();
+    Tensor o = rows(c.op);
+    const Tensor b = config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor();
     opt.bias = config_.bias ? &b : nullptr;
-    matmul(o, rows(hp_), Trans::no, slice(w_out_, e, D, F), Trans::yes, opt);
+    matmul(o, rows(c.hp), Trans::no, slice(w_.out, e, D, F), Trans::yes, opt);
   });
   y.ensure({T, D});
-  unpermute_rows(y, op_, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
+  unpermute_rows(y, c.op, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
+}
 
-  if (shared_) {
-    shared_->set_precision(precision_);
-    shared_->forward(shared_y_, x, train);
-    float* out = y.f32();
-    const float* s = shared_y_.f32();
-    if (m.shared_gate) {
-      gate_pre_.ensure({T, 1});
-      gate_.ensure({T, 1});
-      linear_forward(gate_pre_, x, w_gate_, nullptr);
-      for (std::int64_t t = 0; t < T; ++t) gate_.f32()[t] = sigmoid(gate_pre_.f32()[t]);
-    }
-    const float* g = m.shared_gate ? gate_.f32() : nullptr;
-#pragma omp parallel for schedule(static) if (T > 64)
-    for (std::int64_t t = 0; t < T; ++t) {
-      const float scale = g ? g[t] : 1.0f;
-      for (std::int64_t d = 0; d < D; ++d) out[t * D + d] += scale * s[t * D + d];
-    }
+void MoEFFN::shared_forward(Tensor& y, const Tensor& x, bool train) {
+  const std::int64_t T = x.dim(0), D = config_.d_model;
+  SharedCache& c = shared_out_;
+  shared_->set_precision(precision_);
+  shared_->forward(c.y, x, train);
+  float* out = y.f32();
+  const float* s = c.y.f32();
+  const float* g = nullptr;
+  if (config_.moe.shared_gate) {
+    c.gate_pre.ensure({T, 1});
+    c.gate.ensure({T, 1});
+    linear_forward(c.gate_pre, x, w_.shared_gate, nullptr);
+    const float* pre = c.gate_pre.f32();
+    float* gate = c.gate.f32();
+    for (std::int64_t t = 0; t < T; ++t) gate[t] = sigmoid(pre[t]);
+    g = gate;
   }
+#pragma omp parallel for schedule(static) if (T > 64)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float scale = g ? g[t] : 1.0f;
+    for (std::int64_t d = 0; d < D; ++d) out[t * D + d] += scale * s[t * D + d];
+  }
+}
+
+void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
+  const std::int64_t D = config_.d_model;
+  check(x.rank() == 2 && x.dim(1) == D, "[moe] input {} must be [T, {}]", shape_string(x.shape()),
+        D);
+  router_forward(x, train);
+  experts_forward(y, x);
+  if (shared_) shared_forward(y, x, train);
   if (train)
-    for (int e = 0; e < m.num_experts; ++e) step_load_[e] += r.load[e];
+    for (int e = 0; e < config_.moe.num_experts; ++e) step_load_[e] += routing_.load[e];
   saved_ = train;
-  x_ = train ? x : Tensor();
+  router_.x = train ? x : Tensor();
 }
 
 void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   check(saved_, "[moe] backward needs a forward with train = true first");
-  const MoEConfig& m = config_.moe;
-  const std::int64_t T = x_.dim(0), D = config_.d_model, E = m.num_experts, F = expert_.d_ff,
-                     P = in_width_;
+  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[moe] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
+  combine_backward(dy);
+  experts_backward(dx);
+  router_backward(dx);
+  if (shared_) shared_backward(dx, dy);
+}
+
+// y = Σ_j w_j·O[slot_j]: the rows' gradients and the combine weights' gradients.
+void MoEFFN::combine_backward(const Tensor& dy) {
+  const Routing& r = routing_;
+  ws_.dweight.resize(static_cast<std::size_t>(r.tokens * r.k));
+  unpermute_rows_backward(ws_.dop, ws_.dweight.data(), dy, rows_.op, r.slot.data(), r.weight.data(),
+                          r.k);
+}
+
+// The experts, block by block; dx (overwritten) gets the permuted rows' input gradients.
+void MoEFFN::experts_backward(Tensor& dx) {
+  const std::int64_t T = router_.x.dim(0), D = config_.d_model, F = expert_.d_ff, P = in_width_;
   const Routing& r = routing_;
   const std::int64_t R = r.kept();
-
-  // Combine: the rows' gradients and the combine weights' gradients.
-  dweight_.resize(static_cast<std::size_t>(T * r.k));
-  unpermute_rows_backward(dop_, dweight_.data(), dy, op_, r.slot.data(), r.weight.data(), r.k);
-
-  // Experts, block by block.
-  dhp_.ensure({R, F});
-  dap_.ensure({R, P});
-  dxp_.ensure({R, D});
+  const ExpertCache& c = rows_;
+  Workspace& w = ws_;
+  w.dhp.ensure({R, F});
+  w.dap.ensure({R, P});
+  w.dxp.ensure({R, D});
   const MatmulOptions rows_opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
   const MatmulOptions grad_opt{nullptr,           nullptr, /*accumulate=*/true, precision_, false,
                                /*dynamic_k=*/true};
   for_each_block(r, [&](int e, auto rows) {
-    Tensor dh = rows(dhp_);
-    const Tensor dout = rows(dop_);
-    matmul(dh, dout, Trans::no, slice(w_out_, e, D, F), Trans::no, rows_opt);
-    Tensor dw = slice(dw_out_, e, D, F);
-    matmul(dw, dout, Trans::yes, rows(hp_), Trans::no, grad_opt);
+    Tensor dh = rows(w.dhp);
+    const Tensor dout = rows(w.dop);
+    matmul(dh, dout, Trans::no, slice(w_.out, e, D, F), Trans::no, rows_opt);
+    Tensor dw = slice(dw_.out, e, D, F);
+    matmul(dw, dout, Trans::yes, rows(c.hp), Trans::no, grad_opt);
     if (config_.bias) {
-      Tensor db = db_out_.view(e * D, {D});
+      Tensor db = dw_.out_bias.view(e * D, {D});
       bias_backward(db, dout);
     }
   });
-  if (R > 0) {
-    if (expert_.kind == FFNKind::glu)
-      glu_backward(dap_, dhp_, ap_, config_.act, 1);
-    else
-      activation_backward(dap_, dhp_, ap_, config_.act);
-  }
+  if (R > 0) mix_backward(w.dap, w.dhp, c.ap, config_.act, expert_.gated_branches());
   for_each_block(r, [&](int e, auto rows) {
-    const Tensor da = rows(dap_);
-    Tensor dw = slice(dw_in_, e, P, D);
-    matmul(dw, da, Trans::yes, rows(xp_), Trans::no, grad_opt);
+    const Tensor da = rows(w.dap);
+    Tensor dw = slice(dw_.in, e, P, D);
+    matmul(dw, da, Trans::yes, rows(c.xp), Trans::no, grad_opt);
     if (config_.bias) {
-      Tensor db = db_in_.view(e * P, {P});
+      Tensor db = dw_.in_bias.view(e * P, {P});
       bias_backward(db, da);
     }
-    Tensor dxe = rows(dxp_);
-    matmul(dxe, da, Trans::no, slice(w_in_, e, P, D), Trans::no, rows_opt);
+    Tensor dxe = rows(w.dxp);
+    matmul(dxe, da, Trans::no, slice(w_.in, e, P, D), Trans::no, rows_opt);
   });
   dx.ensure({T, D});
-  permute_rows_backward(dx, dxp_, r.slot.data(), r.k, /*accumulate=*/false);
+  permute_rows_backward(dx, w.dxp, r.slot.data(), r.k, /*accumulate=*/false);
+}
 
-  // Router: combine weights and auxiliary losses back to the logits, then to W_r and x.
-  dlogits_.ensure({T, E});
-  route_backward(dlogits_, r, dweight_.data(), m, aux_loss_scale_);
+// The combine weights and auxiliary losses back to the logits, then to W_r and x (dx += ...).
+void MoEFFN::router_backward(Tensor& dx) {
+  const MoEConfig& m = config_.moe;
+  const std::int64_t T = router_.x.dim(0), D = config_.d_model, E = m.num_experts;
+  const RouterCache& c = router_;
+  Workspace& w = ws_;
+  w.dlogits.ensure({T, E});
+  route_backward(w.dlogits, routing_, w.dweight.data(), m, aux_loss_scale_);
   const bool jitter = m.jitter > 0;
-  const Tensor& rin = jitter ? x_router_ : x_;
-  dx_router_.ensure({T, D});
-  linear_backward(&dx_router_, dw_router_, m.router_bias ? &db_router_ : nullptr, dlogits_, rin,
-                  w_router_);
-  float* dxr = dx_router_.f32();
+  const Tensor& rin = jitter ? c.x_router : c.x;
+  w.dx_router.ensure({T, D});
+  linear_backward(&w.dx_router, dw_.router, m.router_bias ? &dw_.router_bias : nullptr, w.dlogits,
+                  rin, w_.router);
+  float* dxr = w.dx_router.f32();
   if (m.noisy_topk) {
     // logits = clean + ε·softplus(pre): ∂/∂pre = ε·σ(pre).
-    Tensor& dpre = dnoise_pre_;
-    dpre.ensure({T, E});
-    const float* dl = dlogits_.f32();
-    const float* eps = noise_eps_.f32();
-    const float* pre = noise_pre_.f32();
-    for (std::int64_t i = 0; i < T * E; ++i) dpre.f32()[i] = dl[i] * eps[i] * sigmoid(pre[i]);
-    Tensor& dxn = dx_extra_;
-    dxn.ensure({T, D});
-    linear_backward(&dxn, dw_noise_, nullptr, dpre, rin, w_noise_);
-    for (std::int64_t i = 0; i < T * D; ++i) dxr[i] += dxn.f32()[i];
+    w.dnoise_pre.ensure({T, E});
+    float* dpre = w.dnoise_pre.f32();
+    const float* dl = w.dlogits.f32();
+    const float* eps = c.noise_eps.f32();
+    const float* pre = c.noise_pre.f32();
+    for (std::int64_t i = 0; i < T * E; ++i) dpre[i] = dl[i] * eps[i] * sigmoid(pre[i]);
+    w.dx_extra.ensure({T, D});
+    linear_backward(&w.dx_extra, dw_.noise, nullptr, w.dnoise_pre, rin, w_.noise);
+    const float* dxn = w.dx_extra.f32();
+    for (std::int64_t i = 0; i < T * D; ++i) dxr[i] += dxn[i];
   }
   float* out = dx.f32();
-  const float* j = jitter ? jitter_.f32() : nullptr;
+  const float* j = jitter ? c.jitter.f32() : nullptr;
 #pragma omp parallel for simd schedule(static) if (T * D > 65536)
   for (std::int64_t i = 0; i < T * D; ++i) out[i] += j ? dxr[i] * j[i] : dxr[i];
+}
 
-  // Shared experts: y += g·S(x) with g = σ(x·w_g) or 1.
-  if (shared_) {
-    dshared_.ensure({T, D});
-    const float* g = dy.f32();
-    const float* s = shared_y_.f32();
-    float* ds = dshared_.f32();
-    if (m.shared_gate) {
-      dgate_.ensure({T, 1});
-      const float* gate = gate_.f32();
-      for (std::int64_t t = 0; t < T; ++t) {
-        float dot = 0.0f;
-        for (std::int64_t d = 0; d < D; ++d) {
-          dot += g[t * D + d] * s[t * D + d];
-          ds[t * D + d] = gate[t] * g[t * D + d];
-        }
-        dgate_.f32()[t] = dot * gate[t] * (1.0f - gate[t]);
+// y += g·S(x) with g = σ(x·w_g) or 1 (dx += ...).
+void MoEFFN::shared_backward(Tensor& dx, const Tensor& dy) {
+  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
+  const SharedCache& c = shared_out_;
+  Workspace& w = ws_;
+  w.dshared.ensure({T, D});
+  const float* g = dy.f32();
+  const float* s = c.y.f32();
+  float* ds = w.dshared.f32();
+  float* out = dx.f32();
+  if (config_.moe.shared_gate) {
+    w.dgate.ensure({T, 1});
+    const float* gate = c.gate.f32();
+    float* dgate = w.dgate.f32();
+    for (std::int64_t t = 0; t < T; ++t) {
+      float dot = 0.0f;
+      for (std::int64_t d = 0; d < D; ++d) {
+        dot += g[t * D + d] * s[t * D + d];
+        ds[t * D + d] = gate[t] * g[t * D + d];
       }
-      Tensor& dxg = dx_extra_;
-      dxg.ensure({T, D});
-      linear_backward(&dxg, dw_gate_, nullptr, dgate_, x_, w_gate_);
-      for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxg.f32()[i];
-    } else {
-      std::copy(g, g + T * D, ds);
+      dgate[t] = dot * gate[t] * (1.0f - gate[t]);
     }
-    shared_->backward(dx_shared_, dshared_);
-    const float* dxs = dx_shared_.f32();
-#pragma omp parallel for simd schedule(static) if (T * D > 65536)
-    for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxs[i];
+    w.dx_extra.ensure({T, D});
+    linear_backward(&w.dx_extra, dw_.shared_gate, nullptr, w.dgate, router_.x, w_.shared_gate);
+    const float* dxg = w.dx_extra.f32();
+    for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxg[i];
+  } else {
+    std::copy(g, g + T * D, ds);
   }
+  shared_->backward(w.dx_shared, w.dshared);
+  const float* dxs = w.dx_shared.f32();
+#pragma omp parallel for simd schedule(static) if (T * D > 65536)
+  for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxs[i];
 }
 
 double MoEFFN::aux_loss() const {
@@ -352,7 +376,7 @@ void MoEFFN::after_optimizer_step() {
     double mean = 0;
     for (auto l : step_load_) mean += static_cast<double>(l);
     mean /= m.num_experts;
-    float* b = balance_bias_.f32();
+    float* b = w_.balance_bias.f32();
     for (int e = 0; e < m.num_experts; ++e) {
       const double gap = mean - static_cast<double>(step_load_[e]);
       b[e] += m.balance_rate * static_cast<float>((gap > 0) - (gap < 0));
@@ -388,14 +412,8 @@ FFNStats MoEFFN::stats() const {
   s.top1_prob = r.top1_prob;
   s.balance_loss = r.balance_loss;
   s.z_loss = r.z_loss;
-  if (saved_ && hp_.defined() && r.kept() > 0) {
-    const float* h = hp_.f32();
-    const std::int64_t n = r.kept() * expert_.d_ff;
-    std::int64_t zeros = 0;
-#pragma omp parallel for simd reduction(+ : zeros) if (n > 65536)
-    for (std::int64_t i = 0; i < n; ++i) zeros += h[i] == 0.0f;
-    s.zero_fraction = static_cast<double>(zeros) / static_cast<double>(n);
-  }
+  if (saved_ && rows_.hp.defined() && r.kept() > 0)
+    s.zero_fraction = zero_fraction(rows_.hp.f32(), r.kept() * expert_.d_ff);
   return s;
 }
 

@@ -13,8 +13,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
+#include "ffnlab/error.hpp"
 #include "ffnlab/ops/activation.hpp"
 
 namespace ffnlab::kernels {
@@ -81,12 +83,26 @@ inline float erf_fast(float x) {
   return std::copysign(e, x);
 }
 
+// max_j in[j] (n >= 1). A max reduction in lanes of 16: clang 14 vectorises no floating-point
+// max reduction without -ffast-math (not even under `omp simd reduction(max)`), GCC does both.
+inline float max_of(const float* in, std::int64_t n) {
+  constexpr int W = 16;
+  float lanes[W];
+  for (int l = 0; l < W; ++l) lanes[l] = in[0];
+  std::int64_t j = 0;
+  for (; j + W <= n; j += W)
+#pragma omp simd
+    for (int l = 0; l < W; ++l) lanes[l] = in[j + l] > lanes[l] ? in[j + l] : lanes[l];
+  float mx = in[0];
+  for (; j < n; ++j) mx = in[j] > mx ? in[j] : mx;
+  for (int l = 0; l < W; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+  return mx;
+}
+
 // The exponentials of a softmax row: out[j] = e^(in[j] − m) for j < n, m = max_j in[j]; returns
 // their sum and stores m in *max_out. in may equal out. Both loops vectorise (see the top).
 inline float exp_minus_max(float* out, const float* in, std::int64_t n, float* max_out) {
-  float mx = in[0];
-#pragma omp simd reduction(max : mx)
-  for (std::int64_t j = 1; j < n; ++j) mx = in[j] > mx ? in[j] : mx;
+  const float mx = max_of(in, n);
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
   for (std::int64_t j = 0; j < n; ++j) {
@@ -103,52 +119,58 @@ constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
 template <Activation A>
 inline float act_value(float x, float beta) {
-  if constexpr (A == Activation::relu) return relu_lanes(x);
-  if constexpr (A == Activation::gelu) return 0.5f * x * (1.0f + erf_fast(x * kInvSqrt2));
+  if constexpr (A == Activation::relu)
+    return relu_lanes(x);
+  else if constexpr (A == Activation::gelu)
+    return 0.5f * x * (1.0f + erf_fast(x * kInvSqrt2));
   // 0.5·(1 + tanh(u)) = σ(2u): the same function, without cancellation in the negative tail.
-  if constexpr (A == Activation::gelu_tanh)
+  else if constexpr (A == Activation::gelu_tanh)
     return x * sigmoid_fast(2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x));
-  if constexpr (A == Activation::gelu_quick) return x * sigmoid_fast(1.702f * x);
-  if constexpr (A == Activation::silu) return x * sigmoid_fast(beta * x);
-  if constexpr (A == Activation::sigmoid) return sigmoid_fast(x);
-  if constexpr (A == Activation::tanh) return tanh_fast(x);
-  if constexpr (A == Activation::relu2) {
+  else if constexpr (A == Activation::gelu_quick)
+    return x * sigmoid_fast(1.702f * x);
+  else if constexpr (A == Activation::silu)
+    return x * sigmoid_fast(beta * x);
+  else if constexpr (A == Activation::sigmoid)
+    return sigmoid_fast(x);
+  else if constexpr (A == Activation::tanh)
+    return tanh_fast(x);
+  else if constexpr (A == Activation::relu2) {
     const float r = relu_lanes(x);
     return r * r;
-  }
-  if constexpr (A == Activation::identity) return x;
-  return 0.0f;
+  } else if constexpr (A == Activation::identity)
+    return x;
+  else
+    static_assert(A != A, "a new activation needs its formula here");
 }
 
 template <Activation A>
 inline float act_grad(float x, float beta) {
-  if constexpr (A == Activation::relu) return x > 0.0f ? 1.0f : 0.0f;
-  if constexpr (A == Activation::gelu)
+  if constexpr (A == Activation::relu)
+    return x > 0.0f ? 1.0f : 0.0f;
+  else if constexpr (A == Activation::gelu)
     return 0.5f * (1.0f + erf_fast(x * kInvSqrt2)) + x * kInvSqrt2Pi * exp_fast(-0.5f * x * x);
-  if constexpr (A == Activation::gelu_tanh) {  // d/dx x·σ(2u) = σ + 2x·σ·(1−σ)·u'
+  else if constexpr (A == Activation::gelu_tanh) {  // d/dx x·σ(2u) = σ + 2x·σ·(1−σ)·u'
     const auto p = sigmoid_pair(2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x));
     const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
     return p.s + 2.0f * x * p.s * p.one_minus_s * du;
-  }
-  if constexpr (A == Activation::gelu_quick) {
+  } else if constexpr (A == Activation::gelu_quick) {
     const auto p = sigmoid_pair(1.702f * x);
     return p.s + 1.702f * x * p.s * p.one_minus_s;
-  }
-  if constexpr (A == Activation::silu) {
+  } else if constexpr (A == Activation::silu) {
     const auto p = sigmoid_pair(beta * x);
     return p.s + beta * x * p.s * p.one_minus_s;
-  }
-  if constexpr (A == Activation::sigmoid) {
+  } else if constexpr (A == Activation::sigmoid) {
     const auto p = sigmoid_pair(x);
     return p.s * p.one_minus_s;
-  }
-  if constexpr (A == Activation::tanh) {  // 1 − tanh² = 4·σ(2x)·(1 − σ(2x)), no cancellation
+  } else if constexpr (A == Activation::tanh) {  // 1 − tanh² = 4·σ(2x)·(1 − σ(2x)), no cancellation
     const auto p = sigmoid_pair(2.0f * x);
     return 4.0f * p.s * p.one_minus_s;
-  }
-  if constexpr (A == Activation::relu2) return 2.0f * relu_lanes(x);
-  if constexpr (A == Activation::identity) return 1.0f;
-  return 0.0f;
+  } else if constexpr (A == Activation::relu2)
+    return 2.0f * relu_lanes(x);
+  else if constexpr (A == Activation::identity)
+    return 1.0f;
+  else
+    static_assert(A != A, "a new activation needs its formula here");
 }
 
 // Calls f(std::integral_constant<Activation, A>{}) for the runtime value `act`, so that the
@@ -178,6 +200,7 @@ void dispatch(Activation act, F&& f) {
     case A::count:
       break;
   }
+  throw Error("[activation] invalid activation value " + std::to_string(static_cast<int>(act)));
 }
 
 // Elements per OpenMP chunk: large enough that a thread's work dwarfs the fork cost.

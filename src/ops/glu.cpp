@@ -86,4 +86,18 @@ void glu_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int br
   });
 }
 
+void mix_forward(Tensor& h, const Tensor& a, Act act, int branches) {
+  if (branches == 0)
+    activation_forward(h, a, act);
+  else
+    glu_forward(h, a, act, branches);
+}
+
+void mix_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int branches) {
+  if (branches == 0)
+    activation_backward(da, dh, a, act);
+  else
+    glu_backward(da, dh, a, act, branches);
+}
+
 }  // namespace ffnlab

@@ -55,9 +55,11 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& probs,
 double mse_forward(const Tensor& y, const Tensor& target) {
   check(y.shape() == target.shape(), "[mse] y {} and target {} differ", shape_string(y.shape()),
         shape_string(target.shape()));
+  const float* ys = y.f32();
+  const float* ts = target.f32();
   double sum = 0;
   for (std::int64_t i = 0; i < y.numel(); ++i) {
-    const double d = static_cast<double>(y.f32()[i]) - target.f32()[i];
+    const double d = static_cast<double>(ys[i]) - ts[i];
     sum += d * d;
   }
   return y.numel() > 0 ? sum / static_cast<double>(y.numel()) : 0.0;
@@ -66,7 +68,10 @@ double mse_forward(const Tensor& y, const Tensor& target) {
 void mse_backward(Tensor& dy, const Tensor& y, const Tensor& target, float scale) {
   dy.ensure(y.shape());
   const float s = 2.f * scale / static_cast<float>(y.numel());
-  for (std::int64_t i = 0; i < y.numel(); ++i) dy.f32()[i] = s * (y.f32()[i] - target.f32()[i]);
+  const float* ys = y.f32();
+  const float* ts = target.f32();
+  float* dys = dy.f32();
+  for (std::int64_t i = 0; i < y.numel(); ++i) dys[i] = s * (ys[i] - ts[i]);
 }
 
 }  // namespace ffnlab

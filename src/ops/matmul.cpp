@@ -11,16 +11,6 @@
 
 namespace ffnlab {
 
-const char* precision_name(Precision p) {
-  return p == Precision::f32 ? "f32" : "bf16";
-}
-
-Precision parse_precision(std::string_view name) {
-  if (name == "f32" || name == "float32") return Precision::f32;
-  if (name == "bf16" || name == "bfloat16") return Precision::bf16;
-  fail("[precision] unknown dtype '{}' (known: f32, bf16)", name);
-}
-
 namespace {
 
 using dnnl::memory;

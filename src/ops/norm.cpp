@@ -4,7 +4,6 @@
 #include "ffnlab/ops/norm.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "check.hpp"
@@ -12,8 +11,6 @@
 namespace ffnlab {
 
 namespace {
-constexpr std::array<const char*, static_cast<int>(NormKind::count)> kNames = {"layernorm",
-                                                                               "rmsnorm"};
 constexpr std::int64_t kColumnBlock = 16;
 
 void check_norm(const Tensor& x, const Tensor& w, const Tensor* b, const char* what) {
@@ -22,14 +19,6 @@ void check_norm(const Tensor& x, const Tensor& w, const Tensor* b, const char* w
         shape_string(w.shape()));
 }
 }  // namespace
-
-const char* norm_name(NormKind kind) { return kNames.at(static_cast<int>(kind)); }
-
-NormKind parse_norm(std::string_view name) {
-  for (int i = 0; i < static_cast<int>(NormKind::count); ++i)
-    if (name == kNames[i]) return static_cast<NormKind>(i);
-  fail("[norm] unknown norm '{}' (known: layernorm, rmsnorm)", name);
-}
 
 void norm_forward(NormKind kind, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
                   const Tensor& w, const Tensor* b, float eps) {
@@ -94,8 +83,7 @@ void norm_backward(NormKind kind, Tensor& dx, Tensor& dw, Tensor* db, const Tens
     const float mgx = sum_gx / static_cast<float>(D);
     float* dr = dxp + t * D;
 #pragma omp simd
-    for (std::int64_t d = 0; d < D; ++d)
-      dr[d] = r * (gr[d] * wp[d] - mg - (xr[d] - mu) * r * mgx);
+    for (std::int64_t d = 0; d < D; ++d) dr[d] = r * (gr[d] * wp[d] - mg - (xr[d] - mu) * r * mgx);
   }
   const std::int64_t blocks = (D + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (T * D > 32768)

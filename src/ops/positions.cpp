@@ -11,12 +11,13 @@ namespace ffnlab {
 
 Tensor sinusoidal_table(std::int64_t seq, std::int64_t d_model) {
   Tensor t({seq, d_model});
+  float* p = t.f32();
   for (std::int64_t s = 0; s < seq; ++s)
     for (std::int64_t i = 0; i < d_model; i += 2) {
       const double angle =
           static_cast<double>(s) / std::pow(10000.0, static_cast<double>(i) / d_model);
-      t.f32()[s * d_model + i] = static_cast<float>(std::sin(angle));
-      if (i + 1 < d_model) t.f32()[s * d_model + i + 1] = static_cast<float>(std::cos(angle));
+      p[s * d_model + i] = static_cast<float>(std::sin(angle));
+      if (i + 1 < d_model) p[s * d_model + i + 1] = static_cast<float>(std::cos(angle));
     }
   return t;
 }

@@ -42,9 +42,24 @@ void limit_groups(float* sel, int E, int groups, int keep, float* group_score, b
       for (int e = g * size; e < (g + 1) * size; ++e) sel[e] = kNegInf;
 }
 
+// f_e of the load-balancing loss E·Σ_e f_e·P_e (docs/moe.md), from the counts of r.
+double balance_fraction(const Routing& r, BalanceLoss kind, int e) {
+  const double inv_t = r.tokens > 0 ? 1.0 / static_cast<double>(r.tokens) : 0.0;
+  switch (kind) {
+    case BalanceLoss::top1:
+      return r.first[e] * inv_t;
+    case BalanceLoss::topk_normalized:
+      return r.load[e] * inv_t / r.k;
+    case BalanceLoss::topk:
+    case BalanceLoss::count:
+      break;
+  }
+  return r.load[e] * inv_t;
+}
+
 }  // namespace
 
-void route(Routing& r, const Tensor& logits, const float* selection_bias, const MoEConfig& m) {
+void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m) {
   check(logits.rank() == 2 && logits.dim(1) == m.num_experts, "[router] logits {} must be [T, {}]",
         shape_string(logits.shape()), m.num_experts);
   const std::int64_t T = logits.dim(0);
@@ -136,19 +151,14 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   }
   const double inv_t = T > 0 ? 1.0 / static_cast<double>(T) : 0.0;
   double balance = 0;
-  for (int e = 0; e < E; ++e) {
-    const double f = m.balance_loss == BalanceLoss::top1   ? r.first[e] * inv_t
-                     : m.balance_loss == BalanceLoss::topk ? r.load[e] * inv_t
-                                                           : r.load[e] * inv_t / K;
-    balance += f * mean_p[e] * inv_t;
-  }
+  for (int e = 0; e < E; ++e) balance += balance_fraction(r, m.balance_loss, e) * mean_p[e] * inv_t;
   r.balance_loss = E * balance;
   r.z_loss = z * inv_t;
   r.entropy = h * inv_t;
   r.top1_prob = t1 * inv_t;
 }
 
-void assign_rows(Routing& r, const MoEConfig& m) {
+void assign_rows(Routing& r, const RouterConfig& m) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;
   r.capacity =
@@ -185,7 +195,7 @@ void assign_rows(Routing& r, const MoEConfig& m) {
   }
 }
 
-void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const MoEConfig& m,
+void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
                     float aux_scale) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;
@@ -194,12 +204,9 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   const double inv_t = T > 0 ? 1.0 / static_cast<double>(T) : 0.0;
   // ∂(aux_coef·balance)/∂P_e and ∂(z_coef·z)/∂lse_t, both scaled.
   std::vector<float> dmean_p(E);
-  for (int e = 0; e < E; ++e) {
-    const double f = m.balance_loss == BalanceLoss::top1   ? r.first[e] * inv_t
-                     : m.balance_loss == BalanceLoss::topk ? r.load[e] * inv_t
-                                                           : r.load[e] * inv_t / K;
-    dmean_p[e] = static_cast<float>(aux_scale * m.aux_coef * E * f * inv_t);
-  }
+  for (int e = 0; e < E; ++e)
+    dmean_p[e] = static_cast<float>(aux_scale * m.aux_coef * E *
+                                    balance_fraction(r, m.balance_loss, e) * inv_t);
   const float z_scale = static_cast<float>(aux_scale * m.z_coef * 2.0 * inv_t);
   const bool aux = m.aux_coef > 0, zl = m.z_coef > 0;
   float* DL = dlogits.f32();

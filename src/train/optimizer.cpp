@@ -9,26 +9,17 @@
 namespace ffnlab {
 
 namespace {
-constexpr std::array<const char*, static_cast<int>(OptimizerKind::count)> kNames = {"sgd", "adam",
-                                                                                    "adamw"};
 constexpr std::int64_t kChunks = 256;  // fixed partition of reductions
 }  // namespace
-
-const char* optimizer_name(OptimizerKind kind) { return kNames.at(static_cast<int>(kind)); }
-
-OptimizerKind parse_optimizer(std::string_view name) {
-  for (std::size_t i = 0; i < kNames.size(); ++i)
-    if (name == kNames[i]) return static_cast<OptimizerKind>(i);
-  fail("[optimizer] unknown optimizer '{}' (known: sgd, adam, adamw)", name);
-}
 
 Optimizer::Optimizer(const OptimizerConfig& config, ParameterSet& params,
                      const std::function<bool(const Parameter&)>& decayed)
     : config_(config), params_(params) {
-  check(config.lr >= 0.f && config.eps > 0.f && config.weight_decay >= 0.f &&
-            config.beta1 >= 0.f && config.beta1 < 1.f && config.beta2 >= 0.f &&
-            config.beta2 < 1.f && config.momentum >= 0.f && config.momentum < 1.f,
-        "[optimizer] lr, eps and weight decay must be >= 0 (eps > 0) and betas, momentum in [0, 1)");
+  check(
+      config.lr >= 0.f && config.eps > 0.f && config.weight_decay >= 0.f && config.beta1 >= 0.f &&
+          config.beta1 < 1.f && config.beta2 >= 0.f && config.beta2 < 1.f &&
+          config.momentum >= 0.f && config.momentum < 1.f,
+      "[optimizer] lr, eps and weight decay must be >= 0 (eps > 0) and betas, momentum in [0, 1)");
   for (const Parameter& p : params.list()) {
     if (!p.trainable) continue;
     const bool decay = config.weight_decay > 0.f && decayed(p);
@@ -73,7 +64,8 @@ void Optimizer::step(float lr) {
       case OptimizerKind::adam:
       case OptimizerKind::adamw: {
         const bool decoupled = c.kind == OptimizerKind::adamw;
-        const float shrink = decoupled ? static_cast<float>(1.0 - static_cast<double>(lr) * wd) : 1.f;
+        const float shrink =
+            decoupled ? static_cast<float>(1.0 - static_cast<double>(lr) * wd) : 1.f;
         const float l2 = decoupled ? 0.f : wd;
 #pragma omp parallel for simd schedule(static) if (r.end - r.begin > 65536)
         for (std::int64_t i = r.begin; i < r.end; ++i) {

@@ -8,14 +8,6 @@
 
 namespace ffnlab {
 
-const char* decay_name(DecayKind kind) { return kind == DecayKind::cosine ? "cosine" : "constant"; }
-
-DecayKind parse_decay(std::string_view name) {
-  if (name == "cosine") return DecayKind::cosine;
-  if (name == "constant") return DecayKind::constant;
-  fail("[schedule] unknown decay '{}' (known: cosine, constant)", name);
-}
-
 float Schedule::lr(std::int64_t step) const {
   if (step < warmup) return peak * static_cast<float>(step + 1) / static_cast<float>(warmup);
   if (decay == DecayKind::constant || steps <= warmup) return peak;

@@ -12,14 +12,17 @@
 namespace ffnlab {
 
 std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
-  check(c.batch > 0 && c.seq > 0 && c.iterations > 0, "[toy] batch, seq and iterations must be positive");
+  check(c.batch > 0 && c.seq > 0 && c.iterations > 0,
+        "[toy] batch, seq and iterations must be positive");
   auto ffn = make_ffn(ffn_config, c.seed);
   const std::int64_t T = c.batch * c.seq, D = ffn_config.d_model;
   Tensor x({T, D}), target({T, D});
   std::mt19937_64 rng(c.seed + 1);
   std::normal_distribution<float> normal(0.f, 1.f);
-  for (std::int64_t i = 0; i < T * D; ++i) x.f32()[i] = normal(rng);
-  for (std::int64_t i = 0; i < T * D; ++i) target.f32()[i] = normal(rng);
+  float* xs = x.f32();
+  float* ts = target.f32();
+  for (std::int64_t i = 0; i < T * D; ++i) xs[i] = normal(rng);
+  for (std::int64_t i = 0; i < T * D; ++i) ts[i] = normal(rng);
 
   OptimizerConfig oc;
   oc.kind = OptimizerKind::adam;

@@ -10,6 +10,7 @@
 
 #include "check.hpp"
 #include "ffnlab/io/safetensors.hpp"
+#include "json_keys.hpp"
 
 namespace ffnlab {
 
@@ -35,55 +36,51 @@ void validate(const TrainConfig& c) {
         "[train] eval_every, eval_tokens and checkpoint_every must be >= 0");
 }
 
+namespace {
+
+// The optimizer's fields sit inside TrainConfig::optimizer; in JSON they are top-level keys.
+template <auto Member>
+constexpr JsonKey<TrainConfig> optimizer_field(const char* name) {
+  return {name,
+          [](TrainConfig& c, const json& j) {
+            auto& f = c.optimizer.*Member;
+            f = json_value<std::remove_cvref_t<decltype(f)>>(j);
+          },
+          [](const TrainConfig& c) { return json_of(c.optimizer.*Member); }};
+}
+
+constexpr std::array kTrainKeys{
+    field<TrainConfig, &TrainConfig::steps>("steps"),
+    field<TrainConfig, &TrainConfig::batch>("batch"),
+    field<TrainConfig, &TrainConfig::seq>("seq"),
+    field<TrainConfig, &TrainConfig::accumulate>("accumulate"),
+    optimizer_field<&OptimizerConfig::kind>("optimizer"),
+    optimizer_field<&OptimizerConfig::lr>("lr"),
+    optimizer_field<&OptimizerConfig::beta1>("beta1"),
+    optimizer_field<&OptimizerConfig::beta2>("beta2"),
+    optimizer_field<&OptimizerConfig::eps>("eps"),
+    optimizer_field<&OptimizerConfig::weight_decay>("weight_decay"),
+    optimizer_field<&OptimizerConfig::momentum>("momentum"),
+    field<TrainConfig, &TrainConfig::warmup>("warmup"),
+    field<TrainConfig, &TrainConfig::min_lr_ratio>("min_lr_ratio"),
+    field<TrainConfig, &TrainConfig::decay>("decay"),
+    field<TrainConfig, &TrainConfig::clip>("clip"),
+    field<TrainConfig, &TrainConfig::seed>("seed"),
+    field<TrainConfig, &TrainConfig::precision>("precision"),
+    field<TrainConfig, &TrainConfig::eval_every>("eval_every"),
+    field<TrainConfig, &TrainConfig::eval_tokens>("eval_tokens"),
+    field<TrainConfig, &TrainConfig::checkpoint_every>("checkpoint_every"),
+};
+
+}  // namespace
+
 json train_config_to_json(const TrainConfig& c) {
-  return {{"steps", c.steps},
-          {"batch", c.batch},
-          {"seq", c.seq},
-          {"accumulate", c.accumulate},
-          {"optimizer", optimizer_name(c.optimizer.kind)},
-          {"lr", c.optimizer.lr},
-          {"beta1", c.optimizer.beta1},
-          {"beta2", c.optimizer.beta2},
-          {"eps", c.optimizer.eps},
-          {"weight_decay", c.optimizer.weight_decay},
-          {"momentum", c.optimizer.momentum},
-          {"warmup", c.warmup},
-          {"min_lr_ratio", c.min_lr_ratio},
-          {"decay", decay_name(c.decay)},
-          {"clip", c.clip},
-          {"seed", c.seed},
-          {"precision", precision_name(c.precision)},
-          {"eval_every", c.eval_every},
-          {"eval_tokens", c.eval_tokens},
-          {"checkpoint_every", c.checkpoint_every}};
+  return write_keys(kTrainKeys, c);
 }
 
 TrainConfig train_config_from_json(const json& j) {
-  check(j.is_object(), "[train] config must be a JSON object");
   TrainConfig c;
-  for (const auto& [k, v] : j.items()) {
-    if (k == "steps") c.steps = v.get<std::int64_t>();
-    else if (k == "batch") c.batch = v.get<std::int64_t>();
-    else if (k == "seq") c.seq = v.get<std::int64_t>();
-    else if (k == "accumulate") c.accumulate = v.get<std::int64_t>();
-    else if (k == "optimizer") c.optimizer.kind = parse_optimizer(v.get<std::string>());
-    else if (k == "lr") c.optimizer.lr = v.get<float>();
-    else if (k == "beta1") c.optimizer.beta1 = v.get<float>();
-    else if (k == "beta2") c.optimizer.beta2 = v.get<float>();
-    else if (k == "eps") c.optimizer.eps = v.get<float>();
-    else if (k == "weight_decay") c.optimizer.weight_decay = v.get<float>();
-    else if (k == "momentum") c.optimizer.momentum = v.get<float>();
-    else if (k == "warmup") c.warmup = v.get<std::int64_t>();
-    else if (k == "min_lr_ratio") c.min_lr_ratio = v.get<float>();
-    else if (k == "decay") c.decay = parse_decay(v.get<std::string>());
-    else if (k == "clip") c.clip = v.get<float>();
-    else if (k == "seed") c.seed = v.get<std::uint64_t>();
-    else if (k == "precision") c.precision = parse_precision(v.get<std::string>());
-    else if (k == "eval_every") c.eval_every = v.get<std::int64_t>();
-    else if (k == "eval_tokens") c.eval_tokens = v.get<std::int64_t>();
-    else if (k == "checkpoint_every") c.checkpoint_every = v.get<std::int64_t>();
-    else fail("[train] unknown config key '{}'", k);
-  }
+  read_keys(kTrainKeys, c, j, "train");
   validate(c);
   return c;
 }
@@ -197,11 +194,11 @@ void Trainer::run(const std::function<void(const StepLog&)>& on_step,
     } catch (const Error& e) {
       // Say what is left to resume from: the checkpoint in the directory is the last good one.
       const bool kept = !checkpoint_dir.empty() && fs::exists(fs::path(checkpoint_dir) / kInfo);
-      throw Error(kept ? fmt::format("{}; the last good checkpoint (step {}) is kept in {}",
-                                     e.what(),
-                                     read_checkpoint_info(checkpoint_dir)["step"].get<std::int64_t>(),
-                                     checkpoint_dir)
-                       : fmt::format("{}; no checkpoint was written", e.what()));
+      throw Error(
+          kept ? fmt::format("{}; the last good checkpoint (step {}) is kept in {}", e.what(),
+                             read_checkpoint_info(checkpoint_dir)["step"].get<std::int64_t>(),
+                             checkpoint_dir)
+               : fmt::format("{}; no checkpoint was written", e.what()));
     }
     if (on_step) on_step(log);
     const bool last = step_ == config_.steps;
@@ -245,8 +242,7 @@ void Trainer::save(const std::string& dir) const {
 
 json read_checkpoint_info(const std::string& dir) {
   const fs::path path = fs::path(dir) / kInfo;
-  check(fs::exists(path), "[checkpoint] no checkpoint in '{}' ({} is missing)", dir,
-        path.string());
+  check(fs::exists(path), "[checkpoint] no checkpoint in '{}' ({} is missing)", dir, path.string());
   std::ifstream in(path);
   json info;
   try {
@@ -280,7 +276,7 @@ void Trainer::load(const std::string& dir) {
   auto load_state = [&](const char* name, Tensor& t) {
     check(st.contains(name) && shape_numel(st.info(name).shape) == t.numel(),
           "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})",
-          st.source(), name, optimizer_name(optimizer_->config().kind));
+          st.source(), name, enum_name(optimizer_->config().kind));
     st.copy_f32(name, t);
   };
   load_state("optimizer.m", optimizer_->m());

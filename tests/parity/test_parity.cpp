@@ -48,7 +48,7 @@ void check_case(const std::string& name, Precision precision, double tol) {
     const Tensor want = expected.f32(what);
     ASSERT_EQ(got.numel(), want.numel()) << what;
     const double err = test::scaled_error(got.f32(), want.f32(), got.numel());
-    EXPECT_LE(err, tol) << name << " " << precision_name(precision) << ": " << what;
+    EXPECT_LE(err, tol) << name << " " << enum_name(precision) << ": " << what;
   };
   compare("y", y);
   compare("dx", dx);

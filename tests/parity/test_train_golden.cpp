@@ -33,7 +33,7 @@ LMConfig model_config(const nlohmann::json& m) {
   if (f.at("kind") == "moe") {
     c.ffn = variant_config("moe", c.d_model, f.at("d_ff"), false);
     c.ffn.moe.expert_kind = FFNKind::glu;
-    c.ffn.act = Act{parse_activation(f.at("act").get<std::string>())};
+    c.ffn.act = Act{parse_enum<Activation>(f.at("act").get<std::string>())};
     c.ffn.moe.num_experts = f.at("experts");
     c.ffn.moe.top_k = f.at("top_k");
     c.ffn.moe.aux_coef = f.at("aux_coef");
@@ -117,7 +117,7 @@ void run_golden(const std::string& name, Precision precision, Tolerance tol) {
   std::printf(
       "[ %s %s ] largest loss difference %.3g relative; largest weight difference %.3g "
       "of the largest weight (%s)\n",
-      name.c_str(), precision_name(precision), loss_err, err / scale, worst.c_str());
+      name.c_str(), enum_name(precision), loss_err, err / scale, worst.c_str());
   EXPECT_LE(err, tol.weight * scale) << name << ": largest weight difference in " << worst;
   // The update as a whole: how far ffnlab's change of the weights is from PyTorch's, relative to
   // PyTorch's change. This also shows the run moved the weights, so the checks above are not
@@ -135,7 +135,7 @@ void run_golden(const std::string& name, Precision precision, Tolerance tol) {
   }
   const double update_err = std::sqrt(diff2 / moved2);
   std::printf("[ %s %s ] update differs from PyTorch's by %.3g of its norm\n", name.c_str(),
-              precision_name(precision), update_err);
+              enum_name(precision), update_err);
   EXPECT_GT(moved2, 0) << name;
   EXPECT_LE(update_err, tol.update) << name;
   // bf16 rounding leaves a visible trace: the precision reached the products.

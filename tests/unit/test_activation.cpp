@@ -47,9 +47,9 @@ TEST(Activation, FastMatchesReference) {
       // Absolute 3e-7 plus 4 ulps relative: A&S erf and the exp-based tanh are accurate to
       // ~1.5e-7 absolute; exp itself to a few ulps.
       EXPECT_NEAR(y.f32()[i], ry, 3e-7 + 5e-7 * std::fabs(ry))
-          << activation_name(act.kind) << "(" << xi << ")";
+          << enum_name(act.kind) << "(" << xi << ")";
       EXPECT_NEAR(dx.f32()[i], rg, 3e-7 + 5e-7 * std::fabs(rg))
-          << activation_name(act.kind) << "'(" << xi << ")";
+          << enum_name(act.kind) << "'(" << xi << ")";
     }
   }
 }
@@ -78,7 +78,7 @@ TEST(Activation, ReferenceDerivativeMatchesCentralDifferences) {
                              (2 * h);
       const double analytic = ref::activation_grad<double>(act.kind, x, act.beta);
       EXPECT_NEAR(analytic, numeric, 1e-8 + 1e-7 * std::fabs(numeric))
-          << activation_name(act.kind) << "'(" << x << ")";
+          << enum_name(act.kind) << "'(" << x << ")";
     }
   }
 }
@@ -86,14 +86,14 @@ TEST(Activation, ReferenceDerivativeMatchesCentralDifferences) {
 TEST(Activation, NamesRoundTripAndAliasesResolve) {
   for (int i = 0; i < static_cast<int>(Activation::count); ++i) {
     const auto a = static_cast<Activation>(i);
-    EXPECT_EQ(parse_activation(activation_name(a)), a);
+    EXPECT_EQ(parse_enum<Activation>(enum_name(a)), a);
   }
-  EXPECT_EQ(parse_activation("swish"), Activation::silu);
-  EXPECT_EQ(parse_activation("gelu_pytorch_tanh"), Activation::gelu_tanh);
-  EXPECT_EQ(parse_activation("gelu_new"), Activation::gelu_tanh);
-  EXPECT_EQ(parse_activation("quick_gelu"), Activation::gelu_quick);
+  EXPECT_EQ(parse_enum<Activation>("swish"), Activation::silu);
+  EXPECT_EQ(parse_enum<Activation>("gelu_pytorch_tanh"), Activation::gelu_tanh);
+  EXPECT_EQ(parse_enum<Activation>("gelu_new"), Activation::gelu_tanh);
+  EXPECT_EQ(parse_enum<Activation>("quick_gelu"), Activation::gelu_quick);
   try {
-    parse_activation("selu");
+    parse_enum<Activation>("selu");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown activation 'selu'"), std::string::npos);

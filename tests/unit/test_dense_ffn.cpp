@@ -36,7 +36,7 @@ std::vector<FFNConfig> configs() {
 }
 
 std::string describe(const FFNConfig& c) {
-  return variant_name(c) + (c.bias ? " bias " : " nobias ") + layout_name(c.layout);
+  return variant_name(c) + (c.bias ? " bias " : " nobias ") + enum_name(c.layout);
 }
 
 // The reference with the layer's parameters, gathered by name (independent of the buffer order).

@@ -41,9 +41,9 @@ TEST(Glu, FastMatchesReference) {
     ref::glu_forward<double>(rh.data(), a64.data(), c.T, c.F, c.branches, c.act);
     ref::glu_backward<double>(rda.data(), dh64.data(), a64.data(), c.T, c.F, c.branches, c.act);
     EXPECT_LT(test::scaled_error(h.f32(), rh.data(), h.numel()), 2e-6)
-        << activation_name(c.act.kind) << " n=" << c.branches;
+        << enum_name(c.act.kind) << " n=" << c.branches;
     EXPECT_LT(test::scaled_error(da.f32(), rda.data(), da.numel()), 2e-6)
-        << activation_name(c.act.kind) << " n=" << c.branches;
+        << enum_name(c.act.kind) << " n=" << c.branches;
   }
 }
 

@@ -55,7 +55,7 @@ TEST(Linear, MatchesReferenceInF32AndBf16) {
         // bf16 keeps 8 mantissa bits: inputs are rounded to ~0.4 % each, accumulation is f32.
         const double tol = p == Precision::f32 ? 1e-5 : 2e-2;
         const auto where = ::testing::Message() << "T=" << s.T << " I=" << s.I << " O=" << s.O
-                                                << " bias=" << bias << " " << precision_name(p);
+                                                << " bias=" << bias << " " << enum_name(p);
         EXPECT_LT(test::scaled_error(y.f32(), r.y.data(), y.numel()), tol) << where;
         EXPECT_LT(test::scaled_error(dx.f32(), r.dx.data(), dx.numel()), tol) << where;
         EXPECT_LT(test::scaled_error(dw.f32(), r.dw.data(), dw.numel()), tol) << where;
@@ -76,7 +76,7 @@ TEST(Linear, FusedActivationMatchesSeparateOne) {
     linear_forward(pre, x, w, &b, Precision::f32);
     for (std::int64_t k = 0; k < pre.numel(); ++k) {
       const double r = ref::activation<double>(act.kind, pre.f32()[k]);
-      EXPECT_NEAR(fused.f32()[k], r, 1e-5 + 1e-5 * std::fabs(r)) << activation_name(act.kind);
+      EXPECT_NEAR(fused.f32()[k], r, 1e-5 + 1e-5 * std::fabs(r)) << enum_name(act.kind);
     }
   }
 }

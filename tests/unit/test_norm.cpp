@@ -36,7 +36,7 @@ TEST(Norm, MatchesReferenceAndCentralDifferences) {
           return l;
         };
         loss();
-        const std::string what = std::string(norm_name(kind)) + (bias ? " bias" : "");
+        const std::string what = std::string(enum_name(kind)) + (bias ? " bias" : "");
         EXPECT_LT(test::scaled_error(y.f32(), ry.data(), y.numel()), 2e-6) << what;
         const auto adx = test::to_vector<double>(dx), adw = test::to_vector<double>(dw),
                    adb = test::to_vector<double>(db);
@@ -45,8 +45,8 @@ TEST(Norm, MatchesReferenceAndCentralDifferences) {
         test::expect_gradient(w64, adw, loss, test::sample_indices(w64.size(), 40), 2e-5, 1e-4,
                               (what + " dw").c_str());
         if (bias)
-          test::expect_gradient(b64, adb, loss, test::sample_indices(b64.size(), 40), 2e-5,
-                                1e-4, (what + " db").c_str());
+          test::expect_gradient(b64, adb, loss, test::sample_indices(b64.size(), 40), 2e-5, 1e-4,
+                                (what + " db").c_str());
       }
 }
 
@@ -58,8 +58,8 @@ TEST(Norm, WeightGradientAccumulatesAndNamesParse) {
   dw2.fill(1.f);
   norm_backward(NormKind::rmsnorm, dx, dw2, nullptr, dy, x, mean, rstd, w);
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(dw2.f32()[i], dw1.f32()[i] + 1.f);
-  EXPECT_EQ(parse_norm("layernorm"), NormKind::layernorm);
-  EXPECT_THROW(parse_norm("batchnorm"), Error);
+  EXPECT_EQ(parse_enum<NormKind>("layernorm"), NormKind::layernorm);
+  EXPECT_THROW(parse_enum<NormKind>("batchnorm"), Error);
   EXPECT_THROW(norm_forward(NormKind::layernorm, y, mean, rstd, x, Tensor({7}), nullptr, 1e-5f),
                Error);
 }

@@ -24,13 +24,15 @@ ParameterSet make_params() {
   return ps;
 }
 
-bool decay_matrices(const Parameter& p) { return p.shape.size() == 2; }
+bool decay_matrices(const Parameter& p) {
+  return p.shape.size() == 2;
+}
 
 }  // namespace
 
 TEST(Optimizer, MatchesTheUpdateRulesInDouble) {
   for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::adamw}) {
-    SCOPED_TRACE(optimizer_name(kind));
+    SCOPED_TRACE(enum_name(kind));
     ParameterSet ps = make_params();
     OptimizerConfig c;
     c.kind = kind;
@@ -54,11 +56,14 @@ TEST(Optimizer, MatchesTheUpdateRulesInDouble) {
           m[i] = step == 1 ? gi : 0.9 * m[i] + gi;
           w[i] -= lr * m[i];
         } else {
-          if (kind == OptimizerKind::adam) gi += wd * w[i];
-          else w[i] *= 1 - lr * wd;
+          if (kind == OptimizerKind::adam)
+            gi += wd * w[i];
+          else
+            w[i] *= 1 - lr * wd;
           m[i] = 0.9 * m[i] + 0.1 * gi;
           v[i] = 0.95 * v[i] + 0.05 * gi * gi;
-          const double mh = m[i] / (1 - std::pow(0.9, step)), vh = v[i] / (1 - std::pow(0.95, step));
+          const double mh = m[i] / (1 - std::pow(0.9, step)),
+                       vh = v[i] / (1 - std::pow(0.95, step));
           w[i] -= lr * mh / (std::sqrt(vh) + 1e-8);
         }
       }
@@ -70,8 +75,8 @@ TEST(Optimizer, MatchesTheUpdateRulesInDouble) {
         EXPECT_NEAR(ps.values().f32()[i], w[i], 2e-6) << i;
     }
   }
-  EXPECT_EQ(parse_optimizer("adamw"), OptimizerKind::adamw);
-  EXPECT_THROW(parse_optimizer("lion"), Error);
+  EXPECT_EQ(parse_enum<OptimizerKind>("adamw"), OptimizerKind::adamw);
+  EXPECT_THROW(parse_enum<OptimizerKind>("lion"), Error);
 }
 
 TEST(Optimizer, GlobalNormAndScale) {
@@ -93,5 +98,5 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
   for (int i = 11; i < 110; ++i) EXPECT_LT(s.lr(i), s.lr(i - 1));
   Schedule flat{1.0f, 0, 100, 0.1f, DecayKind::constant};
   EXPECT_FLOAT_EQ(flat.lr(50), 1.0f);
-  EXPECT_THROW(parse_decay("linear"), Error);
+  EXPECT_THROW(parse_enum<DecayKind>("linear"), Error);
 }

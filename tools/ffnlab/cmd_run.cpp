@@ -49,7 +49,7 @@ void run(const RunOptions& o) {
   apply_threads(o.threads);
   const FFNConfig config = read_ffn_config_file(o.config);
   auto ffn = make_ffn(config, o.seed);
-  ffn->set_precision(parse_precision(o.dtype));
+  ffn->set_precision(parse_enum<Precision>(o.dtype));
   if (!o.weights.empty())
     load_parameters(ffn->parameters(), SafeTensors::load(o.weights), o.prefix);
 

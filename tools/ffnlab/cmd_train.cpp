@@ -71,8 +71,8 @@ LMConfig model_from_flags(const TrainOptions& o) {
   c.layers = o.layers;
   c.heads = o.heads;
   c.context = o.context > 0 ? o.context : o.train.seq;
-  c.positions = parse_position(o.positions);
-  c.norm = parse_norm(o.norm);
+  c.positions = parse_enum<PositionKind>(o.positions);
+  c.norm = parse_enum<NormKind>(o.norm);
   c.pre_norm = !o.post_norm;
   c.final_norm = !o.no_final_norm;
   c.tied_head = !o.untied;
@@ -114,9 +114,9 @@ class Progress {
     if (tty_) {
       const int width = 24;
       const int done = static_cast<int>(width * s.step / std::max<std::int64_t>(1, total_));
-      fmt::print("\r[{}{}] {}/{} loss {:.4f}{} | {:.0f} tok/s | ETA {}   ",
-                 std::string(done, '#'), std::string(width - done, '.'), s.step, total_, s.loss,
-                 val, mean_tps, duration(eta));
+      fmt::print("\r[{}{}] {}/{} loss {:.4f}{} | {:.0f} tok/s | ETA {}   ", std::string(done, '#'),
+                 std::string(width - done, '.'), s.step, total_, s.loss, val, mean_tps,
+                 duration(eta));
       std::fflush(stdout);
     } else if (s.step % every_ == 0 || s.step == total_) {
       fmt::print("step {}/{} loss {:.4f} grad_norm {:.3f} lr {:.3g}{} | {:.0f} tok/s | ETA {}\n",
@@ -141,9 +141,9 @@ class Progress {
 
 void run_train(TrainOptions& o) {
   apply_threads(o.threads);
-  o.train.optimizer.kind = parse_optimizer(o.optimizer);
-  o.train.decay = parse_decay(o.decay);
-  o.train.precision = parse_precision(o.dtype);
+  o.train.optimizer.kind = parse_enum<OptimizerKind>(o.optimizer);
+  o.train.decay = parse_enum<DecayKind>(o.decay);
+  o.train.precision = parse_enum<Precision>(o.dtype);
 
   LMConfig model_config;
   TrainConfig train = o.train;
@@ -170,8 +170,8 @@ void run_train(TrainOptions& o) {
   Trainer trainer(model, corpus, train);
   if (resuming) trainer.load(resume_dir);
   if (trainer.step() > train.steps)
-    throw Error(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
-                            trainer.step(), train.steps));
+    throw Error(fmt::format("[train] the checkpoint is at step {}, past --steps {}", trainer.step(),
+                            train.steps));
 
   fs::create_directories(o.out);
   const std::string log_path = (fs::path(o.out) / "train_log.csv").string();
@@ -189,18 +189,19 @@ void run_train(TrainOptions& o) {
 
   const std::int64_t params = model.parameters().count();
   fmt::print("ffnlab train: {} FFN ({}), d_model {}, {} layers, {} heads, {} parameters\n",
-             variant_name(model_config.ffn), kind_name(model_config.ffn.kind),
-             model_config.d_model, model_config.layers, model_config.heads, params);
-  fmt::print("data: {} ({} files, {} bytes; {} train, {} validation; unigram entropy {:.2f} "
-             "bits/byte)\n",
-             corpus.source, corpus.files.size(), corpus.bytes.size(), corpus.train().size(),
-             corpus.validation().size(), unigram_entropy_bits(corpus.train()));
-  fmt::print("training: {} steps from step {}, batch {} x seq {} x accumulate {}, {} lr {} "
-             "(warm-up {}, {} to {}x), clip {}, {}, seed {}\n",
-             train.steps, trainer.step(), train.batch, train.seq, train.accumulate,
-             optimizer_name(train.optimizer.kind), train.optimizer.lr, train.warmup,
-             decay_name(train.decay), train.min_lr_ratio, train.clip,
-             precision_name(train.precision), train.seed);
+             variant_name(model_config.ffn), enum_name(model_config.ffn.kind), model_config.d_model,
+             model_config.layers, model_config.heads, params);
+  fmt::print(
+      "data: {} ({} files, {} bytes; {} train, {} validation; unigram entropy {:.2f} "
+      "bits/byte)\n",
+      corpus.source, corpus.files.size(), corpus.bytes.size(), corpus.train().size(),
+      corpus.validation().size(), unigram_entropy_bits(corpus.train()));
+  fmt::print(
+      "training: {} steps from step {}, batch {} x seq {} x accumulate {}, {} lr {} "
+      "(warm-up {}, {} to {}x), clip {}, {}, seed {}\n",
+      train.steps, trainer.step(), train.batch, train.seq, train.accumulate,
+      enum_name(train.optimizer.kind), train.optimizer.lr, train.warmup, enum_name(train.decay),
+      train.min_lr_ratio, train.clip, enum_name(train.precision), train.seed);
   std::fflush(stdout);
 
   const std::int64_t every =
@@ -213,8 +214,7 @@ void run_train(TrainOptions& o) {
   auto on_step = [&](const StepLog& s) {
     log << fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6g},{:.1f},{:.4f},{:.5f},{:.5f},{:.5f},{:.5f}\n",
                        s.step, s.loss, s.aux_loss, s.grad_norm, s.lr, s.tokens_per_second,
-                       s.seconds, s.load_cv, s.max_over_mean, s.dropped_fraction,
-                       s.router_entropy);
+                       s.seconds, s.load_cv, s.max_over_mean, s.dropped_fraction, s.router_entropy);
     log.flush();
     tokens += static_cast<double>(train.batch * train.seq * train.accumulate);
     seconds += s.seconds;
@@ -225,7 +225,9 @@ void run_train(TrainOptions& o) {
     evals << fmt::format("{},{:.6f},{:.6f},{}\n", e.step, e.loss, e.bits_per_byte, e.tokens);
     evals.flush();
     last_val = e.bits_per_byte;
-    eval_list.push_back({{"step", e.step}, {"loss", e.loss}, {"bits_per_byte", e.bits_per_byte},
+    eval_list.push_back({{"step", e.step},
+                         {"loss", e.loss},
+                         {"bits_per_byte", e.bits_per_byte},
                          {"tokens", e.tokens}});
     progress.message(fmt::format("step {}: validation loss {:.4f} ({:.4f} bits/byte, {} tokens)",
                                  e.step, e.loss, e.bits_per_byte, e.tokens));
@@ -249,11 +251,12 @@ void run_train(TrainOptions& o) {
   const json summary = {{"model", lm_config_to_json(model_config)},
                         {"train", train_config_to_json(train)},
                         {"parameters", params},
-                        {"data", {{"source", corpus.source},
-                                  {"files", corpus.files.size()},
-                                  {"bytes", corpus.bytes.size()},
-                                  {"train_bytes", corpus.train().size()},
-                                  {"validation_bytes", corpus.validation().size()}}},
+                        {"data",
+                         {{"source", corpus.source},
+                          {"files", corpus.files.size()},
+                          {"bytes", corpus.bytes.size()},
+                          {"train_bytes", corpus.train().size()},
+                          {"validation_bytes", corpus.validation().size()}}},
                         {"steps", trainer.step()},
                         {"median_tokens_per_second", median_tps},
                         {"evaluations", eval_list},
@@ -280,7 +283,8 @@ void add_train_command(CLI::App& app) {
   const char* M = "Model";
   model(cmd->add_option("--variant", o->variant,
                         "FFN: relu, gelu, glu, bilinear, reglu, geglu, swiglu, gated, moe"))
-      ->capture_default_str()->group(M);
+      ->capture_default_str()
+      ->group(M);
   model(cmd->add_option("--ffn-config", o->ffn_config,
                         "FFN config file instead of --variant (ffnlab JSON or HF config.json)"))
       ->group(M);
@@ -290,82 +294,123 @@ void add_train_command(CLI::App& app) {
   model(cmd->add_option("--d-model", o->d_model, "model width D"))->capture_default_str()->group(M);
   model(cmd->add_option("--d-ff", o->d_ff, "FFN hidden width (default 4·D; 8/3·D for GLU kinds)"))
       ->group(M);
-  model(cmd->add_option("--layers", o->layers, "Transformer blocks"))->capture_default_str()->group(M);
+  model(cmd->add_option("--layers", o->layers, "Transformer blocks"))
+      ->capture_default_str()
+      ->group(M);
   model(cmd->add_option("--heads", o->heads, "attention heads"))->capture_default_str()->group(M);
   model(cmd->add_option("--context", o->context, "longest sequence (default: --seq)"))->group(M);
   model(cmd->add_option("--positions", o->positions, "learned, sinusoidal, rope or none"))
-      ->capture_default_str()->group(M);
-  model(cmd->add_option("--norm", o->norm, "layernorm or rmsnorm"))->capture_default_str()->group(M);
-  model(cmd->add_flag("--post-norm", o->post_norm, "norm after each residual add (default: pre-norm)"))
+      ->capture_default_str()
+      ->group(M);
+  model(cmd->add_option("--norm", o->norm, "layernorm or rmsnorm"))
+      ->capture_default_str()
+      ->group(M);
+  model(cmd->add_flag("--post-norm", o->post_norm,
+                      "norm after each residual add (default: pre-norm)"))
       ->group(M);
   model(cmd->add_flag("--no-final-norm", o->no_final_norm, "no norm before the LM head"))->group(M);
-  model(cmd->add_flag("--untied", o->untied, "an LM head of its own (default: tied to the embedding)"))
+  model(cmd->add_flag("--untied", o->untied,
+                      "an LM head of its own (default: tied to the embedding)"))
       ->group(M);
   model(cmd->add_flag("--no-attn-bias", o->no_attn_bias, "no biases in q/k/v/o"))->group(M);
   model(cmd->add_flag("--no-ffn-bias", o->no_ffn_bias, "no biases in the FFN"))->group(M);
   model(cmd->add_option("--dropout", o->dropout, "dropout on embeddings and residual branches"))
-      ->capture_default_str()->group(M);
+      ->capture_default_str()
+      ->group(M);
   model(cmd->add_option("--init-std", o->init_std,
                         "matrices N(0, s), biases 0 (GPT-2); 0: torch.nn defaults"))
-      ->capture_default_str()->group(M);
-  model(cmd->add_option("--experts", o->experts, "MoE: routed experts"))->capture_default_str()->group(M);
-  model(cmd->add_option("--top-k", o->top_k, "MoE: experts per token"))->capture_default_str()->group(M);
+      ->capture_default_str()
+      ->group(M);
+  model(cmd->add_option("--experts", o->experts, "MoE: routed experts"))
+      ->capture_default_str()
+      ->group(M);
+  model(cmd->add_option("--top-k", o->top_k, "MoE: experts per token"))
+      ->capture_default_str()
+      ->group(M);
   model(cmd->add_option("--shared-experts", o->shared, "MoE: shared experts"))
-      ->capture_default_str()->group(M);
-  model(cmd->add_option("--expert-d-ff", o->expert_d_ff, "MoE: expert width (0: --d-ff)"))->group(M);
+      ->capture_default_str()
+      ->group(M);
+  model(cmd->add_option("--expert-d-ff", o->expert_d_ff, "MoE: expert width (0: --d-ff)"))
+      ->group(M);
   model(cmd->add_option("--aux-coef", o->aux_coef, "MoE: load-balancing loss coefficient"))
-      ->capture_default_str()->group(M);
+      ->capture_default_str()
+      ->group(M);
   model(cmd->add_option("--z-coef", o->z_coef, "MoE: router z-loss coefficient"))
-      ->capture_default_str()->group(M);
+      ->capture_default_str()
+      ->group(M);
   model(cmd->add_option("--capacity", o->capacity, "MoE: capacity factor (0: dropless)"))
-      ->capture_default_str()->group(M);
+      ->capture_default_str()
+      ->group(M);
 
   const char* T = "Training";
   TrainConfig& t = o->train;
   cmd->add_option("--steps", t.steps, "optimizer steps (in total, when resuming)")
-      ->capture_default_str()->group(T);
+      ->capture_default_str()
+      ->group(T);
   cmd->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str()->group(T);
   cmd->add_option("--seq", t.seq, "tokens (bytes) per sequence")->capture_default_str()->group(T);
-  cmd->add_option("--accumulate", t.accumulate, "micro-batches per step")->capture_default_str()->group(T);
-  cmd->add_option("--optimizer", o->optimizer, "sgd, adam or adamw")->capture_default_str()->group(T);
+  cmd->add_option("--accumulate", t.accumulate, "micro-batches per step")
+      ->capture_default_str()
+      ->group(T);
+  cmd->add_option("--optimizer", o->optimizer, "sgd, adam or adamw")
+      ->capture_default_str()
+      ->group(T);
   cmd->add_option("--lr", t.optimizer.lr, "peak learning rate")->capture_default_str()->group(T);
   cmd->add_option("--beta1", t.optimizer.beta1, "Adam β1")->capture_default_str()->group(T);
   cmd->add_option("--beta2", t.optimizer.beta2, "Adam β2")->capture_default_str()->group(T);
   cmd->add_option("--eps", t.optimizer.eps, "Adam ε")->capture_default_str()->group(T);
   cmd->add_option("--weight-decay", t.optimizer.weight_decay,
                   "weight decay on matrices (AdamW: decoupled; Adam, SGD: L2)")
-      ->capture_default_str()->group(T);
-  cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum")->capture_default_str()->group(T);
+      ->capture_default_str()
+      ->group(T);
+  cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->group(T);
   cmd->add_option("--warmup", t.warmup, "linear warm-up steps")->capture_default_str()->group(T);
-  cmd->add_option("--decay", o->decay, "after warm-up: cosine or constant")->capture_default_str()->group(T);
+  cmd->add_option("--decay", o->decay, "after warm-up: cosine or constant")
+      ->capture_default_str()
+      ->group(T);
   cmd->add_option("--min-lr-ratio", t.min_lr_ratio, "cosine floor as a fraction of --lr")
-      ->capture_default_str()->group(T);
-  cmd->add_option("--clip", t.clip, "max global gradient norm (0: off)")->capture_default_str()->group(T);
-  cmd->add_option("--seed", t.seed, "initialisation, batches and dropout")->capture_default_str()->group(T);
+      ->capture_default_str()
+      ->group(T);
+  cmd->add_option("--clip", t.clip, "max global gradient norm (0: off)")
+      ->capture_default_str()
+      ->group(T);
+  cmd->add_option("--seed", t.seed, "initialisation, batches and dropout")
+      ->capture_default_str()
+      ->group(T);
   cmd->add_option("--dtype", o->dtype, "product precision: f32, or bf16 with f32 master weights")
-      ->capture_default_str()->group(T);
+      ->capture_default_str()
+      ->group(T);
   add_threads_option(*cmd, o->threads);
 
   const char* D = "Data and output";
   cmd->add_option("--data", o->data, "a text file or a folder of them (skips .dat and .u8)")
-      ->capture_default_str()->group(D);
+      ->capture_default_str()
+      ->group(D);
   cmd->add_option("--val-fraction", o->val_fraction, "last fraction of the bytes for validation")
-      ->capture_default_str()->group(D);
+      ->capture_default_str()
+      ->group(D);
   cmd->add_option("--eval-every", t.eval_every, "validate every N steps (0: only at the end)")
-      ->capture_default_str()->group(D);
+      ->capture_default_str()
+      ->group(D);
   cmd->add_option("--eval-tokens", t.eval_tokens, "validation tokens per evaluation (0: all)")
-      ->capture_default_str()->group(D);
+      ->capture_default_str()
+      ->group(D);
   cmd->add_option("--checkpoint-every", t.checkpoint_every,
                   "checkpoint every N steps (0: only at the end)")
-      ->capture_default_str()->group(D);
+      ->capture_default_str()
+      ->group(D);
   cmd->add_option("--out", o->out, "output folder")->capture_default_str()->group(D);
   cmd->add_option("--resume", o->resume,
                   "continue the run whose output folder this is (from its checkpoint/)")
       ->group(D);
   cmd->add_option("--sample", o->sample, "bytes of text to sample at the end (0: none)")
-      ->capture_default_str()->group(D);
+      ->capture_default_str()
+      ->group(D);
   cmd->add_option("--temperature", o->temperature, "sampling temperature (0: greedy)")
-      ->capture_default_str()->group(D);
+      ->capture_default_str()
+      ->group(D);
   cmd->add_option("--prompt", o->prompt, "text the sample continues")->group(D);
   cmd->add_option("--print-every", o->print_every,
                   "without a terminal: a progress line every N steps (default: steps/20)")

@@ -29,7 +29,6 @@ class DenseFFN final : public FeedForward {
 
  private:
   void bind_parameters() override;
-  void mix_forward(Tensor& h, const Tensor& a);
 
   FFNConfig config_;
   std::int64_t in_width_;  // P = F, 2F or 2nF

@@ -8,12 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "ffnlab/names.hpp"
 #include "ffnlab/ops/activation.hpp"
+#include "ffnlab/ops/router.hpp"
 
 namespace ffnlab {
 
-// Adding a kind touches: this enum, kKindNames in src/layers/ffn_config.cpp, validate(),
-// make_ffn() in src/layers/feed_forward.cpp, analysis/costs.cpp, and the parity script.
+// Adding a kind touches: this enum and its name row, validate(), make_ffn() in
+// src/layers/feed_forward.cpp, analysis/costs.cpp, and the parity script (CONTRIBUTING.md).
 enum class FFNKind : std::uint8_t {
   plain,         // W_down · act(W_up·x + b) + b
   glu,           // W_down · (act(W_gate·x) ⊙ W_up·x)
@@ -29,26 +31,6 @@ enum class GLULayout : std::uint8_t {
   count
 };
 
-const char* kind_name(FFNKind kind);
-FFNKind parse_kind(std::string_view name);
-const char* layout_name(GLULayout layout);
-GLULayout parse_layout(std::string_view name);
-
-// How the router turns logits into scores (docs/moe.md).
-enum class ScoreFunc : std::uint8_t { softmax, sigmoid, count };
-// Which assignments an expert over capacity drops.
-enum class DropPolicy : std::uint8_t {
-  position,     // later ones: all first choices before second choices, then by token index
-  probability,  // those of lowest combine weight
-  count
-};
-// Which f_e the load-balancing loss E·Σ_e f_e·P_e uses (docs/moe.md).
-enum class BalanceLoss : std::uint8_t {
-  topk,             // f_e = (assignments to e) / T, all k choices: Mixtral / Qwen2-MoE in HF
-  topk_normalized,  // f_e = (assignments to e) / (k·T): GShard, DeepSeek (1 when balanced)
-  top1,             // f_e = (tokens whose first choice is e) / T: Switch Transformer
-  count
-};
 // Parameter names of the routed and shared experts in checkpoints (docs/config.md).
 enum class MoENaming : std::uint8_t {
   standard,   // experts.{e}.gate_proj/up_proj/down_proj, shared_experts.* (DeepSeek-V3)
@@ -57,18 +39,32 @@ enum class MoENaming : std::uint8_t {
   count
 };
 
-const char* score_name(ScoreFunc f);
-ScoreFunc parse_score(std::string_view name);
-const char* drop_policy_name(DropPolicy p);
-DropPolicy parse_drop_policy(std::string_view name);
-const char* balance_loss_name(BalanceLoss l);
-BalanceLoss parse_balance_loss(std::string_view name);
-const char* naming_name(MoENaming n);
-MoENaming parse_naming(std::string_view name);
+template <>
+struct EnumNames<FFNKind> {
+  static constexpr auto table = name_table<FFNKind>("ffn", "kind",
+                                                    {{FFNKind::plain, "plain"},
+                                                     {FFNKind::glu, "glu"},
+                                                     {FFNKind::multi_branch, "multi_branch"},
+                                                     {FFNKind::moe, "moe"}});
+};
+template <>
+struct EnumNames<GLULayout> {
+  static constexpr auto table = name_table<GLULayout>(
+      "ffn", "layout", {{GLULayout::separate, "separate"}, {GLULayout::fused, "fused"}});
+};
+template <>
+struct EnumNames<MoENaming> {
+  static constexpr auto table = name_table<MoENaming>("ffn", "MoE naming",
+                                                      {{MoENaming::standard, "standard"},
+                                                       {MoENaming::mixtral, "mixtral"},
+                                                       {MoENaming::qwen2_moe, "qwen2_moe"}});
+};
+static_assert(EnumNames<FFNKind>::table.complete() && EnumNames<GLULayout>::table.complete() &&
+              EnumNames<MoENaming>::table.complete());
 
-struct MoEConfig {
-  int num_experts = 8;
-  int top_k = 2;
+// The routing options (ops/router.hpp's RouterConfig: experts, top-k, scores, groups, capacity,
+// losses) and what the layer adds: the experts, the router's own parameters, training noise.
+struct MoEConfig : RouterConfig {
   FFNKind expert_kind = FFNKind::plain;  // plain or glu
   std::int64_t expert_d_ff = 0;          // 0: FFNConfig::d_ff (fine-grained experts set it lower)
   bool router_bias = true;               // the seeds count it: 512·8 + 8 = 4,104
@@ -76,26 +72,10 @@ struct MoEConfig {
   std::int64_t shared_d_ff = 0;          // 0: the routed experts' d_ff
   bool shared_gate = false;              // σ(x·w_g) scale on the shared output (Qwen2-MoE)
 
-  // Routing.
-  ScoreFunc score = ScoreFunc::softmax;
-  bool softmax_after_topk = false;  // weights = softmax over the k chosen logits (GPT-OSS)
-  bool normalize = true;            // top-k weights divided by their sum (norm_topk_prob)
-  float scaling = 1.0f;             // routed_scaling_factor, applied after normalisation
-  int groups = 0;                   // n_group (0: no group-limited selection)
-  int topk_groups = 0;              // topk_group: groups kept per token
-  float jitter = 0.0f;              // training: router input × U(1-ε, 1+ε) (Switch)
-  bool noisy_topk = false;          // training: logits + N(0,1)·softplus(x·W_noise) (Shazeer)
-  bool balance_bias = false;        // aux-loss-free bias, added to scores for selection only
-  float balance_rate = 1e-3f;       // its update b_e += rate·sign(mean load - load_e)
-
-  // Capacity.
-  double capacity_factor = 0.0;  // 0: dropless; else capacity = ceil(c·k·T/E)
-  DropPolicy drop = DropPolicy::position;
-
-  // Auxiliary losses, added to the training loss with these coefficients.
-  BalanceLoss balance_loss = BalanceLoss::topk;
-  float aux_coef = 0.0f;  // load-balancing loss
-  float z_coef = 0.0f;    // router z-loss
+  float jitter = 0.0f;         // training: router input × U(1-ε, 1+ε) (Switch)
+  bool noisy_topk = false;     // training: logits + N(0,1)·softplus(x·W_noise) (Shazeer)
+  bool balance_bias = false;   // aux-loss-free bias, added to scores for selection only
+  float balance_rate = 1e-3f;  // its update b_e += rate·sign(mean load - load_e)
 
   MoENaming naming = MoENaming::standard;
 };
@@ -112,6 +92,10 @@ struct FFNConfig {
 
   std::int64_t expert_d_ff() const { return moe.expert_d_ff ? moe.expert_d_ff : d_ff; }
   std::int64_t shared_d_ff() const { return moe.shared_d_ff ? moe.shared_d_ff : expert_d_ff(); }
+  // Gated branches of a dense kind: 0 for plain (h = act(a)), 1 for glu, `branches` for
+  // multi_branch; the input projection is then F (plain) or 2·n·F rows wide.
+  int gated_branches() const;
+  std::int64_t in_width() const;
 };
 
 // Throws "[ffn] ..." naming the first thing that makes no sense.
@@ -121,6 +105,9 @@ void validate(const FFNConfig& config);
 FFNConfig variant_config(std::string_view variant, std::int64_t d_model, std::int64_t d_ff,
                          bool bias);
 std::vector<std::string> variant_names();
+// d_ff when none is given: 4·D, and for the GLU kinds 2/3 of that rounded up to a multiple of 8,
+// so that they have about the parameters of the plain FFN (the seeds' rule, LLaMA's 8/3·D).
+std::int64_t default_d_ff(FFNKind kind, std::int64_t d_model);
 // The variant name of a config ("swiglu"), or kind/activation ("plain/tanh") when it has none.
 std::string variant_name(const FFNConfig& config);
 

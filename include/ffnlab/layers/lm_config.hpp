@@ -11,31 +11,38 @@
 namespace ffnlab {
 
 enum class PositionKind : std::uint8_t { learned, sinusoidal, rope, none, count };
-const char* position_name(PositionKind kind);
-PositionKind parse_position(std::string_view name);
+template <>
+struct EnumNames<PositionKind> {
+  static constexpr auto table = name_table<PositionKind>("lm", "positions",
+                                                         {{PositionKind::learned, "learned"},
+                                                          {PositionKind::sinusoidal, "sinusoidal"},
+                                                          {PositionKind::rope, "rope"},
+                                                          {PositionKind::none, "none"}});
+};
+static_assert(EnumNames<PositionKind>::table.complete());
 
 struct LMConfig {
-  std::int64_t vocab = 256;     // V
-  std::int64_t d_model = 128;   // D
-  int layers = 4;               // L
-  std::int64_t heads = 4;       // H
-  std::int64_t context = 128;   // longest sequence S (the learned position table's rows)
+  std::int64_t vocab = 256;    // V
+  std::int64_t d_model = 128;  // D
+  int layers = 4;              // L
+  std::int64_t heads = 4;      // H
+  std::int64_t context = 128;  // longest sequence S (the learned position table's rows)
   PositionKind positions = PositionKind::learned;
   float rope_theta = 10000.f;
   NormKind norm = NormKind::layernorm;
   float norm_eps = 1e-5f;
-  bool pre_norm = true;         // false: post-norm (the original Transformer, the seeds' encoder)
-  bool final_norm = true;       // a norm after the last block (pre-norm models have one)
-  bool tied_head = true;        // the LM head is the token embedding, transposed
-  bool attn_bias = true;        // biases of q/k/v/o
-  bool causal = true;           // false: bidirectional attention (the seeds' encoder)
-  float dropout = 0.f;          // after the embeddings and on each residual branch
+  bool pre_norm = true;    // false: post-norm (the original Transformer, the seeds' encoder)
+  bool final_norm = true;  // a norm after the last block (pre-norm models have one)
+  bool tied_head = true;   // the LM head is the token embedding, transposed
+  bool attn_bias = true;   // biases of q/k/v/o
+  bool causal = true;      // false: bidirectional attention (the seeds' encoder)
+  float dropout = 0.f;     // after the embeddings and on each residual branch
   // Initialisation: every matrix (embeddings, projections, router) N(0, init_std) and every bias
   // zero, as GPT-2 does; 0 keeps torch.nn's defaults (Linear U(±1/√in), embeddings N(0, 0.02)).
   // Measured on the issue-4 configuration: PyTorch reaches 3.13 bits/byte after 600 steps with
   // 0.02 and 3.62 with torch's defaults (bench/torch_train.py --init).
   float init_std = 0.02f;
-  FFNConfig ffn;                // every block's FFN; ffn.d_model == d_model
+  FFNConfig ffn;  // every block's FFN; ffn.d_model == d_model
 };
 
 // Throws "[lm] ..." naming the first thing that makes no sense.

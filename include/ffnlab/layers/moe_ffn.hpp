@@ -39,45 +39,72 @@ class MoEFFN final : public FeedForward {
   const Routing& routing() const { return routing_; }
   // The training noise of the last forward (empty tensors when off): the router input's
   // multiplicative jitter [T, D] and noisy top-k's N(0, 1) draws [T, E].
-  const Tensor& jitter_noise() const { return jitter_; }
-  const Tensor& gate_noise() const { return noise_eps_; }
+  const Tensor& jitter_noise() const { return router_.jitter; }
+  const Tensor& gate_noise() const { return router_.noise_eps; }
   // The parameter names of expert e's input projections (gate first), in buffer order.
   static std::vector<std::string> expert_in_names(const FFNConfig& config, int e);
   static std::string expert_out_name(const FFNConfig& config, int e);
   static std::string shared_prefix(const FFNConfig& config);
 
  private:
+  // Views into params_ (values in w_, gradients in dw_; undefined where the config has none).
+  struct Weights {
+    Tensor router, router_bias;  // [E, D], [E]   gate.weight / gate.bias
+    Tensor noise;                // [E, D]        noisy top-k's gate.noise.weight
+    Tensor balance_bias;         // [E]           aux-loss-free bias (state, values only)
+    Tensor shared_gate;          // [1, D]        shared_expert_gate.weight
+    Tensor in, in_bias;          // [E, P, D], [E, P]  every expert's input projection(s)
+    Tensor out, out_bias;        // [E, D, F], [E, D]  every expert's output projection
+  };
+  // Saved by a training forward for backward (workspaces in inference).
+  struct RouterCache {
+    Tensor x;                     // [T, D] the caller's input (a view)
+    Tensor x_router;              // [T, D] jittered router input (jitter only)
+    Tensor jitter;                // [T, D] the multiplicative noise
+    Tensor logits;                // [T, E]
+    Tensor noise_pre, noise_eps;  // [T, E] noisy top-k: x·W_noiseᵀ and its N(0, 1) draws
+  };
+  struct ExpertCache {      // rows in permuted order, R = kept assignments
+    Tensor xp, ap, hp, op;  // [R, D], [R, P], [R, F], [R, D]
+  };
+  struct SharedCache {
+    Tensor y, gate_pre, gate;  // [T, D], [T, 1], [T, 1]
+  };
+  // Backward workspaces.
+  struct Workspace {
+    std::vector<float> dweight;        // [T, K] gradient of the combine weights
+    Tensor dop, dhp, dap, dxp;         // permuted rows: [R, D], [R, F], [R, P], [R, D]
+    Tensor dlogits, dnoise_pre;        // [T, E]
+    Tensor dx_router, dx_extra;        // [T, D]
+    Tensor dshared, dx_shared, dgate;  // [T, D], [T, D], [T, 1]
+  };
+
   void bind_parameters() override;
   void router_forward(const Tensor& x, bool train);
+  void experts_forward(Tensor& y, const Tensor& x);
+  void shared_forward(Tensor& y, const Tensor& x, bool train);
+  // Backward, in the reverse order of the forward; each step adds its part of dx.
+  void combine_backward(const Tensor& dy);
+  void experts_backward(Tensor& dx);
+  void router_backward(Tensor& dx);
+  void shared_backward(Tensor& dx, const Tensor& dy);
 
   FFNConfig config_;
   FFNConfig expert_;  // the dense FFN one expert is
   std::int64_t in_width_;
   ParameterSet params_;
+  Weights w_, dw_;
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
-
-  Tensor w_router_, b_router_, w_noise_, balance_bias_, w_gate_;
-  Tensor dw_router_, db_router_, dw_noise_, dw_gate_;
-  Tensor w_in_, b_in_, w_out_, b_out_;  // [E, P, D], [E, P], [E, D, F], [E, D]
-  Tensor dw_in_, db_in_, dw_out_, db_out_;
 
   std::mt19937_64 rng_;
   Routing routing_;
   std::vector<std::int64_t> step_load_;  // assignments per expert since the last balance update
   bool saved_ = false;
 
-  // Saved by a training forward (workspaces otherwise).
-  Tensor x_;                           // [T, D] the caller's input (a view)
-  Tensor x_router_;                    // [T, D] jittered router input (jitter only)
-  Tensor jitter_;                      // [T, D] the multiplicative noise
-  Tensor logits_;                      // [T, E]
-  Tensor noise_pre_, noise_eps_;       // [T, E] noisy top-k
-  Tensor xp_, ap_, hp_, op_;           // permuted rows: [R, D], [R, P], [R, F], [R, D]
-  Tensor shared_y_, gate_pre_, gate_;  // [T, D], [T, 1], [T, 1]
-  // Backward workspaces.
-  Tensor dop_, dhp_, dap_, dxp_, dlogits_, dx_router_, dshared_, dx_shared_, dgate_;
-  Tensor dnoise_pre_, dx_extra_;
-  std::vector<float> dweight_;
+  RouterCache router_;
+  ExpertCache rows_;
+  SharedCache shared_out_;
+  Workspace ws_;
 };
 
 }  // namespace ffnlab

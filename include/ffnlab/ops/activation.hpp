@@ -8,13 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "ffnlab/names.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {
 
-// The closed set of activations. Adding one touches: this enum, kActivationNames in
-// src/ops/activation.cpp, the kernels, the reference, the oneDNN post-op map in
-// src/ops/matmul.cpp, and the PyTorch table in tests/parity/make_golden.py.
+// The closed set of activations. Adding one touches: this enum and its name row below, the
+// kernels (src/ops/activation_kernels.hpp), the reference, the oneDNN post-op map in
+// src/ops/matmul.cpp, and the PyTorch table in tests/parity/make_golden.py (CONTRIBUTING.md).
 enum class Activation : std::uint8_t {
   relu,        // max(0, x)
   gelu,        // x·Φ(x), with the exact erf (PyTorch's default)
@@ -34,15 +35,37 @@ struct Act {
   float beta = 1.0f;
 };
 
-const char* activation_name(Activation act);
-// Accepts ffnlab's names and the common aliases (swish, gelu_erf, gelu_new, gelu_pytorch_tanh,
-// quick_gelu, relu_squared, linear). Throws "[activation] unknown activation 'x' (known: ...)".
-Activation parse_activation(std::string_view name);
+// Canonical names in enum order, then aliases (Hugging Face's ACT2FN names among them).
+template <>
+struct EnumNames<Activation> {
+  static constexpr auto table =
+      name_table<Activation>("activation", "activation",
+                             {{Activation::relu, "relu"},
+                              {Activation::gelu, "gelu"},
+                              {Activation::gelu_tanh, "gelu_tanh"},
+                              {Activation::gelu_quick, "gelu_quick"},
+                              {Activation::silu, "silu"},
+                              {Activation::sigmoid, "sigmoid"},
+                              {Activation::tanh, "tanh"},
+                              {Activation::relu2, "relu2"},
+                              {Activation::identity, "identity"},
+                              {Activation::silu, "swish"},
+                              {Activation::gelu, "gelu_erf"},
+                              {Activation::gelu_tanh, "gelu_new"},
+                              {Activation::gelu_tanh, "gelu_pytorch_tanh"},
+                              {Activation::gelu_quick, "quick_gelu"},
+                              {Activation::relu2, "relu_squared"},
+                              {Activation::identity, "linear"}});
+};
+static_assert(EnumNames<Activation>::table.complete(), "every activation needs a name row");
 
 // y = act(x), elementwise. y and x have the same number of elements; y may alias x.
 void activation_forward(Tensor& y, const Tensor& x, Act act);
 // dx = dy · act'(x), elementwise; overwrites dx. x is the saved forward input.
 void activation_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Act act);
+
+// The fraction of the n elements of x that are exactly zero (activation sparsity).
+double zero_fraction(const float* x, std::int64_t n);
 
 // Raw-array forms, used by layers on parts of their workspaces (n elements each).
 void activation_forward(float* y, const float* x, std::int64_t n, Act act);

@@ -16,4 +16,10 @@ void glu_forward(Tensor& h, const Tensor& a, Act act, int branches = 1);
 // da [T, 2·n·F] (overwritten): dg_b = dh ⊙ u_b ⊙ act'(g_b), du_b = dh ⊙ act(g_b).
 void glu_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int branches = 1);
 
+// The hidden mix of any dense FFN kind (FFNConfig::gated_branches()): h = act(a) for
+// branches = 0 (plain FFN, a is [T, F]), the gated product above otherwise.
+void mix_forward(Tensor& h, const Tensor& a, Act act, int branches);
+// da (overwritten) from dh, the backward of mix_forward.
+void mix_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int branches);
+
 }  // namespace ffnlab

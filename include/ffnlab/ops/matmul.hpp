@@ -10,9 +10,16 @@
 namespace ffnlab {
 
 // Compute precision of a product's inputs; accumulation and output are always f32.
-enum class Precision : std::uint8_t { f32, bf16 };
-const char* precision_name(Precision p);
-Precision parse_precision(std::string_view name);
+enum class Precision : std::uint8_t { f32, bf16, count };
+template <>
+struct EnumNames<Precision> {
+  static constexpr auto table = name_table<Precision>("precision", "dtype",
+                                                      {{Precision::f32, "f32"},
+                                                       {Precision::bf16, "bf16"},
+                                                       {Precision::f32, "float32"},
+                                                       {Precision::bf16, "bfloat16"}});
+};
+static_assert(EnumNames<Precision>::table.complete());
 
 // How a row-major operand is read: as stored, or transposed (by strides; nothing is copied).
 enum class Trans : std::uint8_t { no, yes };

@@ -4,13 +4,18 @@
 // Forward saves μ and r per row for backward. Reference: ops/ref/norm_ref.hpp.
 #pragma once
 
+#include "ffnlab/names.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {
 
 enum class NormKind : std::uint8_t { layernorm, rmsnorm, count };
-const char* norm_name(NormKind kind);
-NormKind parse_norm(std::string_view name);
+template <>
+struct EnumNames<NormKind> {
+  static constexpr auto table = name_table<NormKind>(
+      "norm", "norm", {{NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"}});
+};
+static_assert(EnumNames<NormKind>::table.complete());
 
 // y [T, D]; mean [T] (LayerNorm only; ignored for RMSNorm), rstd [T]; w [D]; b [D] or null.
 void norm_forward(NormKind kind, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,

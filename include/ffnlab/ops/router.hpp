@@ -7,10 +7,71 @@
 #include <cstdint>
 #include <vector>
 
-#include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/names.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {
+
+// How the router turns logits into scores (docs/moe.md).
+enum class ScoreFunc : std::uint8_t { softmax, sigmoid, count };
+// Which assignments an expert over capacity drops.
+enum class DropPolicy : std::uint8_t {
+  position,     // later ones: all first choices before second choices, then by token index
+  probability,  // those of lowest combine weight
+  count
+};
+// Which f_e the load-balancing loss E·Σ_e f_e·P_e uses (docs/moe.md).
+enum class BalanceLoss : std::uint8_t {
+  topk,             // f_e = (assignments to e) / T, all k choices: Mixtral / Qwen2-MoE in HF
+  topk_normalized,  // f_e = (assignments to e) / (k·T): GShard, DeepSeek (1 when balanced)
+  top1,             // f_e = (tokens whose first choice is e) / T: Switch Transformer
+  count
+};
+
+template <>
+struct EnumNames<ScoreFunc> {
+  static constexpr auto table =
+      name_table<ScoreFunc>("ffn", "scoring function",
+                            {{ScoreFunc::softmax, "softmax"}, {ScoreFunc::sigmoid, "sigmoid"}});
+};
+template <>
+struct EnumNames<DropPolicy> {
+  static constexpr auto table = name_table<DropPolicy>(
+      "ffn", "drop policy",
+      {{DropPolicy::position, "position"}, {DropPolicy::probability, "probability"}});
+};
+template <>
+struct EnumNames<BalanceLoss> {
+  static constexpr auto table =
+      name_table<BalanceLoss>("ffn", "balance loss",
+                              {{BalanceLoss::topk, "topk"},
+                               {BalanceLoss::topk_normalized, "topk_normalized"},
+                               {BalanceLoss::top1, "top1"}});
+};
+static_assert(EnumNames<ScoreFunc>::table.complete() && EnumNames<DropPolicy>::table.complete() &&
+              EnumNames<BalanceLoss>::table.complete());
+
+// What the routing math needs of an MoE config (MoEConfig in layers/ffn_config.hpp extends it
+// with the experts, the router's own parameters and training noise).
+struct RouterConfig {
+  int num_experts = 8;
+  int top_k = 2;
+  ScoreFunc score = ScoreFunc::softmax;
+  bool softmax_after_topk = false;  // weights = softmax over the k chosen logits (GPT-OSS)
+  bool normalize = true;            // top-k weights divided by their sum (norm_topk_prob)
+  float scaling = 1.0f;             // routed_scaling_factor, applied after normalisation
+  int groups = 0;                   // n_group (0: no group-limited selection)
+  int topk_groups = 0;              // topk_group: groups kept per token
+
+  // Capacity.
+  double capacity_factor = 0.0;  // 0: dropless; else capacity = ceil(c·k·T/E)
+  DropPolicy drop = DropPolicy::position;
+
+  // Auxiliary losses, added to the training loss with these coefficients.
+  BalanceLoss balance_loss = BalanceLoss::topk;
+  float aux_coef = 0.0f;  // load-balancing loss
+  float z_coef = 0.0f;    // router z-loss
+};
 
 // What the router decided for T tokens, and what its backward needs.
 struct Routing {
@@ -37,15 +98,15 @@ struct Routing {
 // Scores, selection and combine weights from logits [T, E]. `selection_bias` [E] (null: none)
 // is added to the scores for the choice only (aux-loss-free balancing). Also computes the
 // balance loss, the z-loss, the entropy and the top-1 probability.
-void route(Routing& r, const Tensor& logits, const float* selection_bias, const MoEConfig& m);
+void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m);
 
 // Capacity (dropping by m.drop) and the layout of the permuted buffer: each expert's kept
 // assignments are contiguous, in token order.
-void assign_rows(Routing& r, const MoEConfig& m);
+void assign_rows(Routing& r, const RouterConfig& m);
 
 // dlogits [T, E] (overwritten) from dweight [T, k], the loss gradient of the combine weights
 // (zero for dropped assignments), plus aux_scale·(aux_coef·∂balance + z_coef·∂z)/∂logits.
-void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const MoEConfig& m,
+void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
                     float aux_scale);
 
 }  // namespace ffnlab

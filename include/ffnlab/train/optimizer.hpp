@@ -11,12 +11,19 @@
 #include <vector>
 
 #include "ffnlab/layers/parameters.hpp"
+#include "ffnlab/names.hpp"
 
 namespace ffnlab {
 
 enum class OptimizerKind : std::uint8_t { sgd, adam, adamw, count };
-const char* optimizer_name(OptimizerKind kind);
-OptimizerKind parse_optimizer(std::string_view name);
+template <>
+struct EnumNames<OptimizerKind> {
+  static constexpr auto table = name_table<OptimizerKind>("optimizer", "optimizer",
+                                                          {{OptimizerKind::sgd, "sgd"},
+                                                           {OptimizerKind::adam, "adam"},
+                                                           {OptimizerKind::adamw, "adamw"}});
+};
+static_assert(EnumNames<OptimizerKind>::table.complete());
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adamw;

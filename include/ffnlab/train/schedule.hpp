@@ -7,11 +7,17 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ffnlab/names.hpp"
+
 namespace ffnlab {
 
 enum class DecayKind : std::uint8_t { cosine, constant, count };
-const char* decay_name(DecayKind kind);
-DecayKind parse_decay(std::string_view name);
+template <>
+struct EnumNames<DecayKind> {
+  static constexpr auto table = name_table<DecayKind>(
+      "schedule", "decay", {{DecayKind::cosine, "cosine"}, {DecayKind::constant, "constant"}});
+};
+static_assert(EnumNames<DecayKind>::table.complete());
 
 struct Schedule {
   float peak = 3e-3f;
