@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
+  clang libomp-dev                 # the second compiler the test command builds with
   libdnnl-dev                      # oneDNN: every matrix product
   ocl-icd-opencl-dev opencl-headers  # only so that Debian's dnnl CMake config (OCL GPU runtime) resolves
   libcli11-dev nlohmann-json3-dev libfmt-dev

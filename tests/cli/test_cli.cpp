@@ -4,13 +4,14 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/io/safetensors.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
 
 using namespace ffnlab;
 namespace fs = std::filesystem;
@@ -84,6 +85,34 @@ TEST_F(Cli, HelpAndUsageErrors) {
   EXPECT_NE(run("").status, 0);
   EXPECT_NE(run("params --d-ff 0").status, 0);
   expect_error(run("params --variants relu,selu"), "unknown variant 'selu'");
+}
+
+// Every command that builds a layer takes the same FFN flags, with the same checks and the
+// variant list from the library's table.
+TEST_F(Cli, EveryLayerCommandSharesTheFFNFlags) {
+  for (const char* cmd : {"params", "toy", "train"}) {
+    const Outcome help = run(std::string(cmd) + " --help");
+    ASSERT_EQ(help.status, 0) << cmd;
+    for (const char* flag : {"--d-model", "--d-ff", "--no-bias", "--branches", "--experts",
+                             "--top-k", "--shared-experts", "--expert-d-ff", "--aux-coef",
+                             "--z-coef", "--capacity", "--ffn-config"})
+      EXPECT_NE(help.out.find(flag), std::string::npos) << cmd << " lacks " << flag;
+    for (const auto& v : ffnlab::variant_names())
+      EXPECT_NE(help.out.find(v), std::string::npos) << cmd << " help lacks " << v;
+    const Outcome bad = run(std::string(cmd) + " --experts 0");
+    EXPECT_EQ(bad.status, 2) << cmd;
+    EXPECT_NE(bad.err.find("--experts"), std::string::npos) << cmd << ": " << bad.err;
+  }
+  // The flags map to the same layer everywhere: params costs what toy and train would build.
+  const Outcome r =
+      run("params --json --variants moe --d-model 32 --d-ff 64 --experts 4 "
+          "--top-k 1 --shared-experts 1 --expert-d-ff 16");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto moe = nlohmann::json::parse(r.out).at("variants").at(0).at("config").at("moe");
+  EXPECT_EQ(moe.at("num_experts"), 4);
+  EXPECT_EQ(moe.at("top_k"), 1);
+  EXPECT_EQ(moe.at("num_shared"), 1);
+  EXPECT_EQ(moe.at("expert_d_ff"), 16);
 }
 
 TEST_F(Cli, RunReproducesPyTorchWithGradients) {
@@ -263,9 +292,9 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   EXPECT_TRUE(fs::exists(path("run/checkpoint/weights-00000006.safetensors")));
 
   // MoE: the log carries the load statistics.
-  const auto m = run("train --data " + path("text") + kTiny +
-                     " --variant moe --experts 4 --top-k 2 --steps 2 --sample 0 --out " +
-                     path("moe"));
+  const auto m =
+      run("train --data " + path("text") + kTiny +
+          " --variant moe --experts 4 --top-k 2 --steps 2 --sample 0 --out " + path("moe"));
   ASSERT_EQ(m.status, 0) << m.err;
   const std::string mlog = read(path("moe/train_log.csv"));
   const auto line = mlog.substr(mlog.find('\n') + 1);
@@ -294,7 +323,8 @@ TEST_F(Cli, TrainStopsOnDivergenceAndKeepsTheLastGoodCheckpoint) {
   std::ofstream(path("text")) << training_text();
   const auto r = run("train --data " + path("text") + kTiny +
                      " --lr 1e30 --warmup 0 --clip 0 --steps 5 --checkpoint-every 1 --sample 0"
-                     " --out " + path("run"));
+                     " --out " +
+                     path("run"));
   expect_error(r, "step 2");
   EXPECT_NE(r.err.find("training stopped before the update"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("last good checkpoint (step 1)"), std::string::npos) << r.err;
@@ -330,7 +360,8 @@ TEST_F(Cli, TrainRejectsBadInput) {
   ASSERT_EQ(run(common + " --steps 2 --out " + path("run")).status, 0);
   expect_error(run("train --data " + path("text") +
                    " --d-model 32 --layers 1 --heads 2 --seq 16 --batch 2 --sample 0 --steps 4 "
-                   "--resume " + path("run") + " --out " + path("o5")),
+                   "--resume " +
+                   path("run") + " --out " + path("o5")),
                "another shape");
   std::ofstream(path("run/checkpoint/checkpoint.json")) << "{\"format\": \"ffnlab-chec";
   expect_error(run(common + " --steps 4 --resume " + path("run") + " --out " + path("o6")),
@@ -338,7 +369,8 @@ TEST_F(Cli, TrainRejectsBadInput) {
   expect_error(run(common + " --steps 1 --variant nonsense --out " + path("o7")), "nonsense");
   expect_error(run("train --data " + path("text") +
                    " --d-model 16 --layers 1 --heads 2 --batch 2 --seq 32 --context 16 --steps 1 "
-                   "--out " + path("o8")),
+                   "--out " +
+                   path("o8")),
                "context");
 }
 

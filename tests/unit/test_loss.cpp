@@ -10,7 +10,8 @@
 using namespace ffnlab;
 
 TEST(CrossEntropy, MatchesReferenceAndCentralDifferences) {
-  for (auto [T, V] : {std::pair<std::int64_t, std::int64_t>{6, 11}, {1, 256}, {40, 3}}) {
+  for (auto [rows, vocab] : {std::pair<std::int64_t, std::int64_t>{6, 11}, {1, 256}, {40, 3}}) {
+    const std::int64_t T = rows, V = vocab;  // captured below (clang 14 cannot capture bindings)
     const Tensor logits = test::random_tensor({T, V}, 7 + T, 3.0f);
     std::vector<std::int32_t> targets(static_cast<std::size_t>(T));
     for (std::int64_t t = 0; t < T; ++t) targets[t] = static_cast<std::int32_t>((t * 7 + 3) % V);
@@ -18,7 +19,9 @@ TEST(CrossEntropy, MatchesReferenceAndCentralDifferences) {
     const double loss = cross_entropy_forward(probs, logits, targets);
     cross_entropy_backward(dlogits, probs, targets, 0.5f);
     auto l64 = test::to_vector<double>(logits);
-    auto ref_loss = [&] { return 0.5 * ref::cross_entropy<double>(l64.data(), targets.data(), T, V); };
+    auto ref_loss = [&] {
+      return 0.5 * ref::cross_entropy<double>(l64.data(), targets.data(), T, V);
+    };
     EXPECT_NEAR(loss * 0.5, ref_loss(), 1e-6 * std::max(1.0, ref_loss()));
     test::expect_gradient(l64, test::to_vector<double>(dlogits), ref_loss,
                           test::sample_indices(l64.size(), 60), 1e-6, 1e-4, "dlogits");

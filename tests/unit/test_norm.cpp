@@ -13,7 +13,9 @@ TEST(Norm, MatchesReferenceAndCentralDifferences) {
   std::uint64_t seed = 1;
   for (NormKind kind : {NormKind::layernorm, NormKind::rmsnorm})
     for (bool bias : {true, false})
-      for (auto [T, D] : {std::pair<std::int64_t, std::int64_t>{5, 24}, {3, 7}, {1, 130}}) {
+      for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{5, 24}, {3, 7}, {1, 130}}) {
+        const std::int64_t T = rows, D = cols;  // lambdas below capture them (clang 14: no
+                                                // capture of structured bindings)
         if (kind == NormKind::rmsnorm && bias) continue;
         const bool ln = kind == NormKind::layernorm;
         const Tensor x = test::random_tensor({T, D}, seed++, 1.5f);

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "common.hpp"
+#include "ffn_flags.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
 
@@ -13,35 +15,21 @@ namespace ffnlab::cli {
 namespace {
 
 struct ParamsOptions {
-  std::int64_t d_model = 512, d_ff = 2048, tokens = 8;
-  bool no_bias = false, json = false;
-  int experts = 8, top_k = 2, branches = 4, shared = 0;
-  std::int64_t expert_d_ff = 0;
+  FFNFlags ffn;  // the seed study's configuration by default
+  std::int64_t tokens = 8;
+  bool json = false;
   std::string variants = "relu,gelu,glu,gated,moe";
 };
 
-std::string thousands(std::int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return (v < 0 ? "-" : "") + out;
-}
-
 void run_params(const ParamsOptions& o) {
-  const std::vector<std::string> names = variant_list(o.variants);
+  const std::vector<std::string> names =
+      o.ffn.config_file.empty() ? variant_list(o.variants) : std::vector<std::string>{""};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<std::string, FFNCost>> costs;
   for (const auto& name : names) {
-    FFNConfig c = variant_config(name, o.d_model, o.d_ff, !o.no_bias);
-    c.branches = o.branches;
-    c.moe.num_experts = o.experts;
-    c.moe.top_k = o.top_k;
-    c.moe.num_shared = o.shared;
-    c.moe.expert_d_ff = o.expert_d_ff;
+    const FFNConfig c = ffn_config_from_flags(o.ffn, name);
     const FFNCost cost = ffn_cost(c, o.tokens);
-    costs.emplace_back(name, cost);
+    costs.emplace_back(name.empty() ? variant_name(c) : name, cost);
     auto mem = [](const MemoryBytes& m) {
       return nlohmann::ordered_json{{"weights", m.weights},
                                     {"grads", m.grads},
@@ -49,7 +37,7 @@ void run_params(const ParamsOptions& o) {
                                     {"activations", m.activations},
                                     {"total", m.total()}};
     };
-    rows.push_back({{"variant", name},
+    rows.push_back({{"variant", costs.back().first},
                     {"config", config_to_json(c)},
                     {"params", cost.params},
                     {"active_params", cost.active_params},
@@ -62,9 +50,9 @@ void run_params(const ParamsOptions& o) {
                     {"memory_bytes", {{"f32", mem(cost.f32)}, {"bf16", mem(cost.bf16)}}}});
   }
   if (o.json) {
-    nlohmann::ordered_json out{{"d_model", o.d_model},
-                               {"d_ff", o.d_ff},
-                               {"bias", !o.no_bias},
+    nlohmann::ordered_json out{{"d_model", o.ffn.d_model},
+                               {"d_ff", o.ffn.d_ff},
+                               {"bias", !o.ffn.no_bias},
                                {"tokens", o.tokens},
                                {"variants", rows}};
     fmt::print("{}\n", out.dump(2));
@@ -73,7 +61,8 @@ void run_params(const ParamsOptions& o) {
   fmt::print(
       "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, top-{}; gated: "
       "{} branches)\n\n",
-      o.d_model, o.d_ff, o.no_bias ? "off" : "on", o.tokens, o.experts, o.top_k, o.branches);
+      o.ffn.d_model, o.ffn.d_ff, o.ffn.no_bias ? "off" : "on", o.tokens, o.ffn.experts, o.ffn.top_k,
+      o.ffn.branches);
   fmt::print("{:<10} {:>13} {:>13} {:>11} {:>9} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
              "variant", "params", "active", "fwd mm", "fwd ew", "bwd mm", "bwd ew", "weights",
              "grads", "adam", "activations");
@@ -104,27 +93,11 @@ void add_params_command(CLI::App& app) {
       "params",
       "Print parameters, FLOPs per token and memory of FFN variants (closed form). The defaults "
       "are the seed study's configuration.");
-  cmd->add_option("--d-model", o->d_model, "model width D")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--d-ff", o->d_ff, "hidden width F")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_flag("--no-bias", o->no_bias, "no bias on any Linear");
+  add_ffn_flags(*cmd, o->ffn, "FFN");
+  add_variants_flag(*cmd, o->variants);
   cmd->add_option("--tokens", o->tokens, "tokens in a batch, for activation memory")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--branches", o->branches, "branches of the gated (multi-branch) FFN")
-      ->capture_default_str();
-  cmd->add_option("--experts", o->experts, "MoE: routed experts")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "MoE: experts per token")->capture_default_str();
-  cmd->add_option("--shared-experts", o->shared, "MoE: shared experts")->capture_default_str();
-  cmd->add_option("--expert-d-ff", o->expert_d_ff, "MoE: expert hidden width (0: --d-ff)")
-      ->capture_default_str();
-  cmd->add_option("--variants", o->variants,
-                  "comma-separated variants, or 'all' (relu, gelu, glu, bilinear, reglu, geglu, "
-                  "swiglu, gated, moe)")
-      ->capture_default_str();
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
   cmd->callback([o] { run_params(*o); });
 }

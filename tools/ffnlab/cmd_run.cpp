@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "common.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"

@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "commands.hpp"
+#include "common.hpp"
+#include "ffn_flags.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/train/toy.hpp"
@@ -16,8 +18,7 @@ namespace {
 
 struct ToyOptions {
   ToyConfig toy;
-  std::int64_t d_model = 512, d_ff = 2048;
-  int experts = 8, top_k = 2, branches = 4;
+  FFNFlags ffn;  // the seeds' d_model 512, d_ff 2048 for every variant
   std::string variants = "relu,gelu,glu,gated,moe", out = "toy_log.csv";
   int threads = 0;
 };
@@ -26,17 +27,15 @@ void run_toy_command(const ToyOptions& o) {
   apply_threads(o.threads);
   const std::vector<std::string> names = variant_list(o.variants);
   std::string csv = "variant,iteration,loss,grad_norm\n";
-  fmt::print("The seeds' toy run: d_model {}, d_ff {}, batch {} x seq {}, dropout {}, Adam lr {}, "
-             "{} iterations, seed {}, fixed random inputs and targets, MSE\n\n",
-             o.d_model, o.d_ff, o.toy.batch, o.toy.seq, o.toy.dropout, o.toy.lr,
-             o.toy.iterations, o.toy.seed);
+  fmt::print(
+      "The seeds' toy run: d_model {}, d_ff {}, batch {} x seq {}, dropout {}, Adam lr {}, "
+      "{} iterations, seed {}, fixed random inputs and targets, MSE\n\n",
+      o.ffn.d_model, o.ffn.d_ff, o.toy.batch, o.toy.seq, o.toy.dropout, o.toy.lr, o.toy.iterations,
+      o.toy.seed);
   fmt::print("{:<10} {:>12} {:>12} {:>9} {:>14} {:>13}\n", "variant", "first loss", "last loss",
              "fall", "mean |grad|", "std |grad|");
   for (const auto& name : names) {
-    FFNConfig c = variant_config(name, o.d_model, o.d_ff, true);
-    c.branches = o.branches;
-    c.moe.num_experts = o.experts;
-    c.moe.top_k = o.top_k;
+    const FFNConfig c = ffn_config_from_flags(o.ffn, name);
     const auto steps = run_toy(c, o.toy);
     double mean = 0, sq = 0;
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -45,7 +44,8 @@ void run_toy_command(const ToyOptions& o) {
       sq += steps[i].grad_norm * steps[i].grad_norm;
     }
     mean /= static_cast<double>(steps.size());
-    const double sd = std::sqrt(std::max(0.0, sq / static_cast<double>(steps.size()) - mean * mean));
+    const double sd =
+        std::sqrt(std::max(0.0, sq / static_cast<double>(steps.size()) - mean * mean));
     fmt::print("{:<10} {:>12.4f} {:>12.4f} {:>8.2f}% {:>14.4f} {:>13.4f}\n", name,
                steps.front().loss, steps.back().loss,
                100.0 * (1.0 - steps.back().loss / steps.front().loss), mean, sd);
@@ -63,22 +63,15 @@ void add_toy_command(CLI::App& app) {
       "toy",
       "The seeds' toy experiment: each FFN variant alone, Adam on one fixed random batch with "
       "MSE.\nIt measures memorisation of 8 random vectors, not language modelling.");
-  cmd->add_option("--variants", o->variants,
-                  "comma-separated variants, or 'all' (relu, gelu, glu, bilinear, reglu, geglu, "
-                  "swiglu, gated, moe)")
-      ->capture_default_str();
-  cmd->add_option("--d-model", o->d_model, "model width D")->capture_default_str();
-  cmd->add_option("--d-ff", o->d_ff, "hidden width F (the seeds use 2048 for every variant)")
-      ->capture_default_str();
-  cmd->add_option("--experts", o->experts, "MoE: experts")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "MoE: experts per token")->capture_default_str();
-  cmd->add_option("--branches", o->branches, "gated FFN branches")->capture_default_str();
+  add_variants_flag(*cmd, o->variants);
+  add_ffn_flags(*cmd, o->ffn, "FFN");
   cmd->add_option("--batch", o->toy.batch, "batch")->capture_default_str();
   cmd->add_option("--seq", o->toy.seq, "sequence length")->capture_default_str();
   cmd->add_option("--dropout", o->toy.dropout, "dropout on the layer input")->capture_default_str();
   cmd->add_option("--lr", o->toy.lr, "Adam learning rate")->capture_default_str();
   cmd->add_option("--iterations", o->toy.iterations, "iterations")->capture_default_str();
-  cmd->add_option("--seed", o->toy.seed, "seed of weights, data and dropout")->capture_default_str();
+  cmd->add_option("--seed", o->toy.seed, "seed of weights, data and dropout")
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "CSV of every iteration")->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run_toy_command(*o); });

@@ -1,35 +1,9 @@
 // ffnlab: the command-line lab for Transformer FFN layers. Errors become one line on stderr and
 // exit status 1; usage errors exit 2 (CLI11's convention is 1xx, mapped below).
-#include <omp.h>
-
 #include <cstdio>
-#include <sstream>
 
 #include "commands.hpp"
 #include "ffnlab/error.hpp"
-#include "ffnlab/layers/ffn_config.hpp"
-
-namespace ffnlab::cli {
-
-void add_threads_option(CLI::App& cmd, int& threads) {
-  cmd.add_option("--threads", threads, "OpenMP threads (default: OMP_NUM_THREADS or all cores)")
-      ->check(CLI::NonNegativeNumber);
-}
-
-void apply_threads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
-}
-
-std::vector<std::string> variant_list(const std::string& spec) {
-  if (spec == "all") return variant_names();
-  std::vector<std::string> out;
-  std::stringstream in(spec);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-}  // namespace ffnlab::cli
 
 int main(int argc, char** argv) {
   CLI::App app{

@@ -1,0 +1,126 @@
+// The one enum-name mechanism (names.hpp) for every enum, and the JSON key tables of the configs:
+// every name parses back to its value, errors list what is known, every printed key is read back.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ffnlab/error.hpp"
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/names.hpp"
+#include "ffnlab/ops/matmul.hpp"
+#include "ffnlab/train/trainer.hpp"
+
+using namespace ffnlab;
+using nlohmann::json;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+template <typename E>
+void expect_names_round_trip(const char* expected_error_prefix) {
+  const auto names = enum_names<E>();
+  ASSERT_EQ(names.size(), static_cast<std::size_t>(E::count));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const E value = static_cast<E>(i);
+    EXPECT_EQ(names[i], enum_name(value));
+    EXPECT_EQ(parse_enum<E>(names[i]), value) << names[i];
+  }
+  const std::string err = error_of([] { parse_enum<E>("no-such-name"); });
+  EXPECT_EQ(err.rfind(expected_error_prefix, 0), 0u) << err;
+  EXPECT_NE(err.find("'no-such-name' (known: " + names[0]), std::string::npos) << err;
+  for (const auto& n : names) EXPECT_NE(err.find(n), std::string::npos) << err;
+}
+
+}  // namespace
+
+TEST(Names, EveryEnumRoundTripsAndListsItsNamesOnError) {
+  expect_names_round_trip<Activation>("[activation] unknown activation");
+  expect_names_round_trip<FFNKind>("[ffn] unknown kind");
+  expect_names_round_trip<GLULayout>("[ffn] unknown layout");
+  expect_names_round_trip<MoENaming>("[ffn] unknown MoE naming");
+  expect_names_round_trip<ScoreFunc>("[ffn] unknown scoring function");
+  expect_names_round_trip<DropPolicy>("[ffn] unknown drop policy");
+  expect_names_round_trip<BalanceLoss>("[ffn] unknown balance loss");
+  expect_names_round_trip<NormKind>("[norm] unknown norm");
+  expect_names_round_trip<PositionKind>("[lm] unknown positions");
+  expect_names_round_trip<OptimizerKind>("[optimizer] unknown optimizer");
+  expect_names_round_trip<DecayKind>("[schedule] unknown decay");
+  expect_names_round_trip<Precision>("[precision] unknown dtype");
+}
+
+TEST(Names, AliasesParseToTheirValueAndPrintCanonically) {
+  EXPECT_EQ(parse_enum<Activation>("swish"), Activation::silu);
+  EXPECT_EQ(parse_enum<Activation>("gelu_pytorch_tanh"), Activation::gelu_tanh);
+  EXPECT_STREQ(enum_name(parse_enum<Activation>("quick_gelu")), "gelu_quick");
+  EXPECT_EQ(parse_enum<Precision>("bfloat16"), Precision::bf16);
+  // The error lists aliases too, since they are accepted.
+  EXPECT_NE(error_of([] { parse_enum<Activation>("selu"); }).find("relu_squared"),
+            std::string::npos);
+}
+
+TEST(Names, IncompleteTablesAreCaughtAtCompileTime) {
+  enum class Three : std::uint8_t { a, b, c, count };
+  constexpr auto full =
+      name_table<Three>("t", "t", {{Three::a, "a"}, {Three::b, "b"}, {Three::c, "c"}});
+  constexpr auto missing = name_table<Three>("t", "t", {{Three::a, "a"}, {Three::b, "b"}});
+  constexpr auto unordered =
+      name_table<Three>("t", "t", {{Three::a, "a"}, {Three::c, "c"}, {Three::b, "b"}});
+  static_assert(full.complete());  // what each enum's header asserts
+  EXPECT_TRUE(full.complete());
+  EXPECT_FALSE(missing.complete());
+  EXPECT_FALSE(unordered.complete());
+}
+
+// Every key a config prints is one it reads, and reading it gives the same config back.
+TEST(ConfigKeys, LMAndTrainConfigsRoundTripThroughEveryKey) {
+  LMConfig lm;
+  lm.positions = PositionKind::rope;
+  lm.norm = NormKind::rmsnorm;
+  lm.layers = 3;
+  lm.dropout = 0.125f;
+  lm.ffn = variant_config("moe", lm.d_model, 64, false);
+  lm.ffn.moe.score = ScoreFunc::sigmoid;
+  lm.ffn.moe.drop = DropPolicy::probability;
+  const json j = lm_config_to_json(lm);
+  EXPECT_EQ(j.at("positions"), "rope");
+  EXPECT_EQ(j.at("ffn").at("moe").at("score"), "sigmoid");
+  EXPECT_EQ(lm_config_to_json(lm_config_from_json(j)), j);
+
+  TrainConfig t;
+  t.optimizer.kind = OptimizerKind::sgd;
+  t.optimizer.momentum = 0.5f;
+  t.decay = DecayKind::constant;
+  t.precision = Precision::bf16;
+  t.seed = 7;
+  const json tj = train_config_to_json(t);
+  EXPECT_EQ(tj.at("optimizer"), "sgd");
+  EXPECT_EQ(tj.at("momentum"), 0.5f);
+  EXPECT_EQ(tj.at("precision"), "bf16");
+  const TrainConfig back = train_config_from_json(tj);
+  EXPECT_EQ(back.optimizer.kind, OptimizerKind::sgd);
+  EXPECT_EQ(back.seed, 7u);
+  EXPECT_EQ(train_config_to_json(back), tj);
+}
+
+TEST(ConfigKeys, UnknownKeysAndBadValuesNameTheKey) {
+  const std::string lm_err = error_of([] { lm_config_from_json(json::parse(R"({"layer": 3})")); });
+  EXPECT_NE(lm_err.find("[lm] unknown key 'layer' (known: vocab, d_model, layers"),
+            std::string::npos)
+      << lm_err;
+  const std::string train_err =
+      error_of([] { train_config_from_json(json::parse(R"({"steps": "many"})")); });
+  EXPECT_NE(train_err.find("[train] key 'steps'"), std::string::npos) << train_err;
+  const std::string moe_err =
+      error_of([] { config_from_json(json::parse(R"({"kind":"moe","moe":{"drop":"random"}})")); });
+  EXPECT_NE(moe_err.find("unknown drop policy 'random' (known: position, probability)"),
+            std::string::npos)
+      << moe_err;
+}

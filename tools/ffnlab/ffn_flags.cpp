@@ -1,0 +1,90 @@
+// The FFN-layer flags and their mapping to FFNConfig.
+#include "ffn_flags.hpp"
+
+#include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/names.hpp"
+
+namespace ffnlab::cli {
+
+std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::string& group) {
+  std::vector<CLI::Option*> out;
+  auto add = [&](CLI::Option* o) {
+    o->group(group);
+    out.push_back(o);
+    return o;
+  };
+  add(cmd.add_option("--d-model", f.d_model, "model width D"))
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  // A command whose default d_ff is 0 picks the width per variant; the others need a width.
+  if (f.d_ff == 0)
+    add(cmd.add_option("--d-ff", f.d_ff,
+                       "FFN hidden width F (0: 4·D, and 8/3·D rounded up to a multiple of 8 for "
+                       "the GLU kinds, about equal parameters)"))
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+  else
+    add(cmd.add_option("--d-ff", f.d_ff, "FFN hidden width F"))
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+  add(cmd.add_flag("--no-bias,--no-ffn-bias", f.no_bias, "no bias on any Linear of the FFN"));
+  add(cmd.add_option("--branches", f.branches, "branches of the gated (multi-branch) FFN"))
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  add(cmd.add_option("--experts", f.experts, "MoE: routed experts"))
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  add(cmd.add_option("--top-k", f.top_k, "MoE: experts per token"))
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  add(cmd.add_option("--shared-experts", f.shared, "MoE: shared experts"))
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add(cmd.add_option("--expert-d-ff", f.expert_d_ff, "MoE: expert hidden width (0: --d-ff)"))
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add(cmd.add_option("--aux-coef", f.aux_coef, "MoE: load-balancing loss coefficient"))
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add(cmd.add_option("--z-coef", f.z_coef, "MoE: router z-loss coefficient"))
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add(cmd.add_option("--capacity", f.capacity, "MoE: capacity factor (0: dropless)"))
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add(cmd.add_option("--ffn-config", f.config_file,
+                     "a layer config file instead of the variant and the flags above (ffnlab "
+                     "JSON, docs/config.md, or a Hugging Face config.json)"));
+  return out;
+}
+
+CLI::Option* add_variant_flag(CLI::App& cmd, std::string& variant) {
+  return cmd.add_option("--variant", variant, "FFN variant: " + join_names(variant_names()))
+      ->capture_default_str();
+}
+
+CLI::Option* add_variants_flag(CLI::App& cmd, std::string& variants) {
+  return cmd
+      .add_option("--variants", variants,
+                  "comma-separated FFN variants, or 'all' (" + join_names(variant_names()) + ")")
+      ->capture_default_str();
+}
+
+FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
+  if (!f.config_file.empty()) return read_ffn_config_file(f.config_file);
+  FFNConfig c = variant_config(variant, f.d_model, 1, !f.no_bias);
+  c.d_ff = f.d_ff > 0 ? f.d_ff : default_d_ff(c.kind, f.d_model);
+  c.branches = f.branches;
+  MoEConfig& m = c.moe;
+  m.num_experts = f.experts;
+  m.top_k = f.top_k;
+  m.num_shared = f.shared;
+  m.expert_d_ff = f.expert_d_ff;
+  m.aux_coef = static_cast<float>(f.aux_coef);
+  m.z_coef = static_cast<float>(f.z_coef);
+  m.capacity_factor = f.capacity;
+  validate(c);
+  return c;
+}
+
+}  // namespace ffnlab::cli

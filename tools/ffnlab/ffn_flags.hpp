@@ -1,0 +1,40 @@
+// The FFN-layer flags, defined once for every command that builds a layer (params, toy, train):
+// the same names, checks and help text everywhere, and one mapping to FFNConfig.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "ffnlab/layers/ffn_config.hpp"
+
+namespace ffnlab::cli {
+
+struct FFNFlags {
+  std::int64_t d_model = 512;
+  std::int64_t d_ff = 2048;  // 0: default_d_ff() of the variant's kind (allowed on the command
+                             // line only where it is the command's default)
+  bool no_bias = false;
+  int branches = 4;  // gated (multi-branch) FFN
+  // MoE
+  int experts = 8, top_k = 2, shared = 0;
+  std::int64_t expert_d_ff = 0;
+  double aux_coef = 0.0, z_coef = 0.0, capacity = 0.0;
+  std::string config_file;  // --ffn-config: a layer config instead of the flags
+};
+
+// Registers --d-model, --d-ff, --no-bias, --branches, --experts, --top-k, --shared-experts,
+// --expert-d-ff, --aux-coef, --z-coef, --capacity and --ffn-config in `group`, with f's current
+// values as the shown defaults. Returns the options, for commands that need to know which were
+// given.
+std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::string& group);
+
+// --variant NAME (one) or --variants LIST (comma-separated or 'all'), help built from the
+// variant table.
+CLI::Option* add_variant_flag(CLI::App& cmd, std::string& variant);
+CLI::Option* add_variants_flag(CLI::App& cmd, std::string& variants);
+
+// The layer the flags describe for one named variant (or the --ffn-config file, when given).
+FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant);
+
+}  // namespace ffnlab::cli

@@ -1,0 +1,47 @@
+// Progress display.
+#include "progress.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "common.hpp"
+
+namespace ffnlab::cli {
+
+Progress::Progress(std::string label, std::int64_t total, std::int64_t every)
+    : label_(std::move(label)),
+      total_(total),
+      every_(std::max<std::int64_t>(1, every)),
+      tty_(isatty(fileno(stdout)) != 0) {}
+
+void Progress::update(std::int64_t done, const std::string& text, double eta_seconds) {
+  const std::string eta = eta_seconds >= 0 ? " | ETA " + duration(eta_seconds) : "";
+  if (tty_) {
+    const int width = 24;
+    const int filled = static_cast<int>(width * done / std::max<std::int64_t>(1, total_));
+    fmt::print("\r[{}{}] {} {}/{} {}{}   ", std::string(filled, '#'),
+               std::string(width - filled, '.'), label_, done, total_, text, eta);
+    open_ = true;
+    std::fflush(stdout);
+  } else if (done % every_ == 0 || done == total_) {
+    fmt::print("{} {}/{} {}{}\n", label_, done, total_, text, eta);
+    std::fflush(stdout);
+  }
+}
+
+void Progress::message(const std::string& line) {
+  fmt::print("{}{}\n", tty_ && open_ ? "\r\033[K" : "", line);
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (tty_ && open_) fmt::print("\n");
+  open_ = false;
+  std::fflush(stdout);
+}
+
+}  // namespace ffnlab::cli

@@ -1,0 +1,29 @@
+// Progress on long work: a line redrawn in place on a terminal, plain lines otherwise (logs, CI).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ffnlab::cli {
+
+class Progress {
+ public:
+  // "label done/total text": `every`: without a terminal, one line per `every` updates (and
+  // the last).
+  Progress(std::string label, std::int64_t total, std::int64_t every);
+
+  // Step `done` of total; `text` follows the bar; `eta_seconds` < 0 hides the ETA.
+  void update(std::int64_t done, const std::string& text, double eta_seconds);
+  // A line of its own (an evaluation, a stage), above the bar.
+  void message(const std::string& line);
+  // Ends the bar's line (call before printing anything else, or on error).
+  void finish();
+
+ private:
+  std::string label_;
+  std::int64_t total_, every_;
+  bool tty_;
+  bool open_ = false;
+};
+
+}  // namespace ffnlab::cli
