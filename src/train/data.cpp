@@ -24,7 +24,8 @@ bool skipped(const fs::path& p) {
 void append_file(Corpus& c, const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   check(in.good(), "[data] cannot read '{}'", p.string());
-  c.bytes.insert(c.bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  c.bytes.insert(c.bytes.end(), std::istreambuf_iterator<char>(in),
+                 std::istreambuf_iterator<char>());
   c.files.push_back(p.string());
 }
 
@@ -40,7 +41,7 @@ Corpus load_corpus(const std::string& path, double val_fraction) {
   check(!ec && fs::exists(status), "[data] '{}' does not exist", path);
   if (fs::is_directory(status)) {
     std::vector<fs::path> files;
-    for (const auto& e : fs::recursive_directory_iterator(path))
+    for (const auto& e : fs::directory_iterator(path))
       if (e.is_regular_file() && !skipped(e.path())) files.push_back(e.path());
     std::sort(files.begin(), files.end());
     check(!files.empty(), "[data] '{}' holds no text files", path);
@@ -49,14 +50,19 @@ Corpus load_corpus(const std::string& path, double val_fraction) {
     append_file(c, path);
   }
   check(!c.bytes.empty(), "[data] '{}' is empty", path);
-  c.split = static_cast<std::int64_t>(std::floor(static_cast<double>(c.bytes.size()) * (1.0 - val_fraction)));
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
+  for (std::uint8_t b : c.bytes) h = (h ^ b) * 0x100000001b3ull;
+  c.fingerprint = fmt::format("fnv1a64:{:016x}", h);
+  c.split = static_cast<std::int64_t>(
+      std::floor(static_cast<double>(c.bytes.size()) * (1.0 - val_fraction)));
   return c;
 }
 
 Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
                    std::uint64_t seed, std::uint64_t step, std::uint64_t micro) {
   const std::int64_t n = static_cast<std::int64_t>(part.size());
-  check(seq > 0 && batch > 0, "[data] batch {} and sequence length {} must be positive", batch, seq);
+  check(seq > 0 && batch > 0, "[data] batch {} and sequence length {} must be positive", batch,
+        seq);
   check(n >= seq + 1, "[data] sequence length {} needs {} bytes, the training part has {}", seq,
         seq + 1, n);
   Batch b;
@@ -64,7 +70,8 @@ Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::
   b.targets.resize(b.ids.size());
   const std::uint64_t starts = static_cast<std::uint64_t>(n - seq);  // valid starts: [0, n − seq)
   for (std::int64_t r = 0; r < batch; ++r) {
-    const std::uint64_t h = splitmix64(splitmix64(splitmix64(seed) + step) + micro * 0x100000001b3ull + static_cast<std::uint64_t>(r));
+    const std::uint64_t h = splitmix64(splitmix64(splitmix64(seed) + step) +
+                                       micro * 0x100000001b3ull + static_cast<std::uint64_t>(r));
     const std::int64_t start = static_cast<std::int64_t>(h % starts);
     for (std::int64_t s = 0; s < seq; ++s) {
       b.ids[r * seq + s] = part[start + s];

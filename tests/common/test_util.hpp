@@ -7,8 +7,10 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "ffnlab/error.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab::test {
@@ -62,6 +64,16 @@ inline std::vector<std::size_t> sample_indices(std::size_t n, std::size_t count)
   for (std::size_t i = 0; i < n; i += step) out.push_back(i);
   if (!out.empty() && out.back() != n - 1) out.push_back(n - 1);
   return out;
+}
+
+// The message of the ffnlab::Error that f throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace ffnlab::test

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/hf_config.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
@@ -11,14 +12,7 @@ using namespace ffnlab;
 using nlohmann::json;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 }  // namespace
 
 TEST(Config, OwnJsonRoundTrips) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/names.hpp"
@@ -15,14 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 template <typename E>
 void expect_names_round_trip(const char* expected_error_prefix) {

@@ -16,13 +16,16 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("ffnlab_test_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("ffnlab_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
 }
 
-void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
 
 Corpus text_corpus() {
   Corpus c;
@@ -77,11 +80,17 @@ TEST(Data, LoadsFoldersSkipsIndexesAndSplitsDeterministically) {
   write(dir / "a.u8", "DUPLICATE");
   fs::create_directories(dir / "sub");
   write(dir / "sub" / "c", "cccccccccc");
+  write(dir / "d", "dddddddddd");
   const Corpus c = load_corpus(dir.string(), 0.1);
-  EXPECT_EQ(c.files.size(), 3u);
-  EXPECT_EQ(std::string(c.bytes.begin(), c.bytes.end()), "aaaaaabbbbcccccccccc");
+  EXPECT_EQ(c.files.size(), 3u);  // not sub/c: subfolders are not read
+  EXPECT_EQ(std::string(c.bytes.begin(), c.bytes.end()), "aaaaaabbbbdddddddddd");
   EXPECT_EQ(c.split, 18);
   EXPECT_EQ(c.validation().size(), 2u);
+  // The fingerprint follows the bytes: the same text gives the same one, any change another.
+  EXPECT_EQ(c.fingerprint.rfind("fnv1a64:", 0), 0u);
+  EXPECT_EQ(load_corpus(dir.string(), 0.5).fingerprint, c.fingerprint);
+  write(dir / "d", "ddddddddde");
+  EXPECT_NE(load_corpus(dir.string(), 0.1).fingerprint, c.fingerprint);
 
   write(dir / "empty", "");
   EXPECT_THROW(load_corpus((dir / "empty").string()), Error);
@@ -94,7 +103,8 @@ TEST(Data, LoadsFoldersSkipsIndexesAndSplitsDeterministically) {
 
 TEST(Data, WindowsAreAFunctionOfSeedAndStep) {
   const Corpus c = text_corpus();
-  const Batch a = sample_batch(c.train(), 4, 16, 1, 5, 0), b = sample_batch(c.train(), 4, 16, 1, 5, 0);
+  const Batch a = sample_batch(c.train(), 4, 16, 1, 5, 0),
+              b = sample_batch(c.train(), 4, 16, 1, 5, 0);
   const Batch other = sample_batch(c.train(), 4, 16, 1, 6, 0);
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_NE(a.ids, other.ids);
@@ -102,7 +112,8 @@ TEST(Data, WindowsAreAFunctionOfSeedAndStep) {
     if ((i + 1) % 16 != 0) {
       EXPECT_EQ(a.targets[i], a.ids[i + 1]);  // shifted by one
     }
-  EXPECT_THROW(sample_batch(c.train(), 1, static_cast<std::int64_t>(c.train().size()), 1, 0, 0), Error);
+  EXPECT_THROW(sample_batch(c.train(), 1, static_cast<std::int64_t>(c.train().size()), 1, 0, 0),
+               Error);
   const Batch v = sequential_batch(c.validation(), 100, 16, 0);
   EXPECT_EQ(static_cast<std::int64_t>(v.ids.size()), window_count(c.validation(), 16) * 16);
 }
@@ -129,7 +140,9 @@ TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
     const Tensor& wa = full.parameters().values();
     const Tensor& wc = resumed.parameters().values();
     EXPECT_EQ(std::memcmp(wa.f32(), wc.f32(), wa.nbytes()), 0);
-    EXPECT_EQ(std::memcmp(a.optimizer().v().f32(), c.optimizer().v().f32(), a.optimizer().v().nbytes()), 0);
+    EXPECT_EQ(
+        std::memcmp(a.optimizer().v().f32(), c.optimizer().v().f32(), a.optimizer().v().nbytes()),
+        0);
     // ... and the run did something: the weights moved from the initialisation.
     TransformerLM init(small_model(moe), 3);
     EXPECT_NE(std::memcmp(wa.f32(), init.parameters().values().f32(), wa.nbytes()), 0);
@@ -233,13 +246,15 @@ TEST(Sampling, PadsToOneShapeWithoutChangingTheLogits) {
   for (std::size_t len = 1; len <= text.size(); ++len) {
     std::vector<std::int32_t> exact(text.begin(), text.begin() + static_cast<long>(len));
     model.forward(exact, {}, static_cast<std::int64_t>(len), false);
-    const Tensor want = model.logits().rows(static_cast<std::int64_t>(len) - 1,
-                                            static_cast<std::int64_t>(len)).clone();
+    const Tensor want =
+        model.logits()
+            .rows(static_cast<std::int64_t>(len) - 1, static_cast<std::int64_t>(len))
+            .clone();
     std::vector<std::int32_t> padded = exact;
     padded.resize(static_cast<std::size_t>(c.context), 0);
     model.forward(padded, {}, c.context, false);
-    const Tensor got = model.logits().rows(static_cast<std::int64_t>(len) - 1,
-                                           static_cast<std::int64_t>(len));
+    const Tensor got =
+        model.logits().rows(static_cast<std::int64_t>(len) - 1, static_cast<std::int64_t>(len));
     EXPECT_LT(test::scaled_error(got.f32(), want.f32(), want.numel()), 1e-5) << "length " << len;
   }
   // Sampling therefore creates its products' primitives once, whatever the text length.

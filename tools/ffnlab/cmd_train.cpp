@@ -132,10 +132,10 @@ void print_header(const LMConfig& m, const TrainConfig& t, const Corpus& corpus,
   fmt::print("ffnlab train: {} FFN ({}), d_model {}, {} layers, {} heads, {} parameters\n",
              variant_name(m.ffn), enum_name(m.ffn.kind), m.d_model, m.layers, m.heads, params);
   fmt::print(
-      "data: {} ({} files, {} bytes; {} train, {} validation; unigram entropy {:.2f} "
+      "data: {} ({} files, {} bytes, {}; {} train, {} validation; unigram entropy {:.2f} "
       "bits/byte)\n",
-      corpus.source, corpus.files.size(), corpus.bytes.size(), corpus.train().size(),
-      corpus.validation().size(), unigram_entropy_bits(corpus.train()));
+      corpus.source, corpus.files.size(), corpus.bytes.size(), corpus.fingerprint,
+      corpus.train().size(), corpus.validation().size(), unigram_entropy_bits(corpus.train()));
   fmt::print(
       "training: {} steps from step {}, batch {} x seq {} x accumulate {}, {} lr {} "
       "(warm-up {}, {} to {}x), clip {}, {}, seed {}\n",
@@ -210,6 +210,7 @@ void write_summary(const std::string& out, const RunSetup& r, const Corpus& corp
                         {"parameters", params},
                         {"data",
                          {{"source", corpus.source},
+                          {"fingerprint", corpus.fingerprint},
                           {"files", corpus.files.size()},
                           {"bytes", corpus.bytes.size()},
                           {"train_bytes", corpus.train().size()},
