@@ -10,7 +10,7 @@ packages=(
   ocl-icd-opencl-dev opencl-headers  # only so that Debian's dnnl CMake config (OCL GPU runtime) resolves
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  gnuplot-nox                      # figures (pngcairo)
+  gnuplot-nox fonts-dejavu-core    # figures (pngcairo) and their font
   fortunes                         # default text corpus
   python3 python3-torch python3-numpy  # the reference that writes golden cases
   libopenblas0-openmp  # PyTorch products: without it Debian torch uses the reference BLAS (30x slower)

@@ -94,4 +94,33 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
   return out;
 }
 
+TransformerCost transformer_cost(const LMConfig& c, std::int64_t seq, bool with_embeddings) {
+  validate(c);
+  check(seq > 0 && seq <= c.context, "[costs] seq = {} must be in [1, context = {}]", seq,
+        c.context);
+  const std::int64_t D = c.d_model, L = c.layers, V = c.vocab;
+  const double Dd = static_cast<double>(D), S = static_cast<double>(seq);
+  const FFNCost ffn = ffn_cost(c.ffn, 1);
+  const std::int64_t norm_params = c.norm == NormKind::layernorm ? 2 * D : D;
+  const double norm_flops = c.norm == NormKind::layernorm ? 5 * Dd : 4 * Dd;
+  TransformerCost t;
+  t.ffn_params = L * ffn.params;
+  t.attention_params = L * (4 * D * D + (c.attn_bias ? 4 * D : 0));
+  t.norm_params = (2 * L + (c.final_norm ? 1 : 0)) * norm_params;
+  if (with_embeddings)
+    t.embedding_params = V * D + (c.positions == PositionKind::learned ? c.context * D : 0) +
+                         (c.tied_head ? 0 : V * D);
+  t.params = t.ffn_params + t.attention_params + t.norm_params + t.embedding_params;
+
+  t.ffn_forward_flops = static_cast<double>(L) * ffn.forward.total();
+  t.attention_forward_flops =
+      static_cast<double>(L) * (8 * Dd * Dd + (c.attn_bias ? 4 * Dd : 0) + 4 * S * Dd +
+                                3 * static_cast<double>(c.heads) * S);
+  const double norms = (2.0 * L + (c.final_norm ? 1 : 0)) * norm_flops + 2.0 * L * Dd;
+  t.head_forward_flops =
+      with_embeddings ? 2 * Dd * static_cast<double>(V) + 3 * static_cast<double>(V) : 0;
+  t.forward_flops = t.ffn_forward_flops + t.attention_forward_flops + norms + t.head_forward_flops;
+  return t;
+}
+
 }  // namespace ffnlab

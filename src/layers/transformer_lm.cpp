@@ -161,6 +161,12 @@ double TransformerLM::aux_loss() const {
   return sum;
 }
 
+const FeedForward& TransformerLM::ffn(int layer) const {
+  check(layer >= 0 && layer < static_cast<int>(blocks_.size()), "[lm] no layer {} (of {})", layer,
+        blocks_.size());
+  return blocks_[layer]->ffn();
+}
+
 std::vector<FFNStats> TransformerLM::ffn_stats() const {
   std::vector<FFNStats> out;
   for (const auto& b : blocks_) out.push_back(b->ffn().stats());

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/lm_config.hpp"
 
 namespace ffnlab {
 
@@ -35,5 +36,21 @@ struct FFNCost {
 
 std::int64_t count_params(const FFNConfig& config);
 FFNCost ffn_cost(const FFNConfig& config, std::int64_t tokens);
+
+// A whole Transformer (LMConfig), per token of a forward pass over sequences of `seq` tokens:
+// where its parameters and its FLOPs are. FLOPs count matrix products (2 per multiply-add) and
+// elementwise operations alike. Attention: q/k/v/o projections 8·D² (+ 4·D bias), scores and
+// weighted sum 4·S·D (the full S×S product, as computed; a causal model needs half), softmax
+// 3·H·S. Norms 5·D (LayerNorm) or 4·D (RMSNorm), residual adds 2·D per block. The LM head
+// 2·D·V + 3·V. `with_embeddings` = false counts the blocks only (the seeds' encoder has none).
+struct TransformerCost {
+  std::int64_t params = 0;
+  std::int64_t ffn_params = 0, attention_params = 0, norm_params = 0;
+  std::int64_t embedding_params = 0;  // token and learned position tables, untied head
+  double forward_flops = 0;           // per token
+  double ffn_forward_flops = 0, attention_forward_flops = 0, head_forward_flops = 0;
+};
+TransformerCost transformer_cost(const LMConfig& config, std::int64_t seq,
+                                 bool with_embeddings = true);
 
 }  // namespace ffnlab

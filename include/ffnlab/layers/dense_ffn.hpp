@@ -23,6 +23,7 @@ class DenseFFN final : public FeedForward {
   FFNStats stats() const override;
 
   std::int64_t in_width() const { return in_width_; }  // P
+  const Tensor& hidden() const override { return h_; }
   // The names of the input projections in buffer order, and of the output projection.
   static std::vector<std::string> in_names(const FFNConfig& config);
   static std::string out_name(const FFNConfig& config);

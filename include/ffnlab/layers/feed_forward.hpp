@@ -41,6 +41,10 @@ class FeedForward : public Layer {
   // Parameter gradients accumulate into parameters().grads().
   virtual void backward(Tensor& dx, const Tensor& dy) = 0;
   virtual FFNStats stats() const = 0;
+  // The hidden activations h that enter the down projection, of the last forward (training or
+  // not): [T, F] for a dense FFN; for MoE the kept rows in expert order, [R, F]. Empty before
+  // any forward. What activation-sparsity analysis reads (analysis/sparsity.hpp).
+  virtual const Tensor& hidden() const = 0;
 
   // The auxiliary loss of the last training forward, with its coefficients (MoE: aux_coef·
   // balance + z_coef·z); the training loss adds it. Backward adds aux_loss_scale·∂aux/∂θ.

@@ -37,6 +37,7 @@ class MoEFFN final : public FeedForward {
 
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
   const Routing& routing() const { return routing_; }
+  const Tensor& hidden() const override { return rows_.hp; }
   // The training noise of the last forward (empty tensors when off): the router input's
   // multiplicative jitter [T, D] and noisy top-k's N(0, 1) draws [T, E].
   const Tensor& jitter_noise() const { return router_.jitter; }

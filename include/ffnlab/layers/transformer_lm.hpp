@@ -33,6 +33,7 @@ class TransformerLM final : public Layer {
   const Tensor& logits() const { return logits_; }  // [B·S, V] of the last forward
   double aux_loss() const;                          // Σ over blocks of the MoE aux losses
   std::vector<FFNStats> ffn_stats() const;          // per block, of the last forward
+  const FeedForward& ffn(int layer) const;          // block `layer`'s FFN
   void after_optimizer_step();                      // MoE balancing-bias updates
   void set_precision(Precision p);
   // Dropout of the next forwards draws from (seed, stream·(2L + 1) + i); the trainer passes the

@@ -1,0 +1,36 @@
+// Activation sparsity of FFN hidden units, measured on data: the fraction of exactly-zero and of
+// near-zero values, and per hidden unit how often it is non-zero, so that dead units (never
+// non-zero on any token of a data set) are counted apart from the zero fraction. The seeds
+// called ReLU's ~50 % zero fraction at initialisation "dead neurons"; these are different
+// things, and this census measures both.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ffnlab/tensor.hpp"
+
+namespace ffnlab {
+
+// A value is near zero when |h| < kNearZeroRelative · rms(h), with rms taken over the batch of
+// hidden activations it belongs to (one layer, one forward).
+inline constexpr double kNearZeroRelative = 1e-3;
+
+struct UnitSparsity {
+  std::int64_t tokens = 0;  // rows seen
+  std::int64_t values = 0, zeros = 0, near_zeros = 0;
+  std::vector<std::int64_t> nonzero;  // [F] rows in which each unit was non-zero
+
+  double zero_fraction() const;
+  double near_zero_fraction() const;
+  // Units that were zero on every row seen.
+  std::int64_t dead_units() const;
+  double dead_fraction() const;
+  // Per unit: the fraction of rows in which it was non-zero.
+  std::vector<double> frequency() const;
+};
+
+// Adds the rows of h [T, F] (one layer's hidden activations of one forward) to s.
+void add_hidden(UnitSparsity& s, const Tensor& h);
+
+}  // namespace ffnlab

@@ -1,0 +1,57 @@
+// Atomic replacement of a report directory.
+#include "ffnlab/report/staged_dir.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+namespace fs = std::filesystem;
+
+StagedDirectory::StagedDirectory(std::string final_dir) : final_(std::move(final_dir)) {
+  check(!final_.empty(), "[report] the output directory name is empty");
+  fs::path f = fs::path(final_).lexically_normal();
+  if (!f.has_filename()) f = f.parent_path();
+  final_ = f.string();
+  const fs::path parent = f.has_parent_path() ? f.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  check(!ec, "[report] cannot create '{}': {}", parent.string(), ec.message());
+  std::string name = ".";  // appended, not "." + ...: GCC 12 warns falsely (-Wrestrict) on that
+  name.append(f.filename().string()).append(".partial-").append(std::to_string(getpid()));
+  staging_ = (parent / name).string();
+  fs::remove_all(staging_, ec);
+  fs::create_directory(staging_, ec);
+  check(!ec, "[report] cannot create '{}': {}", staging_, ec.message());
+}
+
+StagedDirectory::~StagedDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(staging_, ec);
+}
+
+void StagedDirectory::commit() {
+  std::error_code ec;
+  if (fs::exists(final_, ec)) {
+    check(fs::is_directory(final_, ec), "[report] '{}' exists and is not a directory", final_);
+    // Swap the two in one step, then remove the old report (now under the staging name).
+    if (renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0)
+      fail("[report] cannot replace '{}': {}", final_, std::strerror(errno));
+    committed_ = true;
+    fs::remove_all(staging_, ec);
+  } else {
+    fs::rename(staging_, final_, ec);
+    check(!ec, "[report] cannot create '{}': {}", final_, ec.message());
+    committed_ = true;
+  }
+}
+
+}  // namespace ffnlab

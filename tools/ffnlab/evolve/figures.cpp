@@ -1,0 +1,261 @@
+// The report's figures: each a gnuplot script over CSV written beside it (report/figure.hpp).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "ffnlab/report/figure.hpp"
+#include "study.hpp"
+
+namespace ffnlab::cli::evolve {
+
+namespace {
+
+// Ten distinguishable colours (gnuplot's default cycle repeats after eight).
+const char* colour(std::size_t i) {
+  static const char* kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  return kColours[i % 10];
+}
+
+std::string preamble(const std::string& name, int width, int height) {
+  return fmt::format(
+      "set terminal pngcairo size {},{} font 'DejaVu Sans,11' noenhanced\n"
+      "set output '{}.png'\n"
+      "set datafile separator ','\n"
+      "set grid lc rgb '#dddddd'\n"
+      "set key noopaque\n",
+      width, height, name);
+}
+
+// Wide curves: per variant, per step, the mean, min and max over seeds of a per-step value.
+void write_curves(const Study& st, const std::string& path, bool eval, int smooth) {
+  std::string csv = "step";
+  for (const auto& v : st.variants) csv += fmt::format(",{0}_mean,{0}_min,{0}_max,{0}_grad", v);
+  csv += "\n";
+  std::map<std::string, std::vector<const RunRecord*>> by;
+  for (const auto& r : st.runs) by[r.variant].push_back(&r);
+  const std::size_t n =
+      eval ? by.begin()->second.front()->evals.size() : by.begin()->second.front()->steps.size();
+  for (std::size_t i = 0; i < n; i += eval ? 1 : smooth) {
+    const std::int64_t step = eval ? by.begin()->second.front()->evals[i].step
+                                   : by.begin()->second.front()->steps[i].step;
+    csv += std::to_string(step);
+    for (const auto& v : st.variants) {
+      double mean = 0, mn = 1e300, mx = -1e300, grad = 0;
+      for (const RunRecord* r : by[v]) {
+        double value = 0, g = 0;
+        if (eval) {
+          value = r->evals[i].bits_per_byte;
+        } else {  // a window of `smooth` steps
+          const std::size_t end = std::min(n, i + smooth);
+          for (std::size_t k = i; k < end; ++k) {
+            value += r->steps[k].loss;
+            g += r->steps[k].grad_norm;
+          }
+          value /= static_cast<double>(end - i);
+          g /= static_cast<double>(end - i);
+        }
+        mean += value;
+        grad += g;
+        mn = std::min(mn, value);
+        mx = std::max(mx, value);
+      }
+      const double k = static_cast<double>(by[v].size());
+      csv += fmt::format(",{:.5f},{:.5f},{:.5f},{:.5f}", mean / k, mn, mx, grad / k);
+    }
+    csv += "\n";
+  }
+  write_text(path, csv);
+}
+
+void training_dynamics(const Study& st) {
+  write_curves(st, st.dir + "/lm_train_curves.csv", false, 10);
+  write_curves(st, st.dir + "/lm_eval_curves.csv", true, 1);
+  std::string s = preamble("training_dynamics", 1500, 1050);
+  s += "set multiplot layout 2,2 title 'Training dynamics (means over seeds; bands: min to max)'\n";
+  auto curves = [&](const std::string& file, int col_offset, const std::string& title,
+                    const std::string& ylabel, bool band) {
+    s += fmt::format("set title '{}'\nset xlabel 'optimizer step'\nset ylabel '{}'\n", title,
+                     ylabel);
+    s += "set key top right\n";
+    std::string plot = "plot ";
+    for (std::size_t i = 0; i < st.variants.size(); ++i) {
+      const int base = 2 + 4 * static_cast<int>(i);
+      if (band)
+        plot += fmt::format(
+            "'{}' every ::1 using 1:{}:{} with filledcurves lc rgb '{}' fs "
+            "transparent solid 0.15 notitle, ",
+            file, base + 1, base + 2, colour(i));
+      plot += fmt::format("'{}' every ::1 using 1:{} with lines lw 2 lc rgb '{}' title '{}'{}",
+                          file, base + col_offset, colour(i), st.variants[i],
+                          i + 1 < st.variants.size() ? ", " : "\n");
+    }
+    s += plot;
+  };
+  curves("lm_eval_curves.csv", 0, "LM validation (periodic, partial validation set)",
+         "bits per byte", true);
+  curves("lm_train_curves.csv", 0, "LM training loss (10-step means)", "cross-entropy (nats)",
+         true);
+  s += "set logscale y\n";
+  curves("lm_train_curves.csv", 3, "LM gradient norm before clipping (10-step means)",
+         "global gradient norm", false);
+  s += "unset logscale y\n";
+  s += "set title \"The seeds' toy run, seed 42: one layer memorising 8 random vectors\"\n"
+       "set xlabel 'iteration'\nset ylabel 'MSE (log scale)'\nset logscale y\n";
+  const std::vector<std::string> toy{"relu", "gelu", "glu", "gated", "moe"};
+  std::string fixed_plot;
+  for (std::size_t i = 0; i < toy.size(); ++i)
+    fixed_plot += fmt::format(
+        "{}'toy_loss.csv' every ::1 using (strcol(1) eq '{}' ? $2 : NaN):3 "
+        "with lines lw 2 title '{}'",
+        i ? ", " : "plot ", toy[i], toy[i]);
+  s += fixed_plot + "\nunset multiplot\n";
+  render_figure(st.dir, "training_dynamics", s);
+}
+
+void activation_comparison(const Study& st) {
+  std::string s = preamble("activation_comparison", 1500, 1050);
+  s += "set multiplot layout 2,2 title 'Activations as ffnlab computes them (f32 kernels)'\n";
+  // Columns: x, then (value, derivative) for relu gelu gelu_tanh gelu_quick silu sigmoid, then
+  // the two GELU approximation errors.
+  const std::vector<std::string> names{"relu",       "gelu", "gelu_tanh",
+                                       "gelu_quick", "silu", "sigmoid"};
+  auto panel = [&](const std::string& title, const std::string& ylabel, int which) {
+    s += fmt::format("set title \"{}\"\nset xlabel 'x'\nset ylabel '{}'\nset key top left\n", title,
+                     ylabel);
+    std::string plot = "plot ";
+    for (std::size_t i = 0; i < names.size(); ++i)
+      plot += fmt::format(
+          "'activation_curves.csv' every ::1 using 1:{} with lines lw 2 title "
+          "'{}'{}",
+          2 + 2 * static_cast<int>(i) + which, names[i], i + 1 < names.size() ? ", " : "\n");
+    s += plot;
+  };
+  panel("act(x)", "act(x)", 0);
+  panel("act'(x)", "derivative", 1);
+  s += "set title \"GELU's approximations minus exact GELU\"\nset xlabel 'x'\n"
+       "set ylabel 'approximation - exact'\nset key bottom right\n"
+       "plot 'activation_curves.csv' every ::1 using 1:14 with lines lw 2 title 'tanh form "
+       "(gelu_new)', '' every ::1 using 1:15 with lines lw 2 title 'x*sigmoid(1.702x) "
+       "(quick_gelu)'\n";
+  s += "set title 'Hidden activations exactly zero (mean over layers, seed 1)'\n"
+       "set ylabel 'fraction of hidden values'\nset xlabel ''\nset yrange [0:1]\n"
+       "set style data histograms\nset style histogram clustered gap 1\n"
+       "set style fill solid 0.8 border -1\nset key top right\nset xtics rotate by -30\n"
+       "plot 'sparsity_summary.csv' every ::1 using 2:xtic(1) title 'at initialisation', '' "
+       "every ::1 using 3 title 'after training'\n";
+  s += "unset multiplot\n";
+  render_figure(st.dir, "activation_comparison", s);
+}
+
+void ffn_performance(const Study& st) {
+  std::string s = preamble("ffn_performance_comparison", 1500, 1050);
+  s += "set multiplot layout 2,2 title \"FFN variants at the seeds' configuration (d_model 512, "
+       "d_ff 2048)\"\n";
+  s += "set style data histograms\nset style histogram clustered gap 1\n"
+       "set style fill solid 0.8 border -1\nset xtics rotate by -30\nset key top left\n";
+  s += "set title 'Parameters and forward FLOPs per token, relative to ReLU'\n"
+       "set ylabel 'x ReLU'\nset yrange [0:*]\n"
+       "plot 'costs_seeds.csv' every ::1 using 2:xtic(1) title 'parameters', '' every ::1 using "
+       "3 title 'active parameters', '' every ::1 using 4 title 'forward FLOPs/token'\n";
+  s += "set title 'Training memory, f32, 8 tokens (MiB)'\nset ylabel 'MiB'\nset yrange [0:*]\n"
+       "set style histogram rowstacked\n"
+       "plot 'costs_seeds.csv' every ::1 using 5:xtic(1) title 'weights', '' every ::1 using 6 "
+       "title 'gradients', '' every ::1 using 7 title 'Adam moments', '' every ::1 using 8 title "
+       "'saved activations'\n";
+  s += "set style histogram clustered gap 1\n";
+  s += "set title 'Growth with d_model (d_ff = 4 d_model; SwiGLU 8/3 d_model, the same "
+       "parameters as ReLU)'\n"
+       "set style data linespoints\nset logscale xy\nset xlabel 'd_model'\n"
+       "set ylabel 'parameters of one FFN layer'\nset xtics norotate\nset key top left\n"
+       "plot 'cost_growth.csv' every ::1 using 1:2 lw 2 title 'relu', '' every ::1 using 1:4 lw 2 "
+       "title 'swiglu', '' every ::1 using 1:6 lw 2 title 'gated (4 branches)', '' every ::1 "
+       "using 1:8 lw 2 title 'moe (8 experts)'\n";
+  s += "unset yrange\n";
+  s += "unset logscale\nset xlabel ''\nset style data histograms\nset xtics rotate by -30\n"
+       "set title 'Measured speed, forward+backward (matrix GFLOP/s)'\nset ylabel 'GFLOP/s'\n"
+       "set yrange [0:*]\n"
+       "set key top right\n"
+       "plot 'speed.csv' every ::1 using 3:xtic(1) title 'layer', '' every ::1 using 5 title "
+       "'bare products of the same shapes'\n";
+  s += "unset multiplot\n";
+  render_figure(st.dir, "ffn_performance_comparison", s);
+}
+
+void moe_expert_load(const Study& st) {
+  if (!st.results.contains("moe")) return;
+  // Wide per setting: step, expert 0..E-1 shares of layer 0.
+  const int E = study_ffn("moe", st.scale.model.d_model).moe.num_experts;
+  std::string s = preamble("moe_expert_load", 1650, 560);
+  s += "set multiplot layout 1,3 title \"MoE: each expert's share of the assignments over "
+       "training (layer 0; uniform = 1/E)\"\n";
+  for (const std::string setting : {"none", "loss", "bias"}) {
+    s += fmt::format(
+        "set title '{}'\nset xlabel 'optimizer step'\nset ylabel 'share of "
+        "assignments'\nset yrange [0:*]\nset key outside right\n",
+        setting == "none"   ? "no balancing"
+        : setting == "loss" ? "balancing loss 0.01"
+                            : "aux-loss-free bias");
+    const std::string file = "moe_load_" + setting + ".csv";
+    std::string plot = "plot ";
+    for (int e = 0; e < E; ++e)
+      plot += fmt::format(
+          "'{}' every ::1 using 1:{} with lines lw 2 lc rgb '{}' title 'expert "
+          "{}', ",
+          file, e + 2, colour(static_cast<std::size_t>(e)), e);
+    s += plot + fmt::format("{:.5f} with lines dt 2 lc rgb 'black' title '1/E'\n", 1.0 / E);
+  }
+  s += "unset multiplot\n";
+  render_figure(st.dir, "moe_expert_load", s);
+}
+
+void activation_sparsity(const Study& st) {
+  // Histogram of per-unit activation frequency after training (last layer).
+  const int bins = 20;
+  std::map<std::string, std::vector<double>> hist;
+  std::vector<std::string> names;
+  for (const auto& v : st.variants) {
+    if (!st.census_trained.count(v) || v == "moe") continue;
+    const auto f = st.census_trained.at(v).back().frequency();
+    std::vector<double> h(bins, 0.0);
+    for (double x : f) h[std::min(bins - 1, static_cast<int>(x * bins))] += 1.0 / f.size();
+    hist[v] = h;
+    names.push_back(v);
+  }
+  std::string csv = "frequency";
+  for (const auto& v : names) csv += "," + v;
+  csv += "\n";
+  for (int b = 0; b < bins; ++b) {
+    csv += fmt::format("{:.3f}", (b + 0.5) / bins);
+    for (const auto& v : names) csv += fmt::format(",{:.5f}", hist[v][b]);
+    csv += "\n";
+  }
+  write_text(st.dir + "/unit_frequency_hist.csv", csv);
+  std::string s = preamble("activation_sparsity", 1300, 700);
+  s += "set title 'How often each hidden unit is non-zero (last layer, after training, seed 1)'\n"
+       "set xlabel 'fraction of census tokens on which the unit is non-zero'\n"
+       "set ylabel 'fraction of units'\nset xrange [0:1]\nset key top center\n";
+  std::string plot = "plot ";
+  for (std::size_t i = 0; i < names.size(); ++i)
+    plot += fmt::format(
+        "'unit_frequency_hist.csv' every ::1 using 1:{} with linespoints lw 2 "
+        "lc rgb '{}' title '{}'{}",
+        i + 2, colour(i), names[i], i + 1 < names.size() ? ", " : "\n");
+  s += plot;
+  render_figure(st.dir, "activation_sparsity", s);
+}
+
+}  // namespace
+
+void write_figures(Study& st) {
+  st.stage("figures (gnuplot)");
+  activation_comparison(st);
+  ffn_performance(st);
+  training_dynamics(st);
+  moe_expert_load(st);
+  activation_sparsity(st);
+}
+
+}  // namespace ffnlab::cli::evolve
