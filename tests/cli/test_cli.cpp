@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../common/test_util.hpp"
+#include "cli_fixture.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 
@@ -18,47 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int status;
-  std::string out, err;
-};
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ffnlab_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Outcome run(const std::string& args) {
-    const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
-    const std::string cmd = std::string(FFNLAB_BIN) + " " + args + " > " + out + " 2> " + err;
-    const int raw = std::system(cmd.c_str());
-    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read(out), read(err)};
-  }
-  static std::string read(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string golden(const std::string& c, const std::string& f) {
-    return (fs::path(FFNLAB_GOLDEN_DIR) / c / f).string();
-  }
-  // An error run: exit 1, one line on stderr starting "ffnlab: error: " and containing `what`.
-  void expect_error(const Outcome& r, const std::string& what) {
-    EXPECT_EQ(r.status, 1) << r.err;
-    EXPECT_EQ(r.err.rfind("ffnlab: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
-  }
-  fs::path dir_;
-};
+using test::Cli;
+using test::Outcome;
 
 }  // namespace
 

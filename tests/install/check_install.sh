@@ -22,4 +22,19 @@ cmake --build "$work/consumer/build" >> "$log" 2>&1
 out=$("$work/consumer/build/consumer")
 # SwiGLU, D 16, F 32, no bias: 3·16·32 = 1536 parameters; 3 rows of output.
 [ "$out" = "1536 3" ] || { echo "consumer printed '$out', expected '1536 3'"; exit 1; }
-echo "find_package(ffnlab) consumer built and ran"
+# The examples in examples/ (what docs/implementation-guide.md shows), against the same install.
+examples=$src_dir/../../examples
+cmake -S "$examples" -B "$work/examples" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_CXX_COMPILER="${FFNLAB_CONSUMER_CXX:-c++}" >> "$log" 2>&1
+cmake --build "$work/examples" >> "$log" 2>&1
+swiglu=$("$work/examples/swiglu_layer")
+case "$swiglu" in
+  "swiglu: 33024 parameters (closed form 33024), y [5, 64]"*) ;;
+  *) echo "swiglu_layer printed '$swiglu'"; exit 1 ;;
+esac
+moe=$("$work/examples/moe_layer")
+case "$moe" in
+  "moe: 64 tokens, top-2 of 8 experts; tokens per expert:"*) ;;
+  *) echo "moe_layer printed '$moe'"; exit 1 ;;
+esac
+echo "find_package(ffnlab) consumer and examples/ built and ran"

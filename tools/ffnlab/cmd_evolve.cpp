@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -44,7 +45,9 @@ std::string header(const Study& st, double seconds) {
   md += "## Figures\n\n";
   for (const char* f : {"activation_comparison", "ffn_performance_comparison", "training_dynamics",
                         "moe_expert_load", "activation_sparsity"})
-    md += fmt::format("![{0}]({0}.png)\n\n", f);
+    if (std::filesystem::exists(std::filesystem::path(st.dir) / (std::string(f) + ".png")))
+      md += fmt::format("![{0}]({0}.png)\n\n", f);
+
   return md;
 }
 

@@ -26,6 +26,16 @@ void run_params(const ParamsOptions& o) {
       o.ffn.config_file.empty() ? variant_list(o.variants) : std::vector<std::string>{""};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<std::string, FFNCost>> costs;
+  // The yardstick: a ReLU FFN of the same d_model and d_ff (of a config file's, when given).
+  FFNFlags relu_flags = o.ffn;
+  relu_flags.config_file.clear();
+  if (!o.ffn.config_file.empty()) {
+    const FFNConfig file = ffn_config_from_flags(o.ffn, "");
+    relu_flags.d_model = file.d_model;
+    relu_flags.d_ff = file.d_ff;
+    relu_flags.no_bias = !file.bias;
+  }
+  const FFNCost relu = ffn_cost(ffn_config_from_flags(relu_flags, "relu"), o.tokens);
   for (const auto& name : names) {
     const FFNConfig c = ffn_config_from_flags(o.ffn, name);
     const FFNCost cost = ffn_cost(c, o.tokens);
@@ -47,6 +57,8 @@ void run_params(const ParamsOptions& o) {
                       {"backward_matmul", cost.backward.matmul},
                       {"backward_elementwise", cost.backward.elementwise}}},
                     {"saved_floats_per_token", cost.saved_floats_per_token},
+                    {"params_over_relu", static_cast<double>(cost.params) / relu.params},
+                    {"forward_flops_over_relu", cost.forward.total() / relu.forward.total()},
                     {"memory_bytes", {{"f32", mem(cost.f32)}, {"bf16", mem(cost.bf16)}}}});
   }
   if (o.json) {
@@ -63,25 +75,30 @@ void run_params(const ParamsOptions& o) {
       "{} branches)\n\n",
       o.ffn.d_model, o.ffn.d_ff, o.ffn.no_bias ? "off" : "on", o.tokens, o.ffn.experts, o.ffn.top_k,
       o.ffn.branches);
-  fmt::print("{:<10} {:>13} {:>13} {:>11} {:>9} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
-             "variant", "params", "active", "fwd mm", "fwd ew", "bwd mm", "bwd ew", "weights",
-             "grads", "adam", "activations");
-  fmt::print("{:<10} {:>13} {:>13} {:>11} {:>9} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n", "", "",
-             "per token", "FLOP/tok", "op/tok", "FLOP/tok", "op/tok", "MiB f32", "MiB f32", "MiB",
-             "MiB f32");
+  fmt::print(
+      "{:<10} {:>13} {:>7} {:>13} {:>11} {:>9} {:>7} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
+      "variant", "params", "params", "active", "fwd mm", "fwd ew", "fwd", "bwd mm", "bwd ew",
+      "weights", "grads", "adam", "activations");
+  fmt::print(
+      "{:<10} {:>13} {:>7} {:>13} {:>11} {:>9} {:>7} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
+      "", "", "÷ ReLU", "per token", "FLOP/tok", "op/tok", "÷ ReLU", "FLOP/tok", "op/tok",
+      "MiB f32", "MiB f32", "MiB", "MiB f32");
   const double MiB = 1024.0 * 1024.0;
   for (const auto& [name, c] : costs)
     fmt::print(
-        "{:<10} {:>13} {:>13} {:>11} {:>9} {:>11} {:>9} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.3f}\n",
-        name, thousands(c.params), thousands(c.active_params),
-        thousands(static_cast<std::int64_t>(c.forward.matmul)),
+        "{:<10} {:>13} {:>7.2f} {:>13} {:>11} {:>9} {:>7.2f} {:>11} {:>9} {:>10.2f} {:>10.2f} "
+        "{:>10.2f} {:>11.3f}\n",
+        name, thousands(c.params), static_cast<double>(c.params) / relu.params,
+        thousands(c.active_params), thousands(static_cast<std::int64_t>(c.forward.matmul)),
         thousands(static_cast<std::int64_t>(c.forward.elementwise)),
+        c.forward.total() / relu.forward.total(),
         thousands(static_cast<std::int64_t>(c.backward.matmul)),
         thousands(static_cast<std::int64_t>(c.backward.elementwise)), c.f32.weights / MiB,
         c.f32.grads / MiB, c.f32.adam / MiB, c.f32.activations / MiB);
   fmt::print(
       "\nmm: matrix-product FLOPs (2 per multiply-add); ew: elementwise operations (1 per element "
-      "per stage).\nActivations: what a training forward saves for backward, for all tokens. "
+      "per stage).\n÷ ReLU: against a ReLU FFN of the same d_model and d_ff (fwd: all forward "
+      "work).\nActivations: what a training forward saves for backward, for all tokens. "
       "Derivations: docs/costs.md.\n");
 }
 
@@ -94,6 +111,9 @@ void add_params_command(CLI::App& app) {
       "Print parameters, FLOPs per token and memory of FFN variants (closed form). The defaults "
       "are the seed study's configuration.");
   add_ffn_flags(*cmd, o->ffn, "FFN");
+  cmd->add_option("--config", o->ffn.config_file,
+                  "cost the FFN of a config file (a Hugging Face config.json or ffnlab's layer "
+                  "JSON; the same as --ffn-config)");
   add_variants_flag(*cmd, o->variants);
   cmd->add_option("--tokens", o->tokens, "tokens in a batch, for activation memory")
       ->capture_default_str()

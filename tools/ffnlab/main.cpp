@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   ffnlab::cli::add_train_command(app);
   ffnlab::cli::add_toy_command(app);
   ffnlab::cli::add_evolve_command(app);
+  ffnlab::cli::add_zoo_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -106,11 +106,17 @@ void training_dynamics(const Study& st) {
        "set xlabel 'iteration'\nset ylabel 'MSE (log scale)'\nset logscale y\n";
   const std::vector<std::string> toy{"relu", "gelu", "glu", "gated", "moe"};
   std::string fixed_plot;
-  for (std::size_t i = 0; i < toy.size(); ++i)
+  for (std::size_t i = 0; i < toy.size(); ++i) {
+    // The same colour for a variant in every panel.
+    const auto at = std::find(st.variants.begin(), st.variants.end(), toy[i]);
+    const std::size_t c = at == st.variants.end()
+                              ? st.variants.size() + i
+                              : static_cast<std::size_t>(at - st.variants.begin());
     fixed_plot += fmt::format(
         "{}'toy_loss.csv' every ::1 using (strcol(1) eq '{}' ? $2 : NaN):3 "
-        "with lines lw 2 title '{}'",
-        i ? ", " : "plot ", toy[i], toy[i]);
+        "with lines lw 2 lc rgb '{}' title '{}'",
+        i ? ", " : "plot ", toy[i], colour(c), toy[i]);
+  }
   s += fixed_plot + "\nunset multiplot\n";
   render_figure(st.dir, "training_dynamics", s);
 }
@@ -247,6 +253,18 @@ void activation_sparsity(const Study& st) {
   render_figure(st.dir, "activation_sparsity", s);
 }
 
+void sweep(const Study& st) {
+  if (!st.results.contains("sweep")) return;
+  std::string s = preamble("sweep", 1000, 650);
+  s += "set title 'Why up-project: validation as the FFN widens (seed 1, equal steps)'\n"
+       "set xlabel 'd_ff / d_model'\nset ylabel 'validation bits per byte'\nset logscale x 2\n"
+       "set key top right\n"
+       "plot 'sweep.csv' every ::1 using 1:2 with linespoints lw 2 lc rgb '#1f77b4' title 'relu', "
+       "'' every ::1 using 1:3 with linespoints lw 2 lc rgb '#d62728' title 'swiglu (2/3 of the "
+       "width: equal parameters)'\n";
+  render_figure(st.dir, "sweep", s);
+}
+
 }  // namespace
 
 void write_figures(Study& st) {
@@ -256,6 +274,7 @@ void write_figures(Study& st) {
   training_dynamics(st);
   moe_expert_load(st);
   activation_sparsity(st);
+  sweep(st);
 }
 
 }  // namespace ffnlab::cli::evolve

@@ -4,6 +4,9 @@
 // max/mean, dropped assignments, router entropy, and what each setting costs in validation.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "../common.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "study.hpp"

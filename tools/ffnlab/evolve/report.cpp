@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../common.hpp"
+#include "../zoo_table.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/report/markdown.hpp"
@@ -242,7 +243,7 @@ void run_sweep(Study& st) {
       "study's LM (seed 1, same steps) as the FFN's width grows; SwiGLU at 2/3 of the "
       "ReLU width of the same ratio (equal parameters).\n\n";
   st.report += markdown_table({"d_ff / d_model", "relu", "swiglu"}, rows, "rrr");
-  st.report += "\n";
+  st.report += "\n![sweep](sweep.png)\n\n";
 }
 
 void write_report(Study& st) {

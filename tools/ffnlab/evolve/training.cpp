@@ -107,9 +107,10 @@ void run_toy(Study& st) {
       "columns are mean ± standard deviation over {} seeds (42 to {}).\n\n",
       tc.lr, tc.batch * tc.seq, tc.dropout, tc.iterations, st.scale.toy_seeds,
       41 + st.scale.toy_seeds);
-  st.report += markdown_table({"variant", "initial loss", "final loss", "drop", "mean |grad|",
-                               "std |grad|", "final loss over seeds", "mean |grad| over seeds"},
-                              rows, "lrrrrrrr");
+  st.report +=
+      markdown_table({"variant", "initial loss", "final loss", "drop", "mean grad norm",
+                      "std grad norm", "final loss over seeds", "mean grad norm over seeds"},
+                     rows, "lrrrrrrr");
   st.report += "\n";
 }
 

@@ -1,0 +1,136 @@
+// ffnlab evolve as a user runs it: the --quick report's structure and key numbers, its figures,
+// results.json against REPORT.md, atomic replacement, and determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cli_fixture.hpp"
+
+using namespace ffnlab;
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::Cli;
+using test::Outcome;
+
+namespace {
+
+std::string fmt4(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+}  // namespace
+
+TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
+  const std::string out = path("report");
+  // An old report: a failed run must leave it whole; a successful one replaces all of it.
+  fs::create_directories(out);
+  std::ofstream(out + "/REPORT.md") << "old report\n";
+  std::ofstream(out + "/stale.csv") << "1\n";
+  expect_error(run("evolve --quick --out " + out + " --data " + path("no-such-corpus")),
+               "does not exist");
+  EXPECT_EQ(read(out + "/REPORT.md"), "old report\n");
+  EXPECT_TRUE(fs::exists(out + "/stale.csv"));
+
+  const Outcome r = run("evolve --quick --out " + out);
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_FALSE(fs::exists(out + "/stale.csv")) << "the old report's files must be gone";
+  for (const auto& e : fs::directory_iterator(path("")))  // no staging folder left behind
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+  EXPECT_NE(r.out.find("== training"), std::string::npos) << "progress names the stages";
+  EXPECT_NE(r.out.find("ETA"), std::string::npos);
+
+  const std::string md = read(out + "/REPORT.md");
+  for (const char* section :
+       {"## 0. Data", "## 1. Costs", "## 2. Equal budgets", "## 3. Speed",
+        "## 4. Training dynamics", "## 5. Activation sparsity", "## 6. MoE behaviour",
+        "## 8. Corrections of the seeds", "## 9. Recommendations", "This is a --quick run"})
+    EXPECT_NE(md.find(section), std::string::npos) << section;
+  for (const char* figure : {"activation_comparison", "ffn_performance_comparison",
+                             "training_dynamics", "moe_expert_load", "activation_sparsity"}) {
+    const fs::path png = fs::path(out) / (std::string(figure) + ".png");
+    ASSERT_TRUE(fs::exists(png)) << png;
+    EXPECT_GT(fs::file_size(png), 10000u) << png;
+    EXPECT_NE(md.find(std::string("](") + figure + ".png)"), std::string::npos) << figure;
+    EXPECT_TRUE(fs::exists(fs::path(out) / (std::string(figure) + ".gp"))) << figure;
+  }
+
+  std::ifstream in(out + "/results.json");
+  const json j = json::parse(in);
+  // The seeds' five parameter counts, exactly.
+  const auto& seeds = j.at("costs").at("seeds");
+  EXPECT_EQ(seeds.at("relu").at("params"), 2099712);
+  EXPECT_EQ(seeds.at("gelu").at("params"), 2099712);
+  EXPECT_EQ(seeds.at("glu").at("params"), 3150336);
+  EXPECT_EQ(seeds.at("gated").at("params"), 9454080);
+  EXPECT_EQ(seeds.at("moe").at("params"), 16801800);
+  for (const char* n : {"2,099,712", "3,150,336", "9,454,080", "16,801,800"})
+    EXPECT_NE(md.find(n), std::string::npos) << n;
+  // Top-2 MoE: forward matrix FLOPs about twice one expert's (the router adds a little).
+  const double moe_ratio = j.at("costs").at("moe_forward_matmul_over_one_expert");
+  EXPECT_GT(moe_ratio, 2.0);
+  EXPECT_LT(moe_ratio, 2.01);
+  // Equal budgets within 1 % of ReLU's parameters (MoE equal-active: its active parameters).
+  for (const auto& [name, c] : j.at("costs").at("equal_budget").items()) {
+    const double p = c.at(name == "moe (equal active)" ? "active_params" : "params");
+    EXPECT_NEAR(p / 2099712.0, 1.0, 0.01) << name;
+  }
+
+  // results.json and REPORT.md say the same: every variant's mean validation and the MoE rows.
+  const auto& vars = j.at("training").at("variants");
+  ASSERT_EQ(vars.size(), 9u);
+  for (const auto& [v, x] : vars.items()) {
+    ASSERT_EQ(x.at("val_bits_per_byte").size(), 2u) << v;  // --quick: 2 seeds
+    const double mean = x.at("mean");
+    EXPECT_TRUE(std::isfinite(mean) && mean > 0 && mean < 8) << v;
+    EXPECT_NE(md.find("| " + v + " | "), std::string::npos) << v;
+    EXPECT_NE(md.find(fmt4(mean)), std::string::npos) << v << " mean " << mean;
+  }
+  for (const auto& [s, x] : j.at("moe").at("settings").items())
+    EXPECT_NE(md.find(fmt4(x.at("val_bits_per_byte"))), std::string::npos) << s;
+  // The census counts dead units apart from the zero fraction.
+  const auto& relu_layers = j.at("sparsity").at("variants").at("relu");
+  ASSERT_FALSE(relu_layers.empty());
+  EXPECT_GT(relu_layers[0].at("zero_fraction_init").get<double>(), 0.3);
+  EXPECT_EQ(j.at("sparsity").at("variants").at("gelu")[0].at("zero_fraction_trained"), 0.0);
+  EXPECT_EQ(j.at("corrections").size(), 16u);
+  EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
+
+  // Deterministic for a seed and thread count: a second run of two variants trains the same.
+  const std::string again = path("again");
+  ASSERT_EQ(run("evolve --quick --variants relu,swiglu --out " + again).status, 0);
+  std::ifstream in2(again + "/results.json");
+  const json j2 = json::parse(in2);
+  for (const char* v : {"relu", "swiglu"})
+    EXPECT_EQ(j2.at("training").at("variants").at(v).at("val_bits_per_byte"),
+              vars.at(v).at("val_bits_per_byte"))
+        << v;
+}
+
+TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
+  const std::string out = path("sweep");
+  const Outcome r = run("evolve --quick --variants relu,swiglu --seeds 1 --sweep --out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string md = read(out + "/REPORT.md");
+  EXPECT_NE(md.find("## Sweep"), std::string::npos);
+  EXPECT_NE(md.find("one seed: no spread to compare with"), std::string::npos);
+  EXPECT_GT(fs::file_size(out + "/sweep.png"), 10000u);
+  std::ifstream in(out + "/results.json");
+  const json j = json::parse(in);
+  ASSERT_EQ(j.at("sweep").at("relu").size(), 4u);
+  EXPECT_EQ(j.at("sweep").at("relu")[3].at("d_ff"), 8 * 32);  // --quick: d_model 32
+  EXPECT_FALSE(j.at("training").at("variants").contains("moe"));
+  EXPECT_FALSE(j.contains("moe"));  // no MoE runs without the moe variant
+}
+
+TEST_F(Cli, EvolveRejectsBadInput) {
+  expect_error(run("evolve --quick --variants gelu,swiglu --out " + path("r")), "include relu");
+  expect_error(run("evolve --quick --variants relu,selu --out " + path("r")),
+               "unknown variant 'selu'");
+  EXPECT_EQ(run("evolve --seeds 0").status, 2);
+  EXPECT_FALSE(fs::exists(path("r")));
+}

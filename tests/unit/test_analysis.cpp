@@ -1,0 +1,80 @@
+// Measured statistics and whole-model costs: the activation census on known tensors, and the
+// closed-form Transformer costs against the parameters of built models.
+#include <gtest/gtest.h>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/sparsity.hpp"
+#include "ffnlab/layers/transformer_lm.hpp"
+
+using namespace ffnlab;
+
+TEST(Sparsity, CountsZerosNearZerosAndDeadUnitsSeparately) {
+  // 4 tokens × 3 units: unit 0 is zero on 2 tokens, unit 1 on every token (dead), unit 2 never;
+  // one value of unit 2 is tiny (near zero, not zero).
+  const Tensor h = Tensor::from({4, 3}, {0.f, 0.f, 1.f,    //
+                                         2.f, 0.f, 1e-7f,  //
+                                         0.f, 0.f, -3.f,   //
+                                         1.f, 0.f, 2.f});
+  UnitSparsity s;
+  add_hidden(s, h);
+  EXPECT_EQ(s.tokens, 4);
+  EXPECT_EQ(s.zeros, 6);
+  EXPECT_EQ(s.near_zeros, 7);
+  EXPECT_DOUBLE_EQ(s.zero_fraction(), 0.5);
+  EXPECT_EQ(s.dead_units(), 1);
+  const auto f = s.frequency();
+  EXPECT_DOUBLE_EQ(f[0], 0.5);
+  EXPECT_DOUBLE_EQ(f[1], 0.0);
+  EXPECT_DOUBLE_EQ(f[2], 1.0);
+  // A later batch where unit 1 fires: it is no longer dead; counts accumulate.
+  add_hidden(s, Tensor::from({1, 3}, {1.f, 1.f, 1.f}));
+  EXPECT_EQ(s.tokens, 5);
+  EXPECT_EQ(s.dead_units(), 0);
+  EXPECT_DOUBLE_EQ(s.frequency()[1], 0.2);
+  EXPECT_THROW(add_hidden(s, Tensor({2, 4})), Error);  // another width
+}
+
+TEST(TransformerCost, ParametersEqualTheBuiltModel) {
+  for (const char* variant : {"relu", "swiglu", "gated", "moe"})
+    for (bool tied : {true, false})
+      for (PositionKind pos : {PositionKind::learned, PositionKind::rope}) {
+        LMConfig c;
+        c.d_model = 32;
+        c.heads = 4;
+        c.layers = 2;
+        c.context = 16;
+        c.tied_head = tied;
+        c.positions = pos;
+        c.norm = tied ? NormKind::layernorm : NormKind::rmsnorm;
+        c.ffn = variant_config(variant, 32, 48, !tied);
+        TransformerLM lm(c, 1);
+        const TransformerCost t = transformer_cost(c, 16);
+        EXPECT_EQ(t.params, lm.parameters().count()) << variant << " tied " << tied;
+        EXPECT_EQ(t.ffn_params, 2 * count_params(c.ffn));
+        EXPECT_GT(t.ffn_forward_flops, 0);
+        EXPECT_NEAR(t.forward_flops,
+                    t.ffn_forward_flops + t.attention_forward_flops + t.head_forward_flops,
+                    0.05 * t.forward_flops);  // the rest is norms and residual adds
+      }
+}
+
+TEST(TransformerCost, TheSeedsEncoderIsTwoThirdsFFN) {
+  // 6 post-norm blocks of (512, 8 heads, ReLU 2048): per block the FFN has 2,099,712 parameters
+  // and attention 4·512² + 4·512 = 1,050,624, so the FFN holds 2/3 of the block parameters.
+  LMConfig c;
+  c.d_model = 512;
+  c.heads = 8;
+  c.layers = 6;
+  c.context = 100;
+  c.pre_norm = false;
+  c.final_norm = false;
+  c.causal = false;
+  c.ffn = variant_config("relu", 512, 2048, true);
+  const TransformerCost t = transformer_cost(c, 100, /*with_embeddings=*/false);
+  EXPECT_EQ(t.ffn_params, 6 * 2099712);
+  EXPECT_EQ(t.attention_params, 6 * 1050624);
+  EXPECT_EQ(t.norm_params, 6 * 2 * 1024);
+  EXPECT_EQ(t.embedding_params, 0);
+  EXPECT_NEAR(static_cast<double>(t.ffn_params) / t.params, 0.666, 0.001);
+  EXPECT_THROW(transformer_cost(c, 101), Error);  // longer than the context
+}
