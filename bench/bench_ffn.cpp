@@ -5,23 +5,15 @@
 //   bench_ffn [--d-model 512] [--d-ff 2048] [--tokens 8,6400] [--seconds 0.5] [--json]
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
-#include <functional>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench_cli.hpp"
-#include "bench_util.hpp"
-#include "ffnlab/analysis/costs.hpp"
-#include "ffnlab/layers/dense_ffn.hpp"
-#include "ffnlab/ops/matmul.hpp"
+#include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
 
 using namespace ffnlab;
-using bench::random;
-using bench::time_it;
 
 namespace {
 
@@ -51,47 +43,14 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   for (const std::string variant :
-       {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"}) {
-    FFNConfig c = variant_config(variant, D, F, true);
-    DenseFFN ffn(c, 1);
-    const std::int64_t P = ffn.in_width();
+       {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"})
     for (std::int64_t T : token_counts) {
-      const Tensor x = random({T, D}, 2), dy = random({T, D}, 3);
-      Tensor y, dx;
-      const double fwd = time_it([&] { ffn.forward(y, x, true); }, budget);
-      const double fwdbwd = time_it(
-          [&] {
-            ffn.forward(y, x, true);
-            ffn.backward(dx, dy);
-          },
-          budget);
-      // The same six products on bare oneDNN, no elementwise work: the practical peak.
-      Tensor a({T, P}), h({T, F}), w_in({P, D}), w_out({D, F}), out({T, D}), dw_in({P, D}),
-          dw_out({D, F});
-      const double mm_fwd = time_it(
-          [&] {
-            matmul(a, x, Trans::no, w_in, Trans::yes);
-            matmul(out, h, Trans::no, w_out, Trans::yes);
-          },
-          budget);
-      MatmulOptions acc;
-      acc.accumulate = true;
-      const double mm_bwd = time_it(
-          [&] {
-            matmul(h, dy, Trans::no, w_out, Trans::no);
-            matmul(dw_out, dy, Trans::yes, h, Trans::no, acc);
-            matmul(out, a, Trans::no, w_in, Trans::no);
-            matmul(dw_in, a, Trans::yes, x, Trans::no, acc);
-          },
-          budget);
-      const FFNCost cost = ffn_cost(c, T);
-      const double flops_f = cost.forward.matmul * static_cast<double>(T);
-      const double flops_b = cost.backward.matmul * static_cast<double>(T);
-      rows.push_back({variant, T, fwd, fwdbwd, flops_f / fwd / 1e9,
-                      (flops_f + flops_b) / fwdbwd / 1e9, flops_f / mm_fwd / 1e9,
-                      (flops_f + flops_b) / (mm_fwd + mm_bwd) / 1e9});
+      // The layer and, in the same call, the bare oneDNN products of the same shapes.
+      const LayerSpeed s = measure_layer_speed(variant_config(variant, D, F, true), T, budget);
+      rows.push_back({variant, T, s.forward_s, s.forward_backward_s, s.forward_gflops,
+                      s.forward_backward_gflops, s.peak_forward_gflops,
+                      s.peak_forward_backward_gflops});
     }
-  }
 
   if (json) {
     nlohmann::json out = nlohmann::json::array();

@@ -41,6 +41,45 @@ TEST_F(Cli, ParamsJson) {
   EXPECT_EQ(j["variants"][1]["config"]["activation"], "silu");
 }
 
+TEST_F(Cli, ZooListsRealModelsWithSourcesAndCosts) {
+  const Outcome r = run("zoo");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* m : {"BERT-base", "GPT-2 124M", "GPT-2 1.5B", "GPT-3 175B", "T5 v1.1",
+                        "PaLM 540B", "LLaMA-2 7B", "LLaMA-2 70B", "Mistral 7B", "Mixtral 8x7B",
+                        "Switch-Base-128", "DeepSeek-V3", "Qwen1.5-MoE"})
+    EXPECT_NE(r.out.find(m), std::string::npos) << m;
+  EXPECT_NE(r.out.find("[13] DeepSeek-V3: deepseek-ai/DeepSeek-V3 config.json"), std::string::npos);
+  const Outcome j = run("zoo --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto models = nlohmann::json::parse(j.out);
+  ASSERT_EQ(models.size(), 13u);
+  for (const auto& m : models) {
+    EXPECT_FALSE(m.at("source").get<std::string>().empty()) << m.at("model");
+    if (m.at("model") == "LLaMA-2 7B") {  // SwiGLU 4096 -> 11008, no bias: 3·4096·11008
+      EXPECT_EQ(m.at("params_per_layer"), 3LL * 4096 * 11008);
+    }
+    if (m.at("model") == "Mixtral 8x7B") {  // 8 experts + router; 2 experts + router active
+      EXPECT_EQ(m.at("params_per_layer"), 8LL * 3 * 4096 * 14336 + 4096 * 8);
+      EXPECT_EQ(m.at("active_params_per_layer"), 2LL * 3 * 4096 * 14336 + 4096 * 8);
+    }
+  }
+}
+
+TEST_F(Cli, ParamsCostsAConfigFileAgainstReLU) {
+  std::ofstream(path("config.json"))
+      << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 172,
+             "hidden_act": "silu"})";
+  const Outcome r = run("params --json --config " + path("config.json"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto v = nlohmann::json::parse(r.out).at("variants").at(0);
+  EXPECT_EQ(v.at("params"), 3 * 64 * 172);
+  EXPECT_DOUBLE_EQ(v.at("params_over_relu").get<double>(), 1.5);  // against 2·64·172
+  const Outcome t = run("params --config " + path("config.json"));
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.out.find("swiglu"), std::string::npos) << t.out;
+  expect_error(run("params --config " + path("missing.json")), "missing.json");
+}
+
 TEST_F(Cli, HelpAndUsageErrors) {
   EXPECT_EQ(run("--help").status, 0);
   EXPECT_EQ(run("run --help").status, 0);

@@ -65,14 +65,15 @@ std::string cost_table(const std::vector<std::pair<std::string, FFNConfig>>& con
                     thousands(static_cast<std::int64_t>(k.backward.elementwise)),
                     fixed(k.forward.total() / base_flops, 2), mib(k.f32.weights), mib(k.f32.grads),
                     mib(k.f32.adam), fixed(k.f32.activations / 1024.0, 1),
-                    fixed(k.bf16.activations / 1024.0, 1), mib(k.f32.total())});
+                    fixed(k.bf16.activations / 1024.0, 1), mib(k.f32.total()),
+                    mib(k.bf16.total())});
   }
   return markdown_table(
       {"variant", "d_ff", "params", "÷ ReLU", "active params", "active", "fwd matmul FLOP/tok",
        "fwd elementwise op/tok", "bwd matmul FLOP/tok", "bwd elementwise op/tok",
        "fwd FLOPs ÷ ReLU", "weights MiB", "grads MiB", "Adam MiB", "activations KiB f32",
-       "activations KiB bf16", "total MiB f32"},
-      rows, "lrrrrrrrrrrrrrrrr");
+       "activations KiB bf16", "total MiB f32", "total MiB bf16"},
+      rows, "lrrrrrrrrrrrrrrrrr");
 }
 
 std::string share_table(const std::vector<std::pair<std::string, TransformerCost>>& models,

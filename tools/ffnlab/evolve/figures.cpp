@@ -174,7 +174,7 @@ void ffn_performance(const Study& st) {
   s += "set style histogram clustered gap 1\n";
   s += "set title 'Growth with d_model (d_ff = 4 d_model; SwiGLU 8/3 d_model, the same "
        "parameters as ReLU)'\n"
-       "set style data linespoints\nset logscale xy\nset xlabel 'd_model'\n"
+       "set style data linespoints\nset yrange [*:*]\nset logscale xy\nset xlabel 'd_model'\n"
        "set ylabel 'parameters of one FFN layer'\nset xtics norotate\nset key top left\n"
        "plot 'cost_growth.csv' every ::1 using 1:2 lw 2 title 'relu', '' every ::1 using 1:4 lw 2 "
        "title 'swiglu', '' every ::1 using 1:6 lw 2 title 'gated (4 branches)', '' every ::1 "

@@ -252,7 +252,6 @@ void write_report(Study& st) {
       "models' FFN configurations (`ffnlab zoo`) is still to be built (issue 11).\n\n";
   corrections(st);
   recommendations(st);
-  write_text(st.dir + "/results.json", st.results.dump(2) + "\n");
 }
 
 }  // namespace ffnlab::cli::evolve

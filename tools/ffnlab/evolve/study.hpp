@@ -8,7 +8,8 @@
 //                 over paired seeds (validation bits/byte, curves, gradient norms, tokens/s)
 //   sparsity.cpp  zero and near-zero fractions and dead units at initialisation and after training
 //   moe.cpp       expert load over training without balancing, with the loss, with the bias
-//   report.cpp    activation curves, figures, REPORT.md, results.json
+//   report.cpp    real models, corrections of the seeds, recommendations, the --sweep
+//   figures.cpp   the gnuplot figures over the CSV the stages wrote
 #pragma once
 
 #include <functional>

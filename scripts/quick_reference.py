@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Writes docs/quick-reference.md from a report's results.json (`ffnlab evolve`), so that the
+table's measured columns are the report's numbers and can be regenerated after any run:
+
+    python3 scripts/quick_reference.py report/results.json > docs/quick-reference.md
+"""
+import json
+import sys
+
+FORMULA = {
+    "relu": "W₂·max(0, W₁x + b₁) + b₂",
+    "gelu": "W₂·GELU(W₁x + b₁) + b₂, GELU(a) = a·Φ(a)",
+    "glu": "W₂·(σ(W_g x) ⊙ W_u x)",
+    "bilinear": "W₂·(W_g x ⊙ W_u x)",
+    "reglu": "W₂·(max(0, W_g x) ⊙ W_u x)",
+    "geglu": "W₂·(GELU(W_g x) ⊙ W_u x)",
+    "swiglu": "W₂·(SiLU(W_g x) ⊙ W_u x), SiLU(a) = a·σ(a)",
+    "gated": "W_o·Σ_b σ(G_b x) ⊙ (V_b x), 4 branches",
+    "moe": "Σ_{j≤k} w_j·FFN_{e_j}(x), top-k of softmax(W_r x)",
+}
+PARAMS = {  # one layer, with biases (b: on every Linear)
+    "relu": "2DF + F + D", "gelu": "2DF + F + D", "glu": "3DF + 2F + D",
+    "bilinear": "3DF + 2F + D", "reglu": "3DF + 2F + D", "geglu": "3DF + 2F + D",
+    "swiglu": "3DF + 2F + D", "gated": "(2n+1)DF + 2nF + D",
+    "moe": "E(2DF + F + D) + ED + E",
+}
+MATMUL = {  # forward matrix FLOPs per token
+    "relu": "4DF", "gelu": "4DF", "glu": "6DF", "bilinear": "6DF", "reglu": "6DF",
+    "geglu": "6DF", "swiglu": "6DF", "gated": "2(2n+1)DF", "moe": "k·4DF + 2DE",
+}
+USED_BY = {
+    "relu": "the original Transformer, T5 v1.0, Switch, OPT",
+    "gelu": "BERT, GPT-2, GPT-3",
+    "glu": "Dauphin et al. 2017 (convolutional LM)",
+    "bilinear": "Shazeer 2020's comparison",
+    "reglu": "Shazeer 2020's comparison",
+    "geglu": "T5 v1.1, Gemma",
+    "swiglu": "PaLM, LLaMA, Mistral, Mixtral and DeepSeek experts",
+    "gated": "the seed documents' \"Gated-FFN\"",
+    "moe": "Switch, Mixtral, Qwen MoE, DeepSeek-V3",
+}
+
+
+def main():
+    r = json.load(open(sys.argv[1]))
+    train = r["training"]["variants"]
+    speed = r["speed"]["variants"]
+    sparsity = r.get("sparsity", {}).get("variants", {})
+    cfg = r["training"]["config"]
+    model = cfg["model"]
+    out = []
+    out.append("# Quick reference: the FFN variants\n")
+    out.append(
+        "One row per variant. Formulas and cost columns are closed form (D = d_model, F = d_ff, "
+        "n branches, E experts, top-k; docs/costs.md). The measured columns come from one run of "
+        "`ffnlab evolve` (its results.json; regenerate this page with "
+        "`python3 scripts/quick_reference.py report/results.json > docs/quick-reference.md`):\n")
+    out.append(
+        f"- **speed**: forward+backward matrix GFLOP/s as a share of the bare products of the same "
+        f"shapes, at d_model 512, d_ff 2048, {r['speed']['tokens']} tokens, {r['threads']} threads;")
+    out.append(
+        f"- **validation**: bits/byte of a byte-level LM ({model['layers']} layers, d_model "
+        f"{model['d_model']}, {cfg['steps']} steps, {cfg['seeds']} paired seeds) at about equal "
+        "parameters, mean ± std, and the paired difference to ReLU with its verdict;")
+    out.append(
+        "- **zero / dead**: exactly-zero hidden activations after training (mean over layers) and "
+        "dead units (zero on every census token), seed 1.\n")
+    out.append(
+        f"Corpus: {r['data']['source']}, {r['data']['bytes']:,} bytes, fingerprint "
+        f"`{r['data']['fingerprint']}`. The run took {r['seconds'] / 60:.1f} minutes on "
+        f"{r['threads']} threads.\n")
+    out.append("| variant | formula | params (one layer) | fwd matrix FLOPs/token | d_ff at "
+               "equal params | speed, fwd+bwd of peak | validation bits/byte | vs ReLU | zero / "
+               "dead after training | used by | advice |")
+    out.append("|---|---|---|---|---:|---:|---:|---|---|---|---|")
+    for v, t in train.items():
+        sp = speed.get(v, {}).get("forward_backward_of_peak")
+        layers = sparsity.get(v, [])
+        zero = sum(l["zero_fraction_trained"] for l in layers) / len(layers) if layers else None
+        dead = sum(l["dead_units_trained"] for l in layers) if layers and v != "moe" else None
+        units = sum(l["units"] for l in layers) if layers and v != "moe" else None
+        zd = "n/a"
+        if zero is not None:
+            zd = f"{100 * zero:.1f} %" + (f" / {dead} of {units}" if dead is not None else "")
+        diff = ("—" if v == "relu" else
+                f"{t['paired_difference_to_relu_mean']:+.3f} ± "
+                f"{t['paired_difference_to_relu_std']:.3f}: {t['verdict']}")
+        if v == "relu":
+            advice = "the reference; sparse, and loses units to death"
+        elif t["verdict"] == "better than ReLU":
+            advice = "use it: measurably better than ReLU at the same parameters"
+        elif "worse" in t["verdict"]:
+            advice = "worse than ReLU in this run (a small LM trained briefly)"
+        else:
+            advice = "no difference measurable at this scale"
+        if v == "moe":
+            advice += (f"; at equal total parameters it does {t['d_ff'] * 2 * 100 // (4 * model['d_model'])} % "
+                       "of ReLU's expert FLOPs, needs balancing (report section 6), and its "
+                       f"seeds spread by {t['std']:.3f}")
+        out.append(
+            f"| {v} | {FORMULA[v]} | {PARAMS[v]} | {MATMUL[v]} | {t['d_ff']} | "
+            f"{'n/a' if sp is None else f'{100 * sp:.0f} %'} | "
+            f"{t['mean']:.3f} ± {t['std']:.3f} | {diff} | {zd} | {USED_BY[v]} | {advice} |")
+    out.append("")
+    out.append("The whole report (figures, MoE balancing, the seeds' corrections) is "
+               "`report/REPORT.md` after `bash scripts/run.sh`; docs/evolve.md describes it.")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
