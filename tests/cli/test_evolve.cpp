@@ -48,6 +48,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   for (const char* section :
        {"## 0. Data", "## 1. Costs", "## 2. Equal budgets", "## 3. Speed",
         "## 4. Training dynamics", "## 5. Activation sparsity", "## 6. MoE behaviour",
+        "## 7. Real models", "| DeepSeek-V3 |", "| LLaMA-2 70B | GLU (silu) | 8,192 | 28,672 |",
         "## 8. Corrections of the seeds", "## 9. Recommendations", "This is a --quick run"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
   for (const char* figure : {"activation_comparison", "ffn_performance_comparison",
@@ -98,6 +99,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_GT(relu_layers[0].at("zero_fraction_init").get<double>(), 0.3);
   EXPECT_EQ(j.at("sparsity").at("variants").at("gelu")[0].at("zero_fraction_trained"), 0.0);
   EXPECT_EQ(j.at("corrections").size(), 16u);
+  EXPECT_EQ(j.at("zoo").size(), 13u);
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
 
   // Deterministic for a seed and thread count: a second run of two variants trains the same.

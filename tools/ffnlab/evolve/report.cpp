@@ -248,8 +248,13 @@ void run_sweep(Study& st) {
 
 void write_report(Study& st) {
   st.report +=
-      "## 7. Real models\n\nNot in this version of the report: the table of real "
-      "models' FFN configurations (`ffnlab zoo`) is still to be built (issue 11).\n\n";
+      "## 7. Real models\n\nThe FFN of well-known models (`ffnlab zoo` prints the same "
+      "table), costed by ffnlab: one layer's parameters, active parameters and forward FLOPs per "
+      "token (matrix and elementwise), and all FFN layers' parameters together. Each row's "
+      "source is its last column.\n\n";
+  st.report += markdown_table(zoo_header(), zoo_rows(), "llrrrlrrrrrl");
+  st.report += "\n";
+  st.results["zoo"] = zoo_json();
   corrections(st);
   recommendations(st);
 }
