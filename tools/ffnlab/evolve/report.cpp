@@ -196,17 +196,28 @@ void recommendations(Study& st) {
   if (vars->contains("moe") && study) {
     const auto& m = (*vars)["moe"];
     const double active = (*study)["moe"]["active_fraction"].get<double>();
+    const double moe_tps = m["median_tokens_per_second"].get<double>();
+    const double relu_tps = (*vars)["relu"]["median_tokens_per_second"].get<double>();
+    const std::string verdict = m["verdict"].get<std::string>();
+    std::string finding;
+    if (verdict == "better than ReLU")
+      finding = "it pays off here: better than the dense FFN of its total parameters";
+    else if (verdict.find("worse") == std::string::npos && moe_tps > relu_tps)
+      finding = "it pays off here on cost: as good as the dense FFN, at more tokens per second";
+    else
+      finding =
+          "it does not pay off in this run: its validation is worse than the dense FFN's "
+          "of the same total parameters, whatever it saves per token";
+    out["moe_pays_off"] = finding.rfind("it pays off", 0) == 0;
     md += fmt::format(
-        "- **MoE:** at equal total parameters it touches {} of them per token; its paired "
-        "difference to ReLU is {:+.4f} ± {:.4f} bits/byte ({}), at {} tokens/s against ReLU's "
-        "{}. Rule: MoE pays off where it is better than a dense FFN of its total parameters, or "
-        "as good at a lower cost per token; at this scale (small experts, short runs, a "
-        "2-core CPU) the routing overhead is large next to the products.\n",
-        percent(active), m["paired_difference_to_relu_mean"].get<double>(),
-        m["paired_difference_to_relu_std"].get<double>(), m["verdict"].get<std::string>(),
-        thousands(static_cast<std::int64_t>(m["median_tokens_per_second"].get<double>())),
-        thousands(
-            static_cast<std::int64_t>((*vars)["relu"]["median_tokens_per_second"].get<double>())));
+        "- **MoE:** at equal total parameters it touches {} of them per token and trains at {} "
+        "tokens/s against ReLU's {} ({:.2f}×); its paired difference to ReLU is {:+.4f} ± {:.4f} "
+        "bits/byte ({}). Rule: MoE pays off where it is better than a dense FFN of its total "
+        "parameters, or as good at a lower cost per token. Finding: {}.\n",
+        percent(active), thousands(static_cast<std::int64_t>(moe_tps)),
+        thousands(static_cast<std::int64_t>(relu_tps)), moe_tps / relu_tps,
+        m["paired_difference_to_relu_mean"].get<double>(),
+        m["paired_difference_to_relu_std"].get<double>(), verdict, finding);
   }
   md += "\n";
 }
