@@ -133,6 +133,9 @@ TEST_F(Cli, EvolveRejectsBadInput) {
   expect_error(run("evolve --quick --variants gelu,swiglu --out " + path("r")), "include relu");
   expect_error(run("evolve --quick --variants relu,selu --out " + path("r")),
                "unknown variant 'selu'");
+  std::ofstream(path("tiny.txt")) << "a corpus of a few dozen bytes is too small\n";
+  expect_error(run("evolve --quick --data " + path("tiny.txt") + " --out " + path("r")),
+               "need at least 33 bytes each");
   EXPECT_EQ(run("evolve --seeds 0").status, 2);
   EXPECT_FALSE(fs::exists(path("r")));
 }

@@ -65,6 +65,13 @@ void run_evolve(evolve::Options& o) {
         "[evolve] gnuplot is not on the PATH (Debian package gnuplot-nox; "
         "scripts/install-deps.sh installs it)");
   st.corpus = load_corpus(o.data, 0.1);
+  // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
+  const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
+  if (st.corpus.train().size() < need || st.corpus.validation().size() < need)
+    throw Error(fmt::format(
+        "[evolve] '{}' has {} bytes: its training part and its validation part (the last 10 %) "
+        "need at least {} bytes each (one sequence of {} and its next byte)",
+        o.data, st.corpus.bytes.size(), need, st.scale.train.seq));
   StagedDirectory out(o.out);
   st.dir = out.path();
   st.results["data"] = {{"source", st.corpus.source},
