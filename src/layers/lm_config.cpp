@@ -25,6 +25,21 @@ void validate(const LMConfig& c) {
   validate(c.ffn);
 }
 
+LMConfig seeds_encoder_config() {
+  LMConfig c;
+  c.vocab = 256;
+  c.d_model = 512;
+  c.layers = 6;
+  c.heads = 8;
+  c.context = 100;
+  c.pre_norm = false;
+  c.final_norm = false;
+  c.causal = false;
+  c.positions = PositionKind::sinusoidal;
+  c.ffn = variant_config("relu", 512, 2048, true);
+  return c;
+}
+
 namespace {
 
 using json = nlohmann::json;

@@ -61,15 +61,7 @@ TEST(TransformerCost, ParametersEqualTheBuiltModel) {
 TEST(TransformerCost, TheSeedsEncoderIsTwoThirdsFFN) {
   // 6 post-norm blocks of (512, 8 heads, ReLU 2048): per block the FFN has 2,099,712 parameters
   // and attention 4·512² + 4·512 = 1,050,624, so the FFN holds 2/3 of the block parameters.
-  LMConfig c;
-  c.d_model = 512;
-  c.heads = 8;
-  c.layers = 6;
-  c.context = 100;
-  c.pre_norm = false;
-  c.final_norm = false;
-  c.causal = false;
-  c.ffn = variant_config("relu", 512, 2048, true);
+  const LMConfig c = seeds_encoder_config();
   const TransformerCost t = transformer_cost(c, 100, /*with_embeddings=*/false);
   EXPECT_EQ(t.ffn_params, 6 * 2099712);
   EXPECT_EQ(t.attention_params, 6 * 1050624);

@@ -82,7 +82,8 @@ TEST(TransformerLM, MatchesReferenceAndCentralDifferences) {
     lm.parameters().at("model.embed_tokens.weight").value.fill(0.f);
     {
       const Tensor r = test::random_tensor({c.config.vocab, c.config.d_model}, seed++, 0.7f);
-      std::copy(r.f32(), r.f32() + r.numel(), lm.parameters().at("model.embed_tokens.weight").value.f32());
+      std::copy(r.f32(), r.f32() + r.numel(),
+                lm.parameters().at("model.embed_tokens.weight").value.f32());
     }
     std::vector<std::int32_t> ids(T), targets(T);
     for (std::int64_t t = 0; t < T; ++t) {
@@ -109,8 +110,9 @@ TEST(TransformerLM, MatchesReferenceAndCentralDifferences) {
       if (!p.trainable) continue;
       auto& theta = r.params.at(p.name);
       const auto analytic = test::to_vector<double>(p.grad);
-      test::expect_gradient(theta, analytic, [&] { return r.forward(ids, targets, S); },
-                            test::sample_indices(theta.size(), 6), 3e-5, 2e-3, p.name.c_str());
+      test::expect_gradient(
+          theta, analytic, [&] { return r.forward(ids, targets, S); },
+          test::sample_indices(theta.size(), 6), 3e-5, 2e-3, p.name.c_str());
     }
   }
 }
@@ -125,10 +127,10 @@ TEST(TransformerLM, RejectsBadInput) {
   c.ffn = variant_config("relu", 8, 8, true);
   TransformerLM lm(c, 1);
   const std::vector<std::int32_t> five{1, 2, 3, 4, 5}, six{1, 2, 3, 4, 5, 6}, bad{1, 2, 9, 1};
-  EXPECT_THROW(lm.forward(five, {}, 5, false), Error);   // longer than the context
-  EXPECT_THROW(lm.forward(five, {}, 2, false), Error);   // not whole sequences
-  EXPECT_THROW(lm.forward(bad, {}, 4, false), Error);    // token outside the vocabulary
-  EXPECT_THROW(lm.forward(six, five, 3, true), Error);   // targets do not match
+  EXPECT_THROW(lm.forward(five, {}, 5, false), Error);  // longer than the context
+  EXPECT_THROW(lm.forward(five, {}, 2, false), Error);  // not whole sequences
+  EXPECT_THROW(lm.forward(bad, {}, 4, false), Error);   // token outside the vocabulary
+  EXPECT_THROW(lm.forward(six, five, 3, true), Error);  // targets do not match
   LMConfig wrong = c;
   wrong.heads = 3;
   EXPECT_THROW(TransformerLM(wrong, 1), Error);
@@ -140,18 +142,8 @@ TEST(TransformerLM, RejectsBadInput) {
 // The seeds' encoder (004): 6 post-norm layers, d_model 512, 8 heads, ReLU FFN 2048, batch 64,
 // sequence 100, bidirectional, here with the residual around attention that the seeds forgot.
 TEST(TransformerLM, SeedsEncoderRunsForwardAndBackward) {
-  LMConfig c;
-  c.vocab = 256;
-  c.d_model = 512;
-  c.layers = 6;
-  c.heads = 8;
-  c.context = 100;
-  c.pre_norm = false;
-  c.final_norm = false;
-  c.causal = false;
-  c.positions = PositionKind::sinusoidal;
+  LMConfig c = seeds_encoder_config();
   c.dropout = 0.1f;
-  c.ffn = variant_config("relu", 512, 2048, true);
   TransformerLM lm(c, 42);
   const std::int64_t B = 64, S = 100;
   std::vector<std::int32_t> ids(B * S), targets(B * S);

@@ -48,6 +48,11 @@ struct LMConfig {
 // Throws "[lm] ..." naming the first thing that makes no sense.
 void validate(const LMConfig& config);
 
+// The seeds' 6-layer encoder (seed 004): d_model 512, 8 heads, ReLU FFN 2048 with biases,
+// post-norm, bidirectional, sinusoidal positions, sequences of 100 tokens; with the residual
+// around attention that the seeds' code forgot. No dropout (set it where it matters).
+LMConfig seeds_encoder_config();
+
 // JSON: {"vocab": 256, ..., "ffn": {<docs/config.md>}}. Unknown keys are an error.
 LMConfig lm_config_from_json(const nlohmann::json& j);
 nlohmann::json lm_config_to_json(const LMConfig& config);

@@ -195,15 +195,7 @@ void run_costs(Study& st) {
   md += cost_table(study, st.scale.train.batch * st.scale.train.seq, out["study"]);
 
   // The FFN's share of whole Transformers.
-  LMConfig encoder;
-  encoder.d_model = kSeedD;
-  encoder.layers = 6;
-  encoder.heads = 8;
-  encoder.context = 100;
-  encoder.pre_norm = false;
-  encoder.final_norm = false;
-  encoder.causal = false;
-  encoder.ffn = seed_config("relu");
+  const LMConfig encoder = seeds_encoder_config();
   std::vector<std::pair<std::string, TransformerCost>> models{
       {"seeds' encoder, 6 × (512, 8 heads, ReLU 2048), seq 100, blocks only",
        transformer_cost(encoder, 100, false)}};
