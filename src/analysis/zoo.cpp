@@ -75,7 +75,7 @@ std::vector<ZooModel> build() {
       {"Qwen1.5-MoE-A2.7B", "MoE", 24, moe(A::silu, K::glu, 2048, 1408, 60, 4, 1, 5632),
        "Qwen/Qwen1.5-MoE-A2.7B config.json (hidden_size 2048, moe_intermediate_size 1408, "
        "num_experts 60, num_experts_per_tok 4, shared_expert_intermediate_size 5632)",
-       "the shared expert has a sigmoid gate"},
+       "the shared expert has a sigmoid gate; top-k weights are not renormalised"},
       {"DeepSeek-V3", "MoE", 58, moe(A::silu, K::glu, 7168, 2048, 256, 8, 1, 2048),
        "deepseek-ai/DeepSeek-V3 config.json (hidden_size 7168, moe_intermediate_size 2048, "
        "n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, 61 layers, "
@@ -84,6 +84,7 @@ std::vector<ZooModel> build() {
        "blocks are dense SwiGLU FFNs of width 18432"},
   };
   z[11].ffn.moe.shared_gate = true;
+  z[11].ffn.moe.normalize = false;  // norm_topk_prob false
   auto& ds = z[12].ffn.moe;
   ds.score = ScoreFunc::sigmoid;
   ds.groups = 8;
