@@ -2,10 +2,10 @@
 #pragma once
 
 #include <functional>
-#include <random>
 #include <vector>
 
 #include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/layers/parameters.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab::bench {
@@ -16,12 +16,9 @@ inline double time_it(const std::function<void()>& f, double budget) {
   return median_seconds(f, budget);
 }
 
+// N(0, 1) values from `seed`.
 inline Tensor random(Shape s, std::uint64_t seed) {
-  Tensor t(std::move(s));
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = d(rng);
-  return t;
+  return random_normal(std::move(s), seed);
 }
 
 }  // namespace ffnlab::bench

@@ -16,8 +16,9 @@ int main() {
 
   const std::int64_t T = 64;
   Tensor x({T, 32}), y, dx, dy({T, 32});
+  float* xs = x.f32();
   for (std::int64_t i = 0; i < x.numel(); ++i)
-    x.f32()[i] = static_cast<float>((i * 37) % 17) / 17.0f - 0.5f;
+    xs[i] = static_cast<float>((i * 37) % 17) / 17.0f - 0.5f;
   dy.fill(0.01f);
   moe.forward(y, x, /*train=*/true);
   moe.backward(dx, dy);

@@ -14,7 +14,8 @@ int main() {
 
   const std::int64_t T = 5;  // tokens: [T, D] rows, batch and sequence flattened
   Tensor x({T, 64}), y, dx;
-  for (std::int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = std::sin(0.1f * static_cast<float>(i));
+  float* xs = x.f32();  // checked accessor once, then the raw row-major buffer
+  for (std::int64_t i = 0; i < x.numel(); ++i) xs[i] = std::sin(0.1f * static_cast<float>(i));
   ffn->forward(y, x, /*train=*/true);  // keeps what backward needs
 
   Tensor dy({T, 64});
@@ -22,9 +23,10 @@ int main() {
   ffn->backward(dx, dy);  // dx overwritten; parameter gradients accumulate
 
   const Parameter& gate = ffn->parameters().at("gate_proj.weight");
+  const float* g = gate.grad.f32();
   double grad_norm = 0;
   for (std::int64_t i = 0; i < gate.grad.numel(); ++i)
-    grad_norm += static_cast<double>(gate.grad.f32()[i]) * gate.grad.f32()[i];
+    grad_norm += static_cast<double>(g[i]) * g[i];
   std::printf("swiglu: %lld parameters (closed form %lld), y [%lld, %lld], |dL/dW_gate| %.4f\n",
               static_cast<long long>(ffn->parameters().count()),
               static_cast<long long>(count_params(config)), static_cast<long long>(y.dim(0)),

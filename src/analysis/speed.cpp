@@ -9,22 +9,10 @@
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/layers/parameters.hpp"
 #include "ffnlab/ops/matmul.hpp"
 
 namespace ffnlab {
-
-namespace {
-
-Tensor random_tensor(Shape s, std::uint64_t seed) {
-  Tensor t(std::move(s));
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  float* p = t.f32();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
-  return t;
-}
-
-}  // namespace
 
 double median_seconds(const std::function<void()>& f, double budget) {
   using clock = std::chrono::steady_clock;
@@ -47,7 +35,7 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
         budget);
   const std::int64_t T = tokens, D = config.d_model;
   auto ffn = make_ffn(config, 1);
-  const Tensor x = random_tensor({T, D}, 2), dy = random_tensor({T, D}, 3);
+  const Tensor x = random_normal({T, D}, 2), dy = random_normal({T, D}, 3);
   Tensor y, dx;
   LayerSpeed s;
   s.forward_s = median_seconds([&] { ffn->forward(y, x, true); }, budget);
@@ -62,7 +50,7 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   const bool moe = config.kind == FFNKind::moe;
   const FFNConfig dense = moe ? expert_config(config) : config;
   const std::int64_t R = moe ? config.moe.top_k * T : T, P = dense.in_width(), F = dense.d_ff;
-  const Tensor xr = random_tensor({R, D}, 4), dyr = random_tensor({R, D}, 5);
+  const Tensor xr = random_normal({R, D}, 4), dyr = random_normal({R, D}, 5);
   Tensor a({R, P}), h({R, F}), w_in({P, D}), w_out({D, F}), out({R, D}), dw_in({P, D}),
       dw_out({D, F});
   const double mm_fwd = median_seconds(

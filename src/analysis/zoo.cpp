@@ -27,6 +27,25 @@ FFNConfig moe(Activation act, FFNKind expert, std::int64_t d_model, std::int64_t
   return c;
 }
 
+// Qwen1.5-MoE-A2.7B: a gated shared expert, top-k weights not renormalised (norm_topk_prob).
+FFNConfig qwen_moe() {
+  FFNConfig c = moe(Activation::silu, FFNKind::glu, 2048, 1408, 60, 4, 1, 5632);
+  c.moe.shared_gate = true;
+  c.moe.normalize = false;
+  return c;
+}
+
+// DeepSeek-V3: sigmoid scores, 4 of 8 expert groups kept, scaling 2.5, the balancing bias.
+FFNConfig deepseek_v3() {
+  FFNConfig c = moe(Activation::silu, FFNKind::glu, 7168, 2048, 256, 8, 1, 2048);
+  c.moe.score = ScoreFunc::sigmoid;
+  c.moe.groups = 8;
+  c.moe.topk_groups = 4;
+  c.moe.scaling = 2.5f;
+  c.moe.balance_bias = true;
+  return c;
+}
+
 std::vector<ZooModel> build() {
   using A = Activation;
   using K = FFNKind;
@@ -72,25 +91,17 @@ std::vector<ZooModel> build() {
        "mistralai/Mixtral-8x7B-v0.1 config.json (hidden_size 4096, intermediate_size 14336, "
        "num_local_experts 8, num_experts_per_tok 2)",
        ""},
-      {"Qwen1.5-MoE-A2.7B", "MoE", 24, moe(A::silu, K::glu, 2048, 1408, 60, 4, 1, 5632),
+      {"Qwen1.5-MoE-A2.7B", "MoE", 24, qwen_moe(),
        "Qwen/Qwen1.5-MoE-A2.7B config.json (hidden_size 2048, moe_intermediate_size 1408, "
        "num_experts 60, num_experts_per_tok 4, shared_expert_intermediate_size 5632)",
        "the shared expert has a sigmoid gate; top-k weights are not renormalised"},
-      {"DeepSeek-V3", "MoE", 58, moe(A::silu, K::glu, 7168, 2048, 256, 8, 1, 2048),
+      {"DeepSeek-V3", "MoE", 58, deepseek_v3(),
        "deepseek-ai/DeepSeek-V3 config.json (hidden_size 7168, moe_intermediate_size 2048, "
        "n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, 61 layers, "
        "first_k_dense_replace 3)",
        "sigmoid scores, 8 groups of which 4 are kept, routed_scaling_factor 2.5; the first 3 "
        "blocks are dense SwiGLU FFNs of width 18432"},
   };
-  z[11].ffn.moe.shared_gate = true;
-  z[11].ffn.moe.normalize = false;  // norm_topk_prob false
-  auto& ds = z[12].ffn.moe;
-  ds.score = ScoreFunc::sigmoid;
-  ds.groups = 8;
-  ds.topk_groups = 4;
-  ds.scaling = 2.5f;
-  ds.balance_bias = true;
   for (auto& m : z) validate(m.ffn);
   return z;
 }

@@ -105,4 +105,11 @@ void init_normal(Tensor& t, float std, std::mt19937_64& rng) {
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
 }
 
+Tensor random_normal(Shape shape, std::uint64_t seed, float std) {
+  Tensor t(std::move(shape));
+  std::mt19937_64 rng(seed);
+  init_normal(t, std, rng);
+  return t;
+}
+
 }  // namespace ffnlab

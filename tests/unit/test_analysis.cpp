@@ -2,8 +2,11 @@
 // closed-form Transformer costs against the parameters of built models.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/sparsity.hpp"
+#include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
 
 using namespace ffnlab;
@@ -69,4 +72,26 @@ TEST(TransformerCost, TheSeedsEncoderIsTwoThirdsFFN) {
   EXPECT_EQ(t.embedding_params, 0);
   EXPECT_NEAR(static_cast<double>(t.ffn_params) / t.params, 0.666, 0.001);
   EXPECT_THROW(transformer_cost(c, 101), Error);  // longer than the context
+}
+
+// The speed measurement reports what it timed: GFLOP/s are the closed-form matrix FLOPs of the
+// tokens over the measured seconds, for the layer and for the bare products (for MoE: k experts'
+// products over all tokens, without the router's).
+TEST(LayerSpeed, RatesAreTheClosedFormFlopsOverTheMeasuredTimes) {
+  for (const char* variant : {"swiglu", "moe"}) {
+    const FFNConfig c = variant_config(variant, 32, 64, true);
+    const std::int64_t T = 16;
+    const LayerSpeed s = measure_layer_speed(c, T, 0.001);
+    const FFNCost k = ffn_cost(c, T);
+    ASSERT_GT(s.forward_s, 0) << variant;
+    ASSERT_GT(s.forward_backward_s, 0) << variant;
+    EXPECT_NEAR(s.forward_gflops * s.forward_s * 1e9, k.forward.matmul * T,
+                1e-6 * k.forward.matmul * T);
+    EXPECT_NEAR(s.forward_backward_gflops * s.forward_backward_s * 1e9,
+                (k.forward.matmul + k.backward.matmul) * T, 1e-6 * k.forward.matmul * T);
+    EXPECT_TRUE(std::isfinite(s.peak_forward_gflops) && s.peak_forward_gflops > 0) << variant;
+    EXPECT_TRUE(std::isfinite(s.peak_forward_backward_gflops) && s.peak_forward_backward_gflops > 0)
+        << variant;
+  }
+  EXPECT_THROW(measure_layer_speed(variant_config("relu", 8, 8, true), 0, 0.1), Error);
 }

@@ -131,7 +131,7 @@ void add_evolve_command(CLI::App& app) {
       "an existing OUT is replaced only when the new report is complete.");
   cmd->add_option("--out", o->out, "report directory")->capture_default_str();
   cmd->add_flag("--quick", o->quick,
-                "small models and few steps (same code path; about a minute): checks the "
+                "small models and few steps (same code path; about 10 seconds): checks the "
                 "pipeline, measures nothing about the variants");
   cmd->add_option("--data", o->data, "a text file or a folder of them")->capture_default_str();
   cmd->add_option("--seeds", o->seeds, "LM seeds per variant (default 3; --quick 2)")

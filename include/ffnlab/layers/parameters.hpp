@@ -14,9 +14,9 @@ namespace ffnlab {
 struct Parameter {
   std::string name;  // Hugging Face naming, e.g. "gate_proj.weight"
   Shape shape;
-  std::int64_t offset;  // elements into the buffer
-  Tensor value;         // view into values()
-  Tensor grad;          // view into grads()
+  std::int64_t offset;    // elements into the buffer
+  Tensor value;           // view into values()
+  Tensor grad;            // view into grads()
   bool trainable = true;  // false: state kept with the weights but not moved by the optimizer
                           // (the aux-loss-free balancing bias); its gradient stays zero
 };
@@ -64,5 +64,7 @@ class ParameterSet {
 void init_uniform(Tensor& t, float bound, std::mt19937_64& rng);
 // N(0, std²) for every element (embeddings; GPT-2's initialisation of every matrix).
 void init_normal(Tensor& t, float std, std::mt19937_64& rng);
+// A new tensor of N(0, std²) values from `seed` (benchmark and measurement inputs).
+Tensor random_normal(Shape shape, std::uint64_t seed, float std = 1.0f);
 
 }  // namespace ffnlab

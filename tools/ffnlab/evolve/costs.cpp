@@ -133,7 +133,7 @@ FFNConfig match_params(FFNConfig c, std::int64_t target, bool active) {
 FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
   FFNConfig c = variant_config(variant, D, 4 * D, true);
   if (variant == "relu" || variant == "gelu") return c;
-  c.moe.aux_coef = 0.01f;  // the balancing loss at its usual coefficient (Switch, Mixtral)
+  if (c.kind == FFNKind::moe) c.moe.aux_coef = 0.01f;  // the usual coefficient (Switch, Mixtral)
   const std::int64_t target = count_params(variant_config("relu", D, 4 * D, true));
   return match_params(c, target, /*active=*/false);
 }

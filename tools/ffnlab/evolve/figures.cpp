@@ -19,6 +19,11 @@ const char* colour(std::size_t i) {
   return kColours[i % 10];
 }
 
+// Clustered bars with filled boxes and slanted variant names under them.
+constexpr const char* kBars =
+    "set style data histograms\nset style histogram clustered gap 1\n"
+    "set style fill solid 0.8 border -1\nset xtics rotate by -30\n";
+
 std::string preamble(const std::string& name, int width, int height) {
   return fmt::format(
       "set terminal pngcairo size {},{} font 'DejaVu Sans,11' noenhanced\n"
@@ -148,9 +153,9 @@ void activation_comparison(const Study& st) {
        "(quick_gelu)'\n";
   s += "set title 'Hidden activations exactly zero (mean over layers, seed 1)'\n"
        "set ylabel 'fraction of hidden values'\nset xlabel ''\nset yrange [0:1]\n"
-       "set style data histograms\nset style histogram clustered gap 1\n"
-       "set style fill solid 0.8 border -1\nset key top right\nset xtics rotate by -30\n"
-       "plot 'sparsity_summary.csv' every ::1 using 2:xtic(1) title 'at initialisation', '' "
+       "set key top right\n";
+  s += kBars;
+  s += "plot 'sparsity_summary.csv' every ::1 using 2:xtic(1) title 'at initialisation', '' "
        "every ::1 using 3 title 'after training'\n";
   s += "unset multiplot\n";
   render_figure(st.dir, "activation_comparison", s);
@@ -160,8 +165,8 @@ void ffn_performance(const Study& st) {
   std::string s = preamble("ffn_performance_comparison", 1500, 1050);
   s += "set multiplot layout 2,2 title \"FFN variants at the seeds' configuration (d_model 512, "
        "d_ff 2048)\"\n";
-  s += "set style data histograms\nset style histogram clustered gap 1\n"
-       "set style fill solid 0.8 border -1\nset xtics rotate by -30\nset key top left\n";
+  s += kBars;
+  s += "set key top left\n";
   s += "set title 'Parameters and forward FLOPs per token, relative to ReLU'\n"
        "set ylabel 'x ReLU'\nset yrange [0:*]\n"
        "plot 'costs_seeds.csv' every ::1 using 2:xtic(1) title 'parameters', '' every ::1 using "
@@ -179,7 +184,6 @@ void ffn_performance(const Study& st) {
        "plot 'cost_growth.csv' every ::1 using 1:2 lw 2 title 'relu', '' every ::1 using 1:4 lw 2 "
        "title 'swiglu', '' every ::1 using 1:6 lw 2 title 'gated (4 branches)', '' every ::1 "
        "using 1:8 lw 2 title 'moe (8 experts)'\n";
-  s += "unset yrange\n";
   s += "unset logscale\nset xlabel ''\nset style data histograms\nset xtics rotate by -30\n"
        "set title 'Measured speed, forward+backward (matrix GFLOP/s)'\nset ylabel 'GFLOP/s'\n"
        "set yrange [0:*]\n"

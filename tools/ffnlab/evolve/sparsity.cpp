@@ -41,20 +41,17 @@ double gelu_sigmoid(double x) {
   return x / (1.0 + std::exp(-1.702 * x));
 }
 
-// The activation curves and derivatives as ffnlab computes them (f32 kernels), for the figure.
-void write_activation_curves(const Study& st) {
+// The activation curves and derivatives as ffnlab computes them (f32 kernels), for the figure;
+// also records SiLU's minimum on that grid (the corrections section cites it).
+void write_activation_curves(Study& st) {
   const std::vector<Activation> acts{Activation::relu,      Activation::gelu,
                                      Activation::gelu_tanh, Activation::gelu_quick,
                                      Activation::silu,      Activation::sigmoid};
-  const std::int64_t n = 401;
+  const std::int64_t n = 2001;  // [-5, 5] in steps of 0.005
   Tensor x({n}), ones({n});
-  for (std::int64_t i = 0; i < n; ++i) {
-    x.f32()[i] = -5.0f + 10.0f * static_cast<float>(i) / static_cast<float>(n - 1);
-    ones.f32()[i] = 1.0f;
-  }
-  std::string csv = "x";
-  for (Activation a : acts) csv += fmt::format(",{0},d_{0}", enum_name(a));
-  csv += ",gelu_tanh_error,gelu_quick_error\n";
+  float* xs = x.f32();
+  for (std::int64_t i = 0; i < n; ++i) xs[i] = -5.0f + 10.0f * static_cast<float>(i) / (n - 1);
+  ones.fill(1.0f);
   std::vector<Tensor> values, grads;
   for (Activation a : acts) {
     Tensor y({n}), dy({n});
@@ -63,15 +60,27 @@ void write_activation_curves(const Study& st) {
     values.push_back(y);
     grads.push_back(dy);
   }
+  std::vector<const float*> v, g;
+  for (std::size_t k = 0; k < acts.size(); ++k) {
+    v.push_back(values[k].f32());
+    g.push_back(grads[k].f32());
+  }
+  std::string csv = "x";
+  for (Activation a : acts) csv += fmt::format(",{0},d_{0}", enum_name(a));
+  csv += ",gelu_tanh_error,gelu_quick_error\n";
+  const std::size_t silu = 4;  // its index in acts
+  double silu_min = 0, silu_argmin = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const double xi = x.f32()[i];
+    const double xi = xs[i];
+    if (v[silu][i] < silu_min) silu_min = v[silu][i], silu_argmin = xi;
     csv += fmt::format("{:.4f}", xi);
     for (std::size_t k = 0; k < acts.size(); ++k)
-      csv += fmt::format(",{:.6g},{:.6g}", values[k].f32()[i], grads[k].f32()[i]);
+      csv += fmt::format(",{:.6g},{:.6g}", v[k][i], g[k][i]);
     csv += fmt::format(",{:.6g},{:.6g}\n", gelu_tanh(xi) - gelu_exact(xi),
                        gelu_sigmoid(xi) - gelu_exact(xi));
   }
   write_text(st.dir + "/activation_curves.csv", csv);
+  st.results["sparsity"]["silu_min"] = {{"value", silu_min}, {"at", silu_argmin}};
 }
 
 }  // namespace

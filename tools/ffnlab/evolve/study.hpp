@@ -55,12 +55,11 @@ Scale make_scale(const Options& o);
 struct RunRecord {
   std::string variant;
   int seed = 0;
-  std::int64_t d_ff = 0, params = 0, ffn_params = 0;
+  std::int64_t d_ff = 0, params = 0;
   std::vector<StepLog> steps;
   std::vector<EvalLog> evals;    // periodic (eval_tokens each)
   double val_bits_per_byte = 0;  // the whole validation part, at the end
   double median_tokens_per_second = 0;
-  double seconds = 0;
 };
 
 struct Study {

@@ -4,12 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 
 #include "../common.hpp"
-#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/train/toy.hpp"
 #include "study.hpp"
@@ -124,10 +122,8 @@ RunRecord train_run(Study& st, const LMConfig& model, std::uint64_t seed, const 
   tc.seed = seed;
   TransformerLM lm(model, seed);
   r.params = lm.parameters().count();
-  r.ffn_params = model.layers * count_params(model.ffn);
   Trainer trainer(lm, st.corpus, tc);
   if (hooks.on_start) hooks.on_start(lm);
-  const auto t0 = std::chrono::steady_clock::now();
   trainer.run(
       [&](const StepLog& s) {
         r.steps.push_back(s);
@@ -137,7 +133,6 @@ RunRecord train_run(Study& st, const LMConfig& model, std::uint64_t seed, const 
       [&](const EvalLog& e) { r.evals.push_back(e); });
   r.val_bits_per_byte = trainer.evaluate(0).bits_per_byte;
   if (hooks.on_end) hooks.on_end(lm);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<double> tps;
   for (const auto& s : r.steps) tps.push_back(s.tokens_per_second);
   std::sort(tps.begin(), tps.end());
