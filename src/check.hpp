@@ -12,6 +12,12 @@ template <typename... Args>
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
+// A failure of the system rather than of the input: a write or read that failed, memory.
+template <typename... Args>
+[[noreturn]] void fail_system(fmt::format_string<Args...> format, Args&&... args) {
+  throw SystemError(fmt::format(format, std::forward<Args>(args)...));
+}
+
 template <typename... Args>
 void check(bool ok, fmt::format_string<Args...> format, Args&&... args) {
   if (!ok) throw Error(fmt::format(format, std::forward<Args>(args)...));

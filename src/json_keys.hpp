@@ -10,6 +10,9 @@
 #pragma once
 
 #include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -28,12 +31,62 @@ struct JsonKey {
   bool (*printed)(const C&) = nullptr;          // null: always printed
 };
 
+// A value of the wrong JSON type or out of the C++ type's range. read_keys (and the Hugging Face
+// reader) turn it into an Error naming the file's key: "[lm] key 'layers' must be an integer".
+struct BadValue {
+  std::string problem;
+};
+
+// The JSON text of a value for an error message, cut short.
+inline std::string json_excerpt(const nlohmann::json& j) {
+  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// The value of j as a T, strictly: integers must be JSON integers in T's range (13.9 is not an
+// integer; 2^32 + 2 is not an int), floats JSON numbers finite as T, booleans true or false,
+// enums their names. Throws BadValue otherwise.
 template <typename T>
 T json_value(const nlohmann::json& j) {
-  if constexpr (std::is_enum_v<T>)
+  const auto bad = [&](std::string_view expected) {
+    return BadValue{fmt::format("must be {}, got {}", expected, json_excerpt(j))};
+  };
+  if constexpr (std::is_enum_v<T>) {
+    if (!j.is_string()) throw bad("a name (a string)");
     return parse_enum<T>(j.get<std::string>());
-  else
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!j.is_boolean()) throw bad("true or false");
+    return j.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    using L = std::numeric_limits<T>;
+    const auto range = [&] {
+      return BadValue{fmt::format("= {} is out of range (at most {}{})", json_excerpt(j),
+                                  static_cast<std::uint64_t>(L::max()),
+                                  L::is_signed ? "" : ", not negative")};
+    };
+    if (!j.is_number_integer()) throw bad(L::is_signed ? "an integer" : "a non-negative integer");
+    if (j.is_number_unsigned()) {
+      const auto u = j.get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(L::max())) throw range();
+      return static_cast<T>(u);
+    }
+    const auto v = j.get<std::int64_t>();
+    if (v < 0 && !L::is_signed) throw range();
+    if (L::is_signed &&
+        (v < static_cast<std::int64_t>(L::min()) || v > static_cast<std::int64_t>(L::max())))
+      throw range();
+    return static_cast<T>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!j.is_number()) throw bad("a number");
+    const double v = j.get<double>();
+    if (!std::isfinite(static_cast<T>(v))) throw bad("a finite number");
+    return static_cast<T>(v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!j.is_string()) throw bad("a string");
+    return j.get<std::string>();
+  } else {
     return j.get<T>();
+  }
 }
 
 template <typename T>
@@ -76,8 +129,10 @@ void read_keys(const std::array<JsonKey<C>, N>& keys, C& c, const nlohmann::json
     if (!j.contains(k.name)) continue;
     try {
       k.read(c, j.at(k.name));
+    } catch (const BadValue& e) {
+      fail("[{}] key '{}{}' {}", scope, prefix, k.name, e.problem);
     } catch (const nlohmann::json::exception& e) {
-      fail("[{}] key '{}{}': {}", scope, prefix, k.name, e.what());
+      fail("[{}] key '{}{}' has the wrong type", scope, prefix, k.name);
     }
   }
 }

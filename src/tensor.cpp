@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "check.hpp"
+#include "ffnlab/limits.hpp"
 
 namespace ffnlab {
 
@@ -23,7 +24,7 @@ std::string shape_string(const Shape& shape) {
 
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) n = checked_mul(n, d, "[tensor] elements of a shape");
   return shape.empty() ? 0 : n;
 }
 
@@ -31,7 +32,7 @@ static std::shared_ptr<std::byte> allocate(std::size_t bytes) {
   // 64-byte alignment: one cache line, one AVX-512 register.
   std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-  if (!p) fail("[tensor] out of memory allocating {} bytes", bytes);
+  if (!p) fail_system("[tensor] out of memory allocating {} bytes", bytes);
   std::memset(p, 0, rounded);
   return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
 }
@@ -40,6 +41,12 @@ static void check_shape(const Shape& shape) {
   check(!shape.empty() && shape.size() <= 4, "[tensor] rank {} is not in 1..4", shape.size());
   for (auto d : shape)
     check(d >= 0, "[tensor] negative dimension in shape {}", shape_string(shape));
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    n = checked_mul(n, d, "[tensor] elements of a shape");
+    check(n <= limits::kElements, "[tensor] shape {} has more than 2^40 elements",
+          shape_string(shape));
+  }
 }
 
 Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {

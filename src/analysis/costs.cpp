@@ -2,10 +2,26 @@
 #include "ffnlab/analysis/costs.hpp"
 
 #include "check.hpp"
+#include "ffnlab/limits.hpp"
 
 namespace ffnlab {
 
 namespace {
+
+constexpr const char* kParams = "[costs] parameter count";
+std::int64_t mul(std::int64_t a, std::int64_t b) {
+  return checked_mul(a, b, kParams);
+}
+std::int64_t add(std::int64_t a, std::int64_t b) {
+  return checked_add(a, b, kParams);
+}
+
+// Every count below 2^53, so that the FLOPs and bytes computed in doubles from them are exact
+// (their terms are products and sums of non-negative integers no larger than the totals).
+void check_exact(double value, const char* what) {
+  check(value < static_cast<double>(limits::kExact),
+        "[costs] {} = {:.4g} is above 2^53 and cannot be computed exactly", what, value);
+}
 
 // Costs of one dense FFN (plain, glu, multi_branch), per token.
 struct Dense {
@@ -20,7 +36,8 @@ Dense dense_cost(const FFNConfig& c) {
   const std::int64_t Pi = c.in_width();  // width of the input projection
   const double P = static_cast<double>(Pi);
   Dense d{};
-  d.params = Pi * c.d_model + c.d_model * c.d_ff + (c.bias ? Pi + c.d_model : 0);
+  d.params = checked_add(mul(Pi, c.d_model), mul(c.d_model, c.d_ff), kParams);
+  if (c.bias) d.params = add(d.params, add(Pi, c.d_model));
   d.fwd.matmul = 2 * D * P + 2 * F * D;
   d.bwd.matmul = 2 * d.fwd.matmul;  // dX and dW of both products
   const double bias = c.bias ? P + D : 0;
@@ -59,13 +76,13 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
-    const std::int64_t router =
-        c.d_model * m.num_experts * (m.noisy_topk ? 2 : 1) + (m.router_bias ? m.num_experts : 0);
+    const std::int64_t router = add(mul(mul(c.d_model, m.num_experts), m.noisy_topk ? 2 : 1),
+                                    m.router_bias ? m.num_experts : 0);
     const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
     const bool has_shared = m.num_shared > 0;
-    const std::int64_t shared_params = has_shared ? shared.params + gate : 0;
-    out.params = router + m.num_experts * expert.params + shared_params;
-    out.active_params = router + m.top_k * expert.params + shared_params;
+    const std::int64_t shared_params = has_shared ? add(shared.params, gate) : 0;
+    out.params = add(add(router, mul(m.num_experts, expert.params)), shared_params);
+    out.active_params = add(add(router, mul(m.top_k, expert.params)), shared_params);
     // Router: logits (product), bias, softmax (exp, sum, divide), top-k scan, renormalise.
     // Combine: K weighted sums of D-vectors.
     out.forward.matmul = 2 * D * E + K * expert.fwd.matmul;
@@ -87,8 +104,12 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     out.saved_floats_per_token = D + E + K * (expert.saved + D) +
                                  (has_shared ? shared.saved - D + (m.shared_gate ? 1 + D : 0) : 0);
   }
+  check_exact(static_cast<double>(out.params), "the parameter count");
+  check_exact(out.forward.total(), "forward FLOPs per token");
+  check_exact(out.backward.total(), "backward FLOPs per token");
   const double P = static_cast<double>(out.params);
   const double act = out.saved_floats_per_token * static_cast<double>(tokens);
+  check_exact(act, "the saved activations");
   out.f32 = MemoryBytes{4 * P, 4 * P, 8 * P, 4 * act};
   out.bf16 = MemoryBytes{2 * P, 2 * P, 8 * P, 2 * act};
   return out;
@@ -104,13 +125,15 @@ TransformerCost transformer_cost(const LMConfig& c, std::int64_t seq, bool with_
   const std::int64_t norm_params = c.norm == NormKind::layernorm ? 2 * D : D;
   const double norm_flops = c.norm == NormKind::layernorm ? 5 * Dd : 4 * Dd;
   TransformerCost t;
-  t.ffn_params = L * ffn.params;
-  t.attention_params = L * (4 * D * D + (c.attn_bias ? 4 * D : 0));
-  t.norm_params = (2 * L + (c.final_norm ? 1 : 0)) * norm_params;
+  t.ffn_params = mul(L, ffn.params);
+  t.attention_params = mul(L, add(mul(4, mul(D, D)), c.attn_bias ? 4 * D : 0));
+  t.norm_params = mul(2 * L + (c.final_norm ? 1 : 0), norm_params);
   if (with_embeddings)
-    t.embedding_params = V * D + (c.positions == PositionKind::learned ? c.context * D : 0) +
-                         (c.tied_head ? 0 : V * D);
-  t.params = t.ffn_params + t.attention_params + t.norm_params + t.embedding_params;
+    t.embedding_params =
+        add(add(mul(V, D), c.positions == PositionKind::learned ? mul(c.context, D) : 0),
+            c.tied_head ? 0 : mul(V, D));
+  t.params = add(add(t.ffn_params, t.attention_params), add(t.norm_params, t.embedding_params));
+  check_exact(static_cast<double>(t.params), "the parameter count");
 
   t.ffn_forward_flops = static_cast<double>(L) * ffn.forward.total();
   t.attention_forward_flops =
@@ -120,6 +143,7 @@ TransformerCost transformer_cost(const LMConfig& c, std::int64_t seq, bool with_
   t.head_forward_flops =
       with_embeddings ? 2 * Dd * static_cast<double>(V) + 3 * static_cast<double>(V) : 0;
   t.forward_flops = t.ffn_forward_flops + t.attention_forward_flops + norms + t.head_forward_flops;
+  check_exact(t.forward_flops, "forward FLOPs per token");
   return t;
 }
 

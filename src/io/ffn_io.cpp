@@ -2,22 +2,25 @@
 #include "ffnlab/io/ffn_io.hpp"
 
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/io/hf_config.hpp"
 
 namespace ffnlab {
 
 FFNConfig read_ffn_config_file(const std::string& path) {
-  std::ifstream in(path);
-  check(in.good(), "[config] {}: cannot open ({})", path, std::strerror(errno));
+  const auto bytes = read_regular_file(path, "config", std::uint64_t{1} << 24);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(bytes.begin(), bytes.end());
   } catch (const nlohmann::json::exception& e) {
-    fail("[config] {}: not valid JSON ({})", path, e.what());
+    // nlohmann's message names the byte: "parse error at line 1, column 5: ..."
+    const std::string what = e.what();
+    const auto at = what.find("] ");
+    fail("[config] {}: not valid JSON ({})", path,
+         at == std::string::npos ? what : what.substr(at + 2));
   }
   try {
     return is_hf_config(j) ? hf_ffn_config(j) : config_from_json(j);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "json_keys.hpp"
 
 namespace ffnlab {
 
@@ -13,16 +14,17 @@ template <typename T>
 T require(const nlohmann::json& j, const char* key, const std::string& model) {
   check(j.contains(key), "[config] {} config.json lacks '{}'", model, key);
   try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("[config] {} config.json: '{}' has the wrong type", model, key);
+    return json_value<T>(j.at(key));
+  } catch (const BadValue& e) {
+    fail("[config] {} config.json: '{}' {}", model, key, e.problem);
   }
 }
 
-// An optional key: its default when absent, a named error when of the wrong type.
+// An optional key: its default when absent or null (Hugging Face's "unset"), a named error when of
+// the wrong type.
 template <typename T>
 T optional(const nlohmann::json& j, const char* key, T fallback, const std::string& model) {
-  return j.contains(key) ? require<T>(j, key, model) : fallback;
+  return j.contains(key) && !j.at(key).is_null() ? require<T>(j, key, model) : fallback;
 }
 
 // The sparse MoE block of Mixtral, Qwen2-MoE and DeepSeek-V3 (docs/moe.md has the mapping).

@@ -72,7 +72,8 @@ std::size_t st_dtype_size(StDType dtype) {
 }
 
 SafeTensors SafeTensors::load(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   check(fd >= 0, "[safetensors] {}: cannot open ({})", path, std::strerror(errno));
   struct stat st {};
   const bool stat_ok = ::fstat(fd, &st) == 0;
@@ -337,24 +338,6 @@ std::vector<std::byte> SafeTensorsWriter::serialize() const {
 void SafeTensorsWriter::write(const std::string& path) const {
   const auto bytes = serialize();
   write_file_atomic(path, bytes.data(), bytes.size());
-}
-
-void write_file_atomic(const std::string& path, const void* data, std::size_t size) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  check(f != nullptr, "[io] {}: cannot write ({})", path, std::strerror(errno));
-  const bool ok = std::fwrite(data, 1, size, f) == size;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) {
-    std::remove(tmp.c_str());
-    fail("[io] {}: write failed ({})", path, std::strerror(errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    fail("[io] {}: cannot rename into place ({})", path, ec.message());
-  }
 }
 
 }  // namespace ffnlab

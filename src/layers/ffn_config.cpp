@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/limits.hpp"
 #include "json_keys.hpp"
 
 namespace ffnlab {
@@ -45,32 +46,34 @@ std::int64_t default_d_ff(FFNKind kind, std::int64_t d_model) {
 }
 
 void validate(const FFNConfig& c) {
-  check(c.d_model > 0, "[ffn] d_model = {} must be positive", c.d_model);
-  check(c.d_ff > 0, "[ffn] d_ff = {} must be positive", c.d_ff);
+  check_range(c.d_model, 1, limits::kWidth, "ffn", "d_model");
+  check_range(c.d_ff, 1, limits::kWidth, "ffn", "d_ff");
   check(c.act.kind < Activation::count, "[ffn] invalid activation");
   check(std::isfinite(c.act.beta) && c.act.beta > 0, "[ffn] swish beta = {} must be positive",
         c.act.beta);
   if (c.kind == FFNKind::multi_branch) {
-    check(c.branches >= 1, "[ffn] branches = {} must be >= 1", c.branches);
+    check_range(c.branches, 1, limits::kBranches, "ffn", "branches");
     check(c.layout == GLULayout::separate,
           "[ffn] layout 'fused' applies to plain and glu FFNs, not multi_branch");
   }
   if (c.kind == FFNKind::moe) {
     const auto& m = c.moe;
-    check(m.num_experts >= 1, "[moe] num_experts = {} must be >= 1", m.num_experts);
-    check(m.top_k >= 1, "[moe] top_k = {} must be >= 1", m.top_k);
+    check_range(m.num_experts, 1, limits::kExperts, "moe", "num_experts");
+    check_range(m.top_k, 1, limits::kExperts, "moe", "top_k");
     check(m.top_k <= m.num_experts, "[moe] top_k = {} exceeds num_experts = {}", m.top_k,
           m.num_experts);
     check(m.expert_kind == FFNKind::plain || m.expert_kind == FFNKind::glu,
           "[moe] expert kind '{}' must be plain or glu", enum_name(m.expert_kind));
-    check(m.expert_d_ff >= 0 && m.shared_d_ff >= 0, "[moe] expert d_ff must not be negative");
-    check(m.num_shared >= 0, "[moe] num_shared = {} must not be negative", m.num_shared);
+    check_range(m.expert_d_ff, 0, limits::kWidth, "moe", "expert_d_ff");
+    check_range(m.shared_d_ff, 0, limits::kWidth, "moe", "shared_d_ff");
+    check_range(m.num_shared, 0, limits::kExperts, "moe", "num_shared");
     check(m.score < ScoreFunc::count && m.drop < DropPolicy::count &&
               m.balance_loss < BalanceLoss::count && m.naming < MoENaming::count,
           "[moe] invalid enum value");
     check(std::isfinite(m.scaling) && m.scaling > 0, "[moe] routed scaling = {} must be positive",
           m.scaling);
-    check(m.groups >= 0 && m.topk_groups >= 0, "[moe] groups and topk_groups must not be negative");
+    check_range(m.groups, 0, limits::kExperts, "moe", "groups");
+    check_range(m.topk_groups, 0, limits::kExperts, "moe", "topk_groups");
     if (m.groups > 0) {
       check(m.num_experts % m.groups == 0,
             "[moe] num_experts = {} is not divisible by n_group = {}", m.num_experts, m.groups);
@@ -176,14 +179,14 @@ constexpr std::array kMoEKeys{
 constexpr std::array kFFNKeys{
     JsonKey<FFNConfig>{"variant",
                        [](FFNConfig& c, const json& j) {
-                         c = variant_config(j.get<std::string>(), c.d_model, c.d_ff, c.bias);
+                         c = variant_config(json_value<std::string>(j), c.d_model, c.d_ff, c.bias);
                        }},
     field<FFNConfig, &FFNConfig::kind>("kind"),
     JsonKey<FFNConfig>{"activation",
                        [](FFNConfig& c, const json& j) { c.act.kind = json_value<Activation>(j); },
                        [](const FFNConfig& c) { return json_of(c.act.kind); }},
     JsonKey<FFNConfig>{"swish_beta",
-                       [](FFNConfig& c, const json& j) { c.act.beta = j.get<float>(); },
+                       [](FFNConfig& c, const json& j) { c.act.beta = json_value<float>(j); },
                        [](const FFNConfig& c) { return json(c.act.beta); },
                        [](const FFNConfig& c) { return c.act.beta != 1.0f; }},
     field<FFNConfig, &FFNConfig::d_model>("d_model"),

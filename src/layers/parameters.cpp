@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "check.hpp"
+#include "ffnlab/limits.hpp"
 
 namespace ffnlab {
 
@@ -11,8 +12,11 @@ void ParameterSet::declare(std::string name, Shape shape, bool trainable) {
   check(!values_.defined(), "[parameters] '{}' declared after allocate()", name);
   check(!contains(name), "[parameters] '{}' declared twice", name);
   const std::int64_t n = shape_numel(shape);
+  const std::int64_t end = checked_add(size_, n, "[parameters] parameter count");
+  check(end <= limits::kElements, "[parameters] more than 2^40 parameters (at '{}')", name);
+  index_.emplace(name, params_.size());
   params_.push_back(Parameter{std::move(name), std::move(shape), size_, {}, {}, trainable});
-  size_ += n;
+  size_ = end;
 }
 
 void ParameterSet::allocate() {
@@ -68,15 +72,13 @@ void ParameterSet::move_to(Tensor values, Tensor grads) {
 }
 
 bool ParameterSet::contains(std::string_view name) const {
-  for (const auto& p : params_)
-    if (p.name == name) return true;
-  return false;
+  return index_.find(name) != index_.end();
 }
 
 Parameter& ParameterSet::at(std::string_view name) {
-  for (auto& p : params_)
-    if (p.name == name) return p;
-  fail("[parameters] no parameter named '{}'", name);
+  const auto it = index_.find(name);
+  if (it == index_.end()) fail("[parameters] no parameter named '{}'", name);
+  return params_[it->second];
 }
 const Parameter& ParameterSet::at(std::string_view name) const {
   return const_cast<ParameterSet*>(this)->at(name);

@@ -4,10 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "check.hpp"
+#include "ffnlab/io/files.hpp"
 #include "hash.hpp"
 
 namespace ffnlab {
@@ -21,11 +20,11 @@ bool skipped(const fs::path& p) {
   return ext == ".dat" || ext == ".u8";
 }
 
+// Appends one file, keeping the whole corpus within kMaxReadBytes.
 void append_file(Corpus& c, const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  check(in.good(), "[data] cannot read '{}'", p.string());
-  c.bytes.insert(c.bytes.end(), std::istreambuf_iterator<char>(in),
-                 std::istreambuf_iterator<char>());
+  const std::uint64_t room = kMaxReadBytes - c.bytes.size();
+  const auto bytes = read_regular_file(p.string(), "data", room);
+  c.bytes.insert(c.bytes.end(), bytes.begin(), bytes.end());
   c.files.push_back(p.string());
 }
 

@@ -9,7 +9,9 @@
 #include <random>
 
 #include "check.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/io/safetensors.hpp"
+#include "ffnlab/limits.hpp"
 #include "json_keys.hpp"
 
 namespace ffnlab {
@@ -27,13 +29,28 @@ Schedule schedule_of(const TrainConfig& c) {
 }  // namespace
 
 void validate(const TrainConfig& c) {
-  check(c.steps >= 0 && c.batch > 0 && c.seq > 0 && c.accumulate > 0,
-        "[train] steps >= 0, batch, seq and accumulate > 0 (got {}, {}, {}, {})", c.steps, c.batch,
-        c.seq, c.accumulate);
-  check(c.warmup >= 0 && c.min_lr_ratio >= 0.f && c.min_lr_ratio <= 1.f && c.clip >= 0.f,
-        "[train] warmup >= 0, min_lr_ratio in [0, 1], clip >= 0");
-  check(c.eval_every >= 0 && c.eval_tokens >= 0 && c.checkpoint_every >= 0,
-        "[train] eval_every, eval_tokens and checkpoint_every must be >= 0");
+  check_range(c.steps, 0, limits::kSteps, "train", "steps");
+  check_range(c.batch, 1, limits::kTokens, "train", "batch");
+  check_range(c.seq, 1, limits::kWidth, "train", "seq");
+  check_range(c.accumulate, 1, limits::kTokens, "train", "accumulate");
+  check(checked_mul(c.batch, c.seq, "[train] batch × seq") <= limits::kTokens,
+        "[train] batch × seq = {} × {} tokens is more than 2^32", c.batch, c.seq);
+  check_range(c.warmup, 0, limits::kSteps, "train", "warmup");
+  check_range(c.eval_every, 0, limits::kSteps, "train", "eval_every");
+  check_range(c.eval_tokens, 0, limits::kSteps, "train", "eval_tokens");
+  check_range(c.checkpoint_every, 0, limits::kSteps, "train", "checkpoint_every");
+  check(c.min_lr_ratio >= 0.f && c.min_lr_ratio <= 1.f,
+        "[train] min_lr_ratio = {} must be in [0, 1]", c.min_lr_ratio);
+  check(std::isfinite(c.clip) && c.clip >= 0.f, "[train] clip = {} must be >= 0", c.clip);
+  const OptimizerConfig& o = c.optimizer;
+  check(std::isfinite(o.lr) && o.lr >= 0.f, "[train] lr = {} must be >= 0", o.lr);
+  check(std::isfinite(o.eps) && o.eps > 0.f, "[train] eps = {} must be positive", o.eps);
+  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0.f,
+        "[train] weight_decay = {} must be >= 0", o.weight_decay);
+  check(o.beta1 >= 0.f && o.beta1 < 1.f && o.beta2 >= 0.f && o.beta2 < 1.f,
+        "[train] beta1 = {} and beta2 = {} must be in [0, 1)", o.beta1, o.beta2);
+  check(o.momentum >= 0.f && o.momentum < 1.f, "[train] momentum = {} must be in [0, 1)",
+        o.momentum);
 }
 
 namespace {
@@ -85,16 +102,30 @@ TrainConfig train_config_from_json(const json& j) {
   return c;
 }
 
+namespace {
+void check_validation_part(const Corpus& corpus, std::int64_t seq) {
+  check(window_count(corpus.validation(), seq) > 0,
+        "[data] the validation part of '{}' ({} bytes) is shorter than one sequence of {} bytes "
+        "(seq {} + 1); use more data, a larger validation fraction or a shorter seq",
+        corpus.source, corpus.validation().size(), seq + 1, seq);
+}
+}  // namespace
+
+void check_training_setup(const LMConfig& model, const Corpus& corpus, const TrainConfig& config,
+                          bool evaluates) {
+  validate(config);
+  check(config.seq <= model.context, "[train] sequence length {} exceeds the model's context {}",
+        config.seq, model.context);
+  const auto n = static_cast<std::int64_t>(corpus.train().size());
+  check(n >= config.seq + 1,
+        "[data] sequence length {} needs at least {} bytes of training data; '{}' has {}",
+        config.seq, config.seq + 1, corpus.source, n);
+  if (evaluates) check_validation_part(corpus, config.seq);
+}
+
 Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config)
     : model_(model), corpus_(corpus), config_(config), schedule_(schedule_of(config)) {
-  validate(config_);
-  check(config_.seq <= model.config().context,
-        "[train] sequence length {} exceeds the model's context {}", config_.seq,
-        model.config().context);
-  const auto n = static_cast<std::int64_t>(corpus.train().size());
-  check(n >= config_.seq + 1,
-        "[data] sequence length {} needs at least {} bytes of training data; '{}' has {}",
-        config_.seq, config_.seq + 1, corpus.source, n);
+  check_training_setup(model.config(), corpus, config_, false);
   model_.set_precision(config_.precision);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_.parameters(),
                                            TransformerLM::is_decayed);
@@ -184,9 +215,10 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   return log;
 }
 
-void Trainer::run(const std::function<void(const StepLog&)>& on_step,
+bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
                   const std::function<void(const EvalLog&)>& on_eval,
-                  const std::string& checkpoint_dir) {
+                  const std::string& checkpoint_dir, const std::function<bool()>& stop) {
+  check_validation_part(corpus_, config_.seq);  // fail now, not after the last step
   while (step_ < config_.steps) {
     StepLog log;
     try {
@@ -204,10 +236,14 @@ void Trainer::run(const std::function<void(const StepLog&)>& on_step,
     const bool last = step_ == config_.steps;
     if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0))
       if (on_eval) on_eval(evaluate(config_.eval_tokens));
+    const bool stopping = !last && stop && stop();
     if (!checkpoint_dir.empty() &&
-        (last || (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)))
+        (last || stopping ||
+         (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)))
       save(checkpoint_dir);
+    if (stopping) return false;
   }
+  return true;
 }
 
 void Trainer::save(const std::string& dir) const {
@@ -227,7 +263,11 @@ void Trainer::save(const std::string& dir) const {
                      {"step", step_},
                      {"optimizer_steps", optimizer_->steps()},
                      {"weights", weights},
-                     {"data", {{"source", corpus_.source}, {"bytes", corpus_.bytes.size()}}},
+                     {"data",
+                      {{"source", corpus_.source},
+                       {"bytes", corpus_.bytes.size()},
+                       {"fingerprint", corpus_.fingerprint},
+                       {"train_bytes", corpus_.train().size()}}},
                      {"model", lm_config_to_json(model_.config())},
                      {"train", train_config_to_json(config_)}};
   const std::string text = info.dump(2) + "\n";
@@ -243,21 +283,44 @@ void Trainer::save(const std::string& dir) const {
 json read_checkpoint_info(const std::string& dir) {
   const fs::path path = fs::path(dir) / kInfo;
   check(fs::exists(path), "[checkpoint] no checkpoint in '{}' ({} is missing)", dir, path.string());
-  std::ifstream in(path);
+  const auto bytes = read_regular_file(path.string(), "checkpoint", std::uint64_t{1} << 24);
   json info;
   try {
-    in >> info;
+    info = json::parse(bytes.begin(), bytes.end());
   } catch (const json::exception& e) {
-    fail("[checkpoint] {} is corrupt: {}", path.string(), e.what());
+    fail("[checkpoint] {} is corrupt: not valid JSON", path.string());
   }
   check(info.is_object() && info.value("format", "") == kFormat && info.contains("weights") &&
             info.contains("model") && info.contains("train") && info.contains("step"),
         "[checkpoint] {} is not an ffnlab checkpoint", path.string());
+  // Strict types and ranges: a hostile file must not set a negative step or name another file.
+  const auto integer = [&](const char* key) {
+    try {
+      const auto v = json_value<std::int64_t>(info[key]);
+      check_range(v, 0, limits::kSteps, "checkpoint", key);
+      return v;
+    } catch (const BadValue& e) {
+      fail("[checkpoint] {}: '{}' {}", path.string(), key, e.problem);
+    } catch (const Error& e) {
+      fail("{} (in {})", e.what(), path.string());
+    }
+  };
+  check(info["model"].is_object() && info["train"].is_object(),
+        "[checkpoint] {}: 'model' and 'train' must be JSON objects", path.string());
+  integer("step");
+  if (info.contains("optimizer_steps")) integer("optimizer_steps");
+  const json& w = info["weights"];
+  const std::string name = w.is_string() ? w.get<std::string>() : "";
+  check(name.starts_with("weights-") && name.ends_with(".safetensors") &&
+            name.find('/') == std::string::npos && name.size() < 64,
+        "[checkpoint] {}: 'weights' must name a weights-*.safetensors file beside it",
+        path.string());
   return info;
 }
 
 void Trainer::load(const std::string& dir) {
   const json info = read_checkpoint_info(dir);
+  remove_stale_temporaries(dir);  // weights files of a run killed while it checkpointed
   const json mine = lm_config_to_json(model_.config());
   std::string diff;
   for (const auto& [k, v] : mine.items())
@@ -282,7 +345,8 @@ void Trainer::load(const std::string& dir) {
   load_state("optimizer.m", optimizer_->m());
   if (optimizer_->v().defined()) load_state("optimizer.v", optimizer_->v());
   step_ = info["step"].get<std::int64_t>();
-  optimizer_->set_steps(info.value("optimizer_steps", step_));
+  optimizer_->set_steps(
+      info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step_);
 }
 
 std::string sample_text(TransformerLM& model, const std::string& prompt, std::int64_t n,

@@ -254,11 +254,11 @@ TEST_F(Cli, RunRejectsBadInputWithoutWritingOutput) {
       "dy has shape [1, 13], x has [7, 13]");
   EXPECT_FALSE(fs::exists(path("y.safetensors")));
   EXPECT_FALSE(fs::exists(path("g.safetensors")));
-  // Writing into a folder that does not exist fails and leaves nothing behind.
+  // Writing into a folder that does not exist fails before any work and leaves nothing behind.
   expect_error(run("run --config " + golden(c, "config.json") + " --input " +
                    golden(c, "x.safetensors") + " --weights " + golden(c, "weights.safetensors") +
                    " --output " + path("nope/y.safetensors")),
-               "cannot write");
+               "nope' does not exist");
 }
 
 namespace {

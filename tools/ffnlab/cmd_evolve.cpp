@@ -135,9 +135,9 @@ void add_evolve_command(CLI::App& app) {
                 "pipeline, measures nothing about the variants");
   cmd->add_option("--data", o->data, "a text file or a folder of them")->capture_default_str();
   cmd->add_option("--seeds", o->seeds, "LM seeds per variant (default 3; --quick 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->steps, "optimizer steps per LM run (default 600; --quick 40)")
-      ->check(CLI::PositiveNumber);
+      ->check(int_in(1, 1000000000));
   add_variants_flag(*cmd, o->variants);
   cmd->add_flag("--sweep", o->sweep,
                 "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)");

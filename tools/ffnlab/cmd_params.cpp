@@ -9,6 +9,7 @@
 #include "ffn_flags.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/limits.hpp"
 
 namespace ffnlab::cli {
 
@@ -117,7 +118,7 @@ void add_params_command(CLI::App& app) {
   add_variants_flag(*cmd, o->variants);
   cmd->add_option("--tokens", o->tokens, "tokens in a batch, for activation memory")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_in(0, limits::kTokens));
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
   cmd->callback([o] { run_params(*o); });
 }

@@ -1,6 +1,7 @@
 // ffnlab run: one FFN layer on tensors from safetensors files, forward and optionally backward.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -13,6 +14,8 @@
 namespace ffnlab::cli {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 struct RunOptions {
   std::string config, weights, prefix, input, output, grad_output, grads, dtype = "f32";
@@ -48,16 +51,17 @@ void add_routing(SafeTensorsWriter& out, const MoEFFN& moe) {
 
 void run(const RunOptions& o) {
   apply_threads(o.threads);
+  // Every input is read and checked, and every output place, before the layer is built.
+  check_output_path(o.output, "run");
+  const bool backward = !o.grad_output.empty();
+  if (backward) {
+    check_output_path(o.grads, "run");
+    if (fs::weakly_canonical(o.grads) == fs::weakly_canonical(o.output))
+      throw UsageError("[run] --grads and --output name the same file");
+  }
   const FFNConfig config = read_ffn_config_file(o.config);
-  auto ffn = make_ffn(config, o.seed);
-  ffn->set_precision(parse_enum<Precision>(o.dtype));
-  if (!o.weights.empty())
-    load_parameters(ffn->parameters(), SafeTensors::load(o.weights), o.prefix);
-
-  // Every input is read and checked before anything is written.
   Shape x_shape, dy_shape;
   const Tensor x = read_rows(o.input, "x", config.d_model, x_shape);
-  const bool backward = !o.grad_output.empty();
   Tensor dy;
   if (backward) {
     dy = read_rows(o.grad_output, "dy", config.d_model, dy_shape);
@@ -65,6 +69,11 @@ void run(const RunOptions& o) {
       throw Error(fmt::format("[run] dy has shape {}, x has {}", shape_string(dy_shape),
                               shape_string(x_shape)));
   }
+  const SafeTensors weights = o.weights.empty() ? SafeTensors{} : SafeTensors::load(o.weights);
+
+  auto ffn = make_ffn(config, o.seed);
+  ffn->set_precision(parse_enum<Precision>(o.dtype));
+  if (!o.weights.empty()) load_parameters(ffn->parameters(), weights, o.prefix);
 
   Tensor y;
   ffn->forward(y, x, backward);
@@ -72,8 +81,9 @@ void run(const RunOptions& o) {
   out.add("y", y.reshape(x_shape));
   out.set_metadata("ffnlab_config", config_to_json(config).dump());
   if (const auto* moe = dynamic_cast<const MoEFFN*>(ffn.get())) add_routing(out, *moe);
+  const auto y_bytes = out.serialize();
   if (!backward) {
-    out.write(o.output);
+    write_file_atomic(o.output, y_bytes.data(), y_bytes.size());
     return;
   }
   Tensor dx;
@@ -82,8 +92,10 @@ void run(const RunOptions& o) {
   SafeTensorsWriter g;
   g.add("dx", dx.reshape(x_shape));
   for (const auto& p : ffn->parameters().list()) g.add(o.prefix + p.name, p.grad);
-  g.write(o.grads);
-  out.write(o.output);
+  const auto g_bytes = g.serialize();
+  // Both files or neither.
+  write_files_atomic(
+      {{o.grads, g_bytes.data(), g_bytes.size()}, {o.output, y_bytes.data(), y_bytes.size()}});
 }
 
 }  // namespace

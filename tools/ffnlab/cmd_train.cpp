@@ -2,6 +2,7 @@
 // text (the fortunes corpus by default), with logs, evaluation, checkpoints and a sample.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,9 +11,13 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "ffn_flags.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/io/files.hpp"
+#include "ffnlab/limits.hpp"
 #include "ffnlab/train/trainer.hpp"
+#include "interrupt.hpp"
 #include "progress.hpp"
 
 namespace ffnlab::cli {
@@ -42,19 +47,25 @@ struct TrainOptions {
   std::string prompt = "\n";
   std::int64_t print_every = 0;
   int threads = 0;
+  bool force = false;
   std::vector<CLI::Option*> model_flags;
+  std::vector<std::pair<CLI::Option*, const char*>> train_flags;  // flag, its train-config key
+  CLI::Option* out_flag = nullptr;
 };
 
 LMConfig read_model_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in.good()) throw Error(fmt::format("[train] cannot read '{}'", path));
+  const auto bytes = read_regular_file(path, "train", std::uint64_t{1} << 24);
   json j;
   try {
-    in >> j;
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("[train] {}: {}", path, e.what()));
+    j = json::parse(bytes.begin(), bytes.end());
+  } catch (const json::exception&) {
+    throw Error(fmt::format("[train] {}: not valid JSON", path));
   }
-  return lm_config_from_json(j);
+  try {
+    return lm_config_from_json(j);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (in {})", e.what(), path));
+  }
 }
 
 LMConfig model_from_flags(const TrainOptions& o) {
@@ -83,6 +94,7 @@ struct RunSetup {
   LMConfig model;
   TrainConfig train;
   std::string resume_dir;  // empty: a new run
+  json info;               // the checkpoint's checkpoint.json when resuming
 };
 
 RunSetup resolve_setup(const TrainOptions& o) {
@@ -96,14 +108,56 @@ RunSetup resolve_setup(const TrainOptions& o) {
     return r;
   }
   r.resume_dir = (fs::path(o.resume) / "checkpoint").string();
-  const json info = read_checkpoint_info(r.resume_dir);
+  r.info = read_checkpoint_info(r.resume_dir);
+  const std::string source = (fs::path(r.resume_dir) / "checkpoint.json").string();
   bool explicit_model = false;
   for (auto* f : o.model_flags) explicit_model |= f->count() > 0;
-  r.model = explicit_model ? model_from_flags(o) : lm_config_from_json(info["model"]);
-  const std::int64_t steps = r.train.steps;
-  r.train = train_config_from_json(info["train"]);
-  r.train.steps = steps;
+  try {
+    r.model = explicit_model ? model_from_flags(o) : lm_config_from_json(r.info["model"]);
+    // The checkpoint's training settings, except where a flag was given: a flag that differs
+    // from the checkpoint changes the run, which needs --force (--steps sets the new total).
+    const json flags = train_config_to_json(r.train);
+    json merged = r.info["train"];
+    std::string conflicts;
+    for (const auto& [opt, key] : o.train_flags) {
+      if (opt->count() == 0 || !merged.contains(key) || merged[key] == flags[key]) continue;
+      if (std::string_view(key) != "steps")
+        conflicts += fmt::format("{}{} {} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
+                                 opt->get_name(), flags[key].dump(), merged[key].dump());
+      merged[key] = flags[key];
+    }
+    if (!conflicts.empty() && !o.force)
+      throw UsageError(fmt::format(
+          "[train] resuming {} with other training settings: {}; use --force to change them",
+          o.resume, conflicts));
+    merged["steps"] = r.train.steps;
+    r.train = train_config_from_json(merged);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).find(" (in ") != std::string_view::npos) throw;
+    throw Error(fmt::format("{} (in {})", e.what(), source));
+  }
   return r;
+}
+
+// A resumed run must see the bytes it was trained on, split the same way (its batches are a
+// function of them): other data is refused unless forced.
+void check_same_data(const RunSetup& r, const Corpus& corpus, bool force) {
+  if (r.resume_dir.empty() || force) return;
+  const json& d = r.info.value("data", json::object());
+  const std::string fingerprint = d.value("fingerprint", "");
+  const auto train_bytes = d.value("train_bytes", std::int64_t{-1});
+  if (!fingerprint.empty() && fingerprint != corpus.fingerprint)
+    throw UsageError(fmt::format(
+        "[train] --data '{}' ({}) is not the data the checkpoint was trained on ('{}', {}); use "
+        "--force to continue on other data",
+        corpus.source, corpus.fingerprint, d.value("source", "?"), fingerprint));
+  if (train_bytes >= 0 && train_bytes != static_cast<std::int64_t>(corpus.train().size()))
+    throw UsageError(
+        fmt::format("[train] the training part is {} bytes, the checkpoint's was {} (another "
+                    "--val-fraction?); use --force to continue anyway",
+                    corpus.train().size(), train_bytes));
 }
 
 // train_log.csv and eval_log.csv, appended to when a run resumes into its own folder.
@@ -111,19 +165,43 @@ struct Logs {
   std::ofstream steps, evals;
 };
 
-Logs open_logs(const TrainOptions& o) {
-  fs::create_directories(o.out);
-  const bool append = !o.resume.empty() && fs::path(o.resume) == fs::path(o.out);
-  const auto mode = append ? std::ios::app : std::ios::trunc;
-  Logs logs{std::ofstream(fs::path(o.out) / "train_log.csv", mode),
-            std::ofstream(fs::path(o.out) / "eval_log.csv", mode)};
-  if (!logs.steps.good() || !logs.evals.good())
-    throw Error(fmt::format("[train] cannot write logs into '{}'", o.out));
-  if (!append) {
-    logs.steps << "step,loss,aux_loss,grad_norm,lr,tokens_per_s,seconds,load_cv,max_over_mean,"
-                  "dropped_fraction,router_entropy\n";
-    logs.evals << "step,val_loss,val_bits_per_byte,tokens\n";
+constexpr const char* kStepHeader =
+    "step,loss,aux_loss,grad_norm,lr,tokens_per_s,seconds,load_cv,max_over_mean,"
+    "dropped_fraction,router_entropy\n";
+constexpr const char* kEvalHeader = "step,val_loss,val_bits_per_byte,tokens\n";
+
+// A log continued from step `from`: the header, then its rows up to that step. Rows after it
+// were written by a run that died after its last checkpoint; the resumed run writes them again.
+std::ofstream continue_log(const fs::path& path, const char* header, std::int64_t from) {
+  std::string kept = header;
+  std::ifstream in(path);
+  std::string line;
+  for (bool first = true; std::getline(in, line); first = false) {
+    if (first) continue;  // the header
+    std::int64_t step = 0;
+    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), step);
+    if (ec == std::errc() && end != line.data() && *end == ',' && step <= from)
+      kept.append(line).append("\n");
   }
+  write_file_atomic(path.string(), kept.data(), kept.size());
+  return std::ofstream(path, std::ios::app);
+}
+
+// train_log.csv and eval_log.csv: new, or continued when a run resumes in its own folder.
+Logs open_logs(const std::string& out, bool resumed_here, std::int64_t from_step) {
+  const fs::path steps = fs::path(out) / "train_log.csv", evals = fs::path(out) / "eval_log.csv";
+  Logs logs;
+  if (resumed_here) {
+    logs.steps = continue_log(steps, kStepHeader, from_step);
+    logs.evals = continue_log(evals, kEvalHeader, from_step);
+  } else {
+    logs.steps = std::ofstream(steps, std::ios::trunc);
+    logs.evals = std::ofstream(evals, std::ios::trunc);
+    logs.steps << kStepHeader;
+    logs.evals << kEvalHeader;
+  }
+  if (!logs.steps.good() || !logs.evals.good())
+    throw SystemError(fmt::format("[train] cannot write logs into '{}'", out));
   return logs;
 }
 
@@ -224,40 +302,70 @@ void write_summary(const std::string& out, const RunSetup& r, const Corpus& corp
   write_file_atomic((fs::path(out) / "summary.json").string(), s.data(), s.size());
 }
 
+// Refuses a model whose weights, gradients and optimizer state alone exceed this machine's
+// memory (or the process's address-space limit), before allocating any of it.
+void check_memory(std::int64_t params, const LMConfig& m) {
+  const double need = 16.0 * static_cast<double>(params);  // values, grads, Adam's m and v
+  const double have = available_memory_bytes();
+  if (need > have)
+    throw Error(fmt::format(
+        "[train] the model has {} parameters: {:.1f} GiB of weights, gradients and optimizer "
+        "state, more than the {:.1f} GiB available (d_model {}, {} layers, vocab {})",
+        params, need / (1 << 30), have / (1 << 30), m.d_model, m.layers, m.vocab));
+}
+
 void run_train(TrainOptions& o) {
+  InterruptGuard interrupts;
   apply_threads(o.threads);
+  // --resume DIR continues in DIR unless --out names another folder.
+  std::string out = o.out;
+  if (!o.resume.empty() && o.out_flag->count() == 0) out = o.resume;
   const RunSetup setup = resolve_setup(o);
+  ensure_writable_dir(out, "train");
+  remove_stale_temporaries(out);
   const Corpus corpus = load_corpus(o.data, o.val_fraction);
+  check_same_data(setup, corpus, o.force);
+  check_training_setup(setup.model, corpus, setup.train);
+  check_memory(transformer_cost(setup.model, 1).params, setup.model);
+
   TransformerLM model(setup.model, setup.train.seed);
   Trainer trainer(model, corpus, setup.train);
   if (!setup.resume_dir.empty()) trainer.load(setup.resume_dir);
   if (trainer.step() > setup.train.steps)
-    throw Error(fmt::format("[train] the checkpoint is at step {}, past --steps {}", trainer.step(),
-                            setup.train.steps));
+    throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
+                                 trainer.step(), setup.train.steps));
 
-  Logs logs = open_logs(o);
+  const bool resumed_here =
+      !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
+  Logs logs = open_logs(out, resumed_here, trainer.step());
   const std::int64_t params = model.parameters().count();
   print_header(setup.model, setup.train, corpus, params, trainer.step());
   RunMonitor monitor(logs, setup.train, o.print_every);
+  const std::string checkpoint = (fs::path(out) / "checkpoint").string();
+  bool finished = false;
   try {
-    trainer.run([&](const StepLog& s) { monitor.on_step(s); },
-                [&](const EvalLog& e) { monitor.on_eval(e); },
-                (fs::path(o.out) / "checkpoint").string());
+    finished = trainer.run([&](const StepLog& s) { monitor.on_step(s); },
+                           [&](const EvalLog& e) { monitor.on_eval(e); }, checkpoint,
+                           [] { return InterruptGuard::requested(); });
   } catch (const Error&) {
     monitor.finish();  // end the progress line before the error
     throw;
   }
   monitor.finish();
+  if (!finished)
+    throw Interrupted(fmt::format(
+        "{} after step {} of {}; checkpoint written to {}; continue with: ffnlab train --resume {}",
+        InterruptGuard::signal_name(), trainer.step(), setup.train.steps, checkpoint, out));
 
   std::string text;
   if (o.sample > 0) {
     text = sample_text(model, o.prompt, o.sample, o.temperature, setup.train.seed);
-    std::ofstream(fs::path(o.out) / "sample.txt") << text;
+    write_file_atomic((fs::path(out) / "sample.txt").string(), text.data(), text.size());
     fmt::print("sample (temperature {}):\n{}\n", o.temperature, text);
   }
-  write_summary(o.out, setup, corpus, params, trainer.step(), monitor, text);
+  write_summary(out, setup, corpus, params, trainer.step(), monitor, text);
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n",
-             monitor.median_tokens_per_second(), o.out);
+             monitor.median_tokens_per_second(), out);
 }
 
 }  // namespace
@@ -284,9 +392,15 @@ void add_train_command(CLI::App& app) {
   for (auto* opt : add_ffn_flags(*cmd, o->ffn, M)) model(opt);
   model(cmd->add_option("--layers", o->layers, "Transformer blocks"))
       ->capture_default_str()
+      ->check(int_in(1, limits::kLayers))
       ->group(M);
-  model(cmd->add_option("--heads", o->heads, "attention heads"))->capture_default_str()->group(M);
-  model(cmd->add_option("--context", o->context, "longest sequence (default: --seq)"))->group(M);
+  model(cmd->add_option("--heads", o->heads, "attention heads"))
+      ->capture_default_str()
+      ->check(int_in(1, limits::kWidth))
+      ->group(M);
+  model(cmd->add_option("--context", o->context, "longest sequence (default: --seq)"))
+      ->check(int_in(0, limits::kWidth))
+      ->group(M);
   model(cmd->add_option("--positions", o->positions, join_names(enum_names<PositionKind>(), ", ")))
       ->capture_default_str()
       ->group(M);
@@ -303,53 +417,56 @@ void add_train_command(CLI::App& app) {
   model(cmd->add_flag("--no-attn-bias", o->no_attn_bias, "no biases in q/k/v/o"))->group(M);
   model(cmd->add_option("--dropout", o->dropout, "dropout on embeddings and residual branches"))
       ->capture_default_str()
+      ->check(real_in(0, 1, true))
       ->group(M);
   model(cmd->add_option("--init-std", o->init_std,
                         "matrices N(0, s), biases 0 (GPT-2); 0: torch.nn defaults"))
       ->capture_default_str()
+      ->check(real_in(0, 1e3))
       ->group(M);
 
   const char* T = "Training";
   TrainConfig& t = o->train;
-  cmd->add_option("--steps", t.steps, "optimizer steps (in total, when resuming)")
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str()->group(T);
-  cmd->add_option("--seq", t.seq, "tokens (bytes) per sequence")->capture_default_str()->group(T);
-  cmd->add_option("--accumulate", t.accumulate, "micro-batches per step")
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--optimizer", o->optimizer, join_names(enum_names<OptimizerKind>(), ", "))
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--lr", t.optimizer.lr, "peak learning rate")->capture_default_str()->group(T);
-  cmd->add_option("--beta1", t.optimizer.beta1, "Adam β1")->capture_default_str()->group(T);
-  cmd->add_option("--beta2", t.optimizer.beta2, "Adam β2")->capture_default_str()->group(T);
-  cmd->add_option("--eps", t.optimizer.eps, "Adam ε")->capture_default_str()->group(T);
-  cmd->add_option("--weight-decay", t.optimizer.weight_decay,
-                  "weight decay on matrices (AdamW: decoupled; Adam, SGD: L2)")
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum")
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--warmup", t.warmup, "linear warm-up steps")->capture_default_str()->group(T);
-  cmd->add_option("--decay", o->decay,
-                  "after warm-up: " + join_names(enum_names<DecayKind>(), " or "))
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--min-lr-ratio", t.min_lr_ratio, "cosine floor as a fraction of --lr")
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--clip", t.clip, "max global gradient norm (0: off)")
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--seed", t.seed, "initialisation, batches and dropout")
-      ->capture_default_str()
-      ->group(T);
-  cmd->add_option("--dtype", o->dtype, "product precision: f32, or bf16 with f32 master weights")
-      ->capture_default_str()
-      ->group(T);
+  // A training flag: when resuming, one that differs from the checkpoint needs --force.
+  auto train = [&](const char* key, CLI::Option* opt) {
+    o->train_flags.emplace_back(opt, key);
+    return opt->capture_default_str()->group(T);
+  };
+  train("steps", cmd->add_option("--steps", t.steps, "optimizer steps (in total, when resuming)"))
+      ->check(int_in(0, limits::kSteps));
+  train("batch", cmd->add_option("--batch", t.batch, "sequences per micro-batch"))
+      ->check(int_in(1, 1 << 20));
+  train("seq", cmd->add_option("--seq", t.seq, "tokens (bytes) per sequence"))
+      ->check(int_in(1, limits::kWidth));
+  train("accumulate", cmd->add_option("--accumulate", t.accumulate, "micro-batches per step"))
+      ->check(int_in(1, 1 << 20));
+  train("optimizer", cmd->add_option("--optimizer", o->optimizer,
+                                     join_names(enum_names<OptimizerKind>(), ", ")));
+  train("lr", cmd->add_option("--lr", t.optimizer.lr, "peak learning rate"))
+      ->check(real_in(0, 1e30));
+  train("beta1", cmd->add_option("--beta1", t.optimizer.beta1, "Adam β1"))
+      ->check(real_in(0, 1, true));
+  train("beta2", cmd->add_option("--beta2", t.optimizer.beta2, "Adam β2"))
+      ->check(real_in(0, 1, true));
+  train("eps", cmd->add_option("--eps", t.optimizer.eps, "Adam ε"))->check(real_in(1e-30, 1));
+  train("weight_decay",
+        cmd->add_option("--weight-decay", t.optimizer.weight_decay,
+                        "weight decay on matrices (AdamW: decoupled; Adam, SGD: L2)"))
+      ->check(real_in(0, 1e3));
+  train("momentum", cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum"))
+      ->check(real_in(0, 1, true));
+  train("warmup", cmd->add_option("--warmup", t.warmup, "linear warm-up steps"))
+      ->check(int_in(0, limits::kSteps));
+  train("decay", cmd->add_option("--decay", o->decay,
+                                 "after warm-up: " + join_names(enum_names<DecayKind>(), " or ")));
+  train("min_lr_ratio",
+        cmd->add_option("--min-lr-ratio", t.min_lr_ratio, "cosine floor as a fraction of --lr"))
+      ->check(real_in(0, 1));
+  train("clip", cmd->add_option("--clip", t.clip, "max global gradient norm (0: off)"))
+      ->check(real_in(0, 1e30));
+  train("seed", cmd->add_option("--seed", t.seed, "initialisation, batches and dropout"));
+  train("precision", cmd->add_option("--dtype", o->dtype,
+                                     "product precision: f32, or bf16 with f32 master weights"));
   add_threads_option(*cmd, o->threads);
 
   const char* D = "Data and output";
@@ -358,30 +475,41 @@ void add_train_command(CLI::App& app) {
       ->group(D);
   cmd->add_option("--val-fraction", o->val_fraction, "last fraction of the bytes for validation")
       ->capture_default_str()
+      ->check(real_in(0, 1, true))
       ->group(D);
-  cmd->add_option("--eval-every", t.eval_every, "validate every N steps (0: only at the end)")
-      ->capture_default_str()
+  train("eval_every", cmd->add_option("--eval-every", t.eval_every,
+                                      "validate every N steps (0: only at the end)"))
+      ->check(int_in(0, limits::kSteps))
       ->group(D);
-  cmd->add_option("--eval-tokens", t.eval_tokens, "validation tokens per evaluation (0: all)")
-      ->capture_default_str()
+  train("eval_tokens", cmd->add_option("--eval-tokens", t.eval_tokens,
+                                       "validation tokens per evaluation (0: all)"))
+      ->check(int_in(0, limits::kSteps))
       ->group(D);
-  cmd->add_option("--checkpoint-every", t.checkpoint_every,
-                  "checkpoint every N steps (0: only at the end)")
-      ->capture_default_str()
+  train("checkpoint_every", cmd->add_option("--checkpoint-every", t.checkpoint_every,
+                                            "checkpoint every N steps (0: only at the end)"))
+      ->check(int_in(0, limits::kSteps))
       ->group(D);
-  cmd->add_option("--out", o->out, "output folder")->capture_default_str()->group(D);
+  o->out_flag = cmd->add_option("--out", o->out, "output folder (with --resume: that folder)")
+                    ->capture_default_str()
+                    ->group(D);
   cmd->add_option("--resume", o->resume,
-                  "continue the run whose output folder this is (from its checkpoint/)")
+                  "continue the run whose output folder this is (from its checkpoint/), in it")
+      ->group(D);
+  cmd->add_flag("--force", o->force,
+                "with --resume: continue even on other data or with other training settings")
       ->group(D);
   cmd->add_option("--sample", o->sample, "bytes of text to sample at the end (0: none)")
       ->capture_default_str()
+      ->check(int_in(0, 1000000))
       ->group(D);
   cmd->add_option("--temperature", o->temperature, "sampling temperature (0: greedy)")
       ->capture_default_str()
+      ->check(real_in(0, 1000))
       ->group(D);
   cmd->add_option("--prompt", o->prompt, "text the sample continues")->group(D);
   cmd->add_option("--print-every", o->print_every,
                   "without a terminal: a progress line every N steps (default: steps/20)")
+      ->check(int_in(0, limits::kSteps))
       ->group(D);
   cmd->callback([o] { run_train(*o); });
 }

@@ -3,17 +3,60 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "ffnlab/layers/ffn_config.hpp"
 
 namespace ffnlab::cli {
 
+CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
+  const std::string range = fmt::format("[{}, {}]", lo, hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        std::int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || ptr != end || v < lo || v > hi)
+          return fmt::format("'{}' is not an integer in {}", text.substr(0, 40), range);
+        return {};
+      },
+      "INT in " + range);
+}
+
+CLI::Validator real_in(double lo, double hi, bool hi_open) {
+  const std::string range = fmt::format("[{}, {}{}", lo, hi, hi_open ? ")" : "]");
+  return CLI::Validator(
+      [lo, hi, hi_open, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool ok = !text.empty() && end == text.c_str() + text.size() && std::isfinite(v) &&
+                        v >= lo && (hi_open ? v < hi : v <= hi);
+        if (!ok) return fmt::format("'{}' is not a number in {}", text.substr(0, 40), range);
+        return {};
+      },
+      "REAL in " + range);
+}
+
 void add_threads_option(CLI::App& cmd, int& threads) {
-  cmd.add_option("--threads", threads, "OpenMP threads (default: OMP_NUM_THREADS or all cores)")
-      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--threads", threads,
+                 "OpenMP threads, at most the processors (default: OMP_NUM_THREADS or all)")
+      ->check(int_in(0, omp_get_num_procs()));
+}
+
+double available_memory_bytes() {
+  double bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    bytes = std::min(bytes, static_cast<double>(limit.rlim_cur));
+  return bytes;
 }
 
 void apply_threads(int threads) {

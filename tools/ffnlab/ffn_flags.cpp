@@ -1,7 +1,9 @@
 // The FFN-layer flags and their mapping to FFNConfig.
 #include "ffn_flags.hpp"
 
+#include "common.hpp"
 #include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 
 namespace ffnlab::cli {
@@ -15,43 +17,43 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
   };
   add(cmd.add_option("--d-model", f.d_model, "model width D"))
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_in(1, limits::kWidth));
   // A command whose default d_ff is 0 picks the width per variant; the others need a width.
   if (f.d_ff == 0)
     add(cmd.add_option("--d-ff", f.d_ff,
                        "FFN hidden width F (0: 4·D, and 8/3·D rounded up to a multiple of 8 for "
                        "the GLU kinds, about equal parameters)"))
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(int_in(0, limits::kWidth));
   else
     add(cmd.add_option("--d-ff", f.d_ff, "FFN hidden width F"))
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(int_in(1, limits::kWidth));
   add(cmd.add_flag("--no-bias,--no-ffn-bias", f.no_bias, "no bias on any Linear of the FFN"));
   add(cmd.add_option("--branches", f.branches, "branches of the gated (multi-branch) FFN"))
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_in(1, limits::kBranches));
   add(cmd.add_option("--experts", f.experts, "MoE: routed experts"))
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_in(1, limits::kExperts));
   add(cmd.add_option("--top-k", f.top_k, "MoE: experts per token"))
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_in(1, limits::kExperts));
   add(cmd.add_option("--shared-experts", f.shared, "MoE: shared experts"))
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_in(0, limits::kExperts));
   add(cmd.add_option("--expert-d-ff", f.expert_d_ff, "MoE: expert hidden width (0: --d-ff)"))
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_in(0, limits::kWidth));
   add(cmd.add_option("--aux-coef", f.aux_coef, "MoE: load-balancing loss coefficient"))
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(real_in(0, 1e6));
   add(cmd.add_option("--z-coef", f.z_coef, "MoE: router z-loss coefficient"))
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(real_in(0, 1e6));
   add(cmd.add_option("--capacity", f.capacity, "MoE: capacity factor (0: dropless)"))
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(real_in(0, 1e6));
   add(cmd.add_option("--ffn-config", f.config_file,
                      "a layer config file instead of the variant and the flags above (ffnlab "
                      "JSON, docs/config.md, or a Hugging Face config.json)"));

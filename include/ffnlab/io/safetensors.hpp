@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {
@@ -82,8 +83,5 @@ class SafeTensorsWriter {
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };
-
-// Writes bytes to path atomically (temporary file, fsync-free rename). Throws on failure.
-void write_file_atomic(const std::string& path, const void* data, std::size_t size);
 
 }  // namespace ffnlab

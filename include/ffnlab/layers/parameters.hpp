@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ffnlab/tensor.hpp"
@@ -55,7 +57,13 @@ class ParameterSet {
   void move_to(Tensor values, Tensor grads);
 
  private:
+  // Transparent hashing: at() and contains() look names up without building a std::string.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   std::vector<Parameter> params_;
+  std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> index_;  // name -> i
   std::int64_t size_ = 0;
   Tensor values_, grads_;
 };

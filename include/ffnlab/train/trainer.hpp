@@ -20,18 +20,18 @@ namespace ffnlab {
 
 struct TrainConfig {
   std::int64_t steps = 600;
-  std::int64_t batch = 16;       // sequences per micro-batch
-  std::int64_t seq = 128;        // tokens per sequence
-  std::int64_t accumulate = 1;   // micro-batches per step
+  std::int64_t batch = 16;      // sequences per micro-batch
+  std::int64_t seq = 128;       // tokens per sequence
+  std::int64_t accumulate = 1;  // micro-batches per step
   OptimizerConfig optimizer;
   std::int64_t warmup = 50;
   float min_lr_ratio = 0.1f;
   DecayKind decay = DecayKind::cosine;
-  float clip = 1.0f;             // max global gradient norm; 0: no clipping
-  std::uint64_t seed = 1;        // model initialisation, batches, dropout
+  float clip = 1.0f;       // max global gradient norm; 0: no clipping
+  std::uint64_t seed = 1;  // model initialisation, batches, dropout
   Precision precision = Precision::f32;
-  std::int64_t eval_every = 100; // 0: only at the end
-  std::int64_t eval_tokens = 0;  // validation tokens per evaluation; 0: the whole part
+  std::int64_t eval_every = 100;      // 0: only at the end
+  std::int64_t eval_tokens = 0;       // validation tokens per evaluation; 0: the whole part
   std::int64_t checkpoint_every = 0;  // 0: only at the end (when a directory is set)
 };
 
@@ -46,17 +46,24 @@ struct StepLog {
   double grad_norm = 0;   // before clipping
   double lr = 0;
   double tokens_per_second = 0;
-  double seconds = 0;     // wall time of the step
+  double seconds = 0;  // wall time of the step
   // MoE (means over layers; zero for dense models)
   double load_cv = 0, max_over_mean = 0, dropped_fraction = 0, router_entropy = 0;
 };
 
 struct EvalLog {
   std::int64_t step = 0;
-  double loss = 0;           // nats per byte
+  double loss = 0;  // nats per byte
   double bits_per_byte = 0;
   std::int64_t tokens = 0;
 };
+
+// What the Trainer checks: the configs, seq within the model's context, a training part longer
+// than one sequence and, when it `evaluates` (run() does), a validation part holding one window.
+// The command line calls it before building the model, so that nothing is allocated for a run
+// that cannot finish.
+void check_training_setup(const LMConfig& model, const Corpus& corpus, const TrainConfig& config,
+                          bool evaluates = true);
 
 class Trainer {
  public:
@@ -65,10 +72,12 @@ class Trainer {
   // Trains from the current step to config.steps. Evaluates every eval_every steps and at the
   // end, and checkpoints to `checkpoint_dir` (if not empty) every checkpoint_every steps and at
   // the end. A non-finite loss or gradient stops training before the update with an Error naming
-  // the step and the checkpoint left to resume from, which stays as it is.
-  void run(const std::function<void(const StepLog&)>& on_step,
+  // the step and the checkpoint left to resume from, which stays as it is. `stop` (optional) is
+  // asked after every step: when it says yes, run checkpoints (when a directory is set) and
+  // returns false before config.steps; run returns true when all steps are done.
+  bool run(const std::function<void(const StepLog&)>& on_step,
            const std::function<void(const EvalLog&)>& on_eval,
-           const std::string& checkpoint_dir = "");
+           const std::string& checkpoint_dir = "", const std::function<bool()>& stop = {});
 
   // One step on `accumulate` batches drawn from the training part (used by run); returns its
   // log. Throws on a non-finite loss or gradient.
@@ -78,7 +87,8 @@ class Trainer {
   // Mean loss over the first max_tokens tokens of the validation part (0: all of it).
   EvalLog evaluate(std::int64_t max_tokens);
 
-  // Checkpoint: DIR/checkpoint.json (configs, step, seed, the weights file's name) and
+  // Checkpoint: DIR/checkpoint.json (configs, step, seed, the data's fingerprint and split, the
+  // weights file's name) and
   // DIR/weights-<step>.safetensors (parameters by name, optimizer moments). Each file is
   // written to a temporary name and renamed; checkpoint.json is renamed last, so that a crash
   // at any point leaves the previous checkpoint whole.

@@ -1,0 +1,57 @@
+// Files read from outside and files written so that nothing half-written is ever seen.
+//
+// Reading: open_regular_file refuses what is not a regular file (a FIFO would block forever, a
+// device never ends) and files above a size cap, before a byte is read.
+// Writing: write_file_atomic writes a temporary file beside the target, fsyncs it, renames it
+// over the target and fsyncs the folder, so that after a crash or power loss the target is the
+// old file or the new one, whole. Temporary files are named `<target>.tmp.<pid>`;
+// remove_stale_temporaries deletes those whose process is gone (a run that was killed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ffnlab {
+
+// 16 GiB: the largest text corpus or config file ffnlab reads into memory.
+inline constexpr std::uint64_t kMaxReadBytes = std::uint64_t{16} << 30;
+
+// The size of the regular file at path; Error "[scope] path: not a regular file (a FIFO)" or
+// "... is N bytes, more than the limit M" otherwise.
+std::uint64_t regular_file_size(const std::string& path, const char* scope,
+                                std::uint64_t max_bytes = kMaxReadBytes);
+// The whole regular file (checked as above).
+std::vector<std::uint8_t> read_regular_file(const std::string& path, const char* scope,
+                                            std::uint64_t max_bytes = kMaxReadBytes);
+
+// Writes bytes to path atomically and durably (above). Throws SystemError on failure, leaving
+// neither a temporary file nor a changed target.
+void write_file_atomic(const std::string& path, const void* data, std::size_t size);
+// Several files written together: every one is written to its temporary name and synced before
+// any is renamed, so that a failure while writing (a full disk, a bad path) changes none of them.
+struct FileContent {
+  std::string path;
+  const void* data;
+  std::size_t size;
+};
+void write_files_atomic(const std::vector<FileContent>& files);
+// Checks before any work that `path` can be written later: its folder exists and is writable,
+// and path is not a folder. Error "[scope] path: ..." otherwise.
+void check_output_path(const std::string& path, const char* scope);
+// fsync of a file or folder (a folder's entries: the renames in it). Throws SystemError.
+void sync_path(const std::string& path);
+// fsync of every file and folder under dir, then dir itself.
+void sync_tree(const std::string& dir);
+// Deletes `*.tmp.<pid>` files and `.*.partial-<pid>` folders in dir whose process no longer
+// runs. Returns how many it removed.
+int remove_stale_temporaries(const std::string& dir);
+// The name a temporary file of this process gets for path.
+std::string temporary_name(const std::string& path);
+
+// Creates dir (and its parents) if needed and checks that a file can be created in it;
+// Error "[scope] cannot write into 'dir': ..." otherwise.
+void ensure_writable_dir(const std::string& dir, const char* scope);
+
+}  // namespace ffnlab

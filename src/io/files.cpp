@@ -1,0 +1,194 @@
+// Checked reading and atomic, durable writing of files.
+#include "ffnlab/io/files.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// An open descriptor that closes itself.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Opens a regular file for reading without blocking on a FIFO; returns its size.
+std::uint64_t open_regular(Fd& f, const std::string& path, const char* scope,
+                           std::uint64_t max_bytes) {
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  check(f.fd >= 0, "[{}] {}: cannot open ({})", scope, path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) fail_system("[{}] {}: {}", scope, path, std::strerror(errno));
+  check(S_ISREG(st.st_mode), "[{}] {}: {}, not a regular file", scope, path, file_kind(st.st_mode));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  check(size <= max_bytes, "[{}] {}: {} bytes is more than the limit of {} bytes", scope, path,
+        size, max_bytes);
+  return size;
+}
+
+bool process_alive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+// The pid at the end of name after `marker`, or 0.
+long pid_after(const std::string& name, const std::string& marker) {
+  const auto at = name.rfind(marker);
+  if (at == std::string::npos) return 0;
+  const std::string digits = name.substr(at + marker.size());
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return 0;
+  return std::stol(digits);
+}
+
+}  // namespace
+
+std::uint64_t regular_file_size(const std::string& path, const char* scope,
+                                std::uint64_t max_bytes) {
+  Fd f;
+  return open_regular(f, path, scope, max_bytes);
+}
+
+std::vector<std::uint8_t> read_regular_file(const std::string& path, const char* scope,
+                                            std::uint64_t max_bytes) {
+  Fd f;
+  const std::uint64_t size = open_regular(f, path, scope, max_bytes);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(size));
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(f.fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_system("[{}] {}: read failed ({})", scope, path, std::strerror(errno));
+    if (n == 0) break;  // the file shrank while we read it
+    done += static_cast<std::size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+std::string temporary_name(const std::string& path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
+
+void sync_path(const std::string& path) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0 || ::fsync(f.fd) != 0)
+    fail_system("[io] {}: cannot sync to disk ({})", path, std::strerror(errno));
+}
+
+void sync_tree(const std::string& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) sync_path(e.path().string());
+  sync_path(dir);
+}
+
+namespace {
+
+// Writes and syncs one temporary file; returns errno (0: done).
+int write_synced(const std::string& tmp, const void* data, std::size_t size) {
+  Fd f;
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.fd < 0) return errno;
+  const auto* p = static_cast<const char*>(data);
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::write(f.fd, p + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(f.fd) != 0) return errno;
+  const int fd = f.fd;
+  f.fd = -1;
+  return ::close(fd) != 0 ? errno : 0;
+}
+
+std::string folder_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+}  // namespace
+
+void write_files_atomic(const std::vector<FileContent>& files) {
+  std::vector<std::string> tmps;
+  const auto give_up = [&](const std::string& path, int error) {
+    for (const auto& t : tmps) ::unlink(t.c_str());
+    fail_system("[io] {}: write failed ({})", path, std::strerror(error));
+  };
+  for (const auto& f : files) {
+    tmps.push_back(temporary_name(f.path));
+    if (const int error = write_synced(tmps.back(), f.data, f.size)) give_up(f.path, error);
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (::rename(tmps[i].c_str(), files[i].path.c_str()) != 0) {
+      const int error = errno;
+      tmps.erase(tmps.begin(), tmps.begin() + static_cast<std::ptrdiff_t>(i));
+      give_up(files[i].path, error);
+    }
+  }
+  for (const auto& f : files) sync_path(folder_of(f.path));
+}
+
+void write_file_atomic(const std::string& path, const void* data, std::size_t size) {
+  write_files_atomic({FileContent{path, data, size}});
+}
+
+void check_output_path(const std::string& path, const char* scope) {
+  check(!path.empty(), "[{}] the output path is empty", scope);
+  const std::string dir = folder_of(path);
+  std::error_code ec;
+  check(fs::is_directory(dir, ec), "[{}] {}: the folder '{}' does not exist", scope, path, dir);
+  check(::access(dir.c_str(), W_OK | X_OK) == 0, "[{}] {}: cannot write into '{}' ({})", scope,
+        path, dir, std::strerror(errno));
+  check(!fs::is_directory(path, ec), "[{}] {}: is a folder", scope, path);
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const long tmp_pid = pid_after(name, ".tmp.");
+    const long dir_pid = name.starts_with(".") ? pid_after(name, ".partial-") : 0;
+    const long pid = tmp_pid ? tmp_pid : dir_pid;
+    if (pid == 0 || process_alive(pid)) continue;
+    std::error_code rm;
+    removed += fs::remove_all(e.path(), rm) > 0 ? 1 : 0;
+  }
+  return removed;
+}
+
+void ensure_writable_dir(const std::string& dir, const char* scope) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, "[{}] cannot create the folder '{}' ({})", scope, dir, ec.message());
+  check(fs::is_directory(dir, ec), "[{}] '{}' is not a folder", scope, dir);
+  check(::access(dir.c_str(), W_OK | X_OK) == 0, "[{}] cannot write into '{}' ({})", scope, dir,
+        std::strerror(errno));
+}
+
+}  // namespace ffnlab

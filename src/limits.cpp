@@ -1,0 +1,31 @@
+// Checked size arithmetic: the out-of-line error paths.
+#include "ffnlab/limits.hpp"
+
+#include <bit>
+#include <string>
+
+#include "check.hpp"
+
+namespace ffnlab {
+
+namespace {
+// 1099511627776 -> "2^40"; other values as they are.
+std::string size_string(std::int64_t v) {
+  if (v >= 1024 && std::has_single_bit(static_cast<std::uint64_t>(v)))
+    return fmt::format("2^{}", std::countr_zero(static_cast<std::uint64_t>(v)));
+  return std::to_string(v);
+}
+}  // namespace
+
+void throw_overflow(std::string_view what, std::int64_t a, std::int64_t b, char op) {
+  if (a < 0 || b < 0) fail("{}: negative size {} {} {}", what, a, op == '*' ? "×" : "+", b);
+  fail("{} = {} {} {} does not fit in 64 bits", what, a, op == '*' ? "×" : "+", b);
+}
+
+void check_range(std::int64_t value, std::int64_t lo, std::int64_t hi, std::string_view scope,
+                 std::string_view name) {
+  check(lo <= value && value <= hi, "[{}] {} = {} must be in [{}, {}]", scope, name, value,
+        size_string(lo), size_string(hi));
+}
+
+}  // namespace ffnlab
