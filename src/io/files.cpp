@@ -167,19 +167,35 @@ void check_output_path(const std::string& path, const char* scope) {
   check(!fs::is_directory(path, ec), "[{}] {}: is a folder", scope, path);
 }
 
-int remove_stale_temporaries(const std::string& dir) {
+int remove_stale_temporaries(const std::string& dir,
+                             const std::function<bool(std::string_view target)>& ours) {
   int removed = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    const long tmp_pid = pid_after(name, ".tmp.");
-    const long dir_pid = name.starts_with(".") ? pid_after(name, ".partial-") : 0;
-    const long pid = tmp_pid ? tmp_pid : dir_pid;
-    if (pid == 0 || process_alive(pid)) continue;
+    std::string target;
+    long pid = pid_after(name, ".tmp.");
+    if (pid) {
+      target = name.substr(0, name.rfind(".tmp."));
+    } else if (name.starts_with(".") && (pid = pid_after(name, ".partial-"))) {
+      target = name.substr(1, name.rfind(".partial-") - 1);
+    }
+    if (pid == 0 || !ours(target) || process_alive(pid)) continue;
     std::error_code rm;
     removed += fs::remove_all(e.path(), rm) > 0 ? 1 : 0;
   }
   return removed;
+}
+
+void check_writable_dir(const std::string& dir, const char* scope) {
+  check(!dir.empty(), "[{}] the output folder name is empty", scope);
+  fs::path p = fs::absolute(dir).lexically_normal();
+  std::error_code ec;
+  while (!fs::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  check(fs::is_directory(p, ec), "[{}] cannot create the folder '{}': '{}' is not a folder", scope,
+        dir, p.string());
+  check(::access(p.c_str(), W_OK | X_OK) == 0, "[{}] cannot write into '{}' ({})", scope,
+        p.string(), std::strerror(errno));
 }
 
 void ensure_writable_dir(const std::string& dir, const char* scope) {

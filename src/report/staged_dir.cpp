@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "check.hpp"
+#include "ffnlab/io/files.hpp"
 
 namespace ffnlab {
 
@@ -27,6 +28,9 @@ StagedDirectory::StagedDirectory(std::string final_dir) : final_(std::move(final
   std::string name = ".";  // appended, not "." + ...: GCC 12 warns falsely (-Wrestrict) on that
   name.append(f.filename().string()).append(".partial-").append(std::to_string(getpid()));
   staging_ = (parent / name).string();
+  // Staging folders of earlier runs into the same place that were killed.
+  const std::string base = f.filename().string();
+  remove_stale_temporaries(parent.string(), [&](std::string_view t) { return t == base; });
   fs::remove_all(staging_, ec);
   fs::create_directory(staging_, ec);
   check(!ec, "[report] cannot create '{}': {}", staging_, ec.message());
@@ -39,6 +43,7 @@ StagedDirectory::~StagedDirectory() {
 }
 
 void StagedDirectory::commit() {
+  sync_tree(staging_);  // on disk before it becomes the report
   std::error_code ec;
   if (fs::exists(final_, ec)) {
     check(fs::is_directory(final_, ec), "[report] '{}' exists and is not a directory", final_);
@@ -52,6 +57,8 @@ void StagedDirectory::commit() {
     check(!ec, "[report] cannot create '{}': {}", final_, ec.message());
     committed_ = true;
   }
+  const fs::path parent = fs::path(final_).parent_path();
+  sync_path(parent.empty() ? "." : parent.string());
 }
 
 }  // namespace ffnlab

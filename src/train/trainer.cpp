@@ -23,6 +23,10 @@ namespace {
 constexpr const char* kFormat = "ffnlab-checkpoint-1";
 constexpr const char* kInfo = "checkpoint.json";
 
+bool is_checkpoint_file(std::string_view name) {
+  return name == kInfo || (name.starts_with("weights-") && name.ends_with(".safetensors"));
+}
+
 Schedule schedule_of(const TrainConfig& c) {
   return {c.optimizer.lr, c.warmup, c.steps, c.min_lr_ratio, c.decay};
 }
@@ -249,7 +253,8 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
 void Trainer::save(const std::string& dir) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  check(!ec, "[checkpoint] cannot create '{}': {}", dir, ec.message());
+  if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
+  remove_stale_temporaries(dir, is_checkpoint_file);
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step_);
   SafeTensorsWriter w;
   for (const Parameter& p : model_.parameters().list()) w.add(p.name, p.value);
@@ -320,7 +325,7 @@ json read_checkpoint_info(const std::string& dir) {
 
 void Trainer::load(const std::string& dir) {
   const json info = read_checkpoint_info(dir);
-  remove_stale_temporaries(dir);  // weights files of a run killed while it checkpointed
+  remove_stale_temporaries(dir, is_checkpoint_file);  // files of a run killed while saving
   const json mine = lm_config_to_json(model_.config());
   std::string diff;
   for (const auto& [k, v] : mine.items())

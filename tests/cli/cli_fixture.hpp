@@ -31,9 +31,11 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Outcome run(const std::string& args) {
+  // Runs `ffnlab args`; `prefix` goes before it in the shell command (limits, environment).
+  Outcome run(const std::string& args, const std::string& prefix = "") {
     const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
-    const std::string cmd = std::string(FFNLAB_BIN) + " " + args + " > " + out + " 2> " + err;
+    const std::string cmd =
+        prefix + std::string(FFNLAB_BIN) + " " + args + " > " + out + " 2> " + err;
     const int raw = std::system(cmd.c_str());
     return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read(out), read(err)};
   }
@@ -47,12 +49,20 @@ class Cli : public ::testing::Test {
   static std::string golden(const std::string& c, const std::string& f) {
     return (fs::path(FFNLAB_GOLDEN_DIR) / c / f).string();
   }
-  // An error run: exit 1, one line on stderr starting "ffnlab: error: " and containing `what`.
-  void expect_error(const Outcome& r, const std::string& what) {
-    EXPECT_EQ(r.status, 1) << r.err;
-    EXPECT_EQ(r.err.rfind("ffnlab: error: ", 0), 0u) << r.err;
+  // A failed run: exit `status`, one line on stderr starting `prefix` and containing `what`.
+  void expect_failure(const Outcome& r, int status, const std::string& prefix,
+                      const std::string& what) {
+    EXPECT_EQ(r.status, status) << r.err;
+    EXPECT_EQ(r.err.rfind(prefix, 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+  }
+  // Bad input (exit 1) and a bad flag (exit 2); docs/cli.md, "Exit status".
+  void expect_error(const Outcome& r, const std::string& what) {
+    expect_failure(r, 1, "ffnlab: error: ", what);
+  }
+  void expect_usage_error(const Outcome& r, const std::string& what) {
+    expect_failure(r, 2, "ffnlab: usage error: ", what);
   }
   fs::path dir_;
 };

@@ -14,6 +14,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/report/figure.hpp"
 #include "ffnlab/report/staged_dir.hpp"
+#include "interrupt.hpp"
 #include "progress.hpp"
 
 namespace ffnlab::cli {
@@ -52,6 +53,7 @@ std::string header(const Study& st, double seconds) {
 }
 
 void run_evolve(evolve::Options& o) {
+  InterruptGuard interrupts;  // Ctrl-C stops between steps; the staged folder is removed
   apply_threads(o.threads);
   const auto t0 = std::chrono::steady_clock::now();
   Study st;

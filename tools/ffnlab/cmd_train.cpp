@@ -113,7 +113,8 @@ RunSetup resolve_setup(const TrainOptions& o) {
   bool explicit_model = false;
   for (auto* f : o.model_flags) explicit_model |= f->count() > 0;
   try {
-    r.model = explicit_model ? model_from_flags(o) : lm_config_from_json(r.info["model"]);
+    r.model = lm_config_from_json(r.info["model"]);  // checked even when flags replace it
+    if (explicit_model) r.model = model_from_flags(o);
     // The checkpoint's training settings, except where a flag was given: a flag that differs
     // from the checkpoint changes the run, which needs --force (--steps sets the new total).
     const json flags = train_config_to_json(r.train);
@@ -123,7 +124,7 @@ RunSetup resolve_setup(const TrainOptions& o) {
       if (opt->count() == 0 || !merged.contains(key) || merged[key] == flags[key]) continue;
       if (std::string_view(key) != "steps")
         conflicts += fmt::format("{}{} {} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
-                                 opt->get_name(), flags[key].dump(), merged[key].dump());
+                                 opt->get_name(), opt->as<std::string>(), merged[key].dump());
       merged[key] = flags[key];
     }
     if (!conflicts.empty() && !o.force)
@@ -321,12 +322,17 @@ void run_train(TrainOptions& o) {
   std::string out = o.out;
   if (!o.resume.empty() && o.out_flag->count() == 0) out = o.resume;
   const RunSetup setup = resolve_setup(o);
-  ensure_writable_dir(out, "train");
-  remove_stale_temporaries(out);
+  check_writable_dir(out, "train");
   const Corpus corpus = load_corpus(o.data, o.val_fraction);
   check_same_data(setup, corpus, o.force);
   check_training_setup(setup.model, corpus, setup.train);
   check_memory(transformer_cost(setup.model, 1).params, setup.model);
+  // Everything is checked: from here on, the output folder is written.
+  ensure_writable_dir(out, "train");
+  remove_stale_temporaries(out, [](std::string_view name) {
+    return name == "train_log.csv" || name == "eval_log.csv" || name == "summary.json" ||
+           name == "sample.txt";
+  });
 
   TransformerLM model(setup.model, setup.train.seed);
   Trainer trainer(model, corpus, setup.train);

@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ffnlab {
@@ -44,12 +46,17 @@ void check_output_path(const std::string& path, const char* scope);
 void sync_path(const std::string& path);
 // fsync of every file and folder under dir, then dir itself.
 void sync_tree(const std::string& dir);
-// Deletes `*.tmp.<pid>` files and `.*.partial-<pid>` folders in dir whose process no longer
-// runs. Returns how many it removed.
-int remove_stale_temporaries(const std::string& dir);
+// Deletes the leftovers of killed runs in dir: `<target>.tmp.<pid>` files and
+// `.<target>.partial-<pid>` folders whose process no longer runs, for the targets `ours` accepts
+// (so that another program's temporaries are never touched). Returns how many it removed.
+int remove_stale_temporaries(const std::string& dir,
+                             const std::function<bool(std::string_view target)>& ours);
 // The name a temporary file of this process gets for path.
 std::string temporary_name(const std::string& path);
 
+// Checks, without creating anything, that dir could be created and written: it is a writable
+// folder, or its nearest existing ancestor is. Error "[scope] cannot write into ..." otherwise.
+void check_writable_dir(const std::string& dir, const char* scope);
 // Creates dir (and its parents) if needed and checks that a file can be created in it;
 // Error "[scope] cannot write into 'dir': ..." otherwise.
 void ensure_writable_dir(const std::string& dir, const char* scope);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../common.hpp"
+#include "../interrupt.hpp"
 #include "ffnlab/io/safetensors.hpp"
 
 namespace ffnlab::cli::evolve {
@@ -35,7 +36,16 @@ Scale make_scale(const Options& o) {
 }
 
 void Study::stage(const std::string& name) const {
+  check_interrupt();
   progress->message(fmt::format("== {}", name));
+}
+
+void check_interrupt() {
+  if (InterruptGuard::requested())
+    throw Interrupted(
+        fmt::format("{}: evolve stopped; nothing was written (an earlier report in "
+                    "the output folder is unchanged)",
+                    InterruptGuard::signal_name()));
 }
 
 void Study::step_done(const StepLog& s, const std::string& what) {

@@ -82,6 +82,9 @@ struct Study {
   void step_done(const StepLog& s, const std::string& what);
 };
 
+// Throws Interrupted once SIGINT or SIGTERM has arrived (checked between stages and steps).
+void check_interrupt();
+
 // The FFN of `variant` in the study's LM at (about) the parameters of the ReLU FFN of width
 // 4·D: GLU kinds and the gated FFN get a narrower d_ff, MoE narrower experts (equal total).
 FFNConfig study_ffn(const std::string& variant, std::int64_t d_model);

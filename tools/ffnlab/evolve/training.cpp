@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "../common.hpp"
+#include "../interrupt.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/train/toy.hpp"
 #include "study.hpp"
@@ -130,7 +131,9 @@ RunRecord train_run(Study& st, const LMConfig& model, std::uint64_t seed, const 
         if (hooks.on_step) hooks.on_step(lm, s);
         st.step_done(s, fmt::format("{} seed {}", label, seed));
       },
-      [&](const EvalLog& e) { r.evals.push_back(e); });
+      [&](const EvalLog& e) { r.evals.push_back(e); }, "",
+      [] { return InterruptGuard::requested(); });
+  check_interrupt();
   r.val_bits_per_byte = trainer.evaluate(0).bits_per_byte;
   if (hooks.on_end) hooks.on_end(lm);
   std::vector<double> tps;

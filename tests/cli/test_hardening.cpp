@@ -1,0 +1,382 @@
+// Hostile input through the program (issue 12): every bad flag, file or config gives one line
+// naming the flag, file or key, the documented exit status (1 input, 2 usage), no output file,
+// and finishes within seconds and 1 GiB of address space. Interruption: SIGINT during training
+// checkpoints the current step, and resuming gives the uninterrupted run's weights byte for byte.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli_fixture.hpp"
+#include "ffnlab/io/safetensors.hpp"
+
+extern char** environ;
+
+namespace ffnlab::test {
+
+namespace {
+
+// 30 seconds, and 1 GiB of address space outside sanitizer builds (ASan reserves terabytes of
+// shadow memory, so there the limit would only measure ASan).
+#ifdef FFNLAB_SANITIZED
+const std::string kLimits = "timeout 60 ";
+#else
+const std::string kLimits = "ulimit -v 1048576; timeout 30 ";
+#endif
+
+std::string text_of(int lines) {
+  std::string s;
+  for (int i = 0; i < lines; ++i)
+    s += "Q: Why did the chicken cross the road?\nA: To get to the other side.\n%\n";
+  return s;
+}
+
+const char* kTiny =
+    " --d-model 16 --layers 1 --heads 2 --seq 16 --batch 2 --threads 1 --print-every 1 "
+    "--sample 0";
+
+struct Case {
+  std::string args;  // {dir} is replaced by the test's folder
+  int status;
+  std::string what;
+};
+
+std::string expand(std::string s, const std::string& dir) {
+  for (std::size_t at; (at = s.find("{dir}")) != std::string::npos;) s.replace(at, 5, dir);
+  return s;
+}
+
+}  // namespace
+
+class Hardening : public Cli {
+ protected:
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(path(name), std::ios::binary) << text;
+  }
+  // Runs every case under the limits; none may leave anything in {dir}/out*.
+  void check_table(const std::vector<Case>& cases) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.args);
+      const auto t0 = std::chrono::steady_clock::now();
+      const Outcome r = run(expand(c.args, dir_.string()), kLimits);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (c.status == 2)
+        expect_usage_error(r, c.what);
+      else
+        expect_error(r, c.what);
+      EXPECT_LT(seconds, 20.0);
+      for (const auto& e : fs::directory_iterator(dir_))
+        EXPECT_NE(e.path().filename().string().rfind("out", 0), 0u)
+            << e.path() << " was left behind";
+    }
+  }
+};
+
+TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
+  write("text", text_of(30));
+  const std::string train = "train --data {dir}/text --out {dir}/out" + std::string(kTiny);
+  check_table({
+      {"params --d-ff -5", 2, "--d-ff"},
+      {"params --d-model 0", 2, "--d-model: '0' is not an integer in [1, 16777216]"},
+      {"params --d-model 99999999999999999999", 2, "--d-model"},
+      {"params --experts 100000", 2, "--experts"},
+      {"params --tokens -1", 2, "--tokens"},
+      {"params --aux-coef nan", 2, "--aux-coef"},
+      {train + " --temperature nan", 2, "--temperature: 'nan'"},
+      {train + " --threads 100000", 2, "--threads"},
+      {train + " --seq 0", 2, "--seq"},
+      {train + " --seq 144115188075855872", 2, "--seq"},
+      {train + " --context 144115188075855872", 2, "--context"},
+      {train + " --lr inf", 2, "--lr"},
+      {train + " --val-fraction 1", 2, "--val-fraction"},
+      {train + " --dropout 1", 2, "--dropout"},
+      {train + " --steps -5", 2, "--steps"},
+      {"run --input {dir}/text", 2, "--config"},
+      {"evolve --steps 0 --out {dir}/out", 2, "--steps: '0' is not an integer in [1, 1000000000]"},
+  });
+}
+
+TEST_F(Hardening, BadConfigsNameTheKeyAndNeverWrap) {
+  write("x.json", "{}");
+  const auto config = [&](const std::string& name, const std::string& json) {
+    write(name, json);
+    return "params --config {dir}/" + name;
+  };
+  check_table({
+      {config("hf_dff.json", R"({"model_type":"llama","hidden_size":64,
+          "intermediate_size":4611686018427387904})"),
+       1, "d_ff = 4611686018427387904 must be in [1, 2^24]"},
+      {config("hf_float.json", R"({"model_type":"llama","hidden_size":13.9,
+          "intermediate_size":64})"),
+       1, "'hidden_size' must be an integer, got 13.9"},
+      {config("hf_wrap.json", R"({"model_type":"mixtral","hidden_size":64,"intermediate_size":64,
+          "num_local_experts":8,"num_experts_per_tok":4294967298})"),
+       1, "'num_experts_per_tok' = 4294967298 is out of range"},
+      {config("hf_type.json", R"({"model_type":"qwen2_moe","hidden_size":64,
+          "moe_intermediate_size":"64","num_experts":8,"num_experts_per_tok":2})"),
+       1, "'moe_intermediate_size' must be an integer"},
+      {config("own_dff.json", R"({"variant":"swiglu","d_model":64,"d_ff":4611686018427387904})"), 1,
+       "d_ff = 4611686018427387904"},
+      {config("own_type.json", R"({"variant":"moe","d_model":8,"moe":{"num_experts":"8"}})"), 1,
+       "key 'moe.num_experts' must be an integer, got \"8\""},
+      {config("own_bool.json", R"({"variant":"relu","bias":1})"), 1,
+       "key 'bias' must be true or false, got 1"},
+      {config("own_neg.json", R"({"variant":"moe","d_model":8,"moe":{"top_k":-1}})"), 1,
+       "top_k = -1 must be in [1, 2^16]"},
+      {config("own_experts.json", R"({"variant":"moe","d_model":8,"moe":{"num_experts":70000}})"),
+       1, "num_experts = 70000 must be in [1, 2^16]"},
+      // Every width within its limit, but the counts pass 2^53: refused, not printed wrong.
+      {config("inexact.json", R"({"variant":"moe","d_model":16384,"d_ff":16777216,
+          "moe":{"num_experts":65536}})"),
+       1, "cannot be computed exactly"},
+      {config("broken.json", R"({"variant": )"), 1, "not valid JSON"},
+      {config("array.json", R"([1, 2])"), 1, "must be a JSON object"},
+      {"params --config {dir}/missing.json", 1, "cannot open"},
+      {"params --config {dir}", 1, "a folder, not a regular file"},
+      {"params --config /dev/zero", 1, "a character device"},
+  });
+}
+
+TEST_F(Hardening, BadFilesAndDataAreRefusedBeforeAnyWork) {
+  write("text", text_of(30));
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  write("relu.json", R"({"variant":"relu","d_model":16,"d_ff":32})");
+  // 10000 × 2^18 × 2 parameters: 21 GB of weights, refused by x's width before any is allocated.
+  write("big.json", R"({"variant":"relu","d_model":10000,"d_ff":262144})");
+  const std::string train = "train --out {dir}/out" + std::string(kTiny);
+  const std::string golden_x = golden("swiglu_separate_nobias", "x.safetensors");
+  check_table({
+      {train + " --data {dir}/fifo", 1, "a FIFO, not a regular file"},
+      {train + " --data /dev/zero", 1, "a character device"},
+      {"run --config {dir}/fifo --input " + golden_x + " --output {dir}/out.st", 1, "a FIFO"},
+      {"run --config {dir}/relu.json --input {dir}/fifo --output {dir}/out.st", 1,
+       "fifo: not a regular file"},
+      {"run --config {dir}/big.json --input " + golden_x + " --output {dir}/out.st", 1,
+       "expected [..., 10000]"},
+      {"run --config {dir}/relu.json --input " + golden_x + " --output {dir}/out/y.st", 1,
+       "does not exist"},
+      {"train --data {dir}/text --out {dir}/out --d-model 16 --layers 1 --heads 2 --batch 2 "
+       "--seq 10000000",
+       1, "needs at least 10000001 bytes"},
+      // No validation part: refused before the first step, not after the last.
+      {train + " --data {dir}/text --val-fraction 0", 1, "validation part"},
+      {"train --data {dir}/text --out {dir}/out --d-model 16 --layers 1 --heads 2 --seq 16 "
+       "--batch 2 --val-fraction 0.005",
+       1, "validation part"},
+      {train + " --data {dir}/text --model-config {dir}/fifo", 1, "FIFO"},
+  });
+  write("lm_type.json", R"({"layers": "4"})");
+  write("lm_ctx.json", R"({"context": 144115188075855872})");
+  write("lm_big.json", R"({"vocab": 16777216, "d_model": 16777216, "heads": 1, "layers": 1,
+      "ffn": {"variant": "relu", "d_model": 16777216, "d_ff": 16777216}})");
+  check_table({
+      {train + " --data {dir}/text --model-config {dir}/lm_type.json", 1,
+       "key 'layers' must be an integer, got \"4\""},
+      {train + " --data {dir}/text --model-config {dir}/lm_ctx.json", 1, "context ="},
+      {train + " --data {dir}/text --model-config {dir}/lm_big.json", 1, "parameters"},
+  });
+}
+
+// A MoE layer with 2^16 experts starts in well under a second (declaring parameters was once
+// quadratic in their number: 80k experts took minutes).
+TEST_F(Hardening, ManyExpertsStartQuickly) {
+  write("moe.json",
+        R"({"variant":"moe","d_model":8,"d_ff":4,"bias":false,"moe":{"num_experts":65536}})");
+  SafeTensorsWriter x;
+  x.add("x", Tensor::from({2, 8}, std::vector<float>(16, 0.5f)));
+  x.write(path("x.st"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r = run("run --threads 1 --config " + path("moe.json") + " --input " +
+                            path("x.st") + " --output " + path("y.st"),
+                        kLimits);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("y.st")));
+  const Outcome p = run("params --config " + path("moe.json"), kLimits);
+  EXPECT_EQ(p.status, 0) << p.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+}
+
+TEST_F(Hardening, HostileCheckpointsAreRefused) {
+  write("text", text_of(30));
+  const std::string common = "train --data " + path("text") + kTiny;
+  ASSERT_EQ(run(common + " --steps 2 --out " + path("run")).status, 0);
+  const std::string info_path = path("run/checkpoint/checkpoint.json");
+  const auto info = nlohmann::json::parse(read(info_path));
+  const auto with = [&](const char* key, const nlohmann::json& value) {
+    auto j = info;
+    j[key] = value;
+    std::ofstream(info_path) << j.dump();
+  };
+  const std::string resume = common + " --steps 4 --resume " + path("run");
+  with("step", -5);
+  expect_error(run(resume), "step = -5 must be in [0, 2^40]");
+  with("step", 2.5);
+  expect_error(run(resume), "'step' must be an integer");
+  with("weights", "../../etc/passwd");
+  expect_error(run(resume), "'weights' must name a weights-*.safetensors file");
+  with("model", "nonsense");
+  expect_error(run(resume), "must be JSON objects");
+  auto bad_model = info;
+  bad_model["model"]["layers"] = "1";
+  std::ofstream(info_path) << bad_model.dump();
+  expect_error(run(resume), "key 'layers' must be an integer");
+  std::ofstream(info_path) << info.dump();  // the original again: resuming works
+  const Outcome ok = run(resume);
+  EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
+TEST_F(Hardening, ResumeContinuesInItsFolderAndRefusesOtherDataOrSettings) {
+  write("text", text_of(30));
+  write("other", text_of(31));
+  const std::string common = std::string(kTiny);
+  ASSERT_EQ(run("train --data " + path("text") + common + " --steps 3 --out " + path("run")).status,
+            0);
+  // Other data, another split, another learning rate: refused (exit 2), nothing changed.
+  expect_usage_error(
+      run("train --data " + path("other") + common + " --steps 5 --resume " + path("run")),
+      "not the data the checkpoint was trained on");
+  expect_usage_error(run("train --data " + path("text") + common +
+                         " --val-fraction 0.2 --steps 5 --resume " + path("run")),
+                     "another --val-fraction");
+  expect_usage_error(
+      run("train --data " + path("text") + common + " --lr 0.1 --steps 5 --resume " + path("run")),
+      "--lr 0.1");
+  EXPECT_EQ(nlohmann::json::parse(read(path("run/checkpoint/checkpoint.json")))["step"], 3);
+
+  // A run killed after its last checkpoint left log rows past it, and a temporary file of a
+  // process that is gone; resuming (in the run's own folder, without --out) cuts the logs back
+  // to the checkpoint's step and removes the leftover.
+  std::ofstream(path("run/train_log.csv"), std::ios::app) << "4,9,0,0,0,0,0,0,0,0,0\n";
+  std::ofstream(path("run/eval_log.csv"), std::ios::app) << "4,9,9,1\n";
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  const std::string leftover =
+      path("run/checkpoint/weights-00000004.safetensors.tmp." + std::to_string(gone));
+  std::ofstream(leftover) << "half a file";
+  const Outcome r =
+      run("train --data " + path("text") + common + " --steps 5 --resume " + path("run"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(fs::exists(leftover));
+  std::vector<int> steps;
+  std::stringstream log(read(path("run/train_log.csv")));
+  std::string line;
+  std::getline(log, line);
+  while (std::getline(log, line)) steps.push_back(std::stoi(line));
+  EXPECT_EQ(steps, (std::vector<int>{1, 2, 3, 4, 5}));
+  const std::string evals = read(path("run/eval_log.csv"));
+  EXPECT_EQ(evals.find("4,9,9,1"), std::string::npos) << evals;
+
+  // --force continues on other data.
+  const Outcome forced =
+      run("train --data " + path("other") + common + " --steps 6 --force --resume " + path("run"));
+  EXPECT_EQ(forced.status, 0) << forced.err;
+}
+
+namespace {
+
+// Starts ffnlab with args (split on spaces) and returns its pid; output goes to files in dir.
+pid_t spawn(const std::vector<std::string>& args, const fs::path& dir) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, (dir / "spawn.out").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, (dir / "spawn.err").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> argv;
+  std::string bin = FFNLAB_BIN;
+  argv.push_back(bin.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, FFNLAB_BIN, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+std::size_t lines_in(const fs::path& p) {
+  std::ifstream in(p);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_F(Hardening, InterruptedTrainingCheckpointsAndResumesExactly) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    const fs::path folder = dir_ / (sig == SIGINT ? "int" : "term");
+    fs::create_directories(folder);
+    std::ofstream(folder / "text") << text_of(30);
+    const std::string steps = "3000";
+    const std::vector<std::string> args = {"train",
+                                           "--data",
+                                           (folder / "text").string(),
+                                           "--d-model",
+                                           "16",
+                                           "--layers",
+                                           "1",
+                                           "--heads",
+                                           "2",
+                                           "--seq",
+                                           "16",
+                                           "--batch",
+                                           "2",
+                                           "--threads",
+                                           "1",
+                                           "--sample",
+                                           "0",
+                                           "--eval-every",
+                                           "0",
+                                           "--steps",
+                                           steps,
+                                           "--out",
+                                           (folder / "run").string()};
+    const pid_t pid = spawn(args, folder);
+    ASSERT_GT(pid, 0);
+    // Wait for a few logged steps, then interrupt.
+    const auto t0 = std::chrono::steady_clock::now();
+    while (lines_in(folder / "run/train_log.csv") < 4 &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ::kill(pid, sig);
+    int raw = 0;
+    waitpid(pid, &raw, 0);
+    ASSERT_TRUE(WIFEXITED(raw));
+    const std::string err = read(folder / "spawn.err");
+    ASSERT_EQ(WEXITSTATUS(raw), 130) << err;
+    EXPECT_NE(err.find("continue with: ffnlab train --resume"), std::string::npos) << err;
+    const auto info = nlohmann::json::parse(read(folder / "run/checkpoint/checkpoint.json"));
+    const std::int64_t stopped = info["step"];
+    EXPECT_GT(stopped, 0);
+    EXPECT_LT(stopped, 3000) << "the run finished before the signal";
+    EXPECT_EQ(lines_in(folder / "run/train_log.csv"), static_cast<std::size_t>(stopped) + 1)
+        << "every step done is logged and checkpointed";
+
+    // Resume to the end, then compare with an uninterrupted run.
+    std::string resume = "train --data " + (folder / "text").string() +
+                         " --d-model 16 --layers 1 --heads 2 --seq 16 --batch 2 --threads 1 "
+                         "--sample 0 --eval-every 0 --steps " +
+                         steps;
+    const Outcome r = run(resume + " --resume " + (folder / "run").string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    const Outcome full = run(resume + " --out " + (folder / "full").string());
+    ASSERT_EQ(full.status, 0) << full.err;
+    const std::string a = read(folder / "run/checkpoint/weights-00003000.safetensors");
+    const std::string b = read(folder / "full/checkpoint/weights-00003000.safetensors");
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "interrupted and resumed weights differ from the uninterrupted run's";
+    EXPECT_EQ(lines_in(folder / "run/train_log.csv"), 3001u);
+  }
+}
+
+}  // namespace ffnlab::test
