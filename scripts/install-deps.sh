@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
-  clang libomp-dev                 # the second compiler the test command builds with
+  clang libomp-dev libclang-rt-dev # the second compiler (the asan preset, libFuzzer targets)
   libdnnl-dev                      # oneDNN: every matrix product
   ocl-icd-opencl-dev opencl-headers  # only so that Debian's dnnl CMake config (OCL GPU runtime) resolves
   libcli11-dev nlohmann-json3-dev libfmt-dev

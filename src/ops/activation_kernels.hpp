@@ -48,7 +48,9 @@ inline float exp_fast(float x) {
   p = std::fma(p, r, 0.5f);
   p = std::fma(p, r, 1.0f);
   p = std::fma(p, r, 1.0f);
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
+  // A NaN x (a diverged run) keeps p NaN; n is then no integer, and converting it would be
+  // undefined behaviour (UBSan caught it), so the exponent takes 0 instead.
+  const std::int32_t bits = (static_cast<std::int32_t>(n == n ? n : 0.0f) + 127) << 23;
   return p * std::bit_cast<float>(bits);
 }
 

@@ -5,6 +5,7 @@
 
 #include "check.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/limits.hpp"
 #include "ffnlab/ops/dropout.hpp"
 #include "ffnlab/ops/loss.hpp"
 #include "ffnlab/train/optimizer.hpp"
@@ -14,8 +15,10 @@ namespace ffnlab {
 std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
   check(c.batch > 0 && c.seq > 0 && c.iterations > 0,
         "[toy] batch, seq and iterations must be positive");
+  const std::int64_t T = checked_mul(c.batch, c.seq, "[toy] batch × seq"), D = ffn_config.d_model;
+  check(checked_mul(T, D, "[toy] batch × seq × d_model") <= limits::kTokens,
+        "[toy] batch × seq × d_model = {} × {} is more than 2^32 input values", T, D);
   auto ffn = make_ffn(ffn_config, c.seed);
-  const std::int64_t T = c.batch * c.seq, D = ffn_config.d_model;
   Tensor x({T, D}), target({T, D});
   std::mt19937_64 rng(c.seed + 1);
   std::normal_distribution<float> normal(0.f, 1.f);

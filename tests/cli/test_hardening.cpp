@@ -203,6 +203,24 @@ TEST_F(Hardening, ManyExpertsStartQuickly) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
+// A layer or model larger than this machine's memory is refused by its size before any of it is
+// allocated (2^35 parameters: 256 GiB of weights and gradients).
+TEST_F(Hardening, WorkLargerThanMemoryIsRefusedBeforeAllocating) {
+  write("huge.json", R"({"variant":"relu","d_model":16384,"d_ff":1048576})");
+  SafeTensorsWriter x;
+  x.add("x", Tensor({1, 16384}));
+  x.write(path("x.st"));
+  write("text", text_of(30));
+  write("huge_lm.json", R"({"d_model": 16384, "heads": 16, "layers": 64,
+      "ffn": {"variant": "relu", "d_model": 16384, "d_ff": 65536}})");
+  check_table({
+      {"run --config {dir}/huge.json --input {dir}/x.st --output {dir}/out.st", 1,
+       "a layer of 34360803328 parameters (weights and gradients) needs 256.0 GiB"},
+      {"train --data {dir}/text --out {dir}/out --model-config {dir}/huge_lm.json --seq 16", 1,
+       "parameters (weights, gradients, Adam state) needs"},
+  });
+}
+
 TEST_F(Hardening, HostileCheckpointsAreRefused) {
   write("text", text_of(30));
   const std::string common = "train --data " + path("text") + kTiny;

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "commands.hpp"
@@ -30,11 +31,12 @@ void run_params(const ParamsOptions& o) {
   // The yardstick: a ReLU FFN of the same d_model and d_ff (of a config file's, when given).
   FFNFlags relu_flags = o.ffn;
   relu_flags.config_file.clear();
+  std::optional<FFNConfig> file;
   if (!o.ffn.config_file.empty()) {
-    const FFNConfig file = ffn_config_from_flags(o.ffn, "");
-    relu_flags.d_model = file.d_model;
-    relu_flags.d_ff = file.d_ff;
-    relu_flags.no_bias = !file.bias;
+    file = ffn_config_from_flags(o.ffn, "");
+    relu_flags.d_model = file->d_model;
+    relu_flags.d_ff = file->d_ff;
+    relu_flags.no_bias = !file->bias;
   }
   const FFNCost relu = ffn_cost(ffn_config_from_flags(relu_flags, "relu"), o.tokens);
   for (const auto& name : names) {
@@ -63,19 +65,27 @@ void run_params(const ParamsOptions& o) {
                     {"memory_bytes", {{"f32", mem(cost.f32)}, {"bf16", mem(cost.bf16)}}}});
   }
   if (o.json) {
-    nlohmann::ordered_json out{{"d_model", o.ffn.d_model},
-                               {"d_ff", o.ffn.d_ff},
-                               {"bias", !o.ffn.no_bias},
+    nlohmann::ordered_json out{{"d_model", relu_flags.d_model},
+                               {"d_ff", relu_flags.d_ff},
+                               {"bias", !relu_flags.no_bias},
                                {"tokens", o.tokens},
                                {"variants", rows}};
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print(
-      "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, top-{}; gated: "
-      "{} branches)\n\n",
-      o.ffn.d_model, o.ffn.d_ff, o.ffn.no_bias ? "off" : "on", o.tokens, o.ffn.experts, o.ffn.top_k,
-      o.ffn.branches);
+  if (file)
+    fmt::print("FFN costs of {}: d_model {}, d_ff {}, bias {}, {} tokens{}\n\n", o.ffn.config_file,
+               file->d_model, file->d_ff, file->bias ? "on" : "off", o.tokens,
+               file->kind == FFNKind::moe
+                   ? fmt::format(" ({} experts of d_ff {}, top-{})", file->moe.num_experts,
+                                 file->expert_d_ff(), file->moe.top_k)
+                   : "");
+  else
+    fmt::print(
+        "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, top-{}; gated: "
+        "{} branches)\n\n",
+        o.ffn.d_model, o.ffn.d_ff, o.ffn.no_bias ? "off" : "on", o.tokens, o.ffn.experts,
+        o.ffn.top_k, o.ffn.branches);
   fmt::print(
       "{:<10} {:>13} {:>7} {:>13} {:>11} {:>9} {:>7} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
       "variant", "params", "params", "active", "fwd mm", "fwd ew", "fwd", "bwd mm", "bwd ew",

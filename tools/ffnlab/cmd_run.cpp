@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
@@ -70,6 +71,9 @@ void run(const RunOptions& o) {
                               shape_string(x_shape)));
   }
   const SafeTensors weights = o.weights.empty() ? SafeTensors{} : SafeTensors::load(o.weights);
+  const std::int64_t params = count_params(config);
+  check_memory(8.0 * static_cast<double>(params), "run",
+               fmt::format("a layer of {} parameters (weights and gradients)", params));
 
   auto ffn = make_ffn(config, o.seed);
   ffn->set_precision(parse_enum<Precision>(o.dtype));

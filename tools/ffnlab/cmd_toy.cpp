@@ -65,11 +65,21 @@ void add_toy_command(CLI::App& app) {
       "MSE.\nIt measures memorisation of 8 random vectors, not language modelling.");
   add_variants_flag(*cmd, o->variants);
   add_ffn_flags(*cmd, o->ffn, "FFN");
-  cmd->add_option("--batch", o->toy.batch, "batch")->capture_default_str();
-  cmd->add_option("--seq", o->toy.seq, "sequence length")->capture_default_str();
-  cmd->add_option("--dropout", o->toy.dropout, "dropout on the layer input")->capture_default_str();
-  cmd->add_option("--lr", o->toy.lr, "Adam learning rate")->capture_default_str();
-  cmd->add_option("--iterations", o->toy.iterations, "iterations")->capture_default_str();
+  cmd->add_option("--batch", o->toy.batch, "batch")
+      ->capture_default_str()
+      ->check(int_in(1, 1 << 20));
+  cmd->add_option("--seq", o->toy.seq, "sequence length")
+      ->capture_default_str()
+      ->check(int_in(1, 1 << 20));
+  cmd->add_option("--dropout", o->toy.dropout, "dropout on the layer input")
+      ->capture_default_str()
+      ->check(real_in(0, 1, true));
+  cmd->add_option("--lr", o->toy.lr, "Adam learning rate")
+      ->capture_default_str()
+      ->check(real_in(0, 1e30));
+  cmd->add_option("--iterations", o->toy.iterations, "iterations")
+      ->capture_default_str()
+      ->check(int_in(1, 100000000));
   cmd->add_option("--seed", o->toy.seed, "seed of weights, data and dropout")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "CSV of every iteration")->capture_default_str();

@@ -303,18 +303,6 @@ void write_summary(const std::string& out, const RunSetup& r, const Corpus& corp
   write_file_atomic((fs::path(out) / "summary.json").string(), s.data(), s.size());
 }
 
-// Refuses a model whose weights, gradients and optimizer state alone exceed this machine's
-// memory (or the process's address-space limit), before allocating any of it.
-void check_memory(std::int64_t params, const LMConfig& m) {
-  const double need = 16.0 * static_cast<double>(params);  // values, grads, Adam's m and v
-  const double have = available_memory_bytes();
-  if (need > have)
-    throw Error(fmt::format(
-        "[train] the model has {} parameters: {:.1f} GiB of weights, gradients and optimizer "
-        "state, more than the {:.1f} GiB available (d_model {}, {} layers, vocab {})",
-        params, need / (1 << 30), have / (1 << 30), m.d_model, m.layers, m.vocab));
-}
-
 void run_train(TrainOptions& o) {
   InterruptGuard interrupts;
   apply_threads(o.threads);
@@ -326,7 +314,10 @@ void run_train(TrainOptions& o) {
   const Corpus corpus = load_corpus(o.data, o.val_fraction);
   check_same_data(setup, corpus, o.force);
   check_training_setup(setup.model, corpus, setup.train);
-  check_memory(transformer_cost(setup.model, 1).params, setup.model);
+  // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation.
+  const std::int64_t params = transformer_cost(setup.model, 1).params;
+  check_memory(16.0 * static_cast<double>(params), "train",
+               fmt::format("a model of {} parameters (weights, gradients, Adam state)", params));
   // Everything is checked: from here on, the output folder is written.
   ensure_writable_dir(out, "train");
   remove_stale_temporaries(out, [](std::string_view name) {
@@ -344,7 +335,6 @@ void run_train(TrainOptions& o) {
   const bool resumed_here =
       !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
   Logs logs = open_logs(out, resumed_here, trainer.step());
-  const std::int64_t params = model.parameters().count();
   print_header(setup.model, setup.train, corpus, params, trainer.step());
   RunMonitor monitor(logs, setup.train, o.print_every);
   const std::string checkpoint = (fs::path(out) / "checkpoint").string();

@@ -59,6 +59,13 @@ double available_memory_bytes() {
   return bytes;
 }
 
+void check_memory(double bytes, const char* scope, const std::string& what) {
+  const double have = available_memory_bytes();
+  if (bytes > have)
+    throw Error(fmt::format("[{}] {} needs {:.1f} GiB, more than the {:.1f} GiB available", scope,
+                            what, bytes / (1 << 30), have / (1 << 30)));
+}
+
 void apply_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }

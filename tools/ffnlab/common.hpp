@@ -36,6 +36,10 @@ void apply_threads(int threads);
 // when that is lower.
 double available_memory_bytes();
 
+// Refuses work whose `bytes` (what it must allocate at least) exceed available_memory_bytes():
+// Error "[scope] <what> needs X GiB, more than the Y GiB available".
+void check_memory(double bytes, const char* scope, const std::string& what);
+
 // "relu,swiglu" -> {"relu", "swiglu"}; "all" -> every named variant (ffnlab::variant_names()).
 // Unknown names are an error that lists the known ones.
 std::vector<std::string> variant_list(const std::string& spec);
