@@ -161,9 +161,12 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
 void assign_rows(Routing& r, const RouterConfig& m) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;
+  // No expert can receive more than T·K assignments: a larger capacity is that (the fuzzer found
+  // a factor of 1e106, whose capacity did not fit in an int64).
+  const double all = static_cast<double>(T) * K;
   r.capacity =
       m.capacity_factor > 0
-          ? static_cast<std::int64_t>(std::ceil(m.capacity_factor * K * static_cast<double>(T) / E))
+          ? static_cast<std::int64_t>(std::min(all, std::ceil(m.capacity_factor * all / E)))
           : 0;
   // Assignments a = t·K + j of each expert, first choices before second choices (the
   // position order), then dropped down to capacity and put back in token order.

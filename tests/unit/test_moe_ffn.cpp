@@ -222,7 +222,8 @@ TEST(MoEFFN, ExpertsWithoutTokensCostNothingAndLoadIsReported) {
   // Unused experts get exactly zero gradient.
   for (int e = 0; e < 9; ++e)
     if (s.tokens_per_expert[e] == 0) {
-      const Tensor& g = moe.parameters().at("experts." + std::to_string(e) + ".up_proj.weight").grad;
+      const Tensor& g =
+          moe.parameters().at("experts." + std::to_string(e) + ".up_proj.weight").grad;
       for (std::int64_t i = 0; i < g.numel(); ++i) ASSERT_EQ(g.f32()[i], 0.0f);
     }
 }
@@ -248,6 +249,22 @@ TEST(MoEFFN, CapacityDropsAndReports) {
     if (any) continue;
     for (int d = 0; d < 12; ++d) EXPECT_EQ(y.f32()[t * 12 + d], 0.0f);
   }
+}
+
+// A capacity factor so large that ceil(factor·T·K/E) does not fit in an int64 (the fuzzer's
+// 1e106) is a capacity of every assignment: nothing dropped, the same output as dropless.
+TEST(MoEFFN, HugeCapacityFactorIsDropless) {
+  FFNConfig c = base(4, 2, "relu", true);
+  MoEFFN dropless(c, 7);
+  c.moe.capacity_factor = 1e300;
+  MoEFFN huge(c, 7);
+  const Tensor x = test::random_tensor({9, 12}, 8);
+  Tensor a, b;
+  dropless.forward(a, x, false);
+  huge.forward(b, x, false);
+  EXPECT_EQ(huge.routing().capacity, 9 * 2);
+  EXPECT_EQ(huge.stats().dropped, 0);
+  for (std::int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.f32()[i], b.f32()[i]);
 }
 
 TEST(MoEFFN, StatisticsAreConsistent) {
@@ -336,8 +353,7 @@ TEST(MoEFFN, AuxLossGradientScales) {
   moe.forward(y, x, true);
   moe.backward(dx, zero);
   const Tensor& g2 = moe.parameters().at("gate.weight").grad;
-  for (std::int64_t i = 0; i < g1.numel(); ++i)
-    EXPECT_NEAR(g2.f32()[i], 0.25f * g1.f32()[i], 1e-7);
+  for (std::int64_t i = 0; i < g1.numel(); ++i) EXPECT_NEAR(g2.f32()[i], 0.25f * g1.f32()[i], 1e-7);
 }
 
 TEST(MoEFFN, InvalidConfigsAreRejected) {
@@ -387,5 +403,6 @@ TEST(MoEFFN, ParametersMoveWithTheirBuffer) {
   EXPECT_EQ(test::scaled_error(y1.f32(), y2.f32(), y1.numel()), 0.0);
   big.f32()[5 + moe.parameters().at("shared_experts.down_proj.weight").offset] += 1.0f;
   moe.forward(y2, x, false);
-  EXPECT_GT(test::scaled_error(y2.f32(), y1.f32(), y1.numel()), 0.0);  // the shared expert moved too
+  EXPECT_GT(test::scaled_error(y2.f32(), y1.f32(), y1.numel()),
+            0.0);  // the shared expert moved too
 }
