@@ -23,6 +23,9 @@ StagedDirectory::StagedDirectory(std::string final_dir) : final_(std::move(final
   final_ = f.string();
   const fs::path parent = f.has_parent_path() ? f.parent_path() : fs::path(".");
   std::error_code ec;
+  // Refused now, not after the work whose results would go there.
+  check(!fs::exists(final_, ec) || fs::is_directory(final_, ec),
+        "[report] '{}' exists and is not a folder", final_);
   fs::create_directories(parent, ec);
   check(!ec, "[report] cannot create '{}': {}", parent.string(), ec.message());
   std::string name = ".";  // appended, not "." + ...: GCC 12 warns falsely (-Wrestrict) on that

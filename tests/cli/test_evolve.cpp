@@ -1,6 +1,8 @@
 // ffnlab evolve as a user runs it: the --quick report's structure and key numbers, its figures,
 // results.json against REPORT.md, atomic replacement, and determinism.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -35,6 +37,12 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
                "does not exist");
   EXPECT_EQ(read(out + "/REPORT.md"), "old report\n");
   EXPECT_TRUE(fs::exists(out + "/stale.csv"));
+
+  // The staging folder of a run that was killed outright (its process is gone).
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  fs::create_directories(path(".report.partial-" + std::to_string(gone)));
 
   const Outcome r = run("evolve --quick --out " + out);
   ASSERT_EQ(r.status, 0) << r.err << r.out;

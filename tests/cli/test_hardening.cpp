@@ -171,6 +171,7 @@ TEST_F(Hardening, BadFilesAndDataAreRefusedBeforeAnyWork) {
        "--batch 2 --val-fraction 0.005",
        1, "validation part"},
       {train + " --data {dir}/text --model-config {dir}/fifo", 1, "FIFO"},
+      {"evolve --quick --data {dir}/text --out {dir}/text", 1, "exists and is not a folder"},
   });
   write("lm_type.json", R"({"layers": "4"})");
   write("lm_ctx.json", R"({"context": 144115188075855872})");
@@ -395,6 +396,29 @@ TEST_F(Hardening, InterruptedTrainingCheckpointsAndResumesExactly) {
     EXPECT_TRUE(a == b) << "interrupted and resumed weights differ from the uninterrupted run's";
     EXPECT_EQ(lines_in(folder / "run/train_log.csv"), 3001u);
   }
+}
+
+// Ctrl-C during evolve: exit 130, the staging folder removed, the old report untouched.
+TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
+  const fs::path report = dir_ / "report";
+  fs::create_directories(report);
+  std::ofstream(report / "REPORT.md") << "the old report\n";
+  const pid_t pid = spawn({"evolve", "--quick", "--threads", "1", "--out", report.string()}, dir_);
+  ASSERT_GT(pid, 0);
+  const std::string staging = (dir_ / (".report.partial-" + std::to_string(pid))).string();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!fs::exists(staging) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(fs::exists(staging)) << read(dir_ / "spawn.err");
+  ::kill(pid, SIGINT);
+  int raw = 0;
+  waitpid(pid, &raw, 0);
+  ASSERT_TRUE(WIFEXITED(raw));
+  const std::string err = read(dir_ / "spawn.err");
+  EXPECT_EQ(WEXITSTATUS(raw), 130) << err;
+  EXPECT_NE(err.find("ffnlab: interrupted: SIGINT: evolve stopped"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(staging));
+  EXPECT_EQ(read(report / "REPORT.md"), "the old report\n");
 }
 
 }  // namespace ffnlab::test
