@@ -17,6 +17,8 @@ using dnnl::memory;
 using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int, int,
                        int, int, float>;  // G M N K ta tb precision bias accumulate act beta
 
+constexpr std::size_t kMaxPrimitives = 1024;
+
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
@@ -151,6 +153,9 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
     std::lock_guard lock(e.mutex);
     auto it = e.cache.find(key);
     if (it == e.cache.end()) {
+      // Bounded: a process that sees ever new shapes (a fuzzer, a server with varying token
+      // counts) would otherwise keep every primitive. Primitives in use are reference counted.
+      if (e.cache.size() >= kMaxPrimitives) e.cache.clear();
       dnnl::post_ops ops;
       if (opt.accumulate) ops.append_sum(1.f);
       if (opt.act) append_activation(ops, *opt.act);

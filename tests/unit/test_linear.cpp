@@ -114,6 +114,25 @@ TEST(Linear, PrimitivesAreCreatedOncePerShape) {
   EXPECT_EQ(matmul_primitive_count(), after_first + 1);
 }
 
+// Ever new shapes do not grow the cache without bound (the configs fuzzer's memory grew with it).
+TEST(Linear, PrimitiveCacheIsBounded) {
+  const Tensor w = test::random_tensor({2, 3}, 2);
+  const Tensor x = test::random_tensor({1100, 3}, 1);
+  Tensor y;
+  for (std::int64_t m = 1; m <= 1100; ++m) {
+    y.resize({m, 2});
+    linear_forward(y, x.rows(0, m), w, nullptr);
+    ASSERT_LE(matmul_primitive_count(), 1024);
+  }
+  // The products stay right across the refill.
+  for (std::int64_t i = 0; i < 1100; ++i)
+    for (int j = 0; j < 2; ++j) {
+      double sum = 0;
+      for (int k = 0; k < 3; ++k) sum += double(x.f32()[i * 3 + k]) * w.f32()[j * 3 + k];
+      ASSERT_NEAR(y.f32()[i * 2 + j], sum, 1e-5);
+    }
+}
+
 TEST(Matmul, EmptyInnerDimension) {
   Tensor a({3, 0}), b({0, 4}), c = Tensor::from({3, 4}, std::vector<float>(12, 5.0f));
   MatmulOptions acc;

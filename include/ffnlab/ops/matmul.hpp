@@ -43,7 +43,8 @@ struct MatmulOptions {
 void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
             const MatmulOptions& options = {});
 
-// Number of distinct primitives created so far (for tests of the cache).
+// Number of primitives in the cache (for its tests). It holds at most 1024; past that it is
+// emptied and refilled, so that ever new shapes cannot grow memory without bound.
 std::int64_t matmul_primitive_count();
 
 }  // namespace ffnlab
