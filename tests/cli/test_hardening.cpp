@@ -222,6 +222,23 @@ TEST_F(Hardening, WorkLargerThanMemoryIsRefusedBeforeAllocating) {
   });
 }
 
+// Out of memory is a system failure: exit 3, one line, no output. The layer passes the size check
+// (8 bytes a parameter, just under the 1 GiB limit) but cannot be allocated next to the program.
+TEST_F(Hardening, OutOfMemoryIsOneLineWithExitStatus3) {
+#ifdef FFNLAB_SANITIZED
+  GTEST_SKIP() << "needs ulimit -v, which sanitizer builds cannot run under";
+#endif
+  write("oom.json", R"({"variant":"relu","d_model":4096,"d_ff":16380})");
+  SafeTensorsWriter x;
+  x.add("x", Tensor({1, 4096}));
+  x.write(path("x.st"));
+  const Outcome r = run("run --threads 1 --config " + path("oom.json") + " --input " +
+                            path("x.st") + " --output " + path("y.st"),
+                        kLimits);
+  expect_failure(r, 3, "ffnlab: error: ", "out of memory");
+  EXPECT_FALSE(fs::exists(path("y.st")));
+}
+
 TEST_F(Hardening, HostileCheckpointsAreRefused) {
   write("text", text_of(30));
   const std::string common = "train --data " + path("text") + kTiny;
