@@ -1,6 +1,7 @@
 // The training loop, evaluation, checkpoints and sampling.
 #include "ffnlab/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -125,6 +126,13 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
         "[data] sequence length {} needs at least {} bytes of training data; '{}' has {}",
         config.seq, config.seq + 1, corpus.source, n);
   if (evaluates) check_validation_part(corpus, config.seq);
+  // Tokens are bytes: a model with a smaller vocabulary cannot take every byte of the data.
+  if (model.vocab < 256) {
+    const auto top = *std::max_element(corpus.bytes.begin(), corpus.bytes.end());
+    check(top < model.vocab,
+          "[data] '{}' holds byte {}, outside the model's vocab = {} (byte-level models need 256)",
+          corpus.source, static_cast<int>(top), model.vocab);
+  }
 }
 
 Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config)
@@ -357,7 +365,11 @@ void Trainer::load(const std::string& dir) {
 std::string sample_text(TransformerLM& model, const std::string& prompt, std::int64_t n,
                         float temperature, std::uint64_t seed) {
   std::vector<std::int32_t> ctx;
-  for (unsigned char c : prompt) ctx.push_back(c);
+  for (unsigned char c : prompt) {
+    check(c < model.config().vocab, "[sample] the prompt holds byte {}, outside vocab = {}",
+          static_cast<int>(c), model.config().vocab);
+    ctx.push_back(c);
+  }
   if (ctx.empty()) ctx.push_back('\n');
   std::mt19937_64 rng(seed);
   std::string out;

@@ -173,6 +173,8 @@ TEST_F(Hardening, BadFilesAndDataAreRefusedBeforeAnyWork) {
       {train + " --data {dir}/text --model-config {dir}/fifo", 1, "FIFO"},
       {"evolve --quick --data {dir}/text --out {dir}/text", 1, "exists and is not a folder"},
   });
+  write("lm_vocab.json", R"({"vocab": 10, "d_model": 16, "layers": 1, "heads": 2,
+      "ffn": {"variant": "relu", "d_model": 16, "d_ff": 32}})");
   write("lm_type.json", R"({"layers": "4"})");
   write("lm_ctx.json", R"({"context": 144115188075855872})");
   write("lm_big.json", R"({"vocab": 16777216, "d_model": 16777216, "heads": 1, "layers": 1,
@@ -181,6 +183,8 @@ TEST_F(Hardening, BadFilesAndDataAreRefusedBeforeAnyWork) {
       {train + " --data {dir}/text --model-config {dir}/lm_type.json", 1,
        "key 'layers' must be an integer, got \"4\""},
       {train + " --data {dir}/text --model-config {dir}/lm_ctx.json", 1, "context ="},
+      {train + " --data {dir}/text --model-config {dir}/lm_vocab.json", 1,
+       "holds byte 121, outside the model's vocab = 10"},
       {train + " --data {dir}/text --model-config {dir}/lm_big.json", 1, "parameters"},
   });
 }
