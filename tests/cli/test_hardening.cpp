@@ -84,7 +84,7 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
   const std::string train = "train --data {dir}/text --out {dir}/out" + std::string(kTiny);
   check_table({
       {"params --d-ff -5", 2, "--d-ff"},
-      {"params --d-model 0", 2, "--d-model: '0' is not an integer in [1, 16777216]"},
+      {"params --d-model 0", 2, "--d-model: '0' is not an integer in [1, 2^24]"},
       {"params --d-model 99999999999999999999", 2, "--d-model"},
       {"params --experts 100000", 2, "--experts"},
       {"params --tokens -1", 2, "--tokens"},

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -16,8 +17,17 @@
 
 namespace ffnlab::cli {
 
+namespace {
+// 1099511627776 -> "2^40" (help and messages); other values as they are.
+std::string bound(std::int64_t v) {
+  const auto u = static_cast<std::uint64_t>(v);
+  if (v >= (1 << 20) && std::has_single_bit(u)) return fmt::format("2^{}", std::countr_zero(u));
+  return std::to_string(v);
+}
+}  // namespace
+
 CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
-  const std::string range = fmt::format("[{}, {}]", lo, hi);
+  const std::string range = fmt::format("[{}, {}]", bound(lo), bound(hi));
   return CLI::Validator(
       [lo, hi, range](std::string& text) -> std::string {
         std::int64_t v = 0;
@@ -27,7 +37,7 @@ CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
           return fmt::format("'{}' is not an integer in {}", text.substr(0, 40), range);
         return {};
       },
-      "INT in " + range);
+      range);
 }
 
 CLI::Validator real_in(double lo, double hi, bool hi_open) {
@@ -41,7 +51,7 @@ CLI::Validator real_in(double lo, double hi, bool hi_open) {
         if (!ok) return fmt::format("'{}' is not a number in {}", text.substr(0, 40), range);
         return {};
       },
-      "REAL in " + range);
+      range);
 }
 
 void add_threads_option(CLI::App& cmd, int& threads) {
