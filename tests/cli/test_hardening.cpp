@@ -67,9 +67,10 @@ class Hardening : public Cli {
       const Outcome r = run(expand(c.args, dir_.string()), kLimits);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (c.status == 2)
+      if (c.status == 2) {
         expect_usage_error(r, c.what);
-      else
+        EXPECT_LT(r.err.size(), 160u) << "a flag's message states its range briefly";
+      } else
         expect_error(r, c.what);
       EXPECT_LT(seconds, 20.0);
       for (const auto& e : fs::directory_iterator(dir_))
