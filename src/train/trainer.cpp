@@ -303,8 +303,11 @@ json read_checkpoint_info(const std::string& dir) {
   } catch (const json::exception& e) {
     fail("[checkpoint] {} is corrupt: not valid JSON", path.string());
   }
-  check(info.is_object() && info.value("format", "") == kFormat && info.contains("weights") &&
-            info.contains("model") && info.contains("train") && info.contains("step"),
+  // Every field is type-checked before it is read (the fuzzer found "format": true escaping as
+  // nlohmann's type_error).
+  check(info.is_object() && info.contains("format") && info["format"].is_string() &&
+            info["format"] == kFormat && info.contains("weights") && info.contains("model") &&
+            info.contains("train") && info.contains("step"),
         "[checkpoint] {} is not an ffnlab checkpoint", path.string());
   // Strict types and ranges: a hostile file must not set a negative step or name another file.
   const auto integer = [&](const char* key) {
@@ -320,6 +323,17 @@ json read_checkpoint_info(const std::string& dir) {
   };
   check(info["model"].is_object() && info["train"].is_object(),
         "[checkpoint] {}: 'model' and 'train' must be JSON objects", path.string());
+  if (info.contains("data")) {
+    const json& d = info["data"];
+    const auto is = [&](const char* key, bool (json::*type)() const noexcept) {
+      return !d.contains(key) || (d[key].*type)();
+    };
+    check(d.is_object() && is("source", &json::is_string) && is("fingerprint", &json::is_string) &&
+              is("bytes", &json::is_number_unsigned) &&
+              is("train_bytes", &json::is_number_unsigned),
+          "[checkpoint] {}: 'data' must be an object of its source, fingerprint and byte counts",
+          path.string());
+  }
   integer("step");
   if (info.contains("optimizer_steps")) integer("optimizer_steps");
   const json& w = info["weights"];

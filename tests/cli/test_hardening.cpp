@@ -262,6 +262,10 @@ TEST_F(Hardening, HostileCheckpointsAreRefused) {
   expect_error(run(resume), "'step' must be an integer");
   with("weights", "../../etc/passwd");
   expect_error(run(resume), "'weights' must name a weights-*.safetensors file");
+  with("format", true);  // found by fuzz_checkpoint: escaped as nlohmann's type_error
+  expect_error(run(resume), "is not an ffnlab checkpoint");
+  with("data", {{"fingerprint", 5}});
+  expect_error(run(resume), "'data' must be an object of its source, fingerprint and byte counts");
   with("model", "nonsense");
   expect_error(run(resume), "must be JSON objects");
   auto bad_model = info;
