@@ -114,6 +114,14 @@ void check_validation_part(const Corpus& corpus, std::int64_t seq) {
         "(seq {} + 1); use more data, a larger validation fraction or a shorter seq",
         corpus.source, corpus.validation().size(), seq + 1, seq);
 }
+// Tokens are bytes: a model with a smaller vocabulary cannot take every byte of the data.
+void check_bytes_in_vocab(const Corpus& corpus, std::int64_t vocab) {
+  if (vocab >= 256 || corpus.bytes.empty()) return;
+  const auto top = *std::max_element(corpus.bytes.begin(), corpus.bytes.end());
+  check(top < vocab,
+        "[data] '{}' holds byte {}, outside the model's vocab = {} (byte-level models need 256)",
+        corpus.source, static_cast<int>(top), vocab);
+}
 }  // namespace
 
 void check_training_setup(const LMConfig& model, const Corpus& corpus, const TrainConfig& config,
@@ -125,13 +133,9 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
   check(n >= config.seq + 1,
         "[data] sequence length {} needs at least {} bytes of training data; '{}' has {}",
         config.seq, config.seq + 1, corpus.source, n);
-  if (evaluates) check_validation_part(corpus, config.seq);
-  // Tokens are bytes: a model with a smaller vocabulary cannot take every byte of the data.
-  if (model.vocab < 256) {
-    const auto top = *std::max_element(corpus.bytes.begin(), corpus.bytes.end());
-    check(top < model.vocab,
-          "[data] '{}' holds byte {}, outside the model's vocab = {} (byte-level models need 256)",
-          corpus.source, static_cast<int>(top), model.vocab);
+  if (evaluates) {
+    check_validation_part(corpus, config.seq);
+    check_bytes_in_vocab(corpus, model.vocab);
   }
 }
 
@@ -231,6 +235,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
                   const std::function<void(const EvalLog&)>& on_eval,
                   const std::string& checkpoint_dir, const std::function<bool()>& stop) {
   check_validation_part(corpus_, config_.seq);  // fail now, not after the last step
+  check_bytes_in_vocab(corpus_, model_.config().vocab);
   while (step_ < config_.steps) {
     StepLog log;
     try {

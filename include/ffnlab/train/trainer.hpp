@@ -59,7 +59,8 @@ struct EvalLog {
 };
 
 // What the Trainer checks: the configs, seq within the model's context, a training part longer
-// than one sequence and, when it `evaluates` (run() does), a validation part holding one window.
+// than one sequence and, when it `evaluates` (run() does), a validation part holding one window
+// and no byte outside the vocabulary (train_step on given batches reads neither).
 // The command line calls it before building the model, so that nothing is allocated for a run
 // that cannot finish.
 void check_training_setup(const LMConfig& model, const Corpus& corpus, const TrainConfig& config,
