@@ -6,6 +6,10 @@
 #include <random>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
@@ -30,14 +34,17 @@ double median_seconds(const std::function<void()>& f, double budget) {
   return times[times.size() / 2];
 }
 
-LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget) {
+LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
+                               Precision precision) {
   check(tokens > 0 && budget > 0, "[speed] tokens = {} and budget = {} must be positive", tokens,
         budget);
   const std::int64_t T = tokens, D = config.d_model;
   auto ffn = make_ffn(config, 1);
+  ffn->set_precision(precision);
   const Tensor x = random_normal({T, D}, 2), dy = random_normal({T, D}, 3);
   Tensor y, dx;
   LayerSpeed s;
+  s.inference_s = median_seconds([&] { ffn->forward(y, x, false); }, budget);
   s.forward_s = median_seconds([&] { ffn->forward(y, x, true); }, budget);
   s.forward_backward_s = median_seconds(
       [&] {
@@ -53,19 +60,21 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   const Tensor xr = random_normal({R, D}, 4), dyr = random_normal({R, D}, 5);
   Tensor a({R, P}), h({R, F}), w_in({P, D}), w_out({D, F}), out({R, D}), dw_in({P, D}),
       dw_out({D, F});
+  MatmulOptions plain;
+  plain.precision = precision;
   const double mm_fwd = median_seconds(
       [&] {
-        matmul(a, xr, Trans::no, w_in, Trans::yes);
-        matmul(out, h, Trans::no, w_out, Trans::yes);
+        matmul(a, xr, Trans::no, w_in, Trans::yes, plain);
+        matmul(out, h, Trans::no, w_out, Trans::yes, plain);
       },
       budget);
-  MatmulOptions acc;
+  MatmulOptions acc = plain;
   acc.accumulate = true;
   const double mm_bwd = median_seconds(
       [&] {
-        matmul(h, dyr, Trans::no, w_out, Trans::no);
+        matmul(h, dyr, Trans::no, w_out, Trans::no, plain);
         matmul(dw_out, dyr, Trans::yes, h, Trans::no, acc);
-        matmul(out, a, Trans::no, w_in, Trans::no);
+        matmul(out, a, Trans::no, w_in, Trans::no, plain);
         matmul(dw_in, a, Trans::yes, xr, Trans::no, acc);
       },
       budget);
@@ -77,9 +86,106 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   const double bare_f = bare.forward.matmul * static_cast<double>(R);
   const double bare_b = bare.backward.matmul * static_cast<double>(R);
   s.forward_gflops = flops_f / s.forward_s / 1e9;
+  s.inference_gflops = flops_f / s.inference_s / 1e9;
   s.forward_backward_gflops = (flops_f + flops_b) / s.forward_backward_s / 1e9;
   s.peak_forward_gflops = bare_f / mm_fwd / 1e9;
   s.peak_forward_backward_gflops = (bare_f + bare_b) / (mm_fwd + mm_bwd) / 1e9;
+  return s;
+}
+
+}  // namespace ffnlab
+
+namespace ffnlab {
+
+namespace {
+
+// Σ of n floats (n a multiple of 64) with 8 independent vector sums, so that the loop is bound by
+// memory, not by the latency of the additions.
+float stream_sum(const float* p, std::int64_t n) {
+#if defined(__AVX2__)
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < n; i += 64)
+    for (int u = 0; u < 8; ++u) acc[u] = _mm256_add_ps(acc[u], _mm256_loadu_ps(p + i + 8 * u));
+  for (int u = 1; u < 8; ++u) acc[0] = _mm256_add_ps(acc[0], acc[u]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc[0]);
+  float total = 0.0f;
+  for (float l : lanes) total += l;
+  return total;
+#else
+  float lanes[64] = {};
+  for (std::int64_t i = 0; i < n; i += 64)
+#pragma omp simd
+    for (int l = 0; l < 64; ++l) lanes[l] += p[i + l];
+  float total = 0.0f;
+  for (float l : lanes) total += l;
+  return total;
+#endif
+}
+
+}  // namespace
+
+double measure_read_bandwidth(std::int64_t bytes, double budget) {
+  constexpr std::int64_t kBlock = 1 << 14;  // floats per work item
+  const std::int64_t blocks = std::max<std::int64_t>(1, bytes / 4 / kBlock), n = blocks * kBlock;
+  std::vector<float> buffer(static_cast<std::size_t>(n));
+  float* data = buffer.data();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) data[i] = 1.0f;  // first touch by the reading threads
+  volatile float sink = 0.0f;
+  const double seconds = median_seconds(
+      [&] {
+        float total = 0.0f;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+        for (std::int64_t b = 0; b < blocks; ++b) total += stream_sum(data + b * kBlock, kBlock);
+        sink = total;
+      },
+      budget);
+  (void)sink;
+  return static_cast<double>(n) * 4.0 / seconds;
+}
+
+DecodeSpeed measure_decode_speed(FeedForward& ffn, std::int64_t tokens, double budget) {
+  const FFNConfig& c = ffn.config();
+  const std::int64_t T = tokens, D = c.d_model;
+  check(T > 0 && budget > 0, "[speed] tokens = {} and budget = {} must be positive", T, budget);
+  const Tensor x = random_normal({T, D}, 2);
+  Tensor y;
+  DecodeSpeed s;
+  s.seconds = median_seconds([&] { ffn.forward(y, x, false); }, budget);
+
+  // Weight bytes read: matrices in the inference storage, biases and the router in f32.
+  const double wsize = static_cast<double>(dtype_size(ffn.inference_weights()));
+  const bool moe = c.kind == FFNKind::moe;
+  const FFNConfig dense = moe ? expert_config(c) : c;
+  const double P = static_cast<double>(dense.in_width()), F = static_cast<double>(dense.d_ff);
+  const double matrices = (P * D + D * F) * wsize, biases = c.bias ? (P + D) * 4.0 : 0.0;
+  std::int64_t experts_read = 1;
+  if (moe) {
+    const auto st = ffn.stats();  // experts with rows in the last forward
+    experts_read = 0;
+    for (auto n : st.tokens_per_expert) experts_read += n > 0;
+    s.bytes += static_cast<double>(c.moe.num_experts) * D * 4.0;  // the router
+    if (c.moe.num_shared > 0) {
+      const FFNConfig sh = expert_config(c, /*shared=*/true);
+      s.bytes += (static_cast<double>(sh.in_width()) * D + D * static_cast<double>(sh.d_ff)) * wsize +
+                 (c.bias ? (static_cast<double>(sh.in_width()) + D) * 4.0 : 0.0);
+    }
+  }
+  s.bytes += static_cast<double>(experts_read) * (matrices + biases);
+  s.bytes_per_s = s.bytes / s.seconds;
+
+  // oneDNN's products over the same f32 weights, T rows (for MoE, per expert read).
+  Tensor w_in({dense.in_width(), D}), w_out({D, dense.d_ff}), a({T, dense.in_width()}),
+      h({T, dense.d_ff}), out({T, D});
+  s.bare_seconds =
+      static_cast<double>(experts_read) * median_seconds(
+                                              [&] {
+                                                matmul(a, x, Trans::no, w_in, Trans::yes);
+                                                matmul(out, h, Trans::no, w_out, Trans::yes);
+                                              },
+                                              budget);
   return s;
 }
 

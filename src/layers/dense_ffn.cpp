@@ -7,6 +7,7 @@
 #include "check.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/skinny.hpp"
 
 namespace ffnlab {
 
@@ -79,6 +80,12 @@ void DenseFFN::bind_parameters() {
   }
 }
 
+void DenseFFN::set_inference_weights(DType dtype) {
+  inference_weights_ = dtype;
+  packed_in_ = dtype == DType::bf16 ? w_in_.to(DType::bf16) : Tensor();
+  packed_out_ = dtype == DType::bf16 ? w_out_.to(DType::bf16) : Tensor();
+}
+
 void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t D = config_.d_model, F = config_.d_ff;
   check(x.rank() == 2 && x.dim(1) == D, "[ffn] input {} must be [T, {}]", shape_string(x.shape()),
@@ -86,19 +93,30 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0);
   const Tensor* b_in = config_.bias ? &b_in_ : nullptr;
   const Tensor* b_out = config_.bias ? &b_out_ : nullptr;
+  if (train && packed_in_.defined()) set_inference_weights(DType::f32);
+  const bool packed = !train && packed_in_.defined();
+  const Tensor& w_in = packed ? packed_in_ : w_in_;
+  const Tensor& w_out = packed ? packed_out_ : w_out_;
+  const Precision precision = packed ? Precision::bf16 : precision_;
   h_.ensure({T, F});
-  if (!train && branches_ == 0) {
-    // Inference: the activation is a oneDNN post-op of the up projection; nothing is kept.
-    linear_forward(h_, x, w_in_, b_in, precision_, &config_.act);
-  } else {
-    a_.ensure({T, in_width_});
-    linear_forward(a_, x, w_in_, b_in, precision_);
-    mix_forward(h_, a_, config_.act, branches_);
-  }
   y.ensure({T, D});
-  linear_forward(y, h_, w_out_, b_out, precision_);
   saved_ = train;
   x_ = train ? x : Tensor();
+  if (!train && T >= 1 && T <= kSkinnyMaxTokens && (packed || precision == Precision::f32)) {
+    // Decode: each weight row is read once, the mix done as its dot products finish.
+    skinny_mix(h_, x, w_in, b_in, config_.act, branches_);
+    skinny_linear(y, h_, w_out, b_out);
+    return;
+  }
+  if (!train && branches_ == 0) {
+    // Inference: the activation is a oneDNN post-op of the up projection; nothing is kept.
+    linear_forward(h_, x, w_in, b_in, precision, &config_.act);
+  } else {
+    a_.ensure({T, in_width_});
+    linear_forward(a_, x, w_in, b_in, precision);
+    mix_forward(h_, a_, config_.act, branches_);
+  }
+  linear_forward(y, h_, w_out, b_out, precision);
 }
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {

@@ -8,6 +8,7 @@
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/permute.hpp"
+#include "ffnlab/ops/skinny.hpp"
 
 namespace ffnlab {
 
@@ -175,28 +176,41 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
   assign_rows(routing_, m);
 }
 
-void MoEFFN::experts_forward(Tensor& y, const Tensor& x) {
+void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0), D = config_.d_model, F = expert_.d_ff, P = in_width_;
   const Routing& r = routing_;
   const std::int64_t R = r.kept();
   ExpertCache& c = rows_;
+  const bool packed = !train && packed_in_.defined();
+  const Tensor& w_in = packed ? packed_in_ : w_.in;
+  const Tensor& w_out = packed ? packed_out_ : w_.out;
+  const Precision precision = packed ? Precision::bf16 : precision_;
+  const int branches = expert_.gated_branches();
+  auto in_bias = [&](int e) { return config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor(); };
+  auto out_bias = [&](int e) { return config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor(); };
   permute_rows(c.xp, x, r.token_of_row.data(), R);
   c.ap.ensure({R, P});
   c.hp.ensure({R, F});
   c.op.ensure({R, D});
-  MatmulOptions opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
+  // In inference an expert block of at most kSkinnyMaxTokens rows (every block in decode, most
+  // at small T) streams its expert's weights once (ops/skinny); larger blocks go to oneDNN.
+  const bool can_stream = !train && (packed || precision == Precision::f32);
+  MatmulOptions opt{nullptr, nullptr, false, precision, /*dynamic_m=*/true, false};
   for_each_block(r, [&](int e, auto rows) {
+    const Tensor xb = rows(c.xp), bi = in_bias(e), bo = out_bias(e);
+    Tensor h = rows(c.hp), o = rows(c.op);
+    const Tensor w_in_e = slice(w_in, e, P, D), w_out_e = slice(w_out, e, D, F);
+    if (can_stream && xb.dim(0) <= kSkinnyMaxTokens) {
+      skinny_mix(h, xb, w_in_e, config_.bias ? &bi : nullptr, config_.act, branches);
+      skinny_linear(o, h, w_out_e, config_.bias ? &bo : nullptr);
+      return;
+    }
     Tensor a = rows(c.ap);
-    const Tensor b = config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor();
-    opt.bias = config_.bias ? &b : nullptr;
-    matmul(a, rows(c.xp), Trans::no, slice(w_.in, e, P, D), Trans::yes, opt);
-  });
-  if (R > 0) mix_forward(c.hp, c.ap, config_.act, expert_.gated_branches());
-  for_each_block(r, [&](int e, auto rows) {
-    Tensor o = rows(c.op);
-    const Tensor b = config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor();
-    opt.bias = config_.bias ? &b : nullptr;
-    matmul(o, rows(c.hp), Trans::no, slice(w_.out, e, D, F), Trans::yes, opt);
+    opt.bias = config_.bias ? &bi : nullptr;
+    matmul(a, xb, Trans::no, w_in_e, Trans::yes, opt);
+    mix_forward(h, a, config_.act, branches);
+    opt.bias = config_.bias ? &bo : nullptr;
+    matmul(o, h, Trans::no, w_out_e, Trans::yes, opt);
   });
   y.ensure({T, D});
   unpermute_rows(y, c.op, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
@@ -230,8 +244,9 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t D = config_.d_model;
   check(x.rank() == 2 && x.dim(1) == D, "[moe] input {} must be [T, {}]", shape_string(x.shape()),
         D);
+  if (train && packed_in_.defined()) set_inference_weights(DType::f32);
   router_forward(x, train);
-  experts_forward(y, x);
+  experts_forward(y, x, train);
   if (shared_) shared_forward(y, x, train);
   if (train)
     for (int e = 0; e < config_.moe.num_experts; ++e) step_load_[e] += routing_.load[e];
@@ -364,6 +379,13 @@ void MoEFFN::shared_backward(Tensor& dx, const Tensor& dy) {
   const float* dxs = w.dx_shared.f32();
 #pragma omp parallel for simd schedule(static) if (T * D > 65536)
   for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxs[i];
+}
+
+void MoEFFN::set_inference_weights(DType dtype) {
+  inference_weights_ = dtype;
+  packed_in_ = dtype == DType::bf16 ? w_.in.to(DType::bf16) : Tensor();
+  packed_out_ = dtype == DType::bf16 ? w_.out.to(DType::bf16) : Tensor();
+  if (shared_) shared_->set_inference_weights(dtype);
 }
 
 double MoEFFN::aux_loss() const {

@@ -19,11 +19,17 @@ using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, i
 
 constexpr std::size_t kMaxPrimitives = 1024;
 
+struct Entry {
+  dnnl::matmul prim;
+  bool emulated_bf16 = false;  // a bf16 product run as f32 on bf16-rounded inputs
+};
+
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::mutex mutex;
-  std::map<Key, dnnl::matmul> cache;
+  std::map<Key, Entry> cache;
+  bool bf16_native = true;  // until oneDNN refuses a bf16 product on this CPU
 };
 
 Engine& engine() {
@@ -88,12 +94,38 @@ std::uint16_t* bf16_scratch(int slot, std::int64_t n) {
   return b.data();
 }
 
+float* f32_scratch(int slot, std::int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  auto& b = buffers[slot];
+  if (static_cast<std::int64_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
+  return b.data();
+}
+
 void to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
+void round_to_bf16(float* dst, const float* src, std::int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+}
+
+void widen_bf16(float* dst, const std::uint16_t* src, std::int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
 }  // namespace
+
+bool matmul_bf16_native() {
+  Tensor a({1, 16}), b({16, 16}), c({1, 16});
+  MatmulOptions opt;
+  opt.precision = Precision::bf16;
+  matmul(c, a, Trans::no, b, Trans::no, opt);  // the first bf16 product finds out
+  std::lock_guard lock(engine().mutex);
+  return engine().bf16_native;
+}
 
 std::int64_t matmul_primitive_count() {
   std::lock_guard lock(engine().mutex);
@@ -118,6 +150,10 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
         "[matmul] shapes do not chain: {}{} x {}{} -> {}", shape_string(a.shape()),
         ta == Trans::yes ? "^T" : "", shape_string(b.shape()), tb == Trans::yes ? "^T" : "",
         shape_string(c.shape()));
+  check(c.dtype() == DType::f32 &&
+            (opt.precision == Precision::bf16 ||
+             (a.dtype() == DType::f32 && b.dtype() == DType::f32)),
+        "[matmul] bf16 operands need precision bf16; the output is f32");
   check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
         opt.bias ? opt.bias->numel() : 0, N);
   if (M == 0 || N == 0 || (rank == 3 && G == 0)) return;
@@ -141,14 +177,8 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
                 act,
                 opt.act ? opt.act->beta : 0.f};
 
-  const auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  const auto a_md = matrix_desc(G, M, K, ta, in_dt);
-  const auto b_md = matrix_desc(G, K, N, tb, in_dt);
-  const auto c_md = matrix_desc(G, M, N, Trans::no, memory::data_type::f32);
-  const auto bias_md = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-
   Engine& e = engine();
-  dnnl::matmul prim;
+  Entry entry;
   {
     std::lock_guard lock(e.mutex);
     auto it = e.cache.find(key);
@@ -162,27 +192,61 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
       dnnl::primitive_attr attr;
       attr.set_post_ops(ops);
       const bool dm = opt.dynamic_m, dk = opt.dynamic_k;
-      const auto a_rt = matrix_desc(G, M, K, ta, in_dt, dm, dk);
-      const auto b_rt = matrix_desc(G, K, N, tb, in_dt, dk, false);
-      const auto c_rt = matrix_desc(G, M, N, Trans::no, memory::data_type::f32, dm, false);
-      auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_md, c_rt)
-                           : dnnl::matmul::desc(a_rt, b_rt, c_rt);
-      it = e.cache.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, e.engine)))
-               .first;
+      auto create = [&](memory::data_type in_dt) {
+        const auto a_rt = matrix_desc(G, M, K, ta, in_dt, dm, dk);
+        const auto b_rt = matrix_desc(G, K, N, tb, in_dt, dk, false);
+        const auto c_rt = matrix_desc(G, M, N, Trans::no, memory::data_type::f32, dm, false);
+        const auto bias_rt = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+        auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_rt, c_rt)
+                             : dnnl::matmul::desc(a_rt, b_rt, c_rt);
+        return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, e.engine));
+      };
+      Entry made;
+      if (bf16 && e.bf16_native) {
+        try {
+          made.prim = create(memory::data_type::bf16);
+        } catch (const dnnl::error&) {
+          // oneDNN has no bf16 product for this CPU (it needs AVX-512 or AMX): from now on
+          // bf16 products are emulated exactly, below.
+          e.bf16_native = false;
+        }
+      }
+      if (!made.prim) {
+        made.prim = create(memory::data_type::f32);
+        made.emulated_bf16 = bf16;
+      }
+      it = e.cache.emplace(key, made).first;
     }
-    prim = it->second;
+    entry = it->second;
   }
 
-  const void* a_ptr = a.f32();
-  const void* b_ptr = b.f32();
-  if (bf16) {
-    std::uint16_t* a16 = bf16_scratch(0, a.numel());
-    std::uint16_t* b16 = bf16_scratch(1, b.numel());
-    to_bf16(a16, a.f32(), a.numel());
-    to_bf16(b16, b.f32(), b.numel());
-    a_ptr = a16;
-    b_ptr = b16;
-  }
+  // Operands as the primitive reads them. Native bf16: an operand stored in bf16 (weights packed
+  // once for inference) as it is, an f32 one converted into per-thread scratch. Emulated bf16:
+  // every operand as the f32 values of its bf16 rounding — bf16 products are exact in f32 and
+  // the accumulation is f32 either way, so this computes what a bf16 product computes.
+  const bool native_bf16 = bf16 && !entry.emulated_bf16;
+  auto input = [&](const Tensor& t, int slot) -> const void* {
+    if (native_bf16) {
+      if (t.dtype() == DType::bf16) return t.bf16();
+      std::uint16_t* t16 = bf16_scratch(slot, t.numel());
+      to_bf16(t16, t.f32(), t.numel());
+      return t16;
+    }
+    if (!bf16) return t.f32();
+    float* rounded = f32_scratch(slot, t.numel());
+    if (t.dtype() == DType::bf16)
+      widen_bf16(rounded, t.bf16(), t.numel());
+    else
+      round_to_bf16(rounded, t.f32(), t.numel());
+    return rounded;
+  };
+  const auto in_dt = native_bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const auto a_md = matrix_desc(G, M, K, ta, in_dt);
+  const auto b_md = matrix_desc(G, K, N, tb, in_dt);
+  const auto c_md = matrix_desc(G, M, N, Trans::no, memory::data_type::f32);
+  const auto bias_md = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+  const void* a_ptr = input(a, 0);
+  const void* b_ptr = input(b, 1);
   memory a_mem(a_md, e.engine, const_cast<void*>(a_ptr));
   memory b_mem(b_md, e.engine, const_cast<void*>(b_ptr));
   memory c_mem(c_md, e.engine, c.f32());
@@ -190,7 +254,7 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   if (opt.bias)
     args.emplace(DNNL_ARG_BIAS, memory(bias_md, e.engine, const_cast<float*>(opt.bias->f32())));
-  prim.execute(e.stream, args);
+  entry.prim.execute(e.stream, args);
   e.stream.wait();
 }
 

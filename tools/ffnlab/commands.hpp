@@ -13,5 +13,6 @@ void add_train_command(CLI::App& app);
 void add_toy_command(CLI::App& app);
 void add_evolve_command(CLI::App& app);
 void add_zoo_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace ffnlab::cli

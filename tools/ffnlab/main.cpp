@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   add_toy_command(app);
   add_evolve_command(app);
   add_zoo_command(app);
+  add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 
 namespace ffnlab {
@@ -16,13 +17,31 @@ double median_seconds(const std::function<void()>& f, double budget);
 struct LayerSpeed {
   double forward_s = 0, forward_backward_s = 0;            // median per call, T tokens
   double forward_gflops = 0, forward_backward_gflops = 0;  // matrix FLOPs (costs.hpp) / time
+  double inference_s = 0, inference_gflops = 0;            // forward with train = false
   // Bare products of the same shapes: for a dense layer its own products; for MoE the products
   // of k experts over all T tokens (the same matrix FLOPs as the routed experts).
   double peak_forward_gflops = 0, peak_forward_backward_gflops = 0;
 };
 
-// Times the training forward (which keeps activations) and forward+backward of a layer built
-// from `config` on T random tokens, and the bare products, in one call.
-LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget);
+// Times the training forward (which keeps activations), the inference forward and
+// forward+backward of a layer built from `config` on T random tokens, and the bare products at
+// the same precision, in one call.
+LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
+                               Precision precision = Precision::f32);
+
+// The machine's memory read bandwidth in bytes/s: the median time of a parallel sum over
+// `bytes` of memory (far larger than the caches), with the current OpenMP threads.
+double measure_read_bandwidth(std::int64_t bytes, double budget);
+
+// Inference (decode) of T tokens: the bytes it must read are the weights it uses — every one for
+// a dense layer; for MoE the router, the experts the tokens chose and the shared experts — in
+// the storage the layer reads (set_inference_weights). A skinny forward reads each once.
+struct DecodeSpeed {
+  double seconds = 0;        // median per inference forward
+  double bytes = 0;          // weight bytes that must be read
+  double bytes_per_s = 0;    // bytes / seconds
+  double bare_seconds = 0;   // the same products through oneDNN on f32 weights (M = T rows)
+};
+DecodeSpeed measure_decode_speed(FeedForward& ffn, std::int64_t tokens, double budget);
 
 }  // namespace ffnlab

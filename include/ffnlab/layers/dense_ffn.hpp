@@ -21,6 +21,7 @@ class DenseFFN final : public FeedForward {
   void backward(Tensor& dx, const Tensor& dy) override;
   ParameterSet& parameters() override { return params_; }
   FFNStats stats() const override;
+  void set_inference_weights(DType dtype) override;
 
   std::int64_t in_width() const { return in_width_; }  // P
   const Tensor& hidden() const override { return h_; }
@@ -38,6 +39,7 @@ class DenseFFN final : public FeedForward {
   Tensor w_in_, b_in_;    // [P, D], [P]   (b_in_ undefined without bias)
   Tensor w_out_, b_out_;  // [D, F], [D]
   Tensor dw_in_, db_in_, dw_out_, db_out_;
+  Tensor packed_in_, packed_out_;  // bf16 copies of w_in_ and w_out_ (set_inference_weights)
 
   // Saved by a training forward, reused as workspaces (resized only when T grows).
   Tensor x_;  // [T, D] the caller's input (a view)

@@ -60,8 +60,18 @@ class FeedForward : public Layer {
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
 
+  // The storage of the weights that inference forwards (train = false) read. bf16 keeps a copy
+  // of the current weights in bf16, packed once: half the bytes to read per token, products in
+  // bf16 with f32 accumulation. f32 (the default) drops it and reads the weights themselves. The
+  // copy is a snapshot: call this again after changing the weights; a training forward drops it
+  // (the weights are about to change). Inference forwards of up to kSkinnyMaxTokens tokens
+  // stream the weights once (ops/skinny.hpp) from either storage.
+  virtual void set_inference_weights(DType dtype) = 0;
+  DType inference_weights() const { return inference_weights_; }
+
  protected:
   Precision precision_ = Precision::f32;
+  DType inference_weights_ = DType::f32;
   float aux_loss_scale_ = 1.0f;
 };
 

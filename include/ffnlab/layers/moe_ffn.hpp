@@ -9,7 +9,9 @@
 // Expert weights are stacked: W_in [E, P, D] with P = F (plain) or 2F (glu: gate rows, then up
 // rows), W_out [E, D, F]; each expert's slices carry Hugging Face per-expert names
 // (experts.{e}.gate_proj.weight, ...), so checkpoints load without conversion. Every product
-// is one oneDNN call per non-empty expert block; an expert with no tokens costs nothing.
+// is one oneDNN call per non-empty expert block; an expert with no tokens costs nothing. An
+// inference forward of at most kSkinnyMaxTokens tokens streams only the chosen experts'
+// weights, once each (ops/skinny.hpp).
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 
@@ -34,6 +36,7 @@ class MoEFFN final : public FeedForward {
   double aux_loss() const override;
   void set_random_stream(std::uint64_t seed, std::uint64_t stream) override;
   void after_optimizer_step() override;
+  void set_inference_weights(DType dtype) override;
 
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
   const Routing& routing() const { return routing_; }
@@ -82,7 +85,7 @@ class MoEFFN final : public FeedForward {
 
   void bind_parameters() override;
   void router_forward(const Tensor& x, bool train);
-  void experts_forward(Tensor& y, const Tensor& x);
+  void experts_forward(Tensor& y, const Tensor& x, bool train);
   void shared_forward(Tensor& y, const Tensor& x, bool train);
   // Backward, in the reverse order of the forward; each step adds its part of dx.
   void combine_backward(const Tensor& dy);
@@ -95,6 +98,7 @@ class MoEFFN final : public FeedForward {
   std::int64_t in_width_;
   ParameterSet params_;
   Weights w_, dw_;
+  Tensor packed_in_, packed_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
 
   std::mt19937_64 rng_;

@@ -37,11 +37,17 @@ struct MatmulOptions {
   bool dynamic_k = false;
 };
 
-// c [M, N] = op(a) [M, K] · op(b) [K, N]. Shapes are checked; all tensors are f32 and contiguous.
+// c [M, N] = op(a) [M, K] · op(b) [K, N]. Shapes are checked; tensors are contiguous, c is f32,
+// a and b are f32, or bf16 in a bf16 product (then read as stored, without a conversion).
 // Batched: c [G, M, N] = op(a) [G, M, K] · op(b) [G, K, N], G independent products (attention's
 // per-head products); op transposes the last two dimensions. No bias then.
 void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
             const MatmulOptions& options = {});
+
+// Whether oneDNN computes bf16 products natively on this CPU (AVX-512 or AMX). Where it does not
+// (an AVX2 CPU), a bf16 product is emulated: f32 products of the bf16-rounded inputs, the same
+// values (bf16 products are exact in f32, accumulation is f32 either way) at f32's speed.
+bool matmul_bf16_native();
 
 // Number of primitives in the cache (for its tests). It holds at most 1024; past that it is
 // emptied and refilled, so that ever new shapes cannot grow memory without bound.

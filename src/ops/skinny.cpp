@@ -1,0 +1,192 @@
+// Few-token products that stream the weights once: one row's dot products with every token at a
+// time, in registers, then bias, activation and the gated mix per output element.
+#include "ffnlab/ops/skinny.hpp"
+
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "activation_kernels.hpp"
+#include "check.hpp"
+
+namespace ffnlab {
+
+namespace {
+
+// Weight elements below which one thread does the whole product (a fork costs more).
+constexpr std::int64_t kSerialElements = 1 << 15;
+
+inline float widen(float w) {
+  return w;
+}
+inline float widen(std::uint16_t w) {
+  return bf16_to_f32(w);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline __m256 load8(const std::uint16_t* p) {  // bf16 -> f32 is a 16-bit shift
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float lane_sum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// out[t] = Σ_i w[i]·x[t·I + i] for the T tokens: the row is loaded once per 8 elements and
+// multiplied into every token; U independent accumulators per token hide the FMA latency.
+template <int T, typename W>
+inline void dot_row(const W* w, const float* x, std::int64_t I, float* out) {
+  constexpr int U = T == 1 ? 4 : (T == 2 ? 2 : 1);
+  __m256 acc[T][U];
+  for (int t = 0; t < T; ++t)
+    for (int u = 0; u < U; ++u) acc[t][u] = _mm256_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 8 * U <= I; i += 8 * U)
+    for (int u = 0; u < U; ++u) {
+      const __m256 wv = load8(w + i + 8 * u);
+      for (int t = 0; t < T; ++t)
+        acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * I + i + 8 * u), acc[t][u]);
+    }
+  for (int t = 0; t < T; ++t) {
+    __m256 s = acc[t][0];
+    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[t][u]);
+    float sum = lane_sum(s);
+    for (std::int64_t j = i; j < I; ++j) sum += widen(w[j]) * x[t * I + j];
+    out[t] = sum;
+  }
+}
+#else
+// Portable form: the compiler vectorises each token's reduction; the row is re-read from L1.
+template <int T, typename W>
+inline void dot_row(const W* w, const float* x, std::int64_t I, float* out) {
+  for (int t = 0; t < T; ++t) {
+    const float* xt = x + t * I;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t i = 0; i < I; ++i) sum += widen(w[i]) * xt[i];
+    out[t] = sum;
+  }
+}
+#endif
+
+// The tokens as the kernels read them: x itself for f32 weights, x rounded to bf16 for bf16
+// weights (in a grow-only buffer of the calling thread).
+const float* token_rows(const Tensor& x, DType weights) {
+  if (weights == DType::f32) return x.f32();
+  thread_local std::vector<float> rounded;
+  const std::int64_t n = x.numel();
+  if (static_cast<std::int64_t>(rounded.size()) < n) rounded.resize(static_cast<std::size_t>(n));
+  const float* in = x.f32();
+  for (std::int64_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
+  return rounded.data();
+}
+
+// Calls f(std::integral_constant<int, T>, weights pointer) for the run-time T and dtype.
+template <typename Fn>
+void dispatch_tokens(std::int64_t T, const Tensor& w, Fn&& f) {
+  auto with_w = [&](auto tokens) {
+    if (w.dtype() == DType::bf16)
+      f(tokens, w.bf16());
+    else
+      f(tokens, w.f32());
+  };
+  switch (T) {
+    case 1:
+      return with_w(std::integral_constant<int, 1>{});
+    case 2:
+      return with_w(std::integral_constant<int, 2>{});
+    case 3:
+      return with_w(std::integral_constant<int, 3>{});
+    case 4:
+      return with_w(std::integral_constant<int, 4>{});
+    default:
+      fail("[skinny] {} tokens; the skinny kernels take 1 to {}", T, kSkinnyMaxTokens);
+  }
+}
+static_assert(kSkinnyMaxTokens == 4, "dispatch_tokens lists every token count");
+
+void check_operands(const Tensor& x, const Tensor& w, const Tensor* b, std::int64_t rows,
+                    const char* what) {
+  check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1) && x.dtype() == DType::f32,
+        "[skinny] {}: input {} does not fit weight {} ([out, in])", what, shape_string(x.shape()),
+        shape_string(w.shape()));
+  check(x.dim(0) >= 1 && x.dim(0) <= kSkinnyMaxTokens, "[skinny] {}: {} tokens; 1 to {} allowed",
+        what, x.dim(0), kSkinnyMaxTokens);
+  check(w.dim(0) == rows, "[skinny] {}: weight {} has {} rows, expected {}", what,
+        shape_string(w.shape()), w.dim(0), rows);
+  check(!b || (b->numel() == rows && b->dtype() == DType::f32),
+        "[skinny] {}: bias must be f32 with {} elements", what, rows);
+}
+
+}  // namespace
+
+void skinny_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, bool accumulate) {
+  const std::int64_t O = w.rank() == 2 ? w.dim(0) : -1;
+  check_operands(x, w, b, O, "linear");
+  const std::int64_t T = x.dim(0), I = x.dim(1);
+  check(y.rank() == 2 && y.dim(0) == T && y.dim(1) == O, "[skinny] linear: output {} must be [{}, {}]",
+        shape_string(y.shape()), T, O);
+  const float* xs = token_rows(x, w.dtype());
+  const float* bias = b ? b->f32() : nullptr;
+  float* out = y.f32();
+  dispatch_tokens(T, w, [&](auto tokens, const auto* wp) {
+    constexpr int NT = decltype(tokens)::value;
+#pragma omp parallel for schedule(static) if (O * I > kSerialElements)
+    for (std::int64_t o = 0; o < O; ++o) {
+      float dots[NT];
+      dot_row<NT>(wp + o * I, xs, I, dots);
+      const float bo = bias ? bias[o] : 0.0f;
+      for (int t = 0; t < NT; ++t) {
+        float& dst = out[t * O + o];
+        dst = (accumulate ? dst : 0.0f) + dots[t] + bo;
+      }
+    }
+  });
+}
+
+void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_in, Act act,
+                int branches) {
+  check(branches >= 0, "[skinny] mix: branches = {} must be >= 0", branches);
+  const std::int64_t F = h.rank() == 2 ? h.dim(1) : -1;
+  const std::int64_t P = branches == 0 ? F : 2 * branches * F;
+  check_operands(x, w_in, b_in, P, "mix");
+  const std::int64_t T = x.dim(0), D = x.dim(1);
+  check(h.dim(0) == T, "[skinny] mix: output {} must have {} rows", shape_string(h.shape()), T);
+  const float* xs = token_rows(x, w_in.dtype());
+  const float* bias = b_in ? b_in->f32() : nullptr;
+  float* out = h.f32();
+  kernels::dispatch(act.kind, [&](auto act_tag) {
+    constexpr Activation A = decltype(act_tag)::value;
+    const float beta = act.beta;
+    dispatch_tokens(T, w_in, [&](auto tokens, const auto* wp) {
+      constexpr int NT = decltype(tokens)::value;
+#pragma omp parallel for schedule(static) if (P * D > kSerialElements)
+      for (std::int64_t f = 0; f < F; ++f) {
+        float acc[NT] = {};
+        if (branches == 0) {
+          dot_row<NT>(wp + f * D, xs, D, acc);
+          const float bf = bias ? bias[f] : 0.0f;
+          for (int t = 0; t < NT; ++t) acc[t] = kernels::act_value<A>(acc[t] + bf, beta);
+        }
+        for (int br = 0; br < branches; ++br) {
+          const std::int64_t g_row = 2 * br * F + f, u_row = g_row + F;
+          float g[NT], u[NT];
+          dot_row<NT>(wp + g_row * D, xs, D, g);
+          dot_row<NT>(wp + u_row * D, xs, D, u);
+          const float bg = bias ? bias[g_row] : 0.0f, bu = bias ? bias[u_row] : 0.0f;
+          for (int t = 0; t < NT; ++t) acc[t] += kernels::act_value<A>(g[t] + bg, beta) * (u[t] + bu);
+        }
+        for (int t = 0; t < NT; ++t) out[t * F + f] = acc[t];
+      }
+    });
+  });
+}
+
+}  // namespace ffnlab

@@ -1,0 +1,241 @@
+// The few-token kernels (ops/skinny): against the double reference (linear, then the mix) with
+// f32 and bf16 weights, every token count, widths with and without a vector remainder; and the
+// layers' decode paths: dense and MoE inference at T <= 4 against their training forwards,
+// bf16 inference weights against bf16 products, and MoE reading only the chosen experts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/layers/dense_ffn.hpp"
+#include "ffnlab/layers/moe_ffn.hpp"
+#include "ffnlab/ops/ref/activation_ref.hpp"
+#include "ffnlab/ops/ref/glu_ref.hpp"
+#include "ffnlab/ops/ref/linear_ref.hpp"
+#include "ffnlab/ops/skinny.hpp"
+
+using namespace ffnlab;
+
+namespace {
+
+// The values a tensor holds as the kernels read them: rounded to bf16 when `dtype` is bf16.
+std::vector<double> as_read(const Tensor& t, DType dtype) {
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    out[i] = dtype == DType::bf16 ? bf16_to_f32(f32_to_bf16(t.f32()[i])) : t.f32()[i];
+  return out;
+}
+
+// The widths: a single element, less than one vector, a remainder after whole vectors, and
+// more than one unrolled block with a remainder.
+const std::int64_t kWidths[] = {1, 7, 37, 133};
+
+}  // namespace
+
+TEST(Skinny, LinearMatchesReference) {
+  std::uint64_t seed = 1;
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+      for (std::int64_t I : kWidths)
+        for (bool bias : {false, true})
+          for (bool accumulate : {false, true}) {
+            const std::int64_t O = 5 + I % 11;
+            const Tensor x = test::random_tensor({T, I}, seed++);
+            const Tensor w32 = test::random_tensor({O, I}, seed++);
+            const Tensor b = test::random_tensor({O}, seed++);
+            const Tensor y0 = test::random_tensor({T, O}, seed++);
+            const Tensor w = w32.to(dtype);
+            Tensor y = y0.clone();
+            skinny_linear(y, x, w, bias ? &b : nullptr, accumulate);
+
+            const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
+            const auto br = test::to_vector<double>(b);
+            std::vector<double> yr(static_cast<std::size_t>(T * O));
+            ref::linear_forward<double>(yr.data(), xr.data(), wr.data(), bias ? br.data() : nullptr,
+                                        T, I, O);
+            if (accumulate)
+              for (std::int64_t i = 0; i < T * O; ++i) yr[i] += y0.f32()[i];
+            EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6)
+                << dtype_name(dtype) << " T=" << T << " I=" << I << " bias=" << bias
+                << " accumulate=" << accumulate;
+          }
+}
+
+TEST(Skinny, MixMatchesReference) {
+  struct Case {
+    int branches;
+    Act act;
+  };
+  const Case cases[] = {{0, {Activation::relu}},     {0, {Activation::gelu}},
+                        {0, {Activation::relu2}},    {1, {Activation::silu}},
+                        {1, {Activation::identity}}, {1, {Activation::sigmoid}},
+                        {3, {Activation::gelu_tanh}}, {2, {Activation::silu, 1.5f}}};
+  std::uint64_t seed = 100;
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (const Case& c : cases)
+      for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+        for (std::int64_t D : kWidths)
+          for (bool bias : {false, true}) {
+            const std::int64_t F = 3 + D % 13;
+            const std::int64_t P = c.branches == 0 ? F : 2 * c.branches * F;
+            const Tensor x = test::random_tensor({T, D}, seed++);
+            const Tensor w32 = test::random_tensor({P, D}, seed++, 1.0f / std::sqrt(D));
+            const Tensor b = test::random_tensor({P}, seed++, 0.5f);
+            Tensor h({T, F});
+            skinny_mix(h, x, w32.to(dtype), bias ? &b : nullptr, c.act, c.branches);
+
+            const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
+            const auto br = test::to_vector<double>(b);
+            std::vector<double> a(static_cast<std::size_t>(T * P)), hr(static_cast<std::size_t>(T * F));
+            ref::linear_forward<double>(a.data(), xr.data(), wr.data(), bias ? br.data() : nullptr, T,
+                                        D, P);
+            if (c.branches == 0)
+              for (std::int64_t i = 0; i < T * F; ++i)
+                hr[i] = ref::activation<double>(c.act.kind, a[i], c.act.beta);
+            else
+              ref::glu_forward<double>(hr.data(), a.data(), T, F, c.branches, c.act);
+            EXPECT_LT(test::scaled_error(h.f32(), hr.data(), h.numel()), 3e-6)
+                << dtype_name(dtype) << " " << enum_name(c.act.kind) << " n=" << c.branches
+                << " T=" << T << " D=" << D << " bias=" << bias;
+          }
+}
+
+TEST(Skinny, RejectsWhatItCannotDo) {
+  const Tensor x5 = test::random_tensor({5, 8}, 1), w = test::random_tensor({3, 8}, 2);
+  Tensor y({5, 3});
+  EXPECT_NE(test::error_of([&] { skinny_linear(y, x5, w, nullptr); }).find("5 tokens"),
+            std::string::npos);
+  const Tensor x = test::random_tensor({2, 9}, 3);
+  Tensor y2({2, 3});
+  EXPECT_NE(test::error_of([&] { skinny_linear(y2, x, w, nullptr); }).find("does not fit"),
+            std::string::npos);
+  Tensor h({2, 4});  // a GLU of F = 4 needs 8 rows, w has 3
+  const Tensor x8 = test::random_tensor({2, 8}, 4);
+  EXPECT_NE(test::error_of([&] { skinny_mix(h, x8, w, nullptr, Act{}, 1); }).find("expected 8"),
+            std::string::npos);
+}
+
+// Every dense variant, both layouts, every decode token count: the streamed inference forward
+// gives the training forward's output (oneDNN products, then the mix).
+TEST(Skinny, DenseDecodeMatchesTrainingForward) {
+  std::uint64_t seed = 300;
+  for (const char* v : {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"})
+    for (GLULayout layout : {GLULayout::separate, GLULayout::fused})
+      for (bool bias : {false, true}) {
+        FFNConfig c = variant_config(v, 40, 72, bias);
+        if (c.kind == FFNKind::multi_branch && layout == GLULayout::fused) continue;
+        c.layout = layout;
+        DenseFFN ffn(c, seed++);
+        for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T) {
+          const Tensor x = test::random_tensor({T, c.d_model}, seed++);
+          Tensor y_train, y_infer;
+          ffn.forward(y_train, x, true);
+          ffn.forward(y_infer, x, false);
+          EXPECT_LT(test::scaled_error(y_infer.f32(), y_train.f32(), y_train.numel()), 2e-6)
+              << v << " T=" << T << " bias=" << bias;
+          // The hidden activations are kept for analysis either way.
+          EXPECT_EQ(ffn.hidden().dim(0), T);
+        }
+      }
+}
+
+// bf16 inference weights: decode (streamed) and larger T (oneDNN reading the packed copy) give
+// what the bf16 products give, and differ from f32 by bf16's rounding, not more.
+TEST(Skinny, Bf16InferenceWeightsMatchBf16Products) {
+  std::uint64_t seed = 500;
+  for (const char* v : {"relu", "swiglu", "gated"}) {
+    const FFNConfig c = variant_config(v, 48, 64, true);
+    DenseFFN ffn(c, seed++);
+    for (std::int64_t T : {1, 3, 9}) {
+      const Tensor x = test::random_tensor({T, c.d_model}, seed++);
+      Tensor y32, y16_products, y16_packed;
+      ffn.forward(y32, x, false);
+      ffn.set_precision(Precision::bf16);
+      ffn.forward(y16_products, x, false);
+      ffn.set_precision(Precision::f32);
+      ffn.set_inference_weights(DType::bf16);
+      ffn.forward(y16_packed, x, false);
+      ffn.set_inference_weights(DType::f32);
+      const double vs_products =
+          test::scaled_error(y16_packed.f32(), y16_products.f32(), y32.numel());
+      const double vs_f32 = test::scaled_error(y16_packed.f32(), y32.f32(), y32.numel());
+      // Both round x, h and the weights to bf16; they differ in the order of f32 sums only.
+      EXPECT_LT(vs_products, 2e-3) << v << " T=" << T;
+      // bf16 keeps 8 bits: the error is visible, and bounded.
+      EXPECT_GT(vs_f32, 1e-5) << v << " T=" << T << ": the bf16 weights were not used";
+      EXPECT_LT(vs_f32, 3e-2) << v << " T=" << T;
+    }
+  }
+}
+
+TEST(Skinny, TrainingForwardDropsThePackedWeights) {
+  const FFNConfig c = variant_config("swiglu", 16, 24, false);
+  DenseFFN ffn(c, 7);
+  const Tensor x = test::random_tensor({2, 16}, 8);
+  Tensor y_before, y_packed, y_after, y;
+  ffn.forward(y_before, x, false);
+  ffn.set_inference_weights(DType::bf16);
+  EXPECT_EQ(ffn.inference_weights(), DType::bf16);
+  ffn.forward(y_packed, x, false);
+  ffn.forward(y, x, true);  // training: the weights are about to change
+  EXPECT_EQ(ffn.inference_weights(), DType::f32);
+  ffn.forward(y_after, x, false);
+  EXPECT_GT(test::scaled_error(y_packed.f32(), y_before.f32(), y.numel()), 1e-5);
+  EXPECT_EQ(test::scaled_error(y_after.f32(), y_before.f32(), y.numel()), 0.0);
+}
+
+// MoE inference: the same output as the training forward, with f32 and bf16 inference weights;
+// and the experts no token chose are never read (their weights are NaN here).
+TEST(Skinny, MoEDecodeReadsOnlyTheChosenExperts) {
+  std::uint64_t seed = 700;
+  for (const char* expert : {"relu", "swiglu"})
+    for (int shared : {0, 1}) {
+      FFNConfig c = variant_config("moe", 24, 32, true);
+      const FFNConfig e = variant_config(expert, 24, 32, true);
+      c.act = e.act;
+      c.moe.expert_kind = e.kind;
+      c.moe.num_experts = 8;
+      c.moe.top_k = 2;
+      c.moe.num_shared = shared;
+      MoEFFN moe(c, seed++);
+      // Up to 4 tokens every expert block streams; at 8 and 16 blocks of up to 4 rows stream
+      // and larger ones go to oneDNN.
+      for (std::int64_t T : {1, 2, 3, 4, 8, 16}) {
+        SCOPED_TRACE(std::string(expert) + " shared=" + std::to_string(shared) +
+                     " T=" + std::to_string(T));
+        const Tensor x = test::random_tensor({T, c.d_model}, seed++);
+        Tensor y_train, y_infer;
+        moe.forward(y_train, x, true);
+        moe.forward(y_infer, x, false);
+        EXPECT_LT(test::scaled_error(y_infer.f32(), y_train.f32(), y_train.numel()), 2e-6);
+
+        // Poison every expert the tokens did not choose, in a copy of the layer.
+        MoEFFN poisoned(c, 0);
+        std::copy(moe.parameters().values().f32(),
+                  moe.parameters().values().f32() + moe.parameters().count(),
+                  poisoned.parameters().values().f32());
+        std::vector<bool> chosen(8, false);
+        for (std::int64_t a = 0; a < T * 2; ++a) chosen[moe.routing().expert[a]] = true;
+        for (int ex = 0; ex < 8; ++ex) {
+          if (chosen[ex]) continue;
+          for (const auto& p : poisoned.parameters().list())
+            if (p.name.rfind("experts." + std::to_string(ex) + ".", 0) == 0) {
+              Tensor v = p.value;
+              v.fill(std::numeric_limits<float>::quiet_NaN());
+            }
+        }
+        Tensor y_poisoned;
+        poisoned.forward(y_poisoned, x, false);
+        EXPECT_EQ(test::scaled_error(y_poisoned.f32(), y_infer.f32(), y_infer.numel()), 0.0);
+
+        poisoned.set_inference_weights(DType::bf16);
+        Tensor y16;
+        poisoned.forward(y16, x, false);
+        const double err = test::scaled_error(y16.f32(), y_infer.f32(), y_infer.numel());
+        EXPECT_TRUE(std::isfinite(err));
+        EXPECT_GT(err, 1e-5);
+        EXPECT_LT(err, 3e-2);
+      }
+    }
+}
