@@ -8,8 +8,8 @@ using namespace ffnlab::test;
 
 namespace {
 const char* kSmall =
-    "bench --quick --variants relu,swiglu,moe --tokens 1,8 "
-    "--decode-shape 64,128 --budget 0.002";
+    "bench --quick --variants relu,swiglu,moe --tokens 1,8 --shape 64,96 "
+    "--decode-shape 64,128 --budget 0.002 --no-torch --bandwidth-mib 32";
 }  // namespace
 
 TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
@@ -65,6 +65,40 @@ TEST_F(Cli, BenchRejectsBadFlags) {
   expect_usage_error(run("bench --tokens 8,x"), "'x'");
   expect_usage_error(run("bench --dtypes f16"), "--dtypes");
   expect_usage_error(run("bench --decode-shape 0,5"), "--decode-shape");
+  expect_usage_error(run("bench --shape 5,0"), "--shape");
   expect_usage_error(run("bench --budget 0"), "--budget");
+  expect_usage_error(run("bench --rounds 0"), "--rounds");
+  expect_usage_error(run("bench --bandwidth-mib 1"), "--bandwidth-mib");
   expect_error(run("bench --variants nope"), "unknown variant");
+}
+
+// PyTorch (installed by install-deps) times the same layers in alternating rounds.
+TEST_F(Cli, BenchTimesPyTorchBesideFfnlab) {
+  const auto r = run(
+      "bench --quick --variants swiglu,gated,moe --dtypes f32 --tokens 3 --shape 32,48 "
+      "--decode-shape 32,64 "
+      "--budget 0.01 --rounds 2 --bandwidth-mib 32 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j["torch"].contains("version")) << j["torch"].dump();
+  ASSERT_EQ(j["layers"].size(), 3u);
+  for (const auto& row : j["layers"]) {
+    EXPECT_GT(row.value("torch_inference_s", 0.0), 0.0) << row.dump();
+    EXPECT_GT(row.value("torch_forward_backward_s", 0.0), 0.0) << row.dump();
+  }
+  for (const auto& row : j["decode"]) EXPECT_GT(row.value("torch_seconds", 0.0), 0.0) << row.dump();
+}
+
+TEST_F(Cli, BenchGoesOnWithoutPyTorch) {
+  const auto r = run(
+      "bench --quick --variants relu --dtypes f32 --tokens 1 --no-decode --budget 0.002 "
+      "--bandwidth-mib 32 --python /nonexistent/python3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("PyTorch: not measured (/nonexistent/python3 not found"), std::string::npos)
+      << r.out;
+  const auto j = run(std::string(kSmall) + " --dtypes f32 --no-decode --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto parsed = nlohmann::json::parse(j.out);
+  EXPECT_EQ(parsed["torch"]["unavailable"], "--no-torch");
+  EXPECT_FALSE(parsed["layers"][0].contains("torch_forward_backward_s"));
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/ops/matmul.hpp"
+#include "torch_worker.hpp"
 
 namespace ffnlab::cli {
 
@@ -27,10 +29,16 @@ struct BenchOptions {
   std::string variants = "all";
   std::string dtypes = "f32,bf16";
   std::string tokens = "1,8,512,6400";
+  std::vector<std::int64_t> shape = {512, 2048};
   std::vector<std::int64_t> decode_shape = {4096, 14336};
   bool decode = true;
   double budget = 0.3;
   int threads = 0;
+  bool torch = true;
+  std::string python = "/usr/bin/python3";
+  std::string torch_script;  // "" = default_torch_script()
+  int rounds = 3;
+  std::int64_t bandwidth_mib = 1024;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -82,6 +90,50 @@ std::string ms(double seconds) {
   return fmt::format("{:.3f}", seconds * 1e3);
 }
 
+// The request that times the same layer in PyTorch (bench/torch_ffn.py).
+json torch_request(const FFNConfig& c, std::int64_t tokens, const char* pass, Precision p,
+                   DType weights, double budget) {
+  const bool moe = c.kind == FFNKind::moe;
+  const FFNConfig dense = moe ? expert_config(c) : c;
+  return {{"variant", variant_name(c)},
+          {"kind", enum_name(dense.kind)},
+          {"act", enum_name(c.act.kind)},
+          {"d_model", c.d_model},
+          {"d_ff", dense.d_ff},
+          {"bias", c.bias},
+          {"branches", dense.gated_branches()},
+          {"experts", moe ? c.moe.num_experts : 0},
+          {"top_k", moe ? c.moe.top_k : 0},
+          {"normalize", moe && c.moe.normalize},
+          {"router_bias", moe && c.moe.router_bias},
+          {"params", count_params(c)},
+          {"tokens", tokens},
+          {"pass", pass},
+          {"dtype", enum_name(p)},
+          {"weights", dtype_name(weights)},
+          {"budget", budget}};
+}
+
+// The median of the rounds' times; -1 when there are none or one was skipped (< 0).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() || v.front() < 0 ? -1.0 : v[v.size() / 2];
+}
+
+// PyTorch's time for a request, or -1 when it skipped (the reason goes to stderr).
+double torch_seconds(TorchWorker& torch, const json& request) {
+  const json a = torch.ask(request);
+  if (a.contains("seconds")) return a["seconds"].get<double>();
+  note("bench: PyTorch skipped " + request.value("variant", std::string()) + ": " +
+       a.value("skipped", std::string("?")));
+  return -1;
+}
+
+// "2.31x" (PyTorch's time over ffnlab's), or "-" without a PyTorch time.
+std::string speedup(double torch_s, double ffnlab_s) {
+  return torch_s > 0 ? fmt::format("{:.2f}x", torch_s / ffnlab_s) : "-";
+}
+
 // The MoE of the study (8 experts, top-2) with experts of `expert` kind at D/F.
 FFNConfig moe_of(const std::string& expert, std::int64_t D, std::int64_t F, bool bias) {
   FFNConfig c = variant_config("moe", D, F, bias);
@@ -92,19 +144,21 @@ FFNConfig moe_of(const std::string& expert, std::int64_t D, std::int64_t F, bool
 }
 
 json bench_layers(const BenchOptions& o, const std::vector<std::string>& variants,
-                  const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T) {
-  const std::int64_t D = 512, F = 2048;
+                  const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T,
+                  TorchWorker& torch) {
+  const std::int64_t D = o.shape[0], F = o.shape[1];
+  const bool with_torch = torch.available();
   json rows = json::array();
   if (!o.json_out) {
     fmt::print(
-        "\nLayers at d_model {} and d_ff {} with bias (the seeds' shape; MoE: 8 experts of that "
-        "width, top-2). Times are medians per call; GFLOP/s counts the matrix products (ffnlab "
-        "params); 'of bare' is the layer's rate over oneDNN's bare products of the same shapes "
-        "at the same precision, timed in the same run.\n\n",
-        D, F);
-    fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} | {:>10} {:>8} | {:>10} {:>8} {:>7}\n",
-               "variant", "dtype", "T", "infer ms", "GFLOP/s", "train fwd", "GFLOP/s",
-               "fwd+bwd ms", "GFLOP/s", "of bare");
+        "\nLayers at d_model {} and d_ff {} with bias (MoE: 8 experts of that width, top-2). Times are medians per call over {} alternating rounds; GFLOP/s counts "
+        "the matrix products (ffnlab params); 'of bare' is the layer's rate over oneDNN's bare "
+        "products of the same shapes at the same precision; 'x torch' is PyTorch's time for the "
+        "same layer over ffnlab's, timed in the same rounds.\n\n",
+        D, F, o.rounds);
+    fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} {:>7}\n", "variant",
+               "dtype", "T", "infer ms", "GFLOP/s", "x torch", "fwd+bwd ms", "GFLOP/s",
+               "of bare", "x torch");
   }
   const std::size_t total = variants.size() * precisions.size() * T.size();
   std::size_t done = 0;
@@ -113,32 +167,52 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
       for (std::int64_t t : T) {
         note(fmt::format("bench {}/{}: {} {} T={}", ++done, total, v, enum_name(p), t));
         const FFNConfig c = variant_config(v, D, F, true);
-        const LayerSpeed s = measure_layer_speed(c, t, o.budget, p);
+        // Rounds alternate ffnlab and PyTorch, so that drift of a shared machine hits both.
+        std::vector<LayerSpeed> ours;
+        std::vector<double> torch_inf, torch_fb;
+        const double part = o.budget / o.rounds;
+        for (int round = 0; round < o.rounds; ++round) {
+          ours.push_back(measure_layer_speed(c, t, part, p));
+          if (!with_torch || !torch.available()) continue;
+          torch_inf.push_back(
+              torch_seconds(torch, torch_request(c, t, "inference", p, DType::f32, part)));
+          torch_fb.push_back(
+              torch_seconds(torch, torch_request(c, t, "forward_backward", p, DType::f32, part)));
+        }
+        // The round with the median forward+backward time stands for ffnlab.
+        std::sort(ours.begin(), ours.end(), [](const LayerSpeed& a, const LayerSpeed& b) {
+          return a.forward_backward_s < b.forward_backward_s;
+        });
+        const LayerSpeed s = ours[ours.size() / 2];
+        const double ti = median(torch_inf), tf = median(torch_fb);
         const double of_bare = s.forward_backward_gflops / s.peak_forward_backward_gflops;
-        rows.push_back({{"variant", v},
-                        {"dtype", enum_name(p)},
-                        {"tokens", t},
-                        {"inference_s", s.inference_s},
-                        {"inference_gflops", s.inference_gflops},
-                        {"forward_s", s.forward_s},
-                        {"forward_gflops", s.forward_gflops},
-                        {"forward_backward_s", s.forward_backward_s},
-                        {"forward_backward_gflops", s.forward_backward_gflops},
-                        {"bare_forward_gflops", s.peak_forward_gflops},
-                        {"bare_forward_backward_gflops", s.peak_forward_backward_gflops},
-                        {"forward_backward_of_bare", of_bare}});
+        json row = {{"variant", v},
+                    {"dtype", enum_name(p)},
+                    {"tokens", t},
+                    {"inference_s", s.inference_s},
+                    {"inference_gflops", s.inference_gflops},
+                    {"forward_s", s.forward_s},
+                    {"forward_gflops", s.forward_gflops},
+                    {"forward_backward_s", s.forward_backward_s},
+                    {"forward_backward_gflops", s.forward_backward_gflops},
+                    {"bare_forward_gflops", s.peak_forward_gflops},
+                    {"bare_forward_backward_gflops", s.peak_forward_backward_gflops},
+                    {"forward_backward_of_bare", of_bare}};
+        if (ti > 0) row["torch_inference_s"] = ti;
+        if (tf > 0) row["torch_forward_backward_s"] = tf;
+        rows.push_back(row);
         if (!o.json_out)
-          fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8.1f} | {:>10} {:>8.1f} | {:>10} {:>8.1f} "
-                     "{:>6.0f}%\n",
-                     v, enum_name(p), t, ms(s.inference_s), s.inference_gflops, ms(s.forward_s),
-                     s.forward_gflops, ms(s.forward_backward_s), s.forward_backward_gflops,
-                     100 * of_bare);
+          fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8.1f} {:>7} | {:>10} {:>8.1f} {:>6.0f}% "
+                     "{:>7}\n",
+                     v, enum_name(p), t, ms(s.inference_s), s.inference_gflops,
+                     speedup(ti, s.inference_s), ms(s.forward_backward_s),
+                     s.forward_backward_gflops, 100 * of_bare, speedup(tf, s.forward_backward_s));
         std::fflush(stdout);
       }
   return rows;
 }
 
-json bench_decode(const BenchOptions& o, double bandwidth) {
+json bench_decode(const BenchOptions& o, double bandwidth, TorchWorker& torch) {
   const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
   json rows = json::array();
   if (!o.json_out)
@@ -146,11 +220,13 @@ json bench_decode(const BenchOptions& o, double bandwidth) {
         "\nDecode (inference forward) at d_model {}, d_ff {}, no bias: SwiGLU, and an MoE of 8 "
         "such experts, top-2. 'read' is the weights the tokens need (MoE: the router and the "
         "chosen experts); 'of bw' is GB/s over the read bandwidth measured above; 'oneDNN' is "
-        "its f32 products of the same shapes (T rows) on the same weights.\n\n",
+        "its f32 products of the same shapes (T rows) on the same weights; 'torch' is PyTorch's "
+        "module with its weights in the same dtype, timed in alternating rounds.\n\n",
         D, F);
   if (!o.json_out)
-    fmt::print("{:<8} {:>7} {:>3} | {:>9} {:>8} {:>8} {:>6} | {:>10} {:>8}\n", "layer", "weights",
-               "T", "ms", "read GB", "GB/s", "of bw", "oneDNN ms", "speed-up");
+    fmt::print("{:<8} {:>7} {:>3} | {:>9} {:>8} {:>8} {:>6} | {:>10} {:>8} | {:>9} {:>7}\n",
+               "layer", "weights", "T", "ms", "read GB", "GB/s", "of bw", "oneDNN ms", "x oneDNN",
+               "torch ms", "x torch");
   for (const char* layer : {"swiglu", "moe"}) {
     const FFNConfig c =
         std::string(layer) == "moe" ? moe_of("swiglu", D, F, false) : variant_config(layer, D, F, false);
@@ -171,7 +247,20 @@ json bench_decode(const BenchOptions& o, double bandwidth) {
       for (std::int64_t t : {std::int64_t{1}, std::int64_t{8}}) {
         if (o.quick && t == 8) continue;
         note(fmt::format("bench: decode {} {} T={}", layer, dtype_name(w), t));
-        const DecodeSpeed s = measure_decode_speed(*ffn, t, o.budget);
+        std::vector<DecodeSpeed> ours;
+        std::vector<double> theirs;
+        const double part = o.budget / o.rounds;
+        for (int round = 0; round < o.rounds; ++round) {
+          ours.push_back(measure_decode_speed(*ffn, t, part));
+          if (torch.available())
+            theirs.push_back(torch_seconds(
+                torch, torch_request(c, t, "inference", Precision::f32, w, part)));
+        }
+        std::sort(ours.begin(), ours.end(), [](const DecodeSpeed& a, const DecodeSpeed& b) {
+          return a.seconds < b.seconds;
+        });
+        const DecodeSpeed s = ours[ours.size() / 2];
+        const double ts = median(theirs);
         rows.push_back({{"layer", layer},
                         {"d_model", D},
                         {"d_ff", F},
@@ -182,14 +271,17 @@ json bench_decode(const BenchOptions& o, double bandwidth) {
                         {"bytes_per_s", s.bytes_per_s},
                         {"of_bandwidth", s.bytes_per_s / bandwidth},
                         {"onednn_f32_seconds", s.bare_seconds}});
+        if (ts > 0) rows.back()["torch_seconds"] = ts;
         if (!o.json_out)
-          fmt::print("{:<8} {:>7} {:>3} | {:>9} {:>8.3f} {:>8.1f} {:>5.0f}% | {:>10} {:>7.2f}x\n",
+          fmt::print("{:<8} {:>7} {:>3} | {:>9} {:>8.3f} {:>8.1f} {:>5.0f}% | {:>10} {:>7.2f}x | "
+                     "{:>9} {:>7}\n",
                      layer, dtype_name(w), t, ms(s.seconds), s.bytes / 1e9, s.bytes_per_s / 1e9,
                      100 * s.bytes_per_s / bandwidth, ms(s.bare_seconds),
-                     s.bare_seconds / s.seconds);
+                     s.bare_seconds / s.seconds, ts > 0 ? ms(ts) : "-", speedup(ts, s.seconds));
         std::fflush(stdout);
       }
     }
+    if (torch.available()) torch.ask({{"free", true}});
   }
   return rows;
 }
@@ -199,12 +291,13 @@ void run_bench(BenchOptions o) {
   const auto variants = variant_list(o.variants);
   const auto precisions = precision_list(o.dtypes);
   const auto tokens = token_list(o.tokens);
-  if (o.decode_shape.size() != 2 || o.decode_shape[0] < 1 || o.decode_shape[1] < 1 ||
-      o.decode_shape[0] > (1 << 16) || o.decode_shape[1] > (1 << 18))
-    throw UsageError("--decode-shape: takes D,F with D in [1, 2^16] and F in [1, 2^18]");
+  for (const auto& [flag, shape] : {std::pair{"--shape", o.shape}, {"--decode-shape", o.decode_shape}})
+    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1 || shape[0] > (1 << 16) ||
+        shape[1] > (1 << 18))
+      throw UsageError(fmt::format("{}: takes D,F with D in [1, 2^16] and F in [1, 2^18]", flag));
 
-  // 1 GiB (256 MiB quick): far beyond any cache, so this is what memory delivers.
-  const std::int64_t bandwidth_bytes = std::int64_t{1} << (o.quick ? 28 : 30);
+  // Far beyond any cache, so this is what memory delivers.
+  const std::int64_t bandwidth_bytes = o.bandwidth_mib << 20;
   const double bandwidth = measure_read_bandwidth(bandwidth_bytes, o.quick ? 0.25 : 1.0);
   const bool bf16_native = matmul_bf16_native();
   json out;
@@ -220,8 +313,23 @@ void run_bench(BenchOptions o) {
         bf16_native ? "native (oneDNN)"
                     : "emulated: oneDNN has no bf16 product for this CPU, so bf16 rounds the "
                       "inputs and multiplies in f32 (same values, f32 speed)");
-  out["layers"] = bench_layers(o, variants, precisions, tokens);
-  if (o.decode) out["decode"] = bench_decode(o, bandwidth);
+  const std::string script = o.torch_script.empty() ? default_torch_script() : o.torch_script;
+  TorchWorker torch(o.torch ? o.python : "", o.torch ? script : "", omp_get_max_threads());
+  if (torch.available())
+    out["torch"] = {{"version", torch.hello().value("torch", "")},
+                    {"threads", torch.hello().value("threads", 0)}};
+  else
+    out["torch"] = {{"unavailable", o.torch ? torch.why_not() : "--no-torch"}};
+  if (!o.json_out)
+    fmt::print("PyTorch: {}\n",
+               torch.available()
+                   ? fmt::format("{} with {} threads and OMP_WAIT_POLICY=PASSIVE, in alternating "
+                                 "rounds",
+                                 torch.hello().value("torch", ""),
+                                 torch.hello().value("threads", 0))
+                   : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
+  out["layers"] = bench_layers(o, variants, precisions, tokens, torch);
+  if (o.decode) out["decode"] = bench_decode(o, bandwidth, torch);
   if (o.json_out) fmt::print("{}\n", out.dump(2));
 }
 
@@ -231,12 +339,13 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand(
       "bench",
-      "Speed of every FFN variant and MoE on this machine, f32 and bf16: inference, training "
-      "forward and forward+backward at the seeds' shape (d_model 512, d_ff 2048) for several "
+      "Speed of every FFN variant and MoE on this machine, f32 and bf16: inference and "
+      "forward+backward at the seeds' shape (d_model 512, d_ff 2048; --shape) for several "
       "token counts, as GFLOP/s and as a share of oneDNN's bare products of the same shapes; "
-      "and decode (one and eight tokens) of a 4096/14336 SwiGLU and an 8-expert MoE of it, as "
-      "GB/s of weights read and as a share of the memory bandwidth, both measured in the same "
-      "run. Progress goes to stderr.");
+      "decode (one and eight tokens) of a 4096/14336 SwiGLU and an 8-expert MoE of it, as GB/s "
+      "of weights read and as a share of the memory read bandwidth; and PyTorch's time for the "
+      "same layers when /usr/bin/python3 has it, in alternating rounds. Everything is measured "
+      "in the same run. Progress goes to stderr.");
   cmd->add_flag("--quick", o->quick,
                 "a short run: T = 1, 8, 512 with a 0.05 s budget, decode at 2048/5632 and T = 1");
   cmd->add_flag("--json", o->json_out, "print the results as JSON instead of tables");
@@ -246,6 +355,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "comma-separated token counts of the layer table")
       ->capture_default_str();
+  cmd->add_option("--shape", o->shape, "d_model and d_ff of the layer table (the seeds' shape)")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
   cmd->add_option("--decode-shape", o->decode_shape, "d_model and d_ff of the decode table")
       ->delimiter(',')
       ->expected(2)
@@ -254,6 +367,18 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--budget", o->budget, "seconds of timing per measurement (median of the calls)")
       ->check(real_in(0.001, 60))
       ->capture_default_str();
+  cmd->add_flag("!--no-torch", o->torch, "do not time PyTorch beside ffnlab");
+  cmd->add_option("--python", o->python, "the Python with PyTorch")->capture_default_str();
+  cmd->add_option("--torch-script", o->torch_script,
+                  "the PyTorch side (default: share/ffnlab/torch_ffn.py beside the program, or "
+                  "bench/torch_ffn.py in the source tree)");
+  cmd->add_option("--rounds", o->rounds, "alternating ffnlab/PyTorch rounds per case")
+      ->check(int_in(1, 100))
+      ->capture_default_str();
+  cmd->add_option("--bandwidth-mib", o->bandwidth_mib,
+                  "MiB of memory summed to measure the read bandwidth (256 with --quick)")
+      ->check(int_in(16, 1 << 16))
+      ->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->callback([o, cmd] {
     BenchOptions run = *o;
@@ -261,6 +386,7 @@ void add_bench_command(CLI::App& app) {
       if (cmd->count("--tokens") == 0) run.tokens = "1,8,512";
       if (cmd->count("--decode-shape") == 0) run.decode_shape = {2048, 5632};
       if (cmd->count("--budget") == 0) run.budget = 0.05;
+      if (cmd->count("--bandwidth-mib") == 0) run.bandwidth_mib = 256;
     }
     run_bench(run);
   });
