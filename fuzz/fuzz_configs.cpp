@@ -1,6 +1,7 @@
 // libFuzzer target: ffnlab's own configs. The same JSON is read as a layer config (docs/config.md),
 // a model config and a training config. Whatever is accepted must be costed without overflow, and
-// a small accepted layer must run forward and backward; anything else must be an ffnlab::Error.
+// a small accepted layer must run forward and backward, and inference from f32 and bf16 weights;
+// anything else must be an ffnlab::Error.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,10 @@ void layer(const nlohmann::json& j) {
   ffnlab::Tensor y, dx;
   ffn->forward(y, x, true);
   ffn->backward(dx, x);
+  // Inference of 3 tokens takes the streaming decode path (ops/skinny), from f32 and bf16.
+  ffn->forward(y, x, false);
+  ffn->set_inference_weights(ffnlab::DType::bf16);
+  ffn->forward(y, x, false);
 }
 
 }  // namespace
