@@ -2,6 +2,7 @@
 // time, in registers, then bias, activation and the gated mix per output element.
 #include "ffnlab/ops/skinny.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -39,42 +40,59 @@ inline float lane_sum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// out[t] = Σ_i w[i]·x[t·I + i] for the T tokens: the row is loaded once per 8 elements and
-// multiplied into every token; U independent accumulators per token hide the FMA latency.
-template <int T, typename W>
-inline void dot_row(const W* w, const float* x, std::int64_t I, float* out) {
-  constexpr int U = T == 1 ? 4 : (T == 2 ? 2 : 1);
-  __m256 acc[T][U];
-  for (int t = 0; t < T; ++t)
-    for (int u = 0; u < U; ++u) acc[t][u] = _mm256_setzero_ps();
+// out[r·T + t] = Σ_i w_r[i]·x[t·I + i] for R consecutive rows w_r = w + r·I and the T tokens:
+// each row is loaded once per 8 elements and multiplied into every token. The R rows are R
+// memory streams in flight and R·T independent accumulators (at most 8 of the 16 vector
+// registers), which one core needs when few tokens leave little arithmetic per byte read.
+template <int T, int R, typename W>
+inline void dot_rows(const W* w, std::int64_t I, const float* x, float* out) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   std::int64_t i = 0;
-  for (; i + 8 * U <= I; i += 8 * U)
-    for (int u = 0; u < U; ++u) {
-      const __m256 wv = load8(w + i + 8 * u);
+  for (; i + 8 <= I; i += 8)
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = load8(w + r * I + i);
       for (int t = 0; t < T; ++t)
-        acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * I + i + 8 * u), acc[t][u]);
+        acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * I + i), acc[r][t]);
     }
-  for (int t = 0; t < T; ++t) {
-    __m256 s = acc[t][0];
-    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[t][u]);
-    float sum = lane_sum(s);
-    for (std::int64_t j = i; j < I; ++j) sum += widen(w[j]) * x[t * I + j];
-    out[t] = sum;
-  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      float sum = lane_sum(acc[r][t]);
+      for (std::int64_t j = i; j < I; ++j) sum += widen(w[r * I + j]) * x[t * I + j];
+      out[r * T + t] = sum;
+    }
 }
 #else
-// Portable form: the compiler vectorises each token's reduction; the row is re-read from L1.
-template <int T, typename W>
-inline void dot_row(const W* w, const float* x, std::int64_t I, float* out) {
-  for (int t = 0; t < T; ++t) {
-    const float* xt = x + t * I;
-    float sum = 0.0f;
+// Portable form: the compiler vectorises each reduction; the row is re-read from L1.
+template <int T, int R, typename W>
+inline void dot_rows(const W* w, std::int64_t I, const float* x, float* out) {
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      const W* wr = w + r * I;
+      const float* xt = x + t * I;
+      float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (std::int64_t i = 0; i < I; ++i) sum += widen(w[i]) * xt[i];
-    out[t] = sum;
-  }
+      for (std::int64_t i = 0; i < I; ++i) sum += widen(wr[i]) * xt[i];
+      out[r * T + t] = sum;
+    }
 }
 #endif
+
+// Rows read together for T tokens (dot_rows' R).
+template <int T>
+constexpr int rows_together() {
+  return T == 1 ? 4 : (T == 2 ? 2 : 1);
+}
+
+// dot_rows over rows [first, first + n) of w, n <= rows_together<T>(): out[(row − first)·T + t].
+template <int T, typename W>
+inline void dots(const W* w, std::int64_t first, std::int64_t n, std::int64_t I, const float* x,
+                 float* out) {
+  constexpr int R = rows_together<T>();
+  if (n == R) return dot_rows<T, R>(w + first * I, I, x, out);
+  for (std::int64_t r = 0; r < n; ++r) dot_rows<T, 1>(w + (first + r) * I, I, x, out + r * T);
+}
 
 // The tokens as the kernels read them: x itself for f32 weights, x rounded to bf16 for bf16
 // weights (in a grow-only buffer of the calling thread).
@@ -106,11 +124,19 @@ void dispatch_tokens(std::int64_t T, const Tensor& w, Fn&& f) {
       return with_w(std::integral_constant<int, 3>{});
     case 4:
       return with_w(std::integral_constant<int, 4>{});
+    case 5:
+      return with_w(std::integral_constant<int, 5>{});
+    case 6:
+      return with_w(std::integral_constant<int, 6>{});
+    case 7:
+      return with_w(std::integral_constant<int, 7>{});
+    case 8:
+      return with_w(std::integral_constant<int, 8>{});
     default:
       fail("[skinny] {} tokens; the skinny kernels take 1 to {}", T, kSkinnyMaxTokens);
   }
 }
-static_assert(kSkinnyMaxTokens == 4, "dispatch_tokens lists every token count");
+static_assert(kSkinnyMaxTokens == 8, "dispatch_tokens lists every token count");
 
 void check_operands(const Tensor& x, const Tensor& w, const Tensor* b, std::int64_t rows,
                     const char* what) {
@@ -138,14 +164,19 @@ void skinny_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
   float* out = y.f32();
   dispatch_tokens(T, w, [&](auto tokens, const auto* wp) {
     constexpr int NT = decltype(tokens)::value;
+    constexpr int R = rows_together<NT>();
+    const std::int64_t groups = (O + R - 1) / R;
 #pragma omp parallel for schedule(static) if (O * I > kSerialElements)
-    for (std::int64_t o = 0; o < O; ++o) {
-      float dots[NT];
-      dot_row<NT>(wp + o * I, xs, I, dots);
-      const float bo = bias ? bias[o] : 0.0f;
-      for (int t = 0; t < NT; ++t) {
-        float& dst = out[t * O + o];
-        dst = (accumulate ? dst : 0.0f) + dots[t] + bo;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t o0 = g * R, n = std::min<std::int64_t>(R, O - o0);
+      float d[R * NT];
+      dots<NT>(wp, o0, n, I, xs, d);
+      for (std::int64_t r = 0; r < n; ++r) {
+        const float bo = bias ? bias[o0 + r] : 0.0f;
+        for (int t = 0; t < NT; ++t) {
+          float& dst = out[t * O + o0 + r];
+          dst = (accumulate ? dst : 0.0f) + d[r * NT + t] + bo;
+        }
       }
     }
   });
@@ -167,23 +198,34 @@ void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_
     const float beta = act.beta;
     dispatch_tokens(T, w_in, [&](auto tokens, const auto* wp) {
       constexpr int NT = decltype(tokens)::value;
+      constexpr int R = rows_together<NT>();
+      const std::int64_t groups = (F + R - 1) / R;
 #pragma omp parallel for schedule(static) if (P * D > kSerialElements)
-      for (std::int64_t f = 0; f < F; ++f) {
-        float acc[NT] = {};
+      for (std::int64_t grp = 0; grp < groups; ++grp) {
+        const std::int64_t f0 = grp * R, n = std::min<std::int64_t>(R, F - f0);
+        float acc[R * NT] = {};
         if (branches == 0) {
-          dot_row<NT>(wp + f * D, xs, D, acc);
-          const float bf = bias ? bias[f] : 0.0f;
-          for (int t = 0; t < NT; ++t) acc[t] = kernels::act_value<A>(acc[t] + bf, beta);
+          dots<NT>(wp, f0, n, D, xs, acc);
+          for (std::int64_t r = 0; r < n; ++r) {
+            const float bf = bias ? bias[f0 + r] : 0.0f;
+            for (int t = 0; t < NT; ++t)
+              acc[r * NT + t] = kernels::act_value<A>(acc[r * NT + t] + bf, beta);
+          }
         }
         for (int br = 0; br < branches; ++br) {
-          const std::int64_t g_row = 2 * br * F + f, u_row = g_row + F;
-          float g[NT], u[NT];
-          dot_row<NT>(wp + g_row * D, xs, D, g);
-          dot_row<NT>(wp + u_row * D, xs, D, u);
-          const float bg = bias ? bias[g_row] : 0.0f, bu = bias ? bias[u_row] : 0.0f;
-          for (int t = 0; t < NT; ++t) acc[t] += kernels::act_value<A>(g[t] + bg, beta) * (u[t] + bu);
+          const std::int64_t g0 = 2 * br * F + f0, u0 = g0 + F;  // first gate and up rows
+          float g[R * NT], u[R * NT];
+          dots<NT>(wp, g0, n, D, xs, g);
+          dots<NT>(wp, u0, n, D, xs, u);
+          for (std::int64_t r = 0; r < n; ++r) {
+            const float bg = bias ? bias[g0 + r] : 0.0f, bu = bias ? bias[u0 + r] : 0.0f;
+            for (int t = 0; t < NT; ++t)
+              acc[r * NT + t] +=
+                  kernels::act_value<A>(g[r * NT + t] + bg, beta) * (u[r * NT + t] + bu);
+          }
         }
-        for (int t = 0; t < NT; ++t) out[t * F + f] = acc[t];
+        for (std::int64_t r = 0; r < n; ++r)
+          for (int t = 0; t < NT; ++t) out[t * F + f0 + r] = acc[r * NT + t];
       }
     });
   });

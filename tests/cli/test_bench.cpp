@@ -70,6 +70,13 @@ TEST_F(Cli, BenchRejectsBadFlags) {
   expect_usage_error(run("bench --rounds 0"), "--rounds");
   expect_usage_error(run("bench --bandwidth-mib 1"), "--bandwidth-mib");
   expect_error(run("bench --variants nope"), "unknown variant");
+  // More than the machine has: refused before anything is allocated.
+  expect_error(run("bench --no-torch --no-decode --bandwidth-mib 16 --shape 65536,262144 "
+                   "--variants relu --dtypes f32 --tokens 1"),
+               "[bench] relu at 65536/262144 with 1 tokens needs");
+  expect_error(run("bench --no-torch --no-decode --bandwidth-mib 16 --shape 4096,4096 "
+                   "--variants relu --dtypes f32 --tokens 1048576"),
+               "needs");
 }
 
 // PyTorch (installed by install-deps) times the same layers in alternating rounds.

@@ -143,6 +143,25 @@ FFNConfig moe_of(const std::string& expert, std::int64_t D, std::int64_t F, bool
   return c;
 }
 
+// Refuses a layer table that cannot fit in memory, before anything is measured: values and
+// gradients, the bare products' four matrices, and activations of T tokens (inputs, outputs and
+// a generous 8 rows of the widest hidden width).
+void check_layer_memory(const BenchOptions& o, const std::vector<std::string>& variants,
+                        const std::vector<std::int64_t>& tokens) {
+  const std::int64_t D = o.shape[0], F = o.shape[1];
+  const std::int64_t T = *std::max_element(tokens.begin(), tokens.end());
+  for (const auto& v : variants) {
+    const FFNConfig c = variant_config(v, D, F, true);
+    const FFNConfig dense = c.kind == FFNKind::moe ? expert_config(c) : c;
+    const double wide = static_cast<double>(std::max(dense.in_width(), D)) *
+                        (c.kind == FFNKind::moe ? c.moe.top_k : 1);
+    check_memory(8.0 * static_cast<double>(count_params(c)) +
+                     16.0 * static_cast<double>(count_params(dense)) +
+                     4.0 * static_cast<double>(T) * (4.0 * D + 8.0 * wide),
+                 "bench", fmt::format("{} at {}/{} with {} tokens", v, D, F, T));
+  }
+}
+
 json bench_layers(const BenchOptions& o, const std::vector<std::string>& variants,
                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T,
                   TorchWorker& torch) {
@@ -296,6 +315,7 @@ void run_bench(BenchOptions o) {
         shape[1] > (1 << 18))
       throw UsageError(fmt::format("{}: takes D,F with D in [1, 2^16] and F in [1, 2^18]", flag));
 
+  check_layer_memory(o, variants, tokens);
   // Far beyond any cache, so this is what memory delivers.
   const std::int64_t bandwidth_bytes = o.bandwidth_mib << 20;
   const double bandwidth = measure_read_bandwidth(bandwidth_bytes, o.quick ? 0.25 : 1.0);

@@ -14,7 +14,7 @@
 
 namespace ffnlab {
 
-inline constexpr std::int64_t kSkinnyMaxTokens = 4;
+inline constexpr std::int64_t kSkinnyMaxTokens = 8;
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null; y += ... with accumulate).
 // w is f32 or bf16; with bf16 weights x is rounded to bf16 too, as oneDNN's bf16 products do
