@@ -46,6 +46,9 @@ TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
                 row["bytes"].get<double>() / row["seconds"].get<double>(),
                 1e-6 * row["bytes_per_s"].get<double>());
     EXPECT_GT(row["onednn_f32_seconds"].get<double>(), 0.0);
+    EXPECT_NEAR(row["of_bandwidth"].get<double>(),
+                row["bytes_per_s"].get<double>() / row["read_bandwidth_bytes_per_s"].get<double>(),
+                1e-9 * row["of_bandwidth"].get<double>());
   }
 }
 

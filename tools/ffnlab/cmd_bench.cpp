@@ -231,14 +231,15 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
   return rows;
 }
 
-json bench_decode(const BenchOptions& o, double bandwidth, TorchWorker& torch) {
+json bench_decode(const BenchOptions& o, TorchWorker& torch) {
   const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
   json rows = json::array();
   if (!o.json_out)
     fmt::print(
         "\nDecode (inference forward) at d_model {}, d_ff {}, no bias: SwiGLU, and an MoE of 8 "
         "such experts, top-2. 'read' is the weights the tokens need (MoE: the router and the "
-        "chosen experts); 'of bw' is GB/s over the read bandwidth measured above; 'oneDNN' is "
+        "chosen experts); 'of bw' is GB/s over the memory read bandwidth measured in the same "
+        "rounds; 'oneDNN' is "
         "its f32 products of the same shapes (T rows) on the same weights; 'torch' is PyTorch's "
         "module with its weights in the same dtype, timed in alternating rounds.\n\n",
         D, F);
@@ -267,9 +268,11 @@ json bench_decode(const BenchOptions& o, double bandwidth, TorchWorker& torch) {
         if (o.quick && t == 8) continue;
         note(fmt::format("bench: decode {} {} T={}", layer, dtype_name(w), t));
         std::vector<DecodeSpeed> ours;
-        std::vector<double> theirs;
+        std::vector<double> theirs, bandwidths;
         const double part = o.budget / o.rounds;
         for (int round = 0; round < o.rounds; ++round) {
+          // The bandwidth in the same rounds: on a shared machine it drifts with the rest.
+          bandwidths.push_back(measure_read_bandwidth(o.bandwidth_mib << 20, part));
           ours.push_back(measure_decode_speed(*ffn, t, part));
           if (torch.available())
             theirs.push_back(torch_seconds(
@@ -279,7 +282,7 @@ json bench_decode(const BenchOptions& o, double bandwidth, TorchWorker& torch) {
           return a.seconds < b.seconds;
         });
         const DecodeSpeed s = ours[ours.size() / 2];
-        const double ts = median(theirs);
+        const double ts = median(theirs), bandwidth = median(bandwidths);
         rows.push_back({{"layer", layer},
                         {"d_model", D},
                         {"d_ff", F},
@@ -288,6 +291,7 @@ json bench_decode(const BenchOptions& o, double bandwidth, TorchWorker& torch) {
                         {"seconds", s.seconds},
                         {"bytes", s.bytes},
                         {"bytes_per_s", s.bytes_per_s},
+                        {"read_bandwidth_bytes_per_s", bandwidth},
                         {"of_bandwidth", s.bytes_per_s / bandwidth},
                         {"onednn_f32_seconds", s.bare_seconds}});
         if (ts > 0) rows.back()["torch_seconds"] = ts;
@@ -349,7 +353,7 @@ void run_bench(BenchOptions o) {
                                  torch.hello().value("threads", 0))
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
   out["layers"] = bench_layers(o, variants, precisions, tokens, torch);
-  if (o.decode) out["decode"] = bench_decode(o, bandwidth, torch);
+  if (o.decode) out["decode"] = bench_decode(o, torch);
   if (o.json_out) fmt::print("{}\n", out.dump(2));
 }
 
