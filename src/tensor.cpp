@@ -128,6 +128,11 @@ Tensor Tensor::clone() const {
   return t;
 }
 
+void round_to_bf16(float* dst, const float* src, std::int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+}
+
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return clone();
   Tensor t(shape_, dtype);

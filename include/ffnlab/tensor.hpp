@@ -31,6 +31,9 @@ inline float bf16_to_f32(std::uint16_t value) {
   return out;
 }
 
+// dst[i] = the f32 value of src[i] rounded to bf16 (what a bf16 product multiplies).
+void round_to_bf16(float* dst, const float* src, std::int64_t n);
+
 using Shape = std::vector<std::int64_t>;
 std::string shape_string(const Shape& shape);
 std::int64_t shape_numel(const Shape& shape);

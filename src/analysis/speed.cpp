@@ -93,10 +93,6 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   return s;
 }
 
-}  // namespace ffnlab
-
-namespace ffnlab {
-
 namespace {
 
 // Σ of n floats (n a multiple of 64) with 8 independent vector sums, so that the loop is bound by

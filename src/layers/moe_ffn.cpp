@@ -194,13 +194,12 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   c.op.ensure({R, D});
   // In inference an expert block of at most kSkinnyMaxTokens rows (every block in decode, most
   // at small T) streams its expert's weights once (ops/skinny); larger blocks go to oneDNN.
-  const bool can_stream = !train && (packed || precision == Precision::f32);
   MatmulOptions opt{nullptr, nullptr, false, precision, /*dynamic_m=*/true, false};
   for_each_block(r, [&](int e, auto rows) {
     const Tensor xb = rows(c.xp), bi = in_bias(e), bo = out_bias(e);
     Tensor h = rows(c.hp), o = rows(c.op);
     const Tensor w_in_e = slice(w_in, e, P, D), w_out_e = slice(w_out, e, D, F);
-    if (can_stream && xb.dim(0) <= kSkinnyMaxTokens) {
+    if (streams(train, xb.dim(0), packed)) {
       skinny_mix(h, xb, w_in_e, config_.bias ? &bi : nullptr, config_.act, branches);
       skinny_linear(o, h, w_out_e, config_.bias ? &bo : nullptr);
       return;

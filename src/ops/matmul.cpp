@@ -86,16 +86,10 @@ memory::desc matrix_desc(std::int64_t batch, std::int64_t rows, std::int64_t col
   return memory::desc({batch, r, c}, dt, memory::dims{step, strides[0], strides[1]});
 }
 
-// Grow-only per-thread scratch for bf16 copies of the inputs.
-std::uint16_t* bf16_scratch(int slot, std::int64_t n) {
-  thread_local std::vector<std::uint16_t> buffers[2];
-  auto& b = buffers[slot];
-  if (static_cast<std::int64_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
-  return b.data();
-}
-
-float* f32_scratch(int slot, std::int64_t n) {
-  thread_local std::vector<float> buffers[2];
+// Grow-only per-thread scratch for the converted inputs (bf16, or bf16-rounded f32).
+template <typename T>
+T* scratch(int slot, std::int64_t n) {
+  thread_local std::vector<T> buffers[2];
   auto& b = buffers[slot];
   if (static_cast<std::int64_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
   return b.data();
@@ -104,11 +98,6 @@ float* f32_scratch(int slot, std::int64_t n) {
 void to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-}
-
-void round_to_bf16(float* dst, const float* src, std::int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
 }
 
 void widen_bf16(float* dst, const std::uint16_t* src, std::int64_t n) {
@@ -228,12 +217,12 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
   auto input = [&](const Tensor& t, int slot) -> const void* {
     if (native_bf16) {
       if (t.dtype() == DType::bf16) return t.bf16();
-      std::uint16_t* t16 = bf16_scratch(slot, t.numel());
+      std::uint16_t* t16 = scratch<std::uint16_t>(slot, t.numel());
       to_bf16(t16, t.f32(), t.numel());
       return t16;
     }
     if (!bf16) return t.f32();
-    float* rounded = f32_scratch(slot, t.numel());
+    float* rounded = scratch<float>(slot, t.numel());
     if (t.dtype() == DType::bf16)
       widen_bf16(rounded, t.bf16(), t.numel());
     else

@@ -101,8 +101,7 @@ const float* token_rows(const Tensor& x, DType weights) {
   thread_local std::vector<float> rounded;
   const std::int64_t n = x.numel();
   if (static_cast<std::int64_t>(rounded.size()) < n) rounded.resize(static_cast<std::size_t>(n));
-  const float* in = x.f32();
-  for (std::int64_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
+  round_to_bf16(rounded.data(), x.f32(), n);
   return rounded.data();
 }
 

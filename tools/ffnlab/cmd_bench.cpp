@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -27,8 +26,8 @@ struct BenchOptions {
   bool quick = false;
   bool json_out = false;
   std::string variants = "all";
-  std::string dtypes = "f32,bf16";
-  std::string tokens = "1,8,512,6400";
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  std::vector<std::int64_t> tokens = {1, 8, 512, 6400};
   std::vector<std::int64_t> shape = {512, 2048};
   std::vector<std::int64_t> decode_shape = {4096, 14336};
   bool decode = true;
@@ -41,42 +40,15 @@ struct BenchOptions {
   std::int64_t bandwidth_mib = 1024;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string part; std::getline(in, part, ',');)
-    if (!part.empty()) out.push_back(part);
-  return out;
-}
-
-std::vector<std::int64_t> token_list(const std::string& spec) {
-  std::vector<std::int64_t> out;
-  for (const auto& p : split(spec)) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(p, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != p.size() || v < 1 || v > (1 << 20))
-      throw UsageError(fmt::format("--tokens: '{}' is not a token count in [1, 2^20]", p));
-    out.push_back(v);
-  }
-  if (out.empty()) throw UsageError("--tokens: no token count given");
-  return out;
-}
-
-std::vector<Precision> precision_list(const std::string& spec) {
+std::vector<Precision> precision_list(const std::vector<std::string>& names) {
   std::vector<Precision> out;
-  for (const auto& p : split(spec)) {
+  for (const auto& n : names) {
     try {
-      out.push_back(parse_enum<Precision>(p));
+      out.push_back(parse_enum<Precision>(n));
     } catch (const Error& e) {
       throw UsageError(std::string("--dtypes: ") + e.what());
     }
   }
-  if (out.empty()) throw UsageError("--dtypes: no dtype given");
   return out;
 }
 
@@ -166,7 +138,6 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T,
                   TorchWorker& torch) {
   const std::int64_t D = o.shape[0], F = o.shape[1];
-  const bool with_torch = torch.available();
   json rows = json::array();
   if (!o.json_out) {
     fmt::print(
@@ -192,7 +163,7 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         const double part = o.budget / o.rounds;
         for (int round = 0; round < o.rounds; ++round) {
           ours.push_back(measure_layer_speed(c, t, part, p));
-          if (!with_torch || !torch.available()) continue;
+          if (!torch.available()) continue;
           torch_inf.push_back(
               torch_seconds(torch, torch_request(c, t, "inference", p, DType::f32, part)));
           torch_fb.push_back(
@@ -250,9 +221,11 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
   for (const char* layer : {"swiglu", "moe"}) {
     const FFNConfig c =
         std::string(layer) == "moe" ? moe_of("swiglu", D, F, false) : variant_config(layer, D, F, false);
-    const FFNCost cost = ffn_cost(c, 1);
+    const double params = static_cast<double>(count_params(c));
+    const double expert = static_cast<double>(
+        count_params(c.kind == FFNKind::moe ? expert_config(c) : c));
     // Values and gradients in f32, a bf16 copy, oneDNN's f32 weights of one expert.
-    const double need = cost.params * (4.0 + 4.0 + 2.0) + cost.params / (c.moe.num_experts + 0.0) * 4.0;
+    const double need = params * (4.0 + 4.0 + 2.0) + expert * 4.0;
     if (need > 0.8 * available_memory_bytes()) {
       note(fmt::format("bench: decode {} skipped: it needs {:.1f} GiB, more than 80% of the "
                        "{:.1f} GiB available",
@@ -260,7 +233,7 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
       continue;
     }
     note(fmt::format("bench: building the {} layer at {}/{} ({:.2f} G parameters)", layer, D, F,
-                     cost.params / 1e9));
+                     params / 1e9));
     auto ffn = make_ffn(c, 1);
     for (DType w : {DType::f32, DType::bf16}) {
       ffn->set_inference_weights(w);
@@ -313,11 +286,7 @@ void run_bench(BenchOptions o) {
   apply_threads(o.threads);
   const auto variants = variant_list(o.variants);
   const auto precisions = precision_list(o.dtypes);
-  const auto tokens = token_list(o.tokens);
-  for (const auto& [flag, shape] : {std::pair{"--shape", o.shape}, {"--decode-shape", o.decode_shape}})
-    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1 || shape[0] > (1 << 16) ||
-        shape[1] > (1 << 18))
-      throw UsageError(fmt::format("{}: takes D,F with D in [1, 2^16] and F in [1, 2^18]", flag));
+  const auto& tokens = o.tokens;
 
   check_layer_memory(o, variants, tokens);
   // Far beyond any cache, so this is what memory delivers.
@@ -376,16 +345,21 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--variants", o->variants, "comma-separated variants, or 'all'")
       ->capture_default_str();
   cmd->add_option("--dtypes", o->dtypes, "comma-separated product precisions: f32, bf16")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "comma-separated token counts of the layer table")
+      ->delimiter(',')
+      ->check(int_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--shape", o->shape, "d_model and d_ff of the layer table (the seeds' shape)")
       ->delimiter(',')
       ->expected(2)
+      ->check(int_in(1, 1 << 18))
       ->capture_default_str();
   cmd->add_option("--decode-shape", o->decode_shape, "d_model and d_ff of the decode table")
       ->delimiter(',')
       ->expected(2)
+      ->check(int_in(1, 1 << 18))
       ->capture_default_str();
   cmd->add_flag("!--no-decode", o->decode, "skip the decode table");
   cmd->add_option("--budget", o->budget, "seconds of timing per measurement (median of the calls)")
@@ -407,7 +381,7 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([o, cmd] {
     BenchOptions run = *o;
     if (run.quick) {
-      if (cmd->count("--tokens") == 0) run.tokens = "1,8,512";
+      if (cmd->count("--tokens") == 0) run.tokens = {1, 8, 512};
       if (cmd->count("--decode-shape") == 0) run.decode_shape = {2048, 5632};
       if (cmd->count("--budget") == 0) run.budget = 0.05;
       if (cmd->count("--bandwidth-mib") == 0) run.bandwidth_mib = 256;

@@ -8,6 +8,7 @@
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/layer.hpp"
 #include "ffnlab/ops/matmul.hpp"
+#include "ffnlab/ops/skinny.hpp"
 
 namespace ffnlab {
 
@@ -70,6 +71,13 @@ class FeedForward : public Layer {
   DType inference_weights() const { return inference_weights_; }
 
  protected:
+  // Whether an inference product over `rows` tokens streams its weights (ops/skinny.hpp): few
+  // enough rows, and weights in the storage the product wants (packed bf16, or f32 products).
+  bool streams(bool train, std::int64_t rows, bool packed) const {
+    return !train && rows >= 1 && rows <= kSkinnyMaxTokens &&
+           (packed || precision_ == Precision::f32);
+  }
+
   Precision precision_ = Precision::f32;
   DType inference_weights_ = DType::f32;
   float aux_loss_scale_ = 1.0f;
