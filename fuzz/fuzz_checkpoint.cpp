@@ -14,14 +14,21 @@
 #include "ffnlab/train/trainer.hpp"
 
 namespace {
+// The input goes to checkpoint.json in a folder of this process, removed when the run ends (a
+// crash keeps it, with the input that crashed).
+struct Folder {
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("ffnlab_fuzz_checkpoint_" + std::to_string(::getpid())))
+                         .string();
+  Folder() { std::filesystem::create_directories(path); }
+  ~Folder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 const std::string& folder() {
-  static const std::string dir = [] {
-    const auto d = std::filesystem::temp_directory_path() /
-                   ("ffnlab_fuzz_checkpoint_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d.string();
-  }();
-  return dir;
+  static const Folder f;
+  return f.path;
 }
 }  // namespace
 

@@ -204,12 +204,20 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
       skinny_linear(o, h, w_out_e, config_.bias ? &bo : nullptr);
       return;
     }
+    // Training: a block of a few rows streams too (ops/skinny), keeping the pre-activations.
+    const bool few = skinny_fits(xb.dim(0), precision);
     Tensor a = rows(c.ap);
     opt.bias = config_.bias ? &bi : nullptr;
-    matmul(a, xb, Trans::no, w_in_e, Trans::yes, opt);
+    if (few)
+      skinny_linear(a, xb, w_in_e, opt.bias);
+    else
+      matmul(a, xb, Trans::no, w_in_e, Trans::yes, opt);
     mix_forward(h, a, config_.act, branches);
     opt.bias = config_.bias ? &bo : nullptr;
-    matmul(o, h, Trans::no, w_out_e, Trans::yes, opt);
+    if (few)
+      skinny_linear(o, h, w_out_e, opt.bias);
+    else
+      matmul(o, h, Trans::no, w_out_e, Trans::yes, opt);
   });
   y.ensure({T, D});
   unpermute_rows(y, c.op, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
@@ -285,27 +293,34 @@ void MoEFFN::experts_backward(Tensor& dx) {
   const MatmulOptions rows_opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
   const MatmulOptions grad_opt{nullptr,           nullptr, /*accumulate=*/true, precision_, false,
                                /*dynamic_k=*/true};
+  // A block of a few rows streams its expert's weights and gradients once (ops/skinny).
   for_each_block(r, [&](int e, auto rows) {
     Tensor dh = rows(w.dhp);
     const Tensor dout = rows(w.dop);
-    matmul(dh, dout, Trans::no, slice(w_.out, e, D, F), Trans::no, rows_opt);
     Tensor dw = slice(dw_.out, e, D, F);
-    matmul(dw, dout, Trans::yes, rows(c.hp), Trans::no, grad_opt);
-    if (config_.bias) {
-      Tensor db = dw_.out_bias.view(e * D, {D});
-      bias_backward(db, dout);
+    Tensor db = config_.bias ? dw_.out_bias.view(e * D, {D}) : Tensor();
+    if (skinny_fits(dout.dim(0), precision_)) {
+      skinny_linear_backward(&dh, dw, config_.bias ? &db : nullptr, dout, rows(c.hp),
+                             slice(w_.out, e, D, F));
+      return;
     }
+    matmul(dh, dout, Trans::no, slice(w_.out, e, D, F), Trans::no, rows_opt);
+    matmul(dw, dout, Trans::yes, rows(c.hp), Trans::no, grad_opt);
+    if (config_.bias) bias_backward(db, dout);
   });
   if (R > 0) mix_backward(w.dap, w.dhp, c.ap, config_.act, expert_.gated_branches());
   for_each_block(r, [&](int e, auto rows) {
     const Tensor da = rows(w.dap);
     Tensor dw = slice(dw_.in, e, P, D);
-    matmul(dw, da, Trans::yes, rows(c.xp), Trans::no, grad_opt);
-    if (config_.bias) {
-      Tensor db = dw_.in_bias.view(e * P, {P});
-      bias_backward(db, da);
-    }
+    Tensor db = config_.bias ? dw_.in_bias.view(e * P, {P}) : Tensor();
     Tensor dxe = rows(w.dxp);
+    if (skinny_fits(da.dim(0), precision_)) {
+      skinny_linear_backward(&dxe, dw, config_.bias ? &db : nullptr, da, rows(c.xp),
+                             slice(w_.in, e, P, D));
+      return;
+    }
+    matmul(dw, da, Trans::yes, rows(c.xp), Trans::no, grad_opt);
+    if (config_.bias) bias_backward(db, da);
     matmul(dxe, da, Trans::no, slice(w_.in, e, P, D), Trans::no, rows_opt);
   });
   dx.ensure({T, D});

@@ -4,14 +4,31 @@
 #include <algorithm>
 
 #include "check.hpp"
+#include "ffnlab/ops/activation.hpp"
+#include "ffnlab/ops/skinny.hpp"
 
 namespace ffnlab {
+
+namespace {
+
+// f32 products of a few rows stream the weights (ops/skinny) instead of going to oneDNN.
+bool skinny(const Tensor& x, const Tensor& w, Precision precision) {
+  return skinny_fits(x.dim(0), precision) && x.dtype() == DType::f32 &&
+         w.dtype() == DType::f32;
+}
+
+}  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     Precision precision, const Act* act) {
   check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1),
         "[linear] input {} does not fit weight {} ([out, in])", shape_string(x.shape()),
         shape_string(w.shape()));
+  if (skinny(x, w, precision)) {
+    skinny_linear(y, x, w, b);
+    if (act) activation_forward(y.f32(), y.f32(), y.numel(), *act);
+    return;
+  }
   MatmulOptions opt;
   opt.bias = b;
   opt.act = act;
@@ -46,6 +63,10 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
   check(dy.rank() == 2 && dy.dim(0) == x.dim(0) && dy.dim(1) == w.dim(0),
         "[linear] dy {} does not fit x {} and weight {}", shape_string(dy.shape()),
         shape_string(x.shape()), shape_string(w.shape()));
+  if (skinny(x, w, precision) && dw.dtype() == DType::f32) {
+    skinny_linear_backward(dx, dw, db, dy, x, w);
+    return;
+  }
   MatmulOptions opt;
   opt.precision = precision;
   if (dx) matmul(*dx, dy, Trans::no, w, Trans::no, opt);

@@ -230,4 +230,103 @@ void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_
   });
 }
 
+void skinny_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
+                            const Tensor& w) {
+  const std::int64_t O = w.rank() == 2 ? w.dim(0) : -1;
+  check_operands(x, w, nullptr, O, "linear backward");
+  const std::int64_t T = x.dim(0), I = x.dim(1);
+  check(w.dtype() == DType::f32 && dw.dtype() == DType::f32 && dw.shape() == w.shape(),
+        "[skinny] linear backward: weight {} and its gradient {} must be f32 of one shape",
+        shape_string(w.shape()), shape_string(dw.shape()));
+  check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == O && dy.dtype() == DType::f32,
+        "[skinny] linear backward: dy {} must be [{}, {}]", shape_string(dy.shape()), T, O);
+  check(!dx || (dx->rank() == 2 && dx->dim(0) == T && dx->dim(1) == I),
+        "[skinny] linear backward: dx {} must be [{}, {}]", dx ? shape_string(dx->shape()) : "",
+        T, I);
+  check(!db || (db->numel() == O && db->dtype() == DType::f32),
+        "[skinny] linear backward: db must be f32 with {} elements", O);
+  const float* g = dy.f32();
+  const float* xs = x.f32();
+  const float* ws = w.f32();
+  // dx: the rows in a fixed number of chunks (not one per thread, so that the sums do not depend
+  // on the thread count), each streaming its rows in order, four at a time, into its own [T, I]
+  // partial sum; then the partials are added in chunk order.
+  constexpr std::int64_t kChunks = 4, kRows = 4;
+  const bool parallel = O * I > kSerialElements;
+  if (dx) {
+    const std::int64_t chunks = std::min(kChunks, O);
+    thread_local std::vector<float> partials;
+    const auto need = static_cast<std::size_t>(chunks * T * I);
+    if (partials.size() < need) partials.resize(need);
+    float* part = partials.data();
+#pragma omp parallel for schedule(static) if (parallel)
+    for (std::int64_t ch = 0; ch < chunks; ++ch) {
+      const std::int64_t o0 = ch * O / chunks, o1 = (ch + 1) * O / chunks;
+      float* p = part + ch * T * I;
+      std::fill(p, p + T * I, 0.0f);
+      std::int64_t o = o0;
+      for (; o + kRows <= o1; o += kRows) {
+        const float *w0 = ws + o * I, *w1 = w0 + I, *w2 = w1 + I, *w3 = w2 + I;
+        for (std::int64_t t = 0; t < T; ++t) {
+          const float* gt = g + t * O + o;
+          const float g0 = gt[0], g1 = gt[1], g2 = gt[2], g3 = gt[3];
+          if (g0 == 0.0f && g1 == 0.0f && g2 == 0.0f && g3 == 0.0f) continue;
+          float* pt = p + t * I;
+#pragma omp simd
+          for (std::int64_t c = 0; c < I; ++c)
+            pt[c] += g0 * w0[c] + g1 * w1[c] + g2 * w2[c] + g3 * w3[c];
+        }
+      }
+      for (; o < o1; ++o)
+        for (std::int64_t t = 0; t < T; ++t) {
+          const float gt = g[t * O + o];
+          if (gt == 0.0f) continue;
+          const float* wr = ws + o * I;
+          float* pt = p + t * I;
+#pragma omp simd
+          for (std::int64_t c = 0; c < I; ++c) pt[c] += gt * wr[c];
+        }
+    }
+    float* out = dx->f32();
+    const std::int64_t n = T * I;
+#pragma omp parallel for simd schedule(static) if (parallel)
+    for (std::int64_t i = 0; i < n; ++i) {
+      float sum = part[i];
+      for (std::int64_t ch = 1; ch < chunks; ++ch) sum += part[ch * n + i];
+      out[i] = sum;
+    }
+  }
+  constexpr std::int64_t kColumns = 128;  // dW: a row's sums over the tokens, a block at a time
+  float* dws = dw.f32();
+  float* dbs = db ? db->f32() : nullptr;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t o = 0; o < O; ++o) {
+    float go[kSkinnyMaxTokens];
+    float sum = 0.0f;
+    bool any = false;
+    for (std::int64_t t = 0; t < T; ++t) {
+      go[t] = g[t * O + o];
+      sum += go[t];
+      any |= go[t] != 0.0f;
+    }
+    if (dbs) dbs[o] += sum;
+    if (!any) continue;
+    float* dwr = dws + o * I;
+    // The row's product is summed over the tokens first and then added, as dw += dyᵀ·x reads.
+    for (std::int64_t c0 = 0; c0 < I; c0 += kColumns) {
+      const std::int64_t n = std::min(kColumns, I - c0);
+      float acc[kColumns];
+#pragma omp simd
+      for (std::int64_t c = 0; c < n; ++c) acc[c] = go[0] * xs[c0 + c];
+      for (std::int64_t t = 1; t < T; ++t) {
+        const float* xt = xs + t * I + c0;
+#pragma omp simd
+        for (std::int64_t c = 0; c < n; ++c) acc[c] += go[t] * xt[c];
+      }
+#pragma omp simd
+      for (std::int64_t c = 0; c < n; ++c) dwr[c0 + c] += acc[c];
+    }
+  }
+}
+
 }  // namespace ffnlab

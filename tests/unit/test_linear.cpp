@@ -103,14 +103,21 @@ TEST(Linear, ReferenceGradientsMatchCentralDifferences) {
 }
 
 TEST(Linear, PrimitivesAreCreatedOncePerShape) {
-  const Tensor x = test::random_tensor({6, 10}, 1), w = test::random_tensor({7, 10}, 2);
-  Tensor y({6, 7});
+  const Tensor x = test::random_tensor({16, 10}, 1), w = test::random_tensor({7, 10}, 2);
+  Tensor y({16, 7});
   linear_forward(y, x, w, nullptr);
   const auto after_first = matmul_primitive_count();
   for (int i = 0; i < 5; ++i) linear_forward(y, x, w, nullptr);
   EXPECT_EQ(matmul_primitive_count(), after_first);
-  Tensor y2({5, 7});
-  linear_forward(y2, x.rows(0, 5), w, nullptr);
+  Tensor y2({15, 7});
+  linear_forward(y2, x.rows(0, 15), w, nullptr);
+  EXPECT_EQ(matmul_primitive_count(), after_first + 1);
+  // f32 products of up to kSkinnyMaxTokens rows stream the weights (ops/skinny): no primitive,
+  // forward or backward.
+  Tensor y8({8, 7}), dx({8, 10}), dw({7, 10});
+  dw.zero();
+  linear_forward(y8, x.rows(0, 8), w, nullptr);
+  linear_backward(&dx, dw, nullptr, y8, x.rows(0, 8), w);
   EXPECT_EQ(matmul_primitive_count(), after_first + 1);
 }
 

@@ -1,8 +1,11 @@
-// The few-token kernels (ops/skinny): against the double reference (linear, then the mix) with
-// f32 and bf16 weights, every token count, widths with and without a vector remainder; and the
+// The few-token kernels (ops/skinny): against the double reference (linear, then the mix; the
+// linear backward) with f32 and bf16 weights, every token count, widths with and without a
+// vector remainder; the backward for any thread count; and the
 // layers' decode paths: dense and MoE inference at T <= 8 against their training forwards,
 // bf16 inference weights against bf16 products, and MoE reading only the chosen experts.
 #include <gtest/gtest.h>
+
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -101,6 +104,74 @@ TEST(Skinny, MixMatchesReference) {
           }
 }
 
+// dy with whole zero columns (units no token activated, which the kernel skips) and scattered
+// zeros, as ReLU's backward makes them.
+Tensor sparse_dy(std::int64_t T, std::int64_t O, std::uint64_t seed) {
+  Tensor dy = test::random_tensor({T, O}, seed);
+  for (std::int64_t o = 0; o < O; o += 3)
+    for (std::int64_t t = 0; t < T; ++t) dy.f32()[t * O + o] = 0.0f;
+  for (std::int64_t i = 1; i < T * O; i += 7) dy.f32()[i] = 0.0f;
+  return dy;
+}
+
+TEST(Skinny, LinearBackwardMatchesReference) {
+  std::uint64_t seed = 900;
+  // Widths below, at and across the 128-column blocks, with remainders.
+  for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+    for (std::int64_t I : {1, 37, 128, 300})
+      for (bool bias : {false, true})
+        for (bool with_dx : {false, true}) {
+          const std::int64_t O = 3 + (I * 7) % 29;
+          const Tensor x = test::random_tensor({T, I}, seed++);
+          const Tensor w = test::random_tensor({O, I}, seed++);
+          const Tensor dy = sparse_dy(T, O, seed++);
+          const Tensor dw0 = test::random_tensor({O, I}, seed++);
+          const Tensor db0 = test::random_tensor({O}, seed++);
+          Tensor dx({T, I}), dw = dw0.clone(), db = db0.clone();
+          skinny_linear_backward(with_dx ? &dx : nullptr, dw, bias ? &db : nullptr, dy, x, w);
+
+          std::vector<double> dxr(static_cast<std::size_t>(T * I));
+          auto dwr = test::to_vector<double>(dw0), dbr = test::to_vector<double>(db0);
+          const auto x64 = test::to_vector<double>(x), w64 = test::to_vector<double>(w),
+                     dy64 = test::to_vector<double>(dy);
+          ref::linear_backward<double>(dxr.data(), dwr.data(), dbr.data(), dy64.data(),
+                                       x64.data(), w64.data(), T, I, O);
+          const std::string what = "T=" + std::to_string(T) + " I=" + std::to_string(I) +
+                                   " bias=" + std::to_string(bias);
+          if (with_dx) {
+            EXPECT_LT(test::scaled_error(dx.f32(), dxr.data(), dx.numel()), 2e-6) << what;
+          }
+          EXPECT_LT(test::scaled_error(dw.f32(), dwr.data(), dw.numel()), 2e-6) << what;
+          if (bias) {
+            EXPECT_LT(test::scaled_error(db.f32(), dbr.data(), db.numel()), 2e-6) << what;
+          } else {
+            EXPECT_EQ(test::scaled_error(db.f32(), db0.f32(), O), 0.0) << what;
+          }
+        }
+}
+
+// Large enough to run on every thread: the sums do not depend on how many there are.
+TEST(Skinny, LinearBackwardIsTheSameOnAnyThreadCount) {
+  const std::int64_t T = 5, I = 700, O = 600;
+  const Tensor x = test::random_tensor({T, I}, 1), w = test::random_tensor({O, I}, 2);
+  const Tensor dy = sparse_dy(T, O, 3);
+  auto run = [&](int threads) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor dx({T, I}), dw({O, I}), db({O});
+    dw.zero();
+    db.zero();
+    skinny_linear_backward(&dx, dw, &db, dy, x, w);
+    omp_set_num_threads(before);
+    return std::vector<Tensor>{dx, dw, db};
+  };
+  const auto one = run(1), two = run(2), three = run(3);
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(test::scaled_error(two[i].f32(), one[i].f32(), one[i].numel()), 0.0) << i;
+    EXPECT_EQ(test::scaled_error(three[i].f32(), one[i].f32(), one[i].numel()), 0.0) << i;
+  }
+}
+
 TEST(Skinny, RejectsWhatItCannotDo) {
   const Tensor x9 = test::random_tensor({9, 8}, 1), w = test::random_tensor({3, 8}, 2);
   Tensor y({9, 3});
@@ -117,7 +188,8 @@ TEST(Skinny, RejectsWhatItCannotDo) {
 }
 
 // Every dense variant, both layouts, every decode token count: the streamed inference forward
-// gives the training forward's output (oneDNN products, then the mix).
+// (the mix fused into the pass over w_in) gives the training forward's output (the products,
+// kept, then the mix); both against the reference through the layers' golden tests.
 TEST(Skinny, DenseDecodeMatchesTrainingForward) {
   std::uint64_t seed = 300;
   for (const char* v : {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"})

@@ -74,8 +74,8 @@ class FeedForward : public Layer {
   // Whether an inference product over `rows` tokens streams its weights (ops/skinny.hpp): few
   // enough rows, and weights in the storage the product wants (packed bf16, or f32 products).
   bool streams(bool train, std::int64_t rows, bool packed) const {
-    return !train && rows >= 1 && rows <= kSkinnyMaxTokens &&
-           (packed || precision_ == Precision::f32);
+    return !train && (packed ? rows >= 1 && rows <= kSkinnyMaxTokens
+                             : skinny_fits(rows, precision_));
   }
 
   Precision precision_ = Precision::f32;

@@ -1,5 +1,6 @@
 // Linear (fully connected) op: y = x·Wᵀ + b with W stored like torch.nn.Linear.weight, [O, I].
-// Products go through ops/matmul (oneDNN); the scalar reference is ops/ref/linear_ref.hpp.
+// Products go through ops/matmul (oneDNN), f32 products of at most kSkinnyMaxTokens rows through
+// ops/skinny (they stream the weights once); the scalar reference is ops/ref/linear_ref.hpp.
 #pragma once
 
 #include "ffnlab/ops/matmul.hpp"

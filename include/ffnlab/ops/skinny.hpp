@@ -1,20 +1,29 @@
-// Products for a few tokens (decode): one-token inference is bound by reading the weights, so
-// these kernels read every weight row once for all T <= kSkinnyMaxTokens tokens, straight from
-// f32 or bf16 storage, and finish each row's dot products with its bias, activation and gated
-// mix in registers. Nothing else is touched: no primitive, no packing, no scratch allocation.
-// Layers use them in inference forwards of up to kSkinnyMaxTokens tokens (DenseFFN, MoEFFN);
-// larger T goes through oneDNN (ops/matmul). Reference: ref::linear_forward and
-// ref::glu_forward; tests: tests/unit/test_skinny.cpp.
+// Products for a few tokens (decode, small batches): with T <= kSkinnyMaxTokens tokens a product
+// is bound by reading the weights, so these kernels read every weight row once for all tokens,
+// straight from f32 or bf16 storage, and finish each row's dot products with its bias,
+// activation and gated mix in registers; the backward reads each weight row once for dx and
+// each gradient row once for dW. Nothing else is touched: no primitive, no packing, no scratch
+// allocation. linear_forward/linear_backward use them for f32 products of up to
+// kSkinnyMaxTokens rows, and the layers for their inference forwards and MoE expert blocks of
+// that size; larger T goes through oneDNN (ops/matmul). Reference: ref::linear_forward,
+// ref::linear_backward and ref::glu_forward; tests: tests/unit/test_skinny.cpp.
 #pragma once
 
 #include <cstdint>
 
 #include "ffnlab/ops/activation.hpp"
+#include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {
 
 inline constexpr std::int64_t kSkinnyMaxTokens = 8;
+
+// Whether an f32 product over `rows` rows takes these kernels rather than oneDNN's (training
+// products and f32 inference; bf16 products stream only from weights packed in bf16).
+inline bool skinny_fits(std::int64_t rows, Precision precision) {
+  return precision == Precision::f32 && rows >= 1 && rows <= kSkinnyMaxTokens;
+}
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null; y += ... with accumulate).
 // w is f32 or bf16; with bf16 weights x is rounded to bf16 too, as oneDNN's bf16 products do
@@ -28,5 +37,13 @@ void skinny_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
 // b_in [P] may be null; w_in f32 or bf16 as above.
 void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_in, Act act,
                 int branches);
+
+// linear_backward for T <= kSkinnyMaxTokens tokens, all f32: dx [T, I] = dy [T, O] · w [O, I]
+// (overwritten; skipped when dx is null), dw [O, I] += dyᵀ · x, db [O] += Σ_t dy (when db).
+// Every weight row is read once and every gradient row read and written once; a row whose dy is
+// zero for every token (a ReLU unit no token activated) is not read at all. The result does not
+// depend on the thread count.
+void skinny_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
+                            const Tensor& w);
 
 }  // namespace ffnlab
