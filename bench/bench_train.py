@@ -1,14 +1,17 @@
-"""Training throughput of `ffnlab train` against PyTorch on the same model, in one run.
+"""Training throughput and peak memory of `ffnlab train` against PyTorch on the same model, in
+one run.
 
 Both sides train issue 4's reference configuration (4 layers, d_model 128, 4 heads, learned
-positions, tied head, batch 16 x seq 128 bytes of the fortunes corpus, AdamW with clipping) and
-time every whole step (batch sampling, forward, backward, clipping, update). The runs alternate
-(ffnlab, PyTorch, ffnlab, ...) so that a drift of the shared machine touches both sides alike;
-each run's median step gives its tokens/s, and the table reports the median over rounds and the
-ratio ffnlab / PyTorch. Needs only the standard library; the PyTorch side runs in the Debian
+positions, tied head, batch 16 x seq 128 bytes of the fortunes corpus, AdamW with clipping), or
+with --size large a 4x wider, 2x deeper model on 2x longer sequences (d_model 512, 8 layers,
+8 heads, seq 256), and time every whole step (batch sampling, forward, backward, clipping,
+update). The runs alternate (ffnlab, PyTorch, ffnlab, ...) so that a drift of the shared machine
+touches both sides alike; each run's median step gives its tokens/s, and the table reports the
+median over rounds and the ratio ffnlab / PyTorch, with each process's peak resident set
+(getrusage of the child). Needs only the standard library; the PyTorch side runs in the Debian
 interpreter that has torch:
 
-    python3 bench/bench_train.py --ffnlab build/release/ffnlab [--rounds 3] [--steps 60]
+    python3 bench/bench_train.py --ffnlab build/release/ffnlab [--size large] [--rounds 3] [--steps 60]
 """
 import argparse
 import os
@@ -29,31 +32,40 @@ def main():
     a = ap.parse_args()
     lm_runs.require([(a.ffnlab, "ffnlab binary"), (a.python, "PyTorch interpreter")])
 
-    rates = {}
+    rates, rss = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         for r in range(a.rounds):
             for v in a.variants:
                 for dt in a.dtypes:
-                    _, x = lm_runs.ffnlab(a, v, a.steps, 1, dt, os.path.join(tmp, "run"), False)
+                    _, x, m = lm_runs.ffnlab(a, v, a.steps, 1, dt, os.path.join(tmp, "run"),
+                                             False)
                     rates.setdefault((v, "ffnlab " + dt), []).append(x)
-                    print(f"round {r + 1}/{a.rounds} {v} ffnlab {dt}: {x:,.0f} tokens/s",
-                          file=sys.stderr, flush=True)
-                _, x = lm_runs.torch(a, v, a.steps, 1, False)
+                    rss.setdefault((v, "ffnlab " + dt), []).append(m)
+                    print(f"round {r + 1}/{a.rounds} {v} ffnlab {dt}: {x:,.0f} tokens/s, "
+                          f"peak RSS {m:,.0f} MiB", file=sys.stderr, flush=True)
+                _, x, m = lm_runs.torch(a, v, a.steps, 1, False)
                 rates.setdefault((v, "torch f32"), []).append(x)
-                print(f"round {r + 1}/{a.rounds} {v} torch f32: {x:,.0f} tokens/s",
-                      file=sys.stderr, flush=True)
+                rss.setdefault((v, "torch f32"), []).append(m)
+                print(f"round {r + 1}/{a.rounds} {v} torch f32: {x:,.0f} tokens/s, "
+                      f"peak RSS {m:,.0f} MiB", file=sys.stderr, flush=True)
 
-    print(f"\n{a.steps} steps per run, {a.rounds} alternating rounds, {a.threads} threads; "
-          "median tokens/s over rounds (per-round values)\n")
-    print("| FFN | side | tokens/s | rounds | / PyTorch |")
-    print("|---|---|---|---|---|")
+    m = lm_runs.SIZES[a.size]
+    print(f"\n{a.size} model (d_model {m['d_model']}, {m['layers']} layers, {m['heads']} heads, "
+          f"batch {m['batch']} x seq {m['seq']}); {a.steps} steps per run, {a.rounds} alternating "
+          f"rounds, {a.threads} threads; median tokens/s over rounds (per-round values); peak "
+          "resident set of the process, largest over rounds\n")
+    print("| FFN | side | tokens/s | rounds | / PyTorch | peak RSS MiB | / PyTorch |")
+    print("|---|---|---|---|---|---|---|")
     for v in a.variants:
         base = statistics.median(rates[(v, "torch f32")])
+        base_rss = max(rss[(v, "torch f32")])
         for side in ["ffnlab " + dt for dt in a.dtypes] + ["torch f32"]:
             xs = rates[(v, side)]
             med = statistics.median(xs)
             each = ", ".join(f"{x:,.0f}" for x in xs)
-            print(f"| {v} | {side} | {med:,.0f} | {each} | {med / base:.2f}x |")
+            peak = max(rss[(v, side)])
+            print(f"| {v}, d_ff {m['d_ff'][v]} | {side} | {med:,.0f} | {each} | {med / base:.2f}x "
+                  f"| {peak:,.0f} | {peak / base_rss:.2f}x |")
 
 
 if __name__ == "__main__":

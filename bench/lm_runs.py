@@ -1,6 +1,7 @@
-"""One training run of issue 4's reference configuration, by `ffnlab train` or by PyTorch
-(bench/torch_train.py), for the drivers bench_train.py (throughput) and lm_seeds.py (validation
-over seeds). Standard library only; PyTorch runs in the interpreter given as `python`."""
+"""One training run of issue 4's reference configuration (or of a larger model), by `ffnlab
+train` or by PyTorch (bench/torch_train.py), for the drivers bench_train.py (throughput and peak
+memory) and lm_seeds.py (validation over seeds). Standard library only; PyTorch runs in the
+interpreter given as `python`."""
 import json
 import os
 import re
@@ -8,8 +9,16 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-D_FF = {"relu": 512, "swiglu": 344}  # the issue's widths: equal parameter counts
 FORTUNES = "/usr/share/games/fortunes"
+# The model sizes: issue 4's reference configuration, and issue 13's 4x larger one where the
+# products dominate. d_ff per variant gives ReLU and SwiGLU equal parameter counts.
+SIZES = {
+    "default": dict(d_model=128, layers=4, heads=4, seq=128, batch=16,
+                    d_ff={"relu": 512, "swiglu": 344}),
+    "large": dict(d_model=512, layers=8, heads=8, seq=256, batch=16,
+                  d_ff={"relu": 2048, "swiglu": 1368}),
+}
+D_FF = SIZES["default"]["d_ff"]
 
 
 def add_common_args(ap):
@@ -19,6 +28,29 @@ def add_common_args(ap):
     ap.add_argument("--variants", nargs="+", default=["relu", "swiglu"], choices=sorted(D_FF))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data", default=FORTUNES)
+    ap.add_argument("--size", default="default", choices=sorted(SIZES),
+                    help="default: 4 layers, d_model 128, seq 128; large: 8 layers, d_model 512, "
+                         "seq 256 (batch 16 both)")
+
+
+def model_args(a, variant):
+    """The model and batch flags both sides take."""
+    m = SIZES[getattr(a, "size", "default")]
+    return ["--d-model", str(m["d_model"]), "--layers", str(m["layers"]), "--heads",
+            str(m["heads"]), "--seq", str(m["seq"]), "--batch", str(m["batch"]), "--d-ff",
+            str(m["d_ff"][variant])]
+
+
+def run_measured(cmd, capture):
+    """Runs cmd to completion; returns (stdout or None, the child's peak resident set in MiB)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                            text=True)
+    out = proc.stdout.read() if capture else None
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:3])} ... failed with status {proc.returncode}")
+    return out, usage.ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
 
 
 def require(paths):
@@ -30,29 +62,31 @@ def require(paths):
 
 
 def ffnlab(a, variant, steps, seed, dtype, out, evaluate):
-    """Trains with `ffnlab train`; returns (validation bits/byte at the end, median tokens/s).
-    Without `evaluate` only 2,048 validation tokens are read and the bits/byte are rough."""
-    cmd = [a.ffnlab, "train", "--variant", variant, "--d-ff", str(D_FF[variant]),
+    """Trains with `ffnlab train`; returns (validation bits/byte at the end, median tokens/s,
+    peak RSS in MiB). Without `evaluate` only 2,048 validation tokens are read and the
+    bits/byte are rough."""
+    cmd = [a.ffnlab, "train", "--variant", variant] + model_args(a, variant) + [
            "--steps", str(steps), "--seed", str(seed), "--threads", str(a.threads),
            "--dtype", dtype, "--eval-every", "0", "--sample", "0", "--data", a.data,
            "--out", out]
     if not evaluate:
         cmd += ["--eval-tokens", "2048"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    _, rss = run_measured(cmd, capture=False)
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
-    return s["evaluations"][-1]["bits_per_byte"], s["median_tokens_per_second"]
+    return s["evaluations"][-1]["bits_per_byte"], s["median_tokens_per_second"], rss
 
 
 def torch(a, variant, steps, seed, evaluate):
-    """Trains with bench/torch_train.py; returns (validation bits/byte or None, median tokens/s)."""
-    cmd = [a.python, os.path.join(HERE, "torch_train.py"), "--variant", variant,
-           "--d-ff", str(D_FF[variant]), "--steps", str(steps), "--seed", str(seed),
-           "--threads", str(a.threads), "--data", a.data]
+    """Trains with bench/torch_train.py; returns (validation bits/byte or None, median tokens/s,
+    peak RSS in MiB)."""
+    cmd = [a.python, os.path.join(HERE, "torch_train.py"), "--variant", variant] + model_args(
+        a, variant) + ["--steps", str(steps), "--seed", str(seed), "--threads", str(a.threads),
+                       "--data", a.data]
     if not evaluate:
         cmd.append("--skip-eval")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out, rss = run_measured(cmd, capture=True)
     m = re.search(r"median (\d+) tokens/s(?:, validation ([\d.]+) bits/byte)?", out)
     if not m or (evaluate and m.group(2) is None):
         sys.exit(f"no result in PyTorch's output:\n{out}")
-    return (float(m.group(2)) if m.group(2) else None), float(m.group(1))
+    return (float(m.group(2)) if m.group(2) else None), float(m.group(1)), rss

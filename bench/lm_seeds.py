@@ -36,9 +36,9 @@ def main():
                 sides = ["ffnlab " + dt for dt in a.dtypes] + ([] if a.no_torch else ["torch f32"])
                 for side in sides:
                     if side == "torch f32":
-                        bpb, tps = lm_runs.torch(a, v, a.steps, seed, True)
+                        bpb, tps, _ = lm_runs.torch(a, v, a.steps, seed, True)
                     else:
-                        bpb, tps = lm_runs.ffnlab(a, v, a.steps, seed, side.split()[1],
+                        bpb, tps, _ = lm_runs.ffnlab(a, v, a.steps, seed, side.split()[1],
                                                   os.path.join(tmp, "run"), True)
                     results.setdefault((v, side), []).append(bpb)
                     print(f"seed {seed} {v} {side}: {bpb:.4f} bits/byte, {tps:,.0f} tokens/s",

@@ -26,6 +26,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--variant", default="relu", choices=["relu", "swiglu"])
     ap.add_argument("--d-ff", type=int, default=512)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
@@ -40,9 +45,10 @@ def main():
     data = load(a.data)
     split = int(math.floor(len(data) * 0.9))
     train, val = data[:split], data[split:]
-    S, B = 128, 16
+    S, B = a.seq, a.batch
     kind, act = ("glu", "silu") if a.variant == "swiglu" else ("plain", "relu")
-    cfg = dict(vocab=256, d_model=128, layers=4, heads=4, context=S, attn_bias=True, norm_eps=1e-5,
+    cfg = dict(vocab=256, d_model=a.d_model, layers=a.layers, heads=a.heads, context=S,
+               attn_bias=True, norm_eps=1e-5,
                tied_head=True, ffn=dict(kind=kind, act=act, d_ff=a.d_ff, bias=True))
     cfg["init_std"] = a.init_std
     model = torch_lm.LM(cfg)

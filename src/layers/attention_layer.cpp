@@ -6,6 +6,7 @@
 #include "check.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/positions.hpp"
+#include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
 
@@ -63,12 +64,13 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq) {
 void Attention::backward(Tensor& dx, const Tensor& dy) {
   check(x_.defined(), "[attention] backward without a forward");
   const std::int64_t D = config_.d_model;
-  da_.ensure(a_.shape());
-  linear_backward(&da_, dw_o_, config_.bias ? &db_o_ : nullptr, dy, a_, w_o_, precision_);
-  attention_backward(dqkv_, da_, cache_, seq_, config_.heads, config_.causal, precision_);
-  if (config_.rope) rope_backward(dqkv_, seq_, 2 * D, D / config_.heads, config_.rope_theta);
+  Tensor& da = scratch(Scratch::attn_da, a_.shape());
+  Tensor& dqkv = scratch(Scratch::attn_dqkv, {x_.dim(0), 3 * D});
+  linear_backward(&da, dw_o_, config_.bias ? &db_o_ : nullptr, dy, a_, w_o_, precision_);
+  attention_backward(dqkv, da, cache_, seq_, config_.heads, config_.causal, precision_);
+  if (config_.rope) rope_backward(dqkv, seq_, 2 * D, D / config_.heads, config_.rope_theta);
   dx.ensure(x_.shape());
-  linear_backward(&dx, dw_qkv_, config_.bias ? &db_qkv_ : nullptr, dqkv_, x_, w_qkv_, precision_);
+  linear_backward(&dx, dw_qkv_, config_.bias ? &db_qkv_ : nullptr, dqkv, x_, w_qkv_, precision_);
 }
 
 }  // namespace ffnlab

@@ -8,6 +8,7 @@
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
 
@@ -124,12 +125,12 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   const std::int64_t T = x_.dim(0), D = config_.d_model, F = config_.d_ff;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[ffn] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
-  dh_.ensure({T, F});
-  da_.ensure({T, in_width_});
+  Tensor& dh = scratch(Scratch::ffn_dh, {T, F});
+  Tensor& da = scratch(Scratch::ffn_da, {T, in_width_});
   dx.ensure({T, D});
-  linear_backward(&dh_, dw_out_, config_.bias ? &db_out_ : nullptr, dy, h_, w_out_, precision_);
-  mix_backward(da_, dh_, a_, config_.act, branches_);
-  linear_backward(&dx, dw_in_, config_.bias ? &db_in_ : nullptr, da_, x_, w_in_, precision_);
+  linear_backward(&dh, dw_out_, config_.bias ? &db_out_ : nullptr, dy, h_, w_out_, precision_);
+  mix_backward(da, dh, a_, config_.act, branches_);
+  linear_backward(&dx, dw_in_, config_.bias ? &db_in_ : nullptr, da, x_, w_in_, precision_);
 }
 
 FFNStats DenseFFN::stats() const {

@@ -7,6 +7,7 @@
 
 #include "activation_kernels.hpp"
 #include "check.hpp"
+#include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
 
@@ -99,18 +100,18 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, AttentionCache& c, std
         "[attention] dout {} does not match the forward's [{}, {}]", shape_string(dout.shape()),
         d.B * S, d.D);
   const Shape hs{G, S, dh};
-  c.dq.ensure(hs);
-  c.dk.ensure(hs);
-  c.dv.ensure(hs);
-  c.dp.ensure({G, S, S});
+  Tensor& dq = scratch(Scratch::attn_dq, hs);
+  Tensor& dk = scratch(Scratch::attn_dk, hs);
+  Tensor& dv = scratch(Scratch::attn_dv, hs);
+  Tensor& dpt = scratch(Scratch::attn_dp, {G, S, S});
   dqkv.ensure({d.B * S, 3 * d.D});
   to_heads(c.o, dout.f32(), d.D, 0, d, 1.f);  // o is free now: it holds dO
   const MatmulOptions opt{.precision = precision};
-  matmul(c.dp, c.o, Trans::no, c.v, Trans::yes, opt);
-  matmul(c.dv, c.p, Trans::yes, c.o, Trans::no, opt);
+  matmul(dpt, c.o, Trans::no, c.v, Trans::yes, opt);
+  matmul(dv, c.p, Trans::yes, c.o, Trans::no, opt);
   // dS = P ⊙ (dP − Σ_j P·dP), in place in dp; zero above the diagonal because P is.
   float* p = c.p.f32();
-  float* dp = c.dp.f32();
+  float* dp = dpt.f32();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < G * S; ++r) {
     const std::int64_t i = causal ? r % S : S - 1;
@@ -122,12 +123,12 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, AttentionCache& c, std
 #pragma omp simd
     for (std::int64_t j = 0; j < S; ++j) g[j] = pr[j] * (g[j] - dot);
   }
-  matmul(c.dq, c.dp, Trans::no, c.k, Trans::no, opt);
-  matmul(c.dk, c.dp, Trans::yes, c.q, Trans::no, opt);
+  matmul(dq, dpt, Trans::no, c.k, Trans::no, opt);
+  matmul(dk, dpt, Trans::yes, c.q, Trans::no, opt);
   const float scale = 1.f / std::sqrt(static_cast<float>(dh));
-  from_heads(dqkv.f32(), 3 * d.D, 0, c.dq, d, scale);
-  from_heads(dqkv.f32(), 3 * d.D, d.D, c.dk, d, 1.f);
-  from_heads(dqkv.f32(), 3 * d.D, 2 * d.D, c.dv, d, 1.f);
+  from_heads(dqkv.f32(), 3 * d.D, 0, dq, d, scale);
+  from_heads(dqkv.f32(), 3 * d.D, d.D, dk, d, 1.f);
+  from_heads(dqkv.f32(), 3 * d.D, 2 * d.D, dv, d, 1.f);
 }
 
 }  // namespace ffnlab

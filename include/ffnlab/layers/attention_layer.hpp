@@ -43,7 +43,6 @@ class Attention final : public Layer {
   Tensor qkv_;             // [T, 3D] projections (q, k rotated)
   Tensor a_;               // [T, D] attention output before o_proj
   AttentionCache cache_;   // per-head copies and probabilities
-  Tensor da_, dqkv_;       // backward workspaces
 };
 
 }  // namespace ffnlab

@@ -45,7 +45,6 @@ class DenseFFN final : public FeedForward {
   Tensor x_;  // [T, D] the caller's input (a view)
   Tensor a_;  // [T, P] pre-activation
   Tensor h_;  // [T, F] mixed hidden activation
-  Tensor dh_, da_;
   bool saved_ = false;
 };
 

@@ -17,8 +17,7 @@ struct AttentionCache {
   Tensor q, k, v;  // [B·H, S, dh] head-major copies; q is pre-scaled by 1/√dh
   Tensor p;        // [B·H, S, S] probabilities, zero above the diagonal
   Tensor o;        // [B·H, S, dh] per-head outputs
-  Tensor dp;       // [B·H, S, S] backward scratch
-  Tensor dq, dk, dv;
+  // The backward's workspaces are shared by all layers (ffnlab/scratch.hpp).
 };
 
 // causal = false lets every position see the whole sequence (the seeds' encoder).

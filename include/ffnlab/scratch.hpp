@@ -1,0 +1,28 @@
+// Backward workspaces shared by all layers: the gradients of a layer's intermediates live only
+// while that layer's backward runs, so a model of L layers needs one set of them, not L (the
+// attention probabilities' gradient alone is B·H·S² floats per layer). One set per thread and
+// slot; a slot's tensor is reshaped (and reallocated only when its shape changes) on each use.
+// A caller must not hold a slot across a call that may use the same slot: each layer kind has
+// slots of its own, so an MoE's shared expert (a DenseFFN) may run inside the MoE's backward.
+#pragma once
+
+#include "ffnlab/tensor.hpp"
+
+namespace ffnlab {
+
+enum class Scratch : int {
+  ffn_dh,     // DenseFFN: dL/dh          [T, F]
+  ffn_da,     // DenseFFN: dL/da          [T, in_width]
+  attn_da,    // Attention: dL/d(heads' output before o_proj) [T, D]
+  attn_dqkv,  // Attention: dL/dqkv       [T, 3D]
+  attn_dp,    // attention op: dL/dP      [B·H, S, S]
+  attn_dq,    // attention op: dL/dq, dL/dk, dL/dv [B·H, S, dh]
+  attn_dk,
+  attn_dv,
+  count
+};
+
+// The calling thread's tensor of `slot`, shaped `shape` (contents unspecified).
+Tensor& scratch(Scratch slot, const Shape& shape);
+
+}  // namespace ffnlab
