@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ffnlab/error.hpp"
+#include "ffnlab/scratch.hpp"
 #include "ffnlab/tensor.hpp"
 
 using namespace ffnlab;
@@ -70,4 +71,18 @@ TEST(Tensor, EnsureKeepsATensorOfTheRightShape) {
   out.f32()[0] = 5;
   EXPECT_EQ(buffer.f32()[2], 9);
   EXPECT_EQ(out.shape(), (Shape{3}));
+}
+
+TEST(Scratch, OneTensorPerSlotReshapedOnUse) {
+  Tensor& a = scratch(Scratch::ffn_dh, {4, 3});
+  EXPECT_EQ(a.shape(), (Shape{4, 3}));
+  a.f32()[0] = 7;
+  const float* storage = a.f32();
+  Tensor& again = scratch(Scratch::ffn_dh, {4, 3});  // the same shape: the same memory
+  EXPECT_EQ(&again, &a);
+  EXPECT_EQ(again.f32(), storage);
+  EXPECT_EQ(again.f32()[0], 7);
+  Tensor& other = scratch(Scratch::ffn_da, {4, 3});  // another slot: other memory
+  EXPECT_NE(other.f32(), storage);
+  EXPECT_EQ(scratch(Scratch::ffn_dh, {2, 5}).shape(), (Shape{2, 5}));
 }
