@@ -26,7 +26,7 @@ void activation_backward(float* dx, const float* dy, const float* x, std::int64_
     const float *xs = x, *dys = dy;  // local copies, as in activation_forward
     float* dxs = dx;
 #pragma omp parallel for simd schedule(static) if (n > kernels::kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) dxs[i] = dys[i] * kernels::act_grad<A>(xs[i], beta);
+    for (std::int64_t i = 0; i < n; ++i) dxs[i] = kernels::grad_times<A>(dys[i], xs[i], beta);
   });
 }
 

@@ -1,11 +1,12 @@
 // Vectorisable elementwise kernels: the activations and their derivatives, exp, and the
 // exponentials of a softmax row (attention, cross-entropy). Every function here is branch-free
 // arithmetic that GCC and clang turn into SIMD code inside `#pragma omp simd` loops; the standard
-// library's expf/erff are not, without -ffast-math (which this project does not use). Two more
+// library's expf/erff are not, without -ffast-math (which this project does not use). More
 // things stop GCC 12 from vectorising such a loop, silently (the loop stays scalar and correct):
-// std::floor (it needs -fno-trapping-math) and std::min/std::max (their reference arguments become
-// per-lane arrays under `omp simd`). Hence the ternaries and the rounding by a magic constant
-// below; `bench_kernels` and `-fopt-info-vec` show the difference. Accuracy against the double
+// std::min/std::max (their reference arguments become per-lane arrays under `omp simd`), hence
+// the ternaries; the ternaries themselves on AVX2 unless the build has -fno-trapping-math (it
+// does, CMakeLists.txt); a product with a 0/1 factor (grad_times). `bench_kernels` and
+// `-fopt-info-vec` show the difference; check both after touching a kernel. Accuracy against the double
 // reference: a few float ulps for exp, ~2e-7 absolute for erf and tanh (see test_activation.cpp).
 #pragma once
 
@@ -173,6 +174,17 @@ inline float act_grad(float x, float beta) {
     return 1.0f;
   else
     static_assert(A != A, "a new activation needs its formula here");
+}
+
+// dy · act'(x), what every backward computes. ReLU's is a select, x > 0 ? dy : 0 (PyTorch's
+// threshold_backward): GCC 12 vectorises the select, but turns the product with a 0/1 factor
+// into a branch and leaves the loop scalar (perf showed it at 6 % of a training step).
+template <Activation A>
+inline float grad_times(float dy, float x, float beta) {
+  if constexpr (A == Activation::relu)
+    return x > 0.0f ? dy : 0.0f;
+  else
+    return dy * act_grad<A>(x, beta);
 }
 
 // Calls f(std::integral_constant<Activation, A>{}) for the runtime value `act`, so that the

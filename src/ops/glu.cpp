@@ -78,7 +78,7 @@ void glu_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int br
           float* du = dg + F;
 #pragma omp simd
           for (std::int64_t f = f0; f < f1; ++f) {
-            dg[f] = dr[f] * u[f] * kernels::act_grad<A>(g[f], beta);
+            dg[f] = kernels::grad_times<A>(dr[f] * u[f], g[f], beta);
             du[f] = dr[f] * kernels::act_value<A>(g[f], beta);
           }
         }
