@@ -291,8 +291,8 @@ void skinny_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy
     const std::int64_t n = T * I;
 #pragma omp parallel for simd schedule(static) if (parallel)
     for (std::int64_t i = 0; i < n; ++i) {
-      float sum = part[i];
-      for (std::int64_t ch = 1; ch < chunks; ++ch) sum += part[ch * n + i];
+      float sum = 0.0f;  // no rows (O = 0): dx = 0
+      for (std::int64_t ch = 0; ch < chunks; ++ch) sum += part[ch * n + i];
       out[i] = sum;
     }
   }

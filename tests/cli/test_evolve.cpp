@@ -111,6 +111,12 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
 
   // Deterministic for a seed and thread count: a second run of two variants trains the same.
+  // Not under the sanitizers: determinism is arithmetic, which the release suite checks, and a
+  // second run would repeat the memory checks of the first at 4 minutes under ASan (the toy
+  // stage's few-token products run in ffnlab's own, instrumented loops).
+#ifdef FFNLAB_SANITIZED
+  return;
+#endif
   const std::string again = path("again");
   ASSERT_EQ(run("evolve --quick --variants relu,swiglu --out " + again).status, 0);
   std::ifstream in2(again + "/results.json");

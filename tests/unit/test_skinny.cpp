@@ -150,6 +150,14 @@ TEST(Skinny, LinearBackwardMatchesReference) {
         }
 }
 
+TEST(Skinny, LinearBackwardOfNoOutputs) {  // an empty sum: dx = 0, dw and db untouched
+  const Tensor x = test::random_tensor({3, 5}, 1);
+  Tensor w({0, 5}), dw({0, 5}), db({0}), dy({3, 0});
+  Tensor dx = test::random_tensor({3, 5}, 2);
+  skinny_linear_backward(&dx, dw, &db, dy, x, w);
+  for (std::int64_t i = 0; i < dx.numel(); ++i) EXPECT_EQ(dx.f32()[i], 0.0f) << i;
+}
+
 // Large enough to run on every thread: the sums do not depend on how many there are.
 TEST(Skinny, LinearBackwardIsTheSameOnAnyThreadCount) {
   const std::int64_t T = 5, I = 700, O = 600;
