@@ -193,31 +193,24 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   c.hp.ensure({R, F});
   c.op.ensure({R, D});
   // In inference an expert block of at most kSkinnyMaxTokens rows (every block in decode, most
-  // at small T) streams its expert's weights once (ops/skinny); larger blocks go to oneDNN.
-  MatmulOptions opt{nullptr, nullptr, false, precision, /*dynamic_m=*/true, false};
+  // at small T) streams its expert's weights once with the mix fused (ops/skinny); otherwise
+  // linear_forward, which streams few-row f32 products too and gives larger blocks one oneDNN
+  // product for any block size.
   for_each_block(r, [&](int e, auto rows) {
     const Tensor xb = rows(c.xp), bi = in_bias(e), bo = out_bias(e);
     Tensor h = rows(c.hp), o = rows(c.op);
     const Tensor w_in_e = slice(w_in, e, P, D), w_out_e = slice(w_out, e, D, F);
+    const Tensor* b_in = config_.bias ? &bi : nullptr;
+    const Tensor* b_out = config_.bias ? &bo : nullptr;
     if (streams(train, xb.dim(0), packed)) {
-      skinny_mix(h, xb, w_in_e, config_.bias ? &bi : nullptr, config_.act, branches);
-      skinny_linear(o, h, w_out_e, config_.bias ? &bo : nullptr);
+      skinny_mix(h, xb, w_in_e, b_in, config_.act, branches);
+      skinny_linear(o, h, w_out_e, b_out);
       return;
     }
-    // Training: a block of a few rows streams too (ops/skinny), keeping the pre-activations.
-    const bool few = skinny_fits(xb.dim(0), precision);
     Tensor a = rows(c.ap);
-    opt.bias = config_.bias ? &bi : nullptr;
-    if (few)
-      skinny_linear(a, xb, w_in_e, opt.bias);
-    else
-      matmul(a, xb, Trans::no, w_in_e, Trans::yes, opt);
+    linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
     mix_forward(h, a, config_.act, branches);
-    opt.bias = config_.bias ? &bo : nullptr;
-    if (few)
-      skinny_linear(o, h, w_out_e, opt.bias);
-    else
-      matmul(o, h, Trans::no, w_out_e, Trans::yes, opt);
+    linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
   });
   y.ensure({T, D});
   unpermute_rows(y, c.op, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
@@ -290,38 +283,18 @@ void MoEFFN::experts_backward(Tensor& dx) {
   w.dhp.ensure({R, F});
   w.dap.ensure({R, P});
   w.dxp.ensure({R, D});
-  const MatmulOptions rows_opt{nullptr, nullptr, false, precision_, /*dynamic_m=*/true, false};
-  const MatmulOptions grad_opt{nullptr,           nullptr, /*accumulate=*/true, precision_, false,
-                               /*dynamic_k=*/true};
-  // A block of a few rows streams its expert's weights and gradients once (ops/skinny).
   for_each_block(r, [&](int e, auto rows) {
-    Tensor dh = rows(w.dhp);
-    const Tensor dout = rows(w.dop);
-    Tensor dw = slice(dw_.out, e, D, F);
+    Tensor dh = rows(w.dhp), dw = slice(dw_.out, e, D, F);
     Tensor db = config_.bias ? dw_.out_bias.view(e * D, {D}) : Tensor();
-    if (skinny_fits(dout.dim(0), precision_)) {
-      skinny_linear_backward(&dh, dw, config_.bias ? &db : nullptr, dout, rows(c.hp),
-                             slice(w_.out, e, D, F));
-      return;
-    }
-    matmul(dh, dout, Trans::no, slice(w_.out, e, D, F), Trans::no, rows_opt);
-    matmul(dw, dout, Trans::yes, rows(c.hp), Trans::no, grad_opt);
-    if (config_.bias) bias_backward(db, dout);
+    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(w.dop), rows(c.hp),
+                    slice(w_.out, e, D, F), precision_, /*varying_rows=*/true);
   });
   if (R > 0) mix_backward(w.dap, w.dhp, c.ap, config_.act, expert_.gated_branches());
   for_each_block(r, [&](int e, auto rows) {
-    const Tensor da = rows(w.dap);
-    Tensor dw = slice(dw_.in, e, P, D);
+    Tensor dxe = rows(w.dxp), dw = slice(dw_.in, e, P, D);
     Tensor db = config_.bias ? dw_.in_bias.view(e * P, {P}) : Tensor();
-    Tensor dxe = rows(w.dxp);
-    if (skinny_fits(da.dim(0), precision_)) {
-      skinny_linear_backward(&dxe, dw, config_.bias ? &db : nullptr, da, rows(c.xp),
-                             slice(w_.in, e, P, D));
-      return;
-    }
-    matmul(dw, da, Trans::yes, rows(c.xp), Trans::no, grad_opt);
-    if (config_.bias) bias_backward(db, da);
-    matmul(dxe, da, Trans::no, slice(w_.in, e, P, D), Trans::no, rows_opt);
+    linear_backward(&dxe, dw, config_.bias ? &db : nullptr, rows(w.dap), rows(c.xp),
+                    slice(w_.in, e, P, D), precision_, /*varying_rows=*/true);
   });
   dx.ensure({T, D});
   permute_rows_backward(dx, w.dxp, r.slot.data(), r.k, /*accumulate=*/false);

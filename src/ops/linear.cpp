@@ -20,7 +20,7 @@ bool skinny(const Tensor& x, const Tensor& w, Precision precision) {
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
-                    Precision precision, const Act* act) {
+                    Precision precision, const Act* act, bool varying_rows) {
   check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1),
         "[linear] input {} does not fit weight {} ([out, in])", shape_string(x.shape()),
         shape_string(w.shape()));
@@ -33,6 +33,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   opt.bias = b;
   opt.act = act;
   opt.precision = precision;
+  opt.dynamic_m = varying_rows;
   matmul(y, x, Trans::no, w, Trans::yes, opt);
 }
 
@@ -59,7 +60,7 @@ void bias_backward(Tensor& db, const Tensor& dy) {
 }
 
 void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
-                     const Tensor& w, Precision precision) {
+                     const Tensor& w, Precision precision, bool varying_rows) {
   check(dy.rank() == 2 && dy.dim(0) == x.dim(0) && dy.dim(1) == w.dim(0),
         "[linear] dy {} does not fit x {} and weight {}", shape_string(dy.shape()),
         shape_string(x.shape()), shape_string(w.shape()));
@@ -69,8 +70,11 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
   }
   MatmulOptions opt;
   opt.precision = precision;
+  opt.dynamic_m = varying_rows;  // dx: T rows
   if (dx) matmul(*dx, dy, Trans::no, w, Trans::no, opt);
   opt.accumulate = true;
+  opt.dynamic_m = false;
+  opt.dynamic_k = varying_rows;  // dw: a sum over T
   matmul(dw, dy, Trans::yes, x, Trans::no, opt);
   if (db) bias_backward(*db, dy);
 }

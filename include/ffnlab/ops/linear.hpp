@@ -9,14 +9,18 @@ namespace ffnlab {
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null); act, if given, is fused into the
 // product as a oneDNN post-op (inference: the pre-activation is not kept).
+// varying_rows: T changes from call to call (an MoE's expert blocks), so the oneDNN product is
+// built once for any T (a run-time dimension) instead of once per T.
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
-                    Precision precision = Precision::f32, const Act* act = nullptr);
+                    Precision precision = Precision::f32, const Act* act = nullptr,
+                    bool varying_rows = false);
 
 // dx [T, I] = dy · w        (overwritten; skipped when dx is null)
 // dw [O, I] += dyᵀ · x      (accumulated)
 // db [O]    += Σ_t dy[t]    (accumulated; skipped when db is null)
 void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
-                     const Tensor& w, Precision precision = Precision::f32);
+                     const Tensor& w, Precision precision = Precision::f32,
+                     bool varying_rows = false);
 
 // db [O] += Σ_t dy[t, :], in a fixed order (deterministic for any thread count).
 void bias_backward(Tensor& db, const Tensor& dy);
