@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App app{
       "An MoE layer against k x the dense FFN of one expert (the same matrix FLOPs), "
-      "training forward and forward+backward, best of 3 interleaved rounds."};
+      "inference forward, training forward and forward+backward, best of 3 interleaved rounds."};
   bench::positive_option(app, "--d-model", D, "model width D");
   bench::positive_option(app, "--d-ff", F, "expert width F");
   bench::positive_option(app, "--tokens", T, "tokens T");
@@ -57,14 +57,18 @@ int main(int argc, char** argv) {
     moe.backward(dx, dy);
   };
   // Interleaved rounds, so that drift of the shared machine hits both sides alike.
-  double dense_fwd = 1e30, moe_fwd = 1e30, dense_fb = 1e30, moe_fb = 1e30;
+  double dense_inf = 1e30, moe_inf = 1e30, dense_fwd = 1e30, moe_fwd = 1e30, dense_fb = 1e30,
+         moe_fb = 1e30;
   for (int round = 0; round < 3; ++round) {
-    dense_fwd = std::min(dense_fwd, bench::time_it([&] { dense.forward(y, x, true); }, budget / 6));
-    moe_fwd = std::min(moe_fwd, bench::time_it([&] { moe.forward(y, x, true); }, budget / 6));
-    dense_fb = std::min(dense_fb, bench::time_it(dense_step, budget / 6));
-    moe_fb = std::min(moe_fb, bench::time_it(moe_step, budget / 6));
+    dense_inf = std::min(dense_inf, bench::time_it([&] { dense.forward(y, x, false); }, budget / 8));
+    moe_inf = std::min(moe_inf, bench::time_it([&] { moe.forward(y, x, false); }, budget / 8));
+    dense_fwd = std::min(dense_fwd, bench::time_it([&] { dense.forward(y, x, true); }, budget / 8));
+    moe_fwd = std::min(moe_fwd, bench::time_it([&] { moe.forward(y, x, true); }, budget / 8));
+    dense_fb = std::min(dense_fb, bench::time_it(dense_step, budget / 8));
+    moe_fb = std::min(moe_fb, bench::time_it(moe_step, budget / 8));
   }
   const FFNStats s = moe.stats();
+  const double inf_overhead = moe_inf / (K * dense_inf) - 1.0;
   const double fwd_overhead = moe_fwd / (K * dense_fwd) - 1.0;
   const double fb_overhead = moe_fb / (K * dense_fb) - 1.0;
 
@@ -75,6 +79,9 @@ int main(int argc, char** argv) {
                        {"experts", E},
                        {"top_k", K},
                        {"expert", expert},
+                       {"dense_inference_s", dense_inf},
+                       {"moe_inference_s", moe_inf},
+                       {"inference_overhead", inf_overhead},
                        {"dense_forward_s", dense_fwd},
                        {"moe_forward_s", moe_fwd},
                        {"dense_forward_backward_s", dense_fb},
@@ -88,10 +95,12 @@ int main(int argc, char** argv) {
   }
   fmt::print(
       "MoE ({} experts of {} d_ff {}, top-{}, d_model {}, bias, f32) against {} x the dense FFN "
-      "of one expert, {} tokens, training forward (+ backward); best of 3 interleaved rounds.\n\n",
+      "of one expert, {} tokens, inference forward, training forward (+ backward); best of 3 interleaved rounds.\n\n",
       E, expert, F, K, D, K, T);
   fmt::print("{:<18} {:>12} {:>12} {:>10}\n", "", "k x dense", "MoE", "overhead");
-  fmt::print("{:<18} {:>10.1f}ms {:>10.1f}ms {:>9.1f}%\n", "forward", K * dense_fwd * 1e3,
+  fmt::print("{:<18} {:>10.1f}ms {:>10.1f}ms {:>9.1f}%\n", "inference forward", K * dense_inf * 1e3,
+             moe_inf * 1e3, inf_overhead * 100);
+  fmt::print("{:<18} {:>10.1f}ms {:>10.1f}ms {:>9.1f}%\n", "training forward", K * dense_fwd * 1e3,
              moe_fwd * 1e3, fwd_overhead * 100);
   fmt::print("{:<18} {:>10.1f}ms {:>10.1f}ms {:>9.1f}%\n", "forward+backward", K * dense_fb * 1e3,
              moe_fb * 1e3, fb_overhead * 100);

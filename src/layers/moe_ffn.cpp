@@ -9,6 +9,7 @@
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/permute.hpp"
 #include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
 
@@ -189,7 +190,7 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   auto in_bias = [&](int e) { return config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor(); };
   auto out_bias = [&](int e) { return config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor(); };
   permute_rows(c.xp, x, r.token_of_row.data(), R);
-  c.ap.ensure({R, P});
+  if (train || branches > 0) c.ap.ensure({R, P});
   c.hp.ensure({R, F});
   c.op.ensure({R, D});
   // In inference an expert block of at most kSkinnyMaxTokens rows (every block in decode, most
@@ -207,9 +208,14 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
       skinny_linear(o, h, w_out_e, b_out);
       return;
     }
-    Tensor a = rows(c.ap);
-    linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
-    mix_forward(h, a, config_.act, branches);
+    if (!train && branches == 0) {
+      // Inference of plain experts: the activation is the up projection's oneDNN post-op.
+      linear_forward(h, xb, w_in_e, b_in, precision, &config_.act, /*varying_rows=*/true);
+    } else {
+      Tensor a = rows(c.ap);
+      linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
+      mix_forward(h, a, config_.act, branches);
+    }
     linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
   });
   y.ensure({T, D});
@@ -269,7 +275,8 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
 void MoEFFN::combine_backward(const Tensor& dy) {
   const Routing& r = routing_;
   ws_.dweight.resize(static_cast<std::size_t>(r.tokens * r.k));
-  unpermute_rows_backward(ws_.dop, ws_.dweight.data(), dy, rows_.op, r.slot.data(), r.weight.data(),
+  Tensor& dop = scratch(Scratch::moe_dop, {r.kept(), config_.d_model});
+  unpermute_rows_backward(dop, ws_.dweight.data(), dy, rows_.op, r.slot.data(), r.weight.data(),
                           r.k);
 }
 
@@ -279,25 +286,25 @@ void MoEFFN::experts_backward(Tensor& dx) {
   const Routing& r = routing_;
   const std::int64_t R = r.kept();
   const ExpertCache& c = rows_;
-  Workspace& w = ws_;
-  w.dhp.ensure({R, F});
-  w.dap.ensure({R, P});
-  w.dxp.ensure({R, D});
+  const Tensor& dop = scratch(Scratch::moe_dop, {R, D});  // from combine_backward
+  Tensor& dhp = scratch(Scratch::moe_dhp, {R, F});
+  Tensor& dap = scratch(Scratch::moe_dap, {R, P});
+  Tensor& dxp = scratch(Scratch::moe_dxp, {R, D});
   for_each_block(r, [&](int e, auto rows) {
-    Tensor dh = rows(w.dhp), dw = slice(dw_.out, e, D, F);
+    Tensor dh = rows(dhp), dw = slice(dw_.out, e, D, F);
     Tensor db = config_.bias ? dw_.out_bias.view(e * D, {D}) : Tensor();
-    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(w.dop), rows(c.hp),
+    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(dop), rows(c.hp),
                     slice(w_.out, e, D, F), precision_, /*varying_rows=*/true);
   });
-  if (R > 0) mix_backward(w.dap, w.dhp, c.ap, config_.act, expert_.gated_branches());
+  if (R > 0) mix_backward(dap, dhp, c.ap, config_.act, expert_.gated_branches());
   for_each_block(r, [&](int e, auto rows) {
-    Tensor dxe = rows(w.dxp), dw = slice(dw_.in, e, P, D);
+    Tensor dxe = rows(dxp), dw = slice(dw_.in, e, P, D);
     Tensor db = config_.bias ? dw_.in_bias.view(e * P, {P}) : Tensor();
-    linear_backward(&dxe, dw, config_.bias ? &db : nullptr, rows(w.dap), rows(c.xp),
+    linear_backward(&dxe, dw, config_.bias ? &db : nullptr, rows(dap), rows(c.xp),
                     slice(w_.in, e, P, D), precision_, /*varying_rows=*/true);
   });
   dx.ensure({T, D});
-  permute_rows_backward(dx, w.dxp, r.slot.data(), r.k, /*accumulate=*/false);
+  permute_rows_backward(dx, dxp, r.slot.data(), r.k, /*accumulate=*/false);
 }
 
 // The combine weights and auxiliary losses back to the logits, then to W_r and x (dx += ...).
@@ -310,10 +317,10 @@ void MoEFFN::router_backward(Tensor& dx) {
   route_backward(w.dlogits, routing_, w.dweight.data(), m, aux_loss_scale_);
   const bool jitter = m.jitter > 0;
   const Tensor& rin = jitter ? c.x_router : c.x;
-  w.dx_router.ensure({T, D});
-  linear_backward(&w.dx_router, dw_.router, m.router_bias ? &dw_.router_bias : nullptr, w.dlogits,
+  Tensor& dx_router = scratch(Scratch::moe_dx_router, {T, D});
+  linear_backward(&dx_router, dw_.router, m.router_bias ? &dw_.router_bias : nullptr, w.dlogits,
                   rin, w_.router);
-  float* dxr = w.dx_router.f32();
+  float* dxr = dx_router.f32();
   if (m.noisy_topk) {
     // logits = clean + ε·softplus(pre): ∂/∂pre = ε·σ(pre).
     w.dnoise_pre.ensure({T, E});
@@ -322,9 +329,9 @@ void MoEFFN::router_backward(Tensor& dx) {
     const float* eps = c.noise_eps.f32();
     const float* pre = c.noise_pre.f32();
     for (std::int64_t i = 0; i < T * E; ++i) dpre[i] = dl[i] * eps[i] * sigmoid(pre[i]);
-    w.dx_extra.ensure({T, D});
-    linear_backward(&w.dx_extra, dw_.noise, nullptr, w.dnoise_pre, rin, w_.noise);
-    const float* dxn = w.dx_extra.f32();
+    Tensor& dx_noise = scratch(Scratch::moe_dx_extra, {T, D});
+    linear_backward(&dx_noise, dw_.noise, nullptr, w.dnoise_pre, rin, w_.noise);
+    const float* dxn = dx_noise.f32();
     for (std::int64_t i = 0; i < T * D; ++i) dxr[i] += dxn[i];
   }
   float* out = dx.f32();
@@ -338,10 +345,10 @@ void MoEFFN::shared_backward(Tensor& dx, const Tensor& dy) {
   const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   const SharedCache& c = shared_out_;
   Workspace& w = ws_;
-  w.dshared.ensure({T, D});
+  Tensor& dshared = scratch(Scratch::moe_dshared, {T, D});
   const float* g = dy.f32();
   const float* s = c.y.f32();
-  float* ds = w.dshared.f32();
+  float* ds = dshared.f32();
   float* out = dx.f32();
   if (config_.moe.shared_gate) {
     w.dgate.ensure({T, 1});
@@ -355,15 +362,16 @@ void MoEFFN::shared_backward(Tensor& dx, const Tensor& dy) {
       }
       dgate[t] = dot * gate[t] * (1.0f - gate[t]);
     }
-    w.dx_extra.ensure({T, D});
-    linear_backward(&w.dx_extra, dw_.shared_gate, nullptr, w.dgate, router_.x, w_.shared_gate);
-    const float* dxg = w.dx_extra.f32();
+    Tensor& dx_gate = scratch(Scratch::moe_dx_extra, {T, D});
+    linear_backward(&dx_gate, dw_.shared_gate, nullptr, w.dgate, router_.x, w_.shared_gate);
+    const float* dxg = dx_gate.f32();
     for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxg[i];
   } else {
     std::copy(g, g + T * D, ds);
   }
-  shared_->backward(w.dx_shared, w.dshared);
-  const float* dxs = w.dx_shared.f32();
+  Tensor& dx_shared = scratch(Scratch::moe_dx_shared, {T, D});
+  shared_->backward(dx_shared, dshared);
+  const float* dxs = dx_shared.f32();
 #pragma omp parallel for simd schedule(static) if (T * D > 65536)
   for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxs[i];
 }

@@ -9,6 +9,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
 #include "ffnlab/layers/ref/moe_ffn_ref.hpp"
+#include "ffnlab/ops/skinny.hpp"
 
 using namespace ffnlab;
 
@@ -146,6 +147,27 @@ TEST(MoEFFN, MatchesReference) {
     }
     EXPECT_NEAR(routing.balance_loss, r.balance, 1e-5 * std::max(1.0, r.balance));
     EXPECT_NEAR(routing.z_loss, r.z, 1e-5 * std::max(1.0, r.z));
+  }
+}
+
+// Blocks of more than kSkinnyMaxTokens rows take oneDNN products; in inference, plain experts
+// get their activation as the up projection's post-op and GLU experts the separate mix.
+TEST(MoEFFN, LargeBlocksMatchReferenceInInferenceAndTraining) {
+  std::uint64_t seed = 700;
+  for (const char* variant : {"relu", "gelu", "swiglu"}) {
+    SCOPED_TRACE(variant);
+    MoEFFN moe(base(4, 2, variant, true), ++seed);
+    const std::int64_t T = 96;  // about 48 rows per expert
+    const Tensor x = test::random_tensor({T, 12}, ++seed);
+    Tensor y_infer, y_train;
+    moe.forward(y_infer, x, /*train=*/false);
+    for (auto n : moe.stats().tokens_per_expert) EXPECT_GT(n, kSkinnyMaxTokens);
+    moe.forward(y_train, x, /*train=*/true);
+    auto r = reference_of(moe);
+    std::vector<double> yr;
+    r.forward(yr, test::to_vector<double>(x), T);
+    EXPECT_LT(test::scaled_error(y_infer.f32(), yr.data(), y_infer.numel()), 2e-6);
+    EXPECT_LT(test::scaled_error(y_train.f32(), yr.data(), y_train.numel()), 2e-6);
   }
 }
 

@@ -74,13 +74,12 @@ class MoEFFN final : public FeedForward {
   struct SharedCache {
     Tensor y, gate_pre, gate;  // [T, D], [T, 1], [T, 1]
   };
-  // Backward workspaces.
+  // The layer's own small backward workspaces; the large ones (permuted rows' gradients, [T, D]
+  // partial dx) are scratch slots shared by all MoE layers (ffnlab/scratch.hpp).
   struct Workspace {
-    std::vector<float> dweight;        // [T, K] gradient of the combine weights
-    Tensor dop, dhp, dap, dxp;         // permuted rows: [R, D], [R, F], [R, P], [R, D]
-    Tensor dlogits, dnoise_pre;        // [T, E]
-    Tensor dx_router, dx_extra;        // [T, D]
-    Tensor dshared, dx_shared, dgate;  // [T, D], [T, D], [T, 1]
+    std::vector<float> dweight;   // [T, K] gradient of the combine weights
+    Tensor dlogits, dnoise_pre;   // [T, E]
+    Tensor dgate;                 // [T, 1]
   };
 
   void bind_parameters() override;
