@@ -30,6 +30,34 @@ void activation_backward(float* dx, const float* dy, const float* x, std::int64_
   });
 }
 
+bool derivative_from_output(Act act) {
+  return kernels::has_grad_from_output(act.kind);
+}
+
+void activation_backward_from_output(float* dx, const float* dy, const float* y, std::int64_t n,
+                                     Act act) {
+  check(derivative_from_output(act), "[activation] the derivative of {} is not a function of its output",
+        enum_name(act.kind));
+  auto run = [&](auto a) {
+    constexpr Activation A = decltype(a)::value;
+    const float *ys = y, *dys = dy;  // local copies, as in activation_forward
+    float* dxs = dx;
+#pragma omp parallel for simd schedule(static) if (n > kernels::kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) dxs[i] = kernels::grad_times_from_output<A>(dys[i], ys[i]);
+  };
+  switch (act.kind) {
+    case Activation::relu:
+      run(std::integral_constant<Activation, Activation::relu>{});
+      break;
+    case Activation::sigmoid:
+      run(std::integral_constant<Activation, Activation::sigmoid>{});
+      break;
+    default:
+      run(std::integral_constant<Activation, Activation::tanh>{});
+      break;
+  }
+}
+
 double zero_fraction(const float* x, std::int64_t n) {
   std::int64_t zeros = 0;
 #pragma omp parallel for simd reduction(+ : zeros) if (n > kernels::kParallelGrain)
@@ -48,6 +76,13 @@ void activation_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Act act)
         "[activation] backward sizes differ: dx {}, dy {}, x {}", dx.numel(), dy.numel(),
         x.numel());
   activation_backward(dx.f32(), dy.f32(), x.f32(), x.numel(), act);
+}
+
+void activation_backward_from_output(Tensor& dx, const Tensor& dy, const Tensor& y, Act act) {
+  check(dx.numel() == y.numel() && dy.numel() == y.numel(),
+        "[activation] backward sizes differ: dx {}, dy {}, y {}", dx.numel(), dy.numel(),
+        y.numel());
+  activation_backward_from_output(dx.f32(), dy.f32(), y.f32(), y.numel(), act);
 }
 
 }  // namespace ffnlab

@@ -187,6 +187,23 @@ inline float grad_times(float dy, float x, float beta) {
     return dy * act_grad<A>(x, beta);
 }
 
+// dy · act'(x) from the output y = act(x), for the activations whose derivative is a function
+// of their output (has_grad_from_output): a layer that uses it keeps y only, not x.
+constexpr bool has_grad_from_output(Activation a) {
+  return a == Activation::relu || a == Activation::sigmoid || a == Activation::tanh;
+}
+
+template <Activation A>
+inline float grad_times_from_output(float dy, float y) {
+  static_assert(has_grad_from_output(A));
+  if constexpr (A == Activation::relu)
+    return y > 0.0f ? dy : 0.0f;  // y > 0 exactly where x > 0
+  else if constexpr (A == Activation::sigmoid)
+    return dy * (y * (1.0f - y));
+  else
+    return dy * (1.0f - y * y);
+}
+
 // Calls f(std::integral_constant<Activation, A>{}) for the runtime value `act`, so that the
 // switch sits outside the loops and each loop is compiled for one activation.
 template <typename F>

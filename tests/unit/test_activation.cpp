@@ -104,3 +104,35 @@ TEST(Activation, RejectsMismatchedSizes) {
   Tensor x({4}), y({5});
   EXPECT_THROW(activation_forward(y, x, Act{}), Error);
 }
+
+// The derivative from the output, for the activations where it is one (the layers then keep only
+// their hidden activations): against the reference derivative at the input, on the fast kernels'
+// own outputs.
+TEST(Activation, DerivativeFromOutputMatchesReference) {
+  const Tensor x = inputs();
+  const std::int64_t n = x.numel();
+  const Tensor dy = test::random_tensor({n}, 3);
+  int covered = 0;
+  for (const Act& act : all_acts()) {
+    const bool expected = act.kind == Activation::relu || act.kind == Activation::sigmoid ||
+                          act.kind == Activation::tanh;
+    EXPECT_EQ(derivative_from_output(act), expected) << enum_name(act.kind);
+    Tensor y({n}), dx({n});
+    activation_forward(y, x, act);
+    if (!expected) {
+      EXPECT_THROW(activation_backward_from_output(dx, dy, y, act), Error);
+      continue;
+    }
+    ++covered;
+    activation_backward_from_output(dx, dy, y, act);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double r = dy.f32()[i] * ref::activation_grad<double>(act.kind, x.f32()[i], act.beta);
+      // Where σ or tanh saturate, y is within a few ulps of 1 and 1 − y (or 1 − y²) keeps only
+      // those ulps: an absolute error up to ~5e-7·|dy|, as in PyTorch, whose sigmoid and tanh
+      // backward also take the output.
+      EXPECT_NEAR(dx.f32()[i], r, 6e-7 * std::fabs(dy.f32()[i]) + 1e-6 * std::fabs(r))
+          << enum_name(act.kind) << "'(" << x.f32()[i] << ")";
+    }
+  }
+  EXPECT_EQ(covered, 3);
+}

@@ -180,6 +180,14 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     c.config.moe.noisy_topk = true;
     all.push_back(c);
   }
+  // Blocks of ~32 rows take oneDNN products with the activation as the up projection's
+  // epilogue, and the backward reads the derivative from h (ReLU, tanh).
+  all.push_back({"large_blocks_relu", base(4, 2, "relu", true), 64});
+  {
+    Case c{"large_blocks_tanh", base(4, 2, "relu", false), 64};
+    c.config.act = Act{Activation::tanh};
+    all.push_back(c);
+  }
   for (const auto& c : all) {
     SCOPED_TRACE(c.name);
     MoEFFN moe(c.config, ++seed);

@@ -64,11 +64,19 @@ void activation_forward(Tensor& y, const Tensor& x, Act act);
 // dx = dy · act'(x), elementwise; overwrites dx. x is the saved forward input.
 void activation_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Act act);
 
+// Whether act'(x) is a function of act(x): ReLU (y > 0), sigmoid (y·(1 − y)), tanh (1 − y²).
+// A layer can then apply the activation as its product's epilogue and keep only the output.
+bool derivative_from_output(Act act);
+// dx = dy · act'(x) computed from y = act(x); overwrites dx. Only where derivative_from_output.
+void activation_backward_from_output(Tensor& dx, const Tensor& dy, const Tensor& y, Act act);
+
 // The fraction of the n elements of x that are exactly zero (activation sparsity).
 double zero_fraction(const float* x, std::int64_t n);
 
 // Raw-array forms, used by layers on parts of their workspaces (n elements each).
 void activation_forward(float* y, const float* x, std::int64_t n, Act act);
 void activation_backward(float* dx, const float* dy, const float* x, std::int64_t n, Act act);
+void activation_backward_from_output(float* dx, const float* dy, const float* y, std::int64_t n,
+                                     Act act);
 
 }  // namespace ffnlab
