@@ -14,6 +14,7 @@ packages=(
   fortunes                         # default text corpus
   python3 python3-torch python3-numpy  # the reference that writes golden cases
   libopenblas0-openmp  # PyTorch products: without it Debian torch uses the reference BLAS (30x slower)
+  python3-dev pybind11-dev python3-pytest  # the Python module (FFNLAB_BUILD_PYTHON) and its tests
 )
 
 missing=()

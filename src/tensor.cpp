@@ -80,6 +80,17 @@ const std::uint16_t* Tensor::bf16() const {
   return const_cast<Tensor*>(this)->bf16();
 }
 
+Tensor Tensor::borrow(void* data, Shape shape, DType dtype) {
+  check_shape(shape);
+  Tensor t;
+  t.storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(data), [](std::byte*) {});
+  t.data_ = static_cast<std::byte*>(data);
+  t.capacity_ = shape_numel(shape);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::view(std::int64_t offset, Shape shape) const {
   check_shape(shape);
   check(offset >= 0 && offset + shape_numel(shape) <= capacity_,

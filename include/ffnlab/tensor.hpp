@@ -44,6 +44,9 @@ class Tensor {
   // Zero-initialised tensor of the given shape.
   explicit Tensor(Shape shape, DType dtype = DType::f32);
   static Tensor from(Shape shape, const std::vector<float>& values);
+  // A view of memory the caller owns and keeps alive while the tensor or a view of it is used
+  // (an array from another library). It is never freed or reallocated through the tensor.
+  static Tensor borrow(void* data, Shape shape, DType dtype = DType::f32);
 
   bool defined() const { return !shape_.empty(); }
   const Shape& shape() const { return shape_; }

@@ -37,4 +37,15 @@ case "$moe" in
   "moe: 64 tokens, top-2 of 8 experts; tokens per expert:"*) ;;
   *) echo "moe_layer printed '$moe'"; exit 1 ;;
 esac
+# The Python package, when the build has it (FFNLAB_BUILD_PYTHON): importable from the prefix
+# by the interpreter it was built for, run from a folder that has no ffnlab of its own.
+for pkg in "$work"/prefix/lib/python3*/dist-packages/ffnlab; do
+  [ -d "$pkg" ] || continue
+  py=$(cd "$work" && PYTHONPATH="$(dirname "$pkg")" "${FFNLAB_PYTHON:-/usr/bin/python3}" -c '
+import ffnlab, numpy as np
+l = ffnlab.FFN(variant="swiglu", d_model=16, d_ff=32, bias=False)
+print(l.num_params, l.forward(np.ones((3, 16), np.float32)).shape, ffnlab.__file__.startswith("'"$work"'"))')
+  [ "$py" = "1536 (3, 16) True" ] || { echo "installed Python package printed '$py'"; exit 1; }
+  echo "installed Python package imported from $pkg"
+done
 echo "find_package(ffnlab) consumer and examples/ built and ran"

@@ -86,3 +86,19 @@ TEST(Scratch, OneTensorPerSlotReshapedOnUse) {
   EXPECT_NE(other.f32(), storage);
   EXPECT_EQ(scratch(Scratch::ffn_dh, {2, 5}).shape(), (Shape{2, 5}));
 }
+
+TEST(Tensor, BorrowWritesInPlaceAndNeverFreesOrReallocatesTheCallersMemory) {
+  std::vector<float> mine(6, 1.0f);
+  Tensor t = Tensor::borrow(mine.data(), {2, 3});
+  EXPECT_EQ(t.f32(), mine.data());
+  t.ensure({2, 3});  // the same shape: still the caller's memory, written in place
+  t.f32()[4] = 7.0f;
+  EXPECT_EQ(mine[4], 7.0f);
+  Tensor rows = t.rows(1, 2);
+  EXPECT_EQ(rows.f32(), mine.data() + 3);
+  t.ensure({1, 3});  // another shape: new memory of its own, the borrowed memory left alone
+  EXPECT_NE(t.f32(), mine.data());
+  t.fill(5.0f);
+  EXPECT_EQ(mine[0], 1.0f);
+  EXPECT_EQ(rows.f32()[1], 7.0f);  // a view still reads the caller's memory
+}

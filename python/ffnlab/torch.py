@@ -1,0 +1,161 @@
+"""ffnlab layers inside PyTorch models (docs/python.md).
+
+    import ffnlab.torch
+    block = ffnlab.torch.FFN(variant="swiglu", d_model=512, d_ff=1376, bias=False)
+    y = block(x)                       # x: float32 [..., d_model], CPU
+    loss = criterion(y) + block.aux_loss   # MoE: the auxiliary loss, differentiable
+    loss.backward()                    # gradients reach block's parameters and x
+
+    mlp = ffnlab.torch.from_module(hf_model.model.layers[0].mlp)   # LLaMA MLP, Mixtral MoE block
+
+The parameters are torch tensors sharing memory with ffnlab's own buffer (no copy per step), so
+any torch optimizer updates the weights ffnlab reads. Gradients are copied once per backward
+into fresh tensors that autograd accumulates into .grad (ffnlab's gradient buffer is reused).
+"""
+import torch
+
+from . import _ffnlab
+
+__all__ = ["FFN", "from_module", "ffnlab_threads"]
+
+
+def ffnlab_threads(n):
+    """ffnlab's OpenMP threads (torch.set_num_threads sets PyTorch's own)."""
+    _ffnlab.set_threads(n)
+
+
+class _Function(torch.autograd.Function):
+    """y, aux = ffnlab layer(x); the parameters are inputs so that autograd gives them gradients."""
+
+    @staticmethod
+    def forward(ctx, x, module, train, *params):
+        layer = module.layer
+        shape = x.shape
+        flat = x.detach().reshape(-1, shape[-1])
+        if not flat.is_contiguous():
+            flat = flat.contiguous()
+        y = layer.forward(flat.numpy(), train=train)
+        ctx.module = module
+        ctx.forward_count = layer.forward_count
+        ctx.shape = shape
+        aux = torch.tensor(layer.aux_loss if train else 0.0, dtype=x.dtype)
+        return torch.from_numpy(y).reshape(shape), aux
+
+    @staticmethod
+    def backward(ctx, dy, daux):
+        layer = ctx.module.layer
+        if layer.forward_count != ctx.forward_count:
+            raise RuntimeError(
+                "[python] ffnlab.torch.FFN: backward of a forward that is not the layer's last "
+                "(the layer keeps one forward's activations; call each FFN module once per "
+                "backward, or use one module per call site)")
+        layer.set_aux_loss_scale(float(daux))
+        layer.zero_grad()
+        g = dy.reshape(-1, ctx.shape[-1])
+        if g.dtype != torch.float32:
+            g = g.float()
+        if not g.is_contiguous():
+            g = g.contiguous()
+        dx = torch.from_numpy(layer.backward(g.numpy())).reshape(ctx.shape)
+        grads = layer.grads()
+        return (dx, None, None, *(torch.from_numpy(grads[n]).clone() for n in ctx.module._names))
+
+
+class FFN(torch.nn.Module):
+    """An ffnlab FFN or MoE layer as a torch.nn.Module (float32, CPU).
+
+    FFN(config=None, seed=0, **keys) takes the same config as ffnlab.FFN; FFN(layer=...) wraps an
+    existing ffnlab.FFN. Parameters are registered under their Hugging Face names with '.'
+    replaced by '_' (state_dict() gives the original names, see named_ffn_parameters()).
+    """
+
+    def __init__(self, config=None, seed=0, layer=None, **keys):
+        super().__init__()
+        self.layer = layer if layer is not None else _ffnlab.FFN(config, seed=seed, **keys)
+        self._names = list(self.layer.parameters().keys())
+        values = self.layer.parameters()
+        for name in self._names:
+            # from_numpy shares the memory: an optimizer step writes ffnlab's weights in place.
+            self.register_parameter(name.replace(".", "_"),
+                                    torch.nn.Parameter(torch.from_numpy(values[name])))
+        self.aux_loss = torch.zeros(())
+
+    def named_ffn_parameters(self):
+        """(Hugging Face name, parameter) pairs."""
+        return [(n, getattr(self, n.replace(".", "_"))) for n in self._names]
+
+    def forward(self, x):
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            raise ValueError(f"[python] ffnlab.torch.FFN takes float32 CPU tensors, got "
+                             f"{x.dtype} on {x.device}")
+        if x.shape[-1] != self.layer.d_model:
+            raise ValueError(f"[python] input has {x.shape[-1]} features, the layer "
+                             f"{self.layer.d_model}")
+        params = [getattr(self, n.replace(".", "_")) for n in self._names]
+        # Training (the layer keeps its activations) only where autograd will call backward.
+        train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+        y, self.aux_loss = _Function.apply(x, self, train, *params)
+        return y
+
+    def after_optimizer_step(self):
+        """MoE with the aux-loss-free balancing bias: call once per optimizer step."""
+        self.layer.after_optimizer_step()
+
+    def stats(self):
+        return self.layer.stats()
+
+
+def _act_name(act):
+    """ffnlab's name of a torch activation module or function (Hugging Face's ACT2FN values)."""
+    name = type(act).__name__.lower()
+    table = {"siluactivation": "silu", "silu": "silu", "relu": "relu", "geluactivation": "gelu",
+             "gelu": "gelu", "newgeluactivation": "gelu_tanh", "pytorchgelutanh": "gelu_tanh",
+             "quickgeluactivation": "gelu_quick", "sigmoid": "sigmoid", "tanh": "tanh"}
+    if name == "gelu" and getattr(act, "approximate", "none") == "tanh":
+        return "gelu_tanh"
+    if name in table:
+        return table[name]
+    fn = getattr(act, "__name__", "")
+    if fn in ("silu", "relu", "gelu", "sigmoid", "tanh"):
+        return fn
+    raise ValueError(f"[python] unsupported activation {act!r}")
+
+
+def _copy_weights(ffn, state):
+    for name, p in ffn.named_ffn_parameters():
+        if name not in state:
+            raise ValueError(f"[python] the block has no tensor '{name}'")
+        src = state[name]
+        if tuple(src.shape) != tuple(p.shape):
+            raise ValueError(f"[python] '{name}' has shape {tuple(src.shape)}, ffnlab expects "
+                             f"{tuple(p.shape)}")
+        with torch.no_grad():
+            p.copy_(src.float())
+
+
+def from_module(block, seed=0):
+    """An ffnlab.torch.FFN computing what `block` computes, with its weights copied.
+
+    Recognised: a LLaMA-style MLP (gate_proj, up_proj, down_proj Linears and act_fn) and a
+    Mixtral-style sparse MoE block (gate Linear, experts with w1, w2, w3 and act_fn, top_k).
+    """
+    state = block.state_dict()
+    if all(hasattr(block, n) for n in ("gate_proj", "up_proj", "down_proj")):
+        d_ff, d_model = block.up_proj.weight.shape
+        config = {"kind": "glu", "activation": _act_name(block.act_fn), "d_model": d_model,
+                  "d_ff": d_ff, "bias": block.up_proj.bias is not None}
+    elif hasattr(block, "gate") and hasattr(block, "experts"):
+        expert = block.experts[0]
+        d_ff, d_model = expert.w1.weight.shape
+        top_k = getattr(block, "top_k", None) or getattr(block, "num_experts_per_tok")
+        config = {"kind": "moe", "activation": _act_name(expert.act_fn), "d_model": d_model,
+                  "d_ff": d_ff, "bias": False,
+                  "moe": {"num_experts": len(block.experts), "top_k": int(top_k),
+                          "expert_kind": "glu", "router_bias": block.gate.bias is not None,
+                          "naming": "mixtral", "normalize": True}}
+    else:
+        raise ValueError(f"[python] from_module does not know {type(block).__name__}: it takes a "
+                         "LLaMA-style MLP or a Mixtral-style sparse MoE block")
+    ffn = FFN(config, seed=seed)
+    _copy_weights(ffn, state)
+    return ffn

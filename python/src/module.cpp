@@ -1,0 +1,258 @@
+// The `ffnlab._ffnlab` extension: ffnlab's FFN layers on numpy arrays (docs/python.md).
+//   FFN(config=None, seed=0, **keys)  config: ffnlab's JSON config as a dict (docs/config.md)
+//   from_hf(config_path, weights_path=None, prefix="")
+//   params(config) -> the cost accounting as a dict
+//   set_threads(n), get_threads()
+// ffnlab::Error arrives as ValueError, ffnlab::SystemError as OSError, with the same one-line
+// message. The GIL is released around the C++ work.
+#include <omp.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "arrays.hpp"
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/layers/feed_forward.hpp"
+
+namespace ffnlab::python {
+
+namespace {
+
+// A Python object (dict, list, number, ...) as JSON, through Python's own json module.
+nlohmann::json to_json(const py::handle& obj) {
+  const std::string text = py::str(py::module_::import("json").attr("dumps")(obj));
+  return nlohmann::json::parse(text);
+}
+
+py::object from_json(const nlohmann::json& j) {
+  return py::module_::import("json").attr("loads")(j.dump());
+}
+
+FFNConfig config_of(const py::object& config, const py::kwargs& keys) {
+  nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
+  if (!j.is_object()) throw py::value_error("[python] config must be a dict (docs/config.md)");
+  for (const auto& [key, value] : keys) j[std::string(py::str(key))] = to_json(value);
+  return config_from_json(j);
+}
+
+// One FFN layer and what its Python caller handed it: the input of the last training forward
+// (the layer reads it again in backward) is kept alive here.
+class Layer {
+ public:
+  explicit Layer(std::unique_ptr<FeedForward> ffn) : ffn_(std::move(ffn)) {}
+
+  py::array_t<float> forward(const py::array& x, bool train) {
+    const std::int64_t D = ffn_->config().d_model;
+    Tensor xt = borrow_rows(x, D, "x");
+    auto [y, yt] = new_rows(xt.dim(0), D);
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      ffn_->forward(yt, xt, train);
+    }
+    saved_x_ = train ? py::object(x) : py::none();
+    forwards_ += 1;
+    return y;
+  }
+
+  py::array_t<float> backward(const py::array& dy) {
+    const std::int64_t D = ffn_->config().d_model;
+    Tensor dyt = borrow_rows(dy, D, "dy");
+    auto [dx, dxt] = new_rows(dyt.dim(0), D);
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      ffn_->backward(dxt, dyt);
+    }
+    return dx;
+  }
+
+  FeedForward& ffn() { return *ffn_; }
+  std::int64_t forwards() const { return forwards_; }
+
+ private:
+  std::unique_ptr<FeedForward> ffn_;
+  std::mutex mutex_;
+  py::object saved_x_ = py::none();
+  std::int64_t forwards_ = 0;
+};
+
+py::dict named_arrays(const py::object& self, bool grads) {
+  Layer& layer = self.cast<Layer&>();
+  py::dict out;
+  for (const auto& p : layer.ffn().parameters().list())
+    out[py::str(p.name)] = view_of(grads ? p.grad : p.value, self);
+  return out;
+}
+
+py::dict stats_dict(const FFNStats& s) {
+  py::dict d;
+  d["tokens"] = s.tokens;
+  d["zero_fraction"] = s.zero_fraction;
+  if (s.num_experts == 0) return d;
+  d["num_experts"] = s.num_experts;
+  d["tokens_per_expert"] = s.tokens_per_expert;
+  d["load_cv"] = s.load_cv;
+  d["max_over_mean"] = s.max_over_mean;
+  d["unused_fraction"] = s.unused_fraction;
+  d["dropped"] = s.dropped;
+  d["dropped_fraction"] = s.dropped_fraction;
+  d["router_entropy"] = s.router_entropy;
+  d["top1_prob"] = s.top1_prob;
+  d["balance_loss"] = s.balance_loss;
+  d["z_loss"] = s.z_loss;
+  return d;
+}
+
+py::dict flops_dict(const FlopCount& f) {
+  py::dict d;
+  d["matmul"] = f.matmul;
+  d["elementwise"] = f.elementwise;
+  d["total"] = f.total();
+  return d;
+}
+
+py::dict memory_dict(const MemoryBytes& m) {
+  py::dict d;
+  d["weights"] = m.weights;
+  d["grads"] = m.grads;
+  d["adam"] = m.adam;
+  d["activations"] = m.activations;
+  d["total"] = m.total();
+  return d;
+}
+
+py::dict params_dict(const FFNConfig& config, std::int64_t tokens) {
+  const FFNCost c = ffn_cost(config, tokens);
+  py::dict d;
+  d["params"] = c.params;
+  d["active_params"] = c.active_params;
+  d["forward_flops_per_token"] = flops_dict(c.forward);
+  d["backward_flops_per_token"] = flops_dict(c.backward);
+  d["saved_floats_per_token"] = c.saved_floats_per_token;
+  d["tokens"] = tokens;
+  d["memory_f32"] = memory_dict(c.f32);
+  d["memory_bf16"] = memory_dict(c.bf16);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ffnlab, m) {
+  m.doc() = "ffnlab's FFN and MoE layers on numpy arrays (docs/python.md)";
+  m.attr("__version__") = FFNLAB_VERSION;
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const SystemError& e) {
+      PyErr_SetString(PyExc_OSError, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const nlohmann::json::exception& e) {
+      PyErr_SetString(PyExc_ValueError, (std::string("[config] ") + e.what()).c_str());
+    }
+  });
+
+  py::class_<Layer>(m, "FFN", R"(An FFN or MoE layer (dense kinds and every MoE option).
+
+FFN(config=None, seed=0, **keys): config is ffnlab's layer config as a dict (docs/config.md),
+keys override or add keys of it, e.g. FFN(variant="swiglu", d_model=512, d_ff=1376, bias=False).
+Weights are initialised like torch.nn.Linear from seed.)")
+      .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
+             const FFNConfig c = config_of(config, keys);
+             return std::make_unique<Layer>(make_ffn(c, seed));
+           }),
+           py::arg("config") = py::none(), py::arg("seed") = 0)
+      .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
+           R"(y [T, D] = FFN(x [T, D]); x: C-contiguous float32. y is a new array that owns its
+memory. With train=True the layer keeps what backward needs, x included (by reference: do not
+change x until backward).)")
+      .def("backward", &Layer::backward, py::arg("dy"),
+           R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
+accumulate into grads() (zero_grad() clears them).)")
+      .def("parameters", [](const py::object& self) { return named_arrays(self, false); },
+           "{name: float32 array}: views of the layer's weights (Hugging Face names); writing "
+           "them changes the layer. They keep the layer alive.")
+      .def("grads", [](const py::object& self) { return named_arrays(self, true); },
+           "{name: float32 array}: views of the parameter gradients, same names")
+      .def("zero_grad", [](Layer& l) { l.ffn().parameters().zero_grad(); })
+      .def("stats", [](Layer& l) { return stats_dict(l.ffn().stats()); },
+           "statistics of the last forward: zero fraction; MoE: tokens per expert, load CV, ...")
+      .def_property_readonly("aux_loss", [](Layer& l) { return l.ffn().aux_loss(); },
+                             "MoE: the auxiliary loss of the last training forward, with its "
+                             "coefficients (0 for dense layers)")
+      .def("set_aux_loss_scale", [](Layer& l, float s) { l.ffn().set_aux_loss_scale(s); },
+           py::arg("scale"),
+           "dLoss/d(aux_loss) that backward applies: 1 by default (the aux loss is part of the "
+           "loss), 0 to leave it out")
+      .def("after_optimizer_step", [](Layer& l) { l.ffn().after_optimizer_step(); },
+           "MoE: once per optimizer step (the aux-loss-free balancing bias update)")
+      .def_property(
+          "precision", [](Layer& l) { return std::string(enum_name(l.ffn().precision())); },
+          [](Layer& l, const std::string& p) { l.ffn().set_precision(parse_enum<Precision>(p)); },
+          "'f32' or 'bf16' products")
+      .def_property(
+          "inference_weights",
+          [](Layer& l) { return l.ffn().inference_weights() == DType::bf16 ? "bf16" : "f32"; },
+          [](Layer& l, const std::string& d) {
+            if (d != "f32" && d != "bf16")
+              throw py::value_error("[python] inference_weights must be 'f32' or 'bf16', got '" +
+                                    d + "'");
+            py::gil_scoped_release release;
+            l.ffn().set_inference_weights(d == "bf16" ? DType::bf16 : DType::f32);
+          },
+          "'f32' or 'bf16': the weights inference forwards read (bf16: a copy packed now)")
+      .def_property_readonly(
+          "config", [](Layer& l) { return from_json(config_to_json(l.ffn().config())); })
+      .def_property_readonly("d_model", [](Layer& l) { return l.ffn().config().d_model; })
+      .def_property_readonly("num_params",
+                             [](Layer& l) { return l.ffn().parameters().count(); })
+      .def_property_readonly("forward_count", &Layer::forwards,
+                             "forwards run so far (ffnlab.torch checks it in backward)");
+
+  m.def(
+      "from_hf",
+      [](const std::string& config_path, const std::optional<std::string>& weights_path,
+         const std::string& prefix) {
+        std::unique_ptr<FeedForward> ffn;
+        {
+          py::gil_scoped_release release;
+          const FFNConfig c = read_ffn_config_file(config_path);
+          ffn = make_ffn(c, 0);
+          if (weights_path)
+            load_parameters(ffn->parameters(), SafeTensors::load(*weights_path), prefix);
+        }
+        return std::make_unique<Layer>(std::move(ffn));
+      },
+      py::arg("config_path"), py::arg("weights_path") = py::none(), py::arg("prefix") = "",
+      "A layer from a Hugging Face config.json (or ffnlab's own), with weights from a "
+      "safetensors file stored under prefix + the Hugging Face name");
+  m.def(
+      "params",
+      [](const py::object& config, std::int64_t tokens, const py::kwargs& keys) {
+        return params_dict(config_of(config, keys), tokens);
+      },
+      py::arg("config") = py::none(), py::arg("tokens") = 1,
+      "The cost accounting of a config (as `ffnlab params`): parameters, FLOPs per token, memory");
+  m.def(
+      "config",
+      [](const py::object& config, const py::kwargs& keys) {
+        return from_json(config_to_json(config_of(config, keys)));
+      },
+      py::arg("config") = py::none(), "The full config a dict and keys describe, every key set");
+  m.def(
+      "set_threads",
+      [](int n) {
+        if (n < 1) throw py::value_error("[python] threads must be at least 1");
+        omp_set_num_threads(n);
+      },
+      py::arg("n"), "OpenMP threads for the layers' work");
+  m.def("get_threads", [] { return omp_get_max_threads(); });
+}
+
+}  // namespace ffnlab::python

@@ -1,0 +1,130 @@
+"""ffnlab's layers on numpy arrays against the same blocks in PyTorch: outputs, dx and every
+parameter gradient (the numpy API, without ffnlab.torch)."""
+import numpy as np
+import pytest
+import torch
+
+import ffnlab
+from ffnlab.hf_blocks import LlamaMLP, MixtralSparseMoeBlock
+
+
+def load_into(layer, block):
+    """Copies a PyTorch block's weights into an ffnlab layer, by Hugging Face name."""
+    state = block.state_dict()
+    params = layer.parameters()
+    assert set(params) == set(state), (sorted(params), sorted(state))
+    for name, view in params.items():
+        view[...] = state[name].detach().numpy()
+
+
+def compare(layer, block, tokens, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((tokens, layer.d_model), dtype=np.float32)
+    dy = rng.standard_normal((tokens, layer.d_model), dtype=np.float32)
+    load_into(layer, block)
+
+    xt = torch.from_numpy(x.copy()).requires_grad_(True)
+    yt = block(xt)
+    yt.backward(torch.from_numpy(dy))
+
+    layer.zero_grad()
+    y = layer.forward(x, train=True)
+    dx = layer.backward(dy)
+    scale = lambda a: max(1.0, float(np.abs(a).max()))
+    np.testing.assert_allclose(y, yt.detach().numpy(), atol=2e-5 * scale(y), rtol=0)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), atol=2e-5 * scale(dx), rtol=0)
+    grads = layer.grads()
+    for name, p in block.named_parameters():
+        # PyTorch leaves .grad None for an expert that got no token; ffnlab's is zero.
+        expect = p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
+        np.testing.assert_allclose(grads[name], expect, atol=2e-5 * scale(expect), rtol=0,
+                                   err_msg=name)
+    # Inference gives the training forward's output.
+    np.testing.assert_allclose(layer.forward(x), y, atol=1e-5 * scale(y), rtol=0)
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 67])
+def test_swiglu_matches_llama_mlp(tokens):
+    torch.manual_seed(1)
+    block = LlamaMLP(32, 88)
+    layer = ffnlab.FFN(variant="swiglu", d_model=32, d_ff=88, bias=False)
+    compare(layer, block, tokens, seed=tokens)
+
+
+@pytest.mark.parametrize("tokens", [3, 64])
+def test_moe_matches_mixtral_block(tokens):
+    torch.manual_seed(2)
+    block = MixtralSparseMoeBlock(24, 40, experts=4, top_k=2)
+    layer = ffnlab.FFN({"kind": "moe", "activation": "silu", "d_model": 24, "d_ff": 40,
+                        "bias": False,
+                        "moe": {"num_experts": 4, "top_k": 2, "expert_kind": "glu",
+                                "router_bias": False, "naming": "mixtral"}})
+    compare(layer, block, tokens, seed=10 + tokens)
+    stats = layer.stats()
+    assert sum(stats["tokens_per_expert"]) == 2 * tokens
+    assert stats["num_experts"] == 4
+
+
+def test_parameters_are_views_that_keep_the_layer_alive():
+    layer = ffnlab.FFN(variant="relu", d_model=4, d_ff=8)
+    w = layer.parameters()["down_proj.weight"]
+    assert w.shape == (4, 8) and w.dtype == np.float32
+    x = np.ones((2, 4), dtype=np.float32)
+    before = layer.forward(x)
+    w[...] = 0.0  # writing the view changes the layer
+    np.testing.assert_allclose(layer.forward(x), np.broadcast_to(
+        layer.parameters()["down_proj.bias"], (2, 4)))
+    assert not np.allclose(before, layer.forward(x))
+    del layer  # the view still owns a reference
+    w[...] = 1.0
+    assert float(w.sum()) == 32.0
+
+
+def test_gradients_accumulate_until_zero_grad():
+    layer = ffnlab.FFN(variant="gelu", d_model=6, d_ff=10, seed=3)
+    x = np.random.default_rng(0).standard_normal((5, 6), dtype=np.float32)
+    dy = np.ones_like(x)
+    layer.forward(x, train=True)
+    layer.backward(dy)
+    once = {k: v.copy() for k, v in layer.grads().items()}
+    layer.forward(x, train=True)
+    layer.backward(dy)
+    for k, v in layer.grads().items():
+        np.testing.assert_allclose(v, 2 * once[k], rtol=1e-6, atol=1e-6)
+    layer.zero_grad()
+    assert all(float(np.abs(v).max()) == 0.0 for v in layer.grads().values())
+
+
+def test_params_and_config():
+    cost = ffnlab.params(variant="swiglu", d_model=4096, d_ff=14336, bias=False)
+    assert cost["params"] == 3 * 4096 * 14336
+    assert cost["forward_flops_per_token"]["matmul"] == 2 * 3 * 4096 * 14336
+    moe = ffnlab.params({"variant": "moe", "d_model": 64, "d_ff": 128, "bias": False,
+                         "moe": {"num_experts": 8, "top_k": 2, "router_bias": False}})
+    assert moe["params"] == 8 * 64 + 8 * 2 * 64 * 128
+    assert moe["active_params"] == 8 * 64 + 2 * 2 * 64 * 128
+    full = ffnlab.config(variant="geglu", d_model=16)
+    assert full["activation"] == "gelu" and full["kind"] == "glu" and full["d_model"] == 16
+    layer = ffnlab.FFN(full)
+    assert layer.config == full
+    assert layer.num_params == sum(v.size for v in layer.parameters().values())
+
+
+def test_precision_threads_and_inference_weights():
+    layer = ffnlab.FFN(variant="swiglu", d_model=16, d_ff=32, seed=5)
+    x = np.random.default_rng(1).standard_normal((9, 16), dtype=np.float32)
+    y = layer.forward(x)
+    layer.precision = "bf16"
+    assert layer.precision == "bf16"
+    y16 = layer.forward(x)
+    assert 0 < float(np.abs(y16 - y).max()) < 0.05 * float(np.abs(y).max())
+    layer.precision = "f32"
+    layer.inference_weights = "bf16"
+    assert layer.inference_weights == "bf16"
+    assert float(np.abs(layer.forward(x) - y).max()) < 0.05 * float(np.abs(y).max())
+    threads = ffnlab.get_threads()
+    ffnlab.set_threads(1)
+    assert ffnlab.get_threads() == 1
+    layer.inference_weights = "f32"
+    np.testing.assert_allclose(layer.forward(x), y, rtol=1e-5, atol=1e-6)
+    ffnlab.set_threads(threads)

@@ -1,0 +1,134 @@
+"""ffnlab.torch: the wrapped layer inside PyTorch models, trained with torch optimizers, against
+the same models with PyTorch's own blocks."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import ffnlab
+import ffnlab.torch as ft
+from ffnlab.hf_blocks import LlamaMLP, MixtralSparseMoeBlock
+
+
+class TinyLM(nn.Module):
+    """Embedding -> (x + block(norm(x))) x 2 -> head: enough to train a few steps."""
+
+    def __init__(self, make_block, vocab=32, d_model=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(2))
+        self.blocks = nn.ModuleList(make_block() for _ in range(2))
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for norm, block in zip(self.norms, self.blocks):
+            x = x + block(norm(x))
+        return self.head(x)
+
+
+def train(model, steps, extra_loss=None):
+    torch.manual_seed(7)
+    # SGD, not Adam: Adam's step does not see a wrong gradient scale.
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        tokens = torch.randint(0, 32, (4, 12))
+        logits = model(tokens[:, :-1])
+        loss = nn.functional.cross_entropy(logits.reshape(-1, 32), tokens[:, 1:].reshape(-1))
+        if extra_loss is not None:
+            loss = loss + extra_loss(model)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def swap_blocks(model):
+    swapped = copy.deepcopy(model)
+    swapped.blocks = nn.ModuleList(ft.from_module(b) for b in model.blocks)
+    return swapped
+
+
+@pytest.mark.parametrize("make_block", [lambda: LlamaMLP(16, 40),
+                                        lambda: MixtralSparseMoeBlock(16, 24, 4, 2)],
+                         ids=["llama_mlp", "mixtral_moe"])
+def test_training_matches_pytorch_blocks(make_block):
+    torch.manual_seed(3)
+    reference = TinyLM(make_block)
+    swapped = swap_blocks(reference)
+    ref_losses = train(reference, 5)
+    losses = train(swapped, 5)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-4, atol=1e-5)
+    # The weights after five SGD steps, block by block, name by name.
+    for ref_block, block in zip(reference.blocks, swapped.blocks):
+        state = ref_block.state_dict()
+        for name, p in block.named_ffn_parameters():
+            np.testing.assert_allclose(p.detach().numpy(), state[name].numpy(), rtol=1e-3,
+                                       atol=1e-5, err_msg=name)
+
+
+def test_parameters_share_memory_with_the_layer():
+    block = ft.FFN(variant="swiglu", d_model=8, d_ff=16, bias=False)
+    p = dict(block.named_ffn_parameters())["down_proj.weight"]
+    view = block.layer.parameters()["down_proj.weight"]
+    assert p.data_ptr() == view.__array_interface__["data"][0]
+    with torch.no_grad():
+        p.mul_(0.0)
+    assert float(np.abs(view).max()) == 0.0
+
+
+def test_moe_aux_loss_is_differentiable_and_counted_once():
+    torch.manual_seed(4)
+    config = {"variant": "moe", "d_model": 8, "d_ff": 12, "bias": False,
+              "moe": {"num_experts": 4, "top_k": 2, "aux_coef": 0.5, "router_bias": False}}
+    x = torch.randn(10, 8)
+    block = ft.FFN(config, seed=1)
+    y = block(x)
+    assert block.aux_loss.requires_grad and block.aux_loss.item() > 0
+    # Only the aux loss: its gradient reaches the router alone, and equals ffnlab's own
+    # backward with dy = 0 and aux_loss_scale 1 (the numpy API).
+    block.aux_loss.backward()
+    router = dict(block.named_ffn_parameters())["gate.weight"].grad.clone()
+    layer = ffnlab.FFN(config, seed=1)
+    layer.forward(x.numpy(), train=True)
+    layer.backward(np.zeros((10, 8), dtype=np.float32))
+    np.testing.assert_allclose(router.numpy(), layer.grads()["gate.weight"], rtol=1e-5, atol=1e-7)
+    assert float(router.abs().max()) > 0
+    expert = dict(block.named_ffn_parameters())["experts.0.up_proj.weight"].grad
+    assert expert is None or float(expert.abs().max()) == 0.0
+    # Without the aux loss in the loss, the router gets no aux gradient.
+    block.zero_grad()
+    y = block(x)
+    y.sum().backward()
+    layer.zero_grad()
+    layer.set_aux_loss_scale(0.0)
+    layer.forward(x.numpy(), train=True)
+    layer.backward(np.ones((10, 8), dtype=np.float32))
+    got = dict(block.named_ffn_parameters())["gate.weight"].grad.numpy()
+    np.testing.assert_allclose(got, layer.grads()["gate.weight"], rtol=1e-4, atol=1e-6)
+
+
+def test_a_stale_backward_is_refused():
+    block = ft.FFN(variant="relu", d_model=4, d_ff=8)
+    x = torch.randn(3, 4, requires_grad=True)
+    first = block(x).sum()
+    block(x).sum()  # a second forward replaces the saved activations
+    with pytest.raises(RuntimeError, match="not the layer's last"):
+        first.backward()
+
+
+def test_inputs_of_any_leading_shape_and_no_grad():
+    block = ft.FFN(variant="gelu", d_model=6, d_ff=12, seed=2)
+    x = torch.randn(2, 3, 6)
+    y = block(x)
+    assert y.shape == x.shape
+    with torch.no_grad():
+        np.testing.assert_allclose(block(x).numpy(), y.detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="float32"):
+        block(x.double())
+    with pytest.raises(ValueError, match="features"):
+        block(torch.randn(2, 5))
