@@ -68,8 +68,7 @@ def main():
                 layer, xn = wrapped.layer, x.numpy().copy()
                 ones = np.ones_like(xn)
 
-                def numpy_step():
-                    layer.zero_grad()
+                def numpy_step():  # gradients accumulate, as in the wrapped step
                     layer.forward(xn, train=True)
                     layer.backward(ones)
 

@@ -9,8 +9,11 @@
     mlp = ffnlab.torch.from_module(hf_model.model.layers[0].mlp)   # LLaMA MLP, Mixtral MoE block
 
 The parameters are torch tensors sharing memory with ffnlab's own buffer (no copy per step), so
-any torch optimizer updates the weights ffnlab reads. Gradients are copied once per backward
-into fresh tensors that autograd accumulates into .grad (ffnlab's gradient buffer is reused).
+any torch optimizer updates the weights ffnlab reads. Their .grad tensors share memory with
+ffnlab's gradient buffer: ffnlab's backward accumulates into .grad directly, as autograd would
+(no copy per step either). optimizer.zero_grad() works with set_to_none either way: a .grad of
+None is re-attached to the buffer, zeroed, in the next backward. Gradient hooks on these
+parameters do not run (autograd does not deliver their gradients).
 """
 import torch
 
@@ -50,15 +53,16 @@ class _Function(torch.autograd.Function):
                 "(the layer keeps one forward's activations; call each FFN module once per "
                 "backward, or use one module per call site)")
         layer.set_aux_loss_scale(float(daux))
-        layer.zero_grad()
+        ctx.module._attach_grads()
         g = dy.reshape(-1, ctx.shape[-1])
         if g.dtype != torch.float32:
             g = g.float()
         if not g.is_contiguous():
             g = g.contiguous()
         dx = torch.from_numpy(layer.backward(g.numpy())).reshape(ctx.shape)
-        grads = layer.grads()
-        return (dx, None, None, *(torch.from_numpy(grads[n]).clone() for n in ctx.module._names))
+        # The parameters' gradients are already in their .grad (ffnlab's buffer): nothing for
+        # autograd to accumulate.
+        return (dx, None, None, *(None for _ in ctx.module._names))
 
 
 class FFN(torch.nn.Module):
@@ -79,6 +83,24 @@ class FFN(torch.nn.Module):
             self.register_parameter(name.replace(".", "_"),
                                     torch.nn.Parameter(torch.from_numpy(values[name])))
         self.aux_loss = torch.zeros(())
+        # ffnlab's buffers never move: the parameters and their gradient views, once.
+        self._params = [getattr(self, n.replace(".", "_")) for n in self._names]
+        grads = self.layer.grads()
+        self._grad_buffers = [torch.from_numpy(grads[n]) for n in self._names]
+
+    def _attach_grads(self):
+        """Makes every parameter's .grad a view of ffnlab's gradient buffer, so that backward
+        accumulates into it. A .grad that was None starts from zero; one that is another tensor
+        (set by hand) has its value copied into the buffer first."""
+        for p, buffer in zip(self._params, self._grad_buffers):
+            if p.grad is not None and p.grad.data_ptr() == buffer.data_ptr():
+                continue
+            with torch.no_grad():
+                if p.grad is None:
+                    buffer.zero_()
+                else:
+                    buffer.copy_(p.grad)
+            p.grad = buffer
 
     def named_ffn_parameters(self):
         """(Hugging Face name, parameter) pairs."""
@@ -91,7 +113,7 @@ class FFN(torch.nn.Module):
         if x.shape[-1] != self.layer.d_model:
             raise ValueError(f"[python] input has {x.shape[-1]} features, the layer "
                              f"{self.layer.d_model}")
-        params = [getattr(self, n.replace(".", "_")) for n in self._names]
+        params = self._params
         # Training (the layer keeps its activations) only where autograd will call backward.
         train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
         y, self.aux_loss = _Function.apply(x, self, train, *params)

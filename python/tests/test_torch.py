@@ -132,3 +132,32 @@ def test_inputs_of_any_leading_shape_and_no_grad():
         block(x.double())
     with pytest.raises(ValueError, match="features"):
         block(torch.randn(2, 5))
+
+
+def test_grads_accumulate_in_ffnlab_buffer_and_survive_set_to_none():
+    torch.manual_seed(5)
+    block = ft.FFN(variant="swiglu", d_model=8, d_ff=16, bias=True, seed=3)
+    x = torch.randn(6, 8)
+    block(x).sum().backward()
+    params = dict(block.named_ffn_parameters())
+    once = {n: p.grad.clone() for n, p in params.items()}
+    # .grad is ffnlab's buffer: no copy per step.
+    grads = block.layer.grads()
+    for n, p in params.items():
+        assert p.grad.data_ptr() == grads[n].__array_interface__["data"][0], n
+    block(x).sum().backward()  # accumulates, as autograd would
+    for n, p in params.items():
+        torch.testing.assert_close(p.grad, 2 * once[n], rtol=1e-5, atol=1e-6)
+    opt = torch.optim.SGD(block.parameters(), lr=0.1)
+    opt.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in params.values())
+    block(x).sum().backward()  # re-attached and zeroed first
+    for n, p in params.items():
+        torch.testing.assert_close(p.grad, once[n], rtol=1e-5, atol=1e-6)
+    opt.zero_grad(set_to_none=False)  # zeroes the buffer in place
+    assert float(np.abs(grads["up_proj.weight"]).max()) == 0.0
+    # A .grad set by hand: the next backward adds to its value.
+    w = params["down_proj.weight"]
+    w.grad = torch.ones_like(w)
+    block(x).sum().backward()
+    torch.testing.assert_close(w.grad, once["down_proj.weight"] + 1, rtol=1e-5, atol=1e-6)
