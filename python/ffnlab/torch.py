@@ -28,7 +28,8 @@ def ffnlab_threads(n):
 
 
 class _Function(torch.autograd.Function):
-    """y, aux = ffnlab layer(x); the parameters are inputs so that autograd gives them gradients."""
+    """y, aux = ffnlab layer(x). The parameters are inputs so that y requires grad when they
+    do; their gradients go straight into their .grad (FFN._attach_grads), not through autograd."""
 
     @staticmethod
     def forward(ctx, x, module, train, *params):
@@ -70,18 +71,22 @@ class FFN(torch.nn.Module):
 
     FFN(config=None, seed=0, **keys) takes the same config as ffnlab.FFN; FFN(layer=...) wraps an
     existing ffnlab.FFN. Parameters are registered under their Hugging Face names with '.'
-    replaced by '_' (state_dict() gives the original names, see named_ffn_parameters()).
+    replaced by '_' (named_ffn_parameters() gives the Hugging Face names). State that no
+    optimizer may move (the MoE's aux-loss-free balancing bias) is a buffer, not a parameter.
     """
 
     def __init__(self, config=None, seed=0, layer=None, **keys):
         super().__init__()
         self.layer = layer if layer is not None else _ffnlab.FFN(config, seed=seed, **keys)
-        self._names = list(self.layer.parameters().keys())
-        values = self.layer.parameters()
-        for name in self._names:
+        values, trainable = self.layer.parameters(), self.layer.trainable()
+        self._names = [n for n in values if trainable[n]]
+        for name in values:
             # from_numpy shares the memory: an optimizer step writes ffnlab's weights in place.
-            self.register_parameter(name.replace(".", "_"),
-                                    torch.nn.Parameter(torch.from_numpy(values[name])))
+            t = torch.from_numpy(values[name])
+            if trainable[name]:
+                self.register_parameter(name.replace(".", "_"), torch.nn.Parameter(t))
+            else:
+                self.register_buffer(name.replace(".", "_"), t)
         self.aux_loss = torch.zeros(())
         # ffnlab's buffers never move: the parameters and their gradient views, once.
         self._params = [getattr(self, n.replace(".", "_")) for n in self._names]

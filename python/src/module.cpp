@@ -180,6 +180,15 @@ accumulate into grads() (zero_grad() clears them).)")
            "them changes the layer. They keep the layer alive.")
       .def("grads", [](const py::object& self) { return named_arrays(self, true); },
            "{name: float32 array}: views of the parameter gradients, same names")
+      .def(
+          "trainable",
+          [](Layer& l) {
+            py::dict out;
+            for (const auto& p : l.ffn().parameters().list()) out[py::str(p.name)] = p.trainable;
+            return out;
+          },
+          "{name: bool}: False for state kept with the weights that no optimizer should move "
+          "(the MoE's aux-loss-free balancing bias, gate.e_score_correction_bias)")
       .def("zero_grad", [](Layer& l) { l.ffn().parameters().zero_grad(); })
       .def("stats", [](Layer& l) { return stats_dict(l.ffn().stats()); },
            "statistics of the last forward: zero fraction; MoE: tokens per expert, load CV, ...")

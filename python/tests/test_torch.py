@@ -161,3 +161,20 @@ def test_grads_accumulate_in_ffnlab_buffer_and_survive_set_to_none():
     w.grad = torch.ones_like(w)
     block(x).sum().backward()
     torch.testing.assert_close(w.grad, once["down_proj.weight"] + 1, rtol=1e-5, atol=1e-6)
+
+
+def test_balancing_bias_is_a_buffer_no_optimizer_moves():
+    block = ft.FFN(variant="moe", d_model=8, d_ff=12,
+                   moe={"num_experts": 4, "top_k": 2, "balance_bias": True})
+    names = [n for n, _ in block.named_parameters()]
+    assert "gate_e_score_correction_bias" not in names
+    assert "gate_e_score_correction_bias" in dict(block.named_buffers())
+    assert block.layer.trainable()["gate.e_score_correction_bias"] is False
+    bias = block.layer.parameters()["gate.e_score_correction_bias"]
+    opt = torch.optim.AdamW(block.parameters(), lr=0.1, weight_decay=0.5)
+    x = torch.randn(16, 8)
+    block(x).sum().backward()
+    opt.step()
+    assert float(np.abs(bias).max()) == 0.0  # untouched by the optimizer's step and decay
+    block.after_optimizer_step()  # ffnlab's own update rule moves it
+    assert float(np.abs(bias).max()) > 0.0
