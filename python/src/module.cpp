@@ -39,6 +39,14 @@ FFNConfig config_of(const py::object& config, const py::kwargs& keys) {
   return config_from_json(j);
 }
 
+// The layers write an output of the right shape in place (Tensor::ensure); a layer that did not
+// would leave the returned array unwritten, so that is checked, not assumed.
+void written_in_place(const Tensor& t, const py::array_t<float>& a, const char* what) {
+  if (t.numel() > 0 && t.raw() != a.data())
+    throw std::logic_error(std::string("[python] the layer's ") + what +
+                           " did not write into the array it was given");
+}
+
 // One FFN layer and what its Python caller handed it: the input of the last training forward
 // (the layer reads it again in backward) is kept alive here.
 class Layer {
@@ -54,6 +62,7 @@ class Layer {
       std::lock_guard lock(mutex_);
       ffn_->forward(yt, xt, train);
     }
+    written_in_place(yt, y, "forward");
     saved_x_ = train ? py::object(x) : py::none();
     forwards_ += 1;
     return y;
@@ -68,6 +77,7 @@ class Layer {
       std::lock_guard lock(mutex_);
       ffn_->backward(dxt, dyt);
     }
+    written_in_place(dxt, dx, "backward");
     return dx;
   }
 
