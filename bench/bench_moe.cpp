@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   double dense_inf = 1e30, moe_inf = 1e30, dense_fwd = 1e30, moe_fwd = 1e30, dense_fb = 1e30,
          moe_fb = 1e30;
   for (int round = 0; round < 3; ++round) {
-    dense_inf = std::min(dense_inf, bench::time_it([&] { dense.forward(y, x, false); }, budget / 8));
+    dense_inf =
+        std::min(dense_inf, bench::time_it([&] { dense.forward(y, x, false); }, budget / 8));
     moe_inf = std::min(moe_inf, bench::time_it([&] { moe.forward(y, x, false); }, budget / 8));
     dense_fwd = std::min(dense_fwd, bench::time_it([&] { dense.forward(y, x, true); }, budget / 8));
     moe_fwd = std::min(moe_fwd, bench::time_it([&] { moe.forward(y, x, true); }, budget / 8));
@@ -95,7 +96,8 @@ int main(int argc, char** argv) {
   }
   fmt::print(
       "MoE ({} experts of {} d_ff {}, top-{}, d_model {}, bias, f32) against {} x the dense FFN "
-      "of one expert, {} tokens, inference forward, training forward (+ backward); best of 3 interleaved rounds.\n\n",
+      "of one expert, {} tokens, inference forward, training forward (+ backward); best of 3 "
+      "interleaved rounds.\n\n",
       E, expert, F, K, D, K, T);
   fmt::print("{:<18} {:>12} {:>12} {:>10}\n", "", "k x dense", "MoE", "overhead");
   fmt::print("{:<18} {:>10.1f}ms {:>10.1f}ms {:>9.1f}%\n", "inference forward", K * dense_inf * 1e3,

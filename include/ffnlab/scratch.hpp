@@ -19,10 +19,10 @@ enum class Scratch : int {
   attn_dq,    // attention op: dL/dq, dL/dk, dL/dv [B·H, S, dh]
   attn_dk,
   attn_dv,
-  moe_dop,     // MoEFFN: dL/d(expert outputs), permuted rows [R, D]
-  moe_dhp,     // MoEFFN: dL/dh, permuted rows [R, F]
-  moe_dap,     // MoEFFN: dL/da, permuted rows [R, in_width]
-  moe_dxp,     // MoEFFN: dL/dx, permuted rows [R, D]
+  moe_dop,        // MoEFFN: dL/d(expert outputs), permuted rows [R, D]
+  moe_dhp,        // MoEFFN: dL/dh, permuted rows [R, F]
+  moe_dap,        // MoEFFN: dL/da, permuted rows [R, in_width]
+  moe_dxp,        // MoEFFN: dL/dx, permuted rows [R, D]
   moe_dx_router,  // MoEFFN: the router's part of dL/dx [T, D]
   moe_dx_extra,   // MoEFFN: noisy top-k's or the shared gate's part of dL/dx [T, D]
   moe_dshared,    // MoEFFN: dL/d(shared expert output) [T, D]

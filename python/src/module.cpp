@@ -5,6 +5,7 @@
 //   set_threads(n), get_threads()
 // ffnlab::Error arrives as ValueError, ffnlab::SystemError as OSError, with the same one-line
 // message. The GIL is released around the C++ work.
+#include <fmt/format.h>
 #include <omp.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -185,11 +186,13 @@ change x until backward).)")
       .def("backward", &Layer::backward, py::arg("dy"),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
 accumulate into grads() (zero_grad() clears them).)")
-      .def("parameters", [](const py::object& self) { return named_arrays(self, false); },
-           "{name: float32 array}: views of the layer's weights (Hugging Face names); writing "
-           "them changes the layer. They keep the layer alive.")
-      .def("grads", [](const py::object& self) { return named_arrays(self, true); },
-           "{name: float32 array}: views of the parameter gradients, same names")
+      .def(
+          "parameters", [](const py::object& self) { return named_arrays(self, false); },
+          "{name: float32 array}: views of the layer's weights (Hugging Face names); writing "
+          "them changes the layer. They keep the layer alive.")
+      .def(
+          "grads", [](const py::object& self) { return named_arrays(self, true); },
+          "{name: float32 array}: views of the parameter gradients, same names")
       .def(
           "trainable",
           [](Layer& l) {
@@ -200,17 +203,21 @@ accumulate into grads() (zero_grad() clears them).)")
           "{name: bool}: False for state kept with the weights that no optimizer should move "
           "(the MoE's aux-loss-free balancing bias, gate.e_score_correction_bias)")
       .def("zero_grad", [](Layer& l) { l.ffn().parameters().zero_grad(); })
-      .def("stats", [](Layer& l) { return stats_dict(l.ffn().stats()); },
-           "statistics of the last forward: zero fraction; MoE: tokens per expert, load CV, ...")
-      .def_property_readonly("aux_loss", [](Layer& l) { return l.ffn().aux_loss(); },
-                             "MoE: the auxiliary loss of the last training forward, with its "
-                             "coefficients (0 for dense layers)")
-      .def("set_aux_loss_scale", [](Layer& l, float s) { l.ffn().set_aux_loss_scale(s); },
-           py::arg("scale"),
-           "dLoss/d(aux_loss) that backward applies: 1 by default (the aux loss is part of the "
-           "loss), 0 to leave it out")
-      .def("after_optimizer_step", [](Layer& l) { l.ffn().after_optimizer_step(); },
-           "MoE: once per optimizer step (the aux-loss-free balancing bias update)")
+      .def(
+          "stats", [](Layer& l) { return stats_dict(l.ffn().stats()); },
+          "statistics of the last forward: zero fraction; MoE: tokens per expert, load CV, ...")
+      .def_property_readonly(
+          "aux_loss", [](Layer& l) { return l.ffn().aux_loss(); },
+          "MoE: the auxiliary loss of the last training forward, with its "
+          "coefficients (0 for dense layers)")
+      .def(
+          "set_aux_loss_scale", [](Layer& l, float s) { l.ffn().set_aux_loss_scale(s); },
+          py::arg("scale"),
+          "dLoss/d(aux_loss) that backward applies: 1 by default (the aux loss is part of the "
+          "loss), 0 to leave it out")
+      .def(
+          "after_optimizer_step", [](Layer& l) { l.ffn().after_optimizer_step(); },
+          "MoE: once per optimizer step (the aux-loss-free balancing bias update)")
       .def_property(
           "precision", [](Layer& l) { return std::string(enum_name(l.ffn().precision())); },
           [](Layer& l, const std::string& p) { l.ffn().set_precision(parse_enum<Precision>(p)); },
@@ -226,11 +233,16 @@ accumulate into grads() (zero_grad() clears them).)")
             l.ffn().set_inference_weights(d == "bf16" ? DType::bf16 : DType::f32);
           },
           "'f32' or 'bf16': the weights inference forwards read (bf16: a copy packed now)")
-      .def_property_readonly(
-          "config", [](Layer& l) { return from_json(config_to_json(l.ffn().config())); })
+      .def_property_readonly("config",
+                             [](Layer& l) { return from_json(config_to_json(l.ffn().config())); })
       .def_property_readonly("d_model", [](Layer& l) { return l.ffn().config().d_model; })
-      .def_property_readonly("num_params",
-                             [](Layer& l) { return l.ffn().parameters().count(); })
+      .def_property_readonly("num_params", [](Layer& l) { return l.ffn().parameters().count(); })
+      .def("__repr__",
+           [](Layer& l) {
+             const FFNConfig& c = l.ffn().config();
+             return fmt::format("<ffnlab.FFN {} d_model={} d_ff={} params={}>", variant_name(c),
+                                c.d_model, c.d_ff, l.ffn().parameters().count());
+           })
       .def_property_readonly("forward_count", &Layer::forwards,
                              "forwards run so far (ffnlab.torch checks it in backward)");
 

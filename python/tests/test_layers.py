@@ -107,6 +107,7 @@ def test_params_and_config():
     assert full["activation"] == "gelu" and full["kind"] == "glu" and full["d_model"] == 16
     layer = ffnlab.FFN(full)
     assert layer.config == full
+    assert repr(layer) == f"<ffnlab.FFN geglu d_model=16 d_ff={full['d_ff']} params={layer.num_params}>"
     assert layer.num_params == sum(v.size for v in layer.parameters().values())
 
 

@@ -36,8 +36,8 @@ bool derivative_from_output(Act act) {
 
 void activation_backward_from_output(float* dx, const float* dy, const float* y, std::int64_t n,
                                      Act act) {
-  check(derivative_from_output(act), "[activation] the derivative of {} is not a function of its output",
-        enum_name(act.kind));
+  check(derivative_from_output(act),
+        "[activation] the derivative of {} is not a function of its output", enum_name(act.kind));
   auto run = [&](auto a) {
     constexpr Activation A = decltype(a)::value;
     const float *ys = y, *dys = dy;  // local copies, as in activation_forward

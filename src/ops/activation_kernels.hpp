@@ -6,8 +6,9 @@
 // std::min/std::max (their reference arguments become per-lane arrays under `omp simd`), hence
 // the ternaries; the ternaries themselves on AVX2 unless the build has -fno-trapping-math (it
 // does, CMakeLists.txt); a product with a 0/1 factor (grad_times). `bench_kernels` and
-// `-fopt-info-vec` show the difference; check both after touching a kernel. Accuracy against the double
-// reference: a few float ulps for exp, ~2e-7 absolute for erf and tanh (see test_activation.cpp).
+// `-fopt-info-vec` show the difference; check both after touching a kernel. Accuracy against the
+// double reference: a few float ulps for exp, ~2e-7 absolute for erf and tanh (see
+// test_activation.cpp).
 #pragma once
 
 #include <algorithm>

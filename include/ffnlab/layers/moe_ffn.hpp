@@ -77,9 +77,9 @@ class MoEFFN final : public FeedForward {
   // The layer's own small backward workspaces; the large ones (permuted rows' gradients, [T, D]
   // partial dx) are scratch slots shared by all MoE layers (ffnlab/scratch.hpp).
   struct Workspace {
-    std::vector<float> dweight;   // [T, K] gradient of the combine weights
-    Tensor dlogits, dnoise_pre;   // [T, E]
-    Tensor dgate;                 // [T, 1]
+    std::vector<float> dweight;  // [T, K] gradient of the combine weights
+    Tensor dlogits, dnoise_pre;  // [T, E]
+    Tensor dgate;                // [T, 1]
   };
 
   void bind_parameters() override;
@@ -97,7 +97,7 @@ class MoEFFN final : public FeedForward {
   std::int64_t in_width_;
   ParameterSet params_;
   Weights w_, dw_;
-  Tensor packed_in_, packed_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
+  Tensor packed_in_, packed_out_;     // bf16 copies of w_.in and w_.out (set_inference_weights)
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
 
   std::mt19937_64 rng_;
