@@ -129,3 +129,34 @@ def test_precision_threads_and_inference_weights():
     layer.inference_weights = "f32"
     np.testing.assert_allclose(layer.forward(x), y, rtol=1e-5, atol=1e-6)
     ffnlab.set_threads(threads)
+
+
+def test_the_gil_is_released_during_forward():
+    # One ffnlab thread, so that a core is left for this Python thread. While the worker's
+    # forward runs in C++, this thread must run too: it could not if the forward held the GIL.
+    import threading
+    import time
+    threads = ffnlab.get_threads()
+    ffnlab.set_threads(1)
+    try:
+        layer = ffnlab.FFN(variant="relu", d_model=256, d_ff=1024)
+        x = np.ones((4096, 256), dtype=np.float32)
+        span = []
+
+        def work():
+            t0 = time.perf_counter()
+            layer.forward(x)
+            span.extend([t0, time.perf_counter()])
+
+        worker = threading.Thread(target=work)
+        stamps = []
+        worker.start()
+        while worker.is_alive():
+            stamps.append(time.perf_counter())
+        worker.join()
+        t0, t1 = span
+        assert t1 - t0 > 0.01  # long enough to tell
+        middle = [t for t in stamps if t0 + 0.25 * (t1 - t0) < t < t1 - 0.25 * (t1 - t0)]
+        assert len(middle) > 100
+    finally:
+        ffnlab.set_threads(threads)
