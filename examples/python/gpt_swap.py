@@ -33,6 +33,7 @@ class GPT(nn.Module):
     def __init__(self, make_mlp, d=128, layers=4, heads=4, seq=128):
         super().__init__()
         self.embed = nn.Embedding(256, d)
+        nn.init.normal_(self.embed.weight, std=0.02)  # GPT-2's; N(0, 1) with a tied head starts at a loss of ~100
         self.pos = nn.Parameter(torch.zeros(seq, d))
         self.blocks = nn.ModuleList(Block(d, heads, make_mlp()) for _ in range(layers))
         self.norm = nn.LayerNorm(d)
