@@ -1,6 +1,10 @@
 // Checked size arithmetic: the out-of-line error paths.
 #include "ffnlab/limits.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <bit>
 #include <string>
 
@@ -16,6 +20,21 @@ std::string size_string(std::int64_t v) {
   return std::to_string(v);
 }
 }  // namespace
+
+double available_memory_bytes() {
+  double bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    bytes = std::min(bytes, static_cast<double>(limit.rlim_cur));
+  return bytes;
+}
+
+void check_memory(double bytes, std::string_view scope, std::string_view what) {
+  const double have = available_memory_bytes();
+  check(bytes <= have, "[{}] {} needs {:.1f} GiB, more than the {:.1f} GiB available", scope, what,
+        bytes / (1 << 30), have / (1 << 30));
+}
 
 void throw_overflow(std::string_view what, std::int64_t a, std::int64_t b, char op) {
   if (a < 0 || b < 0) fail("{}: negative size {} {} {}", what, a, op == '*' ? "×" : "+", b);

@@ -26,6 +26,16 @@ inline constexpr std::int64_t kSteps = std::int64_t{1} << 40;
 inline constexpr std::int64_t kExact = std::int64_t{1} << 53;
 }  // namespace limits
 
+// Bytes this process may allocate: the machine's memory, or the address-space limit (ulimit -v)
+// when that is lower.
+double available_memory_bytes();
+
+// Refuses work whose `bytes` (what it must allocate at least) exceed available_memory_bytes():
+// Error "[scope] <what> needs X GiB, more than the Y GiB available". Callers check before they
+// allocate what a config asks for: zero-filled memory the system promised but cannot give ends
+// the process, not with a message.
+void check_memory(double bytes, std::string_view scope, std::string_view what);
+
 // Throws Error "[scope] what = a × b overflows" (out of line: keeps the fast path small).
 [[noreturn]] void throw_overflow(std::string_view what, std::int64_t a, std::int64_t b, char op);
 

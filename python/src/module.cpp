@@ -18,6 +18,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/limits.hpp"
 
 namespace ffnlab::python {
 
@@ -46,6 +47,14 @@ void written_in_place(const Tensor& t, const py::array_t<float>& a, const char* 
   if (t.numel() > 0 && t.raw() != a.data())
     throw std::logic_error(std::string("[python] the layer's ") + what +
                            " did not write into the array it was given");
+}
+
+// A layer's weights and gradients must fit: refused with a message before the allocation, as
+// the command line does (a zero-filled buffer the system cannot back ends the interpreter).
+void check_layer_memory(const FFNConfig& c) {
+  const std::int64_t params = count_params(c);
+  check_memory(8.0 * static_cast<double>(params), "python",
+               fmt::format("a layer of {} parameters (weights and gradients)", params));
 }
 
 // One FFN layer and what its Python caller handed it: the input of the last training forward
@@ -176,6 +185,7 @@ keys override or add keys of it, e.g. FFN(variant="swiglu", d_model=512, d_ff=13
 Weights are initialised like torch.nn.Linear from seed.)")
       .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
              const FFNConfig c = config_of(config, keys);
+             check_layer_memory(c);
              return std::make_unique<Layer>(make_ffn(c, seed));
            }),
            py::arg("config") = py::none(), py::arg("seed") = 0)
@@ -254,6 +264,7 @@ accumulate into grads() (zero_grad() clears them).)")
         {
           py::gil_scoped_release release;
           const FFNConfig c = read_ffn_config_file(config_path);
+          check_layer_memory(c);
           ffn = make_ffn(c, 0);
           if (weights_path)
             load_parameters(ffn->parameters(), SafeTensors::load(*weights_path), prefix);

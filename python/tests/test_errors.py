@@ -73,3 +73,9 @@ def test_files_that_are_missing_or_not_json(tmp_path):
 def test_empty_input_gives_empty_output():
     y = layer().forward(np.zeros((0, 8), dtype=np.float32))
     assert y.shape == (0, 8)
+
+
+def test_a_layer_larger_than_memory_is_refused_before_allocation():
+    with pytest.raises(ValueError, match=r"\[python\] a layer of .* parameters .* needs .* GiB, "
+                                         r"more than the .* GiB available"):
+        ffnlab.FFN(variant="swiglu", d_model=65536, d_ff=1 << 20)

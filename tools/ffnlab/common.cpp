@@ -60,22 +60,6 @@ void add_threads_option(CLI::App& cmd, int& threads) {
       ->check(int_in(0, omp_get_num_procs()));
 }
 
-double available_memory_bytes() {
-  double bytes =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  struct rlimit limit {};
-  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
-    bytes = std::min(bytes, static_cast<double>(limit.rlim_cur));
-  return bytes;
-}
-
-void check_memory(double bytes, const char* scope, const std::string& what) {
-  const double have = available_memory_bytes();
-  if (bytes > have)
-    throw Error(fmt::format("[{}] {} needs {:.1f} GiB, more than the {:.1f} GiB available", scope,
-                            what, bytes / (1 << 30), have / (1 << 30)));
-}
-
 void apply_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }

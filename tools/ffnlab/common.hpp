@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ffnlab/error.hpp"
+#include "ffnlab/limits.hpp"
 
 namespace ffnlab::cli {
 
@@ -32,13 +33,7 @@ CLI::Validator real_in(double lo, double hi, bool hi_open = false);
 void add_threads_option(CLI::App& cmd, int& threads);
 void apply_threads(int threads);
 
-// Bytes this process may allocate: the machine's memory, or the address-space limit (ulimit -v)
-// when that is lower.
-double available_memory_bytes();
-
-// Refuses work whose `bytes` (what it must allocate at least) exceed available_memory_bytes():
-// Error "[scope] <what> needs X GiB, more than the Y GiB available".
-void check_memory(double bytes, const char* scope, const std::string& what);
+// available_memory_bytes() and check_memory() are the library's (ffnlab/limits.hpp).
 
 // "relu,swiglu" -> {"relu", "swiglu"}; "all" -> every named variant (ffnlab::variant_names()).
 // Unknown names are an error that lists the known ones.
