@@ -8,7 +8,6 @@ overhead at 8 tokens (the wrapped call against ffnlab's numpy API on the same la
 import argparse
 import json
 import statistics
-import time
 
 import numpy as np
 import torch
@@ -17,17 +16,7 @@ import ffnlab
 import ffnlab.torch as ft
 
 from ffnlab.hf_blocks import LlamaMLP, MixtralSparseMoeBlock
-
-
-def per_call(f, budget):
-    f()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        f()
-        n += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= budget and n >= 3:
-            return elapsed / n
+from torch_ffn import median_seconds  # this folder: the per-call median of ffnlab bench's PyTorch side
 
 
 def main():
@@ -58,8 +47,8 @@ def main():
 
             times = {"torch": [], "ffnlab": []}
             for _ in range(a.rounds):
-                times["torch"].append(per_call(torch_step, a.budget))
-                times["ffnlab"].append(per_call(ffnlab_step, a.budget))
+                times["torch"].append(median_seconds(torch_step, a.budget))
+                times["ffnlab"].append(median_seconds(ffnlab_step, a.budget))
             row = {"block": name, "tokens": T,
                    "torch_s": statistics.median(times["torch"]),
                    "ffnlab_s": statistics.median(times["ffnlab"])}
@@ -72,7 +61,7 @@ def main():
                     layer.forward(xn, train=True)
                     layer.backward(ones)
 
-                raw = statistics.median(per_call(numpy_step, a.budget) for _ in range(a.rounds))
+                raw = statistics.median(median_seconds(numpy_step, a.budget) for _ in range(a.rounds))
                 row["numpy_api_s"] = raw
                 row["wrapper_overhead_s"] = row["ffnlab_s"] - raw
             rows.append(row)

@@ -12,6 +12,7 @@ import time
 import torch
 from torch import nn
 
+import ffnlab
 import ffnlab.torch as ft
 from ffnlab.hf_blocks import LlamaMLP, MixtralSparseMoeBlock
 
@@ -56,7 +57,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    ft.ffnlab_threads(a.threads)
+    ffnlab.set_threads(a.threads)
 
     data = torch.tensor(list(open(a.text, "rb").read()), dtype=torch.long)
     if len(data) < a.seq + 2:

@@ -19,12 +19,7 @@ import torch
 
 from . import _ffnlab
 
-__all__ = ["FFN", "from_module", "ffnlab_threads"]
-
-
-def ffnlab_threads(n):
-    """ffnlab's OpenMP threads (torch.set_num_threads sets PyTorch's own)."""
-    _ffnlab.set_threads(n)
+__all__ = ["FFN", "from_module"]
 
 
 class _Function(torch.autograd.Function):

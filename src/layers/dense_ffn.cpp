@@ -109,7 +109,7 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
     skinny_linear(y, h_, w_out, b_out);
     return;
   }
-  if (branches_ == 0 && (!train || derivative_from_output(config_.act))) {
+  if (mix_in_epilogue(config_.act, branches_, train)) {
     // The activation is the up projection's epilogue (a oneDNN post-op). Inference keeps
     // nothing; training keeps h only when act' is a function of h (ReLU: h > 0).
     linear_forward(h_, x, w_in, b_in, precision, &config_.act);
@@ -130,10 +130,7 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   Tensor& da = scratch(Scratch::ffn_da, {T, in_width_});
   dx.ensure({T, D});
   linear_backward(&dh, dw_out_, config_.bias ? &db_out_ : nullptr, dy, h_, w_out_, precision_);
-  if (branches_ == 0 && derivative_from_output(config_.act))
-    activation_backward_from_output(da, dh, h_, config_.act);
-  else
-    mix_backward(da, dh, a_, config_.act, branches_);
+  mix_backward(da, dh, a_, h_, config_.act, branches_);
   linear_backward(&dx, dw_in_, config_.bias ? &db_in_ : nullptr, da, x_, w_in_, precision_);
 }
 

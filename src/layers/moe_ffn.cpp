@@ -190,7 +190,7 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   auto in_bias = [&](int e) { return config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor(); };
   auto out_bias = [&](int e) { return config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor(); };
   permute_rows(c.xp, x, r.token_of_row.data(), R);
-  const bool fused_act = branches == 0 && (!train || derivative_from_output(config_.act));
+  const bool fused_act = mix_in_epilogue(config_.act, branches, train);
   if (!fused_act) c.ap.ensure({R, P});
   c.hp.ensure({R, F});
   c.op.ensure({R, D});
@@ -298,10 +298,7 @@ void MoEFFN::experts_backward(Tensor& dx) {
     linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(dop), rows(c.hp),
                     slice(w_.out, e, D, F), precision_, /*varying_rows=*/true);
   });
-  if (R > 0 && expert_.gated_branches() == 0 && derivative_from_output(config_.act))
-    activation_backward_from_output(dap, dhp, c.hp, config_.act);
-  else if (R > 0)
-    mix_backward(dap, dhp, c.ap, config_.act, expert_.gated_branches());
+  if (R > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
   for_each_block(r, [&](int e, auto rows) {
     Tensor dxe = rows(dxp), dw = slice(dw_.in, e, P, D);
     Tensor db = config_.bias ? dw_.in_bias.view(e * P, {P}) : Tensor();

@@ -100,4 +100,16 @@ void mix_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int br
     glu_backward(da, dh, a, act, branches);
 }
 
+bool mix_in_epilogue(Act act, int branches, bool train) {
+  return branches == 0 && (!train || derivative_from_output(act));
+}
+
+void mix_backward(Tensor& da, const Tensor& dh, const Tensor& a, const Tensor& h, Act act,
+                  int branches) {
+  if (mix_in_epilogue(act, branches, /*train=*/true))
+    activation_backward_from_output(da, dh, h, act);
+  else
+    mix_backward(da, dh, a, act, branches);
+}
+
 }  // namespace ffnlab

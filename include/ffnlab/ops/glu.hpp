@@ -22,4 +22,13 @@ void mix_forward(Tensor& h, const Tensor& a, Act act, int branches);
 // da (overwritten) from dh, the backward of mix_forward.
 void mix_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int branches);
 
+// Whether a layer applies the mix as its up projection's epilogue (the oneDNN post-op) instead
+// of a pass of its own: a plain FFN in inference, and in training too when act' is a function of
+// act's output (derivative_from_output: ReLU, sigmoid, tanh), where nothing but h is kept.
+bool mix_in_epilogue(Act act, int branches, bool train);
+// The backward of either way: from h when the training forward used the epilogue (a is then
+// not read and may be empty), from a otherwise.
+void mix_backward(Tensor& da, const Tensor& dh, const Tensor& a, const Tensor& h, Act act,
+                  int branches);
+
 }  // namespace ffnlab
