@@ -5,6 +5,7 @@
 #include <string>
 
 #include "check.hpp"
+#include "ffnlab/ops/dropout.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/permute.hpp"
@@ -102,12 +103,13 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     init_uniform(w_.out_bias, out_bound, rng);
   }
   if (m.shared_gate) init_uniform(w_.shared_gate, in_bound, rng);
-  rng_.seed(seed ^ 0x6a09e667f3bcc909ull);
+  noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
   step_load_.assign(E, 0);
 }
 
 void MoEFFN::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
-  rng_.seed((seed ^ 0x6a09e667f3bcc909ull) + (stream + 1) * 0x9e3779b97f4a7c15ull);
+  noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
+  noise_stream_ = stream + 1;
 }
 
 void MoEFFN::bind_parameters() {
@@ -150,9 +152,14 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
   if (train && m.jitter > 0) {
     c.jitter.ensure({T, D});
     c.x_router.ensure({T, D});
-    std::uniform_real_distribution<float> u(1.0f - m.jitter, 1.0f + m.jitter);
+    // Uniform in [1 − jitter, 1 + jitter], a function of (seed, stream, the element's place in
+    // the whole batch): the same draws for any thread count or number of ranks.
     float* j = c.jitter.f32();
-    for (std::int64_t i = 0; i < T * D; ++i) j[i] = u(rng_);
+    const auto first = static_cast<std::uint64_t>(first_token_ * D);
+#pragma omp parallel for schedule(static) if (T * D > 65536)
+    for (std::int64_t i = 0; i < T * D; ++i)
+      j[i] = 1.0f - m.jitter +
+             2.0f * m.jitter * dropout_uniform(noise_seed_, noise_stream_, first + i);
     const float* xs = x.f32();
     float* xr = c.x_router.f32();
     for (std::int64_t i = 0; i < T * D; ++i) xr[i] = xs[i] * j[i];
@@ -164,17 +171,25 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
     c.noise_pre.ensure({T, E});
     c.noise_eps.ensure({T, E});
     linear_forward(c.noise_pre, *in, w_.noise, nullptr);
-    std::normal_distribution<float> n(0.0f, 1.0f);
     float* eps = c.noise_eps.f32();
     float* l = c.logits.f32();
     const float* pre = c.noise_pre.f32();
+    // N(0, 1) by Box–Muller from two counter-based uniforms per element (stream + 2^32 keeps
+    // them apart from the jitter's).
+    const std::uint64_t stream = noise_stream_ + (std::uint64_t{1} << 32);
+    const auto first = static_cast<std::uint64_t>(first_token_ * E);
     for (std::int64_t i = 0; i < T * E; ++i) {
-      eps[i] = n(rng_);
+      const std::uint64_t at = 2 * (first + static_cast<std::uint64_t>(i));
+      const double u1 = dropout_uniform(noise_seed_, stream, at) + 0x1p-25;  // (0, 1)
+      const double u2 = dropout_uniform(noise_seed_, stream, at + 1);
+      eps[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
+                                  std::cos(6.283185307179586 * u2));
       l[i] += eps[i] * softplus(pre[i]);
     }
   }
-  route(routing_, c.logits, m.balance_bias ? w_.balance_bias.f32() : nullptr, m);
-  assign_rows(routing_, m);
+  ProcessGroup* group = train ? group_ : nullptr;  // inference forwards route their own tokens
+  route(routing_, c.logits, m.balance_bias ? w_.balance_bias.f32() : nullptr, m, group);
+  assign_rows(routing_, m, group);
 }
 
 void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
@@ -407,14 +422,17 @@ void MoEFFN::after_optimizer_step() {
 FFNStats MoEFFN::stats() const {
   FFNStats s;
   const Routing& r = routing_;
-  s.tokens = r.tokens;
+  // Over the group's whole batch in data-parallel training (Routing's counts are).
+  s.tokens = r.total_tokens;
   s.num_experts = r.experts;
-  if (r.tokens == 0) return s;
+  if (r.total_tokens == 0) return s;
   s.tokens_per_expert.resize(r.experts);
   double sum = 0, sq = 0, mx = 0;
   int unused = 0;
+  std::int64_t kept = 0;
   for (int e = 0; e < r.experts; ++e) {
-    const auto n = r.rows_of(e);
+    const auto n = r.kept_total[e];
+    kept += n;
     s.tokens_per_expert[e] = n;
     sum += static_cast<double>(n);
     sq += static_cast<double>(n) * static_cast<double>(n);
@@ -425,8 +443,8 @@ FFNStats MoEFFN::stats() const {
   s.load_cv = mean > 0 ? std::sqrt(std::max(0.0, sq / r.experts - mean * mean)) / mean : 0.0;
   s.max_over_mean = mean > 0 ? mx / mean : 0.0;
   s.unused_fraction = static_cast<double>(unused) / r.experts;
-  s.dropped = r.tokens * r.k - r.kept();
-  s.dropped_fraction = static_cast<double>(s.dropped) / static_cast<double>(r.tokens * r.k);
+  s.dropped = r.total_tokens * r.k - kept;
+  s.dropped_fraction = static_cast<double>(s.dropped) / static_cast<double>(r.total_tokens * r.k);
   s.router_entropy = r.entropy;
   s.top1_prob = r.top1_prob;
   s.balance_loss = r.balance_loss;

@@ -62,6 +62,11 @@ void TransformerBlock::set_precision(Precision p) {
   ffn_->set_precision(p);
 }
 
+void TransformerBlock::set_data_parallel(ProcessGroup* group, std::int64_t first_token) {
+  dropout_first_ = static_cast<std::uint64_t>(first_token * ffn_->config().d_model);
+  ffn_->set_data_parallel(group, first_token);
+}
+
 void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train,
                                std::uint64_t dropout_seed, std::uint64_t stream) {
   train_ = train;
@@ -72,19 +77,19 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, boo
   if (pre_norm_) {
     norm1_.forward(n1_, x);
     attn_.forward(a_, n1_, seq);
-    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream);
+    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream, dropout_first_);
     add(h_, x, a_);
     norm2_.forward(n2_, h_);
     ffn_->forward(f_, n2_, train);
-    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1);
+    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1, dropout_first_);
     add(y, h_, f_);
   } else {
     attn_.forward(a_, x, seq);
-    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream);
+    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream, dropout_first_);
     add(n1_, x, a_);  // n1_ holds x + a, the input of norm1
     norm1_.forward(h_, n1_);
     ffn_->forward(f_, h_, train);
-    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1);
+    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1, dropout_first_);
     add(z_, h_, f_);
     norm2_.forward(y, z_);
   }
@@ -96,7 +101,7 @@ void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {
   // else g ⊙ mask/(1 − p) written into the workspace ws.
   auto dropped = [&](Tensor& ws, const Tensor& g, std::uint64_t stream) -> const Tensor& {
     if (dropout_ == 0.f) return g;
-    dropout_backward(ws, g, dropout_, dropout_seed_, stream);
+    dropout_backward(ws, g, dropout_, dropout_seed_, stream, dropout_first_);
     return ws;
   };
   if (pre_norm_) {

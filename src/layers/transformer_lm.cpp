@@ -78,6 +78,15 @@ void TransformerLM::bind_parameters() {
                                  params_.child_grads(final_norm_->parameters(), kNorm));
   head_ = config_.tied_head ? embed_ : params_.at(kHead).value;
   dhead_ = config_.tied_head ? dembed_ : params_.at(kHead).grad;
+  // The buffer holds embeddings, blocks 0..L−1, the final norm and the head, in that order;
+  // backward finishes them from the back.
+  auto offset_of = [&](const std::string& name) { return params_.at(name).offset; };
+  block_offset_.assign(static_cast<std::size_t>(config_.layers), 0);
+  for (int i = 0; i < config_.layers; ++i)
+    block_offset_[i] = offset_of(block_prefix(i) + blocks_[i]->parameters().list()[0].name);
+  head_offset_ = final_norm_ ? offset_of(kNorm + final_norm_->parameters().list()[0].name)
+                 : config_.tied_head ? params_.grads().numel()
+                                     : offset_of(kHead);
 }
 
 bool TransformerLM::is_decayed(const Parameter& p) {
@@ -87,6 +96,11 @@ bool TransformerLM::is_decayed(const Parameter& p) {
 void TransformerLM::set_precision(Precision p) {
   precision_ = p;
   for (auto& b : blocks_) b->set_precision(p);
+}
+
+void TransformerLM::set_data_parallel(ProcessGroup* group, std::int64_t first_token) {
+  dropout_first_ = static_cast<std::uint64_t>(first_token * config_.d_model);
+  for (auto& b : blocks_) b->set_data_parallel(group, first_token);
 }
 
 void TransformerLM::set_dropout_stream(std::uint64_t seed, std::uint64_t stream) {
@@ -116,7 +130,7 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   embedding_forward(xs_[0], ids, embed_);
   if (pos_.defined()) position_add_forward(xs_[0], pos_, seq);
   if (train && config_.dropout > 0.f)
-    dropout_forward(xs_[0], xs_[0], config_.dropout, dropout_seed_, base);
+    dropout_forward(xs_[0], xs_[0], config_.dropout, dropout_seed_, base, dropout_first_);
   for (int i = 0; i < L; ++i)
     blocks_[i]->forward(xs_[i + 1], xs_[i], seq, train, dropout_seed_, base + 1 + 2 * i);
   const Tensor* z = &xs_[L];
@@ -130,10 +144,11 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   return cross_entropy_forward(probs_, logits_, targets);
 }
 
-void TransformerLM::backward(float scale) {
+void TransformerLM::backward(float scale, float aux_scale,
+                             const std::function<void(std::int64_t)>& ready) {
   check(train_ && !targets_.empty(), "[lm] backward needs a training forward with targets");
   const int L = config_.layers;
-  for (auto& b : blocks_) b->ffn().set_aux_loss_scale(scale);
+  for (auto& b : blocks_) b->ffn().set_aux_loss_scale(aux_scale < 0.f ? scale : aux_scale);
   cross_entropy_backward(dlogits_, probs_, targets_, scale);
   const Tensor& z = final_norm_ ? z_ : xs_[L];
   dz_.ensure(z.shape());
@@ -143,16 +158,19 @@ void TransformerLM::backward(float scale) {
     final_norm_->backward(dx_a_, dz_);
     d = &dx_a_;
   }
+  if (ready) ready(head_offset_);  // a tied head's gradient is the embedding's: done last
   for (int i = L - 1; i >= 0; --i) {
     Tensor& out = d == &dx_a_ ? dx_b_ : dx_a_;
     blocks_[i]->backward(out, *d);
     d = &out;
+    if (ready) ready(block_offset_[i]);
   }
   if (config_.dropout > 0.f)
     dropout_backward(*d, *d, config_.dropout, dropout_seed_,
-                     dropout_stream_ * static_cast<std::uint64_t>(2 * L + 1));
+                     dropout_stream_ * static_cast<std::uint64_t>(2 * L + 1), dropout_first_);
   if (dpos_.defined()) position_add_backward(dpos_, *d, seq_);
   embedding_backward(dembed_, *d, ids_);
+  if (ready) ready(0);
 }
 
 double TransformerLM::aux_loss() const {

@@ -44,7 +44,7 @@ void limit_groups(float* sel, int E, int groups, int keep, float* group_score, b
 
 // f_e of the load-balancing loss E·Σ_e f_e·P_e (docs/moe.md), from the counts of r.
 double balance_fraction(const Routing& r, BalanceLoss kind, int e) {
-  const double inv_t = r.tokens > 0 ? 1.0 / static_cast<double>(r.tokens) : 0.0;
+  const double inv_t = r.total_tokens > 0 ? 1.0 / static_cast<double>(r.total_tokens) : 0.0;
   switch (kind) {
     case BalanceLoss::top1:
       return r.first[e] * inv_t;
@@ -59,7 +59,8 @@ double balance_fraction(const Routing& r, BalanceLoss kind, int e) {
 
 }  // namespace
 
-void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m) {
+void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
+           ProcessGroup* group) {
   check(logits.rank() == 2 && logits.dim(1) == m.num_experts, "[router] logits {} must be [T, {}]",
         shape_string(logits.shape()), m.num_experts);
   const std::int64_t T = logits.dim(0);
@@ -136,34 +137,45 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
     }
   }
 
-  // Serial reductions, in token order: deterministic for any thread count.
-  r.load.assign(E, 0);
-  r.first.assign(E, 0);
-  std::vector<double> mean_p(E, 0.0);
-  double z = 0, h = 0, t1 = 0;
+  // Serial reductions, in token order: deterministic for any thread count. Then, over a group,
+  // summed over its ranks: [load E | first E | Σ_t p_te E | Σ lse² | Σ entropy | Σ top-1 | T].
+  std::vector<double> sums(3 * E + 4, 0.0);
+  double* load = sums.data();
+  double* first = load + E;
+  double* mean_p = first + E;
+  double* rest = mean_p + E;
   for (std::int64_t t = 0; t < T; ++t) {
-    for (int j = 0; j < K; ++j) ++r.load[r.expert[t * K + j]];
-    ++r.first[r.expert[t * K]];
+    for (int j = 0; j < K; ++j) load[r.expert[t * K + j]] += 1;
+    first[r.expert[t * K]] += 1;
     for (int e = 0; e < E; ++e) mean_p[e] += r.probs[t * E + e];
-    z += static_cast<double>(r.lse[t]) * r.lse[t];
-    h += entropy[t];
-    t1 += top1[t];
+    rest[0] += static_cast<double>(r.lse[t]) * r.lse[t];
+    rest[1] += entropy[t];
+    rest[2] += top1[t];
   }
-  const double inv_t = T > 0 ? 1.0 / static_cast<double>(T) : 0.0;
+  rest[3] = static_cast<double>(T);
+  if (group) group->allreduce_sum(sums, "router statistics");
+  r.total_tokens = static_cast<std::int64_t>(rest[3]);
+  r.load.resize(E);
+  r.first.resize(E);
+  for (int e = 0; e < E; ++e) {
+    r.load[e] = static_cast<std::int64_t>(load[e]);
+    r.first[e] = static_cast<std::int64_t>(first[e]);
+  }
+  const double inv_t = r.total_tokens > 0 ? 1.0 / static_cast<double>(r.total_tokens) : 0.0;
   double balance = 0;
   for (int e = 0; e < E; ++e) balance += balance_fraction(r, m.balance_loss, e) * mean_p[e] * inv_t;
   r.balance_loss = E * balance;
-  r.z_loss = z * inv_t;
-  r.entropy = h * inv_t;
-  r.top1_prob = t1 * inv_t;
+  r.z_loss = rest[0] * inv_t;
+  r.entropy = rest[1] * inv_t;
+  r.top1_prob = rest[2] * inv_t;
 }
 
-void assign_rows(Routing& r, const RouterConfig& m) {
+void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;
   // No expert can receive more than T·K assignments: a larger capacity is that (the fuzzer found
   // a factor of 1e106, whose capacity did not fit in an int64).
-  const double all = static_cast<double>(T) * K;
+  const double all = static_cast<double>(r.total_tokens) * K;
   r.capacity =
       m.capacity_factor > 0
           ? static_cast<std::int64_t>(std::min(all, std::ceil(m.capacity_factor * all / E)))
@@ -171,22 +183,55 @@ void assign_rows(Routing& r, const RouterConfig& m) {
   // Assignments a = t·K + j of each expert, first choices before second choices (the
   // position order), then dropped down to capacity and put back in token order.
   std::vector<std::vector<std::int64_t>> of(E);
-  for (int e = 0; e < E; ++e) of[e].reserve(static_cast<std::size_t>(r.load[e]));
   for (int j = 0; j < K; ++j)
     for (std::int64_t t = 0; t < T; ++t) of[r.expert[t * K + j]].push_back(t * K + j);
   r.slot.assign(T * K, -1);
   r.offsets.assign(E + 1, 0);
-  for (int e = 0; e < E; ++e) {
-    auto& list = of[e];
-    if (r.capacity > 0 && static_cast<std::int64_t>(list.size()) > r.capacity) {
-      if (m.drop == DropPolicy::probability)
-        std::stable_sort(list.begin(), list.end(), [&](std::int64_t a, std::int64_t b) {
-          return r.scores[(a / K) * E + e] > r.scores[(b / K) * E + e];
-        });
-      list.resize(static_cast<std::size_t>(r.capacity));
+  r.kept_total.assign(E, 0);
+  if (group && r.capacity > 0) {
+    // The position order over the group: choice j of every rank's tokens (rank order) before
+    // choice j + 1. An assignment's place in its expert's queue is what comes before it:
+    // earlier choices on every rank, the same choice on lower ranks, then this rank's own.
+    check(m.drop == DropPolicy::position,
+          "[moe] capacity with drop = {} is not supported in data-parallel training (it needs "
+          "every rank's scores); use drop = position, or capacity_factor = 0 (dropless)",
+          enum_name(m.drop));
+    std::vector<double> mine(static_cast<std::size_t>(K) * E, 0.0);
+    for (std::int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < K; ++j) mine[j * E + r.expert[t * K + j]] += 1;
+    std::vector<double> total = mine, below = mine;
+    group->allreduce_sum(total, "capacity counts");
+    group->exscan_sum(below, "capacity counts");
+    for (int e = 0; e < E; ++e) {
+      std::vector<std::int64_t> kept;
+      std::int64_t ahead = 0;  // earlier choices, every rank
+      std::size_t i = 0;
+      for (int j = 0; j < K; ++j) {
+        std::int64_t place = ahead + static_cast<std::int64_t>(below[j * E + e]);
+        for (; i < of[e].size() && of[e][i] % K == j; ++i, ++place)
+          if (place < r.capacity) kept.push_back(of[e][i]);
+        ahead += static_cast<std::int64_t>(total[j * E + e]);
+      }
+      of[e] = std::move(kept);
+      r.kept_total[e] = std::min<std::int64_t>(r.capacity, r.load[e]);
     }
-    std::sort(list.begin(), list.end());
-    r.offsets[e + 1] = r.offsets[e] + static_cast<std::int64_t>(list.size());
+  } else {
+    for (int e = 0; e < E; ++e) {
+      auto& list = of[e];
+      if (r.capacity > 0 && static_cast<std::int64_t>(list.size()) > r.capacity) {
+        if (m.drop == DropPolicy::probability)
+          std::stable_sort(list.begin(), list.end(), [&](std::int64_t a, std::int64_t b) {
+            return r.scores[(a / K) * E + e] > r.scores[(b / K) * E + e];
+          });
+        list.resize(static_cast<std::size_t>(r.capacity));
+      }
+      // Over a group without capacity every assignment is kept.
+      r.kept_total[e] = group ? r.load[e] : static_cast<std::int64_t>(list.size());
+    }
+  }
+  for (int e = 0; e < E; ++e) {
+    std::sort(of[e].begin(), of[e].end());
+    r.offsets[e + 1] = r.offsets[e] + static_cast<std::int64_t>(of[e].size());
   }
   r.token_of_row.resize(r.offsets[E]);
   for (int e = 0; e < E; ++e) {
@@ -204,7 +249,8 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   const int E = r.experts, K = r.k;
   check(dlogits.rank() == 2 && dlogits.dim(0) == T && dlogits.dim(1) == E,
         "[router] dlogits {} must be [{}, {}]", shape_string(dlogits.shape()), T, E);
-  const double inv_t = T > 0 ? 1.0 / static_cast<double>(T) : 0.0;
+  // The losses are means over the group's tokens: each rank adds its tokens' part.
+  const double inv_t = r.total_tokens > 0 ? 1.0 / static_cast<double>(r.total_tokens) : 0.0;
   // ∂(aux_coef·balance)/∂P_e and ∂(z_coef·z)/∂lse_t, both scaled.
   std::vector<float> dmean_p(E);
   for (int e = 0; e < E; ++e)

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "ffnlab/dist/group.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/layer.hpp"
 #include "ffnlab/ops/matmul.hpp"
@@ -57,6 +58,15 @@ class FeedForward : public Layer {
   // `stream` alone; a trainer passes its seed and the step, so that a resumed run draws what an
   // uninterrupted one would.
   virtual void set_random_stream(std::uint64_t /*seed*/, std::uint64_t /*stream*/) {}
+  // Data parallelism: the tokens of the next forwards are [first_token, first_token + T) of a
+  // batch spread over `group`'s ranks (null: this process holds the whole batch). Training
+  // forwards then route over the whole batch (MoE: loads, losses, capacity; collective, so
+  // every rank makes the same training forwards) and draw the random numbers of their place in
+  // it, so that results do not depend on the number of ranks.
+  void set_data_parallel(ProcessGroup* group, std::int64_t first_token) {
+    group_ = group;
+    first_token_ = first_token;
+  }
 
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
@@ -81,6 +91,8 @@ class FeedForward : public Layer {
   Precision precision_ = Precision::f32;
   DType inference_weights_ = DType::f32;
   float aux_loss_scale_ = 1.0f;
+  ProcessGroup* group_ = nullptr;
+  std::int64_t first_token_ = 0;
 };
 
 // Builds the layer a config describes, initialised like torch.nn.Linear from `seed`.

@@ -100,7 +100,7 @@ class MoEFFN final : public FeedForward {
   Tensor packed_in_, packed_out_;     // bf16 copies of w_.in and w_.out (set_inference_weights)
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
 
-  std::mt19937_64 rng_;
+  std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws
   Routing routing_;
   std::vector<std::int64_t> step_load_;  // assignments per expert since the last balance update
   bool saved_ = false;

@@ -29,6 +29,9 @@ class TransformerBlock final : public Layer {
   FeedForward& ffn() { return *ffn_; }
   const FeedForward& ffn() const { return *ffn_; }
   void set_precision(Precision p);
+  // Data parallelism (FeedForward::set_data_parallel): the tokens' place in the whole batch,
+  // for the dropout masks and the FFN.
+  void set_data_parallel(ProcessGroup* group, std::int64_t first_token);
 
  private:
   void bind_parameters() override;
@@ -42,6 +45,7 @@ class TransformerBlock final : public Layer {
   // Saved by forward: [T, D] each.
   bool train_ = false;
   std::uint64_t dropout_seed_ = 0, stream_ = 0;
+  std::uint64_t dropout_first_ = 0;  // element index of the first token's first value
   Tensor x_, n1_, a_, h_, n2_, f_, z_;
   // Backward workspaces: [T, D] each.
   Tensor d1_, d2_, d3_;

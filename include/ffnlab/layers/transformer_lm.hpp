@@ -4,6 +4,7 @@
 // model.layers.{i}.self_attn.q_proj.weight, model.norm.weight, lm_head.weight, ...).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -26,9 +27,13 @@ class TransformerLM final : public Layer {
   // train = true, dropout is on and backward() may follow.
   double forward(std::span<const std::int32_t> ids, std::span<const std::int32_t> targets,
                  std::int64_t seq, bool train);
-  // Gradients of scale·(cross-entropy + aux_loss()) of the last training forward, accumulated
-  // into parameters().grads().
-  void backward(float scale = 1.f);
+  // Gradients of scale·cross-entropy + aux_scale·aux_loss() of the last training forward
+  // (aux_scale < 0: scale), accumulated into parameters().grads(). `ready` (optional) is called
+  // as the gradients finish, back to front: ready(i) says that every gradient from element i
+  // of the buffer to its end is complete (so a data-parallel trainer can start summing them
+  // over ranks while the rest of backward runs); the last call is ready(0).
+  void backward(float scale = 1.f, float aux_scale = -1.f,
+                const std::function<void(std::int64_t)>& ready = {});
 
   const Tensor& logits() const { return logits_; }  // [B·S, V] of the last forward
   double aux_loss() const;                          // Σ over blocks of the MoE aux losses
@@ -40,6 +45,9 @@ class TransformerLM final : public Layer {
   // step, so that masks depend on the step only (a resumed run draws the same ones). The MoE
   // layers' noise is re-seeded from the same stream.
   void set_dropout_stream(std::uint64_t seed, std::uint64_t stream);
+  // Data parallelism: the next training forwards hold tokens [first_token, ...) of a batch
+  // spread over `group` (FeedForward::set_data_parallel); null: the whole batch is here.
+  void set_data_parallel(ProcessGroup* group, std::int64_t first_token);
   // Whether AdamW decays a parameter: matrices (and embeddings) yes, norm weights and biases no.
   static bool is_decayed(const Parameter& p);
 
@@ -55,6 +63,9 @@ class TransformerLM final : public Layer {
   Tensor pos_, dpos_;      // [context, D] learned; pos_ is the fixed table when sinusoidal
   Tensor head_, dhead_;    // [V, D] (views of embed_ when tied)
   std::uint64_t dropout_seed_ = 0, dropout_stream_ = 0;
+  std::uint64_t dropout_first_ = 0;          // the embedding dropout's first element index
+  std::vector<std::int64_t> block_offset_;  // where block i's gradients start in the buffer
+  std::int64_t head_offset_ = 0;            // where the final norm's (or the head's) start
 
   // Saved by forward.
   bool train_ = false;

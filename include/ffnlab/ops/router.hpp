@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ffnlab/dist/group.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/tensor.hpp"
 
@@ -73,9 +74,12 @@ struct RouterConfig {
   float z_coef = 0.0f;    // router z-loss
 };
 
-// What the router decided for T tokens, and what its backward needs.
+// What the router decided for T tokens, and what its backward needs. Routed over a process group
+// (data parallelism), the counts, losses and statistics are those of the group's whole batch: the
+// tokens of every rank, as one process holding them all would compute them.
 struct Routing {
   std::int64_t tokens = 0;
+  std::int64_t total_tokens = 0;  // over the group (= tokens without one)
   int experts = 0, k = 0;
   std::vector<float> probs;           // [T, E] softmax(logits): balance loss, z-loss, statistics
   std::vector<float> scores;          // [T, E] softmax or sigmoid of the logits
@@ -86,9 +90,10 @@ struct Routing {
   std::vector<std::int64_t> slot;     // [T, k] row in the permuted buffer, -1 when dropped
   std::vector<std::int64_t> offsets;  // [E + 1] expert blocks in the permuted buffer
   std::vector<std::int64_t> token_of_row;  // [kept] token of each permuted row
-  std::vector<std::int64_t> load;          // [E] assignments before capacity
-  std::vector<std::int64_t> first;         // [E] tokens whose first choice is e
-  std::int64_t capacity = 0;               // per expert; 0: dropless
+  std::vector<std::int64_t> load;          // [E] assignments before capacity (group)
+  std::vector<std::int64_t> first;         // [E] tokens whose first choice is e (group)
+  std::vector<std::int64_t> kept_total;    // [E] assignments kept (group)
+  std::int64_t capacity = 0;               // per expert, over the group; 0: dropless
   double balance_loss = 0, z_loss = 0, entropy = 0, top1_prob = 0;
 
   std::int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }
@@ -97,12 +102,17 @@ struct Routing {
 
 // Scores, selection and combine weights from logits [T, E]. `selection_bias` [E] (null: none)
 // is added to the scores for the choice only (aux-loss-free balancing). Also computes the
-// balance loss, the z-loss, the entropy and the top-1 probability.
-void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m);
+// balance loss, the z-loss, the entropy and the top-1 probability; with a `group` (collective:
+// every rank calls it), over the tokens of all its ranks.
+void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
+           ProcessGroup* group = nullptr);
 
 // Capacity (dropping by m.drop) and the layout of the permuted buffer: each expert's kept
-// assignments are contiguous, in token order.
-void assign_rows(Routing& r, const RouterConfig& m);
+// assignments are contiguous, in token order. With a `group` (collective), the capacity is that
+// of the group's batch, whose tokens are the ranks' in rank order: an assignment is kept when
+// it is kept in one process holding every rank's tokens. Throws for drop = probability with a
+// group (not supported: it needs every rank's scores).
+void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group = nullptr);
 
 // dlogits [T, E] (overwritten) from dweight [T, k], the loss gradient of the combine weights
 // (zero for dropped assignments), plus aux_scale·(aux_coef·∂balance + z_coef·∂z)/∂logits.

@@ -1,0 +1,47 @@
+// ProcessGroup: the processes that train one model together (data parallelism), as the layers
+// and the trainer see them. The library itself holds no MPI: ffnlab/dist/mpi.hpp implements
+// this interface over MPI when ffnlab is built with FFNLAB_MPI (docs/distributed.md).
+//
+// Every call is collective: every rank of the group makes the same calls in the same order,
+// and each returns the same result on every rank. `what` names the exchange in errors (a
+// timeout, a rank that stopped).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace ffnlab {
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // values = Σ over ranks, in place.
+  virtual void allreduce_sum(std::span<double> values, const char* what) = 0;
+  // values = Σ over ranks below this one (zeros on rank 0), in place.
+  virtual void exscan_sum(std::span<double> values, const char* what) = 0;
+  // values = min (max) over ranks, in place.
+  virtual void allreduce_min(std::span<double> values, const char* what) = 0;
+  virtual void allreduce_max(std::span<double> values, const char* what) = 0;
+  // text = rank 0's text on every rank.
+  virtual void broadcast(std::string& text, const char* what) = 0;
+
+  // Gradient buckets: starts Σ over ranks of `values` in place, without waiting; progress()
+  // lets started sums advance (call it while computing); wait_all() returns when every started
+  // sum is done.
+  virtual void start_allreduce_sum(std::span<float> values, const char* what) = 0;
+  virtual void progress() = 0;
+  virtual void wait_all() = 0;
+
+  // Bytes of payload this process handed to collectives since construction (the vectors above,
+  // not MPI's own traffic, which depends on its algorithm), and the seconds spent inside them
+  // (waiting for the other ranks included): what docs/distributed.md's model is checked against.
+  virtual double payload_bytes() const = 0;
+  virtual double seconds_in_collectives() const = 0;
+};
+
+}  // namespace ffnlab
