@@ -15,6 +15,7 @@ packages=(
   python3 python3-torch python3-numpy  # the reference that writes golden cases
   libopenblas0-openmp  # PyTorch products: without it Debian torch uses the reference BLAS (30x slower)
   python3-dev pybind11-dev python3-pytest  # the Python module (FFNLAB_BUILD_PYTHON) and its tests
+  libopenmpi-dev openmpi-bin       # data-parallel training over MPI (FFNLAB_MPI) and its tests
 )
 
 missing=()

@@ -58,23 +58,28 @@ Corpus load_corpus(const std::string& path, double val_fraction) {
 }
 
 Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
-                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro) {
+                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro,
+                   std::int64_t first, std::int64_t rows) {
   const std::int64_t n = static_cast<std::int64_t>(part.size());
   check(seq > 0 && batch > 0, "[data] batch {} and sequence length {} must be positive", batch,
         seq);
   check(n >= seq + 1, "[data] sequence length {} needs {} bytes, the training part has {}", seq,
         seq + 1, n);
+  if (rows < 0) rows = batch - first;
+  check(first >= 0 && rows >= 1 && first + rows <= batch, "[data] rows [{}, {}) of a batch of {}",
+        first, first + rows, batch);
   Batch b;
-  b.ids.resize(static_cast<std::size_t>(batch * seq));
+  b.ids.resize(static_cast<std::size_t>(rows * seq));
   b.targets.resize(b.ids.size());
   const std::uint64_t starts = static_cast<std::uint64_t>(n - seq);  // valid starts: [0, n − seq)
-  for (std::int64_t r = 0; r < batch; ++r) {
-    const std::uint64_t h = splitmix64(splitmix64(splitmix64(seed) + step) +
-                                       micro * 0x100000001b3ull + static_cast<std::uint64_t>(r));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const auto r = static_cast<std::uint64_t>(first + i);
+    const std::uint64_t h =
+        splitmix64(splitmix64(splitmix64(seed) + step) + micro * 0x100000001b3ull + r);
     const std::int64_t start = static_cast<std::int64_t>(h % starts);
     for (std::int64_t s = 0; s < seq; ++s) {
-      b.ids[r * seq + s] = part[start + s];
-      b.targets[r * seq + s] = part[start + s + 1];
+      b.ids[i * seq + s] = part[start + s];
+      b.targets[i * seq + s] = part[start + s + 1];
     }
   }
   return b;

@@ -139,20 +139,77 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
   }
 }
 
-Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config)
-    : model_(model), corpus_(corpus), config_(config), schedule_(schedule_of(config)) {
+namespace {
+
+// What every rank of a data-parallel run must share: the model, the training settings and the
+// data. Rank 0's is sent to all; each compares its own and says what differs.
+void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
+                      const Corpus& corpus) {
+  const json mine = {{"model", lm_config_to_json(model)},
+                     {"train", train_config_to_json(train)},
+                     {"data", {{"fingerprint", corpus.fingerprint},
+                               {"train_bytes", corpus.train().size()}}}};
+  std::string text = mine.dump();
+  group.broadcast(text, "configuration check");
+  const json first = json::parse(text);
+  std::string diff;
+  for (const auto& [part, values] : mine.items())
+    for (const auto& [key, value] : values.items())
+      if (!first[part].contains(key) || first[part][key] != value)
+        diff += fmt::format("{}{}.{} = {} here, {} on rank 0", diff.empty() ? "" : "; ", part, key,
+                            value.dump(), first[part].value(key, json()).dump());
+  std::vector<double> odd{diff.empty() ? 0.0 : 1.0, diff.empty() ? -1.0 : group.rank()};
+  group.allreduce_max(odd, "configuration check");
+  check(diff.empty(), "[dist] rank {} was started with another configuration than rank 0: {}",
+        group.rank(), diff);
+  check(odd[0] == 0, "[dist] rank {} was started with another configuration than rank 0 (its "
+                     "own message says what differs)",
+        static_cast<int>(odd[1]));
+}
+
+// FNV-1a of the weights' bytes, as two exact halves.
+std::vector<double> weights_hash(const Tensor& values) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(values.f32());
+  for (std::size_t i = 0, n = static_cast<std::size_t>(values.numel()) * sizeof(float); i < n; ++i)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffull)};
+}
+
+}  // namespace
+
+Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
+                 DataParallel parallel)
+    : model_(model),
+      corpus_(corpus),
+      config_(config),
+      schedule_(schedule_of(config)),
+      parallel_(parallel) {
   check_training_setup(model.config(), corpus, config_, false);
   model_.set_precision(config_.precision);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_.parameters(),
                                            TransformerLM::is_decayed);
+  if (ProcessGroup* g = parallel_.group) {
+    check_same_setup(*g, model.config(), config_, corpus);
+    check(config_.batch % g->size() == 0,
+          "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {}",
+          config_.batch, g->size(), g->size());
+    model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq);
+    sync_ = std::make_unique<GradientSync>(*g, model_.parameters().grads(),
+                                           parallel_.bucket_elements);
+  }
 }
 
 StepLog Trainer::train_step() {
+  // A data-parallel rank takes its slice of every micro-batch.
+  const int ranks = parallel_.group ? parallel_.group->size() : 1;
+  const std::int64_t rows = config_.batch / ranks;
+  const std::int64_t first = parallel_.group ? parallel_.group->rank() * rows : 0;
   std::vector<Batch> batches;
   for (std::int64_t micro = 0; micro < config_.accumulate; ++micro)
     batches.push_back(sample_batch(corpus_.train(), config_.batch, config_.seq, config_.seed,
                                    static_cast<std::uint64_t>(step_),
-                                   static_cast<std::uint64_t>(micro)));
+                                   static_cast<std::uint64_t>(micro), first, rows));
   return train_step(batches);
 }
 
@@ -164,16 +221,35 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   const auto count = static_cast<std::int64_t>(batches.size());
   const float weight = 1.f / static_cast<float>(count);
   std::int64_t tokens = 0;
+  ProcessGroup* group = parallel_.group;
+  // Data parallel: the loss is the mean over the whole batch, each rank's share 1/ranks of it;
+  // the MoE aux losses are already the whole batch's (their backward divides by its tokens).
+  const float share = group ? 1.f / static_cast<float>(group->size()) : 1.f;
+  const auto non_finite = [&] {
+    return fmt::format("[train] step {}: the loss is {}; training stopped before the update",
+                       step_ + 1, log.loss + log.aux_loss);
+  };
   for (std::int64_t micro = 0; micro < count; ++micro) {
     const Batch& b = batches[micro];
     tokens += static_cast<std::int64_t>(b.ids.size());
     model_.set_dropout_stream(config_.seed, static_cast<std::uint64_t>(step_ * count + micro));
-    log.loss += model_.forward(b.ids, b.targets, config_.seq, true) * weight;
+    log.loss += model_.forward(b.ids, b.targets, config_.seq, true) * weight * share;
     log.aux_loss += model_.aux_loss() * weight;
-    check(std::isfinite(log.loss) && std::isfinite(log.aux_loss),
-          "[train] step {}: the loss is {}; training stopped before the update", step_ + 1,
-          log.loss + log.aux_loss);
-    model_.backward(weight);
+    // Over a group the check waits for the summed loss, so that every rank stops together.
+    if (!group) check(std::isfinite(log.loss) && std::isfinite(log.aux_loss), "{}", non_finite());
+    const bool last = micro + 1 == count;
+    if (group && last)
+      model_.backward(weight * share, weight, [&](std::int64_t first) { sync_->ready(first); });
+    else
+      model_.backward(weight * share, weight);
+  }
+  if (group) {
+    sync_->finish();
+    std::vector<double> sums{log.loss, static_cast<double>(tokens)};
+    group->allreduce_sum(sums, "loss");
+    log.loss = sums[0];
+    tokens = static_cast<std::int64_t>(sums[1]);
+    check(std::isfinite(log.loss) && std::isfinite(log.aux_loss), "{}", non_finite());
   }
   log.grad_norm = global_norm(ps.grads());
   check(std::isfinite(log.grad_norm),
@@ -219,14 +295,21 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   if (max_tokens > 0) windows = std::max<std::int64_t>(1, std::min(windows, max_tokens / S));
   EvalLog log;
   log.step = step_;
-  double sum = 0;
-  for (std::int64_t w = 0; w < windows; w += config_.batch) {
+  // Data parallel: rank r evaluates chunks r, r + ranks, ...; each chunk is the forward one
+  // process would run, so the sum does not depend on the number of ranks.
+  ProcessGroup* group = parallel_.group;
+  const std::int64_t ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
+  std::vector<double> sum{0.0, 0.0};  // loss · tokens, tokens
+  for (std::int64_t w = 0, chunk = 0; w < windows; w += config_.batch, ++chunk) {
+    if (chunk % ranks != rank) continue;
     const Batch b = sequential_batch(val, std::min(config_.batch, windows - w), S, w);
     const double loss = model_.forward(b.ids, b.targets, S, false);
-    sum += loss * static_cast<double>(b.ids.size());
-    log.tokens += static_cast<std::int64_t>(b.ids.size());
+    sum[0] += loss * static_cast<double>(b.ids.size());
+    sum[1] += static_cast<double>(b.ids.size());
   }
-  log.loss = sum / static_cast<double>(log.tokens);
+  if (group) group->allreduce_sum(sum, "evaluation");
+  log.tokens = static_cast<std::int64_t>(sum[1]);
+  log.loss = sum[0] / sum[1];
   log.bits_per_byte = log.loss / std::log(2.0);
   return log;
 }
@@ -251,9 +334,16 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
     }
     if (on_step) on_step(log);
     const bool last = step_ == config_.steps;
-    if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0))
-      if (on_eval) on_eval(evaluate(config_.eval_tokens));
-    const bool stopping = !last && stop && stop();
+    if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0)) {
+      const EvalLog e = evaluate(config_.eval_tokens);
+      if (on_eval) on_eval(e);
+    }
+    bool stopping = !last && stop && stop();
+    if (parallel_.group && !last) {  // one rank interrupted: all stop, at the same step
+      std::vector<double> any{stopping ? 1.0 : 0.0};
+      parallel_.group->allreduce_max(any, "stop");
+      stopping = any[0] > 0;
+    }
     if (!checkpoint_dir.empty() &&
         (last || stopping ||
          (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)))
@@ -264,6 +354,26 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
 }
 
 void Trainer::save(const std::string& dir) const {
+  ProcessGroup* group = parallel_.group;
+  if (!group) return write_checkpoint(dir);
+  // Every rank must hold the same weights (they make the same updates from the same summed
+  // gradients); a checkpoint of one rank's would otherwise hide a divergence.
+  std::vector<double> lo = weights_hash(model_.parameters().values()), hi = lo;
+  group->allreduce_min(lo, "weights check");
+  group->allreduce_max(hi, "weights check");
+  check(lo == hi, "[dist] step {}: the ranks' weights differ; no checkpoint written", step_);
+  // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
+  std::string failure;
+  if (group->rank() == 0) try {
+      write_checkpoint(dir);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  group->broadcast(failure, "checkpoint");
+  if (!failure.empty()) throw SystemError(failure);
+}
+
+void Trainer::write_checkpoint(const std::string& dir) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());

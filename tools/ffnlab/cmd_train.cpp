@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "ffn_flags.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/dist/mpi.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/io/files.hpp"
@@ -48,6 +49,8 @@ struct TrainOptions {
   std::int64_t print_every = 0;
   int threads = 0;
   bool force = false;
+  // data parallelism (under mpirun)
+  double dist_timeout = 300, bucket_mb = 4;
   std::vector<CLI::Option*> model_flags;
   std::vector<std::pair<CLI::Option*, const char*>> train_flags;  // flag, its train-config key
   CLI::Option* out_flag = nullptr;
@@ -303,14 +306,44 @@ void write_summary(const std::string& out, const RunSetup& r, const Corpus& corp
   write_file_atomic((fs::path(out) / "summary.json").string(), s.data(), s.size());
 }
 
+// Started by mpirun: the MPI world (every rank a slice of each batch); else null.
+std::unique_ptr<MpiWorld> join_world(const TrainOptions& o) {
+  if (!mpi_launched()) return nullptr;
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!mpi_available() && size != nullptr && std::string_view(size) != "1")
+    throw Error(fmt::format(
+        "[dist] started by mpirun as one of {} processes, but this ffnlab was built without MPI: "
+        "each would train alone; rebuild with -DFFNLAB_MPI=ON (the release preset does)",
+        size));
+  if (!mpi_available()) return nullptr;
+  return mpi_world(o.dist_timeout);
+}
+
+void train(TrainOptions& o, ProcessGroup* group);
+
 void run_train(TrainOptions& o) {
   InterruptGuard interrupts;
   apply_threads(o.threads);
+  const std::unique_ptr<MpiWorld> world = join_world(o);
+  if (!world || world->size() == 1) return train(o, nullptr);
+  try {
+    train(o, world.get());
+  } catch (...) {
+    // One rank failed: say why, then end every rank (they would wait for this one).
+    const int status = report_error(std::current_exception());
+    world->abort(status);
+  }
+}
+
+// One process, or one rank of a data-parallel run (group): rank 0 alone checks and writes the
+// output folder, prints and samples; every rank trains.
+void train(TrainOptions& o, ProcessGroup* group) {
+  const bool lead = group == nullptr || group->rank() == 0;
   // --resume DIR continues in DIR unless --out names another folder.
   std::string out = o.out;
   if (!o.resume.empty() && o.out_flag->count() == 0) out = o.resume;
   const RunSetup setup = resolve_setup(o);
-  check_writable_dir(out, "train");
+  if (lead) check_writable_dir(out, "train");
   const Corpus corpus = load_corpus(o.data, o.val_fraction);
   check_same_data(setup, corpus, o.force);
   check_training_setup(setup.model, corpus, setup.train);
@@ -319,25 +352,37 @@ void run_train(TrainOptions& o) {
   check_memory(16.0 * static_cast<double>(params), "train",
                fmt::format("a model of {} parameters (weights, gradients, Adam state)", params));
   // Everything is checked: from here on, the output folder is written.
-  ensure_writable_dir(out, "train");
-  remove_stale_temporaries(out, [](std::string_view name) {
-    return name == "train_log.csv" || name == "eval_log.csv" || name == "summary.json" ||
-           name == "sample.txt";
-  });
+  if (lead) {
+    ensure_writable_dir(out, "train");
+    remove_stale_temporaries(out, [](std::string_view name) {
+      return name == "train_log.csv" || name == "eval_log.csv" || name == "summary.json" ||
+             name == "sample.txt";
+    });
+  }
 
   TransformerLM model(setup.model, setup.train.seed);
-  Trainer trainer(model, corpus, setup.train);
+  const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
+  Trainer trainer(model, corpus, setup.train, {group, std::max<std::int64_t>(1, bucket)});
   if (!setup.resume_dir.empty()) trainer.load(setup.resume_dir);
   if (trainer.step() > setup.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
                                  trainer.step(), setup.train.steps));
+  const std::string checkpoint = (fs::path(out) / "checkpoint").string();
+  if (!lead) {  // another rank: trains, and leaves the output to rank 0
+    if (!trainer.run({}, {}, checkpoint, [] { return InterruptGuard::requested(); }))
+      throw Interrupted(fmt::format("{} after step {}", InterruptGuard::signal_name(),
+                                    trainer.step()));
+    return;
+  }
 
   const bool resumed_here =
       !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
   Logs logs = open_logs(out, resumed_here, trainer.step());
   print_header(setup.model, setup.train, corpus, params, trainer.step());
+  if (group)
+    fmt::print("data parallel: {} ranks, {} sequences each per micro-batch\n", group->size(),
+               setup.train.batch / group->size());
   RunMonitor monitor(logs, setup.train, o.print_every);
-  const std::string checkpoint = (fs::path(out) / "checkpoint").string();
   bool finished = false;
   try {
     finished = trainer.run([&](const StepLog& s) { monitor.on_step(s); },
@@ -352,6 +397,9 @@ void run_train(TrainOptions& o) {
     throw Interrupted(fmt::format(
         "{} after step {} of {}; checkpoint written to {}; continue with: ffnlab train --resume {}",
         InterruptGuard::signal_name(), trainer.step(), setup.train.steps, checkpoint, out));
+  if (group)
+    fmt::print("data parallel: rank 0 handed {:.1f} MB to collectives, {:.2f} s in them\n",
+               group->payload_bytes() / 1e6, group->seconds_in_collectives());
 
   std::string text;
   if (o.sample > 0) {
@@ -507,6 +555,17 @@ void add_train_command(CLI::App& app) {
                   "without a terminal: a progress line every N steps (default: steps/20)")
       ->check(int_in(0, limits::kSteps))
       ->group(D);
+  const char* P = "Data parallel (mpirun -np N ffnlab train ...; docs/distributed.md)";
+  cmd->add_option("--dist-timeout", o->dist_timeout,
+                  "seconds a rank waits for the others in one exchange before it ends the run")
+      ->capture_default_str()
+      ->check(real_in(0.001, 1e6))
+      ->group(P);
+  cmd->add_option("--bucket-mb", o->bucket_mb,
+                  "gradient all-reduce bucket, MiB: sums start as backward finishes this much")
+      ->capture_default_str()
+      ->check(real_in(0.001, 1e5))
+      ->group(P);
   cmd->callback([o] { run_train(*o); });
 }
 

@@ -10,12 +10,49 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <new>
 #include <sstream>
 
 #include "ffnlab/layers/ffn_config.hpp"
+#include "interrupt.hpp"
 
 namespace ffnlab::cli {
+
+namespace {
+int report(const char* kind, const std::string& message, int status) {
+  std::string line = message.substr(0, message.find('\n'));
+  if (line.size() > 2000) line = line.substr(0, 2000) + "...";
+  std::fprintf(stderr, "ffnlab: %s: %s\n", kind, line.c_str());
+  return status;
+}
+}  // namespace
+
+int report_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CLI::ParseError& e) {
+    return report("usage error", e.what(), kExitUsage);
+  } catch (const UsageError& e) {
+    return report("usage error", e.what(), kExitUsage);
+  } catch (const Interrupted& e) {
+    return report("interrupted", e.what(), kExitInterrupted);
+  } catch (const ffnlab::SystemError& e) {
+    return report("error", e.what(), kExitSystem);
+  } catch (const ffnlab::Error& e) {
+    return report("error", e.what(), kExitInput);
+  } catch (const std::bad_alloc&) {
+    return report("error", "out of memory", kExitSystem);
+  } catch (const std::filesystem::filesystem_error& e) {
+    return report("error", e.what(), kExitSystem);
+  } catch (const std::exception& e) {
+    return report("error", e.what(), kExitSystem);
+  } catch (...) {
+    return report("error", "unknown exception", kExitSystem);
+  }
+}
 
 namespace {
 // 1099511627776 -> "2^40" (help and messages); other values as they are.

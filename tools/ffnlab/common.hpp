@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ inline constexpr int kExitInput = 1;          // a file, config or value was ref
 inline constexpr int kExitUsage = 2;          // a flag or argument is wrong
 inline constexpr int kExitSystem = 3;         // a read or write failed, out of memory
 inline constexpr int kExitInterrupted = 130;  // SIGINT or SIGTERM (train: after a checkpoint)
+
+// Prints an exception as the one line "ffnlab: error: ..." (a message with a newline is cut
+// there) and returns its exit status: usage 2, interrupted 130, system 3, other errors 1.
+int report_error(const std::exception_ptr& error);
 
 // Flag checks with short messages ("must be an integer in [1, 65536]"); reals must be finite.
 CLI::Validator int_in(std::int64_t lo, std::int64_t hi);

@@ -41,9 +41,12 @@ struct Batch {
   std::vector<std::int32_t> ids, targets;  // [B·S] each
 };
 
-// Throws "[data] ..." when the part is shorter than seq + 1 bytes.
+// Throws "[data] ..." when the part is shorter than seq + 1 bytes. Rows [first, first + rows)
+// of the batch (rows < 0: to its end): a data-parallel rank takes its slice of the windows one
+// process would take.
 Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
-                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro);
+                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro,
+                   std::int64_t first = 0, std::int64_t rows = -1);
 
 // Consecutive non-overlapping windows from the start of the part (evaluation): window w starts
 // at w·seq. Returns at most `batch` windows starting with window `first`.

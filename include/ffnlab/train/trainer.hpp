@@ -12,7 +12,9 @@
 #include <string>
 
 #include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/dist/group.hpp"
 #include "ffnlab/train/data.hpp"
+#include "ffnlab/train/grad_sync.hpp"
 #include "ffnlab/train/optimizer.hpp"
 #include "ffnlab/train/schedule.hpp"
 
@@ -66,9 +68,22 @@ struct EvalLog {
 void check_training_setup(const LMConfig& model, const Corpus& corpus, const TrainConfig& config,
                           bool evaluates = true);
 
+// Data parallelism (docs/distributed.md): the ranks of a group train one model, each on its
+// slice of every batch (batch / ranks sequences; the windows one process would take), with
+// gradients summed over the group in buckets of `bucket_elements` while backward runs, so that
+// every rank makes the same update. MoE routing statistics, losses and capacity are those of the
+// whole batch; evaluation is split over the ranks; rank 0 alone writes checkpoints.
+struct DataParallel {
+  ProcessGroup* group = nullptr;  // null: one process
+  std::int64_t bucket_elements = std::int64_t{1} << 20;
+};
+
 class Trainer {
  public:
-  Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config);
+  // With a group (collective): checks that every rank was given the same model, training
+  // settings and data, and throws "[dist] ..." naming the difference otherwise.
+  Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
+          DataParallel parallel = {});
 
   // Trains from the current step to config.steps. Evaluates every eval_every steps and at the
   // end, and checkpoints to `checkpoint_dir` (if not empty) every checkpoint_every steps and at
@@ -88,7 +103,7 @@ class Trainer {
   // Mean loss over the first max_tokens tokens of the validation part (0: all of it).
   EvalLog evaluate(std::int64_t max_tokens);
 
-  // Checkpoint: DIR/checkpoint.json (configs, step, seed, the data's fingerprint and split, the
+  // Data parallel: the ranks first check that their weights agree. Checkpoint: DIR/checkpoint.json (configs, step, seed, the data's fingerprint and split, the
   // weights file's name) and
   // DIR/weights-<step>.safetensors (parameters by name, optimizer moments). Each file is
   // written to a temporary name and renamed; checkpoint.json is renamed last, so that a crash
@@ -108,8 +123,12 @@ class Trainer {
   const Corpus& corpus_;
   TrainConfig config_;
   Schedule schedule_;
+  void write_checkpoint(const std::string& dir) const;
+
   std::unique_ptr<Optimizer> optimizer_;
   std::int64_t step_ = 0;
+  DataParallel parallel_;
+  std::unique_ptr<GradientSync> sync_;
 };
 
 // Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or

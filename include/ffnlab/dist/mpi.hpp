@@ -1,0 +1,35 @@
+// The MPI implementation of ProcessGroup (ffnlab/dist/group.hpp): MPI_COMM_WORLD of a program
+// started by mpirun. Built with FFNLAB_MPI (Debian's OpenMPI); without it, mpi_available() is
+// false and mpi_world() throws, so a program can say why it cannot run distributed.
+//
+// Failure behaviour: MPI calls return their errors (MPI_ERRORS_RETURN), which become
+// SystemError; every collective is started non-blocking and waited for with a deadline, so a
+// rank that stops answering makes the others fail with "[dist] ... no answer" after
+// `timeout_seconds` instead of hanging. After an error, abort() ends every rank.
+#pragma once
+
+#include <memory>
+
+#include "ffnlab/dist/group.hpp"
+
+namespace ffnlab {
+
+// Whether this ffnlab was built with MPI.
+bool mpi_available();
+// Whether this process was started by an MPI launcher (mpirun, srun): its environment says so.
+bool mpi_launched();
+
+class MpiWorld : public ProcessGroup {
+ public:
+  // Abandons every rank of the job with `code` (MPI_Abort). For use after an error on one rank,
+  // so that the others do not wait for it.
+  virtual void abort(int code) noexcept = 0;
+  // A barrier with the deadline (MPI_Ibarrier).
+  virtual void barrier(const char* what) = 0;
+};
+
+// Initialises MPI (once per process) and returns the world. MPI is finalised when the returned
+// object is destroyed. Throws SystemError when MPI cannot start, Error when built without MPI.
+std::unique_ptr<MpiWorld> mpi_world(double timeout_seconds);
+
+}  // namespace ffnlab

@@ -1,0 +1,176 @@
+// ProcessGroup over MPI_COMM_WORLD: non-blocking collectives waited for with a deadline.
+#include <mpi.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "check.hpp"
+#include "ffnlab/dist/mpi.hpp"
+
+namespace ffnlab {
+
+bool mpi_available() { return true; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class World final : public MpiWorld {
+ public:
+  explicit World(double timeout) : timeout_(timeout) {
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (!ready) {
+      int provided = 0;
+      // One thread calls MPI (the one that runs the trainer); OpenMP threads never do.
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        fail_system("[dist] MPI_Init_thread failed");
+      owns_ = true;
+    }
+    // A duplicate of the world, so that its error handler is ours alone.
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+
+  ~World() override {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_ && !finalized) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce_sum(std::span<double> v, const char* what) override {
+    MPI_Request r;
+    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_SUM, comm_, &r),
+       "MPI_Iallreduce", what);
+    payload_ += static_cast<double>(v.size_bytes());
+    wait(r, what);
+  }
+  void allreduce_min(std::span<double> v, const char* what) override {
+    MPI_Request r;
+    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_MIN, comm_, &r),
+       "MPI_Iallreduce", what);
+    payload_ += static_cast<double>(v.size_bytes());
+    wait(r, what);
+  }
+  void allreduce_max(std::span<double> v, const char* what) override {
+    MPI_Request r;
+    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_MAX, comm_, &r),
+       "MPI_Iallreduce", what);
+    payload_ += static_cast<double>(v.size_bytes());
+    wait(r, what);
+  }
+  void exscan_sum(std::span<double> v, const char* what) override {
+    std::vector<double> in(v.begin(), v.end());
+    MPI_Request r;
+    ok(MPI_Iexscan(in.data(), v.data(), count(v.size()), MPI_DOUBLE, MPI_SUM, comm_, &r),
+       "MPI_Iexscan", what);
+    payload_ += static_cast<double>(v.size_bytes());
+    wait(r, what);
+    if (rank_ == 0) std::fill(v.begin(), v.end(), 0.0);  // MPI leaves rank 0's undefined
+  }
+  void broadcast(std::string& text, const char* what) override {
+    unsigned long long n = text.size();
+    MPI_Request r;
+    ok(MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, comm_, &r), "MPI_Ibcast", what);
+    wait(r, what);
+    text.resize(static_cast<std::size_t>(n));
+    ok(MPI_Ibcast(text.data(), count(text.size()), MPI_CHAR, 0, comm_, &r), "MPI_Ibcast", what);
+    payload_ += static_cast<double>(n + sizeof n);
+    wait(r, what);
+  }
+  void barrier(const char* what) override {
+    MPI_Request r;
+    ok(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier", what);
+    wait(r, what);
+  }
+
+  void start_allreduce_sum(std::span<float> v, const char* what) override {
+    MPI_Request r;
+    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_FLOAT, MPI_SUM, comm_, &r),
+       "MPI_Iallreduce", what);
+    payload_ += static_cast<double>(v.size_bytes());
+    pending_.push_back(r);
+    pending_what_ = what;
+  }
+  void progress() override {
+    if (pending_.empty()) return;
+    const auto t0 = Clock::now();
+    int done = 0;
+    ok(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done,
+                   MPI_STATUSES_IGNORE),
+       "MPI_Testall", pending_what_);
+    if (done) pending_.clear();
+    seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  void wait_all() override {
+    for (MPI_Request& r : pending_) wait(r, pending_what_);
+    pending_.clear();
+  }
+
+  double payload_bytes() const override { return payload_; }
+  double seconds_in_collectives() const override { return seconds_; }
+
+  void abort(int code) noexcept override { MPI_Abort(MPI_COMM_WORLD, code); }
+
+ private:
+  static int count(std::size_t n) {
+    check(n <= static_cast<std::size_t>(INT32_MAX), "[dist] {} values in one exchange", n);
+    return static_cast<int>(n);
+  }
+
+  void ok(int rc, const char* call, const char* what) const {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    fail_system("[dist] rank {}: {} ({}) failed: {}", rank_, call, what, std::string(text, len));
+  }
+
+  // Polls until done: spinning briefly, then sleeping in growing steps (up to 1 ms), so that a
+  // waiting rank leaves the cores to the ranks still computing. Throws after the deadline.
+  void wait(MPI_Request& r, const char* what) {
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + std::chrono::duration<double>(timeout_);
+    auto nap = std::chrono::microseconds(1);
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      ok(MPI_Test(&r, &done, MPI_STATUS_IGNORE), "MPI_Test", what);
+      if (done) break;
+      const auto now = Clock::now();
+      if (now > deadline)
+        fail_system(
+            "[dist] rank {} of {}: no answer from the other ranks for {} s in the {} exchange; a "
+            "rank has stopped or hangs (--dist-timeout sets the wait)",
+            rank_, size_, timeout_, what);
+      if (polls > 100) {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      }
+    }
+    seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  double timeout_;
+  bool owns_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> pending_;
+  const char* pending_what_ = "";
+  double payload_ = 0, seconds_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<MpiWorld> mpi_world(double timeout_seconds) {
+  check(timeout_seconds > 0, "[dist] timeout = {} s must be positive", timeout_seconds);
+  return std::make_unique<World>(timeout_seconds);
+}
+
+}  // namespace ffnlab
