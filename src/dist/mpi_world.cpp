@@ -28,11 +28,16 @@ class World final : public MpiWorld {
         fail_system("[dist] MPI_Init_thread failed");
       owns_ = true;
     }
-    // A duplicate of the world, so that its error handler is ours alone.
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // A duplicate of the world, so that its error handler is ours alone. Duplicating is
+    // collective: non-blocking, with the deadline, like every exchange (a rank that never
+    // arrives must not hang the others here either).
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Request r;
+    ok(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &r), "MPI_Comm_idup", "start-up");
+    wait(r, "start-up");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
   }
 
   ~World() override {

@@ -1,0 +1,209 @@
+// Data-parallel training over MPI (docs/distributed.md), end to end through `ffnlab train`:
+// 1 process and 2 ranks (mpirun -np 2, one thread each) end with the same weights; resuming
+// works with another number of ranks; mismatched ranks, a hung rank and a dead rank end the run
+// with an error instead of a hang. Skipped, saying so, where mpirun is absent; a build without
+// MPI is tested to refuse an mpirun launch.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "../cli/cli_fixture.hpp"
+#include "ffnlab/io/safetensors.hpp"
+
+#ifndef FFNLAB_STRAY_RANK
+#define FFNLAB_STRAY_RANK ""  // built only with MPI; the tests that use it skip without
+#endif
+
+namespace ffnlab::test {
+namespace {
+
+// OpenMPI refuses root unless told; CI runs as root. Loopback, 2 ranks on any number of cores.
+const std::string kMpirun =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+    "mpirun --bind-to none -x OMP_NUM_THREADS=1 ";
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+// A small model: 2 blocks, batch 4 of 32 bytes, 20 steps with evaluation at the end.
+const std::string kRun =
+    "train --d-model 32 --layers 2 --heads 2 --seq 32 --batch 4 --steps 20 --eval-every 0 "
+    "--eval-tokens 512 --sample 0 --threads 1 --lr 3e-3 --print-every 20 ";
+
+// The largest |a − b| / (1 + |a|) over every tensor of two checkpoints (names must match).
+double weights_gap(const std::string& dir_a, const std::string& dir_b) {
+  auto load = [](const std::string& dir) {
+    for (const auto& e : fs::directory_iterator(fs::path(dir) / "checkpoint"))
+      if (e.path().extension() == ".safetensors") return SafeTensors::load(e.path().string());
+    throw std::runtime_error("no weights in " + dir);
+  };
+  const SafeTensors a = load(dir_a), b = load(dir_b);
+  EXPECT_EQ(a.names(), b.names());
+  double gap = 0;
+  for (const auto& name : a.names()) {
+    const Tensor x = a.f32(name), y = b.f32(name);
+    EXPECT_EQ(x.numel(), y.numel()) << name;
+    for (std::int64_t i = 0; i < std::min(x.numel(), y.numel()); ++i)
+      gap = std::max(gap, std::abs(static_cast<double>(x.f32()[i]) - y.f32()[i]) /
+                              (1.0 + std::abs(static_cast<double>(x.f32()[i]))));
+  }
+  return gap;
+}
+
+class Distributed : public Cli {
+ protected:
+  void SetUp() override {
+    Cli::SetUp();
+#ifndef FFNLAB_MPI_BUILD
+    GTEST_SKIP() << "this ffnlab is built without MPI (FFNLAB_MPI=OFF): data-parallel runs are "
+                    "not tested here (NoMpi.RefusesAnMpirunLaunch is)";
+#endif
+    if (!have_mpirun())
+      GTEST_SKIP() << "mpirun is not installed (Debian openmpi-bin, scripts/install-deps.sh)";
+  }
+  // Runs the same arguments in one process and on 2 ranks; both must succeed.
+  void run_both(const std::string& args) {
+    const Outcome one = run(kRun + args + " --out " + path("one"));
+    ASSERT_EQ(one.status, 0) << one.err;
+    const Outcome two = run(kRun + args + " --out " + path("two"), kMpirun + "-np 2 ");
+    ASSERT_EQ(two.status, 0) << two.err << two.out;
+    EXPECT_NE(two.out.find("data parallel: 2 ranks, 2 sequences each"), std::string::npos)
+        << two.out;
+  }
+  // The two runs' step logs, column by column (loss, aux loss, gradient norm, MoE statistics).
+  void expect_same_logs(const char* file) {
+    const std::string a = read(fs::path(path("one")) / file), b = read(fs::path(path("two")) / file);
+    std::istringstream sa(a), sb(b);
+    std::string la, lb;
+    int rows = 0;
+    while (std::getline(sa, la) && std::getline(sb, lb)) {
+      if (rows++ == 0) continue;
+      std::istringstream ca(la), cb(lb);
+      std::string va, vb;
+      for (int col = 0; std::getline(ca, va, ',') && std::getline(cb, vb, ','); ++col) {
+        if (std::string_view(file) == "train_log.csv" && (col == 5 || col == 6)) continue;  // speed
+        EXPECT_NEAR(std::stod(va), std::stod(vb), 1e-4 * (1 + std::abs(std::stod(va))))
+            << file << " row " << rows << " column " << col;
+      }
+    }
+    EXPECT_GT(rows, 1) << file;
+  }
+};
+
+// Tolerance: 2 ranks sum the gradients of their halves of the batch where one process sums them
+// over the whole batch; the rounding differs, nothing else. Measured after 20 Adam steps: 1e-6.
+constexpr double kTolerance = 1e-4;
+
+TEST_F(Distributed, DenseRunMatchesOneProcess) {
+  run_both("--variant swiglu --dropout 0.1 --accumulate 2");
+  const double gap = weights_gap(path("one"), path("two"));
+  EXPECT_LT(gap, kTolerance);
+  RecordProperty("weights_gap", std::to_string(gap));
+  std::printf("largest relative weight difference: %.3g\n", gap);
+  expect_same_logs("train_log.csv");
+  expect_same_logs("eval_log.csv");
+}
+
+// The MoE's routing statistics, aux and z losses, capacity (position order over the ranks),
+// balancing bias, jitter and noisy top-k are the whole batch's.
+TEST_F(Distributed, MoERunMatchesOneProcess) {
+  {
+    std::ofstream(path("moe.json"))
+        << R"({"variant": "moe", "d_model": 32, "d_ff": 64, "moe": {"num_experts": 4, "top_k": 2,
+         "jitter": 0.05, "noisy_topk": true, "balance_bias": true, "balance_rate": 0.001,
+         "capacity_factor": 1.0, "aux_coef": 0.01, "z_coef": 0.001}})";
+  }
+  run_both("--ffn-config " + path("moe.json") + " --accumulate 2");
+  const double gap = weights_gap(path("one"), path("two"));
+  EXPECT_LT(gap, kTolerance);
+  std::printf("largest relative weight difference: %.3g\n", gap);
+  expect_same_logs("train_log.csv");
+  // The capacity drops something (dropped_fraction, column 9), so that dropping over the ranks
+  // is tested.
+  std::istringstream log(read(fs::path(path("two")) / "train_log.csv"));
+  std::string line, last;
+  while (std::getline(log, line)) last = line;
+  std::istringstream row(last);
+  std::string value;
+  for (int col = 0; col <= 9; ++col) std::getline(row, value, ',');
+  EXPECT_GT(std::stod(value), 0.0) << last;
+}
+
+// A checkpoint holds no trace of the number of ranks: 10 steps on 2 ranks, then 10 more in one
+// process, end where 20 steps in one process do.
+TEST_F(Distributed, ResumesWithAnotherNumberOfRanks) {
+  const Outcome one = run(kRun + "--out " + path("one"));
+  ASSERT_EQ(one.status, 0) << one.err;
+  const std::string half = kRun.substr(0, kRun.find("--steps")) + "--steps 10 " +
+                           kRun.substr(kRun.find("--eval-every"));
+  const Outcome first = run(half + "--out " + path("two"), kMpirun + "-np 2 ");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const Outcome rest = run("train --resume " + path("two") + " --steps 20 --sample 0 --threads 1");
+  ASSERT_EQ(rest.status, 0) << rest.err;
+  EXPECT_LT(weights_gap(path("one"), path("two")), kTolerance);
+}
+
+TEST_F(Distributed, RanksWithOtherSettingsAreRefusedAtStartUp) {
+  const std::string bin = FFNLAB_BIN;
+  const Outcome r =
+      run(kRun + "--seed 1 --out " + path("a") + " : -np 1 " + bin + " " + kRun +
+              "--seed 2 --out " + path("b"),
+          kMpirun + "-np 1 ");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("rank 1 was started with another configuration than rank 0: "
+                       "train.seed = 2 here, 1 on rank 0"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
+  std::string args = kRun;
+  args.replace(args.find("--batch 4"), 9, "--batch 3");
+  const Outcome r = run(args + "--out " + path("a"), kMpirun + "-np 2 ");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("batch = 3 sequences cannot be split evenly over 2 ranks"),
+            std::string::npos)
+      << r.err;
+}
+
+// A rank that never answers: the other gives up after --dist-timeout and ends the job.
+TEST_F(Distributed, HungRankEndsTheRunAfterTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r = run(kRun + "--dist-timeout 3 --out " + path("a") + " : -np 1 " +
+                            std::string(FFNLAB_STRAY_RANK) + " silent",
+                        kMpirun + "-np 1 ");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("rank 0 of 2: no answer from the other ranks for 3 s"), std::string::npos)
+      << r.err;
+  EXPECT_LT(seconds, 60) << "the stray rank sleeps 120 s: the job was not ended";
+}
+
+// A rank that dies: the job ends with an error, not a hang.
+TEST_F(Distributed, DeadRankEndsTheRun) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r = run(kRun + "--dist-timeout 30 --out " + path("a") + " : -np 1 " +
+                            std::string(FFNLAB_STRAY_RANK) + " die",
+                        kMpirun + "-np 1 ");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_LT(seconds, 60);
+  EXPECT_FALSE(fs::exists(fs::path(path("a")) / "checkpoint" / "checkpoint.json"));
+}
+
+// Built without MPI, a launch by mpirun is refused: each process would train alone.
+TEST_F(Cli, NoMpiRefusesAnMpirunLaunch) {
+#ifdef FFNLAB_MPI_BUILD
+  GTEST_SKIP() << "this ffnlab is built with MPI (the Distributed tests run it)";
+#else
+  const Outcome r = run(kRun + "--out " + path("a"), "OMPI_COMM_WORLD_SIZE=2 ");
+  expect_error(r, "this ffnlab was built without MPI: each would train alone");
+#endif
+}
+
+}  // namespace
+}  // namespace ffnlab::test
