@@ -1,0 +1,201 @@
+// Data parallelism in the library, without MPI: ranks are threads (ThreadGroup). The router
+// over a group decides what one process holding every rank's tokens decides (loads, losses,
+// capacity in the position order, the aux-loss gradient), and a Trainer over 2 or 3 ranks ends
+// where one process does. The MPI runs of the same are tests/dist/.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "ffnlab/error.hpp"
+#include "ffnlab/ops/router.hpp"
+#include "ffnlab/train/trainer.hpp"
+#include "thread_group.hpp"
+
+using namespace ffnlab;
+using ffnlab::test::ThreadGroup;
+
+namespace {
+
+Tensor random_logits(std::int64_t T, int E, std::uint64_t seed) {
+  Tensor t({T, E});
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(rng);
+  return t;
+}
+
+Tensor rows_of(const Tensor& t, std::int64_t first, std::int64_t count) {
+  Tensor r({count, t.dim(1)});
+  std::copy_n(t.f32() + first * t.dim(1), count * t.dim(1), r.f32());
+  return r;
+}
+
+// Splits 37 tokens unevenly over the ranks and compares every rank's part with one process.
+void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
+  const std::int64_t T = 37;
+  const int E = m.num_experts, K = m.top_k;
+  const Tensor logits = random_logits(T, E, 7);
+  std::vector<float> dweight(T * K);
+  for (std::int64_t i = 0; i < T * K; ++i) dweight[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+
+  Routing one;
+  route(one, logits, nullptr, m);
+  assign_rows(one, m);
+  Tensor dl_one({T, E});
+  route_backward(dl_one, one, dweight.data(), m, 1.f);
+
+  std::vector<std::int64_t> cut{0};
+  for (int r = 1; r < ranks; ++r) cut.push_back(T * r / ranks + r);  // uneven parts
+  cut.push_back(T);
+  ThreadGroup::run(ranks, [&](ThreadGroup& g) {
+    const std::int64_t first = cut[g.rank()], count = cut[g.rank() + 1] - first;
+    Routing r;
+    route(r, rows_of(logits, first, count), nullptr, m, &g);
+    assign_rows(r, m, &g);
+    Tensor dl({count, E});
+    route_backward(dl, r, dweight.data() + first * K, m, 1.f);
+    EXPECT_EQ(r.total_tokens, T);
+    EXPECT_EQ(r.load, one.load);
+    EXPECT_EQ(r.first, one.first);
+    EXPECT_EQ(r.capacity, one.capacity);
+    EXPECT_NEAR(r.balance_loss, one.balance_loss, 1e-12);
+    EXPECT_NEAR(r.z_loss, one.z_loss, 1e-9);
+    EXPECT_NEAR(r.entropy, one.entropy, 1e-12);
+    std::vector<std::int64_t> kept_one(E);
+    for (int e = 0; e < E; ++e) kept_one[e] = one.rows_of(e);
+    EXPECT_EQ(r.kept_total, kept_one);
+    for (std::int64_t t = 0; t < count; ++t)
+      for (int j = 0; j < K; ++j)
+        EXPECT_EQ(r.slot[t * K + j] >= 0, one.slot[(first + t) * K + j] >= 0)
+            << "rank " << g.rank() << " token " << first + t << " choice " << j;
+    for (std::int64_t i = 0; i < count * E; ++i)
+      EXPECT_NEAR(dl.f32()[i], dl_one.f32()[first * E + i], 1e-7) << "rank " << g.rank();
+  });
+}
+
+RouterConfig router(double capacity) {
+  RouterConfig m;
+  m.num_experts = 4;
+  m.top_k = 2;
+  m.capacity_factor = capacity;
+  m.aux_coef = 0.02f;
+  m.z_coef = 0.001f;
+  return m;
+}
+
+}  // namespace
+
+TEST(DataParallel, RouterOverAGroupDecidesAsOneProcess) {
+  for (int ranks : {2, 3}) {
+    expect_group_routes_as_one(ranks, router(0.0));   // dropless
+    expect_group_routes_as_one(ranks, router(0.75));  // drops, by position over the ranks
+    RouterConfig top1 = router(1.0);
+    top1.balance_loss = BalanceLoss::top1;
+    expect_group_routes_as_one(ranks, top1);
+  }
+}
+
+TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
+  RouterConfig m = router(1.0);
+  m.drop = DropPolicy::probability;
+  const Tensor logits = random_logits(8, 4, 3);
+  EXPECT_THROW(ThreadGroup::run(2,
+                                [&](ThreadGroup& g) {
+                                  Routing r;
+                                  route(r, logits, nullptr, m, &g);
+                                  assign_rows(r, m, &g);
+                                }),
+               Error);
+}
+
+// A whole Trainer: an MoE model with dropout, noisy top-k, capacity and the balancing bias,
+// 6 steps of 2 micro-batches, on 1, 2 and 3 ranks (batch 6).
+TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+  Corpus corpus;
+  corpus.source = "test";
+  const std::string text = "It is a far, far better thing that I do, than I have ever done. ";
+  for (int i = 0; i < 30; ++i) corpus.bytes.insert(corpus.bytes.end(), text.begin(), text.end());
+  corpus.split = static_cast<std::int64_t>(corpus.bytes.size() * 9 / 10);
+  LMConfig c;
+  c.d_model = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.context = 16;
+  c.dropout = 0.1f;
+  c.ffn = variant_config("moe", 16, 16, false);
+  c.ffn.moe.num_experts = 4;
+  c.ffn.moe.top_k = 2;
+  c.ffn.moe.noisy_topk = true;
+  c.ffn.moe.jitter = 0.05f;
+  c.ffn.moe.balance_bias = true;
+  c.ffn.moe.capacity_factor = 1.0;
+  c.ffn.moe.aux_coef = 0.01f;
+  TrainConfig t;
+  t.steps = 6;
+  t.batch = 6;
+  t.seq = 16;
+  t.accumulate = 2;
+  t.warmup = 2;
+  t.optimizer.lr = 3e-3f;
+
+  auto train = [&](ProcessGroup* g) {
+    TransformerLM model(c, t.seed);
+    Trainer trainer(model, corpus, t, {g, 300});  // small buckets: several per backward
+    StepLog last;
+    for (int s = 0; s < t.steps; ++s) last = trainer.train_step();
+    const Tensor& w = model.parameters().values();
+    return std::make_pair(std::vector<float>(w.f32(), w.f32() + w.numel()), last);
+  };
+  const auto [one, log_one] = train(nullptr);
+  EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
+  for (int ranks : {2, 3}) {
+    std::vector<std::vector<float>> weights(ranks);
+    std::vector<StepLog> logs(ranks);
+    ThreadGroup::run(ranks, [&](ThreadGroup& g) {
+      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g);
+      EXPECT_GT(g.buckets(), 6) << "the gradients went in one piece";
+    });
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_EQ(weights[r].size(), one.size());
+      EXPECT_EQ(weights[r], weights[0]) << "rank " << r << " differs from rank 0";
+      double gap = 0;
+      for (std::size_t i = 0; i < one.size(); ++i)
+        gap = std::max(gap, std::abs(static_cast<double>(weights[r][i]) - one[i]) /
+                                (1.0 + std::abs(static_cast<double>(one[i]))));
+      EXPECT_LT(gap, 1e-5) << ranks << " ranks";
+      EXPECT_NEAR(logs[r].loss, log_one.loss, 1e-5);
+      EXPECT_NEAR(logs[r].aux_loss, log_one.aux_loss, 1e-6);
+      EXPECT_NEAR(logs[r].grad_norm, log_one.grad_norm, 1e-4);
+      EXPECT_NEAR(logs[r].dropped_fraction, log_one.dropped_fraction, 1e-12);
+      EXPECT_NEAR(logs[r].load_cv, log_one.load_cv, 1e-9);
+    }
+  }
+}
+
+TEST(DataParallel, BatchMustSplitEvenly) {
+  Corpus corpus;
+  corpus.source = "test";
+  corpus.bytes.assign(2000, 'a');
+  corpus.split = 1800;
+  LMConfig c;
+  c.d_model = 8;
+  c.layers = 1;
+  c.heads = 1;
+  c.context = 8;
+  c.ffn = variant_config("relu", 8, 16, true);
+  TrainConfig t;
+  t.batch = 5;
+  t.seq = 8;
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    TransformerLM model(c, 1);
+    try {
+      Trainer trainer(model, corpus, t, {&g, 1000});
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("batch = 5 sequences cannot be split evenly over 2"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}

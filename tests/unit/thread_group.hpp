@@ -1,0 +1,103 @@
+// ThreadGroup: a ProcessGroup of N threads in one process, for testing data parallelism without
+// MPI (and under the sanitizers). Each collective puts every rank's values in a shared slot,
+// waits for all, combines them in rank order, and waits again before the slots are reused.
+// run(n, body) starts n threads, body(group_of_rank), and rethrows the first exception.
+#pragma once
+
+#include <barrier>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ffnlab/dist/group.hpp"
+
+namespace ffnlab::test {
+
+class ThreadGroup final : public ProcessGroup {
+ public:
+  struct Shared {
+    explicit Shared(int n) : size(n), barrier(n), slots(n), texts(n) {}
+    int size;
+    std::barrier<> barrier;
+    std::vector<std::vector<double>> slots;
+    std::vector<std::string> texts;
+  };
+
+  ThreadGroup(Shared& shared, int rank) : s_(shared), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return s_.size; }
+
+  void allreduce_sum(std::span<double> v, const char*) override {
+    combine(v, [](double a, double b) { return a + b; }, s_.size);
+  }
+  void allreduce_min(std::span<double> v, const char*) override {
+    combine(v, [](double a, double b) { return std::min(a, b); }, s_.size);
+  }
+  void allreduce_max(std::span<double> v, const char*) override {
+    combine(v, [](double a, double b) { return std::max(a, b); }, s_.size);
+  }
+  void exscan_sum(std::span<double> v, const char*) override {
+    combine(v, [](double a, double b) { return a + b; }, rank_, true);
+  }
+  void broadcast(std::string& text, const char*) override {
+    s_.texts[rank_] = text;
+    s_.barrier.arrive_and_wait();
+    text = s_.texts[0];
+    s_.barrier.arrive_and_wait();
+  }
+  // Summed at once (the order of calls is the same on every rank, which is all it needs).
+  void start_allreduce_sum(std::span<float> v, const char*) override {
+    std::vector<double> d(v.begin(), v.end());
+    allreduce_sum(d, "");
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(d[i]);
+    ++buckets_;
+  }
+  void progress() override {}
+  void wait_all() override {}
+  double payload_bytes() const override { return 0; }
+  double seconds_in_collectives() const override { return 0; }
+  int buckets() const { return buckets_; }
+
+  static void run(int n, const std::function<void(ThreadGroup&)>& body) {
+    Shared shared(n);
+    std::vector<std::thread> threads;
+    std::exception_ptr error;
+    std::mutex m;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        ThreadGroup g(shared, r);
+        try {
+          body(g);
+        } catch (...) {
+          std::lock_guard lock(m);
+          if (!error) error = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  // values = op over ranks [0, upto) in rank order (upto = size: all; exscan: those below).
+  template <class Op>
+  void combine(std::span<double> v, Op op, int upto, bool zero_if_none = false) {
+    s_.slots[rank_].assign(v.begin(), v.end());
+    s_.barrier.arrive_and_wait();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      double acc = upto > 0 ? s_.slots[0][i] : (zero_if_none ? 0.0 : v[i]);
+      for (int r = 1; r < upto; ++r) acc = op(acc, s_.slots[r][i]);
+      v[i] = acc;
+    }
+    s_.barrier.arrive_and_wait();
+  }
+
+  Shared& s_;
+  int rank_;
+  int buckets_ = 0;
+};
+
+}  // namespace ffnlab::test
