@@ -90,6 +90,39 @@ class World final : public MpiWorld {
     payload_ += static_cast<double>(n + sizeof n);
     wait(r, what);
   }
+  void broadcast(std::span<float> v, int root, const char* what) override {
+    MPI_Request r;
+    ok(MPI_Ibcast(v.data(), count(v.size()), MPI_FLOAT, root, comm_, &r), "MPI_Ibcast", what);
+    if (rank_ == root) payload_ += static_cast<double>(v.size_bytes());
+    wait(r, what);
+  }
+  void alltoall(std::span<const double> send, std::span<double> recv, const char* what) override {
+    const int n = count(send.size() / static_cast<std::size_t>(size_));
+    MPI_Request r;
+    ok(MPI_Ialltoall(send.data(), n, MPI_DOUBLE, recv.data(), n, MPI_DOUBLE, comm_, &r),
+       "MPI_Ialltoall", what);
+    payload_ += static_cast<double>(send.size_bytes());
+    wait(r, what);
+  }
+  void alltoallv(const float* send, std::span<const std::int64_t> send_counts, float* recv,
+                 std::span<const std::int64_t> recv_counts, const char* what) override {
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    std::int64_t so = 0, ro = 0;
+    for (int q = 0; q < size_; ++q) {
+      sc[q] = count(static_cast<std::size_t>(send_counts[q]));
+      rc[q] = count(static_cast<std::size_t>(recv_counts[q]));
+      sd[q] = count(static_cast<std::size_t>(so));
+      rd[q] = count(static_cast<std::size_t>(ro));
+      so += send_counts[q];
+      ro += recv_counts[q];
+    }
+    MPI_Request r;
+    ok(MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
+                      comm_, &r),
+       "MPI_Ialltoallv", what);
+    payload_ += static_cast<double>(so - send_counts[rank_]) * sizeof(float);  // leaves the rank
+    wait(r, what);
+  }
   void barrier(const char* what) override {
     MPI_Request r;
     ok(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier", what);

@@ -19,11 +19,13 @@ namespace {
 // Calls f(e, rows) for every expert with tokens, with `rows(t)` the expert's block of the
 // permuted buffer t. Experts without tokens are skipped: they cost nothing.
 template <typename Fn>
-void for_each_block(const Routing& r, Fn f) {
-  for (int e = 0; e < r.experts; ++e) {
-    const std::int64_t begin = r.offsets[e], end = r.offsets[e + 1];
+void for_each_block(const std::vector<std::int64_t>& offsets, int first_expert, Fn f) {
+  for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
+    const std::int64_t begin = offsets[i], end = offsets[i + 1];
     if (begin == end) continue;
-    f(e, [begin, end](const Tensor& t) { return t.rows(begin, end); });
+    f(first_expert + static_cast<int>(i), [begin, end](const Tensor& t) {
+      return t.rows(begin, end);
+    });
   }
 }
 
@@ -204,16 +206,30 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   const int branches = expert_.gated_branches();
   auto in_bias = [&](int e) { return config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor(); };
   auto out_bias = [&](int e) { return config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor(); };
-  permute_rows(c.xp, x, r.token_of_row.data(), R);
+  // Expert parallel: the rows go to the ranks that own their experts, and this rank's experts
+  // get theirs from every rank.
+  exchanged_ = train && expert_parallel_;
+  const std::vector<std::int64_t>* offsets = &r.offsets;
+  int first_expert = 0;
+  if (exchanged_) {
+    permute_rows(c.xp_local, x, r.token_of_row.data(), R);
+    exchange_.plan(*group_, r.offsets, config_.moe.num_experts);
+    exchange_.dispatch(c.xp, c.xp_local);
+    offsets = &exchange_.offsets();
+    first_expert = exchange_.first_expert();
+  } else {
+    permute_rows(c.xp, x, r.token_of_row.data(), R);
+  }
+  const std::int64_t rows_here = c.xp.dim(0);
   const bool fused_act = mix_in_epilogue(config_.act, branches, train);
-  if (!fused_act) c.ap.ensure({R, P});
-  c.hp.ensure({R, F});
-  c.op.ensure({R, D});
+  if (!fused_act) c.ap.ensure({rows_here, P});
+  c.hp.ensure({rows_here, F});
+  c.op.ensure({rows_here, D});
   // In inference an expert block of at most kSkinnyMaxTokens rows (every block in decode, most
   // at small T) streams its expert's weights once with the mix fused (ops/skinny); otherwise
   // linear_forward, which streams few-row f32 products too and gives larger blocks one oneDNN
   // product for any block size.
-  for_each_block(r, [&](int e, auto rows) {
+  for_each_block(*offsets, first_expert, [&](int e, auto rows) {
     const Tensor xb = rows(c.xp), bi = in_bias(e), bo = out_bias(e);
     Tensor h = rows(c.hp), o = rows(c.op);
     const Tensor w_in_e = slice(w_in, e, P, D), w_out_e = slice(w_out, e, D, F);
@@ -235,8 +251,10 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
     }
     linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
   });
+  if (exchanged_) exchange_.combine(c.op_local, c.op);
   y.ensure({T, D});
-  unpermute_rows(y, c.op, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
+  unpermute_rows(y, exchanged_ ? c.op_local : c.op, r.slot.data(), r.weight.data(), r.k,
+                 /*accumulate=*/false);
 }
 
 void MoEFFN::shared_forward(Tensor& y, const Tensor& x, bool train) {
@@ -293,8 +311,8 @@ void MoEFFN::combine_backward(const Tensor& dy) {
   const Routing& r = routing_;
   ws_.dweight.resize(static_cast<std::size_t>(r.tokens * r.k));
   Tensor& dop = scratch(Scratch::moe_dop, {r.kept(), config_.d_model});
-  unpermute_rows_backward(dop, ws_.dweight.data(), dy, rows_.op, r.slot.data(), r.weight.data(),
-                          r.k);
+  unpermute_rows_backward(dop, ws_.dweight.data(), dy, exchanged_ ? rows_.op_local : rows_.op,
+                          r.slot.data(), r.weight.data(), r.k);
 }
 
 // The experts, block by block; dx (overwritten) gets the permuted rows' input gradients.
@@ -303,25 +321,46 @@ void MoEFFN::experts_backward(Tensor& dx) {
   const Routing& r = routing_;
   const std::int64_t R = r.kept();
   const ExpertCache& c = rows_;
-  const Tensor& dop = scratch(Scratch::moe_dop, {R, D});  // from combine_backward
-  Tensor& dhp = scratch(Scratch::moe_dhp, {R, F});
-  Tensor& dap = scratch(Scratch::moe_dap, {R, P});
-  Tensor& dxp = scratch(Scratch::moe_dxp, {R, D});
-  for_each_block(r, [&](int e, auto rows) {
+  const Tensor* dop = &scratch(Scratch::moe_dop, {R, D});  // from combine_backward
+  // Expert parallel: the output gradients go where their rows were computed (dispatch), the
+  // input gradients come back (combine).
+  const std::vector<std::int64_t>* offsets = &r.offsets;
+  int first_expert = 0;
+  if (exchanged_) {
+    exchange_.dispatch(ep_dop_, *dop);
+    dop = &ep_dop_;
+    offsets = &exchange_.offsets();
+    first_expert = exchange_.first_expert();
+  }
+  const std::int64_t rows_here = c.xp.dim(0);
+  Tensor& dhp = scratch(Scratch::moe_dhp, {rows_here, F});
+  Tensor& dap = scratch(Scratch::moe_dap, {rows_here, P});
+  Tensor& dxp = scratch(Scratch::moe_dxp, {rows_here, D});
+  for_each_block(*offsets, first_expert, [&](int e, auto rows) {
     Tensor dh = rows(dhp), dw = slice(dw_.out, e, D, F);
     Tensor db = config_.bias ? dw_.out_bias.view(e * D, {D}) : Tensor();
-    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(dop), rows(c.hp),
+    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(*dop), rows(c.hp),
                     slice(w_.out, e, D, F), precision_, /*varying_rows=*/true);
   });
-  if (R > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
-  for_each_block(r, [&](int e, auto rows) {
+  if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
+  for_each_block(*offsets, first_expert, [&](int e, auto rows) {
     Tensor dxe = rows(dxp), dw = slice(dw_.in, e, P, D);
     Tensor db = config_.bias ? dw_.in_bias.view(e * P, {P}) : Tensor();
     linear_backward(&dxe, dw, config_.bias ? &db : nullptr, rows(dap), rows(c.xp),
                     slice(w_.in, e, P, D), precision_, /*varying_rows=*/true);
   });
+  if (exchanged_) exchange_.combine(ep_dxp_, dxp);
   dx.ensure({T, D});
-  permute_rows_backward(dx, dxp, r.slot.data(), r.k, /*accumulate=*/false);
+  permute_rows_backward(dx, exchanged_ ? ep_dxp_ : dxp, r.slot.data(), r.k, /*accumulate=*/false);
+}
+
+std::vector<Tensor> MoEFFN::expert_grads() {
+  std::vector<Tensor> out{dw_.in, dw_.out};
+  if (config_.bias) {
+    out.push_back(dw_.in_bias);
+    out.push_back(dw_.out_bias);
+  }
+  return out;
 }
 
 // The combine weights and auxiliary losses back to the logits, then to W_r and x (dx += ...).
@@ -449,8 +488,8 @@ FFNStats MoEFFN::stats() const {
   s.top1_prob = r.top1_prob;
   s.balance_loss = r.balance_loss;
   s.z_loss = r.z_loss;
-  if (saved_ && rows_.hp.defined() && r.kept() > 0)
-    s.zero_fraction = zero_fraction(rows_.hp.f32(), r.kept() * expert_.d_ff);
+  if (saved_ && rows_.hp.defined() && rows_.hp.numel() > 0)  // (this rank's experts' rows)
+    s.zero_fraction = zero_fraction(rows_.hp.f32(), rows_.hp.numel());
   return s;
 }
 

@@ -62,9 +62,10 @@ void TransformerBlock::set_precision(Precision p) {
   ffn_->set_precision(p);
 }
 
-void TransformerBlock::set_data_parallel(ProcessGroup* group, std::int64_t first_token) {
+void TransformerBlock::set_data_parallel(ProcessGroup* group, std::int64_t first_token,
+                                         bool expert_parallel) {
   dropout_first_ = static_cast<std::uint64_t>(first_token * ffn_->config().d_model);
-  ffn_->set_data_parallel(group, first_token);
+  ffn_->set_data_parallel(group, first_token, expert_parallel);
 }
 
 void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train,

@@ -1,6 +1,7 @@
 // The language model: embeddings, blocks, final norm, head and loss, with one parameter buffer.
 #include "ffnlab/layers/transformer_lm.hpp"
 
+#include <algorithm>
 #include <random>
 
 #include "check.hpp"
@@ -98,9 +99,23 @@ void TransformerLM::set_precision(Precision p) {
   for (auto& b : blocks_) b->set_precision(p);
 }
 
-void TransformerLM::set_data_parallel(ProcessGroup* group, std::int64_t first_token) {
+void TransformerLM::set_data_parallel(ProcessGroup* group, std::int64_t first_token,
+                                      bool expert_parallel) {
   dropout_first_ = static_cast<std::uint64_t>(first_token * config_.d_model);
-  for (auto& b : blocks_) b->set_data_parallel(group, first_token);
+  for (auto& b : blocks_) b->set_data_parallel(group, first_token, expert_parallel);
+}
+
+std::vector<TransformerLM::ExpertSpan> TransformerLM::expert_spans() {
+  std::vector<ExpertSpan> out;
+  const float* base = params_.grads().f32();
+  for (auto& b : blocks_)
+    for (const Tensor& t : b->ffn().expert_grads()) {
+      const std::int64_t begin = t.f32() - base;
+      out.push_back({begin, begin + t.numel(), static_cast<int>(t.dim(0))});
+    }
+  std::sort(out.begin(), out.end(),
+            [](const ExpertSpan& a, const ExpertSpan& b) { return a.begin < b.begin; });
+  return out;
 }
 
 void TransformerLM::set_dropout_stream(std::uint64_t seed, std::uint64_t stream) {

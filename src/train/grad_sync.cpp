@@ -7,12 +7,23 @@
 
 namespace ffnlab {
 
-GradientSync::GradientSync(ProcessGroup& group, Tensor grads, std::int64_t bucket_elements)
-    : group_(group), grads_(grads), bucket_(bucket_elements), started_from_(grads.numel()) {
+GradientSync::GradientSync(ProcessGroup& group, Tensor grads, std::int64_t bucket_elements,
+                           std::vector<std::pair<std::int64_t, std::int64_t>> skip)
+    : group_(group),
+      grads_(grads),
+      bucket_(bucket_elements),
+      skip_(std::move(skip)),
+      started_from_(grads.numel()) {
   check(bucket_elements > 0, "[dist] bucket of {} elements", bucket_elements);
 }
 
 void GradientSync::start(std::int64_t from, std::int64_t to) {
+  // The pieces of [from, to) outside the skipped ranges.
+  for (const auto& [b, e] : skip_) {
+    if (e <= from || b >= to) continue;
+    start(from, std::max(from, b));
+    from = std::min(to, e);
+  }
   if (from >= to) return;
   group_.start_allreduce_sum({grads_.f32() + from, static_cast<std::size_t>(to - from)},
                              "gradient");

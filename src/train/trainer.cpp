@@ -194,9 +194,54 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
     check(config_.batch % g->size() == 0,
           "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {}",
           config_.batch, g->size(), g->size());
-    model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq);
+    std::vector<std::pair<std::int64_t, std::int64_t>> skip;
+    if (parallel_.expert_parallel) {
+      const FFNConfig& f = model.config().ffn;
+      check(f.kind == FFNKind::moe, "[dist] expert parallelism needs an MoE model (this one's FFN "
+                                    "is {})", variant_name(f));
+      check(f.moe.num_experts % g->size() == 0,
+            "[dist] {} experts cannot be split evenly over {} ranks (expert parallelism)",
+            f.moe.num_experts, g->size());
+      expert_spans_ = model_.expert_spans();
+      for (const auto& s : expert_spans_) skip.emplace_back(s.begin, s.end);
+    }
+    model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq,
+                             parallel_.expert_parallel);
     sync_ = std::make_unique<GradientSync>(*g, model_.parameters().grads(),
-                                           parallel_.bucket_elements);
+                                           parallel_.bucket_elements, std::move(skip));
+  }
+}
+
+double Trainer::gradient_norm() const {
+  const Tensor& grads = model_.parameters().grads();
+  if (expert_spans_.empty()) return global_norm(grads);
+  // The expert ranges hold this rank's experts' gradients only (zeros elsewhere): their squares
+  // are summed over the ranks; the rest is the same everywhere.
+  const double all = global_norm(grads);
+  std::vector<double> experts{0.0};
+  for (const auto& s : expert_spans_)
+    for (std::int64_t i = s.begin; i < s.end; ++i)
+      experts[0] += static_cast<double>(grads.f32()[i]) * grads.f32()[i];
+  const double rest = std::max(0.0, all * all - experts[0]);
+  parallel_.group->allreduce_sum(experts, "gradient norm");
+  return std::sqrt(rest + experts[0]);
+}
+
+void Trainer::refresh_experts(bool state) const {
+  if (expert_spans_.empty()) return;
+  ProcessGroup& g = *parallel_.group;
+  auto refresh = [&](Tensor& buffer) {
+    for (const auto& s : expert_spans_) {
+      const std::int64_t share = (s.end - s.begin) / g.size();  // E/P experts' worth
+      for (int q = 0; q < g.size(); ++q)
+        g.broadcast({buffer.f32() + s.begin + q * share, static_cast<std::size_t>(share)}, q,
+                    "expert refresh");
+    }
+  };
+  refresh(model_.parameters().values());
+  if (state) {
+    refresh(optimizer_->m());
+    if (optimizer_->v().defined()) refresh(optimizer_->v());
   }
 }
 
@@ -251,7 +296,7 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
     tokens = static_cast<std::int64_t>(sums[1]);
     check(std::isfinite(log.loss) && std::isfinite(log.aux_loss), "{}", non_finite());
   }
-  log.grad_norm = global_norm(ps.grads());
+  log.grad_norm = gradient_norm();
   check(std::isfinite(log.grad_norm),
         "[train] step {}: the gradient norm is {}; training stopped before the update", step_ + 1,
         log.grad_norm);
@@ -293,6 +338,7 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   check(windows > 0, "[data] the validation part ({} bytes) is shorter than one sequence of {}",
         val.size(), S + 1);
   if (max_tokens > 0) windows = std::max<std::int64_t>(1, std::min(windows, max_tokens / S));
+  refresh_experts(false);  // evaluation runs every expert on every rank
   EvalLog log;
   log.step = step_;
   // Data parallel: rank r evaluates chunks r, r + ranks, ...; each chunk is the forward one
@@ -358,6 +404,7 @@ void Trainer::save(const std::string& dir) const {
   if (!group) return write_checkpoint(dir);
   // Every rank must hold the same weights (they make the same updates from the same summed
   // gradients); a checkpoint of one rank's would otherwise hide a divergence.
+  refresh_experts(true);
   std::vector<double> lo = weights_hash(model_.parameters().values()), hi = lo;
   group->allreduce_min(lo, "weights check");
   group->allreduce_max(hi, "weights check");

@@ -63,9 +63,10 @@ class Distributed : public Cli {
     if (!have_mpirun())
       GTEST_SKIP() << "mpirun is not installed (Debian openmpi-bin, scripts/install-deps.sh)";
   }
-  // Runs the same arguments in one process and on 2 ranks; both must succeed.
-  void run_both(const std::string& args) {
-    const Outcome one = run(kRun + args + " --out " + path("one"));
+  // Runs the same arguments in one process and on 2 ranks; both must succeed. `one_args`:
+  // the one process's, when they differ.
+  void run_both(const std::string& args, const std::string& one_args = "") {
+    const Outcome one = run(kRun + (one_args.empty() ? args : one_args) + " --out " + path("one"));
     ASSERT_EQ(one.status, 0) << one.err;
     const Outcome two = run(kRun + args + " --out " + path("two"), kMpirun + "-np 2 ");
     ASSERT_EQ(two.status, 0) << two.err << two.out;
@@ -131,6 +132,39 @@ TEST_F(Distributed, MoERunMatchesOneProcess) {
   EXPECT_GT(std::stod(value), 0.0) << last;
 }
 
+// Expert parallel: each rank computes 2 of the 4 experts for both ranks' tokens; capacity (the
+// rows dropped are decided before the exchange) and dropless.
+TEST_F(Distributed, ExpertParallelRunMatchesOneProcess) {
+  for (const char* capacity : {"1.0", "0"}) {
+    SCOPED_TRACE(std::string("capacity_factor ") + capacity);
+    std::ofstream(path("moe.json"))
+        << R"({"variant": "moe", "d_model": 32, "d_ff": 64, "moe": {"num_experts": 4, "top_k": 2,
+         "noisy_topk": true, "balance_bias": true, "balance_rate": 0.001, "aux_coef": 0.01,
+         "capacity_factor": )"
+        << capacity << "}}";
+    fs::remove_all(path("one"));
+    fs::remove_all(path("two"));
+    run_both("--ffn-config " + path("moe.json") + " --expert-parallel",
+             "--ffn-config " + path("moe.json"));
+    const double gap = weights_gap(path("one"), path("two"));
+    EXPECT_LT(gap, kTolerance);
+    std::printf("largest relative weight difference: %.3g\n", gap);
+    expect_same_logs("train_log.csv");
+    expect_same_logs("eval_log.csv");
+  }
+}
+
+TEST_F(Distributed, ExpertParallelNeedsExpertsThatSplit) {
+  const Outcome dense = run(kRun + "--expert-parallel --out " + path("a"), kMpirun + "-np 2 ");
+  EXPECT_NE(dense.err.find("expert parallelism needs an MoE model"), std::string::npos)
+      << dense.err;
+  const Outcome odd = run(kRun + "--variant moe --experts 3 --top-k 1 --expert-parallel --out " +
+                              path("b"),
+                          kMpirun + "-np 2 ");
+  EXPECT_NE(odd.err.find("3 experts cannot be split evenly over 2 ranks"), std::string::npos)
+      << odd.err;
+}
+
 // A checkpoint holds no trace of the number of ranks: 10 steps on 2 ranks, then 10 more in one
 // process, end where 20 steps in one process do.
 TEST_F(Distributed, ResumesWithAnotherNumberOfRanks) {
@@ -193,6 +227,11 @@ TEST_F(Distributed, DeadRankEndsTheRun) {
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_LT(seconds, 60);
   EXPECT_FALSE(fs::exists(fs::path(path("a")) / "checkpoint" / "checkpoint.json"));
+}
+
+TEST_F(Cli, ExpertParallelNeedsAnMpiRun) {
+  expect_usage_error(run(kRun + "--variant moe --expert-parallel --out " + path("a")),
+                     "--expert-parallel splits the experts over the ranks of an MPI run");
 }
 
 // Built without MPI, a launch by mpirun is refused: each process would train alone.

@@ -4,7 +4,10 @@
 // where one process does. The MPI runs of the same are tests/dist/.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include "ffnlab/error.hpp"
@@ -110,7 +113,7 @@ TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
 }
 
 // A whole Trainer: an MoE model with dropout, noisy top-k, capacity and the balancing bias,
-// 6 steps of 2 micro-batches, on 1, 2 and 3 ranks (batch 6).
+// 6 steps of 2 micro-batches, on 1, 2 and 3 ranks (batch 6), and expert parallel on 2.
 TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
   Corpus corpus;
   corpus.source = "test";
@@ -139,23 +142,36 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
   t.warmup = 2;
   t.optimizer.lr = 3e-3f;
 
-  auto train = [&](ProcessGroup* g) {
+  std::int64_t params = 0, expert_params = 0;
+  auto train = [&](ProcessGroup* g, bool expert_parallel) {
     TransformerLM model(c, t.seed);
-    Trainer trainer(model, corpus, t, {g, 300});  // small buckets: several per backward
+    // Small buckets: several per backward.
+    Trainer trainer(model, corpus, t, {g, 300, expert_parallel});
     StepLog last;
     for (int s = 0; s < t.steps; ++s) last = trainer.train_step();
+    // A checkpoint's view: expert parallel ranks first take their copies from the holders.
+    if (g) trainer.save((std::filesystem::temp_directory_path() /
+                         ("ffnlab_dp_" + std::to_string(::getpid())))
+                            .string());
+    params = model.parameters().count();
+    expert_params = 0;
+    for (const auto& s : model.expert_spans()) expert_params += s.end - s.begin;
     const Tensor& w = model.parameters().values();
     return std::make_pair(std::vector<float>(w.f32(), w.f32() + w.numel()), last);
   };
-  const auto [one, log_one] = train(nullptr);
+  const auto [one, log_one] = train(nullptr, false);
   EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
-  for (int ranks : {2, 3}) {
+  for (const auto& [ranks, ep] : {std::pair{2, false}, {3, false}, {2, true}}) {
     std::vector<std::vector<float>> weights(ranks);
     std::vector<StepLog> logs(ranks);
     ThreadGroup::run(ranks, [&](ThreadGroup& g) {
-      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g);
+      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g, ep);
       EXPECT_GT(g.buckets(), 6) << "the gradients went in one piece";
+      // Expert parallel: the experts' gradients are not all-reduced (one holder each).
+      EXPECT_EQ(g.gradient_elements(), t.steps * (params - (ep ? expert_params : 0)));
     });
+    std::filesystem::remove_all(std::filesystem::temp_directory_path() /
+                                ("ffnlab_dp_" + std::to_string(::getpid())));
     for (int r = 0; r < ranks; ++r) {
       ASSERT_EQ(weights[r].size(), one.size());
       EXPECT_EQ(weights[r], weights[0]) << "rank " << r << " differs from rank 0";
@@ -163,7 +179,7 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
       for (std::size_t i = 0; i < one.size(); ++i)
         gap = std::max(gap, std::abs(static_cast<double>(weights[r][i]) - one[i]) /
                                 (1.0 + std::abs(static_cast<double>(one[i]))));
-      EXPECT_LT(gap, 1e-5) << ranks << " ranks";
+      EXPECT_LT(gap, 1e-5) << ranks << " ranks" << (ep ? ", expert parallel" : "");
       EXPECT_NEAR(logs[r].loss, log_one.loss, 1e-5);
       EXPECT_NEAR(logs[r].aux_loss, log_one.aux_loss, 1e-6);
       EXPECT_NEAR(logs[r].grad_norm, log_one.grad_norm, 1e-4);

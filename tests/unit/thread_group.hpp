@@ -4,6 +4,9 @@
 // run(n, body) starts n threads, body(group_of_rank), and rethrows the first exception.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <barrier>
 #include <exception>
 #include <functional>
@@ -19,11 +22,13 @@ namespace ffnlab::test {
 class ThreadGroup final : public ProcessGroup {
  public:
   struct Shared {
-    explicit Shared(int n) : size(n), barrier(n), slots(n), texts(n) {}
+    explicit Shared(int n) : size(n), barrier(n), slots(n), texts(n), floats(n), counts(n) {}
     int size;
     std::barrier<> barrier;
     std::vector<std::vector<double>> slots;
     std::vector<std::string> texts;
+    std::vector<std::vector<float>> floats;
+    std::vector<std::vector<std::int64_t>> counts;
   };
 
   ThreadGroup(Shared& shared, int rank) : s_(shared), rank_(rank) {}
@@ -49,18 +54,51 @@ class ThreadGroup final : public ProcessGroup {
     text = s_.texts[0];
     s_.barrier.arrive_and_wait();
   }
+  void broadcast(std::span<float> v, int root, const char*) override {
+    s_.floats[rank_].assign(v.begin(), v.end());
+    s_.barrier.arrive_and_wait();
+    std::copy(s_.floats[root].begin(), s_.floats[root].end(), v.begin());
+    s_.barrier.arrive_and_wait();
+  }
+  void alltoall(std::span<const double> send, std::span<double> recv, const char*) override {
+    const std::size_t n = send.size() / static_cast<std::size_t>(s_.size);
+    s_.slots[rank_].assign(send.begin(), send.end());
+    s_.barrier.arrive_and_wait();
+    for (int q = 0; q < s_.size; ++q)
+      std::copy_n(s_.slots[q].begin() + rank_ * n, n, recv.begin() + q * n);
+    s_.barrier.arrive_and_wait();
+  }
+  void alltoallv(const float* send, std::span<const std::int64_t> send_counts, float* recv,
+                 std::span<const std::int64_t> recv_counts, const char*) override {
+    std::int64_t total = 0;
+    for (auto c : send_counts) total += c;
+    s_.floats[rank_].assign(send, send + total);
+    s_.counts[rank_].assign(send_counts.begin(), send_counts.end());
+    s_.barrier.arrive_and_wait();
+    std::int64_t at = 0;
+    for (int q = 0; q < s_.size; ++q) {
+      std::int64_t from = 0;  // where q's block for this rank starts in q's buffer
+      for (int p = 0; p < rank_; ++p) from += s_.counts[q][p];
+      EXPECT_EQ(s_.counts[q][rank_], recv_counts[q]) << "rank " << rank_ << " from " << q;
+      std::copy_n(s_.floats[q].begin() + from, recv_counts[q], recv + at);
+      at += recv_counts[q];
+    }
+    s_.barrier.arrive_and_wait();
+  }
   // Summed at once (the order of calls is the same on every rank, which is all it needs).
   void start_allreduce_sum(std::span<float> v, const char*) override {
     std::vector<double> d(v.begin(), v.end());
     allreduce_sum(d, "");
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(d[i]);
     ++buckets_;
+    gradient_elements_ += static_cast<std::int64_t>(v.size());
   }
   void progress() override {}
   void wait_all() override {}
   double payload_bytes() const override { return 0; }
   double seconds_in_collectives() const override { return 0; }
   int buckets() const { return buckets_; }
+  std::int64_t gradient_elements() const { return gradient_elements_; }  // all buckets' sizes
 
   static void run(int n, const std::function<void(ThreadGroup&)>& body) {
     Shared shared(n);
@@ -98,6 +136,7 @@ class ThreadGroup final : public ProcessGroup {
   Shared& s_;
   int rank_;
   int buckets_ = 0;
+  std::int64_t gradient_elements_ = 0;
 };
 
 }  // namespace ffnlab::test

@@ -51,6 +51,7 @@ struct TrainOptions {
   bool force = false;
   // data parallelism (under mpirun)
   double dist_timeout = 300, bucket_mb = 4;
+  bool expert_parallel = false;
   std::vector<CLI::Option*> model_flags;
   std::vector<std::pair<CLI::Option*, const char*>> train_flags;  // flag, its train-config key
   CLI::Option* out_flag = nullptr;
@@ -362,7 +363,11 @@ void train(TrainOptions& o, ProcessGroup* group) {
 
   TransformerLM model(setup.model, setup.train.seed);
   const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
-  Trainer trainer(model, corpus, setup.train, {group, std::max<std::int64_t>(1, bucket)});
+  if (o.expert_parallel && group == nullptr)
+    throw UsageError("[train] --expert-parallel splits the experts over the ranks of an MPI run: "
+                     "start it with mpirun -np N (N > 1)");
+  Trainer trainer(model, corpus, setup.train,
+                  {group, std::max<std::int64_t>(1, bucket), o.expert_parallel});
   if (!setup.resume_dir.empty()) trainer.load(setup.resume_dir);
   if (trainer.step() > setup.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
@@ -380,8 +385,11 @@ void train(TrainOptions& o, ProcessGroup* group) {
   Logs logs = open_logs(out, resumed_here, trainer.step());
   print_header(setup.model, setup.train, corpus, params, trainer.step());
   if (group)
-    fmt::print("data parallel: {} ranks, {} sequences each per micro-batch\n", group->size(),
-               setup.train.batch / group->size());
+    fmt::print("data parallel: {} ranks, {} sequences each per micro-batch{}\n", group->size(),
+               setup.train.batch / group->size(),
+               o.expert_parallel ? fmt::format("; expert parallel: {} experts per rank",
+                                               setup.model.ffn.moe.num_experts / group->size())
+                                 : "");
   RunMonitor monitor(logs, setup.train, o.print_every);
   bool finished = false;
   try {
@@ -565,6 +573,9 @@ void add_train_command(CLI::App& app) {
                   "gradient all-reduce bucket, MiB: sums start as backward finishes this much")
       ->capture_default_str()
       ->check(real_in(0.001, 1e5))
+      ->group(P);
+  cmd->add_flag("--expert-parallel", o->expert_parallel,
+                "MoE: split the experts over the ranks too (tokens exchanged by all-to-all)")
       ->group(P);
   cmd->callback([o] { run_train(*o); });
 }

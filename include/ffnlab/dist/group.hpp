@@ -29,6 +29,18 @@ class ProcessGroup {
   virtual void allreduce_max(std::span<double> values, const char* what) = 0;
   // text = rank 0's text on every rank.
   virtual void broadcast(std::string& text, const char* what) = 0;
+  // values = rank `root`'s values on every rank.
+  virtual void broadcast(std::span<float> values, int root, const char* what) = 0;
+
+  // Expert parallelism. alltoall: block q of `send` (send.size() / size() values) goes to rank
+  // q, and block q of `recv` comes from rank q. alltoallv: send_counts[q] floats from `send`
+  // (consecutive, in rank order) go to rank q; recv_counts[q] floats from rank q land in `recv`,
+  // in rank order.
+  virtual void alltoall(std::span<const double> send, std::span<double> recv,
+                        const char* what) = 0;
+  virtual void alltoallv(const float* send, std::span<const std::int64_t> send_counts,
+                         float* recv, std::span<const std::int64_t> recv_counts,
+                         const char* what) = 0;
 
   // Gradient buckets: starts Σ over ranks of `values` in place, without waiting; progress()
   // lets started sums advance (call it while computing); wait_all() returns when every started

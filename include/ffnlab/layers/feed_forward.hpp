@@ -63,10 +63,18 @@ class FeedForward : public Layer {
   // forwards then route over the whole batch (MoE: loads, losses, capacity; collective, so
   // every rank makes the same training forwards) and draw the random numbers of their place in
   // it, so that results do not depend on the number of ranks.
-  void set_data_parallel(ProcessGroup* group, std::int64_t first_token) {
+  // With expert_parallel (MoE), each rank computes only its share of the experts, for the
+  // tokens of every rank (ffnlab/layers/expert_exchange.hpp); the other experts' weights here
+  // are then neither used nor given gradients in training.
+  void set_data_parallel(ProcessGroup* group, std::int64_t first_token,
+                         bool expert_parallel = false) {
     group_ = group;
     first_token_ = first_token;
+    expert_parallel_ = group != nullptr && expert_parallel;
   }
+  // The stacked expert tensors' gradients, each [E, ...] (empty for dense layers): what expert
+  // parallelism leaves out of the gradient all-reduce.
+  virtual std::vector<Tensor> expert_grads() { return {}; }
 
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
@@ -93,6 +101,7 @@ class FeedForward : public Layer {
   float aux_loss_scale_ = 1.0f;
   ProcessGroup* group_ = nullptr;
   std::int64_t first_token_ = 0;
+  bool expert_parallel_ = false;
 };
 
 // Builds the layer a config describes, initialised like torch.nn.Linear from `seed`.

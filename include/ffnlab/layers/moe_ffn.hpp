@@ -15,6 +15,8 @@
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 
+#include "ffnlab/layers/expert_exchange.hpp"
+
 #include <memory>
 #include <random>
 
@@ -37,6 +39,7 @@ class MoEFFN final : public FeedForward {
   void set_random_stream(std::uint64_t seed, std::uint64_t stream) override;
   void after_optimizer_step() override;
   void set_inference_weights(DType dtype) override;
+  std::vector<Tensor> expert_grads() override;
 
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
   const Routing& routing() const { return routing_; }
@@ -70,6 +73,9 @@ class MoEFFN final : public FeedForward {
   };
   struct ExpertCache {      // rows in permuted order, R = kept assignments
     Tensor xp, ap, hp, op;  // [R, D], [R, P], [R, F], [R, D]
+    // Expert parallel: xp … op hold the rows this rank's experts process (from every rank);
+    // these are this rank's own tokens' rows before dispatch and after combine.
+    Tensor xp_local, op_local;  // [R, D]
   };
   struct SharedCache {
     Tensor y, gate_pre, gate;  // [T, D], [T, 1], [T, 1]
@@ -102,6 +108,9 @@ class MoEFFN final : public FeedForward {
 
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws
   Routing routing_;
+  ExpertExchange exchange_;  // expert parallel: the all-to-alls of the last training forward
+  bool exchanged_ = false;   // whether the last training forward used them
+  Tensor ep_dop_, ep_dxp_;   // expert parallel backward: rows here, rows back home
   std::vector<std::int64_t> step_load_;  // assignments per expert since the last balance update
   bool saved_ = false;
 

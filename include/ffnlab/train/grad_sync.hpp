@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "ffnlab/dist/group.hpp"
 #include "ffnlab/tensor.hpp"
@@ -14,8 +16,10 @@ namespace ffnlab {
 
 class GradientSync {
  public:
-  // `grads`: the whole flat gradient buffer (f32), summed in place.
-  GradientSync(ProcessGroup& group, Tensor grads, std::int64_t bucket_elements);
+  // `grads`: the whole flat gradient buffer (f32), summed in place, except the element ranges
+  // [begin, end) of `skip` (sorted; expert parallelism: each expert's gradient has one holder).
+  GradientSync(ProcessGroup& group, Tensor grads, std::int64_t bucket_elements,
+               std::vector<std::pair<std::int64_t, std::int64_t>> skip = {});
 
   void ready(std::int64_t first);  // elements [first, end) are final
   void finish();                   // everything: started, then waited for
@@ -27,6 +31,7 @@ class GradientSync {
   ProcessGroup& group_;
   Tensor grads_;
   std::int64_t bucket_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> skip_;
   std::int64_t started_from_;  // [started_from_, end) is summed or being summed
   int buckets_ = 0;
 };

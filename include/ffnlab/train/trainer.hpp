@@ -73,9 +73,16 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
 // gradients summed over the group in buckets of `bucket_elements` while backward runs, so that
 // every rank makes the same update. MoE routing statistics, losses and capacity are those of the
 // whole batch; evaluation is split over the ranks; rank 0 alone writes checkpoints.
+//
+// With expert_parallel, the MoE layers' experts are split over the ranks as well (each rank
+// computes its share of the experts for every rank's tokens, ffnlab/layers/expert_exchange.hpp):
+// expert gradients are then not all-reduced (each has one holder), the gradient norm adds every
+// holder's part, and every rank's copy of the other experts is refreshed from their holders
+// before an evaluation or a checkpoint.
 struct DataParallel {
   ProcessGroup* group = nullptr;  // null: one process
   std::int64_t bucket_elements = std::int64_t{1} << 20;
+  bool expert_parallel = false;
 };
 
 class Trainer {
@@ -124,11 +131,16 @@ class Trainer {
   TrainConfig config_;
   Schedule schedule_;
   void write_checkpoint(const std::string& dir) const;
+  // Expert parallel: every rank's copy of every expert (weights; with `state`, the optimizer's
+  // moments too) from the rank that holds it. Collective.
+  void refresh_experts(bool state) const;
+  double gradient_norm() const;
 
   std::unique_ptr<Optimizer> optimizer_;
   std::int64_t step_ = 0;
   DataParallel parallel_;
   std::unique_ptr<GradientSync> sync_;
+  std::vector<TransformerLM::ExpertSpan> expert_spans_;  // expert parallel only
 };
 
 // Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or
