@@ -2,6 +2,8 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -54,21 +56,21 @@ class World final : public MpiWorld {
     MPI_Request r;
     ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_SUM, comm_, &r),
        "MPI_Iallreduce", what);
-    payload_ += static_cast<double>(v.size_bytes());
+    count_bytes(what, static_cast<double>(v.size_bytes()));
     wait(r, what);
   }
   void allreduce_min(std::span<double> v, const char* what) override {
     MPI_Request r;
     ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_MIN, comm_, &r),
        "MPI_Iallreduce", what);
-    payload_ += static_cast<double>(v.size_bytes());
+    count_bytes(what, static_cast<double>(v.size_bytes()));
     wait(r, what);
   }
   void allreduce_max(std::span<double> v, const char* what) override {
     MPI_Request r;
     ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_MAX, comm_, &r),
        "MPI_Iallreduce", what);
-    payload_ += static_cast<double>(v.size_bytes());
+    count_bytes(what, static_cast<double>(v.size_bytes()));
     wait(r, what);
   }
   void exscan_sum(std::span<double> v, const char* what) override {
@@ -76,7 +78,7 @@ class World final : public MpiWorld {
     MPI_Request r;
     ok(MPI_Iexscan(in.data(), v.data(), count(v.size()), MPI_DOUBLE, MPI_SUM, comm_, &r),
        "MPI_Iexscan", what);
-    payload_ += static_cast<double>(v.size_bytes());
+    count_bytes(what, static_cast<double>(v.size_bytes()));
     wait(r, what);
     if (rank_ == 0) std::fill(v.begin(), v.end(), 0.0);  // MPI leaves rank 0's undefined
   }
@@ -87,13 +89,13 @@ class World final : public MpiWorld {
     wait(r, what);
     text.resize(static_cast<std::size_t>(n));
     ok(MPI_Ibcast(text.data(), count(text.size()), MPI_CHAR, 0, comm_, &r), "MPI_Ibcast", what);
-    payload_ += static_cast<double>(n + sizeof n);
+    count_bytes(what, static_cast<double>(n + sizeof n));
     wait(r, what);
   }
   void broadcast(std::span<float> v, int root, const char* what) override {
     MPI_Request r;
     ok(MPI_Ibcast(v.data(), count(v.size()), MPI_FLOAT, root, comm_, &r), "MPI_Ibcast", what);
-    if (rank_ == root) payload_ += static_cast<double>(v.size_bytes());
+    count_bytes(what, rank_ == root ? static_cast<double>(v.size_bytes()) : 0.0);
     wait(r, what);
   }
   void alltoall(std::span<const double> send, std::span<double> recv, const char* what) override {
@@ -101,7 +103,7 @@ class World final : public MpiWorld {
     MPI_Request r;
     ok(MPI_Ialltoall(send.data(), n, MPI_DOUBLE, recv.data(), n, MPI_DOUBLE, comm_, &r),
        "MPI_Ialltoall", what);
-    payload_ += static_cast<double>(send.size_bytes());
+    count_bytes(what, static_cast<double>(send.size_bytes()));
     wait(r, what);
   }
   void alltoallv(const float* send, std::span<const std::int64_t> send_counts, float* recv,
@@ -120,7 +122,7 @@ class World final : public MpiWorld {
     ok(MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
                       comm_, &r),
        "MPI_Ialltoallv", what);
-    payload_ += static_cast<double>(so - send_counts[rank_]) * sizeof(float);  // leaves the rank
+    count_bytes(what, static_cast<double>(so - send_counts[rank_]) * sizeof(float));  // leaves
     wait(r, what);
   }
   void barrier(const char* what) override {
@@ -133,7 +135,7 @@ class World final : public MpiWorld {
     MPI_Request r;
     ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_FLOAT, MPI_SUM, comm_, &r),
        "MPI_Iallreduce", what);
-    payload_ += static_cast<double>(v.size_bytes());
+    count_bytes(what, static_cast<double>(v.size_bytes()));
     pending_.push_back(r);
     pending_what_ = what;
   }
@@ -145,7 +147,9 @@ class World final : public MpiWorld {
                    MPI_STATUSES_IGNORE),
        "MPI_Testall", pending_what_);
     if (done) pending_.clear();
-    seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    seconds_ += seconds;
+    by_what_[pending_what_].second += seconds;
   }
   void wait_all() override {
     for (MPI_Request& r : pending_) wait(r, pending_what_);
@@ -154,6 +158,9 @@ class World final : public MpiWorld {
 
   double payload_bytes() const override { return payload_; }
   double seconds_in_collectives() const override { return seconds_; }
+  std::map<std::string, std::pair<double, double>> by_exchange() const override {
+    return by_what_;
+  }
 
   void abort(int code) noexcept override { MPI_Abort(MPI_COMM_WORLD, code); }
 
@@ -169,6 +176,11 @@ class World final : public MpiWorld {
     int len = 0;
     MPI_Error_string(rc, text, &len);
     fail_system("[dist] rank {}: {} ({}) failed: {}", rank_, call, what, std::string(text, len));
+  }
+
+  void count_bytes(const char* what, double bytes) {
+    payload_ += bytes;
+    by_what_[what].first += bytes;
   }
 
   // Polls until done: spinning briefly, then sleeping in growing steps (up to 1 ms), so that a
@@ -192,7 +204,9 @@ class World final : public MpiWorld {
         nap = std::min(nap * 2, std::chrono::microseconds(1000));
       }
     }
-    seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    seconds_ += seconds;
+    by_what_[what].second += seconds;
   }
 
   double timeout_;
@@ -202,6 +216,7 @@ class World final : public MpiWorld {
   std::vector<MPI_Request> pending_;
   const char* pending_what_ = "";
   double payload_ = 0, seconds_ = 0;
+  std::map<std::string, std::pair<double, double>> by_what_;
 };
 
 }  // namespace

@@ -97,6 +97,7 @@ class ThreadGroup final : public ProcessGroup {
   void wait_all() override {}
   double payload_bytes() const override { return 0; }
   double seconds_in_collectives() const override { return 0; }
+  std::map<std::string, std::pair<double, double>> by_exchange() const override { return {}; }
   int buckets() const { return buckets_; }
   std::int64_t gradient_elements() const { return gradient_elements_; }  // all buckets' sizes
 

@@ -307,6 +307,17 @@ void write_summary(const std::string& out, const RunSetup& r, const Corpus& corp
   write_file_atomic((fs::path(out) / "summary.json").string(), s.data(), s.size());
 }
 
+// What rank 0 handed to collectives per step, by exchange, and the time spent in them (waiting
+// for the other ranks included): what docs/distributed.md's model is checked against.
+void print_traffic(const ProcessGroup& group, std::int64_t steps) {
+  const double per = 1.0 / static_cast<double>(std::max<std::int64_t>(1, steps));
+  fmt::print("data parallel: rank 0 sent {:.3f} MB per step ({:.2f} ms per step in exchanges):",
+             group.payload_bytes() * per / 1e6, group.seconds_in_collectives() * per * 1e3);
+  for (const auto& [what, v] : group.by_exchange())
+    fmt::print(" {} {:.3f} MB {:.2f} ms;", what, v.first * per / 1e6, v.second * per * 1e3);
+  fmt::print("\n");
+}
+
 // Started by mpirun: the MPI world (every rank a slice of each batch); else null.
 std::unique_ptr<MpiWorld> join_world(const TrainOptions& o) {
   if (!mpi_launched()) return nullptr;
@@ -373,6 +384,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
                                  trainer.step(), setup.train.steps));
   const std::string checkpoint = (fs::path(out) / "checkpoint").string();
+  const std::int64_t first_step = trainer.step();
   if (!lead) {  // another rank: trains, and leaves the output to rank 0
     if (!trainer.run({}, {}, checkpoint, [] { return InterruptGuard::requested(); }))
       throw Interrupted(fmt::format("{} after step {}", InterruptGuard::signal_name(),
@@ -405,9 +417,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
     throw Interrupted(fmt::format(
         "{} after step {} of {}; checkpoint written to {}; continue with: ffnlab train --resume {}",
         InterruptGuard::signal_name(), trainer.step(), setup.train.steps, checkpoint, out));
-  if (group)
-    fmt::print("data parallel: rank 0 handed {:.1f} MB to collectives, {:.2f} s in them\n",
-               group->payload_bytes() / 1e6, group->seconds_in_collectives());
+  if (group) print_traffic(*group, trainer.step() - first_step);
 
   std::string text;
   if (o.sample > 0) {

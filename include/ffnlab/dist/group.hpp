@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <span>
 #include <string>
 
@@ -54,6 +56,8 @@ class ProcessGroup {
   // (waiting for the other ranks included): what docs/distributed.md's model is checked against.
   virtual double payload_bytes() const = 0;
   virtual double seconds_in_collectives() const = 0;
+  // payload_bytes() and the seconds by exchange (`what`): {what, {bytes, seconds}}.
+  virtual std::map<std::string, std::pair<double, double>> by_exchange() const = 0;
 };
 
 }  // namespace ffnlab
