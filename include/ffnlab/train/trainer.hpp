@@ -105,7 +105,8 @@ class Trainer {
   // One step on `accumulate` batches drawn from the training part (used by run); returns its
   // log. Throws on a non-finite loss or gradient.
   StepLog train_step();
-  // One step on the given micro-batches (each config.seq-token sequences).
+  // One step on the given micro-batches (each config.seq-token sequences). Data parallel: each
+  // rank passes its own batch/ranks sequences of every micro-batch (collective).
   StepLog train_step(std::span<const Batch> batches);
   // Mean loss over the first max_tokens tokens of the validation part (0: all of it).
   EvalLog evaluate(std::int64_t max_tokens);
