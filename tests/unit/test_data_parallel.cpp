@@ -161,7 +161,9 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
   };
   const auto [one, log_one] = train(nullptr, false);
   EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
-  for (const auto& [ranks, ep] : {std::pair{2, false}, {3, false}, {2, true}}) {
+  for (const auto& run : {std::pair{2, false}, {3, false}, {2, true}}) {
+    const int ranks = run.first;
+    const bool ep = run.second;  // (clang 14 cannot capture a structured binding)
     std::vector<std::vector<float>> weights(ranks);
     std::vector<StepLog> logs(ranks);
     ThreadGroup::run(ranks, [&](ThreadGroup& g) {
