@@ -12,7 +12,9 @@
 
 namespace ffnlab {
 
-bool mpi_available() { return true; }
+bool mpi_available() {
+  return true;
+}
 
 namespace {
 
@@ -143,8 +145,7 @@ class World final : public MpiWorld {
     if (pending_.empty()) return;
     const auto t0 = Clock::now();
     int done = 0;
-    ok(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done,
-                   MPI_STATUSES_IGNORE),
+    ok(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE),
        "MPI_Testall", pending_what_);
     if (done) pending_.clear();
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -158,9 +159,7 @@ class World final : public MpiWorld {
 
   double payload_bytes() const override { return payload_; }
   double seconds_in_collectives() const override { return seconds_; }
-  std::map<std::string, std::pair<double, double>> by_exchange() const override {
-    return by_what_;
-  }
+  std::map<std::string, std::pair<double, double>> by_exchange() const override { return by_what_; }
 
   void abort(int code) noexcept override { MPI_Abort(MPI_COMM_WORLD, code); }
 

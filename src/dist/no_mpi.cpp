@@ -4,11 +4,14 @@
 
 namespace ffnlab {
 
-bool mpi_available() { return false; }
+bool mpi_available() {
+  return false;
+}
 
 std::unique_ptr<MpiWorld> mpi_world(double /*timeout_seconds*/) {
-  fail("[dist] this ffnlab was built without MPI; rebuild with -DFFNLAB_MPI=ON (the release "
-       "preset does) after scripts/install-deps.sh");
+  fail(
+      "[dist] this ffnlab was built without MPI; rebuild with -DFFNLAB_MPI=ON (the release "
+      "preset does) after scripts/install-deps.sh");
 }
 
 }  // namespace ffnlab

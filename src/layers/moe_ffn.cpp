@@ -23,9 +23,8 @@ void for_each_block(const std::vector<std::int64_t>& offsets, int first_expert, 
   for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
     const std::int64_t begin = offsets[i], end = offsets[i + 1];
     if (begin == end) continue;
-    f(first_expert + static_cast<int>(i), [begin, end](const Tensor& t) {
-      return t.rows(begin, end);
-    });
+    f(first_expert + static_cast<int>(i),
+      [begin, end](const Tensor& t) { return t.rows(begin, end); });
   }
 }
 
@@ -184,8 +183,8 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
       const std::uint64_t at = 2 * (first + static_cast<std::uint64_t>(i));
       const double u1 = dropout_uniform(noise_seed_, stream, at) + 0x1p-25;  // (0, 1)
       const double u2 = dropout_uniform(noise_seed_, stream, at + 1);
-      eps[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                                  std::cos(6.283185307179586 * u2));
+      eps[i] =
+          static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
       l[i] += eps[i] * softplus(pre[i]);
     }
   }

@@ -10,7 +10,7 @@ namespace ffnlab {
 namespace {
 
 AttentionConfig attention_config(const LMConfig& c) {
-  return {c.d_model, c.heads, c.attn_bias, c.causal, c.positions == PositionKind::rope,
+  return {c.d_model,   c.heads, c.attn_bias, c.causal, c.positions == PositionKind::rope,
           c.rope_theta};
 }
 
@@ -116,7 +116,7 @@ void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {
   } else {
     norm2_.backward(d1_, dy);  // ∂/∂z
     ffn_->backward(d3_, dropped(d2_, d1_, stream_ + 1));
-    add(d3_, d3_, d1_);  // dh
+    add(d3_, d3_, d1_);         // dh
     norm1_.backward(d1_, d3_);  // ∂/∂(x + a)
     attn_.backward(dx, dropped(d2_, d1_, stream_));
     add(dx, dx, d1_);

@@ -20,7 +20,9 @@ const char* const kPos = "model.embed_positions.weight";
 const char* const kNorm = "model.norm.";
 const char* const kHead = "lm_head.weight";
 
-std::string block_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
+std::string block_prefix(int i) {
+  return "model.layers." + std::to_string(i) + ".";
+}
 
 // Seeds of the sub-layers, far apart so that no two draw the same stream.
 std::uint64_t sub_seed(std::uint64_t seed, int i) {
@@ -85,7 +87,7 @@ void TransformerLM::bind_parameters() {
   block_offset_.assign(static_cast<std::size_t>(config_.layers), 0);
   for (int i = 0; i < config_.layers; ++i)
     block_offset_[i] = offset_of(block_prefix(i) + blocks_[i]->parameters().list()[0].name);
-  head_offset_ = final_norm_ ? offset_of(kNorm + final_norm_->parameters().list()[0].name)
+  head_offset_ = final_norm_         ? offset_of(kNorm + final_norm_->parameters().list()[0].name)
                  : config_.tied_head ? params_.grads().numel()
                                      : offset_of(kHead);
 }
@@ -126,11 +128,10 @@ void TransformerLM::set_dropout_stream(std::uint64_t seed, std::uint64_t stream)
 }
 
 double TransformerLM::forward(std::span<const std::int32_t> ids,
-                              std::span<const std::int32_t> targets, std::int64_t seq,
-                              bool train) {
+                              std::span<const std::int32_t> targets, std::int64_t seq, bool train) {
   const std::int64_t T = static_cast<std::int64_t>(ids.size());
-  check(seq > 0 && seq <= config_.context, "[lm] sequence length {} outside [1, context = {}]",
-        seq, config_.context);
+  check(seq > 0 && seq <= config_.context, "[lm] sequence length {} outside [1, context = {}]", seq,
+        config_.context);
   check(T > 0 && T % seq == 0, "[lm] {} tokens are not whole sequences of {}", T, seq);
   check(targets.empty() || targets.size() == ids.size(), "[lm] {} targets for {} tokens",
         targets.size(), ids.size());

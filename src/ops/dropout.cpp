@@ -24,7 +24,8 @@ void apply(Tensor& y, const Tensor& x, float p, std::uint64_t seed, std::uint64_
   const float keep = 1.f / (1.f - p);
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (std::int64_t i = 0; i < n; ++i)
-    yp[i] = dropout_uniform(seed, stream, first + static_cast<std::uint64_t>(i)) >= p ? xp[i] * keep : 0.f;
+    yp[i] = dropout_uniform(seed, stream, first + static_cast<std::uint64_t>(i)) >= p ? xp[i] * keep
+                                                                                      : 0.f;
 }
 }  // namespace
 

@@ -58,8 +58,8 @@ Corpus load_corpus(const std::string& path, double val_fraction) {
 }
 
 Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,
-                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro,
-                   std::int64_t first, std::int64_t rows) {
+                   std::uint64_t seed, std::uint64_t step, std::uint64_t micro, std::int64_t first,
+                   std::int64_t rows) {
   const std::int64_t n = static_cast<std::int64_t>(part.size());
   check(seq > 0 && batch > 0, "[data] batch {} and sequence length {} must be positive", batch,
         seq);

@@ -145,10 +145,10 @@ namespace {
 // data. Rank 0's is sent to all; each compares its own and says what differs.
 void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
                       const Corpus& corpus) {
-  const json mine = {{"model", lm_config_to_json(model)},
-                     {"train", train_config_to_json(train)},
-                     {"data", {{"fingerprint", corpus.fingerprint},
-                               {"train_bytes", corpus.train().size()}}}};
+  const json mine = {
+      {"model", lm_config_to_json(model)},
+      {"train", train_config_to_json(train)},
+      {"data", {{"fingerprint", corpus.fingerprint}, {"train_bytes", corpus.train().size()}}}};
   std::string text = mine.dump();
   group.broadcast(text, "configuration check");
   const json first = json::parse(text);
@@ -162,8 +162,9 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
   group.allreduce_max(odd, "configuration check");
   check(diff.empty(), "[dist] rank {} was started with another configuration than rank 0: {}",
         group.rank(), diff);
-  check(odd[0] == 0, "[dist] rank {} was started with another configuration than rank 0 (its "
-                     "own message says what differs)",
+  check(odd[0] == 0,
+        "[dist] rank {} was started with another configuration than rank 0 (its "
+        "own message says what differs)",
         static_cast<int>(odd[1]));
 }
 
@@ -197,8 +198,10 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
     std::vector<std::pair<std::int64_t, std::int64_t>> skip;
     if (parallel_.expert_parallel) {
       const FFNConfig& f = model.config().ffn;
-      check(f.kind == FFNKind::moe, "[dist] expert parallelism needs an MoE model (this one's FFN "
-                                    "is {})", variant_name(f));
+      check(f.kind == FFNKind::moe,
+            "[dist] expert parallelism needs an MoE model (this one's FFN "
+            "is {})",
+            variant_name(f));
       check(f.moe.num_experts % g->size() == 0,
             "[dist] {} experts cannot be split evenly over {} ranks (expert parallelism)",
             f.moe.num_experts, g->size());

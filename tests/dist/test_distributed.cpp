@@ -25,7 +25,9 @@ const std::string kMpirun =
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
     "mpirun --bind-to none -x OMP_NUM_THREADS=1 ";
 
-bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+bool have_mpirun() {
+  return std::system("command -v mpirun > /dev/null 2>&1") == 0;
+}
 
 // A small model: 2 blocks, batch 4 of 32 bytes, 20 steps with evaluation at the end.
 const std::string kRun =
@@ -75,7 +77,8 @@ class Distributed : public Cli {
   }
   // The two runs' step logs, column by column (loss, aux loss, gradient norm, MoE statistics).
   void expect_same_logs(const char* file) {
-    const std::string a = read(fs::path(path("one")) / file), b = read(fs::path(path("two")) / file);
+    const std::string a = read(fs::path(path("one")) / file),
+                      b = read(fs::path(path("two")) / file);
     std::istringstream sa(a), sb(b);
     std::string la, lb;
     int rows = 0;
@@ -158,9 +161,9 @@ TEST_F(Distributed, ExpertParallelNeedsExpertsThatSplit) {
   const Outcome dense = run(kRun + "--expert-parallel --out " + path("a"), kMpirun + "-np 2 ");
   EXPECT_NE(dense.err.find("expert parallelism needs an MoE model"), std::string::npos)
       << dense.err;
-  const Outcome odd = run(kRun + "--variant moe --experts 3 --top-k 1 --expert-parallel --out " +
-                              path("b"),
-                          kMpirun + "-np 2 ");
+  const Outcome odd =
+      run(kRun + "--variant moe --experts 3 --top-k 1 --expert-parallel --out " + path("b"),
+          kMpirun + "-np 2 ");
   EXPECT_NE(odd.err.find("3 experts cannot be split evenly over 2 ranks"), std::string::npos)
       << odd.err;
 }
@@ -170,8 +173,8 @@ TEST_F(Distributed, ExpertParallelNeedsExpertsThatSplit) {
 TEST_F(Distributed, ResumesWithAnotherNumberOfRanks) {
   const Outcome one = run(kRun + "--out " + path("one"));
   ASSERT_EQ(one.status, 0) << one.err;
-  const std::string half = kRun.substr(0, kRun.find("--steps")) + "--steps 10 " +
-                           kRun.substr(kRun.find("--eval-every"));
+  const std::string half =
+      kRun.substr(0, kRun.find("--steps")) + "--steps 10 " + kRun.substr(kRun.find("--eval-every"));
   const Outcome first = run(half + "--out " + path("two"), kMpirun + "-np 2 ");
   ASSERT_EQ(first.status, 0) << first.err;
   const Outcome rest = run("train --resume " + path("two") + " --steps 20 --sample 0 --threads 1");
@@ -181,10 +184,9 @@ TEST_F(Distributed, ResumesWithAnotherNumberOfRanks) {
 
 TEST_F(Distributed, RanksWithOtherSettingsAreRefusedAtStartUp) {
   const std::string bin = FFNLAB_BIN;
-  const Outcome r =
-      run(kRun + "--seed 1 --out " + path("a") + " : -np 1 " + bin + " " + kRun +
-              "--seed 2 --out " + path("b"),
-          kMpirun + "-np 1 ");
+  const Outcome r = run(kRun + "--seed 1 --out " + path("a") + " : -np 1 " + bin + " " + kRun +
+                            "--seed 2 --out " + path("b"),
+                        kMpirun + "-np 1 ");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("rank 1 was started with another configuration than rank 0: "
                        "train.seed = 2 here, 1 on rank 0"),

@@ -3,7 +3,6 @@
 // capacity in the position order, the aux-loss gradient), and a Trainer over 2 or 3 ranks ends
 // where one process does. The MPI runs of the same are tests/dist/.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -150,9 +149,10 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
     StepLog last;
     for (int s = 0; s < t.steps; ++s) last = trainer.train_step();
     // A checkpoint's view: expert parallel ranks first take their copies from the holders.
-    if (g) trainer.save((std::filesystem::temp_directory_path() /
-                         ("ffnlab_dp_" + std::to_string(::getpid())))
-                            .string());
+    if (g)
+      trainer.save(
+          (std::filesystem::temp_directory_path() / ("ffnlab_dp_" + std::to_string(::getpid())))
+              .string());
     params = model.parameters().count();
     expert_params = 0;
     for (const auto& s : model.expert_spans()) expert_params += s.end - s.begin;

@@ -37,16 +37,20 @@ class ThreadGroup final : public ProcessGroup {
   int size() const override { return s_.size; }
 
   void allreduce_sum(std::span<double> v, const char*) override {
-    combine(v, [](double a, double b) { return a + b; }, s_.size);
+    combine(
+        v, [](double a, double b) { return a + b; }, s_.size);
   }
   void allreduce_min(std::span<double> v, const char*) override {
-    combine(v, [](double a, double b) { return std::min(a, b); }, s_.size);
+    combine(
+        v, [](double a, double b) { return std::min(a, b); }, s_.size);
   }
   void allreduce_max(std::span<double> v, const char*) override {
-    combine(v, [](double a, double b) { return std::max(a, b); }, s_.size);
+    combine(
+        v, [](double a, double b) { return std::max(a, b); }, s_.size);
   }
   void exscan_sum(std::span<double> v, const char*) override {
-    combine(v, [](double a, double b) { return a + b; }, rank_, true);
+    combine(
+        v, [](double a, double b) { return a + b; }, rank_, true);
   }
   void broadcast(std::string& text, const char*) override {
     s_.texts[rank_] = text;

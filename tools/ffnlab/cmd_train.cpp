@@ -375,8 +375,9 @@ void train(TrainOptions& o, ProcessGroup* group) {
   TransformerLM model(setup.model, setup.train.seed);
   const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
   if (o.expert_parallel && group == nullptr)
-    throw UsageError("[train] --expert-parallel splits the experts over the ranks of an MPI run: "
-                     "start it with mpirun -np N (N > 1)");
+    throw UsageError(
+        "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
+        "start it with mpirun -np N (N > 1)");
   Trainer trainer(model, corpus, setup.train,
                   {group, std::max<std::int64_t>(1, bucket), o.expert_parallel});
   if (!setup.resume_dir.empty()) trainer.load(setup.resume_dir);
@@ -387,8 +388,8 @@ void train(TrainOptions& o, ProcessGroup* group) {
   const std::int64_t first_step = trainer.step();
   if (!lead) {  // another rank: trains, and leaves the output to rank 0
     if (!trainer.run({}, {}, checkpoint, [] { return InterruptGuard::requested(); }))
-      throw Interrupted(fmt::format("{} after step {}", InterruptGuard::signal_name(),
-                                    trainer.step()));
+      throw Interrupted(
+          fmt::format("{} after step {}", InterruptGuard::signal_name(), trainer.step()));
     return;
   }
 

@@ -9,9 +9,9 @@
 
 #include <cstdint>
 #include <map>
-#include <utility>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace ffnlab {
 
@@ -38,11 +38,9 @@ class ProcessGroup {
   // q, and block q of `recv` comes from rank q. alltoallv: send_counts[q] floats from `send`
   // (consecutive, in rank order) go to rank q; recv_counts[q] floats from rank q land in `recv`,
   // in rank order.
-  virtual void alltoall(std::span<const double> send, std::span<double> recv,
-                        const char* what) = 0;
-  virtual void alltoallv(const float* send, std::span<const std::int64_t> send_counts,
-                         float* recv, std::span<const std::int64_t> recv_counts,
-                         const char* what) = 0;
+  virtual void alltoall(std::span<const double> send, std::span<double> recv, const char* what) = 0;
+  virtual void alltoallv(const float* send, std::span<const std::int64_t> send_counts, float* recv,
+                         std::span<const std::int64_t> recv_counts, const char* what) = 0;
 
   // Gradient buckets: starts Σ over ranks of `values` in place, without waiting; progress()
   // lets started sums advance (call it while computing); wait_all() returns when every started

@@ -34,7 +34,6 @@ struct FFNStats {
 
 class FeedForward : public Layer {
  public:
-
   virtual const FFNConfig& config() const = 0;
   // y [T, D] = FFN(x [T, D]); y is resized if needed. With train = true the activations that
   // backward needs are saved; x is kept by reference, so it must not change until backward.
@@ -92,8 +91,8 @@ class FeedForward : public Layer {
   // Whether an inference product over `rows` tokens streams its weights (ops/skinny.hpp): few
   // enough rows, and weights in the storage the product wants (packed bf16, or f32 products).
   bool streams(bool train, std::int64_t rows, bool packed) const {
-    return !train && (packed ? rows >= 1 && rows <= kSkinnyMaxTokens
-                             : skinny_fits(rows, precision_));
+    return !train &&
+           (packed ? rows >= 1 && rows <= kSkinnyMaxTokens : skinny_fits(rows, precision_));
   }
 
   Precision precision_ = Precision::f32;

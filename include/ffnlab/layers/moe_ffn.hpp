@@ -15,12 +15,11 @@
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 
-#include "ffnlab/layers/expert_exchange.hpp"
-
 #include <memory>
 #include <random>
 
 #include "ffnlab/layers/dense_ffn.hpp"
+#include "ffnlab/layers/expert_exchange.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/ops/router.hpp"
 

@@ -72,7 +72,7 @@ class TransformerLM final : public Layer {
   Tensor pos_, dpos_;      // [context, D] learned; pos_ is the fixed table when sinusoidal
   Tensor head_, dhead_;    // [V, D] (views of embed_ when tied)
   std::uint64_t dropout_seed_ = 0, dropout_stream_ = 0;
-  std::uint64_t dropout_first_ = 0;          // the embedding dropout's first element index
+  std::uint64_t dropout_first_ = 0;         // the embedding dropout's first element index
   std::vector<std::int64_t> block_offset_;  // where block i's gradients start in the buffer
   std::int64_t head_offset_ = 0;            // where the final norm's (or the head's) start
 

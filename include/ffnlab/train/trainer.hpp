@@ -11,8 +11,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include "ffnlab/layers/transformer_lm.hpp"
 #include "ffnlab/dist/group.hpp"
+#include "ffnlab/layers/transformer_lm.hpp"
 #include "ffnlab/train/data.hpp"
 #include "ffnlab/train/grad_sync.hpp"
 #include "ffnlab/train/optimizer.hpp"
@@ -111,8 +111,8 @@ class Trainer {
   // Mean loss over the first max_tokens tokens of the validation part (0: all of it).
   EvalLog evaluate(std::int64_t max_tokens);
 
-  // Data parallel: the ranks first check that their weights agree. Checkpoint: DIR/checkpoint.json (configs, step, seed, the data's fingerprint and split, the
-  // weights file's name) and
+  // Data parallel: the ranks first check that their weights agree. Checkpoint: DIR/checkpoint.json
+  // (configs, step, seed, the data's fingerprint and split, the weights file's name) and
   // DIR/weights-<step>.safetensors (parameters by name, optimizer moments). Each file is
   // written to a temporary name and renamed; checkpoint.json is renamed last, so that a crash
   // at any point leaves the previous checkpoint whole.
