@@ -341,7 +341,9 @@ void run_train(TrainOptions& o) {
   try {
     train(o, world.get());
   } catch (...) {
-    // One rank failed: say why, then end every rank (they would wait for this one).
+    // One rank failed: say why, then end every rank (they would wait for this one). Interrupted
+    // too: mpirun, which forwarded the signal, is ending the job and would not let MPI finalise
+    // (the message was lost when this path finalised instead); the checkpoint is written by then.
     const int status = report_error(std::current_exception());
     world->abort(status);
   }
