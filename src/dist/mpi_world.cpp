@@ -55,25 +55,13 @@ class World final : public MpiWorld {
   int size() const override { return size_; }
 
   void allreduce_sum(std::span<double> v, const char* what) override {
-    MPI_Request r;
-    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_SUM, comm_, &r),
-       "MPI_Iallreduce", what);
-    count_bytes(what, static_cast<double>(v.size_bytes()));
-    wait(r, what);
+    allreduce(v, MPI_SUM, what);
   }
   void allreduce_min(std::span<double> v, const char* what) override {
-    MPI_Request r;
-    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_MIN, comm_, &r),
-       "MPI_Iallreduce", what);
-    count_bytes(what, static_cast<double>(v.size_bytes()));
-    wait(r, what);
+    allreduce(v, MPI_MIN, what);
   }
   void allreduce_max(std::span<double> v, const char* what) override {
-    MPI_Request r;
-    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, MPI_MAX, comm_, &r),
-       "MPI_Iallreduce", what);
-    count_bytes(what, static_cast<double>(v.size_bytes()));
-    wait(r, what);
+    allreduce(v, MPI_MAX, what);
   }
   void exscan_sum(std::span<double> v, const char* what) override {
     std::vector<double> in(v.begin(), v.end());
@@ -175,6 +163,14 @@ class World final : public MpiWorld {
     int len = 0;
     MPI_Error_string(rc, text, &len);
     fail_system("[dist] rank {}: {} ({}) failed: {}", rank_, call, what, std::string(text, len));
+  }
+
+  void allreduce(std::span<double> v, MPI_Op op, const char* what) {
+    MPI_Request r;
+    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, op, comm_, &r),
+       "MPI_Iallreduce", what);
+    count_bytes(what, static_cast<double>(v.size_bytes()));
+    wait(r, what);
   }
 
   void count_bytes(const char* what, double bytes) {

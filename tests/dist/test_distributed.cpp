@@ -182,6 +182,21 @@ TEST_F(Distributed, ResumesWithAnotherNumberOfRanks) {
   EXPECT_LT(weights_gap(path("one"), path("two")), kTolerance);
 }
 
+// The same with the experts split: the checkpoint holds every expert (each from its holder).
+TEST_F(Distributed, ExpertParallelRunResumesInOneProcess) {
+  const std::string moe = "--variant moe --experts 4 --top-k 2 ";
+  const Outcome one = run(kRun + moe + "--out " + path("one"));
+  ASSERT_EQ(one.status, 0) << one.err;
+  const std::string half = kRun.substr(0, kRun.find("--steps")) + "--steps 10 " +
+                           kRun.substr(kRun.find("--eval-every"));
+  const Outcome first =
+      run(half + moe + "--expert-parallel --out " + path("two"), kMpirun + "-np 2 ");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const Outcome rest = run("train --resume " + path("two") + " --steps 20 --sample 0 --threads 1");
+  ASSERT_EQ(rest.status, 0) << rest.err;
+  EXPECT_LT(weights_gap(path("one"), path("two")), kTolerance);
+}
+
 TEST_F(Distributed, RanksWithOtherSettingsAreRefusedAtStartUp) {
   const std::string bin = FFNLAB_BIN;
   const Outcome r = run(kRun + "--seed 1 --out " + path("a") + " : -np 1 " + bin + " " + kRun +
