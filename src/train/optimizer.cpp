@@ -33,6 +33,19 @@ Optimizer::Optimizer(const OptimizerConfig& config, ParameterSet& params,
   if (config.kind != OptimizerKind::sgd) v_ = Tensor({params.count()});
 }
 
+void Optimizer::exclude(const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+  std::vector<Run> kept;
+  for (Run r : runs_) {
+    for (const auto& [b, e] : ranges) {  // sorted, disjoint
+      if (e <= r.begin || b >= r.end) continue;
+      if (b > r.begin) kept.push_back({r.begin, b, r.decay});
+      r.begin = std::min(r.end, e);
+    }
+    if (r.begin < r.end) kept.push_back(r);
+  }
+  runs_ = std::move(kept);
+}
+
 void Optimizer::step(float lr) {
   ++steps_;
   const OptimizerConfig& c = config_;

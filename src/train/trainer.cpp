@@ -1,6 +1,9 @@
 // The training loop, evaluation, checkpoints and sampling.
 #include "ffnlab/train/trainer.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -177,6 +180,30 @@ std::vector<double> weights_hash(const Tensor& values) {
   return {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffull)};
 }
 
+// Calls f(begin, end) for the pieces of [0, n) outside `skip` (sorted, disjoint).
+template <class F>
+void for_each_outside(std::int64_t n,
+                      const std::vector<std::pair<std::int64_t, std::int64_t>>& skip, F f) {
+  std::int64_t at = 0;
+  for (const auto& [b, e] : skip) {
+    if (b > at) f(at, b);
+    at = std::max(at, e);
+  }
+  if (at < n) f(at, n);
+}
+
+// Gives the whole pages inside the ranges back to the system (their values become zeros, and
+// cost no memory until written again).
+void release(Tensor& buffer, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (const auto& [b, e] : ranges) {
+    const auto first = reinterpret_cast<std::uintptr_t>(buffer.f32() + b);
+    const auto last = reinterpret_cast<std::uintptr_t>(buffer.f32() + e);
+    const std::uintptr_t from = (first + page - 1) / page * page, to = last / page * page;
+    if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
@@ -206,7 +233,16 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
             "[dist] {} experts cannot be split evenly over {} ranks (expert parallelism)",
             f.moe.num_experts, g->size());
       expert_spans_ = model_.expert_spans();
-      for (const auto& s : expert_spans_) skip.emplace_back(s.begin, s.end);
+      for (const auto& s : expert_spans_) {
+        skip.emplace_back(s.begin, s.end);
+        const std::int64_t share = (s.end - s.begin) / g->size();
+        const std::int64_t mine = s.begin + g->rank() * share;
+        if (mine > s.begin) foreign_.emplace_back(s.begin, mine);
+        if (mine + share < s.end) foreign_.emplace_back(mine + share, s.end);
+      }
+      // The other ranks' experts: neither trained nor kept in memory here (until a refresh).
+      optimizer_->exclude(foreign_);
+      release_foreign(true);
     }
     model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq,
                              parallel_.expert_parallel);
@@ -228,6 +264,16 @@ double Trainer::gradient_norm() const {
   const double rest = std::max(0.0, all * all - experts[0]);
   parallel_.group->allreduce_sum(experts, "gradient norm");
   return std::sqrt(rest + experts[0]);
+}
+
+void Trainer::release_foreign(bool state) const {
+  if (foreign_.empty() || step_ >= config_.steps) return;  // at the end, every rank keeps all
+  release(model_.parameters().values(), foreign_);
+  release(model_.parameters().grads(), foreign_);
+  if (state) {
+    release(optimizer_->m(), foreign_);
+    if (optimizer_->v().defined()) release(optimizer_->v(), foreign_);
+  }
 }
 
 void Trainer::refresh_experts(bool state) const {
@@ -265,7 +311,10 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   const auto t0 = std::chrono::steady_clock::now();
   StepLog log;
   ParameterSet& ps = model_.parameters();
-  ps.zero_grad();
+  // (Expert parallel: the other ranks' experts' gradients stay untouched zeros.)
+  for_each_outside(ps.count(), foreign_, [&](std::int64_t b, std::int64_t e) {
+    std::fill(ps.grads().f32() + b, ps.grads().f32() + e, 0.f);
+  });
   const auto count = static_cast<std::int64_t>(batches.size());
   const float weight = 1.f / static_cast<float>(count);
   std::int64_t tokens = 0;
@@ -306,7 +355,11 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   if (config_.clip > 0.f) {
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)).
     const double factor = config_.clip / (log.grad_norm + 1e-6);
-    if (factor < 1.0) scale_buffer(ps.grads(), static_cast<float>(factor));
+    if (factor < 1.0)
+      for_each_outside(ps.count(), foreign_, [&](std::int64_t b, std::int64_t e) {
+        Tensor part = ps.grads().view(b, {e - b});
+        scale_buffer(part, static_cast<float>(factor));
+      });
   }
   log.lr = schedule_.lr(step_);
   optimizer_->step(static_cast<float>(log.lr));
@@ -356,6 +409,7 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
     sum[0] += loss * static_cast<double>(b.ids.size());
     sum[1] += static_cast<double>(b.ids.size());
   }
+  release_foreign(false);
   if (group) group->allreduce_sum(sum, "evaluation");
   log.tokens = static_cast<std::int64_t>(sum[1]);
   log.loss = sum[0] / sum[1];
@@ -420,6 +474,7 @@ void Trainer::save(const std::string& dir) const {
       failure = e.what();
     }
   group->broadcast(failure, "checkpoint");
+  release_foreign(true);
   if (!failure.empty()) throw SystemError(failure);
 }
 
@@ -537,6 +592,7 @@ void Trainer::load(const std::string& dir) {
   load_state("optimizer.m", optimizer_->m());
   if (optimizer_->v().defined()) load_state("optimizer.v", optimizer_->v());
   step_ = info["step"].get<std::int64_t>();
+  release_foreign(true);  // expert parallel: this rank keeps its own experts only
   optimizer_->set_steps(
       info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step_);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ffnlab/layers/parameters.hpp"
@@ -47,6 +48,9 @@ class Optimizer {
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }
+  // Leaves the buffer's ranges [begin, end) out of every later step (expert parallelism: the
+  // experts another rank trains).
+  void exclude(const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges);
 
  private:
   struct Run {

@@ -77,8 +77,9 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
 // With expert_parallel, the MoE layers' experts are split over the ranks as well (each rank
 // computes its share of the experts for every rank's tokens, ffnlab/layers/expert_exchange.hpp):
 // expert gradients are then not all-reduced (each has one holder), the gradient norm adds every
-// holder's part, and every rank's copy of the other experts is refreshed from their holders
-// before an evaluation or a checkpoint.
+// holder's part; a rank neither updates nor keeps in memory the other ranks' experts (their
+// pages are released), and refreshes them from their holders before an evaluation or a
+// checkpoint (after the last step, every rank keeps every expert).
 struct DataParallel {
   ProcessGroup* group = nullptr;  // null: one process
   std::int64_t bucket_elements = std::int64_t{1} << 20;
@@ -135,13 +136,18 @@ class Trainer {
   // Expert parallel: every rank's copy of every expert (weights; with `state`, the optimizer's
   // moments too) from the rank that holds it. Collective.
   void refresh_experts(bool state) const;
+  // Expert parallel: gives the memory of the other ranks' experts (weights, gradients; with
+  // `state`, the moments) back to the system, except after the last step (sampling and the
+  // caller may then read every expert).
+  void release_foreign(bool state) const;
   double gradient_norm() const;
 
   std::unique_ptr<Optimizer> optimizer_;
   std::int64_t step_ = 0;
   DataParallel parallel_;
   std::unique_ptr<GradientSync> sync_;
-  std::vector<TransformerLM::ExpertSpan> expert_spans_;  // expert parallel only
+  std::vector<TransformerLM::ExpertSpan> expert_spans_;         // expert parallel only
+  std::vector<std::pair<std::int64_t, std::int64_t>> foreign_;  // others' experts, sorted
 };
 
 // Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or
