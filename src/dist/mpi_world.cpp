@@ -115,11 +115,6 @@ class World final : public MpiWorld {
     count_bytes(what, static_cast<double>(so - send_counts[rank_]) * sizeof(float));  // leaves
     wait(r, what);
   }
-  void barrier(const char* what) override {
-    MPI_Request r;
-    ok(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier", what);
-    wait(r, what);
-  }
 
   void start_allreduce_sum(std::span<float> v, const char* what) override {
     MPI_Request r;

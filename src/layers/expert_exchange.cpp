@@ -44,16 +44,22 @@ void ExpertExchange::plan(ProcessGroup& group, const std::vector<std::int64_t>& 
     }
 }
 
+void ExpertExchange::set_counts(std::int64_t width, bool to_holders) {
+  const auto& out = to_holders ? send_rows_ : recv_rows_;
+  const auto& in = to_holders ? recv_rows_ : send_rows_;
+  counts_send_.resize(ranks_);
+  counts_recv_.resize(ranks_);
+  for (int q = 0; q < ranks_; ++q) {
+    counts_send_[q] = out[q] * width;
+    counts_recv_[q] = in[q] * width;
+  }
+}
+
 void ExpertExchange::dispatch(Tensor& here, const Tensor& local) {
   const std::int64_t W = local.dim(1);
   check(local.dim(0) == local_rows_, "[moe] {} rows to dispatch, planned {}", local.dim(0),
         local_rows_);
-  counts_send_.resize(ranks_);
-  counts_recv_.resize(ranks_);
-  for (int q = 0; q < ranks_; ++q) {
-    counts_send_[q] = send_rows_[q] * W;
-    counts_recv_[q] = recv_rows_[q] * W;
-  }
+  set_counts(W, true);
   const std::int64_t R = rows_here();
   wire_.resize(static_cast<std::size_t>(R * W));
   // The local rows are already in expert order, hence in owner order: sent as they are.
@@ -67,12 +73,7 @@ void ExpertExchange::dispatch(Tensor& here, const Tensor& local) {
 void ExpertExchange::combine(Tensor& local, const Tensor& here) {
   const std::int64_t W = here.dim(1), R = rows_here();
   check(here.dim(0) == R, "[moe] {} rows to combine, planned {}", here.dim(0), R);
-  counts_send_.resize(ranks_);
-  counts_recv_.resize(ranks_);
-  for (int q = 0; q < ranks_; ++q) {
-    counts_send_[q] = recv_rows_[q] * W;
-    counts_recv_[q] = send_rows_[q] * W;
-  }
+  set_counts(W, false);
   wire_.resize(static_cast<std::size_t>(R * W));
   const float* in = here.f32();
   for (std::int64_t i = 0; i < R; ++i)

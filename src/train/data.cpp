@@ -49,9 +49,7 @@ Corpus load_corpus(const std::string& path, double val_fraction) {
     append_file(c, path);
   }
   check(!c.bytes.empty(), "[data] '{}' is empty", path);
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
-  for (std::uint8_t b : c.bytes) h = (h ^ b) * 0x100000001b3ull;
-  c.fingerprint = fmt::format("fnv1a64:{:016x}", h);
+  c.fingerprint = fmt::format("fnv1a64:{:016x}", fnv1a64(c.bytes.data(), c.bytes.size()));
   c.split = static_cast<std::int64_t>(
       std::floor(static_cast<double>(c.bytes.size()) * (1.0 - val_fraction)));
   return c;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "check.hpp"
+#include "ranges.hpp"
 
 namespace ffnlab {
 
@@ -18,16 +19,9 @@ GradientSync::GradientSync(ProcessGroup& group, Tensor grads, std::int64_t bucke
 }
 
 void GradientSync::start(std::int64_t from, std::int64_t to) {
-  // The pieces of [from, to) outside the skipped ranges.
-  for (const auto& [b, e] : skip_) {
-    if (e <= from || b >= to) continue;
-    start(from, std::max(from, b));
-    from = std::min(to, e);
-  }
-  if (from >= to) return;
-  group_.start_allreduce_sum({grads_.f32() + from, static_cast<std::size_t>(to - from)},
-                             "gradient");
-  ++buckets_;
+  for_each_outside(from, to, skip_, [&](std::int64_t b, std::int64_t e) {
+    group_.start_allreduce_sum({grads_.f32() + b, static_cast<std::size_t>(e - b)}, "gradient");
+  });
 }
 
 void GradientSync::ready(std::int64_t first) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "check.hpp"
+#include "ranges.hpp"
 
 namespace ffnlab {
 
@@ -35,14 +36,10 @@ Optimizer::Optimizer(const OptimizerConfig& config, ParameterSet& params,
 
 void Optimizer::exclude(const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
   std::vector<Run> kept;
-  for (Run r : runs_) {
-    for (const auto& [b, e] : ranges) {  // sorted, disjoint
-      if (e <= r.begin || b >= r.end) continue;
-      if (b > r.begin) kept.push_back({r.begin, b, r.decay});
-      r.begin = std::min(r.end, e);
-    }
-    if (r.begin < r.end) kept.push_back(r);
-  }
+  for (const Run& r : runs_)
+    for_each_outside(r.begin, r.end, ranges, [&](std::int64_t b, std::int64_t e) {
+      kept.push_back({b, e, r.decay});
+    });
   runs_ = std::move(kept);
 }
 

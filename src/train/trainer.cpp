@@ -16,7 +16,9 @@
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/limits.hpp"
+#include "hash.hpp"
 #include "json_keys.hpp"
+#include "ranges.hpp"
 
 namespace ffnlab {
 
@@ -173,23 +175,8 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
 
 // FNV-1a of the weights' bytes, as two exact halves.
 std::vector<double> weights_hash(const Tensor& values) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(values.f32());
-  for (std::size_t i = 0, n = static_cast<std::size_t>(values.numel()) * sizeof(float); i < n; ++i)
-    h = (h ^ p[i]) * 0x100000001b3ull;
+  const std::uint64_t h = fnv1a64(values.f32(), static_cast<std::size_t>(values.nbytes()));
   return {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffull)};
-}
-
-// Calls f(begin, end) for the pieces of [0, n) outside `skip` (sorted, disjoint).
-template <class F>
-void for_each_outside(std::int64_t n,
-                      const std::vector<std::pair<std::int64_t, std::int64_t>>& skip, F f) {
-  std::int64_t at = 0;
-  for (const auto& [b, e] : skip) {
-    if (b > at) f(at, b);
-    at = std::max(at, e);
-  }
-  if (at < n) f(at, n);
 }
 
 // Gives the whole pages inside the ranges back to the system (their values become zeros, and
@@ -222,19 +209,16 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
     check(config_.batch % g->size() == 0,
           "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {}",
           config_.batch, g->size(), g->size());
-    std::vector<std::pair<std::int64_t, std::int64_t>> skip;
     if (parallel_.expert_parallel) {
       const FFNConfig& f = model.config().ffn;
       check(f.kind == FFNKind::moe,
-            "[dist] expert parallelism needs an MoE model (this one's FFN "
-            "is {})",
-            variant_name(f));
+            "[dist] expert parallelism needs an MoE model (this one's is {})", variant_name(f));
       check(f.moe.num_experts % g->size() == 0,
             "[dist] {} experts cannot be split evenly over {} ranks (expert parallelism)",
             f.moe.num_experts, g->size());
       expert_spans_ = model_.expert_spans();
       for (const auto& s : expert_spans_) {
-        skip.emplace_back(s.begin, s.end);
+        expert_ranges_.emplace_back(s.begin, s.end);
         const std::int64_t share = (s.end - s.begin) / g->size();
         const std::int64_t mine = s.begin + g->rank() * share;
         if (mine > s.begin) foreign_.emplace_back(s.begin, mine);
@@ -247,21 +231,24 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
     model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq,
                              parallel_.expert_parallel);
     sync_ = std::make_unique<GradientSync>(*g, model_.parameters().grads(),
-                                           parallel_.bucket_elements, std::move(skip));
+                                           parallel_.bucket_elements, expert_ranges_);
   }
 }
 
 double Trainer::gradient_norm() const {
-  const Tensor& grads = model_.parameters().grads();
-  if (expert_spans_.empty()) return global_norm(grads);
+  Tensor& grads = model_.parameters().grads();
+  if (expert_ranges_.empty()) return global_norm(grads);
   // The expert ranges hold this rank's experts' gradients only (zeros elsewhere): their squares
   // are summed over the ranks; the rest is the same everywhere.
-  const double all = global_norm(grads);
+  auto squares = [&](std::int64_t b, std::int64_t e) {
+    const double n = global_norm(grads.view(b, {e - b}));
+    return n * n;
+  };
+  double rest = 0;
+  for_each_outside(0, grads.numel(), expert_ranges_,
+                   [&](std::int64_t b, std::int64_t e) { rest += squares(b, e); });
   std::vector<double> experts{0.0};
-  for (const auto& s : expert_spans_)
-    for (std::int64_t i = s.begin; i < s.end; ++i)
-      experts[0] += static_cast<double>(grads.f32()[i]) * grads.f32()[i];
-  const double rest = std::max(0.0, all * all - experts[0]);
+  for (const auto& [b, e] : expert_ranges_) experts[0] += squares(b, e);
   parallel_.group->allreduce_sum(experts, "gradient norm");
   return std::sqrt(rest + experts[0]);
 }
@@ -312,9 +299,8 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   StepLog log;
   ParameterSet& ps = model_.parameters();
   // (Expert parallel: the other ranks' experts' gradients stay untouched zeros.)
-  for_each_outside(ps.count(), foreign_, [&](std::int64_t b, std::int64_t e) {
-    std::fill(ps.grads().f32() + b, ps.grads().f32() + e, 0.f);
-  });
+  for_each_outside(0, ps.count(), foreign_,
+                   [&](std::int64_t b, std::int64_t e) { ps.grads().view(b, {e - b}).zero(); });
   const auto count = static_cast<std::int64_t>(batches.size());
   const float weight = 1.f / static_cast<float>(count);
   std::int64_t tokens = 0;
@@ -356,7 +342,7 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)).
     const double factor = config_.clip / (log.grad_norm + 1e-6);
     if (factor < 1.0)
-      for_each_outside(ps.count(), foreign_, [&](std::int64_t b, std::int64_t e) {
+      for_each_outside(0, ps.count(), foreign_, [&](std::int64_t b, std::int64_t e) {
         Tensor part = ps.grads().view(b, {e - b});
         scale_buffer(part, static_cast<float>(factor));
       });

@@ -55,6 +55,10 @@ double weights_gap(const std::string& dir_a, const std::string& dir_b) {
 }
 
 class Distributed : public Cli {
+ public:
+  Outcome run_cli(const std::string& args, const std::string& prefix) { return run(args, prefix); }
+  std::string out_dir() const { return path("a"); }
+
  protected:
   void SetUp() override {
     Cli::SetUp();
@@ -187,8 +191,8 @@ TEST_F(Distributed, ExpertParallelRunResumesInOneProcess) {
   const std::string moe = "--variant moe --experts 4 --top-k 2 ";
   const Outcome one = run(kRun + moe + "--out " + path("one"));
   ASSERT_EQ(one.status, 0) << one.err;
-  const std::string half = kRun.substr(0, kRun.find("--steps")) + "--steps 10 " +
-                           kRun.substr(kRun.find("--eval-every"));
+  const std::string half =
+      kRun.substr(0, kRun.find("--steps")) + "--steps 10 " + kRun.substr(kRun.find("--eval-every"));
   const Outcome first =
       run(half + moe + "--expert-parallel --out " + path("two"), kMpirun + "-np 2 ");
   ASSERT_EQ(first.status, 0) << first.err;
@@ -219,31 +223,33 @@ TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
       << r.err;
 }
 
+// Rank 0 runs ffnlab train, rank 1 the stray rank in `mode` (tests/dist/stray_rank.cpp); returns
+// the outcome and how long the job took.
+std::pair<Outcome, double> run_with_stray_rank(Distributed& t, const std::string& mode,
+                                               int timeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r =
+      t.run_cli(kRun + "--dist-timeout " + std::to_string(timeout) + " --out " + t.out_dir() +
+                    " : -np 1 " + std::string(FFNLAB_STRAY_RANK) + " " + mode,
+                kMpirun + "-np 1 ");
+  return {r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
 // A rank that never answers: the other gives up after --dist-timeout and ends the job.
 TEST_F(Distributed, HungRankEndsTheRunAfterTheTimeout) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Outcome r = run(kRun + "--dist-timeout 3 --out " + path("a") + " : -np 1 " +
-                            std::string(FFNLAB_STRAY_RANK) + " silent",
-                        kMpirun + "-np 1 ");
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [r, seconds] = run_with_stray_rank(*this, "silent", 3);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("rank 0 of 2: no answer from the other ranks for 3 s"), std::string::npos)
       << r.err;
   EXPECT_LT(seconds, 60) << "the stray rank sleeps 120 s: the job was not ended";
 }
 
-// A rank that dies: the job ends with an error, not a hang.
+// A rank that dies: the job ends with an error, not a hang, and no checkpoint is claimed.
 TEST_F(Distributed, DeadRankEndsTheRun) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Outcome r = run(kRun + "--dist-timeout 30 --out " + path("a") + " : -np 1 " +
-                            std::string(FFNLAB_STRAY_RANK) + " die",
-                        kMpirun + "-np 1 ");
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [r, seconds] = run_with_stray_rank(*this, "die", 30);
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_LT(seconds, 60);
-  EXPECT_FALSE(fs::exists(fs::path(path("a")) / "checkpoint" / "checkpoint.json"));
+  EXPECT_FALSE(fs::exists(fs::path(out_dir()) / "checkpoint" / "checkpoint.json"));
 }
 
 TEST_F(Cli, ExpertParallelNeedsAnMpiRun) {

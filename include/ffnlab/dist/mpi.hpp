@@ -24,8 +24,6 @@ class MpiWorld : public ProcessGroup {
   // Abandons every rank of the job with `code` (MPI_Abort). For use after an error on one rank,
   // so that the others do not wait for it.
   virtual void abort(int code) noexcept = 0;
-  // A barrier with the deadline (MPI_Ibarrier).
-  virtual void barrier(const char* what) = 0;
 };
 
 // Initialises MPI (once per process) and returns the world. MPI is finalised when the returned

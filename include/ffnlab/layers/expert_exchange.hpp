@@ -22,8 +22,7 @@ class ExpertExchange {
   void plan(ProcessGroup& group, const std::vector<std::int64_t>& offsets, int experts);
 
   int first_expert() const { return first_; }
-  int experts_here() const { return per_rank_; }
-  // The blocks of this rank's experts in the rows it receives: [experts_here() + 1].
+  // The blocks of this rank's E/P experts in the rows it receives: [E/P + 1].
   const std::vector<std::int64_t>& offsets() const { return here_offsets_; }
   std::int64_t rows_here() const { return here_offsets_.back(); }
 
@@ -33,6 +32,9 @@ class ExpertExchange {
   void combine(Tensor& local, const Tensor& here);
 
  private:
+  // Floats per rank for rows of `width`: to the experts' holders (dispatch) or back (combine).
+  void set_counts(std::int64_t width, bool to_holders);
+
   ProcessGroup* group_ = nullptr;
   int ranks_ = 1, per_rank_ = 0, first_ = 0;
   std::int64_t local_rows_ = 0;

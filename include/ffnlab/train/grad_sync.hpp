@@ -23,7 +23,6 @@ class GradientSync {
 
   void ready(std::int64_t first);  // elements [first, end) are final
   void finish();                   // everything: started, then waited for
-  int buckets_started() const { return buckets_; }
 
  private:
   void start(std::int64_t from, std::int64_t to);
@@ -33,7 +32,6 @@ class GradientSync {
   std::int64_t bucket_;
   std::vector<std::pair<std::int64_t, std::int64_t>> skip_;
   std::int64_t started_from_;  // [started_from_, end) is summed or being summed
-  int buckets_ = 0;
 };
 
 }  // namespace ffnlab

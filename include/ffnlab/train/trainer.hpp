@@ -146,8 +146,9 @@ class Trainer {
   std::int64_t step_ = 0;
   DataParallel parallel_;
   std::unique_ptr<GradientSync> sync_;
-  std::vector<TransformerLM::ExpertSpan> expert_spans_;         // expert parallel only
-  std::vector<std::pair<std::int64_t, std::int64_t>> foreign_;  // others' experts, sorted
+  // Expert parallel only: the experts' spans, the same as ranges, and the part other ranks hold.
+  std::vector<TransformerLM::ExpertSpan> expert_spans_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> expert_ranges_, foreign_;
 };
 
 // Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or
