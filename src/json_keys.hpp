@@ -43,6 +43,22 @@ inline std::string json_excerpt(const nlohmann::json& j) {
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
+// JSON text parsed, or Error "[scope] source: not valid JSON (at line L, column C: what)" in
+// ffnlab's words: nlohmann's own message ("[json.exception.parse_error.101] ...") never reaches
+// a user. NaN and Infinity are not JSON, and a number too large for a double (1e400) is refused
+// as such rather than read as infinity.
+inline nlohmann::json parse_json_text(std::string_view text, std::string_view scope,
+                                      std::string_view source) {
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (1e400)
+    std::string what = e.what();
+    if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
+    fail("[{}] {}: not valid JSON ({})", scope, source, what);
+  }
+}
+
 // The value of j as a T, strictly: integers must be JSON integers in T's range (13.9 is not an
 // integer; 2^32 + 2 is not an int), floats JSON numbers finite as T, booleans true or false,
 // enums their names. Throws BadValue otherwise.
@@ -79,7 +95,12 @@ T json_value(const nlohmann::json& j) {
   } else if constexpr (std::is_floating_point_v<T>) {
     if (!j.is_number()) throw bad("a number");
     const double v = j.get<double>();
-    if (!std::isfinite(static_cast<T>(v))) throw bad("a finite number");
+    if (!std::isfinite(v))  // 1e400 is read as infinity: say what was written
+      throw BadValue{"must be a finite number, got one beyond the range of a double"};
+    if (!std::isfinite(static_cast<T>(v)))
+      throw BadValue{fmt::format("must be a finite number within the range of a {}, got {}",
+                                 sizeof(T) == 4 ? "float (about 3.4e38)" : "double",
+                                 json_excerpt(j))};
     return static_cast<T>(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (!j.is_string()) throw bad("a string");
@@ -122,7 +143,11 @@ void read_keys(const std::array<JsonKey<C>, N>& keys, C& c, const nlohmann::json
     if (!known) {
       std::string list;
       for (const auto& k : keys) list += (list.empty() ? "" : ", ") + std::string(k.name);
-      fail("[{}] unknown key '{}{}' (known: {})", scope, prefix, key, list);
+      // The key as JSON writes it: a NUL or another control byte in it stays visible.
+      const std::string shown =
+          nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      fail("[{}] unknown key '{}{}' (known: {})", scope, prefix, shown.substr(1, shown.size() - 2),
+           list);
     }
   }
   for (const auto& k : keys) {

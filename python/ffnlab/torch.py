@@ -42,6 +42,12 @@ class _Function(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, daux):
+        if torch.is_grad_enabled():  # backward(create_graph=True): a graph of the gradient
+            raise RuntimeError(
+                "[python] ffnlab.torch.FFN has no second derivative: backward with "
+                "create_graph=True (double backward, gradient penalties) would silently drop the "
+                "layer's second-order terms; take that gradient without create_graph, or use a "
+                "PyTorch FFN where second derivatives are needed")
         layer = ctx.module.layer
         if layer.forward_count != ctx.forward_count:
             raise RuntimeError(

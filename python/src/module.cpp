@@ -26,8 +26,18 @@ namespace {
 
 // A Python object (dict, list, number, ...) as JSON, through Python's own json module.
 nlohmann::json to_json(const py::handle& obj) {
-  const std::string text = py::str(py::module_::import("json").attr("dumps")(obj));
-  return nlohmann::json::parse(text);
+  std::string text;
+  try {  // NaN and infinities are not JSON: refused here, by name, not as a parse error
+    text = py::str(py::module_::import("json").attr("dumps")(obj, py::arg("allow_nan") = false));
+  } catch (const py::error_already_set& e) {
+    throw py::value_error(fmt::format(
+        "[python] the config cannot be read as JSON: {} (every value must be a finite number, a "
+        "string, a bool, a list or a dict)",
+        e.what()));
+  }
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw py::value_error("[python] the config cannot be read as JSON");
+  return j;
 }
 
 py::object from_json(const nlohmann::json& j) {
@@ -290,7 +300,12 @@ accumulate into grads() (zero_grad() clears them).)")
   m.def(
       "set_threads",
       [](int n) {
-        if (n < 1) throw py::value_error("[python] threads must be at least 1");
+        // At most the processors, as the command line's --threads: more only waits, and a huge
+        // count makes the next parallel region fail to create its threads (the process ends).
+        const int procs = omp_get_num_procs();
+        if (n < 1 || n > procs)
+          throw py::value_error(fmt::format(
+              "[python] set_threads({}): threads must be in [1, {}] (the processors)", n, procs));
         omp_set_num_threads(n);
       },
       py::arg("n"), "OpenMP threads for the layers' work");

@@ -7,21 +7,14 @@
 #include "check.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/io/hf_config.hpp"
+#include "json_keys.hpp"
 
 namespace ffnlab {
 
 FFNConfig read_ffn_config_file(const std::string& path) {
   const auto bytes = read_regular_file(path, "config", std::uint64_t{1} << 24);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::exception& e) {
-    // nlohmann's message names the byte: "parse error at line 1, column 5: ..."
-    const std::string what = e.what();
-    const auto at = what.find("] ");
-    fail("[config] {}: not valid JSON ({})", path,
-         at == std::string::npos ? what : what.substr(at + 2));
-  }
+  const nlohmann::json j = parse_json_text(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "config", path);
   try {
     return is_hf_config(j) ? hf_ffn_config(j) : config_from_json(j);
   } catch (const Error& e) {

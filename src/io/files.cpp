@@ -162,8 +162,10 @@ void check_output_path(const std::string& path, const char* scope) {
   const std::string dir = folder_of(path);
   std::error_code ec;
   check(fs::is_directory(dir, ec), "[{}] {}: the folder '{}' does not exist", scope, path, dir);
-  check(::access(dir.c_str(), W_OK | X_OK) == 0, "[{}] {}: cannot write into '{}' ({})", scope,
-        path, dir, std::strerror(errno));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    const int error = errno;
+    fail("[{}] {}: cannot write into '{}' ({})", scope, path, dir, std::strerror(error));
+  }
   check(!fs::is_directory(path, ec), "[{}] {}: is a folder", scope, path);
 }
 
@@ -194,8 +196,10 @@ void check_writable_dir(const std::string& dir, const char* scope) {
   while (!fs::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
   check(fs::is_directory(p, ec), "[{}] cannot create the folder '{}': '{}' is not a folder", scope,
         dir, p.string());
-  check(::access(p.c_str(), W_OK | X_OK) == 0, "[{}] cannot write into '{}' ({})", scope,
-        p.string(), std::strerror(errno));
+  if (::access(p.c_str(), W_OK | X_OK) != 0) {
+    const int error = errno;
+    fail("[{}] cannot write into '{}' ({})", scope, p.string(), std::strerror(error));
+  }
 }
 
 void ensure_writable_dir(const std::string& dir, const char* scope) {
@@ -203,8 +207,43 @@ void ensure_writable_dir(const std::string& dir, const char* scope) {
   fs::create_directories(dir, ec);
   check(!ec, "[{}] cannot create the folder '{}' ({})", scope, dir, ec.message());
   check(fs::is_directory(dir, ec), "[{}] '{}' is not a folder", scope, dir);
-  check(::access(dir.c_str(), W_OK | X_OK) == 0, "[{}] cannot write into '{}' ({})", scope, dir,
-        std::strerror(errno));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    const int error = errno;
+    fail("[{}] cannot write into '{}' ({})", scope, dir, std::strerror(error));
+  }
+}
+
+std::string resolved_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  if (ec) return fs::path(path).lexically_normal().string();
+  fs::path r = fs::weakly_canonical(absolute, ec);
+  if (ec) r = absolute.lexically_normal();  // a loop of links: the name as written
+  std::string s = r.string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+bool path_within(const std::string& inner, const std::string& outer) {
+  const std::string i = resolved_path(inner), o = resolved_path(outer);
+  if (o == "/") return true;
+  return i == o || (i.size() > o.size() && i.compare(0, o.size(), o) == 0 && i[o.size()] == '/');
+}
+
+void check_output_apart(const std::string& out, const std::vector<std::string>& inputs,
+                        const char* scope, const char* flag) {
+  for (const auto& in : inputs) {
+    if (in.empty()) continue;
+    const char* how = path_within(out, in)
+                          ? (resolved_path(out) == resolved_path(in) ? "is" : "lies inside")
+                      : path_within(in, out) ? "contains"
+                                             : nullptr;
+    if (how)
+      fail(
+          "[{}] {} '{}' {} the input '{}': writing there would change or delete it; choose "
+          "another place",
+          scope, flag, out, how, in);
+  }
 }
 
 }  // namespace ffnlab

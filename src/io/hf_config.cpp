@@ -37,12 +37,12 @@ void hf_moe_config(FFNConfig& c, const nlohmann::json& j, const std::string& mod
   m.expert_kind = FFNKind::glu;
   m.router_bias = false;
   m.top_k = require<int>(j, "num_experts_per_tok", model);
-  m.aux_coef = static_cast<float>(optional(j, "router_aux_loss_coef", 0.0, model));
+  m.aux_coef = optional(j, "router_aux_loss_coef", 0.0f, model);
   if (model == "mixtral") {
     c.d_ff = require<std::int64_t>(j, "intermediate_size", model);
     m.num_experts = require<int>(j, "num_local_experts", model);
     m.normalize = true;
-    m.jitter = static_cast<float>(optional(j, "router_jitter_noise", 0.0, model));
+    m.jitter = optional(j, "router_jitter_noise", 0.0f, model);
     m.naming = MoENaming::mixtral;
   } else if (model == "qwen2_moe") {
     c.d_ff = require<std::int64_t>(j, "moe_intermediate_size", model);
@@ -58,7 +58,7 @@ void hf_moe_config(FFNConfig& c, const nlohmann::json& j, const std::string& mod
     m.num_experts = require<int>(j, "n_routed_experts", model);
     m.num_shared = optional(j, "n_shared_experts", 0, model);
     m.normalize = optional(j, "norm_topk_prob", true, model);
-    m.scaling = static_cast<float>(optional(j, "routed_scaling_factor", 1.0, model));
+    m.scaling = optional(j, "routed_scaling_factor", 1.0f, model);
     m.groups = optional(j, "n_group", 0, model);
     m.topk_groups = optional(j, "topk_group", 0, model);
     if (m.groups == 1 && m.topk_groups == 1) m.groups = m.topk_groups = 0;  // no grouping

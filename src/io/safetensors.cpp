@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "json_keys.hpp"
 
 namespace ffnlab {
 
@@ -120,13 +121,9 @@ SafeTensors SafeTensors::from_buffer(std::shared_ptr<const std::byte> owner, std
   st.data_start_ = 8 + n;
   const std::uint64_t data_size = size - 8 - n;
 
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(base) + 8,
-                                   reinterpret_cast<const char*>(base) + 8 + n);
-  } catch (const nlohmann::json::exception& e) {
-    fail("[safetensors] {}: header is not valid JSON ({})", source, e.what());
-  }
+  const nlohmann::json header = parse_json_text(
+      std::string_view(reinterpret_cast<const char*>(base) + 8, static_cast<std::size_t>(n)),
+      "safetensors", source);
   check(header.is_object(), "[safetensors] {}: header is not a JSON object", source);
 
   for (const auto& [name, entry] : header.items()) {

@@ -1,11 +1,20 @@
 // oneDNN matmul behind ffnlab's matmul(): memory descriptors by strides, post-ops for bias,
 // activation and accumulation, a primitive cache, and bf16 conversion of the inputs.
+//
+// Threads may call matmul() at once (ranks as threads, Python layers with the GIL released): a
+// primitive is safe to execute concurrently, but oneDNN's library-managed scratchpad is one
+// global buffer unless the library was built for concurrent execution, and a stream belongs to
+// one thread. So each thread has its own stream and its own scratchpad, passed to every call
+// (scratchpad_mode::user). Sharing them, the trainer over ThreadGroup ranks (tests/unit,
+// test_data_parallel) ended with other weights than one process in 15 runs of 15; with them
+// per thread, in none of 12.
 #include "ffnlab/ops/matmul.hpp"
 
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <vector>
 
 #include "check.hpp"
 
@@ -21,12 +30,12 @@ constexpr std::size_t kMaxPrimitives = 1024;
 
 struct Entry {
   dnnl::matmul prim;
+  std::size_t scratchpad_bytes = 0;
   bool emulated_bf16 = false;  // a bf16 product run as f32 on bf16-rounded inputs
 };
 
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
   std::mutex mutex;
   std::map<Key, Entry> cache;
   bool bf16_native = true;  // until oneDNN refuses a bf16 product on this CPU
@@ -139,9 +148,8 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
         "[matmul] shapes do not chain: {}{} x {}{} -> {}", shape_string(a.shape()),
         ta == Trans::yes ? "^T" : "", shape_string(b.shape()), tb == Trans::yes ? "^T" : "",
         shape_string(c.shape()));
-  check(c.dtype() == DType::f32 &&
-            (opt.precision == Precision::bf16 ||
-             (a.dtype() == DType::f32 && b.dtype() == DType::f32)),
+  check(c.dtype() == DType::f32 && (opt.precision == Precision::bf16 ||
+                                    (a.dtype() == DType::f32 && b.dtype() == DType::f32)),
         "[matmul] bf16 operands need precision bf16; the output is f32");
   check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
         opt.bias ? opt.bias->numel() : 0, N);
@@ -180,6 +188,7 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
       if (opt.act) append_activation(ops, *opt.act);
       dnnl::primitive_attr attr;
       attr.set_post_ops(ops);
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       const bool dm = opt.dynamic_m, dk = opt.dynamic_k;
       auto create = [&](memory::data_type in_dt) {
         const auto a_rt = matrix_desc(G, M, K, ta, in_dt, dm, dk);
@@ -188,12 +197,17 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
         const auto bias_rt = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
         auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_rt, c_rt)
                              : dnnl::matmul::desc(a_rt, b_rt, c_rt);
-        return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, e.engine));
+        return dnnl::matmul::primitive_desc(desc, attr, e.engine);
       };
       Entry made;
+      auto make = [&](memory::data_type in_dt) {
+        const auto pd = create(in_dt);
+        made.scratchpad_bytes = pd.scratchpad_desc().get_size();
+        made.prim = dnnl::matmul(pd);
+      };
       if (bf16 && e.bf16_native) {
         try {
-          made.prim = create(memory::data_type::bf16);
+          make(memory::data_type::bf16);
         } catch (const dnnl::error&) {
           // oneDNN has no bf16 product for this CPU (it needs AVX-512 or AMX): from now on
           // bf16 products are emulated exactly, below.
@@ -201,7 +215,7 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
         }
       }
       if (!made.prim) {
-        made.prim = create(memory::data_type::f32);
+        make(memory::data_type::f32);
         made.emulated_bf16 = bf16;
       }
       it = e.cache.emplace(key, made).first;
@@ -243,8 +257,18 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   if (opt.bias)
     args.emplace(DNNL_ARG_BIAS, memory(bias_md, e.engine, const_cast<float*>(opt.bias->f32())));
-  entry.prim.execute(e.stream, args);
-  e.stream.wait();
+  // This thread's stream and scratchpad (see the top of the file).
+  thread_local dnnl::stream stream(e.engine);
+  thread_local std::vector<std::byte> scratchpad;
+  if (entry.scratchpad_bytes > 0) {
+    if (scratchpad.size() < entry.scratchpad_bytes) scratchpad.resize(entry.scratchpad_bytes);
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(memory::desc({static_cast<memory::dim>(entry.scratchpad_bytes)},
+                                     memory::data_type::u8, memory::dims{1}),
+                        e.engine, scratchpad.data()));
+  }
+  entry.prim.execute(stream, args);
+  stream.wait();
 }
 
 }  // namespace ffnlab

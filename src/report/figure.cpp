@@ -1,13 +1,13 @@
 // gnuplot figures.
 #include "ffnlab/report/figure.hpp"
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "check.hpp"
-#include "ffnlab/io/safetensors.hpp"
+#include "ffnlab/io/files.hpp"
+#include "ffnlab/io/process.hpp"
 
 namespace ffnlab {
 
@@ -15,26 +15,31 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// 'text' as one shell word.
-std::string quoted(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+// A figure that gnuplot could not write may be the disk's fault, not the script's: a small
+// write into the folder tells (SystemError "[io] ...: No space left on device" if it fails).
+void check_folder_writable(const fs::path& dir) {
+  const std::string probe = (dir / ".write-check").string(), text = "ffnlab\n";
+  write_file_atomic(probe, text.data(), text.size());
+  std::error_code ec;
+  fs::remove(probe, ec);
 }
 
 }  // namespace
 
 bool gnuplot_available() {
-  return std::system("command -v gnuplot > /dev/null 2>&1") == 0;
+  return program_on_path("gnuplot");
 }
 
 void render_figure(const std::string& dir, const std::string& name, const std::string& script) {
   const fs::path gp = fs::path(dir) / (name + ".gp"), png = fs::path(dir) / (name + ".png"),
                  log = fs::path(dir) / (name + ".log");
   write_file_atomic(gp.string(), script.data(), script.size());
-  const std::string cmd = "cd " + quoted(dir) + " && gnuplot " + quoted(name + ".gp") + " > " +
-                          quoted(name + ".log") + " 2>&1";
-  const int status = std::system(cmd.c_str());
+  // No shell: an interrupt while gnuplot runs reaches this process (the wait watches it).
+  ChildOptions options;
+  options.dir = dir;
+  options.output_file = log.string();
+  ChildProcess gnuplot({"gnuplot", name + ".gp"}, options);
+  const int status = gnuplot.wait(std::chrono::minutes(5));
   std::string first_error;
   {
     std::ifstream in(log);
@@ -44,11 +49,12 @@ void render_figure(const std::string& dir, const std::string& name, const std::s
           line.find("line") != std::string::npos)
         first_error = line;
   }
-  check(status == 0, "[figure] {}: gnuplot failed ({})", name,
-        first_error.empty() ? "exit status " + std::to_string(status) : first_error);
   std::error_code ec;
-  check(fs::exists(png, ec) && fs::file_size(png, ec) > 0, "[figure] {}: gnuplot wrote no {}", name,
-        png.string());
+  const bool written = fs::exists(png, ec) && fs::file_size(png, ec) > 0;
+  if (status != 0 || !written) check_folder_writable(dir);
+  check(status == 0, "[figure] {}: gnuplot failed ({})", name,
+        first_error.empty() ? describe_status(status) : first_error);
+  check(written, "[figure] {}: gnuplot wrote no {}", name, png.string());
   fs::remove(log, ec);
 }
 

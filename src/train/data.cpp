@@ -37,11 +37,20 @@ Corpus load_corpus(const std::string& path, double val_fraction) {
   c.source = path;
   std::error_code ec;
   const auto status = fs::status(path, ec);
-  check(!ec && fs::exists(status), "[data] '{}' does not exist", path);
+  check(!ec || ec == std::errc::no_such_file_or_directory, "[data] '{}': {}", path, ec.message());
+  check(fs::exists(status), "[data] '{}' does not exist", path);
   if (fs::is_directory(status)) {
     std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(path))
-      if (e.is_regular_file() && !skipped(e.path())) files.push_back(e.path());
+    fs::directory_iterator it(path, ec);
+    check(!ec, "[data] '{}': cannot list the folder ({})", path, ec.message());
+    for (; it != fs::directory_iterator(); it.increment(ec)) {
+      const fs::path& f = it->path();
+      std::error_code entry;
+      const bool regular = it->is_regular_file(entry);  // a loop of links: refused by name
+      check(!entry, "[data] '{}': {}", f.string(), entry.message());
+      if (regular && !skipped(f)) files.push_back(f);
+    }
+    check(!ec, "[data] '{}': cannot list the folder ({})", path, ec.message());
     std::sort(files.begin(), files.end());
     check(!files.empty(), "[data] '{}' holds no text files", path);
     for (const auto& f : files) append_file(c, f);
@@ -50,6 +59,7 @@ Corpus load_corpus(const std::string& path, double val_fraction) {
   }
   check(!c.bytes.empty(), "[data] '{}' is empty", path);
   c.fingerprint = fmt::format("fnv1a64:{:016x}", fnv1a64(c.bytes.data(), c.bytes.size()));
+  c.val_fraction = val_fraction;
   c.split = static_cast<std::int64_t>(
       std::floor(static_cast<double>(c.bytes.size()) * (1.0 - val_fraction)));
   return c;

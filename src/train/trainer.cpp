@@ -149,20 +149,34 @@ namespace {
 // What every rank of a data-parallel run must share: the model, the training settings and the
 // data. Rank 0's is sent to all; each compares its own and says what differs.
 void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
-                      const Corpus& corpus) {
+                      const Corpus& corpus, const DataParallel& parallel) {
   const json mine = {
       {"model", lm_config_to_json(model)},
       {"train", train_config_to_json(train)},
-      {"data", {{"fingerprint", corpus.fingerprint}, {"train_bytes", corpus.train().size()}}}};
+      {"data", {{"fingerprint", corpus.fingerprint}, {"train_bytes", corpus.train().size()}}},
+      {"parallel",
+       {{"bucket_elements", parallel.bucket_elements},
+        {"expert_parallel", parallel.expert_parallel}}},
+      {"settings", parallel.agreed}};
   std::string text = mine.dump();
   group.broadcast(text, "configuration check");
   const json first = json::parse(text);
   std::string diff;
-  for (const auto& [part, values] : mine.items())
-    for (const auto& [key, value] : values.items())
-      if (!first[part].contains(key) || first[part][key] != value)
-        diff += fmt::format("{}{}.{} = {} here, {} on rank 0", diff.empty() ? "" : "; ", part, key,
-                            value.dump(), first[part].value(key, json()).dump());
+  const auto differs = [&](const std::string& part, const std::string& key) {
+    const json none;
+    const json& theirs = first.contains(part) ? first.at(part) : none;
+    const json here = mine[part].value(key, json()),
+               there = theirs.is_object() ? theirs.value(key, json()) : json();
+    if (here != there)
+      diff += fmt::format("{}{}.{} = {} here, {} on rank 0", diff.empty() ? "" : "; ", part, key,
+                          here.dump(), there.dump());
+  };
+  for (const auto& [part, values] : mine.items()) {
+    for (const auto& [key, value] : values.items()) differs(part, key);
+    if (first.contains(part) && first.at(part).is_object())
+      for (const auto& [key, value] : first.at(part).items())  // rank 0's keys this rank lacks
+        if (!values.contains(key)) differs(part, key);
+  }
   std::vector<double> odd{diff.empty() ? 0.0 : 1.0, diff.empty() ? -1.0 : group.rank()};
   group.allreduce_max(odd, "configuration check");
   check(diff.empty(), "[dist] rank {} was started with another configuration than rank 0: {}",
@@ -205,7 +219,7 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_.parameters(),
                                            TransformerLM::is_decayed);
   if (ProcessGroup* g = parallel_.group) {
-    check_same_setup(*g, model.config(), config_, corpus);
+    check_same_setup(*g, model.config(), config_, corpus, parallel_);
     check(config_.batch % g->size() == 0,
           "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {}",
           config_.batch, g->size(), g->size());
@@ -484,6 +498,8 @@ void Trainer::write_checkpoint(const std::string& dir) const {
                      {"weights", weights},
                      {"data",
                       {{"source", corpus_.source},
+                       {"path", resolved_path(corpus_.source)},
+                       {"val_fraction", corpus_.val_fraction},
                        {"bytes", corpus_.bytes.size()},
                        {"fingerprint", corpus_.fingerprint},
                        {"train_bytes", corpus_.train().size()}}},
@@ -534,7 +550,12 @@ json read_checkpoint_info(const std::string& dir) {
     const auto is = [&](const char* key, bool (json::*type)() const noexcept) {
       return !d.contains(key) || (d[key].*type)();
     };
-    check(d.is_object() && is("source", &json::is_string) && is("fingerprint", &json::is_string) &&
+    const bool fraction_ok =
+        !d.contains("val_fraction") ||
+        (d["val_fraction"].is_number() && d["val_fraction"].get<double>() >= 0.0 &&
+         d["val_fraction"].get<double>() < 1.0);
+    check(d.is_object() && is("source", &json::is_string) && is("path", &json::is_string) &&
+              is("fingerprint", &json::is_string) && fraction_ok &&
               is("bytes", &json::is_number_unsigned) &&
               is("train_bytes", &json::is_number_unsigned),
           "[checkpoint] {}: 'data' must be an object of its source, fingerprint and byte counts",

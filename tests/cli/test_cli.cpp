@@ -363,7 +363,8 @@ TEST_F(Cli, TrainRejectsBadInput) {
                    " --d-model 32 --layers 1 --heads 2 --seq 16 --batch 2 --sample 0 --steps 4 "
                    "--resume " +
                    path("run") + " --out " + path("o5")),
-               "another shape");
+               "the model flags do not match the checkpoint's model: --d-model gives 32, the "
+               "checkpoint has 16");
   std::ofstream(path("run/checkpoint/checkpoint.json")) << "{\"format\": \"ffnlab-chec";
   expect_error(run(common + " --steps 4 --resume " + path("run") + " --out " + path("o6")),
                "corrupt");

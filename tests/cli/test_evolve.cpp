@@ -33,6 +33,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   fs::create_directories(out);
   std::ofstream(out + "/REPORT.md") << "old report\n";
   std::ofstream(out + "/stale.csv") << "1\n";
+  std::ofstream(out + "/.ffnlab-report") << "";  // the marker every report carries
   expect_error(run("evolve --quick --out " + out + " --data " + path("no-such-corpus")),
                "does not exist");
   EXPECT_EQ(read(out + "/REPORT.md"), "old report\n");
@@ -47,6 +48,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   const Outcome r = run("evolve --quick --out " + out);
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_FALSE(fs::exists(out + "/stale.csv")) << "the old report's files must be gone";
+  EXPECT_TRUE(fs::exists(out + "/.ffnlab-report")) << "the new report carries the marker";
   for (const auto& e : fs::directory_iterator(path("")))  // no staging folder left behind
     EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
   EXPECT_NE(r.out.find("== training"), std::string::npos) << "progress names the stages";

@@ -172,7 +172,7 @@ TEST_F(Hardening, BadFilesAndDataAreRefusedBeforeAnyWork) {
        "--batch 2 --val-fraction 0.005",
        1, "validation part"},
       {train + " --data {dir}/text --model-config {dir}/fifo", 1, "FIFO"},
-      {"evolve --quick --data {dir}/text --out {dir}/text", 1, "exists and is not a folder"},
+      {"evolve --quick --data {dir}/text --out {dir}/text", 1, "is the input"},
   });
   write("lm_vocab.json", R"({"vocab": 10, "d_model": 16, "layers": 1, "heads": 2,
       "ffn": {"variant": "relu", "d_model": 16, "d_ff": 32}})");
@@ -429,6 +429,7 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
   const fs::path report = dir_ / "report";
   fs::create_directories(report);
   std::ofstream(report / "REPORT.md") << "the old report\n";
+  std::ofstream(report / ".ffnlab-report") << "";
   const pid_t pid = spawn({"evolve", "--quick", "--threads", "1", "--out", report.string()}, dir_);
   ASSERT_GT(pid, 0);
   const std::string staging = (dir_ / (".report.partial-" + std::to_string(pid))).string();

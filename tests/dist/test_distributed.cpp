@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 #include "../cli/cli_fixture.hpp"
 #include "ffnlab/io/safetensors.hpp"
@@ -170,6 +171,7 @@ TEST_F(Distributed, ExpertParallelNeedsExpertsThatSplit) {
           kMpirun + "-np 2 ");
   EXPECT_NE(odd.err.find("3 experts cannot be split evenly over 2 ranks"), std::string::npos)
       << odd.err;
+  EXPECT_FALSE(fs::exists(path("a")) || fs::exists(path("b"))) << "a refused run left --out";
 }
 
 // A checkpoint holds no trace of the number of ranks: 10 steps on 2 ranks, then 10 more in one
@@ -207,10 +209,34 @@ TEST_F(Distributed, RanksWithOtherSettingsAreRefusedAtStartUp) {
                             "--seed 2 --out " + path("b"),
                         kMpirun + "-np 1 ");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.err.find("rank 1 was started with another configuration than rank 0: "
-                       "train.seed = 2 here, 1 on rank 0"),
+  EXPECT_NE(r.err.find("rank 1 was started with another configuration than rank 0: "),
             std::string::npos)
       << r.err;
+  EXPECT_NE(r.err.find("train.seed = 2 here, 1 on rank 0"), std::string::npos) << r.err;
+}
+
+// Settings that only change how the ranks exchange (the bucket size, expert parallelism) must
+// agree too: they crashed the ranks (mismatched collectives) before the start-up check named
+// them. Every flag but the rank-local ones is compared, and a refused run leaves no --out.
+TEST_F(Distributed, RanksWithOtherExchangeSettingsAreRefusedBeforeAnyOutput) {
+  const std::string bin = FFNLAB_BIN;
+  const std::string moe = "--variant moe --experts 2 --top-k 1 ";
+  for (const auto& [a, b, what] :
+       {std::tuple{"--bucket-mb 4", "--bucket-mb 0.01", "settings.--bucket-mb"},
+        std::tuple{"", "--expert-parallel", "parallel.expert_parallel = true here, false"},
+        std::tuple{"--expert-parallel", "", "settings.--expert-parallel"}}) {
+    SCOPED_TRACE(std::string(a) + " vs " + b);
+    const Outcome r = run(kRun + moe + a + " --out " + path("a") + " : -np 1 " + bin + " " + kRun +
+                              moe + b + " --out " + path("a"),
+                          kMpirun + "-np 1 ");
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("rank 1 was started with another configuration than rank 0: "),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("Segmentation"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(path("a"))) << "a refused run left its output folder";
+  }
 }
 
 TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
@@ -221,6 +247,7 @@ TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
   EXPECT_NE(r.err.find("batch = 3 sequences cannot be split evenly over 2 ranks"),
             std::string::npos)
       << r.err;
+  EXPECT_FALSE(fs::exists(path("a"))) << "a refused run left its output folder";
 }
 
 // Rank 0 runs ffnlab train, rank 1 the stray rank in `mode` (tests/dist/stray_rank.cpp); returns

@@ -145,7 +145,7 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
   auto train = [&](ProcessGroup* g, bool expert_parallel) {
     TransformerLM model(c, t.seed);
     // Small buckets: several per backward.
-    Trainer trainer(model, corpus, t, {g, 300, expert_parallel});
+    Trainer trainer(model, corpus, t, {g, 300, expert_parallel, {}});
     StepLog last;
     for (int s = 0; s < t.steps; ++s) last = trainer.train_step();
     // A checkpoint's view: expert parallel ranks first take their copies from the holders.
@@ -208,7 +208,7 @@ TEST(DataParallel, BatchMustSplitEvenly) {
   ThreadGroup::run(2, [&](ThreadGroup& g) {
     TransformerLM model(c, 1);
     try {
-      Trainer trainer(model, corpus, t, {&g, 1000});
+      Trainer trainer(model, corpus, t, {&g, 1000, false, {}});
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("batch = 5 sequences cannot be split evenly over 2"),

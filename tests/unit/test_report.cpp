@@ -43,6 +43,7 @@ TEST(StagedDirectory, ReplacesTheOldDirectoryWholeOnlyOnCommit) {
   const fs::path final_dir = root / "report";
   fs::create_directories(final_dir);
   std::ofstream(final_dir / "old.txt") << "old";
+  std::ofstream(final_dir / kReportMarker) << "";  // an earlier report
   {
     StagedDirectory s(final_dir.string());
     std::ofstream(fs::path(s.path()) / "new.txt") << "new";

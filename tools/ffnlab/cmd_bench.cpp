@@ -14,6 +14,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/ops/matmul.hpp"
+#include "interrupt.hpp"
 #include "torch_worker.hpp"
 
 namespace ffnlab::cli {
@@ -35,7 +36,8 @@ struct BenchOptions {
   int threads = 0;
   bool torch = true;
   std::string python = "/usr/bin/python3";
-  std::string torch_script;  // "" = default_torch_script()
+  std::string torch_script;    // "" = default_torch_script()
+  double torch_timeout = 600;  // seconds PyTorch may take to start or to answer one request
   int rounds = 3;
   std::int64_t bandwidth_mib = 1024;
 };
@@ -94,11 +96,16 @@ double median(std::vector<double> v) {
 
 // PyTorch's time for a request, or -1 when it skipped (the reason goes to stderr).
 double torch_seconds(TorchWorker& torch, const json& request) {
-  const json a = torch.ask(request);
-  if (a.contains("seconds")) return a["seconds"].get<double>();
-  note("bench: PyTorch skipped " + request.value("variant", std::string()) + ": " +
-       a.value("skipped", std::string("?")));
+  const TorchReply a = torch.ask(request);
+  if (a.kind == TorchReply::Kind::seconds) return a.seconds;
+  note("bench: PyTorch skipped " + request.value("variant", std::string()) + ": " + a.skipped);
   return -1;
+}
+
+// Between measurements: the first SIGINT or SIGTERM stops bench here (exit 130).
+void check_stop() {
+  if (InterruptGuard::requested())
+    throw Interrupted(InterruptGuard::signal_name() + ": bench stopped");
 }
 
 // "2.31x" (PyTorch's time over ffnlab's), or "-" without a PyTorch time.
@@ -141,20 +148,22 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
   json rows = json::array();
   if (!o.json_out) {
     fmt::print(
-        "\nLayers at d_model {} and d_ff {} with bias (MoE: 8 experts of that width, top-2). Times are medians per call over {} alternating rounds; GFLOP/s counts "
+        "\nLayers at d_model {} and d_ff {} with bias (MoE: 8 experts of that width, top-2). Times "
+        "are medians per call over {} alternating rounds; GFLOP/s counts "
         "the matrix products (ffnlab params); 'of bare' is the layer's rate over oneDNN's bare "
         "products of the same shapes at the same precision; 'x torch' is PyTorch's time for the "
         "same layer over ffnlab's, timed in the same rounds.\n\n",
         D, F, o.rounds);
     fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} {:>7}\n", "variant",
-               "dtype", "T", "infer ms", "GFLOP/s", "x torch", "fwd+bwd ms", "GFLOP/s",
-               "of bare", "x torch");
+               "dtype", "T", "infer ms", "GFLOP/s", "x torch", "fwd+bwd ms", "GFLOP/s", "of bare",
+               "x torch");
   }
   const std::size_t total = variants.size() * precisions.size() * T.size();
   std::size_t done = 0;
   for (const auto& v : variants)
     for (Precision p : precisions)
       for (std::int64_t t : T) {
+        check_stop();
         note(fmt::format("bench {}/{}: {} {} T={}", ++done, total, v, enum_name(p), t));
         const FFNConfig c = variant_config(v, D, F, true);
         // Rounds alternate ffnlab and PyTorch, so that drift of a shared machine hits both.
@@ -192,11 +201,12 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         if (tf > 0) row["torch_forward_backward_s"] = tf;
         rows.push_back(row);
         if (!o.json_out)
-          fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8.1f} {:>7} | {:>10} {:>8.1f} {:>6.0f}% "
-                     "{:>7}\n",
-                     v, enum_name(p), t, ms(s.inference_s), s.inference_gflops,
-                     speedup(ti, s.inference_s), ms(s.forward_backward_s),
-                     s.forward_backward_gflops, 100 * of_bare, speedup(tf, s.forward_backward_s));
+          fmt::print(
+              "{:<10} {:>5} {:>5} | {:>10} {:>8.1f} {:>7} | {:>10} {:>8.1f} {:>6.0f}% "
+              "{:>7}\n",
+              v, enum_name(p), t, ms(s.inference_s), s.inference_gflops, speedup(ti, s.inference_s),
+              ms(s.forward_backward_s), s.forward_backward_gflops, 100 * of_bare,
+              speedup(tf, s.forward_backward_s));
         std::fflush(stdout);
       }
   return rows;
@@ -219,17 +229,18 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
                "layer", "weights", "T", "ms", "read GB", "GB/s", "of bw", "oneDNN ms", "x oneDNN",
                "torch ms", "x torch");
   for (const char* layer : {"swiglu", "moe"}) {
-    const FFNConfig c =
-        std::string(layer) == "moe" ? moe_of("swiglu", D, F, false) : variant_config(layer, D, F, false);
+    const FFNConfig c = std::string(layer) == "moe" ? moe_of("swiglu", D, F, false)
+                                                    : variant_config(layer, D, F, false);
     const double params = static_cast<double>(count_params(c));
-    const double expert = static_cast<double>(
-        count_params(c.kind == FFNKind::moe ? expert_config(c) : c));
+    const double expert =
+        static_cast<double>(count_params(c.kind == FFNKind::moe ? expert_config(c) : c));
     // Values and gradients in f32, a bf16 copy, oneDNN's f32 weights of one expert.
     const double need = params * (4.0 + 4.0 + 2.0) + expert * 4.0;
     if (need > 0.8 * available_memory_bytes()) {
-      note(fmt::format("bench: decode {} skipped: it needs {:.1f} GiB, more than 80% of the "
-                       "{:.1f} GiB available",
-                       layer, need / (1 << 30), available_memory_bytes() / (1 << 30)));
+      note(
+          fmt::format("bench: decode {} skipped: it needs {:.1f} GiB, more than 80% of the "
+                      "{:.1f} GiB available",
+                      layer, need / (1 << 30), available_memory_bytes() / (1 << 30)));
       continue;
     }
     note(fmt::format("bench: building the {} layer at {}/{} ({:.2f} G parameters)", layer, D, F,
@@ -239,6 +250,7 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
       ffn->set_inference_weights(w);
       for (std::int64_t t : {std::int64_t{1}, std::int64_t{8}}) {
         if (o.quick && t == 8) continue;
+        check_stop();
         note(fmt::format("bench: decode {} {} T={}", layer, dtype_name(w), t));
         std::vector<DecodeSpeed> ours;
         std::vector<double> theirs, bandwidths;
@@ -248,12 +260,11 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
           bandwidths.push_back(measure_read_bandwidth(o.bandwidth_mib << 20, part));
           ours.push_back(measure_decode_speed(*ffn, t, part));
           if (torch.available())
-            theirs.push_back(torch_seconds(
-                torch, torch_request(c, t, "inference", Precision::f32, w, part)));
+            theirs.push_back(
+                torch_seconds(torch, torch_request(c, t, "inference", Precision::f32, w, part)));
         }
-        std::sort(ours.begin(), ours.end(), [](const DecodeSpeed& a, const DecodeSpeed& b) {
-          return a.seconds < b.seconds;
-        });
+        std::sort(ours.begin(), ours.end(),
+                  [](const DecodeSpeed& a, const DecodeSpeed& b) { return a.seconds < b.seconds; });
         const DecodeSpeed s = ours[ours.size() / 2];
         const double ts = median(theirs), bandwidth = median(bandwidths);
         rows.push_back({{"layer", layer},
@@ -269,20 +280,22 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
                         {"onednn_f32_seconds", s.bare_seconds}});
         if (ts > 0) rows.back()["torch_seconds"] = ts;
         if (!o.json_out)
-          fmt::print("{:<8} {:>7} {:>3} | {:>9} {:>8.3f} {:>8.1f} {:>5.0f}% | {:>10} {:>7.2f}x | "
-                     "{:>9} {:>7}\n",
-                     layer, dtype_name(w), t, ms(s.seconds), s.bytes / 1e9, s.bytes_per_s / 1e9,
-                     100 * s.bytes_per_s / bandwidth, ms(s.bare_seconds),
-                     s.bare_seconds / s.seconds, ts > 0 ? ms(ts) : "-", speedup(ts, s.seconds));
+          fmt::print(
+              "{:<8} {:>7} {:>3} | {:>9} {:>8.3f} {:>8.1f} {:>5.0f}% | {:>10} {:>7.2f}x | "
+              "{:>9} {:>7}\n",
+              layer, dtype_name(w), t, ms(s.seconds), s.bytes / 1e9, s.bytes_per_s / 1e9,
+              100 * s.bytes_per_s / bandwidth, ms(s.bare_seconds), s.bare_seconds / s.seconds,
+              ts > 0 ? ms(ts) : "-", speedup(ts, s.seconds));
         std::fflush(stdout);
       }
     }
-    if (torch.available()) torch.ask({{"free", true}});
+    if (torch.available()) (void)torch.ask({{"free", true}});
   }
   return rows;
 }
 
 void run_bench(BenchOptions o) {
+  InterruptGuard interrupts;  // Ctrl-C stops between measurements and ends PyTorch's process
   apply_threads(o.threads);
   const auto variants = variant_list(o.variants);
   const auto precisions = precision_list(o.dtypes);
@@ -307,10 +320,10 @@ void run_bench(BenchOptions o) {
                     : "emulated: oneDNN has no bf16 product for this CPU, so bf16 rounds the "
                       "inputs and multiplies in f32 (same values, f32 speed)");
   const std::string script = o.torch_script.empty() ? default_torch_script() : o.torch_script;
-  TorchWorker torch(o.torch ? o.python : "", o.torch ? script : "", omp_get_max_threads());
+  TorchWorker torch(o.torch ? o.python : "", o.torch ? script : "", omp_get_max_threads(),
+                    o.torch_timeout);
   if (torch.available())
-    out["torch"] = {{"version", torch.hello().value("torch", "")},
-                    {"threads", torch.hello().value("threads", 0)}};
+    out["torch"] = {{"version", torch.hello().torch}, {"threads", torch.hello().threads}};
   else
     out["torch"] = {{"unavailable", o.torch ? torch.why_not() : "--no-torch"}};
   if (!o.json_out)
@@ -318,8 +331,7 @@ void run_bench(BenchOptions o) {
                torch.available()
                    ? fmt::format("{} with {} threads and OMP_WAIT_POLICY=PASSIVE, in alternating "
                                  "rounds",
-                                 torch.hello().value("torch", ""),
-                                 torch.hello().value("threads", 0))
+                                 torch.hello().torch, torch.hello().threads)
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
   out["layers"] = bench_layers(o, variants, precisions, tokens, torch);
   if (o.decode) out["decode"] = bench_decode(o, torch);
@@ -370,6 +382,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--torch-script", o->torch_script,
                   "the PyTorch side (default: share/ffnlab/torch_ffn.py beside the program, or "
                   "bench/torch_ffn.py in the source tree)");
+  cmd->add_option("--torch-timeout", o->torch_timeout,
+                  "seconds PyTorch may take to start or to answer one request; past it, bench "
+                  "ends PyTorch's process and goes on without it")
+      ->check(real_in(0.1, 1e5))
+      ->capture_default_str();
   cmd->add_option("--rounds", o->rounds, "alternating ffnlab/PyTorch rounds per case")
       ->check(int_in(1, 100))
       ->capture_default_str();

@@ -66,6 +66,8 @@ void run_evolve(evolve::Options& o) {
     throw Error(
         "[evolve] gnuplot is not on the PATH (Debian package gnuplot-nox; "
         "scripts/install-deps.sh installs it)");
+  // The output place is checked (and staged) before anything is read or computed.
+  StagedDirectory out(o.out, {o.data});
   st.corpus = load_corpus(o.data, 0.1);
   // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
   const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
@@ -74,7 +76,6 @@ void run_evolve(evolve::Options& o) {
         "[evolve] '{}' has {} bytes: its training part and its validation part (the last 10 %) "
         "need at least {} bytes each (one sequence of {} and its next byte)",
         o.data, st.corpus.bytes.size(), need, st.scale.train.seq));
-  StagedDirectory out(o.out);
   st.dir = out.path();
   st.results["data"] = {{"source", st.corpus.source},
                         {"files", st.corpus.files.size()},
@@ -131,7 +132,11 @@ void add_evolve_command(CLI::App& app) {
       "over paired seeds, activation sparsity, MoE load balancing, corrections of the seeds and "
       "recommendations, with figures. Writes OUT/REPORT.md, OUT/results.json and the figures; "
       "an existing OUT is replaced only when the new report is complete.");
-  cmd->add_option("--out", o->out, "report directory")->capture_default_str();
+  cmd->add_option("--out", o->out,
+                  "report folder: a new or empty folder, or an earlier report (which is replaced "
+                  "when the new one is complete); never the data, the current directory or a "
+                  "mount point")
+      ->capture_default_str();
   cmd->add_flag("--quick", o->quick,
                 "small models and few steps (same code path; about 10 seconds): checks the "
                 "pipeline, measures nothing about the variants");

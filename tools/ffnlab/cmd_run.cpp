@@ -9,6 +9,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
 
@@ -60,6 +61,15 @@ void run(const RunOptions& o) {
     if (fs::weakly_canonical(o.grads) == fs::weakly_canonical(o.output))
       throw UsageError("[run] --grads and --output name the same file");
   }
+  // An output that names an input would replace it (the inputs are memory-mapped while read).
+  for (const auto& [out_flag, out] : {std::pair{"--output", &o.output}, {"--grads", &o.grads}})
+    for (const auto& [in_flag, in] : {std::pair{"--config", &o.config},
+                                      {"--weights", &o.weights},
+                                      {"--input", &o.input},
+                                      {"--grad-output", &o.grad_output}})
+      if (!out->empty() && !in->empty() && resolved_path(*out) == resolved_path(*in))
+        throw UsageError(fmt::format("[run] {} '{}' is the {} file: writing it would replace it",
+                                     out_flag, *out, in_flag));
   const FFNConfig config = read_ffn_config_file(o.config);
   Shape x_shape, dy_shape;
   const Tensor x = read_rows(o.input, "x", config.d_model, x_shape);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -52,10 +54,34 @@ struct TrainOptions {
   // data parallelism (under mpirun)
   double dist_timeout = 300, bucket_mb = 4;
   bool expert_parallel = false;
-  std::vector<CLI::Option*> model_flags;
+  // Each model flag with what it sets, read back from a model: when resuming, a given flag must
+  // agree with the checkpoint's model, and flags not given are the checkpoint's.
+  std::vector<std::pair<CLI::Option*, std::function<json(const LMConfig&)>>> model_flags;
   std::vector<std::pair<CLI::Option*, const char*>> train_flags;  // flag, its train-config key
-  CLI::Option* out_flag = nullptr;
+  CLI::Option *out_flag = nullptr, *data_flag = nullptr, *val_fraction_flag = nullptr;
+  CLI::App* command = nullptr;
 };
+
+// Flags a rank of a data-parallel run may set for itself; every other flag must be the same on
+// every rank (the data is compared by its fingerprint, not its path; only rank 0 writes --out).
+bool rank_local(const std::string& flag) {
+  return flag == "--threads" || flag == "--print-every" || flag == "--data" || flag == "--out" ||
+         flag == "--help";
+}
+
+// Every flag of the command as given ("" when not given) but the rank-local ones: derived from
+// the command's own list, so that a new flag is compared without anyone adding it here.
+std::map<std::string, std::string> agreed_flags(const CLI::App& command) {
+  std::map<std::string, std::string> out;
+  for (const CLI::Option* opt : command.get_options()) {
+    const std::string name = opt->get_name();
+    if (name.empty() || rank_local(name)) continue;
+    std::string given;
+    for (const auto& r : opt->results()) given += (given.empty() ? "" : ",") + r;
+    out[name] = opt->count() > 0 ? "given: " + given : "";
+  }
+  return out;
+}
 
 LMConfig read_model_config(const std::string& path) {
   const auto bytes = read_regular_file(path, "train", std::uint64_t{1} << 24);
@@ -92,8 +118,27 @@ LMConfig model_from_flags(const TrainOptions& o) {
   return c;
 }
 
+// When resuming, the model is the checkpoint's: a model flag that was given must agree with it
+// (one not given is not compared: its default is not the user's word).
+void check_model_flags(const TrainOptions& o, const LMConfig& saved) {
+  bool given = false;
+  for (const auto& [opt, read] : o.model_flags) given |= opt->count() > 0;
+  if (!given) return;
+  const LMConfig flags = model_from_flags(o);
+  std::string diff;
+  for (const auto& [opt, read] : o.model_flags)
+    if (opt->count() > 0 && read(flags) != read(saved))
+      diff += fmt::format("{}{} gives {}, the checkpoint has {}", diff.empty() ? "" : "; ",
+                          opt->get_name(), read(flags).dump(), read(saved).dump());
+  if (!diff.empty())
+    throw Error(fmt::format(
+        "[train] resuming {}: the model flags do not match the checkpoint's model: {} (a resumed "
+        "run keeps its model; leave the model flags out)",
+        o.resume, diff));
+}
+
 // The model and the training settings of this run: from the flags, or, when resuming, from the
-// checkpoint (model flags, if given, must then match it; --steps sets the new total).
+// checkpoint (model flags, if given, must then match it; --steps, if given, sets the new total).
 struct RunSetup {
   LMConfig model;
   TrainConfig train;
@@ -114,11 +159,9 @@ RunSetup resolve_setup(const TrainOptions& o) {
   r.resume_dir = (fs::path(o.resume) / "checkpoint").string();
   r.info = read_checkpoint_info(r.resume_dir);
   const std::string source = (fs::path(r.resume_dir) / "checkpoint.json").string();
-  bool explicit_model = false;
-  for (auto* f : o.model_flags) explicit_model |= f->count() > 0;
   try {
-    r.model = lm_config_from_json(r.info["model"]);  // checked even when flags replace it
-    if (explicit_model) r.model = model_from_flags(o);
+    r.model = lm_config_from_json(r.info["model"]);
+    check_model_flags(o, r.model);
     // The checkpoint's training settings, except where a flag was given: a flag that differs
     // from the checkpoint changes the run, which needs --force (--steps sets the new total).
     const json flags = train_config_to_json(r.train);
@@ -135,7 +178,6 @@ RunSetup resolve_setup(const TrainOptions& o) {
       throw UsageError(fmt::format(
           "[train] resuming {} with other training settings: {}; use --force to change them",
           o.resume, conflicts));
-    merged["steps"] = r.train.steps;
     r.train = train_config_from_json(merged);
   } catch (const UsageError&) {
     throw;
@@ -357,14 +399,46 @@ void train(TrainOptions& o, ProcessGroup* group) {
   std::string out = o.out;
   if (!o.resume.empty() && o.out_flag->count() == 0) out = o.resume;
   const RunSetup setup = resolve_setup(o);
-  if (lead) check_writable_dir(out, "train");
-  const Corpus corpus = load_corpus(o.data, o.val_fraction);
+  // A resumed run reads the data it was trained on, split as it was, unless told otherwise.
+  std::string data = o.data;
+  double val_fraction = o.val_fraction;
+  if (!setup.resume_dir.empty()) {
+    const json& d = setup.info.value("data", json::object());
+    if (o.data_flag->count() == 0) data = d.value("path", d.value("source", data));
+    if (o.val_fraction_flag->count() == 0) val_fraction = d.value("val_fraction", val_fraction);
+  }
+  if (lead) {
+    check_writable_dir(out, "train");
+    // Logs written into the corpus folder would become part of the corpus.
+    if (path_within(out, data))
+      throw UsageError(fmt::format(
+          "[train] --out '{}' is or lies inside the --data '{}': the run's files would become "
+          "part of its data; choose another place",
+          out, data));
+  }
+  const Corpus corpus = load_corpus(data, val_fraction);
   check_same_data(setup, corpus, o.force);
   check_training_setup(setup.model, corpus, setup.train);
   // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation.
   const std::int64_t params = transformer_cost(setup.model, 1).params;
   check_memory(16.0 * static_cast<double>(params), "train",
                fmt::format("a model of {} parameters (weights, gradients, Adam state)", params));
+  if (o.expert_parallel && group == nullptr)
+    throw UsageError(
+        "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
+        "start it with mpirun -np N (N > 1)");
+
+  TransformerLM model(setup.model, setup.train.seed);
+  const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
+  // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
+  // batch and of the experts) before any rank writes.
+  Trainer trainer(
+      model, corpus, setup.train,
+      {group, std::max<std::int64_t>(1, bucket), o.expert_parallel, agreed_flags(*o.command)});
+  if (!setup.resume_dir.empty()) trainer.load(setup.resume_dir);
+  if (trainer.step() > setup.train.steps)
+    throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
+                                 trainer.step(), setup.train.steps));
   // Everything is checked: from here on, the output folder is written.
   if (lead) {
     ensure_writable_dir(out, "train");
@@ -373,19 +447,6 @@ void train(TrainOptions& o, ProcessGroup* group) {
              name == "sample.txt";
     });
   }
-
-  TransformerLM model(setup.model, setup.train.seed);
-  const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
-  if (o.expert_parallel && group == nullptr)
-    throw UsageError(
-        "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
-        "start it with mpirun -np N (N > 1)");
-  Trainer trainer(model, corpus, setup.train,
-                  {group, std::max<std::int64_t>(1, bucket), o.expert_parallel});
-  if (!setup.resume_dir.empty()) trainer.load(setup.resume_dir);
-  if (trainer.step() > setup.train.steps)
-    throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
-                                 trainer.step(), setup.train.steps));
   const std::string checkpoint = (fs::path(out) / "checkpoint").string();
   const std::int64_t first_step = trainer.step();
   if (!lead) {  // another rank: trains, and leaves the output to rank 0
@@ -445,47 +506,83 @@ void add_train_command(CLI::App& app) {
       "Train a byte-level Transformer language model with a chosen FFN on real text.\n"
       "Writes OUT/train_log.csv (every step), OUT/eval_log.csv, OUT/checkpoint/, OUT/sample.txt "
       "and OUT/summary.json.");
-  auto model = [&](CLI::Option* opt) {
-    o->model_flags.push_back(opt);
+  using Read = std::function<json(const LMConfig&)>;
+  auto model = [&](CLI::Option* opt, Read read) {
+    o->model_flags.emplace_back(opt, std::move(read));
     return opt;
   };
   const char* M = "Model";
-  model(add_variant_flag(*cmd, o->variant))->group(M);
+  model(add_variant_flag(*cmd, o->variant), [](const LMConfig& c) {
+    return variant_name(c.ffn);
+  })->group(M);
   model(cmd->add_option("--model-config", o->model_config,
-                        "whole-model JSON (docs/config.md) instead of the model flags"))
+                        "whole-model JSON (docs/config.md) instead of the model flags"),
+        [](const LMConfig& c) { return lm_config_to_json(c); })
       ->group(M);
-  for (auto* opt : add_ffn_flags(*cmd, o->ffn, M)) model(opt);
-  model(cmd->add_option("--layers", o->layers, "Transformer blocks"))
+  // What each FFN flag sets (add_ffn_flags names them).
+  const std::map<std::string, Read> ffn_reads = {
+      {"--d-model", [](const LMConfig& c) { return json(c.d_model); }},
+      {"--d-ff", [](const LMConfig& c) { return json(c.ffn.d_ff); }},
+      {"--no-bias", [](const LMConfig& c) { return json(!c.ffn.bias); }},
+      {"--branches", [](const LMConfig& c) { return json(c.ffn.branches); }},
+      {"--experts", [](const LMConfig& c) { return json(c.ffn.moe.num_experts); }},
+      {"--top-k", [](const LMConfig& c) { return json(c.ffn.moe.top_k); }},
+      {"--shared-experts", [](const LMConfig& c) { return json(c.ffn.moe.num_shared); }},
+      {"--expert-d-ff", [](const LMConfig& c) { return json(c.ffn.moe.expert_d_ff); }},
+      {"--aux-coef", [](const LMConfig& c) { return json(c.ffn.moe.aux_coef); }},
+      {"--z-coef", [](const LMConfig& c) { return json(c.ffn.moe.z_coef); }},
+      {"--capacity", [](const LMConfig& c) { return json(c.ffn.moe.capacity_factor); }},
+      {"--ffn-config", [](const LMConfig& c) { return config_to_json(c.ffn); }}};
+  for (auto* opt : add_ffn_flags(*cmd, o->ffn, M)) {
+    const auto read = ffn_reads.find(opt->get_name());
+    if (read == ffn_reads.end())  // a new FFN flag needs its entry above
+      throw std::logic_error("train: no model read-back for " + opt->get_name());
+    model(opt, read->second);
+  }
+  model(cmd->add_option("--layers", o->layers, "Transformer blocks"),
+        [](const LMConfig& c) { return json(c.layers); })
       ->capture_default_str()
       ->check(int_in(1, limits::kLayers))
       ->group(M);
-  model(cmd->add_option("--heads", o->heads, "attention heads"))
+  model(cmd->add_option("--heads", o->heads, "attention heads"),
+        [](const LMConfig& c) { return json(c.heads); })
       ->capture_default_str()
       ->check(int_in(1, limits::kWidth))
       ->group(M);
-  model(cmd->add_option("--context", o->context, "longest sequence (default: --seq)"))
+  model(cmd->add_option("--context", o->context, "longest sequence (default: --seq)"),
+        [](const LMConfig& c) { return json(c.context); })
       ->check(int_in(0, limits::kWidth))
       ->group(M);
-  model(cmd->add_option("--positions", o->positions, join_names(enum_names<PositionKind>(), ", ")))
+  model(cmd->add_option("--positions", o->positions, join_names(enum_names<PositionKind>(), ", ")),
+        [](const LMConfig& c) { return json(enum_name(c.positions)); })
       ->capture_default_str()
       ->group(M);
-  model(cmd->add_option("--norm", o->norm, join_names(enum_names<NormKind>(), " or ")))
+  model(cmd->add_option("--norm", o->norm, join_names(enum_names<NormKind>(), " or ")),
+        [](const LMConfig& c) { return json(enum_name(c.norm)); })
       ->capture_default_str()
       ->group(M);
   model(cmd->add_flag("--post-norm", o->post_norm,
-                      "norm after each residual add (default: pre-norm)"))
+                      "norm after each residual add (default: pre-norm)"),
+        [](const LMConfig& c) { return json(!c.pre_norm); })
       ->group(M);
-  model(cmd->add_flag("--no-final-norm", o->no_final_norm, "no norm before the LM head"))->group(M);
+  model(cmd->add_flag("--no-final-norm", o->no_final_norm, "no norm before the LM head"),
+        [](const LMConfig& c) { return json(!c.final_norm); })
+      ->group(M);
   model(cmd->add_flag("--untied", o->untied,
-                      "an LM head of its own (default: tied to the embedding)"))
+                      "an LM head of its own (default: tied to the embedding)"),
+        [](const LMConfig& c) { return json(!c.tied_head); })
       ->group(M);
-  model(cmd->add_flag("--no-attn-bias", o->no_attn_bias, "no biases in q/k/v/o"))->group(M);
-  model(cmd->add_option("--dropout", o->dropout, "dropout on embeddings and residual branches"))
+  model(cmd->add_flag("--no-attn-bias", o->no_attn_bias, "no biases in q/k/v/o"),
+        [](const LMConfig& c) { return json(!c.attn_bias); })
+      ->group(M);
+  model(cmd->add_option("--dropout", o->dropout, "dropout on embeddings and residual branches"),
+        [](const LMConfig& c) { return json(c.dropout); })
       ->capture_default_str()
       ->check(real_in(0, 1, true))
       ->group(M);
   model(cmd->add_option("--init-std", o->init_std,
-                        "matrices N(0, s), biases 0 (GPT-2); 0: torch.nn defaults"))
+                        "matrices N(0, s), biases 0 (GPT-2); 0: torch.nn defaults"),
+        [](const LMConfig& c) { return json(c.init_std); })
       ->capture_default_str()
       ->check(real_in(0, 1e3))
       ->group(M);
@@ -497,7 +594,9 @@ void add_train_command(CLI::App& app) {
     o->train_flags.emplace_back(opt, key);
     return opt->capture_default_str()->group(T);
   };
-  train("steps", cmd->add_option("--steps", t.steps, "optimizer steps (in total, when resuming)"))
+  train("steps", cmd->add_option("--steps", t.steps,
+                                 "optimizer steps in all (with --resume: the checkpoint's, unless "
+                                 "given)"))
       ->check(int_in(0, limits::kSteps));
   train("batch", cmd->add_option("--batch", t.batch, "sequences per micro-batch"))
       ->check(int_in(1, 1 << 20));
@@ -535,13 +634,17 @@ void add_train_command(CLI::App& app) {
   add_threads_option(*cmd, o->threads);
 
   const char* D = "Data and output";
-  cmd->add_option("--data", o->data, "a text file or a folder of them (skips .dat and .u8)")
-      ->capture_default_str()
-      ->group(D);
-  cmd->add_option("--val-fraction", o->val_fraction, "last fraction of the bytes for validation")
-      ->capture_default_str()
-      ->check(real_in(0, 1, true))
-      ->group(D);
+  o->data_flag = cmd->add_option("--data", o->data,
+                                 "a text file or a folder of them (skips .dat and .u8); with "
+                                 "--resume: the checkpoint's")
+                     ->capture_default_str()
+                     ->group(D);
+  o->val_fraction_flag =
+      cmd->add_option("--val-fraction", o->val_fraction,
+                      "last fraction of the bytes for validation (with --resume: the checkpoint's)")
+          ->capture_default_str()
+          ->check(real_in(0, 1, true))
+          ->group(D);
   train("eval_every", cmd->add_option("--eval-every", t.eval_every,
                                       "validate every N steps (0: only at the end)"))
       ->check(int_in(0, limits::kSteps))
@@ -590,6 +693,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--expert-parallel", o->expert_parallel,
                 "MoE: split the experts over the ranks too (tokens exchanged by all-to-all)")
       ->group(P);
+  o->command = cmd;
   cmd->callback([o] { run_train(*o); });
 }
 

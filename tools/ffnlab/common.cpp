@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <new>
 #include <sstream>
+#include <system_error>
 
 #include "ffnlab/layers/ffn_config.hpp"
 #include "interrupt.hpp"
@@ -22,11 +24,36 @@
 namespace ffnlab::cli {
 
 namespace {
+// One line: cut at the first newline, at most 2000 bytes, and every other control byte (a NUL
+// from a hostile config key would otherwise cut the line short) shown as \xNN.
 int report(const char* kind, const std::string& message, int status) {
-  std::string line = message.substr(0, message.find('\n'));
-  if (line.size() > 2000) line = line.substr(0, 2000) + "...";
+  std::string line;
+  for (const char c : message.substr(0, message.find('\n'))) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f)
+      line += fmt::format("\\x{:02x}", u);
+    else
+      line += c;
+    if (line.size() > 2000) {
+      line += "...";
+      break;
+    }
+  }
   std::fprintf(stderr, "ffnlab: %s: %s\n", kind, line.c_str());
+  std::fflush(stderr);
   return status;
+}
+
+// A file-system error as "[io] 'path': reason": a path that does not lead anywhere (missing, a
+// loop of links, too long) was refused input (exit 1); anything else is the system (exit 3).
+int report_filesystem(const std::filesystem::filesystem_error& e) {
+  const int code = e.code().value();
+  std::string where;
+  if (!e.path1().empty()) where = fmt::format(" '{}'", e.path1().string());
+  if (!e.path2().empty()) where += fmt::format(" and '{}'", e.path2().string());
+  const bool input = code == ENOENT || code == ENOTDIR || code == ELOOP || code == ENAMETOOLONG;
+  return report("error", fmt::format("[io]{}: {}", where, e.code().message()),
+                input ? kExitInput : kExitSystem);
 }
 }  // namespace
 
@@ -46,7 +73,9 @@ int report_error(const std::exception_ptr& error) {
   } catch (const std::bad_alloc&) {
     return report("error", "out of memory", kExitSystem);
   } catch (const std::filesystem::filesystem_error& e) {
-    return report("error", e.what(), kExitSystem);
+    return report_filesystem(e);
+  } catch (const std::system_error& e) {  // fmt's failed writes to stdout, among others
+    return report("error", fmt::format("[io] {}", e.what()), kExitSystem);
   } catch (const std::exception& e) {
     return report("error", e.what(), kExitSystem);
   } catch (...) {
@@ -108,8 +137,13 @@ std::vector<std::string> variant_list(const std::string& spec) {
   for (std::string item; std::getline(in, item, ',');)
     if (!item.empty()) {
       variant_config(item, 1, 1, false);  // throws "[ffn] unknown variant 'x' (known: ...)"
+      if (std::find(out.begin(), out.end(), item) != out.end())
+        throw UsageError(fmt::format("--variants: '{}' is listed twice", item));
       out.push_back(item);
     }
+  if (out.empty())
+    throw UsageError(fmt::format("--variants: '{}' names no variant (known: all, {})", spec,
+                                 fmt::join(variant_names(), ", ")));
   return out;
 }
 

@@ -1,4 +1,6 @@
-// Signal handling: a flag set by the first SIGINT/SIGTERM, the default action on the second.
+// Signal handling: the library's stop request set by the first SIGINT/SIGTERM, the default
+// action on the second. The handler only stores a number (async-signal-safe); all work happens
+// where the command checks the request.
 #include "interrupt.hpp"
 
 #include <signal.h>
@@ -9,22 +11,24 @@ namespace ffnlab::cli {
 
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
 struct sigaction g_old_int, g_old_term;
 
 extern "C" void on_signal(int sig) {
-  if (g_signal != 0) {  // the second signal: do what it would have done without us
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
+  if (stop_requested()) {  // the second signal: do what it would have done without us
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);
     return;
   }
-  g_signal = sig;
+  request_stop(sig);
 }
 
 }  // namespace
 
 InterruptGuard::InterruptGuard() {
-  g_signal = 0;
+  clear_stop();
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -36,14 +40,6 @@ InterruptGuard::InterruptGuard() {
 InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &g_old_int, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
-}
-
-bool InterruptGuard::requested() {
-  return g_signal != 0;
-}
-
-std::string InterruptGuard::signal_name() {
-  return g_signal == SIGINT ? "SIGINT" : g_signal == SIGTERM ? "SIGTERM" : "a signal";
 }
 
 }  // namespace ffnlab::cli

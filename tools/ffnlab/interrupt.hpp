@@ -1,19 +1,18 @@
 // SIGINT and SIGTERM for long commands (train, evolve): the first signal asks the command to
-// stop at its next safe point (train: after the current step, with a checkpoint); a second one
-// ends the process at once, as if no handler were installed.
+// stop at its next safe point (train: after the current step, with a checkpoint; evolve: at the
+// next step, or at once when a child such as gnuplot runs); a second one ends the process at
+// once, as if no handler were installed. The request itself is the library's
+// (ffnlab/interrupt.hpp), so that library code waiting on a child sees it too.
 #pragma once
 
 #include <string>
 
-#include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
 
 namespace ffnlab::cli {
 
 // Thrown where a command stops on a signal; main() prints it and exits with status 130.
-class Interrupted : public Error {
- public:
-  using Error::Error;
-};
+using ffnlab::Interrupted;
 
 // Installs the handlers for its lifetime; the previous ones come back afterwards.
 class InterruptGuard {
@@ -24,8 +23,8 @@ class InterruptGuard {
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
   // Whether a signal has arrived, and its name ("SIGINT").
-  static bool requested();
-  static std::string signal_name();
+  static bool requested() { return stop_requested(); }
+  static std::string signal_name() { return stop_reason(); }
 };
 
 }  // namespace ffnlab::cli

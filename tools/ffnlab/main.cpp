@@ -1,10 +1,15 @@
 // ffnlab: the command-line lab for Transformer FFN layers. Every error is one line on stderr,
 // "ffnlab: error: ...", and the exit status says what kind it was (docs/cli.md, "Exit status"):
 // 1 bad input, 2 usage, 3 system failure (I/O, memory), 130 interrupted.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "ffnlab/error.hpp"
 
 int main(int argc, char** argv) {
   using namespace ffnlab::cli;
@@ -29,6 +34,14 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (...) {
     return report_error(std::current_exception());
+  }
+  // What a command printed must have reached stdout: a full disk or a closed pipe behind it is
+  // a failure (exit 3), not a success with the output lost.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int error = errno;
+    return report_error(std::make_exception_ptr(
+        ffnlab::SystemError(std::string("[io] cannot write to standard output: ") +
+                            (error ? std::strerror(error) : "write error"))));
   }
   return 0;
 }

@@ -1,25 +1,13 @@
-// The PyTorch side process of ffnlab bench: pipes to a child python, one JSON line each way.
+// The PyTorch side process of ffnlab bench: a child with pipes, one JSON line each way.
 #include "torch_worker.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <filesystem>
-#include <vector>
+
+#include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
 
 namespace ffnlab::cli {
-
-namespace {
-
-std::string read_line(std::FILE* f) {
-  std::string line;
-  for (int c; (c = std::fgetc(f)) != EOF && c != '\n';) line.push_back(static_cast<char>(c));
-  return line;
-}
-
-}  // namespace
 
 std::string default_torch_script() {
   namespace fs = std::filesystem;
@@ -34,94 +22,69 @@ std::string default_torch_script() {
   return "";
 }
 
-TorchWorker::TorchWorker(const std::string& python, const std::string& script, int threads) {
+TorchWorker::TorchWorker(const std::string& python, const std::string& script, int threads,
+                         double timeout)
+    : script_(script), timeout_(timeout) {
   if (script.empty()) {
     why_not_ = "bench/torch_ffn.py not found (--torch-script)";
     return;
   }
-  if (access(python.c_str(), X_OK) != 0) {
-    why_not_ = python + " not found (--python)";
-    return;
-  }
-  int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-    why_not_ = "no pipe";
-    return;
-  }
-  const std::string thread_arg = std::to_string(threads);
-  pid_ = fork();
-  if (pid_ == 0) {  // the child: stdin from `in`, stdout to `out`, stderr kept
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execl(python.c_str(), python.c_str(), script.c_str(), thread_arg.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  if (pid_ < 0) {
-    close(in[1]);
-    close(out[0]);
-    why_not_ = "fork failed";
-    return;
-  }
-  // A dead child must not kill ffnlab with SIGPIPE on the next write.
-  signal(SIGPIPE, SIG_IGN);
-  to_ = fdopen(in[1], "w");
-  from_ = fdopen(out[0], "r");
-  const std::string line = read_line(from_);
   try {
-    hello_ = nlohmann::json::parse(line);
-  } catch (const std::exception&) {
-    stop("no answer from " + script);
+    ChildOptions options;
+    options.pipes = true;
+    options.env["OMP_WAIT_POLICY"] = "PASSIVE";
+    options.name = script;
+    child_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{python, script, std::to_string(threads)}, options);
+    hello_ = parse_torch_hello(
+        child_->read_line(std::chrono::duration<double>(timeout_), kMaxReply), script_);
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const Error& e) {  // could not start, no hello in time, a hello of the wrong form
+    stop(e.what());
     return;
   }
-  if (!hello_.value("ready", false)) {
-    stop("PyTorch cannot be imported: " + hello_.value("error", std::string("?")));
+  if (!hello_.ready) {
+    stop("PyTorch cannot be imported: " + hello_.error);
     return;
   }
   available_ = true;
 }
 
-nlohmann::json TorchWorker::ask(const nlohmann::json& request) {
-  if (!available_) return {{"skipped", why_not_}};
-  const std::string text = request.dump() + "\n";
-  if (std::fputs(text.c_str(), to_) < 0 || std::fflush(to_) != 0) {
-    stop("the PyTorch process stopped");
-    return {{"skipped", why_not_}};
+TorchReply TorchWorker::ask(const nlohmann::json& request) {
+  if (available_) {
+    try {
+      // A child that no longer reads has exited or closed its input: the read below says which
+      // (its exit status at the end of its output).
+      const bool sent = child_->write_line(request.dump());
+      const std::string line = child_->read_line(
+          std::chrono::duration<double>(sent ? timeout_ : std::min(timeout_, 5.0)), kMaxReply);
+      if (!sent) throw SystemError("[bench] " + script_ + ": the PyTorch process stopped reading");
+      return parse_torch_reply(line, script_);
+    } catch (const Interrupted&) {
+      throw;
+    } catch (const Error& e) {
+      stop(e.what());
+    }
   }
-  const std::string line = read_line(from_);
-  try {
-    return nlohmann::json::parse(line);
-  } catch (const std::exception&) {
-    stop("the PyTorch process stopped");
-    return {{"skipped", why_not_}};
-  }
+  TorchReply r;
+  r.skipped = why_not_;
+  return r;
 }
 
 void TorchWorker::stop(const std::string& why) {
   available_ = false;
-  why_not_ = why;
-  if (to_) std::fclose(to_);
-  if (from_) std::fclose(from_);
-  to_ = from_ = nullptr;
-  if (pid_ > 0) {
-    int status = 0;
-    kill(pid_, SIGTERM);
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
+  // The child's failures are bench's to report: "[process] SCRIPT: ..." -> "[bench] SCRIPT: ...".
+  why_not_ = why.rfind("[process] " + script_ + ":", 0) == 0 ? "[bench] " + why.substr(10) : why;
+  if (child_) child_->terminate();
 }
 
 TorchWorker::~TorchWorker() {
-  if (to_) std::fclose(to_);  // end of input: the script returns
-  to_ = nullptr;
-  if (from_) std::fclose(from_);
-  from_ = nullptr;
-  if (pid_ > 0) {
-    int status = 0;
-    waitpid(pid_, &status, 0);
+  if (!child_ || !child_->running()) return;
+  // End of input: the script returns. One that does not is ended.
+  try {
+    child_->terminate(std::chrono::seconds(5));
+  } catch (...) {
   }
 }
 

@@ -61,4 +61,15 @@ void check_writable_dir(const std::string& dir, const char* scope);
 // Error "[scope] cannot write into 'dir': ..." otherwise.
 void ensure_writable_dir(const std::string& dir, const char* scope);
 
+// The absolute path with symbolic links, "." and ".." resolved (as far as the path exists), so
+// that two names of one place compare equal: "precious/sub/.." is "precious".
+std::string resolved_path(const std::string& path);
+// Whether `inner` is `outer` or lies below it (both resolved).
+bool path_within(const std::string& inner, const std::string& outer);
+// Refuses an output place that is, contains or lies inside one of the inputs (a folder written
+// into a corpus changes the corpus; one that replaces it deletes it): Error "[scope] --out
+// 'out' ... the input 'in'". `flag` names the output in the message.
+void check_output_apart(const std::string& out, const std::vector<std::string>& inputs,
+                        const char* scope, const char* flag);
+
 }  // namespace ffnlab

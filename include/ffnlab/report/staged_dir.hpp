@@ -1,16 +1,30 @@
 // A report directory written in full before it replaces the old one: everything goes into a
 // hidden sibling, and commit() swaps it in with one atomic rename exchange (renameat2), so a
 // reader sees the old report or the new one, never a mix, and a failed run leaves the old one.
+//
+// Only a report may be replaced. Every report carries a marker file (kReportMarker); a folder
+// that exists, is not empty and has no marker is refused, and so is a place that is, contains
+// or lies inside an input, the current directory, the root or a mount point — all before any
+// work, so that a mistyped --out never deletes a user's folder.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ffnlab {
 
+// The file that marks a folder as an ffnlab report (written into every report).
+inline constexpr const char* kReportMarker = ".ffnlab-report";
+
+// Refuses DIR as a report folder (Error "[report] ..." saying why) unless it does not exist, is
+// an empty folder or is an earlier report; `inputs` are the files and folders the run reads.
+void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs);
+
 class StagedDirectory {
  public:
-  // Creates DIR's staging sibling (".DIR.partial-<pid>"), removing a stale one of that name.
-  explicit StagedDirectory(std::string final_dir);
+  // Checks DIR (check_report_folder), then creates its staging sibling (".DIR.partial-<pid>",
+  // removing a stale one of that name) with the marker in it.
+  explicit StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs = {});
   // Removes the staging directory unless commit() ran.
   ~StagedDirectory();
   StagedDirectory(const StagedDirectory&) = delete;

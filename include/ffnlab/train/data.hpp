@@ -22,6 +22,7 @@ struct Corpus {
   std::vector<std::string> files;  // in order
   std::vector<std::uint8_t> bytes;
   std::int64_t split = 0;   // bytes [0, split) train, [split, size) validation
+  double val_fraction = 0;  // what the split was made from
   std::string fingerprint;  // "fnv1a64:<16 hex digits>" of the bytes: two runs with the
                             // same fingerprint read the same text
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -84,6 +85,9 @@ struct DataParallel {
   ProcessGroup* group = nullptr;  // null: one process
   std::int64_t bucket_elements = std::int64_t{1} << 20;
   bool expert_parallel = false;
+  // Further settings every rank must share, by name (the command line's flags as given): the
+  // start-up check compares them with the model, training settings, data and the two above.
+  std::map<std::string, std::string> agreed;
 };
 
 class Trainer {

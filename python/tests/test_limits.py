@@ -1,0 +1,65 @@
+"""Hostile settings from Python: each case runs in a fresh interpreter, so that a crash (the
+interpreter killed by a signal) fails the test instead of ending the test session."""
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def run_python(code):
+    """Runs code in a child interpreter with the same module path; returns (status, stderr)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_thread_counts_beyond_the_processors_are_refused_and_forward_still_runs():
+    status, out, err = run_python("""
+        import numpy as np, ffnlab
+        for n in (100000, 0, -1, 2**31 - 1):
+            try:
+                ffnlab.set_threads(n)
+                print("accepted", n)
+            except ValueError as e:
+                assert "threads must be in [1," in str(e), e
+        l = ffnlab.FFN(variant="swiglu", d_model=16, d_ff=32)
+        y = l.forward(np.ones((8, 16), np.float32))
+        print("ok", ffnlab.get_threads(), float(y.sum()) == float(y.sum()))
+    """)
+    assert status == 0, err  # a negative status is a signal: the interpreter crashed
+    assert "accepted" not in out, out
+    assert "ok" in out, out
+
+
+def test_double_backward_through_the_torch_module_is_refused():
+    status, out, err = run_python("""
+        import torch, ffnlab.torch as ft
+        m = ft.FFN(variant="swiglu", d_model=8, d_ff=16)
+        x = torch.randn(4, 8, requires_grad=True)
+        y = m(x)
+        try:
+            (g,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+            print("accepted")
+        except RuntimeError as e:
+            assert "no second derivative" in str(e), e
+            print("refused")
+        # A plain backward still works after the refusal.
+        m(x).sum().backward()
+        print("grad", x.grad is not None)
+    """)
+    assert status == 0, err
+    assert "refused" in out and "accepted" not in out, out
+    assert "grad True" in out, out
+
+
+def test_non_finite_config_values_are_refused_by_name():
+    import ffnlab
+    import pytest
+    for value in (float("nan"), float("inf"), 1e300):
+        with pytest.raises(ValueError) as e:
+            ffnlab.FFN({"kind": "plain", "activation": "swish", "swish_beta": value,
+                        "d_model": 4, "d_ff": 8})
+        assert "json.exception" not in str(e.value), e.value
+        assert "finite" in str(e.value), e.value

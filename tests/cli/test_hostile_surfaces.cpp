@@ -1,0 +1,430 @@
+// Hostile use of the surfaces beyond one layer: evolve's output folder, signals while a child
+// process runs, bench's PyTorch child, resuming as printed, and the program's messages and exit
+// statuses. Each case runs the real program; the signal cases interrupt it at a stated moment
+// (a stand-in child that says when it has started).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli_fixture.hpp"
+
+extern char** environ;
+
+namespace ffnlab::test {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::string corpus_text(int lines) {
+  std::string s;
+  for (int i = 0; i < lines; ++i)
+    s += "Q: Why did the chicken cross the road?\nA: To get to the other side.\n%\n";
+  return s;
+}
+
+// An executable script at path.
+void write_script(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+  fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+}
+
+bool process_exists(pid_t pid) {
+  return pid > 0 && ::kill(pid, 0) == 0;
+}
+
+// The pid a stand-in child wrote into `file`, once it has (or -1 after 60 s).
+pid_t wait_for_pid_file(const fs::path& file) {
+  const auto t0 = clock_type::now();
+  while (clock_type::now() - t0 < std::chrono::seconds(60)) {
+    std::ifstream in(file);
+    long pid = 0;
+    if (in >> pid && pid > 0) return static_cast<pid_t>(pid);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return -1;
+}
+
+// A started program: its pid, and its stdout/stderr files.
+struct Started {
+  pid_t pid = -1;
+  fs::path out, err;
+};
+
+// Starts ffnlab with args and extra environment entries ("KEY=value"); in its own process
+// group when `own_group` (so that a signal to the group reaches it and its children, as Ctrl-C
+// in a terminal does).
+Started start(const std::vector<std::string>& args, const fs::path& dir,
+              const std::vector<std::string>& env_extra, bool own_group) {
+  Started s{-1, dir / "started.out", dir / "started.err"};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, s.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, s.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  if (own_group) {
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  }
+  std::vector<std::string> argv_s = {FFNLAB_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+  for (const auto& e : env_extra) {
+    const std::string key = e.substr(0, e.find('=') + 1);
+    std::erase_if(env_s, [&](const std::string& x) { return x.rfind(key, 0) == 0; });
+    env_s.push_back(e);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  if (posix_spawn(&s.pid, FFNLAB_BIN, &actions, &attr, argv.data(), envp.data()) != 0) s.pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  return s;
+}
+
+// The exit status of a started program (-signal when a signal ended it), waiting at most 120 s.
+int finish(const Started& s) {
+  const auto t0 = clock_type::now();
+  int raw = 0;
+  while (::waitpid(s.pid, &raw, WNOHANG) == 0) {
+    if (clock_type::now() - t0 > std::chrono::seconds(120)) {
+      ::kill(s.pid, SIGKILL);
+      ::waitpid(s.pid, &raw, 0);
+      return -1000;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw);
+}
+
+// The shell's exit status of `command` (stdout and stderr as the command line redirects them).
+int shell(const std::string& command) {
+  const int raw = std::system(command.c_str());
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+}
+
+}  // namespace
+
+class HostileSurfaces : public Cli {
+ protected:
+  void write(const std::string& name, const std::string& text) {
+    fs::create_directories(fs::path(path(name)).parent_path());
+    std::ofstream(path(name), std::ios::binary) << text;
+  }
+  // The smallest evolve: it reaches its figures in seconds.
+  std::vector<std::string> small_evolve(const std::string& out) {
+    return {"evolve", "--quick",   "--variants", "relu",   "--seeds",          "1",     "--steps",
+            "2",      "--threads", "1",          "--data", path("corpus.txt"), "--out", out};
+  }
+};
+
+// --- evolve's output folder: only a report is ever replaced ------------------------------------
+
+TEST_F(HostileSurfaces, EvolveReplacesOnlyAnEarlierReportAndRefusesBeforeAnyWork) {
+  write("corpus/a.txt", corpus_text(400));
+  write("precious/sub/keep.txt", "mine\n");
+  write("precious/notes.txt", "also mine\n");
+  write("full/thing.txt", "not a report\n");
+  const std::string quick = "evolve --quick --threads 1 ";
+  struct Refusal {
+    std::string args, what;
+  };
+  const std::vector<Refusal> refusals = {
+      {"--data " + path("corpus") + " --out " + path("corpus"), "is the input"},
+      {"--data " + path("corpus") + " --out " + path("corpus/inside"), "lies inside the input"},
+      {"--data " + path("corpus/a.txt") + " --out " + path("corpus"), "contains the input"},
+      {"--data " + path("corpus") + " --out " + path("precious/sub/.."), "not an earlier ffnlab"},
+      {"--data " + path("corpus") + " --out " + path("full"), "not an earlier ffnlab report"},
+      {"--data " + path("corpus") + " --out .", "current directory"},
+      {"--data " + path("corpus") + " --out " + dir_.parent_path().string(), "current directory"},
+      {"--data " + path("corpus") + " --out /", "root folder"},
+      {"--data " + path("corpus") + " --out /proc", "mount point"},
+  };
+  for (const auto& c : refusals) {
+    SCOPED_TRACE(c.args);
+    const auto t0 = clock_type::now();
+    // cd into the test folder, so that "." is a folder of ours.
+    const Outcome r = run(quick + c.args, "cd " + dir_.string() + " && ");
+    const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    expect_error(r, c.what);
+    EXPECT_LT(seconds, 5.0) << "refused only after work";
+    EXPECT_EQ(r.out.find("== "), std::string::npos) << "a stage ran: " << r.out;
+  }
+  // Nothing of the user's was touched, and no staging folder was left.
+  EXPECT_EQ(read(path("precious/sub/keep.txt")), "mine\n");
+  EXPECT_EQ(read(path("precious/notes.txt")), "also mine\n");
+  EXPECT_EQ(read(path("full/thing.txt")), "not a report\n");
+  EXPECT_EQ(read(path("corpus/a.txt")), corpus_text(400));
+  for (const auto& e : fs::recursive_directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+}
+
+TEST_F(HostileSurfaces, OutputsThatNameAnInputAreRefused) {
+  write("corpus/a.txt", corpus_text(400));
+  // train: logs written into the corpus folder would become part of the corpus.
+  expect_usage_error(run("train --data " + path("corpus") + " --out " + path("corpus/run") +
+                         " --steps 1 --d-model 16 --layers 1 --heads 2 --seq 16 --batch 2"),
+                     "lies inside the --data");
+  EXPECT_FALSE(fs::exists(path("corpus/run")));
+  // run: an output file that is an input file would replace it.
+  const std::string config = golden("glu_separate_bias", "config.json");
+  ASSERT_TRUE(fs::exists(config)) << config;
+  fs::copy_file(golden("glu_separate_bias", "x.safetensors"), path("x.safetensors"));
+  const std::string before = read(path("x.safetensors"));
+  expect_usage_error(run("run --config " + config + " --weights " +
+                         golden("glu_separate_bias", "weights.safetensors") + " --input " +
+                         path("x.safetensors") + " --output " + path("x.safetensors")),
+                     "--output '" + path("x.safetensors") + "' is the --input file");
+  EXPECT_EQ(read(path("x.safetensors")), before);
+}
+
+// --- signals while a child runs -------------------------------------------------------------
+
+// SIGINT or SIGTERM to evolve, or Ctrl-C to its process group, while gnuplot draws: exit 130,
+// the old report untouched, the staging folder removed, and gnuplot ended.
+TEST_F(HostileSurfaces, EvolveStopsWhenInterruptedWhileGnuplotRuns) {
+#ifdef FFNLAB_SANITIZED
+  GTEST_SKIP() << "the study's stages take minutes under the sanitizers; the release suite runs it";
+#endif
+  write("corpus.txt", corpus_text(1500));
+  // A gnuplot that says it started and then takes its time.
+  write_script(dir_ / "bin/gnuplot", "#!/bin/sh\necho $$ > \"$FAKE_GNUPLOT_PID\"\nexec sleep 60\n");
+  const std::string path_env = "PATH=" + (dir_ / "bin").string() + ":" + std::getenv("PATH");
+  struct Mode {
+    const char* name;
+    int sig;
+    bool group;
+  };
+  for (const Mode m : {Mode{"SIGINT", SIGINT, false}, Mode{"SIGTERM", SIGTERM, false},
+                       Mode{"Ctrl-C to the group", SIGINT, true}}) {
+    SCOPED_TRACE(m.name);
+    const fs::path report = dir_ / "report";
+    fs::create_directories(report);
+    std::ofstream(report / "REPORT.md") << "the old report\n";
+    std::ofstream(report / ".ffnlab-report") << "";
+    const fs::path pid_file = dir_ / "gnuplot.pid";
+    fs::remove(pid_file);
+    const Started s = start(small_evolve(report.string()), dir_,
+                            {path_env, "FAKE_GNUPLOT_PID=" + pid_file.string()}, m.group);
+    ASSERT_GT(s.pid, 0);
+    const pid_t gnuplot = wait_for_pid_file(pid_file);
+    ASSERT_GT(gnuplot, 0) << read(s.err);
+    const auto t0 = clock_type::now();
+    ::kill(m.group ? -s.pid : s.pid, m.sig);
+    const int status = finish(s);
+    const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    const std::string err = read(s.err);
+    EXPECT_EQ(status, 130) << err;
+    EXPECT_NE(err.find("ffnlab: interrupted: "), std::string::npos) << err;
+    EXPECT_LT(seconds, 10.0) << "the interrupt waited for gnuplot";
+    EXPECT_EQ(read(report / "REPORT.md"), "the old report\n");
+    EXPECT_FALSE(process_exists(gnuplot)) << "gnuplot outlived evolve";
+    for (const auto& e : fs::directory_iterator(dir_))
+      EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+  }
+}
+
+// --- bench's PyTorch child ----------------------------------------------------------------------
+
+namespace {
+const std::string kBench =
+    "bench --quick --variants relu --dtypes f32 --tokens 1 --no-decode --budget 0.002 "
+    "--bandwidth-mib 32 --rounds 1 --threads 1 ";
+}  // namespace
+
+TEST_F(HostileSurfaces, BenchOutlivesABrokenPyTorchSideAndEndsIt) {
+  struct Broken {
+    const char* name;
+    std::string script, what;
+  };
+  const std::string pid_line =
+      "import os, sys, time, json\nopen(sys.argv[0] + '.pid', 'w')"
+      ".write(str(os.getpid()))\n";
+  const std::string hello =
+      "print(json.dumps({'ready': True, 'torch': 'fake', 'threads': 1}), flush=True)\n";
+  const std::vector<Broken> cases = {
+      {"silent", pid_line + "time.sleep(600)\n", "no reply within 1 s"},
+      {"endless", pid_line + "while True:\n    sys.stdout.write('x' * 65536)\n",
+       "a reply line longer than 1048576 bytes"},
+      {"mute", pid_line + hello + "sys.stdin.readline()\ntime.sleep(600)\n", "no reply within 1 s"},
+      {"typed",
+       pid_line + hello +
+           "for line in sys.stdin:\n    print(json.dumps({'seconds': "
+           "'fast'}), flush=True)\n",
+       "'seconds' is not a positive finite number"},
+      {"bad hello", pid_line + "print(json.dumps({'ready': 'yes'}), flush=True)\ntime.sleep(600)\n",
+       "no boolean 'ready'"},
+      {"exits", pid_line + hello + "sys.exit(3)\n", "stopped answering (exit status 3)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path script = dir_ / (std::string("torch_") + c.name[0] + ".py");
+    write_script(script, c.script);
+    const auto t0 = clock_type::now();
+    // 1 GiB of address space: an endless reply line must not grow without bound.
+    const Outcome r = run(kBench + "--torch-timeout 1 --torch-script " + script.string(),
+                          "ulimit -v 1048576; timeout 100 ");
+    const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE((r.out + r.err).find(c.what), std::string::npos) << r.out << r.err;
+    EXPECT_NE((r.out + r.err).find("[bench] " + script.string()), std::string::npos)
+        << "the message names the script: " << r.out << r.err;
+    EXPECT_LT(seconds, 60.0);
+    const pid_t child = wait_for_pid_file(script.string() + ".pid");
+    EXPECT_FALSE(process_exists(child)) << "the PyTorch side outlived bench";
+  }
+}
+
+TEST_F(HostileSurfaces, BenchInterruptedWhileWaitingForPyTorchEndsBoth) {
+  const fs::path script = dir_ / "torch_slow.py";
+  write_script(script,
+               "import os, sys, time, json\n"
+               "print(json.dumps({'ready': True, 'torch': 'fake', 'threads': 1}), flush=True)\n"
+               "sys.stdin.readline()\n"
+               "open(sys.argv[0] + '.pid', 'w').write(str(os.getpid()))\n"
+               "time.sleep(600)\n");
+  std::vector<std::string> args;
+  std::stringstream words(kBench + "--torch-script " + script.string());
+  for (std::string w; words >> w;) args.push_back(w);
+  const Started s = start(args, dir_, {}, false);
+  ASSERT_GT(s.pid, 0);
+  const pid_t child = wait_for_pid_file(script.string() + ".pid");  // it holds a request
+  ASSERT_GT(child, 0) << read(s.err);
+  ::kill(s.pid, SIGINT);
+  const int status = finish(s);
+  EXPECT_EQ(status, 130) << read(s.err);
+  EXPECT_FALSE(process_exists(child)) << "the PyTorch side outlived bench";
+}
+
+TEST_F(HostileSurfaces, BenchRefusesWhatItCannotRun) {
+  write("python-not-executable", "#!/bin/sh\n");
+  const Outcome r = run(kBench + "--python " + path("python-not-executable"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("it is not executable"), std::string::npos) << r.out;
+  expect_usage_error(run("bench --variants ''"), "names no variant");
+  expect_usage_error(run("bench --variants ,"), "names no variant");
+  expect_usage_error(run("evolve --quick --variants relu,relu"), "'relu' is listed twice");
+}
+
+// --- resuming as printed ------------------------------------------------------------------------
+
+TEST_F(HostileSurfaces, TheContinueCommandPrintedOnInterruptWorksAsPrinted) {
+  write("corpus.txt", corpus_text(40));
+  const fs::path run_dir = dir_ / "run";
+  const Started s = start({"train",
+                           "--data",
+                           path("corpus.txt"),
+                           "--d-model",
+                           "16",
+                           "--layers",
+                           "1",
+                           "--heads",
+                           "2",
+                           "--seq",
+                           "16",
+                           "--batch",
+                           "2",
+                           "--threads",
+                           "1",
+                           "--sample",
+                           "0",
+                           "--eval-every",
+                           "0",
+                           "--val-fraction",
+                           "0.2",
+                           "--steps",
+                           "2000",
+                           "--out",
+                           run_dir.string()},
+                          dir_, {}, false);
+  ASSERT_GT(s.pid, 0);
+  const auto t0 = clock_type::now();
+  while (!fs::exists(run_dir / "train_log.csv") ||
+         read(run_dir / "train_log.csv").find("\n3,") == std::string::npos) {
+    ASSERT_LT(clock_type::now() - t0, std::chrono::seconds(60)) << read(s.err);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::kill(s.pid, SIGINT);
+  ASSERT_EQ(finish(s), 130) << read(s.err);
+  const std::string err = read(s.err);
+  const std::string marker = "continue with: ffnlab ";
+  const auto at = err.find(marker);
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string printed =
+      err.substr(at + marker.size(), err.find('\n', at) - at - marker.size());
+  // Run it as printed, from another folder: the data, split and step count are the run's own.
+  const Outcome r = run(printed, "cd / && ");
+  ASSERT_EQ(r.status, 0) << printed << "\n" << r.err;
+  const auto summary = nlohmann::json::parse(read(run_dir / "summary.json"));
+  EXPECT_EQ(summary["steps"], 2000);
+  EXPECT_EQ(summary["data"]["source"], path("corpus.txt"));
+  // Model flags that agree with the checkpoint are accepted; others are refused by name.
+  EXPECT_EQ(run("train --resume " + run_dir.string() +
+                " --d-model 16 --layers 1 --steps 2001 "
+                "--sample 0 --threads 1")
+                .status,
+            0);
+  expect_error(run("train --resume " + run_dir.string() + " --d-model 32 --steps 2002"),
+               "--d-model gives 32, the checkpoint has 16");
+}
+
+// --- messages and exit statuses -----------------------------------------------------------------
+
+TEST_F(HostileSurfaces, OutputThatCannotBeWrittenIsExitStatus3) {
+  const std::string bin = FFNLAB_BIN;
+  write("corpus.txt", corpus_text(40));
+  for (const std::string& args :
+       std::vector<std::string>{"params --json", "params", "zoo", "zoo --json",
+                                "train --data " + path("corpus.txt") +
+                                    " --d-model 16 --layers 1 --heads 2 --seq 16 "
+                                    "--batch 2 --steps 2 --threads 1 --out " +
+                                    path("t")}) {
+    SCOPED_TRACE(args);
+    const int status = shell(bin + " " + args + " > /dev/full 2> " + path("err"));
+    EXPECT_EQ(status, 3) << read(path("err"));
+    EXPECT_EQ(read(path("err")).rfind("ffnlab: error: [io] ", 0), 0u) << read(path("err"));
+  }
+}
+
+TEST_F(HostileSurfaces, MessagesAreOneScopedLineWhateverTheInput) {
+  // A NUL in a key is shown, not a cut in the message.
+  write("nul.json", "{\"d_mo\\u0000del\": 4, \"kind\": \"plain\"}");
+  expect_error(run("params --config " + path("nul.json")), "unknown key 'd_mo\\u0000del'");
+  // Numbers beyond a double are named as such.
+  write("huge.json", "{\"kind\": \"plain\", \"activation\": \"silu\", \"swish_beta\": 1e400}");
+  expect_error(run("params --config " + path("huge.json")), "number overflow parsing '1e400'");
+  write("hf.json",
+        "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 8, \"intermediate_size\": 16, "
+        "\"moe_intermediate_size\": 8, \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, "
+        "\"routed_scaling_factor\": 1e300}");
+  expect_error(run("params --config " + path("hf.json")), "within the range of a float");
+  // Not JSON: ffnlab's words, not the parser's.
+  write("nan.json", "{\"kind\": \"plain\", \"d_model\": NaN}");
+  const Outcome bad = run("params --config " + path("nan.json"));
+  expect_error(bad, "not valid JSON");
+  EXPECT_EQ(bad.err.find("json.exception"), std::string::npos) << bad.err;
+  // A loop of symbolic links in a corpus folder: named, in the data's scope.
+  fs::create_directories(path("loop"));
+  write("loop/a.txt", corpus_text(40));
+  fs::create_symlink(path("loop/b"), path("loop/c"));
+  fs::create_symlink(path("loop/c"), path("loop/b"));
+  const Outcome loop = run("train --data " + path("loop") + " --steps 1 --out " + path("o"));
+  expect_error(loop, "[data] ");
+  EXPECT_NE(loop.err.find("symbolic links"), std::string::npos) << loop.err;
+  EXPECT_EQ(loop.err.find("filesystem error"), std::string::npos) << loop.err;
+}
+
+}  // namespace ffnlab::test
