@@ -4,15 +4,24 @@
 // with an error instead of a hang. Skipped, saying so, where mpirun is absent; a build without
 // MPI is tested to refuse an mpirun launch.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <thread>
 #include <tuple>
 
 #include "../cli/cli_fixture.hpp"
 #include "ffnlab/io/safetensors.hpp"
+
+extern char** environ;
 
 #ifndef FFNLAB_STRAY_RANK
 #define FFNLAB_STRAY_RANK ""  // built only with MPI; the tests that use it skip without
@@ -295,4 +304,53 @@ TEST_F(Cli, NoMpiRefusesAnMpirunLaunch) {
 }
 
 }  // namespace
+}  // namespace ffnlab::test
+
+namespace ffnlab::test {
+
+// Ctrl-C or SIGTERM to mpirun: mpirun stops reading the ranks' output at once and ends them with
+// SIGTERM, then SIGKILL a second later. The ranks must still stop at a step with its checkpoint
+// (they used to block on a full output pipe and die with nothing written), and the run must
+// continue from it.
+TEST_F(Distributed, InterruptingMpirunKeepsTheStepItStoppedAt) {
+  std::ofstream(path("text")) << std::string(4000, 'a') + "Q: Why? A: Because.\n%\n";
+  for (const int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    const std::string out = path(sig == SIGINT ? "int" : "term");
+    const std::string command =
+        "exec env " + kMpirun + "-np 2 " + FFNLAB_BIN + " train --data " + path("text") +
+        " --d-model 16 --layers 1 --heads 2 --seq 16 --batch 4 --threads 1 --sample 0 "
+        "--eval-every 0 --steps 100000 --out " +
+        out + " > " + path("mpirun.out") + " 2> " + path("mpirun.err");
+    std::vector<std::string> argv_s = {"/bin/sh", "-c", command};
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv.data(), environ), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto rows = [&] {
+      std::ifstream in(out + "/train_log.csv");
+      return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+    };
+    while (rows() < 50 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_GE(rows(), 50) << read(path("mpirun.err"));
+    ::kill(pid, sig);
+    int raw = 0;
+    ::waitpid(pid, &raw, 0);
+    const std::string err = read(path("mpirun.err"));
+    ASSERT_TRUE(fs::exists(out + "/checkpoint/checkpoint.json")) << err;
+    const auto info = nlohmann::json::parse(read(out + "/checkpoint/checkpoint.json"));
+    const std::int64_t step = info["step"];
+    EXPECT_GT(step, 0);
+    EXPECT_LT(step, 100000);
+    EXPECT_EQ(rows(), step + 1) << "every step done is logged, and the checkpoint is the last";
+    EXPECT_NE(err.find("checkpoint written to"), std::string::npos) << err;
+    const Outcome more =
+        run("train --resume " + out + " --steps " + std::to_string(step + 5) + " --threads 1");
+    EXPECT_EQ(more.status, 0) << more.err;
+  }
+}
+
 }  // namespace ffnlab::test

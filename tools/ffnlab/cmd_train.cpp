@@ -1,9 +1,12 @@
 // ffnlab train: a byte-level Transformer language model with any FFN variant, trained on real
 // text (the fortunes corpus by default), with logs, evaluation, checkpoints and a sample.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -380,6 +383,18 @@ void run_train(TrainOptions& o) {
   apply_threads(o.threads);
   const std::unique_ptr<MpiWorld> world = join_world(o);
   if (!world || world->size() == 1) return train(o, nullptr);
+  // When mpirun ends the job (Ctrl-C or SIGTERM to mpirun) it stops reading the ranks' output at
+  // once, sends SIGTERM a second later and SIGKILL a second after that
+  // (odls_base_sigkill_timeout). Rank 0's next progress line then blocked on the full pipe, the
+  // SIGTERM found it blocked, and no checkpoint was written (seen here: the log stopped growing
+  // the moment mpirun was signalled). The ranks' output (mpirun's pipes or pseudo-terminal, no
+  // one else's) is made non-blocking: a line that cannot go out is dropped (Progress), and a
+  // closed output ends no rank (SIGPIPE, SIGHUP ignored).
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO})
+    if (const int flags = ::fcntl(fd, F_GETFL); flags >= 0)
+      ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);
   try {
     train(o, world.get());
   } catch (...) {

@@ -23,24 +23,26 @@ void Progress::update(std::int64_t done, const std::string& text, double eta_sec
   if (tty_) {
     const int width = 24;
     const int filled = static_cast<int>(width * done / std::max<std::int64_t>(1, total_));
-    fmt::print("\r[{}{}] {} {}/{} {}{}   ", std::string(filled, '#'),
-               std::string(width - filled, '.'), label_, done, total_, text, eta);
+    emit(fmt::format("\r[{}{}] {} {}/{} {}{}   ", std::string(filled, '#'),
+                     std::string(width - filled, '.'), label_, done, total_, text, eta));
     open_ = true;
-    std::fflush(stdout);
   } else if (done % every_ == 0 || done == total_) {
-    fmt::print("{} {}/{} {}{}\n", label_, done, total_, text, eta);
-    std::fflush(stdout);
+    emit(fmt::format("{} {}/{} {}{}\n", label_, done, total_, text, eta));
   }
 }
 
 void Progress::message(const std::string& line) {
-  fmt::print("{}{}\n", tty_ && open_ ? "\r\033[K" : "", line);
-  std::fflush(stdout);
+  emit(fmt::format("{}{}\n", tty_ && open_ ? "\r\033[K" : "", line));
 }
 
 void Progress::finish() {
-  if (tty_ && open_) fmt::print("\n");
+  if (tty_ && open_) emit("\n");
   open_ = false;
+}
+
+void Progress::emit(const std::string& text) {
+  // fputs and fflush report a failure by their return value; it is left for main's last flush.
+  std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
 }
 

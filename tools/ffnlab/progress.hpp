@@ -1,4 +1,7 @@
 // Progress on long work: a line redrawn in place on a terminal, plain lines otherwise (logs, CI).
+// A progress line that cannot be written (stdout closed: mpirun ending the job stops forwarding
+// the ranks' output) never stops the work it reports on; the program's last flush still reports
+// the lost output (main.cpp).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@ class Progress {
   void finish();
 
  private:
+  void emit(const std::string& text);
   std::string label_;
   std::int64_t total_, every_;
   bool tty_;
