@@ -247,8 +247,8 @@ Logs open_logs(const std::string& out, bool resumed_here, std::int64_t from_step
   } else {
     logs.steps = std::ofstream(steps, std::ios::trunc);
     logs.evals = std::ofstream(evals, std::ios::trunc);
-    logs.steps << kStepHeader;
-    logs.evals << kEvalHeader;
+    logs.steps << kStepHeader << std::flush;  // a run that dies at once leaves its headers
+    logs.evals << kEvalHeader << std::flush;
   }
   if (!logs.steps.good() || !logs.evals.good())
     throw SystemError(fmt::format("[train] cannot write logs into '{}'", out));
