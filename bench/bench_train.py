@@ -1,7 +1,7 @@
 """Training throughput and peak memory of `ffnlab train` against PyTorch on the same model, in
 one run.
 
-Both sides train issue 4's reference configuration (4 layers, d_model 128, 4 heads, learned
+Both sides train the reference configuration (4 layers, d_model 128, 4 heads, learned
 positions, tied head, batch 16 x seq 128 bytes of the fortunes corpus, AdamW with clipping), or
 with --size large a 4x wider, 2x deeper model on 2x longer sequences (d_model 512, 8 layers,
 8 heads, seq 256), and time every whole step (batch sampling, forward, backward, clipping,

@@ -1,4 +1,4 @@
-"""One training run of issue 4's reference configuration (or of a larger model), by `ffnlab
+"""One training run of the reference configuration (or of a larger model), by `ffnlab
 train` or by PyTorch (bench/torch_train.py), for the drivers bench_train.py (throughput and peak
 memory) and lm_seeds.py (validation over seeds). Standard library only; PyTorch runs in the
 interpreter given as `python`."""
@@ -10,7 +10,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORTUNES = "/usr/share/games/fortunes"
-# The model sizes: issue 4's reference configuration, and issue 13's 4x larger one where the
+# The model sizes: the reference configuration, and a 4x larger one where the
 # products dominate. d_ff per variant gives ReLU and SwiGLU equal parameter counts.
 SIZES = {
     "default": dict(d_model=128, layers=4, heads=4, seq=128, batch=16,

@@ -1,4 +1,4 @@
-"""Validation bits per byte of issue 4's reference configuration over several seeds, for ffnlab
+"""Validation bits per byte of the reference configuration over several seeds, for ffnlab
 (f32 and optionally bf16 products) and for PyTorch on the same model, so that a difference can be
 read against the seed spread. Each run trains 600 steps (by default) and evaluates the whole
 validation part once at the end. Needs only the standard library; the PyTorch side runs in the

@@ -1,4 +1,4 @@
-"""PyTorch side of the language-model comparison: the reference configuration of issue 4 (pre-norm
+"""PyTorch side of the language-model comparison: the reference configuration (pre-norm
 byte-level LM on the fortunes corpus) trained with the same model, schedule, data split and
 evaluation as `ffnlab train`, printing tokens/s and validation bits per byte. Run with the Debian
 PyTorch:  /usr/bin/python3 bench/torch_train.py --variant relu --d-ff 512 --threads 2"""

@@ -1,7 +1,7 @@
 // The sizes ffnlab accepts, and checked arithmetic for sizes that come from outside (configs,
 // flags, files). Every product of sizes that such a value reaches goes through checked_mul, so
 // that a huge dimension is refused with a message instead of wrapping to a small buffer.
-// docs/limits.md lists the limits and why they are where they are.
+// docs/hardening.md ("Limits") lists the limits and why they are where they are.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,8 @@
 
 ffnlab.torch wraps a layer as a torch.nn.Module (imported on demand: it needs torch).
 """
-from ._ffnlab import FFN, __version__, config, from_hf, get_threads, params, set_threads
+from ._ffnlab import (FFN, __version__, activation_names, config, from_hf, get_threads, params,
+                      set_threads, variant_names)
 
-__all__ = ["FFN", "__version__", "config", "from_hf", "get_threads", "params", "set_threads"]
+__all__ = ["FFN", "__version__", "activation_names", "config", "from_hf", "get_threads", "params",
+           "set_threads", "variant_names"]

@@ -133,19 +133,28 @@ class FFN(torch.nn.Module):
         return self.layer.stats()
 
 
+# torch and Hugging Face activation classes (lower-cased names) -> ffnlab's activation names.
+# Every target must be one of the library's names: checked when this module is imported, so
+# that a renamed or removed activation fails here, by name, not later inside a model.
+_ACTIVATIONS = {"siluactivation": "silu", "silu": "silu", "relu": "relu", "geluactivation": "gelu",
+                "gelu": "gelu", "newgeluactivation": "gelu_tanh", "pytorchgelutanh": "gelu_tanh",
+                "quickgeluactivation": "gelu_quick", "sigmoid": "sigmoid", "tanh": "tanh"}
+_unknown = set(_ACTIVATIONS.values()) - set(_ffnlab.activation_names())
+if _unknown:
+    raise ImportError(f"[python] ffnlab.torch maps activations onto names the library does not "
+                      f"have: {sorted(_unknown)} (known: {_ffnlab.activation_names()})")
+
+
 def _act_name(act):
     """ffnlab's name of a torch activation module or function (Hugging Face's ACT2FN values)."""
     name = type(act).__name__.lower()
-    table = {"siluactivation": "silu", "silu": "silu", "relu": "relu", "geluactivation": "gelu",
-             "gelu": "gelu", "newgeluactivation": "gelu_tanh", "pytorchgelutanh": "gelu_tanh",
-             "quickgeluactivation": "gelu_quick", "sigmoid": "sigmoid", "tanh": "tanh"}
     if name == "gelu" and getattr(act, "approximate", "none") == "tanh":
         return "gelu_tanh"
-    if name in table:
-        return table[name]
+    if name in _ACTIVATIONS:
+        return _ACTIVATIONS[name]
     fn = getattr(act, "__name__", "")
-    if fn in ("silu", "relu", "gelu", "sigmoid", "tanh"):
-        return fn
+    if fn in _ACTIVATIONS:
+        return _ACTIVATIONS[fn]
     raise ValueError(f"[python] unsupported activation {act!r}")
 
 

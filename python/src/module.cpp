@@ -19,6 +19,8 @@
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/names.hpp"
+#include "ffnlab/ops/activation.hpp"
 
 namespace ffnlab::python {
 
@@ -291,6 +293,12 @@ accumulate into grads() (zero_grad() clears them).)")
       },
       py::arg("config") = py::none(), py::arg("tokens") = 1,
       "The cost accounting of a config (as `ffnlab params`): parameters, FLOPs per token, memory");
+  m.def(
+      "activation_names", [] { return enum_names<Activation>(); },
+      "The activations the library has, by the names configs use (for tables that map other "
+      "libraries' activations onto them)");
+  m.def(
+      "variant_names", [] { return variant_names(); }, "The named FFN variants");
   m.def(
       "config",
       [](const py::object& config, const py::kwargs& keys) {

@@ -63,3 +63,11 @@ def test_non_finite_config_values_are_refused_by_name():
                         "d_model": 4, "d_ff": 8})
         assert "json.exception" not in str(e.value), e.value
         assert "finite" in str(e.value), e.value
+
+
+def test_the_torch_activation_table_names_only_library_activations():
+    import ffnlab
+    import ffnlab.torch as ft
+    assert set(ft._ACTIVATIONS.values()) <= set(ffnlab.activation_names())
+    assert {"relu", "gelu", "silu"} <= set(ffnlab.activation_names())
+    assert "swiglu" in ffnlab.variant_names()

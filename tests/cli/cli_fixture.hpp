@@ -57,7 +57,7 @@ class Cli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
   }
-  // Bad input (exit 1) and a bad flag (exit 2); docs/cli.md, "Exit status".
+  // Bad input (exit 1) and a bad flag (exit 2); docs/hardening.md, "Exit status".
   void expect_error(const Outcome& r, const std::string& what) {
     expect_failure(r, 1, "ffnlab: error: ", what);
   }

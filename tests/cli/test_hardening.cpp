@@ -1,4 +1,4 @@
-// Hostile input through the program (issue 12): every bad flag, file or config gives one line
+// Hostile input through the program: every bad flag, file or config gives one line
 // naming the flag, file or key, the documented exit status (1 input, 2 usage), no output file,
 // and finishes within seconds and 1 GiB of address space. Interruption: SIGINT during training
 // checkpoints the current step, and resuming gives the uninterrupted run's weights byte for byte.

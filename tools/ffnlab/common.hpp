@@ -19,7 +19,7 @@ class UsageError : public Error {
   using Error::Error;
 };
 
-// Exit statuses (docs/cli.md, "Exit status").
+// Exit statuses (docs/hardening.md, "Exit status").
 inline constexpr int kExitInput = 1;          // a file, config or value was refused
 inline constexpr int kExitUsage = 2;          // a flag or argument is wrong
 inline constexpr int kExitSystem = 3;         // a read or write failed, out of memory

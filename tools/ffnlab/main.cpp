@@ -1,5 +1,5 @@
 // ffnlab: the command-line lab for Transformer FFN layers. Every error is one line on stderr,
-// "ffnlab: error: ...", and the exit status says what kind it was (docs/cli.md, "Exit status"):
+// "ffnlab: error: ...", and the exit status says what kind it was (docs/hardening.md, "Exit status"):
 // 1 bad input, 2 usage, 3 system failure (I/O, memory), 130 interrupted.
 #include <cerrno>
 #include <cstdio>

@@ -13,7 +13,7 @@ namespace ffnlab::cli::evolve {
 
 Scale make_scale(const Options& o) {
   Scale s;
-  // The study's LM: the issue-4 configuration, measured against PyTorch (docs/training.md).
+  // The study's LM: the reference configuration, measured against PyTorch (docs/training.md).
   s.model.d_model = o.quick ? 32 : 128;
   s.model.layers = o.quick ? 2 : 4;
   s.model.heads = o.quick ? 2 : 4;
