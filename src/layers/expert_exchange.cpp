@@ -12,10 +12,9 @@ void ExpertExchange::plan(ProcessGroup& group, const std::vector<std::int64_t>& 
                           int experts) {
   group_ = &group;
   ranks_ = group.size();
-  check(experts % ranks_ == 0, "[moe] {} experts cannot be split evenly over {} ranks", experts,
-        ranks_);
-  per_rank_ = experts / ranks_;
-  first_ = group.rank() * per_rank_;
+  const ExpertShare mine = expert_share(experts, ranks_, group.rank());
+  per_rank_ = mine.count;
+  first_ = mine.first;
   local_rows_ = offsets[experts];
   // counts[q·n + i]: rows this rank sends to expert i of rank q.
   std::vector<double> send(static_cast<std::size_t>(experts)), recv(send.size());

@@ -187,6 +187,14 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
         static_cast<int>(odd[1]));
 }
 
+// The elements of one MoE layer's experts (s.experts equal slices) that the experts of `share`
+// occupy: [begin, end).
+std::pair<std::int64_t, std::int64_t> held_range(const TransformerLM::ExpertSpan& s,
+                                                 const ExpertShare& share) {
+  const std::int64_t per_expert = (s.end - s.begin) / s.experts;
+  return {s.begin + share.first * per_expert, s.begin + (share.first + share.count) * per_expert};
+}
+
 // FNV-1a of the weights' bytes, as two exact halves.
 std::vector<double> weights_hash(const Tensor& values) {
   const std::uint64_t h = fnv1a64(values.f32(), static_cast<std::size_t>(values.nbytes()));
@@ -227,20 +235,17 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
       const FFNConfig& f = model.config().ffn;
       check(f.kind == FFNKind::moe,
             "[dist] expert parallelism needs an MoE model (this one's is {})", variant_name(f));
-      check(f.moe.num_experts % g->size() == 0,
-            "[dist] {} experts cannot be split evenly over {} ranks (expert parallelism)",
-            f.moe.num_experts, g->size());
+      const ExpertShare here = expert_share(f.moe.num_experts, g->size(), g->rank());
       expert_spans_ = model_.expert_spans();
       for (const auto& s : expert_spans_) {
         expert_ranges_.emplace_back(s.begin, s.end);
-        const std::int64_t share = (s.end - s.begin) / g->size();
-        const std::int64_t mine = s.begin + g->rank() * share;
+        const auto [mine, end] = held_range(s, here);
         if (mine > s.begin) foreign_.emplace_back(s.begin, mine);
-        if (mine + share < s.end) foreign_.emplace_back(mine + share, s.end);
+        if (end < s.end) foreign_.emplace_back(end, s.end);
       }
       // The other ranks' experts: neither trained nor kept in memory here (until a refresh).
       optimizer_->exclude(foreign_);
-      release_foreign(true);
+      release_foreign_experts(ExpertState::with_moments);
     }
     model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq,
                              parallel_.expert_parallel);
@@ -267,29 +272,29 @@ double Trainer::gradient_norm() const {
   return std::sqrt(rest + experts[0]);
 }
 
-void Trainer::release_foreign(bool state) const {
+void Trainer::release_foreign_experts(ExpertState what) {
   if (foreign_.empty() || step_ >= config_.steps) return;  // at the end, every rank keeps all
   release(model_.parameters().values(), foreign_);
   release(model_.parameters().grads(), foreign_);
-  if (state) {
+  if (what == ExpertState::with_moments) {
     release(optimizer_->m(), foreign_);
     if (optimizer_->v().defined()) release(optimizer_->v(), foreign_);
   }
 }
 
-void Trainer::refresh_experts(bool state) const {
+void Trainer::refresh_experts(ExpertState what) {
   if (expert_spans_.empty()) return;
   ProcessGroup& g = *parallel_.group;
   auto refresh = [&](Tensor& buffer) {
-    for (const auto& s : expert_spans_) {
-      const std::int64_t share = (s.end - s.begin) / g.size();  // E/P experts' worth
-      for (int q = 0; q < g.size(); ++q)
-        g.broadcast({buffer.f32() + s.begin + q * share, static_cast<std::size_t>(share)}, q,
+    for (const auto& s : expert_spans_)
+      for (int q = 0; q < g.size(); ++q) {  // rank q's experts, from rank q
+        const auto [begin, end] = held_range(s, expert_share(s.experts, g.size(), q));
+        g.broadcast({buffer.f32() + begin, static_cast<std::size_t>(end - begin)}, q,
                     "expert refresh");
-    }
+      }
   };
   refresh(model_.parameters().values());
-  if (state) {
+  if (what == ExpertState::with_moments) {
     refresh(optimizer_->m());
     if (optimizer_->v().defined()) refresh(optimizer_->v());
   }
@@ -394,7 +399,7 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   check(windows > 0, "[data] the validation part ({} bytes) is shorter than one sequence of {}",
         val.size(), S + 1);
   if (max_tokens > 0) windows = std::max<std::int64_t>(1, std::min(windows, max_tokens / S));
-  refresh_experts(false);  // evaluation runs every expert on every rank
+  refresh_experts(ExpertState::weights);  // evaluation runs every expert on every rank
   EvalLog log;
   log.step = step_;
   // Data parallel: rank r evaluates chunks r, r + ranks, ...; each chunk is the forward one
@@ -409,7 +414,7 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
     sum[0] += loss * static_cast<double>(b.ids.size());
     sum[1] += static_cast<double>(b.ids.size());
   }
-  release_foreign(false);
+  release_foreign_experts(ExpertState::weights);
   if (group) group->allreduce_sum(sum, "evaluation");
   log.tokens = static_cast<std::int64_t>(sum[1]);
   log.loss = sum[0] / sum[1];
@@ -456,12 +461,12 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
   return true;
 }
 
-void Trainer::save(const std::string& dir) const {
+void Trainer::save(const std::string& dir) {
   ProcessGroup* group = parallel_.group;
   if (!group) return write_checkpoint(dir);
   // Every rank must hold the same weights (they make the same updates from the same summed
   // gradients); a checkpoint of one rank's would otherwise hide a divergence.
-  refresh_experts(true);
+  refresh_experts(ExpertState::with_moments);
   std::vector<double> lo = weights_hash(model_.parameters().values()), hi = lo;
   group->allreduce_min(lo, "weights check");
   group->allreduce_max(hi, "weights check");
@@ -474,7 +479,7 @@ void Trainer::save(const std::string& dir) const {
       failure = e.what();
     }
   group->broadcast(failure, "checkpoint");
-  release_foreign(true);
+  release_foreign_experts(ExpertState::with_moments);
   if (!failure.empty()) throw SystemError(failure);
 }
 
@@ -599,7 +604,8 @@ void Trainer::load(const std::string& dir) {
   load_state("optimizer.m", optimizer_->m());
   if (optimizer_->v().defined()) load_state("optimizer.v", optimizer_->v());
   step_ = info["step"].get<std::int64_t>();
-  release_foreign(true);  // expert parallel: this rank keeps its own experts only
+  release_foreign_experts(
+      ExpertState::with_moments);  // expert parallel: this rank keeps its own experts only
   optimizer_->set_steps(
       info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step_);
 }

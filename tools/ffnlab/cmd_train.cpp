@@ -162,32 +162,33 @@ RunSetup resolve_setup(const TrainOptions& o) {
   r.resume_dir = (fs::path(o.resume) / "checkpoint").string();
   r.info = read_checkpoint_info(r.resume_dir);
   const std::string source = (fs::path(r.resume_dir) / "checkpoint.json").string();
-  try {
-    r.model = lm_config_from_json(r.info["model"]);
-    check_model_flags(o, r.model);
-    // The checkpoint's training settings, except where a flag was given: a flag that differs
-    // from the checkpoint changes the run, which needs --force (--steps sets the new total).
-    const json flags = train_config_to_json(r.train);
-    json merged = r.info["train"];
-    std::string conflicts;
-    for (const auto& [opt, key] : o.train_flags) {
-      if (opt->count() == 0 || !merged.contains(key) || merged[key] == flags[key]) continue;
-      if (std::string_view(key) != "steps")
-        conflicts += fmt::format("{}{} {} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
-                                 opt->get_name(), opt->as<std::string>(), merged[key].dump());
-      merged[key] = flags[key];
+  // What is read from the checkpoint's JSON names the file in its errors.
+  const auto in_checkpoint = [&](auto read) {
+    try {
+      return read();
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} (in {})", e.what(), source));
     }
-    if (!conflicts.empty() && !o.force)
-      throw UsageError(fmt::format(
-          "[train] resuming {} with other training settings: {}; use --force to change them",
-          o.resume, conflicts));
-    r.train = train_config_from_json(merged);
-  } catch (const UsageError&) {
-    throw;
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).find(" (in ") != std::string_view::npos) throw;
-    throw Error(fmt::format("{} (in {})", e.what(), source));
+  };
+  r.model = in_checkpoint([&] { return lm_config_from_json(r.info["model"]); });
+  check_model_flags(o, r.model);
+  // The checkpoint's training settings, except where a flag was given: a flag that differs
+  // from the checkpoint changes the run, which needs --force (--steps sets the new total).
+  const json flags = train_config_to_json(r.train);
+  json merged = r.info["train"];
+  std::string conflicts;
+  for (const auto& [opt, key] : o.train_flags) {
+    if (opt->count() == 0 || !merged.contains(key) || merged[key] == flags[key]) continue;
+    if (std::string_view(key) != "steps")
+      conflicts += fmt::format("{}{} {} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
+                               opt->get_name(), opt->as<std::string>(), merged[key].dump());
+    merged[key] = flags[key];
   }
+  if (!conflicts.empty() && !o.force)
+    throw UsageError(fmt::format(
+        "[train] resuming {} with other training settings: {}; use --force to change them",
+        o.resume, conflicts));
+  r.train = in_checkpoint([&] { return train_config_from_json(merged); });
   return r;
 }
 

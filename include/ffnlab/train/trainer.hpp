@@ -121,7 +121,7 @@ class Trainer {
   // DIR/weights-<step>.safetensors (parameters by name, optimizer moments). Each file is
   // written to a temporary name and renamed; checkpoint.json is renamed last, so that a crash
   // at any point leaves the previous checkpoint whole.
-  void save(const std::string& dir) const;
+  void save(const std::string& dir);
   // Loads weights, optimizer state and step from DIR. Throws "[checkpoint] ..." for a missing
   // or corrupt checkpoint or one of another model shape.
   void load(const std::string& dir);
@@ -137,13 +137,15 @@ class Trainer {
   TrainConfig config_;
   Schedule schedule_;
   void write_checkpoint(const std::string& dir) const;
-  // Expert parallel: every rank's copy of every expert (weights; with `state`, the optimizer's
-  // moments too) from the rank that holds it. Collective.
-  void refresh_experts(bool state) const;
-  // Expert parallel: gives the memory of the other ranks' experts (weights, gradients; with
-  // `state`, the moments) back to the system, except after the last step (sampling and the
-  // caller may then read every expert).
-  void release_foreign(bool state) const;
+  // What of the other ranks' experts a refresh brings and a release gives back.
+  enum class ExpertState { weights, with_moments };
+  // Expert parallel: every rank's copy of every expert (weights; with_moments: the optimizer's
+  // moments too) from the rank that holds it. Collective; changes this rank's copies.
+  void refresh_experts(ExpertState what);
+  // Expert parallel: gives the memory of the other ranks' experts (weights, gradients;
+  // with_moments: the moments) back to the system, except after the last step (sampling and
+  // the caller may then read every expert).
+  void release_foreign_experts(ExpertState what);
   double gradient_norm() const;
 
   std::unique_ptr<Optimizer> optimizer_;
