@@ -46,7 +46,7 @@ inline std::string json_excerpt(const nlohmann::json& j) {
 // JSON text parsed, or Error "[scope] source: not valid JSON (at line L, column C: what)" in
 // ffnlab's words: nlohmann's own message ("[json.exception.parse_error.101] ...") never reaches
 // a user. NaN and Infinity are not JSON, and a number too large for a double (1e400) is refused
-// as such rather than read as infinity.
+// by the parser ("number overflow parsing '1e400'").
 inline nlohmann::json parse_json_text(std::string_view text, std::string_view scope,
                                       std::string_view source) {
   try {
@@ -95,7 +95,7 @@ T json_value(const nlohmann::json& j) {
   } else if constexpr (std::is_floating_point_v<T>) {
     if (!j.is_number()) throw bad("a number");
     const double v = j.get<double>();
-    if (!std::isfinite(v))  // 1e400 is read as infinity: say what was written
+    if (!std::isfinite(v))  // not from parsed text (which refuses 1e400), but from a json value
       throw BadValue{"must be a finite number, got one beyond the range of a double"};
     if (!std::isfinite(static_cast<T>(v)))
       throw BadValue{fmt::format("must be a finite number within the range of a {}, got {}",

@@ -1,5 +1,5 @@
 // A process-wide request to stop long work (training, the study) at its next safe point. The
-// command line's SIGINT/SIGTERM handlers set it; the Python module sets it on KeyboardInterrupt.
+// command line's SIGINT/SIGTERM handlers set it; any caller may (request_stop(0)).
 // Work that waits on a child process checks it while waiting, so that an interrupt is never lost
 // behind a child (std::system would ignore SIGINT in the parent while the child runs).
 #pragma once

@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -310,10 +311,11 @@ accumulate into grads() (zero_grad() clears them).)")
       [](int n) {
         // At most the processors, as the command line's --threads: more only waits, and a huge
         // count makes the next parallel region fail to create its threads (the process ends).
-        const int procs = omp_get_num_procs();
-        if (n < 1 || n > procs)
+        // (Or what OMP_NUM_THREADS already set, so that set_threads(get_threads()) restores.)
+        const int most = std::max(omp_get_num_procs(), omp_get_max_threads());
+        if (n < 1 || n > most)
           throw py::value_error(fmt::format(
-              "[python] set_threads({}): threads must be in [1, {}] (the processors)", n, procs));
+              "[python] set_threads({}): threads must be in [1, {}] (the processors)", n, most));
         omp_set_num_threads(n);
       },
       py::arg("n"), "OpenMP threads for the layers' work");

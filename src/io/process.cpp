@@ -27,6 +27,7 @@ namespace ffnlab {
 namespace {
 
 using clock = std::chrono::steady_clock;
+constexpr int kLostStatus = -1;  // reap(): the child was reaped elsewhere; its status is unknown
 constexpr auto kPoll = std::chrono::milliseconds(10);
 
 // The environment with the changes applied, as "KEY=value" strings.
@@ -90,21 +91,32 @@ std::string describe_status(int status) {
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOptions& o) {
   check(!argv.empty(), "[process] no program named");
+  check(!(o.pipes && !o.output_file.empty()),
+        "[process] pipes and an output file exclude each other");
+  scope_ = o.scope;
   name_ = o.name.empty() ? argv[0] : o.name;
   bool not_executable = false;
   const std::string program = find_program(argv[0], not_executable);
   if (program.empty())
-    fail_system("[process] cannot start {}: {}", argv[0],
+    fail_system("[{}] cannot start {}: {}", scope_, argv[0],
                 not_executable                           ? "it is not executable"
                 : argv[0].find('/') != std::string::npos ? "no such file"
                                                          : "not found on the PATH");
+  // Everything that may throw comes before the first descriptor is opened.
+  std::string path = std::filesystem::absolute(program).string();  // the folder changes
+  std::vector<std::string> args = argv, env = environment(o);
+  std::vector<char*> cargs, cenv;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  for (auto& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // The child starts with the default signal actions and no blocked signals, whatever this
-  // process ignores or blocks (SIGPIPE is ignored here while pipes are in use).
+  // process ignores or blocks.
   sigset_t defaults, none;
   sigemptyset(&defaults);
   for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP}) sigaddset(&defaults, s);
@@ -124,7 +136,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOpti
       for (int fd : {in[0], in[1], out[0], out[1]})
         if (fd >= 0) ::close(fd);
       cleanup();
-      fail_system("[process] cannot start {}: no pipe ({})", name_, std::strerror(error));
+      fail_system("[{}] cannot start {}: no pipe ({})", scope_, name_, std::strerror(error));
     }
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
@@ -136,13 +148,6 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOpti
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
   if (!o.dir.empty()) posix_spawn_file_actions_addchdir_np(&actions, o.dir.c_str());
-  std::vector<std::string> args = argv, env = environment(o);
-  std::vector<char*> cargs, cenv;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  std::string path = std::filesystem::absolute(program).string();  // the folder changes
   const int rc = posix_spawn(&pid_, path.c_str(), &actions, &attr, cargs.data(), cenv.data());
   cleanup();
   if (o.pipes) {
@@ -155,21 +160,23 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOpti
     pid_ = -1;
     close_fd(to_);
     close_fd(from_);
-    fail_system("[process] cannot start {}: {}", name_, std::strerror(rc));
+    fail_system("[{}] cannot start {}: {}", scope_, name_, std::strerror(rc));
   }
-  if (o.pipes) ::signal(SIGPIPE, SIG_IGN);  // a child that died must not end us on a write
 }
 
 ChildProcess::~ChildProcess() {
   close_fd(to_);
   close_fd(from_);
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
+  kill_and_reap();
+}
+
+void ChildProcess::kill_and_reap() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  pid_ = -1;
 }
 
 bool ChildProcess::reap(int& status, std::chrono::duration<double> limit, bool watch_stop) {
@@ -180,9 +187,9 @@ bool ChildProcess::reap(int& status, std::chrono::duration<double> limit, bool w
       pid_ = -1;
       return true;
     }
-    if (r < 0 && errno != EINTR) {  // not our child any more (reaped elsewhere)
+    if (r < 0 && errno != EINTR) {  // not our child any more (reaped elsewhere): no status
       pid_ = -1;
-      status = 0;
+      status = kLostStatus;
       return true;
     }
     if (watch_stop && stop_requested()) return false;
@@ -198,42 +205,58 @@ void ChildProcess::terminate(std::chrono::duration<double> grace) {
   ::kill(pid_, SIGTERM);
   int status = 0;
   if (reap(status, grace, false)) return;
-  ::kill(pid_, SIGKILL);
-  while (pid_ > 0 && ::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
-  pid_ = -1;
+  kill_and_reap();
 }
 
 int ChildProcess::wait(std::chrono::duration<double> limit) {
-  check(pid_ > 0, "[process] {} is not running", name_);
+  check(pid_ > 0, "[{}] {} is not running", scope_, name_);
   int status = 0;
   if (reap(status, limit, true)) {
     // The child may have died of the same interrupt (Ctrl-C reaches the whole group): the
     // interrupt, not the child's failure, is what happened.
     if (stop_requested()) throw Interrupted(stop_reason() + " while " + name_ + " ran");
+    if (status == kLostStatus)
+      fail_system("[{}] {}: its exit status was lost (reaped elsewhere)", scope_, name_);
     return status;
   }
   const bool stopped = stop_requested();
   terminate();
   if (stopped) throw Interrupted(stop_reason() + " while " + name_ + " ran");
-  fail_system("[process] {}: no exit within {:.0f} s; it was ended", name_, limit.count());
+  fail_system("[{}] {}: no exit within {:.0f} s; it was ended", scope_, name_, limit.count());
 }
 
 bool ChildProcess::write_line(const std::string& line) {
   if (to_ < 0) return false;
   const std::string text = line + "\n";
+  // A child that has exited makes the write fail with EPIPE and raise SIGPIPE, which would end
+  // this process: SIGPIPE is blocked for the write and a pending one consumed, so that the rest
+  // of the program keeps the usual behaviour (ffnlab bench | head).
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
   std::size_t done = 0;
+  bool ok = true;
   while (done < text.size()) {
     const ssize_t n = ::write(to_, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;  // EPIPE: the child is gone
+    if (n < 0) {  // EPIPE: the child is gone
+      ok = false;
+      break;
+    }
     done += static_cast<std::size_t>(n);
   }
-  return true;
+  if (!ok) {
+    const timespec now{0, 0};
+    while (sigtimedwait(&pipe_set, nullptr, &now) == SIGPIPE) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return ok;
 }
 
 std::string ChildProcess::read_line(std::chrono::duration<double> limit, std::size_t max_bytes) {
-  check(from_ >= 0, "[process] {}: no pipe to read", name_);
+  check(from_ >= 0, "[{}] {}: no pipe to read", scope_, name_);
   const auto end = clock::now() + std::chrono::duration_cast<clock::duration>(limit);
   for (;;) {
     const auto nl = buffered_.find('\n');
@@ -243,23 +266,30 @@ std::string ChildProcess::read_line(std::chrono::duration<double> limit, std::si
       return line;
     }
     if (buffered_.size() > max_bytes)
-      fail_system("[process] {}: a reply line longer than {} bytes", name_, max_bytes);
+      fail_system("[{}] {}: a reply line longer than {} bytes", scope_, name_, max_bytes);
     if (stop_requested()) throw Interrupted(stop_reason() + " while waiting for " + name_);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
     if (left.count() <= 0)
-      fail_system("[process] {}: no reply within {:.0f} s", name_, limit.count());
+      fail_system("[{}] {}: no reply within {:.0f} s", scope_, name_, limit.count());
     pollfd p{from_, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 50)));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
+    if (r < 0) {
+      const int error = errno;
+      fail_system("[{}] {}: cannot wait for its reply ({})", scope_, name_, std::strerror(error));
+    }
+    if (r == 0) continue;  // nothing yet: check the stop request and the deadline again
     char chunk[4096];
     const ssize_t n = ::read(from_, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int status = 0;
       const std::string how =
-          reap(status, std::chrono::milliseconds(200), false) ? describe_status(status) : "";
-      fail_system("[process] {}: stopped answering{}", name_, how.empty() ? "" : " (" + how + ")");
+          reap(status, std::chrono::milliseconds(200), false) && status != kLostStatus
+              ? describe_status(status)
+              : "";
+      fail_system("[{}] {}: stopped answering{}", scope_, name_,
+                  how.empty() ? "" : " (" + how + ")");
     }
     buffered_.append(chunk, static_cast<std::size_t>(n));
   }

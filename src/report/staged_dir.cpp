@@ -2,6 +2,7 @@
 #include "ffnlab/report/staged_dir.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string_view>
 
 #include "check.hpp"
 #include "ffnlab/io/files.hpp"
@@ -19,14 +22,48 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Whether the resolved folder is where a file system is mounted (its device differs from its
-// parent's, or it is its own parent: the root).
+constexpr std::string_view kMarkerText = kReportMarkerText;
+
+// Whether the resolved folder is where a file system is mounted: statx says so where the kernel
+// knows (bind mounts of one file system included); otherwise its device differs from its
+// parent's, or it is its own parent (the root).
 bool mount_point(const std::string& resolved) {
+#ifdef STATX_ATTR_MOUNT_ROOT
+  struct statx sx {};
+  if (::statx(AT_FDCWD, resolved.c_str(), AT_NO_AUTOMOUNT, STATX_BASIC_STATS, &sx) == 0 &&
+      (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) != 0)
+    return (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+#endif
   struct stat here {
   }, up{};
   const std::string parent = fs::path(resolved).parent_path().string();
   if (::stat(resolved.c_str(), &here) != 0 || ::stat(parent.c_str(), &up) != 0) return false;
-  return here.st_dev != up.st_dev || (here.st_dev == up.st_dev && here.st_ino == up.st_ino);
+  return here.st_dev != up.st_dev || here.st_ino == up.st_ino;
+}
+
+// An earlier report: its marker is a regular file (not a link, not a folder) that says so.
+bool is_report(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path marker = dir / kReportMarker;
+  if (!fs::is_regular_file(fs::symlink_status(marker, ec))) return false;
+  std::ifstream in(marker, std::ios::binary);
+  std::string head(kMarkerText.size(), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  return in.gcount() == static_cast<std::streamsize>(head.size()) && head == kMarkerText;
+}
+
+// What may be replaced: nothing there, an empty folder, or an earlier report. "" when it may;
+// otherwise why not.
+std::string why_not_replaceable(const std::string& resolved) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(resolved, ec))) return "";
+  if (!fs::is_directory(fs::status(resolved, ec))) return "exists and is not a folder";
+  if (fs::is_empty(resolved, ec) && !ec) return "";
+  if (is_report(resolved)) return "";
+  return fmt::format(
+      "is a folder that holds other files and is not an earlier ffnlab report (it has no {} "
+      "file written by ffnlab); a report replaces its folder whole, so name a new or empty folder",
+      kReportMarker);
 }
 
 }  // namespace
@@ -34,7 +71,6 @@ bool mount_point(const std::string& resolved) {
 void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs) {
   check(!dir.empty(), "[report] the output folder name is empty");
   const std::string where = resolved_path(dir);
-  std::error_code ec;
   check(where != "/", "[report] --out '{}' is the root folder: a report gets a folder of its own",
         dir);
   check(!path_within(resolved_path("."), where),
@@ -42,32 +78,25 @@ void check_report_folder(const std::string& dir, const std::vector<std::string>&
         "its own; name a new one, e.g. --out report",
         dir, resolved_path("."));
   check_output_apart(dir, inputs, "report", "--out");
-  const auto status = fs::symlink_status(where, ec);
-  if (!fs::exists(status)) return;
-  check(fs::is_directory(fs::status(where, ec)), "[report] --out '{}' exists and is not a folder",
-        dir);
-  check(!mount_point(where),
-        "[report] --out '{}' is a mount point: a report replaces its folder, which would remove "
-        "what is mounted there; name a folder inside it",
-        dir);
-  if (fs::is_empty(where, ec) && !ec) return;
-  check(fs::exists(fs::path(where) / kReportMarker, ec),
-        "[report] --out '{}' is a folder that holds other files and is not an earlier ffnlab "
-        "report (it has no {} file); a report replaces its folder whole, so name a new or empty "
-        "folder",
-        dir, kReportMarker);
+  std::error_code ec;
+  if (fs::is_directory(fs::status(where, ec)))
+    check(!mount_point(where),
+          "[report] --out '{}' is a mount point: a report replaces its folder, which would remove "
+          "what is mounted there; name a folder inside it",
+          dir);
+  const std::string why = why_not_replaceable(where);
+  check(why.empty(), "[report] --out '{}' {}", dir, why);
 }
 
 StagedDirectory::StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs)
-    : final_(std::move(final_dir)) {
+    : shown_(std::move(final_dir)) {
   // Refused now, not after the work whose results would go there.
-  check_report_folder(final_, inputs);
-  fs::path f = fs::path(final_).lexically_normal();
-  if (!f.has_filename()) f = f.parent_path();
-  // "a/b/.." names "a": the folder that would be replaced, so use its real name.
-  if (f.filename() == ".." || f.filename() == ".") f = fs::path(resolved_path(final_));
+  check_report_folder(shown_, inputs);
+  // The place that was checked is the place replaced: the name resolved (links, "." and ".."),
+  // so that "precious/link/.." can pass neither as another folder nor be replaced as one.
+  const fs::path f = resolved_path(shown_);
   final_ = f.string();
-  const fs::path parent = f.has_parent_path() ? f.parent_path() : fs::path(".");
+  const fs::path parent = f.parent_path();
   std::error_code ec;
   fs::create_directories(parent, ec);
   check(!ec, "[report] cannot create '{}': {}", parent.string(), ec.message());
@@ -80,35 +109,49 @@ StagedDirectory::StagedDirectory(std::string final_dir, const std::vector<std::s
   fs::remove_all(staging_, ec);
   fs::create_directory(staging_, ec);
   check(!ec, "[report] cannot create '{}': {}", staging_, ec.message());
-  const std::string marker =
-      "This folder is a report written by ffnlab; the next report into it "
-      "replaces it whole.\n";
-  write_file_atomic((fs::path(staging_) / kReportMarker).string(), marker.data(), marker.size());
+  write_file_atomic((fs::path(staging_) / kReportMarker).string(), kMarkerText.data(),
+                    kMarkerText.size());
 }
 
 StagedDirectory::~StagedDirectory() {
-  if (committed_) return;
+  if (committed_ || kept_) return;
   std::error_code ec;
   fs::remove_all(staging_, ec);
 }
 
 void StagedDirectory::commit() {
   sync_tree(staging_);  // on disk before it becomes the report
+  // The place may have changed during the run (files put into a folder that was empty, a
+  // folder created where there was none): checked again, right before the swap.
+  auto refuse_if_changed = [&] {
+    const std::string why = why_not_replaceable(final_);
+    if (why.empty()) return;
+    kept_ = true;  // the new report stays, under its staging name
+    fail("[report] --out '{}' changed during the run and now {}; the new report was left in '{}'",
+         shown_, why, staging_);
+  };
+  refuse_if_changed();
   std::error_code ec;
-  if (fs::exists(final_, ec)) {
-    check(fs::is_directory(final_, ec), "[report] '{}' exists and is not a directory", final_);
+  // Nothing there: the staging folder takes the name, unless something took it meanwhile.
+  if (!fs::exists(fs::symlink_status(final_, ec))) {
+    if (renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, final_.c_str(), RENAME_NOREPLACE) == 0) {
+      committed_ = true;
+    } else {
+      const int error = errno;
+      if (error != EEXIST) fail("[report] cannot create '{}': {}", shown_, std::strerror(error));
+      refuse_if_changed();
+    }
+  }
+  if (!committed_) {
     // Swap the two in one step, then remove the old report (now under the staging name).
-    if (renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0)
-      fail("[report] cannot replace '{}': {}", final_, std::strerror(errno));
+    if (renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0) {
+      const int error = errno;
+      fail("[report] cannot replace '{}': {}", shown_, std::strerror(error));
+    }
     committed_ = true;
     fs::remove_all(staging_, ec);
-  } else {
-    fs::rename(staging_, final_, ec);
-    check(!ec, "[report] cannot create '{}': {}", final_, ec.message());
-    committed_ = true;
   }
-  const fs::path parent = fs::path(final_).parent_path();
-  sync_path(parent.empty() ? "." : parent.string());
+  sync_path(fs::path(final_).parent_path().string());
 }
 
 }  // namespace ffnlab

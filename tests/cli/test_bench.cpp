@@ -104,7 +104,7 @@ TEST_F(Cli, BenchGoesOnWithoutPyTorch) {
       run("bench --quick --variants relu --dtypes f32 --tokens 1 --no-decode --budget 0.002 "
           "--bandwidth-mib 32 --python /nonexistent/python3");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("PyTorch: not measured ([process] cannot start /nonexistent/python3: no "
+  EXPECT_NE(r.out.find("PyTorch: not measured ([bench] cannot start /nonexistent/python3: no "
                        "such file"),
             std::string::npos)
       << r.out;

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "cli_fixture.hpp"
+#include "ffnlab/report/staged_dir.hpp"
 
 using namespace ffnlab;
 namespace fs = std::filesystem;
@@ -33,7 +34,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   fs::create_directories(out);
   std::ofstream(out + "/REPORT.md") << "old report\n";
   std::ofstream(out + "/stale.csv") << "1\n";
-  std::ofstream(out + "/.ffnlab-report") << "";  // the marker every report carries
+  std::ofstream(out + "/.ffnlab-report") << kReportMarkerText;  // the marker every report carries
   expect_error(run("evolve --quick --out " + out + " --data " + path("no-such-corpus")),
                "does not exist");
   EXPECT_EQ(read(out + "/REPORT.md"), "old report\n");

@@ -15,6 +15,7 @@
 
 #include "cli_fixture.hpp"
 #include "ffnlab/io/safetensors.hpp"
+#include "ffnlab/report/staged_dir.hpp"
 
 extern char** environ;
 
@@ -429,7 +430,7 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
   const fs::path report = dir_ / "report";
   fs::create_directories(report);
   std::ofstream(report / "REPORT.md") << "the old report\n";
-  std::ofstream(report / ".ffnlab-report") << "";
+  std::ofstream(report / ".ffnlab-report") << kReportMarkerText;
   const pid_t pid = spawn({"evolve", "--quick", "--threads", "1", "--out", report.string()}, dir_);
   ASSERT_GT(pid, 0);
   const std::string staging = (dir_ / (".report.partial-" + std::to_string(pid))).string();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli_fixture.hpp"
+#include "ffnlab/report/staged_dir.hpp"
 
 extern char** environ;
 
@@ -214,7 +215,7 @@ TEST_F(HostileSurfaces, EvolveStopsWhenInterruptedWhileGnuplotRuns) {
     const fs::path report = dir_ / "report";
     fs::create_directories(report);
     std::ofstream(report / "REPORT.md") << "the old report\n";
-    std::ofstream(report / ".ffnlab-report") << "";
+    std::ofstream(report / ".ffnlab-report") << kReportMarkerText;
     const fs::path pid_file = dir_ / "gnuplot.pid";
     fs::remove(pid_file);
     const Started s = start(small_evolve(report.string()), dir_,
@@ -249,6 +250,7 @@ TEST_F(HostileSurfaces, BenchOutlivesABrokenPyTorchSideAndEndsIt) {
   struct Broken {
     const char* name;
     std::string script, what;
+    int timeout = 10;  // seconds: room for Python to start on a loaded machine
   };
   const std::string pid_line =
       "import os, sys, time, json\nopen(sys.argv[0] + '.pid', 'w')"
@@ -256,10 +258,11 @@ TEST_F(HostileSurfaces, BenchOutlivesABrokenPyTorchSideAndEndsIt) {
   const std::string hello =
       "print(json.dumps({'ready': True, 'torch': 'fake', 'threads': 1}), flush=True)\n";
   const std::vector<Broken> cases = {
-      {"silent", pid_line + "time.sleep(600)\n", "no reply within 1 s"},
+      {"silent", pid_line + "time.sleep(600)\n", "no reply within 1 s", 1},
       {"endless", pid_line + "while True:\n    sys.stdout.write('x' * 65536)\n",
        "a reply line longer than 1048576 bytes"},
-      {"mute", pid_line + hello + "sys.stdin.readline()\ntime.sleep(600)\n", "no reply within 1 s"},
+      {"mute", pid_line + hello + "sys.stdin.readline()\ntime.sleep(600)\n", "no reply within 3 s",
+       3},
       {"typed",
        pid_line + hello +
            "for line in sys.stdin:\n    print(json.dumps({'seconds': "
@@ -281,7 +284,9 @@ TEST_F(HostileSurfaces, BenchOutlivesABrokenPyTorchSideAndEndsIt) {
 #else
     const std::string limits = "ulimit -v 1048576; timeout 100 ";
 #endif
-    const Outcome r = run(kBench + "--torch-timeout 1 --torch-script " + script.string(), limits);
+    const Outcome r = run(kBench + "--torch-timeout " + std::to_string(c.timeout) +
+                              " --torch-script " + script.string(),
+                          limits);
     const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_NE((r.out + r.err).find(c.what), std::string::npos) << r.out << r.err;
@@ -289,6 +294,7 @@ TEST_F(HostileSurfaces, BenchOutlivesABrokenPyTorchSideAndEndsIt) {
         << "the message names the script: " << r.out << r.err;
     EXPECT_LT(seconds, 60.0);
     const pid_t child = wait_for_pid_file(script.string() + ".pid");
+    ASSERT_GT(child, 0) << "the script never started";
     EXPECT_FALSE(process_exists(child)) << "the PyTorch side outlived bench";
   }
 }
@@ -384,6 +390,23 @@ TEST_F(HostileSurfaces, TheContinueCommandPrintedOnInterruptWorksAsPrinted) {
             0);
   expect_error(run("train --resume " + run_dir.string() + " --d-model 32 --steps 2002"),
                "--d-model gives 32, the checkpoint has 16");
+}
+
+// Model flags given on resume are laid over the checkpoint's model: --d-model 18 alone matches
+// a model of 3 heads, though with the default 4 heads it would not be a valid model.
+TEST_F(HostileSurfaces, MatchingModelFlagsOnResumeAreJudgedWithTheCheckpointsModel) {
+  write("corpus.txt", corpus_text(40));
+  ASSERT_EQ(run("train --data " + path("corpus.txt") +
+                " --d-model 18 --heads 3 --layers 1 --seq 16 --batch 2 --steps 2 --sample 0 "
+                "--threads 1 --out " +
+                path("r"))
+                .status,
+            0);
+  const Outcome r =
+      run("train --resume " + path("r") + " --d-model 18 --steps 3 --sample 0 --threads 1");
+  EXPECT_EQ(r.status, 0) << r.err;
+  expect_error(run("train --resume " + path("r") + " --heads 2 --steps 4"),
+               "--heads gives 2, the checkpoint has 3");
 }
 
 // --- messages and exit statuses -----------------------------------------------------------------

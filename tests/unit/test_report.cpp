@@ -43,7 +43,7 @@ TEST(StagedDirectory, ReplacesTheOldDirectoryWholeOnlyOnCommit) {
   const fs::path final_dir = root / "report";
   fs::create_directories(final_dir);
   std::ofstream(final_dir / "old.txt") << "old";
-  std::ofstream(final_dir / kReportMarker) << "";  // an earlier report
+  std::ofstream(final_dir / kReportMarker) << kReportMarkerText;  // an earlier report
   {
     StagedDirectory s(final_dir.string());
     std::ofstream(fs::path(s.path()) / "new.txt") << "new";
@@ -67,6 +67,64 @@ TEST(StagedDirectory, ReplacesTheOldDirectoryWholeOnlyOnCommit) {
     s.commit();
   }
   EXPECT_TRUE(fs::is_directory(root / "fresh"));
+  fs::remove_all(root);
+}
+
+// The place checked is the place replaced: "precious/lnk/.." where lnk leads into a report is
+// that report's folder, never "precious" (which a lexical reading of the name would give).
+TEST(StagedDirectory, ReplacesThePlaceItCheckedWhateverTheNameWentThrough) {
+  const fs::path root = fresh_dir("through_link");
+  fs::create_directories(root / "reports/r1/figures");
+  std::ofstream(root / "reports/r1" / kReportMarker) << kReportMarkerText;
+  std::ofstream(root / "reports/r1/old.txt") << "old";
+  fs::create_directories(root / "precious");
+  std::ofstream(root / "precious/mine.txt") << "mine";
+  fs::create_directory_symlink(root / "reports/r1/figures", root / "precious/lnk");
+  {
+    StagedDirectory s((root / "precious/lnk/..").string());
+    std::ofstream(fs::path(s.path()) / "new.txt") << "new";
+    s.commit();
+  }
+  EXPECT_EQ(slurp(root / "precious/mine.txt"), "mine");
+  EXPECT_EQ(slurp(root / "reports/r1/new.txt"), "new");
+  EXPECT_FALSE(fs::exists(root / "reports/r1/old.txt"));
+  // A marker that is a link or says something else does not make a folder a report.
+  fs::create_directories(root / "user");
+  std::ofstream(root / "user/data.txt") << "data";
+  fs::create_symlink(root / "reports/r1" / kReportMarker, root / "user" / kReportMarker);
+  EXPECT_THROW(StagedDirectory((root / "user").string()), Error);
+  fs::remove(root / "user" / kReportMarker);
+  std::ofstream(root / "user" / kReportMarker) << "something else";
+  EXPECT_THROW(StagedDirectory((root / "user").string()), Error);
+  EXPECT_EQ(slurp(root / "user/data.txt"), "data");
+  fs::remove_all(root);
+}
+
+// A folder that was empty at the start and holds the user's files at the end is not replaced:
+// the commit refuses and keeps the new report under its staging name.
+TEST(StagedDirectory, AFolderThatChangedDuringTheRunIsNotReplaced) {
+  const fs::path root = fresh_dir("changed");
+  fs::create_directories(root / "out");
+  std::string staging;
+  {
+    StagedDirectory s((root / "out").string());
+    staging = s.path();
+    std::ofstream(fs::path(s.path()) / "new.txt") << "new";
+    std::ofstream(root / "out/user.txt") << "written during the run";
+    const std::string e = test::error_of([&] { s.commit(); });
+    EXPECT_NE(e.find("changed during the run"), std::string::npos) << e;
+    EXPECT_NE(e.find(staging), std::string::npos) << e;
+  }
+  EXPECT_EQ(slurp(root / "out/user.txt"), "written during the run");
+  EXPECT_EQ(slurp(fs::path(staging) / "new.txt"), "new") << "the new report was kept";
+  // And one created where there was nothing, likewise.
+  {
+    StagedDirectory s((root / "later").string());
+    fs::create_directories(root / "later");
+    std::ofstream(root / "later/user.txt") << "mine";
+    EXPECT_THROW(s.commit(), Error);
+  }
+  EXPECT_EQ(slurp(root / "later/user.txt"), "mine");
   fs::remove_all(root);
 }
 

@@ -56,20 +56,23 @@ void run(const RunOptions& o) {
   // Every input is read and checked, and every output place, before the layer is built.
   check_output_path(o.output, "run");
   const bool backward = !o.grad_output.empty();
-  if (backward) {
-    check_output_path(o.grads, "run");
-    if (fs::weakly_canonical(o.grads) == fs::weakly_canonical(o.output))
-      throw UsageError("[run] --grads and --output name the same file");
-  }
-  // An output that names an input would replace it (the inputs are memory-mapped while read).
-  for (const auto& [out_flag, out] : {std::pair{"--output", &o.output}, {"--grads", &o.grads}})
-    for (const auto& [in_flag, in] : {std::pair{"--config", &o.config},
-                                      {"--weights", &o.weights},
-                                      {"--input", &o.input},
-                                      {"--grad-output", &o.grad_output}})
-      if (!out->empty() && !in->empty() && resolved_path(*out) == resolved_path(*in))
+  if (backward) check_output_path(o.grads, "run");
+  // Two files of one name: the outputs with each other, or an output with an input, which it
+  // would replace (the inputs are memory-mapped while read).
+  const std::vector<std::pair<const char*, const std::string*>> outputs = {{"--output", &o.output},
+                                                                           {"--grads", &o.grads}};
+  const std::vector<std::pair<const char*, const std::string*>> others = {
+      {"--grads", &o.grads},
+      {"--config", &o.config},
+      {"--weights", &o.weights},
+      {"--input", &o.input},
+      {"--grad-output", &o.grad_output}};
+  for (const auto& [out_flag, out] : outputs)
+    for (const auto& [other_flag, other] : others)
+      if (out != other && !out->empty() && !other->empty() &&
+          resolved_path(*out) == resolved_path(*other))
         throw UsageError(fmt::format("[run] {} '{}' is the {} file: writing it would replace it",
-                                     out_flag, *out, in_flag));
+                                     out_flag, *out, other_flag));
   const FFNConfig config = read_ffn_config_file(o.config);
   Shape x_shape, dy_shape;
   const Tensor x = read_rows(o.input, "x", config.d_model, x_shape);

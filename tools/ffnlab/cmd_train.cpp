@@ -1,8 +1,6 @@
 // ffnlab train: a byte-level Transformer language model with any FFN variant, trained on real
 // text (the fortunes corpus by default), with logs, evaluation, checkpoints and a sample.
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <charconv>
 #include <cmath>
@@ -121,13 +119,59 @@ LMConfig model_from_flags(const TrainOptions& o) {
   return c;
 }
 
+// The model options as the checkpoint's model sets them (the inverse of model_from_flags), for
+// the flags the user did not give; a file flag (--model-config, --ffn-config) is left as it is.
+TrainOptions options_from_model(TrainOptions o, const LMConfig& c) {
+  auto not_given = [&](const char* flag) {
+    for (const auto& [opt, read] : o.model_flags)
+      if (opt->get_name() == flag) return opt->count() == 0;
+    return true;
+  };
+  auto set = [&](const char* flag, auto& field, auto value) {
+    if (not_given(flag)) field = value;
+  };
+  set("--variant", o.variant, variant_name(c.ffn));
+  set("--d-model", o.ffn.d_model, c.d_model);
+  set("--d-ff", o.ffn.d_ff, c.ffn.d_ff);
+  set("--no-bias", o.ffn.no_bias, !c.ffn.bias);
+  set("--branches", o.ffn.branches, c.ffn.branches);
+  set("--experts", o.ffn.experts, c.ffn.moe.num_experts);
+  set("--top-k", o.ffn.top_k, c.ffn.moe.top_k);
+  set("--shared-experts", o.ffn.shared, c.ffn.moe.num_shared);
+  set("--expert-d-ff", o.ffn.expert_d_ff, c.ffn.moe.expert_d_ff);
+  set("--aux-coef", o.ffn.aux_coef, static_cast<double>(c.ffn.moe.aux_coef));
+  set("--z-coef", o.ffn.z_coef, static_cast<double>(c.ffn.moe.z_coef));
+  set("--capacity", o.ffn.capacity, c.ffn.moe.capacity_factor);
+  set("--layers", o.layers, c.layers);
+  set("--heads", o.heads, c.heads);
+  set("--context", o.context, c.context);
+  set("--positions", o.positions, enum_name(c.positions));
+  set("--norm", o.norm, enum_name(c.norm));
+  set("--post-norm", o.post_norm, !c.pre_norm);
+  set("--no-final-norm", o.no_final_norm, !c.final_norm);
+  set("--untied", o.untied, !c.tied_head);
+  set("--no-attn-bias", o.no_attn_bias, !c.attn_bias);
+  set("--dropout", o.dropout, c.dropout);
+  set("--init-std", o.init_std, c.init_std);
+  return o;
+}
+
 // When resuming, the model is the checkpoint's: a model flag that was given must agree with it
-// (one not given is not compared: its default is not the user's word).
+// (one not given is not compared: its default is not the user's word). The given flags are laid
+// over the checkpoint's model, so that they are judged with its other settings, not defaults.
 void check_model_flags(const TrainOptions& o, const LMConfig& saved) {
   bool given = false;
   for (const auto& [opt, read] : o.model_flags) given |= opt->count() > 0;
   if (!given) return;
-  const LMConfig flags = model_from_flags(o);
+  LMConfig flags;
+  try {
+    flags = model_from_flags(options_from_model(o, saved));
+  } catch (const Error& e) {
+    throw Error(fmt::format(
+        "[train] resuming {}: the model flags do not fit the checkpoint's model: {} (a resumed "
+        "run keeps its model; leave the model flags out)",
+        o.resume, e.what()));
+  }
   std::string diff;
   for (const auto& [opt, read] : o.model_flags)
     if (opt->count() > 0 && read(flags) != read(saved))
@@ -388,12 +432,10 @@ void run_train(TrainOptions& o) {
   // once, sends SIGTERM a second later and SIGKILL a second after that
   // (odls_base_sigkill_timeout). Rank 0's next progress line then blocked on the full pipe, the
   // SIGTERM found it blocked, and no checkpoint was written (seen here: the log stopped growing
-  // the moment mpirun was signalled). The ranks' output (mpirun's pipes or pseudo-terminal, no
-  // one else's) is made non-blocking: a line that cannot go out is dropped (Progress), and a
-  // closed output ends no rank (SIGPIPE, SIGHUP ignored).
-  for (const int fd : {STDOUT_FILENO, STDERR_FILENO})
-    if (const int flags = ::fcntl(fd, F_GETFL); flags >= 0)
-      ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  // the moment mpirun was signalled). So the stop signal makes the output non-blocking (a line
+  // that cannot go out is dropped: Progress), and a closed output ends no rank (SIGPIPE and
+  // SIGHUP ignored).
+  InterruptGuard::nonblocking_output_on_stop();
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGHUP, SIG_IGN);
   try {

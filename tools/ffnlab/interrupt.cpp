@@ -3,8 +3,12 @@
 // where the command checks the request.
 #include "interrupt.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 
 namespace ffnlab::cli {
@@ -12,6 +16,7 @@ namespace ffnlab::cli {
 namespace {
 
 struct sigaction g_old_int, g_old_term;
+std::atomic<bool> g_nonblocking_on_stop{false};
 
 extern "C" void on_signal(int sig) {
   if (stop_requested()) {  // the second signal: do what it would have done without us
@@ -23,9 +28,19 @@ extern "C" void on_signal(int sig) {
     return;
   }
   request_stop(sig);
+  if (g_nonblocking_on_stop.load()) {  // fcntl is async-signal-safe; errno is kept
+    const int saved = errno;
+    for (const int fd : {STDOUT_FILENO, STDERR_FILENO})
+      if (const int flags = fcntl(fd, F_GETFL); flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    errno = saved;
+  }
 }
 
 }  // namespace
+
+void InterruptGuard::nonblocking_output_on_stop() {
+  g_nonblocking_on_stop.store(true);
+}
 
 InterruptGuard::InterruptGuard() {
   clear_stop();

@@ -25,6 +25,11 @@ class InterruptGuard {
   // Whether a signal has arrived, and its name ("SIGINT").
   static bool requested() { return stop_requested(); }
   static std::string signal_name() { return stop_reason(); }
+
+  // Under mpirun: when the stop signal arrives, stdout and stderr become non-blocking (mpirun,
+  // ending the job, stops reading them; a rank blocked on a full pipe would never reach its
+  // checkpoint). Until then they stay as they are.
+  static void nonblocking_output_on_stop();
 };
 
 }  // namespace ffnlab::cli

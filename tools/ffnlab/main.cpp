@@ -1,6 +1,6 @@
 // ffnlab: the command-line lab for Transformer FFN layers. Every error is one line on stderr,
-// "ffnlab: error: ...", and the exit status says what kind it was (docs/hardening.md, "Exit status"):
-// 1 bad input, 2 usage, 3 system failure (I/O, memory), 130 interrupted.
+// "ffnlab: error: ...", and the exit status says what kind it was (docs/hardening.md, "Exit
+// status"): 1 bad input, 2 usage, 3 system failure (I/O, memory), 130 interrupted.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -37,11 +37,12 @@ int main(int argc, char** argv) {
   }
   // What a command printed must have reached stdout: a full disk or a closed pipe behind it is
   // a failure (exit 3), not a success with the output lost.
+  errno = 0;
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    const int error = errno;
-    return report_error(std::make_exception_ptr(
-        ffnlab::SystemError(std::string("[io] cannot write to standard output: ") +
-                            (error ? std::strerror(error) : "write error"))));
+    const int error = errno;  // 0: an earlier write failed, and its error number is gone
+    return report_error(std::make_exception_ptr(ffnlab::SystemError(
+        std::string("[io] cannot write to standard output") +
+        (error ? std::string(": ") + std::strerror(error) : std::string(" (a write failed)")))));
   }
   return 0;
 }

@@ -33,6 +33,7 @@ TorchWorker::TorchWorker(const std::string& python, const std::string& script, i
     ChildOptions options;
     options.pipes = true;
     options.env["OMP_WAIT_POLICY"] = "PASSIVE";
+    options.scope = "bench";
     options.name = script;
     child_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{python, script, std::to_string(threads)}, options);
@@ -74,18 +75,14 @@ TorchReply TorchWorker::ask(const nlohmann::json& request) {
 
 void TorchWorker::stop(const std::string& why) {
   available_ = false;
-  // The child's failures are bench's to report: "[process] SCRIPT: ..." -> "[bench] SCRIPT: ...".
-  why_not_ = why.rfind("[process] " + script_ + ":", 0) == 0 ? "[bench] " + why.substr(10) : why;
+  why_not_ = why;
   if (child_) child_->terminate();
 }
 
 TorchWorker::~TorchWorker() {
   if (!child_ || !child_->running()) return;
-  // End of input: the script returns. One that does not is ended.
-  try {
-    child_->terminate(std::chrono::seconds(5));
-  } catch (...) {
-  }
+  // Its input closes, then SIGTERM, then SIGKILL after 5 s (terminate never throws).
+  child_->terminate(std::chrono::seconds(5));
 }
 
 }  // namespace ffnlab::cli

@@ -18,10 +18,13 @@ namespace ffnlab {
 struct ChildOptions {
   std::string dir;          // working folder ("" : this process's)
   std::string output_file;  // stdout and stderr go to this file ("" : inherited)
-  bool pipes = false;       // stdin and stdout are pipes to this process (stderr inherited)
+  bool pipes = false;       // stdin and stdout are pipes to this process (stderr inherited);
+                            // not with output_file
   // Environment changes: a value sets the variable, std::nullopt removes it.
   std::map<std::string, std::optional<std::string>> env;
-  std::string name;  // in messages ("" : argv[0])
+  // Messages read "[scope] name: ...": the caller's scope and the child's name ("" : argv[0]).
+  std::string scope = "process";
+  std::string name;
 };
 
 class ChildProcess {
@@ -40,7 +43,9 @@ class ChildProcess {
   // within S s".
   int wait(std::chrono::duration<double> limit);
 
-  // With pipes: writes a line (a '\n' is added); false when the child no longer reads.
+  // With pipes: writes a line (a '\n' is added); false when the child no longer reads. A
+  // child that stops reading with the pipe full blocks this until it exits or is ended: the
+  // requests written are a line each, far below a pipe's capacity.
   bool write_line(const std::string& line);
   // With pipes: the next line from the child's stdout, without its '\n'. Throws SystemError
   // "[process] NAME: ..." when no whole line comes within the limit, when the line exceeds
@@ -55,7 +60,8 @@ class ChildProcess {
 
  private:
   bool reap(int& status, std::chrono::duration<double> limit, bool watch_stop);
-  std::string name_;
+  void kill_and_reap();
+  std::string scope_, name_;
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;
   std::string buffered_;  // read from the child, not yet returned as a line

@@ -9,12 +9,16 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ffnlab {
 
-// The file that marks a folder as an ffnlab report (written into every report).
+// The file that marks a folder as an ffnlab report (written into every report), and what it
+// says: a file of that name with other contents, or a link or a folder of that name, is not one.
 inline constexpr const char* kReportMarker = ".ffnlab-report";
+inline constexpr std::string_view kReportMarkerText =
+    "This folder is a report written by ffnlab; the next report into it replaces it whole.\n";
 
 // Refuses DIR as a report folder (Error "[report] ..." saying why) unless it does not exist, is
 // an empty folder or is an earlier report; `inputs` are the files and folders the run reads.
@@ -30,14 +34,16 @@ class StagedDirectory {
   StagedDirectory(const StagedDirectory&) = delete;
   StagedDirectory& operator=(const StagedDirectory&) = delete;
 
-  const std::string& path() const { return staging_; }  // where to write
-  const std::string& final_path() const { return final_; }
+  const std::string& path() const { return staging_; }      // where to write
+  const std::string& final_path() const { return shown_; }  // as the user named it
   // Puts the staging directory in DIR's place; the old DIR, if any, is removed after the swap.
+  // DIR is checked again first: if it changed during the run into something that is not
+  // replaceable, Error, and the new report is kept under its staging name.
   void commit();
 
  private:
-  std::string final_, staging_;
-  bool committed_ = false;
+  std::string shown_, final_, staging_;  // DIR as named; DIR resolved; the staging folder
+  bool committed_ = false, kept_ = false;
 };
 
 }  // namespace ffnlab
