@@ -2,18 +2,86 @@
 // captures its exit status, stdout and stderr.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
 
 namespace ffnlab::test {
 
 namespace fs = std::filesystem;
+
+// Programs started in the background, for tests that signal them at a stated moment.
+// A started program: its pid, and its stdout/stderr files.
+struct Started {
+  pid_t pid = -1;
+  fs::path out, err;
+};
+
+// Starts ffnlab with args and extra environment entries ("KEY=value"); in its own process
+// group when `own_group` (so that a signal to the group reaches it and its children, as Ctrl-C
+// in a terminal does).
+inline Started start(const std::vector<std::string>& args, const fs::path& dir,
+                     const std::vector<std::string>& env_extra, bool own_group) {
+  Started s{-1, dir / "spawn.out", dir / "spawn.err"};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, s.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, s.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  if (own_group) {
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  }
+  std::vector<std::string> argv_s = {FFNLAB_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+  for (const auto& e : env_extra) {
+    const std::string key = e.substr(0, e.find('=') + 1);
+    std::erase_if(env_s, [&](const std::string& x) { return x.rfind(key, 0) == 0; });
+    env_s.push_back(e);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  if (posix_spawn(&s.pid, FFNLAB_BIN, &actions, &attr, argv.data(), envp.data()) != 0) s.pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  return s;
+}
+
+// The exit status of a started program (-signal when a signal ended it), waiting at most 120 s.
+inline int finish(const Started& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int raw = 0;
+  while (::waitpid(s.pid, &raw, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120)) {
+      ::kill(s.pid, SIGKILL);
+      ::waitpid(s.pid, &raw, 0);
+      return -1000;  // did not end
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw);
+}
 
 struct Outcome {
   int status;

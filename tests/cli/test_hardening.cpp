@@ -4,7 +4,6 @@
 // checkpoints the current step, and resuming gives the uninterrupted run's weights byte for byte.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,8 +15,6 @@
 #include "cli_fixture.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/report/staged_dir.hpp"
-
-extern char** environ;
 
 namespace ffnlab::test {
 
@@ -328,26 +325,6 @@ TEST_F(Hardening, ResumeContinuesInItsFolderAndRefusesOtherDataOrSettings) {
 
 namespace {
 
-// Starts ffnlab with args (split on spaces) and returns its pid; output goes to files in dir.
-pid_t spawn(const std::vector<std::string>& args, const fs::path& dir) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, (dir / "spawn.out").c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, (dir / "spawn.err").c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> argv;
-  std::string bin = FFNLAB_BIN;
-  argv.push_back(bin.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, FFNLAB_BIN, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
-}
-
 std::size_t lines_in(const fs::path& p) {
   std::ifstream in(p);
   std::size_t n = 0;
@@ -387,7 +364,7 @@ TEST_F(Hardening, InterruptedTrainingCheckpointsAndResumesExactly) {
                                            steps,
                                            "--out",
                                            (folder / "run").string()};
-    const pid_t pid = spawn(args, folder);
+    const pid_t pid = start(args, folder, {}, false).pid;
     ASSERT_GT(pid, 0);
     // Wait for a few logged steps, then interrupt.
     const auto t0 = std::chrono::steady_clock::now();
@@ -431,7 +408,8 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
   fs::create_directories(report);
   std::ofstream(report / "REPORT.md") << "the old report\n";
   std::ofstream(report / ".ffnlab-report") << kReportMarkerText;
-  const pid_t pid = spawn({"evolve", "--quick", "--threads", "1", "--out", report.string()}, dir_);
+  const pid_t pid =
+      start({"evolve", "--quick", "--threads", "1", "--out", report.string()}, dir_, {}, false).pid;
   ASSERT_GT(pid, 0);
   const std::string staging = (dir_ / (".report.partial-" + std::to_string(pid))).string();
   const auto t0 = std::chrono::steady_clock::now();
