@@ -16,6 +16,7 @@ packages=(
   libopenblas0-openmp  # PyTorch products: without it Debian torch uses the reference BLAS (30x slower)
   python3-dev pybind11-dev python3-pytest  # the Python module (FFNLAB_BUILD_PYTHON) and its tests
   libopenmpi-dev openmpi-bin       # data-parallel training over MPI (FFNLAB_MPI) and its tests
+  python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib  # the example notebook, run by the tests
 )
 
 missing=()

@@ -36,7 +36,7 @@ USED_BY = {
     "reglu": "Shazeer 2020's comparison",
     "geglu": "T5 v1.1, Gemma",
     "swiglu": "PaLM, LLaMA, Mistral, Mixtral and DeepSeek experts",
-    "gated": "the seed documents' \"Gated-FFN\"",
+    "gated": "the tutorial's \"Gated-FFN\"",
     "moe": "Switch, Mixtral, Qwen MoE, DeepSeek-V3",
 }
 
@@ -102,7 +102,7 @@ def main():
             f"{'n/a' if sp is None else f'{100 * sp:.0f} %'} | "
             f"{t['mean']:.3f} ± {t['std']:.3f} | {diff} | {zd} | {USED_BY[v]} | {advice} |")
     out.append("")
-    out.append("The whole report (figures, MoE balancing, the seeds' corrections) is "
+    out.append("The whole report (figures, MoE balancing, the corrections of the tutorial) is "
                "`report/REPORT.md` after `bash scripts/run.sh`; docs/evolve.md describes it.")
     print("\n".join(out))
 

@@ -6,10 +6,51 @@
     dx = layer.backward(np.ones_like(y))
     layer.grads()["down_proj.weight"]  # a numpy view of the gradient
 
+The FFN-evolution study and the byte-level language model:
+
+    results = ffnlab.evolve(out="report", quick=True)   # REPORT.md, results.json, figures
+    lm = ffnlab.TransformerLM(variant="swiglu", d_model=64, layers=2, heads=2, context=64)
+    log = ffnlab.train(lm, data="corpus.txt", steps=100, batch=8, seq=64)
+
 ffnlab.torch wraps a layer as a torch.nn.Module (imported on demand: it needs torch).
 """
-from ._ffnlab import (FFN, __version__, activation_names, config, from_hf, get_threads, params,
-                      set_threads, variant_names)
+from . import _ffnlab
+from ._ffnlab import (FFN, TransformerLM, __version__, activation_names, config, from_hf,
+                      get_threads, params, set_threads, variant_names)
+from .progress import TextProgress
 
-__all__ = ["FFN", "__version__", "activation_names", "config", "from_hf", "get_threads", "params",
-           "set_threads", "variant_names"]
+__all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_names", "config",
+           "evolve", "from_hf", "get_threads", "params", "set_threads", "train", "variant_names"]
+
+
+def _progress(progress):
+    if progress is True:
+        return TextProgress()
+    return progress or None
+
+
+def evolve(out="report", *, quick=False, seeds=None, steps=None, variants=None, data=None,
+           sweep=False, progress=True):
+    """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
+    `out`: REPORT.md, results.json, the figures and their CSV. Returns the results as a dict
+    (the schema of results.json, docs/evolve.md).
+
+    quick: small models and few steps (checks the pipeline). seeds, steps: per LM run (None:
+    the defaults, 3 and 600; quick 2 and 40). variants: a list that includes "relu" (None:
+    every variant). data: a text file or a folder (None: the default corpus). sweep: also the
+    d_ff / d_model sweep. progress: True for a text bar, False for none, or a callable
+    progress(kind, done, planned, text, eta_seconds). Ctrl-C stops it (KeyboardInterrupt);
+    nothing is written then, and an earlier report in `out` is kept.
+    """
+    options = dict(out=str(out), quick=quick, seeds=seeds, steps=steps, sweep=sweep,
+                   variants=list(variants) if variants is not None else None,
+                   data=str(data) if data is not None else None)
+    return _ffnlab._evolve(options, _progress(progress))
+
+
+def train(model, data, *, progress=True, **settings):
+    """Trains `model` (a TransformerLM) in place on the text at `data`; settings are the
+    training keys of docs/config.md (steps, batch, seq, lr, seed, ...). Returns the per-step
+    log, the periodic evaluations, the final validation and a summary as dicts. The GIL is
+    released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt)."""
+    return _ffnlab.train(model, str(data), _progress(progress), **settings)

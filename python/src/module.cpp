@@ -17,17 +17,16 @@
 #include "arrays.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/activation.hpp"
+#include "python.hpp"
 
 namespace ffnlab::python {
 
-namespace {
-
-// A Python object (dict, list, number, ...) as JSON, through Python's own json module.
 nlohmann::json to_json(const py::handle& obj) {
   std::string text;
   try {  // NaN and infinities are not JSON: refused here, by name, not as a parse error
@@ -46,6 +45,12 @@ nlohmann::json to_json(const py::handle& obj) {
 py::object from_json(const nlohmann::json& j) {
   return py::module_::import("json").attr("loads")(j.dump());
 }
+
+py::object from_json(const nlohmann::ordered_json& j) {
+  return py::module_::import("json").attr("loads")(j.dump());
+}
+
+namespace {
 
 FFNConfig config_of(const py::object& config, const py::kwargs& keys) {
   nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
@@ -141,38 +146,6 @@ py::dict stats_dict(const FFNStats& s) {
   return d;
 }
 
-py::dict flops_dict(const FlopCount& f) {
-  py::dict d;
-  d["matmul"] = f.matmul;
-  d["elementwise"] = f.elementwise;
-  d["total"] = f.total();
-  return d;
-}
-
-py::dict memory_dict(const MemoryBytes& m) {
-  py::dict d;
-  d["weights"] = m.weights;
-  d["grads"] = m.grads;
-  d["adam"] = m.adam;
-  d["activations"] = m.activations;
-  d["total"] = m.total();
-  return d;
-}
-
-py::dict params_dict(const FFNConfig& config, std::int64_t tokens) {
-  const FFNCost c = ffn_cost(config, tokens);
-  py::dict d;
-  d["params"] = c.params;
-  d["active_params"] = c.active_params;
-  d["forward_flops_per_token"] = flops_dict(c.forward);
-  d["backward_flops_per_token"] = flops_dict(c.backward);
-  d["saved_floats_per_token"] = c.saved_floats_per_token;
-  d["tokens"] = tokens;
-  d["memory_f32"] = memory_dict(c.f32);
-  d["memory_bf16"] = memory_dict(c.bf16);
-  return d;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_ffnlab, m) {
@@ -182,6 +155,8 @@ PYBIND11_MODULE(_ffnlab, m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const Interrupted&) {
+      PyErr_SetNone(PyExc_KeyboardInterrupt);
     } catch (const SystemError& e) {
       PyErr_SetString(PyExc_OSError, e.what());
     } catch (const Error& e) {
@@ -290,10 +265,13 @@ accumulate into grads() (zero_grad() clears them).)")
   m.def(
       "params",
       [](const py::object& config, std::int64_t tokens, const py::kwargs& keys) {
-        return params_dict(config_of(config, keys), tokens);
+        nlohmann::ordered_json cost = to_json(ffn_cost(config_of(config, keys), tokens));
+        cost["tokens"] = tokens;
+        return from_json(cost);
       },
       py::arg("config") = py::none(), py::arg("tokens") = 1,
-      "The cost accounting of a config (as `ffnlab params`): parameters, FLOPs per token, memory");
+      "The cost accounting of a config, in the schema of `ffnlab params --json` (docs/costs.md): "
+      "params, active_params, flops_per_token, saved_floats_per_token, memory_bytes, tokens");
   m.def(
       "activation_names", [] { return enum_names<Activation>(); },
       "The activations the library has, by the names configs use (for tables that map other "
@@ -320,6 +298,7 @@ accumulate into grads() (zero_grad() clears them).)")
       },
       py::arg("n"), "OpenMP threads for the layers' work");
   m.def("get_threads", [] { return omp_get_max_threads(); });
+  add_study(m);
 }
 
 }  // namespace ffnlab::python

@@ -98,7 +98,7 @@ def test_gradients_accumulate_until_zero_grad():
 def test_params_and_config():
     cost = ffnlab.params(variant="swiglu", d_model=4096, d_ff=14336, bias=False)
     assert cost["params"] == 3 * 4096 * 14336
-    assert cost["forward_flops_per_token"]["matmul"] == 2 * 3 * 4096 * 14336
+    assert cost["flops_per_token"]["forward_matmul"] == 2 * 3 * 4096 * 14336
     moe = ffnlab.params({"variant": "moe", "d_model": 64, "d_ff": 128, "bias": False,
                          "moe": {"num_experts": 8, "top_k": 2, "router_bias": False}})
     assert moe["params"] == 8 * 64 + 8 * 2 * 64 * 128

@@ -1,6 +1,10 @@
 // Closed-form costs; docs/costs.md derives every term.
 #include "ffnlab/analysis/costs.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include "check.hpp"
 #include "ffnlab/limits.hpp"
 
@@ -145,6 +149,74 @@ TransformerCost transformer_cost(const LMConfig& c, std::int64_t seq, bool with_
   t.forward_flops = t.ffn_forward_flops + t.attention_forward_flops + norms + t.head_forward_flops;
   check_exact(t.forward_flops, "forward FLOPs per token");
   return t;
+}
+
+}  // namespace ffnlab
+
+namespace ffnlab {
+
+nlohmann::ordered_json to_json(const FFNCost& k) {
+  auto memory = [](const MemoryBytes& m) {
+    return nlohmann::ordered_json{{"weights", m.weights},
+                                  {"grads", m.grads},
+                                  {"adam", m.adam},
+                                  {"activations", m.activations},
+                                  {"total", m.total()}};
+  };
+  return {{"params", k.params},
+          {"active_params", k.active_params},
+          {"flops_per_token",
+           {{"forward_matmul", k.forward.matmul},
+            {"forward_elementwise", k.forward.elementwise},
+            {"backward_matmul", k.backward.matmul},
+            {"backward_elementwise", k.backward.elementwise}}},
+          {"saved_floats_per_token", k.saved_floats_per_token},
+          {"memory_bytes", {{"f32", memory(k.f32)}, {"bf16", memory(k.bf16)}}}};
+}
+
+nlohmann::ordered_json to_json(const TransformerCost& t) {
+  return {{"params", t.params},
+          {"ffn_params", t.ffn_params},
+          {"attention_params", t.attention_params},
+          {"norm_params", t.norm_params},
+          {"embedding_params", t.embedding_params},
+          {"forward_flops_per_token", t.forward_flops},
+          {"ffn_forward_flops_per_token", t.ffn_forward_flops},
+          {"attention_forward_flops_per_token", t.attention_forward_flops},
+          {"head_forward_flops_per_token", t.head_forward_flops},
+          {"ffn_param_share", static_cast<double>(t.ffn_params) / static_cast<double>(t.params)},
+          {"ffn_flop_share", t.ffn_forward_flops / t.forward_flops}};
+}
+
+FFNConfig match_params(FFNConfig c, std::int64_t target, bool active) {
+  auto params = [&](std::int64_t f) {
+    if (c.kind == FFNKind::moe)
+      c.moe.expert_d_ff = f;
+    else
+      c.d_ff = f;
+    const FFNCost k = ffn_cost(c, 1);
+    return active ? k.active_params : k.params;
+  };
+  // Parameters are affine in the width (docs/costs.md): solve for it, then take the closer of
+  // the two multiples of 8 around the solution (the narrower one on a tie).
+  const double p8 = static_cast<double>(params(8)), slope = (params(16) - p8) / 8.0;
+  const double exact = 8.0 + (static_cast<double>(target) - p8) / slope;
+  const double widest = static_cast<double>(limits::kWidth / 8 * 8);
+  const auto below =
+      static_cast<std::int64_t>(std::clamp(std::floor(exact / 8.0) * 8.0, 8.0, widest));
+  const std::int64_t above = std::min<std::int64_t>(below + 8, limits::kWidth / 8 * 8);
+  const double gap_below = std::abs(static_cast<double>(params(below) - target));
+  const double gap_above = std::abs(static_cast<double>(params(above) - target));
+  params(gap_above < gap_below ? above : below);
+  return c;
+}
+
+std::int64_t default_d_ff(const FFNConfig& c) {
+  if (c.kind != FFNKind::glu) return 4 * c.d_model;
+  FFNConfig plain = c;
+  plain.kind = FFNKind::plain;
+  plain.d_ff = 4 * c.d_model;
+  return match_params(c, count_params(plain)).d_ff;
 }
 
 }  // namespace ffnlab

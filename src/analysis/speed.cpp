@@ -10,8 +10,11 @@
 #include <immintrin.h>
 #endif
 
+#include <nlohmann/json.hpp>
+
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/parameters.hpp"
 #include "ffnlab/ops/matmul.hpp"
@@ -30,8 +33,20 @@ double median_seconds(const std::function<void()>& f, double budget) {
     f();
     times.push_back(std::chrono::duration<double>(clock::now() - t0).count());
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(std::move(times));
+}
+
+nlohmann::ordered_json to_json(const LayerSpeed& s) {
+  return {{"inference_s", s.inference_s},
+          {"inference_gflops", s.inference_gflops},
+          {"forward_s", s.forward_s},
+          {"forward_gflops", s.forward_gflops},
+          {"forward_backward_s", s.forward_backward_s},
+          {"forward_backward_gflops", s.forward_backward_gflops},
+          {"bare_forward_gflops", s.bare_forward_gflops},
+          {"bare_forward_backward_gflops", s.bare_forward_backward_gflops},
+          {"forward_of_bare", s.forward_gflops / s.bare_forward_gflops},
+          {"forward_backward_of_bare", s.forward_backward_gflops / s.bare_forward_backward_gflops}};
 }
 
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
@@ -88,8 +103,8 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   s.forward_gflops = flops_f / s.forward_s / 1e9;
   s.inference_gflops = flops_f / s.inference_s / 1e9;
   s.forward_backward_gflops = (flops_f + flops_b) / s.forward_backward_s / 1e9;
-  s.peak_forward_gflops = bare_f / mm_fwd / 1e9;
-  s.peak_forward_backward_gflops = (bare_f + bare_b) / (mm_fwd + mm_bwd) / 1e9;
+  s.bare_forward_gflops = bare_f / mm_fwd / 1e9;
+  s.bare_forward_backward_gflops = (bare_f + bare_b) / (mm_fwd + mm_bwd) / 1e9;
   return s;
 }
 
@@ -165,8 +180,9 @@ DecodeSpeed measure_decode_speed(FeedForward& ffn, std::int64_t tokens, double b
     s.bytes += static_cast<double>(c.moe.num_experts) * D * 4.0;  // the router
     if (c.moe.num_shared > 0) {
       const FFNConfig sh = expert_config(c, /*shared=*/true);
-      s.bytes += (static_cast<double>(sh.in_width()) * D + D * static_cast<double>(sh.d_ff)) * wsize +
-                 (c.bias ? (static_cast<double>(sh.in_width()) + D) * 4.0 : 0.0);
+      s.bytes +=
+          (static_cast<double>(sh.in_width()) * D + D * static_cast<double>(sh.d_ff)) * wsize +
+          (c.bias ? (static_cast<double>(sh.in_width()) + D) * 4.0 : 0.0);
     }
   }
   s.bytes += static_cast<double>(experts_read) * (matrices + biases);

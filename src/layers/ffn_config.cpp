@@ -41,10 +41,6 @@ std::int64_t FFNConfig::in_width() const {
   return n == 0 ? d_ff : 2 * n * d_ff;
 }
 
-std::int64_t default_d_ff(FFNKind kind, std::int64_t d_model) {
-  return kind == FFNKind::glu ? (8 * d_model / 3 + 7) / 8 * 8 : 4 * d_model;
-}
-
 void validate(const FFNConfig& c) {
   check_range(c.d_model, 1, limits::kWidth, "ffn", "d_model");
   check_range(c.d_ff, 1, limits::kWidth, "ffn", "d_ff");

@@ -33,7 +33,7 @@ void validate(const LMConfig& c) {
   validate(c.ffn);
 }
 
-LMConfig seeds_encoder_config() {
+LMConfig tutorial_encoder_config() {
   LMConfig c;
   c.vocab = 256;
   c.d_model = 512;

@@ -1,5 +1,10 @@
-// Markdown tables.
+// Markdown tables and number formatting.
 #include "ffnlab/report/markdown.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "check.hpp"
 
@@ -23,6 +28,31 @@ std::string markdown_table(const std::vector<std::string>& header,
     out += "\n";
   }
   return out;
+}
+
+std::string thousands(std::int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+std::string duration(double seconds) {
+  const auto s = static_cast<std::int64_t>(std::max(0.0, seconds));
+  return s >= 3600 ? fmt::format("{}:{:02d}:{:02d}", s / 3600, s / 60 % 60, s % 60)
+                   : fmt::format("{}:{:02d}", s / 60, s % 60);
+}
+
+std::string fixed(double value, int decimals) {
+  if (!std::isfinite(value)) return "n/a";
+  return fmt::format("{:.{}f}", value, decimals);
+}
+
+std::string percent(double fraction, int decimals) {
+  if (!std::isfinite(fraction)) return "n/a";
+  return fmt::format("{:.{}f} %", 100.0 * fraction, decimals);
 }
 
 }  // namespace ffnlab

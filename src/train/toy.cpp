@@ -1,4 +1,4 @@
-// The seeds' toy run: Adam on one FFN layer, fixed random batch, MSE.
+// The tutorial's toy run: Adam on one FFN layer, fixed random batch, MSE.
 #include "ffnlab/train/toy.hpp"
 
 #include <random>

@@ -60,7 +60,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
        {"## 0. Data", "## 1. Costs", "## 2. Equal budgets", "## 3. Speed",
         "## 4. Training dynamics", "## 5. Activation sparsity", "## 6. MoE behaviour",
         "## 7. Real models", "| DeepSeek-V3 |", "| LLaMA-2 70B | GLU (silu) | 8,192 | 28,672 |",
-        "## 8. Corrections of the seeds", "## 9. Recommendations", "This is a --quick run"})
+        "## 8. Corrections of the FFN-evolution tutorial", "## 9. Recommendations", "This is a --quick run"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
   for (const char* figure : {"activation_comparison", "ffn_performance_comparison",
                              "training_dynamics", "moe_expert_load", "activation_sparsity"}) {
@@ -73,13 +73,13 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
 
   std::ifstream in(out + "/results.json");
   const json j = json::parse(in);
-  // The seeds' five parameter counts, exactly.
-  const auto& seeds = j.at("costs").at("seeds");
-  EXPECT_EQ(seeds.at("relu").at("params"), 2099712);
-  EXPECT_EQ(seeds.at("gelu").at("params"), 2099712);
-  EXPECT_EQ(seeds.at("glu").at("params"), 3150336);
-  EXPECT_EQ(seeds.at("gated").at("params"), 9454080);
-  EXPECT_EQ(seeds.at("moe").at("params"), 16801800);
+  // The tutorial's five parameter counts, exactly.
+  const auto& tutorial = j.at("costs").at("tutorial");
+  EXPECT_EQ(tutorial.at("relu").at("params"), 2099712);
+  EXPECT_EQ(tutorial.at("gelu").at("params"), 2099712);
+  EXPECT_EQ(tutorial.at("glu").at("params"), 3150336);
+  EXPECT_EQ(tutorial.at("gated").at("params"), 9454080);
+  EXPECT_EQ(tutorial.at("moe").at("params"), 16801800);
   for (const char* n : {"2,099,712", "3,150,336", "9,454,080", "16,801,800"})
     EXPECT_NE(md.find(n), std::string::npos) << n;
   // Top-2 MoE: forward matrix FLOPs about twice one expert's (the router adds a little).
@@ -87,7 +87,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_GT(moe_ratio, 2.0);
   EXPECT_LT(moe_ratio, 2.01);
   // Equal budgets within 1 % of ReLU's parameters (MoE equal-active: its active parameters).
-  for (const auto& [name, c] : j.at("costs").at("equal_budget").items()) {
+  for (const auto& [name, c] : j.at("equal_budget").items()) {
     const double p = c.at(name == "moe (equal active)" ? "active_params" : "params");
     EXPECT_NEAR(p / 2099712.0, 1.0, 0.01) << name;
   }

@@ -422,7 +422,7 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
   ASSERT_TRUE(WIFEXITED(raw));
   const std::string err = read(dir_ / "spawn.err");
   EXPECT_EQ(WEXITSTATUS(raw), 130) << err;
-  EXPECT_NE(err.find("ffnlab: interrupted: SIGINT: evolve stopped"), std::string::npos) << err;
+  EXPECT_NE(err.find("ffnlab: interrupted: SIGINT: the study stopped"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(staging));
   EXPECT_EQ(read(report / "REPORT.md"), "the old report\n");
 }

@@ -301,7 +301,7 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
 
 
 def moe_cases(case):
-    """The three Hugging Face semantics, Switch-style capacity, the seeds' MoE, small T."""
+    """The three Hugging Face semantics, Switch-style capacity, the tutorial's MoE, small T."""
     case("moe_hf_mixtral_e6_k2",
          {"num_experts": 6, "top_k": 2, "naming": "mixtral", "router_bias": False,
           "normalize": True, "aux_coef": 0.02}, "glu", "silu", 16, 24, 9, False,

@@ -61,10 +61,10 @@ TEST(TransformerCost, ParametersEqualTheBuiltModel) {
       }
 }
 
-TEST(TransformerCost, TheSeedsEncoderIsTwoThirdsFFN) {
+TEST(TransformerCost, TheTutorialEncoderIsTwoThirdsFFN) {
   // 6 post-norm blocks of (512, 8 heads, ReLU 2048): per block the FFN has 2,099,712 parameters
   // and attention 4·512² + 4·512 = 1,050,624, so the FFN holds 2/3 of the block parameters.
-  const LMConfig c = seeds_encoder_config();
+  const LMConfig c = tutorial_encoder_config();
   const TransformerCost t = transformer_cost(c, 100, /*with_embeddings=*/false);
   EXPECT_EQ(t.ffn_params, 6 * 2099712);
   EXPECT_EQ(t.attention_params, 6 * 1050624);
@@ -89,8 +89,8 @@ TEST(LayerSpeed, RatesAreTheClosedFormFlopsOverTheMeasuredTimes) {
                 1e-6 * k.forward.matmul * T);
     EXPECT_NEAR(s.forward_backward_gflops * s.forward_backward_s * 1e9,
                 (k.forward.matmul + k.backward.matmul) * T, 1e-6 * k.forward.matmul * T);
-    EXPECT_TRUE(std::isfinite(s.peak_forward_gflops) && s.peak_forward_gflops > 0) << variant;
-    EXPECT_TRUE(std::isfinite(s.peak_forward_backward_gflops) && s.peak_forward_backward_gflops > 0)
+    EXPECT_TRUE(std::isfinite(s.bare_forward_gflops) && s.bare_forward_gflops > 0) << variant;
+    EXPECT_TRUE(std::isfinite(s.bare_forward_backward_gflops) && s.bare_forward_backward_gflops > 0)
         << variant;
   }
   EXPECT_THROW(measure_layer_speed(variant_config("relu", 8, 8, true), 0, 0.1), Error);

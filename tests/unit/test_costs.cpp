@@ -1,4 +1,4 @@
-// Closed-form costs: the seeds' parameter counts, the count of instantiated layers, FLOPs.
+// Closed-form costs: the tutorial's parameter counts, the count of instantiated layers, FLOPs.
 #include <gtest/gtest.h>
 
 #include "ffnlab/analysis/costs.hpp"
@@ -91,7 +91,7 @@ TEST(Costs, DenseFlopsAndMemory) {
   const FFNCost relu = ffn_cost(variant_config("relu", 512, 2048, true), 8);
   EXPECT_DOUBLE_EQ(relu.forward.matmul, 4.0 * 512 * 2048);
   EXPECT_DOUBLE_EQ(relu.backward.matmul, 8.0 * 512 * 2048);
-  // Activation work is O(d_ff), not 2·d_model·d_ff (the seeds' error 2): bias adds + F.
+  // Activation work is O(d_ff), not 2·d_model·d_ff (the tutorial's error 2): bias adds + F.
   EXPECT_DOUBLE_EQ(relu.forward.elementwise, 2048 + 512 + 2048);
   EXPECT_DOUBLE_EQ(relu.f32.weights, 4.0 * 2'099'712);
   EXPECT_DOUBLE_EQ(relu.f32.adam, 8.0 * 2'099'712);

@@ -1,6 +1,6 @@
 // The Transformer LM: the fast model's loss against the double reference model, and every
 // parameter's gradient against central differences of the reference (routing held for MoE,
-// dropout masks shared through the counter-based stream). Also the seeds' 6-layer encoder.
+// dropout masks shared through the counter-based stream). Also the tutorial's 6-layer encoder.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -139,10 +139,10 @@ TEST(TransformerLM, RejectsBadInput) {
   EXPECT_THROW(TransformerLM(wrong, 1), Error);
 }
 
-// The seeds' encoder (004): 6 post-norm layers, d_model 512, 8 heads, ReLU FFN 2048, batch 64,
-// sequence 100, bidirectional, here with the residual around attention that the seeds forgot.
-TEST(TransformerLM, SeedsEncoderRunsForwardAndBackward) {
-  LMConfig c = seeds_encoder_config();
+// The tutorial's encoder: 6 post-norm layers, d_model 512, 8 heads, ReLU FFN 2048, batch 64,
+// sequence 100, bidirectional, here with the residual around attention that the tutorial forgot.
+TEST(TransformerLM, TutorialEncoderRunsForwardAndBackward) {
+  LMConfig c = tutorial_encoder_config();
   c.dropout = 0.1f;
   TransformerLM lm(c, 42);
   const std::int64_t B = 64, S = 100;

@@ -13,6 +13,7 @@
 #include "common.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "interrupt.hpp"
 #include "torch_worker.hpp"
@@ -89,9 +90,8 @@ json torch_request(const FFNConfig& c, std::int64_t tokens, const char* pass, Pr
 }
 
 // The median of the rounds' times; -1 when there are none or one was skipped (< 0).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() || v.front() < 0 ? -1.0 : v[v.size() / 2];
+double rounds_median(const std::vector<double>& v) {
+  return v.empty() || *std::min_element(v.begin(), v.end()) < 0 ? -1.0 : median(v);
 }
 
 // PyTorch's time for a request, or -1 when it skipped (the reason goes to stderr).
@@ -183,20 +183,10 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
           return a.forward_backward_s < b.forward_backward_s;
         });
         const LayerSpeed s = ours[ours.size() / 2];
-        const double ti = median(torch_inf), tf = median(torch_fb);
-        const double of_bare = s.forward_backward_gflops / s.peak_forward_backward_gflops;
-        json row = {{"variant", v},
-                    {"dtype", enum_name(p)},
-                    {"tokens", t},
-                    {"inference_s", s.inference_s},
-                    {"inference_gflops", s.inference_gflops},
-                    {"forward_s", s.forward_s},
-                    {"forward_gflops", s.forward_gflops},
-                    {"forward_backward_s", s.forward_backward_s},
-                    {"forward_backward_gflops", s.forward_backward_gflops},
-                    {"bare_forward_gflops", s.peak_forward_gflops},
-                    {"bare_forward_backward_gflops", s.peak_forward_backward_gflops},
-                    {"forward_backward_of_bare", of_bare}};
+        const double ti = rounds_median(torch_inf), tf = rounds_median(torch_fb);
+        const double of_bare = s.forward_backward_gflops / s.bare_forward_backward_gflops;
+        json row = {{"variant", v}, {"dtype", enum_name(p)}, {"tokens", t}};
+        row.update(json::parse(to_json(s).dump()));
         if (ti > 0) row["torch_inference_s"] = ti;
         if (tf > 0) row["torch_forward_backward_s"] = tf;
         rows.push_back(row);
@@ -266,7 +256,7 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
         std::sort(ours.begin(), ours.end(),
                   [](const DecodeSpeed& a, const DecodeSpeed& b) { return a.seconds < b.seconds; });
         const DecodeSpeed s = ours[ours.size() / 2];
-        const double ts = median(theirs), bandwidth = median(bandwidths);
+        const double ts = rounds_median(theirs), bandwidth = rounds_median(bandwidths);
         rows.push_back({{"layer", layer},
                         {"d_model", D},
                         {"d_ff", F},
@@ -345,7 +335,7 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Speed of every FFN variant and MoE on this machine, f32 and bf16: inference and "
-      "forward+backward at the seeds' shape (d_model 512, d_ff 2048; --shape) for several "
+      "forward+backward at the tutorial's shape (d_model 512, d_ff 2048; --shape) for several "
       "token counts, as GFLOP/s and as a share of oneDNN's bare products of the same shapes; "
       "decode (one and eight tokens) of a 4096/14336 SwiGLU and an 8-expert MoE of it, as GB/s "
       "of weights read and as a share of the memory read bandwidth; and PyTorch's time for the "
@@ -363,7 +353,7 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->check(int_in(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--shape", o->shape, "d_model and d_ff of the layer table (the seeds' shape)")
+  cmd->add_option("--shape", o->shape, "d_model and d_ff of the layer table (the tutorial's shape)")
       ->delimiter(',')
       ->expected(2)
       ->check(int_in(1, 1 << 18))

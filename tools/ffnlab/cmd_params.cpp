@@ -43,26 +43,11 @@ void run_params(const ParamsOptions& o) {
     const FFNConfig c = ffn_config_from_flags(o.ffn, name);
     const FFNCost cost = ffn_cost(c, o.tokens);
     costs.emplace_back(name.empty() ? variant_name(c) : name, cost);
-    auto mem = [](const MemoryBytes& m) {
-      return nlohmann::ordered_json{{"weights", m.weights},
-                                    {"grads", m.grads},
-                                    {"adam", m.adam},
-                                    {"activations", m.activations},
-                                    {"total", m.total()}};
-    };
-    rows.push_back({{"variant", costs.back().first},
-                    {"config", config_to_json(c)},
-                    {"params", cost.params},
-                    {"active_params", cost.active_params},
-                    {"flops_per_token",
-                     {{"forward_matmul", cost.forward.matmul},
-                      {"forward_elementwise", cost.forward.elementwise},
-                      {"backward_matmul", cost.backward.matmul},
-                      {"backward_elementwise", cost.backward.elementwise}}},
-                    {"saved_floats_per_token", cost.saved_floats_per_token},
-                    {"params_over_relu", static_cast<double>(cost.params) / relu.params},
-                    {"forward_flops_over_relu", cost.forward.total() / relu.forward.total()},
-                    {"memory_bytes", {{"f32", mem(cost.f32)}, {"bf16", mem(cost.bf16)}}}});
+    nlohmann::ordered_json row{{"variant", costs.back().first}, {"config", config_to_json(c)}};
+    row.update(to_json(cost));
+    row["params_over_relu"] = static_cast<double>(cost.params) / relu.params;
+    row["forward_flops_over_relu"] = cost.forward.total() / relu.forward.total();
+    rows.push_back(row);
   }
   if (o.json) {
     nlohmann::ordered_json out{{"d_model", relu_flags.d_model},

@@ -1,4 +1,4 @@
-// ffnlab toy: the seeds' toy experiment for each FFN variant (train/toy.hpp), loss and gradient
+// ffnlab toy: the tutorial's toy experiment for each FFN variant (train/toy.hpp), loss and gradient
 // norm per iteration to CSV, and a summary table.
 #include <fmt/format.h>
 
@@ -18,7 +18,7 @@ namespace {
 
 struct ToyOptions {
   ToyConfig toy;
-  FFNFlags ffn;  // the seeds' d_model 512, d_ff 2048 for every variant
+  FFNFlags ffn;  // the tutorial's d_model 512, d_ff 2048 for every variant
   std::string variants = "relu,gelu,glu,gated,moe", out = "toy_log.csv";
   int threads = 0;
 };
@@ -28,7 +28,7 @@ void run_toy_command(const ToyOptions& o) {
   const std::vector<std::string> names = variant_list(o.variants);
   std::string csv = "variant,iteration,loss,grad_norm\n";
   fmt::print(
-      "The seeds' toy run: d_model {}, d_ff {}, batch {} x seq {}, dropout {}, Adam lr {}, "
+      "The tutorial's toy run: d_model {}, d_ff {}, batch {} x seq {}, dropout {}, Adam lr {}, "
       "{} iterations, seed {}, fixed random inputs and targets, MSE\n\n",
       o.ffn.d_model, o.ffn.d_ff, o.toy.batch, o.toy.seq, o.toy.dropout, o.toy.lr, o.toy.iterations,
       o.toy.seed);
@@ -61,7 +61,7 @@ void add_toy_command(CLI::App& app) {
   auto o = std::make_shared<ToyOptions>();
   auto* cmd = app.add_subcommand(
       "toy",
-      "The seeds' toy experiment: each FFN variant alone, Adam on one fixed random batch with "
+      "The tutorial's toy experiment: each FFN variant alone, Adam on one fixed random batch with "
       "MSE.\nIt measures memorisation of 8 random vectors, not language modelling.");
   add_variants_flag(*cmd, o->variants);
   add_ffn_flags(*cmd, o->ffn, "FFN");

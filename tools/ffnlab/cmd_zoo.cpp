@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "zoo_table.hpp"
+#include "ffnlab/study/zoo_table.hpp"
 
 namespace ffnlab::cli {
 
@@ -10,11 +10,11 @@ namespace {
 
 void run_zoo(bool json) {
   if (json) {
-    fmt::print("{}\n", zoo_json().dump(2));
+    fmt::print("{}\n", study::zoo_table_json().dump(2));
     return;
   }
-  const auto header = zoo_header();
-  const auto rows = zoo_rows();
+  const auto header = study::zoo_table_header();
+  const auto rows = study::zoo_table_rows();
   // Columns but the source, aligned; the sources numbered below.
   std::vector<std::size_t> width(header.size() - 1, 0);
   for (std::size_t c = 0; c + 1 < header.size(); ++c) {

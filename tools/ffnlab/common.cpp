@@ -147,19 +147,4 @@ std::vector<std::string> variant_list(const std::string& spec) {
   return out;
 }
 
-std::string thousands(std::int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return (v < 0 ? "-" : "") + out;
-}
-
-std::string duration(double seconds) {
-  const auto s = static_cast<std::int64_t>(std::max(0.0, seconds));
-  return s >= 3600 ? fmt::format("{}:{:02d}:{:02d}", s / 3600, s / 60 % 60, s % 60)
-                   : fmt::format("{}:{:02d}", s / 60, s % 60);
-}
-
 }  // namespace ffnlab::cli

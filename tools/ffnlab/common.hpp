@@ -9,6 +9,7 @@
 
 #include "ffnlab/error.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/report/markdown.hpp"
 
 namespace ffnlab::cli {
 
@@ -44,10 +45,7 @@ void apply_threads(int threads);
 // Unknown names are an error that lists the known ones.
 std::vector<std::string> variant_list(const std::string& spec);
 
-// 2099712 -> "2,099,712".
-std::string thousands(std::int64_t value);
-
-// Seconds as m:ss or h:mm:ss.
-std::string duration(double seconds);
+// Number formatting (thousands, duration, fixed, percent) is the report layer's
+// (ffnlab/report/markdown.hpp).
 
 }  // namespace ffnlab::cli

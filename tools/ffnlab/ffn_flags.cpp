@@ -2,6 +2,7 @@
 #include "ffn_flags.hpp"
 
 #include "common.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
@@ -21,8 +22,8 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
   // A command whose default d_ff is 0 picks the width per variant; the others need a width.
   if (f.d_ff == 0)
     add(cmd.add_option("--d-ff", f.d_ff,
-                       "FFN hidden width F (0: 4·D, and 8/3·D rounded up to a multiple of 8 for "
-                       "the GLU kinds, about equal parameters)"))
+                       "FFN hidden width F (0: 4·D; for the GLU kinds the multiple of 8 closest "
+                       "to the parameters of the ReLU FFN of 4·D, about 8/3·D)"))
         ->capture_default_str()
         ->check(int_in(0, limits::kWidth));
   else
@@ -75,7 +76,7 @@ CLI::Option* add_variants_flag(CLI::App& cmd, std::string& variants) {
 FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
   if (!f.config_file.empty()) return read_ffn_config_file(f.config_file);
   FFNConfig c = variant_config(variant, f.d_model, 1, !f.no_bias);
-  c.d_ff = f.d_ff > 0 ? f.d_ff : default_d_ff(c.kind, f.d_model);
+  c.d_ff = f.d_ff > 0 ? f.d_ff : default_d_ff(c);
   c.branches = f.branches;
   MoEConfig& m = c.moe;
   m.num_experts = f.experts;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/lm_config.hpp"
@@ -37,12 +38,27 @@ struct FFNCost {
 std::int64_t count_params(const FFNConfig& config);
 FFNCost ffn_cost(const FFNConfig& config, std::int64_t tokens);
 
+// The one JSON form of an FFNCost (`ffnlab params --json`, the study's results.json and
+// ffnlab.params() in Python): {"params", "active_params", "flops_per_token": {"forward_matmul",
+// "forward_elementwise", "backward_matmul", "backward_elementwise"}, "saved_floats_per_token",
+// "memory_bytes": {"f32"|"bf16": {"weights", "grads", "adam", "activations", "total"}}}.
+nlohmann::ordered_json to_json(const FFNCost& cost);
+
+// Equal budgets. The width (a multiple of 8, at least 8) that brings the parameters of `config`
+// (with `active`: its active parameters) closest to `target`; for MoE it sets the experts'
+// width. The one implementation of "d_ff at equal parameters".
+FFNConfig match_params(FFNConfig config, std::int64_t target, bool active = false);
+// The d_ff a config gets when none is given: 4·D for the plain and multi-branch FFNs and MoE's
+// experts; for the GLU kinds, the width at the parameters of the plain FFN of 4·D with the same
+// bias setting (about 8/3·D), so that a default GLU costs what a default ReLU FFN costs.
+std::int64_t default_d_ff(const FFNConfig& config);
+
 // A whole Transformer (LMConfig), per token of a forward pass over sequences of `seq` tokens:
 // where its parameters and its FLOPs are. FLOPs count matrix products (2 per multiply-add) and
 // elementwise operations alike. Attention: q/k/v/o projections 8·D² (+ 4·D bias), scores and
 // weighted sum 4·S·D (the full S×S product, as computed; a causal model needs half), softmax
 // 3·H·S. Norms 5·D (LayerNorm) or 4·D (RMSNorm), residual adds 2·D per block. The LM head
-// 2·D·V + 3·V. `with_embeddings` = false counts the blocks only (the seeds' encoder has none).
+// 2·D·V + 3·V. `with_embeddings` = false counts the blocks only (the tutorial's encoder has none).
 struct TransformerCost {
   std::int64_t params = 0;
   std::int64_t ffn_params = 0, attention_params = 0, norm_params = 0;
@@ -52,5 +68,7 @@ struct TransformerCost {
 };
 TransformerCost transformer_cost(const LMConfig& config, std::int64_t seq,
                                  bool with_embeddings = true);
+// Its JSON form: the counts, and the FFN's shares of the parameters and of the FLOPs.
+nlohmann::ordered_json to_json(const TransformerCost& cost);
 
 }  // namespace ffnlab

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
@@ -20,12 +21,17 @@ struct LayerSpeed {
   double inference_s = 0, inference_gflops = 0;            // forward with train = false
   // Bare products of the same shapes: for a dense layer its own products; for MoE the products
   // of k experts over all T tokens (the same matrix FLOPs as the routed experts).
-  double peak_forward_gflops = 0, peak_forward_backward_gflops = 0;
+  double bare_forward_gflops = 0, bare_forward_backward_gflops = 0;
 };
 
 // Times the training forward (which keeps activations), the inference forward and
 // forward+backward of a layer built from `config` on T random tokens, and the bare products at
 // the same precision, in one call.
+// The one JSON form of a LayerSpeed (`ffnlab bench --json`, the study's results.json): its
+// fields by their names, and forward_of_bare, forward_backward_of_bare (the layer's rate over its
+// bare products' rate).
+nlohmann::ordered_json to_json(const LayerSpeed& speed);
+
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
                                Precision precision = Precision::f32);
 
@@ -37,10 +43,10 @@ double measure_read_bandwidth(std::int64_t bytes, double budget);
 // a dense layer; for MoE the router, the experts the tokens chose and the shared experts — in
 // the storage the layer reads (set_inference_weights). A skinny forward reads each once.
 struct DecodeSpeed {
-  double seconds = 0;        // median per inference forward
-  double bytes = 0;          // weight bytes that must be read
-  double bytes_per_s = 0;    // bytes / seconds
-  double bare_seconds = 0;   // the same products through oneDNN on f32 weights (M = T rows)
+  double seconds = 0;       // median per inference forward
+  double bytes = 0;         // weight bytes that must be read
+  double bytes_per_s = 0;   // bytes / seconds
+  double bare_seconds = 0;  // the same products through oneDNN on f32 weights (M = T rows)
 };
 DecodeSpeed measure_decode_speed(FeedForward& ffn, std::int64_t tokens, double budget);
 

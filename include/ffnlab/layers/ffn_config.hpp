@@ -19,7 +19,7 @@ namespace ffnlab {
 enum class FFNKind : std::uint8_t {
   plain,         // W_down · act(W_up·x + b) + b
   glu,           // W_down · (act(W_gate·x) ⊙ W_up·x)
-  multi_branch,  // W_out · Σ_b act(G_b·x) ⊙ (V_b·x)  (the seeds' "Gated-FFN")
+  multi_branch,  // W_out · Σ_b act(G_b·x) ⊙ (V_b·x)  (the tutorial's "Gated-FFN")
   moe,           // router + routed experts (+ shared experts)
   count
 };
@@ -67,7 +67,7 @@ static_assert(EnumNames<FFNKind>::table.complete() && EnumNames<GLULayout>::tabl
 struct MoEConfig : RouterConfig {
   FFNKind expert_kind = FFNKind::plain;  // plain or glu
   std::int64_t expert_d_ff = 0;          // 0: FFNConfig::d_ff (fine-grained experts set it lower)
-  bool router_bias = true;               // the seeds count it: 512·8 + 8 = 4,104
+  bool router_bias = true;               // the tutorial counts it: 512·8 + 8 = 4,104
   int num_shared = 0;                    // shared experts every token passes through
   std::int64_t shared_d_ff = 0;          // 0: the routed experts' d_ff
   bool shared_gate = false;              // σ(x·w_g) scale on the shared output (Qwen2-MoE)
@@ -105,9 +105,6 @@ void validate(const FFNConfig& config);
 FFNConfig variant_config(std::string_view variant, std::int64_t d_model, std::int64_t d_ff,
                          bool bias);
 std::vector<std::string> variant_names();
-// d_ff when none is given: 4·D, and for the GLU kinds 2/3 of that rounded up to a multiple of 8,
-// so that they have about the parameters of the plain FFN (the seeds' rule, LLaMA's 8/3·D).
-std::int64_t default_d_ff(FFNKind kind, std::int64_t d_model);
 // The variant name of a config ("swiglu"), or kind/activation ("plain/tanh") when it has none.
 std::string variant_name(const FFNConfig& config);
 

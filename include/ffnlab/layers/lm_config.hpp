@@ -31,11 +31,11 @@ struct LMConfig {
   float rope_theta = 10000.f;
   NormKind norm = NormKind::layernorm;
   float norm_eps = 1e-5f;
-  bool pre_norm = true;    // false: post-norm (the original Transformer, the seeds' encoder)
+  bool pre_norm = true;    // false: post-norm (the original Transformer, the tutorial's encoder)
   bool final_norm = true;  // a norm after the last block (pre-norm models have one)
   bool tied_head = true;   // the LM head is the token embedding, transposed
   bool attn_bias = true;   // biases of q/k/v/o
-  bool causal = true;      // false: bidirectional attention (the seeds' encoder)
+  bool causal = true;      // false: bidirectional attention (the tutorial's encoder)
   float dropout = 0.f;     // after the embeddings and on each residual branch
   // Initialisation: every matrix (embeddings, projections, router) N(0, init_std) and every bias
   // zero, as GPT-2 does; 0 keeps torch.nn's defaults (Linear U(±1/√in), embeddings N(0, 0.02)).
@@ -48,10 +48,10 @@ struct LMConfig {
 // Throws "[lm] ..." naming the first thing that makes no sense.
 void validate(const LMConfig& config);
 
-// The seeds' 6-layer encoder (seed 004): d_model 512, 8 heads, ReLU FFN 2048 with biases,
+// The tutorial's 6-layer encoder: d_model 512, 8 heads, ReLU FFN 2048 with biases,
 // post-norm, bidirectional, sinusoidal positions, sequences of 100 tokens; with the residual
-// around attention that the seeds' code forgot. No dropout (set it where it matters).
-LMConfig seeds_encoder_config();
+// around attention that the tutorial's code forgot. No dropout (set it where it matters).
+LMConfig tutorial_encoder_config();
 
 // JSON: {"vocab": 256, ..., "ffn": {<docs/config.md>}}. Unknown keys are an error.
 LMConfig lm_config_from_json(const nlohmann::json& j);

@@ -20,7 +20,7 @@ struct AttentionCache {
   // The backward's workspaces are shared by all layers (ffnlab/scratch.hpp).
 };
 
-// causal = false lets every position see the whole sequence (the seeds' encoder).
+// causal = false lets every position see the whole sequence (the tutorial's encoder).
 void attention_forward(Tensor& out, AttentionCache& cache, const Tensor& qkv, std::int64_t seq,
                        std::int64_t heads, bool causal = true,
                        Precision precision = Precision::f32);

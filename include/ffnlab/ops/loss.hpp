@@ -1,5 +1,5 @@
 // Losses: cross-entropy over a vocabulary (the language model) and mean squared error (the
-// seeds' toy experiment). Each returns the mean over tokens and writes its gradient scaled by
+// tutorial's toy experiment). Each returns the mean over tokens and writes its gradient scaled by
 // `scale` (the caller's loss weight, e.g. 1/accumulation steps). Reference: ops/ref/loss_ref.hpp.
 #pragma once
 

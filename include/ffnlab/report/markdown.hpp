@@ -1,6 +1,7 @@
-// Markdown tables for reports.
+// Markdown tables and number formatting for reports and for what the commands print.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,5 +11,14 @@ namespace ffnlab {
 std::string markdown_table(const std::vector<std::string>& header,
                            const std::vector<std::vector<std::string>>& rows,
                            const std::string& align);
+
+// 2099712 -> "2,099,712".
+std::string thousands(std::int64_t value);
+// Seconds as m:ss or h:mm:ss.
+std::string duration(double seconds);
+// `decimals` decimals; "n/a" for a value that is not finite.
+std::string fixed(double value, int decimals);
+// A fraction as a percentage ("12.5 %"); "n/a" for a value that is not finite.
+std::string percent(double fraction, int decimals = 1);
 
 }  // namespace ffnlab

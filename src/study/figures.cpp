@@ -1,4 +1,5 @@
-// The report's figures: each a gnuplot script over CSV written beside it (report/figure.hpp).
+// The study's figures: each a gnuplot script over the CSV its stage wrote beside it
+// (report/figure.hpp). The stage table (stages.cpp) names each figure's stage.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -6,9 +7,9 @@
 #include <map>
 
 #include "ffnlab/report/figure.hpp"
-#include "study.hpp"
+#include "stage_functions.hpp"
 
-namespace ffnlab::cli::evolve {
+namespace ffnlab::study {
 
 namespace {
 
@@ -37,7 +38,8 @@ std::string preamble(const std::string& name, int width, int height) {
 // Wide curves: per variant, per step, the mean, min and max over seeds of a per-step value.
 void write_curves(const Study& st, const std::string& path, bool eval, int smooth) {
   std::string csv = "step";
-  for (const auto& v : st.variants) csv += fmt::format(",{0}_mean,{0}_min,{0}_max,{0}_grad", v);
+  for (const auto& v : st.options.variants)
+    csv += fmt::format(",{0}_mean,{0}_min,{0}_max,{0}_grad", v);
   csv += "\n";
   std::map<std::string, std::vector<const RunRecord*>> by;
   for (const auto& r : st.runs) by[r.variant].push_back(&r);
@@ -47,7 +49,7 @@ void write_curves(const Study& st, const std::string& path, bool eval, int smoot
     const std::int64_t step = eval ? by.begin()->second.front()->evals[i].step
                                    : by.begin()->second.front()->steps[i].step;
     csv += std::to_string(step);
-    for (const auto& v : st.variants) {
+    for (const auto& v : st.options.variants) {
       double mean = 0, mn = 1e300, mx = -1e300, grad = 0;
       for (const RunRecord* r : by[v]) {
         double value = 0, g = 0;
@@ -72,12 +74,14 @@ void write_curves(const Study& st, const std::string& path, bool eval, int smoot
     }
     csv += "\n";
   }
-  write_text(path, csv);
+  st.write(path, csv);
 }
 
-void training_dynamics(const Study& st) {
-  write_curves(st, st.dir + "/lm_train_curves.csv", false, 10);
-  write_curves(st, st.dir + "/lm_eval_curves.csv", true, 1);
+}  // namespace
+
+void draw_training_dynamics(const Study& st) {
+  write_curves(st, "lm_train_curves.csv", false, 10);
+  write_curves(st, "lm_eval_curves.csv", true, 1);
   std::string s = preamble("training_dynamics", 1500, 1050);
   s += "set multiplot layout 2,2 title 'Training dynamics (means over seeds; bands: min to max)'\n";
   auto curves = [&](const std::string& file, int col_offset, const std::string& title,
@@ -86,7 +90,7 @@ void training_dynamics(const Study& st) {
                      ylabel);
     s += "set key top right\n";
     std::string plot = "plot ";
-    for (std::size_t i = 0; i < st.variants.size(); ++i) {
+    for (std::size_t i = 0; i < st.options.variants.size(); ++i) {
       const int base = 2 + 4 * static_cast<int>(i);
       if (band)
         plot += fmt::format(
@@ -94,8 +98,8 @@ void training_dynamics(const Study& st) {
             "transparent solid 0.15 notitle, ",
             file, base + 1, base + 2, colour(i));
       plot += fmt::format("'{}' every ::1 using 1:{} with lines lw 2 lc rgb '{}' title '{}'{}",
-                          file, base + col_offset, colour(i), st.variants[i],
-                          i + 1 < st.variants.size() ? ", " : "\n");
+                          file, base + col_offset, colour(i), st.options.variants[i],
+                          i + 1 < st.options.variants.size() ? ", " : "\n");
     }
     s += plot;
   };
@@ -107,16 +111,16 @@ void training_dynamics(const Study& st) {
   curves("lm_train_curves.csv", 3, "LM gradient norm before clipping (10-step means)",
          "global gradient norm", false);
   s += "unset logscale y\n";
-  s += "set title \"The seeds' toy run, seed 42: one layer memorising 8 random vectors\"\n"
+  s += "set title \"The tutorial's toy run, seed 42: one layer memorising 8 random vectors\"\n"
        "set xlabel 'iteration'\nset ylabel 'MSE (log scale)'\nset logscale y\n";
   const std::vector<std::string> toy{"relu", "gelu", "glu", "gated", "moe"};
   std::string fixed_plot;
   for (std::size_t i = 0; i < toy.size(); ++i) {
     // The same colour for a variant in every panel.
-    const auto at = std::find(st.variants.begin(), st.variants.end(), toy[i]);
-    const std::size_t c = at == st.variants.end()
-                              ? st.variants.size() + i
-                              : static_cast<std::size_t>(at - st.variants.begin());
+    const auto at = std::find(st.options.variants.begin(), st.options.variants.end(), toy[i]);
+    const std::size_t c = at == st.options.variants.end()
+                              ? st.options.variants.size() + i
+                              : static_cast<std::size_t>(at - st.options.variants.begin());
     fixed_plot += fmt::format(
         "{}'toy_loss.csv' every ::1 using (strcol(1) eq '{}' ? $2 : NaN):3 "
         "with lines lw 2 lc rgb '{}' title '{}'",
@@ -126,7 +130,7 @@ void training_dynamics(const Study& st) {
   render_figure(st.dir, "training_dynamics", s);
 }
 
-void activation_comparison(const Study& st) {
+void draw_activation_comparison(const Study& st) {
   std::string s = preamble("activation_comparison", 1500, 1050);
   s += "set multiplot layout 2,2 title 'Activations as ffnlab computes them (f32 kernels)'\n";
   // Columns: x, then (value, derivative) for relu gelu gelu_tanh gelu_quick silu sigmoid, then
@@ -161,19 +165,20 @@ void activation_comparison(const Study& st) {
   render_figure(st.dir, "activation_comparison", s);
 }
 
-void ffn_performance(const Study& st) {
+void draw_ffn_performance(const Study& st) {
   std::string s = preamble("ffn_performance_comparison", 1500, 1050);
-  s += "set multiplot layout 2,2 title \"FFN variants at the seeds' configuration (d_model 512, "
-       "d_ff 2048)\"\n";
+  s +=
+      "set multiplot layout 2,2 title \"FFN variants at the tutorial's configuration (d_model 512, "
+      "d_ff 2048)\"\n";
   s += kBars;
   s += "set key top left\n";
   s += "set title 'Parameters and forward FLOPs per token, relative to ReLU'\n"
        "set ylabel 'x ReLU'\nset yrange [0:*]\n"
-       "plot 'costs_seeds.csv' every ::1 using 2:xtic(1) title 'parameters', '' every ::1 using "
+       "plot 'costs_tutorial.csv' every ::1 using 2:xtic(1) title 'parameters', '' every ::1 using "
        "3 title 'active parameters', '' every ::1 using 4 title 'forward FLOPs/token'\n";
   s += "set title 'Training memory, f32, 8 tokens (MiB)'\nset ylabel 'MiB'\nset yrange [0:*]\n"
        "set style histogram rowstacked\n"
-       "plot 'costs_seeds.csv' every ::1 using 5:xtic(1) title 'weights', '' every ::1 using 6 "
+       "plot 'costs_tutorial.csv' every ::1 using 5:xtic(1) title 'weights', '' every ::1 using 6 "
        "title 'gradients', '' every ::1 using 7 title 'Adam moments', '' every ::1 using 8 title "
        "'saved activations'\n";
   s += "set style histogram clustered gap 1\n";
@@ -194,10 +199,9 @@ void ffn_performance(const Study& st) {
   render_figure(st.dir, "ffn_performance_comparison", s);
 }
 
-void moe_expert_load(const Study& st) {
-  if (!st.results.contains("moe")) return;
+void draw_moe_expert_load(const Study& st) {
   // Wide per setting: step, expert 0..E-1 shares of layer 0.
-  const int E = study_ffn("moe", st.scale.model.d_model).moe.num_experts;
+  const int E = st.results.moe->experts;
   std::string s = preamble("moe_expert_load", 1650, 560);
   s += "set multiplot layout 1,3 title \"MoE: each expert's share of the assignments over "
        "training (layer 0; uniform = 1/E)\"\n";
@@ -221,12 +225,12 @@ void moe_expert_load(const Study& st) {
   render_figure(st.dir, "moe_expert_load", s);
 }
 
-void activation_sparsity(const Study& st) {
+void draw_activation_sparsity(const Study& st) {
   // Histogram of per-unit activation frequency after training (last layer).
   const int bins = 20;
   std::map<std::string, std::vector<double>> hist;
   std::vector<std::string> names;
-  for (const auto& v : st.variants) {
+  for (const auto& v : st.options.variants) {
     if (!st.census_trained.count(v) || v == "moe") continue;
     const auto f = st.census_trained.at(v).back().frequency();
     std::vector<double> h(bins, 0.0);
@@ -242,7 +246,7 @@ void activation_sparsity(const Study& st) {
     for (const auto& v : names) csv += fmt::format(",{:.5f}", hist[v][b]);
     csv += "\n";
   }
-  write_text(st.dir + "/unit_frequency_hist.csv", csv);
+  st.write("unit_frequency_hist.csv", csv);
   std::string s = preamble("activation_sparsity", 1300, 700);
   s += "set title 'How often each hidden unit is non-zero (last layer, after training, seed 1)'\n"
        "set xlabel 'fraction of census tokens on which the unit is non-zero'\n"
@@ -257,8 +261,7 @@ void activation_sparsity(const Study& st) {
   render_figure(st.dir, "activation_sparsity", s);
 }
 
-void sweep(const Study& st) {
-  if (!st.results.contains("sweep")) return;
+void draw_sweep(const Study& st) {
   std::string s = preamble("sweep", 1000, 650);
   s += "set title 'Why up-project: validation as the FFN widens (seed 1, equal steps)'\n"
        "set xlabel 'd_ff / d_model'\nset ylabel 'validation bits per byte'\nset logscale x 2\n"
@@ -269,16 +272,4 @@ void sweep(const Study& st) {
   render_figure(st.dir, "sweep", s);
 }
 
-}  // namespace
-
-void write_figures(Study& st) {
-  st.stage("figures (gnuplot)");
-  activation_comparison(st);
-  ffn_performance(st);
-  training_dynamics(st);
-  moe_expert_load(st);
-  activation_sparsity(st);
-  sweep(st);
-}
-
-}  // namespace ffnlab::cli::evolve
+}  // namespace ffnlab::study

@@ -1,13 +1,13 @@
 // The real-model table with ffnlab's costs.
-#include "zoo_table.hpp"
+#include "ffnlab/study/zoo_table.hpp"
 
 #include <fmt/format.h>
 
-#include "common.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/zoo.hpp"
+#include "ffnlab/report/markdown.hpp"
 
-namespace ffnlab::cli {
+namespace ffnlab::study {
 
 namespace {
 
@@ -31,13 +31,13 @@ std::string billions(double v) {
 
 }  // namespace
 
-std::vector<std::string> zoo_header() {
+std::vector<std::string> zoo_table_header() {
   return {"model",          "FFN",           "d_model",        "d_ff",
           "d_ff / d_model", "experts",       "FFN layers",     "params / layer",
           "active / layer", "FLOPs / token", "all FFN params", "source"};
 }
 
-std::vector<std::vector<std::string>> zoo_rows() {
+std::vector<std::vector<std::string>> zoo_table_rows() {
   std::vector<std::vector<std::string>> rows;
   for (const ZooModel& m : zoo_models()) {
     const FFNConfig& c = m.ffn;
@@ -53,7 +53,7 @@ std::vector<std::vector<std::string>> zoo_rows() {
   return rows;
 }
 
-nlohmann::ordered_json zoo_json() {
+nlohmann::ordered_json zoo_table_json() {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const ZooModel& m : zoo_models()) {
     const FFNCost k = ffn_cost(m.ffn, 1);
@@ -72,4 +72,4 @@ nlohmann::ordered_json zoo_json() {
   return out;
 }
 
-}  // namespace ffnlab::cli
+}  // namespace ffnlab::study

@@ -1,0 +1,202 @@
+// The study's results, typed: one struct per stage (stages.hpp), each written to results.json by
+// one to_json and to REPORT.md by one Markdown renderer (both beside the stage, src/study/).
+// Recommendations read these structs, never the report's wording.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/train/toy.hpp"
+#include "ffnlab/train/trainer.hpp"
+
+namespace ffnlab::study {
+
+// A variant's validation against ReLU's, over paired seeds.
+enum class Verdict {
+  reference,      // ReLU itself
+  better,         // lower than ReLU's by the study's rule
+  worse,          // higher than ReLU's by the study's rule
+  no_difference,  // the rule cannot tell them apart at this scale
+  one_seed,       // a single seed: no spread to judge by
+};
+// The verdict as results.json and the report write it ("better than ReLU").
+std::string_view verdict_text(Verdict verdict);
+
+// The corpus the study trained on.
+struct DataResult {
+  std::string source, fingerprint;
+  std::int64_t files = 0, bytes = 0, validation_bytes = 0;
+};
+
+// One row of a cost table: a named config and its closed-form costs for the table's tokens.
+struct CostRow {
+  std::string name;
+  FFNConfig config;
+  FFNCost cost;
+};
+
+struct GrowthPoint {
+  std::string variant;
+  std::int64_t d_model = 0, d_ff = 0, params = 0;
+  double forward_flops_per_token = 0;
+};
+
+struct CostsResult {
+  std::int64_t seed_tokens = 0;     // the tutorial's batch: the tokens of its memory columns
+  std::vector<CostRow> tutorial;    // every variant at the tutorial's d_model 512, d_ff 2048
+  FFNCost moe_token, expert_token;  // top-2 MoE and one of its experts, per token
+  std::int64_t study_tokens = 0;    // tokens of one training batch of the study's LM
+  std::vector<CostRow> study;       // the variants as the study trains them
+  std::vector<std::pair<std::string, TransformerCost>> transformer_share;
+  std::vector<GrowthPoint> growth;  // d_model 128 .. 8192, by d_model then variant
+  double moe_forward_matmul_over_one_expert() const;
+  const CostRow* study_row(std::string_view variant) const;
+};
+
+// Equal budgets at the tutorial's configuration: each variant's width at ReLU's parameters
+// (MoE twice: equal total and equal active parameters).
+struct EqualBudgetResult {
+  std::int64_t target = 0, relu_d_ff = 0, tokens = 0;
+  std::vector<CostRow> rows;
+};
+
+struct ActivationSpeed {
+  std::string activation;
+  std::int64_t elements = 0;
+  double seconds = 0;
+};
+
+struct SpeedResult {
+  std::int64_t tokens = 0, d_model = 0, d_ff = 0;
+  double budget_seconds = 0;
+  std::vector<std::pair<std::string, LayerSpeed>> variants;
+  std::vector<ActivationSpeed> activations;
+};
+
+// A toy run's summary: first and last loss, relative drop, the gradient norm's mean and
+// (population) standard deviation over iterations.
+struct ToySummary {
+  double first = 0, last = 0, drop = 0, grad_mean = 0, grad_std = 0;
+};
+
+struct ToyVariant {
+  std::string variant;
+  ToySummary first_seed;  // seed 42, the tutorial's own
+  double final_loss_mean = 0, final_loss_std = 0, drop_mean = 0, drop_std = 0;
+  double grad_norm_mean_mean = 0, grad_norm_mean_std = 0;
+};
+
+struct ToyResult {
+  ToyConfig config;
+  std::int64_t d_model = 0, d_ff = 0;
+  int seeds = 0;
+  std::vector<ToyVariant> variants;
+};
+
+// One variant of the LM study, over seeds.
+struct VariantOutcome {
+  std::string variant;
+  std::int64_t d_ff = 0, params = 0;
+  std::vector<double> val_bits_per_byte;  // per seed, seed 1 first
+  double mean = 0, std = 0;               // over seeds
+  double diff_mean = 0, diff_std = 0;     // paired difference to ReLU (variant − ReLU)
+  Verdict verdict = Verdict::no_difference;
+  double tokens_per_second = 0;  // mean over seeds of each run's median
+};
+
+struct TrainingResult {
+  LMConfig model;
+  TrainConfig train;
+  int seeds = 0;
+  std::int64_t validation_bytes = 0;
+  std::vector<VariantOutcome> variants;
+  const VariantOutcome* find(std::string_view variant) const;
+};
+
+struct LayerSparsity {
+  std::int64_t layer = 0;
+  double zero_init = 0, zero_trained = 0, near_zero_init = 0, near_zero_trained = 0;
+  std::int64_t units = 0, dead_init = 0, dead_trained = 0;  // 0 for MoE (rows mix experts)
+};
+
+struct SparsityResult {
+  std::int64_t census_tokens = 0;
+  double silu_min = 0, silu_min_at = 0;  // on the curves' grid, in ffnlab's f32 kernel
+  double gelu_tanh_error = 0, gelu_tanh_at = 0, gelu_sigmoid_error = 0, gelu_sigmoid_at = 0;
+  std::vector<std::pair<std::string, std::vector<LayerSparsity>>> variants;
+  const std::vector<LayerSparsity>* find(std::string_view variant) const;
+};
+
+struct MoESetting {
+  std::string name, description;
+  double val_bits_per_byte = 0, load_cv = 0, max_over_mean = 0, dropped_fraction = 0,
+         router_entropy = 0, tokens_per_second = 0;
+};
+
+struct MoEResult {
+  double capacity_factor = 0;
+  int experts = 0, top_k = 0;
+  std::int64_t expert_d_ff = 0;
+  std::vector<MoESetting> settings;
+};
+
+struct SweepPoint {
+  int ratio = 0;
+  std::int64_t relu_d_ff = 0, swiglu_d_ff = 0;
+  double relu_bits_per_byte = 0, swiglu_bits_per_byte = 0;
+};
+
+struct SweepResult {
+  std::vector<SweepPoint> points;
+};
+
+struct Correction {
+  std::string id, claim, finding;
+};
+
+// The four rules of the recommendations, each with what it found.
+struct Recommendations {
+  std::optional<std::string> best_at_equal_parameters;  // measurably better than ReLU
+  std::string lowest;                                   // the lowest mean, whatever its verdict
+  double best_bits_per_byte = 0, lowest_bits_per_byte = 0;
+  std::optional<std::string> best_per_flop;  // when the study's costs ran
+  double best_per_flop_bits_per_byte = 0;
+  std::vector<std::pair<std::string, double>> flops_over_relu;
+  std::string best_per_second;
+  double best_per_second_tokens = 0;
+  struct MoE {
+    double active_fraction = 0, tokens_per_second = 0, relu_tokens_per_second = 0;
+    double diff_mean = 0, diff_std = 0;
+    Verdict verdict = Verdict::no_difference;
+    bool pays_off = false, on_cost = false;  // on_cost: as good, at more tokens per second
+  };
+  std::optional<MoE> moe;  // when MoE was trained
+};
+
+// Everything one study run found. A stage that did not run leaves its member empty.
+struct Results {
+  std::optional<DataResult> data;
+  std::optional<CostsResult> costs;
+  std::optional<EqualBudgetResult> equal_budget;
+  std::optional<SpeedResult> speed;
+  std::optional<ToyResult> toy;
+  std::optional<TrainingResult> training;
+  std::optional<SparsityResult> sparsity;
+  std::optional<MoEResult> moe;
+  std::optional<SweepResult> sweep;
+  bool zoo = false;  // the real-model table (analysis/zoo.hpp) was reported
+  std::optional<std::vector<Correction>> corrections;
+  std::optional<Recommendations> recommendations;
+  int threads = 0;
+  bool quick = false;
+  double seconds = 0;
+};
+
+}  // namespace ffnlab::study

@@ -1,0 +1,136 @@
+// The FFN-evolution study as a library: ReLU → GELU → GLU family → multi-branch gated FFN → MoE,
+// costed, timed, trained as byte-level language models over paired seeds, and analysed. One call
+// (run_study) runs the stages of stages.hpp in order and writes a report folder: REPORT.md,
+// results.json, figures with their CSV. The command line (`ffnlab evolve`), Python
+// (`ffnlab.evolve`) and the notebook all call it.
+//
+//   results.hpp  the typed results of every stage
+//   stages.hpp   the stage table: names, planned work, figures, report sections
+//   this file    options, scale, the run's shared state, and run_study
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "ffnlab/analysis/sparsity.hpp"
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/study/results.hpp"
+#include "ffnlab/train/data.hpp"
+#include "ffnlab/train/trainer.hpp"
+
+namespace ffnlab::study {
+
+// The variants the study trains unless told otherwise: every named variant.
+std::vector<std::string> default_variants();
+
+struct Options {
+  std::string out = "report", data = kDefaultCorpus;
+  std::vector<std::string> variants = default_variants();  // must include relu
+  bool quick = false, sweep = false;
+  int seeds = 0;           // 0: 3 (2 with quick)
+  std::int64_t steps = 0;  // 0: the scale's
+  // How the report's first line names the command that wrote it.
+  std::string command = "ffnlab evolve";
+};
+
+// What quick changes: sizes and counts, never the code path.
+struct Scale {
+  LMConfig model;              // the study's LM (its ffn is replaced per variant)
+  TrainConfig train;           // steps, batch, seq, evaluation
+  std::int64_t eval_tokens;    // validation tokens of the periodic evaluations
+  std::int64_t census_tokens;  // validation tokens of the sparsity census
+  int seeds;
+  int toy_seeds, toy_iterations;
+  double speed_budget;  // seconds per speed measurement
+  std::int64_t speed_tokens;
+  std::vector<int> sweep_ratios;  // d_ff / d_model of the sweep runs
+};
+Scale make_scale(const Options& options);
+
+// What the study tells whoever runs it. Every call comes from the thread that called run_study.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // Before the first stage: the training steps planned in all, and where the report goes.
+  virtual void begin(std::int64_t /*planned_steps*/, const std::string& /*line*/) {}
+  // A stage starting, or a line about a finished run.
+  virtual void message(const std::string& /*line*/) {}
+  // After each training step: steps done of those planned, what ran, the ETA in seconds.
+  virtual void step(std::int64_t /*done*/, std::int64_t /*planned*/, const std::string& /*text*/,
+                    double /*eta_seconds*/) {}
+  // After the last stage, or when the run fails or stops (before the exception leaves).
+  virtual void end() {}
+};
+
+// One LM training run's record.
+struct RunRecord {
+  std::string variant;
+  int seed = 0;
+  std::int64_t d_ff = 0, params = 0;
+  std::vector<StepLog> steps;
+  std::vector<EvalLog> evals;    // periodic (eval_tokens each)
+  double val_bits_per_byte = 0;  // the whole validation part, at the end
+  double median_tokens_per_second = 0;
+};
+
+// The state the stages share while the study runs.
+struct Study {
+  Options options;
+  Scale scale;
+  std::string dir;  // the staging directory: every file goes here
+  Corpus corpus;
+  std::vector<RunRecord> runs;  // every LM run of the training stage, variant-major per seed
+  // Seed 1's activation census per variant and layer, at initialisation and after training.
+  std::map<std::string, std::vector<UnitSparsity>> census_init, census_trained;
+  Results results;
+
+  Observer* observer = nullptr;
+  std::int64_t planned_steps = 0, done_steps = 0;
+  double step_seconds = 0;  // sum over the steps done
+
+  bool has_variant(std::string_view variant) const;
+  // A stage starts: checks for a stop request, then tells the observer.
+  void stage(const std::string& what) const;
+  void message(const std::string& line) const;
+  void step_done(const StepLog& s, const std::string& what);
+  // Writes a file of the report folder (atomically).
+  void write(const std::string& name, const std::string& text) const;
+};
+
+// Throws Interrupted once a stop was requested (ffnlab/interrupt.hpp); checked between stages
+// and after every training step.
+void check_stop();
+
+// The FFN of `variant` in the study's LM at (about) the parameters of the ReLU FFN of width
+// 4·D: the GLU kinds and the gated FFN get a narrower d_ff, MoE narrower experts (equal total).
+FFNConfig study_ffn(const std::string& variant, std::int64_t d_model);
+
+// What a training run lets a stage look at (each optional).
+struct RunHooks {
+  std::function<void(TransformerLM&)> on_start;  // the initialised model, before step 1
+  std::function<void(const TransformerLM&, const StepLog&)> on_step;
+  std::function<void(TransformerLM&)> on_end;  // the trained model
+};
+
+// Trains one LM run and records it.
+RunRecord train_run(Study& study, const LMConfig& model, std::uint64_t seed,
+                    const std::string& label, const RunHooks& hooks = {});
+
+// Per layer, the hidden activations of `lm` over the first census_tokens validation tokens.
+std::vector<UnitSparsity> census(const Study& study, TransformerLM& lm);
+
+// Runs every stage and writes the report folder options.out (REPORT.md, results.json, figures
+// and their CSV): checked before any work (staged_dir.hpp), replaced only when the new report
+// is complete. Throws Error for bad options (before any work), Interrupted when a stop is
+// requested (the earlier report, if any, unchanged).
+Results run_study(const Options& options, Observer& observer);
+
+// results.json: every stage's results under its key, in the stage table's order.
+nlohmann::ordered_json to_json(const Results& results);
+
+}  // namespace ffnlab::study

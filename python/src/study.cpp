@@ -1,0 +1,284 @@
+// The study and the language model from Python (docs/python.md):
+//   TransformerLM(config=None, seed=0, **keys)    the byte-level LM of `ffnlab train`
+//   train(model, data, progress=None, **keys)     trains it; returns its logs as dicts
+//   _evolve(options, progress)                    the study (ffnlab.evolve wraps it)
+// The GIL is released while they work; progress callbacks take it back. Ctrl-C (a pending
+// KeyboardInterrupt, seen at the next callback) stops the work at its next safe point and arrives
+// as KeyboardInterrupt; the study's staging folder is removed, an earlier report kept.
+#include "ffnlab/study/study.hpp"
+
+#include <fmt/format.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <csignal>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/train/data.hpp"
+#include "ffnlab/train/trainer.hpp"
+#include "python.hpp"
+
+namespace ffnlab::python {
+
+namespace {
+
+// Calls a Python progress callback from C++ work that runs without the GIL. A pending Ctrl-C,
+// or an exception in the callback, becomes a stop request: the work ends at its next safe point
+// and the binding raises what happened once the GIL is back.
+class Callback {
+ public:
+  explicit Callback(py::object fn) : fn_(std::move(fn)) {}
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    py::gil_scoped_acquire gil;
+    if (interrupted_ || error_) return;
+    if (PyErr_CheckSignals() != 0) {  // the SIGINT handler raised KeyboardInterrupt
+      PyErr_Clear();
+      stop(true);
+      return;
+    }
+    if (fn_.is_none()) return;
+    try {
+      fn_(std::forward<Args>(args)...);
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_KeyboardInterrupt)) error_ = e.what();
+      stop(e.matches(PyExc_KeyboardInterrupt));
+    }
+  }
+
+  // After the work (with the GIL): forgets the stop request and raises what stopped it.
+  void raise_if_stopped() {
+    clear_stop();
+    if (interrupted_) {
+      PyErr_SetNone(PyExc_KeyboardInterrupt);
+      throw py::error_already_set();
+    }
+    if (error_) throw std::runtime_error("[python] the progress callback raised: " + *error_);
+  }
+
+ private:
+  void stop(bool interrupt) {
+    interrupted_ = interrupt;
+    request_stop(SIGINT);
+  }
+  py::object fn_;
+  bool interrupted_ = false;
+  std::optional<std::string> error_;
+};
+
+// Runs `work` without the GIL; a stop it saw (Ctrl-C, a failing callback) is raised afterwards.
+template <class F>
+auto run_released(Callback& callback, F&& work) {
+  clear_stop();
+  try {
+    py::gil_scoped_release release;
+    return work();
+  } catch (const Interrupted&) {
+    callback.raise_if_stopped();
+    throw;  // a stop that did not come from Python (no handler of ours asked for it)
+  } catch (...) {
+    clear_stop();
+    throw;
+  }
+}
+
+// The study's progress as calls of progress(kind, done, planned, text, eta_seconds), kind one of
+// "begin", "message", "step", "end".
+class PythonObserver : public study::Observer {
+ public:
+  explicit PythonObserver(Callback& callback) : callback_(callback) {}
+  void begin(std::int64_t planned, const std::string& line) override {
+    callback_("begin", 0, planned, line, -1.0);
+  }
+  void message(const std::string& line) override { callback_("message", 0, 0, line, -1.0); }
+  void step(std::int64_t done, std::int64_t planned, const std::string& text, double eta) override {
+    callback_("step", done, planned, text, eta);
+  }
+  void end() override { callback_("end", 0, 0, std::string(), -1.0); }
+
+ private:
+  Callback& callback_;
+};
+
+// The LM of a model config (docs/config.md), with two conveniences: `variant` (and optionally
+// `d_ff`) names the FFN of every block, at the study's equal-parameter width when no d_ff is
+// given; without an `ffn` or `variant` the FFN is ReLU of 4·d_model.
+LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
+  nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
+  if (!j.is_object()) throw py::value_error("[python] config must be a dict (docs/config.md)");
+  for (const auto& [key, value] : keys) j[std::string(py::str(key))] = to_json(value);
+  std::optional<std::string> variant;
+  std::int64_t d_ff = 0;
+  if (j.contains("variant")) {
+    if (!j["variant"].is_string()) throw py::value_error("[python] variant must be a string");
+    variant = j["variant"].get<std::string>();
+    j.erase("variant");
+  }
+  if (j.contains("d_ff")) {
+    if (!variant) throw py::value_error("[python] d_ff goes with variant (or inside ffn)");
+    if (!j["d_ff"].is_number_integer()) throw py::value_error("[python] d_ff must be an integer");
+    d_ff = j["d_ff"].get<std::int64_t>();
+    j.erase("d_ff");
+  }
+  if (variant && j.contains("ffn")) throw py::value_error("[python] give variant or ffn, not both");
+  const std::int64_t D = j.value("d_model", std::int64_t{128});
+  if (!j.contains("ffn"))
+    j["ffn"] = config_to_json(!variant   ? variant_config("relu", D, 4 * D, true)
+                              : d_ff > 0 ? variant_config(*variant, D, d_ff, true)
+                                         : study::study_ffn(*variant, D));
+  return lm_config_from_json(j);
+}
+
+struct LM {
+  std::unique_ptr<TransformerLM> lm;
+};
+
+py::dict step_dict(const StepLog& s) {
+  py::dict d;
+  d["step"] = s.step;
+  d["loss"] = s.loss;
+  d["aux_loss"] = s.aux_loss;
+  d["grad_norm"] = s.grad_norm;
+  d["lr"] = s.lr;
+  d["tokens_per_second"] = s.tokens_per_second;
+  d["seconds"] = s.seconds;
+  d["load_cv"] = s.load_cv;
+  d["max_over_mean"] = s.max_over_mean;
+  d["dropped_fraction"] = s.dropped_fraction;
+  d["router_entropy"] = s.router_entropy;
+  return d;
+}
+
+py::dict eval_dict(const EvalLog& e) {
+  py::dict d;
+  d["step"] = e.step;
+  d["loss"] = e.loss;
+  d["bits_per_byte"] = e.bits_per_byte;
+  d["tokens"] = e.tokens;
+  return d;
+}
+
+py::dict train(LM& model, const std::string& data, const py::object& progress,
+               const py::kwargs& keys) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, value] : keys) j[std::string(py::str(key))] = to_json(value);
+  const TrainConfig tc = train_config_from_json(j);
+  TransformerLM& lm = *model.lm;
+  Callback callback(progress);
+  std::vector<StepLog> steps;
+  std::vector<EvalLog> evals;
+  const EvalLog validation = run_released(callback, [&] {
+    const Corpus corpus = load_corpus(data, 0.1);
+    check_training_setup(lm.config(), corpus, tc);
+    Trainer trainer(lm, corpus, tc);
+    trainer.run(
+        [&](const StepLog& s) {
+          steps.push_back(s);
+          callback("step", s.step, tc.steps, fmt::format("step {} loss {:.3f}", s.step, s.loss),
+                   -1.0);
+        },
+        [&](const EvalLog& e) {
+          evals.push_back(e);
+          callback("eval", e.step, tc.steps,
+                   fmt::format("step {}: validation {:.4f} bits/byte", e.step, e.bits_per_byte),
+                   -1.0);
+        },
+        "", [] { return stop_requested(); });
+    if (stop_requested()) throw Interrupted("stopped");
+    return trainer.evaluate(0);
+  });
+  callback("end", static_cast<std::int64_t>(steps.size()), tc.steps, std::string(), -1.0);
+  py::list step_list, eval_list;
+  std::vector<double> tps;
+  for (const auto& s : steps) {
+    step_list.append(step_dict(s));
+    tps.push_back(s.tokens_per_second);
+  }
+  for (const auto& e : evals) eval_list.append(eval_dict(e));
+  py::dict out;
+  out["steps"] = step_list;
+  out["evals"] = eval_list;
+  out["validation"] = eval_dict(validation);
+  py::dict summary;
+  summary["params"] = lm.parameters().count();
+  summary["steps"] = static_cast<std::int64_t>(steps.size());
+  summary["val_bits_per_byte"] = validation.bits_per_byte;
+  summary["median_tokens_per_second"] = tps.empty() ? 0.0 : median(tps);
+  summary["train"] = from_json(train_config_to_json(tc));
+  out["summary"] = summary;
+  return out;
+}
+
+py::object evolve(const py::dict& options, const py::object& progress) {
+  study::Options o;
+  o.command = "ffnlab.evolve";
+  for (const auto& [k, v] : options) {
+    const std::string key = py::str(k);
+    if (v.is_none()) continue;
+    if (key == "out")
+      o.out = py::str(v);
+    else if (key == "data")
+      o.data = py::str(v);
+    else if (key == "quick")
+      o.quick = v.cast<bool>();
+    else if (key == "sweep")
+      o.sweep = v.cast<bool>();
+    else if (key == "seeds")
+      o.seeds = v.cast<int>();
+    else if (key == "steps")
+      o.steps = v.cast<std::int64_t>();
+    else if (key == "variants")
+      o.variants = v.cast<std::vector<std::string>>();
+    else
+      throw py::value_error(fmt::format("[python] evolve has no option '{}'", key));
+  }
+  Callback callback(progress);
+  PythonObserver observer(callback);
+  const study::Results r = run_released(callback, [&] { return study::run_study(o, observer); });
+  return from_json(study::to_json(r));
+}
+
+}  // namespace
+
+void add_study(py::module_& m) {
+  py::class_<LM>(m, "TransformerLM", R"(The byte-level Transformer LM of `ffnlab train`.
+
+TransformerLM(config=None, seed=0, **keys): config is the model's JSON config as a dict
+(docs/config.md); keys override or add keys of it. variant="swiglu" (with d_ff, or the study's
+width at the parameters of ReLU's 4*d_model) names the FFN of every block.)")
+      .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
+             const LMConfig c = lm_config_of(config, keys);
+             py::gil_scoped_release release;
+             return LM{std::make_unique<TransformerLM>(c, seed)};
+           }),
+           py::arg("config") = py::none(), py::arg("seed") = 0)
+      .def_property_readonly(
+          "config", [](const LM& l) { return from_json(lm_config_to_json(l.lm->config())); },
+          "the full model config as a dict (every key, defaults filled in)")
+      .def_property_readonly(
+          "num_params", [](LM& l) { return l.lm->parameters().count(); }, "parameters")
+      .def("__repr__", [](LM& l) {
+        const LMConfig& c = l.lm->config();
+        return fmt::format("<ffnlab.TransformerLM {} layers d_model={} ffn={} params={}>", c.layers,
+                           c.d_model, variant_name(c.ffn), l.lm->parameters().count());
+      });
+  m.def("train", &train, py::arg("model"), py::arg("data"), py::arg("progress") = py::none(),
+        R"(Trains `model` (a TransformerLM, in place) on the text at `data` (a file or a folder;
+the last 10 % of the bytes are the validation part). Keys are the training settings of
+docs/config.md (steps, batch, seq, lr, seed, ...). progress(kind, step, steps, text, eta) is
+called after every step ("step") and evaluation ("eval"). Returns {"steps": [...],
+"evals": [...], "validation": {...}, "summary": {...}}. Ctrl-C stops after the current step
+(KeyboardInterrupt).)");
+  m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
+        "The study (ffnlab.evolve wraps it with a progress bar)");
+}
+
+}  // namespace ffnlab::python

@@ -1,0 +1,33 @@
+"""examples/FFN_Evolution.ipynb runs top to bottom (headless, its quick settings), so that it
+cannot rot: every cell executes without error and the study's cell prints every variant."""
+import pathlib
+
+import nbclient  # python3-nbclient, python3-ipykernel (scripts/install-deps.sh)
+import nbformat
+
+import ffnlab
+
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[2] / "examples" / "FFN_Evolution.ipynb"
+
+
+def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    docs = sorted((NOTEBOOK.parents[1] / "docs").glob("*.md"))
+    corpus.write_text("".join(p.read_text() for p in docs)[:80000])
+    # The kernel inherits the environment: the built package (PYTHONPATH), quick settings, a
+    # small corpus, and matplotlib without a display.
+    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(ffnlab.__file__).resolve().parents[1]))
+    monkeypatch.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # ipykernel's debugger note
+    monkeypatch.setenv("FFNLAB_NOTEBOOK_QUICK", "1")
+    monkeypatch.setenv("FFNLAB_DATA", str(corpus))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    text = "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+                     for out in cell.outputs)
+    for variant in ("relu", "swiglu", "moe"):
+        assert f"\n{variant:10} " in "\n" + text, variant
+    assert "validation:" in text and "bits/byte" in text
+    assert (tmp_path / "ffn_evolution_report" / "REPORT.md").exists()

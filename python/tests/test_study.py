@@ -1,0 +1,124 @@
+"""The study and the language model from Python: ffnlab.TransformerLM, ffnlab.train (the same
+training as `ffnlab train`) and ffnlab.evolve (the same study as `ffnlab evolve`)."""
+import csv
+import json
+import os
+import pathlib
+import signal
+import subprocess
+
+import pytest
+
+import ffnlab
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+# The command-line program beside the Python package of the same build (build/<preset>/python).
+PROGRAM = pathlib.Path(ffnlab.__file__).resolve().parents[2] / "ffnlab"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """About 60 KB of real text: the project's own docs, fixed for the module."""
+    path = tmp_path_factory.mktemp("corpus") / "text.txt"
+    path.write_text("".join(p.read_text() for p in sorted((REPO / "docs").glob("*.md")))[:60000])
+    return path
+
+
+SMALL = dict(d_model=32, layers=2, heads=2, context=32)
+SETTINGS = dict(steps=5, batch=4, seq=32, seed=1, warmup=1, eval_every=2, eval_tokens=256)
+
+
+def test_transformer_lm_takes_a_variant_at_the_study_width():
+    lm = ffnlab.TransformerLM(variant="swiglu", **SMALL)
+    assert lm.config["ffn"]["activation"] == "silu" and lm.config["ffn"]["kind"] == "glu"
+    relu = ffnlab.TransformerLM(variant="relu", **SMALL)
+    # The study's equal-parameter width: within 2 % of ReLU's parameters.
+    assert abs(lm.num_params / relu.num_params - 1) < 0.02
+    assert ffnlab.TransformerLM(variant="swiglu", d_ff=64, **SMALL).config["ffn"]["d_ff"] == 64
+    assert "TransformerLM 2 layers d_model=32 ffn=swiglu" in repr(lm)
+    with pytest.raises(ValueError, match="heads"):
+        ffnlab.TransformerLM(d_model=30, heads=4)
+    with pytest.raises(ValueError):
+        ffnlab.TransformerLM(variant="nope")
+
+
+def test_train_returns_its_logs_and_matches_the_command_line(corpus, tmp_path):
+    lm = ffnlab.TransformerLM(variant="moe", seed=1, **SMALL)  # `train --seed` seeds both
+    calls = []
+    log = ffnlab.train(lm, corpus, progress=lambda *a: calls.append(a), **SETTINGS)
+    assert [s["step"] for s in log["steps"]] == [1, 2, 3, 4, 5]
+    assert [e["step"] for e in log["evals"]] == [2, 4, 5]
+    assert 0 < log["validation"]["bits_per_byte"] < 9
+    assert log["summary"]["params"] == lm.num_params and log["summary"]["steps"] == 5
+    assert [c[0] for c in calls].count("step") == 5 and calls[-1][0] == "end"
+
+    # The same model and settings through `ffnlab train`: the same losses, bit for bit.
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(ffnlab.TransformerLM(variant="moe", **SMALL).config))
+    out = tmp_path / "cli"
+    subprocess.run([str(PROGRAM), "train", "--model-config", str(model), "--data", str(corpus),
+                    "--out", str(out), "--steps", "5", "--batch", "4", "--seq", "32",
+                    "--seed", "1", "--warmup", "1", "--eval-every", "2", "--eval-tokens", "256",
+                    "--threads", str(ffnlab.get_threads())],
+                   check=True, capture_output=True)
+    assert json.loads((out / "summary.json").read_text())["train"] == log["summary"]["train"]
+    with open(out / "train_log.csv") as f:
+        cli = [float(row["loss"]) for row in csv.DictReader(f)]
+    assert cli == pytest.approx([s["loss"] for s in log["steps"]], rel=0, abs=1e-6)
+
+
+def test_train_stops_on_ctrl_c_after_the_current_step(corpus):
+    lm = ffnlab.TransformerLM(**SMALL)
+    seen = []
+
+    def progress(kind, step, *rest):
+        seen.append(step)
+        if kind == "step" and step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would
+
+    with pytest.raises(KeyboardInterrupt):
+        ffnlab.train(lm, corpus, progress=progress, **dict(SETTINGS, steps=50))
+    assert max(seen) <= 3
+    # The stop request is forgotten: the next run goes through.
+    assert len(ffnlab.train(lm, corpus, progress=False, **SETTINGS)["steps"]) == 5
+
+
+def test_evolve_returns_results_json_and_writes_the_report(corpus, tmp_path):
+    out = tmp_path / "report"
+    kinds = set()
+    results = ffnlab.evolve(out, quick=True, seeds=1, steps=4, variants=["relu", "swiglu"],
+                            data=corpus, progress=lambda kind, *a: kinds.add(kind))
+    assert kinds >= {"begin", "message", "step", "end"}
+    assert results == json.loads((out / "results.json").read_text())
+    assert set(results["training"]["variants"]) == {"relu", "swiglu"}
+    assert results["training"]["variants"]["relu"]["verdict"] == "reference"
+    assert results["costs"]["tutorial"]["relu"]["params"] == 2099712
+    report = (out / "REPORT.md").read_text()
+    assert report.startswith("# The evolution of the Transformer FFN, measured")
+    assert "`ffnlab.evolve --quick --seeds 1 --steps 4`" in report
+    assert (out / "training_dynamics.png").stat().st_size > 10000
+
+
+def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):
+    out = tmp_path / "report"
+    ffnlab.evolve(out, quick=True, seeds=1, steps=2, variants=["relu"], data=corpus,
+                  progress=False)
+    before = (out / "results.json").read_text()
+
+    def progress(kind, done, *rest):
+        if kind == "step" and done == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        ffnlab.evolve(out, quick=True, seeds=1, steps=50, variants=["relu"], data=corpus,
+                      progress=progress)
+    assert (out / "results.json").read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]  # no staging folder left
+
+
+def test_evolve_refuses_bad_options_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="must include relu"):
+        ffnlab.evolve(tmp_path / "r", variants=["gelu"], progress=False)
+    with pytest.raises(ValueError, match="no option"):
+        ffnlab._ffnlab._evolve({"colour": "blue"})
+    assert not (tmp_path / "r").exists()

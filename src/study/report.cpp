@@ -1,0 +1,294 @@
+// The report's own stages: "data" (the corpus), "figures" (the list at the top), "zoo" (real
+// models), "corrections" (of the FFN-evolution tutorial) and "recommendations" (four rules
+// applied to the typed results of the stages before).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/report/markdown.hpp"
+#include "ffnlab/study/zoo_table.hpp"
+#include "stage_functions.hpp"
+
+namespace ffnlab::study {
+
+// ---- data ----
+
+json data_json(const Results& res) {
+  return json_if(res.data, [](const DataResult& d) {
+    return json{{"source", d.source},
+                {"files", d.files},
+                {"bytes", d.bytes},
+                {"fingerprint", d.fingerprint},
+                {"validation_bytes", d.validation_bytes}};
+  });
+}
+
+std::string data_markdown(const Study& st, const Sections&) {
+  if (!st.results.data) return "";
+  const DataResult& d = *st.results.data;
+  return fmt::format(
+      "`{}`: {} files, {} bytes, fingerprint `{}`. Byte-level tokens (vocabulary 256); the "
+      "last 10 % of the bytes ({}) are the validation part.\n\n",
+      d.source, d.files, thousands(d.bytes), d.fingerprint, thousands(d.validation_bytes));
+}
+
+// ---- the figure list ----
+
+std::string figures_markdown(const Study& st, const Sections&) {
+  std::string md;
+  for (const Stage& s : stages())
+    for (const Figure& f : s.figures)
+      if (std::filesystem::exists(std::filesystem::path(st.dir) / (std::string(f.name) + ".png")))
+        md += fmt::format("![{0}]({0}.png)\n\n", f.name);
+  return md;
+}
+
+// ---- real models ----
+
+void run_zoo(Study& st) {
+  st.results.zoo = true;
+}
+
+json zoo_json(const Results& r) {
+  return r.zoo ? json(zoo_table_json()) : json(nullptr);
+}
+
+std::string zoo_markdown(const Study& st, const Sections&) {
+  if (!st.results.zoo) return "";
+  std::string md =
+      "The FFN of well-known models (`ffnlab zoo` prints the same table), costed by ffnlab: one "
+      "layer's parameters, active parameters and forward FLOPs per token (matrix and "
+      "elementwise), and all FFN layers' parameters together. Each row's source is its last "
+      "column.\n\n";
+  md += markdown_table(zoo_table_header(), zoo_table_rows(), "llrrrlrrrrrl");
+  return md + "\n";
+}
+
+// ---- corrections ----
+
+void run_corrections(Study& st) {
+  const Results& r = st.results;
+  const Sections sec(stages());
+  const FFNConfig relu = variant_config("relu", 512, 2048, true);
+  const FFNConfig moe = variant_config("moe", 512, 2048, true);
+  const FFNCost kr = ffn_cost(relu, 8), km = ffn_cost(moe, 8);
+  const double MiB = 1024.0 * 1024.0;
+  std::string dead = "not measured in this run";
+  if (const auto* layers = r.sparsity ? r.sparsity->find("relu") : nullptr) {
+    double zi = 0;
+    std::int64_t dead_units = 0, units = 0;
+    for (const LayerSparsity& l : *layers) {
+      zi += l.zero_init / static_cast<double>(layers->size());
+      dead_units += l.dead_trained;
+      units += l.units;
+    }
+    dead = fmt::format(
+        "ReLU's hidden values are exactly zero {} of the time at initialisation, "
+        "yet after training {} of its {} hidden units are dead (zero on every "
+        "census token), over its {} layers — {}",
+        percent(zi), dead_units, units, layers->size(), sec.ref("sparsity"));
+  }
+  const double silu_min = r.sparsity ? r.sparsity->silu_min : NAN;
+  const double moe_over_expert = r.costs ? r.costs->moe_forward_matmul_over_one_expert() : NAN;
+  st.results.corrections = std::vector<Correction>{
+      {"1", "Linear(512, 2048) has \"512 × 2048 × 2 = 2,097,152\" parameters",
+       fmt::format("{} weights + {} biases = {}", thousands(512 * 2048), thousands(2048),
+                   thousands(512 * 2048 + 2048))},
+      {"2", "an activation costs 2·d_model·d_ff FLOPs",
+       fmt::format("one operation per hidden value: ReLU's forward elementwise work is {} "
+                   "operations per token (activation {} + biases), against {} matrix FLOPs",
+                   thousands(static_cast<std::int64_t>(kr.forward.elementwise)), 2048,
+                   thousands(static_cast<std::int64_t>(kr.forward.matmul)))},
+      {"3", "top-2 MoE costs 0.25× a dense FFN; \"efficiency 32×\"",
+       fmt::format("forward matrix FLOPs are {}× one expert's; 25 % is the share of expert "
+                   "parameters a token touches (here {} of all parameters with the router)",
+                   fixed(moe_over_expert, 3),
+                   percent(static_cast<double>(km.active_params) / km.params))},
+      {"4", "MoE saves activation memory",
+       fmt::format("a training forward saves {} KiB for 8 tokens against ReLU's {} KiB ({}×)",
+                   fixed(km.f32.activations / 1024, 1), fixed(kr.f32.activations / 1024, 1),
+                   fixed(km.f32.activations / kr.f32.activations, 2))},
+      {"5", "ReLU gives ~50 % dead neurons", dead},
+      {"6", "LLaMA and Mistral use GELU; GPT-2 1.5B has d_model 1280",
+       "they use SwiGLU (LLaMA-7B: d_ff 11008 for d_model 4096, ratio 2.69; Hugging Face "
+       "config.json: hidden_act silu, intermediate_size 11008); GPT-2 1.5B (gpt2-xl) has 48 "
+       "layers of d_model 1600 (n_layer 48, n_embd 1600)"},
+      {"7", "Mistral's MLP returns down · up",
+       "it returns down_proj(silu(gate_proj(x)) · up_proj(x)); ffnlab's swiglu matches PyTorch "
+       "to f32 rounding in the golden tests (tests/parity)"},
+      {"8", "a Transformer block without residual or norm around attention",
+       "ffnlab's block has a residual and a norm around both attention and FFN (pre- or "
+       "post-norm), and attention takes [batch, seq, d]"},
+      {"9", "the toy run shows which FFN trains best",
+       fmt::format("it memorises 8 random vectors; {} trains each FFN as a language model on "
+                   "real text over paired seeds",
+                   sec.ref("training"))},
+      {"10", "ReLU's FP32 training memory is ~10–12 MB, activations 2–4 MB",
+       fmt::format("by the tutorial's own definition: weights {} + gradients {} + Adam {} MiB + "
+                   "activations {} MiB for 8 tokens = {} MiB",
+                   fixed(kr.f32.weights / MiB, 2), fixed(kr.f32.grads / MiB, 2),
+                   fixed(kr.f32.adam / MiB, 2), fixed(kr.f32.activations / MiB, 3),
+                   fixed(kr.f32.total() / MiB, 2))},
+      {"11", "1000B parameters with 8000 experts, top-16: 200B active",
+       "1000B × 16/8000 = 2B of expert parameters per token, and each token runs 16 experts"},
+      {"12", "LLaMA-2-70B's FFN ratio is 5.33; the 1.6T Switch is \"Switch-L, 128 experts\"",
+       "LLaMA-2-70B: d_ff 28672 for d_model 8192, ratio 3.5; the 1.6T model is Switch-C with "
+       "2048 experts and top-1 routing (Fedus et al. 2021, table 9)"},
+      {"13", "Switch Transformers by \"Lewis et al.\"",
+       "by Fedus, Zoph and Shazeer (2021), arXiv:2101.03961"},
+      {"14", "training-dynamics prose (\"most stable\")",
+       fmt::format("this report states only what its runs measured ({}, with spreads)",
+                   sec.ref("training"))},
+      {"15", "the LayerNorm example normalises over the batch",
+       "LayerNorm normalises each token over its d_model features (ops/norm.hpp, checked "
+       "against torch.nn.LayerNorm)"},
+      {"16", "SwiGLU: xW gives values, Swish(xV) a gate in (0, 1)",
+       fmt::format("SwiGLU is (Swish(xW) ⊙ xV)W₂: the Swish branch is the gate, and Swish is "
+                   "no (0, 1) gate: unbounded above, and its minimum, measured here, is {:.4f}",
+                   silu_min)},
+  };
+}
+
+json corrections_json(const Results& r) {
+  return json_if(r.corrections, [](const std::vector<Correction>& rows) {
+    json out = json::array();
+    for (const Correction& c : rows)
+      out.push_back({{"id", c.id}, {"claim", c.claim}, {"finding", c.finding}});
+    return out;
+  });
+}
+
+std::string corrections_markdown(const Study& st, const Sections&) {
+  if (!st.results.corrections) return "";
+  std::vector<std::vector<std::string>> rows;
+  for (const Correction& c : *st.results.corrections) rows.push_back({c.id, c.claim, c.finding});
+  std::string md =
+      "The FFN-evolution tutorial this study follows (a PyTorch notebook with a quick reference "
+      "and an implementation guide, walking ReLU → GELU → GLU → gated → MoE) makes the claims "
+      "below; each stands beside what this run computed or measured.\n\n";
+  md += markdown_table({"#", "the tutorial says", "this run"}, rows, "rll");
+  return md + "\n";
+}
+
+// ---- recommendations ----
+
+void run_recommendations(Study& st) {
+  const Results& r = st.results;
+  if (!r.training) return;
+  Recommendations out;
+  const TrainingResult& t = *r.training;
+  // Rule 1: the lowest mean validation among the variants measurably better than ReLU.
+  out.lowest_bits_per_byte = out.best_bits_per_byte = 1e300;
+  for (const VariantOutcome& o : t.variants) {
+    if (o.mean < out.lowest_bits_per_byte)
+      out.lowest_bits_per_byte = o.mean, out.lowest = o.variant;
+    if (o.verdict == Verdict::better && o.mean < out.best_bits_per_byte)
+      out.best_bits_per_byte = o.mean, out.best_at_equal_parameters = o.variant;
+  }
+  // Rule 2: per FLOP — the lowest validation among variants at most ReLU's FFN FLOPs per token.
+  const CostRow* relu_cost = r.costs ? r.costs->study_row("relu") : nullptr;
+  if (relu_cost) {
+    const double relu_flops = relu_cost->cost.forward.matmul;
+    out.best_per_flop = "";
+    out.best_per_flop_bits_per_byte = 1e300;
+    for (const VariantOutcome& o : t.variants) {
+      const double ratio = r.costs->study_row(o.variant)->cost.forward.matmul / relu_flops;
+      out.flops_over_relu.emplace_back(o.variant, ratio);
+      if (ratio <= 1.05 && o.mean < out.best_per_flop_bits_per_byte)
+        out.best_per_flop_bits_per_byte = o.mean, out.best_per_flop = o.variant;
+    }
+  }
+  // Rule 3: per second — the highest tokens/s among those not worse than ReLU.
+  for (const VariantOutcome& o : t.variants)
+    if (o.verdict != Verdict::worse && o.tokens_per_second > out.best_per_second_tokens)
+      out.best_per_second_tokens = o.tokens_per_second, out.best_per_second = o.variant;
+  // Rule 4: when MoE pays off.
+  const VariantOutcome* moe = t.find("moe");
+  const VariantOutcome* relu = t.find("relu");
+  const CostRow* moe_cost = r.costs ? r.costs->study_row("moe") : nullptr;
+  if (moe && relu && moe_cost) {
+    Recommendations::MoE m;
+    m.active_fraction = static_cast<double>(moe_cost->cost.active_params) /
+                        static_cast<double>(moe_cost->cost.params);
+    m.tokens_per_second = moe->tokens_per_second;
+    m.relu_tokens_per_second = relu->tokens_per_second;
+    m.diff_mean = moe->diff_mean;
+    m.diff_std = moe->diff_std;
+    m.verdict = moe->verdict;
+    m.on_cost = m.verdict != Verdict::better && m.verdict != Verdict::worse &&
+                m.tokens_per_second > m.relu_tokens_per_second;
+    m.pays_off = m.verdict == Verdict::better || m.on_cost;
+    out.moe = m;
+  }
+  st.results.recommendations = std::move(out);
+}
+
+json recommendations_json(const Results& r) {
+  return json_if(r.recommendations, [](const Recommendations& c) {
+    json out{{"best_at_equal_parameters",
+              c.best_at_equal_parameters ? json(*c.best_at_equal_parameters) : json(nullptr)}};
+    if (c.best_per_flop) out["best_per_flop"] = *c.best_per_flop;
+    out["best_per_second"] = c.best_per_second;
+    if (c.moe) out["moe_pays_off"] = c.moe->pays_off;
+    return out;
+  });
+}
+
+std::string recommendations_markdown(const Study& st, const Sections&) {
+  std::string md = "Derived from this run's numbers by the rules stated in each line.\n\n";
+  if (!st.results.recommendations) return md + "No LM training in this run: no recommendation.\n\n";
+  const Recommendations& c = *st.results.recommendations;
+  if (!c.best_at_equal_parameters)
+    md += fmt::format(
+        "- **Best validation at equal parameters:** no variant is measurably "
+        "better than ReLU in this run (lowest mean: {}, {:.4f} bits/byte). Rule: "
+        "the lowest mean over seeds among the variants whose verdict is better.\n",
+        c.lowest, c.lowest_bits_per_byte);
+  else
+    md += fmt::format(
+        "- **Best validation at equal parameters:** {} ({:.4f} bits/byte, "
+        "measurably better than ReLU). Rule: the lowest mean over seeds among the "
+        "variants whose verdict is better.\n",
+        *c.best_at_equal_parameters, c.best_bits_per_byte);
+  if (c.best_per_flop) {
+    std::string list;
+    for (const auto& [v, ratio] : c.flops_over_relu)
+      list += fmt::format("{}{} {:.2f}×", list.empty() ? "" : ", ", v, ratio);
+    md += fmt::format(
+        "- **Per FLOP:** {} ({:.4f} bits/byte). Rule: the lowest mean validation "
+        "among the variants whose FFN does at most 1.05× ReLU's forward matrix "
+        "FLOPs per token (here: {}).\n",
+        *c.best_per_flop, c.best_per_flop_bits_per_byte, list);
+  }
+  md += fmt::format(
+      "- **Per second:** {} ({} tokens/s in training). Rule: the highest training "
+      "throughput among the variants not worse than ReLU.\n",
+      c.best_per_second, thousands(static_cast<std::int64_t>(c.best_per_second_tokens)));
+  if (c.moe) {
+    const auto& m = *c.moe;
+    const char* finding =
+        m.verdict == Verdict::better
+            ? "it pays off here: better than the dense FFN of its total parameters"
+        : m.on_cost
+            ? "it pays off here on cost: as good as the dense FFN, at more tokens per second"
+        : m.verdict == Verdict::worse
+            ? "it does not pay off in this run: its validation is worse than the dense FFN's "
+              "of the same total parameters, whatever it saves per token"
+            : "it does not pay off in this run: not measurably better than the dense FFN of "
+              "its total parameters, and no faster in training";
+    md += fmt::format(
+        "- **MoE:** at equal total parameters it touches {} of them per token and trains at {} "
+        "tokens/s against ReLU's {} ({:.2f}×); its paired difference to ReLU is {:+.4f} ± {:.4f} "
+        "bits/byte ({}). Rule: MoE pays off where it is better than a dense FFN of its total "
+        "parameters, or as good at a lower cost per token. Finding: {}.\n",
+        percent(m.active_fraction), thousands(static_cast<std::int64_t>(m.tokens_per_second)),
+        thousands(static_cast<std::int64_t>(m.relu_tokens_per_second)),
+        m.tokens_per_second / m.relu_tokens_per_second, m.diff_mean, m.diff_std,
+        verdict_text(m.verdict), finding);
+  }
+  return md + "\n";
+}
+
+}  // namespace ffnlab::study

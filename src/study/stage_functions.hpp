@@ -1,0 +1,83 @@
+// The functions of each stage, for the table in stages.cpp: run (compute into study.results and
+// write its CSV), json (its results.json entry, null when it did not run), markdown (its
+// section's body) and draw (a figure). Each stage's are defined in the file named beside it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ffnlab/study/stages.hpp"
+#include "ffnlab/study/study.hpp"
+
+namespace ffnlab::study {
+
+using json = nlohmann::ordered_json;
+
+// report.cpp: the data, the figure list, the real models, corrections, recommendations
+json data_json(const Results& r);
+std::string data_markdown(const Study& st, const Sections& sec);
+std::string figures_markdown(const Study& st, const Sections& sec);
+void run_zoo(Study& st);
+json zoo_json(const Results& r);
+std::string zoo_markdown(const Study& st, const Sections& sec);
+void run_corrections(Study& st);
+json corrections_json(const Results& r);
+std::string corrections_markdown(const Study& st, const Sections& sec);
+void run_recommendations(Study& st);
+json recommendations_json(const Results& r);
+std::string recommendations_markdown(const Study& st, const Sections& sec);
+
+// costs.cpp
+void run_costs(Study& st);
+json costs_json(const Results& r);
+std::string costs_markdown(const Study& st, const Sections& sec);
+void run_equal_budget(Study& st);
+json equal_budget_json(const Results& r);
+std::string equal_budget_markdown(const Study& st, const Sections& sec);
+
+// speed.cpp
+void run_speed(Study& st);
+json speed_json(const Results& r);
+std::string speed_markdown(const Study& st, const Sections& sec);
+
+// training.cpp: the tutorial's toy run and the LM study
+void run_toy(Study& st);
+json toy_json(const Results& r);
+std::string toy_markdown(const Study& st, const Sections& sec);
+std::int64_t training_steps(const Study& st);
+void run_training(Study& st);
+json training_json(const Results& r);
+std::string training_markdown(const Study& st, const Sections& sec);
+
+// sparsity.cpp
+void run_sparsity(Study& st);
+json sparsity_json(const Results& r);
+std::string sparsity_markdown(const Study& st, const Sections& sec);
+
+// moe.cpp
+std::int64_t moe_steps(const Study& st);
+void run_moe(Study& st);
+json moe_json(const Results& r);
+std::string moe_markdown(const Study& st, const Sections& sec);
+
+// sweep.cpp
+std::int64_t sweep_steps(const Study& st);
+void run_sweep(Study& st);
+json sweep_json(const Results& r);
+std::string sweep_markdown(const Study& st, const Sections& sec);
+
+// figures.cpp
+void draw_ffn_performance(const Study& st);
+void draw_training_dynamics(const Study& st);
+void draw_activation_comparison(const Study& st);
+void draw_activation_sparsity(const Study& st);
+void draw_moe_expert_load(const Study& st);
+void draw_sweep(const Study& st);
+
+// A stage's JSON of an optional result: null when the stage did not run.
+template <class T, class F>
+json json_if(const std::optional<T>& result, F&& write) {
+  return result ? json(write(*result)) : json(nullptr);
+}
+
+}  // namespace ffnlab::study

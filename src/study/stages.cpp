@@ -1,0 +1,124 @@
+// The stage table (stages.hpp) and the section numbers it gives the report.
+#include "ffnlab/study/stages.hpp"
+
+#include <fmt/format.h>
+
+#include "check.hpp"
+#include "stage_functions.hpp"
+
+namespace ffnlab::study {
+
+namespace {
+
+std::int64_t none(const Study&) {
+  return 0;
+}
+void nothing(Study&) {}
+json no_json(const Results&) {
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<Stage>& stages() {
+  static const std::vector<Stage> table{
+      {"data", "Data", true, none, nothing, data_json, data_markdown, {}},
+      {"figures", "Figures", false, none, nothing, no_json, figures_markdown, {}},
+      {"costs", "Costs", true, none, run_costs, costs_json, costs_markdown, {}},
+      {"equal_budget",
+       "Equal budgets",
+       true,
+       none,
+       run_equal_budget,
+       equal_budget_json,
+       equal_budget_markdown,
+       {}},
+      {"speed",
+       "Speed",
+       true,
+       none,
+       run_speed,
+       speed_json,
+       speed_markdown,
+       {{"ffn_performance_comparison", draw_ffn_performance}}},
+      {"toy", "Training dynamics", true, none, run_toy, toy_json, toy_markdown, {}},
+      {"training",
+       "",
+       true,
+       training_steps,
+       run_training,
+       training_json,
+       training_markdown,
+       {{"training_dynamics", draw_training_dynamics}}},
+      {"sparsity",
+       "Activation sparsity",
+       true,
+       none,
+       run_sparsity,
+       sparsity_json,
+       sparsity_markdown,
+       {{"activation_comparison", draw_activation_comparison},
+        {"activation_sparsity", draw_activation_sparsity}}},
+      {"moe",
+       "MoE behaviour",
+       true,
+       moe_steps,
+       run_moe,
+       moe_json,
+       moe_markdown,
+       {{"moe_expert_load", draw_moe_expert_load}}},
+      {"sweep",
+       "Sweep: why up-project, activate, down-project",
+       false,
+       sweep_steps,
+       run_sweep,
+       sweep_json,
+       sweep_markdown,
+       {{"sweep", draw_sweep}}},
+      {"zoo", "Real models", true, none, run_zoo, zoo_json, zoo_markdown, {}},
+      {"corrections",
+       "Corrections of the FFN-evolution tutorial",
+       true,
+       none,
+       run_corrections,
+       corrections_json,
+       corrections_markdown,
+       {}},
+      {"recommendations",
+       "Recommendations",
+       true,
+       none,
+       run_recommendations,
+       recommendations_json,
+       recommendations_markdown,
+       {}},
+  };
+  return table;
+}
+
+Sections::Sections(const std::vector<Stage>& table) : table_(table) {}
+
+int Sections::number(std::string_view key) const {
+  int n = -1;
+  for (const Stage& s : table_) {
+    if (s.numbered && !s.section.empty()) ++n;
+    if (s.key == key) return n;
+  }
+  throw Error(fmt::format("[study] no stage '{}' in the table", key));
+}
+
+std::string Sections::ref(std::string_view key) const {
+  return fmt::format("section {}", number(key));
+}
+
+std::string Sections::heading(std::string_view key) const {
+  for (const Stage& s : table_)
+    if (s.key == key) {
+      if (s.section.empty()) return "";
+      return s.numbered ? fmt::format("## {}. {}\n\n", number(key), s.section)
+                        : fmt::format("## {}\n\n", s.section);
+    }
+  throw Error(fmt::format("[study] no stage '{}' in the table", key));
+}
+
+}  // namespace ffnlab::study

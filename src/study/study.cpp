@@ -1,0 +1,247 @@
+// The study's scale, shared state, one training run, and run_study: the stages of the table in
+// order, then the figures, the report and results.json, all in a staged folder.
+#include "ffnlab/study/study.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/interrupt.hpp"
+#include "ffnlab/io/files.hpp"
+#include "ffnlab/report/figure.hpp"
+#include "ffnlab/report/markdown.hpp"
+#include "ffnlab/report/staged_dir.hpp"
+#include "stage_functions.hpp"
+
+namespace ffnlab::study {
+
+std::vector<std::string> default_variants() {
+  return variant_names();
+}
+
+Scale make_scale(const Options& o) {
+  Scale s;
+  // The study's LM: the reference configuration, measured against PyTorch (docs/training.md).
+  s.model.d_model = o.quick ? 32 : 128;
+  s.model.layers = o.quick ? 2 : 4;
+  s.model.heads = o.quick ? 2 : 4;
+  s.train.seq = o.quick ? 32 : 128;
+  s.model.context = s.train.seq;
+  s.train.batch = o.quick ? 8 : 16;
+  s.train.steps = o.steps > 0 ? o.steps : (o.quick ? 40 : 600);
+  s.train.warmup = std::min<std::int64_t>(50, s.train.steps / 10);
+  s.train.eval_every = std::max<std::int64_t>(1, s.train.steps / 6);
+  s.eval_tokens = o.quick ? 2048 : 32768;
+  s.train.eval_tokens = s.eval_tokens;
+  s.census_tokens = o.quick ? 2048 : 65536;
+  s.seeds = o.seeds > 0 ? o.seeds : (o.quick ? 2 : 3);
+  s.toy_seeds = o.quick ? 2 : 5;
+  s.toy_iterations = o.quick ? 20 : 100;
+  s.speed_budget = o.quick ? 0.02 : 0.3;
+  s.speed_tokens = o.quick ? 64 : 2048;
+  s.sweep_ratios = {1, 2, 4, 8};
+  return s;
+}
+
+bool Study::has_variant(std::string_view v) const {
+  return std::find(options.variants.begin(), options.variants.end(), v) != options.variants.end();
+}
+
+void Study::stage(const std::string& what) const {
+  check_stop();
+  message(fmt::format("== {}", what));
+}
+
+void Study::message(const std::string& line) const {
+  if (observer) observer->message(line);
+}
+
+void Study::step_done(const StepLog& s, const std::string& what) {
+  ++done_steps;
+  step_seconds += s.seconds;
+  const double per_step = step_seconds / static_cast<double>(done_steps);
+  // Evaluations and the stages after training add about a tenth to the steps' time.
+  const double eta = 1.1 * per_step * static_cast<double>(planned_steps - done_steps);
+  if (observer)
+    observer->step(done_steps, planned_steps,
+                   fmt::format("{} step {} loss {:.3f}", what, s.step, s.loss), eta);
+}
+
+void Study::write(const std::string& name, const std::string& text) const {
+  write_file_atomic(dir + "/" + name, text.data(), text.size());
+}
+
+void check_stop() {
+  if (stop_requested())
+    throw Interrupted(
+        fmt::format("{}: the study stopped; nothing was written (an earlier report in "
+                    "the output folder is unchanged)",
+                    stop_reason()));
+}
+
+FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
+  FFNConfig c = variant_config(variant, D, 4 * D, true);
+  if (variant == "relu" || variant == "gelu") return c;
+  if (c.kind == FFNKind::moe) c.moe.aux_coef = 0.01f;  // the usual coefficient (Switch, Mixtral)
+  const std::int64_t target = count_params(variant_config("relu", D, 4 * D, true));
+  return match_params(c, target, /*active=*/false);
+}
+
+RunRecord train_run(Study& st, const LMConfig& model, std::uint64_t seed, const std::string& label,
+                    const RunHooks& hooks) {
+  RunRecord r;
+  r.variant = label;
+  r.seed = static_cast<int>(seed);
+  r.d_ff = model.ffn.kind == FFNKind::moe ? model.ffn.expert_d_ff() : model.ffn.d_ff;
+  TrainConfig tc = st.scale.train;
+  tc.seed = seed;
+  TransformerLM lm(model, seed);
+  r.params = lm.parameters().count();
+  Trainer trainer(lm, st.corpus, tc);
+  if (hooks.on_start) hooks.on_start(lm);
+  trainer.run(
+      [&](const StepLog& s) {
+        r.steps.push_back(s);
+        if (hooks.on_step) hooks.on_step(lm, s);
+        st.step_done(s, fmt::format("{} seed {}", label, seed));
+      },
+      [&](const EvalLog& e) { r.evals.push_back(e); }, "", [] { return stop_requested(); });
+  check_stop();
+  r.val_bits_per_byte = trainer.evaluate(0).bits_per_byte;
+  if (hooks.on_end) hooks.on_end(lm);
+  std::vector<double> tps;
+  for (const auto& s : r.steps) tps.push_back(s.tokens_per_second);
+  r.median_tokens_per_second = tps.empty() ? 0 : median(tps);
+  return r;
+}
+
+std::vector<UnitSparsity> census(const Study& st, TransformerLM& lm) {
+  const auto val = st.corpus.validation();
+  const std::int64_t S = st.scale.train.seq, B = st.scale.train.batch;
+  const std::int64_t windows =
+      std::min(window_count(val, S), std::max<std::int64_t>(1, st.scale.census_tokens / S));
+  std::vector<UnitSparsity> layers(static_cast<std::size_t>(lm.config().layers));
+  for (std::int64_t first = 0; first < windows; first += B) {
+    const Batch b = sequential_batch(val, std::min(B, windows - first), S, first);
+    lm.forward(b.ids, {}, S, false);
+    for (int l = 0; l < lm.config().layers; ++l) add_hidden(layers[l], lm.ffn(l).hidden());
+  }
+  return layers;
+}
+
+json to_json(const Results& r) {
+  json out = json::object();
+  for (const Stage& s : stages())
+    if (json j = s.to_json(r); !j.is_null()) out[std::string(s.key)] = std::move(j);
+  out["threads"] = r.threads;
+  out["quick"] = r.quick;
+  out["seconds"] = r.seconds;
+  return out;
+}
+
+namespace {
+
+std::string report_header(const Study& st) {
+  const auto& o = st.options;
+  std::string md = "# The evolution of the Transformer FFN, measured\n\n";
+  const Sections sec(stages());
+  md += fmt::format(
+      "Written by `{}{}{}{}` in {} on {} OpenMP threads. Every number below was "
+      "computed or measured by this run; results.json holds them all, and each figure's data is "
+      "the CSV beside it. Runs are deterministic for a given seed, thread count and build, "
+      "except the measured times (the speeds of {} and the tokens/s of {}).\n\n",
+      o.command, o.quick ? " --quick" : "", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
+      o.steps ? fmt::format(" --steps {}", o.steps) : "", duration(st.results.seconds),
+      st.results.threads, sec.ref("speed"), sec.ref("training"));
+  if (o.quick)
+    md +=
+        "**This is a --quick run:** small models and few steps, to check the pipeline; its "
+        "training numbers say nothing about the variants.\n\n";
+  return md;
+}
+
+std::string render_report(const Study& st) {
+  const Sections sec(stages());
+  std::string md = report_header(st);
+  for (const Stage& s : stages()) {
+    const std::string body = s.markdown(st, sec);
+    if (body.empty()) continue;
+    md += sec.heading(s.key) + body;
+  }
+  return md;
+}
+
+void check_options(const Options& o) {
+  if (o.variants.empty() ||
+      std::find(o.variants.begin(), o.variants.end(), "relu") == o.variants.end())
+    throw Error("[evolve] --variants must include relu: every comparison is against it");
+  const auto known = variant_names();
+  for (const auto& v : o.variants)
+    if (std::find(known.begin(), known.end(), v) == known.end())
+      throw Error(fmt::format("[evolve] variant '{}' is not one of {}", v, fmt::join(known, ", ")));
+  if (o.seeds < 0 || o.seeds > 1000)
+    throw Error(fmt::format("[evolve] seeds = {} must be in [1, 1000] (0: the default)", o.seeds));
+  if (o.steps < 0 || o.steps > 1000000000)
+    throw Error(fmt::format("[evolve] steps = {} must be in [1, 10^9] (0: the default)", o.steps));
+}
+
+}  // namespace
+
+Results run_study(const Options& options, Observer& observer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_options(options);
+  Study st;
+  st.options = options;
+  st.scale = make_scale(options);
+  st.observer = &observer;
+  if (!gnuplot_available())
+    throw Error(
+        "[evolve] gnuplot is not on the PATH (Debian package gnuplot-nox; "
+        "scripts/install-deps.sh installs it)");
+  // The output place is checked (and staged) before anything is read or computed.
+  StagedDirectory out(options.out, {options.data});
+  st.corpus = load_corpus(options.data, 0.1);
+  // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
+  const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
+  if (st.corpus.train().size() < need || st.corpus.validation().size() < need)
+    throw Error(fmt::format(
+        "[evolve] '{}' has {} bytes: its training part and its validation part (the last 10 %) "
+        "need at least {} bytes each (one sequence of {} and its next byte)",
+        options.data, st.corpus.bytes.size(), need, st.scale.train.seq));
+  st.dir = out.path();
+  st.results.data = DataResult{st.corpus.source, st.corpus.fingerprint,
+                               static_cast<std::int64_t>(st.corpus.files.size()),
+                               static_cast<std::int64_t>(st.corpus.bytes.size()),
+                               static_cast<std::int64_t>(st.corpus.validation().size())};
+  st.results.threads = omp_get_max_threads();
+  st.results.quick = options.quick;
+
+  for (const Stage& s : stages()) st.planned_steps += s.planned_steps(st);
+  observer.begin(st.planned_steps,
+                 fmt::format("{} variants, {} seeds × {} steps ({} training steps in all), into {}",
+                             options.variants.size(), st.scale.seeds, st.scale.train.steps,
+                             st.planned_steps, out.final_path()));
+  try {
+    for (const Stage& s : stages()) s.run(st);
+    st.stage("figures (gnuplot)");
+    for (const Stage& s : stages())
+      if (!s.to_json(st.results).is_null())
+        for (const Figure& f : s.figures) f.draw(st);
+  } catch (...) {
+    observer.end();
+    throw;
+  }
+  observer.end();
+  st.results.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.write("results.json", to_json(st.results).dump(2) + "\n");
+  st.write("REPORT.md", render_report(st));
+  out.commit();
+  return st.results;
+}
+
+}  // namespace ffnlab::study

@@ -1,0 +1,274 @@
+// Stages "toy" and "training": the tutorial's toy run (each layer alone memorising 8 random
+// vectors) over toy seeds, and the study proper: every variant trained as a byte-level LM at
+// equal parameters over paired seeds (a seed gives every variant the same initialisation stream
+// and the same batches), judged against ReLU by a rule stated in the report.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/report/markdown.hpp"
+#include "ffnlab/train/toy.hpp"
+#include "stage_functions.hpp"
+
+namespace ffnlab::study {
+
+std::string_view verdict_text(Verdict v) {
+  switch (v) {
+    case Verdict::reference:
+      return "reference";
+    case Verdict::better:
+      return "better than ReLU";
+    case Verdict::worse:
+      return "worse than ReLU";
+    case Verdict::no_difference:
+      return "no difference measurable at this scale";
+    case Verdict::one_seed:
+      return "one seed: no spread to compare with";
+  }
+  return "?";
+}
+
+const VariantOutcome* TrainingResult::find(std::string_view variant) const {
+  for (const auto& v : variants)
+    if (v.variant == variant) return &v;
+  return nullptr;
+}
+
+namespace {
+
+const std::vector<std::string> kToyVariants{"relu", "gelu", "glu", "gated", "moe"};
+constexpr std::int64_t kToyD = 512, kToyF = 2048;
+
+ToySummary summarise(const std::vector<ToyStep>& steps) {
+  std::vector<double> g;
+  for (const auto& s : steps) g.push_back(s.grad_norm);
+  // Population std over iterations, as the tutorial's table reports it.
+  return {steps.front().loss, steps.back().loss, 1.0 - steps.back().loss / steps.front().loss,
+          mean(g), population_std(g)};
+}
+
+}  // namespace
+
+void run_toy(Study& st) {
+  st.stage("the tutorial's toy run (each layer alone memorising 8 random vectors)");
+  ToyResult r;
+  r.config.iterations = st.scale.toy_iterations;
+  r.d_model = kToyD;
+  r.d_ff = kToyF;
+  r.seeds = st.scale.toy_seeds;
+  std::string csv = "variant,iteration,loss,grad_norm\n";
+  for (const std::string& v : kToyVariants) {
+    std::vector<double> last, drop, gmean;
+    ToyVariant tv;
+    tv.variant = v;
+    for (int i = 0; i < r.seeds; ++i) {
+      ToyConfig tc = r.config;
+      tc.seed = 42 + static_cast<std::uint64_t>(i);
+      const auto steps = ffnlab::run_toy(variant_config(v, kToyD, kToyF, true), tc);
+      const ToySummary s = summarise(steps);
+      if (i == 0) {
+        tv.first_seed = s;
+        for (std::size_t k = 0; k < steps.size(); ++k)
+          csv += fmt::format("{},{},{:.6f},{:.6f}\n", v, k + 1, steps[k].loss, steps[k].grad_norm);
+      }
+      last.push_back(s.last);
+      drop.push_back(s.drop);
+      gmean.push_back(s.grad_mean);
+    }
+    tv.final_loss_mean = mean(last);
+    tv.final_loss_std = sample_std(last);
+    tv.drop_mean = mean(drop);
+    tv.drop_std = sample_std(drop);
+    tv.grad_norm_mean_mean = mean(gmean);
+    tv.grad_norm_mean_std = sample_std(gmean);
+    r.variants.push_back(tv);
+  }
+  st.write("toy_loss.csv", csv);
+  st.results.toy = std::move(r);
+}
+
+json toy_json(const Results& res) {
+  return json_if(res.toy, [](const ToyResult& r) {
+    json out;
+    out["config"] = {{"d_model", r.d_model},
+                     {"d_ff", r.d_ff},
+                     {"batch", r.config.batch},
+                     {"seq", r.config.seq},
+                     {"dropout", r.config.dropout},
+                     {"lr", r.config.lr},
+                     {"iterations", r.config.iterations},
+                     {"seeds", r.seeds}};
+    for (const ToyVariant& v : r.variants) {
+      const ToySummary& s = v.first_seed;
+      out["variants"][v.variant] = {{"seed42",
+                                     {{"initial_loss", s.first},
+                                      {"final_loss", s.last},
+                                      {"drop", s.drop},
+                                      {"grad_norm_mean", s.grad_mean},
+                                      {"grad_norm_std", s.grad_std}}},
+                                    {"over_seeds",
+                                     {{"final_loss_mean", v.final_loss_mean},
+                                      {"final_loss_std", v.final_loss_std},
+                                      {"drop_mean", v.drop_mean},
+                                      {"drop_std", v.drop_std},
+                                      {"grad_norm_mean_mean", v.grad_norm_mean_mean},
+                                      {"grad_norm_mean_std", v.grad_norm_mean_std}}}};
+    }
+    return out;
+  });
+}
+
+std::string toy_markdown(const Study& st, const Sections&) {
+  if (!st.results.toy) return "";
+  const ToyResult& r = *st.results.toy;
+  std::vector<std::vector<std::string>> rows;
+  for (const ToyVariant& v : r.variants) {
+    const ToySummary& s = v.first_seed;
+    rows.push_back(
+        {v.variant, fixed(s.first, 4), fixed(s.last, 4), percent(s.drop), fixed(s.grad_mean, 4),
+         fixed(s.grad_std, 4),
+         fmt::format("{} ± {}", fixed(v.final_loss_mean, 4), fixed(v.final_loss_std, 4)),
+         fmt::format("{} ± {}", fixed(v.grad_norm_mean_mean, 3), fixed(v.grad_norm_mean_std, 3))});
+  }
+  std::string md = "### The tutorial's toy run\n\n";
+  md += fmt::format(
+      "Each layer alone, Adam (lr {}) on one fixed batch of {} random vectors against random "
+      "targets with MSE, dropout {} on the input, {} iterations, d_model {}, d_ff {} for "
+      "every variant (so the variants differ in size). **It measures how fast a layer memorises "
+      "8 random vectors, nothing about language.** Seed 42 is the tutorial's own; the last two "
+      "columns are mean ± standard deviation over {} seeds (42 to {}).\n\n",
+      r.config.lr, r.config.batch * r.config.seq, r.config.dropout, r.config.iterations, r.d_model,
+      r.d_ff, r.seeds, 41 + r.seeds);
+  md += markdown_table({"variant", "initial loss", "final loss", "drop", "mean grad norm",
+                        "std grad norm", "final loss over seeds", "mean grad norm over seeds"},
+                       rows, "lrrrrrrr");
+  return md + "\n";
+}
+
+std::int64_t training_steps(const Study& st) {
+  return st.scale.train.steps * static_cast<std::int64_t>(st.options.variants.size()) *
+         st.scale.seeds;
+}
+
+void run_training(Study& st) {
+  st.stage(fmt::format("training {} variants × {} seeds, {} steps each", st.options.variants.size(),
+                       st.scale.seeds, st.scale.train.steps));
+  for (int seed = 1; seed <= st.scale.seeds; ++seed)
+    for (const auto& v : st.options.variants) {
+      LMConfig m = st.scale.model;
+      m.ffn = study_ffn(v, m.d_model);
+      // Seed 1 of each variant also takes the activation census, before and after training.
+      RunHooks hooks;
+      if (seed == 1) {
+        hooks.on_start = [&](TransformerLM& lm) { st.census_init[v] = census(st, lm); };
+        hooks.on_end = [&](TransformerLM& lm) { st.census_trained[v] = census(st, lm); };
+      }
+      st.runs.push_back(train_run(st, m, static_cast<std::uint64_t>(seed), v, hooks));
+      const RunRecord& r = st.runs.back();
+      st.message(fmt::format("  {} seed {}: {:.4f} bits/byte, {:.0f} tokens/s", v, seed,
+                             r.val_bits_per_byte, r.median_tokens_per_second));
+    }
+
+  // Per variant: validation over seeds, and the difference to ReLU paired by seed.
+  TrainingResult out;
+  out.model = st.scale.model;
+  out.train = st.scale.train;
+  out.seeds = st.scale.seeds;
+  out.validation_bytes = static_cast<std::int64_t>(st.corpus.validation().size());
+  auto bpb = [&](const std::string& v) {
+    std::vector<double> x;
+    for (const auto& r : st.runs)
+      if (r.variant == v) x.push_back(r.val_bits_per_byte);
+    return x;
+  };
+  const std::vector<double> relu = bpb("relu");
+  for (const auto& v : st.options.variants) {
+    VariantOutcome o;
+    o.variant = v;
+    o.val_bits_per_byte = bpb(v);
+    std::vector<double> diff, tps;
+    for (std::size_t i = 0; i < o.val_bits_per_byte.size() && i < relu.size(); ++i)
+      diff.push_back(o.val_bits_per_byte[i] - relu[i]);
+    for (const auto& r : st.runs)
+      if (r.variant == v) {
+        if (tps.empty()) o.d_ff = r.d_ff, o.params = r.params;
+        tps.push_back(r.median_tokens_per_second);
+      }
+    o.mean = mean(o.val_bits_per_byte);
+    o.std = sample_std(o.val_bits_per_byte);
+    o.diff_mean = mean(diff);
+    o.diff_std = sample_std(diff);
+    o.tokens_per_second = mean(tps);
+    if (v == "relu" || relu.empty())
+      o.verdict = Verdict::reference;
+    else if (diff.size() < 2)
+      o.verdict = Verdict::one_seed;
+    else if (std::fabs(o.diff_mean) > o.diff_std)
+      o.verdict = o.diff_mean < 0 ? Verdict::better : Verdict::worse;
+    else
+      o.verdict = Verdict::no_difference;
+    out.variants.push_back(std::move(o));
+  }
+  st.results.training = std::move(out);
+}
+
+json training_json(const Results& res) {
+  return json_if(res.training, [](const TrainingResult& t) {
+    json out;
+    out["config"] = {{"model", lm_config_to_json(t.model)},
+                     {"steps", t.train.steps},
+                     {"batch", t.train.batch},
+                     {"seq", t.train.seq},
+                     {"lr", t.train.optimizer.lr},
+                     {"seeds", t.seeds},
+                     {"validation_bytes", t.validation_bytes}};
+    for (const VariantOutcome& o : t.variants)
+      out["variants"][o.variant] = {{"d_ff", o.d_ff},
+                                    {"params", o.params},
+                                    {"val_bits_per_byte", o.val_bits_per_byte},
+                                    {"mean", o.mean},
+                                    {"std", o.std},
+                                    {"paired_difference_to_relu_mean", o.diff_mean},
+                                    {"paired_difference_to_relu_std", o.diff_std},
+                                    {"verdict", verdict_text(o.verdict)},
+                                    {"median_tokens_per_second", o.tokens_per_second}};
+    return out;
+  });
+}
+
+std::string training_markdown(const Study& st, const Sections& sec) {
+  if (!st.results.training) return "";
+  const TrainingResult& t = *st.results.training;
+  std::vector<std::vector<std::string>> rows;
+  for (const VariantOutcome& o : t.variants) {
+    std::string seeds;
+    for (double b : o.val_bits_per_byte) seeds += (seeds.empty() ? "" : ", ") + fixed(b, 3);
+    rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params), seeds,
+                    fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
+                    o.verdict == Verdict::reference
+                        ? "—"
+                        : fmt::format("{:+.4f} ± {}", o.diff_mean, fixed(o.diff_std, 4)),
+                    std::string(verdict_text(o.verdict)),
+                    thousands(static_cast<std::int64_t>(o.tokens_per_second))});
+  }
+  std::string md = fmt::format(
+      "### Language modelling on real text\n\n"
+      "Every variant as the FFN of a byte-level Transformer LM ({} layers, d_model {}, {} heads, "
+      "sequence {}, pre-norm, tied head), at about equal parameters (the widths of {}'s "
+      "study table; moe: 8 experts, top-2, balancing loss 0.01), trained {} steps of batch {} with "
+      "AdamW (lr {}, warm-up and cosine), on the corpus of {}. Validation: bits per byte over "
+      "the whole validation part ({} bytes) after the last step. Seeds 1 to {} are paired: seed "
+      "s gives every variant the same batches. **Rule:** a variant is called better or worse "
+      "than ReLU only where the mean of its paired differences is larger than their standard "
+      "deviation over seeds; otherwise: no difference measurable at this scale.\n\n",
+      t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
+      t.train.batch, t.train.optimizer.lr, sec.ref("data"), t.validation_bytes, t.seeds);
+  md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
+                        "paired difference to ReLU", "verdict", "tokens/s"},
+                       rows, "lrrrrrlr");
+  return md + "\n";
+}
+
+}  // namespace ffnlab::study

@@ -1,0 +1,184 @@
+// The study layer: its stage table and section numbers, equal-budget widths, the statistics
+// helpers, and recommendations read from typed results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/study/stages.hpp"
+#include "ffnlab/study/study.hpp"
+
+namespace ffnlab {
+namespace {
+
+using study::Stage;
+using study::stages;
+
+const Stage& stage(std::string_view key) {
+  for (const Stage& s : stages())
+    if (s.key == key) return s;
+  throw std::runtime_error("no stage " + std::string(key));
+}
+
+TEST(StudyStages, KeysAndFiguresAreUniqueAndSectionsNumberedInOrder) {
+  std::set<std::string_view> keys, figures;
+  int expected = 0;
+  const study::Sections sec(stages());
+  for (const Stage& s : stages()) {
+    EXPECT_TRUE(keys.insert(s.key).second) << s.key;
+    for (const auto& f : s.figures) EXPECT_TRUE(figures.insert(f.name).second) << f.name;
+    ASSERT_TRUE(s.run && s.to_json && s.markdown && s.planned_steps) << s.key;
+    if (s.numbered && !s.section.empty()) {
+      EXPECT_EQ(sec.number(s.key), expected) << s.key;
+      EXPECT_EQ(sec.heading(s.key),
+                "## " + std::to_string(expected) + ". " + std::string(s.section) + "\n\n");
+      ++expected;
+    }
+  }
+  EXPECT_EQ(stages().front().key, "data");
+  EXPECT_EQ(sec.ref("data"), "section 0");
+  // A stage without a section of its own is in the section before it.
+  EXPECT_EQ(stage("training").section, "");
+  EXPECT_EQ(sec.ref("training"), sec.ref("toy"));
+  EXPECT_EQ(sec.heading("training"), "");
+  EXPECT_THROW(sec.number("no such stage"), Error);
+}
+
+TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
+  study::Study st;
+  st.options.quick = true;
+  st.options.variants = {"relu", "swiglu"};
+  st.scale = study::make_scale(st.options);
+  std::int64_t planned = 0;
+  for (const Stage& s : stages()) planned += s.planned_steps(st);
+  EXPECT_EQ(planned, 2 * st.scale.seeds * st.scale.train.steps);  // no MoE, no sweep
+  st.options.variants.push_back("moe");
+  st.options.sweep = true;
+  planned = 0;
+  for (const Stage& s : stages()) planned += s.planned_steps(st);
+  EXPECT_EQ(planned, (3 * st.scale.seeds + 3 + 8) * st.scale.train.steps);
+}
+
+// The narrowest multiple of 8 whose parameters are closest to the target, by search.
+std::int64_t searched_width(FFNConfig c, std::int64_t target, bool active) {
+  std::int64_t best = 8;
+  double gap = 1e300;
+  for (std::int64_t f = 8; f <= 64 * c.d_model; f += 8) {
+    (c.kind == FFNKind::moe ? c.moe.expert_d_ff : c.d_ff) = f;
+    const FFNCost k = ffn_cost(c, 1);
+    const double g = std::abs(static_cast<double>((active ? k.active_params : k.params) - target));
+    if (g < gap) gap = g, best = f;
+  }
+  return best;
+}
+
+TEST(EqualBudget, MatchParamsFindsTheClosestWidthOfEveryVariant) {
+  for (const std::int64_t D : {16, 64, 96, 200, 512})
+    for (const auto& v : variant_names())
+      for (const bool bias : {true, false})
+        for (const bool active : {false, true}) {
+          const FFNConfig c = variant_config(v, D, 4 * D, bias);
+          const std::int64_t target = count_params(variant_config("relu", D, 4 * D, bias));
+          const FFNConfig m = match_params(c, target, active);
+          const std::int64_t got = c.kind == FFNKind::moe ? m.moe.expert_d_ff : m.d_ff;
+          EXPECT_EQ(got, searched_width(c, target, active))
+              << v << " D " << D << " bias " << bias << " active " << active;
+        }
+}
+
+TEST(EqualBudget, DefaultWidthIsFourDOrReLUsParametersForTheGLUKinds) {
+  EXPECT_EQ(default_d_ff(variant_config("relu", 128, 1, true)), 512);
+  EXPECT_EQ(default_d_ff(variant_config("gated", 128, 1, true)), 512);
+  EXPECT_EQ(default_d_ff(variant_config("moe", 128, 1, true)), 512);
+  // 128: ReLU has 131,712 parameters; SwiGLU 386·F + 128 is closest at F = 344 (about 8/3·D).
+  EXPECT_EQ(default_d_ff(variant_config("swiglu", 128, 1, true)), 344);
+  // 256: 680 (523,856 against ReLU's 525,568), not 8/3·D rounded up (688: 530,016).
+  EXPECT_EQ(default_d_ff(variant_config("swiglu", 256, 1, true)), 680);
+  EXPECT_EQ(default_d_ff(variant_config("swiglu", 4096, 1, false)), 10920);
+}
+
+TEST(Stats, MeanStandardDeviationsAndMedian) {
+  const std::vector<double> v{2, 4, 4, 4, 5, 5, 7, 9};
+  EXPECT_DOUBLE_EQ(mean(v), 5.0);
+  EXPECT_DOUBLE_EQ(population_std(v), 2.0);
+  EXPECT_DOUBLE_EQ(sample_std(v), std::sqrt(32.0 / 7.0));
+  EXPECT_EQ(sample_std(std::vector<double>{3.0}), 0.0);
+  EXPECT_TRUE(std::isnan(mean(std::vector<double>{})));
+  EXPECT_EQ(median({3, 1, 2}), 2.0);
+  EXPECT_EQ(median({4, 1, 3, 2}), 3.0);  // the upper of the two middle values: one measured
+  EXPECT_TRUE(std::isnan(median({})));
+}
+
+TEST(CostJson, OneSchemaForEveryWriter) {
+  const nlohmann::ordered_json j = to_json(ffn_cost(variant_config("swiglu", 64, 176, false), 8));
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"params", "active_params", "flops_per_token",
+                                            "saved_floats_per_token", "memory_bytes"}));
+  EXPECT_EQ(j["params"], 3 * 64 * 176);
+  EXPECT_EQ(j["flops_per_token"]["forward_matmul"], 2.0 * 3 * 64 * 176);
+  EXPECT_TRUE(j["memory_bytes"]["bf16"].contains("total"));
+}
+
+study::VariantOutcome outcome(std::string v, double mean, study::Verdict verdict, double tps) {
+  study::VariantOutcome o;
+  o.variant = std::move(v);
+  o.mean = mean;
+  o.verdict = verdict;
+  o.tokens_per_second = tps;
+  return o;
+}
+
+// The recommendations stage reads verdicts, costs and speeds from the typed results.
+TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
+  study::Study st;
+  st.options.variants = {"relu", "gelu", "swiglu", "moe"};
+  st.scale = study::make_scale(st.options);
+  study::CostsResult costs;
+  for (const auto& v : st.options.variants)
+    costs.study.push_back({v, study::study_ffn(v, 128), ffn_cost(study::study_ffn(v, 128), 1)});
+  st.results.costs = costs;
+  study::TrainingResult t;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("gelu", 3.10, study::Verdict::worse, 200),
+                outcome("swiglu", 2.90, study::Verdict::better, 90),
+                outcome("moe", 3.01, study::Verdict::no_difference, 120)};
+  st.results.training = t;
+  const Stage& rec = stage("recommendations");
+  rec.run(st);
+  nlohmann::ordered_json j = rec.to_json(st.results);
+  EXPECT_EQ(j["best_at_equal_parameters"], "swiglu");
+  EXPECT_EQ(j["best_per_second"], "moe");  // gelu is faster but worse
+  EXPECT_EQ(j["moe_pays_off"], true);      // not worse, and faster than ReLU
+  EXPECT_EQ(j["best_per_flop"], "swiglu");
+  const std::string md = rec.markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("**Best validation at equal parameters:** swiglu"), std::string::npos) << md;
+
+  st.results.training->variants[3].verdict = study::Verdict::worse;
+  rec.run(st);
+  j = rec.to_json(st.results);
+  EXPECT_EQ(j["moe_pays_off"], false);
+  EXPECT_EQ(j["best_per_second"], "relu");
+  st.results.training->variants[2].verdict = study::Verdict::no_difference;
+  rec.run(st);
+  EXPECT_TRUE(rec.to_json(st.results)["best_at_equal_parameters"].is_null());
+}
+
+TEST(Study, RefusesBadOptionsBeforeAnyWork) {
+  struct Quiet : study::Observer {
+  } quiet;
+  study::Options o;
+  o.out = "/nonexistent/never-created";
+  o.variants = {"gelu"};
+  EXPECT_THROW(study::run_study(o, quiet), Error);
+  o.variants = {"relu", "no-such-variant"};
+  EXPECT_THROW(study::run_study(o, quiet), Error);
+  EXPECT_FALSE(std::filesystem::exists(o.out));
+}
+
+}  // namespace
+}  // namespace ffnlab
