@@ -1,6 +1,6 @@
 // Layer benchmark: forward and forward+backward of every dense FFN variant, as GFLOP/s and as a
 // ratio to oneDNN's bare matrix-product throughput for the same product shapes, measured in the
-// same run (the practical peak of this machine; absolute times drift on a shared machine).
+// same run (what the layer's own products reach alone; absolute times drift on a shared machine).
 //
 //   bench_ffn [--d-model 512] [--d-ff 2048] [--tokens 8,6400] [--seconds 0.5] [--json]
 #include <fmt/format.h>
@@ -68,12 +68,12 @@ int main(int argc, char** argv) {
   }
   fmt::print(
       "Dense FFN layers, d_model {}, d_ff {}, bias, f32 (training forward keeps "
-      "activations). GFLOP/s count matrix-product FLOPs only; 'of peak' is the layer's "
+      "activations). GFLOP/s count matrix-product FLOPs only; 'of bare' is the layer's "
       "rate over bare oneDNN products of the same shapes, measured in this run.\n\n",
       D, F);
   fmt::print(
-      "| variant | tokens | fwd ms | fwd GFLOP/s | fwd of peak | fwd+bwd ms | fwd+bwd "
-      "GFLOP/s | fwd+bwd of peak |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| variant | tokens | fwd ms | fwd GFLOP/s | fwd of bare | fwd+bwd ms | fwd+bwd "
+      "GFLOP/s | fwd+bwd of bare |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& r : rows)
     fmt::print("| {} | {} | {:.3f} | {:.1f} | {:.0f} % | {:.3f} | {:.1f} | {:.0f} % |\n", r.variant,
                r.tokens, r.fwd_s * 1e3, r.fwd_gflops, 100 * r.fwd_gflops / r.mm_fwd_gflops,

@@ -70,11 +70,11 @@ def main():
         f"`{r['data']['fingerprint']}`. The run took {r['seconds'] / 60:.1f} minutes on "
         f"{r['threads']} threads.\n")
     out.append("| variant | formula | params (one layer) | fwd matrix FLOPs/token | d_ff at "
-               "equal params | speed, fwd+bwd of peak | validation bits/byte | vs ReLU | zero / "
+               "equal params | speed, fwd+bwd of bare | validation bits/byte | vs ReLU | zero / "
                "dead after training | used by | advice |")
     out.append("|---|---|---|---|---:|---:|---:|---|---|---|---|")
     for v, t in train.items():
-        sp = speed.get(v, {}).get("forward_backward_of_peak")
+        sp = speed.get(v, {}).get("forward_backward_of_bare")
         layers = sparsity.get(v, [])
         zero = sum(l["zero_fraction_trained"] for l in layers) / len(layers) if layers else None
         dead = sum(l["dead_units_trained"] for l in layers) if layers and v != "moe" else None
@@ -89,7 +89,7 @@ def main():
             advice = "the reference; sparse, and loses units to death"
         elif t["verdict"] == "better than ReLU":
             advice = "use it: measurably better than ReLU at the same parameters"
-        elif "worse" in t["verdict"]:
+        elif t["verdict"] == "worse than ReLU":
             advice = "worse than ReLU in this run (a small LM trained briefly)"
         else:
             advice = "no difference measurable at this scale"

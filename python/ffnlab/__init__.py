@@ -48,9 +48,16 @@ def evolve(out="report", *, quick=False, seeds=None, steps=None, variants=None, 
     return _ffnlab._evolve(options, _progress(progress))
 
 
-def train(model, data, *, progress=True, **settings):
+def train(model, data, *, out=None, resume=None, force=False, progress=True, **settings):
     """Trains `model` (a TransformerLM) in place on the text at `data`; settings are the
     training keys of docs/config.md (steps, batch, seq, lr, seed, ...). Returns the per-step
-    log, the periodic evaluations, the final validation and a summary as dicts. The GIL is
-    released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt)."""
-    return _ffnlab.train(model, str(data), _progress(progress), **settings)
+    log, the periodic evaluations, the final validation and a summary as dicts.
+
+    out: a run folder written as `ffnlab train --out` writes it (train_log.csv, eval_log.csv,
+    checkpoint/, summary.json). resume: a run folder to continue from, bit-identically (the
+    model must be the checkpoint's; other settings or other data need force=True). The GIL is
+    released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt), with a
+    checkpoint in `out`."""
+    return _ffnlab.train(model, str(data), _progress(progress),
+                         str(out) if out is not None else "",
+                         str(resume) if resume is not None else "", force, **settings)

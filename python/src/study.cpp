@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -19,9 +20,11 @@
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/interrupt.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
 #include "ffnlab/train/data.hpp"
+#include "ffnlab/train/run_folder.hpp"
 #include "ffnlab/train/trainer.hpp"
 #include "python.hpp"
 
@@ -167,33 +170,89 @@ py::dict eval_dict(const EvalLog& e) {
 }
 
 py::dict train(LM& model, const std::string& data, const py::object& progress,
+               const std::string& out, const std::string& resume, bool force,
                const py::kwargs& keys) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& [key, value] : keys) j[std::string(py::str(key))] = to_json(value);
-  const TrainConfig tc = train_config_from_json(j);
+  std::vector<std::string> given;
+  for (const auto& [key, value] : keys) {
+    given.emplace_back(py::str(key));
+    j[given.back()] = to_json(value);
+  }
+  TrainConfig tc = train_config_from_json(j);
   TransformerLM& lm = *model.lm;
   Callback callback(progress);
   std::vector<StepLog> steps;
   std::vector<EvalLog> evals;
   const EvalLog validation = run_released(callback, [&] {
+    std::optional<ResumePoint> point;
+    if (!resume.empty()) {
+      point = read_resume_point(resume);
+      std::vector<SettingChange> changes;
+      tc = resumed_settings(*point, tc, given, changes);
+      std::string list;
+      for (const auto& c : changes)
+        list += fmt::format("{}{} = {} (the checkpoint has {})", list.empty() ? "" : "; ", c.key,
+                            c.given.dump(), c.saved.dump());
+      if (!list.empty() && !force)
+        throw Error(fmt::format(
+            "[train] resuming '{}' with other training settings: {}; pass force=True to change "
+            "them",
+            resume, list));
+    }
+    if (!out.empty()) {
+      check_writable_dir(out, "train");
+      if (path_within(out, data))
+        throw Error(fmt::format(
+            "[train] out '{}' is or lies inside the data '{}': the run's files would become "
+            "part of its data; choose another place",
+            out, data));
+    }
     const Corpus corpus = load_corpus(data, 0.1);
+    if (point && !force)
+      if (const DataMismatch m = data_mismatch(*point, corpus); !m.what.empty())
+        throw Error(fmt::format("[train] {}; pass force=True to continue anyway", m.what));
     check_training_setup(lm.config(), corpus, tc);
     Trainer trainer(lm, corpus, tc);
-    trainer.run(
+    if (point) trainer.load(point->checkpoint_dir);
+    if (trainer.step() > tc.steps)
+      throw Error(fmt::format("[train] the checkpoint is at step {}, past steps = {}",
+                              trainer.step(), tc.steps));
+    std::unique_ptr<TrainLogs> logs;
+    if (!out.empty()) {
+      ensure_writable_dir(out, "train");
+      const bool here = point && std::filesystem::weakly_canonical(resume) ==
+                                     std::filesystem::weakly_canonical(out);
+      logs = std::make_unique<TrainLogs>(out, here, trainer.step());
+    }
+    const bool finished = trainer.run(
         [&](const StepLog& s) {
           steps.push_back(s);
+          if (logs) logs->add(s);
           callback("step", s.step, tc.steps, fmt::format("step {} loss {:.3f}", s.step, s.loss),
                    -1.0);
         },
         [&](const EvalLog& e) {
           evals.push_back(e);
+          if (logs) logs->add(e);
           callback("eval", e.step, tc.steps,
                    fmt::format("step {}: validation {:.4f} bits/byte", e.step, e.bits_per_byte),
                    -1.0);
         },
-        "", [] { return stop_requested(); });
-    if (stop_requested()) throw Interrupted("stopped");
-    return trainer.evaluate(0);
+        out.empty() ? "" : (std::filesystem::path(out) / "checkpoint").string(),
+        [] { return stop_requested(); });
+    if (!finished)
+      throw Interrupted(fmt::format("stopped after step {}{}", trainer.step(),
+                                    out.empty() ? "" : "; checkpoint written to " + out));
+    const EvalLog last = trainer.evaluate(0);
+    if (!out.empty()) {
+      std::vector<double> tps;
+      for (const auto& s : steps) tps.push_back(s.tokens_per_second);
+      write_summary(out,
+                    {lm.config(), tc, lm.parameters().count(), trainer.step(),
+                     tps.empty() ? 0.0 : median(tps), evals, ""},
+                    corpus);
+    }
+    return last;
   });
   callback("end", static_cast<std::int64_t>(steps.size()), tc.steps, std::string(), -1.0);
   py::list step_list, eval_list;
@@ -203,18 +262,18 @@ py::dict train(LM& model, const std::string& data, const py::object& progress,
     tps.push_back(s.tokens_per_second);
   }
   for (const auto& e : evals) eval_list.append(eval_dict(e));
-  py::dict out;
-  out["steps"] = step_list;
-  out["evals"] = eval_list;
-  out["validation"] = eval_dict(validation);
+  py::dict result;
+  result["steps"] = step_list;
+  result["evals"] = eval_list;
+  result["validation"] = eval_dict(validation);
   py::dict summary;
   summary["params"] = lm.parameters().count();
   summary["steps"] = static_cast<std::int64_t>(steps.size());
   summary["val_bits_per_byte"] = validation.bits_per_byte;
   summary["median_tokens_per_second"] = tps.empty() ? 0.0 : median(tps);
   summary["train"] = from_json(train_config_to_json(tc));
-  out["summary"] = summary;
-  return out;
+  result["summary"] = summary;
+  return result;
 }
 
 py::object evolve(const py::dict& options, const py::object& progress) {
@@ -260,6 +319,17 @@ width at the parameters of ReLU's 4*d_model) names the FFN of every block.)")
              return LM{std::make_unique<TransformerLM>(c, seed)};
            }),
            py::arg("config") = py::none(), py::arg("seed") = 0)
+      .def_static(
+          "from_run",
+          [](const py::object& run_dir) {  // a str or a path-like object
+            const std::string dir = py::str(py::module_::import("os").attr("fspath")(run_dir));
+            const LMConfig c = read_resume_point(dir).model;
+            py::gil_scoped_release release;
+            return LM{std::make_unique<TransformerLM>(c, 0)};
+          },
+          py::arg("run_dir"),
+          "A model of the config in a run folder's checkpoint (its weights are loaded by "
+          "train(..., resume=run_dir))")
       .def_property_readonly(
           "config", [](const LM& l) { return from_json(lm_config_to_json(l.lm->config())); },
           "the full model config as a dict (every key, defaults filled in)")
@@ -271,12 +341,16 @@ width at the parameters of ReLU's 4*d_model) names the FFN of every block.)")
                            c.d_model, variant_name(c.ffn), l.lm->parameters().count());
       });
   m.def("train", &train, py::arg("model"), py::arg("data"), py::arg("progress") = py::none(),
+        py::arg("out") = "", py::arg("resume") = "", py::arg("force") = false,
         R"(Trains `model` (a TransformerLM, in place) on the text at `data` (a file or a folder;
 the last 10 % of the bytes are the validation part). Keys are the training settings of
 docs/config.md (steps, batch, seq, lr, seed, ...). progress(kind, step, steps, text, eta) is
-called after every step ("step") and evaluation ("eval"). Returns {"steps": [...],
-"evals": [...], "validation": {...}, "summary": {...}}. Ctrl-C stops after the current step
-(KeyboardInterrupt).)");
+called after every step ("step") and evaluation ("eval"). out: a run folder to write as
+`ffnlab train --out` does (logs, checkpoint/, summary.json). resume: a run folder to continue
+from (its checkpoint's model must be this model's; settings given here that differ from the
+checkpoint's, or other data, need force=True). Returns {"steps": [...], "evals": [...],
+"validation": {...}, "summary": {...}}. Ctrl-C stops after the current step, with a checkpoint
+when out is given (KeyboardInterrupt).)");
   m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
         "The study (ffnlab.evolve wraps it with a progress bar)");
 }

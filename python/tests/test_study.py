@@ -122,3 +122,50 @@ def test_evolve_refuses_bad_options_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="no option"):
         ffnlab._ffnlab._evolve({"colour": "blue"})
     assert not (tmp_path / "r").exists()
+
+
+def test_train_writes_a_run_folder_and_resumes_bit_identically(corpus, tmp_path):
+    whole = ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, progress=False,
+                         **dict(SETTINGS, steps=6))
+    run = tmp_path / "run"
+    first = ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, out=run, progress=False,
+                         **dict(SETTINGS, steps=6, checkpoint_every=3))
+    assert (run / "checkpoint" / "checkpoint.json").exists()
+    assert json.loads((run / "summary.json").read_text())["steps"] == 6
+    with open(run / "train_log.csv") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4, 5, 6]
+    assert [s["loss"] for s in first["steps"]] == [s["loss"] for s in whole["steps"]]
+
+    # Stopped by Ctrl-C after step 3 (a checkpoint is written), then resumed: steps 4 to 6 have
+    # the losses of the uninterrupted run.
+    part = tmp_path / "part"
+
+    def interrupt_at_3(kind, step, *rest):
+        if kind == "step" and step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, out=part,
+                     progress=interrupt_at_3, **dict(SETTINGS, steps=6))
+    assert json.loads((part / "checkpoint" / "checkpoint.json").read_text())["step"] == 3
+    lm = ffnlab.TransformerLM.from_run(part)
+    assert lm.config == ffnlab.TransformerLM(**SMALL).config
+    rest = ffnlab.train(lm, corpus, out=part, resume=part, progress=False,
+                        **dict(SETTINGS, steps=6))
+    assert [s["step"] for s in rest["steps"]] == [4, 5, 6]
+    assert [s["loss"] for s in rest["steps"]] == [s["loss"] for s in whole["steps"][3:]]
+    with open(part / "train_log.csv") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4, 5, 6]
+
+    # Other settings, or other data, only when forced.
+    with pytest.raises(ValueError, match="lr"):
+        ffnlab.train(ffnlab.TransformerLM.from_run(part), corpus, resume=part, progress=False,
+                     steps=8, lr=0.1)
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text()[::-1])
+    with pytest.raises(ValueError, match="not the data"):
+        ffnlab.train(ffnlab.TransformerLM.from_run(part), other, resume=part, progress=False,
+                     steps=8)
+    with pytest.raises(ValueError, match="inside the data"):
+        ffnlab.train(ffnlab.TransformerLM(**SMALL), tmp_path, out=tmp_path / "x", progress=False,
+                     **SETTINGS)

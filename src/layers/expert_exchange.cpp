@@ -17,8 +17,8 @@ void ExpertExchange::plan(ProcessGroup& group, const std::vector<std::int64_t>& 
   first_ = mine.first;
   local_rows_ = offsets[experts];
   // counts[q·n + i]: rows this rank sends to expert i of rank q.
-  std::vector<double> send(static_cast<std::size_t>(experts)), recv(send.size());
-  for (int e = 0; e < experts; ++e) send[e] = static_cast<double>(offsets[e + 1] - offsets[e]);
+  std::vector<std::int64_t> send(static_cast<std::size_t>(experts)), recv(send.size());
+  for (int e = 0; e < experts; ++e) send[e] = offsets[e + 1] - offsets[e];
   group.alltoall(send, recv, "expert counts");
   // recv[s·n + i]: rows rank s sends to this rank's expert i.
   send_rows_.assign(ranks_, 0);
@@ -28,7 +28,7 @@ void ExpertExchange::plan(ProcessGroup& group, const std::vector<std::int64_t>& 
   here_offsets_.assign(per_rank_ + 1, 0);
   for (int i = 0; i < per_rank_; ++i) {
     std::int64_t n = 0;
-    for (int s = 0; s < ranks_; ++s) n += static_cast<std::int64_t>(recv[s * per_rank_ + i]);
+    for (int s = 0; s < ranks_; ++s) n += recv[s * per_rank_ + i];
     here_offsets_[i + 1] = here_offsets_[i] + n;
   }
   order_.clear();
@@ -36,7 +36,7 @@ void ExpertExchange::plan(ProcessGroup& group, const std::vector<std::int64_t>& 
   std::vector<std::int64_t> before(per_rank_, 0);  // rows from lower ranks, per expert
   for (int s = 0; s < ranks_; ++s)
     for (int i = 0; i < per_rank_; ++i) {
-      const auto n = static_cast<std::int64_t>(recv[s * per_rank_ + i]);
+      const std::int64_t n = recv[s * per_rank_ + i];
       recv_rows_[s] += n;
       for (std::int64_t k = 0; k < n; ++k) order_.push_back(next[i] + before[i] + k);
       before[i] += n;

@@ -196,10 +196,10 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
           "[moe] capacity with drop = {} is not supported in data-parallel training (it needs "
           "every rank's scores); use drop = position, or capacity_factor = 0 (dropless)",
           enum_name(m.drop));
-    std::vector<double> mine(static_cast<std::size_t>(K) * E, 0.0);
+    std::vector<std::int64_t> mine(static_cast<std::size_t>(K) * E, 0);
     for (std::int64_t t = 0; t < T; ++t)
       for (int j = 0; j < K; ++j) mine[j * E + r.expert[t * K + j]] += 1;
-    std::vector<double> total = mine, below = mine;
+    std::vector<std::int64_t> total = mine, below = mine;
     group->allreduce_sum(total, "capacity counts");
     group->exscan_sum(below, "capacity counts");
     for (int e = 0; e < E; ++e) {
@@ -207,10 +207,10 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
       std::int64_t ahead = 0;  // earlier choices, every rank
       std::size_t i = 0;
       for (int j = 0; j < K; ++j) {
-        std::int64_t place = ahead + static_cast<std::int64_t>(below[j * E + e]);
+        std::int64_t place = ahead + below[j * E + e];
         for (; i < of[e].size() && of[e][i] % K == j; ++i, ++place)
           if (place < r.capacity) kept.push_back(of[e][i]);
-        ahead += static_cast<std::int64_t>(total[j * E + e]);
+        ahead += total[j * E + e];
       }
       of[e] = std::move(kept);
       r.kept_total[e] = std::min<std::int64_t>(r.capacity, r.load[e]);

@@ -1,7 +1,7 @@
 // Data parallelism in the library, without MPI: ranks are threads (ThreadGroup). The router
 // over a group decides what one process holding every rank's tokens decides (loads, losses,
 // capacity in the position order, the aux-loss gradient), and a Trainer over 2 or 3 ranks ends
-// where one process does. The MPI runs of the same are tests/dist/.
+// where one process does. The MPI runs of the same are tests/parallel/.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -13,9 +13,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
-#include "ffnlab/dist/group.hpp"
+#include "ffnlab/parallel/group.hpp"
 
 namespace ffnlab::test {
 
@@ -37,20 +38,21 @@ class ThreadGroup final : public ProcessGroup {
   int size() const override { return s_.size; }
 
   void allreduce_sum(std::span<double> v, const char*) override {
-    combine(
-        v, [](double a, double b) { return a + b; }, s_.size);
+    combine(v, std::plus<>(), s_.size);
   }
-  void allreduce_min(std::span<double> v, const char*) override {
-    combine(
-        v, [](double a, double b) { return std::min(a, b); }, s_.size);
+  void allreduce_sum(std::span<std::int64_t> v, const char*) override {
+    combine(v, std::plus<>(), s_.size);
   }
-  void allreduce_max(std::span<double> v, const char*) override {
+  void allreduce_min(std::span<std::int64_t> v, const char*) override {
     combine(
-        v, [](double a, double b) { return std::max(a, b); }, s_.size);
+        v, [](auto a, auto b) { return std::min(a, b); }, s_.size);
   }
-  void exscan_sum(std::span<double> v, const char*) override {
+  void allreduce_max(std::span<std::int64_t> v, const char*) override {
     combine(
-        v, [](double a, double b) { return a + b; }, rank_, true);
+        v, [](auto a, auto b) { return std::max(a, b); }, s_.size);
+  }
+  void exscan_sum(std::span<std::int64_t> v, const char*) override {
+    combine(v, std::plus<>(), rank_, true);
   }
   void broadcast(std::string& text, const char*) override {
     s_.texts[rank_] = text;
@@ -64,12 +66,13 @@ class ThreadGroup final : public ProcessGroup {
     std::copy(s_.floats[root].begin(), s_.floats[root].end(), v.begin());
     s_.barrier.arrive_and_wait();
   }
-  void alltoall(std::span<const double> send, std::span<double> recv, const char*) override {
+  void alltoall(std::span<const std::int64_t> send, std::span<std::int64_t> recv,
+                const char*) override {
     const std::size_t n = send.size() / static_cast<std::size_t>(s_.size);
-    s_.slots[rank_].assign(send.begin(), send.end());
+    s_.counts[rank_].assign(send.begin(), send.end());
     s_.barrier.arrive_and_wait();
     for (int q = 0; q < s_.size; ++q)
-      std::copy_n(s_.slots[q].begin() + rank_ * n, n, recv.begin() + q * n);
+      std::copy_n(s_.counts[q].begin() + rank_ * n, n, recv.begin() + q * n);
     s_.barrier.arrive_and_wait();
   }
   void alltoallv(const float* send, std::span<const std::int64_t> send_counts, float* recv,
@@ -126,16 +129,24 @@ class ThreadGroup final : public ProcessGroup {
 
  private:
   // values = op over ranks [0, upto) in rank order (upto = size: all; exscan: those below).
-  template <class Op>
-  void combine(std::span<double> v, Op op, int upto, bool zero_if_none = false) {
-    s_.slots[rank_].assign(v.begin(), v.end());
+  template <class T, class Op>
+  void combine(std::span<T> v, Op op, int upto, bool zero_if_none = false) {
+    auto& slots = slots_of<T>();
+    slots[rank_].assign(v.begin(), v.end());
     s_.barrier.arrive_and_wait();
     for (std::size_t i = 0; i < v.size(); ++i) {
-      double acc = upto > 0 ? s_.slots[0][i] : (zero_if_none ? 0.0 : v[i]);
-      for (int r = 1; r < upto; ++r) acc = op(acc, s_.slots[r][i]);
+      T acc = upto > 0 ? slots[0][i] : (zero_if_none ? T{0} : v[i]);
+      for (int r = 1; r < upto; ++r) acc = op(acc, slots[r][i]);
       v[i] = acc;
     }
     s_.barrier.arrive_and_wait();
+  }
+  template <class T>
+  std::vector<std::vector<T>>& slots_of() {
+    if constexpr (std::is_same_v<T, double>)
+      return s_.slots;
+    else
+      return s_.counts;
   }
 
   Shared& s_;

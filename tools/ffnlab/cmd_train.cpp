@@ -2,7 +2,6 @@
 // text (the fortunes corpus by default), with logs, evaluation, checkpoints and a sample.
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -10,16 +9,19 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.hpp"
 #include "common.hpp"
 #include "ffn_flags.hpp"
 #include "ffnlab/analysis/costs.hpp"
-#include "ffnlab/dist/mpi.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/parallel/mpi.hpp"
+#include "ffnlab/train/run_folder.hpp"
 #include "ffnlab/train/trainer.hpp"
 #include "interrupt.hpp"
 #include "progress.hpp"
@@ -189,8 +191,7 @@ void check_model_flags(const TrainOptions& o, const LMConfig& saved) {
 struct RunSetup {
   LMConfig model;
   TrainConfig train;
-  std::string resume_dir;  // empty: a new run
-  json info;               // the checkpoint's checkpoint.json when resuming
+  std::optional<ResumePoint> resume;  // empty: a new run
 };
 
 RunSetup resolve_setup(const TrainOptions& o) {
@@ -203,101 +204,39 @@ RunSetup resolve_setup(const TrainOptions& o) {
     r.model = model_from_flags(o);
     return r;
   }
-  r.resume_dir = (fs::path(o.resume) / "checkpoint").string();
-  r.info = read_checkpoint_info(r.resume_dir);
-  const std::string source = (fs::path(r.resume_dir) / "checkpoint.json").string();
-  // What is read from the checkpoint's JSON names the file in its errors.
-  const auto in_checkpoint = [&](auto read) {
-    try {
-      return read();
-    } catch (const Error& e) {
-      throw Error(fmt::format("{} (in {})", e.what(), source));
-    }
-  };
-  r.model = in_checkpoint([&] { return lm_config_from_json(r.info["model"]); });
+  r.resume = read_resume_point(o.resume);
+  r.model = r.resume->model;
   check_model_flags(o, r.model);
   // The checkpoint's training settings, except where a flag was given: a flag that differs
   // from the checkpoint changes the run, which needs --force (--steps sets the new total).
-  const json flags = train_config_to_json(r.train);
-  json merged = r.info["train"];
+  std::vector<std::string> given;
+  for (const auto& [opt, key] : o.train_flags)
+    if (opt->count() > 0) given.emplace_back(key);
+  std::vector<SettingChange> changes;
+  r.train = resumed_settings(*r.resume, r.train, given, changes);
   std::string conflicts;
-  for (const auto& [opt, key] : o.train_flags) {
-    if (opt->count() == 0 || !merged.contains(key) || merged[key] == flags[key]) continue;
-    if (std::string_view(key) != "steps")
-      conflicts += fmt::format("{}{} {} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
-                               opt->get_name(), opt->as<std::string>(), merged[key].dump());
-    merged[key] = flags[key];
-  }
+  for (const SettingChange& c : changes)
+    for (const auto& [opt, key] : o.train_flags)
+      if (c.key == key)
+        conflicts += fmt::format("{}{} {} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
+                                 opt->get_name(), opt->as<std::string>(), c.saved.dump());
   if (!conflicts.empty() && !o.force)
     throw UsageError(fmt::format(
         "[train] resuming {} with other training settings: {}; use --force to change them",
         o.resume, conflicts));
-  r.train = in_checkpoint([&] { return train_config_from_json(merged); });
   return r;
 }
 
 // A resumed run must see the bytes it was trained on, split the same way (its batches are a
 // function of them): other data is refused unless forced.
 void check_same_data(const RunSetup& r, const Corpus& corpus, bool force) {
-  if (r.resume_dir.empty() || force) return;
-  const json& d = r.info.value("data", json::object());
-  const std::string fingerprint = d.value("fingerprint", "");
-  const auto train_bytes = d.value("train_bytes", std::int64_t{-1});
-  if (!fingerprint.empty() && fingerprint != corpus.fingerprint)
+  if (!r.resume || force) return;
+  const DataMismatch m = data_mismatch(*r.resume, corpus);
+  if (m.what.empty()) return;
+  if (m.split_only)
     throw UsageError(fmt::format(
-        "[train] --data '{}' ({}) is not the data the checkpoint was trained on ('{}', {}); use "
-        "--force to continue on other data",
-        corpus.source, corpus.fingerprint, d.value("source", "?"), fingerprint));
-  if (train_bytes >= 0 && train_bytes != static_cast<std::int64_t>(corpus.train().size()))
-    throw UsageError(
-        fmt::format("[train] the training part is {} bytes, the checkpoint's was {} (another "
-                    "--val-fraction?); use --force to continue anyway",
-                    corpus.train().size(), train_bytes));
-}
-
-// train_log.csv and eval_log.csv, appended to when a run resumes into its own folder.
-struct Logs {
-  std::ofstream steps, evals;
-};
-
-constexpr const char* kStepHeader =
-    "step,loss,aux_loss,grad_norm,lr,tokens_per_s,seconds,load_cv,max_over_mean,"
-    "dropped_fraction,router_entropy\n";
-constexpr const char* kEvalHeader = "step,val_loss,val_bits_per_byte,tokens\n";
-
-// A log continued from step `from`: the header, then its rows up to that step. Rows after it
-// were written by a run that died after its last checkpoint; the resumed run writes them again.
-std::ofstream continue_log(const fs::path& path, const char* header, std::int64_t from) {
-  std::string kept = header;
-  std::ifstream in(path);
-  std::string line;
-  for (bool first = true; std::getline(in, line); first = false) {
-    if (first) continue;  // the header
-    std::int64_t step = 0;
-    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), step);
-    if (ec == std::errc() && end != line.data() && *end == ',' && step <= from)
-      kept.append(line).append("\n");
-  }
-  write_file_atomic(path.string(), kept.data(), kept.size());
-  return std::ofstream(path, std::ios::app);
-}
-
-// train_log.csv and eval_log.csv: new, or continued when a run resumes in its own folder.
-Logs open_logs(const std::string& out, bool resumed_here, std::int64_t from_step) {
-  const fs::path steps = fs::path(out) / "train_log.csv", evals = fs::path(out) / "eval_log.csv";
-  Logs logs;
-  if (resumed_here) {
-    logs.steps = continue_log(steps, kStepHeader, from_step);
-    logs.evals = continue_log(evals, kEvalHeader, from_step);
-  } else {
-    logs.steps = std::ofstream(steps, std::ios::trunc);
-    logs.evals = std::ofstream(evals, std::ios::trunc);
-    logs.steps << kStepHeader << std::flush;  // a run that dies at once leaves its headers
-    logs.evals << kEvalHeader << std::flush;
-  }
-  if (!logs.steps.good() || !logs.evals.good())
-    throw SystemError(fmt::format("[train] cannot write logs into '{}'", out));
-  return logs;
+        "[train] {} (another --val-fraction?); use --force to continue anyway", m.what));
+  throw UsageError(fmt::format("[train] --data {}; use --force to continue on other data", m.what));
 }
 
 void print_header(const LMConfig& m, const TrainConfig& t, const Corpus& corpus,
@@ -320,18 +259,14 @@ void print_header(const LMConfig& m, const TrainConfig& t, const Corpus& corpus,
 // What the run reports as it goes: log lines, progress, evaluations; and what it sums up.
 class RunMonitor {
  public:
-  RunMonitor(Logs& logs, const TrainConfig& t, std::int64_t print_every)
+  RunMonitor(TrainLogs& logs, const TrainConfig& t, std::int64_t print_every)
       : logs_(logs),
         tokens_per_step_(static_cast<double>(t.batch * t.seq * t.accumulate)),
         total_(t.steps),
         progress_("step", t.steps, print_every > 0 ? print_every : t.steps / 20) {}
 
   void on_step(const StepLog& s) {
-    logs_.steps << fmt::format(
-        "{},{:.6f},{:.6f},{:.6f},{:.6g},{:.1f},{:.4f},{:.5f},{:.5f},{:.5f},{:.5f}\n", s.step,
-        s.loss, s.aux_loss, s.grad_norm, s.lr, s.tokens_per_second, s.seconds, s.load_cv,
-        s.max_over_mean, s.dropped_fraction, s.router_entropy);
-    logs_.steps.flush();
+    logs_.add(s);
     tokens_ += tokens_per_step_;
     seconds_ += s.seconds;
     step_tps_.push_back(s.tokens_per_second);
@@ -346,56 +281,26 @@ class RunMonitor {
   }
 
   void on_eval(const EvalLog& e) {
-    logs_.evals << fmt::format("{},{:.6f},{:.6f},{}\n", e.step, e.loss, e.bits_per_byte, e.tokens);
-    logs_.evals.flush();
+    logs_.add(e);
     last_val_ = e.bits_per_byte;
-    evals_.push_back({{"step", e.step},
-                      {"loss", e.loss},
-                      {"bits_per_byte", e.bits_per_byte},
-                      {"tokens", e.tokens}});
+    evals_.push_back(e);
     progress_.message(fmt::format("step {}: validation loss {:.4f} ({:.4f} bits/byte, {} tokens)",
                                   e.step, e.loss, e.bits_per_byte, e.tokens));
   }
 
   void finish() { progress_.finish(); }
-  const json& evaluations() const { return evals_; }
-  double median_tokens_per_second() {
-    if (step_tps_.empty()) return 0;
-    std::sort(step_tps_.begin(), step_tps_.end());
-    return step_tps_[step_tps_.size() / 2];
-  }
+  const std::vector<EvalLog>& evaluations() const { return evals_; }
+  double median_tokens_per_second() const { return step_tps_.empty() ? 0 : median(step_tps_); }
 
  private:
-  Logs& logs_;
+  TrainLogs& logs_;
   double tokens_per_step_;
   std::int64_t total_;
   Progress progress_;
   double tokens_ = 0, seconds_ = 0, last_val_ = std::nan("");
-  json evals_ = json::array();
+  std::vector<EvalLog> evals_;
   std::vector<double> step_tps_;
 };
-
-void write_summary(const std::string& out, const RunSetup& r, const Corpus& corpus,
-                   std::int64_t params, std::int64_t steps, RunMonitor& monitor,
-                   const std::string& sample) {
-  const json summary = {{"model", lm_config_to_json(r.model)},
-                        {"train", train_config_to_json(r.train)},
-                        {"parameters", params},
-                        {"data",
-                         {{"source", corpus.source},
-                          {"fingerprint", corpus.fingerprint},
-                          {"files", corpus.files.size()},
-                          {"bytes", corpus.bytes.size()},
-                          {"train_bytes", corpus.train().size()},
-                          {"validation_bytes", corpus.validation().size()}}},
-                        {"steps", steps},
-                        {"median_tokens_per_second", monitor.median_tokens_per_second()},
-                        {"evaluations", monitor.evaluations()},
-                        {"sample", sample}};
-  // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
-  const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-  write_file_atomic((fs::path(out) / "summary.json").string(), s.data(), s.size());
-}
 
 // What rank 0 handed to collectives per step, by exchange, and the time spent in them (waiting
 // for the other ranks included): what docs/distributed.md's model is checked against.
@@ -460,10 +365,10 @@ void train(TrainOptions& o, ProcessGroup* group) {
   // A resumed run reads the data it was trained on, split as it was, unless told otherwise.
   std::string data = o.data;
   double val_fraction = o.val_fraction;
-  if (!setup.resume_dir.empty()) {
-    const json& d = setup.info.value("data", json::object());
-    if (o.data_flag->count() == 0) data = d.value("path", d.value("source", data));
-    if (o.val_fraction_flag->count() == 0) val_fraction = d.value("val_fraction", val_fraction);
+  if (setup.resume) {
+    if (o.data_flag->count() == 0) data = checkpoint_data_path(*setup.resume, data);
+    if (o.val_fraction_flag->count() == 0)
+      val_fraction = checkpoint_val_fraction(*setup.resume, val_fraction);
   }
   if (lead) {
     check_writable_dir(out, "train");
@@ -493,7 +398,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
   Trainer trainer(
       model, corpus, setup.train,
       {group, std::max<std::int64_t>(1, bucket), o.expert_parallel, agreed_flags(*o.command)});
-  if (!setup.resume_dir.empty()) trainer.load(setup.resume_dir);
+  if (setup.resume) trainer.load(setup.resume->checkpoint_dir);
   if (trainer.step() > setup.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
                                  trainer.step(), setup.train.steps));
@@ -516,7 +421,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
 
   const bool resumed_here =
       !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
-  Logs logs = open_logs(out, resumed_here, trainer.step());
+  TrainLogs logs(out, resumed_here, trainer.step());
   print_header(setup.model, setup.train, corpus, params, trainer.step());
   if (group)
     fmt::print("data parallel: {} ranks, {} sequences each per micro-batch{}\n", group->size(),
@@ -547,7 +452,10 @@ void train(TrainOptions& o, ProcessGroup* group) {
     write_file_atomic((fs::path(out) / "sample.txt").string(), text.data(), text.size());
     fmt::print("sample (temperature {}):\n{}\n", o.temperature, text);
   }
-  write_summary(out, setup, corpus, params, trainer.step(), monitor, text);
+  write_summary(out,
+                {setup.model, setup.train, params, trainer.step(),
+                 monitor.median_tokens_per_second(), monitor.evaluations(), text},
+                corpus);
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n",
              monitor.median_tokens_per_second(), out);
 }

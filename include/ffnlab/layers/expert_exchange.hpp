@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ffnlab/dist/group.hpp"
+#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "ffnlab/dist/group.hpp"
+#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/layer.hpp"
 #include "ffnlab/ops/matmul.hpp"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ffnlab/dist/group.hpp"
+#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/tensor.hpp"
 

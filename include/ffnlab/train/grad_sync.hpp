@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "ffnlab/dist/group.hpp"
+#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {

@@ -12,8 +12,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include "ffnlab/dist/group.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/train/data.hpp"
 #include "ffnlab/train/grad_sync.hpp"
 #include "ffnlab/train/optimizer.hpp"
@@ -156,6 +156,9 @@ class Trainer {
   std::vector<TransformerLM::ExpertSpan> expert_spans_;
   std::vector<std::pair<std::int64_t, std::int64_t>> expert_ranges_, foreign_;
 };
+
+// The file of a checkpoint folder that names its weights and holds its configs; written last.
+inline constexpr const char* kCheckpointInfo = "checkpoint.json";
 
 // Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or
 // corrupt file.

@@ -1,7 +1,7 @@
 // Whether an MPI launcher started this process: what its environment says, whatever the build.
 #include <cstdlib>
 
-#include "ffnlab/dist/mpi.hpp"
+#include "ffnlab/parallel/mpi.hpp"
 
 namespace ffnlab {
 

@@ -259,7 +259,7 @@ TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
   EXPECT_FALSE(fs::exists(path("a"))) << "a refused run left its output folder";
 }
 
-// Rank 0 runs ffnlab train, rank 1 the stray rank in `mode` (tests/dist/stray_rank.cpp); returns
+// Rank 0 runs ffnlab train, rank 1 the stray rank in `mode` (tests/parallel/stray_rank.cpp); returns
 // the outcome and how long the job took.
 std::pair<Outcome, double> run_with_stray_rank(Distributed& t, const std::string& mode,
                                                int timeout) {

@@ -1,6 +1,6 @@
 // Built without FFNLAB_MPI: no distributed training, and a clear message for whoever asks.
 #include "check.hpp"
-#include "ffnlab/dist/mpi.hpp"
+#include "ffnlab/parallel/mpi.hpp"
 
 namespace ffnlab {
 

@@ -1,5 +1,5 @@
 // ProcessGroup: the processes that train one model together (data parallelism), as the layers
-// and the trainer see them. The library itself holds no MPI: ffnlab/dist/mpi.hpp implements
+// and the trainer see them. The library itself holds no MPI: ffnlab/parallel/mpi.hpp implements
 // this interface over MPI when ffnlab is built with FFNLAB_MPI (docs/distributed.md).
 //
 // Every call is collective: every rank of the group makes the same calls in the same order,
@@ -32,23 +32,26 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // values = Σ over ranks, in place.
+  // values = Σ over ranks, in place: measured quantities (losses, norms, statistics).
   virtual void allreduce_sum(std::span<double> values, const char* what) = 0;
+  // Counts, flags and hashes travel as 64-bit integers, exact at any size:
+  // values = Σ (min, max) over ranks, in place.
+  virtual void allreduce_sum(std::span<std::int64_t> values, const char* what) = 0;
+  virtual void allreduce_min(std::span<std::int64_t> values, const char* what) = 0;
+  virtual void allreduce_max(std::span<std::int64_t> values, const char* what) = 0;
   // values = Σ over ranks below this one (zeros on rank 0), in place.
-  virtual void exscan_sum(std::span<double> values, const char* what) = 0;
-  // values = min (max) over ranks, in place.
-  virtual void allreduce_min(std::span<double> values, const char* what) = 0;
-  virtual void allreduce_max(std::span<double> values, const char* what) = 0;
-  // text = rank 0's text on every rank.
-  virtual void broadcast(std::string& text, const char* what) = 0;
+  virtual void exscan_sum(std::span<std::int64_t> values, const char* what) = 0;
+  // bytes = rank 0's bytes on every rank (any length; a configuration, an error message).
+  virtual void broadcast(std::string& bytes, const char* what) = 0;
   // values = rank `root`'s values on every rank.
   virtual void broadcast(std::span<float> values, int root, const char* what) = 0;
 
-  // Expert parallelism. alltoall: block q of `send` (send.size() / size() values) goes to rank
+  // Expert parallelism. alltoall: block q of `send` (send.size() / size() counts) goes to rank
   // q, and block q of `recv` comes from rank q. alltoallv: send_counts[q] floats from `send`
   // (consecutive, in rank order) go to rank q; recv_counts[q] floats from rank q land in `recv`,
   // in rank order.
-  virtual void alltoall(std::span<const double> send, std::span<double> recv, const char* what) = 0;
+  virtual void alltoall(std::span<const std::int64_t> send, std::span<std::int64_t> recv,
+                        const char* what) = 0;
   virtual void alltoallv(const float* send, std::span<const std::int64_t> send_counts, float* recv,
                          std::span<const std::int64_t> recv_counts, const char* what) = 0;
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "check.hpp"
-#include "ffnlab/dist/mpi.hpp"
+#include "ffnlab/parallel/mpi.hpp"
 
 namespace ffnlab {
 
@@ -55,22 +55,25 @@ class World final : public MpiWorld {
   int size() const override { return size_; }
 
   void allreduce_sum(std::span<double> v, const char* what) override {
-    allreduce(v, MPI_SUM, what);
+    allreduce(v.data(), v.size(), v.size_bytes(), MPI_DOUBLE, MPI_SUM, what);
   }
-  void allreduce_min(std::span<double> v, const char* what) override {
-    allreduce(v, MPI_MIN, what);
+  void allreduce_sum(std::span<std::int64_t> v, const char* what) override {
+    allreduce(v.data(), v.size(), v.size_bytes(), MPI_INT64_T, MPI_SUM, what);
   }
-  void allreduce_max(std::span<double> v, const char* what) override {
-    allreduce(v, MPI_MAX, what);
+  void allreduce_min(std::span<std::int64_t> v, const char* what) override {
+    allreduce(v.data(), v.size(), v.size_bytes(), MPI_INT64_T, MPI_MIN, what);
   }
-  void exscan_sum(std::span<double> v, const char* what) override {
-    std::vector<double> in(v.begin(), v.end());
+  void allreduce_max(std::span<std::int64_t> v, const char* what) override {
+    allreduce(v.data(), v.size(), v.size_bytes(), MPI_INT64_T, MPI_MAX, what);
+  }
+  void exscan_sum(std::span<std::int64_t> v, const char* what) override {
+    std::vector<std::int64_t> in(v.begin(), v.end());
     MPI_Request r;
-    ok(MPI_Iexscan(in.data(), v.data(), count(v.size()), MPI_DOUBLE, MPI_SUM, comm_, &r),
+    ok(MPI_Iexscan(in.data(), v.data(), count(v.size()), MPI_INT64_T, MPI_SUM, comm_, &r),
        "MPI_Iexscan", what);
     count_bytes(what, static_cast<double>(v.size_bytes()));
     wait(r, what);
-    if (rank_ == 0) std::fill(v.begin(), v.end(), 0.0);  // MPI leaves rank 0's undefined
+    if (rank_ == 0) std::fill(v.begin(), v.end(), 0);  // MPI leaves rank 0's undefined
   }
   void broadcast(std::string& text, const char* what) override {
     unsigned long long n = text.size();
@@ -88,10 +91,11 @@ class World final : public MpiWorld {
     count_bytes(what, rank_ == root ? static_cast<double>(v.size_bytes()) : 0.0);
     wait(r, what);
   }
-  void alltoall(std::span<const double> send, std::span<double> recv, const char* what) override {
+  void alltoall(std::span<const std::int64_t> send, std::span<std::int64_t> recv,
+                const char* what) override {
     const int n = count(send.size() / static_cast<std::size_t>(size_));
     MPI_Request r;
-    ok(MPI_Ialltoall(send.data(), n, MPI_DOUBLE, recv.data(), n, MPI_DOUBLE, comm_, &r),
+    ok(MPI_Ialltoall(send.data(), n, MPI_INT64_T, recv.data(), n, MPI_INT64_T, comm_, &r),
        "MPI_Ialltoall", what);
     count_bytes(what, static_cast<double>(send.size_bytes()));
     wait(r, what);
@@ -160,11 +164,11 @@ class World final : public MpiWorld {
     fail_system("[dist] rank {}: {} ({}) failed: {}", rank_, call, what, std::string(text, len));
   }
 
-  void allreduce(std::span<double> v, MPI_Op op, const char* what) {
+  void allreduce(void* values, std::size_t n, std::size_t bytes, MPI_Datatype type, MPI_Op op,
+                 const char* what) {
     MPI_Request r;
-    ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_DOUBLE, op, comm_, &r),
-       "MPI_Iallreduce", what);
-    count_bytes(what, static_cast<double>(v.size_bytes()));
+    ok(MPI_Iallreduce(MPI_IN_PLACE, values, count(n), type, op, comm_, &r), "MPI_Iallreduce", what);
+    count_bytes(what, static_cast<double>(bytes));
     wait(r, what);
   }
 

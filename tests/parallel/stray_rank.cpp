@@ -1,5 +1,5 @@
 // A rank that joins an MPI job and then fails it, for the failure tests of data-parallel
-// training (tests/dist/test_distributed.cpp): `stray_rank silent` initialises MPI and never
+// training (tests/parallel/test_distributed.cpp): `stray_rank silent` initialises MPI and never
 // takes part in a collective (a hung rank); `stray_rank die` initialises MPI and exits with
 // status 1 without finalising (a crashed rank).
 #include <mpi.h>

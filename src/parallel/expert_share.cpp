@@ -1,6 +1,6 @@
 // Which experts a rank holds under expert parallelism.
 #include "check.hpp"
-#include "ffnlab/dist/group.hpp"
+#include "ffnlab/parallel/group.hpp"
 
 namespace ffnlab {
 

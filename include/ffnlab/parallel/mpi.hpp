@@ -1,4 +1,4 @@
-// The MPI implementation of ProcessGroup (ffnlab/dist/group.hpp): MPI_COMM_WORLD of a program
+// The MPI implementation of ProcessGroup (ffnlab/parallel/group.hpp): MPI_COMM_WORLD of a program
 // started by mpirun. Built with FFNLAB_MPI (Debian's OpenMPI); without it, mpi_available() is
 // false and mpi_world() throws, so a program can say why it cannot run distributed.
 //
@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "ffnlab/dist/group.hpp"
+#include "ffnlab/parallel/group.hpp"
 
 namespace ffnlab {
 

@@ -1,0 +1,80 @@
+// A training run's folder (`ffnlab train --out`, ffnlab.train(out=...)): train_log.csv and
+// eval_log.csv (a row a step, a row an evaluation), summary.json at the end, checkpoint/
+// (trainer.hpp); and resuming from it: the checkpoint's model and settings, merged with what the
+// new run asks for, on the data it was trained on.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ffnlab/layers/lm_config.hpp"
+#include "ffnlab/train/data.hpp"
+#include "ffnlab/train/trainer.hpp"
+
+namespace ffnlab {
+
+class TrainLogs {
+ public:
+  // DIR/train_log.csv and DIR/eval_log.csv: new (their headers only), or, with `continued`, the
+  // logs of a run resumed in its own folder from step `from_step`: rows after that step were
+  // written by a run that died after its last checkpoint, and are dropped (the resumed run
+  // writes them again). Throws SystemError when they cannot be written.
+  TrainLogs(const std::string& dir, bool continued, std::int64_t from_step);
+  void add(const StepLog& step);
+  void add(const EvalLog& eval);
+
+ private:
+  std::ofstream steps_, evals_;
+};
+
+// summary.json: the configs, the data, the steps done, the median tokens per second, every
+// evaluation and the sample.
+struct RunSummary {
+  LMConfig model;
+  TrainConfig train;
+  std::int64_t params = 0, steps = 0;
+  double median_tokens_per_second = 0;
+  std::vector<EvalLog> evaluations;
+  std::string sample;  // raw bytes (invalid UTF-8 becomes U+FFFD in the JSON)
+};
+void write_summary(const std::string& dir, const RunSummary& summary, const Corpus& corpus);
+
+// Where a run resumes: DIR/checkpoint's checkpoint.json and the model it holds (errors name the
+// file).
+struct ResumePoint {
+  std::string checkpoint_dir;
+  nlohmann::json info;
+  LMConfig model;
+};
+ResumePoint read_resume_point(const std::string& run_dir);
+
+// A training setting that the resumed run asks for and the checkpoint was trained without.
+struct SettingChange {
+  std::string key;
+  nlohmann::json saved, given;
+};
+// The checkpoint's training settings with `given`'s values laid over them for `keys` (the
+// settings the user gave). `steps` sets the new total and is not a change; every other key whose
+// value differs is listed in `changes` (which a caller refuses unless told to go on).
+TrainConfig resumed_settings(const ResumePoint& point, const TrainConfig& given,
+                             std::span<const std::string> keys,
+                             std::vector<SettingChange>& changes);
+
+// The data a resumed run reads unless told otherwise: the checkpoint's path (or source) and its
+// validation fraction.
+std::string checkpoint_data_path(const ResumePoint& point, const std::string& fallback);
+double checkpoint_val_fraction(const ResumePoint& point, double fallback);
+
+// Empty when `corpus` is the data the checkpoint was trained on (its fingerprint, and a training
+// part of the same size, so that the batches are the same); else what differs.
+struct DataMismatch {
+  std::string what;         // empty: none
+  bool split_only = false;  // the bytes are the same, the split is not (another val_fraction)
+};
+DataMismatch data_mismatch(const ResumePoint& point, const Corpus& corpus);
+
+}  // namespace ffnlab

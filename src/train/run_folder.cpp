@@ -1,0 +1,151 @@
+// A training run's folder: its logs, its summary, and resuming from its checkpoint.
+#include "ffnlab/train/run_folder.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <filesystem>
+
+#include "ffnlab/error.hpp"
+#include "ffnlab/io/files.hpp"
+
+namespace ffnlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kStepHeader =
+    "step,loss,aux_loss,grad_norm,lr,tokens_per_s,seconds,load_cv,max_over_mean,"
+    "dropped_fraction,router_entropy\n";
+constexpr const char* kEvalHeader = "step,val_loss,val_bits_per_byte,tokens\n";
+
+// A log continued from step `from`: the header, then its rows up to that step.
+std::ofstream continue_log(const fs::path& path, const char* header, std::int64_t from) {
+  std::string kept = header;
+  std::ifstream in(path);
+  std::string line;
+  for (bool first = true; std::getline(in, line); first = false) {
+    if (first) continue;  // the header
+    std::int64_t step = 0;
+    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), step);
+    if (ec == std::errc() && end != line.data() && *end == ',' && step <= from)
+      kept.append(line).append("\n");
+  }
+  write_file_atomic(path.string(), kept.data(), kept.size());
+  return std::ofstream(path, std::ios::app);
+}
+
+}  // namespace
+
+TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_step) {
+  const fs::path steps = fs::path(dir) / "train_log.csv", evals = fs::path(dir) / "eval_log.csv";
+  if (continued) {
+    steps_ = continue_log(steps, kStepHeader, from_step);
+    evals_ = continue_log(evals, kEvalHeader, from_step);
+  } else {
+    steps_ = std::ofstream(steps, std::ios::trunc);
+    evals_ = std::ofstream(evals, std::ios::trunc);
+    steps_ << kStepHeader << std::flush;  // a run that dies at once leaves its headers
+    evals_ << kEvalHeader << std::flush;
+  }
+  if (!steps_.good() || !evals_.good())
+    throw SystemError(fmt::format("[train] cannot write logs into '{}'", dir));
+}
+
+void TrainLogs::add(const StepLog& s) {
+  steps_ << fmt::format(
+      "{},{:.6f},{:.6f},{:.6f},{:.6g},{:.1f},{:.4f},{:.5f},{:.5f},{:.5f},{:.5f}\n", s.step, s.loss,
+      s.aux_loss, s.grad_norm, s.lr, s.tokens_per_second, s.seconds, s.load_cv, s.max_over_mean,
+      s.dropped_fraction, s.router_entropy);
+  steps_.flush();
+}
+
+void TrainLogs::add(const EvalLog& e) {
+  evals_ << fmt::format("{},{:.6f},{:.6f},{}\n", e.step, e.loss, e.bits_per_byte, e.tokens);
+  evals_.flush();
+}
+
+void write_summary(const std::string& dir, const RunSummary& r, const Corpus& corpus) {
+  json evaluations = json::array();
+  for (const EvalLog& e : r.evaluations)
+    evaluations.push_back({{"step", e.step},
+                           {"loss", e.loss},
+                           {"bits_per_byte", e.bits_per_byte},
+                           {"tokens", e.tokens}});
+  const json summary = {{"model", lm_config_to_json(r.model)},
+                        {"train", train_config_to_json(r.train)},
+                        {"parameters", r.params},
+                        {"data",
+                         {{"source", corpus.source},
+                          {"fingerprint", corpus.fingerprint},
+                          {"files", corpus.files.size()},
+                          {"bytes", corpus.bytes.size()},
+                          {"train_bytes", corpus.train().size()},
+                          {"validation_bytes", corpus.validation().size()}}},
+                        {"steps", r.steps},
+                        {"median_tokens_per_second", r.median_tokens_per_second},
+                        {"evaluations", evaluations},
+                        {"sample", r.sample}};
+  // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
+  const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  write_file_atomic((fs::path(dir) / "summary.json").string(), s.data(), s.size());
+}
+
+ResumePoint read_resume_point(const std::string& run_dir) {
+  ResumePoint p;
+  p.checkpoint_dir = (fs::path(run_dir) / "checkpoint").string();
+  p.info = read_checkpoint_info(p.checkpoint_dir);
+  try {
+    p.model = lm_config_from_json(p.info["model"]);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (in {})", e.what(),
+                            (fs::path(p.checkpoint_dir) / "checkpoint.json").string()));
+  }
+  return p;
+}
+
+TrainConfig resumed_settings(const ResumePoint& point, const TrainConfig& given,
+                             std::span<const std::string> keys,
+                             std::vector<SettingChange>& changes) {
+  const json asked = train_config_to_json(given);
+  json merged = point.info["train"];
+  for (const std::string& key : keys) {
+    if (!merged.contains(key) || !asked.contains(key) || merged[key] == asked[key]) continue;
+    if (key != "steps") changes.push_back({key, merged[key], asked[key]});
+    merged[key] = asked[key];
+  }
+  try {
+    return train_config_from_json(merged);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (in {})", e.what(),
+                            (fs::path(point.checkpoint_dir) / "checkpoint.json").string()));
+  }
+}
+
+std::string checkpoint_data_path(const ResumePoint& point, const std::string& fallback) {
+  const json& d = point.info.value("data", json::object());
+  return d.value("path", d.value("source", fallback));
+}
+
+double checkpoint_val_fraction(const ResumePoint& point, double fallback) {
+  return point.info.value("data", json::object()).value("val_fraction", fallback);
+}
+
+DataMismatch data_mismatch(const ResumePoint& point, const Corpus& corpus) {
+  const json& d = point.info.value("data", json::object());
+  const std::string fingerprint = d.value("fingerprint", "");
+  const auto train_bytes = d.value("train_bytes", std::int64_t{-1});
+  if (!fingerprint.empty() && fingerprint != corpus.fingerprint)
+    return {fmt::format("'{}' ({}) is not the data the checkpoint was trained on ('{}', {})",
+                        corpus.source, corpus.fingerprint, d.value("source", "?"), fingerprint),
+            false};
+  if (train_bytes >= 0 && train_bytes != static_cast<std::int64_t>(corpus.train().size()))
+    return {fmt::format("the training part is {} bytes, the checkpoint's was {}",
+                        corpus.train().size(), train_bytes),
+            true};
+  return {};
+}
+
+}  // namespace ffnlab
