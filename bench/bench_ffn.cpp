@@ -20,7 +20,7 @@ namespace {
 struct Row {
   std::string variant;
   std::int64_t tokens;
-  double fwd_s, fwdbwd_s, fwd_gflops, fwdbwd_gflops, mm_fwd_gflops, mm_fwdbwd_gflops;
+  LayerSpeed speed;
 };
 
 }  // namespace
@@ -46,23 +46,17 @@ int main(int argc, char** argv) {
        {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"})
     for (std::int64_t T : token_counts) {
       // The layer and, in the same call, the bare oneDNN products of the same shapes.
-      const LayerSpeed s = measure_layer_speed(variant_config(variant, D, F, true), T, budget);
-      rows.push_back({variant, T, s.forward_s, s.forward_backward_s, s.forward_gflops,
-                      s.forward_backward_gflops, s.bare_forward_gflops,
-                      s.bare_forward_backward_gflops});
+      rows.push_back(
+          {variant, T, measure_layer_speed(variant_config(variant, D, F, true), T, budget)});
     }
 
   if (json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : rows)
-      out.push_back({{"variant", r.variant},
-                     {"tokens", r.tokens},
-                     {"forward_s", r.fwd_s},
-                     {"forward_backward_s", r.fwdbwd_s},
-                     {"forward_gflops", r.fwd_gflops},
-                     {"forward_backward_gflops", r.fwdbwd_gflops},
-                     {"matmul_forward_gflops", r.mm_fwd_gflops},
-                     {"matmul_forward_backward_gflops", r.mm_fwdbwd_gflops}});
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& r : rows) {  // LayerSpeed's one JSON form, after the row's names
+      nlohmann::ordered_json row{{"variant", r.variant}, {"tokens", r.tokens}};
+      row.update(to_json(r.speed));
+      out.push_back(row);
+    }
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
@@ -74,9 +68,11 @@ int main(int argc, char** argv) {
   fmt::print(
       "| variant | tokens | fwd ms | fwd GFLOP/s | fwd of bare | fwd+bwd ms | fwd+bwd "
       "GFLOP/s | fwd+bwd of bare |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (const auto& r : rows)
-    fmt::print("| {} | {} | {:.3f} | {:.1f} | {:.0f} % | {:.3f} | {:.1f} | {:.0f} % |\n", r.variant,
-               r.tokens, r.fwd_s * 1e3, r.fwd_gflops, 100 * r.fwd_gflops / r.mm_fwd_gflops,
-               r.fwdbwd_s * 1e3, r.fwdbwd_gflops, 100 * r.fwdbwd_gflops / r.mm_fwdbwd_gflops);
+  for (const auto& [variant, tokens, s] : rows)
+    fmt::print("| {} | {} | {:.3f} | {:.1f} | {:.0f} % | {:.3f} | {:.1f} | {:.0f} % |\n", variant,
+               tokens, s.forward_s * 1e3, s.forward_gflops,
+               100 * s.forward_gflops / s.bare_forward_gflops, s.forward_backward_s * 1e3,
+               s.forward_backward_gflops,
+               100 * s.forward_backward_gflops / s.bare_forward_backward_gflops);
   return 0;
 }

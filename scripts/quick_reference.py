@@ -95,7 +95,7 @@ def main():
             advice = "no difference measurable at this scale"
         if v == "moe":
             advice += (f"; at equal total parameters it does {t['d_ff'] * 2 * 100 // (4 * model['d_model'])} % "
-                       "of ReLU's expert FLOPs, needs balancing (report section 6), and its "
+                       "of ReLU's expert FLOPs, needs balancing (the report's MoE section), and its "
                        f"seeds spread by {t['std']:.3f}")
         out.append(
             f"| {v} | {FORMULA[v]} | {PARAMS[v]} | {MATMUL[v]} | {t['d_ff']} | "

@@ -2,7 +2,7 @@
 # Sets up everything on a fresh Debian machine, builds, and runs the main job: `ffnlab evolve`,
 # the FFN-evolution study (costs, speed, the toy run, every FFN variant trained as a byte-level
 # language model over 3 paired seeds, activation sparsity, MoE balancing, corrections of the
-# seed documents, recommendations, figures), written to report/ (15-16 minutes on 2 cores, measured).
+# FFN-evolution tutorial, recommendations, figures), written to report/ (15-16 minutes on 2 cores, measured).
 # Extra arguments go to `ffnlab evolve` (e.g. --quick for a 10-second check of the pipeline).
 set -euo pipefail
 cd "$(dirname "$0")/.."

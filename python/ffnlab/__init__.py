@@ -55,9 +55,12 @@ def train(model, data, *, out=None, resume=None, force=False, progress=True, **s
 
     out: a run folder written as `ffnlab train --out` writes it (train_log.csv, eval_log.csv,
     checkpoint/, summary.json). resume: a run folder to continue from, bit-identically (the
-    model must be the checkpoint's; other settings or other data need force=True). The GIL is
-    released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt), with a
-    checkpoint in `out`."""
+    model must be the checkpoint's: TransformerLM.from_run(folder); other settings or other
+    data need force=True); the run continues in that folder unless `out` names another. The GIL
+    is released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt), with a
+    checkpoint in the run folder."""
+    if out is None and resume is not None:
+        out = resume  # as `ffnlab train --resume DIR` continues in DIR
     return _ffnlab.train(model, str(data), _progress(progress),
                          str(out) if out is not None else "",
                          str(resume) if resume is not None else "", force, **settings)

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -34,7 +35,8 @@ namespace {
 
 // Calls a Python progress callback from C++ work that runs without the GIL. A pending Ctrl-C,
 // or an exception in the callback, becomes a stop request: the work ends at its next safe point
-// and the binding raises what happened once the GIL is back.
+// and the binding raises what happened once the GIL is back (the callback's own exception, with
+// its type and traceback).
 class Callback {
  public:
   explicit Callback(py::object fn) : fn_(std::move(fn)) {}
@@ -52,19 +54,24 @@ class Callback {
     try {
       fn_(std::forward<Args>(args)...);
     } catch (py::error_already_set& e) {
-      if (!e.matches(PyExc_KeyboardInterrupt)) error_ = e.what();
-      stop(e.matches(PyExc_KeyboardInterrupt));
+      const bool interrupt = e.matches(PyExc_KeyboardInterrupt);
+      if (!interrupt) error_ = std::move(e);
+      stop(interrupt);
     }
   }
 
-  // After the work (with the GIL): forgets the stop request and raises what stopped it.
+  // With the GIL, after the work: forgets the stop request and raises what asked for it.
   void raise_if_stopped() {
     clear_stop();
     if (interrupted_) {
       PyErr_SetNone(PyExc_KeyboardInterrupt);
       throw py::error_already_set();
     }
-    if (error_) throw std::runtime_error("[python] the progress callback raised: " + *error_);
+    if (error_) {
+      error_->restore();
+      error_.reset();
+      throw py::error_already_set();
+    }
   }
 
  private:
@@ -74,18 +81,32 @@ class Callback {
   }
   py::object fn_;
   bool interrupted_ = false;
-  std::optional<std::string> error_;
+  std::optional<py::error_already_set> error_;
 };
 
-// Runs `work` without the GIL; a stop it saw (Ctrl-C, a failing callback) is raised afterwards.
+// One study or training at a time in a process: they share its stop request (interrupt.hpp).
+std::mutex running;
+
+// Runs `work` without the GIL. A stop that a callback asked for (Ctrl-C, a failing callback) is
+// raised afterwards, also when the work finished before it saw the request.
 template <class F>
 auto run_released(Callback& callback, F&& work) {
+  std::unique_lock busy(running, std::try_to_lock);
+  if (!busy.owns_lock())
+    throw Error(
+        "[python] another ffnlab.train or ffnlab.evolve is running in this process (they share "
+        "its stop request); run them one after the other");
   clear_stop();
   try {
-    py::gil_scoped_release release;
-    return work();
+    auto result = [&] {
+      py::gil_scoped_release release;
+      return work();
+    }();
+    callback.raise_if_stopped();
+    return result;
   } catch (const Interrupted&) {
     callback.raise_if_stopped();
+    clear_stop();
     throw;  // a stop that did not come from Python (no handler of ours asked for it)
   } catch (...) {
     clear_stop();
@@ -169,6 +190,87 @@ py::dict eval_dict(const EvalLog& e) {
   return d;
 }
 
+// The training itself (without the GIL): the rules of `ffnlab train` for a resumed run and a
+// run folder (train/run_folder.hpp), then the steps.
+EvalLog train_released(TransformerLM& lm, const std::string& data, const std::string& out,
+                       const std::string& resume, bool force, const std::vector<std::string>& given,
+                       TrainConfig& tc, Callback& callback, std::vector<StepLog>& steps,
+                       std::vector<EvalLog>& evals, std::int64_t& done) {
+  std::optional<ResumePoint> point;
+  double val_fraction = 0.1;
+  if (!resume.empty()) {
+    point = read_resume_point(resume);
+    val_fraction = checkpoint_val_fraction(*point, val_fraction);  // split as it was trained
+    std::vector<SettingChange> changes;
+    tc = resumed_settings(*point, tc, given, changes);
+    std::string list;
+    for (const auto& c : changes)
+      list += fmt::format("{}{} = {} (the checkpoint has {})", list.empty() ? "" : "; ", c.key,
+                          c.given.dump(), c.saved.dump());
+    if (!list.empty() && !force)
+      throw Error(fmt::format(
+          "[train] resuming '{}' with other training settings: {}; pass force=True to change "
+          "them",
+          resume, list));
+  }
+  if (!out.empty()) {
+    check_writable_dir(out, "train");
+    if (path_within(out, data))
+      throw Error(fmt::format(
+          "[train] out '{}' is or lies inside the data '{}': the run's files would become part "
+          "of its data; choose another place",
+          out, data));
+  }
+  const Corpus corpus = load_corpus(data, val_fraction);
+  if (point && !force)
+    if (const DataMismatch m = data_mismatch(*point, corpus); !m.what.empty())
+      throw Error(fmt::format("[train] {}; pass force=True to continue anyway", m.what));
+  check_training_setup(lm.config(), corpus, tc);
+  Trainer trainer(lm, corpus, tc);
+  if (point) trainer.load(point->checkpoint_dir);
+  done = trainer.step();
+  if (trainer.step() > tc.steps)
+    throw Error(fmt::format("[train] the checkpoint is at step {}, past steps = {}", trainer.step(),
+                            tc.steps));
+  std::unique_ptr<TrainLogs> logs;
+  if (!out.empty()) {
+    open_run_folder(out);
+    const bool here = point && std::filesystem::weakly_canonical(resume) ==
+                                   std::filesystem::weakly_canonical(out);
+    logs = std::make_unique<TrainLogs>(out, here, trainer.step());
+  }
+  const bool finished = trainer.run(
+      [&](const StepLog& s) {
+        steps.push_back(s);
+        done = s.step;
+        if (logs) logs->add(s);
+        callback("step", s.step, tc.steps, fmt::format("step {} loss {:.3f}", s.step, s.loss),
+                 -1.0);
+      },
+      [&](const EvalLog& e) {
+        evals.push_back(e);
+        if (logs) logs->add(e);
+        callback("eval", e.step, tc.steps,
+                 fmt::format("step {}: validation {:.4f} bits/byte", e.step, e.bits_per_byte),
+                 -1.0);
+      },
+      out.empty() ? "" : (std::filesystem::path(out) / "checkpoint").string(),
+      [] { return stop_requested(); });
+  if (!finished)
+    throw Interrupted(fmt::format("stopped after step {}{}", trainer.step(),
+                                  out.empty() ? "" : "; checkpoint written to " + out));
+  const EvalLog last = trainer.evaluate(0);
+  if (!out.empty()) {
+    std::vector<double> tps;
+    for (const auto& s : steps) tps.push_back(s.tokens_per_second);
+    write_summary(out,
+                  {lm.config(), tc, lm.parameters().count(), trainer.step(),
+                   tps.empty() ? 0.0 : median(tps), evals, ""},
+                  corpus);
+  }
+  return last;
+}
+
 py::dict train(LM& model, const std::string& data, const py::object& progress,
                const std::string& out, const std::string& resume, bool force,
                const py::kwargs& keys) {
@@ -183,78 +285,18 @@ py::dict train(LM& model, const std::string& data, const py::object& progress,
   Callback callback(progress);
   std::vector<StepLog> steps;
   std::vector<EvalLog> evals;
+  std::int64_t done = 0;  // the step the model is at when training ends
   const EvalLog validation = run_released(callback, [&] {
-    std::optional<ResumePoint> point;
-    if (!resume.empty()) {
-      point = read_resume_point(resume);
-      std::vector<SettingChange> changes;
-      tc = resumed_settings(*point, tc, given, changes);
-      std::string list;
-      for (const auto& c : changes)
-        list += fmt::format("{}{} = {} (the checkpoint has {})", list.empty() ? "" : "; ", c.key,
-                            c.given.dump(), c.saved.dump());
-      if (!list.empty() && !force)
-        throw Error(fmt::format(
-            "[train] resuming '{}' with other training settings: {}; pass force=True to change "
-            "them",
-            resume, list));
+    try {
+      const EvalLog last =
+          train_released(lm, data, out, resume, force, given, tc, callback, steps, evals, done);
+      callback("end", done, tc.steps, std::string(), -1.0);
+      return last;
+    } catch (...) {
+      callback("end", done, tc.steps, std::string(), -1.0);  // ends the progress bar's line
+      throw;
     }
-    if (!out.empty()) {
-      check_writable_dir(out, "train");
-      if (path_within(out, data))
-        throw Error(fmt::format(
-            "[train] out '{}' is or lies inside the data '{}': the run's files would become "
-            "part of its data; choose another place",
-            out, data));
-    }
-    const Corpus corpus = load_corpus(data, 0.1);
-    if (point && !force)
-      if (const DataMismatch m = data_mismatch(*point, corpus); !m.what.empty())
-        throw Error(fmt::format("[train] {}; pass force=True to continue anyway", m.what));
-    check_training_setup(lm.config(), corpus, tc);
-    Trainer trainer(lm, corpus, tc);
-    if (point) trainer.load(point->checkpoint_dir);
-    if (trainer.step() > tc.steps)
-      throw Error(fmt::format("[train] the checkpoint is at step {}, past steps = {}",
-                              trainer.step(), tc.steps));
-    std::unique_ptr<TrainLogs> logs;
-    if (!out.empty()) {
-      ensure_writable_dir(out, "train");
-      const bool here = point && std::filesystem::weakly_canonical(resume) ==
-                                     std::filesystem::weakly_canonical(out);
-      logs = std::make_unique<TrainLogs>(out, here, trainer.step());
-    }
-    const bool finished = trainer.run(
-        [&](const StepLog& s) {
-          steps.push_back(s);
-          if (logs) logs->add(s);
-          callback("step", s.step, tc.steps, fmt::format("step {} loss {:.3f}", s.step, s.loss),
-                   -1.0);
-        },
-        [&](const EvalLog& e) {
-          evals.push_back(e);
-          if (logs) logs->add(e);
-          callback("eval", e.step, tc.steps,
-                   fmt::format("step {}: validation {:.4f} bits/byte", e.step, e.bits_per_byte),
-                   -1.0);
-        },
-        out.empty() ? "" : (std::filesystem::path(out) / "checkpoint").string(),
-        [] { return stop_requested(); });
-    if (!finished)
-      throw Interrupted(fmt::format("stopped after step {}{}", trainer.step(),
-                                    out.empty() ? "" : "; checkpoint written to " + out));
-    const EvalLog last = trainer.evaluate(0);
-    if (!out.empty()) {
-      std::vector<double> tps;
-      for (const auto& s : steps) tps.push_back(s.tokens_per_second);
-      write_summary(out,
-                    {lm.config(), tc, lm.parameters().count(), trainer.step(),
-                     tps.empty() ? 0.0 : median(tps), evals, ""},
-                    corpus);
-    }
-    return last;
   });
-  callback("end", static_cast<std::int64_t>(steps.size()), tc.steps, std::string(), -1.0);
   py::list step_list, eval_list;
   std::vector<double> tps;
   for (const auto& s : steps) {
@@ -268,7 +310,7 @@ py::dict train(LM& model, const std::string& data, const py::object& progress,
   result["validation"] = eval_dict(validation);
   py::dict summary;
   summary["params"] = lm.parameters().count();
-  summary["steps"] = static_cast<std::int64_t>(steps.size());
+  summary["steps"] = done;
   summary["val_bits_per_byte"] = validation.bits_per_byte;
   summary["median_tokens_per_second"] = tps.empty() ? 0.0 : median(tps);
   summary["train"] = from_json(train_config_to_json(tc));
@@ -310,15 +352,17 @@ py::object evolve(const py::dict& options, const py::object& progress) {
 void add_study(py::module_& m) {
   py::class_<LM>(m, "TransformerLM", R"(The byte-level Transformer LM of `ffnlab train`.
 
-TransformerLM(config=None, seed=0, **keys): config is the model's JSON config as a dict
+TransformerLM(config=None, seed=1, **keys): config is the model's JSON config as a dict
 (docs/config.md); keys override or add keys of it. variant="swiglu" (with d_ff, or the study's
-width at the parameters of ReLU's 4*d_model) names the FFN of every block.)")
+width at the parameters of ReLU's 4*d_model) names the FFN of every block. seed draws the
+initial weights; `ffnlab train --seed S` uses S for both the weights and the batches, so the same
+seed here and in train(seed=S) gives the command's run.)")
       .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
              const LMConfig c = lm_config_of(config, keys);
              py::gil_scoped_release release;
              return LM{std::make_unique<TransformerLM>(c, seed)};
            }),
-           py::arg("config") = py::none(), py::arg("seed") = 0)
+           py::arg("config") = py::none(), py::arg("seed") = 1)
       .def_static(
           "from_run",
           [](const py::object& run_dir) {  // a str or a path-like object
@@ -328,8 +372,8 @@ width at the parameters of ReLU's 4*d_model) names the FFN of every block.)")
             return LM{std::make_unique<TransformerLM>(c, 0)};
           },
           py::arg("run_dir"),
-          "A model of the config in a run folder's checkpoint (its weights are loaded by "
-          "train(..., resume=run_dir))")
+          "A model of the config in a run folder's checkpoint, freshly initialised: its trained "
+          "weights and optimizer state are loaded by train(model, data, resume=run_dir)")
       .def_property_readonly(
           "config", [](const LM& l) { return from_json(lm_config_to_json(l.lm->config())); },
           "the full model config as a dict (every key, defaults filled in)")

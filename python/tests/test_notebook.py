@@ -27,7 +27,8 @@ def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     client.execute()
     text = "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                      for out in cell.outputs)
-    for variant in ("relu", "swiglu", "moe"):
-        assert f"\n{variant:10} " in "\n" + text, variant
+    for variant in ("relu", "swiglu", "moe"):  # the study cell's lines: mean ± std and verdict
+        assert f"\n{variant:10} " in "\n" + text and " bits/byte   " in text, variant
+    assert "reference" in text and "best at equal parameters:" in text
     assert "validation:" in text and "bits/byte" in text
     assert (tmp_path / "ffn_evolution_report" / "REPORT.md").exists()

@@ -169,3 +169,49 @@ def test_train_writes_a_run_folder_and_resumes_bit_identically(corpus, tmp_path)
     with pytest.raises(ValueError, match="inside the data"):
         ffnlab.train(ffnlab.TransformerLM(**SMALL), tmp_path, out=tmp_path / "x", progress=False,
                      **SETTINGS)
+
+
+def test_a_failing_progress_callback_stops_the_work_and_is_raised_as_it_was(corpus):
+    class Boom(Exception):
+        pass
+
+    def progress(kind, step, *rest):
+        if kind == "step" and step == 2:
+            raise Boom("from the callback")
+
+    with pytest.raises(Boom, match="from the callback"):
+        ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=progress,
+                     **dict(SETTINGS, steps=50))
+    # The stop request it made is forgotten.
+    assert len(ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=False,
+                            **SETTINGS)["steps"]) == 5
+
+
+def test_ctrl_c_after_the_last_step_is_not_lost(corpus):
+    def progress(kind, *rest):
+        if kind == "end":
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=progress, **SETTINGS)
+
+
+def test_resume_from_python_splits_the_data_as_the_command_did(corpus, tmp_path):
+    run = tmp_path / "run"
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(ffnlab.TransformerLM(**SMALL).config))
+    subprocess.run([str(PROGRAM), "train", "--model-config", str(model), "--data", str(corpus),
+                    "--out", str(run), "--steps", "3", "--batch", "4", "--seq", "32",
+                    "--val-fraction", "0.2", "--eval-tokens", "256", "--threads",
+                    str(ffnlab.get_threads())],
+                   check=True, capture_output=True)
+    log = ffnlab.train(ffnlab.TransformerLM.from_run(run), corpus, resume=run, progress=False,
+                       steps=5)
+    assert [s["step"] for s in log["steps"]] == [4, 5]
+    assert log["summary"]["steps"] == 5
+    assert json.loads((run / "summary.json").read_text())["steps"] == 5  # continued in `run`
+
+
+def test_evolve_refuses_a_variant_listed_twice(tmp_path):
+    with pytest.raises(ValueError, match="listed twice"):
+        ffnlab.evolve(tmp_path / "r", variants=["relu", "swiglu", "swiglu"], progress=False)

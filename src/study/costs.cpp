@@ -87,7 +87,7 @@ const CostRow* CostsResult::study_row(std::string_view variant) const {
 void run_costs(Study& st) {
   st.stage("costs (closed form)");
   CostsResult c;
-  c.seed_tokens = kTutorialTokens;
+  c.tutorial_tokens = kTutorialTokens;
   for (const auto& v : variant_names())
     c.tutorial.push_back(row(v, tutorial_config(v), kTutorialTokens));
   c.moe_token = ffn_cost(tutorial_config("moe"), 1);
@@ -170,7 +170,7 @@ std::string costs_markdown(const Study& st, const Sections& sec) {
       "multiply-add; elementwise work at 1 per element per stage. Memory: weights, gradients, "
       "Adam's two moments (always f32) and the activations a training forward saves for "
       "backward, for the tutorial's batch of {} tokens.\n\n",
-      c.seed_tokens);
+      c.tutorial_tokens);
   md += fmt::format(
       "### The tutorial's configuration (d_model {}, d_ff {} for every variant, bias, gated FFN "
       "with 4 branches, MoE with 8 ReLU experts, top-2)\n\n",

@@ -108,6 +108,10 @@ int Sections::number(std::string_view key) const {
 }
 
 std::string Sections::ref(std::string_view key) const {
+  // A stage is referred to by the numbered section it is in (its own, or the one it continues).
+  for (const Stage& s : table_)
+    if (s.key == key && !s.numbered)
+      throw Error(fmt::format("[study] stage '{}' has no numbered section to refer to", key));
   return fmt::format("section {}", number(key));
 }
 

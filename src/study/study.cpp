@@ -179,11 +179,16 @@ std::string render_report(const Study& st) {
 void check_options(const Options& o) {
   if (o.variants.empty() ||
       std::find(o.variants.begin(), o.variants.end(), "relu") == o.variants.end())
-    throw Error("[evolve] --variants must include relu: every comparison is against it");
+    throw Error("[evolve] the variants must include relu: every comparison is against it");
   const auto known = variant_names();
-  for (const auto& v : o.variants)
+  for (std::size_t i = 0; i < o.variants.size(); ++i) {
+    const std::string& v = o.variants[i];
     if (std::find(known.begin(), known.end(), v) == known.end())
       throw Error(fmt::format("[evolve] variant '{}' is not one of {}", v, fmt::join(known, ", ")));
+    if (std::find(o.variants.begin(), o.variants.begin() + static_cast<std::ptrdiff_t>(i), v) !=
+        o.variants.begin() + static_cast<std::ptrdiff_t>(i))
+      throw Error(fmt::format("[evolve] variant '{}' is listed twice", v));
+  }
   if (o.seeds < 0 || o.seeds > 1000)
     throw Error(fmt::format("[evolve] seeds = {} must be in [1, 1000] (0: the default)", o.seeds));
   if (o.steps < 0 || o.steps > 1000000000)

@@ -67,7 +67,7 @@ std::string sweep_markdown(const Study& st, const Sections&) {
       "SwiGLU at the width that gives it the parameters of the ReLU FFN of the same ratio "
       "(about 2/3 of it).\n\n";
   md += markdown_table({"d_ff / d_model", "relu", "swiglu"}, rows, "rrr");
-  return md + "\n![sweep](sweep.png)\n\n";
+  return md + "\nsweep.png draws it (the figures at the top).\n\n";
 }
 
 }  // namespace ffnlab::study

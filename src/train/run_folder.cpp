@@ -39,6 +39,14 @@ std::ofstream continue_log(const fs::path& path, const char* header, std::int64_
 
 }  // namespace
 
+void open_run_folder(const std::string& dir) {
+  ensure_writable_dir(dir, "train");
+  remove_stale_temporaries(dir, [](std::string_view name) {
+    return name == "train_log.csv" || name == "eval_log.csv" || name == "summary.json" ||
+           name == "sample.txt";
+  });
+}
+
 TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_step) {
   const fs::path steps = fs::path(dir) / "train_log.csv", evals = fs::path(dir) / "eval_log.csv";
   if (continued) {

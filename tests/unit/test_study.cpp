@@ -1,6 +1,7 @@
 // The study layer: its stage table and section numbers, equal-budget widths, the statistics
 // helpers, and recommendations read from typed results.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -46,6 +47,7 @@ TEST(StudyStages, KeysAndFiguresAreUniqueAndSectionsNumberedInOrder) {
   EXPECT_EQ(sec.ref("training"), sec.ref("toy"));
   EXPECT_EQ(sec.heading("training"), "");
   EXPECT_THROW(sec.number("no such stage"), Error);
+  EXPECT_THROW(sec.ref("sweep"), Error);  // unnumbered: nothing to refer to by number
 }
 
 TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
@@ -168,16 +170,40 @@ TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
   EXPECT_TRUE(rec.to_json(st.results)["best_at_equal_parameters"].is_null());
 }
 
-TEST(Study, RefusesBadOptionsBeforeAnyWork) {
+// The message of the Error that run_study throws for `o` ("" when it throws none).
+std::string refusal(const study::Options& o) {
   struct Quiet : study::Observer {
   } quiet;
+  try {
+    study::run_study(o, quiet);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Study, RefusesBadOptionsBeforeAnyWork) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ffnlab-study-options-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
   study::Options o;
-  o.out = "/nonexistent/never-created";
+  o.out = (dir / "report").string();
+  o.data = (dir / "no-corpus-needed").string();  // refused before the data is read
   o.variants = {"gelu"};
-  EXPECT_THROW(study::run_study(o, quiet), Error);
+  EXPECT_NE(refusal(o).find("must include relu"), std::string::npos) << refusal(o);
   o.variants = {"relu", "no-such-variant"};
-  EXPECT_THROW(study::run_study(o, quiet), Error);
-  EXPECT_FALSE(std::filesystem::exists(o.out));
+  EXPECT_NE(refusal(o).find("'no-such-variant' is not one of"), std::string::npos);
+  o.variants = {"relu", "swiglu", "swiglu"};  // would pair two runs of one seed with ReLU's
+  EXPECT_NE(refusal(o).find("'swiglu' is listed twice"), std::string::npos);
+  o.variants = {"relu"};
+  o.seeds = 1001;
+  EXPECT_NE(refusal(o).find("seeds = 1001"), std::string::npos);
+  o.seeds = 0;
+  o.steps = -1;
+  EXPECT_NE(refusal(o).find("steps = -1"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(o.out));  // nothing written, no staging folder either
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

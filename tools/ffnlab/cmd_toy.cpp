@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "ffn_flags.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/train/toy.hpp"
@@ -37,15 +38,12 @@ void run_toy_command(const ToyOptions& o) {
   for (const auto& name : names) {
     const FFNConfig c = ffn_config_from_flags(o.ffn, name);
     const auto steps = run_toy(c, o.toy);
-    double mean = 0, sq = 0;
+    std::vector<double> norms;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       csv += fmt::format("{},{},{:.6f},{:.6f}\n", name, i + 1, steps[i].loss, steps[i].grad_norm);
-      mean += steps[i].grad_norm;
-      sq += steps[i].grad_norm * steps[i].grad_norm;
+      norms.push_back(steps[i].grad_norm);
     }
-    mean /= static_cast<double>(steps.size());
-    const double sd =
-        std::sqrt(std::max(0.0, sq / static_cast<double>(steps.size()) - mean * mean));
+    const double mean = ffnlab::mean(norms), sd = population_std(norms);
     fmt::print("{:<10} {:>12.4f} {:>12.4f} {:>8.2f}% {:>14.4f} {:>13.4f}\n", name,
                steps.front().loss, steps.back().loss,
                100.0 * (1.0 - steps.back().loss / steps.front().loss), mean, sd);

@@ -403,13 +403,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
                                  trainer.step(), setup.train.steps));
   // Everything is checked: from here on, the output folder is written.
-  if (lead) {
-    ensure_writable_dir(out, "train");
-    remove_stale_temporaries(out, [](std::string_view name) {
-      return name == "train_log.csv" || name == "eval_log.csv" || name == "summary.json" ||
-             name == "sample.txt";
-    });
-  }
+  if (lead) open_run_folder(out);
   const std::string checkpoint = (fs::path(out) / "checkpoint").string();
   const std::int64_t first_step = trainer.step();
   if (!lead) {  // another rank: trains, and leaves the output to rank 0

@@ -1,6 +1,6 @@
 // Activation sparsity of FFN hidden units, measured on data: the fraction of exactly-zero and of
 // near-zero values, and per hidden unit how often it is non-zero, so that dead units (never
-// non-zero on any token of a data set) are counted apart from the zero fraction. The seeds
+// non-zero on any token of a data set) are counted apart from the zero fraction. The tutorial
 // called ReLU's ~50 % zero fraction at initialisation "dead neurons"; these are different
 // things, and this census measures both.
 #pragma once

@@ -1,6 +1,7 @@
 // Measured speed of an FFN layer, as matrix-product GFLOP/s and as a ratio to the bare oneDNN
-// products of the same shapes timed in the same call: the machine's practical peak, so that the
-// ratio holds on a shared machine where absolute times drift.
+// products of the same shapes timed in the same call ("of bare": what the layer loses to its
+// elementwise passes and bookkeeping), so that the ratio holds on a shared machine where
+// absolute times drift.
 #pragma once
 
 #include <cstdint>

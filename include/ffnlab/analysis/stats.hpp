@@ -1,5 +1,5 @@
-// Summary statistics of measured values, one implementation each: the study's seeds, the
-// trainer's tokens per second and the benchmarks' rounds all use these.
+// Summary statistics of measured values, one implementation each: the study's seeds, the tokens
+// per second of a training run (`ffnlab train`, ffnlab.train) and the benchmarks' rounds.
 #pragma once
 
 #include <span>

@@ -49,11 +49,11 @@ struct GrowthPoint {
 };
 
 struct CostsResult {
-  std::int64_t seed_tokens = 0;     // the tutorial's batch: the tokens of its memory columns
-  std::vector<CostRow> tutorial;    // every variant at the tutorial's d_model 512, d_ff 2048
-  FFNCost moe_token, expert_token;  // top-2 MoE and one of its experts, per token
-  std::int64_t study_tokens = 0;    // tokens of one training batch of the study's LM
-  std::vector<CostRow> study;       // the variants as the study trains them
+  std::int64_t tutorial_tokens = 0;  // the tutorial's batch: the tokens of its memory columns
+  std::vector<CostRow> tutorial;     // every variant at the tutorial's d_model 512, d_ff 2048
+  FFNCost moe_token, expert_token;   // top-2 MoE and one of its experts, per token
+  std::int64_t study_tokens = 0;     // tokens of one training batch of the study's LM
+  std::vector<CostRow> study;        // the variants as the study trains them
   std::vector<std::pair<std::string, TransformerCost>> transformer_share;
   std::vector<GrowthPoint> growth;  // d_model 128 .. 8192, by d_model then variant
   double moe_forward_matmul_over_one_expert() const;

@@ -46,7 +46,7 @@ class Sections {
  public:
   explicit Sections(const std::vector<Stage>& table);
   int number(std::string_view key) const;       // the section the stage is in
-  std::string ref(std::string_view key) const;  // "section 4"
+  std::string ref(std::string_view key) const;  // "section 4"; Error for an unnumbered stage
   // "## 4. Training dynamics\n\n" (or "## Sweep...\n\n"); empty for a stage that continues.
   std::string heading(std::string_view key) const;
 

@@ -17,6 +17,10 @@
 
 namespace ffnlab {
 
+// Creates DIR for a run that passed every check (or keeps it) and removes the files a run killed
+// while writing them left half-written (their temporaries).
+void open_run_folder(const std::string& dir);
+
 class TrainLogs {
  public:
   // DIR/train_log.csv and DIR/eval_log.csv: new (their headers only), or, with `continued`, the

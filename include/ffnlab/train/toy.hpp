@@ -1,6 +1,6 @@
 // The tutorial's toy experiment: one FFN layer trained alone on a fixed random batch against
 // fixed random targets with MSE and Adam — d_model 512, d_ff 2048, batch 2, seq 4, dropout 0.1,
-// lr 1e-3, 100 iterations, seed 42. The seeds give no place for the dropout; here it is applied
+// lr 1e-3, 100 iterations, seed 42. The tutorial gives no place for the dropout; here it is applied
 // to the layer's input (on the output it would put a floor of p·E[target²] ≈ 0.1 under the loss
 // of every variant alike, measured; the tutorial's losses fall to 0.005-0.01). It measures how fast
 // each variant memorises 8 random vectors, which is all this setup can say (it says nothing about
