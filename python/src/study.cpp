@@ -215,11 +215,8 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
   }
   if (!out.empty()) {
     check_writable_dir(out, "train");
-    if (path_within(out, data))
-      throw Error(fmt::format(
-          "[train] out '{}' is or lies inside the data '{}': the run's files would become part "
-          "of its data; choose another place",
-          out, data));
+    if (const std::string why = run_folder_conflict(out, data, "out", "data"); !why.empty())
+      throw Error(why);
   }
   const Corpus corpus = load_corpus(data, val_fraction);
   if (point && !force)

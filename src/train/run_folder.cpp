@@ -39,6 +39,15 @@ std::ofstream continue_log(const fs::path& path, const char* header, std::int64_
 
 }  // namespace
 
+std::string run_folder_conflict(const std::string& dir, const std::string& data,
+                                std::string_view out_name, std::string_view data_name) {
+  if (!path_within(dir, data)) return "";
+  return fmt::format(
+      "[train] {} '{}' is or lies inside the {} '{}': the run's files would become part of its "
+      "data; choose another place",
+      out_name, dir, data_name, data);
+}
+
 void open_run_folder(const std::string& dir) {
   ensure_writable_dir(dir, "train");
   remove_stale_temporaries(dir, [](std::string_view name) {

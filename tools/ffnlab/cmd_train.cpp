@@ -372,12 +372,8 @@ void train(TrainOptions& o, ProcessGroup* group) {
   }
   if (lead) {
     check_writable_dir(out, "train");
-    // Logs written into the corpus folder would become part of the corpus.
-    if (path_within(out, data))
-      throw UsageError(fmt::format(
-          "[train] --out '{}' is or lies inside the --data '{}': the run's files would become "
-          "part of its data; choose another place",
-          out, data));
+    if (const std::string why = run_folder_conflict(out, data, "--out", "--data"); !why.empty())
+      throw UsageError(why);
   }
   const Corpus corpus = load_corpus(data, val_fraction);
   check_same_data(setup, corpus, o.force);

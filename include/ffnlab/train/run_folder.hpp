@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ffnlab/layers/lm_config.hpp"
@@ -16,6 +17,12 @@
 #include "ffnlab/train/trainer.hpp"
 
 namespace ffnlab {
+
+// Why DIR cannot hold a run that reads `data` ("" when it can): DIR is the data or lies inside
+// it, so the run's logs would become part of its data. `out_name` and `data_name` are how the
+// caller's user names the two ("--out" and "--data" on the command line).
+std::string run_folder_conflict(const std::string& dir, const std::string& data,
+                                std::string_view out_name, std::string_view data_name);
 
 // Creates DIR for a run that passed every check (or keeps it) and removes the files a run killed
 // while writing them left half-written (their temporaries).
