@@ -9,6 +9,7 @@ packages=(
   libdnnl-dev                      # oneDNN: every matrix product
   ocl-icd-opencl-dev opencl-headers  # only so that Debian's dnnl CMake config (OCL GPU runtime) resolves
   libcli11-dev nlohmann-json3-dev libfmt-dev
+  libboost-dev                     # Boost.Math: Student's t quantiles of the study's confidence intervals
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox fonts-dejavu-core    # figures (pngcairo) and their font
   fortunes                         # default text corpus

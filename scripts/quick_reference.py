@@ -91,8 +91,10 @@ def main():
             advice = "use it: measurably better than ReLU at the same parameters"
         elif t["verdict"] == "worse than ReLU":
             advice = "worse than ReLU in this run (a small LM trained briefly)"
+        elif t["verdict"] == "equivalent to ReLU within the margin":
+            advice = "equivalent to ReLU within the run's margin: choose it for other reasons"
         else:
-            advice = "no difference measurable at this scale"
+            advice = "inconclusive: these seeds cannot tell it from ReLU"
         if v == "moe":
             advice += (f"; at equal total parameters it does {t['d_ff'] * 2 * 100 // (4 * model['d_model'])} % "
                        "of ReLU's expert FLOPs, needs balancing (the report's MoE section), and its "

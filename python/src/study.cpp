@@ -333,6 +333,8 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       o.seeds = v.cast<int>();
     else if (key == "steps")
       o.steps = v.cast<std::int64_t>();
+    else if (key == "margin")
+      o.margin = v.cast<double>();
     else if (key == "variants")
       o.variants = v.cast<std::vector<std::string>>();
     else

@@ -36,6 +36,11 @@ double median_seconds(const std::function<void()>& f, double budget) {
   return median(std::move(times));
 }
 
+bool LayerSpeed::noisy() const {
+  return forward_of_bare > kMaxOfBare || forward_backward_of_bare > kMaxOfBare ||
+         forward_of_bare_spread > kMaxSpread || forward_backward_of_bare_spread > kMaxSpread;
+}
+
 nlohmann::ordered_json to_json(const LayerSpeed& s) {
   return {{"inference_s", s.inference_s},
           {"inference_gflops", s.inference_gflops},
@@ -45,28 +50,34 @@ nlohmann::ordered_json to_json(const LayerSpeed& s) {
           {"forward_backward_gflops", s.forward_backward_gflops},
           {"bare_forward_gflops", s.bare_forward_gflops},
           {"bare_forward_backward_gflops", s.bare_forward_backward_gflops},
-          {"forward_of_bare", s.forward_gflops / s.bare_forward_gflops},
-          {"forward_backward_of_bare", s.forward_backward_gflops / s.bare_forward_backward_gflops}};
+          {"rounds", s.rounds},
+          {"forward_of_bare", s.forward_of_bare},
+          {"forward_backward_of_bare", s.forward_backward_of_bare},
+          {"forward_of_bare_spread", s.forward_of_bare_spread},
+          {"forward_backward_of_bare_spread", s.forward_backward_of_bare_spread},
+          {"noisy", s.noisy()}};
 }
 
+namespace {
+
+// (max − min) / median of positive values.
+double spread(const std::vector<double>& v) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return (*hi - *lo) / median(v);
+}
+
+}  // namespace
+
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
-                               Precision precision) {
-  check(tokens > 0 && budget > 0, "[speed] tokens = {} and budget = {} must be positive", tokens,
-        budget);
+                               Precision precision, int rounds) {
+  check(tokens > 0 && budget > 0 && rounds > 0,
+        "[speed] tokens = {}, budget = {} and rounds = {} must be positive", tokens, budget,
+        rounds);
   const std::int64_t T = tokens, D = config.d_model;
   auto ffn = make_ffn(config, 1);
   ffn->set_precision(precision);
   const Tensor x = random_normal({T, D}, 2), dy = random_normal({T, D}, 3);
   Tensor y, dx;
-  LayerSpeed s;
-  s.inference_s = median_seconds([&] { ffn->forward(y, x, false); }, budget);
-  s.forward_s = median_seconds([&] { ffn->forward(y, x, true); }, budget);
-  s.forward_backward_s = median_seconds(
-      [&] {
-        ffn->forward(y, x, true);
-        ffn->backward(dx, dy);
-      },
-      budget);
 
   // The bare products: rows R = T (dense) or k·T (MoE: k experts' worth of rows).
   const bool moe = config.kind == FFNKind::moe;
@@ -77,22 +88,9 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
       dw_out({D, F});
   MatmulOptions plain;
   plain.precision = precision;
-  const double mm_fwd = median_seconds(
-      [&] {
-        matmul(a, xr, Trans::no, w_in, Trans::yes, plain);
-        matmul(out, h, Trans::no, w_out, Trans::yes, plain);
-      },
-      budget);
   MatmulOptions acc = plain;
   acc.accumulate = true;
-  const double mm_bwd = median_seconds(
-      [&] {
-        matmul(h, dyr, Trans::no, w_out, Trans::no, plain);
-        matmul(dw_out, dyr, Trans::yes, h, Trans::no, acc);
-        matmul(out, a, Trans::no, w_in, Trans::no, plain);
-        matmul(dw_in, a, Trans::yes, xr, Trans::no, acc);
-      },
-      budget);
+
   const FFNCost cost = ffn_cost(config, T);
   const double flops_f = cost.forward.matmul * static_cast<double>(T);
   const double flops_b = cost.backward.matmul * static_cast<double>(T);
@@ -100,11 +98,53 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   const FFNCost bare = ffn_cost(dense, R);
   const double bare_f = bare.forward.matmul * static_cast<double>(R);
   const double bare_b = bare.backward.matmul * static_cast<double>(R);
+
+  const double each = budget / rounds;
+  std::vector<double> inf, fwd, fwdbwd, mm_fwd, mm_bwd, of_f, of_fb;
+  for (int r = 0; r < rounds; ++r) {
+    inf.push_back(median_seconds([&] { ffn->forward(y, x, false); }, each));
+    fwd.push_back(median_seconds([&] { ffn->forward(y, x, true); }, each));
+    fwdbwd.push_back(median_seconds(
+        [&] {
+          ffn->forward(y, x, true);
+          ffn->backward(dx, dy);
+        },
+        each));
+    mm_fwd.push_back(median_seconds(
+        [&] {
+          matmul(a, xr, Trans::no, w_in, Trans::yes, plain);
+          matmul(out, h, Trans::no, w_out, Trans::yes, plain);
+        },
+        each));
+    mm_bwd.push_back(median_seconds(
+        [&] {
+          matmul(h, dyr, Trans::no, w_out, Trans::no, plain);
+          matmul(dw_out, dyr, Trans::yes, h, Trans::no, acc);
+          matmul(out, a, Trans::no, w_in, Trans::no, plain);
+          matmul(dw_in, a, Trans::yes, xr, Trans::no, acc);
+        },
+        each));
+    // This round's ratios: the layer's rate over the bare products' rate, timed together.
+    of_f.push_back((flops_f / fwd.back()) / (bare_f / mm_fwd.back()));
+    of_fb.push_back(((flops_f + flops_b) / fwdbwd.back()) /
+                    ((bare_f + bare_b) / (mm_fwd.back() + mm_bwd.back())));
+  }
+  LayerSpeed s;
+  s.rounds = rounds;
+  s.inference_s = median(inf);
+  s.forward_s = median(fwd);
+  s.forward_backward_s = median(fwdbwd);
   s.forward_gflops = flops_f / s.forward_s / 1e9;
   s.inference_gflops = flops_f / s.inference_s / 1e9;
   s.forward_backward_gflops = (flops_f + flops_b) / s.forward_backward_s / 1e9;
-  s.bare_forward_gflops = bare_f / mm_fwd / 1e9;
-  s.bare_forward_backward_gflops = (bare_f + bare_b) / (mm_fwd + mm_bwd) / 1e9;
+  s.bare_forward_gflops = bare_f / median(mm_fwd) / 1e9;
+  std::vector<double> mm_fb;
+  for (int r = 0; r < rounds; ++r) mm_fb.push_back(mm_fwd[r] + mm_bwd[r]);
+  s.bare_forward_backward_gflops = (bare_f + bare_b) / median(mm_fb) / 1e9;
+  s.forward_of_bare = median(of_f);
+  s.forward_backward_of_bare = median(of_fb);
+  s.forward_of_bare_spread = spread(of_f);
+  s.forward_backward_of_bare_spread = spread(of_fb);
   return s;
 }
 

@@ -1,6 +1,7 @@
 #include "ffnlab/analysis/stats.hpp"
 
 #include <algorithm>
+#include <boost/math/distributions/students_t.hpp>
 #include <cmath>
 #include <numeric>
 
@@ -34,6 +35,45 @@ double median(std::vector<double> v) {
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
   return *mid;
+}
+
+bool MeanInterval::defined() const {
+  return n >= 2;
+}
+
+MeanInterval mean_interval(std::span<const double> v, double level) {
+  MeanInterval r;
+  r.n = v.size();
+  r.level = level;
+  r.mean = mean(v);
+  if (v.size() < 2) {
+    r.low = r.high = NAN;
+    return r;
+  }
+  const boost::math::students_t t(static_cast<double>(v.size() - 1));
+  const double q = boost::math::quantile(t, 0.5 + level / 2);
+  const double half = q * sample_std(v) / std::sqrt(static_cast<double>(v.size()));
+  r.low = r.mean - half;
+  r.high = r.mean + half;
+  return r;
+}
+
+PairedComparison compare_paired(std::span<const double> d, double margin) {
+  PairedComparison c;
+  c.margin = margin;
+  c.ci95 = mean_interval(d, 0.95);
+  c.ci90 = mean_interval(d, 0.90);
+  if (!c.ci95.defined())
+    c.verdict = Comparison::one_value;
+  else if (c.ci95.high < 0)
+    c.verdict = Comparison::better;
+  else if (c.ci95.low > 0)
+    c.verdict = Comparison::worse;
+  else if (c.ci90.low > -margin && c.ci90.high < margin)
+    c.verdict = Comparison::equivalent;
+  else
+    c.verdict = Comparison::inconclusive;
+  return c;
 }
 
 }  // namespace ffnlab

@@ -200,26 +200,44 @@ void run_recommendations(Study& st) {
         out.best_per_flop_bits_per_byte = o.mean, out.best_per_flop = o.variant;
     }
   }
-  // Rule 3: per second — the highest tokens/s among those not worse than ReLU.
-  for (const VariantOutcome& o : t.variants)
-    if (o.verdict != Verdict::worse && o.tokens_per_second > out.best_per_second_tokens)
+  // Rule 3: per second — the highest tokens/s among ReLU and the variants shown to be better
+  // than or equivalent to it (never merely "not shown worse").
+  for (const VariantOutcome& o : t.variants) {
+    const bool qualifies = o.verdict == Verdict::reference || o.verdict == Verdict::better ||
+                           o.verdict == Verdict::equivalent;
+    if (qualifies && o.tokens_per_second > out.best_per_second_tokens)
       out.best_per_second_tokens = o.tokens_per_second, out.best_per_second = o.variant;
+  }
   // Rule 4: when MoE pays off.
   const VariantOutcome* moe = t.find("moe");
   const VariantOutcome* relu = t.find("relu");
   const CostRow* moe_cost = r.costs ? r.costs->study_row("moe") : nullptr;
   if (moe && relu && moe_cost) {
+    using Finding = Recommendations::MoE::Finding;
     Recommendations::MoE m;
     m.active_fraction = static_cast<double>(moe_cost->cost.active_params) /
                         static_cast<double>(moe_cost->cost.params);
     m.tokens_per_second = moe->tokens_per_second;
     m.relu_tokens_per_second = relu->tokens_per_second;
     m.diff_mean = moe->diff_mean;
-    m.diff_std = moe->diff_std;
+    m.diff_low = moe->diff_low;
+    m.diff_high = moe->diff_high;
+    m.margin = t.margin;
     m.verdict = moe->verdict;
-    m.on_cost = m.verdict != Verdict::better && m.verdict != Verdict::worse &&
-                m.tokens_per_second > m.relu_tokens_per_second;
-    m.pays_off = m.verdict == Verdict::better || m.on_cost;
+    switch (m.verdict) {
+      case Verdict::better:
+        m.finding = Finding::pays_off;
+        break;
+      case Verdict::equivalent:
+        m.finding = m.tokens_per_second > m.relu_tokens_per_second ? Finding::pays_off_on_cost
+                                                                   : Finding::does_not_pay_off;
+        break;
+      case Verdict::worse:
+        m.finding = Finding::does_not_pay_off;
+        break;
+      default:
+        m.finding = Finding::undecided;
+    }
     out.moe = m;
   }
   st.results.recommendations = std::move(out);
@@ -231,7 +249,12 @@ json recommendations_json(const Results& r) {
               c.best_at_equal_parameters ? json(*c.best_at_equal_parameters) : json(nullptr)}};
     if (c.best_per_flop) out["best_per_flop"] = *c.best_per_flop;
     out["best_per_second"] = c.best_per_second;
-    if (c.moe) out["moe_pays_off"] = c.moe->pays_off;
+    if (c.moe) {  // true, false, or null when the comparison is inconclusive
+      using Finding = Recommendations::MoE::Finding;
+      const Finding f = c.moe->finding;
+      out["moe_pays_off"] =
+          f == Finding::undecided ? json(nullptr) : json(f != Finding::does_not_pay_off);
+    }
     return out;
   });
 }
@@ -263,30 +286,50 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
         *c.best_per_flop, c.best_per_flop_bits_per_byte, list);
   }
   md += fmt::format(
-      "- **Per second:** {} ({} tokens/s in training). Rule: the highest training "
-      "throughput among the variants not worse than ReLU.\n",
+      "- **Per second:** {} ({} tokens/s in training). Rule: the highest training throughput "
+      "among ReLU and the variants better than or equivalent to it.\n",
       c.best_per_second, thousands(static_cast<std::int64_t>(c.best_per_second_tokens)));
   if (c.moe) {
+    using Finding = Recommendations::MoE::Finding;
     const auto& m = *c.moe;
-    const char* finding =
-        m.verdict == Verdict::better
-            ? "it pays off here: better than the dense FFN of its total parameters"
-        : m.on_cost
-            ? "it pays off here on cost: as good as the dense FFN, at more tokens per second"
-        : m.verdict == Verdict::worse
-            ? "it does not pay off in this run: its validation is worse than the dense FFN's "
-              "of the same total parameters, whatever it saves per token"
-            : "it does not pay off in this run: not measurably better than the dense FFN of "
-              "its total parameters, and no faster in training";
+    const std::string diff =
+        m.verdict == Verdict::one_seed
+            ? fmt::format("{:+.4f} bits/byte (one seed: no interval)", m.diff_mean)
+            : fmt::format("{:+.4f} bits/byte, 95 % interval [{:+.4f}, {:+.4f}]", m.diff_mean,
+                          m.diff_low, m.diff_high);
+    std::string finding;
+    switch (m.finding) {
+      case Finding::pays_off:
+        finding = "it pays off here: better than the dense FFN of its total parameters";
+        break;
+      case Finding::pays_off_on_cost:
+        finding = fmt::format(
+            "it pays off here on cost: equivalent to the dense FFN within ±{} bits/byte, at more "
+            "tokens per second",
+            m.margin);
+        break;
+      case Finding::does_not_pay_off:
+        finding = m.verdict == Verdict::worse
+                      ? "it does not pay off in this run: its validation is worse than the dense "
+                        "FFN's of the same total parameters, whatever it saves per token"
+                      : "it does not pay off in this run: equivalent to the dense FFN, and no "
+                        "faster in training";
+        break;
+      case Finding::undecided:
+        finding = fmt::format(
+            "undecided: the comparison with ReLU is {} (the seeds cannot tell them apart, nor "
+            "show them within ±{} bits/byte of each other); more seeds or steps would decide it",
+            verdict_text(m.verdict), m.margin);
+        break;
+    }
     md += fmt::format(
         "- **MoE:** at equal total parameters it touches {} of them per token and trains at {} "
-        "tokens/s against ReLU's {} ({:.2f}×); its paired difference to ReLU is {:+.4f} ± {:.4f} "
-        "bits/byte ({}). Rule: MoE pays off where it is better than a dense FFN of its total "
-        "parameters, or as good at a lower cost per token. Finding: {}.\n",
+        "tokens/s against ReLU's {} ({:.2f}×); its paired difference to ReLU is {} ({}). Rule: "
+        "MoE pays off where it is better than a dense FFN of its total parameters, or "
+        "equivalent (within the margin) at more tokens per second. Finding: {}.\n",
         percent(m.active_fraction), thousands(static_cast<std::int64_t>(m.tokens_per_second)),
         thousands(static_cast<std::int64_t>(m.relu_tokens_per_second)),
-        m.tokens_per_second / m.relu_tokens_per_second, m.diff_mean, m.diff_std,
-        verdict_text(m.verdict), finding);
+        m.tokens_per_second / m.relu_tokens_per_second, diff, verdict_text(m.verdict), finding);
   }
   return md + "\n";
 }

@@ -66,11 +66,20 @@ std::string speed_markdown(const Study& st, const Sections&) {
   if (!st.results.speed) return "";
   const SpeedResult& r = *st.results.speed;
   std::vector<std::vector<std::string>> rows;
-  for (const auto& [v, s] : r.variants)
+  // A ratio is shown only when its rounds agree and it is possible; else the row says why not.
+  auto ratio = [](double of_bare, double spread) {
+    if (of_bare > kMaxOfBare || spread > kMaxSpread)
+      return fmt::format("noisy ({} ± {})", percent(of_bare, 0), percent(spread / 2, 0));
+    return percent(of_bare, 0);
+  };
+  int noisy = 0;
+  for (const auto& [v, s] : r.variants) {
+    noisy += s.noisy() ? 1 : 0;
     rows.push_back({v, fixed(s.forward_s * 1e3, 2), fixed(s.forward_gflops, 1),
-                    percent(s.forward_gflops / s.bare_forward_gflops, 0),
+                    ratio(s.forward_of_bare, s.forward_of_bare_spread),
                     fixed(s.forward_backward_s * 1e3, 2), fixed(s.forward_backward_gflops, 1),
-                    percent(s.forward_backward_gflops / s.bare_forward_backward_gflops, 0)});
+                    ratio(s.forward_backward_of_bare, s.forward_backward_of_bare_spread)});
+  }
   std::vector<std::vector<std::string>> act_rows;
   for (const auto& a : r.activations)
     act_rows.push_back({a.activation, fixed(a.elements / a.seconds / 1e9, 2)});
@@ -80,8 +89,13 @@ std::string speed_markdown(const Study& st, const Sections&) {
       "FLOPs only. **of bare** is the layer's rate over the rate of the bare oneDNN products of "
       "the same shapes, timed in the same run on this machine (for MoE: the products of two "
       "experts over all tokens): what the layer loses to its elementwise passes, routing and "
-      "bookkeeping. Times vary between runs on a shared machine; ratios hold better.\n\n",
-      r.d_model, r.d_ff, r.tokens);
+      "bookkeeping. The layer and its bare products are timed in {} alternating rounds, so that "
+      "load on the machine falls on both; a ratio is the median of the rounds' ratios. A ratio "
+      "above {} or whose rounds spread by more than {} (max − min over the median) is shown as "
+      "noisy: the measurement decided it, not the layer, and no conclusion rests on it{}.\n\n",
+      r.d_model, r.d_ff, r.tokens, r.variants.empty() ? 0 : r.variants.front().second.rounds,
+      percent(kMaxOfBare, 0), percent(kMaxSpread, 0),
+      noisy > 0 ? fmt::format(" ({} of {} rows here)", noisy, r.variants.size()) : "");
   md += markdown_table({"variant", "fwd ms", "fwd GFLOP/s", "fwd of bare", "fwd+bwd ms",
                         "fwd+bwd GFLOP/s", "fwd+bwd of bare"},
                        rows, "lrrrrrr");

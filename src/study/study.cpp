@@ -191,6 +191,8 @@ void check_options(const Options& o) {
   }
   if (o.seeds < 0 || o.seeds > 1000)
     throw Error(fmt::format("[evolve] seeds = {} must be in [1, 1000] (0: the default)", o.seeds));
+  if (!(o.margin > 0 && o.margin <= 1))
+    throw Error(fmt::format("[evolve] margin = {} bits/byte must be in (0, 1]", o.margin));
   if (o.steps < 0 || o.steps > 1000000000)
     throw Error(fmt::format("[evolve] steps = {} must be in [1, 10^9] (0: the default)", o.steps));
 }

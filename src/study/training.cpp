@@ -22,8 +22,10 @@ std::string_view verdict_text(Verdict v) {
       return "better than ReLU";
     case Verdict::worse:
       return "worse than ReLU";
-    case Verdict::no_difference:
-      return "no difference measurable at this scale";
+    case Verdict::equivalent:
+      return "equivalent to ReLU within the margin";
+    case Verdict::inconclusive:
+      return "inconclusive";
     case Verdict::one_seed:
       return "one seed: no spread to compare with";
   }
@@ -37,6 +39,12 @@ const VariantOutcome* TrainingResult::find(std::string_view variant) const {
 }
 
 namespace {
+
+// An interval as JSON: [low, high], or null where there is none (one seed).
+json interval(double low, double high) {
+  if (std::isnan(low) || std::isnan(high)) return nullptr;
+  return json::array({low, high});
+}
 
 const std::vector<std::string> kToyVariants{"relu", "gelu", "glu", "gated", "moe"};
 constexpr std::int64_t kToyD = 512, kToyF = 2048;
@@ -176,6 +184,7 @@ void run_training(Study& st) {
   out.model = st.scale.model;
   out.train = st.scale.train;
   out.seeds = st.scale.seeds;
+  out.margin = st.options.margin;
   out.validation_bytes = static_cast<std::int64_t>(st.corpus.validation().size());
   auto bpb = [&](const std::string& v) {
     std::vector<double> x;
@@ -201,14 +210,31 @@ void run_training(Study& st) {
     o.diff_mean = mean(diff);
     o.diff_std = sample_std(diff);
     o.tokens_per_second = mean(tps);
+    const PairedComparison c = compare_paired(diff, out.margin);
+    o.diff_low = c.ci95.low;
+    o.diff_high = c.ci95.high;
+    o.diff_low90 = c.ci90.low;
+    o.diff_high90 = c.ci90.high;
     if (v == "relu" || relu.empty())
       o.verdict = Verdict::reference;
-    else if (diff.size() < 2)
-      o.verdict = Verdict::one_seed;
-    else if (std::fabs(o.diff_mean) > o.diff_std)
-      o.verdict = o.diff_mean < 0 ? Verdict::better : Verdict::worse;
     else
-      o.verdict = Verdict::no_difference;
+      switch (c.verdict) {
+        case Comparison::better:
+          o.verdict = Verdict::better;
+          break;
+        case Comparison::worse:
+          o.verdict = Verdict::worse;
+          break;
+        case Comparison::equivalent:
+          o.verdict = Verdict::equivalent;
+          break;
+        case Comparison::inconclusive:
+          o.verdict = Verdict::inconclusive;
+          break;
+        case Comparison::one_value:
+          o.verdict = Verdict::one_seed;
+          break;
+      }
     out.variants.push_back(std::move(o));
   }
   st.results.training = std::move(out);
@@ -223,17 +249,21 @@ json training_json(const Results& res) {
                      {"seq", t.train.seq},
                      {"lr", t.train.optimizer.lr},
                      {"seeds", t.seeds},
+                     {"equivalence_margin", t.margin},
                      {"validation_bytes", t.validation_bytes}};
     for (const VariantOutcome& o : t.variants)
-      out["variants"][o.variant] = {{"d_ff", o.d_ff},
-                                    {"params", o.params},
-                                    {"val_bits_per_byte", o.val_bits_per_byte},
-                                    {"mean", o.mean},
-                                    {"std", o.std},
-                                    {"paired_difference_to_relu_mean", o.diff_mean},
-                                    {"paired_difference_to_relu_std", o.diff_std},
-                                    {"verdict", verdict_text(o.verdict)},
-                                    {"median_tokens_per_second", o.tokens_per_second}};
+      out["variants"][o.variant] = {
+          {"d_ff", o.d_ff},
+          {"params", o.params},
+          {"val_bits_per_byte", o.val_bits_per_byte},
+          {"mean", o.mean},
+          {"std", o.std},
+          {"paired_difference_to_relu_mean", o.diff_mean},
+          {"paired_difference_to_relu_std", o.diff_std},
+          {"paired_difference_to_relu_ci95", interval(o.diff_low, o.diff_high)},
+          {"paired_difference_to_relu_ci90", interval(o.diff_low90, o.diff_high90)},
+          {"verdict", verdict_text(o.verdict)},
+          {"median_tokens_per_second", o.tokens_per_second}};
     return out;
   });
 }
@@ -245,13 +275,15 @@ std::string training_markdown(const Study& st, const Sections& sec) {
   for (const VariantOutcome& o : t.variants) {
     std::string seeds;
     for (double b : o.val_bits_per_byte) seeds += (seeds.empty() ? "" : ", ") + fixed(b, 3);
-    rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params), seeds,
-                    fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
-                    o.verdict == Verdict::reference
-                        ? "—"
-                        : fmt::format("{:+.4f} ± {}", o.diff_mean, fixed(o.diff_std, 4)),
-                    std::string(verdict_text(o.verdict)),
-                    thousands(static_cast<std::int64_t>(o.tokens_per_second))});
+    rows.push_back(
+        {o.variant, thousands(o.d_ff), thousands(o.params), seeds,
+         fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
+         o.verdict == Verdict::reference ? "—"
+         : o.verdict == Verdict::one_seed
+             ? fmt::format("{:+.4f}", o.diff_mean)
+             : fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", o.diff_mean, o.diff_low, o.diff_high),
+         std::string(verdict_text(o.verdict)),
+         thousands(static_cast<std::int64_t>(o.tokens_per_second))});
   }
   std::string md = fmt::format(
       "### Language modelling on real text\n\n"
@@ -260,13 +292,17 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "study table; moe: 8 experts, top-2, balancing loss 0.01), trained {} steps of batch {} with "
       "AdamW (lr {}, warm-up and cosine), on the corpus of {}. Validation: bits per byte over "
       "the whole validation part ({} bytes) after the last step. Seeds 1 to {} are paired: seed "
-      "s gives every variant the same batches. **Rule:** a variant is called better or worse "
-      "than ReLU only where the mean of its paired differences is larger than their standard "
-      "deviation over seeds; otherwise: no difference measurable at this scale.\n\n",
+      "s gives every variant the same batches. **Rules, fixed before the run:** the paired "
+      "difference to ReLU (variant − ReLU, per seed) is shown as its mean and its 95 % "
+      "confidence interval from Student's t with n − 1 degrees of freedom. A variant is better "
+      "(worse) than ReLU when that interval lies below (above) 0; equivalent when it is neither "
+      "and the 90 % interval lies within ±{} bits/byte (the equivalence margin: two one-sided "
+      "tests at 5 %); otherwise inconclusive: these seeds cannot tell. Not measurably worse is "
+      "never read as as good.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
-      t.train.batch, t.train.optimizer.lr, sec.ref("data"), t.validation_bytes, t.seeds);
+      t.train.batch, t.train.optimizer.lr, sec.ref("data"), t.validation_bytes, t.seeds, t.margin);
   md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
-                        "paired difference to ReLU", "verdict", "tokens/s"},
+                        "paired difference to ReLU [95 % CI]", "verdict", "tokens/s"},
                        rows, "lrrrrrlr");
   return md + "\n";
 }

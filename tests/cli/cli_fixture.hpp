@@ -91,9 +91,11 @@ struct Outcome {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
+    // Per process too: two checkouts' suites on one machine must not share a folder.
     dir_ = fs::temp_directory_path() /
            ("ffnlab_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -26,10 +26,16 @@ TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
     for (const char* k : {"inference_s", "forward_s", "forward_backward_s",
                           "forward_backward_gflops", "bare_forward_backward_gflops"})
       EXPECT_GT(row[k].get<double>(), 0.0) << k << " " << row.dump();
-    EXPECT_NEAR(row["forward_backward_of_bare"].get<double>(),
-                row["forward_backward_gflops"].get<double>() /
-                    row["bare_forward_backward_gflops"].get<double>(),
-                1e-9);
+    // Ratios are medians of alternating rounds; a ratio that cannot be true, or rounds that
+    // disagree, mark the row noisy.
+    EXPECT_EQ(row["rounds"].get<int>(), 5) << row.dump();
+    const double of_bare = row["forward_backward_of_bare"],
+                 spread = row["forward_backward_of_bare_spread"];
+    EXPECT_GT(of_bare, 0.0) << row.dump();
+    EXPECT_GE(spread, 0.0) << row.dump();
+    if (of_bare > 1.05 || spread > 0.10) {
+      EXPECT_TRUE(row["noisy"].get<bool>()) << row.dump();
+    }
   }
 
   // Decode at D 64, F 128, no bias, T = 1 (quick): SwiGLU reads gate, up and down

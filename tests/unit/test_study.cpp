@@ -145,29 +145,96 @@ TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
     costs.study.push_back({v, study::study_ffn(v, 128), ffn_cost(study::study_ffn(v, 128), 1)});
   st.results.costs = costs;
   study::TrainingResult t;
+  t.margin = 0.02;
   t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
                 outcome("gelu", 3.10, study::Verdict::worse, 200),
                 outcome("swiglu", 2.90, study::Verdict::better, 90),
-                outcome("moe", 3.01, study::Verdict::no_difference, 120)};
+                outcome("moe", 3.01, study::Verdict::equivalent, 120)};
   st.results.training = t;
   const Stage& rec = stage("recommendations");
+  const study::Sections sec(stages());
   rec.run(st);
   nlohmann::ordered_json j = rec.to_json(st.results);
   EXPECT_EQ(j["best_at_equal_parameters"], "swiglu");
   EXPECT_EQ(j["best_per_second"], "moe");  // gelu is faster but worse
-  EXPECT_EQ(j["moe_pays_off"], true);      // not worse, and faster than ReLU
+  EXPECT_EQ(j["moe_pays_off"], true);      // equivalent within the margin, and faster
   EXPECT_EQ(j["best_per_flop"], "swiglu");
-  const std::string md = rec.markdown(st, study::Sections(stages()));
+  std::string md = rec.markdown(st, sec);
   EXPECT_NE(md.find("**Best validation at equal parameters:** swiglu"), std::string::npos) << md;
+  EXPECT_NE(md.find("pays off here on cost: equivalent to the dense FFN within ±0.02"),
+            std::string::npos)
+      << md;
+
+  // Inconclusive is neither good enough for a per-second pick nor a finding about MoE.
+  st.results.training->variants[3].verdict = study::Verdict::inconclusive;
+  rec.run(st);
+  j = rec.to_json(st.results);
+  EXPECT_TRUE(j["moe_pays_off"].is_null());
+  EXPECT_EQ(j["best_per_second"], "relu");
+  md = rec.markdown(st, sec);
+  EXPECT_NE(md.find("undecided: the comparison with ReLU is inconclusive"), std::string::npos)
+      << md;
 
   st.results.training->variants[3].verdict = study::Verdict::worse;
   rec.run(st);
   j = rec.to_json(st.results);
   EXPECT_EQ(j["moe_pays_off"], false);
   EXPECT_EQ(j["best_per_second"], "relu");
-  st.results.training->variants[2].verdict = study::Verdict::no_difference;
+  st.results.training->variants[2].verdict = study::Verdict::inconclusive;
   rec.run(st);
   EXPECT_TRUE(rec.to_json(st.results)["best_at_equal_parameters"].is_null());
+}
+
+// No verdict but "equivalent" lets the report speak of two variants as alike.
+TEST(Recommendations, NeverSayAsGoodWithoutTheEquivalenceTest) {
+  for (const auto verdict :
+       {study::Verdict::better, study::Verdict::worse, study::Verdict::inconclusive,
+        study::Verdict::one_seed, study::Verdict::equivalent})
+    for (const double tps : {80.0, 120.0}) {
+      study::Study st;
+      st.options.variants = {"relu", "moe"};
+      study::CostsResult costs;
+      for (const auto& v : st.options.variants)
+        costs.study.push_back({v, study::study_ffn(v, 128), ffn_cost(study::study_ffn(v, 128), 1)});
+      st.results.costs = costs;
+      study::TrainingResult t;
+      t.margin = 0.02;
+      t.variants = {outcome("relu", 3.0, study::Verdict::reference, 100),
+                    outcome("moe", 3.0, verdict, tps)};
+      st.results.training = t;
+      const Stage& rec = stage("recommendations");
+      rec.run(st);
+      const std::string md = rec.markdown(st, study::Sections(stages()));
+      const bool alike = md.find("as good") != std::string::npos ||
+                         md.find("equivalent to the dense FFN") != std::string::npos;
+      EXPECT_EQ(alike, verdict == study::Verdict::equivalent)
+          << study::verdict_text(verdict) << " at " << tps << " tokens/s:\n"
+          << md;
+    }
+}
+
+TEST(Stats, PairedComparisonsUseStudentsTAndTheMargin) {
+  // n = 3: t(0.975, 2) = 4.302653, t(0.95, 2) = 2.919986; mean −0.02, s = 0.01.
+  const std::vector<double> d{-0.03, -0.02, -0.01};
+  const MeanInterval ci = mean_interval(d, 0.95);
+  EXPECT_NEAR(ci.mean, -0.02, 1e-12);
+  EXPECT_NEAR(ci.low, -0.02 - 4.302653 * 0.01 / std::sqrt(3.0), 1e-6);
+  EXPECT_NEAR(ci.high, -0.02 + 4.302653 * 0.01 / std::sqrt(3.0), 1e-6);
+  EXPECT_NEAR(mean_interval(d, 0.90).low, -0.02 - 2.919986 * 0.01 / std::sqrt(3.0), 1e-6);
+  // 95 %: [−0.0448, +0.0048] holds 0; 90 %: [−0.0369, −0.0031] is not within ±0.02.
+  EXPECT_EQ(compare_paired(d, 0.02).verdict, Comparison::inconclusive);
+  EXPECT_EQ(compare_paired(d, 0.05).verdict, Comparison::equivalent);  // a wider margin
+  const std::vector<double> lower{-0.05, -0.04, -0.045}, higher{0.05, 0.04, 0.045};
+  EXPECT_EQ(compare_paired(lower, 0.02).verdict, Comparison::better);
+  EXPECT_EQ(compare_paired(higher, 0.02).verdict, Comparison::worse);
+  EXPECT_EQ(compare_paired(std::vector<double>{0.001, -0.002, 0.0005}, 0.02).verdict,
+            Comparison::equivalent);
+  // The old rule (|mean| > std) called this one better: t = 1.73 with 3 seeds is p ≈ 0.11.
+  EXPECT_EQ(compare_paired(std::vector<double>{-0.01, -0.03, -0.02 + 0.01 * 0.9}, 0.001).verdict,
+            Comparison::inconclusive);
+  const PairedComparison one = compare_paired(std::vector<double>{0.1}, 0.02);
+  EXPECT_EQ(one.verdict, Comparison::one_value);
+  EXPECT_TRUE(std::isnan(one.ci95.low));
 }
 
 // The message of the Error that run_study throws for `o` ("" when it throws none).
@@ -204,6 +271,26 @@ TEST(Study, RefusesBadOptionsBeforeAnyWork) {
   EXPECT_FALSE(std::filesystem::exists(o.out));  // nothing written, no staging folder either
   EXPECT_TRUE(std::filesystem::is_empty(dir));
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ffnlab
+
+namespace ffnlab {
+namespace {
+
+// A speed ratio that cannot be true, or rounds that disagree, is noise: flagged, never a finding.
+TEST(LayerSpeedNoise, ImpossibleRatiosAndSpreadRoundsAreFlagged) {
+  LayerSpeed s;
+  s.forward_of_bare = s.forward_backward_of_bare = 0.95;
+  s.forward_of_bare_spread = s.forward_backward_of_bare_spread = 0.03;
+  EXPECT_FALSE(s.noisy());
+  s.forward_of_bare = 2.17;  // "fwd of peak 217 %" under load
+  EXPECT_TRUE(s.noisy());
+  s.forward_of_bare = 0.95;
+  s.forward_backward_of_bare_spread = 0.4;
+  EXPECT_TRUE(s.noisy());
+  EXPECT_TRUE(to_json(s)["noisy"].get<bool>());
 }
 
 }  // namespace

@@ -184,7 +184,7 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         });
         const LayerSpeed s = ours[ours.size() / 2];
         const double ti = rounds_median(torch_inf), tf = rounds_median(torch_fb);
-        const double of_bare = s.forward_backward_gflops / s.bare_forward_backward_gflops;
+        const double of_bare = s.forward_backward_of_bare;
         json row = {{"variant", v}, {"dtype", enum_name(p)}, {"tokens", t}};
         row.update(json::parse(to_json(s).dump()));
         if (ti > 0) row["torch_inference_s"] = ti;

@@ -73,6 +73,11 @@ void add_evolve_command(CLI::App& app) {
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));
   add_variants_flag(*cmd, o->variants);
+  cmd->add_option("--margin", o->study.margin,
+                  "equivalence margin in bits/byte, fixed before the run: a variant is called "
+                  "equivalent to ReLU only when its paired difference is shown to lie within it")
+      ->capture_default_str()
+      ->check(real_in(0, 1));
   cmd->add_flag("--sweep", o->study.sweep,
                 "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)");
   add_threads_option(*cmd, o->threads);

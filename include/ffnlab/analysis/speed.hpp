@@ -16,6 +16,9 @@ namespace ffnlab {
 // Median seconds per call of f over about `budget` seconds (at least 3 calls) after one warm-up.
 double median_seconds(const std::function<void()>& f, double budget);
 
+// Measured in alternating rounds: each round times the layer and its bare products one after
+// the other, so that load on the machine lands on both sides of a round's ratio; the times are
+// medians over the rounds, the ratios medians of the rounds' ratios, with their spread.
 struct LayerSpeed {
   double forward_s = 0, forward_backward_s = 0;            // median per call, T tokens
   double forward_gflops = 0, forward_backward_gflops = 0;  // matrix FLOPs (costs.hpp) / time
@@ -23,18 +26,28 @@ struct LayerSpeed {
   // Bare products of the same shapes: for a dense layer its own products; for MoE the products
   // of k experts over all T tokens (the same matrix FLOPs as the routed experts).
   double bare_forward_gflops = 0, bare_forward_backward_gflops = 0;
+  int rounds = 0;
+  // The layer's rate over its bare products' rate: the median of the rounds' ratios, and their
+  // spread ((max − min) / median over the rounds).
+  double forward_of_bare = 0, forward_backward_of_bare = 0;
+  double forward_of_bare_spread = 0, forward_backward_of_bare_spread = 0;
+  // A ratio above kMaxOfBare, or a spread above kMaxSpread: the measurement, not the layer,
+  // decided the number (a busy machine, or bare products that were not the limit they stand
+  // for). Never a finding.
+  bool noisy() const;
 };
+inline constexpr double kMaxOfBare = 1.05, kMaxSpread = 0.10;
 
 // Times the training forward (which keeps activations), the inference forward and
 // forward+backward of a layer built from `config` on T random tokens, and the bare products at
 // the same precision, in one call.
 // The one JSON form of a LayerSpeed (`ffnlab bench --json`, the study's results.json): its
-// fields by their names, and forward_of_bare, forward_backward_of_bare (the layer's rate over its
-// bare products' rate).
+// fields by their names, and "noisy".
 nlohmann::ordered_json to_json(const LayerSpeed& speed);
 
+// `budget` seconds per measurement in all, split over `rounds` alternating rounds.
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
-                               Precision precision = Precision::f32);
+                               Precision precision = Precision::f32, int rounds = 5);
 
 // The machine's memory read bandwidth in bytes/s: the median time of a parallel sum over
 // `bytes` of memory (far larger than the caches), with the current OpenMP threads.

@@ -17,4 +17,29 @@ double population_std(std::span<const double> values);
 // even count: always a value that was measured); NaN for no values.
 double median(std::vector<double> values);
 
+// The mean of n values and its two-sided confidence interval at `level` from Student's t with
+// n − 1 degrees of freedom: mean ± t·s/√n (s the sample standard deviation). With fewer than two
+// values there is no interval: low and high are NaN.
+struct MeanInterval {
+  double mean = 0, low = 0, high = 0;
+  std::size_t n = 0;
+  double level = 0;
+  bool defined() const;  // n >= 2
+};
+MeanInterval mean_interval(std::span<const double> values, double level = 0.95);
+
+// Paired comparison of a variant against a reference by its differences (variant − reference,
+// one per seed; lower is better, as for bits per byte), with the two tests stated in advance:
+// - better / worse: the 95 % interval of the mean difference excludes 0;
+// - equivalent: otherwise, and the 90 % interval lies within ±margin (two one-sided t tests at
+//   5 %, TOST): the data show the difference is smaller than the margin;
+// - inconclusive: neither; the seeds cannot tell.
+enum class Comparison { better, worse, equivalent, inconclusive, one_value };
+struct PairedComparison {
+  MeanInterval ci95, ci90;
+  double margin = 0;
+  Comparison verdict = Comparison::one_value;
+};
+PairedComparison compare_paired(std::span<const double> differences, double margin);
+
 }  // namespace ffnlab

@@ -18,13 +18,16 @@
 
 namespace ffnlab::study {
 
-// A variant's validation against ReLU's, over paired seeds.
+// A variant's validation against ReLU's, over paired seeds (analysis/stats.hpp, compare_paired):
+// the 95 % interval of the mean paired difference decides better and worse; "equivalent" needs
+// the equivalence test against the margin stated in advance; anything else is inconclusive.
 enum class Verdict {
-  reference,      // ReLU itself
-  better,         // lower than ReLU's by the study's rule
-  worse,          // higher than ReLU's by the study's rule
-  no_difference,  // the rule cannot tell them apart at this scale
-  one_seed,       // a single seed: no spread to judge by
+  reference,     // ReLU itself
+  better,        // the 95 % interval lies below 0
+  worse,         // the 95 % interval lies above 0
+  equivalent,    // neither, and the 90 % interval lies within ±margin (TOST at 5 %)
+  inconclusive,  // the seeds cannot tell
+  one_seed,      // a single seed: no interval
 };
 // The verdict as results.json and the report write it ("better than ReLU").
 std::string_view verdict_text(Verdict verdict);
@@ -104,10 +107,12 @@ struct ToyResult {
 struct VariantOutcome {
   std::string variant;
   std::int64_t d_ff = 0, params = 0;
-  std::vector<double> val_bits_per_byte;  // per seed, seed 1 first
-  double mean = 0, std = 0;               // over seeds
-  double diff_mean = 0, diff_std = 0;     // paired difference to ReLU (variant − ReLU)
-  Verdict verdict = Verdict::no_difference;
+  std::vector<double> val_bits_per_byte;   // per seed, seed 1 first
+  double mean = 0, std = 0;                // over seeds
+  double diff_mean = 0, diff_std = 0;      // paired difference to ReLU (variant − ReLU)
+  double diff_low = 0, diff_high = 0;      // its 95 % confidence interval (t, n − 1)
+  double diff_low90 = 0, diff_high90 = 0;  // its 90 % interval: the equivalence test's
+  Verdict verdict = Verdict::inconclusive;
   double tokens_per_second = 0;  // mean over seeds of each run's median
 };
 
@@ -115,6 +120,7 @@ struct TrainingResult {
   LMConfig model;
   TrainConfig train;
   int seeds = 0;
+  double margin = 0;  // the equivalence margin in bits per byte, stated before the run
   std::int64_t validation_bytes = 0;
   std::vector<VariantOutcome> variants;
   const VariantOutcome* find(std::string_view variant) const;
@@ -173,9 +179,12 @@ struct Recommendations {
   double best_per_second_tokens = 0;
   struct MoE {
     double active_fraction = 0, tokens_per_second = 0, relu_tokens_per_second = 0;
-    double diff_mean = 0, diff_std = 0;
-    Verdict verdict = Verdict::no_difference;
-    bool pays_off = false, on_cost = false;  // on_cost: as good, at more tokens per second
+    double diff_mean = 0, diff_low = 0, diff_high = 0, margin = 0;
+    Verdict verdict = Verdict::inconclusive;
+    // pays off: better; on cost: equivalent (the margin's test) at more tokens per second; no:
+    // worse, or equivalent and not faster; undecided: the comparison is inconclusive.
+    enum class Finding { pays_off, pays_off_on_cost, does_not_pay_off, undecided };
+    Finding finding = Finding::undecided;
   };
   std::optional<MoE> moe;  // when MoE was trained
 };

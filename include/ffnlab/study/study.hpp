@@ -34,6 +34,9 @@ struct Options {
   bool quick = false, sweep = false;
   int seeds = 0;           // 0: 3 (2 with quick)
   std::int64_t steps = 0;  // 0: the scale's
+  // The equivalence margin in bits per byte: a variant is "equivalent" to ReLU only when the
+  // data show their difference is within it (training.cpp, compare_paired).
+  double margin = 0.02;
   // How the report's first line names the command that wrote it.
   std::string command = "ffnlab evolve";
 };
