@@ -135,15 +135,20 @@ study::VariantOutcome outcome(std::string v, double mean, study::Verdict verdict
   return o;
 }
 
+// The costs stage's study table for `variants` at d_model 128 (what the recommendations read).
+study::CostsResult study_costs(const std::vector<std::string>& variants) {
+  study::CostsResult costs;
+  for (const auto& v : variants)
+    costs.study.push_back({v, study::study_ffn(v, 128), ffn_cost(study::study_ffn(v, 128), 1)});
+  return costs;
+}
+
 // The recommendations stage reads verdicts, costs and speeds from the typed results.
 TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
   study::Study st;
   st.options.variants = {"relu", "gelu", "swiglu", "moe"};
   st.scale = study::make_scale(st.options);
-  study::CostsResult costs;
-  for (const auto& v : st.options.variants)
-    costs.study.push_back({v, study::study_ffn(v, 128), ffn_cost(study::study_ffn(v, 128), 1)});
-  st.results.costs = costs;
+  st.results.costs = study_costs(st.options.variants);
   study::TrainingResult t;
   t.margin = 0.02;
   t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
@@ -193,10 +198,7 @@ TEST(Recommendations, NeverSayAsGoodWithoutTheEquivalenceTest) {
     for (const double tps : {80.0, 120.0}) {
       study::Study st;
       st.options.variants = {"relu", "moe"};
-      study::CostsResult costs;
-      for (const auto& v : st.options.variants)
-        costs.study.push_back({v, study::study_ffn(v, 128), ffn_cost(study::study_ffn(v, 128), 1)});
-      st.results.costs = costs;
+      st.results.costs = study_costs(st.options.variants);
       study::TrainingResult t;
       t.margin = 0.02;
       t.variants = {outcome("relu", 3.0, study::Verdict::reference, 100),
