@@ -190,11 +190,19 @@ void draw_ffn_performance(const Study& st) {
        "title 'swiglu', '' every ::1 using 1:6 lw 2 title 'gated (4 branches)', '' every ::1 "
        "using 1:8 lw 2 title 'moe (8 experts)'\n";
   s += "unset logscale\nset xlabel ''\nset style data histograms\nset xtics rotate by -30\n"
-       "set title 'Measured speed, forward+backward (matrix GFLOP/s)'\nset ylabel 'GFLOP/s'\n"
-       "set yrange [0:*]\n"
-       "set key top right\n"
-       "plot 'speed.csv' every ::1 using 3:xtic(1) title 'layer', '' every ::1 using 5 title "
-       "'bare products of the same shapes'\n";
+       "set title 'Measured speed, forward+backward (matrix GFLOP/s; noisy rows left out)'\n"
+       "set ylabel 'GFLOP/s'\nset yrange [0:*]\n"
+       "set key top right\n";
+  // A row the measurement decided (speed.csv's noisy column) is drawn as no bar: the figure
+  // shows what the table does not flag, nothing else; and says so when that is nothing.
+  const auto& rows = st.results.speed->variants;
+  if (std::all_of(rows.begin(), rows.end(), [](const auto& r) { return r.second.noisy(); }))
+    s += "set yrange [0:1]\nunset ytics\nset xtics ('' 0)\n"
+         "set label 'every row was noisy (see the speed table): nothing to draw' at graph 0.5, "
+         "0.5 center\nplot -1 notitle\nunset label\n";
+  else
+    s += "plot 'speed.csv' every ::1 using ($6 > 0 ? NaN : $3):xtic(1) title 'layer', '' "
+         "every ::1 using ($6 > 0 ? NaN : $5) title 'bare products of the same shapes'\n";
   s += "unset multiplot\n";
   render_figure(st.dir, "ffn_performance_comparison", s);
 }

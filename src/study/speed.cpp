@@ -22,15 +22,15 @@ void run_speed(Study& st) {
   r.budget_seconds = st.scale.speed_budget;
   std::string csv =
       "variant,forward_gflops,forward_backward_gflops,bare_forward_gflops,"
-      "bare_forward_backward_gflops\n";
+      "bare_forward_backward_gflops,noisy\n";
   for (const auto& v : variant_names()) {
     st.message(fmt::format("  speed: {}", v));
     const LayerSpeed s =
         measure_layer_speed(variant_config(v, r.d_model, r.d_ff, true), r.tokens, r.budget_seconds);
     r.variants.emplace_back(v, s);
-    csv += fmt::format("{},{:.2f},{:.2f},{:.2f},{:.2f}\n", v, s.forward_gflops,
+    csv += fmt::format("{},{:.2f},{:.2f},{:.2f},{:.2f},{:d}\n", v, s.forward_gflops,
                        s.forward_backward_gflops, s.bare_forward_gflops,
-                       s.bare_forward_backward_gflops);
+                       s.bare_forward_backward_gflops, s.noisy() ? 1 : 0);
   }
   st.write("speed.csv", csv);
 

@@ -297,3 +297,39 @@ TEST(LayerSpeedNoise, ImpossibleRatiosAndSpreadRoundsAreFlagged) {
 
 }  // namespace
 }  // namespace ffnlab
+
+namespace ffnlab {
+namespace {
+
+// The speed panel leaves noisy rows out; when every row is noisy it says so instead of failing
+// (gnuplot refuses a histogram with no valid point).
+TEST(StudyFigures, SpeedPanelWithEveryRowNoisyStillDraws) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ffnlab-study-figure-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  study::Study st;
+  st.dir = dir.string();
+  st.write("costs_tutorial.csv",
+           "variant,params_x_relu,active_params_x_relu,forward_flops_x_relu,weights_mib,"
+           "grads_mib,adam_mib,activations_mib\nrelu,1,1,1,8,8,16,0.1\n");
+  st.write(
+      "cost_growth.csv",
+      "d_model,relu_params,relu_fwd_flops,swiglu_params,swiglu_fwd_flops,gated_params,"
+      "gated_fwd_flops,moe_params,moe_fwd_flops\n128,1,2,1,2,3,6,8,2\n256,4,8,4,8,12,24,32,8\n");
+  st.write("speed.csv",
+           "variant,forward_gflops,forward_backward_gflops,bare_forward_gflops,"
+           "bare_forward_backward_gflops,noisy\nrelu,100,90,50,45,1\n");
+  LayerSpeed noisy;
+  noisy.forward_of_bare = noisy.forward_backward_of_bare = 2.0;  // "200 % of bare"
+  st.results.speed = study::SpeedResult{};
+  st.results.speed->variants.emplace_back("relu", noisy);
+  ASSERT_TRUE(noisy.noisy());
+  const Stage& speed = stage("speed");
+  ASSERT_EQ(speed.figures.size(), 1u);
+  speed.figures[0].draw(st);
+  EXPECT_GT(std::filesystem::file_size(dir / "ffn_performance_comparison.png"), 1000u);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ffnlab
