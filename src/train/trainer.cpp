@@ -13,7 +13,6 @@
 #include "check.hpp"
 #include "expert_residency.hpp"
 #include "ffnlab/limits.hpp"
-#include "hash.hpp"
 #include "ranges.hpp"
 
 namespace ffnlab {

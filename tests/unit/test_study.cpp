@@ -101,6 +101,14 @@ TEST(EqualBudget, DefaultWidthIsFourDOrReLUsParametersForTheGLUKinds) {
   // 256: 680 (523,856 against ReLU's 525,568), not 8/3·D rounded up (688: 530,016).
   EXPECT_EQ(default_d_ff(variant_config("swiglu", 256, 1, true)), 680);
   EXPECT_EQ(default_d_ff(variant_config("swiglu", 4096, 1, false)), 10920);
+  // The sweep's SwiGLU widths at d_model 128 for d_ff / d_model = 1, 2, 4, 8 (docs/evolve.md);
+  // 8/3·D rounded up gave 88, 176, 344, 688.
+  std::vector<std::int64_t> sweep;
+  for (const std::int64_t r : {1, 2, 4, 8})
+    sweep.push_back(match_params(variant_config("swiglu", 128, r * 128, true),
+                                 count_params(variant_config("relu", 128, r * 128, true)))
+                        .d_ff);
+  EXPECT_EQ(sweep, (std::vector<std::int64_t>{88, 168, 344, 680}));
 }
 
 TEST(Stats, MeanStandardDeviationsAndMedian) {
