@@ -1,7 +1,15 @@
 """PyTorch side of the language-model comparison: the reference configuration (pre-norm
 byte-level LM on the fortunes corpus) trained with the same model, schedule, data split and
 evaluation as `ffnlab train`, printing tokens/s and validation bits per byte. Run with the Debian
-PyTorch:  /usr/bin/python3 bench/torch_train.py --variant relu --d-ff 512 --threads 2"""
+PyTorch:  /usr/bin/python3 bench/torch_train.py --variant relu --d-ff 512 --threads 2
+
+--from-ffnlab takes the initial weights and every batch from ffnlab itself (its Python module:
+PYTHONPATH=build/release/python), so that PyTorch trains exactly the model ffnlab trains at that
+seed, and trains it in ffnlab beside it: the two runs differ only in their arithmetic. The study's
+MoE (--variant moe: 8 ReLU experts of width 64 with biases, top-2, router with bias, balancing
+loss 0.01) is the Mixtral-style block of tests/parity/torch_lm.py.
+  PYTHONPATH=build/release/python /usr/bin/python3 bench/torch_train.py --from-ffnlab \
+      --variant moe --seed 2 --warmup 50"""
 import argparse
 import math
 import os
@@ -24,7 +32,7 @@ def load(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variant", default="relu", choices=["relu", "swiglu"])
+    ap.add_argument("--variant", default="relu", choices=["relu", "swiglu", "moe"])
     ap.add_argument("--d-ff", type=int, default=512)
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
@@ -38,8 +46,17 @@ def main():
     ap.add_argument("--init-std", type=float, default=0.02,
                     help="every matrix N(0, s) and biases zero (GPT-2, ffnlab's default); "
                          "0: torch.nn defaults")
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--from-ffnlab", action="store_true",
+                    help="initial weights and batches from ffnlab's Python module; ffnlab trains "
+                         "the same run too")
     ap.add_argument("--skip-eval", action="store_true", help="time training only")
     a = ap.parse_args()
+    if a.from_ffnlab:
+        return from_ffnlab(a)
+    if a.variant == "moe":
+        sys.exit("--variant moe needs --from-ffnlab (the study's MoE config comes from ffnlab)")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     data = load(a.data)
@@ -60,7 +77,7 @@ def main():
         win = torch.stack([train[s:s + S + 1] for s in starts.tolist()])
         ids, tgt = win[:, :-1].reshape(-1), win[:, 1:].reshape(-1)
         for g in opt.param_groups:
-            g["lr"] = torch_lm.lr_at(step, 3e-3, 50, a.steps, 0.1)
+            g["lr"] = torch_lm.lr_at(step, 3e-3, a.warmup, a.steps, 0.1)
         ce, aux = model(ids, tgt, S)
         opt.zero_grad(set_to_none=True)
         (ce + aux).backward()
@@ -73,6 +90,13 @@ def main():
         print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median "
               f"{tps:.0f} tokens/s over {a.steps} steps")
         return
+    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median {tps:.0f} "
+          f"tokens/s, validation {validation_bits(model, val, S, B):.4f} bits/byte after "
+          f"{a.steps} steps")
+
+
+def validation_bits(model, val, S, B):
+    """ffnlab's evaluation: consecutive windows over the whole validation part."""
     model.eval()
     total, n = 0.0, 0
     with torch.no_grad():
@@ -84,8 +108,64 @@ def main():
             ce, _ = model(ids, tgt, S)
             total += ce.item() * ids.numel()
             n += ids.numel()
-    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median {tps:.0f} "
-          f"tokens/s, validation {total / n / math.log(2):.4f} bits/byte after {a.steps} steps")
+    model.train()
+    return total / n / math.log(2)
+
+
+def from_ffnlab(a):
+    import ffnlab  # noqa: E402  (build/<preset>/python on PYTHONPATH)
+    torch.set_num_threads(a.threads)
+    ffnlab.set_threads(a.threads)
+    shape = dict(d_model=a.d_model, layers=a.layers, heads=a.heads, context=a.seq)
+    lm = ffnlab.TransformerLM(variant=a.variant, seed=a.seed, **shape)
+    c = lm.config
+    f = c["ffn"]
+    if a.variant == "moe":
+        m = f["moe"]
+        ffn = dict(kind="moe", act=f["activation"], d_ff=m.get("expert_d_ff") or f["d_ff"],
+                   experts=m["num_experts"], top_k=m["top_k"], aux_coef=m["aux_coef"],
+                   glu=m.get("expert_kind", "plain") == "glu", bias=f["bias"],
+                   router_bias=m.get("router_bias", True))
+    else:
+        ffn = dict(kind=f["kind"], act=f["activation"], d_ff=f["d_ff"], bias=f["bias"])
+    cfg = dict(vocab=256, d_model=a.d_model, layers=a.layers, heads=a.heads, context=a.seq,
+               attn_bias=True, norm_eps=1e-5, tied_head=True, ffn=ffn)
+    model = torch_lm.LM(cfg)
+    state = model.state_dict()
+    weights = lm.weights()
+    missing = set(state) - set(weights)
+    extra = set(weights) - set(state)
+    if missing or extra:
+        sys.exit(f"names differ: only in PyTorch {sorted(missing)}, only in ffnlab {sorted(extra)}")
+    with torch.no_grad():
+        for name, (dims, raw) in weights.items():
+            state[name].copy_(torch.frombuffer(bytearray(raw), dtype=torch.float32).view(dims))
+    batches = ffnlab.training_batches(a.data, a.steps, a.batch, a.seq, a.seed)
+    data = load(a.data)
+    val = data[int(math.floor(len(data) * 0.9)):]
+
+    settings = dict(steps=a.steps, batch=a.batch, seq=a.seq, seed=a.seed, warmup=a.warmup,
+                    eval_every=max(0, a.eval_every), eval_tokens=0)
+    ours = ffnlab.train(lm, a.data, progress=False, **settings)
+    ffnlab_evals = {e["step"]: e["bits_per_byte"] for e in ours["evals"]}
+
+    opt = torch_lm.optimizer(model, 3e-3, (0.9, 0.95), 0.1)
+    print(f"{a.variant} seed {a.seed}, warm-up {a.warmup}: validation bits/byte (whole part)")
+    print("step   ffnlab   PyTorch")
+    for step, (ids, tgt) in enumerate(batches):
+        ids = torch.frombuffer(bytearray(ids), dtype=torch.uint8).long()
+        tgt = torch.frombuffer(bytearray(tgt), dtype=torch.uint8).long()
+        for g in opt.param_groups:
+            g["lr"] = torch_lm.lr_at(step, 3e-3, a.warmup, a.steps, 0.1)
+        ce, aux = model(ids, tgt, a.seq)
+        opt.zero_grad(set_to_none=True)
+        (ce + aux).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        done = step + 1
+        if (a.eval_every > 0 and done % a.eval_every == 0) or done == a.steps:
+            print(f"{done:4d}   {ffnlab_evals[done]:.4f}   "
+                  f"{validation_bits(model, val, a.seq, a.batch):.4f}", flush=True)
 
 
 if __name__ == "__main__":

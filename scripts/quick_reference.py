@@ -61,7 +61,8 @@ def main():
     out.append(
         f"- **validation**: bits/byte of a byte-level LM ({model['layers']} layers, d_model "
         f"{model['d_model']}, {cfg['steps']} steps, {cfg['seeds']} paired seeds) at about equal "
-        "parameters, mean ± std, and the paired difference to ReLU with its verdict;")
+        "parameters, mean ± std, and the paired difference to ReLU with its 95 % interval and "
+        f"verdict (equivalence margin ±{cfg['equivalence_margin']} bits/byte);")
     out.append(
         "- **zero / dead**: exactly-zero hidden activations after training (mean over layers) and "
         "dead units (zero on every census token), seed 1.\n")
@@ -75,6 +76,7 @@ def main():
     out.append("|---|---|---|---|---:|---:|---:|---|---|---|---|")
     for v, t in train.items():
         sp = speed.get(v, {}).get("forward_backward_of_bare")
+        noisy = speed.get(v, {}).get("noisy", False)
         layers = sparsity.get(v, [])
         zero = sum(l["zero_fraction_trained"] for l in layers) / len(layers) if layers else None
         dead = sum(l["dead_units_trained"] for l in layers) if layers and v != "moe" else None
@@ -82,9 +84,10 @@ def main():
         zd = "n/a"
         if zero is not None:
             zd = f"{100 * zero:.1f} %" + (f" / {dead} of {units}" if dead is not None else "")
+        ci = t.get("paired_difference_to_relu_ci95")
         diff = ("—" if v == "relu" else
-                f"{t['paired_difference_to_relu_mean']:+.3f} ± "
-                f"{t['paired_difference_to_relu_std']:.3f}: {t['verdict']}")
+                f"{t['paired_difference_to_relu_mean']:+.3f}"
+                + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "") + f": {t['verdict']}")
         if v == "relu":
             advice = "the reference; sparse, and loses units to death"
         elif t["verdict"] == "better than ReLU":
@@ -101,8 +104,25 @@ def main():
                        f"seeds spread by {t['std']:.3f}")
         out.append(
             f"| {v} | {FORMULA[v]} | {PARAMS[v]} | {MATMUL[v]} | {t['d_ff']} | "
-            f"{'n/a' if sp is None else f'{100 * sp:.0f} %'} | "
+            f"{'n/a' if sp is None else ('noisy' if noisy else f'{100 * sp:.0f} %')} | "
             f"{t['mean']:.3f} ± {t['std']:.3f} | {diff} | {zd} | {USED_BY[v]} | {advice} |")
+    axes = r.get("moe_axes")
+    if axes:
+        out.append("")
+        out.append("MoE on both axes (the report's \"MoE at equal compute\"): the same LM, recipe "
+                   "and seeds; parameters and forward FLOPs per token are the whole LM's.\n")
+        out.append("| MoE | what | LM params | fwd FLOPs/token | validation bits/byte | vs ReLU "
+                   "[95 % CI] |")
+        out.append("|---|---|---:|---:|---:|---|")
+        for name, row in axes["rows"].items():
+            a = row["against_relu"]
+            ci = a.get("paired_difference_ci95")
+            vs = ("—" if name == "relu" else
+                  f"{a['paired_difference_mean']:+.3f}"
+                  + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "") + f": {a['verdict']}")
+            out.append(f"| {name} | {row['description']} | {row['params']:,} | "
+                       f"{row['forward_flops_per_token'] / 1e6:.2f} M | {a['mean']:.3f} ± "
+                       f"{a['std']:.3f} | {vs} |")
     out.append("")
     out.append("The whole report (figures, MoE balancing, the corrections of the tutorial) is "
                "`report/REPORT.md` after `bash scripts/run.sh`; docs/evolve.md describes it.")

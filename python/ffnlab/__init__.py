@@ -16,11 +16,12 @@ ffnlab.torch wraps a layer as a torch.nn.Module (imported on demand: it needs to
 """
 from . import _ffnlab
 from ._ffnlab import (FFN, TransformerLM, __version__, activation_names, config, from_hf,
-                      get_threads, params, set_threads, variant_names)
+                      get_threads, params, set_threads, training_batches, variant_names)
 from .progress import TextProgress
 
 __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_names", "config",
-           "evolve", "from_hf", "get_threads", "params", "set_threads", "train", "variant_names"]
+           "evolve", "from_hf", "get_threads", "params", "set_threads", "train", "training_batches",
+           "variant_names"]
 
 
 def _progress(progress):

@@ -178,6 +178,25 @@ py::dict step_dict(const StepLog& s) {
   d["max_over_mean"] = s.max_over_mean;
   d["dropped_fraction"] = s.dropped_fraction;
   d["router_entropy"] = s.router_entropy;
+  if (!s.layers.empty()) {
+    py::list layers;
+    for (const LayerDiagnostics& l : s.layers) {
+      py::dict x;
+      x["residual_rms"] = l.residual_rms;
+      x["attention_rms"] = l.attention_rms;
+      x["ffn_rms"] = l.ffn_rms;
+      x["attention_entropy"] = l.attention_entropy;
+      x["grad_attention"] = l.grad_attention;
+      x["grad_ffn"] = l.grad_ffn;
+      x["grad_router"] = l.grad_router;
+      x["router_entropy"] = l.ffn.router_entropy;
+      x["router_top1"] = l.ffn.top1_prob;
+      x["router_logit_std"] = l.ffn.router_logit_std;
+      x["expert_output_rms"] = l.ffn.expert_output_rms;
+      layers.append(x);
+    }
+    d["layers"] = layers;
+  }
   return d;
 }
 
@@ -234,7 +253,7 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
     open_run_folder(out);
     const bool here = point && std::filesystem::weakly_canonical(resume) ==
                                    std::filesystem::weakly_canonical(out);
-    logs = std::make_unique<TrainLogs>(out, here, trainer.step());
+    logs = std::make_unique<TrainLogs>(out, here, trainer.step(), tc.diagnostics_every > 0);
   }
   const bool finished = trainer.run(
       [&](const StepLog& s) {
@@ -378,6 +397,22 @@ seed here and in train(seed=S) gives the command's run.)")
           "the full model config as a dict (every key, defaults filled in)")
       .def_property_readonly(
           "num_params", [](LM& l) { return l.lm->parameters().count(); }, "parameters")
+      .def(
+          "weights",
+          [](LM& l) {
+            py::dict out;
+            for (const Parameter& p : l.lm->parameters().list()) {
+              py::tuple shape(p.shape.size());
+              for (std::size_t i = 0; i < p.shape.size(); ++i) shape[i] = p.shape[i];
+              out[py::str(p.name)] =
+                  py::make_tuple(shape, py::bytes(reinterpret_cast<const char*>(p.value.f32()),
+                                                  static_cast<std::size_t>(p.value.nbytes())));
+            }
+            return out;
+          },
+          "every parameter by name (Hugging Face names, docs/training.md): (shape, bytes of its "
+          "f32 values, row-major, native byte order); e.g. torch.frombuffer(bytearray(b), "
+          "dtype=torch.float32).view(shape)")
       .def("__repr__", [](LM& l) {
         const LMConfig& c = l.lm->config();
         return fmt::format("<ffnlab.TransformerLM {} layers d_model={} ffn={} params={}>", c.layers,
@@ -394,6 +429,32 @@ from (its checkpoint's model must be this model's; settings given here that diff
 checkpoint's, or other data, need force=True). Returns {"steps": [...], "evals": [...],
 "validation": {...}, "summary": {...}}. Ctrl-C stops after the current step, with a checkpoint
 when out is given (KeyboardInterrupt).)");
+  m.def(
+      "training_batches",
+      [](const py::object& data, std::int64_t steps, std::int64_t batch, std::int64_t seq,
+         std::uint64_t seed) {
+        const std::string path = py::str(py::module_::import("os").attr("fspath")(data));
+        if (steps < 0 || batch <= 0 || seq <= 0)
+          throw py::value_error("[python] training_batches needs steps >= 0, batch > 0, seq > 0");
+        const Corpus corpus = load_corpus(path, 0.1);
+        py::list out;
+        for (std::int64_t step = 0; step < steps; ++step) {
+          const Batch b =
+              sample_batch(corpus.train(), batch, seq, seed, static_cast<std::uint64_t>(step), 0);
+          std::string ids(b.ids.size(), '\0'), targets(b.targets.size(), '\0');
+          for (std::size_t i = 0; i < b.ids.size(); ++i) {
+            ids[i] = static_cast<char>(b.ids[i]);
+            targets[i] = static_cast<char>(b.targets[i]);
+          }
+          out.append(py::make_tuple(py::bytes(ids), py::bytes(targets)));
+        }
+        return out;
+      },
+      py::arg("data"), py::arg("steps"), py::arg("batch") = 16, py::arg("seq") = 128,
+      py::arg("seed") = 1,
+      "The batches train(model, data, steps=, batch=, seq=, seed=) trains on (one micro-batch a "
+      "step): a list of (ids, targets) per step, each batch·seq bytes (row-major [batch, seq]; "
+      "targets are the next bytes), so that another framework can train on the same data.");
   m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
         "The study (ffnlab.evolve wraps it with a progress bar)");
 }

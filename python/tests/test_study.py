@@ -67,6 +67,51 @@ def test_train_returns_its_logs_and_matches_the_command_line(corpus, tmp_path):
     assert cli == pytest.approx([s["loss"] for s in log["steps"]], rel=0, abs=1e-6)
 
 
+def test_train_diagnostics_per_layer(corpus, tmp_path):
+    lm = ffnlab.TransformerLM(variant="moe", seed=1, **SMALL)
+    log = ffnlab.train(lm, corpus, out=tmp_path / "run", progress=False,
+                       **dict(SETTINGS, diagnostics_every=2))
+    with_layers = [s["step"] for s in log["steps"] if "layers" in s]
+    assert with_layers == [1, 2, 4]
+    layer = log["steps"][0]["layers"][1]
+    assert len(log["steps"][0]["layers"]) == SMALL["layers"]
+    assert layer["grad_router"] > 0 and layer["router_logit_std"] > 0
+    assert len(layer["expert_output_rms"]) == lm.config["ffn"]["moe"]["num_experts"]
+    with open(tmp_path / "run" / "layer_log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [1, 1, 2, 2, 4, 4]
+    assert float(rows[1]["grad_router"]) == pytest.approx(layer["grad_router"], rel=1e-4)
+
+
+def test_weights_and_batches_let_another_framework_train_the_same_run(corpus):
+    lm = ffnlab.TransformerLM(variant="moe", seed=3, **SMALL)
+    weights = lm.weights()
+    assert "model.embed_tokens.weight" in weights and "model.layers.1.mlp.gate.weight" in weights
+    total = 0
+    for name, (shape, raw) in weights.items():
+        count = 1
+        for n in shape:
+            count *= n
+        assert len(raw) == 4 * count, name
+        total += count
+    assert total == lm.num_params
+    assert weights == ffnlab.TransformerLM(variant="moe", seed=3, **SMALL).weights()
+    assert weights != ffnlab.TransformerLM(variant="moe", seed=4, **SMALL).weights()
+
+    batches = ffnlab.training_batches(corpus, 3, batch=4, seq=32, seed=1)
+    assert len(batches) == 3 and all(len(i) == len(t) == 4 * 32 for i, t in batches)
+    text = corpus.read_bytes()[: int(len(corpus.read_bytes()) * 0.9)]
+    for ids, targets in batches:
+        for row in range(4):
+            window = ids[row * 32:(row + 1) * 32] + targets[(row + 1) * 32 - 1:(row + 1) * 32]
+            assert targets[row * 32:(row + 1) * 32] == window[1:]  # the next bytes
+            assert window in text  # a window of the training part
+    assert batches == ffnlab.training_batches(corpus, 3, batch=4, seq=32, seed=1)
+    assert batches != ffnlab.training_batches(corpus, 3, batch=4, seq=32, seed=2)
+    with pytest.raises(ValueError):
+        ffnlab.training_batches(corpus, 3, batch=0)
+
+
 def test_train_stops_on_ctrl_c_after_the_current_step(corpus):
     lm = ffnlab.TransformerLM(**SMALL)
     seen = []

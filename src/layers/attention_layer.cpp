@@ -12,13 +12,15 @@ namespace ffnlab {
 
 Attention::Attention(const AttentionConfig& config, std::uint64_t seed) : config_(config) {
   const std::int64_t D = config_.d_model, H = config_.heads;
-  check(D > 0 && H > 0 && D % H == 0, "[attention] d_model = {} is not a multiple of heads = {}",
-        D, H);
+  check(D > 0 && H > 0 && D % H == 0, "[attention] d_model = {} is not a multiple of heads = {}", D,
+        H);
   check(!config_.rope || (D / H) % 2 == 0, "[attention] RoPE needs an even head size, got {}",
         D / H);
-  for (const char* n : {"q_proj", "k_proj", "v_proj"}) params_.declare(std::string(n) + ".weight", {D, D});
+  for (const char* n : {"q_proj", "k_proj", "v_proj"})
+    params_.declare(std::string(n) + ".weight", {D, D});
   if (config_.bias)
-    for (const char* n : {"q_proj", "k_proj", "v_proj"}) params_.declare(std::string(n) + ".bias", {D});
+    for (const char* n : {"q_proj", "k_proj", "v_proj"})
+      params_.declare(std::string(n) + ".bias", {D});
   params_.declare("o_proj.weight", {D, D});
   if (config_.bias) params_.declare("o_proj.bias", {D});
   params_.allocate();
@@ -71,6 +73,16 @@ void Attention::backward(Tensor& dx, const Tensor& dy) {
   if (config_.rope) rope_backward(dqkv, seq_, 2 * D, D / config_.heads, config_.rope_theta);
   dx.ensure(x_.shape());
   linear_backward(&dx, dw_qkv_, config_.bias ? &db_qkv_ : nullptr, dqkv, x_, w_qkv_, precision_);
+}
+
+double Attention::entropy() const {
+  if (!cache_.p.defined() || cache_.p.numel() == 0) return 0.0;
+  const std::int64_t rows = cache_.p.dim(0) * cache_.p.dim(1), S = cache_.p.dim(2);
+  const float* p = cache_.p.f32();
+  double h = 0;
+  for (std::int64_t i = 0; i < rows * S; ++i)
+    if (p[i] > 0.f) h -= static_cast<double>(p[i]) * std::log(static_cast<double>(p[i]));
+  return h / static_cast<double>(rows);
 }
 
 }  // namespace ffnlab

@@ -492,4 +492,32 @@ FFNStats MoEFFN::stats() const {
   return s;
 }
 
+FFNStats MoEFFN::diagnostic_stats() const {
+  FFNStats s = stats();
+  const Routing& r = routing_;
+  if (saved_ && router_.logits.defined() && router_.logits.numel() > 0) {
+    const float* z = router_.logits.f32();
+    const std::int64_t n = router_.logits.numel();
+    double m = 0, q = 0;
+    for (std::int64_t i = 0; i < n; ++i) m += z[i];
+    m /= static_cast<double>(n);
+    for (std::int64_t i = 0; i < n; ++i) q += (z[i] - m) * (z[i] - m);
+    s.router_logit_std = std::sqrt(q / static_cast<double>(n));
+  }
+  if (saved_ && !exchanged_ && rows_.op.defined() &&
+      static_cast<int>(r.offsets.size()) == r.experts + 1) {
+    const float* o = rows_.op.f32();
+    const std::int64_t D = config_.d_model;
+    s.expert_output_rms.assign(r.experts, std::nan(""));
+    for (int e = 0; e < r.experts; ++e) {
+      const std::int64_t b = r.offsets[e], end = r.offsets[e + 1];
+      if (end <= b || end * D > rows_.op.numel()) continue;
+      double q = 0;
+      for (std::int64_t i = b * D; i < end * D; ++i) q += static_cast<double>(o[i]) * o[i];
+      s.expert_output_rms[e] = std::sqrt(q / static_cast<double>((end - b) * D));
+    }
+  }
+  return s;
+}
+
 }  // namespace ffnlab

@@ -2,6 +2,9 @@
 // order. The block's parameters are its four children's, one after the other.
 #include "ffnlab/layers/transformer_block.hpp"
 
+#include <cmath>
+#include <string>
+
 #include "check.hpp"
 #include "ffnlab/ops/dropout.hpp"
 
@@ -121,6 +124,42 @@ void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {
     attn_.backward(dx, dropped(d2_, d1_, stream_));
     add(dx, dx, d1_);
   }
+}
+
+namespace {
+
+double rms(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0.0;
+  const float* v = t.f32();
+  double q = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i) q += static_cast<double>(v[i]) * v[i];
+  return std::sqrt(q / static_cast<double>(t.numel()));
+}
+
+}  // namespace
+
+LayerDiagnostics TransformerBlock::diagnostics() const {
+  LayerDiagnostics d;
+  d.residual_rms = rms(x_);
+  d.attention_rms = rms(a_);
+  d.ffn_rms = rms(f_);
+  d.attention_entropy = attn_.entropy();
+  d.ffn = ffn_->diagnostic_stats();
+  // Gradient norms by the parameters' names in this block.
+  const std::string router = std::string(kFFN) + "gate.";
+  for (const Parameter& p : params_.list()) {
+    double* into = p.name.starts_with(kAttn)    ? &d.grad_attention
+                   : p.name.starts_with(router) ? &d.grad_router
+                   : p.name.starts_with(kFFN)   ? &d.grad_ffn
+                                                : nullptr;
+    if (!into) continue;
+    const float* g = p.grad.f32();
+    for (std::int64_t k = 0; k < p.grad.numel(); ++k) *into += static_cast<double>(g[k]) * g[k];
+  }
+  d.grad_attention = std::sqrt(d.grad_attention);
+  d.grad_ffn = std::sqrt(d.grad_ffn);
+  d.grad_router = std::sqrt(d.grad_router);
+  return d;
 }
 
 }  // namespace ffnlab

@@ -207,6 +207,12 @@ std::vector<FFNStats> TransformerLM::ffn_stats() const {
   return out;
 }
 
+std::vector<LayerDiagnostics> TransformerLM::diagnostics() const {
+  std::vector<LayerDiagnostics> out;
+  for (const auto& b : blocks_) out.push_back(b->diagnostics());
+  return out;
+}
+
 void TransformerLM::after_optimizer_step() {
   for (auto& b : blocks_) b->ffn().after_optimizer_step();
 }

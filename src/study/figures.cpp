@@ -280,4 +280,27 @@ void draw_sweep(const Study& st) {
   render_figure(st.dir, "sweep", s);
 }
 
+void draw_moe_pareto(const Study& st) {
+  std::string s = preamble("moe_pareto", 1500, 620);
+  s += "set offsets graph 0.04, graph 0.16, graph 0.04, graph 0.04\n";
+  s += "set multiplot layout 1,2 title 'Validation against cost: dense variants and MoE (mean "
+       "over seeds; bars: ± one standard deviation)'\n"
+       "set ylabel 'validation bits per byte (lower is better)'\nset key top right\n";
+  // Dense points blue, MoE red; each labelled with its name.
+  auto panel = [&](int column, const std::string& xlabel, const std::string& title) {
+    s += fmt::format("set title '{}'\nset xlabel '{}'\n", title, xlabel);
+    s += fmt::format(
+        "plot 'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $4 : 1/0):5 "
+        "with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4' title 'dense', "
+        "'' every ::1 using (${0}/1e6):(strcol(6) eq 'moe' ? $4 : 1/0):5 with yerrorbars pt 5 "
+        "ps 1.2 lc rgb '#d62728' title 'MoE', "
+        "'' every ::1 using (${0}/1e6):4:1 with labels offset 1,0.6 left font ',9' notitle\n",
+        column);
+  };
+  panel(2, "LM parameters (millions)", "Against parameters");
+  panel(3, "LM forward FLOPs per token (millions)", "Against compute per token");
+  s += "unset multiplot\n";
+  render_figure(st.dir, "moe_pareto", s);
+}
+
 }  // namespace ffnlab::study

@@ -205,7 +205,8 @@ void run_recommendations(Study& st) {
   for (const VariantOutcome& o : t.variants) {
     const bool qualifies = o.verdict == Verdict::reference || o.verdict == Verdict::better ||
                            o.verdict == Verdict::equivalent;
-    if (qualifies && o.tokens_per_second > out.best_per_second_tokens)
+    if (qualifies && o.tokens_per_second_noisy) out.noisy_throughput.push_back(o.variant);
+    if (qualifies && !o.tokens_per_second_noisy && o.tokens_per_second > out.best_per_second_tokens)
       out.best_per_second_tokens = o.tokens_per_second, out.best_per_second = o.variant;
   }
   // Rule 4: when MoE pays off.
@@ -218,6 +219,7 @@ void run_recommendations(Study& st) {
     m.active_fraction = static_cast<double>(moe_cost->cost.active_params) /
                         static_cast<double>(moe_cost->cost.params);
     m.tokens_per_second = moe->tokens_per_second;
+    m.relu_noisy = relu->tokens_per_second_noisy;
     m.relu_tokens_per_second = relu->tokens_per_second;
     m.diff_mean = moe->diff_mean;
     m.diff_low = moe->diff_low;
@@ -228,9 +230,11 @@ void run_recommendations(Study& st) {
       case Verdict::better:
         m.finding = Finding::pays_off;
         break;
-      case Verdict::equivalent:
-        m.finding = m.tokens_per_second > m.relu_tokens_per_second ? Finding::pays_off_on_cost
-                                                                   : Finding::does_not_pay_off;
+      case Verdict::equivalent:  // decided by throughput, which must not be noisy
+        m.finding = moe->tokens_per_second_noisy || relu->tokens_per_second_noisy
+                        ? Finding::undecided
+                    : m.tokens_per_second > m.relu_tokens_per_second ? Finding::pays_off_on_cost
+                                                                     : Finding::does_not_pay_off;
         break;
       case Verdict::worse:
         m.finding = Finding::does_not_pay_off;
@@ -238,6 +242,13 @@ void run_recommendations(Study& st) {
       default:
         m.finding = Finding::undecided;
     }
+    const MoEAxisRow* relu_row = r.moe_axes ? r.moe_axes->find("relu") : nullptr;
+    if (relu_row && relu_row->params > 0)
+      if (const MoEAxisRow* c = r.moe_axes->find("moe_compute")) {
+        m.at_equal_compute = c->outcome;
+        m.compute_params_over_relu =
+            static_cast<double>(c->params) / static_cast<double>(relu_row->params);
+      }
     out.moe = m;
   }
   st.results.recommendations = std::move(out);
@@ -248,12 +259,14 @@ json recommendations_json(const Results& r) {
     json out{{"best_at_equal_parameters",
               c.best_at_equal_parameters ? json(*c.best_at_equal_parameters) : json(nullptr)}};
     if (c.best_per_flop) out["best_per_flop"] = *c.best_per_flop;
-    out["best_per_second"] = c.best_per_second;
-    if (c.moe) {  // true, false, or null when the comparison is inconclusive
+    out["best_per_second"] = c.best_per_second.empty() ? json(nullptr) : json(c.best_per_second);
+    if (c.moe) {  // true, false, or null when undecided (inconclusive, or decided by noise)
       using Finding = Recommendations::MoE::Finding;
       const Finding f = c.moe->finding;
       out["moe_pays_off"] =
           f == Finding::undecided ? json(nullptr) : json(f != Finding::does_not_pay_off);
+      if (c.moe->at_equal_compute)
+        out["moe_at_equal_compute"] = verdict_text(c.moe->at_equal_compute->verdict);
     }
     return out;
   });
@@ -285,10 +298,20 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
         "FLOPs per token (here: {}).\n",
         *c.best_per_flop, c.best_per_flop_bits_per_byte, list);
   }
-  md += fmt::format(
-      "- **Per second:** {} ({} tokens/s in training). Rule: the highest training throughput "
-      "among ReLU and the variants better than or equivalent to it.\n",
-      c.best_per_second, thousands(static_cast<std::int64_t>(c.best_per_second_tokens)));
+  std::string noisy;
+  for (const std::string& v : c.noisy_throughput) noisy += (noisy.empty() ? "" : ", ") + v;
+  if (c.best_per_second.empty())
+    md += fmt::format(
+        "- **Per second:** no finding: the throughput of every qualifying variant ({}) was noisy "
+        "in this run (the machine was busy). Rule: the highest training throughput among ReLU "
+        "and the variants better than or equivalent to it, never a noisy one.\n",
+        noisy);
+  else
+    md += fmt::format(
+        "- **Per second:** {} ({} tokens/s in training). Rule: the highest training throughput "
+        "among ReLU and the variants better than or equivalent to it, never a noisy one{}.\n",
+        c.best_per_second, thousands(static_cast<std::int64_t>(c.best_per_second_tokens)),
+        noisy.empty() ? "" : fmt::format(" (left out as noisy: {})", noisy));
   if (c.moe) {
     using Finding = Recommendations::MoE::Finding;
     const auto& m = *c.moe;
@@ -316,6 +339,12 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
                         "faster in training";
         break;
       case Finding::undecided:
+        if (m.verdict == Verdict::equivalent) {
+          finding =
+              "undecided: equivalent to ReLU within the margin, but the throughput that "
+              "would decide it was noisy in this run";
+          break;
+        }
         finding = fmt::format(
             "undecided: the comparison with ReLU is {} (the seeds cannot tell them apart, nor "
             "show them within ±{} bits/byte of each other); more seeds or steps would decide it",
@@ -330,6 +359,41 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
         percent(m.active_fraction), thousands(static_cast<std::int64_t>(m.tokens_per_second)),
         thousands(static_cast<std::int64_t>(m.relu_tokens_per_second)),
         m.tokens_per_second / m.relu_tokens_per_second, diff, verdict_text(m.verdict), finding);
+    if (m.at_equal_compute) {
+      const VariantOutcome& o = *m.at_equal_compute;
+      std::string what;
+      switch (o.verdict) {
+        case Verdict::better:
+          what = fmt::format(
+              "better than ReLU at the same FLOPs per token: its extra parameters buy quality, at "
+              "{:.1f}× the memory",
+              m.compute_params_over_relu);
+          break;
+        case Verdict::worse:
+          what = fmt::format(
+              "worse than ReLU at the same FLOPs per token: its {:.1f}× parameters do not make "
+              "up for the routing here",
+              m.compute_params_over_relu);
+          break;
+        case Verdict::equivalent:
+          what = fmt::format(
+              "equivalent to ReLU within ±{} bits/byte at the same FLOPs per token: no gain "
+              "for {:.1f}× the memory",
+              m.margin, m.compute_params_over_relu);
+          break;
+        default:
+          what =
+              "undecided: the seeds cannot tell it from ReLU; more seeds or steps would "
+              "decide it";
+      }
+      md += fmt::format(
+          "- **MoE at equal compute:** with ReLU's active FLOPs per token and {:.1f}× the LM's "
+          "parameters, it trains at {} tokens/s ({:.2f}× ReLU's{}); its paired difference to "
+          "ReLU is {} bits/byte. Rule: the training stage's verdict. Finding: {}.\n",
+          m.compute_params_over_relu, thousands(static_cast<std::int64_t>(o.tokens_per_second)),
+          o.tokens_per_second / m.relu_tokens_per_second,
+          o.tokens_per_second_noisy || m.relu_noisy ? ", noisy" : "", difference_cell(o), what);
+    }
   }
   return md + "\n";
 }

@@ -48,6 +48,16 @@ std::int64_t training_steps(const Study& st);
 void run_training(Study& st);
 json training_json(const Results& r);
 std::string training_markdown(const Study& st, const Sections& sec);
+// Validation per seed against a reference's (the same seeds, in order): mean, spread, the
+// paired difference with its intervals, and the verdict by the study's rules (compare_paired).
+VariantOutcome paired_outcome(std::string name, std::vector<double> values,
+                              const std::vector<double>& reference, double margin);
+// Throughput over seeds (each run's median tokens/s): mean, spread, and the noise flag.
+void set_throughput(VariantOutcome& outcome, const std::vector<double>& tokens_per_second);
+// "38,812", or "38,812 (noisy: 14 % spread)".
+std::string tokens_per_second_cell(const VariantOutcome& outcome);
+// "+0.0123 [−0.0100, +0.0346]", or without the interval for one seed.
+std::string difference_cell(const VariantOutcome& outcome);
 
 // sparsity.cpp
 void run_sparsity(Study& st);
@@ -59,6 +69,12 @@ std::int64_t moe_steps(const Study& st);
 void run_moe(Study& st);
 json moe_json(const Results& r);
 std::string moe_markdown(const Study& st, const Sections& sec);
+
+// moe_axes.cpp: MoE at equal parameters and at equal compute
+std::int64_t moe_axes_steps(const Study& st);
+void run_moe_axes(Study& st);
+json moe_axes_json(const Results& r);
+std::string moe_axes_markdown(const Study& st, const Sections& sec);
 
 // sweep.cpp
 std::int64_t sweep_steps(const Study& st);
@@ -73,6 +89,7 @@ void draw_activation_comparison(const Study& st);
 void draw_activation_sparsity(const Study& st);
 void draw_moe_expert_load(const Study& st);
 void draw_sweep(const Study& st);
+void draw_moe_pareto(const Study& st);
 
 // A stage's JSON of an optional result: null when the stage did not run.
 template <class T, class F>

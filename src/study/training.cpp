@@ -4,6 +4,7 @@
 // and the same batches), judged against ReLU by a rule stated in the report.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ffnlab/analysis/stats.hpp"
@@ -155,6 +156,64 @@ std::string toy_markdown(const Study& st, const Sections&) {
   return md + "\n";
 }
 
+VariantOutcome paired_outcome(std::string name, std::vector<double> values,
+                              const std::vector<double>& reference, double margin) {
+  VariantOutcome o;
+  o.variant = std::move(name);
+  o.val_bits_per_byte = std::move(values);
+  std::vector<double> diff;
+  for (std::size_t i = 0; i < o.val_bits_per_byte.size() && i < reference.size(); ++i)
+    diff.push_back(o.val_bits_per_byte[i] - reference[i]);
+  o.mean = mean(o.val_bits_per_byte);
+  o.std = sample_std(o.val_bits_per_byte);
+  o.diff_mean = mean(diff);
+  o.diff_std = sample_std(diff);
+  const PairedComparison c = compare_paired(diff, margin);
+  o.diff_low = c.ci95.low;
+  o.diff_high = c.ci95.high;
+  o.diff_low90 = c.ci90.low;
+  o.diff_high90 = c.ci90.high;
+  switch (c.verdict) {
+    case Comparison::better:
+      o.verdict = Verdict::better;
+      break;
+    case Comparison::worse:
+      o.verdict = Verdict::worse;
+      break;
+    case Comparison::equivalent:
+      o.verdict = Verdict::equivalent;
+      break;
+    case Comparison::inconclusive:
+      o.verdict = Verdict::inconclusive;
+      break;
+    case Comparison::one_value:
+      o.verdict = Verdict::one_seed;
+      break;
+  }
+  return o;
+}
+
+void set_throughput(VariantOutcome& o, const std::vector<double>& tokens_per_second) {
+  if (tokens_per_second.empty()) return;
+  o.tokens_per_second = mean(tokens_per_second);
+  const auto [lo, hi] = std::minmax_element(tokens_per_second.begin(), tokens_per_second.end());
+  const double mid = median(tokens_per_second);
+  o.tokens_per_second_spread = mid > 0 ? (*hi - *lo) / mid : 0.0;
+  o.tokens_per_second_noisy = o.tokens_per_second_spread > kMaxSpread;
+}
+
+std::string tokens_per_second_cell(const VariantOutcome& o) {
+  const std::string n = thousands(static_cast<std::int64_t>(o.tokens_per_second));
+  return o.tokens_per_second_noisy
+             ? fmt::format("{} (noisy: {} spread)", n, percent(o.tokens_per_second_spread, 0))
+             : n;
+}
+
+std::string difference_cell(const VariantOutcome& o) {
+  if (o.verdict == Verdict::one_seed) return fmt::format("{:+.4f}", o.diff_mean);
+  return fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", o.diff_mean, o.diff_low, o.diff_high);
+}
+
 std::int64_t training_steps(const Study& st) {
   return st.scale.train.steps * static_cast<std::int64_t>(st.options.variants.size()) *
          st.scale.seeds;
@@ -194,47 +253,18 @@ void run_training(Study& st) {
   };
   const std::vector<double> relu = bpb("relu");
   for (const auto& v : st.options.variants) {
-    VariantOutcome o;
-    o.variant = v;
-    o.val_bits_per_byte = bpb(v);
-    std::vector<double> diff, tps;
-    for (std::size_t i = 0; i < o.val_bits_per_byte.size() && i < relu.size(); ++i)
-      diff.push_back(o.val_bits_per_byte[i] - relu[i]);
+    std::vector<double> tps;
+    std::int64_t d_ff = 0, params = 0;
     for (const auto& r : st.runs)
       if (r.variant == v) {
-        if (tps.empty()) o.d_ff = r.d_ff, o.params = r.params;
+        if (tps.empty()) d_ff = r.d_ff, params = r.params;
         tps.push_back(r.median_tokens_per_second);
       }
-    o.mean = mean(o.val_bits_per_byte);
-    o.std = sample_std(o.val_bits_per_byte);
-    o.diff_mean = mean(diff);
-    o.diff_std = sample_std(diff);
-    o.tokens_per_second = mean(tps);
-    const PairedComparison c = compare_paired(diff, out.margin);
-    o.diff_low = c.ci95.low;
-    o.diff_high = c.ci95.high;
-    o.diff_low90 = c.ci90.low;
-    o.diff_high90 = c.ci90.high;
-    if (v == "relu" || relu.empty())
-      o.verdict = Verdict::reference;
-    else
-      switch (c.verdict) {
-        case Comparison::better:
-          o.verdict = Verdict::better;
-          break;
-        case Comparison::worse:
-          o.verdict = Verdict::worse;
-          break;
-        case Comparison::equivalent:
-          o.verdict = Verdict::equivalent;
-          break;
-        case Comparison::inconclusive:
-          o.verdict = Verdict::inconclusive;
-          break;
-        case Comparison::one_value:
-          o.verdict = Verdict::one_seed;
-          break;
-      }
+    VariantOutcome o = paired_outcome(v, bpb(v), relu, out.margin);
+    o.d_ff = d_ff;
+    o.params = params;
+    set_throughput(o, tps);
+    if (v == "relu" || relu.empty()) o.verdict = Verdict::reference;
     out.variants.push_back(std::move(o));
   }
   st.results.training = std::move(out);
@@ -248,6 +278,7 @@ json training_json(const Results& res) {
                      {"batch", t.train.batch},
                      {"seq", t.train.seq},
                      {"lr", t.train.optimizer.lr},
+                     {"warmup", t.train.warmup},
                      {"seeds", t.seeds},
                      {"equivalence_margin", t.margin},
                      {"validation_bytes", t.validation_bytes}};
@@ -263,7 +294,9 @@ json training_json(const Results& res) {
           {"paired_difference_to_relu_ci95", interval(o.diff_low, o.diff_high)},
           {"paired_difference_to_relu_ci90", interval(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)},
-          {"median_tokens_per_second", o.tokens_per_second}};
+          {"median_tokens_per_second", o.tokens_per_second},
+          {"tokens_per_second_spread", o.tokens_per_second_spread},
+          {"tokens_per_second_noisy", o.tokens_per_second_noisy}};
     return out;
   });
 }
@@ -275,22 +308,18 @@ std::string training_markdown(const Study& st, const Sections& sec) {
   for (const VariantOutcome& o : t.variants) {
     std::string seeds;
     for (double b : o.val_bits_per_byte) seeds += (seeds.empty() ? "" : ", ") + fixed(b, 3);
-    rows.push_back(
-        {o.variant, thousands(o.d_ff), thousands(o.params), seeds,
-         fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
-         o.verdict == Verdict::reference ? "—"
-         : o.verdict == Verdict::one_seed
-             ? fmt::format("{:+.4f}", o.diff_mean)
-             : fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", o.diff_mean, o.diff_low, o.diff_high),
-         std::string(verdict_text(o.verdict)),
-         thousands(static_cast<std::int64_t>(o.tokens_per_second))});
+    rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params), seeds,
+                    fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
+                    o.verdict == Verdict::reference ? "—" : difference_cell(o),
+                    std::string(verdict_text(o.verdict)), tokens_per_second_cell(o)});
   }
   std::string md = fmt::format(
       "### Language modelling on real text\n\n"
       "Every variant as the FFN of a byte-level Transformer LM ({} layers, d_model {}, {} heads, "
       "sequence {}, pre-norm, tied head), at about equal parameters (the widths of {}'s "
       "study table; moe: 8 experts, top-2, balancing loss 0.01), trained {} steps of batch {} with "
-      "AdamW (lr {}, warm-up and cosine), on the corpus of {}. Validation: bits per byte over "
+      "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
+      "bits per byte over "
       "the whole validation part ({} bytes) after the last step. Seeds 1 to {} are paired: seed "
       "s gives every variant the same batches. **Rules, fixed before the run:** the paired "
       "difference to ReLU (variant − ReLU, per seed) is shown as its mean and its 95 % "
@@ -300,7 +329,8 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "tests at 5 %); otherwise inconclusive: these seeds cannot tell. Not measurably worse is "
       "never read as as good.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
-      t.train.batch, t.train.optimizer.lr, sec.ref("data"), t.validation_bytes, t.seeds, t.margin);
+      t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
+      t.seeds, t.margin);
   md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
                         "paired difference to ReLU [95 % CI]", "verdict", "tokens/s"},
                        rows, "lrrrrrlr");

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 
 #include "ffnlab/error.hpp"
@@ -20,6 +22,10 @@ constexpr const char* kStepHeader =
     "step,loss,aux_loss,grad_norm,lr,tokens_per_s,seconds,load_cv,max_over_mean,"
     "dropped_fraction,router_entropy\n";
 constexpr const char* kEvalHeader = "step,val_loss,val_bits_per_byte,tokens\n";
+constexpr const char* kLayerHeader =
+    "step,layer,residual_rms,attention_rms,ffn_rms,attention_entropy,grad_attention,grad_ffn,"
+    "grad_router,router_entropy,router_top1,router_logit_std,expert_output_rms_min,"
+    "expert_output_rms_mean,expert_output_rms_max\n";
 
 // A log continued from step `from`: the header, then its rows up to that step.
 std::ofstream continue_log(const fs::path& path, const char* header, std::int64_t from) {
@@ -51,23 +57,35 @@ std::string run_folder_conflict(const std::string& dir, const std::string& data,
 void open_run_folder(const std::string& dir) {
   ensure_writable_dir(dir, "train");
   remove_stale_temporaries(dir, [](std::string_view name) {
-    return name == "train_log.csv" || name == "eval_log.csv" || name == "summary.json" ||
-           name == "sample.txt";
+    return name == "train_log.csv" || name == "eval_log.csv" || name == "layer_log.csv" ||
+           name == "summary.json" || name == "sample.txt";
   });
 }
 
-TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_step) {
-  const fs::path steps = fs::path(dir) / "train_log.csv", evals = fs::path(dir) / "eval_log.csv";
+TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_step, bool layers) {
+  const fs::path steps = fs::path(dir) / "train_log.csv", evals = fs::path(dir) / "eval_log.csv",
+                 per_layer = fs::path(dir) / "layer_log.csv";
   if (continued) {
     steps_ = continue_log(steps, kStepHeader, from_step);
     evals_ = continue_log(evals, kEvalHeader, from_step);
+    if (layers)
+      layers_ = continue_log(per_layer, kLayerHeader, from_step);
+    else if (fs::exists(per_layer))  // kept up to the checkpoint, not written on
+      continue_log(per_layer, kLayerHeader, from_step);
   } else {
     steps_ = std::ofstream(steps, std::ios::trunc);
     evals_ = std::ofstream(evals, std::ios::trunc);
     steps_ << kStepHeader << std::flush;  // a run that dies at once leaves its headers
     evals_ << kEvalHeader << std::flush;
+    if (layers) {
+      layers_ = std::ofstream(per_layer, std::ios::trunc);
+      layers_ << kLayerHeader << std::flush;
+    } else {
+      std::error_code ec;  // an earlier run's, which this run does not continue
+      fs::remove(per_layer, ec);
+    }
   }
-  if (!steps_.good() || !evals_.good())
+  if (!steps_.good() || !evals_.good() || (layers && !layers_.good()))
     throw SystemError(fmt::format("[train] cannot write logs into '{}'", dir));
 }
 
@@ -77,6 +95,27 @@ void TrainLogs::add(const StepLog& s) {
       s.aux_loss, s.grad_norm, s.lr, s.tokens_per_second, s.seconds, s.load_cv, s.max_over_mean,
       s.dropped_fraction, s.router_entropy);
   steps_.flush();
+  if (!layers_.is_open()) return;
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    const LayerDiagnostics& d = s.layers[l];
+    // Over the experts that got rows (empty cells for a dense layer, or when none did).
+    double lo = 0, hi = 0, sum = 0;
+    int n = 0;
+    for (double r : d.ffn.expert_output_rms) {
+      if (std::isnan(r)) continue;
+      lo = n ? std::min(lo, r) : r;
+      hi = n ? std::max(hi, r) : r;
+      sum += r;
+      ++n;
+    }
+    const auto cell = [&](double v) { return n ? fmt::format("{:.6g}", v) : std::string(); };
+    layers_ << fmt::format(
+        "{},{},{:.6g},{:.6g},{:.6g},{:.5f},{:.6g},{:.6g},{:.6g},{:.5f},{:.5f},{:.6g},{},{},{}\n",
+        s.step, l, d.residual_rms, d.attention_rms, d.ffn_rms, d.attention_entropy,
+        d.grad_attention, d.grad_ffn, d.grad_router, d.ffn.router_entropy, d.ffn.top1_prob,
+        d.ffn.router_logit_std, cell(lo), cell(n ? sum / n : 0.0), cell(hi));
+  }
+  layers_.flush();
 }
 
 void TrainLogs::add(const EvalLog& e) {

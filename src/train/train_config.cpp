@@ -22,6 +22,7 @@ void validate(const TrainConfig& c) {
   check_range(c.eval_every, 0, limits::kSteps, "train", "eval_every");
   check_range(c.eval_tokens, 0, limits::kSteps, "train", "eval_tokens");
   check_range(c.checkpoint_every, 0, limits::kSteps, "train", "checkpoint_every");
+  check_range(c.diagnostics_every, 0, limits::kSteps, "train", "diagnostics_every");
   check(c.min_lr_ratio >= 0.f && c.min_lr_ratio <= 1.f,
         "[train] min_lr_ratio = {} must be in [0, 1]", c.min_lr_ratio);
   check(std::isfinite(c.clip) && c.clip >= 0.f, "[train] clip = {} must be >= 0", c.clip);
@@ -70,6 +71,7 @@ constexpr std::array kTrainKeys{
     field<TrainConfig, &TrainConfig::eval_every>("eval_every"),
     field<TrainConfig, &TrainConfig::eval_tokens>("eval_tokens"),
     field<TrainConfig, &TrainConfig::checkpoint_every>("checkpoint_every"),
+    field<TrainConfig, &TrainConfig::diagnostics_every>("diagnostics_every"),
 };
 
 }  // namespace

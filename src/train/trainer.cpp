@@ -215,6 +215,8 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   check(std::isfinite(log.grad_norm),
         "[train] step {}: the gradient norm is {}; training stopped before the update", step_ + 1,
         log.grad_norm);
+  const std::int64_t every = config_.diagnostics_every;
+  if (every > 0 && (step_ == 0 || (step_ + 1) % every == 0)) log.layers = model_.diagnostics();
   if (config_.clip > 0.f) {
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)).
     const double factor = config_.clip / (log.grad_norm + 1e-6);
@@ -291,7 +293,8 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
       log = train_step();
     } catch (const Error& e) {
       // Say what is left to resume from: the checkpoint in the directory is the last good one.
-      const bool kept = !checkpoint_dir.empty() && fs::exists(fs::path(checkpoint_dir) / kCheckpointInfo);
+      const bool kept =
+          !checkpoint_dir.empty() && fs::exists(fs::path(checkpoint_dir) / kCheckpointInfo);
       throw Error(
           kept ? fmt::format("{}; the last good checkpoint (step {}) is kept in {}", e.what(),
                              read_checkpoint_info(checkpoint_dir)["step"].get<std::int64_t>(),

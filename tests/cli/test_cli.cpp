@@ -300,6 +300,25 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   const std::string mlog = read(path("moe/train_log.csv"));
   const auto line = mlog.substr(mlog.find('\n') + 1);
   EXPECT_NE(line.substr(line.rfind(',') + 1), "0.00000\n") << mlog;  // router entropy > 0
+  EXPECT_FALSE(fs::exists(path("moe/layer_log.csv")));               // only with --diagnostics
+
+  // --diagnostics N: layer_log.csv, one row per layer at step 1 and every N steps.
+  const auto d = run("train --data " + path("text") + kTiny +
+                     " --variant moe --experts 4 --top-k 2 --steps 4 --diagnostics 2 --sample 0 "
+                     "--out " +
+                     path("diag"));
+  ASSERT_EQ(d.status, 0) << d.err;
+  const std::string dlog = read(path("diag/layer_log.csv"));
+  EXPECT_EQ(dlog.rfind("step,layer,residual_rms,attention_rms,ffn_rms,attention_entropy", 0), 0u)
+      << dlog;
+  const auto layers = nlohmann::json::parse(read(path("diag/summary.json")))["model"]["layers"];
+  // Steps 1, 2 and 4, one row per layer, and the header.
+  EXPECT_EQ(std::count(dlog.begin(), dlog.end(), '\n'), 3 * layers.get<int>() + 1) << dlog;
+  EXPECT_NE(dlog.find("\n4,0,"), std::string::npos) << dlog;
+  EXPECT_EQ(dlog.find("\n3,"), std::string::npos) << dlog;
+  EXPECT_NE(
+      run("train --data " + path("text") + kTiny + " --diagnostics -1 --out " + path("x")).status,
+      0);
 }
 
 TEST_F(Cli, TrainResumeEqualsAnUninterruptedRun) {

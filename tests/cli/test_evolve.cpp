@@ -59,11 +59,15 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   for (const char* section :
        {"## 0. Data", "## 1. Costs", "## 2. Equal budgets", "## 3. Speed",
         "## 4. Training dynamics", "## 5. Activation sparsity", "## 6. MoE behaviour",
-        "## 7. Real models", "| DeepSeek-V3 |", "| LLaMA-2 70B | GLU (silu) | 8,192 | 28,672 |",
-        "## 8. Corrections of the FFN-evolution tutorial", "## 9. Recommendations", "This is a --quick run"})
+        "**Warm-up (an ablation of the recipe).**", "## 7. MoE at equal compute",
+        "| moe_compute | equal active compute", "## 8. Real models", "| DeepSeek-V3 |",
+        "| LLaMA-2 70B | GLU (silu) | 8,192 | 28,672 |",
+        "## 9. Corrections of the FFN-evolution tutorial", "## 10. Recommendations",
+        "**MoE at equal compute:**", "This is a --quick run"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
-  for (const char* figure : {"activation_comparison", "ffn_performance_comparison",
-                             "training_dynamics", "moe_expert_load", "activation_sparsity"}) {
+  for (const char* figure :
+       {"activation_comparison", "ffn_performance_comparison", "training_dynamics",
+        "moe_expert_load", "activation_sparsity", "moe_pareto"}) {
     const fs::path png = fs::path(out) / (std::string(figure) + ".png");
     ASSERT_TRUE(fs::exists(png)) << png;
     EXPECT_GT(fs::file_size(png), 10000u) << png;
@@ -104,6 +108,19 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   }
   for (const auto& [s, x] : j.at("moe").at("settings").items())
     EXPECT_NE(md.find(fmt4(x.at("val_bits_per_byte"))), std::string::npos) << s;
+  // MoE on both axes: the training stage's ReLU and MoE rows, and two trained at equal compute,
+  // whose LM forward FLOPs per token are ReLU's (within the router's few).
+  const auto& axes = j.at("moe_axes").at("rows");
+  ASSERT_EQ(axes.size(), 4u);
+  const double relu_flops = axes.at("relu").at("forward_flops_per_token");
+  for (const char* name : {"moe_compute", "moe_fine_shared"}) {
+    const auto& row = axes.at(name);
+    EXPECT_NEAR(row.at("forward_flops_per_token").get<double>() / relu_flops, 1.0, 0.1) << name;
+    EXPECT_GT(row.at("params").get<double>(), 2.0 * axes.at("relu").at("params").get<double>());
+    ASSERT_EQ(row.at("against_relu").at("val_bits_per_byte").size(), 2u) << name;
+    EXPECT_NE(md.find(fmt4(row.at("against_relu").at("mean"))), std::string::npos) << name;
+  }
+  EXPECT_EQ(j.at("moe").at("warmup_ablation").at("short_warmup_val_bits_per_byte").size(), 2u);
   // The census counts dead units apart from the zero fraction.
   const auto& relu_layers = j.at("sparsity").at("variants").at("relu");
   ASSERT_FALSE(relu_layers.empty());

@@ -34,26 +34,34 @@ class DenseFFN(nn.Module):
 
 
 class Expert(nn.Module):
-    def __init__(self, d, f, act_name):
+    """A gated expert (gate_proj, up_proj, down_proj), or with glu=False a plain one (up_proj,
+    down_proj), as ffnlab names them."""
+
+    def __init__(self, d, f, act_name, glu=True, bias=False):
         super().__init__()
-        self.act = act_name
-        self.gate_proj = nn.Linear(d, f, bias=False)
-        self.up_proj = nn.Linear(d, f, bias=False)
-        self.down_proj = nn.Linear(f, d, bias=False)
+        self.act, self.glu = act_name, glu
+        if glu:
+            self.gate_proj = nn.Linear(d, f, bias=bias)
+        self.up_proj = nn.Linear(d, f, bias=bias)
+        self.down_proj = nn.Linear(f, d, bias=bias)
 
     def forward(self, x):
+        if not self.glu:
+            return self.down_proj(act(self.act, self.up_proj(x)))
         return self.down_proj(act(self.act, self.gate_proj(x)) * self.up_proj(x))
 
 
 class MoE(nn.Module):
-    """Mixtral-style: softmax router, top-k, renormalised weights, SwiGLU experts without bias;
+    """Mixtral-style: softmax router, top-k, renormalised weights, SwiGLU experts without bias
+    (or plain experts, biases and a router bias, as the study's MoE has them);
     aux loss = coef * E * sum_e f_e P_e, f_e = (choices of e) / T as in HF (ffnlab's "topk")."""
 
-    def __init__(self, d, f, experts, top_k, act_name, aux_coef):
+    def __init__(self, d, f, experts, top_k, act_name, aux_coef, glu=True, bias=False,
+                 router_bias=False):
         super().__init__()
         self.k, self.aux_coef = top_k, aux_coef
-        self.gate = nn.Linear(d, experts, bias=False)
-        self.experts = nn.ModuleList(Expert(d, f, act_name) for _ in range(experts))
+        self.gate = nn.Linear(d, experts, bias=router_bias)
+        self.experts = nn.ModuleList(Expert(d, f, act_name, glu, bias) for _ in range(experts))
         self.aux = torch.zeros(())
 
     def forward(self, x):
@@ -84,7 +92,9 @@ class Block(nn.Module):
             setattr(self.self_attn, n, nn.Linear(d, d, bias=b))
         ffn = cfg["ffn"]
         if ffn["kind"] == "moe":
-            self.mlp = MoE(d, ffn["d_ff"], ffn["experts"], ffn["top_k"], ffn["act"], ffn["aux_coef"])
+            self.mlp = MoE(d, ffn["d_ff"], ffn["experts"], ffn["top_k"], ffn["act"],
+                           ffn["aux_coef"], ffn.get("glu", True), ffn.get("bias", False),
+                           ffn.get("router_bias", False))
         else:
             self.mlp = DenseFFN(d, ffn["d_ff"], ffn["kind"], ffn["act"], ffn["bias"])
 

@@ -62,7 +62,10 @@ TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
   st.options.sweep = true;
   planned = 0;
   for (const Stage& s : stages()) planned += s.planned_steps(st);
-  EXPECT_EQ(planned, (3 * st.scale.seeds + 3 + 8) * st.scale.train.steps);
+  // training 3 variants; MoE: 3 balancing runs of half the steps and the warm-up ablation over
+  // the seeds; MoE at equal compute: 2 configurations over the seeds; the sweep: 8 runs.
+  const std::int64_t n = st.scale.train.steps, seeds = st.scale.seeds;
+  EXPECT_EQ(planned, 3 * seeds * n + (3 * (n / 2) + seeds * n) + 2 * seeds * n + 8 * n);
 }
 
 // The narrowest multiple of 8 whose parameters are closest to the target, by search.
@@ -223,6 +226,60 @@ TEST(Recommendations, NeverSayAsGoodWithoutTheEquivalenceTest) {
     }
 }
 
+// MoE at equal compute gets its own finding; a noisy throughput decides nothing.
+TEST(Recommendations, MoEAtEqualComputeAndNoisyThroughput) {
+  study::Study st;
+  st.options.variants = {"relu", "swiglu", "moe"};
+  st.results.costs = study_costs(st.options.variants);
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("swiglu", 2.90, study::Verdict::better, 150),
+                outcome("moe", 3.00, study::Verdict::equivalent, 120)};
+  st.results.training = t;
+  study::MoEAxesResult axes;
+  study::MoEAxisRow relu, compute;
+  relu.name = "relu";
+  relu.params = 1000;
+  compute.name = "moe_compute";
+  compute.params = 2500;
+  compute.outcome = outcome("moe_compute", 2.95, study::Verdict::better, 80);
+  axes.rows = {relu, compute};
+  st.results.moe_axes = axes;
+  const Stage& rec = stage("recommendations");
+  const study::Sections sec(stages());
+  rec.run(st);
+  nlohmann::ordered_json j = rec.to_json(st.results);
+  EXPECT_EQ(j["best_per_second"], "swiglu");
+  EXPECT_EQ(j["moe_pays_off"], true);
+  EXPECT_EQ(j["moe_at_equal_compute"], "better than ReLU");
+  std::string md = rec.markdown(st, sec);
+  EXPECT_NE(md.find("better than ReLU at the same FLOPs per token"), std::string::npos) << md;
+  EXPECT_NE(md.find("2.5× the LM's parameters"), std::string::npos) << md;
+
+  // Noisy throughput: swiglu leaves the per-second rule, and MoE's "on cost" is undecided.
+  auto& v = st.results.training->variants;
+  v[1].tokens_per_second_noisy = true;
+  v[2].tokens_per_second_noisy = true;
+  st.results.moe_axes->rows[1].outcome.verdict = study::Verdict::inconclusive;
+  rec.run(st);
+  j = rec.to_json(st.results);
+  EXPECT_EQ(j["best_per_second"], "relu");
+  EXPECT_TRUE(j["moe_pays_off"].is_null());
+  EXPECT_EQ(j["moe_at_equal_compute"], "inconclusive");
+  md = rec.markdown(st, sec);
+  EXPECT_NE(md.find("left out as noisy: swiglu, moe"), std::string::npos) << md;
+  EXPECT_NE(md.find("the throughput that would decide it was noisy"), std::string::npos) << md;
+  EXPECT_NE(md.find("undecided: the seeds cannot tell it from ReLU"), std::string::npos) << md;
+  EXPECT_EQ(md.find("as good"), std::string::npos) << md;
+
+  // Every qualifying throughput noisy: no per-second pick at all.
+  v[0].tokens_per_second_noisy = true;
+  rec.run(st);
+  md = rec.markdown(st, sec);
+  EXPECT_NE(md.find("**Per second:** no finding"), std::string::npos) << md;
+}
+
 TEST(Stats, PairedComparisonsUseStudentsTAndTheMargin) {
   // n = 3: t(0.975, 2) = 4.302653, t(0.95, 2) = 2.919986; mean −0.02, s = 0.01.
   const std::vector<double> d{-0.03, -0.02, -0.01};
@@ -241,6 +298,9 @@ TEST(Stats, PairedComparisonsUseStudentsTAndTheMargin) {
             Comparison::equivalent);
   // The old rule (|mean| > std) called this one better: t = 1.73 with 3 seeds is p ≈ 0.11.
   EXPECT_EQ(compare_paired(std::vector<double>{-0.01, -0.03, -0.02 + 0.01 * 0.9}, 0.001).verdict,
+            Comparison::inconclusive);
+  // A stalled seed (MoE − ReLU from a run where seed 2 stalled): inconclusive, not "as good".
+  EXPECT_EQ(compare_paired(std::vector<double>{0.10, 0.47, 0.11}, 0.02).verdict,
             Comparison::inconclusive);
   const PairedComparison one = compare_paired(std::vector<double>{0.1}, 0.02);
   EXPECT_EQ(one.verdict, Comparison::one_value);

@@ -1,6 +1,7 @@
 // Data loading and batching, checkpoints, exact resume, and the NaN stop.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -264,4 +265,56 @@ TEST(Sampling, PadsToOneShapeWithoutChangingTheLogits) {
   EXPECT_EQ(matmul_primitive_count(), before);
   EXPECT_EQ(s.size(), 40u);
   EXPECT_EQ(s, sample_text(model, "x", 40, 0.8f, 1));  // seeded
+}
+
+// Per-layer diagnostics: at step 1 and every N steps, one row per block, within their bounds,
+// the gradient norms parts of the global one; and reading them changes nothing in training.
+TEST(Trainer, DiagnosticsDescribeEveryLayerAndChangeNothing) {
+  const Corpus corpus = text_corpus();
+  for (bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "moe" : "dense");
+    const LMConfig model = small_model(moe);
+    TrainConfig plain = small_train(5), with = small_train(5);
+    with.diagnostics_every = 2;
+    TransformerLM a(model, 3), b(model, 3);
+    Trainer ta(a, corpus, plain), tb(b, corpus, with);
+    for (std::int64_t step = 1; step <= 5; ++step) {
+      const StepLog la = ta.train_step(), lb = tb.train_step();
+      EXPECT_EQ(la.loss, lb.loss);
+      EXPECT_TRUE(la.layers.empty());
+      const bool due = step == 1 || step % 2 == 0;
+      ASSERT_EQ(lb.layers.size(), due ? static_cast<std::size_t>(model.layers) : 0u) << step;
+      double squares = 0;
+      for (const LayerDiagnostics& d : lb.layers) {
+        EXPECT_GT(d.residual_rms, 0.0);
+        EXPECT_GT(d.attention_rms, 0.0);
+        EXPECT_GT(d.ffn_rms, 0.0);
+        // Causal attention over S positions: between 0 and the uniform's mean ln(i).
+        double uniform = 0;
+        for (int i = 1; i <= 16; ++i) uniform += std::log(static_cast<double>(i)) / 16.0;
+        EXPECT_GE(d.attention_entropy, 0.0);
+        EXPECT_LE(d.attention_entropy, uniform + 1e-6);
+        EXPECT_GT(d.grad_attention, 0.0);
+        EXPECT_GT(d.grad_ffn, 0.0);
+        squares += d.grad_attention * d.grad_attention + d.grad_ffn * d.grad_ffn +
+                   d.grad_router * d.grad_router;
+        if (moe) {
+          EXPECT_GT(d.grad_router, 0.0);
+          EXPECT_GT(d.ffn.router_logit_std, 0.0);
+          ASSERT_EQ(d.ffn.expert_output_rms.size(), 4u);
+          EXPECT_GT(d.ffn.router_entropy, 0.0);
+          EXPECT_LE(d.ffn.router_entropy, std::log(4.0) + 1e-6);
+        } else {
+          EXPECT_EQ(d.grad_router, 0.0);
+        }
+      }
+      if (due) {  // the blocks' share of the global norm (embeddings and the final norm add)
+        EXPECT_LE(std::sqrt(squares), lb.grad_norm * (1 + 1e-5));
+        EXPECT_GT(std::sqrt(squares), 0.0);
+      }
+    }
+    EXPECT_EQ(std::memcmp(a.parameters().values().f32(), b.parameters().values().f32(),
+                          a.parameters().values().nbytes()),
+              0);
+  }
 }

@@ -411,7 +411,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
 
   const bool resumed_here =
       !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
-  TrainLogs logs(out, resumed_here, trainer.step());
+  TrainLogs logs(out, resumed_here, trainer.step(), setup.train.diagnostics_every > 0);
   print_header(setup.model, setup.train, corpus, params, trainer.step());
   if (group)
     fmt::print("data parallel: {} ranks, {} sequences each per micro-batch{}\n", group->size(),
@@ -611,6 +611,13 @@ void add_train_command(CLI::App& app) {
       ->group(D);
   train("checkpoint_every", cmd->add_option("--checkpoint-every", t.checkpoint_every,
                                             "checkpoint every N steps (0: only at the end)"))
+      ->check(int_in(0, limits::kSteps))
+      ->group(D);
+  train("diagnostics_every",
+        cmd->add_option("--diagnostics", t.diagnostics_every,
+                        "every N steps (and at step 1), per layer into layer_log.csv: activation "
+                        "RMS, attention entropy, gradient norms, router entropy, logit spread, "
+                        "expert output RMS (0: none)"))
       ->check(int_in(0, limits::kSteps))
       ->group(D);
   o->out_flag = cmd->add_option("--out", o->out, "output folder (with --resume: that folder)")

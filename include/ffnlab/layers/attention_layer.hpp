@@ -28,6 +28,9 @@ class Attention final : public Layer {
   void backward(Tensor& dx, const Tensor& dy);
   ParameterSet& parameters() override { return params_; }
   const AttentionConfig& config() const { return config_; }
+  // Mean over heads and query positions of the entropy of the attention probabilities (nats),
+  // of the last forward; 0 before any.
+  double entropy() const;
   void set_precision(Precision p) { precision_ = p; }
 
  private:
@@ -39,10 +42,10 @@ class Attention final : public Layer {
   Tensor w_qkv_, b_qkv_, w_o_, b_o_;      // [3D, D], [3D], [D, D], [D]
   Tensor dw_qkv_, db_qkv_, dw_o_, db_o_;  // same shapes
   std::int64_t seq_ = 0;
-  Tensor x_;               // saved input [T, D]
-  Tensor qkv_;             // [T, 3D] projections (q, k rotated)
-  Tensor a_;               // [T, D] attention output before o_proj
-  AttentionCache cache_;   // per-head copies and probabilities
+  Tensor x_;              // saved input [T, D]
+  Tensor qkv_;            // [T, 3D] projections (q, k rotated)
+  Tensor a_;              // [T, D] attention output before o_proj
+  AttentionCache cache_;  // per-head copies and probabilities
 };
 
 }  // namespace ffnlab

@@ -5,11 +5,11 @@
 #include <memory>
 #include <vector>
 
-#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/layer.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/parallel/group.hpp"
 
 namespace ffnlab {
 
@@ -30,6 +30,12 @@ struct FFNStats {
   double top1_prob = 0.0;         // mean over tokens of max softmax(logits)
   double balance_loss = 0.0;      // E·Σ f_e·P_e (unweighted)
   double z_loss = 0.0;            // mean over tokens of logsumexp(logits)² (unweighted)
+  // diagnostic_stats() only, of the last training forward (0 / empty otherwise): the router
+  // logits' standard deviation over tokens and experts (this rank's tokens), and per expert the
+  // RMS of its output rows before the combine weights (NaN for an expert that got no row; empty
+  // under expert parallelism, where a rank holds other ranks' rows).
+  double router_logit_std = 0.0;
+  std::vector<double> expert_output_rms;  // [E]
 };
 
 class FeedForward : public Layer {
@@ -42,6 +48,10 @@ class FeedForward : public Layer {
   // Parameter gradients accumulate into parameters().grads().
   virtual void backward(Tensor& dx, const Tensor& dy) = 0;
   virtual FFNStats stats() const = 0;
+  // stats() and what only diagnostics need (MoE: the router logits' spread, each expert's output
+  // RMS), which costs a pass over the layer's saved rows: the trainer asks for it only at the
+  // steps that log diagnostics (TrainConfig::diagnostics_every).
+  virtual FFNStats diagnostic_stats() const { return stats(); }
   // The hidden activations h that enter the down projection, of the last forward (training or
   // not): [T, F] for a dense FFN; for MoE the kept rows in expert order, [R, F]. Empty before
   // any forward. What activation-sparsity analysis reads (analysis/sparsity.hpp).

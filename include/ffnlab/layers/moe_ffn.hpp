@@ -34,6 +34,7 @@ class MoEFFN final : public FeedForward {
   void backward(Tensor& dx, const Tensor& dy) override;
   ParameterSet& parameters() override { return params_; }
   FFNStats stats() const override;
+  FFNStats diagnostic_stats() const override;
   double aux_loss() const override;
   void set_random_stream(std::uint64_t seed, std::uint64_t stream) override;
   void after_optimizer_step() override;

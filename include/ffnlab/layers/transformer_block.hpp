@@ -14,6 +14,19 @@
 
 namespace ffnlab {
 
+// What one block did in the last training step (TransformerLM::diagnostics): activations of the
+// last forward, gradient norms of the gradients accumulated since they were last zeroed.
+struct LayerDiagnostics {
+  double residual_rms = 0;       // the block's input
+  double attention_rms = 0;      // attention's output, the residual branch it adds
+  double ffn_rms = 0;            // the FFN's output, the residual branch it adds
+  double attention_entropy = 0;  // nats, mean over heads and query positions
+  double grad_attention = 0;     // L2 norm of self_attn.* gradients
+  double grad_ffn = 0;           // L2 norm of mlp.* gradients without the router's
+  double grad_router = 0;        // L2 norm of mlp.gate.* gradients (MoE)
+  FFNStats ffn;                  // router entropy, top-1, logit std, expert output RMS (MoE)
+};
+
 class TransformerBlock final : public Layer {
  public:
   TransformerBlock(const LMConfig& config, std::uint64_t seed);
@@ -26,6 +39,8 @@ class TransformerBlock final : public Layer {
   void backward(Tensor& dx, const Tensor& dy);
 
   ParameterSet& parameters() override { return params_; }
+  // Of the last training forward and the gradients now accumulated.
+  LayerDiagnostics diagnostics() const;
   FeedForward& ffn() { return *ffn_; }
   const FeedForward& ffn() const { return *ffn_; }
   void set_precision(Precision p);

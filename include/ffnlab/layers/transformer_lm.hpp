@@ -38,8 +38,11 @@ class TransformerLM final : public Layer {
   const Tensor& logits() const { return logits_; }  // [B·S, V] of the last forward
   double aux_loss() const;                          // Σ over blocks of the MoE aux losses
   std::vector<FFNStats> ffn_stats() const;          // per block, of the last forward
-  const FeedForward& ffn(int layer) const;          // block `layer`'s FFN
-  void after_optimizer_step();                      // MoE balancing-bias updates
+  // Per block, of the last training forward and the gradients now accumulated (call between
+  // backward and the optimizer step; the trainer's diagnostics do).
+  std::vector<LayerDiagnostics> diagnostics() const;
+  const FeedForward& ffn(int layer) const;  // block `layer`'s FFN
+  void after_optimizer_step();              // MoE balancing-bias updates
   void set_precision(Precision p);
   // Dropout of the next forwards draws from (seed, stream·(2L + 1) + i); the trainer passes the
   // step, so that masks depend on the step only (a resumed run draws the same ones). The MoE

@@ -114,6 +114,10 @@ struct VariantOutcome {
   double diff_low90 = 0, diff_high90 = 0;  // its 90 % interval: the equivalence test's
   Verdict verdict = Verdict::inconclusive;
   double tokens_per_second = 0;  // mean over seeds of each run's median
+  // (max − min) / median of the seeds' medians; noisy above kMaxSpread (analysis/speed.hpp):
+  // the machine was busy, and no rule reads a noisy throughput.
+  double tokens_per_second_spread = 0;
+  bool tokens_per_second_noisy = false;
 };
 
 struct TrainingResult {
@@ -147,10 +151,35 @@ struct MoESetting {
 };
 
 struct MoEResult {
+  // The warm-up ablation: the MoE LM at the short warm-up, per seed, against the study's runs
+  // (difference: short − the study's warm-up).
+  std::int64_t warmup = 0, short_warmup = 0;
+  std::optional<VariantOutcome> short_warmup_outcome;
+  std::vector<double> study_warmup_bits_per_byte;
   double capacity_factor = 0;
+  std::int64_t balancing_steps = 0;
   int experts = 0, top_k = 0;
   std::int64_t expert_d_ff = 0;
   std::vector<MoESetting> settings;
+};
+
+// One FFN of the MoE-on-both-axes comparison, in the study's LM.
+struct MoEAxisRow {
+  std::string name, description;
+  FFNConfig ffn;
+  std::int64_t params = 0;      // the LM's parameters
+  std::int64_t ffn_params = 0;  // one FFN layer's
+  std::int64_t ffn_active = 0;  // one FFN layer's, touched by one token
+  double forward_flops = 0;     // the LM's forward FLOPs per token (transformer_cost)
+  VariantOutcome outcome;       // against ReLU, paired by seed
+};
+
+// MoE at equal total parameters (the training stage's moe), at ReLU's active compute with 4×
+// its FFN parameters, and fine-grained with a shared expert at the same compute.
+struct MoEAxesResult {
+  std::vector<MoEAxisRow> rows;      // relu first, then the MoE rows
+  VariantOutcome compute_vs_params;  // equal compute − equal parameters, paired by seed
+  const MoEAxisRow* find(std::string_view name) const;
 };
 
 struct SweepPoint {
@@ -177,14 +206,20 @@ struct Recommendations {
   std::vector<std::pair<std::string, double>> flops_over_relu;
   std::string best_per_second;
   double best_per_second_tokens = 0;
+  std::vector<std::string> noisy_throughput;  // left out of the per-second rule
   struct MoE {
     double active_fraction = 0, tokens_per_second = 0, relu_tokens_per_second = 0;
+    bool relu_noisy = false;  // ReLU's training throughput was flagged noisy
     double diff_mean = 0, diff_low = 0, diff_high = 0, margin = 0;
     Verdict verdict = Verdict::inconclusive;
     // pays off: better; on cost: equivalent (the margin's test) at more tokens per second; no:
     // worse, or equivalent and not faster; undecided: the comparison is inconclusive.
     enum class Finding { pays_off, pays_off_on_cost, does_not_pay_off, undecided };
     Finding finding = Finding::undecided;
+    // At ReLU's active compute (the moe_axes stage, when it ran): the paired comparison with
+    // ReLU, its parameters over ReLU's (the LM's), and its training throughput.
+    std::optional<VariantOutcome> at_equal_compute;
+    double compute_params_over_relu = 0;
   };
   std::optional<MoE> moe;  // when MoE was trained
 };
@@ -200,6 +235,7 @@ struct Results {
   std::optional<SparsityResult> sparsity;
   std::optional<MoEResult> moe;
   std::optional<SweepResult> sweep;
+  std::optional<MoEAxesResult> moe_axes;
   bool zoo = false;  // the real-model table (analysis/zoo.hpp) was reported
   std::optional<std::vector<Correction>> corrections;
   std::optional<Recommendations> recommendations;

@@ -120,9 +120,11 @@ struct RunHooks {
   std::function<void(TransformerLM&)> on_end;  // the trained model
 };
 
-// Trains one LM run and records it.
+// Trains one LM run and records it, with the study's training settings or `settings` (its seed
+// is replaced by `seed`).
 RunRecord train_run(Study& study, const LMConfig& model, std::uint64_t seed,
-                    const std::string& label, const RunHooks& hooks = {});
+                    const std::string& label, const RunHooks& hooks = {},
+                    const TrainConfig* settings = nullptr);
 
 // Per layer, the hidden activations of `lm` over the first census_tokens validation tokens.
 std::vector<UnitSparsity> census(const Study& study, TransformerLM& lm);

@@ -33,13 +33,15 @@ class TrainLogs {
   // DIR/train_log.csv and DIR/eval_log.csv: new (their headers only), or, with `continued`, the
   // logs of a run resumed in its own folder from step `from_step`: rows after that step were
   // written by a run that died after its last checkpoint, and are dropped (the resumed run
-  // writes them again). Throws SystemError when they cannot be written.
-  TrainLogs(const std::string& dir, bool continued, std::int64_t from_step);
+  // writes them again). With `layers`, also DIR/layer_log.csv: the per-layer diagnostics of
+  // the steps that carry them (TrainConfig::diagnostics_every). Throws SystemError when they
+  // cannot be written.
+  TrainLogs(const std::string& dir, bool continued, std::int64_t from_step, bool layers = false);
   void add(const StepLog& step);
   void add(const EvalLog& eval);
 
  private:
-  std::ofstream steps_, evals_;
+  std::ofstream steps_, evals_, layers_;
 };
 
 // summary.json: the configs, the data, the steps done, the median tokens per second, every

@@ -36,6 +36,9 @@ struct TrainConfig {
   std::int64_t eval_every = 100;      // 0: only at the end
   std::int64_t eval_tokens = 0;       // validation tokens per evaluation; 0: the whole part
   std::int64_t checkpoint_every = 0;  // 0: only at the end (when a directory is set)
+  // Per-layer diagnostics (StepLog::layers) every N steps and at step 1; 0: none. They read the
+  // activations and gradients already there (no extra pass) and change nothing in training.
+  std::int64_t diagnostics_every = 0;
 };
 
 void validate(const TrainConfig& config);
@@ -52,6 +55,11 @@ struct StepLog {
   double seconds = 0;  // wall time of the step
   // MoE (means over layers; zero for dense models)
   double load_cv = 0, max_over_mean = 0, dropped_fraction = 0, router_entropy = 0;
+  // Per block, at the steps TrainConfig::diagnostics_every asks for (empty otherwise), gradients
+  // before clipping. Data parallel: activations of this rank's share of the batch, gradients of
+  // the whole batch (after the all-reduce); expert parallel: grad_ffn counts only the experts
+  // this rank holds.
+  std::vector<LayerDiagnostics> layers;
 };
 
 struct EvalLog {

@@ -1,0 +1,230 @@
+// Stage "moe_axes": MoE on both of its axes, over the paired seeds of the training stage.
+// (a) equal total parameters: the training stage's moe (8 experts of an eighth of ReLU's width,
+// top-2: a quarter of its active compute); (b) equal active compute: 8 experts of half ReLU's
+// width, top-2, so a token costs ReLU's FFN FLOPs while the layer holds 4× its parameters; (c)
+// fine-grained with a shared expert (DeepSeekMoE): 16 experts of a quarter of ReLU's width, top-3,
+// and one shared expert of a quarter, the same active compute again. Each against ReLU, paired by
+// seed, with the training stage's rules; the figure places every variant by parameters and by FLOPs
+// per token.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/report/markdown.hpp"
+#include "stage_functions.hpp"
+
+namespace ffnlab::study {
+
+const MoEAxisRow* MoEAxesResult::find(std::string_view name) const {
+  for (const auto& r : rows)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+namespace {
+
+struct Axis {
+  const char* name;
+  const char* what;
+};
+const Axis kParams{"moe", "equal total parameters (8 experts, top-2)"};
+const Axis kCompute{"moe_compute", "equal active compute (8 experts, top-2)"};
+const Axis kFine{"moe_fine_shared",
+                 "equal active compute, fine-grained (16 experts, top-3, 1 shared)"};
+
+// The MoE FFN of (b) or (c) in the study's LM of width D (ReLU's FFN: 4·D).
+FFNConfig axis_ffn(const std::string& name, std::int64_t D) {
+  FFNConfig c = study_ffn("moe", D);  // the study's router settings
+  if (name == std::string_view(kCompute.name)) {
+    c.moe.num_experts = 8;
+    c.moe.top_k = 2;
+    c.moe.expert_d_ff = 2 * D;  // 2 × 2·D = ReLU's 4·D per token
+  } else {
+    c.moe.num_experts = 16;
+    c.moe.top_k = 3;
+    c.moe.expert_d_ff = D;  // 3 × D + D = 4·D per token
+    c.moe.num_shared = 1;
+    c.moe.shared_d_ff = D;
+  }
+  return c;
+}
+
+std::vector<double> seeds_of(const Study& st, const std::string& label) {
+  std::vector<double> x;
+  for (const auto& r : st.runs)
+    if (r.variant == label) x.push_back(r.val_bits_per_byte);
+  return x;
+}
+
+MoEAxisRow axis_row(const Study& st, const std::string& name, const std::string& what,
+                    const FFNConfig& ffn) {
+  MoEAxisRow row;
+  row.name = name;
+  row.description = what;
+  row.ffn = ffn;
+  LMConfig m = st.scale.model;
+  m.ffn = ffn;
+  const TransformerCost tc = transformer_cost(m, st.scale.train.seq, true);
+  row.params = tc.params;
+  row.forward_flops = tc.forward_flops;
+  const FFNCost fc = ffn_cost(ffn, 1);
+  row.ffn_params = fc.params;
+  row.ffn_active = fc.active_params;
+  return row;
+}
+
+}  // namespace
+
+std::int64_t moe_axes_steps(const Study& st) {
+  return st.has_variant("moe") ? 2 * st.scale.train.steps * st.scale.seeds : 0;
+}
+
+void run_moe_axes(Study& st) {
+  if (!st.has_variant("moe") || !st.results.training) return;
+  st.stage(fmt::format("MoE at equal active compute: 2 configurations × {} seeds", st.scale.seeds));
+  const std::int64_t D = st.scale.model.d_model;
+  const double margin = st.results.training->margin;
+  const std::vector<double> relu = seeds_of(st, "relu");
+  MoEAxesResult out;
+
+  MoEAxisRow r = axis_row(st, "relu", "dense ReLU, the reference", study_ffn("relu", D));
+  r.outcome = *st.results.training->find("relu");
+  out.rows.push_back(std::move(r));
+  r = axis_row(st, kParams.name, kParams.what, study_ffn("moe", D));
+  r.outcome = *st.results.training->find("moe");
+  out.rows.push_back(std::move(r));
+
+  std::vector<double> compute;
+  for (const Axis& a : {kCompute, kFine}) {
+    const FFNConfig ffn = axis_ffn(a.name, D);
+    LMConfig m = st.scale.model;
+    m.ffn = ffn;
+    TrainConfig settings = st.scale.train;
+    settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
+    std::vector<double> val, tps;
+    for (int seed = 1; seed <= st.scale.seeds; ++seed) {
+      const RunRecord run =
+          train_run(st, m, static_cast<std::uint64_t>(seed), a.name, {}, &settings);
+      st.message(fmt::format("  {} seed {}: {:.4f} bits/byte, {:.0f} tokens/s", a.name, seed,
+                             run.val_bits_per_byte, run.median_tokens_per_second));
+      val.push_back(run.val_bits_per_byte);
+      tps.push_back(run.median_tokens_per_second);
+    }
+    if (std::string_view(a.name) == kCompute.name) compute = val;
+    MoEAxisRow row = axis_row(st, a.name, a.what, ffn);
+    row.outcome = paired_outcome(a.name, std::move(val), relu, margin);
+    row.outcome.d_ff = ffn.expert_d_ff();
+    row.outcome.params = row.params;
+    set_throughput(row.outcome, tps);
+    out.rows.push_back(std::move(row));
+  }
+  out.compute_vs_params =
+      paired_outcome("moe_compute − moe", compute, out.rows[1].outcome.val_bits_per_byte, margin);
+
+  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
+  for (const VariantOutcome& o : st.results.training->variants) {
+    if (o.variant == "moe") continue;  // drawn as an MoE row below
+    LMConfig m = st.scale.model;
+    m.ffn = study_ffn(o.variant, D);
+    const TransformerCost tc = transformer_cost(m, st.scale.train.seq, true);
+    csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},dense\n", o.variant, tc.params, tc.forward_flops,
+                       o.mean, o.std);
+  }
+  for (const MoEAxisRow& row : out.rows)
+    if (row.name != "relu")
+      csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},moe\n", row.name, row.params,
+                         row.forward_flops, row.outcome.mean, row.outcome.std);
+  st.write("moe_pareto.csv", csv);
+  st.results.moe_axes = std::move(out);
+}
+
+namespace {
+
+json outcome_json(const VariantOutcome& o) {
+  auto interval = [](double low, double high) {
+    return std::isnan(low) || std::isnan(high) ? json(nullptr) : json::array({low, high});
+  };
+  return {{"val_bits_per_byte", o.val_bits_per_byte},
+          {"mean", o.mean},
+          {"std", o.std},
+          {"paired_difference_mean", o.diff_mean},
+          {"paired_difference_ci95", interval(o.diff_low, o.diff_high)},
+          {"paired_difference_ci90", interval(o.diff_low90, o.diff_high90)},
+          {"verdict", verdict_text(o.verdict)}};
+}
+
+}  // namespace
+
+json moe_axes_json(const Results& res) {
+  return json_if(res.moe_axes, [](const MoEAxesResult& a) {
+    json out;
+    for (const MoEAxisRow& r : a.rows) {
+      json row{{"description", r.description},
+               {"experts", r.ffn.kind == FFNKind::moe ? r.ffn.moe.num_experts : 0},
+               {"top_k", r.ffn.kind == FFNKind::moe ? r.ffn.moe.top_k : 0},
+               {"expert_d_ff", r.ffn.expert_d_ff()},
+               {"shared_experts", r.ffn.kind == FFNKind::moe ? r.ffn.moe.num_shared : 0},
+               {"params", r.params},
+               {"ffn_params", r.ffn_params},
+               {"ffn_active_params", r.ffn_active},
+               {"forward_flops_per_token", r.forward_flops},
+               {"median_tokens_per_second", r.outcome.tokens_per_second},
+               {"tokens_per_second_spread", r.outcome.tokens_per_second_spread},
+               {"tokens_per_second_noisy", r.outcome.tokens_per_second_noisy}};
+      json o = outcome_json(r.outcome);
+      if (r.name == "relu") {
+        o.erase("paired_difference_mean");
+        o.erase("paired_difference_ci95");
+        o.erase("paired_difference_ci90");
+      }
+      row["against_relu"] = std::move(o);
+      out["rows"][r.name] = std::move(row);
+    }
+    out["equal_compute_minus_equal_parameters"] = outcome_json(a.compute_vs_params);
+    return out;
+  });
+}
+
+std::string moe_axes_markdown(const Study& st, const Sections& sec) {
+  if (!st.results.moe_axes) return "";
+  const MoEAxesResult& a = *st.results.moe_axes;
+  std::vector<std::vector<std::string>> rows;
+  for (const MoEAxisRow& r : a.rows) {
+    const VariantOutcome& o = r.outcome;
+    rows.push_back({r.name, r.description, thousands(r.params),
+                    fmt::format("{} / {}", thousands(r.ffn_active), thousands(r.ffn_params)),
+                    fmt::format("{:.2f} M", r.forward_flops / 1e6),
+                    fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
+                    r.name == "relu" ? "—" : difference_cell(o),
+                    r.name == "relu" ? "reference" : std::string(verdict_text(o.verdict)),
+                    tokens_per_second_cell(o)});
+  }
+  const VariantOutcome& c = a.compute_vs_params;
+  std::string md = fmt::format(
+      "MoE's case is more parameters at the same compute per token. The MoE of {} has ReLU's "
+      "total parameters and so a quarter of its active compute; here MoE is also trained at ReLU's "
+      "active compute, twice: 8 experts of half ReLU's width with "
+      "top-2, and fine-grained (DeepSeekMoE-style: 16 experts of a quarter of its width, top-3, "
+      "and one shared expert of a quarter). Same LM, recipe, seeds and rules as {} (paired "
+      "difference to ReLU with its 95 % interval; equivalence within ±{} bits/byte). "
+      "FLOPs are the LM's forward FLOPs per token (attention and head included), parameters "
+      "the LM's; FFN active / total is one layer's. moe_pareto.png draws validation against "
+      "both.\n\n",
+      sec.ref("training"), sec.ref("training"), st.results.training->margin);
+  md += markdown_table(
+      {"FFN", "what", "LM parameters", "FFN active / total", "forward FLOPs/token", "val bits/byte",
+       "paired difference to ReLU [95 % CI]", "verdict", "tokens/s"},
+      rows, "llrrrrrlr");
+  md += fmt::format(
+      "\nEqual active compute against equal total parameters (moe_compute − moe, paired by "
+      "seed): {} bits/byte, {}.\n\n",
+      difference_cell(c),
+      c.verdict == Verdict::better       ? "equal compute is better"
+      : c.verdict == Verdict::worse      ? "equal parameters is better"
+      : c.verdict == Verdict::equivalent ? "equivalent within the margin"
+                                         : "inconclusive: these seeds cannot tell them apart");
+  return md;
+}
+
+}  // namespace ffnlab::study
