@@ -86,6 +86,9 @@ void run_moe_axes(Study& st) {
   const std::int64_t D = st.scale.model.d_model;
   const double margin = st.results.training->margin;
   const std::vector<double> relu = seeds_of(st, "relu");
+  std::vector<double> relu_tps;
+  for (const auto& r : st.runs)
+    if (r.variant == "relu") relu_tps.push_back(r.median_tokens_per_second);
   MoEAxesResult out;
 
   MoEAxisRow r = axis_row(st, "relu", "dense ReLU, the reference", study_ffn("relu", D));
@@ -116,7 +119,7 @@ void run_moe_axes(Study& st) {
     row.outcome = paired_outcome(a.name, std::move(val), relu, margin);
     row.outcome.d_ff = ffn.expert_d_ff();
     row.outcome.params = row.params;
-    set_throughput(row.outcome, tps);
+    set_throughput(row.outcome, tps, relu_tps);
     out.rows.push_back(std::move(row));
   }
   out.compute_vs_params =
@@ -170,6 +173,7 @@ json moe_axes_json(const Results& res) {
                {"ffn_active_params", r.ffn_active},
                {"forward_flops_per_token", r.forward_flops},
                {"median_tokens_per_second", r.outcome.tokens_per_second},
+               {"tokens_per_second_over_relu", r.outcome.tokens_per_second_over_relu},
                {"tokens_per_second_spread", r.outcome.tokens_per_second_spread},
                {"tokens_per_second_noisy", r.outcome.tokens_per_second_noisy}};
       json o = outcome_json(r.outcome);
@@ -214,7 +218,7 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
       sec.ref("training"), sec.ref("training"), st.results.training->margin);
   md += markdown_table(
       {"FFN", "what", "LM parameters", "FFN active / total", "forward FLOPs/token", "val bits/byte",
-       "paired difference to ReLU [95 % CI]", "verdict", "tokens/s"},
+       "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
       rows, "llrrrrrlr");
   md += fmt::format(
       "\nEqual active compute against equal total parameters (moe_compute − moe, paired by "

@@ -206,8 +206,12 @@ void run_recommendations(Study& st) {
     const bool qualifies = o.verdict == Verdict::reference || o.verdict == Verdict::better ||
                            o.verdict == Verdict::equivalent;
     if (qualifies && o.tokens_per_second_noisy) out.noisy_throughput.push_back(o.variant);
-    if (qualifies && !o.tokens_per_second_noisy && o.tokens_per_second > out.best_per_second_tokens)
-      out.best_per_second_tokens = o.tokens_per_second, out.best_per_second = o.variant;
+    if (qualifies && !o.tokens_per_second_noisy &&
+        o.tokens_per_second_over_relu > out.best_per_second_over_relu) {
+      out.best_per_second_over_relu = o.tokens_per_second_over_relu;
+      out.best_per_second_tokens = o.tokens_per_second;
+      out.best_per_second = o.variant;
+    }
   }
   // Rule 4: when MoE pays off.
   const VariantOutcome* moe = t.find("moe");
@@ -219,7 +223,8 @@ void run_recommendations(Study& st) {
     m.active_fraction = static_cast<double>(moe_cost->cost.active_params) /
                         static_cast<double>(moe_cost->cost.params);
     m.tokens_per_second = moe->tokens_per_second;
-    m.relu_noisy = relu->tokens_per_second_noisy;
+    m.over_relu = moe->tokens_per_second_over_relu;
+    m.noisy = moe->tokens_per_second_noisy;
     m.relu_tokens_per_second = relu->tokens_per_second;
     m.diff_mean = moe->diff_mean;
     m.diff_low = moe->diff_low;
@@ -231,10 +236,9 @@ void run_recommendations(Study& st) {
         m.finding = Finding::pays_off;
         break;
       case Verdict::equivalent:  // decided by throughput, which must not be noisy
-        m.finding = moe->tokens_per_second_noisy || relu->tokens_per_second_noisy
-                        ? Finding::undecided
-                    : m.tokens_per_second > m.relu_tokens_per_second ? Finding::pays_off_on_cost
-                                                                     : Finding::does_not_pay_off;
+        m.finding = m.noisy             ? Finding::undecided
+                    : m.over_relu > 1.0 ? Finding::pays_off_on_cost
+                                        : Finding::does_not_pay_off;
         break;
       case Verdict::worse:
         m.finding = Finding::does_not_pay_off;
@@ -303,14 +307,18 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
   if (c.best_per_second.empty())
     md += fmt::format(
         "- **Per second:** no finding: the throughput of every qualifying variant ({}) was noisy "
-        "in this run (the machine was busy). Rule: the highest training throughput among ReLU "
-        "and the variants better than or equivalent to it, never a noisy one.\n",
+        "in this run (the machine was busy). Rule: the highest training throughput, as a ratio "
+        "to ReLU's run of the same seed, among ReLU and the variants better than or equivalent "
+        "to it, never a noisy one.\n",
         noisy);
   else
     md += fmt::format(
-        "- **Per second:** {} ({} tokens/s in training). Rule: the highest training throughput "
-        "among ReLU and the variants better than or equivalent to it, never a noisy one{}.\n",
+        "- **Per second:** {} ({} tokens/s in training, {:.2f}× ReLU's). Rule: the highest "
+        "training throughput, as a ratio to ReLU's run of the same seed (the median over "
+        "seeds), among ReLU and the variants better than or equivalent to it, never a noisy "
+        "one{}.\n",
         c.best_per_second, thousands(static_cast<std::int64_t>(c.best_per_second_tokens)),
+        c.best_per_second_over_relu,
         noisy.empty() ? "" : fmt::format(" (left out as noisy: {})", noisy));
   if (c.moe) {
     using Finding = Recommendations::MoE::Finding;
@@ -357,8 +365,8 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
         "MoE pays off where it is better than a dense FFN of its total parameters, or "
         "equivalent (within the margin) at more tokens per second. Finding: {}.\n",
         percent(m.active_fraction), thousands(static_cast<std::int64_t>(m.tokens_per_second)),
-        thousands(static_cast<std::int64_t>(m.relu_tokens_per_second)),
-        m.tokens_per_second / m.relu_tokens_per_second, diff, verdict_text(m.verdict), finding);
+        thousands(static_cast<std::int64_t>(m.relu_tokens_per_second)), m.over_relu, diff,
+        verdict_text(m.verdict), finding);
     if (m.at_equal_compute) {
       const VariantOutcome& o = *m.at_equal_compute;
       std::string what;
@@ -391,8 +399,8 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
           "parameters, it trains at {} tokens/s ({:.2f}× ReLU's{}); its paired difference to "
           "ReLU is {} bits/byte. Rule: the training stage's verdict. Finding: {}.\n",
           m.compute_params_over_relu, thousands(static_cast<std::int64_t>(o.tokens_per_second)),
-          o.tokens_per_second / m.relu_tokens_per_second,
-          o.tokens_per_second_noisy || m.relu_noisy ? ", noisy" : "", difference_cell(o), what);
+          o.tokens_per_second_over_relu, o.tokens_per_second_noisy ? ", noisy" : "",
+          difference_cell(o), what);
     }
   }
   return md + "\n";

@@ -52,9 +52,11 @@ std::string training_markdown(const Study& st, const Sections& sec);
 // paired difference with its intervals, and the verdict by the study's rules (compare_paired).
 VariantOutcome paired_outcome(std::string name, std::vector<double> values,
                               const std::vector<double>& reference, double margin);
-// Throughput over seeds (each run's median tokens/s): mean, spread, and the noise flag.
-void set_throughput(VariantOutcome& outcome, const std::vector<double>& tokens_per_second);
-// "38,812", or "38,812 (noisy: 14 % spread)".
+// Throughput over seeds (each run's median tokens/s, seed 1 first): the mean, the median ratio
+// to ReLU's run of the same seed, the ratios' spread and the noise flag.
+void set_throughput(VariantOutcome& outcome, const std::vector<double>& tokens_per_second,
+                    const std::vector<double>& relu_tokens_per_second);
+// "38,812 (0.96×)", or "38,812 (noisy: ratio to ReLU spread 14 %)".
 std::string tokens_per_second_cell(const VariantOutcome& outcome);
 // "+0.0123 [−0.0100, +0.0346]", or without the interval for one seed.
 std::string difference_cell(const VariantOutcome& outcome);

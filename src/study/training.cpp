@@ -193,20 +193,28 @@ VariantOutcome paired_outcome(std::string name, std::vector<double> values,
   return o;
 }
 
-void set_throughput(VariantOutcome& o, const std::vector<double>& tokens_per_second) {
+void set_throughput(VariantOutcome& o, const std::vector<double>& tokens_per_second,
+                    const std::vector<double>& relu_tokens_per_second) {
   if (tokens_per_second.empty()) return;
   o.tokens_per_second = mean(tokens_per_second);
-  const auto [lo, hi] = std::minmax_element(tokens_per_second.begin(), tokens_per_second.end());
-  const double mid = median(tokens_per_second);
-  o.tokens_per_second_spread = mid > 0 ? (*hi - *lo) / mid : 0.0;
+  std::vector<double> ratio;
+  for (std::size_t i = 0; i < tokens_per_second.size() && i < relu_tokens_per_second.size(); ++i)
+    if (relu_tokens_per_second[i] > 0)
+      ratio.push_back(tokens_per_second[i] / relu_tokens_per_second[i]);
+  if (ratio.empty()) return;
+  const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
+  o.tokens_per_second_over_relu = median(ratio);
+  o.tokens_per_second_spread =
+      o.tokens_per_second_over_relu > 0 ? (*hi - *lo) / o.tokens_per_second_over_relu : 0.0;
   o.tokens_per_second_noisy = o.tokens_per_second_spread > kMaxSpread;
 }
 
 std::string tokens_per_second_cell(const VariantOutcome& o) {
   const std::string n = thousands(static_cast<std::int64_t>(o.tokens_per_second));
-  return o.tokens_per_second_noisy
-             ? fmt::format("{} (noisy: {} spread)", n, percent(o.tokens_per_second_spread, 0))
-             : n;
+  if (o.tokens_per_second_noisy)
+    return fmt::format("{} (noisy: ratio to ReLU spread {})", n,
+                       percent(o.tokens_per_second_spread, 0));
+  return fmt::format("{} ({:.2f}×)", n, o.tokens_per_second_over_relu);
 }
 
 std::string difference_cell(const VariantOutcome& o) {
@@ -252,6 +260,9 @@ void run_training(Study& st) {
     return x;
   };
   const std::vector<double> relu = bpb("relu");
+  std::vector<double> relu_tps;
+  for (const auto& r : st.runs)
+    if (r.variant == "relu") relu_tps.push_back(r.median_tokens_per_second);
   for (const auto& v : st.options.variants) {
     std::vector<double> tps;
     std::int64_t d_ff = 0, params = 0;
@@ -263,7 +274,7 @@ void run_training(Study& st) {
     VariantOutcome o = paired_outcome(v, bpb(v), relu, out.margin);
     o.d_ff = d_ff;
     o.params = params;
-    set_throughput(o, tps);
+    set_throughput(o, tps, relu_tps);
     if (v == "relu" || relu.empty()) o.verdict = Verdict::reference;
     out.variants.push_back(std::move(o));
   }
@@ -295,6 +306,7 @@ json training_json(const Results& res) {
           {"paired_difference_to_relu_ci90", interval(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)},
           {"median_tokens_per_second", o.tokens_per_second},
+          {"tokens_per_second_over_relu", o.tokens_per_second_over_relu},
           {"tokens_per_second_spread", o.tokens_per_second_spread},
           {"tokens_per_second_noisy", o.tokens_per_second_noisy}};
     return out;
@@ -332,7 +344,7 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
       t.seeds, t.margin);
   md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
-                        "paired difference to ReLU [95 % CI]", "verdict", "tokens/s"},
+                        "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
                        rows, "lrrrrrlr");
   return md + "\n";
 }

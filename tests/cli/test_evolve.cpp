@@ -99,8 +99,11 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   // results.json and REPORT.md say the same: every variant's mean validation and the MoE rows.
   const auto& vars = j.at("training").at("variants");
   ASSERT_EQ(vars.size(), 9u);
+  EXPECT_EQ(vars.at("relu").at("tokens_per_second_over_relu"), 1.0);  // its own runs
+  EXPECT_EQ(vars.at("relu").at("tokens_per_second_noisy"), false);
   for (const auto& [v, x] : vars.items()) {
     ASSERT_EQ(x.at("val_bits_per_byte").size(), 2u) << v;  // --quick: 2 seeds
+    EXPECT_GT(x.at("tokens_per_second_over_relu").get<double>(), 0.0) << v;
     const double mean = x.at("mean");
     EXPECT_TRUE(std::isfinite(mean) && mean > 0 && mean < 8) << v;
     EXPECT_NE(md.find("| " + v + " | "), std::string::npos) << v;

@@ -114,8 +114,11 @@ struct VariantOutcome {
   double diff_low90 = 0, diff_high90 = 0;  // its 90 % interval: the equivalence test's
   Verdict verdict = Verdict::inconclusive;
   double tokens_per_second = 0;  // mean over seeds of each run's median
-  // (max − min) / median of the seeds' medians; noisy above kMaxSpread (analysis/speed.hpp):
-  // the machine was busy, and no rule reads a noisy throughput.
+  // Throughput against ReLU's run of the same seed (runs of one seed follow each other, so a
+  // machine whose speed drifts over the study moves both): the median over seeds of the ratio,
+  // and (max − min) / median of the ratios; noisy above kMaxSpread (analysis/speed.hpp). No
+  // rule reads a noisy throughput.
+  double tokens_per_second_over_relu = 1;
   double tokens_per_second_spread = 0;
   bool tokens_per_second_noisy = false;
 };
@@ -205,11 +208,12 @@ struct Recommendations {
   double best_per_flop_bits_per_byte = 0;
   std::vector<std::pair<std::string, double>> flops_over_relu;
   std::string best_per_second;
-  double best_per_second_tokens = 0;
+  double best_per_second_tokens = 0, best_per_second_over_relu = 0;
   std::vector<std::string> noisy_throughput;  // left out of the per-second rule
   struct MoE {
     double active_fraction = 0, tokens_per_second = 0, relu_tokens_per_second = 0;
-    bool relu_noisy = false;  // ReLU's training throughput was flagged noisy
+    double over_relu = 1;  // its throughput ÷ ReLU's (VariantOutcome::..._over_relu)
+    bool noisy = false;    // that ratio was flagged noisy
     double diff_mean = 0, diff_low = 0, diff_high = 0, margin = 0;
     Verdict verdict = Verdict::inconclusive;
     // pays off: better; on cost: equivalent (the margin's test) at more tokens per second; no:
