@@ -109,9 +109,8 @@ void run_moe(Study& st) {
   // The warm-up ablation: the training stage's MoE LM, every seed, at the short warm-up.
   out.warmup = st.scale.train.warmup;
   out.short_warmup = short_warmup(st);
-  std::vector<double> study_runs, short_runs;
-  for (const auto& r : st.runs)
-    if (r.variant == "moe") study_runs.push_back(r.val_bits_per_byte);
+  const std::vector<double> study_runs = per_seed(st, "moe", &RunRecord::val_bits_per_byte);
+  std::vector<double> short_runs;
   if (!study_runs.empty()) {
     LMConfig m = st.scale.model;
     m.ffn = c;
@@ -143,8 +142,7 @@ json moe_json(const Results& res) {
           {"val_bits_per_byte", m.study_warmup_bits_per_byte},
           {"short_warmup_val_bits_per_byte", o.val_bits_per_byte},
           {"paired_difference_mean", o.diff_mean},
-          {"paired_difference_ci95",
-           std::isnan(o.diff_low) ? json(nullptr) : json::array({o.diff_low, o.diff_high})},
+          {"paired_difference_ci95", interval_json(o.diff_low, o.diff_high)},
           {"verdict", o.verdict == Verdict::better       ? "short warm-up better"
                       : o.verdict == Verdict::worse      ? "short warm-up worse"
                       : o.verdict == Verdict::equivalent ? "equivalent within the margin"

@@ -50,13 +50,6 @@ FFNConfig axis_ffn(const std::string& name, std::int64_t D) {
   return c;
 }
 
-std::vector<double> seeds_of(const Study& st, const std::string& label) {
-  std::vector<double> x;
-  for (const auto& r : st.runs)
-    if (r.variant == label) x.push_back(r.val_bits_per_byte);
-  return x;
-}
-
 MoEAxisRow axis_row(const Study& st, const std::string& name, const std::string& what,
                     const FFNConfig& ffn) {
   MoEAxisRow row;
@@ -85,10 +78,8 @@ void run_moe_axes(Study& st) {
   st.stage(fmt::format("MoE at equal active compute: 2 configurations × {} seeds", st.scale.seeds));
   const std::int64_t D = st.scale.model.d_model;
   const double margin = st.results.training->margin;
-  const std::vector<double> relu = seeds_of(st, "relu");
-  std::vector<double> relu_tps;
-  for (const auto& r : st.runs)
-    if (r.variant == "relu") relu_tps.push_back(r.median_tokens_per_second);
+  const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
+  const std::vector<double> relu_tps = per_seed(st, "relu", &RunRecord::median_tokens_per_second);
   MoEAxesResult out;
 
   MoEAxisRow r = axis_row(st, "relu", "dense ReLU, the reference", study_ffn("relu", D));
@@ -145,15 +136,12 @@ void run_moe_axes(Study& st) {
 namespace {
 
 json outcome_json(const VariantOutcome& o) {
-  auto interval = [](double low, double high) {
-    return std::isnan(low) || std::isnan(high) ? json(nullptr) : json::array({low, high});
-  };
   return {{"val_bits_per_byte", o.val_bits_per_byte},
           {"mean", o.mean},
           {"std", o.std},
           {"paired_difference_mean", o.diff_mean},
-          {"paired_difference_ci95", interval(o.diff_low, o.diff_high)},
-          {"paired_difference_ci90", interval(o.diff_low90, o.diff_high90)},
+          {"paired_difference_ci95", interval_json(o.diff_low, o.diff_high)},
+          {"paired_difference_ci90", interval_json(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)}};
 }
 

@@ -48,6 +48,10 @@ std::int64_t training_steps(const Study& st);
 void run_training(Study& st);
 json training_json(const Results& r);
 std::string training_markdown(const Study& st, const Sections& sec);
+// An interval as JSON: [low, high], or null where there is none (one seed).
+json interval_json(double low, double high);
+// A member of every run labelled `label`, seed 1 first (e.g. &RunRecord::val_bits_per_byte).
+std::vector<double> per_seed(const Study& st, std::string_view label, double RunRecord::*value);
 // Validation per seed against a reference's (the same seeds, in order): mean, spread, the
 // paired difference with its intervals, and the verdict by the study's rules (compare_paired).
 VariantOutcome paired_outcome(std::string name, std::vector<double> values,

@@ -39,13 +39,19 @@ const VariantOutcome* TrainingResult::find(std::string_view variant) const {
   return nullptr;
 }
 
-namespace {
-
-// An interval as JSON: [low, high], or null where there is none (one seed).
-json interval(double low, double high) {
+json interval_json(double low, double high) {
   if (std::isnan(low) || std::isnan(high)) return nullptr;
   return json::array({low, high});
 }
+
+std::vector<double> per_seed(const Study& st, std::string_view label, double RunRecord::*value) {
+  std::vector<double> x;
+  for (const auto& r : st.runs)
+    if (r.variant == label) x.push_back(r.*value);
+  return x;
+}
+
+namespace {
 
 const std::vector<std::string> kToyVariants{"relu", "gelu", "glu", "gated", "moe"};
 constexpr std::int64_t kToyD = 512, kToyF = 2048;
@@ -253,28 +259,18 @@ void run_training(Study& st) {
   out.seeds = st.scale.seeds;
   out.margin = st.options.margin;
   out.validation_bytes = static_cast<std::int64_t>(st.corpus.validation().size());
-  auto bpb = [&](const std::string& v) {
-    std::vector<double> x;
-    for (const auto& r : st.runs)
-      if (r.variant == v) x.push_back(r.val_bits_per_byte);
-    return x;
-  };
-  const std::vector<double> relu = bpb("relu");
-  std::vector<double> relu_tps;
-  for (const auto& r : st.runs)
-    if (r.variant == "relu") relu_tps.push_back(r.median_tokens_per_second);
+  const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
+  const std::vector<double> relu_tps = per_seed(st, "relu", &RunRecord::median_tokens_per_second);
   for (const auto& v : st.options.variants) {
-    std::vector<double> tps;
-    std::int64_t d_ff = 0, params = 0;
+    VariantOutcome o =
+        paired_outcome(v, per_seed(st, v, &RunRecord::val_bits_per_byte), relu, out.margin);
     for (const auto& r : st.runs)
       if (r.variant == v) {
-        if (tps.empty()) d_ff = r.d_ff, params = r.params;
-        tps.push_back(r.median_tokens_per_second);
+        o.d_ff = r.d_ff;
+        o.params = r.params;
+        break;
       }
-    VariantOutcome o = paired_outcome(v, bpb(v), relu, out.margin);
-    o.d_ff = d_ff;
-    o.params = params;
-    set_throughput(o, tps, relu_tps);
+    set_throughput(o, per_seed(st, v, &RunRecord::median_tokens_per_second), relu_tps);
     if (v == "relu" || relu.empty()) o.verdict = Verdict::reference;
     out.variants.push_back(std::move(o));
   }
@@ -302,8 +298,13 @@ json training_json(const Results& res) {
           {"std", o.std},
           {"paired_difference_to_relu_mean", o.diff_mean},
           {"paired_difference_to_relu_std", o.diff_std},
-          {"paired_difference_to_relu_ci95", interval(o.diff_low, o.diff_high)},
-          {"paired_difference_to_relu_ci90", interval(o.diff_low90, o.diff_high90)},
+          // (ReLU against itself: no interval.)
+          {"paired_difference_to_relu_ci95", o.verdict == Verdict::reference
+                                                 ? json(nullptr)
+                                                 : interval_json(o.diff_low, o.diff_high)},
+          {"paired_difference_to_relu_ci90", o.verdict == Verdict::reference
+                                                 ? json(nullptr)
+                                                 : interval_json(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)},
           {"median_tokens_per_second", o.tokens_per_second},
           {"tokens_per_second_over_relu", o.tokens_per_second_over_relu},

@@ -101,6 +101,8 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   ASSERT_EQ(vars.size(), 9u);
   EXPECT_EQ(vars.at("relu").at("tokens_per_second_over_relu"), 1.0);  // its own runs
   EXPECT_EQ(vars.at("relu").at("tokens_per_second_noisy"), false);
+  EXPECT_TRUE(vars.at("relu").at("paired_difference_to_relu_ci95").is_null());
+  EXPECT_TRUE(vars.at("swiglu").at("paired_difference_to_relu_ci95").is_array());
   for (const auto& [v, x] : vars.items()) {
     ASSERT_EQ(x.at("val_bits_per_byte").size(), 2u) << v;  // --quick: 2 seeds
     EXPECT_GT(x.at("tokens_per_second_over_relu").get<double>(), 0.0) << v;
