@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string_view>
 
 #include "check.hpp"
 #include "ffnlab/ops/dropout.hpp"
@@ -10,6 +11,7 @@
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/loss.hpp"
 #include "ffnlab/ops/positions.hpp"
+#include "hash.hpp"
 
 namespace ffnlab {
 
@@ -48,19 +50,36 @@ TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed) : confi
   bind_parameters();
 
   // torch.nn's defaults: embeddings N(0, 0.02) (GPT-2's, nn.Embedding would use N(0, 1)), Linear
-  // layers as built; then, with init_std > 0, GPT-2's N(0, init_std) for every matrix.
-  std::mt19937_64 rng(sub_seed(seed, 0));
+  // layers as built; then, with init_std > 0, GPT-2's N(0, init_std) for every matrix. Each
+  // matrix draws from a stream of its own, keyed by the seed and its name, never from what was
+  // drawn before it: two models of one seed that differ only in their FFN (the study's variants)
+  // start from the same embedding, attention and head, which makes their comparison paired.
+  // (From one stream in declaration order, a wider FFN in layer 0 shifted every later layer's
+  // draws, so variants of one seed shared little beyond the embedding and layer 0's attention.)
+  const std::uint64_t base = sub_seed(seed, 0);
+  auto stream = [base](std::string_view name) {
+    return std::mt19937_64(splitmix64(base ^ fnv1a64(name.data(), name.size())));
+  };
+  std::mt19937_64 rng = stream(kEmbed);
   init_normal(embed_, 0.02f, rng);
-  if (config_.positions == PositionKind::learned) init_normal(pos_, 0.02f, rng);
-  if (!config_.tied_head) init_uniform(head_, 1.f / std::sqrt(static_cast<float>(D)), rng);
+  if (config_.positions == PositionKind::learned) {
+    rng = stream(kPos);
+    init_normal(pos_, 0.02f, rng);
+  }
+  if (!config_.tied_head) {
+    rng = stream(kHead);
+    init_uniform(head_, 1.f / std::sqrt(static_cast<float>(D)), rng);
+  }
   if (config_.positions == PositionKind::sinusoidal) pos_ = sinusoidal_table(config_.context, D);
   if (config_.init_std > 0.f)
     for (Parameter& p : params_.list()) {
       if (!p.trainable) continue;  // state such as the MoE balancing bias keeps its zero
-      if (p.shape.size() == 2)
+      if (p.shape.size() == 2) {
+        rng = stream(p.name);
         init_normal(p.value, config_.init_std, rng);
-      else if (p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0)
+      } else if (p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0) {
         p.value.zero();
+      }
     }
 }
 

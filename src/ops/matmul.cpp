@@ -10,6 +10,8 @@
 // per thread, in none of 12.
 #include "ffnlab/ops/matmul.hpp"
 
+#include <omp.h>
+
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -23,8 +25,11 @@ namespace ffnlab {
 namespace {
 
 using dnnl::memory;
+// G M N K ta tb precision bias accumulate act beta threads. The OpenMP thread count is part of
+// the key: a primitive plans its work (and so the order of its sums) for the threads it was made
+// with, and the study trains runs side by side on one thread each beside callers on several.
 using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int, int,
-                       int, int, float>;  // G M N K ta tb precision bias accumulate act beta
+                       int, int, float, int>;
 
 constexpr std::size_t kMaxPrimitives = 1024;
 
@@ -172,7 +177,8 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
                 opt.bias != nullptr,
                 opt.accumulate,
                 act,
-                opt.act ? opt.act->beta : 0.f};
+                opt.act ? opt.act->beta : 0.f,
+                omp_get_max_threads()};
 
   Engine& e = engine();
   Entry entry;

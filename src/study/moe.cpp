@@ -63,46 +63,64 @@ void run_moe(Study& st) {
   out.expert_d_ff = c.expert_d_ff();
   const TrainConfig balancing = balancing_settings(st);
   const std::int64_t every = std::max<std::int64_t>(1, balancing.steps / 60);
-  std::string csv = "setting,step,layer,expert,load_fraction\n";
-  for (const Setting& s : kSettings) {
-    LMConfig m = st.scale.model;
-    m.ffn = c;
-    m.ffn.moe.aux_coef = s.aux;
-    m.ffn.moe.balance_bias = s.bias;
-    m.ffn.moe.capacity_factor = kCapacity;
+  // What each setting's run gathers as it trains (its hook writes only its own).
+  struct Tally {
     double cv = 0, max_mean = 0, dropped = 0, entropy = 0;
-    std::string wide = "step";  // layer 0, one column per expert: the figure's data
-    for (int e = 0; e < out.experts; ++e) wide += fmt::format(",expert_{}", e);
-    wide += "\n";
     std::int64_t tail = 0;
-    RunHooks hooks;
-    hooks.on_step = [&](const TransformerLM& lm, const StepLog& log) {
+    std::string wide;  // layer 0, one column per expert: the figure's data
+    std::string csv;   // every layer
+  };
+  std::vector<Tally> tallies(kSettings.size());
+  std::vector<RunJob> jobs;
+  for (std::size_t i = 0; i < kSettings.size(); ++i) {
+    const Setting& s = kSettings[i];
+    Tally& t = tallies[i];
+    RunJob job;
+    job.model = st.scale.model;
+    job.model.ffn = c;
+    job.model.ffn.moe.aux_coef = s.aux;
+    job.model.ffn.moe.balance_bias = s.bias;
+    job.model.ffn.moe.capacity_factor = kCapacity;
+    job.label = std::string("moe/") + s.name;
+    job.settings = balancing;
+    t.wide = "step";
+    for (int e = 0; e < out.experts; ++e) t.wide += fmt::format(",expert_{}", e);
+    t.wide += "\n";
+    job.hooks.on_step = [&t, &balancing, every, name = s.name](const TransformerLM& lm,
+                                                               const StepLog& log) {
       if (log.step > balancing.steps / 2) {  // the second half: settled behaviour
-        cv += log.load_cv;
-        max_mean += log.max_over_mean;
-        dropped += log.dropped_fraction;
-        entropy += log.router_entropy;
-        ++tail;
+        t.cv += log.load_cv;
+        t.max_mean += log.max_over_mean;
+        t.dropped += log.dropped_fraction;
+        t.entropy += log.router_entropy;
+        ++t.tail;
       }
       if (log.step % every != 0 && log.step != 1) return;
       for (int l = 0; l < lm.config().layers; ++l) {
         const FFNStats fs = lm.ffn(l).stats();
         std::int64_t total = 0;
         for (auto n : fs.tokens_per_expert) total += n;
-        if (l == 0) wide += std::to_string(log.step);
+        if (l == 0) t.wide += std::to_string(log.step);
         for (std::size_t e = 0; e < fs.tokens_per_expert.size(); ++e) {
           const double share = total ? static_cast<double>(fs.tokens_per_expert[e]) / total : 0.0;
-          csv += fmt::format("{},{},{},{},{:.5f}\n", s.name, log.step, l, e, share);
-          if (l == 0) wide += fmt::format(",{:.5f}", share);
+          t.csv += fmt::format("{},{},{},{},{:.5f}\n", name, log.step, l, e, share);
+          if (l == 0) t.wide += fmt::format(",{:.5f}", share);
         }
-        if (l == 0) wide += "\n";
+        if (l == 0) t.wide += "\n";
       }
     };
-    const RunRecord r = train_run(st, m, 1, std::string("moe/") + s.name, hooks, &balancing);
-    st.write(std::string("moe_load_") + s.name + ".csv", wide);
-    const double n = static_cast<double>(std::max<std::int64_t>(1, tail));
-    out.settings.push_back({s.name, s.what, r.val_bits_per_byte, cv / n, max_mean / n, dropped / n,
-                            entropy / n, r.median_tokens_per_second});
+    jobs.push_back(std::move(job));
+  }
+  const std::vector<RunRecord> runs = train_runs(st, std::move(jobs));
+  std::string csv = "setting,step,layer,expert,load_fraction\n";
+  for (std::size_t i = 0; i < kSettings.size(); ++i) {
+    const Setting& s = kSettings[i];
+    const Tally& t = tallies[i];
+    st.write(std::string("moe_load_") + s.name + ".csv", t.wide);
+    csv += t.csv;
+    const double n = static_cast<double>(std::max<std::int64_t>(1, t.tail));
+    out.settings.push_back({s.name, s.what, runs[i].val_bits_per_byte, t.cv / n, t.max_mean / n,
+                            t.dropped / n, t.entropy / n, runs[i].median_tokens_per_second});
   }
   st.write("moe_load.csv", csv);
 
@@ -114,16 +132,20 @@ void run_moe(Study& st) {
   if (!study_runs.empty()) {
     LMConfig m = st.scale.model;
     m.ffn = c;
+    TrainConfig settings = st.scale.train;
+    settings.warmup = out.short_warmup;
+    settings.eval_every = 0;
+    std::vector<RunJob> jobs;
     for (int seed = 1; seed <= st.scale.seeds; ++seed) {
-      TrainConfig settings = st.scale.train;
-      settings.warmup = out.short_warmup;
-      settings.eval_every = 0;
-      const RunRecord r =
-          train_run(st, m, static_cast<std::uint64_t>(seed), "moe/short warm-up", {}, &settings);
-      st.message(fmt::format("  moe, warm-up {}, seed {}: {:.4f} bits/byte", out.short_warmup, seed,
-                             r.val_bits_per_byte));
-      short_runs.push_back(r.val_bits_per_byte);
+      RunJob job;
+      job.model = m;
+      job.seed = static_cast<std::uint64_t>(seed);
+      job.label = fmt::format("moe, warm-up {}", out.short_warmup);
+      job.settings = settings;
+      jobs.push_back(std::move(job));
     }
+    for (const RunRecord& r : train_runs(st, std::move(jobs)))
+      short_runs.push_back(r.val_bits_per_byte);
     out.study_warmup_bits_per_byte = study_runs;
     out.short_warmup_outcome =
         paired_outcome("moe, short warm-up", short_runs, study_runs, st.options.margin);

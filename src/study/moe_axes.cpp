@@ -89,21 +89,30 @@ void run_moe_axes(Study& st) {
   r.outcome = *st.results.training->find("moe");
   out.rows.push_back(std::move(r));
 
+  // Both configurations' runs at once (seed-major), then a row each.
+  const std::vector<Axis> axes{kCompute, kFine};
+  TrainConfig settings = st.scale.train;
+  settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
+  std::vector<RunJob> jobs;
+  for (int seed = 1; seed <= st.scale.seeds; ++seed)
+    for (const Axis& a : axes) {
+      RunJob job;
+      job.model = st.scale.model;
+      job.model.ffn = axis_ffn(a.name, D);
+      job.seed = static_cast<std::uint64_t>(seed);
+      job.label = a.name;
+      job.settings = settings;
+      jobs.push_back(std::move(job));
+    }
+  const std::vector<RunRecord> runs = train_runs(st, std::move(jobs));
   std::vector<double> compute;
-  for (const Axis& a : {kCompute, kFine}) {
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    const Axis& a = axes[k];
     const FFNConfig ffn = axis_ffn(a.name, D);
-    LMConfig m = st.scale.model;
-    m.ffn = ffn;
-    TrainConfig settings = st.scale.train;
-    settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
     std::vector<double> val, tps;
-    for (int seed = 1; seed <= st.scale.seeds; ++seed) {
-      const RunRecord run =
-          train_run(st, m, static_cast<std::uint64_t>(seed), a.name, {}, &settings);
-      st.message(fmt::format("  {} seed {}: {:.4f} bits/byte, {:.0f} tokens/s", a.name, seed,
-                             run.val_bits_per_byte, run.median_tokens_per_second));
-      val.push_back(run.val_bits_per_byte);
-      tps.push_back(run.median_tokens_per_second);
+    for (std::size_t i = k; i < runs.size(); i += axes.size()) {
+      val.push_back(runs[i].val_bits_per_byte);
+      tps.push_back(runs[i].median_tokens_per_second);
     }
     if (std::string_view(a.name) == kCompute.name) compute = val;
     MoEAxisRow row = axis_row(st, a.name, a.what, ffn);

@@ -3,10 +3,12 @@
 // applied to the typed results of the stages before).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/study/zoo_table.hpp"
 #include "stage_functions.hpp"
@@ -174,30 +176,70 @@ std::string corrections_markdown(const Study& st, const Sections&) {
 
 // ---- recommendations ----
 
+namespace {
+
+// Of the candidates, the one with the lowest mean validation and those these seeds cannot
+// separate from it: a candidate is separated when its paired difference to the lowest
+// (candidate − lowest, by seed) has a 95 % interval above 0. The lowest first; empty for none.
+std::vector<const VariantOutcome*> lowest_and_ties(const std::vector<const VariantOutcome*>& c,
+                                                   double margin) {
+  if (c.empty()) return {};
+  const VariantOutcome* lowest = *std::min_element(
+      c.begin(), c.end(), [](const auto* a, const auto* b) { return a->mean < b->mean; });
+  std::vector<const VariantOutcome*> out{lowest};
+  for (const VariantOutcome* o : c) {
+    if (o == lowest) continue;
+    std::vector<double> diff;
+    for (std::size_t i = 0; i < o->val_bits_per_byte.size() && i < lowest->val_bits_per_byte.size();
+         ++i)
+      diff.push_back(o->val_bits_per_byte[i] - lowest->val_bits_per_byte[i]);
+    if (compare_paired(diff, margin).verdict != Comparison::worse) out.push_back(o);
+  }
+  return out;
+}
+
+std::vector<std::string> names_after_first(const std::vector<const VariantOutcome*>& v) {
+  std::vector<std::string> out;
+  for (std::size_t i = 1; i < v.size(); ++i) out.push_back(v[i]->variant);
+  return out;
+}
+
+}  // namespace
+
 void run_recommendations(Study& st) {
   const Results& r = st.results;
   if (!r.training) return;
   Recommendations out;
   const TrainingResult& t = *r.training;
-  // Rule 1: the lowest mean validation among the variants measurably better than ReLU.
-  out.lowest_bits_per_byte = out.best_bits_per_byte = 1e300;
+  // Rule 1: among the variants measurably better than ReLU, the lowest mean validation, and
+  // those these seeds cannot separate from it.
+  out.lowest_bits_per_byte = 1e300;
+  std::vector<const VariantOutcome*> better;
   for (const VariantOutcome& o : t.variants) {
     if (o.mean < out.lowest_bits_per_byte)
       out.lowest_bits_per_byte = o.mean, out.lowest = o.variant;
-    if (o.verdict == Verdict::better && o.mean < out.best_bits_per_byte)
-      out.best_bits_per_byte = o.mean, out.best_at_equal_parameters = o.variant;
+    if (o.verdict == Verdict::better) better.push_back(&o);
   }
-  // Rule 2: per FLOP — the lowest validation among variants at most ReLU's FFN FLOPs per token.
+  if (const auto best = lowest_and_ties(better, t.margin); !best.empty()) {
+    out.best_at_equal_parameters = best.front()->variant;
+    out.best_bits_per_byte = best.front()->mean;
+    out.best_at_equal_parameters_tied = names_after_first(best);
+  }
+  // Rule 2: per FLOP — among the variants at most ReLU's FFN FLOPs per token, the lowest
+  // validation, and those these seeds cannot separate from it.
   const CostRow* relu_cost = r.costs ? r.costs->study_row("relu") : nullptr;
   if (relu_cost) {
     const double relu_flops = relu_cost->cost.forward.matmul;
-    out.best_per_flop = "";
-    out.best_per_flop_bits_per_byte = 1e300;
+    std::vector<const VariantOutcome*> cheap;
     for (const VariantOutcome& o : t.variants) {
       const double ratio = r.costs->study_row(o.variant)->cost.forward.matmul / relu_flops;
       out.flops_over_relu.emplace_back(o.variant, ratio);
-      if (ratio <= 1.05 && o.mean < out.best_per_flop_bits_per_byte)
-        out.best_per_flop_bits_per_byte = o.mean, out.best_per_flop = o.variant;
+      if (ratio <= 1.05) cheap.push_back(&o);
+    }
+    if (const auto best = lowest_and_ties(cheap, t.margin); !best.empty()) {
+      out.best_per_flop = best.front()->variant;
+      out.best_per_flop_bits_per_byte = best.front()->mean;
+      out.best_per_flop_tied = names_after_first(best);
     }
   }
   // Rule 3: per second — the highest tokens/s among ReLU and the variants shown to be better
@@ -261,8 +303,12 @@ void run_recommendations(Study& st) {
 json recommendations_json(const Results& r) {
   return json_if(r.recommendations, [](const Recommendations& c) {
     json out{{"best_at_equal_parameters",
-              c.best_at_equal_parameters ? json(*c.best_at_equal_parameters) : json(nullptr)}};
-    if (c.best_per_flop) out["best_per_flop"] = *c.best_per_flop;
+              c.best_at_equal_parameters ? json(*c.best_at_equal_parameters) : json(nullptr)},
+             {"best_at_equal_parameters_tied", c.best_at_equal_parameters_tied}};
+    if (c.best_per_flop) {
+      out["best_per_flop"] = *c.best_per_flop;
+      out["best_per_flop_tied"] = c.best_per_flop_tied;
+    }
     out["best_per_second"] = c.best_per_second.empty() ? json(nullptr) : json(c.best_per_second);
     if (c.moe) {  // true, false, or null when undecided (inconclusive, or decided by noise)
       using Finding = Recommendations::MoE::Finding;
@@ -280,27 +326,38 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
   std::string md = "Derived from this run's numbers by the rules stated in each line.\n\n";
   if (!st.results.recommendations) return md + "No LM training in this run: no recommendation.\n\n";
   const Recommendations& c = *st.results.recommendations;
+  // ", and these seeds cannot separate it from a, b (a tie: either is the pick)".
+  auto ties = [](const std::vector<std::string>& tied) {
+    if (tied.empty()) return std::string(", and separated from every other candidate");
+    return fmt::format("; these seeds cannot separate it from {} (a tie: {} is as well supported)",
+                       fmt::join(tied, ", "), tied.size() == 1 ? "either" : "any of them");
+  };
+  constexpr const char* kTieRule =
+      "and every candidate whose paired difference to it has a 95 % interval that includes 0 "
+      "(a tie)";
   if (!c.best_at_equal_parameters)
     md += fmt::format(
         "- **Best validation at equal parameters:** no variant is measurably "
-        "better than ReLU in this run (lowest mean: {}, {:.4f} bits/byte). Rule: "
-        "the lowest mean over seeds among the variants whose verdict is better.\n",
-        c.lowest, c.lowest_bits_per_byte);
+        "better than ReLU in this run (lowest mean: {}, {:.4f} bits/byte). Rule: among the "
+        "variants whose verdict is better, the lowest mean over seeds, {}.\n",
+        c.lowest, c.lowest_bits_per_byte, kTieRule);
   else
     md += fmt::format(
         "- **Best validation at equal parameters:** {} ({:.4f} bits/byte, "
-        "measurably better than ReLU). Rule: the lowest mean over seeds among the "
-        "variants whose verdict is better.\n",
-        *c.best_at_equal_parameters, c.best_bits_per_byte);
+        "measurably better than ReLU){}. Rule: among the variants whose verdict is better, the "
+        "lowest mean over seeds, {}.\n",
+        *c.best_at_equal_parameters, c.best_bits_per_byte, ties(c.best_at_equal_parameters_tied),
+        kTieRule);
   if (c.best_per_flop) {
     std::string list;
     for (const auto& [v, ratio] : c.flops_over_relu)
       list += fmt::format("{}{} {:.2f}×", list.empty() ? "" : ", ", v, ratio);
     md += fmt::format(
-        "- **Per FLOP:** {} ({:.4f} bits/byte). Rule: the lowest mean validation "
-        "among the variants whose FFN does at most 1.05× ReLU's forward matrix "
-        "FLOPs per token (here: {}).\n",
-        *c.best_per_flop, c.best_per_flop_bits_per_byte, list);
+        "- **Per FLOP:** {} ({:.4f} bits/byte){}. Rule: among the variants whose FFN does at "
+        "most 1.05× ReLU's forward matrix FLOPs per token (here: {}), the lowest mean "
+        "validation, {}.\n",
+        *c.best_per_flop, c.best_per_flop_bits_per_byte, ties(c.best_per_flop_tied), list,
+        kTieRule);
   }
   std::string noisy;
   for (const std::string& v : c.noisy_throughput) noisy += (noisy.empty() ? "" : ", ") + v;

@@ -6,8 +6,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
@@ -68,8 +74,8 @@ void Study::message(const std::string& line) const {
 
 void Study::step_done(const StepLog& s, const std::string& what) {
   ++done_steps;
-  step_seconds += s.seconds;
-  const double per_step = step_seconds / static_cast<double>(done_steps);
+  // Runs go side by side, so the time per step is the wall time of training over the steps done.
+  const double per_step = training_seconds / static_cast<double>(done_steps);
   // Evaluations and the stages after training add about a tenth to the steps' time.
   const double eta = 1.1 * per_step * static_cast<double>(planned_steps - done_steps);
   if (observer)
@@ -97,32 +103,131 @@ FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
   return match_params(c, target, /*active=*/false);
 }
 
-RunRecord train_run(Study& st, const LMConfig& model, std::uint64_t seed, const std::string& label,
-                    const RunHooks& hooks, const TrainConfig* settings) {
+namespace {
+
+// Thrown inside a run that stopped because another one failed; never leaves train_runs.
+struct Abandoned {};
+
+RunRecord train_one(const Study& st, const RunJob& job,
+                    const std::function<void(const StepLog&)>& progress,
+                    const std::atomic<bool>& abandon) {
   RunRecord r;
-  r.variant = label;
-  r.seed = static_cast<int>(seed);
-  r.d_ff = model.ffn.kind == FFNKind::moe ? model.ffn.expert_d_ff() : model.ffn.d_ff;
-  TrainConfig tc = settings ? *settings : st.scale.train;
-  tc.seed = seed;
-  TransformerLM lm(model, seed);
+  r.variant = job.label;
+  r.seed = static_cast<int>(job.seed);
+  r.d_ff = job.model.ffn.kind == FFNKind::moe ? job.model.ffn.expert_d_ff() : job.model.ffn.d_ff;
+  TrainConfig tc = job.settings ? *job.settings : st.scale.train;
+  tc.seed = job.seed;
+  TransformerLM lm(job.model, job.seed);
   r.params = lm.parameters().count();
   Trainer trainer(lm, st.corpus, tc);
-  if (hooks.on_start) hooks.on_start(lm);
+  if (job.hooks.on_start) job.hooks.on_start(lm);
   trainer.run(
       [&](const StepLog& s) {
         r.steps.push_back(s);
-        if (hooks.on_step) hooks.on_step(lm, s);
-        st.step_done(s, fmt::format("{} seed {}", label, seed));
+        if (job.hooks.on_step) job.hooks.on_step(lm, s);
+        progress(s);
       },
-      [&](const EvalLog& e) { r.evals.push_back(e); }, "", [] { return stop_requested(); });
+      [&](const EvalLog& e) { r.evals.push_back(e); }, "",
+      [&] { return stop_requested() || abandon.load(); });
   check_stop();
+  if (abandon) throw Abandoned{};
   r.val_bits_per_byte = trainer.evaluate(0).bits_per_byte;
-  if (hooks.on_end) hooks.on_end(lm);
+  if (job.hooks.on_end) job.hooks.on_end(lm);
   std::vector<double> tps;
   for (const auto& s : r.steps) tps.push_back(s.tokens_per_second);
   r.median_tokens_per_second = tps.empty() ? 0 : median(tps);
   return r;
+}
+
+}  // namespace
+
+std::vector<RunRecord> train_runs(Study& st, std::vector<RunJob> jobs) {
+  std::vector<RunRecord> records(jobs.size());
+  if (jobs.empty()) return records;
+  // What the runs tell this thread: a step of job `job` done, or the job finished.
+  struct Event {
+    std::size_t job;
+    bool finished;
+    StepLog log;
+  };
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<Event> events;
+  std::exception_ptr failure;  // the first, from a run or from the observer
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> abandon{false};
+  const int workers = static_cast<int>(
+      std::clamp<std::size_t>(static_cast<std::size_t>(st.concurrent_runs), 1, jobs.size()));
+  int running = workers;
+  auto fail = [&](std::exception_ptr e) {
+    std::lock_guard lock(mutex);
+    if (!failure) failure = e;
+    abandon = true;
+  };
+  auto post = [&](Event e) {
+    {
+      std::lock_guard lock(mutex);
+      events.push_back(std::move(e));
+    }
+    wake.notify_one();
+  };
+  auto work = [&] {
+    omp_set_num_threads(1);  // this thread's runs: one OpenMP thread (and oneDNN on it)
+    for (std::size_t i = next++; i < jobs.size() && !abandon; i = next++) {
+      try {
+        records[i] = train_one(
+            st, jobs[i],
+            [&](const StepLog& s) {
+              post({i, false, s});
+            },
+            abandon);
+        post({i, true, {}});
+      } catch (const Abandoned&) {
+        break;
+      } catch (...) {
+        fail(std::current_exception());
+        break;
+      }
+    }
+    {
+      std::lock_guard lock(mutex);
+      --running;
+    }
+    wake.notify_one();
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const double before = st.training_seconds;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) threads.emplace_back(work);
+  // This thread tells the observer (which may be Python's, or throw) what the runs did.
+  std::unique_lock lock(mutex);
+  for (;;) {
+    wake.wait(lock, [&] { return !events.empty() || running == 0; });
+    if (events.empty()) break;  // every worker has finished and nothing is left to tell
+    const Event e = std::move(events.front());
+    events.pop_front();
+    lock.unlock();
+    try {
+      st.training_seconds =
+          before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const RunJob& job = jobs[e.job];
+      if (!e.finished) {
+        st.step_done(e.log, fmt::format("{} seed {}", job.label, job.seed));
+      } else {
+        const RunRecord& r = records[e.job];
+        st.message(fmt::format("  {} seed {}: {:.4f} bits/byte, {:.0f} tokens/s", job.label,
+                               job.seed, r.val_bits_per_byte, r.median_tokens_per_second));
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    lock.lock();
+  }
+  lock.unlock();
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return records;
 }
 
 std::vector<UnitSparsity> census(const Study& st, TransformerLM& lm) {
@@ -146,6 +251,9 @@ json to_json(const Results& r) {
   out["threads"] = r.threads;
   out["quick"] = r.quick;
   out["seconds"] = r.seconds;
+  json stage_seconds = json::object();
+  for (const auto& [key, seconds] : r.stage_seconds) stage_seconds[key] = seconds;
+  out["stage_seconds"] = std::move(stage_seconds);
   return out;
 }
 
@@ -211,6 +319,7 @@ Results run_study(const Options& options, Observer& observer) {
   st.options = options;
   st.scale = make_scale(options);
   st.observer = &observer;
+  st.concurrent_runs = omp_get_max_threads();
   if (!gnuplot_available())
     throw Error(
         "[evolve] gnuplot is not on the PATH (Debian package gnuplot-nox; "
@@ -239,11 +348,21 @@ Results run_study(const Options& options, Observer& observer) {
                              options.variants.size(), st.scale.seeds, st.scale.train.steps,
                              st.planned_steps, out.final_path()));
   try {
-    for (const Stage& s : stages()) s.run(st);
+    using clock = std::chrono::steady_clock;
+    for (const Stage& s : stages()) {
+      const auto start = clock::now();
+      s.run(st);
+      if (!s.to_json(st.results).is_null())
+        st.results.stage_seconds.emplace_back(
+            s.key, std::chrono::duration<double>(clock::now() - start).count());
+    }
     st.stage("figures (gnuplot)");
+    const auto start = clock::now();
     for (const Stage& s : stages())
       if (!s.to_json(st.results).is_null())
         for (const Figure& f : s.figures) f.draw(st);
+    st.results.stage_seconds.emplace_back(
+        "figures", std::chrono::duration<double>(clock::now() - start).count());
   } catch (...) {
     observer.end();
     throw;

@@ -19,6 +19,7 @@ void run_sweep(Study& st) {
   st.stage("sweep: d_ff / d_model = 1, 2, 4, 8 for ReLU and SwiGLU");
   SweepResult out;
   std::string csv = "ratio,relu,swiglu\n";
+  std::vector<RunJob> jobs;
   for (int ratio : st.scale.sweep_ratios) {
     const std::int64_t D = st.scale.model.d_model;
     const FFNConfig relu = variant_config("relu", D, ratio * D, true);
@@ -28,14 +29,21 @@ void run_sweep(Study& st) {
     p.ratio = ratio;
     p.relu_d_ff = relu.d_ff;
     p.swiglu_d_ff = swiglu.d_ff;
-    LMConfig m = st.scale.model;
-    m.ffn = relu;
-    p.relu_bits_per_byte = train_run(st, m, 1, fmt::format("relu x{}", ratio)).val_bits_per_byte;
-    m.ffn = swiglu;
-    p.swiglu_bits_per_byte =
-        train_run(st, m, 1, fmt::format("swiglu x{}", ratio)).val_bits_per_byte;
-    csv += fmt::format("{},{:.5f},{:.5f}\n", ratio, p.relu_bits_per_byte, p.swiglu_bits_per_byte);
     out.points.push_back(p);
+    for (const auto& [name, ffn] : {std::pair{"relu", relu}, std::pair{"swiglu", swiglu}}) {
+      RunJob job;
+      job.model = st.scale.model;
+      job.model.ffn = ffn;
+      job.label = fmt::format("{} x{}", name, ratio);
+      jobs.push_back(std::move(job));
+    }
+  }
+  const std::vector<RunRecord> runs = train_runs(st, std::move(jobs));
+  for (std::size_t i = 0; i < out.points.size(); ++i) {
+    SweepPoint& p = out.points[i];
+    p.relu_bits_per_byte = runs[2 * i].val_bits_per_byte;
+    p.swiglu_bits_per_byte = runs[2 * i + 1].val_bits_per_byte;
+    csv += fmt::format("{},{:.5f},{:.5f}\n", p.ratio, p.relu_bits_per_byte, p.swiglu_bits_per_byte);
   }
   st.write("sweep.csv", csv);
   st.results.sweep = std::move(out);

@@ -236,21 +236,28 @@ std::int64_t training_steps(const Study& st) {
 void run_training(Study& st) {
   st.stage(fmt::format("training {} variants × {} seeds, {} steps each", st.options.variants.size(),
                        st.scale.seeds, st.scale.train.steps));
+  std::vector<RunJob> jobs;
+  for (const auto& v : st.options.variants) {  // (the hooks below fill existing entries only)
+    st.census_init[v];
+    st.census_trained[v];
+  }
   for (int seed = 1; seed <= st.scale.seeds; ++seed)
     for (const auto& v : st.options.variants) {
-      LMConfig m = st.scale.model;
-      m.ffn = study_ffn(v, m.d_model);
+      RunJob job;
+      job.model = st.scale.model;
+      job.model.ffn = study_ffn(v, job.model.d_model);
+      job.seed = static_cast<std::uint64_t>(seed);
+      job.label = v;
       // Seed 1 of each variant also takes the activation census, before and after training.
-      RunHooks hooks;
       if (seed == 1) {
-        hooks.on_start = [&](TransformerLM& lm) { st.census_init[v] = census(st, lm); };
-        hooks.on_end = [&](TransformerLM& lm) { st.census_trained[v] = census(st, lm); };
+        auto& init = st.census_init[v];
+        auto& trained = st.census_trained[v];
+        job.hooks.on_start = [&st, &init](TransformerLM& lm) { init = census(st, lm); };
+        job.hooks.on_end = [&st, &trained](TransformerLM& lm) { trained = census(st, lm); };
       }
-      st.runs.push_back(train_run(st, m, static_cast<std::uint64_t>(seed), v, hooks));
-      const RunRecord& r = st.runs.back();
-      st.message(fmt::format("  {} seed {}: {:.4f} bits/byte, {:.0f} tokens/s", v, seed,
-                             r.val_bits_per_byte, r.median_tokens_per_second));
+      jobs.push_back(std::move(job));
     }
+  for (RunRecord& r : train_runs(st, std::move(jobs))) st.runs.push_back(std::move(r));
 
   // Per variant: validation over seeds, and the difference to ReLU paired by seed.
   TrainingResult out;

@@ -135,15 +135,20 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_EQ(j.at("zoo").size(), 13u);
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
 
-  // Deterministic for a seed and thread count: a second run of two variants trains the same.
-  // Not under the sanitizers: determinism is arithmetic, which the release suite checks, and a
-  // second run would repeat the memory checks of the first at 4 minutes under ASan (the toy
-  // stage's few-token products run in ffnlab's own, instrumented loops).
+  // Where the time went: every stage that ran, and the figures.
+  for (const char* stage : {"costs", "speed", "training", "moe", "moe_axes", "figures"})
+    EXPECT_GE(j.at("stage_seconds").at(stage).get<double>(), 0.0) << stage;
+
+    // Deterministic for a seed, whatever --threads: every LM run trains on one thread of its own
+    // (runs go side by side), so a second run of two variants on one thread trains the same.
+    // Not under the sanitizers: determinism is arithmetic, which the release suite checks, and a
+    // second run would repeat the memory checks of the first at 4 minutes under ASan (the toy
+    // stage's few-token products run in ffnlab's own, instrumented loops).
 #ifdef FFNLAB_SANITIZED
   return;
 #endif
   const std::string again = path("again");
-  ASSERT_EQ(run("evolve --quick --variants relu,swiglu --out " + again).status, 0);
+  ASSERT_EQ(run("evolve --quick --variants relu,swiglu --threads 1 --out " + again).status, 0);
   std::ifstream in2(again + "/results.json");
   const json j2 = json::parse(in2);
   for (const char* v : {"relu", "swiglu"})

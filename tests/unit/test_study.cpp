@@ -141,6 +141,7 @@ study::VariantOutcome outcome(std::string v, double mean, study::Verdict verdict
   study::VariantOutcome o;
   o.variant = std::move(v);
   o.mean = mean;
+  o.val_bits_per_byte = {mean - 0.01, mean + 0.01, mean};  // paired differences: constant
   o.verdict = verdict;
   o.tokens_per_second = tps;
   o.tokens_per_second_over_relu = tps / 100.0;  // ReLU runs at 100 tokens/s in these tests
@@ -200,6 +201,45 @@ TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
   st.results.training->variants[2].verdict = study::Verdict::inconclusive;
   rec.run(st);
   EXPECT_TRUE(rec.to_json(st.results)["best_at_equal_parameters"].is_null());
+}
+
+// Two candidates that the seeds cannot separate are a tie, named as one; a separated one is not.
+TEST(Recommendations, ATieIsNeverCalledTheBest) {
+  study::Study st;
+  st.options.variants = {"relu", "reglu", "geglu", "swiglu"};
+  st.results.costs = study_costs(st.options.variants);
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("reglu", 2.9133, study::Verdict::better, 100),
+                outcome("geglu", 2.91, study::Verdict::better, 100),
+                outcome("swiglu", 2.99, study::Verdict::better, 100)};
+  // reglu − geglu per seed: +0.01, −0.02, +0.02 (an interval around 0); swiglu − geglu: about
+  // +0.08 on every seed (separated).
+  t.variants[1].val_bits_per_byte = {2.91, 2.90, 2.93};
+  t.variants[2].val_bits_per_byte = {2.90, 2.92, 2.91};
+  t.variants[3].val_bits_per_byte = {2.99, 2.99, 2.99};
+  st.results.training = t;
+  const Stage& rec = stage("recommendations");
+  rec.run(st);
+  const nlohmann::ordered_json j = rec.to_json(st.results);
+  EXPECT_EQ(j["best_at_equal_parameters"], "geglu");
+  EXPECT_EQ(j["best_at_equal_parameters_tied"], nlohmann::ordered_json::array({"reglu"}));
+  EXPECT_EQ(j["best_per_flop"], "geglu");
+  EXPECT_EQ(j["best_per_flop_tied"], nlohmann::ordered_json::array({"reglu"}));
+  const std::string md = rec.markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("**Best validation at equal parameters:** geglu (2.9100 bits/byte, "
+                    "measurably better than ReLU); these seeds cannot separate it from reglu"),
+            std::string::npos)
+      << md;
+
+  // With reglu clearly behind on every seed, geglu stands alone.
+  st.results.training->variants[1].val_bits_per_byte = {2.95, 2.97, 2.96};
+  st.results.training->variants[1].mean = 2.96;
+  rec.run(st);
+  EXPECT_TRUE(rec.to_json(st.results)["best_at_equal_parameters_tied"].empty());
+  EXPECT_NE(rec.markdown(st, study::Sections(stages())).find("separated from every other"),
+            std::string::npos);
 }
 
 // No verdict but "equivalent" lets the report speak of two variants as alike.

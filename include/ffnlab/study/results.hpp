@@ -206,6 +206,9 @@ struct Recommendations {
   double best_bits_per_byte = 0, lowest_bits_per_byte = 0;
   std::optional<std::string> best_per_flop;  // when the study's costs ran
   double best_per_flop_bits_per_byte = 0;
+  // The other candidates of each pick that these seeds cannot separate from it (their paired
+  // difference to the pick has a 95 % interval that includes 0): a tie, never "the best".
+  std::vector<std::string> best_at_equal_parameters_tied, best_per_flop_tied;
   std::vector<std::pair<std::string, double>> flops_over_relu;
   std::string best_per_second;
   double best_per_second_tokens = 0, best_per_second_over_relu = 0;
@@ -246,6 +249,8 @@ struct Results {
   int threads = 0;
   bool quick = false;
   double seconds = 0;
+  // Wall time per stage that ran (its key), and "figures": where the run's time went.
+  std::vector<std::pair<std::string, double>> stage_seconds;
 };
 
 }  // namespace ffnlab::study

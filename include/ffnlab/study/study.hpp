@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,9 @@ struct Study {
   Results results;
 
   Observer* observer = nullptr;
+  int concurrent_runs = 1;  // LM runs trained at once (train_runs): the run's OpenMP threads
   std::int64_t planned_steps = 0, done_steps = 0;
-  double step_seconds = 0;  // sum over the steps done
+  double training_seconds = 0;  // wall time spent in train_runs so far
 
   bool has_variant(std::string_view variant) const;
   // A stage starts: checks for a stop request, then tells the observer.
@@ -113,18 +115,29 @@ void check_stop();
 // 4·D: the GLU kinds and the gated FFN get a narrower d_ff, MoE narrower experts (equal total).
 FFNConfig study_ffn(const std::string& variant, std::int64_t d_model);
 
-// What a training run lets a stage look at (each optional).
+// What a training run lets a stage look at (each optional). They are called on the thread that
+// trains the run, beside other runs: a hook writes only to what belongs to its own run.
 struct RunHooks {
   std::function<void(TransformerLM&)> on_start;  // the initialised model, before step 1
   std::function<void(const TransformerLM&, const StepLog&)> on_step;
   std::function<void(TransformerLM&)> on_end;  // the trained model
 };
 
-// Trains one LM run and records it, with the study's training settings or `settings` (its seed
-// is replaced by `seed`).
-RunRecord train_run(Study& study, const LMConfig& model, std::uint64_t seed,
-                    const std::string& label, const RunHooks& hooks = {},
-                    const TrainConfig* settings = nullptr);
+// One LM training run a stage asks for.
+struct RunJob {
+  LMConfig model;
+  std::uint64_t seed = 1;  // initialisation and batches
+  std::string label;       // the record's variant and the progress line's name
+  RunHooks hooks;
+  std::optional<TrainConfig> settings;  // empty: the study's training settings (seed replaced)
+};
+
+// Trains the jobs and returns their records in the jobs' order. As many runs go at once as the
+// study has threads, each on one OpenMP thread of its own, so that a run's numbers depend on its
+// seed, the build and the CPU, never on --threads or on which runs share the machine. Progress
+// and a line per finished run reach the observer from the calling thread. The first failure, or
+// a stop request, ends the other runs at their next step and is thrown.
+std::vector<RunRecord> train_runs(Study& study, std::vector<RunJob> jobs);
 
 // Per layer, the hidden activations of `lm` over the first census_tokens validation tokens.
 std::vector<UnitSparsity> census(const Study& study, TransformerLM& lm);
