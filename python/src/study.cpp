@@ -350,6 +350,8 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       o.sweep = v.cast<bool>();
     else if (key == "seeds")
       o.seeds = v.cast<int>();
+    else if (key == "headline_seeds")
+      o.headline_seeds = v.cast<int>();
     else if (key == "steps")
       o.steps = v.cast<std::int64_t>();
     else if (key == "margin")

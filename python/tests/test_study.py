@@ -131,16 +131,18 @@ def test_train_stops_on_ctrl_c_after_the_current_step(corpus):
 def test_evolve_returns_results_json_and_writes_the_report(corpus, tmp_path):
     out = tmp_path / "report"
     kinds = set()
-    results = ffnlab.evolve(out, quick=True, seeds=1, steps=4, variants=["relu", "swiglu"],
-                            data=corpus, progress=lambda kind, *a: kinds.add(kind))
+    results = ffnlab.evolve(out, quick=True, seeds=1, headline_seeds=1, steps=4,
+                            variants=["relu", "swiglu"], data=corpus,
+                            progress=lambda kind, *a: kinds.add(kind))
     assert kinds >= {"begin", "message", "step", "end"}
     assert results == json.loads((out / "results.json").read_text())
     assert set(results["training"]["variants"]) == {"relu", "swiglu"}
     assert results["training"]["variants"]["relu"]["verdict"] == "reference"
+    assert len(results["training"]["variants"]["swiglu"]["val_bits_per_byte"]) == 1
     assert results["costs"]["tutorial"]["relu"]["params"] == 2099712
     report = (out / "REPORT.md").read_text()
     assert report.startswith("# The evolution of the Transformer FFN, measured")
-    assert "`ffnlab.evolve --quick --seeds 1 --steps 4`" in report
+    assert "`ffnlab.evolve --quick --seeds 1 --headline-seeds 1 --steps 4`" in report
     assert (out / "training_dynamics.png").stat().st_size > 10000
 
 

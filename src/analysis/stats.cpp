@@ -76,4 +76,17 @@ PairedComparison compare_paired(std::span<const double> d, double margin) {
   return c;
 }
 
+int values_to_decide(std::span<const double> d, double margin, int limit) {
+  const double s = sample_std(d);
+  if (d.size() < 2 || !(s > 0)) return 0;
+  const double m = std::abs(mean(d));
+  for (int n = 2; n <= limit; ++n) {
+    const boost::math::students_t t(static_cast<double>(n - 1));
+    const double se = s / std::sqrt(static_cast<double>(n));
+    if (boost::math::quantile(t, 0.975) * se < m) return n;          // a difference shown
+    if (boost::math::quantile(t, 0.95) * se < margin - m) return n;  // equivalence shown
+  }
+  return limit + 1;
+}
+
 }  // namespace ffnlab

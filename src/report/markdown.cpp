@@ -45,6 +45,13 @@ std::string duration(double seconds) {
                    : fmt::format("{}:{:02d}", s / 60, s % 60);
 }
 
+std::string elapsed(double seconds) {
+  const auto s = static_cast<std::int64_t>(std::max(0.0, seconds));
+  if (s >= 3600) return fmt::format("{} h {:02d} min", s / 3600, s / 60 % 60);
+  if (s >= 60) return fmt::format("{} min {:02d} s", s / 60, s % 60);
+  return fmt::format("{} s", s);
+}
+
 std::string fixed(double value, int decimals) {
   if (!std::isfinite(value)) return "n/a";
   return fmt::format("{:.{}f}", value, decimals);

@@ -70,12 +70,15 @@ MoEAxisRow axis_row(const Study& st, const std::string& name, const std::string&
 }  // namespace
 
 std::int64_t moe_axes_steps(const Study& st) {
-  return st.has_variant("moe") ? 2 * st.scale.train.steps * st.scale.seeds : 0;
+  if (!st.has_variant("moe")) return 0;
+  return st.scale.train.steps *
+         (seeds_of(st.scale, kCompute.name) + seeds_of(st.scale, kFine.name));
 }
 
 void run_moe_axes(Study& st) {
   if (!st.has_variant("moe") || !st.results.training) return;
-  st.stage(fmt::format("MoE at equal active compute: 2 configurations × {} seeds", st.scale.seeds));
+  st.stage(fmt::format("MoE at equal active compute: 2 configurations, {} and {} seeds",
+                       seeds_of(st.scale, kCompute.name), seeds_of(st.scale, kFine.name)));
   const std::int64_t D = st.scale.model.d_model;
   const double margin = st.results.training->margin;
   const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
@@ -94,8 +97,9 @@ void run_moe_axes(Study& st) {
   TrainConfig settings = st.scale.train;
   settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
   std::vector<RunJob> jobs;
-  for (int seed = 1; seed <= st.scale.seeds; ++seed)
+  for (int seed = 1; seed <= st.scale.headline_seeds; ++seed)
     for (const Axis& a : axes) {
+      if (seed > seeds_of(st.scale, a.name)) continue;
       RunJob job;
       job.model = st.scale.model;
       job.model.ffn = axis_ffn(a.name, D);
@@ -106,14 +110,14 @@ void run_moe_axes(Study& st) {
     }
   const std::vector<RunRecord> runs = train_runs(st, std::move(jobs));
   std::vector<double> compute;
-  for (std::size_t k = 0; k < axes.size(); ++k) {
-    const Axis& a = axes[k];
+  for (const Axis& a : axes) {
     const FFNConfig ffn = axis_ffn(a.name, D);
-    std::vector<double> val, tps;
-    for (std::size_t i = k; i < runs.size(); i += axes.size()) {
-      val.push_back(runs[i].val_bits_per_byte);
-      tps.push_back(runs[i].median_tokens_per_second);
-    }
+    std::vector<double> val, tps;  // seed 1 first: the runs are seed-major
+    for (const RunRecord& run : runs)
+      if (run.variant == a.name) {
+        val.push_back(run.val_bits_per_byte);
+        tps.push_back(run.median_tokens_per_second);
+      }
     if (std::string_view(a.name) == kCompute.name) compute = val;
     MoEAxisRow row = axis_row(st, a.name, a.what, ffn);
     row.outcome = paired_outcome(a.name, std::move(val), relu, margin);
@@ -151,7 +155,8 @@ json outcome_json(const VariantOutcome& o) {
           {"paired_difference_mean", o.diff_mean},
           {"paired_difference_ci95", interval_json(o.diff_low, o.diff_high)},
           {"paired_difference_ci90", interval_json(o.diff_low90, o.diff_high90)},
-          {"verdict", verdict_text(o.verdict)}};
+          {"verdict", verdict_text(o.verdict)},
+          {"seeds_to_decide", o.seeds_to_decide}};
 }
 
 }  // namespace
@@ -198,8 +203,7 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
                     fmt::format("{:.2f} M", r.forward_flops / 1e6),
                     fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
                     r.name == "relu" ? "—" : difference_cell(o),
-                    r.name == "relu" ? "reference" : std::string(verdict_text(o.verdict)),
-                    tokens_per_second_cell(o)});
+                    r.name == "relu" ? "reference" : verdict_cell(o), tokens_per_second_cell(o)});
   }
   const VariantOutcome& c = a.compute_vs_params;
   std::string md = fmt::format(
@@ -221,10 +225,14 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
       "\nEqual active compute against equal total parameters (moe_compute − moe, paired by "
       "seed): {} bits/byte, {}.\n\n",
       difference_cell(c),
-      c.verdict == Verdict::better       ? "equal compute is better"
-      : c.verdict == Verdict::worse      ? "equal parameters is better"
-      : c.verdict == Verdict::equivalent ? "equivalent within the margin"
-                                         : "inconclusive: these seeds cannot tell them apart");
+      c.verdict == Verdict::better  ? "equal compute is better"
+      : c.verdict == Verdict::worse ? "equal parameters is better"
+      : c.verdict == Verdict::equivalent
+          ? "equivalent within the margin"
+          : "inconclusive: these seeds cannot tell them apart" +
+                (c.seeds_to_decide > 0 && c.seeds_to_decide <= 1000
+                     ? fmt::format(" (about {} seeds would decide it)", c.seeds_to_decide)
+                     : std::string()));
   return md;
 }
 

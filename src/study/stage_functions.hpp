@@ -62,6 +62,8 @@ void set_throughput(VariantOutcome& outcome, const std::vector<double>& tokens_p
                     const std::vector<double>& relu_tokens_per_second);
 // "38,812 (0.96×)", or "38,812 (noisy: ratio to ReLU spread 14 %)".
 std::string tokens_per_second_cell(const VariantOutcome& outcome);
+// The verdict, and for an inconclusive one about how many seeds would decide it.
+std::string verdict_cell(const VariantOutcome& outcome);
 // "+0.0123 [−0.0100, +0.0346]", or without the interval for one seed.
 std::string difference_cell(const VariantOutcome& outcome);
 

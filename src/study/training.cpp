@@ -191,6 +191,7 @@ VariantOutcome paired_outcome(std::string name, std::vector<double> values,
       break;
     case Comparison::inconclusive:
       o.verdict = Verdict::inconclusive;
+      o.seeds_to_decide = values_to_decide(diff, margin);
       break;
     case Comparison::one_value:
       o.verdict = Verdict::one_seed;
@@ -223,26 +224,36 @@ std::string tokens_per_second_cell(const VariantOutcome& o) {
   return fmt::format("{} ({:.2f}×)", n, o.tokens_per_second_over_relu);
 }
 
+std::string verdict_cell(const VariantOutcome& o) {
+  if (o.verdict != Verdict::inconclusive || o.seeds_to_decide == 0)
+    return std::string(verdict_text(o.verdict));
+  if (o.seeds_to_decide > 1000) return "inconclusive (the spread hides any difference)";
+  return fmt::format("inconclusive (about {} seeds would decide it)", o.seeds_to_decide);
+}
+
 std::string difference_cell(const VariantOutcome& o) {
   if (o.verdict == Verdict::one_seed) return fmt::format("{:+.4f}", o.diff_mean);
   return fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", o.diff_mean, o.diff_low, o.diff_high);
 }
 
 std::int64_t training_steps(const Study& st) {
-  return st.scale.train.steps * static_cast<std::int64_t>(st.options.variants.size()) *
-         st.scale.seeds;
+  std::int64_t runs = 0;
+  for (const auto& v : st.options.variants) runs += seeds_of(st.scale, v);
+  return st.scale.train.steps * runs;
 }
 
 void run_training(Study& st) {
-  st.stage(fmt::format("training {} variants × {} seeds, {} steps each", st.options.variants.size(),
-                       st.scale.seeds, st.scale.train.steps));
+  st.stage(fmt::format("training {} variants × {} seeds ({} for relu and swiglu), {} steps each",
+                       st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds,
+                       st.scale.train.steps));
   std::vector<RunJob> jobs;
   for (const auto& v : st.options.variants) {  // (the hooks below fill existing entries only)
     st.census_init[v];
     st.census_trained[v];
   }
-  for (int seed = 1; seed <= st.scale.seeds; ++seed)
+  for (int seed = 1; seed <= st.scale.headline_seeds; ++seed)
     for (const auto& v : st.options.variants) {
+      if (seed > seeds_of(st.scale, v)) continue;
       RunJob job;
       job.model = st.scale.model;
       job.model.ffn = study_ffn(v, job.model.d_model);
@@ -264,6 +275,7 @@ void run_training(Study& st) {
   out.model = st.scale.model;
   out.train = st.scale.train;
   out.seeds = st.scale.seeds;
+  out.headline_seeds = st.scale.headline_seeds;
   out.margin = st.options.margin;
   out.validation_bytes = static_cast<std::int64_t>(st.corpus.validation().size());
   const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
@@ -287,13 +299,17 @@ void run_training(Study& st) {
 json training_json(const Results& res) {
   return json_if(res.training, [](const TrainingResult& t) {
     json out;
-    out["config"] = {{"model", lm_config_to_json(t.model)},
+    // The LM around the FFN; the FFN is each variant's (variants.<v>: d_ff, params).
+    json model = lm_config_to_json(t.model);
+    model.erase("ffn");
+    out["config"] = {{"model", std::move(model)},
                      {"steps", t.train.steps},
                      {"batch", t.train.batch},
                      {"seq", t.train.seq},
                      {"lr", t.train.optimizer.lr},
                      {"warmup", t.train.warmup},
                      {"seeds", t.seeds},
+                     {"headline_seeds", t.headline_seeds},
                      {"equivalence_margin", t.margin},
                      {"validation_bytes", t.validation_bytes}};
     for (const VariantOutcome& o : t.variants)
@@ -313,6 +329,7 @@ json training_json(const Results& res) {
                                                  ? json(nullptr)
                                                  : interval_json(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)},
+          {"seeds_to_decide", o.seeds_to_decide},
           {"median_tokens_per_second", o.tokens_per_second},
           {"tokens_per_second_over_relu", o.tokens_per_second_over_relu},
           {"tokens_per_second_spread", o.tokens_per_second_spread},
@@ -330,8 +347,8 @@ std::string training_markdown(const Study& st, const Sections& sec) {
     for (double b : o.val_bits_per_byte) seeds += (seeds.empty() ? "" : ", ") + fixed(b, 3);
     rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params), seeds,
                     fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
-                    o.verdict == Verdict::reference ? "—" : difference_cell(o),
-                    std::string(verdict_text(o.verdict)), tokens_per_second_cell(o)});
+                    o.verdict == Verdict::reference ? "—" : difference_cell(o), verdict_cell(o),
+                    tokens_per_second_cell(o)});
   }
   std::string md = fmt::format(
       "### Language modelling on real text\n\n"
@@ -340,17 +357,21 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "study table; moe: 8 experts, top-2, balancing loss 0.01), trained {} steps of batch {} with "
       "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
       "bits per byte over "
-      "the whole validation part ({} bytes) after the last step. Seeds 1 to {} are paired: seed "
-      "s gives every variant the same batches. **Rules, fixed before the run:** the paired "
+      "the whole validation part ({} bytes) after the last step. Every variant trains seeds 1 "
+      "to {}; ReLU and SwiGLU, the comparison the report headlines, seeds 1 to {}. Seeds are "
+      "paired: seed s gives every variant the same batches and the same initial embedding, "
+      "attention and head (each matrix drawn from its own stream of the seed), so a variant is "
+      "compared with ReLU's runs of its own seeds. **Rules, fixed before the run:** the paired "
       "difference to ReLU (variant − ReLU, per seed) is shown as its mean and its 95 % "
       "confidence interval from Student's t with n − 1 degrees of freedom. A variant is better "
       "(worse) than ReLU when that interval lies below (above) 0; equivalent when it is neither "
       "and the 90 % interval lies within ±{} bits/byte (the equivalence margin: two one-sided "
-      "tests at 5 %); otherwise inconclusive: these seeds cannot tell. Not measurably worse is "
-      "never read as as good.\n\n",
+      "tests at 5 %); otherwise inconclusive: these seeds cannot tell (with about how many seeds "
+      "would decide it if the mean and spread stayed as seen: a planning figure, not a "
+      "promise). Not measurably worse is never read as as good.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
       t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
-      t.seeds, t.margin);
+      t.seeds, t.headline_seeds, t.margin);
   md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
                         "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
                        rows, "lrrrrrlr");

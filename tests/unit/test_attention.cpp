@@ -14,10 +14,10 @@ TEST(Matmul, BatchedMatchesReferenceInEveryTransposition) {
   const std::int64_t G = 3, M = 5, K = 4, N = 6;
   for (Trans ta : {Trans::no, Trans::yes})
     for (Trans tb : {Trans::no, Trans::yes}) {
-      const Tensor a = ta == Trans::no ? test::random_tensor({G, M, K}, 1)
-                                       : test::random_tensor({G, K, M}, 1);
-      const Tensor b = tb == Trans::no ? test::random_tensor({G, K, N}, 2)
-                                       : test::random_tensor({G, N, K}, 2);
+      const Tensor a =
+          ta == Trans::no ? test::random_tensor({G, M, K}, 1) : test::random_tensor({G, K, M}, 1);
+      const Tensor b =
+          tb == Trans::no ? test::random_tensor({G, K, N}, 2) : test::random_tensor({G, N, K}, 2);
       Tensor c({G, M, N});
       matmul(c, a, ta, b, tb);
       for (std::int64_t g = 0; g < G; ++g)
@@ -25,10 +25,10 @@ TEST(Matmul, BatchedMatchesReferenceInEveryTransposition) {
           for (std::int64_t n = 0; n < N; ++n) {
             double acc = 0;
             for (std::int64_t k = 0; k < K; ++k) {
-              const float av = ta == Trans::no ? a.f32()[(g * M + m) * K + k]
-                                               : a.f32()[(g * K + k) * M + m];
-              const float bv = tb == Trans::no ? b.f32()[(g * K + k) * N + n]
-                                               : b.f32()[(g * N + n) * K + k];
+              const float av =
+                  ta == Trans::no ? a.f32()[(g * M + m) * K + k] : a.f32()[(g * K + k) * M + m];
+              const float bv =
+                  tb == Trans::no ? b.f32()[(g * K + k) * N + n] : b.f32()[(g * N + n) * K + k];
               acc += static_cast<double>(av) * bv;
             }
             EXPECT_NEAR(c.f32()[(g * M + m) * N + n], acc, 1e-5);
@@ -46,29 +46,29 @@ TEST(Attention, MatchesReferenceAndCentralDifferences) {
   };
   std::uint64_t seed = 10;
   for (bool causal : {true, false})
-  for (const Case& c : {Case{2, 5, 3, 4}, Case{1, 1, 2, 8}, Case{3, 7, 1, 6}}) {
-    const std::int64_t D = c.H * c.dh, T = c.B * c.S;
-    const Tensor qkv = test::random_tensor({T, 3 * D}, seed++);
-    const Tensor dout = test::random_tensor({T, D}, seed++);
-    Tensor out, dqkv;
-    AttentionCache cache;
-    attention_forward(out, cache, qkv, c.S, c.H, causal);
-    attention_backward(dqkv, dout, cache, c.S, c.H, causal);
+    for (const Case& c : {Case{2, 5, 3, 4}, Case{1, 1, 2, 8}, Case{3, 7, 1, 6}}) {
+      const std::int64_t D = c.H * c.dh, T = c.B * c.S;
+      const Tensor qkv = test::random_tensor({T, 3 * D}, seed++);
+      const Tensor dout = test::random_tensor({T, D}, seed++);
+      Tensor out, dqkv;
+      AttentionCache cache;
+      attention_forward(out, cache, qkv, c.S, c.H, causal);
+      attention_backward(dqkv, dout, cache, c.S, c.H, causal);
 
-    auto x64 = test::to_vector<double>(qkv);
-    const auto g64 = test::to_vector<double>(dout);
-    std::vector<double> ry(T * D);
-    auto loss = [&] {
-      ref::attention_forward<double>(ry.data(), x64.data(), c.B, c.S, c.H, D, causal);
-      double l = 0;
-      for (std::size_t i = 0; i < ry.size(); ++i) l += ry[i] * g64[i];
-      return l;
-    };
-    loss();
-    EXPECT_LT(test::scaled_error(out.f32(), ry.data(), out.numel()), 2e-6) << causal;
-    test::expect_gradient(x64, test::to_vector<double>(dqkv), loss,
-                          test::sample_indices(x64.size(), 120), 2e-5, 1e-4, "dqkv");
-  }
+      auto x64 = test::to_vector<double>(qkv);
+      const auto g64 = test::to_vector<double>(dout);
+      std::vector<double> ry(T * D);
+      auto loss = [&] {
+        ref::attention_forward<double>(ry.data(), x64.data(), c.B, c.S, c.H, D, causal);
+        double l = 0;
+        for (std::size_t i = 0; i < ry.size(); ++i) l += ry[i] * g64[i];
+        return l;
+      };
+      loss();
+      EXPECT_LT(test::scaled_error(out.f32(), ry.data(), out.numel()), 2e-6) << causal;
+      test::expect_gradient(x64, test::to_vector<double>(dqkv), loss,
+                            test::sample_indices(x64.size(), 120), 2e-5, 1e-4, "dqkv");
+    }
 }
 
 TEST(Attention, FutureTokensDoNotChangeThePast) {

@@ -38,6 +38,14 @@ TEST(Markdown, TablesAlignAndCheckTheirShape) {
   EXPECT_THROW(markdown_table({"a", "b"}, {}, "l"), Error);
 }
 
+// A run's length reads as a length, never as a time of day ("19:15").
+TEST(Markdown, ElapsedTimeInWords) {
+  EXPECT_EQ(elapsed(42.7), "42 s");
+  EXPECT_EQ(elapsed(19 * 60 + 15.2), "19 min 15 s");
+  EXPECT_EQ(elapsed(3600 + 2 * 60 + 5), "1 h 02 min");
+  EXPECT_EQ(duration(19 * 60 + 15), "19:15");  // the progress bar's ETA clock
+}
+
 TEST(StagedDirectory, ReplacesTheOldDirectoryWholeOnlyOnCommit) {
   const fs::path root = fresh_dir("staged");
   const fs::path final_dir = root / "report";

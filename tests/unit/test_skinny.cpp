@@ -4,7 +4,6 @@
 // layers' decode paths: dense and MoE inference at T <= 8 against their training forwards,
 // bf16 inference weights against bf16 products, and MoE reading only the chosen experts.
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <cmath>
@@ -70,9 +69,9 @@ TEST(Skinny, MixMatchesReference) {
     int branches;
     Act act;
   };
-  const Case cases[] = {{0, {Activation::relu}},     {0, {Activation::gelu}},
-                        {0, {Activation::relu2}},    {1, {Activation::silu}},
-                        {1, {Activation::identity}}, {1, {Activation::sigmoid}},
+  const Case cases[] = {{0, {Activation::relu}},      {0, {Activation::gelu}},
+                        {0, {Activation::relu2}},     {1, {Activation::silu}},
+                        {1, {Activation::identity}},  {1, {Activation::sigmoid}},
                         {3, {Activation::gelu_tanh}}, {2, {Activation::silu, 1.5f}}};
   std::uint64_t seed = 100;
   for (DType dtype : {DType::f32, DType::bf16})
@@ -90,9 +89,10 @@ TEST(Skinny, MixMatchesReference) {
 
             const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
             const auto br = test::to_vector<double>(b);
-            std::vector<double> a(static_cast<std::size_t>(T * P)), hr(static_cast<std::size_t>(T * F));
-            ref::linear_forward<double>(a.data(), xr.data(), wr.data(), bias ? br.data() : nullptr, T,
-                                        D, P);
+            std::vector<double> a(static_cast<std::size_t>(T * P)),
+                hr(static_cast<std::size_t>(T * F));
+            ref::linear_forward<double>(a.data(), xr.data(), wr.data(), bias ? br.data() : nullptr,
+                                        T, D, P);
             if (c.branches == 0)
               for (std::int64_t i = 0; i < T * F; ++i)
                 hr[i] = ref::activation<double>(c.act.kind, a[i], c.act.beta);
@@ -134,8 +134,8 @@ TEST(Skinny, LinearBackwardMatchesReference) {
           auto dwr = test::to_vector<double>(dw0), dbr = test::to_vector<double>(db0);
           const auto x64 = test::to_vector<double>(x), w64 = test::to_vector<double>(w),
                      dy64 = test::to_vector<double>(dy);
-          ref::linear_backward<double>(dxr.data(), dwr.data(), dbr.data(), dy64.data(),
-                                       x64.data(), w64.data(), T, I, O);
+          ref::linear_backward<double>(dxr.data(), dwr.data(), dbr.data(), dy64.data(), x64.data(),
+                                       w64.data(), T, I, O);
           const std::string what = "T=" + std::to_string(T) + " I=" + std::to_string(I) +
                                    " bias=" + std::to_string(bias);
           if (with_dx) {

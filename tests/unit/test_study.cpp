@@ -57,15 +57,18 @@ TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
   st.scale = study::make_scale(st.options);
   std::int64_t planned = 0;
   for (const Stage& s : stages()) planned += s.planned_steps(st);
-  EXPECT_EQ(planned, 2 * st.scale.seeds * st.scale.train.steps);  // no MoE, no sweep
+  // relu and swiglu are the headline comparison: headline_seeds each; no MoE, no sweep
+  EXPECT_GT(st.scale.headline_seeds, st.scale.seeds);
+  EXPECT_EQ(planned, 2 * st.scale.headline_seeds * st.scale.train.steps);
   st.options.variants.push_back("moe");
   st.options.sweep = true;
   planned = 0;
   for (const Stage& s : stages()) planned += s.planned_steps(st);
-  // training 3 variants; MoE: 3 balancing runs of half the steps and the warm-up ablation over
-  // the seeds; MoE at equal compute: 2 configurations over the seeds; the sweep: 8 runs.
-  const std::int64_t n = st.scale.train.steps, seeds = st.scale.seeds;
-  EXPECT_EQ(planned, 3 * seeds * n + (3 * (n / 2) + seeds * n) + 2 * seeds * n + 8 * n);
+  // training 3 variants (moe over the seeds); MoE: 3 balancing runs of half the steps and the
+  // warm-up ablation over the seeds; MoE at equal compute: over the headline seeds, and the
+  // fine-grained configuration over the seeds; the sweep: 8 runs.
+  const std::int64_t n = st.scale.train.steps, s = st.scale.seeds, h = st.scale.headline_seeds;
+  EXPECT_EQ(planned, (2 * h + s) * n + (3 * (n / 2) + s * n) + (h + s) * n + 8 * n);
 }
 
 // The narrowest multiple of 8 whose parameters are closest to the target, by search.
@@ -346,6 +349,20 @@ TEST(Stats, PairedComparisonsUseStudentsTAndTheMargin) {
   const PairedComparison one = compare_paired(std::vector<double>{0.1}, 0.02);
   EXPECT_EQ(one.verdict, Comparison::one_value);
   EXPECT_TRUE(std::isnan(one.ci95.low));
+}
+
+// The seeds an undecided comparison would need, worked by hand from the t quantiles.
+TEST(Stats, ValuesToDecideAComparison) {
+  const double a = 0.016 / std::sqrt(2.0), b = 0.01 / std::sqrt(2.0);
+  // Mean +0.010, sd 0.016, margin 0.02: equivalence needs t(.95, n−1)·0.016/√n < 0.010, first
+  // at n = 9 (1.860 · 0.016 / 3 = 0.00992; n = 8: 0.01072); a difference only at n = 13.
+  EXPECT_EQ(values_to_decide(std::vector<double>{0.01 - a, 0.01 + a}, 0.02), 9);
+  // Mean +0.050, sd 0.010: shown worse at n = 3 (4.303 · 0.010 / √3 = 0.0248 < 0.05).
+  EXPECT_EQ(values_to_decide(std::vector<double>{0.05 - b, 0.05 + b}, 0.02), 3);
+  // Nothing to plan from, and beyond the limit.
+  EXPECT_EQ(values_to_decide(std::vector<double>{0.01, 0.01}, 0.02), 0);
+  EXPECT_EQ(values_to_decide(std::vector<double>{0.01}, 0.02), 0);
+  EXPECT_EQ(values_to_decide(std::vector<double>{0.02 - 1, 0.02 + 1}, 0.02, 50), 51);
 }
 
 // The message of the Error that run_study throws for `o` ("" when it throws none).

@@ -43,7 +43,7 @@ void run_evolve(EvolveOptions& o) {
   o.study.variants = variant_list(o.variants);
   ProgressObserver observer;
   const study::Results r = study::run_study(o.study, observer);
-  fmt::print("report written to {}/REPORT.md ({})\n", o.study.out, duration(r.seconds));
+  fmt::print("report written to {}/REPORT.md (in {})\n", o.study.out, elapsed(r.seconds));
 }
 
 }  // namespace
@@ -69,6 +69,10 @@ void add_evolve_command(CLI::App& app) {
   cmd->add_option("--data", o->study.data, "a text file or a folder of them")
       ->capture_default_str();
   cmd->add_option("--seeds", o->study.seeds, "LM seeds per variant (default 3; --quick 2)")
+      ->check(int_in(1, 1000));
+  cmd->add_option("--headline-seeds", o->study.headline_seeds,
+                  "LM seeds of the comparisons the report headlines: ReLU, SwiGLU and MoE at "
+                  "equal compute (default 5; --quick 3; at least --seeds)")
       ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));

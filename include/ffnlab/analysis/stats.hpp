@@ -42,4 +42,11 @@ struct PairedComparison {
 };
 PairedComparison compare_paired(std::span<const double> differences, double margin);
 
+// How many paired values would decide an undecided comparison if their mean and standard
+// deviation stayed as these show them: the smallest n for which the 95 % interval would exclude
+// 0, or the 90 % interval lie within ±margin (compare_paired's two tests). A planning figure,
+// not a promise: the next seeds move the mean and the spread. 0 when there is nothing to plan
+// from (fewer than two values, or no spread); limit + 1 when it is beyond `limit`.
+int values_to_decide(std::span<const double> differences, double margin, int limit = 1000);
+
 }  // namespace ffnlab

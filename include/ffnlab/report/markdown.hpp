@@ -16,6 +16,8 @@ std::string markdown_table(const std::vector<std::string>& header,
 std::string thousands(std::int64_t value);
 // Seconds as m:ss or h:mm:ss.
 std::string duration(double seconds);
+// A length of time in words, for a sentence: "42 s", "19 min 15 s", "1 h 02 min".
+std::string elapsed(double seconds);
 // `decimals` decimals; "n/a" for a value that is not finite.
 std::string fixed(double value, int decimals);
 // A fraction as a percentage ("12.5 %"); "n/a" for a value that is not finite.

@@ -113,6 +113,9 @@ struct VariantOutcome {
   double diff_low = 0, diff_high = 0;      // its 95 % confidence interval (t, n − 1)
   double diff_low90 = 0, diff_high90 = 0;  // its 90 % interval: the equivalence test's
   Verdict verdict = Verdict::inconclusive;
+  // Inconclusive: about how many seeds would decide it at the spread seen (values_to_decide);
+  // 0 otherwise.
+  int seeds_to_decide = 0;
   double tokens_per_second = 0;  // mean over seeds of each run's median
   // Throughput against ReLU's run of the same seed (runs of one seed follow each other, so a
   // machine whose speed drifts over the study moves both): the median over seeds of the ratio,
@@ -126,8 +129,9 @@ struct VariantOutcome {
 struct TrainingResult {
   LMConfig model;
   TrainConfig train;
-  int seeds = 0;
-  double margin = 0;  // the equivalence margin in bits per byte, stated before the run
+  int seeds = 0;           // every variant's
+  int headline_seeds = 0;  // ReLU's and SwiGLU's (is_headline)
+  double margin = 0;       // the equivalence margin in bits per byte, stated before the run
   std::int64_t validation_bytes = 0;
   std::vector<VariantOutcome> variants;
   const VariantOutcome* find(std::string_view variant) const;

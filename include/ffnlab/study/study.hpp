@@ -33,7 +33,10 @@ struct Options {
   std::string out = "report", data = kDefaultCorpus;
   std::vector<std::string> variants = default_variants();  // must include relu
   bool quick = false, sweep = false;
-  int seeds = 0;           // 0: 3 (2 with quick)
+  int seeds = 0;  // 0: 3 (2 with quick)
+  // Seeds of the comparisons the report headlines: ReLU, SwiGLU and MoE at equal compute, the
+  // ones a reader acts on (0: 5, 3 with quick; never fewer than `seeds`).
+  int headline_seeds = 0;
   std::int64_t steps = 0;  // 0: the scale's
   // The equivalence margin in bits per byte: a variant is "equivalent" to ReLU only when the
   // data show their difference is within it (training.cpp, compare_paired).
@@ -48,13 +51,18 @@ struct Scale {
   TrainConfig train;           // steps, batch, seq, evaluation
   std::int64_t eval_tokens;    // validation tokens of the periodic evaluations
   std::int64_t census_tokens;  // validation tokens of the sparsity census
-  int seeds;
+  int seeds, headline_seeds;
   int toy_seeds, toy_iterations;
   double speed_budget;  // seconds per speed measurement
   std::int64_t speed_tokens;
   std::vector<int> sweep_ratios;  // d_ff / d_model of the sweep runs
 };
 Scale make_scale(const Options& options);
+
+// The LM configurations whose comparisons the report headlines (train headline_seeds seeds).
+bool is_headline(std::string_view label);
+// The seeds a configuration of the study trains: headline_seeds for the headline ones.
+int seeds_of(const Scale& scale, std::string_view label);
 
 // What the study tells whoever runs it. Every call comes from the thread that called run_study.
 class Observer {
