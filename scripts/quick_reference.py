@@ -60,7 +60,8 @@ def main():
         f"shapes, at d_model 512, d_ff 2048, {r['speed']['tokens']} tokens, {r['threads']} threads;")
     out.append(
         f"- **validation**: bits/byte of a byte-level LM ({model['layers']} layers, d_model "
-        f"{model['d_model']}, {cfg['steps']} steps, {cfg['seeds']} paired seeds) at about equal "
+        f"{model['d_model']}, {cfg['steps']} steps, {cfg['seeds']} paired seeds, "
+        f"{cfg.get('headline_seeds', cfg['seeds'])} for ReLU and SwiGLU) at about equal "
         "parameters, mean ± std, and the paired difference to ReLU with its 95 % interval and "
         f"verdict (equivalence margin ±{cfg['equivalence_margin']} bits/byte);")
     out.append(
@@ -69,7 +70,10 @@ def main():
     out.append(
         f"Corpus: {r['data']['source']}, {r['data']['bytes']:,} bytes, fingerprint "
         f"`{r['data']['fingerprint']}`. The run took {r['seconds'] / 60:.1f} minutes on "
-        f"{r['threads']} threads.\n")
+        f"{r['threads']} threads"
+        + (f" of {r['machine']['cpu']} ({r['machine']['isa']}"
+           f"{' with bf16' if r['machine']['bf16'] else ''})" if 'machine' in r else "")
+        + ".\n")
     out.append("| variant | formula | params (one layer) | fwd matrix FLOPs/token | d_ff at "
                "equal params | speed, fwd+bwd of bare | validation bits/byte | vs ReLU | zero / "
                "dead after training | used by | advice |")
@@ -96,6 +100,9 @@ def main():
             advice = "worse than ReLU in this run (a small LM trained briefly)"
         elif t["verdict"] == "equivalent to ReLU within the margin":
             advice = "equivalent to ReLU within the run's margin: choose it for other reasons"
+        elif t.get("seeds_to_decide"):
+            advice = (f"inconclusive: these seeds cannot tell it from ReLU (about "
+                      f"{t['seeds_to_decide']} would decide it)")
         else:
             advice = "inconclusive: these seeds cannot tell it from ReLU"
         if v == "moe":

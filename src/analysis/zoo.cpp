@@ -55,6 +55,10 @@ std::vector<ZooModel> build() {
        "config.json (hidden_size 768, "
        "intermediate_size 3072, hidden_act gelu)",
        ""},
+      {"BERT-large", "dense", 24, dense(K::plain, A::gelu, 1024, 4096, true),
+       "Devlin et al. 2019, section 3 (BERT-large: L 24, H 1024, A 16, 340M parameters; "
+       "feed-forward 4H = 4096, footnote 3) and appendix A.2 (gelu)",
+       ""},
       {"GPT-2 124M", "dense", 12, dense(K::plain, A::gelu_tanh, 768, 3072, true),
        "gpt2 config.json (n_embd 768, n_inner null = 4·n_embd, activation_function gelu_new)", ""},
       {"GPT-2 1.5B", "dense", 48, dense(K::plain, A::gelu_tanh, 1600, 6400, true),
@@ -87,6 +91,12 @@ std::vector<ZooModel> build() {
        "google/switch-base-128 config.json",
        "a sparse layer every other block: 6 encoder + 6 decoder MoE blocks; ReLU experts, no "
        "biases"},
+      {"GLaM 64B/64E", "MoE", 32, moe(A::gelu, K::plain, 8192, 32768, 64, 2, 0, 0),
+       "Du et al. 2022, section 4 and the table of model sizes (64B/64E: 64 layers, d_model "
+       "8192, expert hidden size 32768, 64 experts, top-2, an MoE layer every other block)",
+       "the 32 other blocks have dense gated-GELU FFNs (the paper's section 4), not in this row; "
+       "the paper does not say the experts' activation: two-matrix GELU experts, as here, give "
+       "its 96.6 B activated parameters with the rest of the model"},
       {"Mixtral 8x7B", "MoE", 32, moe(A::silu, K::glu, 4096, 14336, 8, 2, 0, 0),
        "mistralai/Mixtral-8x7B-v0.1 config.json (hidden_size 4096, intermediate_size 14336, "
        "num_local_experts 8, num_experts_per_tok 2)",

@@ -464,3 +464,113 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
 }
 
 }  // namespace ffnlab::study
+
+namespace ffnlab::study {
+
+std::string references_markdown(const Study&, const Sections&) {
+  // The papers behind each variant and routing feature the report measures, in the order the
+  // evolution meets them.
+  static constexpr const char* kReferences[] = {
+      "Vaswani et al. 2017, *Attention Is All You Need*, NeurIPS, arXiv:1706.03762 — the ReLU FFN "
+      "(d_model 512, d_ff 2048).",
+      "Hendrycks and Gimpel 2016, *Gaussian Error Linear Units (GELUs)*, arXiv:1606.08415 — GELU "
+      "and its tanh and sigmoid approximations.",
+      "Dauphin et al. 2017, *Language Modeling with Gated Convolutional Networks*, ICML, "
+      "arXiv:1612.08083 — the gated linear unit (GLU).",
+      "Ramachandran, Zoph and Le 2017, *Searching for Activation Functions*, arXiv:1710.05941 — "
+      "Swish; Elfwing, Uchibe and Doya 2018, *Sigmoid-Weighted Linear Units*, Neural Networks 107, "
+      "arXiv:1702.03118 — SiLU (Swish with β = 1).",
+      "Shazeer 2020, *GLU Variants Improve Transformer*, arXiv:2002.05202 — bilinear, ReGLU, GEGLU "
+      "and SwiGLU at equal parameters (the 2/3 width).",
+      "Chowdhery et al. 2022, *PaLM*, arXiv:2204.02311, and Touvron et al. 2023, *LLaMA*, "
+      "arXiv:2302.13971 — SwiGLU in large models (LLaMA at 2/3 of 4·d).",
+      "So et al. 2021, *Primer*, NeurIPS, arXiv:2109.08668 — squared ReLU.",
+      "Li et al. 2023, *The Lazy Neuron Phenomenon*, ICLR, arXiv:2210.06313, and Mirzadeh et al. "
+      "2024, *ReLU Strikes Back*, ICLR, arXiv:2310.04564 — activation sparsity in trained "
+      "Transformers.",
+      "Shazeer et al. 2017, *Outrageously Large Neural Networks: The Sparsely-Gated "
+      "Mixture-of-Experts Layer*, ICLR, arXiv:1701.06538 — top-k gating with noise.",
+      "Lepikhin et al. 2021, *GShard*, ICLR, arXiv:2006.16668 — top-2 routing, expert capacity, "
+      "the load-balancing loss.",
+      "Fedus, Zoph and Shazeer 2022, *Switch Transformers*, JMLR 23, arXiv:2101.03961 — top-1 "
+      "routing, the capacity factor, the balancing loss with coefficient 0.01.",
+      "Zoph et al. 2022, *ST-MoE*, arXiv:2202.08906 — the router z-loss.",
+      "Jiang et al. 2024, *Mixtral of Experts*, arXiv:2401.04088 — 8 SwiGLU experts, top-2.",
+      "Dai et al. 2024, *DeepSeekMoE*, ACL, arXiv:2401.06066 — fine-grained experts and a shared "
+      "expert.",
+      "Qwen Team 2024, *Qwen1.5-MoE* (blog), and Yang et al. 2024, *Qwen2 Technical Report*, "
+      "arXiv:2407.10671 — shared experts behind a sigmoid gate.",
+      "Wang et al. 2024, *Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts*, "
+      "arXiv:2408.15664, and DeepSeek-AI 2024, *DeepSeek-V3 Technical Report*, arXiv:2412.19437 — "
+      "the balancing bias, sigmoid scores and group-limited routing.",
+      "Narang et al. 2021, *Do Transformer Modifications Transfer Across Implementations and "
+      "Applications?*, EMNLP, arXiv:2102.11972 — the variants compared again in one codebase.",
+  };
+  std::string md;
+  for (const char* r : kReferences) md += fmt::format("- {}\n", r);
+  return md + "\n";
+}
+
+}  // namespace ffnlab::study
+
+namespace ffnlab::study {
+
+std::string limitations_markdown(const Study& st, const Sections& sec) {
+  if (!st.results.training) return "";
+  const TrainingResult& t = *st.results.training;
+  const std::int64_t tokens = t.train.steps * t.train.batch * t.train.seq;
+  const VariantOutcome* relu = t.find("relu");
+  // ReLU's validation at its first and last periodic evaluation, mean over its seeds: how far
+  // from converged the comparison is.
+  std::vector<double> first, last;
+  std::int64_t first_step = 0, last_step = 0;
+  for (const RunRecord& r : st.runs)
+    if (r.variant == "relu" && r.evals.size() >= 2) {
+      first.push_back(r.evals.front().bits_per_byte);
+      last.push_back(r.evals.back().bits_per_byte);
+      first_step = r.evals.front().step;
+      last_step = r.evals.back().step;
+    }
+  std::string md = fmt::format(
+      "What this run can and cannot say, from its own numbers:\n\n"
+      "- **Scale.** The LM has {} parameters (with ReLU's FFN) and trains {} steps of {} × {} "
+      "bytes: {} training tokens, {:.2f} passes over the {} training bytes. This measures early "
+      "training: ",
+      thousands(relu ? relu->params : 0), t.train.steps, t.train.batch, t.train.seq,
+      thousands(tokens),
+      st.results.data
+          ? static_cast<double>(tokens) /
+                static_cast<double>(st.results.data->bytes - st.results.data->validation_bytes)
+          : 0.0,
+      st.results.data ? thousands(st.results.data->bytes - st.results.data->validation_bytes)
+                      : "?");
+  if (!first.empty())
+    md += fmt::format(
+        "ReLU's validation (on {} bytes) still fell from {:.3f} bits/byte at step {} to {:.3f} "
+        "at step {}, so a longer run can reorder variants whose differences are small. ",
+        thousands(st.scale.eval_tokens), mean(first), first_step, mean(last), last_step);
+  md += fmt::format(
+      "`--steps` makes the runs longer (the warm-up stays a quarter of them).\n"
+      "- **One recipe for every variant.** AdamW at a peak learning rate of {} with a warm-up "
+      "over {} steps and a cosine decay, tuned for none of them: a variant that wants another "
+      "learning rate at this size loses here for that reason.\n"
+      "- **Seeds.** Verdicts rest on {} seeds ({} for the headline comparisons); an "
+      "inconclusive one says about how many would decide it, and `--seeds`, `--headline-seeds` "
+      "train them. The equivalence margin (±{} bits/byte) was fixed before the run.\n"
+      "- **Speed** ({}) was measured on {} with {} threads at d_model {}, d_ff {} and {} tokens, "
+      "as ratios to the bare products of the same shapes timed in the same rounds; another CPU "
+      "(AVX2 against AVX-512, native bf16 or not), other shapes or another thread count give "
+      "other ratios. Training tokens/s ({}) were measured with runs side by side, one thread "
+      "each.\n"
+      "- **The toy run** ({}) measures how fast a layer memorises 8 random vectors, nothing about "
+      "language; **the MoE balancing runs** ({}) are one seed each.\n\n",
+      t.train.optimizer.lr, t.train.warmup, t.seeds, t.headline_seeds, t.margin, sec.ref("speed"),
+      st.results.machine.describe(), st.results.threads,
+      st.results.speed ? st.results.speed->d_model : 0,
+      st.results.speed ? st.results.speed->d_ff : 0,
+      st.results.speed ? st.results.speed->tokens : 0, sec.ref("training"), sec.ref("toy"),
+      sec.ref("moe"));
+  return md;
+}
+
+}  // namespace ffnlab::study

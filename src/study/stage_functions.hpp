@@ -26,6 +26,10 @@ std::string corrections_markdown(const Study& st, const Sections& sec);
 void run_recommendations(Study& st);
 json recommendations_json(const Results& r);
 std::string recommendations_markdown(const Study& st, const Sections& sec);
+// What the run can and cannot say: scale, recipe, seeds, where its speeds hold.
+std::string limitations_markdown(const Study& st, const Sections& sec);
+// The papers behind each variant and routing feature (a fixed list).
+std::string references_markdown(const Study& st, const Sections& sec);
 
 // costs.cpp
 void run_costs(Study& st);
@@ -77,6 +81,11 @@ std::int64_t moe_steps(const Study& st);
 void run_moe(Study& st);
 json moe_json(const Results& r);
 std::string moe_markdown(const Study& st, const Sections& sec);
+
+// literature.cpp: this run beside Shazeer 2020's Table 1
+void run_literature(Study& st);
+json literature_json(const Results& r);
+std::string literature_markdown(const Study& st, const Sections& sec);
 
 // moe_axes.cpp: MoE at equal parameters and at equal compute
 std::int64_t moe_axes_steps(const Study& st);

@@ -260,6 +260,10 @@ json to_json(const Results& r) {
   json out = json::object();
   for (const Stage& s : stages())
     if (json j = s.to_json(r); !j.is_null()) out[std::string(s.key)] = std::move(j);
+  out["machine"] = {{"cpu", r.machine.cpu},
+                    {"isa", r.machine.isa},
+                    {"bf16", r.machine.bf16},
+                    {"processors", r.machine.processors}};
   out["threads"] = r.threads;
   out["quick"] = r.quick;
   out["seconds"] = r.seconds;
@@ -276,7 +280,7 @@ std::string report_header(const Study& st) {
   std::string md = "# The evolution of the Transformer FFN, measured\n\n";
   const Sections sec(stages());
   md += fmt::format(
-      "Written by `{}{}{}{}` in {} on {} OpenMP threads. Every number below was "
+      "Written by `{}{}{}{}` in {} on {} OpenMP threads of {}. Every number below was "
       "computed or measured by this run; results.json holds them all, and each figure's data is "
       "the CSV beside it. The language models train side by side, each on one thread of its "
       "own, so their numbers depend on the seed and the build, not on the thread count; only "
@@ -285,7 +289,7 @@ std::string report_header(const Study& st) {
       fmt::format("{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
                   o.headline_seeds ? fmt::format(" --headline-seeds {}", o.headline_seeds) : ""),
       o.steps ? fmt::format(" --steps {}", o.steps) : "", elapsed(st.results.seconds),
-      st.results.threads, sec.ref("speed"), sec.ref("training"));
+      st.results.threads, st.results.machine.describe(), sec.ref("speed"), sec.ref("training"));
   if (o.quick)
     md +=
         "**This is a --quick run:** small models and few steps, to check the pipeline; its "
@@ -358,6 +362,7 @@ Results run_study(const Options& options, Observer& observer) {
                                static_cast<std::int64_t>(st.corpus.bytes.size()),
                                static_cast<std::int64_t>(st.corpus.validation().size())};
   st.results.threads = omp_get_max_threads();
+  st.results.machine = this_machine();
   st.results.quick = options.quick;
 
   for (const Stage& s : stages()) st.planned_steps += s.planned_steps(st);

@@ -44,17 +44,22 @@ TEST_F(Cli, ParamsJson) {
 TEST_F(Cli, ZooListsRealModelsWithSourcesAndCosts) {
   const Outcome r = run("zoo");
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* m : {"BERT-base", "GPT-2 124M", "GPT-2 1.5B", "GPT-3 175B", "T5 v1.1",
-                        "PaLM 540B", "LLaMA-2 7B", "LLaMA-2 70B", "Mistral 7B", "Mixtral 8x7B",
-                        "Switch-Base-128", "DeepSeek-V3", "Qwen1.5-MoE"})
+  for (const char* m : {"BERT-base", "BERT-large", "GPT-2 124M", "GPT-2 1.5B", "GPT-3 175B",
+                        "T5 v1.1", "PaLM 540B", "LLaMA-2 7B", "LLaMA-2 70B", "Mistral 7B",
+                        "Mixtral 8x7B", "Switch-Base-128", "GLaM 64B/64E", "DeepSeek-V3",
+                        "Qwen1.5-MoE"})
     EXPECT_NE(r.out.find(m), std::string::npos) << m;
-  EXPECT_NE(r.out.find("[13] DeepSeek-V3: deepseek-ai/DeepSeek-V3 config.json"), std::string::npos);
+  EXPECT_NE(r.out.find("[15] DeepSeek-V3: deepseek-ai/DeepSeek-V3 config.json"), std::string::npos);
   const Outcome j = run("zoo --json");
   ASSERT_EQ(j.status, 0) << j.err;
   const auto models = nlohmann::json::parse(j.out);
-  ASSERT_EQ(models.size(), 13u);
+  ASSERT_EQ(models.size(), 15u);
   for (const auto& m : models) {
     EXPECT_FALSE(m.at("source").get<std::string>().empty()) << m.at("model");
+    if (m.at("model") == "GLaM 64B/64E") {  // 64 two-matrix experts of 8192 -> 32768, top-2
+      EXPECT_EQ(m.at("params_per_layer"), 64LL * 2 * 8192 * 32768 + 8192LL * 64);
+      EXPECT_EQ(m.at("active_params_per_layer"), 2LL * 2 * 8192 * 32768 + 8192LL * 64);
+    }
     if (m.at("model") == "LLaMA-2 7B") {  // SwiGLU 4096 -> 11008, no bias: 3·4096·11008
       EXPECT_EQ(m.at("params_per_layer"), 3LL * 4096 * 11008);
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/sparsity.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
@@ -94,4 +95,16 @@ TEST(LayerSpeed, RatesAreTheClosedFormFlopsOverTheMeasuredTimes) {
         << variant;
   }
   EXPECT_THROW(measure_layer_speed(variant_config("relu", 8, 8, true), 0, 0.1), Error);
+}
+
+// The machine a report names: a CPU model, one of the three ISA names, and this CPU's flags.
+TEST(Machine, NamesTheCpuAndItsVectorInstructions) {
+  const Machine& m = this_machine();
+  EXPECT_FALSE(m.cpu.empty());
+  EXPECT_TRUE(m.isa == "AVX-512" || m.isa == "AVX2" || m.isa == "other") << m.isa;
+  EXPECT_GE(m.processors, 1);
+  __builtin_cpu_init();
+  EXPECT_EQ(m.isa == "AVX-512", __builtin_cpu_supports("avx512f") != 0);
+  EXPECT_NE(m.describe().find(m.isa), std::string::npos) << m.describe();
+  EXPECT_EQ(&m, &this_machine());  // read once
 }

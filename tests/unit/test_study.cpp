@@ -245,6 +245,42 @@ TEST(Recommendations, ATieIsNeverCalledTheBest) {
             std::string::npos);
 }
 
+// The literature stage puts this run's verdicts beside Shazeer 2020's Table 1, by its rule.
+TEST(Literature, AgreementFollowsTheVerdictsAndThePapersDirection) {
+  study::Study st;
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.train.steps = 600;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("gelu", 3.08, study::Verdict::worse, 100),
+                outcome("glu", 3.10, study::Verdict::worse, 100),
+                outcome("geglu", 2.95, study::Verdict::better, 100),
+                outcome("swiglu", 2.99, study::Verdict::inconclusive, 100),
+                outcome("gated", 3.10, study::Verdict::worse, 100)};  // not in the paper
+  st.results.training = t;
+  const Stage& lit = stage("literature");
+  lit.run(st);
+  const nlohmann::ordered_json j = lit.to_json(st.results);
+  const auto& v = j.at("variants");
+  EXPECT_FALSE(v.contains("gated"));
+  EXPECT_EQ(v.at("geglu").at("shazeer_65536_steps"), 1.942);
+  EXPECT_EQ(v.at("geglu").at("shazeer_direction"), "better");
+  EXPECT_EQ(v.at("geglu").at("agreement"), "agrees");
+  // The paper's GLU is below ReLU in both columns (1.982 and 1.663 against 1.997 and 1.677).
+  EXPECT_EQ(v.at("glu").at("agreement"), "disagrees");
+  // GELU is below ReLU after 65,536 steps and above it after 524,288 (1.679 against 1.677).
+  EXPECT_EQ(v.at("gelu").at("shazeer_direction"), "mixed");
+  EXPECT_EQ(v.at("gelu").at("agreement"), "the paper's two columns differ");
+  EXPECT_EQ(v.at("swiglu").at("agreement"), "this run cannot tell");
+  const std::string md = lit.markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("Agrees: geglu. Disagrees: glu."), std::string::npos) << md;
+
+  // Without training there is nothing to compare.
+  study::Study none;
+  lit.run(none);
+  EXPECT_TRUE(lit.to_json(none.results).is_null());
+}
+
 // No verdict but "equivalent" lets the report speak of two variants as alike.
 TEST(Recommendations, NeverSayAsGoodWithoutTheEquivalenceTest) {
   for (const auto verdict :

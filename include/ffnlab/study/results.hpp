@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/lm_config.hpp"
@@ -203,6 +204,27 @@ struct Correction {
   std::string id, claim, finding;
 };
 
+// One FFN variant in Shazeer 2020 ("GLU Variants Improve Transformer", Table 1: T5-base,
+// d_model 768, held-out log-perplexity on C4) beside this run's comparison with ReLU.
+struct LiteratureRow {
+  std::string variant;
+  double shazeer_65k = 0, shazeer_65k_std = 0;  // after 65,536 steps, with the run-to-run std
+  double shazeer_524k = 0;                      // after 524,288 steps (no std given)
+  double shazeer_diff_65k = 0, shazeer_diff_524k = 0;  // variant − ReLU there
+  // There: better (or worse) than ReLU when both differences say so; mixed otherwise.
+  enum class Direction { better, worse, mixed };
+  Direction shazeer = Direction::mixed;
+  std::optional<VariantOutcome> here;  // this run's paired comparison with ReLU
+  // agrees: a decided verdict here with the direction there; disagrees: the opposite one;
+  // undecided: this run's verdict is inconclusive, equivalent or one seed; mixed: there.
+  enum class Agreement { agrees, disagrees, undecided_here, mixed_there };
+  Agreement agreement = Agreement::undecided_here;
+};
+
+struct LiteratureResult {
+  std::vector<LiteratureRow> rows;  // relu first
+};
+
 // The four rules of the recommendations, each with what it found.
 struct Recommendations {
   std::optional<std::string> best_at_equal_parameters;  // measurably better than ReLU
@@ -249,7 +271,9 @@ struct Results {
   std::optional<MoEAxesResult> moe_axes;
   bool zoo = false;  // the real-model table (analysis/zoo.hpp) was reported
   std::optional<std::vector<Correction>> corrections;
+  std::optional<LiteratureResult> literature;
   std::optional<Recommendations> recommendations;
+  Machine machine;  // where it ran: every measured time is only true of such a machine
   int threads = 0;
   bool quick = false;
   double seconds = 0;

@@ -1,0 +1,22 @@
+// The machine a measurement ran on, as a report names it: the CPU's model and the vector
+// instructions that decide its speed and its numerics (AVX2 or AVX-512, native bf16 or not).
+// Every speed ffnlab reports is only true of such a machine.
+#pragma once
+
+#include <string>
+
+namespace ffnlab {
+
+struct Machine {
+  std::string cpu;     // /proc/cpuinfo's "model name" ("unknown" where there is none)
+  std::string isa;     // "AVX-512", "AVX2", or "other"
+  bool bf16 = false;   // native bf16 dot products (avx512_bf16 or AMX)
+  int processors = 0;  // online processors
+  // "AMD EPYC, AVX-512 with bf16, 2 processors"
+  std::string describe() const;
+};
+
+// Read once per process (Linux: /proc/cpuinfo; elsewhere what the compiler's CPU checks tell).
+const Machine& this_machine();
+
+}  // namespace ffnlab

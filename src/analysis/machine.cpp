@@ -1,0 +1,57 @@
+// The machine's CPU and instruction sets, from /proc/cpuinfo (the model name and the flags of the
+// first processor) and the compiler's run-time CPU checks.
+#include "ffnlab/analysis/machine.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ffnlab {
+
+namespace {
+
+Machine detect() {
+  Machine m;
+  m.cpu = "unknown";
+  std::string flags;
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name" && m.cpu == "unknown" && !value.empty()) m.cpu = value;
+    if (key == "flags" && flags.empty()) flags = " " + value + " ";
+  }
+  auto has = [&](const char* f) {
+    return flags.find(std::string(" ") + f + " ") != std::string::npos;
+  };
+  if (!flags.empty()) {
+    m.isa = has("avx512f") ? "AVX-512" : has("avx2") ? "AVX2" : "other";
+    m.bf16 = has("avx512_bf16") || has("amx_bf16");
+  } else {
+    __builtin_cpu_init();
+    m.isa = __builtin_cpu_supports("avx512f") ? "AVX-512"
+            : __builtin_cpu_supports("avx2")  ? "AVX2"
+                                              : "other";
+  }
+  m.processors = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return m;
+}
+
+}  // namespace
+
+std::string Machine::describe() const {
+  return fmt::format("{}, {}{}, {} processor{}", cpu, isa, bf16 ? " with bf16" : "", processors,
+                     processors == 1 ? "" : "s");
+}
+
+const Machine& this_machine() {
+  static const Machine m = detect();
+  return m;
+}
+
+}  // namespace ffnlab
