@@ -45,7 +45,7 @@ Machine detect() {
 }  // namespace
 
 std::string Machine::describe() const {
-  return fmt::format("{}, {}{}, {} processor{}", cpu, isa, bf16 ? " with bf16" : "", processors,
+  return fmt::format("{} ({}{}, {} processor{})", cpu, isa, bf16 ? " with bf16" : "", processors,
                      processors == 1 ? "" : "s");
 }
 

@@ -38,12 +38,13 @@ std::string data_markdown(const Study& st, const Sections&) {
 
 // ---- the figure list ----
 
-std::string figures_markdown(const Study& st, const Sections&) {
+std::string figures_markdown(const Study& st, const Sections& sec) {
   std::string md;
   for (const Stage& s : stages())
     for (const Figure& f : s.figures)
       if (std::filesystem::exists(std::filesystem::path(st.dir) / (std::string(f.name) + ".png")))
-        md += fmt::format("![{0}]({0}.png)\n\n", f.name);
+        md += fmt::format("**{0}.png** ({1}): {2}.\n\n![{0}]({0}.png)\n\n", f.name,
+                          s.numbered ? sec.ref(s.key) : std::string(s.section), f.caption);
   return md;
 }
 

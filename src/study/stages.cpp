@@ -40,7 +40,11 @@ const std::vector<Stage>& stages() {
        run_speed,
        speed_json,
        speed_markdown,
-       {{"ffn_performance_comparison", draw_ffn_performance}}},
+       {{"ffn_performance_comparison", draw_ffn_performance,
+         "parameters, active parameters and FLOPs per token as multiples of ReLU's; training "
+         "memory; growth with d_model (ReLU's line lies under SwiGLU's: they are matched in "
+         "parameters); measured speed as a share of the bare products of the same shapes (rows "
+         "flagged noisy are left out)"}}},
       {"toy", "Training dynamics", true, none, run_toy, toy_json, toy_markdown, {}},
       {"training",
        "",
@@ -49,7 +53,10 @@ const std::vector<Stage>& stages() {
        run_training,
        training_json,
        training_markdown,
-       {{"training_dynamics", draw_training_dynamics}}},
+       {{"training_dynamics", draw_training_dynamics,
+         "validation on the periodic evaluations' part of the validation data (so its values "
+         "differ from the tables', which use all of it), training loss and gradient norm, means "
+         "over seeds with min-to-max bands; the tutorial's toy run"}}},
       {"sparsity",
        "Activation sparsity",
        true,
@@ -57,8 +64,15 @@ const std::vector<Stage>& stages() {
        run_sparsity,
        sparsity_json,
        sparsity_markdown,
-       {{"activation_comparison", draw_activation_comparison},
-        {"activation_sparsity", draw_activation_sparsity}}},
+       {{"activation_comparison", draw_activation_comparison,
+         "each activation and its derivative as ffnlab computes them; GELU's tanh and sigmoid "
+         "approximations minus exact GELU (at the first panel's scale the three GELU forms "
+         "coincide: the error panel tells them apart); the exactly-zero fraction of the hidden "
+         "values at initialisation and after training"},
+        {"activation_sparsity", draw_activation_sparsity,
+         "how often each hidden unit is non-zero over the census tokens after training, per "
+         "variant; dead units (never non-zero) fall into the lowest bin with rare ones, and the "
+         "section's table counts them apart"}}},
       {"moe",
        "MoE behaviour",
        true,
@@ -66,7 +80,9 @@ const std::vector<Stage>& stages() {
        run_moe,
        moe_json,
        moe_markdown,
-       {{"moe_expert_load", draw_moe_expert_load}}},
+       {{"moe_expert_load", draw_moe_expert_load,
+         "each expert's share of the assignments over training in layer 0, for the three balancing "
+         "settings (the section's table averages every layer)"}}},
       {"moe_axes",
        "MoE at equal compute",
        true,
@@ -74,7 +90,10 @@ const std::vector<Stage>& stages() {
        run_moe_axes,
        moe_axes_json,
        moe_axes_markdown,
-       {{"moe_pareto", draw_moe_pareto}}},
+       {{"moe_pareto", draw_moe_pareto,
+         "validation (mean ± std over seeds) against the LM's parameters and against its forward "
+         "FLOPs per token: the dense variants share one cost, MoE at equal compute moves right in "
+         "the first panel only"}}},
       {"literature",
        "The literature: the GLU variants in Shazeer 2020",
        true,
@@ -90,7 +109,8 @@ const std::vector<Stage>& stages() {
        run_sweep,
        sweep_json,
        sweep_markdown,
-       {{"sweep", draw_sweep}}},
+       {{"sweep", draw_sweep,
+         "validation of ReLU and SwiGLU (at ReLU's parameters) as d_ff / d_model grows, seed 1"}}},
       {"zoo", "Real models", true, none, run_zoo, zoo_json, zoo_markdown, {}},
       {"corrections",
        "Corrections of the FFN-evolution tutorial",

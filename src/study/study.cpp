@@ -280,7 +280,7 @@ std::string report_header(const Study& st) {
   std::string md = "# The evolution of the Transformer FFN, measured\n\n";
   const Sections sec(stages());
   md += fmt::format(
-      "Written by `{}{}{}{}` in {} on {} OpenMP threads of {}. Every number below was "
+      "Written by `{}{}{}{}` in {} with {} OpenMP threads on {}. Every number below was "
       "computed or measured by this run; results.json holds them all, and each figure's data is "
       "the CSV beside it. The language models train side by side, each on one thread of its "
       "own, so their numbers depend on the seed and the build, not on the thread count; only "

@@ -89,6 +89,8 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
     ASSERT_TRUE(fs::exists(png)) << png;
     EXPECT_GT(fs::file_size(png), 10000u) << png;
     EXPECT_NE(md.find(std::string("](") + figure + ".png)"), std::string::npos) << figure;
+    EXPECT_NE(md.find(std::string("**") + figure + ".png** (section "), std::string::npos)
+        << figure << ": every figure has a caption naming its section";
     EXPECT_TRUE(fs::exists(fs::path(out) / (std::string(figure) + ".gp"))) << figure;
   }
 

@@ -12,7 +12,7 @@ struct Machine {
   std::string isa;     // "AVX-512", "AVX2", or "other"
   bool bf16 = false;   // native bf16 dot products (avx512_bf16 or AMX)
   int processors = 0;  // online processors
-  // "AMD EPYC, AVX-512 with bf16, 2 processors"
+  // "AMD EPYC (AVX-512 with bf16, 2 processors)"
   std::string describe() const;
 };
 

@@ -23,6 +23,7 @@ class Sections;
 struct Figure {
   std::string_view name;  // NAME.png, with NAME.gp and its CSV beside it
   void (*draw)(const Study&);
+  std::string_view caption;  // what it plots and how to read it (the report's figure list)
 };
 
 struct Stage {
