@@ -84,6 +84,12 @@ const CostRow* CostsResult::study_row(std::string_view variant) const {
   return nullptr;
 }
 
+const CostRow* CostsResult::tutorial_row(std::string_view variant) const {
+  for (const CostRow& r : tutorial)
+    if (r.name == variant) return &r;
+  return nullptr;
+}
+
 void run_costs(Study& st) {
   st.stage("costs (closed form)");
   CostsResult c;

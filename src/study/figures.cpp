@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "check.hpp"
 #include "ffnlab/report/figure.hpp"
 #include "stage_functions.hpp"
 
@@ -103,7 +104,9 @@ void draw_training_dynamics(const Study& st) {
     }
     s += plot;
   };
-  curves("lm_eval_curves.csv", 0, "LM validation (periodic, partial validation set)",
+  curves("lm_eval_curves.csv", 0,
+         fmt::format("LM validation on its first {} bytes (the tables use all {})",
+                     st.scale.eval_tokens, st.corpus.validation().size()),
          "bits per byte", true);
   curves("lm_train_curves.csv", 0, "LM training loss (10-step means)", "cross-entropy (nats)",
          true);
@@ -133,34 +136,49 @@ void draw_training_dynamics(const Study& st) {
 void draw_activation_comparison(const Study& st) {
   std::string s = preamble("activation_comparison", 1500, 1050);
   s += "set multiplot layout 2,2 title 'Activations as ffnlab computes them (f32 kernels)'\n";
-  // Columns: x, then (value, derivative) for relu gelu gelu_tanh gelu_quick silu sigmoid, then
-  // the two GELU approximation errors.
-  const std::vector<std::string> names{"relu",       "gelu", "gelu_tanh",
-                                       "gelu_quick", "silu", "sigmoid"};
+  // Columns: x, then (value, derivative) for each activation below, then the two GELU
+  // approximation errors. The three GELU forms get one colour and three dash patterns: at this
+  // scale they coincide, and the error panel tells them apart.
+  struct Curve {
+    const char* name;
+    const char* colour;
+    int dash;
+  };
+  const std::vector<Curve> curves{{"relu", "#1f77b4", 1},      {"gelu", "#d62728", 1},
+                                  {"gelu_tanh", "#d62728", 2}, {"gelu_quick", "#d62728", 3},
+                                  {"silu", "#2ca02c", 1},      {"sigmoid", "#9467bd", 1},
+                                  {"tanh", "#8c564b", 1}};
+  const int errors = 2 + 2 * static_cast<int>(curves.size());
   auto panel = [&](const std::string& title, const std::string& ylabel, int which) {
     s += fmt::format("set title \"{}\"\nset xlabel 'x'\nset ylabel '{}'\nset key top left\n", title,
                      ylabel);
     std::string plot = "plot ";
-    for (std::size_t i = 0; i < names.size(); ++i)
+    for (std::size_t i = 0; i < curves.size(); ++i)
       plot += fmt::format(
-          "'activation_curves.csv' every ::1 using 1:{} with lines lw 2 title "
+          "'activation_curves.csv' every ::1 using 1:{} with lines lw 2 dt {} lc rgb '{}' title "
           "'{}'{}",
-          2 + 2 * static_cast<int>(i) + which, names[i], i + 1 < names.size() ? ", " : "\n");
+          2 + 2 * static_cast<int>(i) + which, curves[i].dash, curves[i].colour, curves[i].name,
+          i + 1 < curves.size() ? ", " : "\n");
     s += plot;
   };
-  panel("act(x)", "act(x)", 0);
+  panel("act(x) (the three GELU forms overlap here: the lower left panel separates them)", "act(x)",
+        0);
   panel("act'(x)", "derivative", 1);
-  s += "set title \"GELU's approximations minus exact GELU\"\nset xlabel 'x'\n"
-       "set ylabel 'approximation - exact'\nset key bottom right\n"
-       "plot 'activation_curves.csv' every ::1 using 1:14 with lines lw 2 title 'tanh form "
-       "(gelu_new)', '' every ::1 using 1:15 with lines lw 2 title 'x*sigmoid(1.702x) "
-       "(quick_gelu)'\n";
-  s += "set title 'Hidden activations exactly zero (mean over layers, seed 1)'\n"
-       "set ylabel 'fraction of hidden values'\nset xlabel ''\nset yrange [0:1]\n"
+  s += fmt::format(
+      "set title \"GELU's approximations minus exact GELU\"\nset xlabel 'x'\n"
+      "set ylabel 'approximation - exact'\nset key bottom right\n"
+      "plot 'activation_curves.csv' every ::1 using 1:{} with lines lw 2 dt 2 lc rgb '#d62728' "
+      "title 'tanh form (gelu_new)', '' every ::1 using 1:{} with lines lw 2 dt 3 lc rgb "
+      "'#ff7f0e' title 'x*sigmoid(1.702x) (quick_gelu)'\n",
+      errors, errors + 1);
+  s += "set title \"What the tutorial calls dead neurons, and dead units (seed 1, all layers)\"\n"
+       "set ylabel 'fraction'\nset xlabel ''\nset yrange [0:1]\n"
        "set key top right\n";
   s += kBars;
-  s += "plot 'sparsity_summary.csv' every ::1 using 2:xtic(1) title 'at initialisation', '' "
-       "every ::1 using 3 title 'after training'\n";
+  s += "plot 'sparsity_summary.csv' every ::1 using 2:xtic(1) title 'hidden values exactly 0, "
+       "at initialisation (the demonstration of the tutorial)', '' every ::1 using 3 title 'hidden "
+       "values exactly 0, after training', '' every ::1 using 6 title 'units dead (0 on every "
+       "census token), after training'\n";
   s += "unset multiplot\n";
   render_figure(st.dir, "activation_comparison", s);
 }
@@ -176,23 +194,23 @@ void draw_ffn_performance(const Study& st) {
        "set ylabel 'x ReLU'\nset yrange [0:*]\n"
        "plot 'costs_tutorial.csv' every ::1 using 2:xtic(1) title 'parameters', '' every ::1 using "
        "3 title 'active parameters', '' every ::1 using 4 title 'forward FLOPs/token'\n";
-  s += "set title 'Training memory, f32, 8 tokens (MiB)'\nset ylabel 'MiB'\nset yrange [0:*]\n"
-       "set style histogram rowstacked\n"
+  // Clustered on a log scale: the saved activations of 8 tokens are a thousandth of the weights.
+  s += "set title 'Training memory, f32, 8 tokens (MiB, log scale)'\nset ylabel 'MiB'\n"
+       "set yrange [*:*]\nset logscale y\n"
        "plot 'costs_tutorial.csv' every ::1 using 5:xtic(1) title 'weights', '' every ::1 using 6 "
        "title 'gradients', '' every ::1 using 7 title 'Adam moments', '' every ::1 using 8 title "
-       "'saved activations'\n";
-  s += "set style histogram clustered gap 1\n";
+       "'saved activations'\nunset logscale y\n";
   s += "set title 'Growth with d_model (d_ff = 4 d_model; SwiGLU 8/3 d_model, the same "
        "parameters as ReLU)'\n"
        "set style data linespoints\nset yrange [*:*]\nset logscale xy\nset xlabel 'd_model'\n"
        "set ylabel 'parameters of one FFN layer'\nset xtics norotate\nset key top left\n"
-       "plot 'cost_growth.csv' every ::1 using 1:2 lw 2 title 'relu', '' every ::1 using 1:4 lw 2 "
-       "title 'swiglu', '' every ::1 using 1:6 lw 2 title 'gated (4 branches)', '' every ::1 "
-       "using 1:8 lw 2 title 'moe (8 experts)'\n";
+       "plot 'cost_growth.csv' every ::1 using 1:2 lw 2 title 'relu (hidden under swiglu: the "
+       "same parameters)', '' every ::1 using 1:4 lw 2 dt 2 title 'swiglu', '' every ::1 using "
+       "1:6 lw 2 title 'gated (4 branches)', '' every ::1 using 1:8 lw 2 title 'moe (8 experts)'\n";
   s += "unset logscale\nset xlabel ''\nset style data histograms\nset xtics rotate by -30\n"
        "set title 'Measured speed, forward+backward (matrix GFLOP/s; noisy rows left out)'\n"
        "set ylabel 'GFLOP/s'\nset yrange [0:*]\n"
-       "set key top right\n";
+       "set key below horizontal\n";
   // A row the measurement decided (speed.csv's noisy column) is drawn as no bar: the figure
   // shows what the table does not flag, nothing else; and says so when that is nothing.
   const auto& rows = st.results.speed->variants;
@@ -208,65 +226,136 @@ void draw_ffn_performance(const Study& st) {
 }
 
 void draw_moe_expert_load(const Study& st) {
-  // Wide per setting: step, expert 0..E-1 shares of layer 0.
-  const int E = st.results.moe->experts;
-  std::string s = preamble("moe_expert_load", 1650, 560);
-  s += "set multiplot layout 1,3 title \"MoE: each expert's share of the assignments over "
-       "training (layer 0; uniform = 1/E)\"\n";
+  // Per setting a wide file: step, then layer l's expert e in column 2 + l·E + e. One row of
+  // panels per setting, one column per layer, every panel on the same y range.
+  const int E = st.results.moe->experts, L = st.scale.model.layers;
+  const double top = std::max(2.0 / E, std::ceil(st.results.moe->load_peak * 20.0) / 20.0);
+  std::string s = preamble("moe_expert_load", 160 + 420 * L, 1050);
+  s += fmt::format(
+      "set multiplot layout 3,{} title \"MoE: each expert's share of the assignments over "
+      "training, every layer (dashed: uniform, 1/E)\"\n"
+      "set yrange [0:{:.2f}]\nset xlabel 'optimizer step'\n",
+      L, top);
   for (const std::string setting : {"none", "loss", "bias"}) {
-    s += fmt::format(
-        "set title '{}'\nset xlabel 'optimizer step'\nset ylabel 'share of "
-        "assignments'\nset yrange [0:*]\nset key outside right\n",
-        setting == "none"   ? "no balancing"
-        : setting == "loss" ? "balancing loss 0.01"
-                            : "aux-loss-free bias");
     const std::string file = "moe_load_" + setting + ".csv";
-    std::string plot = "plot ";
-    for (int e = 0; e < E; ++e)
-      plot += fmt::format(
-          "'{}' every ::1 using 1:{} with lines lw 2 lc rgb '{}' title 'expert "
-          "{}', ",
-          file, e + 2, colour(static_cast<std::size_t>(e)), e);
-    s += plot + fmt::format("{:.5f} with lines dt 2 lc rgb 'black' title '1/E'\n", 1.0 / E);
+    for (int l = 0; l < L; ++l) {
+      s += fmt::format("set title '{}, layer {}'\nset ylabel '{}'\n",
+                       setting == "none"   ? "no balancing"
+                       : setting == "loss" ? "balancing loss 0.01"
+                                           : "aux-loss-free bias",
+                       l, l == 0 ? "share of assignments" : "");
+      s += l + 1 == L ? "set key outside right\n" : "unset key\n";
+      std::string plot = "plot ";
+      for (int e = 0; e < E; ++e)
+        plot +=
+            fmt::format("'{}' every ::1 using 1:{} with lines lw 2 lc rgb '{}' title 'expert {}', ",
+                        file, 2 + l * E + e, colour(static_cast<std::size_t>(e)), e);
+      s += plot + fmt::format("{:.5f} with lines dt 2 lc rgb 'black' title '1/E'\n", 1.0 / E);
+    }
   }
   s += "unset multiplot\n";
   render_figure(st.dir, "moe_expert_load", s);
 }
 
 void draw_activation_sparsity(const Study& st) {
-  // Histogram of per-unit activation frequency after training (last layer).
+  // Per variant, over every layer's units after training (seed 1): the share of units that
+  // are dead (never non-zero on a census token) and, for the live ones, a histogram of how often
+  // they are non-zero. One panel per variant on one y range, dead units in their own red bar.
   const int bins = 20;
-  std::map<std::string, std::vector<double>> hist;
   std::vector<std::string> names;
+  std::map<std::string, std::vector<double>> hist;  // [0]: dead; [1 + b]: live, bin b
   for (const auto& v : st.options.variants) {
-    if (!st.census_trained.count(v) || v == "moe") continue;
-    const auto f = st.census_trained.at(v).back().frequency();
-    std::vector<double> h(bins, 0.0);
-    for (double x : f) h[std::min(bins - 1, static_cast<int>(x * bins))] += 1.0 / f.size();
+    if (!st.census_trained.count(v) || st.census_trained.at(v).empty()) continue;
+    std::vector<double> h(bins + 1, 0.0);
+    std::size_t units = 0;
+    for (const UnitSparsity& layer : st.census_trained.at(v)) units += layer.nonzero.size();
+    for (const UnitSparsity& layer : st.census_trained.at(v))
+      for (double f : layer.frequency()) {
+        const int b = f == 0.0 ? 0 : 1 + std::min(bins - 1, static_cast<int>(f * bins));
+        h[static_cast<std::size_t>(b)] += 1.0 / static_cast<double>(units);
+      }
     hist[v] = h;
     names.push_back(v);
   }
-  std::string csv = "frequency";
+  std::string csv = "bin,frequency";
   for (const auto& v : names) csv += "," + v;
   csv += "\n";
-  for (int b = 0; b < bins; ++b) {
-    csv += fmt::format("{:.3f}", (b + 0.5) / bins);
-    for (const auto& v : names) csv += fmt::format(",{:.5f}", hist[v][b]);
+  double top = 0;
+  for (int b = 0; b <= bins; ++b) {
+    csv += b == 0 ? "dead,-0.05" : fmt::format("live,{:.3f}", (b - 0.5) / bins);
+    for (const auto& v : names) {
+      csv += fmt::format(",{:.5f}", hist[v][static_cast<std::size_t>(b)]);
+      top = std::max(top, hist[v][static_cast<std::size_t>(b)]);
+    }
     csv += "\n";
   }
   st.write("unit_frequency_hist.csv", csv);
-  std::string s = preamble("activation_sparsity", 1300, 700);
-  s += "set title 'How often each hidden unit is non-zero (last layer, after training, seed 1)'\n"
-       "set xlabel 'fraction of census tokens on which the unit is non-zero'\n"
-       "set ylabel 'fraction of units'\nset xrange [0:1]\nset key top center\n";
-  std::string plot = "plot ";
-  for (std::size_t i = 0; i < names.size(); ++i)
-    plot += fmt::format(
-        "'unit_frequency_hist.csv' every ::1 using 1:{} with linespoints lw 2 "
-        "lc rgb '{}' title '{}'{}",
-        i + 2, colour(i), names[i], i + 1 < names.size() ? ", " : "\n");
-  s += plot;
+  const int cols = 3, rows = std::max(1, (static_cast<int>(names.size()) + cols - 1) / cols);
+  std::string s = preamble("activation_sparsity", 1500, 40 + 330 * rows);
+  s += fmt::format(
+      "set multiplot layout {},{} title 'How often each hidden unit is non-zero over the census "
+      "tokens (seed 1, every layer, after training; red: dead units, never non-zero)'\n"
+      "set style fill solid 0.8 border -1\nset boxwidth 0.045\nset xrange [-0.1:1.02]\n"
+      "set yrange [0:{:.2f}]\nunset key\n"
+      "set xlabel 'fraction of its tokens on which the unit is non-zero'\n"
+      "set ylabel 'fraction of units'\n",
+      rows, cols, std::min(1.0, std::ceil(top * 10.0) / 10.0 + 0.05));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const int column = 3 + static_cast<int>(i);
+    const double dead = hist[names[i]][0];
+    s += fmt::format(
+        "set title '{} ({} dead)'\n"
+        "plot 'unit_frequency_hist.csv' every ::1::1 using 2:{} with boxes lc rgb '#d62728', "
+        "'' every ::2 using 2:{} with boxes lc rgb '#1f77b4'\n",
+        names[i],
+        dead > 0 && dead < 0.0005 ? std::string("<0.1 %") : fmt::format("{:.1f} %", 100 * dead),
+        column, column);
+  }
+  s += "unset multiplot\n";
   render_figure(st.dir, "activation_sparsity", s);
+}
+
+void draw_moe_specialisation(const Study& st) {
+  // Per layer a heat map: expert (rows) by byte class (columns), the share of the expert's
+  // assignments in that class over the class's share of all assignments, on a log2 scale
+  // (0: no preference; +1: twice as often as the data has it).
+  const auto& layers = st.results.moe->specialisation;
+  check(!layers.empty(), "[study] the MoE specialisation figure needs the training stage's census");
+  // One block per layer (gnuplot's index), the header a comment.
+  std::string csv = "# layer,expert,class,share,base_share,log2_lift\n";
+  for (std::size_t l = 0; l < layers.size(); ++l, csv += "\n\n")
+    for (int e = 0; e < layers[l].experts; ++e)
+      for (int c = 0; c < kByteClasses; ++c) {
+        const double share = layers[l].share(e, c), base = layers[l].base_share(c);
+        // A class the census never saw, or an expert no token reached: no preference (white).
+        const double lift = base == 0 || layers[l].of_expert(e) == 0 ? 0.0
+                            : share > 0                               ? std::log2(share / base)
+                                                                      : -4.0;
+        csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.4f}\n", l, e, c, share, base,
+                           std::max(-4.0, std::min(4.0, lift)));
+      }
+  st.write("moe_specialisation.csv", csv);
+  const int L = static_cast<int>(layers.size());
+  std::string s = preamble("moe_specialisation", 160 + 430 * L, 560);
+  std::string tics;
+  for (int c = 0; c < kByteClasses; ++c)
+    tics += fmt::format("{}'{}' {}", c ? ", " : "", byte_class_name(c), c);
+  s += fmt::format(
+      "set multiplot layout 1,{} title \"Which bytes each expert takes (seed 1's MoE LM, "
+      "trained)\\nlog2 of the expert's share of a class over the class's share of all "
+      "assignments: red more often than the data has it, blue less\"\n"
+      "set palette defined (-2 '#2166ac', 0 '#f7f7f7', 2 '#b2182b')\nset cbrange [-2:2]\n"
+      "set xtics ({}) rotate by -40\nset ytics 1\nset xrange [-0.5:{}]\nunset grid\n"
+      "set xlabel ''\nset ylabel 'expert'\n",
+      std::max(1, L), tics, kByteClasses - 0.5);
+  for (int l = 0; l < L; ++l)
+    s += fmt::format(
+        "set title 'layer {} (I(expert; class) = {:.3f} bits)'\nset yrange [-0.5:{}]\n"
+        "plot 'moe_specialisation.csv' index {} using 3:2:6 with image notitle\n",
+        l, layers[static_cast<std::size_t>(l)].mutual_information_bits(),
+        layers[static_cast<std::size_t>(l)].experts - 0.5, l);
+  s += "unset multiplot\n";
+  render_figure(st.dir, "moe_specialisation", s);
 }
 
 void draw_sweep(const Study& st) {

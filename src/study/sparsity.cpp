@@ -35,9 +35,9 @@ double gelu_sigmoid(double x) {
 // The activation curves and derivatives as ffnlab computes them (f32 kernels), for the figure;
 // also records SiLU's minimum on that grid (the corrections cite it).
 void activation_curves(const Study& st, SparsityResult& r) {
-  const std::vector<Activation> acts{Activation::relu,      Activation::gelu,
-                                     Activation::gelu_tanh, Activation::gelu_quick,
-                                     Activation::silu,      Activation::sigmoid};
+  const std::vector<Activation> acts{
+      Activation::relu, Activation::gelu,    Activation::gelu_tanh, Activation::gelu_quick,
+      Activation::silu, Activation::sigmoid, Activation::tanh};
   const std::int64_t n = 2001;  // [-5, 5] in steps of 0.005
   Tensor x({n}), ones({n});
   float* xs = x.f32();
@@ -84,34 +84,38 @@ void run_sparsity(Study& st) {
     if (es > r.gelu_sigmoid_error) r.gelu_sigmoid_error = es, r.gelu_sigmoid_at = x;
   }
 
-  std::string freq_csv = "variant,unit,frequency\n";
-  std::string summary = "variant,zero_init,zero_trained,near_zero_init,near_zero_trained\n";
+  std::string freq_csv = "variant,layer,unit,frequency\n";
+  std::string summary =
+      "variant,zero_init,zero_trained,near_zero_init,near_zero_trained,dead_trained\n";
   for (const auto& v : st.options.variants) {
     if (!st.census_init.count(v)) continue;
     const auto& init = st.census_init.at(v);
     const auto& trained = st.census_trained.at(v);
-    const bool moe = v == "moe";
     std::vector<LayerSparsity> layers;
     double zi = 0, zt = 0, ni = 0, nt = 0;
+    std::int64_t dead = 0, units = 0;
     for (std::size_t l = 0; l < init.size(); ++l) {
       const UnitSparsity &a = init[l], &b = trained[l];
       layers.push_back({static_cast<std::int64_t>(l), a.zero_fraction(), b.zero_fraction(),
                         a.near_zero_fraction(), b.near_zero_fraction(),
-                        moe ? 0 : static_cast<std::int64_t>(b.nonzero.size()),
-                        moe ? 0 : a.dead_units(), moe ? 0 : b.dead_units()});
+                        static_cast<std::int64_t>(b.nonzero.size()), a.dead_units(),
+                        b.dead_units()});
       zi += a.zero_fraction();
       zt += b.zero_fraction();
       ni += a.near_zero_fraction();
       nt += b.near_zero_fraction();
+      dead += b.dead_units();
+      units += static_cast<std::int64_t>(b.nonzero.size());
     }
-    // Per-unit frequency after training, last layer (the figure's histogram).
-    if (!moe) {
-      const auto f = trained.back().frequency();
+    // Per-unit frequency after training, every layer (the figure's histogram).
+    for (std::size_t l = 0; l < trained.size(); ++l) {
+      const auto f = trained[l].frequency();
       for (std::size_t u = 0; u < f.size(); ++u)
-        freq_csv += fmt::format("{},{},{:.6f}\n", v, u, f[u]);
+        freq_csv += fmt::format("{},{},{},{:.6f}\n", v, l, u, f[u]);
     }
     const double L = static_cast<double>(init.size());
-    summary += fmt::format("{},{:.5f},{:.5f},{:.5f},{:.5f}\n", v, zi / L, zt / L, ni / L, nt / L);
+    summary += fmt::format("{},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f}\n", v, zi / L, zt / L, ni / L,
+                           nt / L, units ? static_cast<double>(dead) / units : 0.0);
     r.variants.emplace_back(v, std::move(layers));
   }
   st.write("unit_frequency.csv", freq_csv);
@@ -152,15 +156,16 @@ std::string sparsity_markdown(const Study& st, const Sections& sec) {
     for (const LayerSparsity& l : layers)
       rows.push_back({v, std::to_string(l.layer), percent(l.zero_init), percent(l.zero_trained),
                       percent(l.near_zero_init), percent(l.near_zero_trained),
-                      v == "moe" ? "n/a (rows mix experts)"
-                                 : fmt::format("{} of {} ({})", l.dead_trained, l.units,
-                                               percent(static_cast<double>(l.dead_trained) /
-                                                       static_cast<double>(l.units)))});
+                      fmt::format("{} of {} ({})", l.dead_trained, l.units,
+                                  percent(static_cast<double>(l.dead_trained) /
+                                          static_cast<double>(l.units)))});
   std::string md = fmt::format(
       "The hidden activations h (what enters the down projection) of each layer of seed 1's "
       "model, over the first {} validation tokens, at initialisation and after training. "
       "**zero**: exactly 0. **near zero**: |h| < {}·rms(h) of that layer and batch. **Dead "
-      "units**: hidden units that are 0 on every census token after training. These are "
+      "units**: hidden units that are 0 on every census token after training (for moe, each "
+      "expert's units over the tokens routed to that expert; an expert that no census token "
+      "reaches has all its units dead). These are "
       "different quantities: the tutorial's \"about 50 % dead neurons\" for ReLU is the zero "
       "fraction at initialisation; a unit that is zero for half the tokens is not dead. Only "
       "ReLU-gated hidden units (relu, reglu, and the ReLU experts of moe) can be exactly zero; "

@@ -82,6 +82,10 @@ void run_moe(Study& st);
 json moe_json(const Results& r);
 std::string moe_markdown(const Study& st, const Sections& sec);
 
+// evolution.cpp: the tutorial's walk, its three dimensions and the choice by situation, read
+// through the numbers of the stages before it (it computes nothing of its own)
+std::string evolution_markdown(const Study& st, const Sections& sec);
+
 // literature.cpp: this run beside Shazeer 2020's Table 1
 void run_literature(Study& st);
 json literature_json(const Results& r);
@@ -105,6 +109,7 @@ void draw_training_dynamics(const Study& st);
 void draw_activation_comparison(const Study& st);
 void draw_activation_sparsity(const Study& st);
 void draw_moe_expert_load(const Study& st);
+void draw_moe_specialisation(const Study& st);
 void draw_sweep(const Study& st);
 void draw_moe_pareto(const Study& st);
 

@@ -65,14 +65,17 @@ const std::vector<Stage>& stages() {
        sparsity_json,
        sparsity_markdown,
        {{"activation_comparison", draw_activation_comparison,
-         "each activation and its derivative as ffnlab computes them; GELU's tanh and sigmoid "
-         "approximations minus exact GELU (at the first panel's scale the three GELU forms "
-         "coincide: the error panel tells them apart); the exactly-zero fraction of the hidden "
-         "values at initialisation and after training"},
+         "each activation (with tanh and sigmoid, which the tutorial compares) and its "
+         "derivative as ffnlab computes them; GELU's tanh and sigmoid approximations minus exact "
+         "GELU (at the first panel's scale the three GELU forms coincide: the error panel tells "
+         "them apart); last, the tutorial's dead-neuron number for what it is, the share of "
+         "hidden values that are exactly 0 at initialisation, beside the dead units after "
+         "training"},
         {"activation_sparsity", draw_activation_sparsity,
-         "how often each hidden unit is non-zero over the census tokens after training, per "
-         "variant; dead units (never non-zero) fall into the lowest bin with rare ones, and the "
-         "section's table counts them apart"}}},
+         "per variant, the share of hidden units (every layer, after training) by how often "
+         "they are non-zero; the red bar on the left is the dead units, never non-zero: only the "
+         "ReLU-gated kinds (relu, reglu, moe's ReLU experts) have them, the smooth gates are "
+         "non-zero almost always"}}},
       {"moe",
        "MoE behaviour",
        true,
@@ -81,8 +84,13 @@ const std::vector<Stage>& stages() {
        moe_json,
        moe_markdown,
        {{"moe_expert_load", draw_moe_expert_load,
-         "each expert's share of the assignments over training in layer 0, for the three balancing "
-         "settings (the section's table averages every layer)"}}},
+         "each expert's share of the assignments over training, for the three balancing settings "
+         "(rows) in every layer (columns), all on one y range: where a setting keeps the lines "
+         "near the dashed 1/E and where one expert takes over"},
+        {"moe_specialisation", draw_moe_specialisation,
+         "which bytes each expert takes in seed 1's trained MoE LM, per layer: red where an "
+         "expert takes a class more often than the data has it, blue where less; the panel "
+         "titles give the mutual information between expert and byte class"}}},
       {"moe_axes",
        "MoE at equal compute",
        true,
@@ -94,6 +102,14 @@ const std::vector<Stage>& stages() {
          "validation (mean ± std over seeds) against the LM's parameters and against its forward "
          "FLOPs per token: the dense variants share one cost, MoE at equal compute moves right in "
          "the first panel only"}}},
+      {"evolution",
+       "The evolution, step by step, in this run's numbers",
+       true,
+       none,
+       nothing,
+       no_json,
+       evolution_markdown,
+       {}},
       {"literature",
        "The literature: the GLU variants in Shazeer 2020",
        true,

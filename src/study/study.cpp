@@ -15,10 +15,12 @@
 #include <mutex>
 #include <thread>
 
+#include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/layers/moe_ffn.hpp"
 #include "ffnlab/report/figure.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/report/staged_dir.hpp"
@@ -43,9 +45,9 @@ Scale make_scale(const Options& o) {
   // 600 steps: by then every variant is past the loss plateau of early training (at 400 the runs
   // are still leaving it, at different steps per seed, and the seeds spread accordingly).
   s.train.steps = o.steps > 0 ? o.steps : (o.quick ? 40 : 600);
-  // A quarter of the steps: with a tenth (50 of 600), the MoE LM stalled on one seed in three
-  // (layer 0's attention grew large and sharp early and drowned the byte's own embedding); the
-  // MoE stage measures the short warm-up again as an ablation.
+  // A quarter of the steps: with a tenth (50 of 600), the MoE LM without a router z-loss stalled
+  // on one seed in three (layer 0's attention grew large and sharp early and drowned the byte's
+  // own embedding; docs/training.md).
   s.train.warmup = s.train.steps / 4;
   s.train.eval_every = std::max<std::int64_t>(1, s.train.steps / 4);
   s.eval_tokens = o.quick ? 2048 : 16384;
@@ -110,7 +112,12 @@ void check_stop() {
 FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
   FFNConfig c = variant_config(variant, D, 4 * D, true);
   if (variant == "relu" || variant == "gelu") return c;
-  if (c.kind == FFNKind::moe) c.moe.aux_coef = 0.01f;  // the usual coefficient (Switch, Mixtral)
+  if (c.kind == FFNKind::moe) {
+    c.moe.aux_coef = 0.01f;  // the usual coefficient (Switch, Mixtral)
+    // ST-MoE's router z-loss at its coefficient: without it, one seed in three of the study's
+    // MoE LM left the early loss plateau a hundred steps late (the MoE stage's ablation).
+    c.moe.z_coef = 1e-3f;
+  }
   const std::int64_t target = count_params(variant_config("relu", D, 4 * D, true));
   return match_params(c, target, /*active=*/false);
 }
@@ -242,17 +249,49 @@ std::vector<RunRecord> train_runs(Study& st, std::vector<RunJob> jobs) {
   return records;
 }
 
-std::vector<UnitSparsity> census(const Study& st, TransformerLM& lm) {
+namespace {
+
+// The census tokens (the first census_tokens of the validation part, in windows of the training
+// sequence), one inference forward per batch; `visit(batch)` reads the layers after each.
+template <typename Visit>
+void census_forwards(const Study& st, TransformerLM& lm, Visit visit) {
   const auto val = st.corpus.validation();
   const std::int64_t S = st.scale.train.seq, B = st.scale.train.batch;
   const std::int64_t windows =
       std::min(window_count(val, S), std::max<std::int64_t>(1, st.scale.census_tokens / S));
-  std::vector<UnitSparsity> layers(static_cast<std::size_t>(lm.config().layers));
   for (std::int64_t first = 0; first < windows; first += B) {
     const Batch b = sequential_batch(val, std::min(B, windows - first), S, first);
     lm.forward(b.ids, {}, S, false);
-    for (int l = 0; l < lm.config().layers; ++l) add_hidden(layers[l], lm.ffn(l).hidden());
+    visit(b);
   }
+}
+
+}  // namespace
+
+std::vector<UnitSparsity> census(const Study& st, TransformerLM& lm) {
+  std::vector<UnitSparsity> layers(static_cast<std::size_t>(lm.config().layers));
+  census_forwards(st, lm, [&](const Batch&) {
+    for (int l = 0; l < lm.config().layers; ++l) {
+      if (const auto* moe = dynamic_cast<const MoEFFN*>(&lm.ffn(l)))
+        add_expert_hidden(layers[l], moe->hidden(), moe->routing().offsets);
+      else
+        add_hidden(layers[l], lm.ffn(l).hidden());
+    }
+  });
+  return layers;
+}
+
+std::vector<ExpertSpecialisation> expert_census(const Study& st, TransformerLM& lm) {
+  std::vector<ExpertSpecialisation> layers(static_cast<std::size_t>(lm.config().layers));
+  census_forwards(st, lm, [&](const Batch& b) {
+    for (int l = 0; l < lm.config().layers; ++l) {
+      const auto* moe = dynamic_cast<const MoEFFN*>(&lm.ffn(l));
+      check(moe != nullptr, "[study] the expert census needs an MoE FFN in every layer");
+      const Routing& r = moe->routing();
+      layers[l].experts = r.experts;
+      layers[l].add(r.expert, r.k, b.ids, st.scale.train.seq);
+    }
+  });
   return layers;
 }
 

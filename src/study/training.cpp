@@ -264,7 +264,10 @@ void run_training(Study& st) {
         auto& init = st.census_init[v];
         auto& trained = st.census_trained[v];
         job.hooks.on_start = [&st, &init](TransformerLM& lm) { init = census(st, lm); };
-        job.hooks.on_end = [&st, &trained](TransformerLM& lm) { trained = census(st, lm); };
+        job.hooks.on_end = [&st, &trained, moe = v == "moe"](TransformerLM& lm) {
+          trained = census(st, lm);
+          if (moe) st.expert_classes = expert_census(st, lm);
+        };
       }
       jobs.push_back(std::move(job));
     }
@@ -354,7 +357,7 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "### Language modelling on real text\n\n"
       "Every variant as the FFN of a byte-level Transformer LM ({} layers, d_model {}, {} heads, "
       "sequence {}, pre-norm, tied head), at about equal parameters (the widths of {}'s "
-      "study table; moe: 8 experts, top-2, balancing loss 0.01), trained {} steps of batch {} with "
+      "study table; moe: 8 experts, top-2, balancing loss 0.01, router z-loss 0.001), trained {} steps of batch {} with "
       "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
       "bits per byte over "
       "the whole validation part ({} bytes) after the last step. Every variant trains seeds 1 "

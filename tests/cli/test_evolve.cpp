@@ -63,17 +63,20 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
                               "## 4. Training dynamics",
                               "## 5. Activation sparsity",
                               "## 6. MoE behaviour",
-                              "**Warm-up (an ablation of the recipe).**",
+                              "**Router z-loss (an ablation of the recipe).**",
                               "## 7. MoE at equal compute",
                               "| moe_compute | equal active compute",
-                              "## 8. The literature: the GLU variants in Shazeer 2020",
+                              "## 8. The evolution, step by step, in this run's numbers",
+                              "**The three dimensions.**",
+                              "**Choosing by situation.**",
+                              "## 9. The literature: the GLU variants in Shazeer 2020",
                               "| geglu | 1.942 (0.004) | 1.633 |",
-                              "## 9. Real models",
+                              "## 10. Real models",
                               "| DeepSeek-V3 |",
                               "| LLaMA-2 70B | GLU (silu) | 8,192 | 28,672 |",
-                              "## 10. Corrections of the FFN-evolution tutorial",
-                              "## 11. Recommendations",
-                              "## 12. Limits of this study",
+                              "## 11. Corrections of the FFN-evolution tutorial",
+                              "## 12. Recommendations",
+                              "## 13. Limits of this study",
                               "ReLU's validation (on",
                               "## References",
                               "arXiv:2002.05202",
@@ -84,7 +87,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
     EXPECT_NE(md.find(section), std::string::npos) << section;
   for (const char* figure :
        {"activation_comparison", "ffn_performance_comparison", "training_dynamics",
-        "moe_expert_load", "activation_sparsity", "moe_pareto"}) {
+        "moe_expert_load", "activation_sparsity", "moe_pareto", "moe_specialisation"}) {
     const fs::path png = fs::path(out) / (std::string(figure) + ".png");
     ASSERT_TRUE(fs::exists(png)) << png;
     EXPECT_GT(fs::file_size(png), 10000u) << png;
@@ -147,12 +150,48 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
         << name;
     EXPECT_NE(md.find(fmt4(row.at("against_relu").at("mean"))), std::string::npos) << name;
   }
-  EXPECT_EQ(j.at("moe").at("warmup_ablation").at("short_warmup_val_bits_per_byte").size(), 2u);
+  EXPECT_EQ(j.at("moe").at("z_loss_ablation").at("without_z_loss_val_bits_per_byte").size(), 2u);
   // The census counts dead units apart from the zero fraction.
   const auto& relu_layers = j.at("sparsity").at("variants").at("relu");
   ASSERT_FALSE(relu_layers.empty());
   EXPECT_GT(relu_layers[0].at("zero_fraction_init").get<double>(), 0.3);
   EXPECT_EQ(j.at("sparsity").at("variants").at("gelu")[0].at("zero_fraction_trained"), 0.0);
+  // MoE's experts are censused unit by unit: 8 experts' units per layer, dead ones counted.
+  const auto& moe_layers = j.at("sparsity").at("variants").at("moe");
+  ASSERT_FALSE(moe_layers.empty());
+  EXPECT_EQ(moe_layers[0].at("units").get<int>() % 8, 0);
+  EXPECT_GT(moe_layers[0].at("units").get<int>(), 8);
+  // The sparsity figure's data: a dead-units bar apart from the live bins, for every variant
+  // (MoE included), over every layer's units.
+  {
+    std::ifstream hist(out + "/unit_frequency_hist.csv");
+    std::string header, first;
+    std::getline(hist, header);
+    std::getline(hist, first);
+    EXPECT_NE(header.find(",moe"), std::string::npos) << header;
+    EXPECT_EQ(first.rfind("dead,", 0), 0u) << first;
+    std::ifstream units(out + "/unit_frequency.csv");
+    std::set<std::string> layers;
+    for (std::string line; std::getline(units, line);)
+      if (line.rfind("relu,", 0) == 0) layers.insert(line.substr(5, line.find(',', 5) - 5));
+    EXPECT_EQ(layers.size(), 2u) << "both layers of the --quick LM";
+  }
+  // The expert-load figure draws every layer: one column per layer and expert.
+  {
+    std::ifstream load(out + "/moe_load_loss.csv");
+    std::string header;
+    std::getline(load, header);
+    EXPECT_NE(header.find("layer_1_expert_7"), std::string::npos) << header;
+  }
+  // Which bytes each expert takes: per layer, every class's share per expert.
+  const auto& spec = j.at("moe").at("specialisation");
+  ASSERT_EQ(spec.size(), 2u);
+  for (const auto& layer : spec) {
+    const double mi = layer.at("mutual_information_bits");
+    EXPECT_TRUE(mi >= 0.0 && mi < 3.0) << mi;
+    EXPECT_EQ(layer.at("classes").at("digit").at("share_per_expert").size(), 8u);
+  }
+  EXPECT_NE(md.find("**Which bytes each expert takes.**"), std::string::npos);
   EXPECT_EQ(j.at("corrections").size(), 16u);
   EXPECT_EQ(j.at("zoo").size(), 15u);
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);

@@ -7,6 +7,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/sparsity.hpp"
+#include "ffnlab/analysis/specialisation.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
 
@@ -36,6 +37,65 @@ TEST(Sparsity, CountsZerosNearZerosAndDeadUnitsSeparately) {
   EXPECT_EQ(s.dead_units(), 0);
   EXPECT_DOUBLE_EQ(s.frequency()[1], 0.2);
   EXPECT_THROW(add_hidden(s, Tensor({2, 4})), Error);  // another width
+}
+
+TEST(Sparsity, CountsEachExpertsUnitsOverTheRowsRoutedToIt) {
+  // 2 experts of 2 units; expert 0 gets rows 0-2, expert 1 gets row 3, expert 2 none.
+  // Expert 0: unit 0 non-zero on 1 of its 3 rows, unit 1 never (dead). Expert 1: both fire.
+  // Expert 2: no rows, so its units never fire: dead.
+  const Tensor h = Tensor::from({4, 2}, {0.f, 0.f,  //
+                                         1.f, 0.f,  //
+                                         0.f, 0.f,  //
+                                         2.f, 3.f});
+  const std::vector<std::int64_t> offsets{0, 3, 4, 4};
+  UnitSparsity s;
+  add_expert_hidden(s, h, offsets);
+  ASSERT_EQ(s.nonzero.size(), 6u);
+  const auto f = s.frequency();
+  EXPECT_DOUBLE_EQ(f[0], 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(f[1], 0.0);
+  EXPECT_DOUBLE_EQ(f[2], 1.0);
+  EXPECT_DOUBLE_EQ(f[3], 1.0);
+  EXPECT_EQ(s.dead_units(), 3);  // expert 0's unit 1 and both of expert 2's
+  EXPECT_DOUBLE_EQ(s.zero_fraction(), 5.0 / 8.0);
+  EXPECT_THROW(add_hidden(s, Tensor({1, 6})), Error);  // dense rows into an expert census
+  const std::vector<std::int64_t> wrong{0, 3, 5};
+  EXPECT_THROW(add_expert_hidden(s, h, wrong), Error);  // offsets that do not end at the rows
+}
+
+TEST(Specialisation, ClassesBytesAndMeasuresWhatTheRouterKnowsOfThem) {
+  EXPECT_EQ(byte_class_name(byte_class(' ', 'a')), "word start");
+  EXPECT_EQ(byte_class_name(byte_class('b', 'a')), "in word");
+  EXPECT_EQ(byte_class_name(byte_class('a', 'Q')), "upper case");
+  EXPECT_EQ(byte_class_name(byte_class('a', '7')), "digit");
+  EXPECT_EQ(byte_class_name(byte_class('a', '.')), "punctuation");
+  EXPECT_EQ(byte_class_name(byte_class('a', '\n')), "newline");
+  EXPECT_EQ(byte_class_name(byte_class('a', ' ')), "space");
+  EXPECT_EQ(byte_class_name(byte_class('a', 0xC3)), "other");
+  // "ab ab" in one window of 5, top-1: a router that sends word starts to expert 0 and the rest
+  // to expert 1 knows the class completely; classes: start, in word, space, start, in word.
+  const std::vector<std::int32_t> ids{'a', 'b', ' ', 'a', 'b'};
+  ExpertSpecialisation perfect;
+  perfect.experts = 2;
+  perfect.add(std::vector<std::int32_t>{0, 1, 1, 0, 1}, 1, ids, 5);
+  EXPECT_EQ(perfect.assignments(), 5);
+  EXPECT_DOUBLE_EQ(perfect.share(0, byte_class(' ', 'a')), 1.0);
+  EXPECT_DOUBLE_EQ(perfect.base_share(byte_class(' ', 'a')), 0.4);
+  // I = H(expert) here, since the expert is a function of the class: 2/5 and 3/5.
+  const double h = -(0.4 * std::log2(0.4) + 0.6 * std::log2(0.6));
+  EXPECT_NEAR(perfect.mutual_information_bits(), h, 1e-12);
+  // A router that ignores the class (each class split evenly, top-2 over both experts): 0.
+  ExpertSpecialisation blind;
+  blind.experts = 2;
+  blind.add(std::vector<std::int32_t>{0, 1, 1, 0, 0, 1, 1, 0, 0, 1}, 2, ids, 5);
+  EXPECT_NEAR(blind.mutual_information_bits(), 0.0, 1e-12);
+  // The first byte of each window counts as after a space: with windows of 1, every letter starts
+  // a word.
+  ExpertSpecialisation windows;
+  windows.experts = 2;
+  windows.add(std::vector<std::int32_t>{0, 0, 0, 0, 0}, 1, ids, 1);
+  EXPECT_DOUBLE_EQ(windows.base_share(byte_class(' ', 'a')), 0.8);
+  EXPECT_THROW(windows.add(std::vector<std::int32_t>{2, 0, 0, 0, 0}, 1, ids, 5), Error);
 }
 
 TEST(TransformerCost, ParametersEqualTheBuiltModel) {

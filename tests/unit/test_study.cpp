@@ -281,6 +281,53 @@ TEST(Literature, AgreementFollowsTheVerdictsAndThePapersDirection) {
   EXPECT_TRUE(lit.to_json(none.results).is_null());
 }
 
+// The evolution section says what each step measured, by its verdict, and never more.
+TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
+  study::Study st;
+  st.options.variants = {"relu", "gelu", "swiglu", "gated", "moe"};
+  st.results.costs = study_costs(st.options.variants);
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("gelu", 3.08, study::Verdict::worse, 100),
+                outcome("swiglu", 2.95, study::Verdict::better, 100),
+                outcome("gated", 3.01, study::Verdict::inconclusive, 100),
+                outcome("moe", 3.10, study::Verdict::worse, 100)};
+  t.variants[1].diff_mean = 0.08, t.variants[1].diff_low = 0.05, t.variants[1].diff_high = 0.11;
+  st.results.training = t;
+  study::SparsityResult sp;
+  sp.variants.push_back({"relu", {{0, 0.5, 0.5, 0.5, 0.5, 512, 0, 100}}});
+  sp.variants.push_back({"gelu", {{0, 0, 0, 0, 0, 512, 0, 0}}});
+  st.results.sparsity = sp;
+  stage("recommendations").run(st);
+  const std::string md = stage("evolution").markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("100 of 512 (19.5 %) of ReLU's hidden units are dead"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("GELU is worse than ReLU by +0.0800 [+0.0500, +0.1100]"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("swiglu is better than ReLU"), std::string::npos) << md;
+  // An inconclusive step is "not separable", and its reading says nothing was measured.
+  EXPECT_NE(md.find("it is not separable from ReLU by these seeds"), std::string::npos) << md;
+  EXPECT_NE(md.find("bought nothing measurable here"), std::string::npos) << md;
+  EXPECT_NE(md.find("| swiglu | learned gate: Swish(xW) ⊙ xV | two | dense | better than ReLU |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| a fixed parameter (memory) budget, quality first | swiglu |"),
+            std::string::npos)
+      << md;
+  // A multi-branch FFN that wins is not explained away.
+  st.results.training->variants[3].verdict = study::Verdict::better;
+  const std::string won = stage("evolution").markdown(st, study::Sections(stages()));
+  EXPECT_EQ(won.find("bought nothing"), std::string::npos) << won;
+  EXPECT_NE(won.find("Here the split paid"), std::string::npos) << won;
+  // Sizes and tasks this run did not measure are said to be unmeasured.
+  EXPECT_NE(md.find("| model size | not measured: one size |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| task | not measured: one task |"), std::string::npos) << md;
+  // No training, no section.
+  study::Study none;
+  EXPECT_TRUE(stage("evolution").markdown(none, study::Sections(stages())).empty());
+}
+
 // No verdict but "equivalent" lets the report speak of two variants as alike.
 TEST(Recommendations, NeverSayAsGoodWithoutTheEquivalenceTest) {
   for (const auto verdict :

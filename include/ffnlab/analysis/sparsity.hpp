@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "ffnlab/tensor.hpp"
@@ -20,17 +21,23 @@ struct UnitSparsity {
   std::int64_t tokens = 0;  // rows seen
   std::int64_t values = 0, zeros = 0, near_zeros = 0;
   std::vector<std::int64_t> nonzero;  // [F] rows in which each unit was non-zero
+  std::vector<std::int64_t> rows;     // [F] rows each unit saw (MoE experts); empty: `tokens`
 
   double zero_fraction() const;
   double near_zero_fraction() const;
   // Units that were zero on every row seen.
   std::int64_t dead_units() const;
   double dead_fraction() const;
-  // Per unit: the fraction of rows in which it was non-zero.
+  // Per unit: the fraction of the rows it saw in which it was non-zero (0 when it saw none).
   std::vector<double> frequency() const;
 };
 
 // Adds the rows of h [T, F] (one layer's hidden activations of one forward) to s.
 void add_hidden(UnitSparsity& s, const Tensor& h);
+// Adds an MoE layer's hidden rows h [kept, F], permuted into expert blocks [offsets[e],
+// offsets[e+1]) (ops/router.hpp's Routing::offsets): expert e's unit u is unit e·F + u, and it
+// sees only the rows routed to e. An expert no token reaches has units that are never non-zero:
+// they count as dead.
+void add_expert_hidden(UnitSparsity& s, const Tensor& h, std::span<const std::int64_t> offsets);
 
 }  // namespace ffnlab

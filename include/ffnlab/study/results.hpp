@@ -11,6 +11,7 @@
 
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/machine.hpp"
+#include "ffnlab/analysis/specialisation.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/lm_config.hpp"
@@ -62,6 +63,7 @@ struct CostsResult {
   std::vector<GrowthPoint> growth;  // d_model 128 .. 8192, by d_model then variant
   double moe_forward_matmul_over_one_expert() const;
   const CostRow* study_row(std::string_view variant) const;
+  const CostRow* tutorial_row(std::string_view variant) const;
 };
 
 // Equal budgets at the tutorial's configuration: each variant's width at ReLU's parameters
@@ -141,7 +143,7 @@ struct TrainingResult {
 struct LayerSparsity {
   std::int64_t layer = 0;
   double zero_init = 0, zero_trained = 0, near_zero_init = 0, near_zero_trained = 0;
-  std::int64_t units = 0, dead_init = 0, dead_trained = 0;  // 0 for MoE (rows mix experts)
+  std::int64_t units = 0, dead_init = 0, dead_trained = 0;  // MoE: every expert's units
 };
 
 struct SparsityResult {
@@ -159,16 +161,19 @@ struct MoESetting {
 };
 
 struct MoEResult {
-  // The warm-up ablation: the MoE LM at the short warm-up, per seed, against the study's runs
-  // (difference: short − the study's warm-up).
-  std::int64_t warmup = 0, short_warmup = 0;
-  std::optional<VariantOutcome> short_warmup_outcome;
-  std::vector<double> study_warmup_bits_per_byte;
+  // The z-loss ablation: the MoE LM without the router z-loss, per seed, against the study's
+  // runs with it (difference: without − with).
+  double z_coef = 0;
+  std::optional<VariantOutcome> without_z_outcome;
+  std::vector<double> with_z_bits_per_byte;
   double capacity_factor = 0;
   std::int64_t balancing_steps = 0;
   int experts = 0, top_k = 0;
   std::int64_t expert_d_ff = 0;
   std::vector<MoESetting> settings;
+  double load_peak = 0;  // the largest expert share of any layer, setting and step drawn
+  // The training stage's seed-1 MoE LM after training: per layer, the byte classes per expert.
+  std::vector<ExpertSpecialisation> specialisation;
 };
 
 // One FFN of the MoE-on-both-axes comparison, in the study's LM.

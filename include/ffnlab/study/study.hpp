@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ffnlab/analysis/sparsity.hpp"
+#include "ffnlab/analysis/specialisation.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
 #include "ffnlab/study/results.hpp"
@@ -99,6 +100,8 @@ struct Study {
   std::vector<RunRecord> runs;  // every LM run of the training stage, variant-major per seed
   // Seed 1's activation census per variant and layer, at initialisation and after training.
   std::map<std::string, std::vector<UnitSparsity>> census_init, census_trained;
+  // Seed 1's MoE LM after training: per layer, which byte classes each expert takes.
+  std::vector<ExpertSpecialisation> expert_classes;
   Results results;
 
   Observer* observer = nullptr;
@@ -148,7 +151,10 @@ struct RunJob {
 std::vector<RunRecord> train_runs(Study& study, std::vector<RunJob> jobs);
 
 // Per layer, the hidden activations of `lm` over the first census_tokens validation tokens.
+// MoE layers count each expert's units apart (analysis/sparsity.hpp's add_expert_hidden).
 std::vector<UnitSparsity> census(const Study& study, TransformerLM& lm);
+// Per MoE layer, which byte classes each expert takes over the same tokens.
+std::vector<ExpertSpecialisation> expert_census(const Study& study, TransformerLM& lm);
 
 // Runs every stage and writes the report folder options.out (REPORT.md, results.json, figures
 // and their CSV): checked before any work (staged_dir.hpp), replaced only when the new report

@@ -1,0 +1,207 @@
+// Stage "evolution": the tutorial's walk ReLU → GELU → GLU → multi-branch gated → MoE read
+// through this run's numbers. Each step names what it was meant to fix or buy and what this run
+// measured of it; then the three dimensions the tutorial orders the variants by, as one table;
+// then which variant to choose in which situation, each pick with the rule or measurement it
+// rests on, and the situations this run cannot speak to said as such. It computes nothing new:
+// every number comes from the stages before it.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ffnlab/report/markdown.hpp"
+#include "stage_functions.hpp"
+
+namespace ffnlab::study {
+
+namespace {
+
+// "worse than ReLU by +0.075 [+0.05, +0.10] bits/byte", "inconclusive against ReLU (...)".
+std::string measured(const VariantOutcome* o) {
+  if (!o) return "not trained in this run";
+  switch (o->verdict) {
+    case Verdict::better:
+    case Verdict::worse:
+      return fmt::format("{} by {} bits/byte (paired over {} seeds, 95 % interval)",
+                         verdict_text(o->verdict), difference_cell(*o),
+                         o->val_bits_per_byte.size());
+    case Verdict::equivalent:
+      return fmt::format("equivalent to ReLU within the margin ({} bits/byte)",
+                         difference_cell(*o));
+    case Verdict::reference:
+      return "the reference";
+    default:
+      return fmt::format("not separable from ReLU by these seeds ({} bits/byte; {})",
+                         difference_cell(*o), verdict_cell(*o));
+  }
+}
+
+std::int64_t dead_units(const SparsityResult* s, std::string_view v, std::int64_t* units) {
+  const auto* layers = s ? s->find(v) : nullptr;
+  std::int64_t dead = 0;
+  *units = 0;
+  if (layers)
+    for (const LayerSparsity& l : *layers) dead += l.dead_trained, *units += l.units;
+  return layers ? dead : -1;
+}
+
+std::string dead_text(const SparsityResult* s, std::string_view v) {
+  std::int64_t units = 0;
+  const std::int64_t dead = dead_units(s, v, &units);
+  if (dead < 0 || units == 0) return "not measured";
+  return fmt::format("{} of {} ({})", dead, units,
+                     percent(static_cast<double>(dead) / static_cast<double>(units)));
+}
+
+std::string steps_markdown(const Study& st, const Sections& sec) {
+  const Results& r = st.results;
+  const TrainingResult& t = *r.training;
+  const SparsityResult* s = r.sparsity ? &*r.sparsity : nullptr;
+  const VariantOutcome* relu = t.find("relu");
+  std::string md = fmt::format(
+      "Each step of the tutorial's walk, what it was meant to change, and what this run "
+      "measured of it. Verdicts are against ReLU at equal parameters, paired over seeds "
+      "({}); \"not separable\" means these seeds cannot decide, not that the two are alike.\n\n",
+      sec.ref("training"));
+  md += fmt::format(
+      "1. **ReLU → GELU: a smooth activation instead of a hard zero.** ReLU's price is units "
+      "that stop learning: after training, {} of ReLU's hidden units are dead (zero on every "
+      "census token, {}, activation_sparsity.png); GELU has {} dead, since its gradient is "
+      "non-zero for negative inputs too. What the smoothness bought here: GELU is {}.\n",
+      dead_text(s, "relu"), sec.ref("sparsity"), dead_text(s, "gelu"), measured(t.find("gelu")));
+  const VariantOutcome* swiglu = t.find("swiglu");
+  md += fmt::format(
+      "2. **GELU → GLU: a gate computed from the input.** The hidden value becomes act(xW) ⊙ xV: "
+      "a second projection decides, per token and unit, how much passes. At equal parameters "
+      "the gate costs width ({} hidden units instead of ReLU's {}). With a ReLU, GELU or Swish "
+      "gate: reglu is {}; geglu is {}; swiglu is {}. With the original GLU's sigmoid gate: {}. "
+      "With no activation at all (bilinear): {}.\n",
+      swiglu ? std::to_string(swiglu->d_ff) : "?", relu ? std::to_string(relu->d_ff) : "?",
+      measured(t.find("reglu")), measured(t.find("geglu")), measured(swiglu),
+      measured(t.find("glu")), measured(t.find("bilinear")));
+  const CostRow* gated_cost = r.costs ? r.costs->tutorial_row("gated") : nullptr;
+  const CostRow* relu_cost = r.costs ? r.costs->tutorial_row("relu") : nullptr;
+  md += fmt::format(
+      "3. **GLU → the multi-branch gated FFN: several gated paths summed.** At the tutorial's "
+      "configuration it costs {} ReLU's parameters and forward FLOPs ({}); at equal parameters "
+      "its branches share ReLU's budget, and it is {}. {}\n",
+      gated_cost && relu_cost
+          ? fmt::format("{:.2f}×", static_cast<double>(gated_cost->cost.params) /
+                                       static_cast<double>(relu_cost->cost.params))
+          : "several times",
+      sec.ref("costs"), measured(t.find("gated")),
+      t.find("gated") && t.find("gated")->verdict == Verdict::better
+          ? "Here the split paid, so this run does not explain why the field left it aside."
+          : "That it did not become mainstream fits these numbers: it is a GLU whose budget is "
+            "split over more, narrower paths, and the split bought nothing measurable here (a "
+            "reading of this run, not a measurement of why the field chose).");
+  const VariantOutcome* moe = t.find("moe");
+  const MoEAxisRow* compute = r.moe_axes ? r.moe_axes->find("moe_compute") : nullptr;
+  const MoEAxisRow* relu_row = r.moe_axes ? r.moe_axes->find("relu") : nullptr;
+  md += fmt::format(
+      "4. **Dense → MoE: each token uses a few of many experts.** MoE trades memory for "
+      "compute: more parameters held, the same or fewer used per token. At equal total "
+      "parameters (a token runs {} of the FFN's parameters) the MoE LM is {}. At ReLU's "
+      "compute per token, with {} the LM's parameters, it is {} ({}).\n\n",
+      r.moe_axes && r.moe_axes->find("moe")
+          ? percent(static_cast<double>(r.moe_axes->find("moe")->ffn_active) /
+                    static_cast<double>(r.moe_axes->find("moe")->ffn_params))
+          : "a fraction",
+      measured(moe),
+      compute && relu_row ? fmt::format("{:.2f}×", static_cast<double>(compute->params) /
+                                                       static_cast<double>(relu_row->params))
+                          : "more",
+      compute ? measured(&compute->outcome) : "not trained in this run", sec.ref("moe_axes"));
+  return md;
+}
+
+// The tutorial's three dimensions, one row per variant.
+std::string dimensions_markdown(const Study& st) {
+  const TrainingResult& t = *st.results.training;
+  struct Place {
+    const char* variant;
+    const char* activation;
+    const char* paths;
+    const char* sparsity;
+  };
+  static const Place kPlaces[] = {
+      {"relu", "fixed: max(0, x)", "one", "dense; exact zeros for negative inputs"},
+      {"gelu", "fixed: x·Φ(x)", "one", "dense"},
+      {"glu", "learned gate: σ(xW) ⊙ xV", "two (gate, value)", "dense"},
+      {"bilinear", "learned gate, no activation: xW ⊙ xV", "two", "dense"},
+      {"reglu", "learned gate: ReLU(xW) ⊙ xV", "two", "dense; exact zeros from the gate"},
+      {"geglu", "learned gate: GELU(xW) ⊙ xV", "two", "dense"},
+      {"swiglu", "learned gate: Swish(xW) ⊙ xV", "two", "dense"},
+      {"gated", "learned gates, one per branch", "several (4 gated branches, summed)", "dense"},
+      {"moe", "fixed (ReLU experts)", "several experts, chosen per token",
+       "sparse: the top-2 of 8 experts per token"},
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (const Place& p : kPlaces)
+    if (const VariantOutcome* o = t.find(p.variant))
+      rows.push_back({p.variant, p.activation, p.paths, p.sparsity,
+                      o->verdict == Verdict::reference ? "reference" : verdict_cell(*o)});
+  std::string md =
+      "**The three dimensions.** The tutorial orders the variants along three axes: how the "
+      "activation is chosen (a fixed function, or a gate learned from the input), how many "
+      "paths a token's hidden values take (one, or several combined), and how much of the layer "
+      "a token uses (all of it, or a routed part). Every variant of this run on them, with its "
+      "verdict against ReLU:\n\n";
+  md += markdown_table(
+      {"variant", "activation", "paths", "parameters a token uses", "this run, against ReLU"}, rows,
+      "lllll");
+  return md + "\n";
+}
+
+// "geglu (tied with reglu, swiglu)".
+std::string with_ties(const std::string& pick, const std::vector<std::string>& tied) {
+  return tied.empty() ? pick : fmt::format("{} (tied with {})", pick, fmt::join(tied, ", "));
+}
+
+std::string choice_markdown(const Study& st, const Sections& sec) {
+  const Results& r = st.results;
+  std::vector<std::vector<std::string>> rows;
+  if (const auto& c = r.recommendations) {
+    rows.push_back({"a fixed parameter (memory) budget, quality first",
+                    c->best_at_equal_parameters
+                        ? with_ties(*c->best_at_equal_parameters, c->best_at_equal_parameters_tied)
+                        : "ReLU (nothing measurably better)",
+                    "the equal-parameter verdicts (" + sec.ref("training") + "), rule 1 of " +
+                        sec.ref("recommendations")});
+    rows.push_back(
+        {"a fixed compute budget per token",
+         c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied) : "not decided",
+         "FLOPs per token from " + sec.ref("costs") + ", rule 2"});
+    rows.push_back({"training throughput on this machine",
+                    c->best_per_second.empty() ? "not decided (noisy)" : c->best_per_second,
+                    "tokens per second as a ratio to ReLU's, rule 3"});
+    if (c->moe && c->moe->at_equal_compute) {
+      const VariantOutcome& o = *c->moe->at_equal_compute;
+      rows.push_back({"memory to spare, compute fixed (MoE's case)",
+                      o.verdict == Verdict::better ? "MoE at equal compute"
+                      : o.verdict == Verdict::worse
+                          ? "the dense FFN (MoE at equal compute was worse here)"
+                          : "not decided by these seeds",
+                      "MoE at equal compute, " + sec.ref("moe_axes")});
+    }
+  }
+  rows.push_back(
+      {"model size", "not measured: one size",
+       fmt::format("this run trains one LM ({}); the real models of {} show what the field "
+                   "chose at each size, which is evidence of a different kind",
+                   sec.ref("limitations"), sec.ref("zoo"))});
+  rows.push_back({"task", "not measured: one task",
+                  "byte-level language modelling on one corpus; nothing here says how a "
+                  "variant fares on another task"});
+  std::string md =
+      "**Choosing by situation.** What this run supports, and what it cannot tell you:\n\n";
+  md += markdown_table({"situation", "choice", "rests on"}, rows, "lll");
+  return md + "\n";
+}
+
+}  // namespace
+
+std::string evolution_markdown(const Study& st, const Sections& sec) {
+  if (!st.results.training) return "";
+  return steps_markdown(st, sec) + dimensions_markdown(st) + choice_markdown(st, sec);
+}
+
+}  // namespace ffnlab::study
