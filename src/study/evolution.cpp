@@ -158,24 +158,30 @@ std::string with_ties(const std::string& pick, const std::vector<std::string>& t
 
 std::string choice_markdown(const Study& st, const Sections& sec) {
   const Results& r = st.results;
+  // The tutorial's advice tables (by model size, by task, by compute budget), quoted where a
+  // row has one, beside what this run supports.
+  constexpr const char* kTutorialBudget =
+      "by compute budget: constrained (mobile) ReLU, compact (edge) GELU, ample (server) GLU or "
+      "gated, ample (GPU cluster) MoE";
   std::vector<std::vector<std::string>> rows;
   if (const auto& c = r.recommendations) {
-    rows.push_back({"a fixed parameter (memory) budget, quality first",
+    rows.push_back({"a fixed parameter (memory) budget, quality first", "—",
                     c->best_at_equal_parameters
                         ? with_ties(*c->best_at_equal_parameters, c->best_at_equal_parameters_tied)
                         : "ReLU (nothing measurably better)",
                     "the equal-parameter verdicts (" + sec.ref("training") + "), rule 1 of " +
                         sec.ref("recommendations")});
-    rows.push_back(
-        {"a fixed compute budget per token",
-         c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied) : "not decided",
-         "FLOPs per token from " + sec.ref("costs") + ", rule 2"});
-    rows.push_back({"training throughput on this machine",
+    rows.push_back({"a fixed compute budget per token", kTutorialBudget,
+                    c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied)
+                                     : "not decided",
+                    "FLOPs per token from " + sec.ref("costs") + ", rule 2"});
+    rows.push_back({"training throughput on this machine", "—",
                     c->best_per_second.empty() ? "not decided (noisy)" : c->best_per_second,
                     "tokens per second as a ratio to ReLU's, rule 3"});
     if (c->moe && c->moe->at_equal_compute) {
       const VariantOutcome& o = *c->moe->at_equal_compute;
       rows.push_back({"memory to spare, compute fixed (MoE's case)",
+                      "MoE \"at extreme scale\" and above 100B parameters",
                       o.verdict == Verdict::better ? "MoE at equal compute"
                       : o.verdict == Verdict::worse
                           ? "the dense FFN (MoE at equal compute was worse here)"
@@ -184,16 +190,25 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
     }
   }
   rows.push_back(
-      {"model size", "not measured: one size",
+      {"model size",
+       "below 100M ReLU or GELU, 100M–1B GELU, 1B–10B GELU or GLU, 10B–100B GLU or gated, "
+       "above 100B MoE",
+       "not measured: one size",
        fmt::format("this run trains one LM ({}); the real models of {} show what the field "
-                   "chose at each size, which is evidence of a different kind",
+                   "chose at each size (SwiGLU from 7B down, not GELU), evidence of another "
+                   "kind",
                    sec.ref("limitations"), sec.ref("zoo"))});
-  rows.push_back({"task", "not measured: one task",
+  rows.push_back({"task",
+                  "classification ReLU, NLU and generation GELU, multi-task gated, extreme scale "
+                  "MoE",
+                  "not measured: one task",
                   "byte-level language modelling on one corpus; nothing here says how a "
-                  "variant fares on another task"});
+                  "variant fares on another task, and the tutorial gives no measurement either"});
   std::string md =
-      "**Choosing by situation.** What this run supports, and what it cannot tell you:\n\n";
-  md += markdown_table({"situation", "choice", "rests on"}, rows, "lll");
+      "**Choosing by situation.** The tutorial's advice beside what this run supports, and "
+      "what it cannot tell you:\n\n";
+  md += markdown_table({"situation", "the tutorial says", "this run's choice", "rests on"}, rows,
+                       "llll");
   return md + "\n";
 }
 

@@ -55,8 +55,10 @@ std::string specialisation_markdown(const std::vector<ExpertSpecialisation>& lay
       }
       int best = 0;
       double best_lift = -1;
+      // Among the classes that make up at least 1 % of the expert's assignments (a rare class
+      // the expert took a handful of would otherwise top the list by chance).
       for (int c = 0; c < kByteClasses; ++c)
-        if (layer.base_share(c) > 0 && layer.share(e, c) / layer.base_share(c) > best_lift)
+        if (layer.share(e, c) >= 0.01 && layer.share(e, c) / layer.base_share(c) > best_lift)
           best = c, best_lift = layer.share(e, c) / layer.base_share(c);
       row.push_back(fmt::format("{} {} (all: {})", byte_class_name(best),
                                 percent(layer.share(e, best)), percent(layer.base_share(best))));
@@ -74,8 +76,8 @@ std::string specialisation_markdown(const std::vector<ExpertSpecialisation>& lay
       "\n**Which bytes each expert takes.** The training stage's MoE LM (seed 1, after training) "
       "over the census tokens: every assignment of a byte to an expert is counted under the "
       "byte's class ({}). Each cell names the class the expert takes most often relative to the "
-      "data, with its share of the expert's assignments beside that class's share of all "
-      "assignments. The last row is the mutual information between expert and class: 0 when "
+      "data (among the classes that make up at least 1 % of its assignments), with its share of "
+      "the expert's assignments beside that class's share of all assignments. The last row is the mutual information between expert and class: 0 when "
       "the router ignores the class, at most the class entropy ({:.2f} bits). "
       "moe_specialisation.png shows every expert and class.\n\n",
       [] {
@@ -281,9 +283,9 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
     md += fmt::format(
         "\n**Router z-loss (an ablation of the recipe).** The study's MoE routers carry ST-MoE's "
         "z-loss, {}·mean(logsumexp(logits)²), which keeps the router's logits small. Without it, "
-        "one initialisation in three of this MoE LM left the early loss plateau about a hundred "
-        "steps after the others and ended 0.1 bits/byte behind them, outside the dense "
-        "variants' spread (docs/training.md shows the diagnosis). This run measures it on its "
+        "some initialisations of this MoE LM leave the early loss plateau about a hundred steps "
+        "after the others and end about 0.1 bits/byte behind them, outside the dense variants' "
+        "spread (docs/training.md: one seed in five, and the diagnosis). This run measures it on its "
         "own seeds: the same MoE LM (equal total parameters, dropless) without the z-loss, every "
         "seed, against {}'s runs with it:\n\n"
         "| router z-loss | bits/byte per seed | mean | spread (max − min) |\n"

@@ -88,10 +88,13 @@ void run_corrections(Study& st) {
       units += l.units;
     }
     dead = fmt::format(
-        "ReLU's hidden values are exactly zero {} of the time at initialisation, "
-        "yet after training {} of its {} hidden units are dead (zero on every "
-        "census token), over its {} layers — {}",
-        percent(zi), dead_units, units, layers->size(), sec.ref("sparsity"));
+        "the tutorial's number is the exactly-zero fraction of the hidden values, which is no "
+        "count of dead units: ReLU's hidden values are zero {} of the time at initialisation, "
+        "yet after training {} of its {} hidden units ({} layers of {}) are dead (zero on every "
+        "census token) — {}; the smooth gates have no exact zeros at all, and MoE's 75 % is the "
+        "experts a token skips by design",
+        percent(zi), dead_units, units, layers->size(),
+        layers->empty() ? 0 : layers->front().units, sec.ref("sparsity"));
   }
   const double silu_min = r.sparsity ? r.sparsity->silu_min : NAN;
   const double moe_over_expert = r.costs ? r.costs->moe_forward_matmul_over_one_expert() : NAN;
@@ -104,26 +107,42 @@ void run_corrections(Study& st) {
                    "operations per token (activation {} + biases), against {} matrix FLOPs",
                    thousands(static_cast<std::int64_t>(kr.forward.elementwise)), 2048,
                    thousands(static_cast<std::int64_t>(kr.forward.matmul)))},
-      {"3", "top-2 MoE costs 0.25× a dense FFN; \"efficiency 32×\"",
-       fmt::format("forward matrix FLOPs are {}× one expert's; 25 % is the share of expert "
-                   "parameters a token touches (here {} of all parameters with the router)",
+      {"3",
+       "top-2 MoE against ReLU: FLOPs \"0.25x\", parameters \"8.0x\", \"efficiency\" "
+       "(parameters ÷ FLOPs) \"32.0\"; \"parameters ×8, compute only +25 %, efficiency ×32!\"",
+       fmt::format("its experts are ReLU FFNs of the same size, and a token runs 2 of them: "
+                   "forward matrix FLOPs are {}× one expert's, about 2× ReLU's (not 0.25×, nor "
+                   "+25 %); 25 % is the share of expert parameters a token touches (here {} of "
+                   "all parameters with the router); parameters ÷ FLOPs would be 4, and is no "
+                   "efficiency: it grows with weights a token does not use and says nothing of "
+                   "quality",
                    fixed(moe_over_expert, 3),
                    percent(static_cast<double>(km.active_params) / km.params))},
       {"4", "MoE saves activation memory",
        fmt::format("a training forward saves {} KiB for 8 tokens against ReLU's {} KiB ({}×)",
                    fixed(km.f32.activations / 1024, 1), fixed(kr.f32.activations / 1024, 1),
                    fixed(km.f32.activations / kr.f32.activations, 2))},
-      {"5", "ReLU gives ~50 % dead neurons", dead},
-      {"6", "LLaMA and Mistral use GELU; GPT-2 1.5B has d_model 1280",
-       "they use SwiGLU (LLaMA-7B: d_ff 11008 for d_model 4096, ratio 2.69; Hugging Face "
-       "config.json: hidden_act silu, intermediate_size 11008); GPT-2 1.5B (gpt2-xl) has 48 "
-       "layers of d_model 1600 (n_layer 48, n_embd 1600)"},
+      {"5",
+       "ReLU \"produces about 50 % dead neurons\" (its figure's dead-neuron demonstration; the "
+       "dead-neuron table: ReLU ~49.96 %, GELU ~0 %, GLU ~25 %, gated ~20–30 %, MoE ~75 %)",
+       dead},
+      {"6",
+       "the real-model table: LLaMA-7B and LLaMA-70B use \"GELU\"; GPT-2 is \"1.5B\" with "
+       "\"12\" layers",
+       "LLaMA uses SwiGLU (LLaMA-7B: d_ff 11008 for d_model 4096; Hugging Face config.json: "
+       "hidden_act silu, intermediate_size 11008); GPT-2 1.5B (gpt2-xl) has 48 layers of "
+       "d_model 1600 (n_layer 48, n_embd 1600); 12 layers is GPT-2 124M"},
       {"7", "Mistral's MLP returns down · up",
        "it returns down_proj(silu(gate_proj(x)) · up_proj(x)); ffnlab's swiglu matches PyTorch "
        "to f32 rounding in the golden tests (tests/parity)"},
-      {"8", "a Transformer block without residual or norm around attention",
-       "ffnlab's block has a residual and a norm around both attention and FFN (pre- or "
-       "post-norm), and attention takes [batch, seq, d]"},
+      {"8",
+       "the Transformer block `x = self.self_attn(x, x, x)[0]; x = self.ff(x)`: no residual or "
+       "norm around attention (the FFN has both, after it), and nn.MultiheadAttention (which "
+       "takes (seq, batch, d) unless batch_first) given x of (batch, seq, d) = (64, 100, 512)",
+       "that block attends across the batch, not along the sequence, and its attention output "
+       "replaces x; ffnlab's block has a residual and a norm around both attention and FFN (pre- "
+       "or post-norm), and its attention takes [batch, seq, d] and attends within each "
+       "sequence"},
       {"9", "the toy run shows which FFN trains best",
        fmt::format("it memorises 8 random vectors; {} trains each FFN as a language model on "
                    "real text over paired seeds",
@@ -134,11 +153,21 @@ void run_corrections(Study& st) {
                    fixed(kr.f32.weights / MiB, 2), fixed(kr.f32.grads / MiB, 2),
                    fixed(kr.f32.adam / MiB, 2), fixed(kr.f32.activations / MiB, 3),
                    fixed(kr.f32.total() / MiB, 2))},
-      {"11", "1000B parameters with 8000 experts, top-16: 200B active",
-       "1000B × 16/8000 = 2B of expert parameters per token, and each token runs 16 experts"},
-      {"12", "LLaMA-2-70B's FFN ratio is 5.33; the 1.6T Switch is \"Switch-L, 128 experts\"",
-       "LLaMA-2-70B: d_ff 28672 for d_model 8192, ratio 3.5; the 1.6T model is Switch-C with "
-       "2048 experts and top-1 routing (Fedus et al. 2021, table 9)"},
+      {"11",
+       "a 1000B-parameter MoE with 8000 experts and top-16 routing: \"compute: only 200B worth "
+       "of FLOPs (1000 × 16/8000)\", \"inference cost 5× lower\"",
+       "1000 × 16/8000 = 2, not 200: a token touches 2B expert parameters (plus attention and "
+       "any shared layers), about 4 GFLOPs of expert products forward against the dense 1000B's "
+       "2 TFLOPs, some 500× fewer, not 5×"},
+      {"12",
+       "LLaMA-7B and LLaMA-70B at d_ff/d_model \"5.33x\"; \"Switch-L, 1.6T, 32 layers, MoE "
+       "(Top-1), 4x × 128 experts\"; \"GELU FFN rules models below 100B\"; \"the FFN "
+       "expansion ratio is basically fixed at 4–5x\"",
+       "LLaMA-7B: d_ff 11008 for d_model 4096, ratio 2.69; LLaMA-2-70B: 28672 for 8192, 3.5 (a "
+       "SwiGLU FFN is narrower than 4× to hold 4×'s parameters); the 1.6T model is Switch-C, "
+       "2048 experts, top-1 (Fedus et al. 2021, table 9); below 100B, LLaMA and Mistral use "
+       "SwiGLU, not GELU; and the ratio is no constant: 3.5 in Mixtral's experts, 0.29 in "
+       "DeepSeek-V3's (2048 for d_model 7168)"},
       {"13", "Switch Transformers by \"Lewis et al.\"",
        "by Fedus, Zoph and Shazeer (2021), arXiv:2101.03961"},
       {"14", "training-dynamics prose (\"most stable\")",

@@ -193,6 +193,15 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   }
   EXPECT_NE(md.find("**Which bytes each expert takes.**"), std::string::npos);
   EXPECT_EQ(j.at("corrections").size(), 16u);
+  // Corrections quote the tutorial's whole claim, then the finding.
+  for (const char* claim : {"\"parameters ×8, compute only +25 %, efficiency ×32!\"",
+                            "\"12\" layers", "(1000 × 16/8000)", "\"inference cost 5× lower\"",
+                            "\"the FFN expansion ratio is basically fixed at 4–5x\"",
+                            "\"GELU FFN rules models below 100B\"", "(64, 100, 512)",
+                            "ReLU ~49.96 %, GELU ~0 %"})
+    EXPECT_NE(md.find(claim), std::string::npos) << claim;
+  EXPECT_NE(md.find("hidden units (2 layers of 128)"), std::string::npos)
+      << "the dead-unit count names its layers";
   EXPECT_EQ(j.at("zoo").size(), 15u);
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
 

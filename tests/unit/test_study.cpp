@@ -312,7 +312,7 @@ TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
   EXPECT_NE(md.find("| swiglu | learned gate: Swish(xW) ⊙ xV | two | dense | better than ReLU |"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| a fixed parameter (memory) budget, quality first | swiglu |"),
+  EXPECT_NE(md.find("| a fixed parameter (memory) budget, quality first | — | swiglu |"),
             std::string::npos)
       << md;
   // A multi-branch FFN that wins is not explained away.
@@ -321,8 +321,8 @@ TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
   EXPECT_EQ(won.find("bought nothing"), std::string::npos) << won;
   EXPECT_NE(won.find("Here the split paid"), std::string::npos) << won;
   // Sizes and tasks this run did not measure are said to be unmeasured.
-  EXPECT_NE(md.find("| model size | not measured: one size |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| task | not measured: one task |"), std::string::npos) << md;
+  EXPECT_NE(md.find("above 100B MoE | not measured: one size |"), std::string::npos) << md;
+  EXPECT_NE(md.find("extreme scale MoE | not measured: one task |"), std::string::npos) << md;
   // No training, no section.
   study::Study none;
   EXPECT_TRUE(stage("evolution").markdown(none, study::Sections(stages())).empty());

@@ -163,7 +163,7 @@ struct MoESetting {
 struct MoEResult {
   // The z-loss ablation: the MoE LM without the router z-loss, per seed, against the study's
   // runs with it (difference: without − with).
-  double z_coef = 0;
+  float z_coef = 0;  // as the router holds it (printed 0.001, not 0.0010000000474974513)
   std::optional<VariantOutcome> without_z_outcome;
   std::vector<double> with_z_bits_per_byte;
   double capacity_factor = 0;
