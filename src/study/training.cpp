@@ -357,7 +357,8 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "### Language modelling on real text\n\n"
       "Every variant as the FFN of a byte-level Transformer LM ({} layers, d_model {}, {} heads, "
       "sequence {}, pre-norm, tied head), at about equal parameters (the widths of {}'s "
-      "study table; moe: 8 experts, top-2, balancing loss 0.01, router z-loss 0.001), trained {} steps of batch {} with "
+      "study table; moe: 8 experts, top-2, balancing loss 0.01, router z-loss 0.001), trained {} "
+      "steps of batch {} with "
       "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
       "bits per byte over "
       "the whole validation part ({} bytes) after the last step. Every variant trains seeds 1 "
@@ -378,6 +379,12 @@ std::string training_markdown(const Study& st, const Sections& sec) {
   md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
                         "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
                        rows, "lrrrrrlr");
+  md += fmt::format(
+      "\ntraining_dynamics.png draws the runs over training: validation at the periodic "
+      "evaluations (on the first {} bytes of the validation part, so its last values differ "
+      "from this table's), the training loss and the gradient norm, each the mean over seeds "
+      "with a band from the lowest to the highest seed.\n",
+      t.train.eval_tokens);
   return md + "\n";
 }
 

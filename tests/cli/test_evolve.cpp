@@ -94,6 +94,12 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
     EXPECT_NE(md.find(std::string("](") + figure + ".png)"), std::string::npos) << figure;
     EXPECT_NE(md.find(std::string("**") + figure + ".png** (section "), std::string::npos)
         << figure << ": every figure has a caption naming its section";
+    // Beside the caption and the image, the text of its section refers to it.
+    std::size_t mentions = 0;
+    for (std::size_t at = md.find(std::string(figure) + ".png"); at != std::string::npos;
+         at = md.find(std::string(figure) + ".png", at + 1))
+      ++mentions;
+    EXPECT_GE(mentions, 3u) << figure << ": the section's text refers to its figure";
     EXPECT_TRUE(fs::exists(fs::path(out) / (std::string(figure) + ".gp"))) << figure;
   }
 
@@ -194,11 +200,11 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_NE(md.find("**Which bytes each expert takes.**"), std::string::npos);
   EXPECT_EQ(j.at("corrections").size(), 16u);
   // Corrections quote the tutorial's whole claim, then the finding.
-  for (const char* claim : {"\"parameters ×8, compute only +25 %, efficiency ×32!\"",
-                            "\"12\" layers", "(1000 × 16/8000)", "\"inference cost 5× lower\"",
-                            "\"the FFN expansion ratio is basically fixed at 4–5x\"",
-                            "\"GELU FFN rules models below 100B\"", "(64, 100, 512)",
-                            "ReLU ~49.96 %, GELU ~0 %"})
+  for (const char* claim :
+       {"\"parameters ×8, compute only +25 %, efficiency ×32!\"", "\"12\" layers",
+        "(1000 × 16/8000)", "\"inference cost 5× lower\"",
+        "\"the FFN expansion ratio is basically fixed at 4–5x\"",
+        "\"GELU FFN rules models below 100B\"", "(64, 100, 512)", "ReLU ~49.96 %, GELU ~0 %"})
     EXPECT_NE(md.find(claim), std::string::npos) << claim;
   EXPECT_NE(md.find("hidden units (2 layers of 128)"), std::string::npos)
       << "the dead-unit count names its layers";
