@@ -65,7 +65,7 @@ TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
   planned = 0;
   for (const Stage& s : stages()) planned += s.planned_steps(st);
   // training 3 variants (moe over the seeds); MoE: 3 balancing runs of half the steps and the
-  // warm-up ablation over the seeds; MoE at equal compute: over the headline seeds, and the
+  // z-loss ablation over the seeds; MoE at equal compute: over the headline seeds, and the
   // fine-grained configuration over the seeds; the sweep: 8 runs.
   const std::int64_t n = st.scale.train.steps, s = st.scale.seeds, h = st.scale.headline_seeds;
   EXPECT_EQ(planned, (2 * h + s) * n + (3 * (n / 2) + s * n) + (h + s) * n + 8 * n);
