@@ -21,9 +21,9 @@
 
 namespace ffnlab {
 
-double median_seconds(const std::function<void()>& f, double budget) {
+double median_seconds(const std::function<void()>& f, double budget, bool warm_up) {
   using clock = std::chrono::steady_clock;
-  f();
+  if (warm_up) f();
   std::vector<double> times;
   const auto start = clock::now();
   while (times.size() < 3 ||
@@ -57,16 +57,6 @@ nlohmann::ordered_json to_json(const LayerSpeed& s) {
           {"forward_backward_of_bare_spread", s.forward_backward_of_bare_spread},
           {"noisy", s.noisy()}};
 }
-
-namespace {
-
-// (max − min) / median of positive values.
-double spread(const std::vector<double>& v) {
-  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  return (*hi - *lo) / median(v);
-}
-
-}  // namespace
 
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
                                Precision precision, int rounds) {
@@ -102,20 +92,21 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   const double each = budget / rounds;
   std::vector<double> inf, fwd, fwdbwd, mm_fwd, mm_bwd, of_f, of_fb;
   for (int r = 0; r < rounds; ++r) {
-    inf.push_back(median_seconds([&] { ffn->forward(y, x, false); }, each));
-    fwd.push_back(median_seconds([&] { ffn->forward(y, x, true); }, each));
+    const bool cold = r == 0;
+    inf.push_back(median_seconds([&] { ffn->forward(y, x, false); }, each, cold));
+    fwd.push_back(median_seconds([&] { ffn->forward(y, x, true); }, each, cold));
     fwdbwd.push_back(median_seconds(
         [&] {
           ffn->forward(y, x, true);
           ffn->backward(dx, dy);
         },
-        each));
+        each, cold));
     mm_fwd.push_back(median_seconds(
         [&] {
           matmul(a, xr, Trans::no, w_in, Trans::yes, plain);
           matmul(out, h, Trans::no, w_out, Trans::yes, plain);
         },
-        each));
+        each, cold));
     mm_bwd.push_back(median_seconds(
         [&] {
           matmul(h, dyr, Trans::no, w_out, Trans::no, plain);
@@ -123,7 +114,7 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
           matmul(out, a, Trans::no, w_in, Trans::no, plain);
           matmul(dw_in, a, Trans::yes, xr, Trans::no, acc);
         },
-        each));
+        each, cold));
     // This round's ratios: the layer's rate over the bare products' rate, timed together.
     of_f.push_back((flops_f / fwd.back()) / (bare_f / mm_fwd.back()));
     of_fb.push_back(((flops_f + flops_b) / fwdbwd.back()) /
@@ -143,8 +134,8 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   s.bare_forward_backward_gflops = (bare_f + bare_b) / median(mm_fb) / 1e9;
   s.forward_of_bare = median(of_f);
   s.forward_backward_of_bare = median(of_fb);
-  s.forward_of_bare_spread = spread(of_f);
-  s.forward_backward_of_bare_spread = spread(of_fb);
+  s.forward_of_bare_spread = interquartile_spread(of_f);
+  s.forward_backward_of_bare_spread = interquartile_spread(of_fb);
   return s;
 }
 

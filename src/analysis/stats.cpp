@@ -37,6 +37,13 @@ double median(std::vector<double> v) {
   return *mid;
 }
 
+double interquartile_spread(std::vector<double> v) {
+  if (v.size() < 2) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t q = v.size() / 4;
+  return (v[v.size() - 1 - q] - v[q]) / median(v);
+}
+
 bool MeanInterval::defined() const {
   return n >= 2;
 }

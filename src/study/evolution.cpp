@@ -94,22 +94,26 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
             "split over more, narrower paths, and the split bought nothing measurable here (a "
             "reading of this run, not a measurement of why the field chose).");
   const VariantOutcome* moe = t.find("moe");
-  const MoEAxisRow* compute = r.moe_axes ? r.moe_axes->find("moe_compute") : nullptr;
+  const MoEAxisRow* fine = r.moe_axes ? r.moe_axes->find(kHeadlineMoE) : nullptr;
+  const MoEAxisRow* topk = r.moe_axes ? r.moe_axes->find("moe_compute") : nullptr;
   const MoEAxisRow* relu_row = r.moe_axes ? r.moe_axes->find("relu") : nullptr;
   md += fmt::format(
       "4. **Dense → MoE: each token uses a few of many experts.** MoE trades memory for "
       "compute: more parameters held, the same or fewer used per token. At equal total "
       "parameters (a token runs {} of the FFN's parameters) the MoE LM is {}. At ReLU's "
-      "compute per token, with {} the LM's parameters, it is {} ({}).\n\n",
+      "compute per token, with {} the LM's parameters, the fine-grained MoE with a shared "
+      "expert (16 experts, top-3, 1 shared) is {}; 8 experts with top-2 at the same compute "
+      "is {} ({}).\n\n",
       r.moe_axes && r.moe_axes->find("moe")
           ? percent(static_cast<double>(r.moe_axes->find("moe")->ffn_active) /
                     static_cast<double>(r.moe_axes->find("moe")->ffn_params))
           : "a fraction",
       measured(moe),
-      compute && relu_row ? fmt::format("{:.2f}×", static_cast<double>(compute->params) /
-                                                       static_cast<double>(relu_row->params))
-                          : "more",
-      compute ? measured(&compute->outcome) : "not trained in this run", sec.ref("moe_axes"));
+      fine && relu_row ? fmt::format("{:.2f}×", static_cast<double>(fine->params) /
+                                                    static_cast<double>(relu_row->params))
+                       : "more",
+      fine ? measured(&fine->outcome) : "not trained in this run",
+      topk ? measured(&topk->outcome) : "not trained in this run", sec.ref("moe_axes"));
   return md;
 }
 
@@ -171,22 +175,23 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
                         : "ReLU (nothing measurably better)",
                     "the equal-parameter verdicts (" + sec.ref("training") + "), rule 1 of " +
                         sec.ref("recommendations")});
-    rows.push_back({"a fixed compute budget per token", kTutorialBudget,
-                    c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied)
-                                     : "not decided",
-                    "FLOPs per token from " + sec.ref("costs") + ", rule 2"});
+    rows.push_back(
+        {"a fixed compute budget per token", kTutorialBudget,
+         c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied) : "not decided",
+         "FLOPs per token from " + sec.ref("costs") + ", rule 2"});
     rows.push_back({"training throughput on this machine", "—",
                     c->best_per_second.empty() ? "not decided (noisy)" : c->best_per_second,
                     "tokens per second as a ratio to ReLU's, rule 3"});
     if (c->moe && c->moe->at_equal_compute) {
       const VariantOutcome& o = *c->moe->at_equal_compute;
-      rows.push_back({"memory to spare, compute fixed (MoE's case)",
-                      "MoE \"at extreme scale\" and above 100B parameters",
-                      o.verdict == Verdict::better ? "MoE at equal compute"
-                      : o.verdict == Verdict::worse
-                          ? "the dense FFN (MoE at equal compute was worse here)"
-                          : "not decided by these seeds",
-                      "MoE at equal compute, " + sec.ref("moe_axes")});
+      rows.push_back(
+          {"memory to spare, compute fixed (MoE's case)",
+           "MoE \"at extreme scale\" and above 100B parameters",
+           o.verdict == Verdict::better ? "MoE at equal compute, " + c->moe->at_equal_compute_design
+           : o.verdict == Verdict::worse ? "the dense FFN (MoE at equal compute, " +
+                                               c->moe->at_equal_compute_design + ", was worse here)"
+                                         : std::string("not decided by these seeds"),
+           "MoE at equal compute, " + sec.ref("moe_axes")});
     }
   }
   rows.push_back(

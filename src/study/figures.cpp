@@ -329,8 +329,8 @@ void draw_moe_specialisation(const Study& st) {
         const double share = layers[l].share(e, c), base = layers[l].base_share(c);
         // A class the census never saw, or an expert no token reached: no preference (white).
         const double lift = base == 0 || layers[l].of_expert(e) == 0 ? 0.0
-                            : share > 0                               ? std::log2(share / base)
-                                                                      : -4.0;
+                            : share > 0                              ? std::log2(share / base)
+                                                                     : -4.0;
         csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.4f}\n", l, e, c, share, base,
                            std::max(-4.0, std::min(4.0, lift)));
       }

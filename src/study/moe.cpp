@@ -77,7 +77,8 @@ std::string specialisation_markdown(const std::vector<ExpertSpecialisation>& lay
       "over the census tokens: every assignment of a byte to an expert is counted under the "
       "byte's class ({}). Each cell names the class the expert takes most often relative to the "
       "data (among the classes that make up at least 1 % of its assignments), with its share of "
-      "the expert's assignments beside that class's share of all assignments. The last row is the mutual information between expert and class: 0 when "
+      "the expert's assignments beside that class's share of all assignments. The last row is the "
+      "mutual information between expert and class: 0 when "
       "the router ignores the class, at most the class entropy ({:.2f} bits). "
       "moe_specialisation.png shows every expert and class.\n\n",
       [] {
@@ -285,7 +286,8 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
         "z-loss, {}·mean(logsumexp(logits)²), which keeps the router's logits small. Without it, "
         "some initialisations of this MoE LM leave the early loss plateau about a hundred steps "
         "after the others and end about 0.1 bits/byte behind them, outside the dense variants' "
-        "spread (docs/training.md: one seed in five, and the diagnosis). This run measures it on its "
+        "spread (docs/training.md: one seed in five, and the diagnosis). This run measures it on "
+        "its "
         "own seeds: the same MoE LM (equal total parameters, dropless) without the z-loss, every "
         "seed, against {}'s runs with it:\n\n"
         "| router z-loss | bits/byte per seed | mean | spread (max − min) |\n"

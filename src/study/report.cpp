@@ -93,8 +93,8 @@ void run_corrections(Study& st) {
         "yet after training {} of its {} hidden units ({} layers of {}) are dead (zero on every "
         "census token) — {}; the smooth gates have no exact zeros at all, and MoE's 75 % is the "
         "experts a token skips by design",
-        percent(zi), dead_units, units, layers->size(),
-        layers->empty() ? 0 : layers->front().units, sec.ref("sparsity"));
+        percent(zi), dead_units, units, layers->size(), layers->empty() ? 0 : layers->front().units,
+        sec.ref("sparsity"));
   }
   const double silu_min = r.sparsity ? r.sparsity->silu_min : NAN;
   const double moe_over_expert = r.costs ? r.costs->moe_forward_matmul_over_one_expert() : NAN;
@@ -234,6 +234,13 @@ std::vector<std::string> names_after_first(const std::vector<const VariantOutcom
   return out;
 }
 
+// "fine-grained, 16 experts, top-3, 1 shared" of a moe_axes row's "equal active compute: ...".
+std::string design_of(std::string_view description) {
+  constexpr std::string_view kPrefix = "equal active compute: ";
+  if (description.substr(0, kPrefix.size()) == kPrefix) description.remove_prefix(kPrefix.size());
+  return std::string(description);
+}
+
 }  // namespace
 
 void run_recommendations(Study& st) {
@@ -320,10 +327,16 @@ void run_recommendations(Study& st) {
     }
     const MoEAxisRow* relu_row = r.moe_axes ? r.moe_axes->find("relu") : nullptr;
     if (relu_row && relu_row->params > 0)
-      if (const MoEAxisRow* c = r.moe_axes->find("moe_compute")) {
+      if (const MoEAxisRow* c = r.moe_axes->find(kHeadlineMoE)) {
         m.at_equal_compute = c->outcome;
+        m.at_equal_compute_design = design_of(c->description);
         m.compute_params_over_relu =
             static_cast<double>(c->params) / static_cast<double>(relu_row->params);
+        for (const MoEAxisRow& other : r.moe_axes->rows)
+          if (other.name != kHeadlineMoE && other.name != "relu" && other.name != "moe") {
+            m.at_equal_compute_other = other.outcome;
+            m.at_equal_compute_other_design = design_of(other.description);
+          }
       }
     out.moe = m;
   }
@@ -345,14 +358,20 @@ json recommendations_json(const Results& r) {
       const Finding f = c.moe->finding;
       out["moe_pays_off"] =
           f == Finding::undecided ? json(nullptr) : json(f != Finding::does_not_pay_off);
-      if (c.moe->at_equal_compute)
+      if (c.moe->at_equal_compute) {
         out["moe_at_equal_compute"] = verdict_text(c.moe->at_equal_compute->verdict);
+        out["moe_at_equal_compute_design"] = c.moe->at_equal_compute_design;
+      }
+      if (c.moe->at_equal_compute_other) {
+        out["moe_at_equal_compute_other"] = verdict_text(c.moe->at_equal_compute_other->verdict);
+        out["moe_at_equal_compute_other_design"] = c.moe->at_equal_compute_other_design;
+      }
     }
     return out;
   });
 }
 
-std::string recommendations_markdown(const Study& st, const Sections&) {
+std::string recommendations_markdown(const Study& st, const Sections& sec) {
   std::string md = "Derived from this run's numbers by the rules stated in each line.\n\n";
   if (!st.results.recommendations) return md + "No LM training in this run: no recommendation.\n\n";
   const Recommendations& c = *st.results.recommendations;
@@ -482,12 +501,22 @@ std::string recommendations_markdown(const Study& st, const Sections&) {
               "decide it";
       }
       md += fmt::format(
-          "- **MoE at equal compute:** with ReLU's active FLOPs per token and {:.1f}× the LM's "
-          "parameters, it trains at {} tokens/s ({:.2f}× ReLU's{}); its paired difference to "
-          "ReLU is {} bits/byte. Rule: the training stage's verdict. Finding: {}.\n",
-          m.compute_params_over_relu, thousands(static_cast<std::int64_t>(o.tokens_per_second)),
-          o.tokens_per_second_over_relu, o.tokens_per_second_noisy ? ", noisy" : "",
-          difference_cell(o), what);
+          "- **MoE at equal compute** ({}): with ReLU's active FLOPs per token and {:.1f}× the "
+          "LM's parameters, it trains at {} tokens/s ({:.2f}× ReLU's{}); its paired difference "
+          "to ReLU is {} bits/byte over {} seeds. Rule: the training stage's verdict. Finding: "
+          "{}.",
+          m.at_equal_compute_design, m.compute_params_over_relu,
+          thousands(static_cast<std::int64_t>(o.tokens_per_second)), o.tokens_per_second_over_relu,
+          o.tokens_per_second_noisy ? ", noisy" : "", difference_cell(o),
+          o.val_bits_per_byte.size(), what);
+      if (m.at_equal_compute_other)
+        md += fmt::format(
+            " The other design at that compute ({}) is {} over {} seeds ({} bits/byte): "
+            "reported in {}, not a basis of this finding.",
+            m.at_equal_compute_other_design, verdict_text(m.at_equal_compute_other->verdict),
+            m.at_equal_compute_other->val_bits_per_byte.size(),
+            difference_cell(*m.at_equal_compute_other), sec.ref("moe_axes"));
+      md += "\n";
     }
   }
   return md + "\n";

@@ -91,7 +91,8 @@ std::string speed_markdown(const Study& st, const Sections&) {
       "experts over all tokens): what the layer loses to its elementwise passes, routing and "
       "bookkeeping. The layer and its bare products are timed in {} alternating rounds, so that "
       "load on the machine falls on both; a ratio is the median of the rounds' ratios. A ratio "
-      "above {} or whose rounds spread by more than {} (max − min over the median) is shown as "
+      "above {} or whose rounds spread by more than {} (the interquartile range of the rounds' "
+      "ratios over their median) is shown as "
       "noisy: the measurement decided it, not the layer, and no conclusion rests on it{}.\n\n",
       r.d_model, r.d_ff, r.tokens, r.variants.empty() ? 0 : r.variants.front().second.rounds,
       percent(kMaxOfBare, 0), percent(kMaxSpread, 0),

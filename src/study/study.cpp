@@ -66,7 +66,7 @@ Scale make_scale(const Options& o) {
 }
 
 bool is_headline(std::string_view label) {
-  return label == "relu" || label == "swiglu" || label == "moe_compute";
+  return label == "relu" || label == "swiglu" || label == kHeadlineMoE;
 }
 
 int seeds_of(const Scale& s, std::string_view label) {

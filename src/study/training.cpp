@@ -362,7 +362,8 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
       "bits per byte over "
       "the whole validation part ({} bytes) after the last step. Every variant trains seeds 1 "
-      "to {}; ReLU and SwiGLU, the comparison the report headlines, seeds 1 to {}. Seeds are "
+      "to {}; ReLU and SwiGLU, headline comparisons (with MoE at equal compute, {}), "
+      "seeds 1 to {}. Seeds are "
       "paired: seed s gives every variant the same batches and the same initial embedding, "
       "attention and head (each matrix drawn from its own stream of the seed), so a variant is "
       "compared with ReLU's runs of its own seeds. **Rules, fixed before the run:** the paired "
@@ -375,7 +376,7 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "promise). Not measurably worse is never read as as good.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
       t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
-      t.seeds, t.headline_seeds, t.margin);
+      t.seeds, sec.ref("moe_axes"), t.headline_seeds, t.margin);
   md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
                         "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
                        rows, "lrrrrrlr");

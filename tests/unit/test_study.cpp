@@ -66,7 +66,7 @@ TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
   for (const Stage& s : stages()) planned += s.planned_steps(st);
   // training 3 variants (moe over the seeds); MoE: 3 balancing runs of half the steps and the
   // z-loss ablation over the seeds; MoE at equal compute: over the headline seeds, and the
-  // fine-grained configuration over the seeds; the sweep: 8 runs.
+  // other configuration (8 experts, top-2) over the seeds; the sweep: 8 runs.
   const std::int64_t n = st.scale.train.steps, s = st.scale.seeds, h = st.scale.headline_seeds;
   EXPECT_EQ(planned, (2 * h + s) * n + (3 * (n / 2) + s * n) + (h + s) * n + 8 * n);
 }
@@ -127,6 +127,12 @@ TEST(Stats, MeanStandardDeviationsAndMedian) {
   EXPECT_EQ(median({3, 1, 2}), 2.0);
   EXPECT_EQ(median({4, 1, 3, 2}), 3.0);  // the upper of the two middle values: one measured
   EXPECT_TRUE(std::isnan(median({})));
+  // The interquartile spread: one disturbed round on either side barely moves it; max − min
+  // over the median would be 0.5 here.
+  EXPECT_DOUBLE_EQ(interquartile_spread({1.0, 0.98, 1.02, 1.5, 1.01, 0.99, 1.0}),
+                   (1.02 - 0.99) / 1.0);
+  EXPECT_DOUBLE_EQ(interquartile_spread({0.9, 1.0, 1.1}), (1.1 - 0.9) / 1.0);  // n/4 = 0: all
+  EXPECT_EQ(interquartile_spread({2.0}), 0.0);
 }
 
 TEST(CostJson, OneSchemaForEveryWriter) {
@@ -365,13 +371,19 @@ TEST(Recommendations, MoEAtEqualComputeAndNoisyThroughput) {
                 outcome("moe", 3.00, study::Verdict::equivalent, 120)};
   st.results.training = t;
   study::MoEAxesResult axes;
-  study::MoEAxisRow relu, compute;
+  study::MoEAxisRow relu, compute, fine;
   relu.name = "relu";
   relu.params = 1000;
+  // The finding rests on the headline design (fine-grained); the other is reported beside it.
   compute.name = "moe_compute";
-  compute.params = 2500;
-  compute.outcome = outcome("moe_compute", 2.95, study::Verdict::better, 80);
-  axes.rows = {relu, compute};
+  compute.description = "equal active compute: 8 experts, top-2";
+  compute.params = 2600;
+  compute.outcome = outcome("moe_compute", 3.01, study::Verdict::inconclusive, 80);
+  fine.name = std::string(study::kHeadlineMoE);
+  fine.description = "equal active compute: fine-grained, 16 experts, top-3, 1 shared";
+  fine.params = 2500;
+  fine.outcome = outcome(fine.name, 2.95, study::Verdict::better, 80);
+  axes.rows = {relu, compute, fine};
   st.results.moe_axes = axes;
   const Stage& rec = stage("recommendations");
   const study::Sections sec(stages());
@@ -380,15 +392,24 @@ TEST(Recommendations, MoEAtEqualComputeAndNoisyThroughput) {
   EXPECT_EQ(j["best_per_second"], "swiglu");
   EXPECT_EQ(j["moe_pays_off"], true);
   EXPECT_EQ(j["moe_at_equal_compute"], "better than ReLU");
+  EXPECT_EQ(j["moe_at_equal_compute_design"], "fine-grained, 16 experts, top-3, 1 shared");
+  EXPECT_EQ(j["moe_at_equal_compute_other"], "inconclusive");
   std::string md = rec.markdown(st, sec);
+  EXPECT_NE(md.find("**MoE at equal compute** (fine-grained, 16 experts, top-3, 1 shared)"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("better than ReLU at the same FLOPs per token"), std::string::npos) << md;
   EXPECT_NE(md.find("2.5× the LM's parameters"), std::string::npos) << md;
+  EXPECT_NE(md.find("The other design at that compute (8 experts, top-2) is inconclusive"),
+            std::string::npos)
+      << md;
 
   // Noisy throughput: swiglu leaves the per-second rule, and MoE's "on cost" is undecided.
   auto& v = st.results.training->variants;
   v[1].tokens_per_second_noisy = true;
   v[2].tokens_per_second_noisy = true;
-  st.results.moe_axes->rows[1].outcome.verdict = study::Verdict::inconclusive;
+  st.results.moe_axes->rows[2].outcome.verdict = study::Verdict::inconclusive;
+  st.results.moe_axes->rows[1].outcome.verdict = study::Verdict::better;  // never the basis
   rec.run(st);
   j = rec.to_json(st.results);
   EXPECT_EQ(j["best_per_second"], "relu");

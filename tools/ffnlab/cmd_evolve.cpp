@@ -72,7 +72,8 @@ void add_evolve_command(CLI::App& app) {
       ->check(int_in(1, 1000));
   cmd->add_option("--headline-seeds", o->study.headline_seeds,
                   "LM seeds of the comparisons the report headlines: ReLU, SwiGLU and MoE at "
-                  "equal compute (default 5; --quick 3; at least --seeds)")
+                  "equal compute, fine-grained with a shared expert (default 5; --quick 3; at "
+                  "least --seeds)")
       ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));

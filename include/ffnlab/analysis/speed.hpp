@@ -13,8 +13,9 @@
 
 namespace ffnlab {
 
-// Median seconds per call of f over about `budget` seconds (at least 3 calls) after one warm-up.
-double median_seconds(const std::function<void()>& f, double budget);
+// Median seconds per call of f over about `budget` seconds (at least 3 calls), after one
+// warm-up call unless f is already warm.
+double median_seconds(const std::function<void()>& f, double budget, bool warm_up = true);
 
 // Measured in alternating rounds: each round times the layer and its bare products one after
 // the other, so that load on the machine lands on both sides of a round's ratio; the times are
@@ -28,7 +29,7 @@ struct LayerSpeed {
   double bare_forward_gflops = 0, bare_forward_backward_gflops = 0;
   int rounds = 0;
   // The layer's rate over its bare products' rate: the median of the rounds' ratios, and their
-  // spread ((max − min) / median over the rounds).
+  // spread (interquartile_spread: the interquartile range over the median).
   double forward_of_bare = 0, forward_backward_of_bare = 0;
   double forward_of_bare_spread = 0, forward_backward_of_bare_spread = 0;
   // A ratio above kMaxOfBare, or a spread above kMaxSpread: the measurement, not the layer,
@@ -45,9 +46,10 @@ inline constexpr double kMaxOfBare = 1.05, kMaxSpread = 0.10;
 // fields by their names, and "noisy".
 nlohmann::ordered_json to_json(const LayerSpeed& speed);
 
-// `budget` seconds per measurement in all, split over `rounds` alternating rounds.
+// `budget` seconds per measurement in all, split over `rounds` alternating rounds (the first
+// one warms every measurement up).
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
-                               Precision precision = Precision::f32, int rounds = 5);
+                               Precision precision = Precision::f32, int rounds = 7);
 
 // The machine's memory read bandwidth in bytes/s: the median time of a parallel sum over
 // `bytes` of memory (far larger than the caches), with the current OpenMP threads.

@@ -16,6 +16,10 @@ double population_std(std::span<const double> values);
 // The upper median (the middle value of an odd count, the upper of the two middle ones of an
 // even count: always a value that was measured); NaN for no values.
 double median(std::vector<double> values);
+// The interquartile range over the median, (Q3 − Q1) / median, with the quartiles measured
+// values (ranks n/4 and n − 1 − n/4 of the sorted values: for 7 values the 2nd and the 6th), so
+// that one disturbed value on either side moves it little; 0 for fewer than two values.
+double interquartile_spread(std::vector<double> values);
 
 // The mean of n values and its two-sided confidence interval at `level` from Student's t with
 // n − 1 degrees of freedom: mean ± t·s/√n (s the sample standard deviation). With fewer than two

@@ -133,7 +133,7 @@ struct TrainingResult {
   LMConfig model;
   TrainConfig train;
   int seeds = 0;           // every variant's
-  int headline_seeds = 0;  // ReLU's and SwiGLU's (is_headline)
+  int headline_seeds = 0;  // ReLU's, SwiGLU's and the headline MoE's (is_headline)
   double margin = 0;       // the equivalence margin in bits per byte, stated before the run
   std::int64_t validation_bytes = 0;
   std::vector<VariantOutcome> variants;
@@ -254,10 +254,15 @@ struct Recommendations {
     // worse, or equivalent and not faster; undecided: the comparison is inconclusive.
     enum class Finding { pays_off, pays_off_on_cost, does_not_pay_off, undecided };
     Finding finding = Finding::undecided;
-    // At ReLU's active compute (the moe_axes stage, when it ran): the paired comparison with
-    // ReLU, its parameters over ReLU's (the LM's), and its training throughput.
+    // At ReLU's active compute (the moe_axes stage, when it ran): the headline MoE's
+    // (kHeadlineMoE) paired comparison with ReLU, what it is, and its parameters over ReLU's
+    // (the LM's); beside it the other design at that compute (8 experts, top-2), reported and
+    // never the basis of the finding.
     std::optional<VariantOutcome> at_equal_compute;
+    std::string at_equal_compute_design;
     double compute_params_over_relu = 0;
+    std::optional<VariantOutcome> at_equal_compute_other;
+    std::string at_equal_compute_other_design;
   };
   std::optional<MoE> moe;  // when MoE was trained
 };

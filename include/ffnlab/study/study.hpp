@@ -60,7 +60,11 @@ struct Scale {
 };
 Scale make_scale(const Options& options);
 
-// The LM configurations whose comparisons the report headlines (train headline_seeds seeds).
+// The MoE the report headlines at equal active compute: fine-grained with a shared expert
+// (DeepSeekMoE's design, the field's current one), "moe_fine_shared" of the moe_axes stage.
+inline constexpr std::string_view kHeadlineMoE = "moe_fine_shared";
+// The LM configurations whose comparisons the report headlines (train headline_seeds seeds):
+// ReLU, SwiGLU and kHeadlineMoE.
 bool is_headline(std::string_view label);
 // The seeds a configuration of the study trains: headline_seeds for the headline ones.
 int seeds_of(const Scale& scale, std::string_view label);
