@@ -30,21 +30,25 @@ def _progress(progress):
     return progress or None
 
 
-def evolve(out="report", *, quick=False, seeds=None, headline_seeds=None, steps=None,
-           variants=None, data=None, sweep=False, margin=None, progress=True):
+def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=None,
+           steps=None, variants=None, data=None, sweep=False, margin=None, progress=True):
     """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
     `out`: REPORT.md, results.json, the figures and their CSV. Returns the results as a dict
     (the schema of results.json, docs/evolve.md).
 
-    quick: small models and few steps (checks the pipeline). seeds, steps: per LM run (None:
-    the defaults, 3 and 600; quick 2 and 40). headline_seeds: the seeds of ReLU, SwiGLU and MoE
-    at equal compute, the comparisons the report headlines (None: 5; quick 3). variants: a list that includes "relu" (None:
-    every variant). data: a text file or a folder (None: the default corpus). sweep: also the
-    d_ff / d_model sweep. margin: the equivalence margin in bits/byte (None: 0.02). progress: True for a text bar, False for none, or a callable
+    quick: small models and few steps (checks the pipeline). full: the whole study (every
+    variant, MoE with top-2 at equal compute, the router z-loss ablation), as
+    `ffnlab evolve --full`. seeds, steps: per LM run (None: the defaults, 3 and 600; quick 2
+    and 40). headline_seeds: the seeds of ReLU, SwiGLU and MoE at equal compute, the comparisons
+    the report headlines (None: 5; quick 3). variants: a list that includes "relu" (None: relu,
+    gelu, swiglu, gated, moe; with full, every variant). data: a text file or a folder (None:
+    the default corpus). sweep: also the d_ff / d_model sweep. margin: the equivalence margin in
+    bits/byte (None: 0.02). progress: True for a text bar, False for none, or a callable
     progress(kind, done, planned, text, eta_seconds). Ctrl-C stops it (KeyboardInterrupt);
     nothing is written then, and an earlier report in `out` is kept.
     """
-    options = dict(out=str(out), quick=quick, seeds=seeds, headline_seeds=headline_seeds,
+    options = dict(out=str(out), quick=quick, full=full, seeds=seeds,
+                   headline_seeds=headline_seeds,
                    steps=steps, sweep=sweep, margin=margin,
                    variants=list(variants) if variants is not None else None,
                    data=str(data) if data is not None else None)

@@ -348,6 +348,8 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       o.quick = v.cast<bool>();
     else if (key == "sweep")
       o.sweep = v.cast<bool>();
+    else if (key == "full")
+      o.full = v.cast<bool>();
     else if (key == "seeds")
       o.seeds = v.cast<int>();
     else if (key == "headline_seeds")

@@ -146,6 +146,18 @@ def test_evolve_returns_results_json_and_writes_the_report(corpus, tmp_path):
     assert (out / "training_dynamics.png").stat().st_size > 10000
 
 
+def test_evolve_full_adds_the_top2_moe_at_equal_compute_and_the_z_loss_ablation(corpus, tmp_path):
+    def study(name, **full):
+        return ffnlab.evolve(tmp_path / name, quick=True, seeds=1, headline_seeds=1, steps=4,
+                             variants=["relu", "moe"], data=corpus, progress=False, **full)
+    default, full = study("default"), study("full", full=True)
+    assert "moe_compute" not in default["moe_axes"]["rows"]
+    assert "z_loss_ablation" not in default["moe"]
+    assert set(full["moe_axes"]["rows"]) == {"relu", "moe", "moe_compute", "moe_fine_shared"}
+    assert len(full["moe"]["z_loss_ablation"]["without_z_loss_val_bits_per_byte"]) == 1
+    assert "`ffnlab.evolve --quick --full --seeds 1" in (tmp_path / "full" / "REPORT.md").read_text()
+
+
 def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):
     out = tmp_path / "report"
     ffnlab.evolve(out, quick=True, seeds=1, steps=2, variants=["relu"], data=corpus,

@@ -16,7 +16,7 @@ namespace {
 
 // "worse than ReLU by +0.075 [+0.05, +0.10] bits/byte", "inconclusive against ReLU (...)".
 std::string measured(const VariantOutcome* o) {
-  if (!o) return "not trained in this run";
+  if (!o) return "not trained in this run (`ffnlab evolve --full` trains every variant)";
   switch (o->verdict) {
     case Verdict::better:
     case Verdict::worse:
@@ -29,7 +29,7 @@ std::string measured(const VariantOutcome* o) {
     case Verdict::reference:
       return "the reference";
     default:
-      return fmt::format("not separable from ReLU by these seeds ({} bits/byte; {})",
+      return fmt::format("not separable from ReLU by these seeds: {} bits/byte, {}",
                          difference_cell(*o), verdict_cell(*o));
   }
 }
@@ -68,15 +68,34 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
       "non-zero for negative inputs too. What the smoothness bought here: GELU is {}.\n",
       dead_text(s, "relu"), sec.ref("sparsity"), dead_text(s, "gelu"), measured(t.find("gelu")));
   const VariantOutcome* swiglu = t.find("swiglu");
+  // The GLU family by gate; the members this run did not train are named once, together.
+  struct Gate {
+    const char* variant;
+    const char* gate;
+  };
+  static const Gate kGates[] = {{"reglu", "a ReLU gate"},
+                                {"geglu", "a GELU gate"},
+                                {"swiglu", "a Swish gate"},
+                                {"glu", "the original GLU's sigmoid gate"},
+                                {"bilinear", "no activation at all (bilinear)"}};
+  std::string family;
+  std::vector<std::string> untrained;
+  for (const Gate& g : kGates) {
+    if (const VariantOutcome* o = t.find(g.variant))
+      family += fmt::format(" With {}, {} is {}.", g.gate, g.variant, measured(o));
+    else
+      untrained.push_back(g.variant);
+  }
+  if (!untrained.empty())
+    family += fmt::format(" Not trained in this run: {} (`ffnlab evolve --full` trains the whole "
+                          "family).",
+                          fmt::join(untrained, ", "));
   md += fmt::format(
       "2. **GELU → GLU: a gate computed from the input.** The hidden value becomes act(xW) ⊙ xV: "
       "a second projection decides, per token and unit, how much passes. At equal parameters "
-      "the gate costs width ({} hidden units instead of ReLU's {}). With a ReLU, GELU or Swish "
-      "gate: reglu is {}; geglu is {}; swiglu is {}. With the original GLU's sigmoid gate: {}. "
-      "With no activation at all (bilinear): {}.\n",
+      "the gate costs width ({} hidden units instead of ReLU's {}).{}\n",
       swiglu ? std::to_string(swiglu->d_ff) : "?", relu ? std::to_string(relu->d_ff) : "?",
-      measured(t.find("reglu")), measured(t.find("geglu")), measured(swiglu),
-      measured(t.find("glu")), measured(t.find("bilinear")));
+      family);
   const CostRow* gated_cost = r.costs ? r.costs->tutorial_row("gated") : nullptr;
   const CostRow* relu_cost = r.costs ? r.costs->tutorial_row("relu") : nullptr;
   md += fmt::format(
@@ -98,22 +117,24 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   const MoEAxisRow* topk = r.moe_axes ? r.moe_axes->find("moe_compute") : nullptr;
   const MoEAxisRow* relu_row = r.moe_axes ? r.moe_axes->find("relu") : nullptr;
   md += fmt::format(
-      "4. **Dense → MoE: each token uses a few of many experts.** MoE trades memory for "
+      "4. **Dense → MoE: each token uses a few of many experts** ({}). MoE trades memory for "
       "compute: more parameters held, the same or fewer used per token. At equal total "
       "parameters (a token runs {} of the FFN's parameters) the MoE LM is {}. At ReLU's "
       "compute per token, with {} the LM's parameters, the fine-grained MoE with a shared "
-      "expert (16 experts, top-3, 1 shared) is {}; 8 experts with top-2 at the same compute "
-      "is {} ({}).\n\n",
+      "expert (16 experts, top-3, 1 shared) is {}. {}\n\n",
+      sec.ref("moe_axes"),
       r.moe_axes && r.moe_axes->find("moe")
           ? percent(static_cast<double>(r.moe_axes->find("moe")->ffn_active) /
                     static_cast<double>(r.moe_axes->find("moe")->ffn_params))
           : "a fraction",
       measured(moe),
-      fine && relu_row ? fmt::format("{:.2f}×", static_cast<double>(fine->params) /
+      fine && relu_row ? fmt::format("{:.1f}×", static_cast<double>(fine->params) /
                                                     static_cast<double>(relu_row->params))
                        : "more",
       fine ? measured(&fine->outcome) : "not trained in this run",
-      topk ? measured(&topk->outcome) : "not trained in this run", sec.ref("moe_axes"));
+      topk ? fmt::format("8 experts with top-2 at the same compute is {}.",
+                         measured(&topk->outcome))
+           : "8 experts with top-2 at the same compute trains with `ffnlab evolve --full`.");
   return md;
 }
 

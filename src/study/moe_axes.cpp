@@ -5,7 +5,7 @@
 // fine-grained with a shared expert (DeepSeekMoE): 16 experts of a quarter of ReLU's width, top-3,
 // and one shared expert of a quarter, the same active compute again. (c), the field's current
 // design, is the one the report headlines (kHeadlineMoE: headline seeds); (b) trains the other
-// seeds. Each against ReLU, paired by seed, with the training stage's rules; the figure places
+// seeds, with --full only. The runs train in the training stage's pool (moe_axes_jobs). Each against ReLU, paired by seed, with the training stage's rules; the figure places
 // every variant by parameters and by FLOPs per token.
 #include <fmt/format.h>
 
@@ -68,18 +68,51 @@ MoEAxisRow axis_row(const Study& st, const std::string& name, const std::string&
   return row;
 }
 
+// The configurations at equal active compute this run trains: the headline one, and with --full
+// the top-2 one too.
+std::vector<Axis> trained_axes(const Study& st) {
+  if (st.options.full) return {kCompute, kFine};
+  return {kFine};
+}
+
 }  // namespace
 
 std::int64_t moe_axes_steps(const Study& st) {
   if (!st.has_variant("moe")) return 0;
-  return st.scale.train.steps *
-         (seeds_of(st.scale, kCompute.name) + seeds_of(st.scale, kFine.name));
+  std::int64_t runs = 0;
+  for (const Axis& a : trained_axes(st)) runs += seeds_of(st.scale, a.name);
+  return st.scale.train.steps * runs;
+}
+
+std::vector<RunJob> moe_axes_jobs(const Study& st) {
+  std::vector<RunJob> jobs;
+  if (!st.has_variant("moe")) return jobs;
+  TrainConfig settings = st.scale.train;
+  settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
+  for (int seed = 1; seed <= st.scale.headline_seeds; ++seed)
+    for (const Axis& a : trained_axes(st)) {
+      if (seed > seeds_of(st.scale, a.name)) continue;
+      RunJob job;
+      job.model = st.scale.model;
+      job.model.ffn = axis_ffn(a.name, st.scale.model.d_model);
+      job.seed = static_cast<std::uint64_t>(seed);
+      job.label = a.name;
+      job.settings = settings;
+      jobs.push_back(std::move(job));
+    }
+  return jobs;
 }
 
 void run_moe_axes(Study& st) {
   if (!st.has_variant("moe") || !st.results.training) return;
-  st.stage(fmt::format("MoE at equal active compute: 2 configurations, {} and {} seeds",
-                       seeds_of(st.scale, kCompute.name), seeds_of(st.scale, kFine.name)));
+  const std::vector<Axis> axes = trained_axes(st);
+  st.stage(axes.size() == 1
+               ? fmt::format("MoE at equal active compute: {} seeds (trained with the training "
+                             "stage's runs)",
+                             seeds_of(st.scale, kFine.name))
+               : fmt::format("MoE at equal active compute: 2 configurations, {} and {} seeds "
+                             "(trained with the training stage's runs)",
+                             seeds_of(st.scale, kCompute.name), seeds_of(st.scale, kFine.name)));
   const std::int64_t D = st.scale.model.d_model;
   const double margin = st.results.training->margin;
   const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
@@ -93,23 +126,7 @@ void run_moe_axes(Study& st) {
   r.outcome = *st.results.training->find("moe");
   out.rows.push_back(std::move(r));
 
-  // Both configurations' runs at once (seed-major), then a row each.
-  const std::vector<Axis> axes{kCompute, kFine};
-  TrainConfig settings = st.scale.train;
-  settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
-  std::vector<RunJob> jobs;
-  for (int seed = 1; seed <= st.scale.headline_seeds; ++seed)
-    for (const Axis& a : axes) {
-      if (seed > seeds_of(st.scale, a.name)) continue;
-      RunJob job;
-      job.model = st.scale.model;
-      job.model.ffn = axis_ffn(a.name, D);
-      job.seed = static_cast<std::uint64_t>(seed);
-      job.label = a.name;
-      job.settings = settings;
-      jobs.push_back(std::move(job));
-    }
-  const std::vector<RunRecord> runs = train_runs(st, std::move(jobs));
+  const std::vector<RunRecord>& runs = st.axes_runs;
   std::vector<double> compute;
   for (const Axis& a : axes) {
     const FFNConfig ffn = axis_ffn(a.name, D);
@@ -127,8 +144,9 @@ void run_moe_axes(Study& st) {
     set_throughput(row.outcome, tps, relu_tps);
     out.rows.push_back(std::move(row));
   }
-  out.compute_vs_params =
-      paired_outcome("moe_compute − moe", compute, out.rows[1].outcome.val_bits_per_byte, margin);
+  if (!compute.empty())
+    out.compute_vs_params =
+        paired_outcome("moe_compute − moe", compute, out.rows[1].outcome.val_bits_per_byte, margin);
 
   std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
   for (const VariantOutcome& o : st.results.training->variants) {
@@ -188,7 +206,8 @@ json moe_axes_json(const Results& res) {
       row["against_relu"] = std::move(o);
       out["rows"][r.name] = std::move(row);
     }
-    out["equal_compute_minus_equal_parameters"] = outcome_json(a.compute_vs_params);
+    if (a.compute_vs_params)
+      out["equal_compute_minus_equal_parameters"] = outcome_json(*a.compute_vs_params);
     return out;
   });
 }
@@ -206,37 +225,44 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
                     r.name == "relu" ? "—" : difference_cell(o),
                     r.name == "relu" ? "reference" : verdict_cell(o), tokens_per_second_cell(o)});
   }
-  const VariantOutcome& c = a.compute_vs_params;
+  const MoEAxisRow* topk = a.find(kCompute.name);
   std::string md = fmt::format(
       "MoE's case is more parameters at the same compute per token. The MoE of {} has ReLU's "
-      "total parameters and so a quarter of its active compute; here MoE is also trained at ReLU's "
-      "active compute, twice: 8 experts of half ReLU's width with "
-      "top-2 (Mixtral's design), and fine-grained (DeepSeekMoE's: 16 experts of a quarter of its "
-      "width, top-3, and one shared expert of a quarter). The fine-grained one, the field's "
-      "current design, is the comparison the report headlines and trains the headline seeds "
-      "({}); 8 experts with top-2 trains {}. Same LM, recipe and rules as {} (paired "
-      "difference to ReLU with its 95 % interval; equivalence within ±{} bits/byte). "
-      "FLOPs are the LM's forward FLOPs per token (attention and head included), parameters "
-      "the LM's; FFN active / total is one layer's. moe_pareto.png draws validation against "
-      "both.\n\n",
-      sec.ref("training"), seeds_of(st.scale, kFine.name), seeds_of(st.scale, kCompute.name),
+      "total parameters and so a quarter of its active compute; here MoE is also trained at "
+      "ReLU's active compute, fine-grained with a shared expert (DeepSeekMoE's design: 16 experts "
+      "of a quarter of ReLU's width, top-3, and one shared expert of a quarter), the field's "
+      "current design and the comparison the report headlines, over the headline seeds ({}). {} "
+      "Same LM, recipe and rules as {} (paired difference to ReLU with its 95 % interval; "
+      "equivalence within ±{} bits/byte). FLOPs are the LM's forward FLOPs per token (attention "
+      "and head included), parameters the LM's; FFN active / total is one layer's. "
+      "moe_pareto.png draws validation against both.\n\n",
+      sec.ref("training"), seeds_of(st.scale, kFine.name),
+      topk ? fmt::format("8 experts of half ReLU's width with top-2 (Mixtral's design) at the "
+                         "same compute trains {} seeds.",
+                         topk->outcome.val_bits_per_byte.size())
+           : "`--full` also trains 8 experts of half ReLU's width with top-2 (Mixtral's design) "
+             "at the same compute.",
       sec.ref("training"), st.results.training->margin);
   md += markdown_table(
       {"FFN", "what", "LM parameters", "FFN active / total", "forward FLOPs/token", "val bits/byte",
        "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
       rows, "llrrrrrlr");
-  md += fmt::format(
-      "\nEqual active compute against equal total parameters (moe_compute − moe, paired by "
-      "seed): {} bits/byte, {}.\n\n",
-      difference_cell(c),
-      c.verdict == Verdict::better  ? "equal compute is better"
-      : c.verdict == Verdict::worse ? "equal parameters is better"
-      : c.verdict == Verdict::equivalent
-          ? "equivalent within the margin"
-          : "inconclusive: these seeds cannot tell them apart" +
-                (c.seeds_to_decide > 0 && c.seeds_to_decide <= 1000
-                     ? fmt::format(" (about {} seeds would decide it)", c.seeds_to_decide)
-                     : std::string()));
+  if (a.compute_vs_params) {
+    const VariantOutcome& c = *a.compute_vs_params;
+    md += fmt::format(
+        "\nEqual active compute (top-2) against equal total parameters (moe_compute − moe, paired "
+        "by seed): {} bits/byte, {}.\n",
+        difference_cell(c),
+        c.verdict == Verdict::better  ? "equal compute is better"
+        : c.verdict == Verdict::worse ? "equal parameters is better"
+        : c.verdict == Verdict::equivalent
+            ? "equivalent within the margin"
+            : "inconclusive: these seeds cannot tell them apart" +
+                  (c.seeds_to_decide > 0 && c.seeds_to_decide <= 1000
+                       ? fmt::format(" (about {} seeds would decide it)", c.seeds_to_decide)
+                       : std::string()));
+  }
+  md += "\n";
   return md;
 }
 

@@ -1,4 +1,4 @@
-// Stage "speed": measured speed of every variant at the tutorial's shape, as matrix-product
+// Stage "speed": measured speed of each variant of the run at the tutorial's shape, as matrix-product
 // GFLOP/s and as a ratio to the bare oneDNN products of the same shapes timed in the same run;
 // and the speed of the activation functions themselves (GELU exact against its approximations).
 #include "ffnlab/analysis/speed.hpp"
@@ -14,7 +14,7 @@
 namespace ffnlab::study {
 
 void run_speed(Study& st) {
-  st.stage("speed (every variant against the bare matrix products)");
+  st.stage("speed (each variant against the bare matrix products)");
   SpeedResult r;
   r.tokens = st.scale.speed_tokens;
   r.d_model = 512;
@@ -23,7 +23,7 @@ void run_speed(Study& st) {
   std::string csv =
       "variant,forward_gflops,forward_backward_gflops,bare_forward_gflops,"
       "bare_forward_backward_gflops,noisy\n";
-  for (const auto& v : variant_names()) {
+  for (const auto& v : st.options.variants) {
     st.message(fmt::format("  speed: {}", v));
     const LayerSpeed s =
         measure_layer_speed(variant_config(v, r.d_model, r.d_ff, true), r.tokens, r.budget_seconds);

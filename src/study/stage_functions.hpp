@@ -93,6 +93,8 @@ std::string literature_markdown(const Study& st, const Sections& sec);
 
 // moe_axes.cpp: MoE at equal parameters and at equal compute
 std::int64_t moe_axes_steps(const Study& st);
+// The stage's LM runs, seed-major: the training stage trains them in its pool (Study::axes_runs).
+std::vector<RunJob> moe_axes_jobs(const Study& st);
 void run_moe_axes(Study& st);
 json moe_axes_json(const Results& r);
 std::string moe_axes_markdown(const Study& st, const Sections& sec);

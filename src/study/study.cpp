@@ -28,8 +28,9 @@
 
 namespace ffnlab::study {
 
-std::vector<std::string> default_variants() {
-  return variant_names();
+std::vector<std::string> default_variants(bool full) {
+  if (full) return variant_names();
+  return {"relu", "gelu", "swiglu", "gated", "moe"};
 }
 
 Scale make_scale(const Options& o) {
@@ -324,7 +325,7 @@ std::string report_header(const Study& st) {
       "the CSV beside it. The language models train side by side, each on one thread of its "
       "own, so their numbers depend on the seed and the build, not on the thread count; only "
       "the measured times vary (the speeds of {} and the tokens/s of {}).\n\n",
-      o.command, o.quick ? " --quick" : "",
+      o.command, fmt::format("{}{}", o.quick ? " --quick" : "", o.full ? " --full" : ""),
       fmt::format("{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
                   o.headline_seeds ? fmt::format(" --headline-seeds {}", o.headline_seeds) : ""),
       o.steps ? fmt::format(" --steps {}", o.steps) : "", elapsed(st.results.seconds),
@@ -375,9 +376,10 @@ void check_options(const Options& o) {
 
 Results run_study(const Options& options, Observer& observer) {
   const auto t0 = std::chrono::steady_clock::now();
-  check_options(options);
   Study st;
   st.options = options;
+  if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
+  check_options(st.options);
   st.scale = make_scale(options);
   st.observer = &observer;
   st.concurrent_runs = omp_get_max_threads();
@@ -408,7 +410,7 @@ Results run_study(const Options& options, Observer& observer) {
   observer.begin(st.planned_steps,
                  fmt::format("{} variants, {} seeds ({} for ReLU, SwiGLU and MoE at equal "
                              "compute) × {} steps ({} training steps in all), into {}",
-                             options.variants.size(), st.scale.seeds, st.scale.headline_seeds,
+                             st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds,
                              st.scale.train.steps, st.planned_steps, out.final_path()));
   try {
     using clock = std::chrono::steady_clock;

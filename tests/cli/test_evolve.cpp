@@ -46,7 +46,8 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   waitpid(gone, nullptr, 0);
   fs::create_directories(path(".report.partial-" + std::to_string(gone)));
 
-  const Outcome r = run("evolve --quick --out " + out);
+  // --full: every variant, both designs of MoE at equal compute, the z-loss ablation.
+  const Outcome r = run("evolve --quick --full --out " + out);
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_FALSE(fs::exists(out + "/stale.csv")) << "the old report's files must be gone";
   EXPECT_TRUE(fs::exists(out + "/.ffnlab-report")) << "the new report carries the marker";
@@ -224,14 +225,35 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
 #ifdef FFNLAB_SANITIZED
   return;
 #endif
+  // The default run (no --full) on one thread: one variant per step of the evolution and the
+  // headline MoE at equal compute; the same numbers as the --full run for every run they share
+  // (which runs share the pool changes none).
   const std::string again = path("again");
-  ASSERT_EQ(run("evolve --quick --variants relu,swiglu --threads 1 --out " + again).status, 0);
+  const Outcome d = run("evolve --quick --threads 1 --out " + again);
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_NE(d.out.find("5 variants"), std::string::npos) << d.out.substr(0, 300);
   std::ifstream in2(again + "/results.json");
   const json j2 = json::parse(in2);
-  for (const char* v : {"relu", "swiglu"})
-    EXPECT_EQ(j2.at("training").at("variants").at(v).at("val_bits_per_byte"),
-              vars.at(v).at("val_bits_per_byte"))
-        << v;
+  const auto& vars2 = j2.at("training").at("variants");
+  ASSERT_EQ(vars2.size(), 5u);
+  for (const char* v : {"relu", "gelu", "swiglu", "gated", "moe"})
+    EXPECT_EQ(vars2.at(v).at("val_bits_per_byte"), vars.at(v).at("val_bits_per_byte")) << v;
+  const auto& axes2 = j2.at("moe_axes").at("rows");
+  EXPECT_FALSE(axes2.contains("moe_compute"));
+  EXPECT_FALSE(j2.at("moe_axes").contains("equal_compute_minus_equal_parameters"));
+  EXPECT_EQ(axes2.at("moe_fine_shared").at("against_relu").at("val_bits_per_byte"),
+            axes.at("moe_fine_shared").at("against_relu").at("val_bits_per_byte"));
+  EXPECT_FALSE(j2.at("moe").contains("z_loss_ablation"));
+  EXPECT_EQ(j2.at("speed").at("variants").size(), 5u) << "the speed of the variants it trains";
+  // The report says what it left out and how to get it.
+  const std::string md2 = read(again + "/REPORT.md");
+  for (const char* text :
+       {"Not trained in this run: reglu, geglu, glu, bilinear (`ffnlab evolve --full`",
+        "`--full` measures it as an ablation", "`--full` also trains 8 experts",
+        "8 experts with top-2 at the same compute trains with `ffnlab evolve --full`."})
+    EXPECT_NE(md2.find(text), std::string::npos) << text;
+  EXPECT_EQ(md2.find("--full`` "), std::string::npos);
+  EXPECT_EQ(md2.find("| moe_compute |"), std::string::npos);
 }
 
 TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {

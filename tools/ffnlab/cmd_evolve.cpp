@@ -1,6 +1,7 @@
 // ffnlab evolve: the FFN-evolution study (ffnlab/study/study.hpp) from the command line: flags,
 // a progress bar, and one call.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -15,7 +16,7 @@ namespace {
 
 struct EvolveOptions {
   study::Options study;
-  std::string variants = "relu,gelu,glu,bilinear,reglu,geglu,swiglu,gated,moe";
+  std::string variants;  // empty: the study's default (study::default_variants)
   int threads = 0;
 };
 
@@ -40,7 +41,7 @@ class ProgressObserver : public study::Observer {
 void run_evolve(EvolveOptions& o) {
   InterruptGuard interrupts;  // Ctrl-C stops between steps; the staged folder is removed
   apply_threads(o.threads);
-  o.study.variants = variant_list(o.variants);
+  if (!o.variants.empty()) o.study.variants = variant_list(o.variants);
   ProgressObserver observer;
   const study::Results r = study::run_study(o.study, observer);
   fmt::print("report written to {}/REPORT.md (in {})\n", o.study.out, elapsed(r.seconds));
@@ -77,7 +78,16 @@ void add_evolve_command(CLI::App& app) {
       ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));
-  add_variants_flag(*cmd, o->variants);
+  cmd->add_option("--variants", o->variants,
+                  fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step "
+                              "of the evolution, {} (with --full: all)",
+                              join_names(variant_names()),
+                              fmt::join(study::default_variants(), ",")));
+  cmd->add_flag("--full", o->study.full,
+                "the whole study: every variant (the whole GLU family, unless --variants says "
+                "otherwise), MoE with 8 experts and top-2 at equal compute beside the "
+                "fine-grained design, and the router z-loss ablation; about 1.8x the default "
+                "run's time");
   cmd->add_option("--margin", o->study.margin,
                   "equivalence margin in bits/byte, fixed before the run: a variant is called "
                   "equivalent to ReLU only when its paired difference is shown to lie within it")

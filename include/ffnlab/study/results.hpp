@@ -191,7 +191,8 @@ struct MoEAxisRow {
 // its FFN parameters, and fine-grained with a shared expert at the same compute.
 struct MoEAxesResult {
   std::vector<MoEAxisRow> rows;      // relu first, then the MoE rows
-  VariantOutcome compute_vs_params;  // equal compute − equal parameters, paired by seed
+  // Top-2 at equal compute − equal parameters, paired by seed (trained with --full only).
+  std::optional<VariantOutcome> compute_vs_params;
   const MoEAxisRow* find(std::string_view name) const;
 };
 
