@@ -50,11 +50,15 @@ def main():
     model = cfg["model"]
     out = []
     out.append("# Quick reference: the FFN variants\n")
+    # A run of the whole study: results.json says so, or (before it did) every variant trained.
+    full = r.get("full", len(train) == 9)
+    command = "ffnlab evolve --full" if full else "ffnlab evolve"
     out.append(
         "One row per variant. Formulas and cost columns are closed form (D = d_model, F = d_ff, "
         "n branches, E experts, top-k; docs/costs.md). The measured columns come from one run of "
-        "`ffnlab evolve` (its results.json; regenerate this page with "
-        "`python3 scripts/quick_reference.py report/results.json > docs/quick-reference.md`):\n")
+        f"`{command}` (its results.json; regenerate this page with "
+        f"`python3 scripts/quick_reference.py report/results.json > docs/quick-reference.md` "
+        f"after `{command} --out report`):\n")
     out.append(
         f"- **speed**: forward+backward matrix GFLOP/s as a share of the bare products of the same "
         f"shapes, at d_model 512, d_ff 2048, {r['speed']['tokens']} tokens, {r['threads']} threads;")

@@ -151,6 +151,7 @@ def test_evolve_full_adds_the_top2_moe_at_equal_compute_and_the_z_loss_ablation(
         return ffnlab.evolve(tmp_path / name, quick=True, seeds=1, headline_seeds=1, steps=4,
                              variants=["relu", "moe"], data=corpus, progress=False, **full)
     default, full = study("default"), study("full", full=True)
+    assert (default["full"], full["full"]) == (False, True)
     assert "moe_compute" not in default["moe_axes"]["rows"]
     assert "z_loss_ablation" not in default["moe"]
     assert set(full["moe_axes"]["rows"]) == {"relu", "moe", "moe_compute", "moe_fine_shared"}

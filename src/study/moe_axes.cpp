@@ -4,8 +4,8 @@
 // width, top-2, so a token costs ReLU's FFN FLOPs while the layer holds 4× its parameters; (c)
 // fine-grained with a shared expert (DeepSeekMoE): 16 experts of a quarter of ReLU's width, top-3,
 // and one shared expert of a quarter, the same active compute again. (c), the field's current
-// design, is the one the report headlines (kHeadlineMoE: headline seeds); (b) trains the other
-// seeds, with --full only. The runs train in the training stage's pool (moe_axes_jobs). Each against ReLU, paired by seed, with the training stage's rules; the figure places
+// design, is the one the report headlines (kHeadlineMoE); (b) trains with --full only. Both train
+// the seeds (`--seeds`), paired with ReLU's first ones. The runs train in the training stage's pool (moe_axes_jobs). Each against ReLU, paired by seed, with the training stage's rules; the figure places
 // every variant by parameters and by FLOPs per token.
 #include <fmt/format.h>
 
@@ -231,7 +231,7 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
       "total parameters and so a quarter of its active compute; here MoE is also trained at "
       "ReLU's active compute, fine-grained with a shared expert (DeepSeekMoE's design: 16 experts "
       "of a quarter of ReLU's width, top-3, and one shared expert of a quarter), the field's "
-      "current design and the comparison the report headlines, over the headline seeds ({}). {} "
+      "current design and the comparison the report headlines, over {} seeds. {} "
       "Same LM, recipe and rules as {} (paired difference to ReLU with its 95 % interval; "
       "equivalence within ±{} bits/byte). FLOPs are the LM's forward FLOPs per token (attention "
       "and head included), parameters the LM's; FFN active / total is one layer's. "

@@ -613,7 +613,7 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
       "- **One recipe for every variant.** AdamW at a peak learning rate of {} with a warm-up "
       "over {} steps and a cosine decay, tuned for none of them: a variant that wants another "
       "learning rate at this size loses here for that reason.\n"
-      "- **Seeds.** Verdicts rest on {} seeds ({} for the headline comparisons); an "
+      "- **Seeds.** Verdicts rest on {} seeds ({} for SwiGLU against ReLU); an "
       "inconclusive one says about how many would decide it, and `--seeds`, `--headline-seeds` "
       "train them. The equivalence margin (±{} bits/byte) was fixed before the run.\n"
       "- **Speed** ({}) was measured on {} with {} threads at d_model {}, d_ff {} and {} tokens, "

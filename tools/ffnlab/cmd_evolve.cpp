@@ -72,9 +72,9 @@ void add_evolve_command(CLI::App& app) {
   cmd->add_option("--seeds", o->study.seeds, "LM seeds per variant (default 3; --quick 2)")
       ->check(int_in(1, 1000));
   cmd->add_option("--headline-seeds", o->study.headline_seeds,
-                  "LM seeds of the comparisons the report headlines: ReLU, SwiGLU and MoE at "
-                  "equal compute, fine-grained with a shared expert (default 5; --quick 3; at "
-                  "least --seeds)")
+                  "LM seeds of ReLU and SwiGLU, the headline comparison with the widest spread "
+                  "between seeds (default 4; --quick 3; at least --seeds); MoE at equal compute "
+                  "trains --seeds")
       ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));

@@ -133,7 +133,7 @@ struct TrainingResult {
   LMConfig model;
   TrainConfig train;
   int seeds = 0;           // every variant's
-  int headline_seeds = 0;  // ReLU's, SwiGLU's and the headline MoE's (is_headline)
+  int headline_seeds = 0;  // ReLU's and SwiGLU's (is_headline)
   double margin = 0;       // the equivalence margin in bits per byte, stated before the run
   std::int64_t validation_bytes = 0;
   std::vector<VariantOutcome> variants;
@@ -287,6 +287,7 @@ struct Results {
   Machine machine;  // where it ran: every measured time is only true of such a machine
   int threads = 0;
   bool quick = false;
+  bool full = false;  // --full: every variant, the top-2 MoE at equal compute, the z-loss ablation
   double seconds = 0;
   // Wall time per stage that ran (its key), and "figures": where the run's time went.
   std::vector<std::pair<std::string, double>> stage_seconds;
