@@ -369,21 +369,84 @@ void draw_sweep(const Study& st) {
   render_figure(st.dir, "sweep", s);
 }
 
+// Where each point's name goes: right of the point, or the nearest line below or above it
+// where its box meets no other name and no other point (gnuplot puts a label where it is told,
+// over anything). Coordinates are the axes' units; `char_w` and `line_h` are a character's width
+// and a line's height in them.
+std::vector<double> label_rows(const std::vector<double>& x, const std::vector<double>& y,
+                               const std::vector<std::size_t>& chars, double gap, double char_w,
+                               double line_h) {
+  struct Box {
+    double x0, x1, y0, y1;
+    bool meets(const Box& o) const { return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1; }
+  };
+  std::vector<Box> taken;
+  for (std::size_t i = 0; i < x.size(); ++i)  // the points' markers
+    taken.push_back({x[i] - char_w, x[i] + char_w, y[i] - line_h / 2, y[i] + line_h / 2});
+  std::vector<std::size_t> order(x.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return y[a] > y[b]; });
+  std::vector<double> row(x.size());
+  for (std::size_t i : order) {
+    const double x0 = x[i] + gap, x1 = x0 + static_cast<double>(chars[i]) * char_w;
+    for (int step = 0; step < 40; ++step) {  // 0, −1, +1, −2, +2, … lines
+      const double shift = (step % 2 == 1 ? -1.0 : 1.0) * ((step + 1) / 2) * line_h;
+      const Box b{x0, x1, y[i] + shift - line_h / 2, y[i] + shift + line_h / 2};
+      bool clear = true;
+      for (std::size_t k = 0; k < taken.size() && clear; ++k)
+        clear = k == i || !b.meets(taken[k]);  // its own marker is left of the box anyway
+      if (clear || step == 39) {
+        row[i] = y[i] + shift;
+        taken.push_back(b);
+        break;
+      }
+    }
+  }
+  return row;
+}
+
 void draw_moe_pareto(const Study& st) {
+  const auto& points = st.results.moe_axes->pareto;
   std::string s = preamble("moe_pareto", 1500, 620);
-  s += "set offsets graph 0.04, graph 0.16, graph 0.04, graph 0.04\n";
   s += "set multiplot layout 1,2 title 'Validation against cost: dense variants and MoE (mean "
        "over seeds; bars: ± one standard deviation)'\n"
        "set ylabel 'validation bits per byte (lower is better)'\nset key top right\n";
-  // Dense points blue, MoE red; each labelled with its name.
+  // The y range covers every bar with a margin; each panel's x range leaves room for the names.
+  double lo = 1e300, hi = -1e300;
+  for (const auto& p : points) {
+    lo = std::min(lo, p.mean - p.std);
+    hi = std::max(hi, p.mean + p.std);
+  }
+  const double yspan = std::max(hi - lo, 1e-3);
+  lo -= 0.08 * yspan;
+  hi += 0.12 * yspan;
+  // Dense points blue, MoE red; each labelled with its name where it meets no other.
   auto panel = [&](int column, const std::string& xlabel, const std::string& title) {
-    s += fmt::format("set title '{}'\nset xlabel '{}'\n", title, xlabel);
+    std::vector<double> x, y;
+    std::vector<std::size_t> chars;
+    for (const auto& p : points) {
+      x.push_back((column == 2 ? static_cast<double>(p.params) : p.forward_flops) / 1e6);
+      y.push_back(p.mean);
+      chars.push_back(p.name.size());
+    }
+    const double x_lo = *std::min_element(x.begin(), x.end());
+    const double x_hi = *std::max_element(x.begin(), x.end());
+    const double xspan = std::max(x_hi - x_lo, 0.05 * std::max(std::abs(x_hi), 1e-3));
+    const double left = x_lo - 0.1 * xspan, right = x_hi + 0.35 * xspan;
+    // A panel's plot area is about 600 by 440 pixels; a 9-point character about 6 by 16.
+    const std::vector<double> row = label_rows(x, y, chars, (right - left) * 9.0 / 600,
+                                               (right - left) * 6.0 / 600, (hi - lo) * 16.0 / 440);
+    s += fmt::format("set title '{}'\nset xlabel '{}'\nset xrange [{}:{}]\nset yrange [{}:{}]\n",
+                     title, xlabel, left, right, lo, hi);
+    s += "unset label\n";
+    for (std::size_t i = 0; i < points.size(); ++i)
+      s += fmt::format("set label '{}' at {},{} left font ',9'\n", points[i].name,
+                       x[i] + (right - left) * 9.0 / 600, row[i]);
     s += fmt::format(
         "plot 'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $4 : 1/0):5 "
         "with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4' title 'dense', "
         "'' every ::1 using (${0}/1e6):(strcol(6) eq 'moe' ? $4 : 1/0):5 with yerrorbars pt 5 "
-        "ps 1.2 lc rgb '#d62728' title 'MoE', "
-        "'' every ::1 using (${0}/1e6):4:1 with labels offset 1,0.6 left font ',9' notitle\n",
+        "ps 1.2 lc rgb '#d62728' title 'MoE'\n",
         column);
   };
   panel(2, "LM parameters (millions)", "Against parameters");

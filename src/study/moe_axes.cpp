@@ -148,19 +148,21 @@ void run_moe_axes(Study& st) {
     out.compute_vs_params =
         paired_outcome("moe_compute − moe", compute, out.rows[1].outcome.val_bits_per_byte, margin);
 
-  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
   for (const VariantOutcome& o : st.results.training->variants) {
     if (o.variant == "moe") continue;  // drawn as an MoE row below
     LMConfig m = st.scale.model;
     m.ffn = study_ffn(o.variant, D);
     const TransformerCost tc = transformer_cost(m, st.scale.train.seq, true);
-    csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},dense\n", o.variant, tc.params, tc.forward_flops,
-                       o.mean, o.std);
+    out.pareto.push_back({o.variant, tc.params, tc.forward_flops, o.mean, o.std, false});
   }
   for (const MoEAxisRow& row : out.rows)
     if (row.name != "relu")
-      csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},moe\n", row.name, row.params,
-                         row.forward_flops, row.outcome.mean, row.outcome.std);
+      out.pareto.push_back({row.name, row.params, row.forward_flops, row.outcome.mean,
+                            row.outcome.std, true});
+  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
+  for (const MoEAxesResult::Point& p : out.pareto)
+    csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},{}\n", p.name, p.params, p.forward_flops,
+                       p.mean, p.std, p.moe ? "moe" : "dense");
   st.write("moe_pareto.csv", csv);
   st.results.moe_axes = std::move(out);
 }

@@ -412,8 +412,8 @@ Results run_study(const Options& options, Observer& observer) {
 
   for (const Stage& s : stages()) st.planned_steps += s.planned_steps(st);
   observer.begin(st.planned_steps,
-                 fmt::format("{} variants, {} seeds ({} for ReLU, SwiGLU and MoE at equal "
-                             "compute) × {} steps ({} training steps in all), into {}",
+                 fmt::format("{} variants, {} seeds ({} for ReLU and SwiGLU) × {} steps ({} "
+                             "training steps in all), into {}",
                              st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds,
                              st.scale.train.steps, st.planned_steps, out.final_path()));
   try {

@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -569,6 +572,57 @@ TEST(StudyFigures, SpeedPanelWithEveryRowNoisyStillDraws) {
   speed.figures[0].draw(st);
   EXPECT_GT(std::filesystem::file_size(dir / "ffn_performance_comparison.png"), 1000u);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ffnlab
+
+namespace ffnlab {
+namespace {
+
+// moe_pareto.png names every point; two points closer than a line (SwiGLU and the fine-grained
+// MoE against FLOPs per token, in a default run) get their names on different lines, and a
+// point with room keeps its name beside it.
+TEST(StudyFigures, ParetoNamesOfNearbyPointsDoNotOverlap) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ffnlab-study-pareto-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  study::Study st;
+  st.dir = dir.string();
+  study::MoEAxesResult axes;
+  axes.pareto = {{"relu", 842496, 1920896, 3.09514, 0.02030, false},
+                 {"gelu", 842496, 1920896, 3.16180, 0.00679, false},
+                 {"swiglu", 847296, 1930496, 3.04577, 0.01307, false},
+                 {"gated", 835840, 1908928, 3.19456, 0.02214, false},
+                 {"moe", 850208, 1142312, 3.17741, 0.01554, true},
+                 {"moe_fine_shared", 2569536, 1942732, 3.04189, 0.01344, true}};
+  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
+  for (const auto& p : axes.pareto)
+    csv += fmt::format("{},{},{},{},{},{}\n", p.name, p.params, p.forward_flops, p.mean, p.std,
+                       p.moe ? "moe" : "dense");
+  st.write("moe_pareto.csv", csv);
+  st.results.moe_axes = axes;
+  const Stage& s = stage("moe_axes");
+  ASSERT_EQ(s.figures.size(), 1u);
+  s.figures[0].draw(st);
+  EXPECT_GT(std::filesystem::file_size(dir / "moe_pareto.png"), 1000u);
+  // The label rows of each panel, from the script: "set label 'name' at x,y left ...".
+  std::ifstream in(dir / "moe_pareto.gp");
+  std::vector<std::map<std::string, double>> panels;
+  for (std::string line; std::getline(in, line);) {
+    if (line == "unset label") panels.emplace_back();
+    if (line.rfind("set label '", 0) != 0) continue;
+    ASSERT_FALSE(panels.empty());
+    const auto name_end = line.find('\'', 11);
+    const auto comma = line.find(',', name_end);
+    panels.back()[line.substr(11, name_end - 11)] = std::stod(line.substr(comma + 1));
+  }
+  ASSERT_EQ(panels.size(), 2u);
+  for (const auto& rows : panels) EXPECT_EQ(rows.size(), axes.pareto.size());
+  const auto& flops = panels[1];
+  EXPECT_GT(std::abs(flops.at("swiglu") - flops.at("moe_fine_shared")), 0.006);
+  EXPECT_DOUBLE_EQ(flops.at("gated"), 3.19456);  // nothing near it: beside its point
+  if (!std::getenv("FFNLAB_KEEP_TEST_FILES")) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

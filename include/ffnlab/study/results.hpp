@@ -191,6 +191,15 @@ struct MoEAxisRow {
 // its FFN parameters, and fine-grained with a shared expert at the same compute.
 struct MoEAxesResult {
   std::vector<MoEAxisRow> rows;      // relu first, then the MoE rows
+  // What moe_pareto.png draws (moe_pareto.csv): every dense variant of the training stage and
+  // the MoE rows, with the LM's costs.
+  struct Point {
+    std::string name;
+    std::int64_t params = 0;
+    double forward_flops = 0, mean = 0, std = 0;
+    bool moe = false;
+  };
+  std::vector<Point> pareto;
   // Top-2 at equal compute − equal parameters, paired by seed (trained with --full only).
   std::optional<VariantOutcome> compute_vs_params;
   const MoEAxisRow* find(std::string_view name) const;
