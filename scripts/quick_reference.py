@@ -135,6 +135,10 @@ def main():
                        f"{row['forward_flops_per_token'] / 1e6:.2f} M | {a['mean']:.3f} ± "
                        f"{a['std']:.3f} | {vs} |")
     out.append("")
+    missing = [v for v in FORMULA if v not in train]
+    if missing:
+        out.append(f"Not trained in this run: {', '.join(missing)}; `ffnlab evolve --full` trains "
+                   "every variant (docs/evolve.md has a full run's numbers).\n")
     out.append("The whole report (figures, MoE balancing, the corrections of the tutorial) is "
                "`report/REPORT.md` after `bash scripts/run.sh`; docs/evolve.md describes it.")
     print("\n".join(out))
