@@ -139,6 +139,8 @@ py::dict stats_dict(const FFNStats& s) {
   d["unused_fraction"] = s.unused_fraction;
   d["dropped"] = s.dropped;
   d["dropped_fraction"] = s.dropped_fraction;
+  d["experts_per_token"] = s.experts_per_token;
+  d["tokens_by_experts"] = s.tokens_by_experts;
   d["router_entropy"] = s.router_entropy;
   d["top1_prob"] = s.top1_prob;
   d["balance_loss"] = s.balance_loss;

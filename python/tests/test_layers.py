@@ -65,6 +65,24 @@ def test_moe_matches_mixtral_block(tokens):
     assert stats["num_experts"] == 4
 
 
+def test_top_p_routing_takes_fewer_experts_and_reports_how_many():
+    layer = ffnlab.FFN({"kind": "moe", "d_model": 16, "d_ff": 24,
+                        "moe": {"num_experts": 6, "top_k": 4, "routing": "top_p", "top_p": 0.5,
+                                "normalize": False, "entropy_coef": 1e-4}}, seed=3)
+    assert layer.config["moe"]["routing"] == "top_p"
+    gate = layer.parameters()["gate.weight"]
+    gate *= 8.0  # a sharp router: tokens stop at different counts
+    x = np.random.default_rng(1).standard_normal((40, 16), dtype=np.float32)
+    layer.forward(x)
+    stats = layer.stats()
+    by_count = stats["tokens_by_experts"]
+    assert len(by_count) == 5 and sum(by_count) == 40 and by_count[0] == 0
+    assert by_count[4] < 40  # some tokens reached the mass before the cap
+    mean = sum(n * c for n, c in enumerate(by_count)) / 40
+    assert stats["experts_per_token"] == pytest.approx(mean)
+    assert sum(stats["tokens_per_expert"]) == sum(n * c for n, c in enumerate(by_count))
+
+
 def test_parameters_are_views_that_keep_the_layer_alive():
     layer = ffnlab.FFN(variant="relu", d_model=4, d_ff=8)
     w = layer.parameters()["down_proj.weight"]

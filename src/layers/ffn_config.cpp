@@ -97,6 +97,20 @@ void validate(const FFNConfig& c) {
           "[moe] layout 'fused' applies to dense FFNs; experts are stored per expert");
     check(!(m.naming == MoENaming::mixtral && m.expert_kind != FFNKind::glu),
           "[moe] mixtral naming (w1/w3/w2) needs glu experts");
+    check(std::isfinite(m.entropy_coef) && m.entropy_coef >= 0,
+          "[moe] entropy_coef = {} must not be negative", m.entropy_coef);
+    if (m.routing == RoutingKind::top_p) {
+      // The mass is of softmax probabilities over every expert, taken best first.
+      check(std::isfinite(m.top_p) && m.top_p > 0 && m.top_p <= 1,
+            "[moe] top_p = {} must be in (0, 1]", m.top_p);
+      check(m.score == ScoreFunc::softmax && !m.softmax_after_topk,
+            "[moe] routing 'top_p' sums softmax probabilities: it needs score 'softmax' without "
+            "softmax_after_topk");
+      check(m.groups == 0, "[moe] routing 'top_p' does not combine with group-limited selection");
+      check(!m.balance_bias,
+            "[moe] routing 'top_p' does not combine with the balancing bias (the bias shifts "
+            "the choice, not the probabilities whose mass decides how many)");
+    }
   }
 }
 
@@ -146,6 +160,10 @@ using json = nlohmann::json;
 constexpr std::array kMoEKeys{
     field<MoEConfig, &MoEConfig::num_experts>("num_experts"),
     field<MoEConfig, &MoEConfig::top_k>("top_k"),
+    field<MoEConfig, &MoEConfig::routing>(
+        "routing", [](const MoEConfig& m) { return m.routing != RoutingKind::topk; }),
+    field<MoEConfig, &MoEConfig::top_p>(
+        "top_p", [](const MoEConfig& m) { return m.routing == RoutingKind::top_p; }),
     field<MoEConfig, &MoEConfig::expert_kind>("expert_kind"),
     field<MoEConfig, &MoEConfig::expert_d_ff>("expert_d_ff"),
     field<MoEConfig, &MoEConfig::router_bias>("router_bias"),
@@ -167,6 +185,8 @@ constexpr std::array kMoEKeys{
     field<MoEConfig, &MoEConfig::balance_loss>("balance_loss"),
     field<MoEConfig, &MoEConfig::aux_coef>("aux_coef"),
     field<MoEConfig, &MoEConfig::z_coef>("z_coef"),
+    field<MoEConfig, &MoEConfig::entropy_coef>(
+        "entropy_coef", [](const MoEConfig& m) { return m.entropy_coef != 0; }),
     field<MoEConfig, &MoEConfig::naming>("naming"),
 };
 

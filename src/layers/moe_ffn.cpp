@@ -439,7 +439,9 @@ void MoEFFN::set_inference_weights(DType dtype) {
 }
 
 double MoEFFN::aux_loss() const {
-  return config_.moe.aux_coef * routing_.balance_loss + config_.moe.z_coef * routing_.z_loss;
+  const MoEConfig& m = config_.moe;
+  return m.aux_coef * routing_.balance_loss + m.z_coef * routing_.z_loss +
+         m.entropy_coef * routing_.entropy;
 }
 
 void MoEFFN::after_optimizer_step() {
@@ -481,8 +483,12 @@ FFNStats MoEFFN::stats() const {
   s.load_cv = mean > 0 ? std::sqrt(std::max(0.0, sq / r.experts - mean * mean)) / mean : 0.0;
   s.max_over_mean = mean > 0 ? mx / mean : 0.0;
   s.unused_fraction = static_cast<double>(unused) / r.experts;
-  s.dropped = r.total_tokens * r.k - kept;
-  s.dropped_fraction = static_cast<double>(s.dropped) / static_cast<double>(r.total_tokens * r.k);
+  std::int64_t assigned = 0;
+  for (auto n : r.load) assigned += n;
+  s.dropped = assigned - kept;
+  s.dropped_fraction = assigned ? static_cast<double>(s.dropped) / static_cast<double>(assigned) : 0;
+  s.experts_per_token = static_cast<double>(assigned) / static_cast<double>(r.total_tokens);
+  s.tokens_by_experts = r.per_token;
   s.router_entropy = r.entropy;
   s.top1_prob = r.top1_prob;
   s.balance_loss = r.balance_loss;

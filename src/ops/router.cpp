@@ -71,6 +71,7 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   r.probs.resize(T * E);
   r.scores.resize(T * E);
   r.lse.resize(T);
+  r.count.resize(T);
   r.expert.resize(T * K);
   r.raw.resize(T * K);
   r.weight.resize(T * K);
@@ -110,18 +111,29 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
         limit_groups(sel.data(), E, m.groups, m.topk_groups, group_score.data(),
                      reinterpret_cast<bool*>(group_kept.data()));
       std::int32_t* chosen = r.expert.data() + t * K;
-      for (int j = 0; j < K; ++j) {  // k passes of argmax: k and E are small
+      // top_p: the choices so far reach the mass once their probabilities, summed in order in
+      // double, are at least top_p.
+      int n = K;
+      double mass = 0;
+      for (int j = 0; j < K; ++j) {  // k passes of argmax, best first: k and E are small
         int arg = -1;
         for (int e = 0; e < E; ++e)
           if (sel[e] != kNegInf && (arg < 0 || sel[e] > sel[arg])) arg = e;
         if (arg < 0) arg = 0;  // only with NaN scores; the layer reports non-finite output
         chosen[j] = arg;
         sel[arg] = kNegInf;
+        if (m.routing == RoutingKind::top_p && n == K) {
+          mass += p[arg];
+          if (mass >= m.top_p) n = j + 1;
+        }
       }
+      r.count[t] = n;
 
       float* v = r.raw.data() + t * K;
       float* w = r.weight.data() + t * K;
-      if (m.softmax_after_topk) {
+      if (n < K) {  // top_p: the token's own choices; the padding weighs nothing
+        for (int j = 0; j < K; ++j) v[j] = j < n ? s[chosen[j]] : 0.0f;
+      } else if (m.softmax_after_topk) {
         float top = kNegInf;
         for (int j = 0; j < K; ++j) top = std::max(top, l[chosen[j]]);
         double z = 0;
@@ -132,20 +144,23 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
         for (int j = 0; j < K; ++j) v[j] = s[chosen[j]];
       }
       float total = 0;
-      for (int j = 0; j < K; ++j) total += v[j];
+      for (int j = 0; j < n; ++j) total += v[j];
       for (int j = 0; j < K; ++j) w[j] = m.scaling * (m.normalize ? v[j] / total : v[j]);
     }
   }
 
   // Serial reductions, in token order: deterministic for any thread count. Then, over a group,
-  // summed over its ranks: [load E | first E | Σ_t p_te E | Σ lse² | Σ entropy | Σ top-1 | T].
-  std::vector<double> sums(3 * E + 4, 0.0);
+  // summed over its ranks: [load E | first E | Σ_t p_te E | tokens by count K+1 | Σ lse² |
+  // Σ entropy | Σ top-1 | T].
+  std::vector<double> sums(3 * E + (K + 1) + 4, 0.0);
   double* load = sums.data();
   double* first = load + E;
   double* mean_p = first + E;
-  double* rest = mean_p + E;
+  double* per_token = mean_p + E;
+  double* rest = per_token + K + 1;
   for (std::int64_t t = 0; t < T; ++t) {
-    for (int j = 0; j < K; ++j) load[r.expert[t * K + j]] += 1;
+    for (int j = 0; j < r.count[t]; ++j) load[r.expert[t * K + j]] += 1;
+    per_token[r.count[t]] += 1;
     first[r.expert[t * K]] += 1;
     for (int e = 0; e < E; ++e) mean_p[e] += r.probs[t * E + e];
     rest[0] += static_cast<double>(r.lse[t]) * r.lse[t];
@@ -157,6 +172,8 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   r.total_tokens = static_cast<std::int64_t>(rest[3]);
   r.load.resize(E);
   r.first.resize(E);
+  r.per_token.resize(K + 1);
+  for (int n = 0; n <= K; ++n) r.per_token[n] = static_cast<std::int64_t>(per_token[n]);
   for (int e = 0; e < E; ++e) {
     r.load[e] = static_cast<std::int64_t>(load[e]);
     r.first[e] = static_cast<std::int64_t>(first[e]);
@@ -184,7 +201,8 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
   // position order), then dropped down to capacity and put back in token order.
   std::vector<std::vector<std::int64_t>> of(E);
   for (int j = 0; j < K; ++j)
-    for (std::int64_t t = 0; t < T; ++t) of[r.expert[t * K + j]].push_back(t * K + j);
+    for (std::int64_t t = 0; t < T; ++t)
+      if (j < r.count[t]) of[r.expert[t * K + j]].push_back(t * K + j);
   r.slot.assign(T * K, -1);
   r.offsets.assign(E + 1, 0);
   r.kept_total.assign(E, 0);
@@ -198,7 +216,7 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
           enum_name(m.drop));
     std::vector<std::int64_t> mine(static_cast<std::size_t>(K) * E, 0);
     for (std::int64_t t = 0; t < T; ++t)
-      for (int j = 0; j < K; ++j) mine[j * E + r.expert[t * K + j]] += 1;
+      for (int j = 0; j < r.count[t]; ++j) mine[j * E + r.expert[t * K + j]] += 1;
     std::vector<std::int64_t> total = mine, below = mine;
     group->allreduce_sum(total, "capacity counts");
     group->exscan_sum(below, "capacity counts");
@@ -257,7 +275,8 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
     dmean_p[e] = static_cast<float>(aux_scale * m.aux_coef * E *
                                     balance_fraction(r, m.balance_loss, e) * inv_t);
   const float z_scale = static_cast<float>(aux_scale * m.z_coef * 2.0 * inv_t);
-  const bool aux = m.aux_coef > 0, zl = m.z_coef > 0;
+  const double h_scale = aux_scale * m.entropy_coef * inv_t;
+  const bool aux = m.aux_coef > 0, zl = m.z_coef > 0, ent = m.entropy_coef > 0;
   float* DL = dlogits.f32();
 
 #pragma omp parallel
@@ -272,32 +291,33 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
       const float* dw = dweight + t * K;
       float* dl = DL + t * E;
       std::fill(dl, dl + E, 0.0f);
+      const int n = r.count[t];  // the token's choices; the padding after them weighs nothing
 
       // w_j = scaling·v_j/S (or scaling·v_j): back to dv.
       float total = 0;
-      for (int j = 0; j < K; ++j) total += v[j];
+      for (int j = 0; j < n; ++j) total += v[j];
       if (m.normalize) {
         float dot = 0;
-        for (int j = 0; j < K; ++j) dot += m.scaling * dw[j] * (v[j] / total);
-        for (int j = 0; j < K; ++j) dv[j] = (m.scaling * dw[j] - dot) / total;
+        for (int j = 0; j < n; ++j) dot += m.scaling * dw[j] * (v[j] / total);
+        for (int j = 0; j < n; ++j) dv[j] = (m.scaling * dw[j] - dot) / total;
       } else {
-        for (int j = 0; j < K; ++j) dv[j] = m.scaling * dw[j];
+        for (int j = 0; j < n; ++j) dv[j] = m.scaling * dw[j];
       }
 
       if (m.softmax_after_topk) {  // v = softmax over the chosen logits
         float dot = 0;
-        for (int j = 0; j < K; ++j) dot += v[j] * dv[j];
-        for (int j = 0; j < K; ++j) dl[chosen[j]] += v[j] * (dv[j] - dot);
+        for (int j = 0; j < n; ++j) dot += v[j] * dv[j];
+        for (int j = 0; j < n; ++j) dl[chosen[j]] += v[j] * (dv[j] - dot);
       } else if (m.score == ScoreFunc::sigmoid) {
-        for (int j = 0; j < K; ++j) {
+        for (int j = 0; j < n; ++j) {
           const float se = s[chosen[j]];
           dl[chosen[j]] += dv[j] * se * (1.0f - se);
         }
       } else {  // softmax scores: only the chosen entries of ds are non-zero
         float dot = 0;
-        for (int j = 0; j < K; ++j) dot += dv[j] * p[chosen[j]];
+        for (int j = 0; j < n; ++j) dot += dv[j] * p[chosen[j]];
         for (int e = 0; e < E; ++e) dl[e] -= p[e] * dot;
-        for (int j = 0; j < K; ++j) dl[chosen[j]] += p[chosen[j]] * dv[j];
+        for (int j = 0; j < n; ++j) dl[chosen[j]] += p[chosen[j]] * dv[j];
       }
       if (aux) {  // P_e is a mean of softmax(l) whatever the scores are
         float dot = 0;
@@ -306,6 +326,14 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
       }
       if (zl)
         for (int e = 0; e < E; ++e) dl[e] += z_scale * r.lse[t] * p[e];
+      if (ent) {  // H = -Σ p log p: ∂H/∂l_e = -p_e·(log p_e + H); p_e log p_e → 0 as p_e → 0
+        double h = 0;
+        for (int e = 0; e < E; ++e)
+          if (p[e] > 0) h -= static_cast<double>(p[e]) * std::log(static_cast<double>(p[e]));
+        for (int e = 0; e < E; ++e)
+          if (p[e] > 0)
+            dl[e] -= static_cast<float>(h_scale * p[e] * (std::log(static_cast<double>(p[e])) + h));
+      }
     }
   }
 }

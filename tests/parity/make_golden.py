@@ -212,20 +212,30 @@ def moe_reference(p, x, m, kind, act, bias):
         gmask = torch.zeros(T, G, dtype=torch.bool).scatter_(1, keep, True)
         sel = sel.masked_fill(~gmask.repeat_interleave(size, dim=1), float("-inf"))
     idx = sel.topk(K, dim=-1, sorted=True).indices
+    # Top-p (Huang et al. 2024): the fewest best experts whose probabilities sum to at least
+    # top_p, at most k; `taken` marks them.
+    taken = torch.ones(T, K, dtype=torch.bool)
+    if m.get("routing", "topk") == "top_p":
+        mass = probs.detach().gather(1, idx).cumsum(-1)
+        gap = (mass - m["top_p"]).abs().min()
+        assert gap > 1e-4, f"a token's mass lies within {gap:.1e} of top_p: pick other values"
+        reached = mass >= m["top_p"]
+        count = torch.where(reached.any(-1), reached.double().argmax(-1) + 1, K)
+        taken = torch.arange(K)[None, :] < count[:, None]
     if m.get("softmax_after_topk"):
         v = torch.softmax(logits.gather(1, idx), dim=-1)
     else:
-        v = scores.gather(1, idx)
+        v = scores.gather(1, idx) * taken
     w = v / v.sum(-1, keepdim=True) if m.get("normalize", True) else v
     w = w * m.get("scaling", 1.0)
     # Capacity: per expert, first choices before second choices, then by token (position) or
     # by router probability (descending); the first `capacity` are kept.
-    kept = torch.ones(T, K, dtype=torch.bool)
+    kept = taken.clone()
     c = m.get("capacity_factor", 0.0)
     if c > 0:
         cap = math.ceil(c * K * T / E)
         for e in range(E):
-            lst = [(j, t) for j in range(K) for t in range(T) if idx[t, j] == e]
+            lst = [(j, t) for j in range(K) for t in range(T) if idx[t, j] == e and taken[t, j]]
             if m.get("drop", "position") == "probability":
                 lst.sort(key=lambda jt: -float(scores[jt[1], e]))
             for j, t in lst[cap:]:
@@ -253,11 +263,13 @@ def moe_reference(p, x, m, kind, act, bias):
             s = torch.sigmoid(F.linear(x, p["shared_expert_gate.weight"])) * s
         y = y + s
     which = m.get("balance_loss", "topk")
-    onehot = F.one_hot(idx[:, :1] if which == "top1" else idx, E).double().sum(1)  # [T, E]
+    onehot = F.one_hot(idx, E).double() * taken.unsqueeze(-1)  # [T, K, E]
+    onehot = (onehot[:, :1] if which == "top1" else onehot).sum(1)  # [T, E]
     f = onehot.mean(0) / (K if which == "topk_normalized" else 1)
     balance = E * (f * probs.mean(0)).sum()
     z = torch.logsumexp(logits, dim=-1).pow(2).mean()
-    return y, balance, z, idx, w, kept
+    entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+    return y, balance, z, entropy, idx, w, kept
 
 
 def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="", Fs=0, seed=0,
@@ -275,8 +287,9 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
     dy = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
     p64 = {n: t.double().requires_grad_(True) for n, t in params.items()}
     x64 = x.double().requires_grad_(True)
-    y, balance, z, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias)
-    loss = (y * dy.double()).sum() + m.get("aux_coef", 0.0) * balance + m.get("z_coef", 0.0) * z
+    y, balance, z, entropy, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias)
+    loss = (y * dy.double()).sum() + m.get("aux_coef", 0.0) * balance + m.get("z_coef", 0.0) * z \
+        + m.get("entropy_coef", 0.0) * entropy
     loss.backward()
 
     d = os.path.join(out_dir, name)
@@ -290,7 +303,8 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
     save_safetensors(os.path.join(d, "x.safetensors"), {"x": x})
     save_safetensors(os.path.join(d, "dy.safetensors"), {"dy": dy})
     expected = {"y": y.detach(), "dx": x64.grad, "balance_loss": balance.detach().reshape(1),
-                "z_loss": z.detach().reshape(1), "experts": idx.double(),
+                "z_loss": z.detach().reshape(1), "entropy": entropy.detach().reshape(1),
+                "experts": idx.double(),
                 "expert_weights": w.detach(), "expert_kept": kept.double()}
     for n in params:
         g = p64[n].grad
@@ -339,6 +353,14 @@ def moe_cases(case):
          {"num_experts": 8, "top_k": 2, "aux_coef": 0.01}, "plain", "relu", 13, 37, 7, True)
     case("moe_k1_T3_fewer_tokens_than_experts",
          {"num_experts": 6, "top_k": 1, "z_coef": 0.01}, "plain", "gelu", 13, 20, 3, False)
+    # Top-p routing (Huang et al. 2024): the paper's weights (the probabilities, not
+    # renormalised) and dynamic loss; and renormalised, with capacity.
+    case("moe_top_p_e6_cap4_dynamic_loss",
+         {"num_experts": 6, "top_k": 4, "routing": "top_p", "top_p": 0.5, "normalize": False,
+          "entropy_coef": 0.01, "aux_coef": 0.01}, "plain", "relu", 13, 20, 16, True)
+    case("moe_top_p_capacity_swiglu_cap3",
+         {"num_experts": 8, "top_k": 3, "routing": "top_p", "top_p": 0.4,
+          "capacity_factor": 0.8, "aux_coef": 0.01}, "glu", "silu", 13, 11, 14, False)
     case("moe_softmax_after_topk_geglu_k3",
          {"num_experts": 7, "top_k": 3, "softmax_after_topk": True, "aux_coef": 0.01},
          "glu", "gelu", 13, 11, 9, True)

@@ -113,6 +113,22 @@ TEST(Config, MoEOptionsRoundTrip) {
               config_from_json(json::parse(R"({"kind":"moe","moe":{"score":"relu"}})"));
             }).find("unknown scoring function 'relu' (known: softmax, sigmoid)"),
             std::string::npos);
+  // The routing keys: printed only when they say something (a top-k config prints none).
+  EXPECT_FALSE(j["moe"].contains("routing"));
+  EXPECT_FALSE(j["moe"].contains("top_p"));
+  EXPECT_FALSE(j["moe"].contains("entropy_coef"));
+  FFNConfig p = variant_config("moe", 24, 40, false);
+  p.moe.routing = RoutingKind::top_p;
+  p.moe.top_p = 0.6f;
+  p.moe.entropy_coef = 1e-4f;
+  const json jp = config_to_json(p);
+  EXPECT_EQ(jp["moe"]["routing"], "top_p");
+  EXPECT_FLOAT_EQ(jp["moe"]["top_p"].get<float>(), 0.6f);
+  EXPECT_EQ(config_to_json(config_from_json(jp)), jp);
+  EXPECT_NE(error_of([] {
+              config_from_json(json::parse(R"({"kind":"moe","moe":{"routing":"top_q"}})"));
+            }).find("unknown routing 'top_q' (known: topk, top_p)"),
+            std::string::npos);
 }
 
 TEST(Config, HuggingFaceMoE) {

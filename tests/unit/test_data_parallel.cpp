@@ -60,6 +60,7 @@ void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
     EXPECT_EQ(r.total_tokens, T);
     EXPECT_EQ(r.load, one.load);
     EXPECT_EQ(r.first, one.first);
+    EXPECT_EQ(r.per_token, one.per_token);
     EXPECT_EQ(r.capacity, one.capacity);
     EXPECT_NEAR(r.balance_loss, one.balance_loss, 1e-12);
     EXPECT_NEAR(r.z_loss, one.z_loss, 1e-9);
@@ -95,6 +96,14 @@ TEST(DataParallel, RouterOverAGroupDecidesAsOneProcess) {
     RouterConfig top1 = router(1.0);
     top1.balance_loss = BalanceLoss::top1;
     expect_group_routes_as_one(ranks, top1);
+    for (double capacity : {0.0, 0.75}) {  // top-p: 1 to 3 experts a token, the dynamic loss
+      RouterConfig p = router(capacity);
+      p.top_k = 3;
+      p.routing = RoutingKind::top_p;
+      p.top_p = 0.6f;
+      p.entropy_coef = 0.01f;
+      expect_group_routes_as_one(ranks, p);
+    }
   }
 }
 
@@ -111,9 +120,11 @@ TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
                Error);
 }
 
-// A whole Trainer: an MoE model with dropout, noisy top-k, capacity and the balancing bias,
-// 6 steps of 2 micro-batches, on 1, 2 and 3 ranks (batch 6), and expert parallel on 2.
-TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+// A whole Trainer over the MoE `ffn`, with dropout: 6 steps of 2 micro-batches, on 1, 2 and 3
+// ranks (batch 6), and expert parallel on 2.
+namespace {
+
+void expect_ranks_train_as_one_process(const FFNConfig& ffn) {
   Corpus corpus;
   corpus.source = "test";
   const std::string text = "It is a far, far better thing that I do, than I have ever done. ";
@@ -125,14 +136,7 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
   c.heads = 2;
   c.context = 16;
   c.dropout = 0.1f;
-  c.ffn = variant_config("moe", 16, 16, false);
-  c.ffn.moe.num_experts = 4;
-  c.ffn.moe.top_k = 2;
-  c.ffn.moe.noisy_topk = true;
-  c.ffn.moe.jitter = 0.05f;
-  c.ffn.moe.balance_bias = true;
-  c.ffn.moe.capacity_factor = 1.0;
-  c.ffn.moe.aux_coef = 0.01f;
+  c.ffn = ffn;
   TrainConfig t;
   t.steps = 6;
   t.batch = 6;
@@ -191,6 +195,34 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
       EXPECT_NEAR(logs[r].load_cv, log_one.load_cv, 1e-9);
     }
   }
+}
+
+}  // namespace
+
+// Noisy top-k, capacity and the balancing bias.
+TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+  FFNConfig ffn = variant_config("moe", 16, 16, false);
+  ffn.moe.num_experts = 4;
+  ffn.moe.top_k = 2;
+  ffn.moe.noisy_topk = true;
+  ffn.moe.jitter = 0.05f;
+  ffn.moe.balance_bias = true;
+  ffn.moe.capacity_factor = 1.0;
+  ffn.moe.aux_coef = 0.01f;
+  expect_ranks_train_as_one_process(ffn);
+}
+
+// Top-p routing with its dynamic loss and capacity.
+TEST(DataParallel, TopPTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+  FFNConfig ffn = variant_config("moe", 16, 16, false);
+  ffn.moe.num_experts = 4;
+  ffn.moe.top_k = 3;
+  ffn.moe.routing = RoutingKind::top_p;
+  ffn.moe.top_p = 0.5f;
+  ffn.moe.entropy_coef = 0.01f;
+  ffn.moe.capacity_factor = 0.5;
+  ffn.moe.aux_coef = 0.01f;
+  expect_ranks_train_as_one_process(ffn);
 }
 
 TEST(DataParallel, BatchMustSplitEvenly) {

@@ -100,7 +100,26 @@ std::vector<Case> cases() {
     c.config.moe.score = ScoreFunc::sigmoid;
     out.push_back(c);
   }
+  {  // Huang et al. 2024: the probabilities themselves as weights, the dynamic (entropy) loss
+    Case c{"top_p_e6_cap4_dynamic_loss", base(6, 4, "relu", true), 14};
+    c.config.moe.routing = RoutingKind::top_p;
+    c.config.moe.top_p = 0.45f;
+    c.config.moe.normalize = false;
+    c.config.moe.entropy_coef = 0.02f;
+    out.push_back(c);
+  }
+  {
+    Case c{"top_p_normalized_capacity", base(5, 3, "swiglu", false), 12};
+    c.config.moe.routing = RoutingKind::top_p;
+    c.config.moe.top_p = 0.5f;
+    c.config.moe.capacity_factor = 0.7;
+    out.push_back(c);
+  }
   return out;
+}
+
+bool top_p(const FFNConfig& c) {
+  return c.moe.routing == RoutingKind::top_p;
 }
 
 // The reference with the layer's parameters, by name.
@@ -114,6 +133,10 @@ ref::MoEFFN<double> reference_of(MoEFFN& moe) {
 
 // Some parameters get random values that the initialisation leaves at zero.
 void randomize_state(MoEFFN& moe, std::uint64_t seed) {
+  if (top_p(moe.config())) {  // sharper router probabilities: tokens take 1 to k experts
+    Tensor& w = moe.parameters().at("gate.weight").value;
+    for (std::int64_t i = 0; i < w.numel(); ++i) w.f32()[i] *= 6.0f;
+  }
   if (moe.config().moe.balance_bias) {
     Tensor& b = moe.parameters().at("gate.e_score_correction_bias").value;
     const Tensor r = test::random_tensor(b.shape(), seed, 0.05f);
@@ -140,6 +163,7 @@ TEST(MoEFFN, MatchesReference) {
 
     const Routing& routing = moe.routing();
     const int K = c.config.moe.top_k;
+    for (std::int64_t t = 0; t < c.tokens; ++t) EXPECT_EQ(routing.count[t], r.count[t]) << t;
     for (std::int64_t a = 0; a < c.tokens * K; ++a) {
       EXPECT_EQ(routing.expert[a], r.chosen[a]) << "assignment " << a;
       EXPECT_EQ(routing.slot[a] >= 0, r.kept[a] != 0) << "assignment " << a;
@@ -147,6 +171,63 @@ TEST(MoEFFN, MatchesReference) {
     }
     EXPECT_NEAR(routing.balance_loss, r.balance, 1e-5 * std::max(1.0, r.balance));
     EXPECT_NEAR(routing.z_loss, r.z, 1e-5 * std::max(1.0, r.z));
+    EXPECT_NEAR(routing.entropy, r.entropy, 1e-5);
+  }
+}
+
+// Top-p routing: each token takes its best experts, in order, until their probabilities reach
+// top_p (the last one taken is the one that reaches it), at most k; the statistics count what
+// the tokens took.
+TEST(MoEFFN, TopPTakesTheFewestBestExpertsThatReachTheMass) {
+  std::uint64_t seed = 900;
+  for (const auto& c : cases()) {
+    if (!top_p(c.config)) continue;
+    SCOPED_TRACE(c.name);
+    MoEFFN moe(c.config, ++seed);
+    randomize_state(moe, ++seed);
+    const Tensor x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
+    Tensor y;
+    moe.forward(y, x, /*train=*/false);
+    const Routing& r = moe.routing();
+    const int E = c.config.moe.num_experts, K = c.config.moe.top_k;
+    std::vector<std::int64_t> by_count(K + 1, 0);
+    std::int64_t taken = 0;
+    for (std::int64_t t = 0; t < c.tokens; ++t) {
+      const int n = r.count[t];
+      ASSERT_GE(n, 1);
+      ASSERT_LE(n, K);
+      double mass = 0;
+      for (int j = 0; j < n; ++j) {
+        const float pj = r.probs[t * E + r.expert[t * K + j]];
+        if (j > 0) {
+          EXPECT_LE(pj, r.probs[t * E + r.expert[t * K + j - 1]]);  // best first
+        }
+        if (j == n - 1 && n < K) {
+          EXPECT_LT(mass, c.config.moe.top_p) << "took one too many";
+        }
+        mass += pj;
+      }
+      if (n < K) {
+        EXPECT_GE(mass, c.config.moe.top_p - 1e-6);
+      }
+      for (int j = n; j < K; ++j) {
+        EXPECT_EQ(r.weight[t * K + j], 0.0f);
+        EXPECT_EQ(r.slot[t * K + j], -1);
+      }
+      ++by_count[n];
+      taken += n;
+    }
+    // Sharpened routers: some tokens stop early, some run to the cap, at these sizes.
+    EXPECT_GT(by_count[1] + by_count[2], 0);
+    const FFNStats s = moe.stats();
+    EXPECT_EQ(s.tokens_by_experts, by_count);
+    EXPECT_NEAR(s.experts_per_token, static_cast<double>(taken) / c.tokens, 1e-12);
+    std::int64_t kept = 0;
+    for (auto n : s.tokens_per_expert) kept += n;
+    EXPECT_EQ(s.dropped, taken - kept);
+    if (c.config.moe.capacity_factor == 0) {
+      EXPECT_EQ(s.dropped, 0);
+    }
   }
 }
 
@@ -211,13 +292,14 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     r.hold_routing = true;  // ...then held
     const std::vector<double> g = test::to_vector<double>(dy);
     const double aux = c.config.moe.aux_coef, zc = c.config.moe.z_coef;
+    const double ec = c.config.moe.entropy_coef;
     auto loss = [&] {
       r.forward(ys, xs, T);
-      double l = aux * r.balance + zc * r.z;
+      double l = aux * r.balance + zc * r.z + ec * r.entropy;
       for (std::size_t i = 0; i < ys.size(); ++i) l += ys[i] * g[i];
       return l;
     };
-    EXPECT_NEAR(moe.aux_loss(), aux * r.balance + zc * r.z, 1e-6);
+    EXPECT_NEAR(moe.aux_loss(), aux * r.balance + zc * r.z + ec * r.entropy, 1e-6);
     const double atol = 2e-4, rtol = 2e-3;
     test::expect_gradient(xs, test::to_vector<double>(dx), loss,
                           test::sample_indices(xs.size(), 20), atol, rtol, "dx");
@@ -415,6 +497,19 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
   c = base(6, 2, "relu", true);
   c.moe.naming = MoENaming::mixtral;
   expect_error(c, "needs glu experts");
+  c = base(6, 2, "relu", true);
+  c.moe.routing = RoutingKind::top_p;
+  c.moe.top_p = 0.0f;
+  expect_error(c, "top_p = 0 must be in (0, 1]");
+  c.moe.top_p = 0.5f;
+  c.moe.score = ScoreFunc::sigmoid;
+  expect_error(c, "needs score 'softmax'");
+  c.moe.score = ScoreFunc::softmax;
+  c.moe.balance_bias = true;
+  expect_error(c, "balancing bias");
+  c.moe.balance_bias = false;
+  c.moe.entropy_coef = -1.0f;
+  expect_error(c, "entropy_coef = -1");
 }
 
 TEST(MoEFFN, ParametersMoveWithTheirBuffer) {

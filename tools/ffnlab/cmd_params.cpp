@@ -16,6 +16,14 @@ namespace ffnlab::cli {
 
 namespace {
 
+// "top-2", or "top-p 0.5 with at most 2 experts, costed at 2".
+std::string routing_text(const MoEConfig& m) {
+  if (m.routing == RoutingKind::top_p)
+    return fmt::format("top-p {} with at most {} experts, costed at {}", m.top_p, m.top_k, m.top_k);
+  return fmt::format("top-{}", m.top_k);
+}
+
+
 struct ParamsOptions {
   FFNFlags ffn;  // the seed study's configuration by default
   std::int64_t tokens = 8;
@@ -62,15 +70,15 @@ void run_params(const ParamsOptions& o) {
     fmt::print("FFN costs of {}: d_model {}, d_ff {}, bias {}, {} tokens{}\n\n", o.ffn.config_file,
                file->d_model, file->d_ff, file->bias ? "on" : "off", o.tokens,
                file->kind == FFNKind::moe
-                   ? fmt::format(" ({} experts of d_ff {}, top-{})", file->moe.num_experts,
-                                 file->expert_d_ff(), file->moe.top_k)
+                   ? fmt::format(" ({} experts of d_ff {}, {})", file->moe.num_experts,
+                                 file->expert_d_ff(), routing_text(file->moe))
                    : "");
   else
     fmt::print(
-        "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, top-{}; gated: "
+        "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, {}; gated: "
         "{} branches)\n\n",
         o.ffn.d_model, o.ffn.d_ff, o.ffn.no_bias ? "off" : "on", o.tokens, o.ffn.experts,
-        o.ffn.top_k, o.ffn.branches);
+        routing_text(ffn_config_from_flags(o.ffn, "moe").moe), o.ffn.branches);
   fmt::print(
       "{:<10} {:>13} {:>7} {:>13} {:>11} {:>9} {:>7} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
       "variant", "params", "params", "active", "fwd mm", "fwd ew", "fwd", "bwd mm", "bwd ew",

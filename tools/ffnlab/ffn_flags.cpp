@@ -37,9 +37,16 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
   add(cmd.add_option("--experts", f.experts, "MoE: routed experts"))
       ->capture_default_str()
       ->check(int_in(1, limits::kExperts));
-  add(cmd.add_option("--top-k", f.top_k, "MoE: experts per token"))
+  add(cmd.add_option("--top-k", f.top_k, "MoE: experts per token (top_p routing: at most)"))
       ->capture_default_str()
       ->check(int_in(1, limits::kExperts));
+  add(cmd.add_option("--routing", f.routing,
+                     "MoE: how many experts a token takes: " + join_names(enum_names<RoutingKind>()) +
+                         " (top_p: the fewest best whose probabilities reach --top-p)"))
+      ->capture_default_str();
+  add(cmd.add_option("--top-p", f.top_p, "MoE, top_p routing: the probability mass to reach"))
+      ->capture_default_str()
+      ->check(real_in(1e-6, 1));
   add(cmd.add_option("--shared-experts", f.shared, "MoE: shared experts"))
       ->capture_default_str()
       ->check(int_in(0, limits::kExperts));
@@ -50,6 +57,10 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
       ->capture_default_str()
       ->check(real_in(0, 1e6));
   add(cmd.add_option("--z-coef", f.z_coef, "MoE: router z-loss coefficient"))
+      ->capture_default_str()
+      ->check(real_in(0, 1e6));
+  add(cmd.add_option("--entropy-coef", f.entropy_coef,
+                     "MoE: coefficient of the router's mean entropy (top_p's dynamic loss)"))
       ->capture_default_str()
       ->check(real_in(0, 1e6));
   add(cmd.add_option("--capacity", f.capacity, "MoE: capacity factor (0: dropless)"))
@@ -81,6 +92,9 @@ FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
   MoEConfig& m = c.moe;
   m.num_experts = f.experts;
   m.top_k = f.top_k;
+  m.routing = parse_enum<RoutingKind>(f.routing);
+  m.top_p = static_cast<float>(f.top_p);
+  m.entropy_coef = static_cast<float>(f.entropy_coef);
   m.num_shared = f.shared;
   m.expert_d_ff = f.expert_d_ff;
   m.aux_coef = static_cast<float>(f.aux_coef);

@@ -18,13 +18,16 @@ struct FFNFlags {
   int branches = 4;  // gated (multi-branch) FFN
   // MoE
   int experts = 8, top_k = 2, shared = 0;
+  std::string routing = "topk";
+  double top_p = 0.4, entropy_coef = 0.0;
   std::int64_t expert_d_ff = 0;
   double aux_coef = 0.0, z_coef = 0.0, capacity = 0.0;
   std::string config_file;  // --ffn-config: a layer config instead of the flags
 };
 
-// Registers --d-model, --d-ff, --no-bias, --branches, --experts, --top-k, --shared-experts,
-// --expert-d-ff, --aux-coef, --z-coef, --capacity and --ffn-config in `group`, with f's current
+// Registers --d-model, --d-ff, --no-bias, --branches, --experts, --top-k, --routing, --top-p,
+// --shared-experts, --expert-d-ff, --aux-coef, --z-coef, --entropy-coef, --capacity and
+// --ffn-config in `group`, with f's current
 // values as the shown defaults. Returns the options, for commands that need to know which were
 // given.
 std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::string& group);

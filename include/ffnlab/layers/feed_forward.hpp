@@ -25,7 +25,11 @@ struct FFNStats {
   double max_over_mean = 0.0;     // max load / mean load
   double unused_fraction = 0.0;   // fraction of experts that got no token
   std::int64_t dropped = 0;       // assignments over capacity
-  double dropped_fraction = 0.0;  // dropped / (T·k)
+  double dropped_fraction = 0.0;  // dropped / assignments (T·k for top-k routing)
+  // Experts a token takes (k for top-k routing; fewer with top-p): the mean, and how many
+  // tokens took 0, 1, …, k of them.
+  double experts_per_token = 0.0;
+  std::vector<std::int64_t> tokens_by_experts;  // [k + 1]
   double router_entropy = 0.0;    // mean over tokens of the entropy of softmax(logits), nats
   double top1_prob = 0.0;         // mean over tokens of max softmax(logits)
   double balance_loss = 0.0;      // E·Σ f_e·P_e (unweighted)

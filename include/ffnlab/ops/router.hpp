@@ -15,6 +15,12 @@ namespace ffnlab {
 
 // How the router turns logits into scores (docs/moe.md).
 enum class ScoreFunc : std::uint8_t { softmax, sigmoid, count };
+// How many experts a token takes (docs/moe.md, "Routing families").
+enum class RoutingKind : std::uint8_t {
+  topk,   // the k best scores (Switch, Mixtral, Qwen-MoE, DeepSeek)
+  top_p,  // the fewest best experts whose probabilities reach top_p, at most k (Huang et al. 2024)
+  count
+};
 // Which assignments an expert over capacity drops.
 enum class DropPolicy : std::uint8_t {
   position,     // later ones: all first choices before second choices, then by token index
@@ -36,6 +42,11 @@ struct EnumNames<ScoreFunc> {
                             {{ScoreFunc::softmax, "softmax"}, {ScoreFunc::sigmoid, "sigmoid"}});
 };
 template <>
+struct EnumNames<RoutingKind> {
+  static constexpr auto table = name_table<RoutingKind>(
+      "ffn", "routing", {{RoutingKind::topk, "topk"}, {RoutingKind::top_p, "top_p"}});
+};
+template <>
 struct EnumNames<DropPolicy> {
   static constexpr auto table = name_table<DropPolicy>(
       "ffn", "drop policy",
@@ -50,13 +61,15 @@ struct EnumNames<BalanceLoss> {
                                {BalanceLoss::top1, "top1"}});
 };
 static_assert(EnumNames<ScoreFunc>::table.complete() && EnumNames<DropPolicy>::table.complete() &&
-              EnumNames<BalanceLoss>::table.complete());
+              EnumNames<BalanceLoss>::table.complete() && EnumNames<RoutingKind>::table.complete());
 
 // What the routing math needs of an MoE config (MoEConfig in layers/ffn_config.hpp extends it
 // with the experts, the router's own parameters and training noise).
 struct RouterConfig {
   int num_experts = 8;
-  int top_k = 2;
+  int top_k = 2;  // top_p routing: the most experts a token takes
+  RoutingKind routing = RoutingKind::topk;
+  float top_p = 0.4f;  // top_p routing: the probability mass a token's experts reach
   ScoreFunc score = ScoreFunc::softmax;
   bool softmax_after_topk = false;  // weights = softmax over the k chosen logits (GPT-OSS)
   bool normalize = true;            // top-k weights divided by their sum (norm_topk_prob)
@@ -72,6 +85,7 @@ struct RouterConfig {
   BalanceLoss balance_loss = BalanceLoss::topk;
   float aux_coef = 0.0f;  // load-balancing loss
   float z_coef = 0.0f;    // router z-loss
+  float entropy_coef = 0.0f;  // mean entropy of softmax(logits): top-p's "dynamic loss"
 };
 
 // What the router decided for T tokens, and what its backward needs. Routed over a process group
@@ -80,17 +94,21 @@ struct RouterConfig {
 struct Routing {
   std::int64_t tokens = 0;
   std::int64_t total_tokens = 0;  // over the group (= tokens without one)
-  int experts = 0, k = 0;
+  int experts = 0, k = 0;  // k: the most choices a token has (top_k)
   std::vector<float> probs;           // [T, E] softmax(logits): balance loss, z-loss, statistics
   std::vector<float> scores;          // [T, E] softmax or sigmoid of the logits
   std::vector<float> lse;             // [T]    logsumexp(logits)
-  std::vector<std::int32_t> expert;   // [T, k] chosen experts, best first
+  std::vector<std::int32_t> count;    // [T]    a token's choices: k, or fewer with top_p
+  // [T, k] chosen experts, best first; past a token's count, padding that has raw = weight = 0
+  // and slot -1 (still an expert index, the next best)
+  std::vector<std::int32_t> expert;
   std::vector<float> raw;             // [T, k] chosen scores before normalisation and scaling
   std::vector<float> weight;          // [T, k] combine weights
   std::vector<std::int64_t> slot;     // [T, k] row in the permuted buffer, -1 when dropped
   std::vector<std::int64_t> offsets;  // [E + 1] expert blocks in the permuted buffer
   std::vector<std::int64_t> token_of_row;  // [kept] token of each permuted row
   std::vector<std::int64_t> load;          // [E] assignments before capacity (group)
+  std::vector<std::int64_t> per_token;     // [k + 1] tokens by their count of choices (group)
   std::vector<std::int64_t> first;         // [E] tokens whose first choice is e (group)
   std::vector<std::int64_t> kept_total;    // [E] assignments kept (group)
   std::int64_t capacity = 0;               // per expert, over the group; 0: dropless
@@ -103,6 +121,8 @@ struct Routing {
 // Scores, selection and combine weights from logits [T, E]. `selection_bias` [E] (null: none)
 // is added to the scores for the choice only (aux-loss-free balancing). Also computes the
 // balance loss, the z-loss, the entropy and the top-1 probability; with a `group` (collective:
+// every rank calls it), over the tokens of all its ranks. With top_p routing a token takes the
+// best experts, in order, until their probabilities sum to at least top_p, or k of them.
 // every rank calls it), over the tokens of all its ranks.
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
            ProcessGroup* group = nullptr);
@@ -115,7 +135,8 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
 void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group = nullptr);
 
 // dlogits [T, E] (overwritten) from dweight [T, k], the loss gradient of the combine weights
-// (zero for dropped assignments), plus aux_scale·(aux_coef·∂balance + z_coef·∂z)/∂logits.
+// (zero for dropped assignments), plus aux_scale·(aux_coef·∂balance + z_coef·∂z +
+// entropy_coef·∂entropy)/∂logits.
 void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
                     float aux_scale);
 

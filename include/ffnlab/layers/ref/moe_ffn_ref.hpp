@@ -30,10 +30,11 @@ struct MoEFFN {
   // Routing: computed by forward unless hold_routing, then reused as given.
   bool hold_routing = false;
   std::vector<int> chosen;  // [tokens, k]
-  std::vector<char> kept;   // [tokens, k]
+  std::vector<int> count;   // [tokens] choices taken: k, or fewer with top_p routing
+  std::vector<char> kept;   // [tokens, k] (0 past a token's count)
   // Results of forward.
   std::vector<T> weight;  // [tokens, k]
-  T balance = 0, z = 0;
+  T balance = 0, z = 0, entropy = 0;
 
   const std::vector<T>& p(const std::string& name) const { return params.at(name); }
 
@@ -154,13 +155,29 @@ struct MoEFFN {
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sel[a] > sel[b]; });
         for (int j = 0; j < K; ++j) chosen[t * K + j] = order[j];
       }
+      // top_p: the fewest best experts whose probabilities sum to at least top_p, at most k.
+      count.assign(tokens, K);
+      if (m.routing == RoutingKind::top_p)
+        for (std::int64_t t = 0; t < tokens; ++t) {
+          T mass = 0;
+          for (int j = 0; j < K; ++j) {
+            mass += probs[t * E + chosen[t * K + j]];
+            if (mass >= T(m.top_p)) {
+              count[t] = j + 1;
+              break;
+            }
+          }
+        }
     }
 
     // Combine weights.
     weight.assign(tokens * K, T(0));
     for (std::int64_t t = 0; t < tokens; ++t) {
-      std::vector<T> v(K);
-      if (m.softmax_after_topk) {
+      const int n = count[t];
+      std::vector<T> v(K, T(0));
+      if (n < K) {
+        for (int j = 0; j < n; ++j) v[j] = scores[t * E + chosen[t * K + j]];
+      } else if (m.softmax_after_topk) {
         T sum = 0;
         for (int j = 0; j < K; ++j) sum += std::exp(logits[t * E + chosen[t * K + j]]);
         for (int j = 0; j < K; ++j) v[j] = std::exp(logits[t * E + chosen[t * K + j]]) / sum;
@@ -168,21 +185,23 @@ struct MoEFFN {
         for (int j = 0; j < K; ++j) v[j] = scores[t * E + chosen[t * K + j]];
       }
       T total = 0;
-      for (int j = 0; j < K; ++j) total += v[j];
-      for (int j = 0; j < K; ++j)
+      for (int j = 0; j < n; ++j) total += v[j];
+      for (int j = 0; j < n; ++j)
         weight[t * K + j] = T(m.scaling) * (m.normalize ? v[j] / total : v[j]);
     }
 
     // Capacity: each expert keeps its first `capacity` assignments in priority order.
     if (!hold_routing) {
       kept.assign(tokens * K, 1);
+      for (std::int64_t t = 0; t < tokens; ++t)
+        for (int j = count[t]; j < K; ++j) kept[t * K + j] = 0;
       if (m.capacity_factor > 0) {
         const auto cap = static_cast<std::int64_t>(
             std::ceil(m.capacity_factor * K * static_cast<double>(tokens) / E));
         for (int e = 0; e < E; ++e) {
           std::vector<std::int64_t> list;  // assignment t·K + j
           for (std::int64_t a = 0; a < tokens * K; ++a)
-            if (chosen[a] == e) list.push_back(a);
+            if (chosen[a] == e && a % K < count[a / K]) list.push_back(a);
           std::stable_sort(list.begin(), list.end(), [&](std::int64_t a, std::int64_t b) {
             if (m.drop == DropPolicy::probability)
               return scores[(a / K) * E + e] > scores[(b / K) * E + e];
@@ -224,7 +243,7 @@ struct MoEFFN {
     // Losses (f_e from the choices before capacity; P_e the mean softmax probability).
     std::vector<T> f(E, T(0)), mean_p(E, T(0));
     for (std::int64_t t = 0; t < tokens; ++t) {
-      for (int j = 0; j < K; ++j)
+      for (int j = 0; j < count[t]; ++j)
         if (m.balance_loss != BalanceLoss::top1 || j == 0) f[chosen[t * K + j]] += T(1);
       for (int e = 0; e < E; ++e) mean_p[e] += probs[t * E + e] / T(tokens);
     }
@@ -237,6 +256,12 @@ struct MoEFFN {
     balance *= T(E);
     z = 0;
     for (std::int64_t t = 0; t < tokens; ++t) z += lse[t] * lse[t] / T(tokens);
+    entropy = 0;  // mean over tokens of -Σ_e p_e log p_e
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (int e = 0; e < E; ++e) {
+        const T pe = probs[t * E + e];
+        if (pe > 0) entropy -= pe * std::log(pe) / T(tokens);
+      }
   }
 };
 
