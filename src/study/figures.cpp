@@ -369,6 +369,8 @@ void draw_sweep(const Study& st) {
   render_figure(st.dir, "sweep", s);
 }
 
+namespace {
+
 // Where each point's name goes: right of the point, or the nearest line below or above it
 // where its box meets no other name and no other point (gnuplot puts a label where it is told,
 // over anything). Coordinates are the axes' units; `char_w` and `line_h` are a character's width
@@ -405,6 +407,8 @@ std::vector<double> label_rows(const std::vector<double>& x, const std::vector<d
   return row;
 }
 
+}  // namespace
+
 void draw_moe_pareto(const Study& st) {
   const auto& points = st.results.moe_axes->pareto;
   std::string s = preamble("moe_pareto", 1500, 620);
@@ -433,15 +437,17 @@ void draw_moe_pareto(const Study& st) {
     const double x_hi = *std::max_element(x.begin(), x.end());
     const double xspan = std::max(x_hi - x_lo, 0.05 * std::max(std::abs(x_hi), 1e-3));
     const double left = x_lo - 0.1 * xspan, right = x_hi + 0.35 * xspan;
-    // A panel's plot area is about 600 by 440 pixels; a 9-point character about 6 by 16.
-    const std::vector<double> row = label_rows(x, y, chars, (right - left) * 9.0 / 600,
-                                               (right - left) * 6.0 / 600, (hi - lo) * 16.0 / 440);
+    // A panel's plot area is about 600 by 440 pixels; a 9-point character about 6 by 16, and
+    // a name starts 9 pixels right of its point.
+    const double gap = (right - left) * 9.0 / 600;
+    const std::vector<double> row =
+        label_rows(x, y, chars, gap, (right - left) * 6.0 / 600, (hi - lo) * 16.0 / 440);
     s += fmt::format("set title '{}'\nset xlabel '{}'\nset xrange [{}:{}]\nset yrange [{}:{}]\n",
                      title, xlabel, left, right, lo, hi);
     s += "unset label\n";
     for (std::size_t i = 0; i < points.size(); ++i)
       s += fmt::format("set label '{}' at {},{} left font ',9'\n", points[i].name,
-                       x[i] + (right - left) * 9.0 / 600, row[i]);
+                       x[i] + gap, row[i]);
     s += fmt::format(
         "plot 'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $4 : 1/0):5 "
         "with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4' title 'dense', "

@@ -5,8 +5,9 @@
 // fine-grained with a shared expert (DeepSeekMoE): 16 experts of a quarter of ReLU's width, top-3,
 // and one shared expert of a quarter, the same active compute again. (c), the field's current
 // design, is the one the report headlines (kHeadlineMoE); (b) trains with --full only. Both train
-// the seeds (`--seeds`), paired with ReLU's first ones. The runs train in the training stage's pool (moe_axes_jobs). Each against ReLU, paired by seed, with the training stage's rules; the figure places
-// every variant by parameters and by FLOPs per token.
+// the seeds (`--seeds`), paired with ReLU's first ones, in the training stage's pool
+// (moe_axes_jobs). Each against ReLU, paired by seed, with the training stage's rules; the figure
+// places every variant by parameters and by FLOPs per token.
 #include <fmt/format.h>
 
 #include <cmath>

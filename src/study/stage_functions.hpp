@@ -114,11 +114,6 @@ void draw_moe_expert_load(const Study& st);
 void draw_moe_specialisation(const Study& st);
 void draw_sweep(const Study& st);
 void draw_moe_pareto(const Study& st);
-// The rows of the points' name labels (label_rows in figures.cpp): right of each point, moved by
-// whole lines until no name meets another name or point.
-std::vector<double> label_rows(const std::vector<double>& x, const std::vector<double>& y,
-                               const std::vector<std::size_t>& chars, double gap, double char_w,
-                               double line_h);
 
 // A stage's JSON of an optional result: null when the stage did not run.
 template <class T, class F>

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
@@ -144,18 +145,27 @@ void randomize_state(MoEFFN& moe, std::uint64_t seed) {
   }
 }
 
+// Case c's layer (its state randomised) after an inference forward of a random x.
+struct Routed {
+  std::unique_ptr<MoEFFN> moe;
+  Tensor x, y;
+};
+Routed routed(const Case& c, std::uint64_t& seed) {
+  Routed r{std::make_unique<MoEFFN>(c.config, ++seed), {}, {}};
+  randomize_state(*r.moe, ++seed);
+  r.x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
+  r.moe->forward(r.y, r.x, /*train=*/false);
+  return r;
+}
+
 }  // namespace
 
 TEST(MoEFFN, MatchesReference) {
   std::uint64_t seed = 100;
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.name);
-    MoEFFN moe(c.config, ++seed);
-    randomize_state(moe, ++seed);
-    const Tensor x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
-    Tensor y;
-    moe.forward(y, x, /*train=*/false);
-
+    const auto [layer, x, y] = routed(c, seed);
+    MoEFFN& moe = *layer;
     auto r = reference_of(moe);
     std::vector<double> yr;
     r.forward(yr, test::to_vector<double>(x), c.tokens);
@@ -183,11 +193,8 @@ TEST(MoEFFN, TopPTakesTheFewestBestExpertsThatReachTheMass) {
   for (const auto& c : cases()) {
     if (!top_p(c.config)) continue;
     SCOPED_TRACE(c.name);
-    MoEFFN moe(c.config, ++seed);
-    randomize_state(moe, ++seed);
-    const Tensor x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
-    Tensor y;
-    moe.forward(y, x, /*train=*/false);
+    const auto [layer, x, y] = routed(c, seed);
+    const MoEFFN& moe = *layer;
     const Routing& r = moe.routing();
     const int E = c.config.moe.num_experts, K = c.config.moe.top_k;
     std::vector<std::int64_t> by_count(K + 1, 0);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
@@ -21,6 +22,21 @@ namespace {
 
 using study::Stage;
 using study::stages;
+
+// An empty folder of this test's own, removed with everything in it at the end (kept when
+// FFNLAB_KEEP_TEST_FILES is set, to look at what a test drew).
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& what)
+      : path(std::filesystem::temp_directory_path() /
+             ("ffnlab-study-" + what + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    if (!std::getenv("FFNLAB_KEEP_TEST_FILES")) std::filesystem::remove_all(path);
+  }
+};
 
 const Stage& stage(std::string_view key) {
   for (const Stage& s : stages())
@@ -495,9 +511,8 @@ std::string refusal(const study::Options& o) {
 }
 
 TEST(Study, RefusesBadOptionsBeforeAnyWork) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ffnlab-study-options-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const ScratchDir scratch("options");
+  const auto& dir = scratch.path;
   study::Options o;
   o.out = (dir / "report").string();
   o.data = (dir / "no-corpus-needed").string();  // refused before the data is read
@@ -515,7 +530,6 @@ TEST(Study, RefusesBadOptionsBeforeAnyWork) {
   EXPECT_NE(refusal(o).find("steps = -1"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(o.out));  // nothing written, no staging folder either
   EXPECT_TRUE(std::filesystem::is_empty(dir));
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
@@ -547,9 +561,8 @@ namespace {
 // The speed panel leaves noisy rows out; when every row is noisy it says so instead of failing
 // (gnuplot refuses a histogram with no valid point).
 TEST(StudyFigures, SpeedPanelWithEveryRowNoisyStillDraws) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ffnlab-study-figure-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const ScratchDir scratch("figure");
+  const auto& dir = scratch.path;
   study::Study st;
   st.dir = dir.string();
   st.write("costs_tutorial.csv",
@@ -571,7 +584,6 @@ TEST(StudyFigures, SpeedPanelWithEveryRowNoisyStillDraws) {
   ASSERT_EQ(speed.figures.size(), 1u);
   speed.figures[0].draw(st);
   EXPECT_GT(std::filesystem::file_size(dir / "ffn_performance_comparison.png"), 1000u);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
@@ -584,9 +596,8 @@ namespace {
 // MoE against FLOPs per token, in a default run) get their names on different lines, and a
 // point with room keeps its name beside it.
 TEST(StudyFigures, ParetoNamesOfNearbyPointsDoNotOverlap) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ffnlab-study-pareto-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const ScratchDir scratch("pareto");
+  const auto& dir = scratch.path;
   study::Study st;
   st.dir = dir.string();
   study::MoEAxesResult axes;
@@ -622,7 +633,6 @@ TEST(StudyFigures, ParetoNamesOfNearbyPointsDoNotOverlap) {
   const auto& flops = panels[1];
   EXPECT_GT(std::abs(flops.at("swiglu") - flops.at("moe_fine_shared")), 0.006);
   EXPECT_DOUBLE_EQ(flops.at("gated"), 3.19456);  // nothing near it: beside its point
-  if (!std::getenv("FFNLAB_KEEP_TEST_FILES")) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -123,7 +123,6 @@ struct Routing {
 // balance loss, the z-loss, the entropy and the top-1 probability; with a `group` (collective:
 // every rank calls it), over the tokens of all its ranks. With top_p routing a token takes the
 // best experts, in order, until their probabilities sum to at least top_p, or k of them.
-// every rank calls it), over the tokens of all its ranks.
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
            ProcessGroup* group = nullptr);
 
