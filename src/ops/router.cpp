@@ -187,6 +187,13 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   r.top1_prob = rest[2] * inv_t;
 }
 
+std::vector<std::int32_t> Routing::taken() const {
+  std::vector<std::int32_t> out = expert;
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (int j = count[t]; j < k; ++j) out[t * k + j] = -1;
+  return out;
+}
+
 void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;

@@ -292,7 +292,7 @@ std::vector<ExpertSpecialisation> expert_census(const Study& st, TransformerLM& 
       check(moe != nullptr, "[study] the expert census needs an MoE FFN in every layer");
       const Routing& r = moe->routing();
       layers[l].experts = r.experts;
-      layers[l].add(r.expert, r.k, b.ids, st.scale.train.seq);
+      layers[l].add(r.taken(), r.k, b.ids, st.scale.train.seq);
     }
   });
   return layers;

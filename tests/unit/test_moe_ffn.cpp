@@ -217,6 +217,8 @@ TEST(MoEFFN, TopPTakesTheFewestBestExpertsThatReachTheMass) {
       if (n < K) {
         EXPECT_GE(mass, c.config.moe.top_p - 1e-6);
       }
+      const std::vector<std::int32_t> took = r.taken();
+      for (int j = 0; j < K; ++j) EXPECT_EQ(took[t * K + j], j < n ? r.expert[t * K + j] : -1);
       for (int j = n; j < K; ++j) {
         EXPECT_EQ(r.weight[t * K + j], 0.0f);
         EXPECT_EQ(r.slot[t * K + j], -1);

@@ -115,6 +115,8 @@ struct Routing {
   double balance_loss = 0, z_loss = 0, entropy = 0, top1_prob = 0;
 
   std::int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }
+  // [T, k] the experts each token took: `expert` with -1 past the token's count.
+  std::vector<std::int32_t> taken() const;
   std::int64_t rows_of(int e) const { return offsets[e + 1] - offsets[e]; }
 };
 
