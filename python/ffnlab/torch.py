@@ -73,7 +73,8 @@ class FFN(torch.nn.Module):
     FFN(config=None, seed=0, **keys) takes the same config as ffnlab.FFN; FFN(layer=...) wraps an
     existing ffnlab.FFN. Parameters are registered under their Hugging Face names with '.'
     replaced by '_' (named_ffn_parameters() gives the Hugging Face names). State that no
-    optimizer may move (the MoE's aux-loss-free balancing bias) is a buffer, not a parameter.
+    optimizer may move (the MoE's aux-loss-free balancing bias, ReLU routing's L1 coefficient)
+    is a buffer, not a parameter.
     """
 
     def __init__(self, config=None, seed=0, layer=None, **keys):
@@ -126,7 +127,8 @@ class FFN(torch.nn.Module):
         return y
 
     def after_optimizer_step(self):
-        """MoE with the aux-loss-free balancing bias: call once per optimizer step."""
+        """MoE with the aux-loss-free balancing bias or ReLU routing (its adaptive L1
+        coefficient): call once per optimizer step."""
         self.layer.after_optimizer_step()
 
     def stats(self):

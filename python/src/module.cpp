@@ -145,6 +145,7 @@ py::dict stats_dict(const FFNStats& s) {
   d["top1_prob"] = s.top1_prob;
   d["balance_loss"] = s.balance_loss;
   d["z_loss"] = s.z_loss;
+  d["l1_coef"] = s.l1_coef;
   return d;
 }
 
@@ -201,7 +202,8 @@ accumulate into grads() (zero_grad() clears them).)")
             return out;
           },
           "{name: bool}: False for state kept with the weights that no optimizer should move "
-          "(the MoE's aux-loss-free balancing bias, gate.e_score_correction_bias)")
+          "(the MoE's aux-loss-free balancing bias gate.e_score_correction_bias, ReLU routing's "
+          "L1 coefficient gate.l1_coef)")
       .def("zero_grad", [](Layer& l) { l.ffn().parameters().zero_grad(); })
       .def(
           "stats", [](Layer& l) { return stats_dict(l.ffn().stats()); },
@@ -217,7 +219,8 @@ accumulate into grads() (zero_grad() clears them).)")
           "loss), 0 to leave it out")
       .def(
           "after_optimizer_step", [](Layer& l) { l.ffn().after_optimizer_step(); },
-          "MoE: once per optimizer step (the aux-loss-free balancing bias update)")
+          "MoE: once per optimizer step (the aux-loss-free balancing bias update; ReLU "
+          "routing's L1 coefficient, from this layer's sparsity since the last step)")
       .def_property(
           "precision", [](Layer& l) { return std::string(enum_name(l.ffn().precision())); },
           [](Layer& l, const std::string& p) { l.ffn().set_precision(parse_enum<Precision>(p)); },

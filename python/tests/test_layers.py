@@ -83,6 +83,31 @@ def test_top_p_routing_takes_fewer_experts_and_reports_how_many():
     assert sum(stats["tokens_per_expert"]) == sum(n * c for n, c in enumerate(by_count))
 
 
+def test_relu_routing_takes_the_positive_logits_and_adapts_its_penalty():
+    layer = ffnlab.FFN({"kind": "moe", "d_model": 16, "d_ff": 24,
+                        "moe": {"num_experts": 6, "top_k": 2, "routing": "relu",
+                                "normalize": False, "router_bias": False,
+                                "l1_coef_init": 0.01}}, seed=3)
+    assert layer.trainable()["gate.l1_coef"] is False
+    x = np.random.default_rng(1).standard_normal((40, 16), dtype=np.float32)
+    layer.forward(x, train=True)
+    stats = layer.stats()
+    logits = x @ layer.parameters()["gate.weight"].T
+    open_gates = (logits > 0).sum(1)
+    assert stats["tokens_by_experts"] == list(np.bincount(open_gates, minlength=7))
+    assert stats["tokens_per_expert"] == list((logits > 0).sum(0))
+    assert stats["experts_per_token"] == pytest.approx(open_gates.mean())
+    # The L1 penalty: E/(k·T²)·Σ_e n_e·Σ_t gate_te, times its coefficient.
+    gates = np.maximum(logits, 0)
+    l1 = 6 / (2 * 40 * 40) * ((logits > 0).sum(0) * gates.sum(0)).sum()
+    assert layer.aux_loss == pytest.approx(0.01 * l1, rel=1e-5)
+    # About half the gates open at initialisation, less sparse than 1 - 2/6 asks: the coefficient
+    # grows by 1.2 at the optimizer step.
+    assert open_gates.mean() > 2
+    layer.after_optimizer_step()
+    assert layer.stats()["l1_coef"] == pytest.approx(0.012)
+
+
 def test_parameters_are_views_that_keep_the_layer_alive():
     layer = ffnlab.FFN(variant="relu", d_model=4, d_ff=8)
     w = layer.parameters()["down_proj.weight"]

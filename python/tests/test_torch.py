@@ -178,3 +178,27 @@ def test_balancing_bias_is_a_buffer_no_optimizer_moves():
     assert float(np.abs(bias).max()) == 0.0  # untouched by the optimizer's step and decay
     block.after_optimizer_step()  # ffnlab's own update rule moves it
     assert float(np.abs(bias).max()) > 0.0
+
+
+def test_relu_routing_trains_in_a_torch_loop_towards_its_sparsity():
+    torch.manual_seed(5)
+    block = ft.FFN(variant="moe", d_model=8, d_ff=12, bias=False,
+                   moe={"num_experts": 4, "top_k": 1, "routing": "relu", "normalize": False,
+                        "l1_coef_init": 0.05})
+    assert "gate_l1_coef" in dict(block.named_buffers())
+    assert "gate_l1_coef" not in dict(block.named_parameters())
+    opt = torch.optim.AdamW(block.parameters(), lr=3e-2)
+    x, target = torch.randn(64, 8), torch.randn(64, 8)
+    counts = []
+    for _ in range(100):
+        loss = (block(x) - target).pow(2).mean() + block.aux_loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        block.after_optimizer_step()
+        counts.append(block.stats()["experts_per_token"])
+    # From about half of the 4 experts open to the target of one (the router's bias lets the
+    # gates close on these symmetric inputs; a Transformer's hidden states need none).
+    assert counts[0] > 1.5
+    assert abs(np.mean(counts[-20:]) - 1.0) < 0.3, counts
+    assert block.stats()["l1_coef"] != pytest.approx(0.05)

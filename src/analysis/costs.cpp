@@ -76,7 +76,9 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     out.saved_floats_per_token = d.saved;
   } else {
     const auto& m = c.moe;
-    const double D = static_cast<double>(c.d_model), E = m.num_experts, K = m.top_k;
+    // ReLU routing: the mean number of experts its penalty holds, E·(1 - target sparsity).
+    const double D = static_cast<double>(c.d_model), E = m.num_experts;
+    const double K = m.routing == RoutingKind::relu ? E * (1.0 - m.sparsity_target()) : m.top_k;
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
@@ -86,7 +88,11 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     const bool has_shared = m.num_shared > 0;
     const std::int64_t shared_params = has_shared ? add(shared.params, gate) : 0;
     out.params = add(add(router, mul(m.num_experts, expert.params)), shared_params);
-    out.active_params = add(add(router, mul(m.top_k, expert.params)), shared_params);
+    const auto active_experts =
+        m.routing == RoutingKind::relu
+            ? static_cast<std::int64_t>(std::llround(K * static_cast<double>(expert.params)))
+            : mul(m.top_k, expert.params);
+    out.active_params = add(add(router, active_experts), shared_params);
     // Router: logits (product), bias, softmax (exp, sum, divide), top-k scan, renormalise.
     // Combine: K weighted sums of D-vectors.
     out.forward.matmul = 2 * D * E + K * expert.fwd.matmul;

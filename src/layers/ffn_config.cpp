@@ -64,7 +64,8 @@ void validate(const FFNConfig& c) {
     check_range(m.shared_d_ff, 0, limits::kWidth, "moe", "shared_d_ff");
     check_range(m.num_shared, 0, limits::kExperts, "moe", "num_shared");
     check(m.score < ScoreFunc::count && m.drop < DropPolicy::count &&
-              m.balance_loss < BalanceLoss::count && m.naming < MoENaming::count,
+              m.balance_loss < BalanceLoss::count && m.naming < MoENaming::count &&
+              m.routing < RoutingKind::count,
           "[moe] invalid enum value");
     check(std::isfinite(m.scaling) && m.scaling > 0, "[moe] routed scaling = {} must be positive",
           m.scaling);
@@ -99,6 +100,36 @@ void validate(const FFNConfig& c) {
           "[moe] mixtral naming (w1/w3/w2) needs glu experts");
     check(std::isfinite(m.entropy_coef) && m.entropy_coef >= 0,
           "[moe] entropy_coef = {} must not be negative", m.entropy_coef);
+    if (m.routing == RoutingKind::relu) {
+      // ReMoE: the gates are the ReLU of the logits, every token's own, held sparse by the L1
+      // penalty alone.
+      auto refuse = [](bool bad, std::string_view what, std::string_view why) {
+        check(!bad, "[moe] routing 'relu' does not combine with {}: {}", what, why);
+      };
+      const char* gates = "the gates are the positive logits themselves";
+      refuse(m.score != ScoreFunc::softmax || m.softmax_after_topk, "other scoring functions",
+             gates);
+      refuse(m.normalize, "normalize: true",
+             "dividing the gates by their sum would undo the L1 penalty (set normalize false)");
+      refuse(m.groups > 0, "group-limited selection", gates);
+      refuse(m.balance_bias || m.noisy_topk, "the balancing bias or noisy top-k",
+             "they change a top-k choice, and nothing here is chosen by rank");
+      refuse(m.capacity_factor > 0, "a capacity factor", "it is dropless");
+      refuse(m.aux_coef > 0 || m.z_coef > 0 || m.entropy_coef > 0,
+             "aux_coef, z_coef or entropy_coef",
+             "its one loss is the L1 penalty, which balances the load too (l1_coef_*)");
+      check(m.top_k < m.num_experts,
+            "[moe] routing 'relu' holds top_k = {} experts per token on average: it must be "
+            "fewer than num_experts = {}",
+            m.top_k, m.num_experts);
+      check(std::isfinite(m.target_sparsity) && m.target_sparsity >= 0 && m.target_sparsity < 1,
+            "[moe] target_sparsity = {} must be in [0, 1) (0: 1 - top_k/num_experts)",
+            m.target_sparsity);
+      check(std::isfinite(m.l1_coef_init) && m.l1_coef_init > 0,
+            "[moe] l1_coef_init = {} must be positive", m.l1_coef_init);
+      check(std::isfinite(m.l1_coef_rate) && m.l1_coef_rate > 1,
+            "[moe] l1_coef_rate = {} must be greater than 1", m.l1_coef_rate);
+    }
     if (m.routing == RoutingKind::top_p) {
       // The mass is of softmax probabilities over every expert, taken best first.
       check(std::isfinite(m.top_p) && m.top_p > 0 && m.top_p <= 1,
@@ -187,6 +218,12 @@ constexpr std::array kMoEKeys{
     field<MoEConfig, &MoEConfig::z_coef>("z_coef"),
     field<MoEConfig, &MoEConfig::entropy_coef>(
         "entropy_coef", [](const MoEConfig& m) { return m.entropy_coef != 0; }),
+    field<MoEConfig, &MoEConfig::target_sparsity>(
+        "target_sparsity", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
+    field<MoEConfig, &MoEConfig::l1_coef_init>(
+        "l1_coef_init", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
+    field<MoEConfig, &MoEConfig::l1_coef_rate>(
+        "l1_coef_rate", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
     field<MoEConfig, &MoEConfig::naming>("naming"),
 };
 

@@ -72,6 +72,7 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   if (m.router_bias) params_.declare("gate.bias", {E});
   if (m.noisy_topk) params_.declare("gate.noise.weight", {E, D});
   if (m.balance_bias) params_.declare("gate.e_score_correction_bias", {E}, /*trainable=*/false);
+  if (m.routing == RoutingKind::relu) params_.declare("gate.l1_coef", {1}, /*trainable=*/false);
   for (int e = 0; e < E; ++e)
     for (const auto& n : expert_in_names(config_, e)) params_.declare(n + ".weight", {F, D});
   if (config_.bias)
@@ -104,6 +105,7 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     init_uniform(w_.out_bias, out_bound, rng);
   }
   if (m.shared_gate) init_uniform(w_.shared_gate, in_bound, rng);
+  if (m.routing == RoutingKind::relu) w_.l1_coef.f32()[0] = m.l1_coef_init;
   noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
   step_load_.assign(E, 0);
 }
@@ -130,6 +132,7 @@ void MoEFFN::bind_parameters() {
   if (m.router_bias) bind("gate.bias", w_.router_bias, dw_.router_bias);
   if (m.noisy_topk) bind("gate.noise.weight", w_.noise, dw_.noise);
   if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
+  if (m.routing == RoutingKind::relu) w_.l1_coef = params_.at("gate.l1_coef").value;
   if (m.shared_gate) bind("shared_expert_gate.weight", w_.shared_gate, dw_.shared_gate);
   const std::string in0 = expert_in_names(config_, 0)[0], out0 = expert_out_name(config_, 0);
   bind_span(in0 + ".weight", {E, P, D}, w_.in, dw_.in);
@@ -288,8 +291,13 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   router_forward(x, train);
   experts_forward(y, x, train);
   if (shared_) shared_forward(y, x, train);
-  if (train)
+  if (train) {
     for (int e = 0; e < config_.moe.num_experts; ++e) step_load_[e] += routing_.load[e];
+    if (config_.moe.routing == RoutingKind::relu)
+      for (int e = 0; e < config_.moe.num_experts; ++e)
+        step_gates_ += {static_cast<double>(routing_.load[e]),
+                        static_cast<double>(routing_.total_tokens)};
+  }
   saved_ = train;
   router_.x = train ? x : Tensor();
 }
@@ -369,7 +377,7 @@ void MoEFFN::router_backward(Tensor& dx) {
   const RouterCache& c = router_;
   Workspace& w = ws_;
   w.dlogits.ensure({T, E});
-  route_backward(w.dlogits, routing_, w.dweight.data(), m, aux_loss_scale_);
+  route_backward(w.dlogits, routing_, w.dweight.data(), m, aux_loss_scale_, l1_coef());
   const bool jitter = m.jitter > 0;
   const Tensor& rin = jitter ? c.x_router : c.x;
   Tensor& dx_router = scratch(Scratch::moe_dx_router, {T, D});
@@ -441,11 +449,26 @@ void MoEFFN::set_inference_weights(DType dtype) {
 double MoEFFN::aux_loss() const {
   const MoEConfig& m = config_.moe;
   return m.aux_coef * routing_.balance_loss + m.z_coef * routing_.z_loss +
-         m.entropy_coef * routing_.entropy;
+         m.entropy_coef * routing_.entropy + l1_coef() * routing_.l1_loss;
 }
 
-void MoEFFN::after_optimizer_step() {
+float MoEFFN::l1_coef() const {
+  return w_.l1_coef.defined() ? w_.l1_coef.f32()[0] : 0.0f;
+}
+
+void MoEFFN::after_optimizer_step(const GateActivity* activity) {
   const MoEConfig& m = config_.moe;
+  if (m.routing == RoutingKind::relu) {
+    // ReMoE's controller: λ grows while the gates are less sparse than the target, shrinks
+    // otherwise. No training forward since the last step: nothing to follow.
+    const GateActivity& a = activity ? *activity : step_gates_;
+    if (a.gates > 0) {
+      float& lambda = w_.l1_coef.f32()[0];
+      lambda = a.sparsity() < m.sparsity_target() ? lambda * m.l1_coef_rate
+                                                  : lambda / m.l1_coef_rate;
+    }
+    step_gates_ = {};
+  }
   if (m.balance_bias) {
     double mean = 0;
     for (auto l : step_load_) mean += static_cast<double>(l);
@@ -491,6 +514,7 @@ FFNStats MoEFFN::stats() const {
   s.tokens_by_experts = r.per_token;
   s.router_entropy = r.entropy;
   s.top1_prob = r.top1_prob;
+  s.l1_coef = l1_coef();
   s.balance_loss = r.balance_loss;
   s.z_loss = r.z_loss;
   if (saved_ && rows_.hp.defined() && rows_.hp.numel() > 0)  // (this rank's experts' rows)

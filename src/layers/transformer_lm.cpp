@@ -233,7 +233,11 @@ std::vector<LayerDiagnostics> TransformerLM::diagnostics() const {
 }
 
 void TransformerLM::after_optimizer_step() {
-  for (auto& b : blocks_) b->ffn().after_optimizer_step();
+  // ReLU routing: one L1 coefficient follows the sparsity of all ReLU-routed layers together
+  // (ReMoE); each such layer holds a copy and makes the same update from the same sum.
+  GateActivity all;
+  for (const auto& b : blocks_) all += b->ffn().gate_activity();
+  for (auto& b : blocks_) b->ffn().after_optimizer_step(&all);
 }
 
 }  // namespace ffnlab

@@ -64,7 +64,8 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   check(logits.rank() == 2 && logits.dim(1) == m.num_experts, "[router] logits {} must be [T, {}]",
         shape_string(logits.shape()), m.num_experts);
   const std::int64_t T = logits.dim(0);
-  const int E = m.num_experts, K = m.top_k;
+  const bool relu = m.routing == RoutingKind::relu;
+  const int E = m.num_experts, K = relu ? E : m.top_k;
   r.tokens = T;
   r.experts = E;
   r.k = K;
@@ -82,6 +83,7 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   {
     std::vector<float> sel(E), group_score(std::max(m.groups, 1));
     std::vector<char> group_kept(std::max(m.groups, 1));
+    std::vector<std::int32_t> order(relu ? E : 0);
 #pragma omp for schedule(static)
     for (std::int64_t t = 0; t < T; ++t) {
       const float* l = L + t * E;
@@ -106,11 +108,29 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
       for (int e = 0; e < E; ++e)
         s[e] = m.score == ScoreFunc::softmax ? p[e] : 1.0f / (1.0f + std::exp(-l[e]));
 
+      std::int32_t* chosen = r.expert.data() + t * K;
+      float* v = r.raw.data() + t * K;
+      float* w = r.weight.data() + t * K;
+      if (relu) {
+        // Every expert, best logit first (ties to the lower index); those with a positive logit
+        // are the token's, weighted by it.
+        for (int e = 0; e < E; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(), [l](int a, int b) { return l[a] > l[b]; });
+        int n = 0;
+        for (int j = 0; j < E; ++j) {
+          chosen[j] = order[j];
+          const float gate = l[order[j]];
+          n += gate > 0;
+          v[j] = gate > 0 ? gate : 0.0f;
+          w[j] = m.scaling * v[j];
+        }
+        r.count[t] = n;
+        continue;
+      }
       for (int e = 0; e < E; ++e) sel[e] = s[e] + (selection_bias ? selection_bias[e] : 0.0f);
       if (m.groups > 0)
         limit_groups(sel.data(), E, m.groups, m.topk_groups, group_score.data(),
                      reinterpret_cast<bool*>(group_kept.data()));
-      std::int32_t* chosen = r.expert.data() + t * K;
       // top_p: the choices so far reach the mass once their probabilities, summed in order in
       // double, are at least top_p.
       int n = K;
@@ -129,8 +149,6 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
       }
       r.count[t] = n;
 
-      float* v = r.raw.data() + t * K;
-      float* w = r.weight.data() + t * K;
       if (n < K) {  // top_p: the token's own choices; the padding weighs nothing
         for (int j = 0; j < K; ++j) v[j] = j < n ? s[chosen[j]] : 0.0f;
       } else if (m.softmax_after_topk) {
@@ -150,18 +168,22 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   }
 
   // Serial reductions, in token order: deterministic for any thread count. Then, over a group,
-  // summed over its ranks: [load E | first E | Σ_t p_te E | tokens by count K+1 | Σ lse² |
-  // Σ entropy | Σ top-1 | T].
-  std::vector<double> sums(3 * E + (K + 1) + 4, 0.0);
+  // summed over its ranks: [load E | first E | Σ_t p_te E | Σ_t gate_te E (relu) | tokens by
+  // count K+1 | Σ lse² | Σ entropy | Σ top-1 | T].
+  std::vector<double> sums(4 * E + (K + 1) + 4, 0.0);
   double* load = sums.data();
   double* first = load + E;
   double* mean_p = first + E;
-  double* per_token = mean_p + E;
+  double* gate_sum = mean_p + E;
+  double* per_token = gate_sum + E;
   double* rest = per_token + K + 1;
   for (std::int64_t t = 0; t < T; ++t) {
-    for (int j = 0; j < r.count[t]; ++j) load[r.expert[t * K + j]] += 1;
+    for (int j = 0; j < r.count[t]; ++j) {
+      load[r.expert[t * K + j]] += 1;
+      if (relu) gate_sum[r.expert[t * K + j]] += r.raw[t * K + j];
+    }
     per_token[r.count[t]] += 1;
-    first[r.expert[t * K]] += 1;
+    if (r.count[t] > 0) first[r.expert[t * K]] += 1;
     for (int e = 0; e < E; ++e) mean_p[e] += r.probs[t * E + e];
     rest[0] += static_cast<double>(r.lse[t]) * r.lse[t];
     rest[1] += entropy[t];
@@ -185,6 +207,10 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   r.z_loss = rest[0] * inv_t;
   r.entropy = rest[1] * inv_t;
   r.top1_prob = rest[2] * inv_t;
+  double l1 = 0;
+  if (relu)
+    for (int e = 0; e < E; ++e) l1 += load[e] * gate_sum[e];
+  r.l1_loss = E * l1 * inv_t * inv_t / m.top_k;
 }
 
 std::vector<std::int32_t> Routing::taken() const {
@@ -269,7 +295,7 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
 }
 
 void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
-                    float aux_scale) {
+                    float aux_scale, float l1_coef) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;
   check(dlogits.rank() == 2 && dlogits.dim(0) == T && dlogits.dim(1) == E,
@@ -285,6 +311,25 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   const double h_scale = aux_scale * m.entropy_coef * inv_t;
   const bool aux = m.aux_coef > 0, zl = m.z_coef > 0, ent = m.entropy_coef > 0;
   float* DL = dlogits.f32();
+
+  if (m.routing == RoutingKind::relu) {
+    // gate = max(l, 0), w = scaling·gate: a positive logit gets scaling·dw plus the L1 term
+    // ∂/∂gate_te of l1_coef·E/(top_k·T²)·Σ_e n_e·Σ_t gate_te (n_e held); the others nothing.
+    std::vector<float> dl1(E);
+    for (int e = 0; e < E; ++e)
+      dl1[e] = static_cast<float>(aux_scale * static_cast<double>(l1_coef) * E * r.load[e] *
+                                  inv_t * inv_t / m.top_k);
+#pragma omp parallel for schedule(static) if (T * E > 65536)
+    for (std::int64_t t = 0; t < T; ++t) {
+      float* dl = DL + t * E;
+      std::fill(dl, dl + E, 0.0f);
+      for (int j = 0; j < r.count[t]; ++j) {
+        const int e = r.expert[t * K + j];
+        dl[e] = m.scaling * dweight[t * K + j] + dl1[e];
+      }
+    }
+    return;
+  }
 
 #pragma omp parallel
   {

@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kStepHeader =
     "step,loss,aux_loss,grad_norm,lr,tokens_per_s,seconds,load_cv,max_over_mean,"
-    "dropped_fraction,router_entropy\n";
+    "dropped_fraction,router_entropy,experts_per_token,l1_coef\n";
 constexpr const char* kEvalHeader = "step,val_loss,val_bits_per_byte,tokens\n";
 constexpr const char* kLayerHeader =
     "step,layer,residual_rms,attention_rms,ffn_rms,attention_entropy,grad_attention,grad_ffn,"
@@ -91,9 +91,9 @@ TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_s
 
 void TrainLogs::add(const StepLog& s) {
   steps_ << fmt::format(
-      "{},{:.6f},{:.6f},{:.6f},{:.6g},{:.1f},{:.4f},{:.5f},{:.5f},{:.5f},{:.5f}\n", s.step, s.loss,
-      s.aux_loss, s.grad_norm, s.lr, s.tokens_per_second, s.seconds, s.load_cv, s.max_over_mean,
-      s.dropped_fraction, s.router_entropy);
+      "{},{:.6f},{:.6f},{:.6f},{:.6g},{:.1f},{:.4f},{:.5f},{:.5f},{:.5f},{:.5f},{:.4f},{:.6g}\n",
+      s.step, s.loss, s.aux_loss, s.grad_norm, s.lr, s.tokens_per_second, s.seconds, s.load_cv,
+      s.max_over_mean, s.dropped_fraction, s.router_entropy, s.experts_per_token, s.l1_coef);
   steps_.flush();
   if (!layers_.is_open()) return;
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
@@ -123,6 +123,22 @@ void TrainLogs::add(const EvalLog& e) {
   evals_.flush();
 }
 
+json routing_summary(const std::vector<StepLog>& steps, const std::vector<FFNStats>& layers) {
+  json per_layer = json::array();
+  for (const FFNStats& s : layers)
+    if (s.num_experts > 0)
+      per_layer.push_back(
+          {{"experts_per_token", s.experts_per_token}, {"tokens_by_experts", s.tokens_by_experts}});
+  if (per_layer.empty()) return nullptr;
+  const std::size_t n = steps.size(), late = (n + 3) / 4;  // the last quarter, at least one
+  double sum = 0;
+  for (std::size_t i = n - late; i < n; ++i) sum += steps[i].experts_per_token;
+  json out = {{"experts_per_token", late > 0 ? sum / static_cast<double>(late) : 0.0},
+              {"layers", per_layer}};
+  if (n > 0 && steps.back().l1_coef > 0) out["l1_coef"] = steps.back().l1_coef;
+  return out;
+}
+
 void write_summary(const std::string& dir, const RunSummary& r, const Corpus& corpus) {
   json evaluations = json::array();
   for (const EvalLog& e : r.evaluations)
@@ -130,7 +146,7 @@ void write_summary(const std::string& dir, const RunSummary& r, const Corpus& co
                            {"loss", e.loss},
                            {"bits_per_byte", e.bits_per_byte},
                            {"tokens", e.tokens}});
-  const json summary = {{"model", lm_config_to_json(r.model)},
+  json summary = {{"model", lm_config_to_json(r.model)},
                         {"train", train_config_to_json(r.train)},
                         {"parameters", r.params},
                         {"data",
@@ -144,6 +160,7 @@ void write_summary(const std::string& dir, const RunSummary& r, const Corpus& co
                         {"median_tokens_per_second", r.median_tokens_per_second},
                         {"evaluations", evaluations},
                         {"sample", r.sample}};
+  if (!r.routing.is_null()) summary["routing"] = r.routing;
   // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
   const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   write_file_atomic((fs::path(dir) / "summary.json").string(), s.data(), s.size());

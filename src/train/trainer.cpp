@@ -240,12 +240,15 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
     log.max_over_mean += s.max_over_mean;
     log.dropped_fraction += s.dropped_fraction;
     log.router_entropy += s.router_entropy;
+    log.experts_per_token += s.experts_per_token;
+    log.l1_coef = s.l1_coef;  // one coefficient for the model
   }
   if (moe_layers > 0) {
     log.load_cv /= moe_layers;
     log.max_over_mean /= moe_layers;
     log.dropped_fraction /= moe_layers;
     log.router_entropy /= moe_layers;
+    log.experts_per_token /= moe_layers;
   }
   log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log.tokens_per_second = static_cast<double>(tokens) / log.seconds;

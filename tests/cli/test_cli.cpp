@@ -148,7 +148,7 @@ TEST_F(Cli, RunReproducesPyTorchWithGradients) {
     EXPECT_LE(err(y, "y"), 1e-4) << c;
     EXPECT_LE(err(g, "dx"), 1e-4) << c;
     int grads = 0;
-    const std::set<std::string> routing_floats{"balance_loss", "z_loss", "entropy",
+    const std::set<std::string> routing_floats{"balance_loss", "z_loss", "entropy", "l1_loss",
                                                "expert_weights"};
     const std::set<std::string> routing_ints{"experts", "expert_kept"};
     for (const auto& n : expected.names())
@@ -298,15 +298,40 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   EXPECT_TRUE(fs::exists(path("run/checkpoint/checkpoint.json")));
   EXPECT_TRUE(fs::exists(path("run/checkpoint/weights-00000006.safetensors")));
 
-  // MoE: the log carries the load statistics.
+  // MoE: the log carries the load statistics and the experts a token took.
   const auto m =
       run("train --data " + path("text") + kTiny +
           " --variant moe --experts 4 --top-k 2 --steps 2 --sample 0 --out " + path("moe"));
   ASSERT_EQ(m.status, 0) << m.err;
   const std::string mlog = read(path("moe/train_log.csv"));
   const auto line = mlog.substr(mlog.find('\n') + 1);
-  EXPECT_NE(line.substr(line.rfind(',') + 1), "0.00000\n") << mlog;  // router entropy > 0
-  EXPECT_FALSE(fs::exists(path("moe/layer_log.csv")));               // only with --diagnostics
+  EXPECT_NE(line.find(",2.0000,0\n"), std::string::npos) << mlog;  // top-2: 2 experts, no L1
+  EXPECT_EQ(line.find(",0.00000,2.0000"), std::string::npos) << mlog;  // router entropy > 0
+  EXPECT_FALSE(fs::exists(path("moe/layer_log.csv")));                 // only with --diagnostics
+  const auto routing = nlohmann::json::parse(read(path("moe/summary.json")))["routing"];
+  EXPECT_EQ(routing["experts_per_token"], 2.0);
+  ASSERT_EQ(routing["layers"].size(), 1u);  // kTiny: one layer
+  EXPECT_EQ(routing["layers"][0]["tokens_by_experts"].size(), 3u);  // 0, 1, 2 experts
+  EXPECT_FALSE(routing.contains("l1_coef"));
+
+  // ReLU routing: any number of experts a token; the L1 coefficient in the log and summary;
+  // the load-balancing loss's default (0.01) is left out, a given one refused.
+  const auto relu = run("train --data " + path("text") + kTiny +
+                        " --variant moe --routing relu --experts 4 --top-k 1 --l1-coef-init 0.01 "
+                        "--steps 2 --sample 0 --out " + path("relu"));
+  ASSERT_EQ(relu.status, 0) << relu.err;
+  const auto relu_routing = nlohmann::json::parse(read(path("relu/summary.json")))["routing"];
+  EXPECT_EQ(relu_routing["layers"][0]["tokens_by_experts"].size(), 5u);  // 0 to 4 experts
+  const double lambda = relu_routing["l1_coef"];
+  EXPECT_TRUE(std::abs(lambda - 0.01 * 1.2 * 1.2) < 1e-6 || std::abs(lambda - 0.01) < 1e-6 ||
+              std::abs(lambda - 0.01 / 1.2 / 1.2) < 1e-6)
+      << lambda;
+  const auto refused = run("train --data " + path("text") + kTiny +
+                           " --variant moe --routing relu --aux-coef 0.01 --steps 2 --out " +
+                           path("relu_aux"));
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.err.find("routing 'relu' does not combine with aux_coef"), std::string::npos)
+      << refused.err;
 
   // --diagnostics N: layer_log.csv, one row per layer at step 1 and every N steps.
   const auto d = run("train --data " + path("text") + kTiny +

@@ -211,7 +211,15 @@ def moe_reference(p, x, m, kind, act, bias):
         keep = gs.topk(m["topk_groups"], dim=-1).indices
         gmask = torch.zeros(T, G, dtype=torch.bool).scatter_(1, keep, True)
         sel = sel.masked_fill(~gmask.repeat_interleave(size, dim=1), float("-inf"))
-    idx = sel.topk(K, dim=-1, sorted=True).indices
+    relu_routing = m.get("routing", "topk") == "relu"
+    if relu_routing:
+        # ReMoE (Wang et al. 2025): gate = ReLU(logit) for every expert; a token takes those
+        # that are positive. Columns: every expert, best logit first.
+        K = E
+        gap = logits.detach().abs().min()
+        assert gap > 1e-4, f"a logit lies within {gap:.1e} of 0: pick other values"
+        sel = logits.detach()
+    idx = torch.sort(sel, dim=-1, descending=True, stable=True).indices[:, :K]
     # Top-p (Huang et al. 2024): the fewest best experts whose probabilities sum to at least
     # top_p, at most k; `taken` marks them.
     taken = torch.ones(T, K, dtype=torch.bool)
@@ -222,11 +230,14 @@ def moe_reference(p, x, m, kind, act, bias):
         reached = mass >= m["top_p"]
         count = torch.where(reached.any(-1), reached.double().argmax(-1) + 1, K)
         taken = torch.arange(K)[None, :] < count[:, None]
-    if m.get("softmax_after_topk"):
+    if relu_routing:
+        taken = logits.detach().gather(1, idx) > 0
+        v = torch.relu(logits).gather(1, idx) * taken
+    elif m.get("softmax_after_topk"):
         v = torch.softmax(logits.gather(1, idx), dim=-1)
     else:
         v = scores.gather(1, idx) * taken
-    w = v / v.sum(-1, keepdim=True) if m.get("normalize", True) else v
+    w = v / v.sum(-1, keepdim=True) if m.get("normalize", True) and not relu_routing else v
     w = w * m.get("scaling", 1.0)
     # Capacity: per expert, first choices before second choices, then by token (position) or
     # by router probability (descending); the first `capacity` are kept.
@@ -269,11 +280,17 @@ def moe_reference(p, x, m, kind, act, bias):
     balance = E * (f * probs.mean(0)).sum()
     z = torch.logsumexp(logits, dim=-1).pow(2).mean()
     entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
-    return y, balance, z, entropy, idx, w, kept
+    # ReMoE's L1 penalty with its load balancing folded in, as its released code computes it
+    # per layer: E/(top_k·T²)·Σ_e n_e·Σ_t gate_te, n_e = tokens with a positive gate (constant).
+    l1 = torch.zeros((), dtype=torch.float64)
+    if relu_routing:
+        n = (logits.detach() > 0).double().sum(0)
+        l1 = E * (n * torch.relu(logits).sum(0)).sum() / (m["top_k"] * T * T)
+    return y, balance, z, entropy, l1, idx, w, kept
 
 
 def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="", Fs=0, seed=0,
-                  balance_bias=False):
+                  balance_bias=False, l1_coef=0.0):
     gen = torch.Generator().manual_seed(seed)
     params = {}
     for n, shape, fan_in, is_bias in moe_param_names(m, kind, bias, D, Fe, Fs):
@@ -283,13 +300,15 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
     if balance_bias:
         params["gate.e_score_correction_bias"] = (
             torch.randn(m["num_experts"], generator=gen, dtype=torch.float64) * 0.05).float()
+    if m.get("routing") == "relu":  # the L1 coefficient: state, not trained
+        params["gate.l1_coef"] = torch.tensor([l1_coef], dtype=torch.float32)
     x = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
     dy = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
     p64 = {n: t.double().requires_grad_(True) for n, t in params.items()}
     x64 = x.double().requires_grad_(True)
-    y, balance, z, entropy, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias)
+    y, balance, z, entropy, l1, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias)
     loss = (y * dy.double()).sum() + m.get("aux_coef", 0.0) * balance + m.get("z_coef", 0.0) * z \
-        + m.get("entropy_coef", 0.0) * entropy
+        + m.get("entropy_coef", 0.0) * entropy + l1_coef * l1
     loss.backward()
 
     d = os.path.join(out_dir, name)
@@ -304,6 +323,7 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
     save_safetensors(os.path.join(d, "dy.safetensors"), {"dy": dy})
     expected = {"y": y.detach(), "dx": x64.grad, "balance_loss": balance.detach().reshape(1),
                 "z_loss": z.detach().reshape(1), "entropy": entropy.detach().reshape(1),
+                "l1_loss": l1.detach().reshape(1),
                 "experts": idx.double(),
                 "expert_weights": w.detach(), "expert_kept": kept.double()}
     for n in params:
@@ -361,6 +381,14 @@ def moe_cases(case):
     case("moe_top_p_capacity_swiglu_cap3",
          {"num_experts": 8, "top_k": 3, "routing": "top_p", "top_p": 0.4,
           "capacity_factor": 0.8, "aux_coef": 0.01}, "glu", "silu", 13, 11, 14, False)
+    # ReLU routing (ReMoE): every positive logit is a gate; the L1 penalty at a coefficient
+    # large enough to show in every gradient.
+    case("moe_relu_routing_e6_k2_l1",
+         {"num_experts": 6, "top_k": 2, "routing": "relu", "normalize": False,
+          "router_bias": False}, "plain", "relu", 13, 20, 16, True, l1_coef=0.3)
+    case("moe_relu_routing_swiglu_scaled_sparsity",
+         {"num_experts": 8, "top_k": 3, "routing": "relu", "normalize": False, "scaling": 1.5,
+          "target_sparsity": 0.5}, "glu", "silu", 13, 11, 12, False, l1_coef=0.5)
     case("moe_softmax_after_topk_geglu_k3",
          {"num_experts": 7, "top_k": 3, "softmax_after_topk": True, "aux_coef": 0.01},
          "glu", "gelu", 13, 11, 9, True)

@@ -117,6 +117,8 @@ TEST(Config, MoEOptionsRoundTrip) {
   EXPECT_FALSE(j["moe"].contains("routing"));
   EXPECT_FALSE(j["moe"].contains("top_p"));
   EXPECT_FALSE(j["moe"].contains("entropy_coef"));
+  EXPECT_FALSE(j["moe"].contains("target_sparsity"));
+  EXPECT_FALSE(j["moe"].contains("l1_coef_init"));
   FFNConfig p = variant_config("moe", 24, 40, false);
   p.moe.routing = RoutingKind::top_p;
   p.moe.top_p = 0.6f;
@@ -127,8 +129,20 @@ TEST(Config, MoEOptionsRoundTrip) {
   EXPECT_EQ(config_to_json(config_from_json(jp)), jp);
   EXPECT_NE(error_of([] {
               config_from_json(json::parse(R"({"kind":"moe","moe":{"routing":"top_q"}})"));
-            }).find("unknown routing 'top_q' (known: topk, top_p)"),
+            }).find("unknown routing 'top_q' (known: topk, top_p, relu)"),
             std::string::npos);
+  FFNConfig r = variant_config("moe", 24, 40, false);
+  r.moe.routing = RoutingKind::relu;
+  r.moe.normalize = false;
+  r.moe.target_sparsity = 0.8f;
+  r.moe.l1_coef_init = 1e-4f;
+  const json jr = config_to_json(r);
+  EXPECT_EQ(jr["moe"]["routing"], "relu");
+  EXPECT_FALSE(jr["moe"].contains("top_p"));
+  EXPECT_FLOAT_EQ(jr["moe"]["target_sparsity"].get<float>(), 0.8f);
+  EXPECT_FLOAT_EQ(jr["moe"]["l1_coef_init"].get<float>(), 1e-4f);
+  EXPECT_FLOAT_EQ(jr["moe"]["l1_coef_rate"].get<float>(), 1.2f);
+  EXPECT_EQ(config_to_json(config_from_json(jr)), jr);
 }
 
 TEST(Config, HuggingFaceMoE) {

@@ -36,7 +36,8 @@ Tensor rows_of(const Tensor& t, std::int64_t first, std::int64_t count) {
 // Splits 37 tokens unevenly over the ranks and compares every rank's part with one process.
 void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
   const std::int64_t T = 37;
-  const int E = m.num_experts, K = m.top_k;
+  const int E = m.num_experts, K = m.routing == RoutingKind::relu ? E : m.top_k;
+  const float l1_coef = 0.2f;  // relu routing's penalty (the others ignore it)
   const Tensor logits = random_logits(T, E, 7);
   std::vector<float> dweight(T * K);
   for (std::int64_t i = 0; i < T * K; ++i) dweight[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
@@ -45,7 +46,7 @@ void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
   route(one, logits, nullptr, m);
   assign_rows(one, m);
   Tensor dl_one({T, E});
-  route_backward(dl_one, one, dweight.data(), m, 1.f);
+  route_backward(dl_one, one, dweight.data(), m, 1.f, l1_coef);
 
   std::vector<std::int64_t> cut{0};
   for (int r = 1; r < ranks; ++r) cut.push_back(T * r / ranks + r);  // uneven parts
@@ -56,7 +57,7 @@ void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
     route(r, rows_of(logits, first, count), nullptr, m, &g);
     assign_rows(r, m, &g);
     Tensor dl({count, E});
-    route_backward(dl, r, dweight.data() + first * K, m, 1.f);
+    route_backward(dl, r, dweight.data() + first * K, m, 1.f, l1_coef);
     EXPECT_EQ(r.total_tokens, T);
     EXPECT_EQ(r.load, one.load);
     EXPECT_EQ(r.first, one.first);
@@ -65,6 +66,7 @@ void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
     EXPECT_NEAR(r.balance_loss, one.balance_loss, 1e-12);
     EXPECT_NEAR(r.z_loss, one.z_loss, 1e-9);
     EXPECT_NEAR(r.entropy, one.entropy, 1e-12);
+    EXPECT_NEAR(r.l1_loss, one.l1_loss, 1e-12);
     std::vector<std::int64_t> kept_one(E);
     for (int e = 0; e < E; ++e) kept_one[e] = one.rows_of(e);
     EXPECT_EQ(r.kept_total, kept_one);
@@ -104,6 +106,12 @@ TEST(DataParallel, RouterOverAGroupDecidesAsOneProcess) {
       p.entropy_coef = 0.01f;
       expect_group_routes_as_one(ranks, p);
     }
+    RouterConfig relu = router(0.0);  // ReLU routing: 0 to 4 experts a token, the L1 penalty
+    relu.routing = RoutingKind::relu;
+    relu.normalize = false;
+    relu.aux_coef = relu.z_coef = 0.0f;
+    relu.scaling = 1.5f;
+    expect_group_routes_as_one(ranks, relu);
   }
 }
 
@@ -124,7 +132,7 @@ TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
 // ranks (batch 6), and expert parallel on 2.
 namespace {
 
-void expect_ranks_train_as_one_process(const FFNConfig& ffn) {
+void expect_ranks_train_as_one_process(const FFNConfig& ffn, bool drops = true) {
   Corpus corpus;
   corpus.source = "test";
   const std::string text = "It is a far, far better thing that I do, than I have ever done. ";
@@ -166,7 +174,9 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn) {
     return std::make_pair(std::vector<float>(w.f32(), w.f32() + w.numel()), last);
   };
   const auto [one, log_one] = train(nullptr, false);
-  EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
+  if (drops) {
+    EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
+  }
   for (const auto& run : {std::pair{2, false}, {3, false}, {2, true}}) {
     const int ranks = run.first;
     const bool ep = run.second;  // (clang 14 cannot capture a structured binding)
@@ -223,6 +233,17 @@ TEST(DataParallel, TopPTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
   ffn.moe.capacity_factor = 0.5;
   ffn.moe.aux_coef = 0.01f;
   expect_ranks_train_as_one_process(ffn);
+}
+
+// ReLU routing: the L1 coefficient follows the sparsity of the whole batch, over every rank.
+TEST(DataParallel, ReluRoutingTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+  FFNConfig ffn = variant_config("moe", 16, 16, false);
+  ffn.moe.num_experts = 4;
+  ffn.moe.top_k = 1;
+  ffn.moe.routing = RoutingKind::relu;
+  ffn.moe.normalize = false;
+  ffn.moe.l1_coef_init = 0.05f;
+  expect_ranks_train_as_one_process(ffn, /*drops=*/false);
 }
 
 TEST(DataParallel, BatchMustSplitEvenly) {

@@ -3,8 +3,11 @@
 // router options, capacity, statistics and the balancing-bias update on their own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <tuple>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
@@ -116,11 +119,32 @@ std::vector<Case> cases() {
     c.config.moe.capacity_factor = 0.7;
     out.push_back(c);
   }
+  for (auto [name, experts, k, variant, bias] :
+       {std::tuple{"relu_routing_e6_k2_l1", 6, 2, "relu", true},
+        std::tuple{"relu_routing_swiglu_scaled_sparsity", 8, 3, "swiglu", false}}) {
+    // ReMoE: gates ReLU(logits), held sparse by the L1 penalty (a coefficient large enough to
+    // show in the gradients).
+    Case c{name, base(experts, k, variant, bias), 14};
+    auto& m = c.config.moe;
+    m.routing = RoutingKind::relu;
+    m.normalize = false;
+    m.aux_coef = m.z_coef = 0.0f;
+    m.l1_coef_init = 0.3f;
+    if (!bias) {
+      m.router_bias = false;
+      m.scaling = 1.5f;
+      m.target_sparsity = 0.5f;
+    }
+    out.push_back(c);
+  }
   return out;
 }
 
 bool top_p(const FFNConfig& c) {
   return c.moe.routing == RoutingKind::top_p;
+}
+bool relu(const FFNConfig& c) {
+  return c.moe.routing == RoutingKind::relu;
 }
 
 // The reference with the layer's parameters, by name.
@@ -172,7 +196,8 @@ TEST(MoEFFN, MatchesReference) {
     EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6);
 
     const Routing& routing = moe.routing();
-    const int K = c.config.moe.top_k;
+    const int K = r.choices();
+    ASSERT_EQ(routing.k, K);
     for (std::int64_t t = 0; t < c.tokens; ++t) EXPECT_EQ(routing.count[t], r.count[t]) << t;
     for (std::int64_t a = 0; a < c.tokens * K; ++a) {
       EXPECT_EQ(routing.expert[a], r.chosen[a]) << "assignment " << a;
@@ -182,7 +207,97 @@ TEST(MoEFFN, MatchesReference) {
     EXPECT_NEAR(routing.balance_loss, r.balance, 1e-5 * std::max(1.0, r.balance));
     EXPECT_NEAR(routing.z_loss, r.z, 1e-5 * std::max(1.0, r.z));
     EXPECT_NEAR(routing.entropy, r.entropy, 1e-5);
+    EXPECT_NEAR(routing.l1_loss, r.l1, 1e-5 * std::max(1.0, r.l1));
+    if (relu(c.config)) {
+      EXPECT_GT(r.l1, 0.0);
+    }
   }
+}
+
+// ReLU routing: a token takes exactly the experts whose logit is positive, best first, weighted
+// by scaling·logit; some tokens take none and some several, and the statistics count them.
+TEST(MoEFFN, ReluRoutingTakesThePositiveLogits) {
+  std::uint64_t seed = 1300;
+  for (const auto& c : cases()) {
+    if (!relu(c.config)) continue;
+    SCOPED_TRACE(c.name);
+    const auto [layer, x, y] = routed(c, seed);
+    const Routing& r = layer->routing();
+    const int E = c.config.moe.num_experts;
+    ASSERT_EQ(r.k, E);
+    // The router's logits, recomputed: x·W_rᵀ + b.
+    const Tensor& w = layer->parameters().at("gate.weight").value;
+    const std::vector<std::int32_t> took = r.taken();
+    std::vector<std::int64_t> by_count(E + 1, 0);
+    for (std::int64_t t = 0; t < c.tokens; ++t) {
+      int positive = 0;
+      const auto first = took.begin() + t * E, last = first + E;
+      for (int e = 0; e < E; ++e) {
+        double l =
+            c.config.moe.router_bias ? layer->parameters().at("gate.bias").value.f32()[e] : 0.0;
+        for (int d = 0; d < 12; ++d) l += double{w.f32()[e * 12 + d]} * x.f32()[t * 12 + d];
+        const bool taken = std::find(first, last, e) != last;
+        EXPECT_EQ(taken, l > 0) << "token " << t << " expert " << e << " logit " << l;
+        positive += l > 0;
+        for (int j = 0; j < r.count[t]; ++j)
+          if (r.expert[t * E + j] == e) {
+            EXPECT_NEAR(r.weight[t * E + j], c.config.moe.scaling * l, 1e-5);
+          }
+      }
+      EXPECT_EQ(r.count[t], positive);
+      for (int j = r.count[t]; j < E; ++j) {
+        EXPECT_EQ(r.weight[t * E + j], 0.0f);
+        EXPECT_EQ(r.slot[t * E + j], -1);
+      }
+      ++by_count[positive];
+    }
+    // At initialisation about half the logits are positive: some tokens take fewer than top_k
+    // experts, some more.
+    const int K = c.config.moe.top_k;
+    std::int64_t fewer = 0, more = 0;
+    for (int n = 0; n < K; ++n) fewer += by_count[n];
+    for (int n = K + 1; n <= E; ++n) more += by_count[n];
+    EXPECT_GT(fewer, 0);
+    EXPECT_GT(more, 0);
+    EXPECT_EQ(layer->stats().tokens_by_experts, by_count);
+    EXPECT_EQ(layer->stats().dropped, 0);
+  }
+}
+
+// ReMoE's controller: after an optimizer step the L1 coefficient is multiplied by the rate
+// while the zero gates since the previous step fall short of the target sparsity, divided
+// otherwise; inference forwards do not count.
+TEST(MoEFFN, ReluRoutingCoefficientFollowsTheSparsity) {
+  FFNConfig c = base(6, 2, "relu", true);
+  c.moe.routing = RoutingKind::relu;
+  c.moe.normalize = false;
+  c.moe.aux_coef = c.moe.z_coef = 0.0f;
+  c.moe.l1_coef_init = 1e-3f;
+  MoEFFN moe(c, 61);
+  EXPECT_FALSE(moe.parameters().at("gate.l1_coef").trainable);
+  EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
+  const Tensor x = test::random_tensor({40, 12}, 62);
+  Tensor y;
+  std::int64_t active = 0;
+  for (int micro = 0; micro < 2; ++micro) {
+    moe.forward(y, x, true);
+    for (auto n : moe.routing().load) active += n;
+  }
+  moe.forward(y, x, false);
+  const GateActivity a = moe.gate_activity();
+  EXPECT_EQ(a.active, static_cast<double>(active));
+  EXPECT_EQ(a.gates, 2.0 * 40 * 6);
+  // At initialisation about half the gates are open: less sparse than 1 - 2/6.
+  ASSERT_LT(a.sparsity(), c.moe.sparsity_target());
+  moe.after_optimizer_step();
+  EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f * 1.2f);
+  EXPECT_EQ(moe.gate_activity().gates, 0.0);
+  // A model's sparsity (every ReLU-routed layer's) decides when given.
+  GateActivity sparse{10, 100};
+  moe.after_optimizer_step(&sparse);
+  EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
+  moe.after_optimizer_step();  // no training forward since: unchanged
+  EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
 }
 
 // Top-p routing: each token takes its best experts, in order, until their probabilities reach
@@ -296,23 +411,24 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     std::vector<double> xs = test::to_vector<double>(x), ys;
     r.forward(ys, xs, T);  // routing from unperturbed parameters...
     const Routing& routing = moe.routing();
-    for (std::int64_t a = 0; a < T * c.config.moe.top_k; ++a)
+    for (std::int64_t a = 0; a < T * r.choices(); ++a)
       ASSERT_EQ(routing.expert[a], r.chosen[a]) << "the noise was not reproduced";
     r.hold_routing = true;  // ...then held
     const std::vector<double> g = test::to_vector<double>(dy);
     const double aux = c.config.moe.aux_coef, zc = c.config.moe.z_coef;
-    const double ec = c.config.moe.entropy_coef;
+    const double ec = c.config.moe.entropy_coef, lc = moe.l1_coef();
     auto loss = [&] {
       r.forward(ys, xs, T);
-      double l = aux * r.balance + zc * r.z + ec * r.entropy;
+      double l = aux * r.balance + zc * r.z + ec * r.entropy + lc * r.l1;
       for (std::size_t i = 0; i < ys.size(); ++i) l += ys[i] * g[i];
       return l;
     };
-    EXPECT_NEAR(moe.aux_loss(), aux * r.balance + zc * r.z + ec * r.entropy, 1e-6);
+    EXPECT_NEAR(moe.aux_loss(), aux * r.balance + zc * r.z + ec * r.entropy + lc * r.l1, 1e-6);
     const double atol = 2e-4, rtol = 2e-3;
     test::expect_gradient(xs, test::to_vector<double>(dx), loss,
                           test::sample_indices(xs.size(), 20), atol, rtol, "dx");
     for (const auto& p : moe.parameters().list()) {
+      if (!p.trainable) continue;  // state (balancing bias, L1 coefficient): no gradient
       auto& theta = r.params[p.name];
       const std::vector<double> analytic(p.grad.f32(), p.grad.f32() + p.grad.numel());
       test::expect_gradient(theta, analytic, loss, test::sample_indices(theta.size(), 6), atol,
@@ -486,39 +602,38 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
       EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
     }
   };
-  FFNConfig c = base(6, 2, "relu", true);
-  c.moe.top_k = 7;
-  expect_error(c, "exceeds num_experts");
-  c = base(6, 2, "relu", true);
-  c.moe.groups = 4;
-  c.moe.topk_groups = 1;
-  expect_error(c, "not divisible");
-  c.moe.groups = 3;
-  c.moe.topk_groups = 4;
-  expect_error(c, "topk_group = 4");
-  c.moe.groups = 0;
-  c.moe.topk_groups = 0;
-  c.moe.capacity_factor = -1;
-  expect_error(c, "capacity factor");
-  c.moe.capacity_factor = 0;
-  c.moe.expert_kind = FFNKind::multi_branch;
-  expect_error(c, "must be plain or glu");
-  c = base(6, 2, "relu", true);
-  c.moe.naming = MoENaming::mixtral;
-  expect_error(c, "needs glu experts");
-  c = base(6, 2, "relu", true);
-  c.moe.routing = RoutingKind::top_p;
-  c.moe.top_p = 0.0f;
-  expect_error(c, "top_p = 0 must be in (0, 1]");
-  c.moe.top_p = 0.5f;
-  c.moe.score = ScoreFunc::sigmoid;
-  expect_error(c, "needs score 'softmax'");
-  c.moe.score = ScoreFunc::softmax;
-  c.moe.balance_bias = true;
-  expect_error(c, "balancing bias");
-  c.moe.balance_bias = false;
-  c.moe.entropy_coef = -1.0f;
-  expect_error(c, "entropy_coef = -1");
+  // Each change to a valid config, and what its error says.
+  auto top_p = [](MoEConfig& m) {
+    m.routing = RoutingKind::top_p;
+    m.top_p = 0.5f;
+  };
+  auto relu = [](MoEConfig& m) {
+    m.routing = RoutingKind::relu;
+    m.normalize = false;
+    m.aux_coef = m.z_coef = 0.0f;
+  };
+  const std::vector<std::pair<std::function<void(MoEConfig&)>, const char*>> bad = {
+      {[](MoEConfig& m) { m.top_k = 7; }, "exceeds num_experts"},
+      {[](MoEConfig& m) { m.groups = 4; m.topk_groups = 1; }, "not divisible"},
+      {[](MoEConfig& m) { m.groups = 3; m.topk_groups = 4; }, "topk_group = 4"},
+      {[](MoEConfig& m) { m.capacity_factor = -1; }, "capacity factor"},
+      {[](MoEConfig& m) { m.expert_kind = FFNKind::multi_branch; }, "must be plain or glu"},
+      {[](MoEConfig& m) { m.naming = MoENaming::mixtral; }, "needs glu experts"},
+      {[&](MoEConfig& m) { top_p(m); m.top_p = 0.0f; }, "top_p = 0 must be in (0, 1]"},
+      {[&](MoEConfig& m) { top_p(m); m.score = ScoreFunc::sigmoid; }, "needs score 'softmax'"},
+      {[&](MoEConfig& m) { top_p(m); m.balance_bias = true; }, "balancing bias"},
+      {[](MoEConfig& m) { m.entropy_coef = -1.0f; }, "entropy_coef = -1"},
+      {[&](MoEConfig& m) { relu(m); m.normalize = true; }, "normalize: true"},
+      {[&](MoEConfig& m) { relu(m); m.aux_coef = 0.01f; }, "aux_coef, z_coef or entropy_coef"},
+      {[&](MoEConfig& m) { relu(m); m.capacity_factor = 1.0; }, "it is dropless"},
+      {[&](MoEConfig& m) { relu(m); m.top_k = 6; }, "fewer than num_experts = 6"},
+      {[&](MoEConfig& m) { relu(m); m.l1_coef_rate = 1.0f; }, "l1_coef_rate = 1 must be greater"},
+  };
+  for (const auto& [change, text] : bad) {
+    FFNConfig c = base(6, 2, "relu", true);
+    change(c.moe);
+    expect_error(c, text);
+  }
 }
 
 TEST(MoEFFN, ParametersMoveWithTheirBuffer) {

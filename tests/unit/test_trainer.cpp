@@ -39,20 +39,30 @@ Corpus text_corpus() {
   return c;
 }
 
-LMConfig small_model(bool moe) {
+enum class Ffn { dense, moe, relu_routed };
+
+LMConfig small_model(Ffn ffn) {
   LMConfig c;
   c.d_model = 16;
   c.layers = 2;
   c.heads = 2;
   c.context = 16;
   c.dropout = 0.1f;
-  if (moe) {
+  if (ffn == Ffn::moe) {
     c.ffn = variant_config("moe", 16, 16, false);
     c.ffn.moe.num_experts = 4;
     c.ffn.moe.top_k = 2;
     c.ffn.moe.noisy_topk = true;
     c.ffn.moe.balance_bias = true;
     c.ffn.moe.aux_coef = 0.01;
+  } else if (ffn == Ffn::relu_routed) {
+    c.ffn = variant_config("moe", 16, 16, false);
+    c.ffn.moe.num_experts = 4;
+    c.ffn.moe.top_k = 1;
+    c.ffn.moe.routing = RoutingKind::relu;
+    c.ffn.moe.normalize = false;
+    c.ffn.moe.router_bias = false;
+    c.ffn.moe.l1_coef_init = 1e-4f;
   } else {
     c.ffn = variant_config("swiglu", 16, 32, true);
   }
@@ -121,9 +131,10 @@ TEST(Data, WindowsAreAFunctionOfSeedAndStep) {
 
 TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
   const Corpus corpus = text_corpus();
-  for (bool moe : {false, true}) {
-    SCOPED_TRACE(moe ? "moe" : "dense");
-    const fs::path dir = temp_dir(moe ? "resume_moe" : "resume_dense");
+  for (Ffn moe : {Ffn::dense, Ffn::moe, Ffn::relu_routed}) {
+    const std::string name = std::vector<std::string>{"dense", "moe", "relu_routed"}[int(moe)];
+    SCOPED_TRACE(name);
+    const fs::path dir = temp_dir("resume_" + name);
     TransformerLM full(small_model(moe), 3);
     Trainer a(full, corpus, small_train(8));
     a.run(nullptr, nullptr);
@@ -151,10 +162,43 @@ TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
   }
 }
 
+// ReLU routing in a Transformer: one L1 coefficient, shared by the layers, drives the gates from
+// about half open at initialisation to the target (top_k = 1 of 4 experts: sparsity 0.75).
+TEST(Trainer, ReluRoutingReachesItsSparsityTarget) {
+  const Corpus corpus = text_corpus();
+  const LMConfig config = small_model(Ffn::relu_routed);
+  TransformerLM model(config, 3);
+  TrainConfig t = small_train(200);
+  t.optimizer.lr = 3e-3f;
+  Trainer trainer(model, corpus, t);
+  auto lambda = [&](int layer) {
+    return model.parameters().at("model.layers." + std::to_string(layer) + ".mlp.gate.l1_coef")
+        .value.f32()[0];
+  };
+  auto experts_per_token = [&] {
+    double sum = 0;
+    for (const FFNStats& s : model.ffn_stats()) sum += s.experts_per_token / config.layers;
+    return sum;
+  };
+  trainer.train_step();
+  const double at_start = experts_per_token();
+  EXPECT_GT(at_start, 1.5);  // about E/2 = 2 open gates a token
+  double late = 0;
+  float highest = 0;
+  for (int step = 1; step < 200; ++step) {
+    trainer.train_step();
+    if (step >= 150) late += experts_per_token() / 50;
+    highest = std::max(highest, lambda(0));
+    ASSERT_EQ(lambda(0), lambda(1)) << "one coefficient for the model";
+  }
+  EXPECT_GT(highest, 10 * config.ffn.moe.l1_coef_init);  // it had to grow
+  EXPECT_NEAR(late, 1.0, 0.35) << "from " << at_start;
+}
+
 TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
   const Corpus corpus = text_corpus();
   const fs::path dir = temp_dir("nan");
-  TransformerLM model(small_model(false), 3);
+  TransformerLM model(small_model(Ffn::dense), 3);
   TrainConfig t = small_train(6);
   t.checkpoint_every = 2;
   Trainer trainer(model, corpus, t);
@@ -173,7 +217,7 @@ TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
   }
   EXPECT_EQ(trainer.step(), 2);  // no update happened
   EXPECT_EQ(std::memcmp(before.f32(), model.parameters().values().f32(), before.nbytes()), 0);
-  TransformerLM fresh(small_model(false), 5);
+  TransformerLM fresh(small_model(Ffn::dense), 5);
   Trainer reloaded(fresh, corpus, t);
   reloaded.load(dir.string());
   EXPECT_EQ(reloaded.step(), 2);
@@ -185,7 +229,7 @@ TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
 TEST(Trainer, CheckpointErrorsAreClear) {
   const Corpus corpus = text_corpus();
   const fs::path dir = temp_dir("ckpt");
-  TransformerLM model(small_model(false), 3);
+  TransformerLM model(small_model(Ffn::dense), 3);
   Trainer trainer(model, corpus, small_train(2));
   auto message = [&](const std::string& d) {
     try {
@@ -198,7 +242,7 @@ TEST(Trainer, CheckpointErrorsAreClear) {
   EXPECT_NE(message((dir / "none").string()).find("no checkpoint"), std::string::npos);
   trainer.save(dir.string());
   // Another model shape.
-  LMConfig wide = small_model(false);
+  LMConfig wide = small_model(Ffn::dense);
   wide.d_model = 32;
   wide.ffn.d_model = 32;
   TransformerLM other(wide, 3);
@@ -232,12 +276,12 @@ TEST(Trainer, RejectsSequencesLongerThanTheData) {
   tiny.source = "tiny";
   tiny.bytes.assign(10, 'x');
   tiny.split = 9;
-  TransformerLM model(small_model(false), 3);
+  TransformerLM model(small_model(Ffn::dense), 3);
   EXPECT_THROW(Trainer(model, tiny, small_train(1)), Error);
 }
 
 TEST(Sampling, PadsToOneShapeWithoutChangingTheLogits) {
-  LMConfig c = small_model(false);
+  LMConfig c = small_model(Ffn::dense);
   c.dropout = 0.f;
   c.init_std = 0.3f;
   TransformerLM model(c, 3);
@@ -273,7 +317,7 @@ TEST(Trainer, DiagnosticsDescribeEveryLayerAndChangeNothing) {
   const Corpus corpus = text_corpus();
   for (bool moe : {false, true}) {
     SCOPED_TRACE(moe ? "moe" : "dense");
-    const LMConfig model = small_model(moe);
+    const LMConfig model = small_model(moe ? Ffn::moe : Ffn::dense);
     TrainConfig plain = small_train(5), with = small_train(5);
     with.diagnostics_every = 2;
     TransformerLM a(model, 3), b(model, 3);

@@ -16,13 +16,16 @@ namespace ffnlab::cli {
 
 namespace {
 
-// "top-2", or "top-p 0.5 with at most 2 experts, costed at 2".
+// "top-2", "top-p 0.5 with at most 2 experts, costed at 2" or "ReLU routing held at 2 experts
+// (sparsity 0.75), costed at 2".
 std::string routing_text(const MoEConfig& m) {
   if (m.routing == RoutingKind::top_p)
     return fmt::format("top-p {} with at most {} experts, costed at {}", m.top_p, m.top_k, m.top_k);
+  if (m.routing == RoutingKind::relu)
+    return fmt::format("ReLU routing held at {:.3g} experts a token (sparsity {:.3g}), costed at that",
+                       m.num_experts * (1.0 - m.sparsity_target()), m.sparsity_target());
   return fmt::format("top-{}", m.top_k);
 }
-
 
 struct ParamsOptions {
   FFNFlags ffn;  // the seed study's configuration by default

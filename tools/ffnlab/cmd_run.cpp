@@ -44,6 +44,7 @@ void add_routing(SafeTensorsWriter& out, const MoEFFN& moe) {
   out.add("balance_loss", Tensor::from({1}, {static_cast<float>(r.balance_loss)}));
   out.add("z_loss", Tensor::from({1}, {static_cast<float>(r.z_loss)}));
   out.add("entropy", Tensor::from({1}, {static_cast<float>(r.entropy)}));
+  out.add("l1_loss", Tensor::from({1}, {static_cast<float>(r.l1_loss)}));
   const Shape shape{r.tokens, r.k};
   out.add_ints("experts", shape, std::vector<std::int64_t>(r.expert.begin(), r.expert.end()));
   out.add("expert_weights", Tensor::from(shape, r.weight));
@@ -123,9 +124,9 @@ void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run",
       "Run one FFN layer on a tensor x from a safetensors file and write y (MoE: also "
-      "balance_loss, z_loss, entropy, experts, expert_weights, expert_kept); with --grad-output, "
-      "also "
-      "write dx and every parameter gradient (MoE: of y·dy plus the weighted aux losses).");
+      "balance_loss, z_loss, entropy, l1_loss, experts, expert_weights, expert_kept); with "
+      "--grad-output, also write dx and every parameter gradient (MoE: of y·dy plus the "
+      "weighted aux losses).");
   cmd->add_option("--config", o->config,
                   "layer config: a Hugging Face config.json (llama, mistral, qwen2, chatglm, "
                   "mixtral, qwen2_moe, deepseek_v3) or ffnlab's own JSON (docs/config.md)")

@@ -101,8 +101,18 @@ LMConfig read_model_config(const std::string& path) {
   }
 }
 
+bool flag_given(const TrainOptions& o, std::string_view flag) {
+  for (const auto& [opt, read] : o.model_flags)
+    if (opt->get_name() == flag) return opt->count() > 0;
+  return false;
+}
+
 LMConfig model_from_flags(const TrainOptions& o) {
   if (!o.model_config.empty()) return read_model_config(o.model_config);
+  FFNFlags ffn = o.ffn;
+  // The load-balancing loss's default is for top-k and top-p routing; ReLU routing balances with
+  // its L1 penalty and refuses it.
+  if (ffn.routing == "relu" && !flag_given(o, "--aux-coef")) ffn.aux_coef = 0;
   LMConfig c;
   c.d_model = o.ffn.d_model;
   c.layers = o.layers;
@@ -116,7 +126,7 @@ LMConfig model_from_flags(const TrainOptions& o) {
   c.attn_bias = !o.no_attn_bias;
   c.dropout = o.dropout;
   c.init_std = o.init_std;
-  c.ffn = ffn_config_from_flags(o.ffn, o.variant);
+  c.ffn = ffn_config_from_flags(ffn, o.variant);
   validate(c);
   return c;
 }
@@ -139,6 +149,11 @@ TrainOptions options_from_model(TrainOptions o, const LMConfig& c) {
   set("--branches", o.ffn.branches, c.ffn.branches);
   set("--experts", o.ffn.experts, c.ffn.moe.num_experts);
   set("--top-k", o.ffn.top_k, c.ffn.moe.top_k);
+  set("--routing", o.ffn.routing, std::string(enum_name(c.ffn.moe.routing)));
+  set("--top-p", o.ffn.top_p, static_cast<double>(c.ffn.moe.top_p));
+  set("--entropy-coef", o.ffn.entropy_coef, static_cast<double>(c.ffn.moe.entropy_coef));
+  set("--target-sparsity", o.ffn.target_sparsity, static_cast<double>(c.ffn.moe.target_sparsity));
+  set("--l1-coef-init", o.ffn.l1_coef_init, static_cast<double>(c.ffn.moe.l1_coef_init));
   set("--shared-experts", o.ffn.shared, c.ffn.moe.num_shared);
   set("--expert-d-ff", o.ffn.expert_d_ff, c.ffn.moe.expert_d_ff);
   set("--aux-coef", o.ffn.aux_coef, static_cast<double>(c.ffn.moe.aux_coef));
@@ -270,6 +285,8 @@ class RunMonitor {
     tokens_ += tokens_per_step_;
     seconds_ += s.seconds;
     step_tps_.push_back(s.tokens_per_second);
+    steps_.push_back(s);
+    steps_.back().layers.clear();  // (the diagnostics are in their log already)
     const double mean_tps = tokens_ / seconds_;
     const double eta =
         mean_tps > 0 ? static_cast<double>(total_ - s.step) * tokens_per_step_ / mean_tps : 0;
@@ -291,6 +308,7 @@ class RunMonitor {
   void finish() { progress_.finish(); }
   const std::vector<EvalLog>& evaluations() const { return evals_; }
   double median_tokens_per_second() const { return step_tps_.empty() ? 0 : median(step_tps_); }
+  const std::vector<StepLog>& steps() const { return steps_; }
 
  private:
   TrainLogs& logs_;
@@ -298,6 +316,7 @@ class RunMonitor {
   std::int64_t total_;
   Progress progress_;
   double tokens_ = 0, seconds_ = 0, last_val_ = std::nan("");
+  std::vector<StepLog> steps_;
   std::vector<EvalLog> evals_;
   std::vector<double> step_tps_;
 };
@@ -420,9 +439,14 @@ void train(TrainOptions& o, ProcessGroup* group) {
                                                setup.model.ffn.moe.num_experts / group->size())
                                  : "");
   RunMonitor monitor(logs, setup.train, o.print_every);
+  std::vector<FFNStats> last_forward;
   bool finished = false;
   try {
-    finished = trainer.run([&](const StepLog& s) { monitor.on_step(s); },
+    finished = trainer.run(
+        [&](const StepLog& s) {
+          monitor.on_step(s);
+          last_forward = model.ffn_stats();  // the training forward's, before any evaluation
+        },
                            [&](const EvalLog& e) { monitor.on_eval(e); }, checkpoint,
                            [] { return InterruptGuard::requested(); });
   } catch (const Error&) {
@@ -436,6 +460,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
         InterruptGuard::signal_name(), trainer.step(), setup.train.steps, checkpoint, out));
   if (group) print_traffic(*group, trainer.step() - first_step);
 
+  const json routing = routing_summary(monitor.steps(), last_forward);
   std::string text;
   if (o.sample > 0) {
     text = sample_text(model, o.prompt, o.sample, o.temperature, setup.train.seed);
@@ -444,7 +469,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
   }
   write_summary(out,
                 {setup.model, setup.train, params, trainer.step(),
-                 monitor.median_tokens_per_second(), monitor.evaluations(), text},
+                 monitor.median_tokens_per_second(), monitor.evaluations(), text, routing},
                 corpus);
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n",
              monitor.median_tokens_per_second(), out);
@@ -456,7 +481,7 @@ void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   o->ffn.d_model = 128;
   o->ffn.d_ff = 0;  // default_d_ff of the variant
-  o->ffn.aux_coef = 0.01;
+  o->ffn.aux_coef = 0.01;  // 0 with --routing relu (model_from_flags)
   auto* cmd = app.add_subcommand(
       "train",
       "Train a byte-level Transformer language model with a chosen FFN on real text.\n"
@@ -486,6 +511,8 @@ void add_train_command(CLI::App& app) {
       {"--routing", [](const LMConfig& c) { return json(enum_name(c.ffn.moe.routing)); }},
       {"--top-p", [](const LMConfig& c) { return json(c.ffn.moe.top_p); }},
       {"--entropy-coef", [](const LMConfig& c) { return json(c.ffn.moe.entropy_coef); }},
+      {"--target-sparsity", [](const LMConfig& c) { return json(c.ffn.moe.target_sparsity); }},
+      {"--l1-coef-init", [](const LMConfig& c) { return json(c.ffn.moe.l1_coef_init); }},
       {"--shared-experts", [](const LMConfig& c) { return json(c.ffn.moe.num_shared); }},
       {"--expert-d-ff", [](const LMConfig& c) { return json(c.ffn.moe.expert_d_ff); }},
       {"--aux-coef", [](const LMConfig& c) { return json(c.ffn.moe.aux_coef); }},

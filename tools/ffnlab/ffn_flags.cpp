@@ -37,16 +37,29 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
   add(cmd.add_option("--experts", f.experts, "MoE: routed experts"))
       ->capture_default_str()
       ->check(int_in(1, limits::kExperts));
-  add(cmd.add_option("--top-k", f.top_k, "MoE: experts per token (top_p routing: at most)"))
+  add(cmd.add_option("--top-k", f.top_k,
+                     "MoE: experts per token (top_p routing: at most; relu routing: on average, "
+                     "held by its L1 penalty)"))
       ->capture_default_str()
       ->check(int_in(1, limits::kExperts));
   add(cmd.add_option("--routing", f.routing,
                      "MoE: how many experts a token takes: " + join_names(enum_names<RoutingKind>()) +
-                         " (top_p: the fewest best whose probabilities reach --top-p)"))
+                         " (top_p: the fewest best whose probabilities reach --top-p; relu: "
+                         "every expert whose router logit is positive, docs/moe.md)"))
       ->capture_default_str();
   add(cmd.add_option("--top-p", f.top_p, "MoE, top_p routing: the probability mass to reach"))
       ->capture_default_str()
       ->check(real_in(1e-6, 1));
+  add(cmd.add_option("--target-sparsity", f.target_sparsity,
+                     "MoE, relu routing: the fraction of zero gates the L1 penalty holds (0: 1 - "
+                     "top_k/experts)"))
+      ->capture_default_str()
+      ->check(real_in(0, 0.999999));
+  add(cmd.add_option("--l1-coef-init", f.l1_coef_init,
+                     "MoE, relu routing: the L1 penalty's first coefficient (it then adapts by "
+                     "1.2x per step)"))
+      ->capture_default_str()
+      ->check(real_in(1e-30, 1e6));
   add(cmd.add_option("--shared-experts", f.shared, "MoE: shared experts"))
       ->capture_default_str()
       ->check(int_in(0, limits::kExperts));
@@ -95,6 +108,9 @@ FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
   m.routing = parse_enum<RoutingKind>(f.routing);
   m.top_p = static_cast<float>(f.top_p);
   m.entropy_coef = static_cast<float>(f.entropy_coef);
+  m.target_sparsity = static_cast<float>(f.target_sparsity);
+  m.l1_coef_init = static_cast<float>(f.l1_coef_init);
+  m.normalize = m.routing != RoutingKind::relu;  // ReLU gates are not divided by their sum
   m.num_shared = f.shared;
   m.expert_d_ff = f.expert_d_ff;
   m.aux_coef = static_cast<float>(f.aux_coef);

@@ -20,16 +20,16 @@ struct FFNFlags {
   int experts = 8, top_k = 2, shared = 0;
   std::string routing = "topk";
   double top_p = 0.4, entropy_coef = 0.0;
+  double target_sparsity = 0.0, l1_coef_init = 1e-8;  // relu routing
   std::int64_t expert_d_ff = 0;
   double aux_coef = 0.0, z_coef = 0.0, capacity = 0.0;
   std::string config_file;  // --ffn-config: a layer config instead of the flags
 };
 
 // Registers --d-model, --d-ff, --no-bias, --branches, --experts, --top-k, --routing, --top-p,
-// --shared-experts, --expert-d-ff, --aux-coef, --z-coef, --entropy-coef, --capacity and
-// --ffn-config in `group`, with f's current
-// values as the shown defaults. Returns the options, for commands that need to know which were
-// given.
+// --target-sparsity, --l1-coef-init, --shared-experts, --expert-d-ff, --aux-coef, --z-coef,
+// --entropy-coef, --capacity and --ffn-config in `group`, with f's current values as the shown
+// defaults. Returns the options, for commands that need to know which were given.
 std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::string& group);
 
 // --variant NAME (one) or --variants LIST (comma-separated or 'all'), help built from the

@@ -26,10 +26,11 @@ struct FFNStats {
   double unused_fraction = 0.0;   // fraction of experts that got no token
   std::int64_t dropped = 0;       // assignments over capacity
   double dropped_fraction = 0.0;  // dropped / assignments (T·k for top-k routing)
-  // Experts a token takes (k for top-k routing; fewer with top-p): the mean, and how many
-  // tokens took 0, 1, …, k of them.
+  // Experts a token takes (k for top-k routing; fewer with top-p; any number with ReLU
+  // routing): the mean, and how many tokens took 0, 1, …, k of them (k = E for ReLU routing).
   double experts_per_token = 0.0;
   std::vector<std::int64_t> tokens_by_experts;  // [k + 1]
+  double l1_coef = 0.0;  // ReLU routing: the L1 penalty's coefficient λ now
   double router_entropy = 0.0;    // mean over tokens of the entropy of softmax(logits), nats
   double top1_prob = 0.0;         // mean over tokens of max softmax(logits)
   double balance_loss = 0.0;      // E·Σ f_e·P_e (unweighted)
@@ -40,6 +41,18 @@ struct FFNStats {
   // under expert parallelism, where a rank holds other ranks' rows).
   double router_logit_std = 0.0;
   std::vector<double> expert_output_rms;  // [E]
+};
+
+// ReLU routing: the gates that were positive, and all gates, over the training forwards since
+// the last optimizer step (over the group's tokens in data-parallel training).
+struct GateActivity {
+  double active = 0, gates = 0;
+  double sparsity() const { return gates > 0 ? 1.0 - active / gates : 0.0; }
+  GateActivity& operator+=(const GateActivity& o) {
+    active += o.active;
+    gates += o.gates;
+    return *this;
+  }
 };
 
 class FeedForward : public Layer {
@@ -65,8 +78,13 @@ class FeedForward : public Layer {
   // balance + z_coef·z); the training loss adds it. Backward adds aux_loss_scale·∂aux/∂θ.
   virtual double aux_loss() const { return 0.0; }
   void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
-  // Called once per optimizer step (MoE: the aux-loss-free balancing bias update).
-  virtual void after_optimizer_step() {}
+  // Called once per optimizer step: MoE's aux-loss-free balancing bias update, and ReLU
+  // routing's L1 coefficient, which follows `activity`: the sparsity of every ReLU-routed layer
+  // of the model (TransformerLM sums their gate_activity()), or with null the layer's own.
+  virtual void after_optimizer_step(const GateActivity* activity = nullptr) { (void)activity; }
+  // ReLU routing (zero otherwise): the gates of the training forwards since the last optimizer
+  // step.
+  virtual GateActivity gate_activity() const { return {}; }
   // Re-seeds the layer's random draws in training (MoE: jitter and noisy top-k) from `seed` and
   // `stream` alone; a trainer passes its seed and the step, so that a resumed run draws what an
   // uninterrupted one would.

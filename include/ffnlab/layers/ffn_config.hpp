@@ -77,6 +77,18 @@ struct MoEConfig : RouterConfig {
   bool balance_bias = false;   // aux-loss-free bias, added to scores for selection only
   float balance_rate = 1e-3f;  // its update b_e += rate·sign(mean load - load_e)
 
+  // relu routing (ReMoE): the L1 penalty's coefficient λ (state gate.l1_coef) starts at
+  // l1_coef_init and, after each optimizer step, is multiplied by l1_coef_rate while the
+  // fraction of zero gates since the last step is below target_sparsity, divided otherwise.
+  // In a Transformer one λ follows the sparsity of all its ReLU-routed layers.
+  float target_sparsity = 0.0f;  // 0: 1 - top_k/num_experts
+  float l1_coef_init = 1e-8f;    // ReMoE's released code
+  float l1_coef_rate = 1.2f;
+  float sparsity_target() const {
+    return target_sparsity > 0 ? target_sparsity
+                               : 1.0f - static_cast<float>(top_k) / static_cast<float>(num_experts);
+  }
+
   MoENaming naming = MoENaming::standard;
 };
 

@@ -37,12 +37,15 @@ class MoEFFN final : public FeedForward {
   FFNStats diagnostic_stats() const override;
   double aux_loss() const override;
   void set_random_stream(std::uint64_t seed, std::uint64_t stream) override;
-  void after_optimizer_step() override;
+  void after_optimizer_step(const GateActivity* activity = nullptr) override;
+  GateActivity gate_activity() const override { return step_gates_; }
   void set_inference_weights(DType dtype) override;
   std::vector<Tensor> expert_grads() override;
 
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
   const Routing& routing() const { return routing_; }
+  // ReLU routing's L1 coefficient λ now (0 for the other routings).
+  float l1_coef() const;
   const Tensor& hidden() const override { return rows_.hp; }
   // The training noise of the last forward (empty tensors when off): the router input's
   // multiplicative jitter [T, D] and noisy top-k's N(0, 1) draws [T, E].
@@ -59,6 +62,7 @@ class MoEFFN final : public FeedForward {
     Tensor router, router_bias;  // [E, D], [E]   gate.weight / gate.bias
     Tensor noise;                // [E, D]        noisy top-k's gate.noise.weight
     Tensor balance_bias;         // [E]           aux-loss-free bias (state, values only)
+    Tensor l1_coef;              // [1]           ReLU routing's λ (state, values only)
     Tensor shared_gate;          // [1, D]        shared_expert_gate.weight
     Tensor in, in_bias;          // [E, P, D], [E, P]  every expert's input projection(s)
     Tensor out, out_bias;        // [E, D, F], [E, D]  every expert's output projection
@@ -112,6 +116,7 @@ class MoEFFN final : public FeedForward {
   bool exchanged_ = false;   // whether the last training forward used them
   Tensor ep_dop_, ep_dxp_;   // expert parallel backward: rows here, rows back home
   std::vector<std::int64_t> step_load_;  // assignments per expert since the last balance update
+  GateActivity step_gates_;              // ReLU routing: gates since the last optimizer step
   bool saved_ = false;
 
   RouterCache router_;

@@ -42,7 +42,7 @@ class TransformerLM final : public Layer {
   // backward and the optimizer step; the trainer's diagnostics do).
   std::vector<LayerDiagnostics> diagnostics() const;
   const FeedForward& ffn(int layer) const;  // block `layer`'s FFN
-  void after_optimizer_step();              // MoE balancing-bias updates
+  void after_optimizer_step();  // MoE balancing-bias updates, ReLU routing's L1 coefficient
   void set_precision(Precision p);
   // Dropout of the next forwards draws from (seed, stream·(2L + 1) + i); the trainer passes the
   // step, so that masks depend on the step only (a resumed run draws the same ones). The MoE

@@ -19,6 +19,7 @@ enum class ScoreFunc : std::uint8_t { softmax, sigmoid, count };
 enum class RoutingKind : std::uint8_t {
   topk,   // the k best scores (Switch, Mixtral, Qwen-MoE, DeepSeek)
   top_p,  // the fewest best experts whose probabilities reach top_p, at most k (Huang et al. 2024)
+  relu,   // every expert whose logit is positive, weighted by it (ReMoE, Wang et al. 2025)
   count
 };
 // Which assignments an expert over capacity drops.
@@ -44,7 +45,8 @@ struct EnumNames<ScoreFunc> {
 template <>
 struct EnumNames<RoutingKind> {
   static constexpr auto table = name_table<RoutingKind>(
-      "ffn", "routing", {{RoutingKind::topk, "topk"}, {RoutingKind::top_p, "top_p"}});
+      "ffn", "routing",
+      {{RoutingKind::topk, "topk"}, {RoutingKind::top_p, "top_p"}, {RoutingKind::relu, "relu"}});
 };
 template <>
 struct EnumNames<DropPolicy> {
@@ -67,7 +69,9 @@ static_assert(EnumNames<ScoreFunc>::table.complete() && EnumNames<DropPolicy>::t
 // with the experts, the router's own parameters and training noise).
 struct RouterConfig {
   int num_experts = 8;
-  int top_k = 2;  // top_p routing: the most experts a token takes
+  // top_p routing: the most experts a token takes; relu routing: the mean it is held at (the
+  // L1 penalty's target sparsity is 1 - top_k/E unless the layer sets another)
+  int top_k = 2;
   RoutingKind routing = RoutingKind::topk;
   float top_p = 0.4f;  // top_p routing: the probability mass a token's experts reach
   ScoreFunc score = ScoreFunc::softmax;
@@ -86,6 +90,8 @@ struct RouterConfig {
   float aux_coef = 0.0f;  // load-balancing loss
   float z_coef = 0.0f;    // router z-loss
   float entropy_coef = 0.0f;  // mean entropy of softmax(logits): top-p's "dynamic loss"
+  // relu routing's L1 penalty has a coefficient that changes during training (the layer holds
+  // it: MoEConfig's l1_coef_* keys); route_backward takes it as an argument.
 };
 
 // What the router decided for T tokens, and what its backward needs. Routed over a process group
@@ -94,11 +100,11 @@ struct RouterConfig {
 struct Routing {
   std::int64_t tokens = 0;
   std::int64_t total_tokens = 0;  // over the group (= tokens without one)
-  int experts = 0, k = 0;  // k: the most choices a token has (top_k)
+  int experts = 0, k = 0;  // k: the most choices a token has (top_k; E for relu routing)
   std::vector<float> probs;           // [T, E] softmax(logits): balance loss, z-loss, statistics
   std::vector<float> scores;          // [T, E] softmax or sigmoid of the logits
   std::vector<float> lse;             // [T]    logsumexp(logits)
-  std::vector<std::int32_t> count;    // [T]    a token's choices: k, or fewer with top_p
+  std::vector<std::int32_t> count;    // [T]    a token's choices: k, or fewer (top_p, relu)
   // [T, k] chosen experts, best first; past a token's count, padding that has raw = weight = 0
   // and slot -1 (still an expert index, the next best)
   std::vector<std::int32_t> expert;
@@ -113,6 +119,9 @@ struct Routing {
   std::vector<std::int64_t> kept_total;    // [E] assignments kept (group)
   std::int64_t capacity = 0;               // per expert, over the group; 0: dropless
   double balance_loss = 0, z_loss = 0, entropy = 0, top1_prob = 0;
+  // relu routing: the L1 penalty without its coefficient, E/(top_k·T²)·Σ_e n_e·Σ_t gate_te
+  // (n_e: tokens with a positive gate for e), over the group's tokens
+  double l1_loss = 0;
 
   std::int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }
   // [T, k] the experts each token took: `expert` with -1 past the token's count.
@@ -124,7 +133,9 @@ struct Routing {
 // is added to the scores for the choice only (aux-loss-free balancing). Also computes the
 // balance loss, the z-loss, the entropy and the top-1 probability; with a `group` (collective:
 // every rank calls it), over the tokens of all its ranks. With top_p routing a token takes the
-// best experts, in order, until their probabilities sum to at least top_p, or k of them.
+// best experts, in order, until their probabilities sum to at least top_p, or k of them. With
+// relu routing a token takes every expert whose logit is positive, best first, weighted by
+// scaling·logit (r.k = E; r.l1_loss is set).
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
            ProcessGroup* group = nullptr);
 
@@ -137,8 +148,8 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group = nullpt
 
 // dlogits [T, E] (overwritten) from dweight [T, k], the loss gradient of the combine weights
 // (zero for dropped assignments), plus aux_scale·(aux_coef·∂balance + z_coef·∂z +
-// entropy_coef·∂entropy)/∂logits.
+// entropy_coef·∂entropy + l1_coef·∂l1)/∂logits (l1: relu routing only).
 void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
-                    float aux_scale);
+                    float aux_scale, float l1_coef = 0.0f);
 
 }  // namespace ffnlab

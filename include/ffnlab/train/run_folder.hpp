@@ -53,7 +53,16 @@ struct RunSummary {
   double median_tokens_per_second = 0;
   std::vector<EvalLog> evaluations;
   std::string sample;  // raw bytes (invalid UTF-8 becomes U+FFFD in the JSON)
+  // MoE (null for dense models): the experts a token took, measured (routing_summary).
+  nlohmann::json routing;
 };
+// The "routing" part of summary.json (null for a dense model): the experts a token took, as
+// the mean over MoE layers and over the last quarter of the steps this process ran (`steps`,
+// a model-wide mean per step), and per layer (`layers`, the stats of the last training
+// forward: the mean and how many tokens took 0, 1, …, k experts); with ReLU routing the L1
+// coefficient at the end.
+nlohmann::json routing_summary(const std::vector<StepLog>& steps,
+                               const std::vector<FFNStats>& layers);
 void write_summary(const std::string& dir, const RunSummary& summary, const Corpus& corpus);
 
 // Where a run resumes: DIR/checkpoint's checkpoint.json and the model it holds (errors name the

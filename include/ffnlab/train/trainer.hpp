@@ -55,6 +55,8 @@ struct StepLog {
   double seconds = 0;  // wall time of the step
   // MoE (means over layers; zero for dense models)
   double load_cv = 0, max_over_mean = 0, dropped_fraction = 0, router_entropy = 0;
+  double experts_per_token = 0;  // of the step's last forward
+  double l1_coef = 0;            // ReLU routing: the L1 coefficient after the step
   // Per block, at the steps TrainConfig::diagnostics_every asks for (empty otherwise), gradients
   // before clipping. Data parallel: activations of this rank's share of the batch, gradients of
   // the whole batch (after the all-reduce); expert parallel: grad_ffn counts only the experts

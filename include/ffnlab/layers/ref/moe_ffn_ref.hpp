@@ -30,11 +30,17 @@ struct MoEFFN {
   // Routing: computed by forward unless hold_routing, then reused as given.
   bool hold_routing = false;
   std::vector<int> chosen;  // [tokens, k]
-  std::vector<int> count;   // [tokens] choices taken: k, or fewer with top_p routing
+  std::vector<int> count;   // [tokens] choices taken: k, or fewer (top_p, relu)
   std::vector<char> kept;   // [tokens, k] (0 past a token's count)
   // Results of forward.
   std::vector<T> weight;  // [tokens, k]
   T balance = 0, z = 0, entropy = 0;
+  T l1 = 0;  // relu routing: E/(top_k·T²)·Σ_e n_e·Σ_t gate_te, without its coefficient
+
+  // The columns of chosen / weight / kept: top_k, or every expert with relu routing.
+  int choices() const {
+    return config.moe.routing == RoutingKind::relu ? config.moe.num_experts : config.moe.top_k;
+  }
 
   const std::vector<T>& p(const std::string& name) const { return params.at(name); }
 
@@ -97,7 +103,8 @@ struct MoEFFN {
   void forward(std::vector<T>& y, const std::vector<T>& x, std::int64_t tokens) {
     const MoEConfig& m = config.moe;
     const std::int64_t D = config.d_model;
-    const int E = m.num_experts, K = m.top_k;
+    const int E = m.num_experts, K = choices();
+    const bool relu = m.routing == RoutingKind::relu;
     const T inf = std::numeric_limits<T>::infinity();
 
     // Router logits, probabilities, scores.
@@ -134,8 +141,9 @@ struct MoEFFN {
       for (std::int64_t t = 0; t < tokens; ++t) {
         std::vector<T> sel(E);
         for (int e = 0; e < E; ++e)
-          sel[e] =
-              scores[t * E + e] + (m.balance_bias ? p("gate.e_score_correction_bias")[e] : T(0));
+          sel[e] = relu ? logits[t * E + e]
+                        : scores[t * E + e] +
+                              (m.balance_bias ? p("gate.e_score_correction_bias")[e] : T(0));
         if (m.groups > 0) {
           const int size = E / m.groups;
           std::vector<T> gs(m.groups);
@@ -157,6 +165,11 @@ struct MoEFFN {
       }
       // top_p: the fewest best experts whose probabilities sum to at least top_p, at most k.
       count.assign(tokens, K);
+      if (relu)  // ReMoE: every expert whose logit is positive (sorted best first above)
+        for (std::int64_t t = 0; t < tokens; ++t) {
+          count[t] = 0;
+          while (count[t] < E && logits[t * E + chosen[t * K + count[t]]] > T(0)) ++count[t];
+        }
       if (m.routing == RoutingKind::top_p)
         for (std::int64_t t = 0; t < tokens; ++t) {
           T mass = 0;
@@ -175,7 +188,9 @@ struct MoEFFN {
     for (std::int64_t t = 0; t < tokens; ++t) {
       const int n = count[t];
       std::vector<T> v(K, T(0));
-      if (n < K) {
+      if (relu) {  // the gate is the logit itself (held: no ReLU kink inside a difference step)
+        for (int j = 0; j < n; ++j) v[j] = logits[t * E + chosen[t * K + j]];
+      } else if (n < K) {
         for (int j = 0; j < n; ++j) v[j] = scores[t * E + chosen[t * K + j]];
       } else if (m.softmax_after_topk) {
         T sum = 0;
@@ -187,7 +202,7 @@ struct MoEFFN {
       T total = 0;
       for (int j = 0; j < n; ++j) total += v[j];
       for (int j = 0; j < n; ++j)
-        weight[t * K + j] = T(m.scaling) * (m.normalize ? v[j] / total : v[j]);
+        weight[t * K + j] = T(m.scaling) * (m.normalize && !relu ? v[j] / total : v[j]);
     }
 
     // Capacity: each expert keeps its first `capacity` assignments in priority order.
@@ -256,6 +271,17 @@ struct MoEFFN {
     balance *= T(E);
     z = 0;
     for (std::int64_t t = 0; t < tokens; ++t) z += lse[t] * lse[t] / T(tokens);
+    l1 = 0;  // n_e: the tokens with a positive gate for e, held with the routing
+    if (relu) {
+      std::vector<T> n(E, T(0)), gate_sum(E, T(0));
+      for (std::int64_t t = 0; t < tokens; ++t)
+        for (int j = 0; j < count[t]; ++j) {
+          n[chosen[t * K + j]] += T(1);
+          gate_sum[chosen[t * K + j]] += logits[t * E + chosen[t * K + j]];
+        }
+      for (int e = 0; e < E; ++e) l1 += n[e] * gate_sum[e];
+      l1 *= T(E) / (T(m.top_k) * T(tokens) * T(tokens));
+    }
     entropy = 0;  // mean over tokens of -Σ_e p_e log p_e
     for (std::int64_t t = 0; t < tokens; ++t)
       for (int e = 0; e < E; ++e) {
