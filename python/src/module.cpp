@@ -146,6 +146,7 @@ py::dict stats_dict(const FFNStats& s) {
   d["balance_loss"] = s.balance_loss;
   d["z_loss"] = s.z_loss;
   d["l1_coef"] = s.l1_coef;
+  d["zero_computation_fraction"] = s.zero_computation_fraction;
   return d;
 }
 

@@ -108,6 +108,28 @@ def test_relu_routing_takes_the_positive_logits_and_adapts_its_penalty():
     assert layer.stats()["l1_coef"] == pytest.approx(0.012)
 
 
+def test_zero_computation_experts_run_no_rows_and_train():
+    layer = ffnlab.FFN({"kind": "moe", "d_model": 16, "d_ff": 24,
+                        "moe": {"num_experts": 4, "top_k": 2, "constant_experts": 2,
+                                "copy_experts": 1, "zero_experts": 1}}, seed=3)
+    params = layer.parameters()
+    assert params["gate.weight"].shape == (8, 16)  # 4 FFN + 4 zero-computation experts
+    assert params["constant_experts.1.gate.weight"].shape == (2, 16)
+    x = np.random.default_rng(2).standard_normal((64, 16), dtype=np.float32)
+    layer.forward(x, train=True)
+    stats = layer.stats()
+    assert len(stats["tokens_per_expert"]) == 4
+    assert 0 < stats["zero_computation_fraction"] < 1
+    # Every choice is an FFN expert's row or a zero-computation one.
+    ffn = sum(stats["tokens_per_expert"])
+    assert ffn == pytest.approx(64 * 2 * (1 - stats["zero_computation_fraction"]))
+    assert stats["experts_per_token"] == pytest.approx(ffn / 64)
+    layer.backward(np.ones_like(x))
+    grads = layer.grads()
+    assert np.abs(grads["constant_experts.0.vector"]).max() > 0
+    assert np.abs(grads["constant_experts.0.gate.weight"]).max() > 0
+
+
 def test_parameters_are_views_that_keep_the_layer_alive():
     layer = ffnlab.FFN(variant="relu", d_model=4, d_ff=8)
     w = layer.parameters()["down_proj.weight"]

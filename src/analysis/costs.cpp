@@ -76,14 +76,21 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     out.saved_floats_per_token = d.saved;
   } else {
     const auto& m = c.moe;
-    // ReLU routing: the mean number of experts its penalty holds, E·(1 - target sparsity).
-    const double D = static_cast<double>(c.d_model), E = m.num_experts;
-    const double K = m.routing == RoutingKind::relu ? E * (1.0 - m.sparsity_target()) : m.top_k;
+    // E: the router's columns (FFN experts, then MoE++'s zero-computation ones). K: FFN experts
+    // a token runs: top_k, an upper bound when zero-computation experts may take some choices;
+    // with ReLU routing the mean its penalty holds, N·(1 - target sparsity).
+    const double D = static_cast<double>(c.d_model), E = m.routed_experts();
+    const double K = m.routing == RoutingKind::relu
+                         ? m.num_experts * (1.0 - m.sparsity_target())
+                         : m.top_k;
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
-    const std::int64_t router = add(mul(mul(c.d_model, m.num_experts), m.noisy_topk ? 2 : 1),
-                                    m.router_bias ? m.num_experts : 0);
+    // The router scores the zero-computation experts too; the constant ones have [2, D] + [D].
+    const int routed = m.routed_experts();
+    const std::int64_t router =
+        add(add(mul(mul(c.d_model, routed), m.noisy_topk ? 2 : 1), m.router_bias ? routed : 0),
+            mul(m.constant_experts, mul(3, c.d_model)));
     const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
     const bool has_shared = m.num_shared > 0;
     const std::int64_t shared_params = has_shared ? add(shared.params, gate) : 0;

@@ -100,6 +100,26 @@ void validate(const FFNConfig& c) {
           "[moe] mixtral naming (w1/w3/w2) needs glu experts");
     check(std::isfinite(m.entropy_coef) && m.entropy_coef >= 0,
           "[moe] entropy_coef = {} must not be negative", m.entropy_coef);
+    check_range(m.constant_experts, 0, limits::kExperts, "moe", "constant_experts");
+    check_range(m.copy_experts, 0, limits::kExperts, "moe", "copy_experts");
+    check_range(m.zero_experts, 0, limits::kExperts, "moe", "zero_experts");
+    check(std::isfinite(m.zc_balance_weight) && m.zc_balance_weight >= 0,
+          "[moe] zc_balance_weight = {} must not be negative", m.zc_balance_weight);
+    if (m.zc_experts() > 0) {
+      // MoE++: zero-computation experts are top-k choices beside the FFN experts.
+      check(m.routing == RoutingKind::topk,
+            "[moe] zero-computation experts (zero, copy, constant) are chosen by top-k routing, "
+            "not '{}'",
+            enum_name(m.routing));
+      check(m.capacity_factor == 0,
+            "[moe] zero-computation experts need the dropless layer (capacity_factor 0): a "
+            "capacity counts FFN rows, which they do not take");
+      check(m.groups == 0,
+            "[moe] zero-computation experts do not combine with group-limited selection");
+      check(m.score == ScoreFunc::softmax && !m.softmax_after_topk,
+            "[moe] zero-computation experts are weighted by softmax probabilities (MoE++): score "
+            "'softmax' without softmax_after_topk");
+    }
     if (m.routing == RoutingKind::relu) {
       // ReMoE: the gates are the ReLU of the logits, every token's own, held sparse by the L1
       // penalty alone.
@@ -218,6 +238,14 @@ constexpr std::array kMoEKeys{
     field<MoEConfig, &MoEConfig::z_coef>("z_coef"),
     field<MoEConfig, &MoEConfig::entropy_coef>(
         "entropy_coef", [](const MoEConfig& m) { return m.entropy_coef != 0; }),
+    field<MoEConfig, &MoEConfig::constant_experts>(
+        "constant_experts", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
+    field<MoEConfig, &MoEConfig::copy_experts>(
+        "copy_experts", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
+    field<MoEConfig, &MoEConfig::zero_experts>(
+        "zero_experts", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
+    field<MoEConfig, &MoEConfig::zc_balance_weight>(
+        "zc_balance_weight", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
     field<MoEConfig, &MoEConfig::target_sparsity>(
         "target_sparsity", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
     field<MoEConfig, &MoEConfig::l1_coef_init>(

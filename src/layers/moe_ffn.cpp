@@ -63,15 +63,17 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   check(config_.kind == FFNKind::moe, "[moe] MoEFFN needs kind 'moe', got '{}'",
         enum_name(config_.kind));
   const MoEConfig& m = config_.moe;
-  const std::int64_t D = config_.d_model, E = m.num_experts;
+  const std::int64_t D = config_.d_model, E = m.num_experts, routed = m.routed_experts();
   expert_ = expert_config(config_);
   const std::int64_t F = expert_.d_ff;
   in_width_ = expert_.in_width();
 
-  params_.declare("gate.weight", {E, D});
-  if (m.router_bias) params_.declare("gate.bias", {E});
-  if (m.noisy_topk) params_.declare("gate.noise.weight", {E, D});
-  if (m.balance_bias) params_.declare("gate.e_score_correction_bias", {E}, /*trainable=*/false);
+  // The router scores the FFN experts and then the zero-computation ones.
+  params_.declare("gate.weight", {routed, D});
+  if (m.router_bias) params_.declare("gate.bias", {routed});
+  if (m.noisy_topk) params_.declare("gate.noise.weight", {routed, D});
+  if (m.balance_bias)
+    params_.declare("gate.e_score_correction_bias", {routed}, /*trainable=*/false);
   if (m.routing == RoutingKind::relu) params_.declare("gate.l1_coef", {1}, /*trainable=*/false);
   for (int e = 0; e < E; ++e)
     for (const auto& n : expert_in_names(config_, e)) params_.declare(n + ".weight", {F, D});
@@ -88,6 +90,11 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     params_.declare_all(shared_->parameters(), shared_prefix(config_));
     if (m.shared_gate) params_.declare("shared_expert_gate.weight", {1, D});
   }
+  // Constant experts: every vector, then every gate (two stacks).
+  for (int i = 0; i < m.constant_experts; ++i)
+    params_.declare("constant_experts." + std::to_string(i) + ".vector", {D});
+  for (int i = 0; i < m.constant_experts; ++i)
+    params_.declare("constant_experts." + std::to_string(i) + ".gate.weight", {2, D});
   params_.allocate();
   bind_parameters();
 
@@ -106,6 +113,10 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   }
   if (m.shared_gate) init_uniform(w_.shared_gate, in_bound, rng);
   if (m.routing == RoutingKind::relu) w_.l1_coef.f32()[0] = m.l1_coef_init;
+  if (m.constant_experts > 0) {  // MoE++: v_i ~ N(0, 1), W_c,i as torch.nn.Linear
+    init_normal(w_.zc_vector, 1.0f, rng);
+    init_uniform(w_.zc_gate, in_bound, rng);
+  }
   noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
   step_load_.assign(E, 0);
 }
@@ -141,6 +152,11 @@ void MoEFFN::bind_parameters() {
     bind_span(in0 + ".bias", {E, P}, w_.in_bias, dw_.in_bias);
     bind_span(out0 + ".bias", {E, D}, w_.out_bias, dw_.out_bias);
   }
+  if (m.constant_experts > 0) {
+    const std::int64_t C = m.constant_experts;
+    bind_span("constant_experts.0.vector", {C, D}, w_.zc_vector, dw_.zc_vector);
+    bind_span("constant_experts.0.gate.weight", {C, 2, D}, w_.zc_gate, dw_.zc_gate);
+  }
   if (shared_) {  // the shared expert's parameters follow this set's buffer
     const std::string prefix = shared_prefix(config_);
     shared_->move_parameters(params_.child_values(shared_->parameters(), prefix),
@@ -150,7 +166,7 @@ void MoEFFN::bind_parameters() {
 
 void MoEFFN::router_forward(const Tensor& x, bool train) {
   const MoEConfig& m = config_.moe;
-  const std::int64_t T = x.dim(0), D = config_.d_model, E = m.num_experts;
+  const std::int64_t T = x.dim(0), D = config_.d_model, E = m.routed_experts();  // logits columns
   RouterCache& c = router_;
   const Tensor* in = &x;
   if (train && m.jitter > 0) {
@@ -259,6 +275,47 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
                  /*accumulate=*/false);
 }
 
+// MoE++'s zero-computation choices, per token (no rows, no products): y += w·x for a copy
+// expert, w·(a·x + b·v_i) with [a, b] = softmax(W_c,i·x) for constant expert i; a zero expert's
+// weight is 0.
+void MoEFFN::zc_forward(Tensor& y, const Tensor& x) {
+  const MoEConfig& m = config_.moe;
+  const Routing& r = routing_;
+  const std::int64_t T = x.dim(0), D = config_.d_model;
+  const int N = m.num_experts, K = r.k, copy_from = N + m.constant_experts;
+  const int zero_from = copy_from + m.copy_experts;
+  zc_.mix.assign(static_cast<std::size_t>(T * K * 2), 0.0f);
+  const float* X = x.f32();
+  float* Y = y.f32();
+#pragma omp parallel for schedule(static) if (T * D > 65536)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* xt = X + t * D;
+    float* yt = Y + t * D;
+    for (int j = 0; j < r.count[t]; ++j) {
+      const int e = r.expert[t * K + j];
+      const float w = r.weight[t * K + j];
+      if (e < N || e >= zero_from) continue;  // FFN experts (rows), zero experts (nothing)
+      if (e >= copy_from) {
+        for (std::int64_t d = 0; d < D; ++d) yt[d] += w * xt[d];
+        continue;
+      }
+      const int i = e - N;
+      const float* wc = w_.zc_gate.f32() + i * 2 * D;
+      const float* v = w_.zc_vector.f32() + i * D;
+      double z0 = 0, z1 = 0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        z0 += static_cast<double>(wc[d]) * xt[d];
+        z1 += static_cast<double>(wc[D + d]) * xt[d];
+      }
+      const float a = static_cast<float>(1.0 / (1.0 + std::exp(z1 - z0)));  // softmax of two
+      const float b = 1.0f - a;
+      zc_.mix[(t * K + j) * 2] = a;
+      zc_.mix[(t * K + j) * 2 + 1] = b;
+      for (std::int64_t d = 0; d < D; ++d) yt[d] += w * (a * xt[d] + b * v[d]);
+    }
+  }
+}
+
 void MoEFFN::shared_forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0), D = config_.d_model;
   SharedCache& c = shared_out_;
@@ -290,6 +347,7 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   if (train && packed_in_.defined()) set_inference_weights(DType::f32);
   router_forward(x, train);
   experts_forward(y, x, train);
+  if (config_.moe.zc_experts() > 0) zc_forward(y, x);
   if (shared_) shared_forward(y, x, train);
   if (train) {
     for (int e = 0; e < config_.moe.num_experts; ++e) step_load_[e] += routing_.load[e];
@@ -309,6 +367,7 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
         "[moe] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
   combine_backward(dy);
   experts_backward(dx);
+  if (config_.moe.zc_experts() > 0) zc_backward(dx, dy);
   router_backward(dx);
   if (shared_) shared_backward(dx, dy);
 }
@@ -361,6 +420,70 @@ void MoEFFN::experts_backward(Tensor& dx) {
   permute_rows_backward(dx, exchanged_ ? ep_dxp_ : dxp, r.slot.data(), r.k, /*accumulate=*/false);
 }
 
+// The zero-computation choices' part: their combine weights' gradients (into ws_.dweight, where
+// combine_backward left 0), dx (+=), and the constant experts' dv_i and dW_c,i. Per token in
+// parallel; the parameter gradients then over d in parallel, tokens in order (deterministic).
+void MoEFFN::zc_backward(Tensor& dx, const Tensor& dy) {
+  const MoEConfig& m = config_.moe;
+  const Routing& r = routing_;
+  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
+  const int N = m.num_experts, K = r.k, copy_from = N + m.constant_experts;
+  const int zero_from = copy_from + m.copy_experts;
+  const float* X = router_.x.f32();
+  const float* G = dy.f32();
+  float* DX = dx.f32();
+  float* dweight = ws_.dweight.data();
+  // Per constant-expert choice: ∂/∂v_i's scale w·b, and ∂/∂z of softmax(z = W_c,i·x).
+  std::vector<float> dv_scale(static_cast<std::size_t>(T * K), 0.0f);
+  std::vector<float> dz(static_cast<std::size_t>(T * K * 2), 0.0f);
+#pragma omp parallel for schedule(static) if (T * D > 65536)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* xt = X + t * D;
+    const float* gt = G + t * D;
+    float* dxt = DX + t * D;
+    for (int j = 0; j < r.count[t]; ++j) {
+      const int e = r.expert[t * K + j];
+      if (e < N || e >= zero_from) continue;
+      const float w = r.weight[t * K + j];
+      double gx = 0;
+      for (std::int64_t d = 0; d < D; ++d) gx += static_cast<double>(gt[d]) * xt[d];
+      if (e >= copy_from) {  // y += w·x
+        dweight[t * K + j] = static_cast<float>(gx);
+        for (std::int64_t d = 0; d < D; ++d) dxt[d] += w * gt[d];
+        continue;
+      }
+      const int i = e - N;
+      const float* wc = w_.zc_gate.f32() + i * 2 * D;
+      const float* v = w_.zc_vector.f32() + i * D;
+      const float a = zc_.mix[(t * K + j) * 2], b = zc_.mix[(t * K + j) * 2 + 1];
+      double gv = 0;
+      for (std::int64_t d = 0; d < D; ++d) gv += static_cast<double>(gt[d]) * v[d];
+      dweight[t * K + j] = static_cast<float>(a * gx + b * gv);
+      // [a, b] = softmax(z): ∂/∂z_0 = a·(da − (a·da + b·db)) with da = w·⟨g, x⟩, db = w·⟨g, v⟩.
+      const double da = w * gx, db = w * gv, mean = a * da + b * db;
+      const auto dz0 = static_cast<float>(a * (da - mean)), dz1 = static_cast<float>(b * (db - mean));
+      dz[(t * K + j) * 2] = dz0;
+      dz[(t * K + j) * 2 + 1] = dz1;
+      dv_scale[t * K + j] = w * b;
+      for (std::int64_t d = 0; d < D; ++d) dxt[d] += w * a * gt[d] + dz0 * wc[d] + dz1 * wc[D + d];
+    }
+  }
+  float* dV = dw_.zc_vector.f32();
+  float* dW = dw_.zc_gate.f32();
+#pragma omp parallel for schedule(static) if (T * D > 65536)
+  for (std::int64_t d = 0; d < D; ++d)
+    for (std::int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < r.count[t]; ++j) {
+        const int e = r.expert[t * K + j];
+        if (e < N || e >= copy_from) continue;
+        const int i = e - N;
+        const std::int64_t a = t * K + j;
+        dV[i * D + d] += dv_scale[a] * G[t * D + d];
+        dW[i * 2 * D + d] += dz[a * 2] * X[t * D + d];
+        dW[i * 2 * D + D + d] += dz[a * 2 + 1] * X[t * D + d];
+      }
+}
+
 std::vector<Tensor> MoEFFN::expert_grads() {
   std::vector<Tensor> out{dw_.in, dw_.out};
   if (config_.bias) {
@@ -373,7 +496,7 @@ std::vector<Tensor> MoEFFN::expert_grads() {
 // The combine weights and auxiliary losses back to the logits, then to W_r and x (dx += ...).
 void MoEFFN::router_backward(Tensor& dx) {
   const MoEConfig& m = config_.moe;
-  const std::int64_t T = router_.x.dim(0), D = config_.d_model, E = m.num_experts;
+  const std::int64_t T = router_.x.dim(0), D = config_.d_model, E = m.routed_experts();
   const RouterCache& c = router_;
   Workspace& w = ws_;
   w.dlogits.ensure({T, E});
@@ -487,13 +610,14 @@ FFNStats MoEFFN::stats() const {
   const Routing& r = routing_;
   // Over the group's whole batch in data-parallel training (Routing's counts are).
   s.tokens = r.total_tokens;
-  s.num_experts = r.experts;
+  const int N = r.ffn_experts;  // the statistics of load are the FFN experts'
+  s.num_experts = N;
   if (r.total_tokens == 0) return s;
-  s.tokens_per_expert.resize(r.experts);
+  s.tokens_per_expert.resize(N);
   double sum = 0, sq = 0, mx = 0;
   int unused = 0;
   std::int64_t kept = 0;
-  for (int e = 0; e < r.experts; ++e) {
+  for (int e = 0; e < N; ++e) {
     const auto n = r.kept_total[e];
     kept += n;
     s.tokens_per_expert[e] = n;
@@ -502,12 +626,15 @@ FFNStats MoEFFN::stats() const {
     mx = std::max(mx, static_cast<double>(n));
     unused += n == 0;
   }
-  const double mean = sum / r.experts;
-  s.load_cv = mean > 0 ? std::sqrt(std::max(0.0, sq / r.experts - mean * mean)) / mean : 0.0;
+  const double mean = sum / N;
+  s.load_cv = mean > 0 ? std::sqrt(std::max(0.0, sq / N - mean * mean)) / mean : 0.0;
   s.max_over_mean = mean > 0 ? mx / mean : 0.0;
-  s.unused_fraction = static_cast<double>(unused) / r.experts;
-  std::int64_t assigned = 0;
-  for (auto n : r.load) assigned += n;
+  s.unused_fraction = static_cast<double>(unused) / N;
+  std::int64_t assigned = 0, zero_computation = 0;  // FFN assignments, and the others
+  for (int e = 0; e < r.experts; ++e) (e < N ? assigned : zero_computation) += r.load[e];
+  if (assigned + zero_computation > 0)
+    s.zero_computation_fraction =
+        static_cast<double>(zero_computation) / static_cast<double>(assigned + zero_computation);
   s.dropped = assigned - kept;
   s.dropped_fraction = assigned ? static_cast<double>(s.dropped) / static_cast<double>(assigned) : 0;
   s.experts_per_token = static_cast<double>(assigned) / static_cast<double>(r.total_tokens);
@@ -535,11 +662,11 @@ FFNStats MoEFFN::diagnostic_stats() const {
     s.router_logit_std = std::sqrt(q / static_cast<double>(n));
   }
   if (saved_ && !exchanged_ && rows_.op.defined() &&
-      static_cast<int>(r.offsets.size()) == r.experts + 1) {
+      static_cast<int>(r.offsets.size()) == r.ffn_experts + 1) {
     const float* o = rows_.op.f32();
     const std::int64_t D = config_.d_model;
-    s.expert_output_rms.assign(r.experts, std::nan(""));
-    for (int e = 0; e < r.experts; ++e) {
+    s.expert_output_rms.assign(r.ffn_experts, std::nan(""));
+    for (int e = 0; e < r.ffn_experts; ++e) {
       const std::int64_t b = r.offsets[e], end = r.offsets[e + 1];
       if (end <= b || end * D > rows_.op.numel()) continue;
       double q = 0;

@@ -42,32 +42,37 @@ void limit_groups(float* sel, int E, int groups, int keep, float* group_score, b
       for (int e = g * size; e < (g + 1) * size; ++e) sel[e] = kNegInf;
 }
 
-// f_e of the load-balancing loss E·Σ_e f_e·P_e (docs/moe.md), from the counts of r.
-double balance_fraction(const Routing& r, BalanceLoss kind, int e) {
+// η_e·f_e of the load-balancing loss E·Σ_e η_e·f_e·P_e (docs/moe.md), from the counts of r;
+// η_e = 1 for FFN experts, zc_balance_weight for zero-computation ones.
+double balance_fraction(const Routing& r, const RouterConfig& m, int e) {
   const double inv_t = r.total_tokens > 0 ? 1.0 / static_cast<double>(r.total_tokens) : 0.0;
-  switch (kind) {
+  const double eta = e < r.ffn_experts ? 1.0 : m.zc_balance_weight;
+  switch (m.balance_loss) {
     case BalanceLoss::top1:
-      return r.first[e] * inv_t;
+      return eta * r.first[e] * inv_t;
     case BalanceLoss::topk_normalized:
-      return r.load[e] * inv_t / r.k;
+      return eta * r.load[e] * inv_t / r.k;
     case BalanceLoss::topk:
     case BalanceLoss::count:
       break;
   }
-  return r.load[e] * inv_t;
+  return eta * r.load[e] * inv_t;
 }
 
 }  // namespace
 
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
            ProcessGroup* group) {
-  check(logits.rank() == 2 && logits.dim(1) == m.num_experts, "[router] logits {} must be [T, {}]",
-        shape_string(logits.shape()), m.num_experts);
+  const int E = m.routed_experts(), N = m.num_experts;
+  check(logits.rank() == 2 && logits.dim(1) == E, "[router] logits {} must be [T, {}]",
+        shape_string(logits.shape()), E);
   const std::int64_t T = logits.dim(0);
   const bool relu = m.routing == RoutingKind::relu;
-  const int E = m.num_experts, K = relu ? E : m.top_k;
+  const int K = relu ? E : m.top_k;
+  const int zero_from = E - m.zero_experts;  // the zero experts are the last columns
   r.tokens = T;
   r.experts = E;
+  r.ffn_experts = N;
   r.k = K;
   r.probs.resize(T * E);
   r.scores.resize(T * E);
@@ -161,9 +166,12 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
       } else {
         for (int j = 0; j < K; ++j) v[j] = s[chosen[j]];
       }
+      for (int j = 0; j < n; ++j)  // MoE++: a zero expert weighs nothing, before renormalising
+        if (chosen[j] >= zero_from) v[j] = 0.0f;
       float total = 0;
       for (int j = 0; j < n; ++j) total += v[j];
-      for (int j = 0; j < K; ++j) w[j] = m.scaling * (m.normalize ? v[j] / total : v[j]);
+      for (int j = 0; j < K; ++j)  // (only zero experts chosen: every weight 0)
+        w[j] = m.scaling * (m.normalize ? (total > 0 ? v[j] / total : 0.0f) : v[j]);
     }
   }
 
@@ -178,11 +186,13 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   double* per_token = gate_sum + E;
   double* rest = per_token + K + 1;
   for (std::int64_t t = 0; t < T; ++t) {
+    int ffn = 0;  // FFN experts chosen
     for (int j = 0; j < r.count[t]; ++j) {
       load[r.expert[t * K + j]] += 1;
+      ffn += r.expert[t * K + j] < N;
       if (relu) gate_sum[r.expert[t * K + j]] += r.raw[t * K + j];
     }
-    per_token[r.count[t]] += 1;
+    per_token[ffn] += 1;
     if (r.count[t] > 0) first[r.expert[t * K]] += 1;
     for (int e = 0; e < E; ++e) mean_p[e] += r.probs[t * E + e];
     rest[0] += static_cast<double>(r.lse[t]) * r.lse[t];
@@ -202,7 +212,7 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   }
   const double inv_t = r.total_tokens > 0 ? 1.0 / static_cast<double>(r.total_tokens) : 0.0;
   double balance = 0;
-  for (int e = 0; e < E; ++e) balance += balance_fraction(r, m.balance_loss, e) * mean_p[e] * inv_t;
+  for (int e = 0; e < E; ++e) balance += balance_fraction(r, m, e) * mean_p[e] * inv_t;
   r.balance_loss = E * balance;
   r.z_loss = rest[0] * inv_t;
   r.entropy = rest[1] * inv_t;
@@ -222,23 +232,24 @@ std::vector<std::int32_t> Routing::taken() const {
 
 void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
   const std::int64_t T = r.tokens;
-  const int E = r.experts, K = r.k;
+  // Rows for the N FFN experts only: a zero-computation expert's choices keep slot -1.
+  const int E = r.experts, N = r.ffn_experts, K = r.k;
   // No expert can receive more than T·K assignments: a larger capacity is that (the fuzzer found
   // a factor of 1e106, whose capacity did not fit in an int64).
   const double all = static_cast<double>(r.total_tokens) * K;
   r.capacity =
       m.capacity_factor > 0
-          ? static_cast<std::int64_t>(std::min(all, std::ceil(m.capacity_factor * all / E)))
+          ? static_cast<std::int64_t>(std::min(all, std::ceil(m.capacity_factor * all / N)))
           : 0;
   // Assignments a = t·K + j of each expert, first choices before second choices (the
   // position order), then dropped down to capacity and put back in token order.
-  std::vector<std::vector<std::int64_t>> of(E);
+  std::vector<std::vector<std::int64_t>> of(N);
   for (int j = 0; j < K; ++j)
     for (std::int64_t t = 0; t < T; ++t)
-      if (j < r.count[t]) of[r.expert[t * K + j]].push_back(t * K + j);
+      if (j < r.count[t] && r.expert[t * K + j] < N) of[r.expert[t * K + j]].push_back(t * K + j);
   r.slot.assign(T * K, -1);
-  r.offsets.assign(E + 1, 0);
-  r.kept_total.assign(E, 0);
+  r.offsets.assign(N + 1, 0);
+  r.kept_total.assign(N, 0);
   if (group && r.capacity > 0) {
     // The position order over the group: choice j of every rank's tokens (rank order) before
     // choice j + 1. An assignment's place in its expert's queue is what comes before it:
@@ -247,27 +258,28 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
           "[moe] capacity with drop = {} is not supported in data-parallel training (it needs "
           "every rank's scores); use drop = position, or capacity_factor = 0 (dropless)",
           enum_name(m.drop));
-    std::vector<std::int64_t> mine(static_cast<std::size_t>(K) * E, 0);
+    std::vector<std::int64_t> mine(static_cast<std::size_t>(K) * N, 0);
     for (std::int64_t t = 0; t < T; ++t)
-      for (int j = 0; j < r.count[t]; ++j) mine[j * E + r.expert[t * K + j]] += 1;
+      for (int j = 0; j < r.count[t]; ++j)
+        if (r.expert[t * K + j] < N) mine[j * N + r.expert[t * K + j]] += 1;
     std::vector<std::int64_t> total = mine, below = mine;
     group->allreduce_sum(total, "capacity counts");
     group->exscan_sum(below, "capacity counts");
-    for (int e = 0; e < E; ++e) {
+    for (int e = 0; e < N; ++e) {
       std::vector<std::int64_t> kept;
       std::int64_t ahead = 0;  // earlier choices, every rank
       std::size_t i = 0;
       for (int j = 0; j < K; ++j) {
-        std::int64_t place = ahead + below[j * E + e];
+        std::int64_t place = ahead + below[j * N + e];
         for (; i < of[e].size() && of[e][i] % K == j; ++i, ++place)
           if (place < r.capacity) kept.push_back(of[e][i]);
-        ahead += total[j * E + e];
+        ahead += total[j * N + e];
       }
       of[e] = std::move(kept);
       r.kept_total[e] = std::min<std::int64_t>(r.capacity, r.load[e]);
     }
   } else {
-    for (int e = 0; e < E; ++e) {
+    for (int e = 0; e < N; ++e) {
       auto& list = of[e];
       if (r.capacity > 0 && static_cast<std::int64_t>(list.size()) > r.capacity) {
         if (m.drop == DropPolicy::probability)
@@ -280,12 +292,12 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
       r.kept_total[e] = group ? r.load[e] : static_cast<std::int64_t>(list.size());
     }
   }
-  for (int e = 0; e < E; ++e) {
+  for (int e = 0; e < N; ++e) {
     std::sort(of[e].begin(), of[e].end());
     r.offsets[e + 1] = r.offsets[e] + static_cast<std::int64_t>(of[e].size());
   }
-  r.token_of_row.resize(r.offsets[E]);
-  for (int e = 0; e < E; ++e) {
+  r.token_of_row.resize(r.offsets[N]);
+  for (int e = 0; e < N; ++e) {
     std::int64_t row = r.offsets[e];
     for (std::int64_t a : of[e]) {
       r.slot[a] = row;
@@ -298,6 +310,7 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
                     float aux_scale, float l1_coef) {
   const std::int64_t T = r.tokens;
   const int E = r.experts, K = r.k;
+  const int zero_from = E - m.zero_experts;
   check(dlogits.rank() == 2 && dlogits.dim(0) == T && dlogits.dim(1) == E,
         "[router] dlogits {} must be [{}, {}]", shape_string(dlogits.shape()), T, E);
   // The losses are means over the group's tokens: each rank adds its tokens' part.
@@ -306,7 +319,7 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   std::vector<float> dmean_p(E);
   for (int e = 0; e < E; ++e)
     dmean_p[e] = static_cast<float>(aux_scale * m.aux_coef * E *
-                                    balance_fraction(r, m.balance_loss, e) * inv_t);
+                                    balance_fraction(r, m, e) * inv_t);
   const float z_scale = static_cast<float>(aux_scale * m.z_coef * 2.0 * inv_t);
   const double h_scale = aux_scale * m.entropy_coef * inv_t;
   const bool aux = m.aux_coef > 0, zl = m.z_coef > 0, ent = m.entropy_coef > 0;
@@ -350,11 +363,14 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
       for (int j = 0; j < n; ++j) total += v[j];
       if (m.normalize) {
         float dot = 0;
-        for (int j = 0; j < n; ++j) dot += m.scaling * dw[j] * (v[j] / total);
-        for (int j = 0; j < n; ++j) dv[j] = (m.scaling * dw[j] - dot) / total;
+        if (total > 0)
+          for (int j = 0; j < n; ++j) dot += m.scaling * dw[j] * (v[j] / total);
+        for (int j = 0; j < n; ++j) dv[j] = total > 0 ? (m.scaling * dw[j] - dot) / total : 0.0f;
       } else {
         for (int j = 0; j < n; ++j) dv[j] = m.scaling * dw[j];
       }
+      for (int j = 0; j < n; ++j)  // a zero expert's weight is the constant 0
+        if (chosen[j] >= zero_from) dv[j] = 0.0f;
 
       if (m.softmax_after_topk) {  // v = softmax over the chosen logits
         float dot = 0;

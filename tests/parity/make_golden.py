@@ -163,9 +163,11 @@ def make_case(out_dir, name, kind, act, D, Fh, T, bias, layout="separate", branc
 def moe_param_names(m, kind, bias, D, Fe, Fs):
     """(name, shape, fan_in, is_bias) in ffnlab's declaration order, with the naming m['naming']."""
     E = m["num_experts"]
-    out = [("gate.weight", (E, D), D, False)]
+    C = m.get("constant_experts", 0)
+    routed = E + C + m.get("copy_experts", 0) + m.get("zero_experts", 0)
+    out = [("gate.weight", (routed, D), D, False)]
     if m.get("router_bias", True):
-        out.append(("gate.bias", (E,), D, True))
+        out.append(("gate.bias", (routed,), D, True))
     mixtral = m.get("naming") == "mixtral"
     ins = (["w1", "w3"] if mixtral else ["gate_proj", "up_proj"]) if kind == "glu" else ["up_proj"]
     down = "w2" if mixtral else "down_proj"
@@ -188,6 +190,8 @@ def moe_param_names(m, kind, bias, D, Fe, Fs):
             out.append((pre + "down_proj.bias", (D,), Fs, True))
         if m.get("shared_gate"):
             out.append(("shared_expert_gate.weight", (1, D), D, False))
+    out += [(f"constant_experts.{i}.vector", (D,), 1, False) for i in range(C)]
+    out += [(f"constant_experts.{i}.gate.weight", (2, D), D, False) for i in range(C)]
     return out
 
 
@@ -195,7 +199,12 @@ def moe_reference(p, x, m, kind, act, bias):
     """The MoE block in float64 autograd, written from the papers' and HF's definitions
     (docs/moe.md). Returns y, balance loss, z-loss, chosen experts [T, k], weights, kept."""
     T, D = x.shape
-    E, K = m["num_experts"], m["top_k"]
+    N, K = m["num_experts"], m["top_k"]
+    # MoE++ (Jin et al. 2024): the router scores N FFN experts, then the zero-computation ones
+    # in the order constant, copy, zero.
+    C, n_copy = m.get("constant_experts", 0), m.get("copy_experts", 0)
+    E = N + C + n_copy + m.get("zero_experts", 0)
+    zero_from = N + C + n_copy
     fn = activation(act)
     logits = F.linear(x, p["gate.weight"], p.get("gate.bias"))
     probs = torch.softmax(logits, dim=-1)
@@ -237,11 +246,15 @@ def moe_reference(p, x, m, kind, act, bias):
         v = torch.softmax(logits.gather(1, idx), dim=-1)
     else:
         v = scores.gather(1, idx) * taken
+    v = v * (idx < zero_from)  # a zero expert weighs nothing, before renormalising
+    for e in range(N, E):  # the case exercises every zero-computation expert
+        assert (idx == e).any(), f"no token chose zero-computation expert {e}: pick other values"
     w = v / v.sum(-1, keepdim=True) if m.get("normalize", True) and not relu_routing else v
     w = w * m.get("scaling", 1.0)
     # Capacity: per expert, first choices before second choices, then by token (position) or
-    # by router probability (descending); the first `capacity` are kept.
-    kept = taken.clone()
+    # by router probability (descending); the first `capacity` are kept. Zero-computation
+    # choices run no FFN row: not kept.
+    kept = taken & (idx < N)
     c = m.get("capacity_factor", 0.0)
     if c > 0:
         cap = math.ceil(c * K * T / E)
@@ -261,11 +274,21 @@ def moe_reference(p, x, m, kind, act, bias):
         return lin(down_name, h)
 
     y = torch.zeros(T, D, dtype=torch.float64)
-    for e in range(E):
+    for e in range(N):
         tok, j = torch.nonzero((idx == e) & kept, as_tuple=True)
         if len(tok) == 0:
             continue
         out = mlp(f"experts.{e}.", x[tok], ins, down)
+        y = y.index_add(0, tok, w[tok, j].unsqueeze(-1) * out)
+    for e in range(N, zero_from):  # constant: a·x + b·v, [a, b] = softmax(W_c·x); copy: x
+        tok, j = torch.nonzero((idx == e) & taken, as_tuple=True)
+        if len(tok) == 0:
+            continue
+        if e < N + C:
+            ab = torch.softmax(F.linear(x[tok], p[f"constant_experts.{e - N}.gate.weight"]), -1)
+            out = ab[:, :1] * x[tok] + ab[:, 1:] * p[f"constant_experts.{e - N}.vector"]
+        else:
+            out = x[tok]
         y = y.index_add(0, tok, w[tok, j].unsqueeze(-1) * out)
     if m.get("num_shared", 0):
         pre = "shared_expert." if m.get("naming") == "qwen2_moe" else "shared_experts."
@@ -277,7 +300,9 @@ def moe_reference(p, x, m, kind, act, bias):
     onehot = F.one_hot(idx, E).double() * taken.unsqueeze(-1)  # [T, K, E]
     onehot = (onehot[:, :1] if which == "top1" else onehot).sum(1)  # [T, E]
     f = onehot.mean(0) / (K if which == "topk_normalized" else 1)
-    balance = E * (f * probs.mean(0)).sum()
+    eta = torch.ones(E, dtype=torch.float64)  # MoE++'s heterogeneous weights: τ for zero-comp.
+    eta[N:] = m.get("zc_balance_weight", 1.0)
+    balance = E * (eta * f * probs.mean(0)).sum()
     z = torch.logsumexp(logits, dim=-1).pow(2).mean()
     entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
     # ReMoE's L1 penalty with its load balancing folded in, as its released code computes it
@@ -389,6 +414,16 @@ def moe_cases(case):
     case("moe_relu_routing_swiglu_scaled_sparsity",
          {"num_experts": 8, "top_k": 3, "routing": "relu", "normalize": False, "scaling": 1.5,
           "target_sparsity": 0.5}, "glu", "silu", 13, 11, 12, False, l1_coef=0.5)
+    # MoE++ (Jin et al. 2024): two constant experts, a copy and a zero expert beside the FFN
+    # experts, weighted by τ = 0.75 in the balance loss; and without renormalisation.
+    case("moe_plus_plus_zero_copy_constant_e6_k2",
+         {"num_experts": 6, "top_k": 2, "constant_experts": 2, "copy_experts": 1,
+          "zero_experts": 1, "zc_balance_weight": 0.75, "router_bias": False, "aux_coef": 0.01},
+         "glu", "silu", 13, 11, 24, False)
+    case("moe_plus_plus_unnormalized_k3",
+         {"num_experts": 5, "top_k": 3, "constant_experts": 1, "copy_experts": 1,
+          "zero_experts": 1, "normalize": False, "aux_coef": 0.01}, "plain", "relu", 13, 20, 16,
+         True)
     case("moe_softmax_after_topk_geglu_k3",
          {"num_experts": 7, "top_k": 3, "softmax_after_topk": True, "aux_coef": 0.01},
          "glu", "gelu", 13, 11, 9, True)

@@ -36,7 +36,7 @@ Tensor rows_of(const Tensor& t, std::int64_t first, std::int64_t count) {
 // Splits 37 tokens unevenly over the ranks and compares every rank's part with one process.
 void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
   const std::int64_t T = 37;
-  const int E = m.num_experts, K = m.routing == RoutingKind::relu ? E : m.top_k;
+  const int E = m.routed_experts(), K = m.routing == RoutingKind::relu ? E : m.top_k;
   const float l1_coef = 0.2f;  // relu routing's penalty (the others ignore it)
   const Tensor logits = random_logits(T, E, 7);
   std::vector<float> dweight(T * K);
@@ -67,8 +67,8 @@ void expect_group_routes_as_one(int ranks, const RouterConfig& m) {
     EXPECT_NEAR(r.z_loss, one.z_loss, 1e-9);
     EXPECT_NEAR(r.entropy, one.entropy, 1e-12);
     EXPECT_NEAR(r.l1_loss, one.l1_loss, 1e-12);
-    std::vector<std::int64_t> kept_one(E);
-    for (int e = 0; e < E; ++e) kept_one[e] = one.rows_of(e);
+    std::vector<std::int64_t> kept_one(m.num_experts);  // the FFN experts' rows
+    for (int e = 0; e < m.num_experts; ++e) kept_one[e] = one.rows_of(e);
     EXPECT_EQ(r.kept_total, kept_one);
     for (std::int64_t t = 0; t < count; ++t)
       for (int j = 0; j < K; ++j)
@@ -112,6 +112,10 @@ TEST(DataParallel, RouterOverAGroupDecidesAsOneProcess) {
     relu.aux_coef = relu.z_coef = 0.0f;
     relu.scaling = 1.5f;
     expect_group_routes_as_one(ranks, relu);
+    RouterConfig zc = router(0.0);  // MoE++: zero-computation experts take no rows
+    zc.constant_experts = zc.copy_experts = zc.zero_experts = 1;
+    zc.zc_balance_weight = 0.75f;
+    expect_group_routes_as_one(ranks, zc);
   }
 }
 
@@ -243,6 +247,16 @@ TEST(DataParallel, ReluRoutingTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
   ffn.moe.routing = RoutingKind::relu;
   ffn.moe.normalize = false;
   ffn.moe.l1_coef_init = 0.05f;
+  expect_ranks_train_as_one_process(ffn, /*drops=*/false);
+}
+
+// MoE++: zero-computation experts (their constant experts' parameters are replicated).
+TEST(DataParallel, ZeroComputationExpertsTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+  FFNConfig ffn = variant_config("moe", 16, 16, false);
+  ffn.moe.num_experts = 4;
+  ffn.moe.top_k = 2;
+  ffn.moe.constant_experts = ffn.moe.copy_experts = ffn.moe.zero_experts = 1;
+  ffn.moe.aux_coef = 0.01f;
   expect_ranks_train_as_one_process(ffn, /*drops=*/false);
 }
 

@@ -119,6 +119,22 @@ std::vector<Case> cases() {
     c.config.moe.capacity_factor = 0.7;
     out.push_back(c);
   }
+  {  // MoE++: two constant, one copy and one zero expert beside the FFN experts
+    Case c{"moepp_zero_copy_constant_e4_k2", base(4, 2, "swiglu", false), 16};
+    auto& m = c.config.moe;
+    m.constant_experts = 2;
+    m.copy_experts = m.zero_experts = 1;
+    m.zc_balance_weight = 0.75f;
+    m.router_bias = false;
+    out.push_back(c);
+  }
+  {
+    Case c{"moepp_unnormalized_k3", base(5, 3, "relu", true), 13};
+    auto& m = c.config.moe;
+    m.constant_experts = m.copy_experts = m.zero_experts = 1;
+    m.normalize = false;
+    out.push_back(c);
+  }
   for (auto [name, experts, k, variant, bias] :
        {std::tuple{"relu_routing_e6_k2_l1", 6, 2, "relu", true},
         std::tuple{"relu_routing_swiglu_scaled_sparsity", 8, 3, "swiglu", false}}) {
@@ -261,6 +277,50 @@ TEST(MoEFFN, ReluRoutingTakesThePositiveLogits) {
     EXPECT_GT(more, 0);
     EXPECT_EQ(layer->stats().tokens_by_experts, by_count);
     EXPECT_EQ(layer->stats().dropped, 0);
+  }
+}
+
+// MoE++: a choice of a zero-computation expert runs no row; a zero expert weighs nothing (the
+// other choices are renormalised without it), a copy expert adds w·x; the statistics count FFN
+// experts and report the zero-computation share.
+TEST(MoEFFN, ZeroComputationExpertsTakeNoRows) {
+  std::uint64_t seed = 1500;
+  for (const auto& c : cases()) {
+    const MoEConfig& m = c.config.moe;
+    if (m.zc_experts() == 0) continue;
+    SCOPED_TRACE(c.name);
+    const auto [layer, x, y] = routed(c, seed);
+    const Routing& r = layer->routing();
+    const int N = m.num_experts, K = m.top_k, zero = m.routed_experts() - 1;
+    std::int64_t ffn = 0, zc = 0, zero_picks = 0;
+    for (std::int64_t t = 0; t < c.tokens; ++t) {
+      float others = 0;
+      for (int j = 0; j < K; ++j) {
+        const int e = r.expert[t * K + j];
+        EXPECT_EQ(r.slot[t * K + j] >= 0, e < N);
+        (e < N ? ffn : zc) += 1;
+        if (e == zero) {
+          ++zero_picks;
+          EXPECT_EQ(r.weight[t * K + j], 0.0f);
+        } else {
+          others += r.weight[t * K + j];
+        }
+      }
+      if (m.normalize) {
+        EXPECT_NEAR(others, 1.0f, 1e-6);
+      }
+    }
+    EXPECT_GT(zc, 0);
+    EXPECT_GT(zero_picks, 0);
+    const FFNStats s = layer->stats();
+    EXPECT_EQ(s.num_experts, N);
+    std::int64_t rows = 0;
+    for (auto n : s.tokens_per_expert) rows += n;
+    EXPECT_EQ(rows, ffn);
+    EXPECT_EQ(rows, r.kept());
+    EXPECT_NEAR(s.experts_per_token, static_cast<double>(ffn) / c.tokens, 1e-12);
+    EXPECT_NEAR(s.zero_computation_fraction, static_cast<double>(zc) / (ffn + zc), 1e-12);
+    EXPECT_EQ(s.tokens_by_experts.size(), static_cast<std::size_t>(K + 1));
   }
 }
 
@@ -628,6 +688,9 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
       {[&](MoEConfig& m) { relu(m); m.capacity_factor = 1.0; }, "it is dropless"},
       {[&](MoEConfig& m) { relu(m); m.top_k = 6; }, "fewer than num_experts = 6"},
       {[&](MoEConfig& m) { relu(m); m.l1_coef_rate = 1.0f; }, "l1_coef_rate = 1 must be greater"},
+      {[&](MoEConfig& m) { top_p(m); m.zero_experts = 1; }, "chosen by top-k routing"},
+      {[](MoEConfig& m) { m.copy_experts = 1; m.capacity_factor = 1.0; }, "dropless layer"},
+      {[](MoEConfig& m) { m.zc_balance_weight = -1.0f; }, "zc_balance_weight = -1"},
   };
   for (const auto& [change, text] : bad) {
     FFNConfig c = base(6, 2, "relu", true);

@@ -154,6 +154,11 @@ TrainOptions options_from_model(TrainOptions o, const LMConfig& c) {
   set("--entropy-coef", o.ffn.entropy_coef, static_cast<double>(c.ffn.moe.entropy_coef));
   set("--target-sparsity", o.ffn.target_sparsity, static_cast<double>(c.ffn.moe.target_sparsity));
   set("--l1-coef-init", o.ffn.l1_coef_init, static_cast<double>(c.ffn.moe.l1_coef_init));
+  set("--constant-experts", o.ffn.constant_experts, c.ffn.moe.constant_experts);
+  set("--copy-experts", o.ffn.copy_experts, c.ffn.moe.copy_experts);
+  set("--zero-experts", o.ffn.zero_experts, c.ffn.moe.zero_experts);
+  set("--zc-balance-weight", o.ffn.zc_balance_weight,
+      static_cast<double>(c.ffn.moe.zc_balance_weight));
   set("--shared-experts", o.ffn.shared, c.ffn.moe.num_shared);
   set("--expert-d-ff", o.ffn.expert_d_ff, c.ffn.moe.expert_d_ff);
   set("--aux-coef", o.ffn.aux_coef, static_cast<double>(c.ffn.moe.aux_coef));
@@ -513,6 +518,11 @@ void add_train_command(CLI::App& app) {
       {"--entropy-coef", [](const LMConfig& c) { return json(c.ffn.moe.entropy_coef); }},
       {"--target-sparsity", [](const LMConfig& c) { return json(c.ffn.moe.target_sparsity); }},
       {"--l1-coef-init", [](const LMConfig& c) { return json(c.ffn.moe.l1_coef_init); }},
+      {"--constant-experts", [](const LMConfig& c) { return json(c.ffn.moe.constant_experts); }},
+      {"--copy-experts", [](const LMConfig& c) { return json(c.ffn.moe.copy_experts); }},
+      {"--zero-experts", [](const LMConfig& c) { return json(c.ffn.moe.zero_experts); }},
+      {"--zc-balance-weight",
+       [](const LMConfig& c) { return json(c.ffn.moe.zc_balance_weight); }},
       {"--shared-experts", [](const LMConfig& c) { return json(c.ffn.moe.num_shared); }},
       {"--expert-d-ff", [](const LMConfig& c) { return json(c.ffn.moe.expert_d_ff); }},
       {"--aux-coef", [](const LMConfig& c) { return json(c.ffn.moe.aux_coef); }},

@@ -60,6 +60,21 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
                      "1.2x per step)"))
       ->capture_default_str()
       ->check(real_in(1e-30, 1e6));
+  add(cmd.add_option("--constant-experts", f.constant_experts,
+                     "MoE++: constant experts (a·x + b·v) routed beside the FFN experts"))
+      ->capture_default_str()
+      ->check(int_in(0, limits::kExperts));
+  add(cmd.add_option("--copy-experts", f.copy_experts, "MoE++: copy experts (x)"))
+      ->capture_default_str()
+      ->check(int_in(0, limits::kExperts));
+  add(cmd.add_option("--zero-experts", f.zero_experts,
+                     "MoE++: zero experts (a token that picks one runs one FFN expert fewer)"))
+      ->capture_default_str()
+      ->check(int_in(0, limits::kExperts));
+  add(cmd.add_option("--zc-balance-weight", f.zc_balance_weight,
+                     "MoE++: weight of the zero-computation experts in the balance loss (tau)"))
+      ->capture_default_str()
+      ->check(real_in(0, 1e6));
   add(cmd.add_option("--shared-experts", f.shared, "MoE: shared experts"))
       ->capture_default_str()
       ->check(int_in(0, limits::kExperts));
@@ -111,6 +126,10 @@ FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
   m.target_sparsity = static_cast<float>(f.target_sparsity);
   m.l1_coef_init = static_cast<float>(f.l1_coef_init);
   m.normalize = m.routing != RoutingKind::relu;  // ReLU gates are not divided by their sum
+  m.constant_experts = f.constant_experts;
+  m.copy_experts = f.copy_experts;
+  m.zero_experts = f.zero_experts;
+  m.zc_balance_weight = static_cast<float>(f.zc_balance_weight);
   m.num_shared = f.shared;
   m.expert_d_ff = f.expert_d_ff;
   m.aux_coef = static_cast<float>(f.aux_coef);

@@ -21,13 +21,16 @@ struct FFNFlags {
   std::string routing = "topk";
   double top_p = 0.4, entropy_coef = 0.0;
   double target_sparsity = 0.0, l1_coef_init = 1e-8;  // relu routing
+  int constant_experts = 0, copy_experts = 0, zero_experts = 0;  // MoE++
+  double zc_balance_weight = 1.0;
   std::int64_t expert_d_ff = 0;
   double aux_coef = 0.0, z_coef = 0.0, capacity = 0.0;
   std::string config_file;  // --ffn-config: a layer config instead of the flags
 };
 
 // Registers --d-model, --d-ff, --no-bias, --branches, --experts, --top-k, --routing, --top-p,
-// --target-sparsity, --l1-coef-init, --shared-experts, --expert-d-ff, --aux-coef, --z-coef,
+// --target-sparsity, --l1-coef-init, --constant-experts, --copy-experts, --zero-experts,
+// --zc-balance-weight, --shared-experts, --expert-d-ff, --aux-coef, --z-coef,
 // --entropy-coef, --capacity and --ffn-config in `group`, with f's current values as the shown
 // defaults. Returns the options, for commands that need to know which were given.
 std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::string& group);

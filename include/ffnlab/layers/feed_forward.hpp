@@ -20,7 +20,7 @@ struct FFNStats {
 
   // MoE only (num_experts == 0 for dense layers).
   int num_experts = 0;
-  std::vector<std::int64_t> tokens_per_expert;  // assignments kept per expert
+  std::vector<std::int64_t> tokens_per_expert;  // assignments kept per (FFN) expert
   double load_cv = 0.0;           // coefficient of variation (std / mean) of tokens_per_expert
   double max_over_mean = 0.0;     // max load / mean load
   double unused_fraction = 0.0;   // fraction of experts that got no token
@@ -31,6 +31,9 @@ struct FFNStats {
   double experts_per_token = 0.0;
   std::vector<std::int64_t> tokens_by_experts;  // [k + 1]
   double l1_coef = 0.0;  // ReLU routing: the L1 penalty's coefficient λ now
+  // MoE++: the share of the choices that went to zero-computation experts (zero, copy,
+  // constant); tokens_per_expert, experts_per_token and tokens_by_experts count FFN experts.
+  double zero_computation_fraction = 0.0;
   double router_entropy = 0.0;    // mean over tokens of the entropy of softmax(logits), nats
   double top1_prob = 0.0;         // mean over tokens of max softmax(logits)
   double balance_loss = 0.0;      // E·Σ f_e·P_e (unweighted)

@@ -5,6 +5,7 @@
 //   permute x into per-expert blocks; per expert e with n_e > 0 rows:
 //       A_e = X_e·W_in,eᵀ + b_in,e,  H_e = mix(A_e),  O_e = H_e·W_out,eᵀ + b_out,e
 //   y = Σ_j w_j·O[slot_j]  (+ σ(x·w_g)·shared(x))           (ops/permute)
+//   MoE++'s zero-computation experts: y += w_j·(x, or a·x + b·v_i, or 0) per such choice
 //
 // Expert weights are stacked: W_in [E, P, D] with P = F (plain) or 2F (glu: gate rows, then up
 // rows), W_out [E, D, F]; each expert's slices carry Hugging Face per-expert names
@@ -66,6 +67,7 @@ class MoEFFN final : public FeedForward {
     Tensor shared_gate;          // [1, D]        shared_expert_gate.weight
     Tensor in, in_bias;          // [E, P, D], [E, P]  every expert's input projection(s)
     Tensor out, out_bias;        // [E, D, F], [E, D]  every expert's output projection
+    Tensor zc_vector, zc_gate;   // [C, D], [C, 2, D]  constant experts: v_i, W_c,i
   };
   // Saved by a training forward for backward (workspaces in inference).
   struct RouterCache {
@@ -84,6 +86,10 @@ class MoEFFN final : public FeedForward {
   struct SharedCache {
     Tensor y, gate_pre, gate;  // [T, D], [T, 1], [T, 1]
   };
+  // Constant experts: [a, b] = softmax(W_c,i·x) of each choice of one ([T, k, 2], 0 elsewhere).
+  struct ZeroComputationCache {
+    std::vector<float> mix;
+  };
   // The layer's own small backward workspaces; the large ones (permuted rows' gradients, [T, D]
   // partial dx) are scratch slots shared by all MoE layers (ffnlab/scratch.hpp).
   struct Workspace {
@@ -96,9 +102,11 @@ class MoEFFN final : public FeedForward {
   void router_forward(const Tensor& x, bool train);
   void experts_forward(Tensor& y, const Tensor& x, bool train);
   void shared_forward(Tensor& y, const Tensor& x, bool train);
+  void zc_forward(Tensor& y, const Tensor& x);
   // Backward, in the reverse order of the forward; each step adds its part of dx.
   void combine_backward(const Tensor& dy);
   void experts_backward(Tensor& dx);
+  void zc_backward(Tensor& dx, const Tensor& dy);
   void router_backward(Tensor& dx);
   void shared_backward(Tensor& dx, const Tensor& dy);
 
@@ -122,6 +130,7 @@ class MoEFFN final : public FeedForward {
   RouterCache router_;
   ExpertCache rows_;
   SharedCache shared_out_;
+  ZeroComputationCache zc_;
   Workspace ws_;
 };
 

@@ -68,7 +68,12 @@ static_assert(EnumNames<ScoreFunc>::table.complete() && EnumNames<DropPolicy>::t
 // What the routing math needs of an MoE config (MoEConfig in layers/ffn_config.hpp extends it
 // with the experts, the router's own parameters and training noise).
 struct RouterConfig {
-  int num_experts = 8;
+  int num_experts = 8;  // FFN experts
+  // Zero-computation experts (MoE++, Jin et al. 2024), routed beside the FFN experts and after
+  // them in this order: constant (a·x + b·v, [a, b] = softmax(W_c·x)), copy (x), zero (0; its
+  // weight is 0 before renormalising, so a token that picks it runs one FFN expert fewer).
+  int constant_experts = 0, copy_experts = 0, zero_experts = 0;
+  float zc_balance_weight = 1.0f;  // η of the zero-computation experts in the balance loss (τ)
   // top_p routing: the most experts a token takes; relu routing: the mean it is held at (the
   // L1 penalty's target sparsity is 1 - top_k/E unless the layer sets another)
   int top_k = 2;
@@ -90,6 +95,12 @@ struct RouterConfig {
   float aux_coef = 0.0f;  // load-balancing loss
   float z_coef = 0.0f;    // router z-loss
   float entropy_coef = 0.0f;  // mean entropy of softmax(logits): top-p's "dynamic loss"
+
+  // Experts the router scores: the FFN experts, then the zero-computation ones.
+  int routed_experts() const {
+    return num_experts + constant_experts + copy_experts + zero_experts;
+  }
+  int zc_experts() const { return constant_experts + copy_experts + zero_experts; }
   // relu routing's L1 penalty has a coefficient that changes during training (the layer holds
   // it: MoEConfig's l1_coef_* keys); route_backward takes it as an argument.
 };
@@ -100,7 +111,9 @@ struct RouterConfig {
 struct Routing {
   std::int64_t tokens = 0;
   std::int64_t total_tokens = 0;  // over the group (= tokens without one)
-  int experts = 0, k = 0;  // k: the most choices a token has (top_k; E for relu routing)
+  // experts: the columns of the logits (FFN experts, then zero-computation ones); ffn_experts:
+  // those that get rows. k: the most choices a token has (top_k; E for relu routing).
+  int experts = 0, ffn_experts = 0, k = 0;
   std::vector<float> probs;           // [T, E] softmax(logits): balance loss, z-loss, statistics
   std::vector<float> scores;          // [T, E] softmax or sigmoid of the logits
   std::vector<float> lse;             // [T]    logsumexp(logits)
@@ -110,13 +123,14 @@ struct Routing {
   std::vector<std::int32_t> expert;
   std::vector<float> raw;             // [T, k] chosen scores before normalisation and scaling
   std::vector<float> weight;          // [T, k] combine weights
-  std::vector<std::int64_t> slot;     // [T, k] row in the permuted buffer, -1 when dropped
-  std::vector<std::int64_t> offsets;  // [E + 1] expert blocks in the permuted buffer
+  // [T, k] row in the permuted buffer; -1 when dropped, padding or a zero-computation expert
+  std::vector<std::int64_t> slot;
+  std::vector<std::int64_t> offsets;  // [N + 1] FFN expert blocks in the permuted buffer
   std::vector<std::int64_t> token_of_row;  // [kept] token of each permuted row
   std::vector<std::int64_t> load;          // [E] assignments before capacity (group)
-  std::vector<std::int64_t> per_token;     // [k + 1] tokens by their count of choices (group)
+  std::vector<std::int64_t> per_token;     // [k + 1] tokens by their FFN experts chosen (group)
   std::vector<std::int64_t> first;         // [E] tokens whose first choice is e (group)
-  std::vector<std::int64_t> kept_total;    // [E] assignments kept (group)
+  std::vector<std::int64_t> kept_total;    // [N] FFN assignments kept (group)
   std::int64_t capacity = 0;               // per expert, over the group; 0: dropless
   double balance_loss = 0, z_loss = 0, entropy = 0, top1_prob = 0;
   // relu routing: the L1 penalty without its coefficient, E/(top_k·T²)·Σ_e n_e·Σ_t gate_te

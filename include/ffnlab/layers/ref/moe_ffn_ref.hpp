@@ -31,7 +31,8 @@ struct MoEFFN {
   bool hold_routing = false;
   std::vector<int> chosen;  // [tokens, k]
   std::vector<int> count;   // [tokens] choices taken: k, or fewer (top_p, relu)
-  std::vector<char> kept;   // [tokens, k] (0 past a token's count)
+  std::vector<char> kept;   // [tokens, k] runs an FFN row (0 past a token's count, for a
+                            // zero-computation expert, or dropped)
   // Results of forward.
   std::vector<T> weight;  // [tokens, k]
   T balance = 0, z = 0, entropy = 0;
@@ -40,6 +41,29 @@ struct MoEFFN {
   // The columns of chosen / weight / kept: top_k, or every expert with relu routing.
   int choices() const {
     return config.moe.routing == RoutingKind::relu ? config.moe.num_experts : config.moe.top_k;
+  }
+
+  // MoE++'s zero-computation expert e (≥ num_experts) on one token: constant (a·x + b·v with
+  // [a, b] = softmax(W_c·x)), copy (x) or zero.
+  std::vector<T> zero_computation(int e, const std::vector<T>& xt) const {
+    const MoEConfig& m = config.moe;
+    const std::int64_t D = config.d_model;
+    const int i = e - m.num_experts;
+    std::vector<T> out(D, T(0));
+    if (i < m.constant_experts) {
+      const auto& wc = p("constant_experts." + std::to_string(i) + ".gate.weight");
+      const auto& v = p("constant_experts." + std::to_string(i) + ".vector");
+      T z0 = 0, z1 = 0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        z0 += wc[d] * xt[d];
+        z1 += wc[D + d] * xt[d];
+      }
+      const T a = std::exp(z0) / (std::exp(z0) + std::exp(z1)), b = T(1) - a;
+      for (std::int64_t d = 0; d < D; ++d) out[d] = a * xt[d] + b * v[d];
+    } else if (i < m.constant_experts + m.copy_experts) {
+      out = xt;
+    }
+    return out;
   }
 
   const std::vector<T>& p(const std::string& name) const { return params.at(name); }
@@ -103,7 +127,9 @@ struct MoEFFN {
   void forward(std::vector<T>& y, const std::vector<T>& x, std::int64_t tokens) {
     const MoEConfig& m = config.moe;
     const std::int64_t D = config.d_model;
-    const int E = m.num_experts, K = choices();
+    // E: the router's columns (FFN experts, then zero-computation ones); N: the FFN experts.
+    const int E = m.routed_experts(), N = m.num_experts, K = choices();
+    const int zero_from = E - m.zero_experts;
     const bool relu = m.routing == RoutingKind::relu;
     const T inf = std::numeric_limits<T>::infinity();
 
@@ -199,21 +225,25 @@ struct MoEFFN {
       } else {
         for (int j = 0; j < K; ++j) v[j] = scores[t * E + chosen[t * K + j]];
       }
+      for (int j = 0; j < n; ++j)  // MoE++: the zero expert weighs nothing, before renormalising
+        if (chosen[t * K + j] >= zero_from) v[j] = T(0);
       T total = 0;
       for (int j = 0; j < n; ++j) total += v[j];
       for (int j = 0; j < n; ++j)
-        weight[t * K + j] = T(m.scaling) * (m.normalize && !relu ? v[j] / total : v[j]);
+        weight[t * K + j] =
+            T(m.scaling) * (m.normalize && !relu ? (total > 0 ? v[j] / total : T(0)) : v[j]);
     }
 
     // Capacity: each expert keeps its first `capacity` assignments in priority order.
     if (!hold_routing) {
-      kept.assign(tokens * K, 1);
+      kept.assign(tokens * K, 1);  // (zero-computation choices run no FFN row: not kept)
       for (std::int64_t t = 0; t < tokens; ++t)
-        for (int j = count[t]; j < K; ++j) kept[t * K + j] = 0;
+        for (int j = 0; j < K; ++j)
+          if (j >= count[t] || chosen[t * K + j] >= N) kept[t * K + j] = 0;
       if (m.capacity_factor > 0) {
         const auto cap = static_cast<std::int64_t>(
             std::ceil(m.capacity_factor * K * static_cast<double>(tokens) / E));
-        for (int e = 0; e < E; ++e) {
+        for (int e = 0; e < N; ++e) {
           std::vector<std::int64_t> list;  // assignment t·K + j
           for (std::int64_t a = 0; a < tokens * K; ++a)
             if (chosen[a] == e && a % K < count[a / K]) list.push_back(a);
@@ -231,12 +261,16 @@ struct MoEFFN {
     // Experts, one assignment at a time.
     y.assign(tokens * D, T(0));
     std::vector<DenseFFN<T>> experts;
-    for (int e = 0; e < E; ++e) experts.push_back(expert(e));
+    for (int e = 0; e < N; ++e) experts.push_back(expert(e));
     for (std::int64_t t = 0; t < tokens; ++t)
       for (int j = 0; j < K; ++j) {
-        if (!kept[t * K + j]) continue;
+        const bool zc = j < count[t] && chosen[t * K + j] >= N;
+        if (!kept[t * K + j] && !zc) continue;
         std::vector<T> xt(x.begin() + t * D, x.begin() + (t + 1) * D), out;
-        experts[chosen[t * K + j]].forward(out, xt, 1);
+        if (zc)
+          out = zero_computation(chosen[t * K + j], xt);
+        else
+          experts[chosen[t * K + j]].forward(out, xt, 1);
         for (std::int64_t d = 0; d < D; ++d) y[t * D + d] += weight[t * K + j] * out[d];
       }
     if (m.num_shared > 0) {
@@ -266,6 +300,7 @@ struct MoEFFN {
     for (int e = 0; e < E; ++e) {
       T fe = f[e] / T(tokens);
       if (m.balance_loss == BalanceLoss::topk_normalized) fe /= T(K);
+      if (e >= N) fe *= T(m.zc_balance_weight);  // MoE++'s η for zero-computation experts
       balance += fe * mean_p[e];
     }
     balance *= T(E);
