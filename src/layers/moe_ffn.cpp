@@ -468,6 +468,7 @@ void MoEFFN::zc_backward(Tensor& dx, const Tensor& dy) {
       for (std::int64_t d = 0; d < D; ++d) dxt[d] += w * a * gt[d] + dz0 * wc[d] + dz1 * wc[D + d];
     }
   }
+  if (m.constant_experts == 0) return;
   float* dV = dw_.zc_vector.f32();
   float* dW = dw_.zc_gate.f32();
 #pragma omp parallel for schedule(static) if (T * D > 65536)

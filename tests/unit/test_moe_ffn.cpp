@@ -128,6 +128,11 @@ std::vector<Case> cases() {
     m.router_bias = false;
     out.push_back(c);
   }
+  {  // no constant expert: no constant-expert parameters
+    Case c{"moepp_copy_and_zero_only", base(4, 2, "gelu", true), 15};
+    c.config.moe.copy_experts = c.config.moe.zero_experts = 1;
+    out.push_back(c);
+  }
   {
     Case c{"moepp_unnormalized_k3", base(5, 3, "relu", true), 13};
     auto& m = c.config.moe;
