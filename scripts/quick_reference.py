@@ -50,8 +50,9 @@ def main():
     model = cfg["model"]
     out = []
     out.append("# Quick reference: the FFN variants\n")
+    missing = [v for v in FORMULA if v not in train]
     # A run of the whole study: results.json says so, or (before it did) every variant trained.
-    full = r.get("full", len(train) == 9)
+    full = r.get("full", not missing)
     command = "ffnlab evolve --full" if full else "ffnlab evolve"
     out.append(
         "One row per variant. Formulas and cost columns are closed form (D = d_model, F = d_ff, "
@@ -135,7 +136,6 @@ def main():
                        f"{row['forward_flops_per_token'] / 1e6:.2f} M | {a['mean']:.3f} ± "
                        f"{a['std']:.3f} | {vs} |")
     out.append("")
-    missing = [v for v in FORMULA if v not in train]
     if missing:
         out.append(f"Not trained in this run: {', '.join(missing)}; `ffnlab evolve --full` trains "
                    "every variant (docs/evolve.md has a full run's numbers).\n")

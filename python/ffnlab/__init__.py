@@ -42,9 +42,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=
     and 40). headline_seeds: the seeds of ReLU and SwiGLU, the headline comparison with the
     widest spread between seeds (None: 4; quick 3); MoE at equal compute trains `seeds`.
     variants: a list that includes "relu" (None: relu, gelu, swiglu, gated, moe; with full,
-    every variant). data: a text file or a folder (None:
-    the default corpus). sweep: also the d_ff / d_model sweep. margin: the equivalence margin in
-    bits/byte (None: 0.02). progress: True for a text bar, False for none, or a callable
+    every variant). data: a text file or a folder (None: the default corpus). sweep: also the
+    d_ff / d_model sweep. margin: the equivalence margin in bits/byte (None: 0.02). progress: True for a text bar, False for none, or a callable
     progress(kind, done, planned, text, eta_seconds). Ctrl-C stops it (KeyboardInterrupt);
     nothing is written then, and an earlier report in `out` is kept.
     """

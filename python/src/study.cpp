@@ -255,11 +255,9 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
                                    std::filesystem::weakly_canonical(out);
     logs = std::make_unique<TrainLogs>(out, here, trainer.step(), tc.diagnostics_every > 0);
   }
-  std::vector<FFNStats> last_forward;
   const bool finished = trainer.run(
       [&](const StepLog& s) {
         steps.push_back(s);
-        last_forward = lm.ffn_stats();  // the training forward's, before any evaluation
         done = s.step;
         if (logs) logs->add(s);
         callback("step", s.step, tc.steps, fmt::format("step {} loss {:.3f}", s.step, s.loss),
@@ -277,7 +275,7 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
   if (!finished)
     throw Interrupted(fmt::format("stopped after step {}{}", trainer.step(),
                                   out.empty() ? "" : "; checkpoint written to " + out));
-  const nlohmann::json routing = routing_summary(steps, last_forward);
+  const nlohmann::json routing = routing_summary(steps, trainer.last_step_stats());
   const EvalLog last = trainer.evaluate(0);
   if (!out.empty()) {
     std::vector<double> tps;

@@ -80,9 +80,8 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     // a token runs: top_k, an upper bound when zero-computation experts may take some choices;
     // with ReLU routing the mean its penalty holds, N·(1 - target sparsity).
     const double D = static_cast<double>(c.d_model), E = m.routed_experts();
-    const double K = m.routing == RoutingKind::relu
-                         ? m.num_experts * (1.0 - m.sparsity_target())
-                         : m.top_k;
+    const double K =
+        m.routing == RoutingKind::relu ? m.num_experts * (1.0 - m.sparsity_target()) : m.top_k;
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.

@@ -116,6 +116,10 @@ void validate(const FFNConfig& c) {
             "capacity counts FFN rows, which they do not take");
       check(m.groups == 0,
             "[moe] zero-computation experts do not combine with group-limited selection");
+      check(!m.balance_bias,
+            "[moe] zero-computation experts do not combine with the balancing bias (it would "
+            "drive them to the FFN experts' load; MoE++ weights their balance loss by "
+            "zc_balance_weight instead)");
       check(m.score == ScoreFunc::softmax && !m.softmax_after_topk,
             "[moe] zero-computation experts are weighted by softmax probabilities (MoE++): score "
             "'softmax' without softmax_after_topk");

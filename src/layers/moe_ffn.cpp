@@ -282,8 +282,8 @@ void MoEFFN::zc_forward(Tensor& y, const Tensor& x) {
   const MoEConfig& m = config_.moe;
   const Routing& r = routing_;
   const std::int64_t T = x.dim(0), D = config_.d_model;
-  const int N = m.num_experts, K = r.k, copy_from = N + m.constant_experts;
-  const int zero_from = copy_from + m.copy_experts;
+  const int N = m.num_experts, K = r.k, copy_from = m.first_copy_expert();
+  const int zero_from = m.first_zero_expert();
   zc_.mix.assign(static_cast<std::size_t>(T * K * 2), 0.0f);
   const float* X = x.f32();
   float* Y = y.f32();
@@ -351,10 +351,12 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   if (shared_) shared_forward(y, x, train);
   if (train) {
     for (int e = 0; e < config_.moe.num_experts; ++e) step_load_[e] += routing_.load[e];
-    if (config_.moe.routing == RoutingKind::relu)
-      for (int e = 0; e < config_.moe.num_experts; ++e)
-        step_gates_ += {static_cast<double>(routing_.load[e]),
-                        static_cast<double>(routing_.total_tokens)};
+    if (config_.moe.routing == RoutingKind::relu) {  // positive gates, of T·E
+      std::int64_t active = 0;
+      for (auto n : routing_.load) active += n;
+      step_gates_ += {static_cast<double>(active),
+                      static_cast<double>(routing_.total_tokens) * routing_.experts};
+    }
   }
   saved_ = train;
   router_.x = train ? x : Tensor();
@@ -427,8 +429,8 @@ void MoEFFN::zc_backward(Tensor& dx, const Tensor& dy) {
   const MoEConfig& m = config_.moe;
   const Routing& r = routing_;
   const std::int64_t T = router_.x.dim(0), D = config_.d_model;
-  const int N = m.num_experts, K = r.k, copy_from = N + m.constant_experts;
-  const int zero_from = copy_from + m.copy_experts;
+  const int N = m.num_experts, K = r.k, copy_from = m.first_copy_expert();
+  const int zero_from = m.first_zero_expert();
   const float* X = router_.x.f32();
   const float* G = dy.f32();
   float* DX = dx.f32();
@@ -461,28 +463,30 @@ void MoEFFN::zc_backward(Tensor& dx, const Tensor& dy) {
       dweight[t * K + j] = static_cast<float>(a * gx + b * gv);
       // [a, b] = softmax(z): ∂/∂z_0 = a·(da − (a·da + b·db)) with da = w·⟨g, x⟩, db = w·⟨g, v⟩.
       const double da = w * gx, db = w * gv, mean = a * da + b * db;
-      const auto dz0 = static_cast<float>(a * (da - mean)), dz1 = static_cast<float>(b * (db - mean));
+      const auto dz0 = static_cast<float>(a * (da - mean)),
+                 dz1 = static_cast<float>(b * (db - mean));
       dz[(t * K + j) * 2] = dz0;
       dz[(t * K + j) * 2 + 1] = dz1;
       dv_scale[t * K + j] = w * b;
       for (std::int64_t d = 0; d < D; ++d) dxt[d] += w * a * gt[d] + dz0 * wc[d] + dz1 * wc[D + d];
     }
   }
-  if (m.constant_experts == 0) return;
+  // The constant-expert choices (t·K + j), in token order: each d sums them in that order.
+  std::vector<std::int64_t> constant;
+  for (std::int64_t a = 0; a < T * K; ++a)
+    if (a % K < r.count[a / K] && r.expert[a] >= N && r.expert[a] < copy_from)
+      constant.push_back(a);
+  if (constant.empty()) return;
   float* dV = dw_.zc_vector.f32();
   float* dW = dw_.zc_gate.f32();
 #pragma omp parallel for schedule(static) if (T * D > 65536)
   for (std::int64_t d = 0; d < D; ++d)
-    for (std::int64_t t = 0; t < T; ++t)
-      for (int j = 0; j < r.count[t]; ++j) {
-        const int e = r.expert[t * K + j];
-        if (e < N || e >= copy_from) continue;
-        const int i = e - N;
-        const std::int64_t a = t * K + j;
-        dV[i * D + d] += dv_scale[a] * G[t * D + d];
-        dW[i * 2 * D + d] += dz[a * 2] * X[t * D + d];
-        dW[i * 2 * D + D + d] += dz[a * 2 + 1] * X[t * D + d];
-      }
+    for (const std::int64_t a : constant) {
+      const std::int64_t t = a / K, i = r.expert[a] - N;
+      dV[i * D + d] += dv_scale[a] * G[t * D + d];
+      dW[i * 2 * D + d] += dz[a * 2] * X[t * D + d];
+      dW[i * 2 * D + D + d] += dz[a * 2 + 1] * X[t * D + d];
+    }
 }
 
 std::vector<Tensor> MoEFFN::expert_grads() {
@@ -588,8 +592,8 @@ void MoEFFN::after_optimizer_step(const GateActivity* activity) {
     const GateActivity& a = activity ? *activity : step_gates_;
     if (a.gates > 0) {
       float& lambda = w_.l1_coef.f32()[0];
-      lambda = a.sparsity() < m.sparsity_target() ? lambda * m.l1_coef_rate
-                                                  : lambda / m.l1_coef_rate;
+      lambda =
+          a.sparsity() < m.sparsity_target() ? lambda * m.l1_coef_rate : lambda / m.l1_coef_rate;
     }
     step_gates_ = {};
   }
@@ -637,7 +641,8 @@ FFNStats MoEFFN::stats() const {
     s.zero_computation_fraction =
         static_cast<double>(zero_computation) / static_cast<double>(assigned + zero_computation);
   s.dropped = assigned - kept;
-  s.dropped_fraction = assigned ? static_cast<double>(s.dropped) / static_cast<double>(assigned) : 0;
+  s.dropped_fraction =
+      assigned ? static_cast<double>(s.dropped) / static_cast<double>(assigned) : 0;
   s.experts_per_token = static_cast<double>(assigned) / static_cast<double>(r.total_tokens);
   s.tokens_by_experts = r.per_token;
   s.router_entropy = r.entropy;

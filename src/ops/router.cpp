@@ -69,7 +69,7 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
   const std::int64_t T = logits.dim(0);
   const bool relu = m.routing == RoutingKind::relu;
   const int K = relu ? E : m.top_k;
-  const int zero_from = E - m.zero_experts;  // the zero experts are the last columns
+  const int zero_from = m.first_zero_expert();
   r.tokens = T;
   r.experts = E;
   r.ffn_experts = N;
@@ -309,8 +309,7 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
 void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
                     float aux_scale, float l1_coef) {
   const std::int64_t T = r.tokens;
-  const int E = r.experts, K = r.k;
-  const int zero_from = E - m.zero_experts;
+  const int E = r.experts, K = r.k, zero_from = m.first_zero_expert();
   check(dlogits.rank() == 2 && dlogits.dim(0) == T && dlogits.dim(1) == E,
         "[router] dlogits {} must be [{}, {}]", shape_string(dlogits.shape()), T, E);
   // The losses are means over the group's tokens: each rank adds its tokens' part.
@@ -318,8 +317,7 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   // ∂(aux_coef·balance)/∂P_e and ∂(z_coef·z)/∂lse_t, both scaled.
   std::vector<float> dmean_p(E);
   for (int e = 0; e < E; ++e)
-    dmean_p[e] = static_cast<float>(aux_scale * m.aux_coef * E *
-                                    balance_fraction(r, m, e) * inv_t);
+    dmean_p[e] = static_cast<float>(aux_scale * m.aux_coef * E * balance_fraction(r, m, e) * inv_t);
   const float z_scale = static_cast<float>(aux_scale * m.z_coef * 2.0 * inv_t);
   const double h_scale = aux_scale * m.entropy_coef * inv_t;
   const bool aux = m.aux_coef > 0, zl = m.z_coef > 0, ent = m.entropy_coef > 0;
@@ -330,8 +328,8 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
     // ∂/∂gate_te of l1_coef·E/(top_k·T²)·Σ_e n_e·Σ_t gate_te (n_e held); the others nothing.
     std::vector<float> dl1(E);
     for (int e = 0; e < E; ++e)
-      dl1[e] = static_cast<float>(aux_scale * static_cast<double>(l1_coef) * E * r.load[e] *
-                                  inv_t * inv_t / m.top_k);
+      dl1[e] = static_cast<float>(aux_scale * static_cast<double>(l1_coef) * E * r.load[e] * inv_t *
+                                  inv_t / m.top_k);
 #pragma omp parallel for schedule(static) if (T * E > 65536)
     for (std::int64_t t = 0; t < T; ++t) {
       float* dl = DL + t * E;

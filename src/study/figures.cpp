@@ -396,7 +396,7 @@ std::vector<double> label_rows(const std::vector<double>& x, const std::vector<d
       const Box b{x0, x1, y[i] + shift - line_h / 2, y[i] + shift + line_h / 2};
       bool clear = true;
       for (std::size_t k = 0; k < taken.size() && clear; ++k)
-        clear = k == i || !b.meets(taken[k]);  // its own marker is left of the box anyway
+        clear = !b.meets(taken[k]);  // (its own marker ends left of the box: gap > char_w)
       if (clear || step == 39) {
         row[i] = y[i] + shift;
         taken.push_back(b);
@@ -446,8 +446,8 @@ void draw_moe_pareto(const Study& st) {
                      title, xlabel, left, right, lo, hi);
     s += "unset label\n";
     for (std::size_t i = 0; i < points.size(); ++i)
-      s += fmt::format("set label '{}' at {},{} left font ',9'\n", points[i].name,
-                       x[i] + gap, row[i]);
+      s += fmt::format("set label '{}' at {},{} left font ',9'\n", points[i].name, x[i] + gap,
+                       row[i]);
     s += fmt::format(
         "plot 'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $4 : 1/0):5 "
         "with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4' title 'dense', "

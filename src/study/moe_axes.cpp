@@ -18,6 +18,14 @@
 
 namespace ffnlab::study {
 
+std::string MoEAxesResult::pareto_csv() const {
+  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
+  for (const Point& p : pareto)
+    csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},{}\n", p.name, p.params, p.forward_flops, p.mean,
+                       p.std, p.moe ? "moe" : "dense");
+  return csv;
+}
+
 const MoEAxisRow* MoEAxesResult::find(std::string_view name) const {
   for (const auto& r : rows)
     if (r.name == name) return &r;
@@ -90,7 +98,9 @@ std::vector<RunJob> moe_axes_jobs(const Study& st) {
   if (!st.has_variant("moe")) return jobs;
   TrainConfig settings = st.scale.train;
   settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
-  for (int seed = 1; seed <= st.scale.headline_seeds; ++seed)
+  int most = 0;             // seeds of the axis with the most
+  for (const Axis& a : trained_axes(st)) most = std::max(most, seeds_of(st.scale, a.name));
+  for (int seed = 1; seed <= most; ++seed)
     for (const Axis& a : trained_axes(st)) {
       if (seed > seeds_of(st.scale, a.name)) continue;
       RunJob job;
@@ -111,9 +121,12 @@ void run_moe_axes(Study& st) {
                ? fmt::format("MoE at equal active compute: {} seeds (trained with the training "
                              "stage's runs)",
                              seeds_of(st.scale, kFine.name))
-               : fmt::format("MoE at equal active compute: 2 configurations, {} and {} seeds "
-                             "(trained with the training stage's runs)",
-                             seeds_of(st.scale, kCompute.name), seeds_of(st.scale, kFine.name)));
+               : fmt::format("MoE at equal active compute: 2 configurations, {} seeds (trained "
+                             "with the training stage's runs)",
+                             seeds_of(st.scale, kCompute.name) == seeds_of(st.scale, kFine.name)
+                                 ? fmt::format("{}", seeds_of(st.scale, kFine.name))
+                                 : fmt::format("{} and {}", seeds_of(st.scale, kCompute.name),
+                                               seeds_of(st.scale, kFine.name))));
   const std::int64_t D = st.scale.model.d_model;
   const double margin = st.results.training->margin;
   const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
@@ -158,13 +171,9 @@ void run_moe_axes(Study& st) {
   }
   for (const MoEAxisRow& row : out.rows)
     if (row.name != "relu")
-      out.pareto.push_back({row.name, row.params, row.forward_flops, row.outcome.mean,
-                            row.outcome.std, true});
-  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
-  for (const MoEAxesResult::Point& p : out.pareto)
-    csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},{}\n", p.name, p.params, p.forward_flops,
-                       p.mean, p.std, p.moe ? "moe" : "dense");
-  st.write("moe_pareto.csv", csv);
+      out.pareto.push_back(
+          {row.name, row.params, row.forward_flops, row.outcome.mean, row.outcome.std, true});
+  st.write("moe_pareto.csv", out.pareto_csv());
   st.results.moe_axes = std::move(out);
 }
 

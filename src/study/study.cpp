@@ -55,10 +55,11 @@ Scale make_scale(const Options& o) {
   s.train.eval_tokens = s.eval_tokens;
   s.census_tokens = o.quick ? 2048 : 65536;
   s.seeds = o.seeds > 0 ? o.seeds : (o.quick ? 2 : 3);
-  // ReLU and SwiGLU get more seeds: with 3, SwiGLU against ReLU (a paired spread of about 0.024
-  // bits/byte, measured over 6 seeds) is inconclusive unless it differs by 0.06; with 4 it
-  // decides a difference of 0.04. MoE at equal compute, the other headline comparison, has a
-  // paired spread of about 0.008 (5 seeds): 3 decide it.
+  // ReLU and SwiGLU get more seeds: SwiGLU against ReLU has a paired spread of about 0.02
+  // bits/byte (the standard deviation behind the default run's 4-seed interval in
+  // docs/evolve.md), so 3 seeds leave a difference under about 0.05 inconclusive; 4 decide
+  // 0.04. MoE at equal compute, the other headline comparison, has a paired spread of about
+  // 0.008 (its 5-seed interval there): 3 decide it.
   s.headline_seeds = std::max(s.seeds, o.headline_seeds > 0 ? o.headline_seeds : (o.quick ? 3 : 4));
   s.toy_seeds = o.quick ? 2 : 5;
   s.toy_iterations = o.quick ? 20 : 100;

@@ -243,10 +243,10 @@ std::int64_t training_steps(const Study& st) {
 }
 
 void run_training(Study& st) {
-  st.stage(fmt::format(
-      "training {} variants × {} seeds ({} for relu and swiglu), {} steps each{}",
-      st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds, st.scale.train.steps,
-      st.has_variant("moe") ? ", with the runs of MoE at equal compute" : ""));
+  st.stage(fmt::format("training {} variants × {} seeds ({} for relu and swiglu), {} steps each{}",
+                       st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds,
+                       st.scale.train.steps,
+                       st.has_variant("moe") ? ", with the runs of MoE at equal compute" : ""));
   std::vector<RunJob> jobs;
   for (const auto& v : st.options.variants) {  // (the hooks below fill existing entries only)
     st.census_init[v];

@@ -134,7 +134,7 @@ json routing_summary(const std::vector<StepLog>& steps, const std::vector<FFNSta
   double sum = 0;
   for (std::size_t i = n - late; i < n; ++i) sum += steps[i].experts_per_token;
   json out = {{"experts_per_token", late > 0 ? sum / static_cast<double>(late) : 0.0},
-              {"layers", per_layer}};
+              {"layers", std::move(per_layer)}};
   if (n > 0 && steps.back().l1_coef > 0) out["l1_coef"] = steps.back().l1_coef;
   return out;
 }
@@ -147,19 +147,19 @@ void write_summary(const std::string& dir, const RunSummary& r, const Corpus& co
                            {"bits_per_byte", e.bits_per_byte},
                            {"tokens", e.tokens}});
   json summary = {{"model", lm_config_to_json(r.model)},
-                        {"train", train_config_to_json(r.train)},
-                        {"parameters", r.params},
-                        {"data",
-                         {{"source", corpus.source},
-                          {"fingerprint", corpus.fingerprint},
-                          {"files", corpus.files.size()},
-                          {"bytes", corpus.bytes.size()},
-                          {"train_bytes", corpus.train().size()},
-                          {"validation_bytes", corpus.validation().size()}}},
-                        {"steps", r.steps},
-                        {"median_tokens_per_second", r.median_tokens_per_second},
-                        {"evaluations", evaluations},
-                        {"sample", r.sample}};
+                  {"train", train_config_to_json(r.train)},
+                  {"parameters", r.params},
+                  {"data",
+                   {{"source", corpus.source},
+                    {"fingerprint", corpus.fingerprint},
+                    {"files", corpus.files.size()},
+                    {"bytes", corpus.bytes.size()},
+                    {"train_bytes", corpus.train().size()},
+                    {"validation_bytes", corpus.validation().size()}}},
+                  {"steps", r.steps},
+                  {"median_tokens_per_second", r.median_tokens_per_second},
+                  {"evaluations", evaluations},
+                  {"sample", r.sample}};
   if (!r.routing.is_null()) summary["routing"] = r.routing;
   // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
   const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";

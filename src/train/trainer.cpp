@@ -233,7 +233,8 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   log.step = step_;
 
   int moe_layers = 0;
-  for (const FFNStats& s : model_.ffn_stats()) {
+  last_step_stats_ = model_.ffn_stats();
+  for (const FFNStats& s : last_step_stats_) {
     if (s.num_experts == 0) continue;
     ++moe_layers;
     log.load_cv += s.load_cv;

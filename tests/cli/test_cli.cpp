@@ -44,10 +44,10 @@ TEST_F(Cli, ParamsJson) {
 TEST_F(Cli, ZooListsRealModelsWithSourcesAndCosts) {
   const Outcome r = run("zoo");
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* m : {"BERT-base", "BERT-large", "GPT-2 124M", "GPT-2 1.5B", "GPT-3 175B",
-                        "T5 v1.1", "PaLM 540B", "LLaMA-2 7B", "LLaMA-2 70B", "Mistral 7B",
-                        "Mixtral 8x7B", "Switch-Base-128", "GLaM 64B/64E", "DeepSeek-V3",
-                        "Qwen1.5-MoE"})
+  for (const char* m :
+       {"BERT-base", "BERT-large", "GPT-2 124M", "GPT-2 1.5B", "GPT-3 175B", "T5 v1.1", "PaLM 540B",
+        "LLaMA-2 7B", "LLaMA-2 70B", "Mistral 7B", "Mixtral 8x7B", "Switch-Base-128",
+        "GLaM 64B/64E", "DeepSeek-V3", "Qwen1.5-MoE"})
     EXPECT_NE(r.out.find(m), std::string::npos) << m;
   EXPECT_NE(r.out.find("[15] DeepSeek-V3: deepseek-ai/DeepSeek-V3 config.json"), std::string::npos);
   const Outcome j = run("zoo --json");
@@ -305,12 +305,12 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   ASSERT_EQ(m.status, 0) << m.err;
   const std::string mlog = read(path("moe/train_log.csv"));
   const auto line = mlog.substr(mlog.find('\n') + 1);
-  EXPECT_NE(line.find(",2.0000,0\n"), std::string::npos) << mlog;  // top-2: 2 experts, no L1
+  EXPECT_NE(line.find(",2.0000,0\n"), std::string::npos) << mlog;      // top-2: 2 experts, no L1
   EXPECT_EQ(line.find(",0.00000,2.0000"), std::string::npos) << mlog;  // router entropy > 0
   EXPECT_FALSE(fs::exists(path("moe/layer_log.csv")));                 // only with --diagnostics
   const auto routing = nlohmann::json::parse(read(path("moe/summary.json")))["routing"];
   EXPECT_EQ(routing["experts_per_token"], 2.0);
-  ASSERT_EQ(routing["layers"].size(), 1u);  // kTiny: one layer
+  ASSERT_EQ(routing["layers"].size(), 1u);                          // kTiny: one layer
   EXPECT_EQ(routing["layers"][0]["tokens_by_experts"].size(), 3u);  // 0, 1, 2 experts
   EXPECT_FALSE(routing.contains("l1_coef"));
 
@@ -318,7 +318,8 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   // the load-balancing loss's default (0.01) is left out, a given one refused.
   const auto relu = run("train --data " + path("text") + kTiny +
                         " --variant moe --routing relu --experts 4 --top-k 1 --l1-coef-init 0.01 "
-                        "--steps 2 --sample 0 --out " + path("relu"));
+                        "--steps 2 --sample 0 --out " +
+                        path("relu"));
   ASSERT_EQ(relu.status, 0) << relu.err;
   const auto relu_routing = nlohmann::json::parse(read(path("relu/summary.json")))["routing"];
   EXPECT_EQ(relu_routing["layers"][0]["tokens_by_experts"].size(), 5u);  // 0 to 4 experts
@@ -326,9 +327,9 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   EXPECT_TRUE(std::abs(lambda - 0.01 * 1.2 * 1.2) < 1e-6 || std::abs(lambda - 0.01) < 1e-6 ||
               std::abs(lambda - 0.01 / 1.2 / 1.2) < 1e-6)
       << lambda;
-  const auto refused = run("train --data " + path("text") + kTiny +
-                           " --variant moe --routing relu --aux-coef 0.01 --steps 2 --out " +
-                           path("relu_aux"));
+  const auto refused =
+      run("train --data " + path("text") + kTiny +
+          " --variant moe --routing relu --aux-coef 0.01 --steps 2 --out " + path("relu_aux"));
   EXPECT_NE(refused.status, 0);
   EXPECT_NE(refused.err.find("routing 'relu' does not combine with aux_coef"), std::string::npos)
       << refused.err;

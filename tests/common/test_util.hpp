@@ -2,9 +2,12 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -14,6 +17,24 @@
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab::test {
+
+// An empty folder of one test's own under the system's temporary folder, removed with everything
+// in it when it goes out of scope (kept when FFNLAB_KEEP_TEST_FILES is set, to look at what a
+// test wrote).
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& what)
+      : path(std::filesystem::temp_directory_path() /
+             ("ffnlab-test-" + what + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    if (!std::getenv("FFNLAB_KEEP_TEST_FILES")) std::filesystem::remove_all(path);
+  }
+};
 
 inline Tensor random_tensor(Shape shape, std::uint64_t seed, float scale = 1.0f) {
   Tensor t(std::move(shape));

@@ -136,7 +136,7 @@ TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
 // ranks (batch 6), and expert parallel on 2.
 namespace {
 
-void expect_ranks_train_as_one_process(const FFNConfig& ffn, bool drops = true) {
+void expect_ranks_train_as_one_process(const FFNConfig& ffn) {
   Corpus corpus;
   corpus.source = "test";
   const std::string text = "It is a far, far better thing that I do, than I have ever done. ";
@@ -178,7 +178,7 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn, bool drops = true) 
     return std::make_pair(std::vector<float>(w.f32(), w.f32() + w.numel()), last);
   };
   const auto [one, log_one] = train(nullptr, false);
-  if (drops) {
+  if (ffn.moe.capacity_factor > 0) {
     EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
   }
   for (const auto& run : {std::pair{2, false}, {3, false}, {2, true}}) {
@@ -213,51 +213,45 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn, bool drops = true) 
 
 }  // namespace
 
-// Noisy top-k, capacity and the balancing bias.
-TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+// A small MoE: 4 experts of width 16, top-k.
+FFNConfig small_moe(int top_k) {
   FFNConfig ffn = variant_config("moe", 16, 16, false);
   ffn.moe.num_experts = 4;
-  ffn.moe.top_k = 2;
+  ffn.moe.top_k = top_k;
+  ffn.moe.aux_coef = 0.01f;
+  return ffn;
+}
+
+// Noisy top-k, capacity and the balancing bias.
+TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
+  FFNConfig ffn = small_moe(2);
   ffn.moe.noisy_topk = true;
   ffn.moe.jitter = 0.05f;
   ffn.moe.balance_bias = true;
   ffn.moe.capacity_factor = 1.0;
-  ffn.moe.aux_coef = 0.01f;
   expect_ranks_train_as_one_process(ffn);
 }
 
-// Top-p routing with its dynamic loss and capacity.
-TEST(DataParallel, TopPTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
-  FFNConfig ffn = variant_config("moe", 16, 16, false);
-  ffn.moe.num_experts = 4;
-  ffn.moe.top_k = 3;
-  ffn.moe.routing = RoutingKind::top_p;
-  ffn.moe.top_p = 0.5f;
-  ffn.moe.entropy_coef = 0.01f;
-  ffn.moe.capacity_factor = 0.5;
-  ffn.moe.aux_coef = 0.01f;
-  expect_ranks_train_as_one_process(ffn);
-}
-
-// ReLU routing: the L1 coefficient follows the sparsity of the whole batch, over every rank.
-TEST(DataParallel, ReluRoutingTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
-  FFNConfig ffn = variant_config("moe", 16, 16, false);
-  ffn.moe.num_experts = 4;
-  ffn.moe.top_k = 1;
-  ffn.moe.routing = RoutingKind::relu;
-  ffn.moe.normalize = false;
-  ffn.moe.l1_coef_init = 0.05f;
-  expect_ranks_train_as_one_process(ffn, /*drops=*/false);
-}
-
-// MoE++: zero-computation experts (their constant experts' parameters are replicated).
-TEST(DataParallel, ZeroComputationExpertsTrainerOverRanksEndsWithTheWeightsOfOneProcess) {
-  FFNConfig ffn = variant_config("moe", 16, 16, false);
-  ffn.moe.num_experts = 4;
-  ffn.moe.top_k = 2;
-  ffn.moe.constant_experts = ffn.moe.copy_experts = ffn.moe.zero_experts = 1;
-  ffn.moe.aux_coef = 0.01f;
-  expect_ranks_train_as_one_process(ffn, /*drops=*/false);
+// Each routing family, trained on 1, 2 and 3 ranks and expert parallel: top-p with its dynamic
+// loss and capacity; ReLU routing, whose L1 coefficient follows the sparsity of the whole batch
+// over every rank; MoE++'s zero-computation experts (their parameters replicated).
+TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
+  FFNConfig top_p = small_moe(3);
+  top_p.moe.routing = RoutingKind::top_p;
+  top_p.moe.top_p = 0.5f;
+  top_p.moe.entropy_coef = 0.01f;
+  top_p.moe.capacity_factor = 0.5;
+  FFNConfig relu = small_moe(1);
+  relu.moe.routing = RoutingKind::relu;
+  relu.moe.normalize = false;
+  relu.moe.aux_coef = 0.0f;
+  relu.moe.l1_coef_init = 0.05f;
+  FFNConfig zc = small_moe(2);
+  zc.moe.constant_experts = zc.moe.copy_experts = zc.moe.zero_experts = 1;
+  for (const auto& [name, ffn] : {std::pair{"top_p", top_p}, {"relu", relu}, {"zc", zc}}) {
+    SCOPED_TRACE(name);
+    expect_ranks_train_as_one_process(ffn);
+  }
 }
 
 TEST(DataParallel, BatchMustSplitEvenly) {

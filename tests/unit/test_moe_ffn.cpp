@@ -679,23 +679,76 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
   };
   const std::vector<std::pair<std::function<void(MoEConfig&)>, const char*>> bad = {
       {[](MoEConfig& m) { m.top_k = 7; }, "exceeds num_experts"},
-      {[](MoEConfig& m) { m.groups = 4; m.topk_groups = 1; }, "not divisible"},
-      {[](MoEConfig& m) { m.groups = 3; m.topk_groups = 4; }, "topk_group = 4"},
+      {[](MoEConfig& m) {
+         m.groups = 4;
+         m.topk_groups = 1;
+       },
+       "not divisible"},
+      {[](MoEConfig& m) {
+         m.groups = 3;
+         m.topk_groups = 4;
+       },
+       "topk_group = 4"},
       {[](MoEConfig& m) { m.capacity_factor = -1; }, "capacity factor"},
       {[](MoEConfig& m) { m.expert_kind = FFNKind::multi_branch; }, "must be plain or glu"},
       {[](MoEConfig& m) { m.naming = MoENaming::mixtral; }, "needs glu experts"},
-      {[&](MoEConfig& m) { top_p(m); m.top_p = 0.0f; }, "top_p = 0 must be in (0, 1]"},
-      {[&](MoEConfig& m) { top_p(m); m.score = ScoreFunc::sigmoid; }, "needs score 'softmax'"},
-      {[&](MoEConfig& m) { top_p(m); m.balance_bias = true; }, "balancing bias"},
+      {[&](MoEConfig& m) {
+         top_p(m);
+         m.top_p = 0.0f;
+       },
+       "top_p = 0 must be in (0, 1]"},
+      {[&](MoEConfig& m) {
+         top_p(m);
+         m.score = ScoreFunc::sigmoid;
+       },
+       "needs score 'softmax'"},
+      {[&](MoEConfig& m) {
+         top_p(m);
+         m.balance_bias = true;
+       },
+       "balancing bias"},
       {[](MoEConfig& m) { m.entropy_coef = -1.0f; }, "entropy_coef = -1"},
-      {[&](MoEConfig& m) { relu(m); m.normalize = true; }, "normalize: true"},
-      {[&](MoEConfig& m) { relu(m); m.aux_coef = 0.01f; }, "aux_coef, z_coef or entropy_coef"},
-      {[&](MoEConfig& m) { relu(m); m.capacity_factor = 1.0; }, "it is dropless"},
-      {[&](MoEConfig& m) { relu(m); m.top_k = 6; }, "fewer than num_experts = 6"},
-      {[&](MoEConfig& m) { relu(m); m.l1_coef_rate = 1.0f; }, "l1_coef_rate = 1 must be greater"},
-      {[&](MoEConfig& m) { top_p(m); m.zero_experts = 1; }, "chosen by top-k routing"},
-      {[](MoEConfig& m) { m.copy_experts = 1; m.capacity_factor = 1.0; }, "dropless layer"},
+      {[&](MoEConfig& m) {
+         relu(m);
+         m.normalize = true;
+       },
+       "normalize: true"},
+      {[&](MoEConfig& m) {
+         relu(m);
+         m.aux_coef = 0.01f;
+       },
+       "aux_coef, z_coef or entropy_coef"},
+      {[&](MoEConfig& m) {
+         relu(m);
+         m.capacity_factor = 1.0;
+       },
+       "it is dropless"},
+      {[&](MoEConfig& m) {
+         relu(m);
+         m.top_k = 6;
+       },
+       "fewer than num_experts = 6"},
+      {[&](MoEConfig& m) {
+         relu(m);
+         m.l1_coef_rate = 1.0f;
+       },
+       "l1_coef_rate = 1 must be greater"},
+      {[&](MoEConfig& m) {
+         top_p(m);
+         m.zero_experts = 1;
+       },
+       "chosen by top-k routing"},
+      {[](MoEConfig& m) {
+         m.copy_experts = 1;
+         m.capacity_factor = 1.0;
+       },
+       "dropless layer"},
       {[](MoEConfig& m) { m.zc_balance_weight = -1.0f; }, "zc_balance_weight = -1"},
+      {[](MoEConfig& m) {
+         m.zero_experts = 1;
+         m.balance_bias = true;
+       },
+       "the balancing bias (it"},
   };
   for (const auto& [change, text] : bad) {
     FFNConfig c = base(6, 2, "relu", true);

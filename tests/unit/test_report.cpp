@@ -16,14 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("ffnlab_report_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -47,7 +39,8 @@ TEST(Markdown, ElapsedTimeInWords) {
 }
 
 TEST(StagedDirectory, ReplacesTheOldDirectoryWholeOnlyOnCommit) {
-  const fs::path root = fresh_dir("staged");
+  const test::ScratchDir scratch_root("staged");
+  const fs::path& root = scratch_root.path;
   const fs::path final_dir = root / "report";
   fs::create_directories(final_dir);
   std::ofstream(final_dir / "old.txt") << "old";
@@ -75,13 +68,13 @@ TEST(StagedDirectory, ReplacesTheOldDirectoryWholeOnlyOnCommit) {
     s.commit();
   }
   EXPECT_TRUE(fs::is_directory(root / "fresh"));
-  fs::remove_all(root);
 }
 
 // The place checked is the place replaced: "precious/lnk/.." where lnk leads into a report is
 // that report's folder, never "precious" (which a lexical reading of the name would give).
 TEST(StagedDirectory, ReplacesThePlaceItCheckedWhateverTheNameWentThrough) {
-  const fs::path root = fresh_dir("through_link");
+  const test::ScratchDir scratch_root("through_link");
+  const fs::path& root = scratch_root.path;
   fs::create_directories(root / "reports/r1/figures");
   std::ofstream(root / "reports/r1" / kReportMarker) << kReportMarkerText;
   std::ofstream(root / "reports/r1/old.txt") << "old";
@@ -105,13 +98,13 @@ TEST(StagedDirectory, ReplacesThePlaceItCheckedWhateverTheNameWentThrough) {
   std::ofstream(root / "user" / kReportMarker) << "something else";
   EXPECT_THROW(StagedDirectory((root / "user").string()), Error);
   EXPECT_EQ(slurp(root / "user/data.txt"), "data");
-  fs::remove_all(root);
 }
 
 // A folder that was empty at the start and holds the user's files at the end is not replaced:
 // the commit refuses and keeps the new report under its staging name.
 TEST(StagedDirectory, AFolderThatChangedDuringTheRunIsNotReplaced) {
-  const fs::path root = fresh_dir("changed");
+  const test::ScratchDir scratch_root("changed");
+  const fs::path& root = scratch_root.path;
   fs::create_directories(root / "out");
   std::string staging;
   {
@@ -133,13 +126,13 @@ TEST(StagedDirectory, AFolderThatChangedDuringTheRunIsNotReplaced) {
     EXPECT_THROW(s.commit(), Error);
   }
   EXPECT_EQ(slurp(root / "later/user.txt"), "mine");
-  fs::remove_all(root);
 }
 
 TEST(Figure, RendersAPngOrNamesGnuplotsError) {
   // A dependency scripts/install-deps.sh installs: its absence is a failure, not a skip.
   ASSERT_TRUE(gnuplot_available()) << "gnuplot is not on the PATH";
-  const fs::path dir = fresh_dir("figure");
+  const test::ScratchDir scratch_dir("figure");
+  const fs::path& dir = scratch_dir.path;
   std::ofstream(dir / "data.csv") << "x,y\n0,1\n1,3\n2,2\n";
   render_figure(dir.string(), "ok",
                 "set terminal pngcairo size 300,200\nset output 'ok.png'\n"
@@ -150,5 +143,4 @@ TEST(Figure, RendersAPngOrNamesGnuplotsError) {
                   "set terminal pngcairo\nset output 'bad.png'\nplot 'data.csv' using (\n");
   });
   EXPECT_NE(err.find("[figure] bad: gnuplot failed"), std::string::npos) << err;
-  fs::remove_all(dir);
 }

@@ -1,17 +1,18 @@
 // The study layer: its stage table and section numbers, equal-budget widths, the statistics
 // helpers, and recommendations read from typed results.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../common/test_util.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/study/stages.hpp"
@@ -23,20 +24,7 @@ namespace {
 using study::Stage;
 using study::stages;
 
-// An empty folder of this test's own, removed with everything in it at the end (kept when
-// FFNLAB_KEEP_TEST_FILES is set, to look at what a test drew).
-struct ScratchDir {
-  std::filesystem::path path;
-  explicit ScratchDir(const std::string& what)
-      : path(std::filesystem::temp_directory_path() /
-             ("ffnlab-study-" + what + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchDir() {
-    if (!std::getenv("FFNLAB_KEEP_TEST_FILES")) std::filesystem::remove_all(path);
-  }
-};
+using test::ScratchDir;
 
 const Stage& stage(std::string_view key) {
   for (const Stage& s : stages())
@@ -552,11 +540,15 @@ TEST(LayerSpeedNoise, ImpossibleRatiosAndSpreadRoundsAreFlagged) {
   EXPECT_TRUE(to_json(s)["noisy"].get<bool>());
 }
 
-}  // namespace
-}  // namespace ffnlab
-
-namespace ffnlab {
-namespace {
+// Draws the one figure of `key`'s stage into st.dir and checks that a PNG came out.
+void draw_the_figure(const study::Study& st, std::string_view key) {
+  const Stage& s = stage(key);
+  ASSERT_EQ(s.figures.size(), 1u);
+  s.figures[0].draw(st);
+  EXPECT_GT(std::filesystem::file_size(std::filesystem::path(st.dir) /
+                                       (std::string(s.figures[0].name) + ".png")),
+            1000u);
+}
 
 // The speed panel leaves noisy rows out; when every row is noisy it says so instead of failing
 // (gnuplot refuses a histogram with no valid point).
@@ -580,17 +572,8 @@ TEST(StudyFigures, SpeedPanelWithEveryRowNoisyStillDraws) {
   st.results.speed = study::SpeedResult{};
   st.results.speed->variants.emplace_back("relu", noisy);
   ASSERT_TRUE(noisy.noisy());
-  const Stage& speed = stage("speed");
-  ASSERT_EQ(speed.figures.size(), 1u);
-  speed.figures[0].draw(st);
-  EXPECT_GT(std::filesystem::file_size(dir / "ffn_performance_comparison.png"), 1000u);
+  draw_the_figure(st, "speed");
 }
-
-}  // namespace
-}  // namespace ffnlab
-
-namespace ffnlab {
-namespace {
 
 // moe_pareto.png names every point; two points closer than a line (SwiGLU and the fine-grained
 // MoE against FLOPs per token, in a default run) get their names on different lines, and a
@@ -607,32 +590,39 @@ TEST(StudyFigures, ParetoNamesOfNearbyPointsDoNotOverlap) {
                  {"gated", 835840, 1908928, 3.19456, 0.02214, false},
                  {"moe", 850208, 1142312, 3.17741, 0.01554, true},
                  {"moe_fine_shared", 2569536, 1942732, 3.04189, 0.01344, true}};
-  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
-  for (const auto& p : axes.pareto)
-    csv += fmt::format("{},{},{},{},{},{}\n", p.name, p.params, p.forward_flops, p.mean, p.std,
-                       p.moe ? "moe" : "dense");
-  st.write("moe_pareto.csv", csv);
+  st.write("moe_pareto.csv", axes.pareto_csv());
   st.results.moe_axes = axes;
-  const Stage& s = stage("moe_axes");
-  ASSERT_EQ(s.figures.size(), 1u);
-  s.figures[0].draw(st);
-  EXPECT_GT(std::filesystem::file_size(dir / "moe_pareto.png"), 1000u);
-  // The label rows of each panel, from the script: "set label 'name' at x,y left ...".
+  draw_the_figure(st, "moe_axes");
+  // The label rows of each panel, from the script: "set label 'name' at x,y left ...", and the
+  // height of a line of text in its y units, (hi - lo)·16/440 of "set yrange [lo:hi]" (a
+  // 9-point line is about 16 of the panel's 440 pixels).
   std::ifstream in(dir / "moe_pareto.gp");
-  std::vector<std::map<std::string, double>> panels;
+  struct Panel {
+    std::map<std::string, double> rows;
+    double line_h = 0;
+  };
+  std::vector<Panel> panels;
+  double line_h = 0;
   for (std::string line; std::getline(in, line);) {
-    if (line == "unset label") panels.emplace_back();
+    if (line.rfind("set yrange [", 0) == 0) {
+      const auto colon = line.find(':');
+      line_h = (std::stod(line.substr(colon + 1)) - std::stod(line.substr(12))) * 16.0 / 440;
+    }
+    if (line == "unset label") panels.push_back({{}, line_h});
     if (line.rfind("set label '", 0) != 0) continue;
     ASSERT_FALSE(panels.empty());
     const auto name_end = line.find('\'', 11);
     const auto comma = line.find(',', name_end);
-    panels.back()[line.substr(11, name_end - 11)] = std::stod(line.substr(comma + 1));
+    panels.back().rows[line.substr(11, name_end - 11)] = std::stod(line.substr(comma + 1));
   }
   ASSERT_EQ(panels.size(), 2u);
-  for (const auto& rows : panels) EXPECT_EQ(rows.size(), axes.pareto.size());
-  const auto& flops = panels[1];
-  EXPECT_GT(std::abs(flops.at("swiglu") - flops.at("moe_fine_shared")), 0.006);
-  EXPECT_DOUBLE_EQ(flops.at("gated"), 3.19456);  // nothing near it: beside its point
+  for (const auto& p : panels) EXPECT_EQ(p.rows.size(), axes.pareto.size());
+  const Panel& flops = panels[1];
+  ASSERT_GT(flops.line_h, 0.0);
+  // 0.0039 apart at their points, less than a line: their names a whole line apart.
+  EXPECT_GE(std::abs(flops.rows.at("swiglu") - flops.rows.at("moe_fine_shared")),
+            flops.line_h * (1 - 1e-9));
+  EXPECT_DOUBLE_EQ(flops.rows.at("gated"), 3.19456);  // nothing near it: beside its point
 }
 
 }  // namespace

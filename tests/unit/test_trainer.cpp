@@ -16,14 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("ffnlab_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 void write(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
 }
@@ -84,7 +76,8 @@ TrainConfig small_train(std::int64_t steps) {
 }  // namespace
 
 TEST(Data, LoadsFoldersSkipsIndexesAndSplitsDeterministically) {
-  const fs::path dir = temp_dir("data");
+  const test::ScratchDir scratch_dir("data");
+  const fs::path& dir = scratch_dir.path;
   write(dir / "b", "bbbb");
   write(dir / "a", "aaaaaa");
   write(dir / "a.dat", "BINARY");
@@ -109,7 +102,6 @@ TEST(Data, LoadsFoldersSkipsIndexesAndSplitsDeterministically) {
   fs::create_directories(dir / "only_dat");
   write(dir / "only_dat" / "x.dat", "1");
   EXPECT_THROW(load_corpus((dir / "only_dat").string()), Error);
-  fs::remove_all(dir);
 }
 
 TEST(Data, WindowsAreAFunctionOfSeedAndStep) {
@@ -134,7 +126,8 @@ TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
   for (Ffn moe : {Ffn::dense, Ffn::moe, Ffn::relu_routed}) {
     const std::string name = std::vector<std::string>{"dense", "moe", "relu_routed"}[int(moe)];
     SCOPED_TRACE(name);
-    const fs::path dir = temp_dir("resume_" + name);
+    const test::ScratchDir scratch_dir("resume_" + name);
+    const fs::path& dir = scratch_dir.path;
     TransformerLM full(small_model(moe), 3);
     Trainer a(full, corpus, small_train(8));
     a.run(nullptr, nullptr);
@@ -158,7 +151,6 @@ TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
     // ... and the run did something: the weights moved from the initialisation.
     TransformerLM init(small_model(moe), 3);
     EXPECT_NE(std::memcmp(wa.f32(), init.parameters().values().f32(), wa.nbytes()), 0);
-    fs::remove_all(dir);
   }
 }
 
@@ -172,7 +164,8 @@ TEST(Trainer, ReluRoutingReachesItsSparsityTarget) {
   t.optimizer.lr = 3e-3f;
   Trainer trainer(model, corpus, t);
   auto lambda = [&](int layer) {
-    return model.parameters().at("model.layers." + std::to_string(layer) + ".mlp.gate.l1_coef")
+    return model.parameters()
+        .at("model.layers." + std::to_string(layer) + ".mlp.gate.l1_coef")
         .value.f32()[0];
   };
   auto experts_per_token = [&] {
@@ -197,7 +190,8 @@ TEST(Trainer, ReluRoutingReachesItsSparsityTarget) {
 
 TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
   const Corpus corpus = text_corpus();
-  const fs::path dir = temp_dir("nan");
+  const test::ScratchDir scratch_dir("nan");
+  const fs::path& dir = scratch_dir.path;
   TransformerLM model(small_model(Ffn::dense), 3);
   TrainConfig t = small_train(6);
   t.checkpoint_every = 2;
@@ -223,12 +217,12 @@ TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
   EXPECT_EQ(reloaded.step(), 2);
   EXPECT_EQ(read_checkpoint_info(dir.string())["step"], 2);
   EXPECT_TRUE(std::isfinite(global_norm(fresh.parameters().values())));
-  fs::remove_all(dir);
 }
 
 TEST(Trainer, CheckpointErrorsAreClear) {
   const Corpus corpus = text_corpus();
-  const fs::path dir = temp_dir("ckpt");
+  const test::ScratchDir scratch_dir("ckpt");
+  const fs::path& dir = scratch_dir.path;
   TransformerLM model(small_model(Ffn::dense), 3);
   Trainer trainer(model, corpus, small_train(2));
   auto message = [&](const std::string& d) {
@@ -268,7 +262,6 @@ TEST(Trainer, CheckpointErrorsAreClear) {
   trainer.save(dir.string());
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
-  fs::remove_all(dir);
 }
 
 TEST(Trainer, RejectsSequencesLongerThanTheData) {

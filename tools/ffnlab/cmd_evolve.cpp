@@ -78,11 +78,11 @@ void add_evolve_command(CLI::App& app) {
       ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));
-  cmd->add_option("--variants", o->variants,
-                  fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step "
-                              "of the evolution, {} (with --full: all)",
-                              join_names(variant_names()),
-                              fmt::join(study::default_variants(), ",")));
+  cmd->add_option(
+      "--variants", o->variants,
+      fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step "
+                  "of the evolution, {} (with --full: all)",
+                  join_names(variant_names()), fmt::join(study::default_variants(), ",")));
   cmd->add_flag("--full", o->study.full,
                 "the whole study: every variant (the whole GLU family, unless --variants says "
                 "otherwise), MoE with 8 experts and top-2 at equal compute beside the "

@@ -134,13 +134,8 @@ LMConfig model_from_flags(const TrainOptions& o) {
 // The model options as the checkpoint's model sets them (the inverse of model_from_flags), for
 // the flags the user did not give; a file flag (--model-config, --ffn-config) is left as it is.
 TrainOptions options_from_model(TrainOptions o, const LMConfig& c) {
-  auto not_given = [&](const char* flag) {
-    for (const auto& [opt, read] : o.model_flags)
-      if (opt->get_name() == flag) return opt->count() == 0;
-    return true;
-  };
   auto set = [&](const char* flag, auto& field, auto value) {
-    if (not_given(flag)) field = value;
+    if (!flag_given(o, flag)) field = value;
   };
   set("--variant", o.variant, variant_name(c.ffn));
   set("--d-model", o.ffn.d_model, c.d_model);
@@ -444,14 +439,9 @@ void train(TrainOptions& o, ProcessGroup* group) {
                                                setup.model.ffn.moe.num_experts / group->size())
                                  : "");
   RunMonitor monitor(logs, setup.train, o.print_every);
-  std::vector<FFNStats> last_forward;
   bool finished = false;
   try {
-    finished = trainer.run(
-        [&](const StepLog& s) {
-          monitor.on_step(s);
-          last_forward = model.ffn_stats();  // the training forward's, before any evaluation
-        },
+    finished = trainer.run([&](const StepLog& s) { monitor.on_step(s); },
                            [&](const EvalLog& e) { monitor.on_eval(e); }, checkpoint,
                            [] { return InterruptGuard::requested(); });
   } catch (const Error&) {
@@ -465,7 +455,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
         InterruptGuard::signal_name(), trainer.step(), setup.train.steps, checkpoint, out));
   if (group) print_traffic(*group, trainer.step() - first_step);
 
-  const json routing = routing_summary(monitor.steps(), last_forward);
+  const json routing = routing_summary(monitor.steps(), trainer.last_step_stats());
   std::string text;
   if (o.sample > 0) {
     text = sample_text(model, o.prompt, o.sample, o.temperature, setup.train.seed);
@@ -485,7 +475,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   o->ffn.d_model = 128;
-  o->ffn.d_ff = 0;  // default_d_ff of the variant
+  o->ffn.d_ff = 0;         // default_d_ff of the variant
   o->ffn.aux_coef = 0.01;  // 0 with --routing relu (model_from_flags)
   auto* cmd = app.add_subcommand(
       "train",
@@ -521,8 +511,7 @@ void add_train_command(CLI::App& app) {
       {"--constant-experts", [](const LMConfig& c) { return json(c.ffn.moe.constant_experts); }},
       {"--copy-experts", [](const LMConfig& c) { return json(c.ffn.moe.copy_experts); }},
       {"--zero-experts", [](const LMConfig& c) { return json(c.ffn.moe.zero_experts); }},
-      {"--zc-balance-weight",
-       [](const LMConfig& c) { return json(c.ffn.moe.zc_balance_weight); }},
+      {"--zc-balance-weight", [](const LMConfig& c) { return json(c.ffn.moe.zc_balance_weight); }},
       {"--shared-experts", [](const LMConfig& c) { return json(c.ffn.moe.num_shared); }},
       {"--expert-d-ff", [](const LMConfig& c) { return json(c.ffn.moe.expert_d_ff); }},
       {"--aux-coef", [](const LMConfig& c) { return json(c.ffn.moe.aux_coef); }},
@@ -533,6 +522,9 @@ void add_train_command(CLI::App& app) {
     const auto read = ffn_reads.find(opt->get_name());
     if (read == ffn_reads.end())  // a new FFN flag needs its entry above
       throw std::logic_error("train: no model read-back for " + opt->get_name());
+    if (opt->get_name() == "--aux-coef")  // model_from_flags
+      opt->description(opt->get_description() +
+                       " (default 0 with --routing relu, which refuses it)");
     model(opt, read->second);
   }
   model(cmd->add_option("--layers", o->layers, "Transformer blocks"),

@@ -42,10 +42,11 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
                      "held by its L1 penalty)"))
       ->capture_default_str()
       ->check(int_in(1, limits::kExperts));
-  add(cmd.add_option("--routing", f.routing,
-                     "MoE: how many experts a token takes: " + join_names(enum_names<RoutingKind>()) +
-                         " (top_p: the fewest best whose probabilities reach --top-p; relu: "
-                         "every expert whose router logit is positive, docs/moe.md)"))
+  add(cmd.add_option(
+          "--routing", f.routing,
+          "MoE: how many experts a token takes: " + join_names(enum_names<RoutingKind>()) +
+              " (top_p: the fewest best whose probabilities reach --top-p; relu: "
+              "every expert whose router logit is positive, docs/moe.md)"))
       ->capture_default_str();
   add(cmd.add_option("--top-p", f.top_p, "MoE, top_p routing: the probability mass to reach"))
       ->capture_default_str()

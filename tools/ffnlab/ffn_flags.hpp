@@ -20,7 +20,7 @@ struct FFNFlags {
   int experts = 8, top_k = 2, shared = 0;
   std::string routing = "topk";
   double top_p = 0.4, entropy_coef = 0.0;
-  double target_sparsity = 0.0, l1_coef_init = 1e-8;  // relu routing
+  double target_sparsity = 0.0, l1_coef_init = 1e-8;             // relu routing
   int constant_experts = 0, copy_experts = 0, zero_experts = 0;  // MoE++
   double zc_balance_weight = 1.0;
   std::int64_t expert_d_ff = 0;

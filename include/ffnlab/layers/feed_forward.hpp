@@ -30,14 +30,14 @@ struct FFNStats {
   // routing): the mean, and how many tokens took 0, 1, …, k of them (k = E for ReLU routing).
   double experts_per_token = 0.0;
   std::vector<std::int64_t> tokens_by_experts;  // [k + 1]
-  double l1_coef = 0.0;  // ReLU routing: the L1 penalty's coefficient λ now
+  double l1_coef = 0.0;                         // ReLU routing: the L1 penalty's coefficient λ now
   // MoE++: the share of the choices that went to zero-computation experts (zero, copy,
   // constant); tokens_per_expert, experts_per_token and tokens_by_experts count FFN experts.
   double zero_computation_fraction = 0.0;
-  double router_entropy = 0.0;    // mean over tokens of the entropy of softmax(logits), nats
-  double top1_prob = 0.0;         // mean over tokens of max softmax(logits)
-  double balance_loss = 0.0;      // E·Σ f_e·P_e (unweighted)
-  double z_loss = 0.0;            // mean over tokens of logsumexp(logits)² (unweighted)
+  double router_entropy = 0.0;  // mean over tokens of the entropy of softmax(logits), nats
+  double top1_prob = 0.0;       // mean over tokens of max softmax(logits)
+  double balance_loss = 0.0;    // E·Σ f_e·P_e (unweighted)
+  double z_loss = 0.0;          // mean over tokens of logsumexp(logits)² (unweighted)
   // diagnostic_stats() only, of the last training forward (0 / empty otherwise): the router
   // logits' standard deviation over tokens and experts (this rank's tokens), and per expert the
   // RMS of its output rows before the combine weights (NaN for an expert that got no row; empty

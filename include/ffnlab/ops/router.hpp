@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/names.hpp"
+#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {
@@ -92,8 +92,8 @@ struct RouterConfig {
 
   // Auxiliary losses, added to the training loss with these coefficients.
   BalanceLoss balance_loss = BalanceLoss::topk;
-  float aux_coef = 0.0f;  // load-balancing loss
-  float z_coef = 0.0f;    // router z-loss
+  float aux_coef = 0.0f;      // load-balancing loss
+  float z_coef = 0.0f;        // router z-loss
   float entropy_coef = 0.0f;  // mean entropy of softmax(logits): top-p's "dynamic loss"
 
   // Experts the router scores: the FFN experts, then the zero-computation ones.
@@ -101,6 +101,10 @@ struct RouterConfig {
     return num_experts + constant_experts + copy_experts + zero_experts;
   }
   int zc_experts() const { return constant_experts + copy_experts + zero_experts; }
+  // The router's columns in order: FFN experts [0, N), constant [N, first_copy), copy
+  // [first_copy, first_zero), zero [first_zero, routed_experts()).
+  int first_copy_expert() const { return num_experts + constant_experts; }
+  int first_zero_expert() const { return first_copy_expert() + copy_experts; }
   // relu routing's L1 penalty has a coefficient that changes during training (the layer holds
   // it: MoEConfig's l1_coef_* keys); route_backward takes it as an argument.
 };
@@ -114,18 +118,18 @@ struct Routing {
   // experts: the columns of the logits (FFN experts, then zero-computation ones); ffn_experts:
   // those that get rows. k: the most choices a token has (top_k; E for relu routing).
   int experts = 0, ffn_experts = 0, k = 0;
-  std::vector<float> probs;           // [T, E] softmax(logits): balance loss, z-loss, statistics
-  std::vector<float> scores;          // [T, E] softmax or sigmoid of the logits
-  std::vector<float> lse;             // [T]    logsumexp(logits)
-  std::vector<std::int32_t> count;    // [T]    a token's choices: k, or fewer (top_p, relu)
+  std::vector<float> probs;         // [T, E] softmax(logits): balance loss, z-loss, statistics
+  std::vector<float> scores;        // [T, E] softmax or sigmoid of the logits
+  std::vector<float> lse;           // [T]    logsumexp(logits)
+  std::vector<std::int32_t> count;  // [T]    a token's choices: k, or fewer (top_p, relu)
   // [T, k] chosen experts, best first; past a token's count, padding that has raw = weight = 0
   // and slot -1 (still an expert index, the next best)
   std::vector<std::int32_t> expert;
-  std::vector<float> raw;             // [T, k] chosen scores before normalisation and scaling
-  std::vector<float> weight;          // [T, k] combine weights
+  std::vector<float> raw;     // [T, k] chosen scores before normalisation and scaling
+  std::vector<float> weight;  // [T, k] combine weights
   // [T, k] row in the permuted buffer; -1 when dropped, padding or a zero-computation expert
   std::vector<std::int64_t> slot;
-  std::vector<std::int64_t> offsets;  // [N + 1] FFN expert blocks in the permuted buffer
+  std::vector<std::int64_t> offsets;       // [N + 1] FFN expert blocks in the permuted buffer
   std::vector<std::int64_t> token_of_row;  // [kept] token of each permuted row
   std::vector<std::int64_t> load;          // [E] assignments before capacity (group)
   std::vector<std::int64_t> per_token;     // [k + 1] tokens by their FFN experts chosen (group)

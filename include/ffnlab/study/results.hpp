@@ -190,7 +190,7 @@ struct MoEAxisRow {
 // MoE at equal total parameters (the training stage's moe), at ReLU's active compute with 4×
 // its FFN parameters, and fine-grained with a shared expert at the same compute.
 struct MoEAxesResult {
-  std::vector<MoEAxisRow> rows;      // relu first, then the MoE rows
+  std::vector<MoEAxisRow> rows;  // relu first, then the MoE rows
   // What moe_pareto.png draws (moe_pareto.csv): every dense variant of the training stage and
   // the MoE rows, with the LM's costs.
   struct Point {
@@ -200,6 +200,7 @@ struct MoEAxesResult {
     bool moe = false;
   };
   std::vector<Point> pareto;
+  std::string pareto_csv() const;  // moe_pareto.csv, which the figure reads
   // Top-2 at equal compute − equal parameters, paired by seed (trained with --full only).
   std::optional<VariantOutcome> compute_vs_params;
   const MoEAxisRow* find(std::string_view name) const;

@@ -137,6 +137,9 @@ class Trainer {
   void load(const std::string& dir);
 
   std::int64_t step() const { return step_; }
+  // The FFN statistics of the last training step's last forward (per block; empty before a
+  // step): what routing_summary reads, untouched by the evaluations since.
+  const std::vector<FFNStats>& last_step_stats() const { return last_step_stats_; }
   const TrainConfig& config() const { return config_; }
   TransformerLM& model() { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -160,6 +163,7 @@ class Trainer {
 
   std::unique_ptr<Optimizer> optimizer_;
   std::int64_t step_ = 0;
+  std::vector<FFNStats> last_step_stats_;
   DataParallel parallel_;
   std::unique_ptr<GradientSync> sync_;
   // Expert parallel only: the experts' spans, the same as ranges, and the part other ranks hold.

@@ -60,7 +60,7 @@ struct MoEFFN {
       }
       const T a = std::exp(z0) / (std::exp(z0) + std::exp(z1)), b = T(1) - a;
       for (std::int64_t d = 0; d < D; ++d) out[d] = a * xt[d] + b * v[d];
-    } else if (i < m.constant_experts + m.copy_experts) {
+    } else if (e < m.first_zero_expert()) {
       out = xt;
     }
     return out;
@@ -129,7 +129,7 @@ struct MoEFFN {
     const std::int64_t D = config.d_model;
     // E: the router's columns (FFN experts, then zero-computation ones); N: the FFN experts.
     const int E = m.routed_experts(), N = m.num_experts, K = choices();
-    const int zero_from = E - m.zero_experts;
+    const int zero_from = m.first_zero_expert();
     const bool relu = m.routing == RoutingKind::relu;
     const T inf = std::numeric_limits<T>::infinity();
 
@@ -242,7 +242,7 @@ struct MoEFFN {
           if (j >= count[t] || chosen[t * K + j] >= N) kept[t * K + j] = 0;
       if (m.capacity_factor > 0) {
         const auto cap = static_cast<std::int64_t>(
-            std::ceil(m.capacity_factor * K * static_cast<double>(tokens) / E));
+            std::ceil(m.capacity_factor * K * static_cast<double>(tokens) / N));
         for (int e = 0; e < N; ++e) {
           std::vector<std::int64_t> list;  // assignment t·K + j
           for (std::int64_t a = 0; a < tokens * K; ++a)
