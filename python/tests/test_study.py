@@ -275,3 +275,20 @@ def test_resume_from_python_splits_the_data_as_the_command_did(corpus, tmp_path)
 def test_evolve_refuses_a_variant_listed_twice(tmp_path):
     with pytest.raises(ValueError, match="listed twice"):
         ffnlab.evolve(tmp_path / "r", variants=["relu", "swiglu", "swiglu"], progress=False)
+
+
+def test_masked_objective_trains_a_bidirectional_model(corpus):
+    lm = ffnlab.TransformerLM(variant="relu", causal=False, vocab=257, positions="rope", seed=1,
+                              **SMALL)
+    log = ffnlab.train(lm, corpus, objective="masked", mask_fraction=0.25, progress=False,
+                       **SETTINGS)
+    # Bits per masked byte: 8 of each window's 32 bytes (eval_tokens 256: 8 windows).
+    assert log["evals"][0]["tokens"] == 8 * (256 // 32)
+    assert log["validation"]["tokens"] % 8 == 0
+    assert 3 < log["validation"]["bits_per_byte"] < 9
+    causal = ffnlab.TransformerLM(variant="relu", vocab=257, **SMALL)
+    with pytest.raises(ValueError, match="bidirectional"):
+        ffnlab.train(causal, corpus, objective="masked", progress=False, **SETTINGS)
+    encoder = ffnlab.TransformerLM(variant="relu", causal=False, vocab=257, **SMALL)
+    with pytest.raises(ValueError, match="--objective masked"):
+        ffnlab.train(encoder, corpus, progress=False, **SETTINGS)

@@ -16,7 +16,8 @@ double cross_entropy_forward(Tensor& probs, const Tensor& logits,
         "[cross_entropy] logits {} for {} targets", shape_string(logits.shape()), targets.size());
   const std::int64_t T = logits.dim(0), V = logits.dim(1);
   for (std::int32_t t : targets)
-    check(t >= 0 && t < V, "[cross_entropy] target {} outside the vocabulary [0, {})", t, V);
+    check(t == kIgnoreTarget || (t >= 0 && t < V),
+          "[cross_entropy] target {} outside the vocabulary [0, {})", t, V);
   probs.ensure({T, V});
   std::vector<double> row_loss(static_cast<std::size_t>(T));
   const float* lp = logits.f32();
@@ -30,25 +31,35 @@ double cross_entropy_forward(Tensor& probs, const Tensor& logits,
     const float inv = 1.f / sum;
 #pragma omp simd
     for (std::int64_t v = 0; v < V; ++v) p[v] *= inv;
-    row_loss[t] = -(static_cast<double>(l[targets[t]]) - mx - std::log(static_cast<double>(sum)));
+    if (targets[t] != kIgnoreTarget)
+      row_loss[t] = -(static_cast<double>(l[targets[t]]) - mx - std::log(static_cast<double>(sum)));
   }
   double loss = 0;
   for (double r : row_loss) loss += r;
-  return T > 0 ? loss / static_cast<double>(T) : 0.0;
+  const std::int64_t n = counted_targets(targets);
+  return n > 0 ? loss / static_cast<double>(n) : 0.0;
+}
+
+std::int64_t counted_targets(std::span<const std::int32_t> targets) {
+  std::int64_t n = 0;
+  for (std::int32_t t : targets) n += t != kIgnoreTarget;
+  return n;
 }
 
 void cross_entropy_backward(Tensor& dlogits, const Tensor& probs,
                             std::span<const std::int32_t> targets, float scale) {
   const std::int64_t T = probs.dim(0), V = probs.dim(1);
   dlogits.ensure({T, V});
-  const float s = scale / static_cast<float>(T);
+  const std::int64_t n = counted_targets(targets);
+  const float s = n > 0 ? scale / static_cast<float>(n) : 0.f;
   const float* pp = probs.f32();
   float* dp = dlogits.f32();
 #pragma omp parallel for schedule(static) if (T * V > 32768)
   for (std::int64_t t = 0; t < T; ++t) {
+    const float st = targets[t] == kIgnoreTarget ? 0.f : s;
 #pragma omp simd
-    for (std::int64_t v = 0; v < V; ++v) dp[t * V + v] = s * pp[t * V + v];
-    dp[t * V + targets[t]] -= s;
+    for (std::int64_t v = 0; v < V; ++v) dp[t * V + v] = st * pp[t * V + v];
+    if (targets[t] != kIgnoreTarget) dp[t * V + targets[t]] -= s;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "check.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/ops/loss.hpp"
 #include "hash.hpp"
 
 namespace ffnlab {
@@ -108,6 +109,35 @@ Batch sequential_batch(std::span<const std::uint8_t> part, std::int64_t batch, s
       b.targets.push_back(part[w * seq + s + 1]);
     }
   return b;
+}
+
+std::int64_t masked_per_sequence(std::int64_t seq, double fraction) {
+  check(fraction > 0.0 && fraction <= 1.0, "[data] mask fraction {} outside (0, 1]", fraction);
+  return std::clamp<std::int64_t>(std::llround(fraction * static_cast<double>(seq)), 1, seq);
+}
+
+void mask_batch(Batch& b, std::int64_t seq, double fraction, std::uint64_t seed,
+                std::uint64_t stream, std::int64_t first_row) {
+  const auto n = static_cast<std::int64_t>(b.ids.size());
+  check(seq > 0 && n % seq == 0 && b.targets.size() == b.ids.size(),
+        "[data] a batch of {} ids is not whole sequences of {}", n, seq);
+  const std::int64_t m = masked_per_sequence(seq, fraction);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(seq));
+  std::fill(b.targets.begin(), b.targets.end(), kIgnoreTarget);
+  for (std::int64_t row = 0; row < n / seq; ++row) {
+    // The first m of a Fisher–Yates shuffle drawn from the row's own counter-based stream.
+    std::uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0x6d61736bull) + stream) +
+                                 static_cast<std::uint64_t>(first_row + row));
+    for (std::int64_t i = 0; i < seq; ++i) order[i] = i;
+    for (std::int64_t i = 0; i < m; ++i) {
+      h = splitmix64(h);
+      const auto j = i + static_cast<std::int64_t>(h % static_cast<std::uint64_t>(seq - i));
+      std::swap(order[i], order[j]);
+      const std::int64_t at = row * seq + order[i];
+      b.targets[at] = b.ids[at];
+      b.ids[at] = kMaskToken;
+    }
+  }
 }
 
 double unigram_entropy_bits(std::span<const std::uint8_t> part) {

@@ -33,6 +33,8 @@ void validate(const TrainConfig& c) {
         "[train] weight_decay = {} must be >= 0", o.weight_decay);
   check(o.beta1 >= 0.f && o.beta1 < 1.f && o.beta2 >= 0.f && o.beta2 < 1.f,
         "[train] beta1 = {} and beta2 = {} must be in [0, 1)", o.beta1, o.beta2);
+  check(std::isfinite(c.mask_fraction) && c.mask_fraction > 0.f && c.mask_fraction <= 1.f,
+        "[train] mask_fraction = {} must be in (0, 1]", c.mask_fraction);
   check(o.momentum >= 0.f && o.momentum < 1.f, "[train] momentum = {} must be in [0, 1)",
         o.momentum);
 }
@@ -72,6 +74,8 @@ constexpr std::array kTrainKeys{
     field<TrainConfig, &TrainConfig::eval_tokens>("eval_tokens"),
     field<TrainConfig, &TrainConfig::checkpoint_every>("checkpoint_every"),
     field<TrainConfig, &TrainConfig::diagnostics_every>("diagnostics_every"),
+    field<TrainConfig, &TrainConfig::objective>("objective"),
+    field<TrainConfig, &TrainConfig::mask_fraction>("mask_fraction"),
 };
 
 }  // namespace

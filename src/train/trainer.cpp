@@ -13,6 +13,7 @@
 #include "check.hpp"
 #include "expert_residency.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/ops/loss.hpp"
 #include "ranges.hpp"
 
 namespace ffnlab {
@@ -21,6 +22,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
+constexpr std::uint64_t kValidationMaskSeed = 0x76616c6964ull;
+
 Schedule schedule_of(const TrainConfig& c) {
   return {c.optimizer.lr, c.warmup, c.steps, c.min_lr_ratio, c.decay};
 }
@@ -46,6 +49,19 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
   validate(config);
   check(config.seq <= model.context, "[train] sequence length {} exceeds the model's context {}",
         config.seq, model.context);
+  if (config.objective == Objective::masked) {
+    check(!model.causal,
+          "[train] the masked objective predicts bytes from both sides: the model must be "
+          "bidirectional (causal false)");
+    check(model.vocab > kMaskToken,
+          "[train] the masked objective needs a vocabulary of {} (the bytes and [MASK]); the "
+          "model has {}",
+          kMaskToken + 1, model.vocab);
+  } else {
+    check(model.causal,
+          "[train] a bidirectional model (causal false) sees the byte the causal objective asks "
+          "it to predict; train it with objective masked (--objective masked)");
+  }
   const auto n = static_cast<std::int64_t>(corpus.train().size());
   check(n >= config.seq + 1,
         "[data] sequence length {} needs at least {} bytes of training data; '{}' has {}",
@@ -164,10 +180,14 @@ StepLog Trainer::train_step() {
   const std::int64_t rows = config_.batch / ranks;
   const std::int64_t first = parallel_.group ? parallel_.group->rank() * rows : 0;
   std::vector<Batch> batches;
-  for (std::int64_t micro = 0; micro < config_.accumulate; ++micro)
+  for (std::int64_t micro = 0; micro < config_.accumulate; ++micro) {
     batches.push_back(sample_batch(corpus_.train(), config_.batch, config_.seq, config_.seed,
                                    static_cast<std::uint64_t>(step_),
                                    static_cast<std::uint64_t>(micro), first, rows));
+    if (config_.objective == Objective::masked)  // positions: a function of (seed, step, micro)
+      mask_batch(batches.back(), config_.seq, config_.mask_fraction, config_.seed,
+                 static_cast<std::uint64_t>(step_ * config_.accumulate + micro), first);
+  }
   return train_step(batches);
 }
 
@@ -270,13 +290,18 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   // process would run, so the sum does not depend on the number of ranks.
   ProcessGroup* group = parallel_.group;
   const std::int64_t ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
-  std::vector<double> sum{0.0, 0.0};  // loss · tokens, tokens
+  std::vector<double> sum{0.0, 0.0};  // loss · bytes predicted, bytes predicted
   for (std::int64_t w = 0, chunk = 0; w < windows; w += config_.batch, ++chunk) {
     if (chunk % ranks != rank) continue;
-    const Batch b = sequential_batch(val, std::min(config_.batch, windows - w), S, w);
+    Batch b = sequential_batch(val, std::min(config_.batch, windows - w), S, w);
+    // The masked objective's validation masks depend on the window alone (not on the run's
+    // seed): every run is scored on the same positions.
+    if (config_.objective == Objective::masked)
+      mask_batch(b, S, config_.mask_fraction, kValidationMaskSeed, 0, w);
     const double loss = model_.forward(b.ids, b.targets, S, false);
-    sum[0] += loss * static_cast<double>(b.ids.size());
-    sum[1] += static_cast<double>(b.ids.size());
+    const auto predicted = static_cast<double>(counted_targets(b.targets));
+    sum[0] += loss * predicted;
+    sum[1] += predicted;
   }
   release_foreign_experts(ExpertState::weights);
   if (group) group->allreduce_sum(sum, "evaluation");
@@ -341,13 +366,15 @@ std::string sample_text(TransformerLM& model, const std::string& prompt, std::in
   // A causal model's logits at position i do not depend on later positions, so every step runs
   // one window of the full context, zero-padded on the right while the text is shorter: one
   // shape, so the products' primitives are created once instead of once per length.
-  const bool pad = model.config().causal;
+  check(model.config().causal,
+        "[sample] a bidirectional model (causal false) does not generate text one byte at a "
+        "time: it was trained to fill in masked bytes");
   std::vector<std::int32_t> window;
   std::vector<double> p(static_cast<std::size_t>(V));
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t len = std::min<std::int64_t>(S, static_cast<std::int64_t>(ctx.size()));
     window.assign(ctx.end() - len, ctx.end());
-    if (pad) window.resize(static_cast<std::size_t>(S), 0);
+    window.resize(static_cast<std::size_t>(S), 0);
     model.forward(window, {}, static_cast<std::int64_t>(window.size()), false);
     const float* logits = model.logits().f32() + (len - 1) * V;
     std::int32_t next = 0;

@@ -369,6 +369,30 @@ TEST_F(Cli, TrainResumeEqualsAnUninterruptedRun) {
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 7) << log;  // appended, one header
 }
 
+// --objective masked: a bidirectional model with [MASK] and RoPE, validation in bits per masked
+// byte, no sample; resumed without the flag it stays masked (the checkpoint's objective).
+TEST_F(Cli, TrainMaskedObjective) {
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny + " --objective masked";
+  const auto r = run(common + " --steps 2 --out " + path("m"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("objective: masked bytes, 2 of each sequence's 16"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("bits per masked byte"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("m/sample.txt")));
+  const auto summary = nlohmann::json::parse(read(path("m/summary.json")));
+  EXPECT_EQ(summary["model"]["causal"], false);
+  EXPECT_EQ(summary["model"]["vocab"], 257);
+  EXPECT_EQ(summary["model"]["positions"], "rope");
+  EXPECT_EQ(summary["train"]["objective"], "masked");
+  const auto resumed = run("train --resume " + path("m") + " --steps 3 --d-model 16");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("objective: masked"), std::string::npos) << resumed.out;
+  const auto bad = run(common + " --mask-fraction 0 --steps 2 --out " + path("m0"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("mask_fraction"), std::string::npos) << bad.err;
+}
+
 TEST_F(Cli, TrainStopsOnDivergenceAndKeepsTheLastGoodCheckpoint) {
   // A learning rate of 1e30 throws the weights to ~1e28 in the first update; the second forward
   // overflows. The run must stop there with one line naming the step and the kept checkpoint.

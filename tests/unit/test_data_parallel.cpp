@@ -136,7 +136,8 @@ TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
 // ranks (batch 6), and expert parallel on 2.
 namespace {
 
-void expect_ranks_train_as_one_process(const FFNConfig& ffn) {
+void expect_ranks_train_as_one_process(const FFNConfig& ffn,
+                                       Objective objective = Objective::causal) {
   Corpus corpus;
   corpus.source = "test";
   const std::string text = "It is a far, far better thing that I do, than I have ever done. ";
@@ -150,6 +151,11 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn) {
   c.dropout = 0.1f;
   c.ffn = ffn;
   TrainConfig t;
+  t.objective = objective;
+  if (objective == Objective::masked) {
+    c.causal = false;
+    c.vocab = kMaskToken + 1;
+  }
   t.steps = 6;
   t.batch = 6;
   t.seq = 16;
@@ -252,6 +258,12 @@ TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
     SCOPED_TRACE(name);
     expect_ranks_train_as_one_process(ffn);
   }
+}
+
+// The masked objective: each rank masks its own sequences as one process would, and the loss is
+// the mean over the batch's masked bytes (every sequence has as many).
+TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
+  expect_ranks_train_as_one_process(small_moe(2), Objective::masked);
 }
 
 TEST(DataParallel, BatchMustSplitEvenly) {

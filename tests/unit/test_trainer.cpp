@@ -9,6 +9,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/ops/loss.hpp"
 #include "ffnlab/train/trainer.hpp"
 
 using namespace ffnlab;
@@ -271,6 +272,88 @@ TEST(Trainer, RejectsSequencesLongerThanTheData) {
   tiny.split = 9;
   TransformerLM model(small_model(Ffn::dense), 3);
   EXPECT_THROW(Trainer(model, tiny, small_train(1)), Error);
+}
+
+// The masked objective's batches: the same count of masked positions in every sequence, each
+// [MASK] with its byte as target, every other target ignored; a function of (seed, stream, row).
+TEST(Data, MaskedBatchesMaskTheSameCountInEverySequence) {
+  const Corpus corpus = text_corpus();
+  const std::int64_t S = 20;
+  const Batch plain = sample_batch(corpus.train(), 4, S, 3, 5, 0);
+  Batch b = plain;
+  mask_batch(b, S, 0.15, 3, 9, 0);
+  EXPECT_EQ(masked_per_sequence(S, 0.15), 3);
+  EXPECT_EQ(masked_per_sequence(S, 0.001), 1);
+  EXPECT_EQ(masked_per_sequence(S, 1.0), S);
+  for (std::int64_t row = 0; row < 4; ++row) {
+    int masked = 0;
+    for (std::int64_t i = row * S; i < (row + 1) * S; ++i) {
+      if (b.targets[i] == kIgnoreTarget) {
+        EXPECT_EQ(b.ids[i], plain.ids[i]);
+        continue;
+      }
+      ++masked;
+      EXPECT_EQ(b.ids[i], kMaskToken);
+      EXPECT_EQ(b.targets[i], plain.ids[i]);  // its own byte, not the next one
+    }
+    EXPECT_EQ(masked, 3) << "row " << row;
+  }
+  // Rows 2 and 3 alone, as a data-parallel rank holding them masks them: the same positions.
+  Batch part = sample_batch(corpus.train(), 4, S, 3, 5, 0, 2, 2);
+  mask_batch(part, S, 0.15, 3, 9, 2);
+  EXPECT_TRUE(std::equal(part.ids.begin(), part.ids.end(), b.ids.begin() + 2 * S));
+  // Another stream masks other positions.
+  Batch other = plain;
+  mask_batch(other, S, 0.15, 3, 10, 0);
+  EXPECT_NE(other.ids, b.ids);
+  EXPECT_THROW(mask_batch(other, S, 0.0, 3, 10, 0), Error);
+}
+
+// A bidirectional model trained on the masked objective learns (validation in bits per masked
+// byte falls far below log2(257) = 8), evaluation counts only masked bytes, and the objective is
+// refused with a model it does not fit.
+TEST(Trainer, MaskedObjectiveTrainsABidirectionalModel) {
+  const Corpus corpus = text_corpus();
+  LMConfig c = small_model(Ffn::dense);
+  c.causal = false;
+  c.vocab = kMaskToken + 1;
+  c.positions = PositionKind::rope;  // learned positions sit at the unigram plateau far longer
+  c.dropout = 0.f;
+  c.d_model = 32;
+  c.ffn = variant_config("swiglu", 32, 32, true);
+  TrainConfig t = small_train(300);
+  t.objective = Objective::masked;
+  t.mask_fraction = 0.25f;
+  t.optimizer.lr = 1e-2f;
+  TransformerLM model(c, 3);
+  Trainer trainer(model, corpus, t);
+  const EvalLog before = trainer.evaluate(0);
+  // 4 of each window's 16 bytes predicted, over every validation window.
+  EXPECT_EQ(before.tokens, 4 * window_count(corpus.validation(), t.seq));
+  EXPECT_NEAR(before.bits_per_byte, std::log2(257.0), 0.6);
+  for (int s = 0; s < t.steps; ++s) trainer.train_step();
+  const EvalLog after = trainer.evaluate(0);
+  // Below the bytes' unigram entropy (4.36 bits): the model reads the masked byte's context.
+  EXPECT_LT(after.bits_per_byte, unigram_entropy_bits(corpus.validation()) - 0.25)
+      << unigram_entropy_bits(corpus.validation());
+  EXPECT_EQ(trainer.evaluate(0).loss, after.loss);  // the same positions every time
+
+  LMConfig causal = small_model(Ffn::dense);
+  causal.vocab = kMaskToken + 1;
+  TransformerLM causal_model(causal, 3);
+  EXPECT_THROW(Trainer(causal_model, corpus, t), Error);  // masked needs bidirectional
+  LMConfig bytes_only = c;
+  bytes_only.vocab = 256;
+  TransformerLM small_vocab(bytes_only, 3);
+  EXPECT_THROW(Trainer(small_vocab, corpus, t), Error);  // no room for [MASK]
+  t.objective = Objective::causal;
+  try {
+    Trainer(model, corpus, t);
+    ADD_FAILURE() << "a bidirectional model trained on the causal objective";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--objective masked"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sample_text(model, "x", 4, 0.8f, 1), Error);
 }
 
 TEST(Sampling, PadsToOneShapeWithoutChangingTheLogits) {

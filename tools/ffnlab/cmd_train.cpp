@@ -44,7 +44,7 @@ struct TrainOptions {
   float dropout = 0.f, init_std = 0.02f;
   // training
   TrainConfig train;
-  std::string optimizer = "adamw", decay = "cosine", dtype = "f32";
+  std::string optimizer = "adamw", decay = "cosine", dtype = "f32", objective = "causal";
   // data and output
   std::string data = kDefaultCorpus, out = "runs/train", resume;
   double val_fraction = 0.1;
@@ -62,6 +62,7 @@ struct TrainOptions {
   std::vector<std::pair<CLI::Option*, std::function<json(const LMConfig&)>>> model_flags;
   std::vector<std::pair<CLI::Option*, const char*>> train_flags;  // flag, its train-config key
   CLI::Option *out_flag = nullptr, *data_flag = nullptr, *val_fraction_flag = nullptr;
+  CLI::Option* objective_flag = nullptr;
   CLI::App* command = nullptr;
 };
 
@@ -126,6 +127,14 @@ LMConfig model_from_flags(const TrainOptions& o) {
   c.attn_bias = !o.no_attn_bias;
   c.dropout = o.dropout;
   c.init_std = o.init_std;
+  // The masked objective trains a bidirectional model with [MASK] after the bytes.
+  // Its positions default to RoPE: with learned ones the default model sat at the unigram
+  // entropy for its 600 steps (4.79 bits per masked byte on the fortunes; 3.88 with RoPE).
+  if (parse_enum<Objective>(o.objective) == Objective::masked) {
+    c.causal = false;
+    c.vocab = kMaskToken + 1;
+    if (!flag_given(o, "--positions")) c.positions = PositionKind::rope;
+  }
   c.ffn = ffn_config_from_flags(ffn, o.variant);
   validate(c);
   return c;
@@ -170,6 +179,7 @@ TrainOptions options_from_model(TrainOptions o, const LMConfig& c) {
   set("--no-attn-bias", o.no_attn_bias, !c.attn_bias);
   set("--dropout", o.dropout, c.dropout);
   set("--init-std", o.init_std, c.init_std);
+  if (o.objective_flag->count() == 0) o.objective = c.causal ? "causal" : "masked";
   return o;
 }
 
@@ -215,6 +225,7 @@ RunSetup resolve_setup(const TrainOptions& o) {
   r.train.optimizer.kind = parse_enum<OptimizerKind>(o.optimizer);
   r.train.decay = parse_enum<DecayKind>(o.decay);
   r.train.precision = parse_enum<Precision>(o.dtype);
+  r.train.objective = parse_enum<Objective>(o.objective);
   if (o.resume.empty()) {
     r.model = model_from_flags(o);
     return r;
@@ -268,6 +279,11 @@ void print_header(const LMConfig& m, const TrainConfig& t, const Corpus& corpus,
       "(warm-up {}, {} to {}x), clip {}, {}, seed {}\n",
       t.steps, from_step, t.batch, t.seq, t.accumulate, enum_name(t.optimizer.kind), t.optimizer.lr,
       t.warmup, enum_name(t.decay), t.min_lr_ratio, t.clip, enum_name(t.precision), t.seed);
+  if (t.objective == Objective::masked)
+    fmt::print(
+        "objective: masked bytes, {} of each sequence's {} replaced by [MASK] and predicted "
+        "(bidirectional attention); validation in bits per masked byte\n",
+        masked_per_sequence(t.seq, t.mask_fraction), t.seq);
   std::fflush(stdout);
 }
 
@@ -278,7 +294,8 @@ class RunMonitor {
       : logs_(logs),
         tokens_per_step_(static_cast<double>(t.batch * t.seq * t.accumulate)),
         total_(t.steps),
-        progress_("step", t.steps, print_every > 0 ? print_every : t.steps / 20) {}
+        progress_("step", t.steps, print_every > 0 ? print_every : t.steps / 20),
+        masked_(t.objective == Objective::masked) {}
 
   void on_step(const StepLog& s) {
     logs_.add(s);
@@ -290,7 +307,9 @@ class RunMonitor {
     const double mean_tps = tokens_ / seconds_;
     const double eta =
         mean_tps > 0 ? static_cast<double>(total_ - s.step) * tokens_per_step_ / mean_tps : 0;
-    const std::string val = std::isnan(last_val_) ? "" : fmt::format(" val {:.3f} bpb", last_val_);
+    const std::string val =
+        std::isnan(last_val_) ? ""
+                              : fmt::format(" val {:.3f} {}", last_val_, masked_ ? "bpmb" : "bpb");
     progress_.update(s.step,
                      fmt::format("loss {:.4f} grad_norm {:.3f} lr {:.3g}{} | {:.0f} tok/s", s.loss,
                                  s.grad_norm, s.lr, val, mean_tps),
@@ -301,8 +320,9 @@ class RunMonitor {
     logs_.add(e);
     last_val_ = e.bits_per_byte;
     evals_.push_back(e);
-    progress_.message(fmt::format("step {}: validation loss {:.4f} ({:.4f} bits/byte, {} tokens)",
-                                  e.step, e.loss, e.bits_per_byte, e.tokens));
+    progress_.message(fmt::format("step {}: validation loss {:.4f} ({:.4f} bits per {}byte, {} {})",
+                                  e.step, e.loss, e.bits_per_byte, masked_ ? "masked " : "",
+                                  e.tokens, masked_ ? "masked bytes" : "tokens"));
   }
 
   void finish() { progress_.finish(); }
@@ -315,6 +335,7 @@ class RunMonitor {
   double tokens_per_step_;
   std::int64_t total_;
   Progress progress_;
+  bool masked_;
   double tokens_ = 0, seconds_ = 0, last_val_ = std::nan("");
   std::vector<StepLog> steps_;
   std::vector<EvalLog> evals_;
@@ -457,7 +478,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
 
   const json routing = routing_summary(monitor.steps(), trainer.last_step_stats());
   std::string text;
-  if (o.sample > 0) {
+  if (o.sample > 0 && setup.model.causal) {  // a masked model fills in; it does not generate
     text = sample_text(model, o.prompt, o.sample, o.temperature, setup.train.seed);
     write_file_atomic((fs::path(out) / "sample.txt").string(), text.data(), text.size());
     fmt::print("sample (temperature {}):\n{}\n", o.temperature, text);
@@ -541,7 +562,9 @@ void add_train_command(CLI::App& app) {
         [](const LMConfig& c) { return json(c.context); })
       ->check(int_in(0, limits::kWidth))
       ->group(M);
-  model(cmd->add_option("--positions", o->positions, join_names(enum_names<PositionKind>(), ", ")),
+  model(cmd->add_option("--positions", o->positions,
+                        join_names(enum_names<PositionKind>(), ", ") +
+                            " (default with --objective masked: rope)"),
         [](const LMConfig& c) { return json(enum_name(c.positions)); })
       ->capture_default_str()
       ->group(M);
@@ -617,6 +640,16 @@ void add_train_command(CLI::App& app) {
   train("clip", cmd->add_option("--clip", t.clip, "max global gradient norm (0: off)"))
       ->check(real_in(0, 1e30));
   train("seed", cmd->add_option("--seed", t.seed, "initialisation, batches and dropout"));
+  o->objective_flag = train(
+      "objective",
+      cmd->add_option("--objective", o->objective,
+                      "causal (the next byte; a causal model) or masked (masked bytes, like BERT: "
+                      "a bidirectional model with [MASK] as id 256; validation in bits per masked "
+                      "byte; positions default to rope). Expert-choice and Soft MoE routing need "
+                      "masked"));
+  train("mask_fraction", cmd->add_option("--mask-fraction", t.mask_fraction,
+                                         "masked: the share of each sequence's bytes masked"))
+      ->check(real_in(0, 1));
   train("precision", cmd->add_option("--dtype", o->dtype,
                                      "product precision: f32, or bf16 with f32 master weights"));
   add_threads_option(*cmd, o->threads);

@@ -10,12 +10,19 @@
 
 namespace ffnlab {
 
-// Mean over t of −log softmax(logits[t])[targets[t]]; logits [T, V], targets in [0, V).
-// probs [T, V] is saved for backward.
+// A target that is not predicted (the masked objective's unmasked positions): no loss, no
+// gradient, and not counted in the mean (PyTorch's ignore_index).
+inline constexpr std::int32_t kIgnoreTarget = -1;
+
+// Mean over the counted t (targets[t] in [0, V); kIgnoreTarget is skipped) of
+// −log softmax(logits[t])[targets[t]]; 0 when none is counted. probs [T, V] is saved for backward.
 double cross_entropy_forward(Tensor& probs, const Tensor& logits,
                              std::span<const std::int32_t> targets);
+// How many targets are counted (not kIgnoreTarget).
+std::int64_t counted_targets(std::span<const std::int32_t> targets);
 
-// dlogits [T, V] (overwritten; may be probs itself) = scale·(probs − onehot(targets)) / T.
+// dlogits [T, V] (overwritten; may be probs itself) = scale·(probs − onehot(targets)) / n with
+// n the counted targets; rows of ignored targets are 0.
 void cross_entropy_backward(Tensor& dlogits, const Tensor& probs,
                             std::span<const std::int32_t> targets, float scale);
 

@@ -49,6 +49,20 @@ Batch sample_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::
                    std::uint64_t seed, std::uint64_t step, std::uint64_t micro,
                    std::int64_t first = 0, std::int64_t rows = -1);
 
+// The masked objective (masked byte modelling, as BERT on bytes): id 256, after the bytes, is
+// [MASK]; a model trained with it has a vocabulary of 257.
+inline constexpr std::int32_t kMaskToken = 256;
+// Positions masked per sequence: max(1, round(fraction·seq)), the same in every sequence, so the
+// mean over a batch's masked positions is the mean of its sequences' (data parallelism splits a
+// batch by sequences).
+std::int64_t masked_per_sequence(std::int64_t seq, double fraction);
+// Turns a batch of sequential windows (ids = the window's bytes) into a masked one: in each
+// sequence, masked_per_sequence positions, chosen uniformly without replacement as a function of
+// (seed, stream, first_row + row) alone, get id kMaskToken and their byte as target; every other
+// target is kIgnoreTarget (ops/loss.hpp). All chosen positions become [MASK] (no 80/10/10).
+void mask_batch(Batch& b, std::int64_t seq, double fraction, std::uint64_t seed,
+                std::uint64_t stream, std::int64_t first_row);
+
 // Consecutive non-overlapping windows from the start of the part (evaluation): window w starts
 // at w·seq. Returns at most `batch` windows starting with window `first`.
 Batch sequential_batch(std::span<const std::uint8_t> part, std::int64_t batch, std::int64_t seq,

@@ -21,7 +21,22 @@
 
 namespace ffnlab {
 
+// What the model learns to predict (docs/training.md).
+enum class Objective : std::uint8_t {
+  causal,  // the next byte at every position (a causal model)
+  masked,  // the masked bytes of every sequence (a bidirectional model, vocabulary 257)
+  count
+};
+template <>
+struct EnumNames<Objective> {
+  static constexpr auto table = name_table<Objective>(
+      "train", "objective", {{Objective::causal, "causal"}, {Objective::masked, "masked"}});
+};
+static_assert(EnumNames<Objective>::table.complete());
+
 struct TrainConfig {
+  Objective objective = Objective::causal;
+  float mask_fraction = 0.15f;  // masked: the share of each sequence's bytes masked (BERT's)
   std::int64_t steps = 600;
   std::int64_t batch = 16;      // sequences per micro-batch
   std::int64_t seq = 128;       // tokens per sequence
@@ -64,11 +79,13 @@ struct StepLog {
   std::vector<LayerDiagnostics> layers;
 };
 
+// Of the validation part; with the masked objective, of its masked bytes (the same positions in
+// every run: they depend on the window alone).
 struct EvalLog {
   std::int64_t step = 0;
-  double loss = 0;  // nats per byte
+  double loss = 0;  // nats per (masked) byte
   double bits_per_byte = 0;
-  std::int64_t tokens = 0;
+  std::int64_t tokens = 0;  // bytes predicted
 };
 
 // What the Trainer checks: the configs, seq within the model's context, a training part longer
