@@ -33,7 +33,9 @@ class _Function(torch.autograd.Function):
         flat = x.detach().reshape(-1, shape[-1])
         if not flat.is_contiguous():
             flat = flat.contiguous()
-        y = layer.forward(flat.numpy(), train=train)
+        # [..., S, D]: sequences of S (what expert-choice routing routes each on its own)
+        sequence = shape[-2] if x.dim() >= 3 else 0
+        y = layer.forward(flat.numpy(), train=train, sequence=sequence)
         ctx.module = module
         ctx.forward_count = layer.forward_count
         ctx.shape = shape

@@ -81,13 +81,15 @@ class Layer {
  public:
   explicit Layer(std::unique_ptr<FeedForward> ffn) : ffn_(std::move(ffn)) {}
 
-  py::array_t<float> forward(const py::array& x, bool train) {
+  py::array_t<float> forward(const py::array& x, bool train, std::int64_t sequence) {
     const std::int64_t D = ffn_->config().d_model;
     Tensor xt = borrow_rows(x, D, "x");
+    if (sequence < 0) throw py::value_error("[python] sequence must not be negative");
     auto [y, yt] = new_rows(xt.dim(0), D);
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
+      ffn_->set_sequence_length(sequence);
       ffn_->forward(yt, xt, train);
     }
     written_in_place(yt, y, "forward");
@@ -182,9 +184,12 @@ Weights are initialised like torch.nn.Linear from seed.)")
            }),
            py::arg("config") = py::none(), py::arg("seed") = 0)
       .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
+           py::arg("sequence") = 0,
            R"(y [T, D] = FFN(x [T, D]); x: C-contiguous float32. y is a new array that owns its
 memory. With train=True the layer keeps what backward needs, x included (by reference: do not
-change x until backward).)")
+change x until backward). sequence: x holds sequences of this many tokens one after another,
+which routings that look at the whole sequence (expert choice) route each on its own (0: x is
+one sequence).)")
       .def("backward", &Layer::backward, py::arg("dy"),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
 accumulate into grads() (zero_grad() clears them).)")

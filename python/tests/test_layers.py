@@ -225,3 +225,50 @@ def test_the_gil_is_released_during_forward():
         assert len(middle) > 100
     finally:
         ffnlab.set_threads(threads)
+
+
+def test_expert_choice_lets_each_expert_take_its_best_tokens_of_a_sequence():
+    layer = ffnlab.FFN({"kind": "moe", "d_model": 16, "d_ff": 24,
+                        "moe": {"num_experts": 4, "top_k": 2, "routing": "expert_choice",
+                                "normalize": False}}, seed=3)
+    x = np.random.default_rng(4).standard_normal((24, 16), dtype=np.float32)
+    layer.forward(x, train=True, sequence=8)  # three sequences of 8
+    stats = layer.stats()
+    # ceil(2·8/4) = 4 tokens per expert and sequence: 12 each, 2 experts a token on average,
+    # but not 2 for every token.
+    assert stats["tokens_per_expert"] == [12, 12, 12, 12]
+    assert stats["experts_per_token"] == pytest.approx(2.0)
+    assert stats["dropped"] == 0 and stats["load_cv"] == 0
+    assert stats["tokens_by_experts"][2] < 24
+    logits = x @ layer.parameters()["gate.weight"].T + layer.parameters()["gate.bias"]
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    counts = np.zeros(24, dtype=int)
+    for b in range(0, 24, 8):
+        for e in range(4):
+            counts[b + np.argsort(-probs[b:b + 8, e], kind="stable")[:4]] += 1
+    assert stats["tokens_by_experts"] == list(np.bincount(counts, minlength=5))
+    layer.backward(np.ones_like(x))
+    with pytest.raises(ValueError, match="one token at a time"):
+        layer.forward(x[:1])
+
+
+def test_soft_moe_mixes_every_token_into_every_slot():
+    layer = ffnlab.FFN({"kind": "moe", "d_model": 16, "d_ff": 24,
+                        "moe": {"num_experts": 4, "top_k": 1, "routing": "soft", "slots": 2}},
+                       seed=3)
+    params = layer.parameters()
+    assert params["gate.phi"].shape == (8, 16) and params["gate.scale"].tolist() == [1.0]
+    assert "gate.weight" not in params
+    x = np.random.default_rng(5).standard_normal((24, 16), dtype=np.float32)
+    y = layer.forward(x, train=True, sequence=8)
+    # Each sequence on its own: the second sequence alone gives the same output.
+    second = ffnlab.FFN(layer.config, seed=3)
+    assert np.allclose(second.forward(x[8:16]), y[8:16], atol=1e-5)
+    stats = layer.stats()
+    assert stats["tokens_per_expert"] == [6, 6, 6, 6]  # 2 slots of 3 sequences
+    assert stats["experts_per_token"] == pytest.approx(8 / 8)  # E·p/S
+    assert stats["dropped"] == 0
+    layer.backward(np.ones_like(x))
+    assert np.abs(layer.grads()["gate.phi"]).max() > 0
+    assert layer.grads()["gate.scale"][0] != 0

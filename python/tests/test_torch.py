@@ -202,3 +202,18 @@ def test_relu_routing_trains_in_a_torch_loop_towards_its_sparsity():
     assert counts[0] > 1.5
     assert abs(np.mean(counts[-20:]) - 1.0) < 0.3, counts
     assert block.stats()["l1_coef"] != pytest.approx(0.05)
+
+
+def test_expert_choice_routes_each_sequence_of_a_batch_on_its_own():
+    torch.manual_seed(6)
+    block = ft.FFN(variant="moe", d_model=8, d_ff=12,
+                   moe={"num_experts": 4, "top_k": 1, "routing": "expert_choice",
+                        "normalize": False})
+    x = torch.randn(3, 8, 8, requires_grad=True)  # 3 sequences of 8: ceil(8/4) = 2 tokens each
+    y = block(x)
+    assert block.stats()["tokens_per_expert"] == [6, 6, 6, 6]
+    # Each sequence on its own: the first sequence alone routes as it did in the batch.
+    y.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    alone = block(x[:1].detach())
+    assert torch.allclose(alone, y[:1].detach(), atol=1e-6)

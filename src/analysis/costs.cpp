@@ -78,33 +78,50 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     const auto& m = c.moe;
     // E: the router's columns (FFN experts, then MoE++'s zero-computation ones). K: FFN experts
     // a token runs: top_k, an upper bound when zero-computation experts may take some choices;
-    // with ReLU routing the mean its penalty holds, N·(1 - target sparsity).
+    // with ReLU routing the mean its penalty holds, N·(1 - target sparsity); with expert choice
+    // the mean its capacity gives, c·k (c = capacity_factor, 1 when 0; per sequence of S it is
+    // ceil(c·k·S/N)·N/S, a little more when c·k·S/N is not whole).
     const double D = static_cast<double>(c.d_model), E = m.routed_experts();
+    // Soft MoE runs E·p slots per sequence: E·p/S experts a token, S = `tokens` (its sequence).
+    const bool expert_choice = m.routing == RoutingKind::expert_choice;
+    const bool soft = m.routing == RoutingKind::soft;
     const double K =
-        m.routing == RoutingKind::relu ? m.num_experts * (1.0 - m.sparsity_target()) : m.top_k;
+        m.routing == RoutingKind::relu ? m.num_experts * (1.0 - m.sparsity_target())
+        : expert_choice
+            ? std::min<double>(m.num_experts,
+                               (m.capacity_factor > 0 ? m.capacity_factor : 1.0) * m.top_k)
+        : soft ? static_cast<double>(m.num_experts) * m.slots /
+                     static_cast<double>(std::max<std::int64_t>(1, tokens))
+               : m.top_k;
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
     // The router scores the zero-computation experts too; the constant ones have [2, D] + [D].
     const int routed = m.routed_experts();
     const std::int64_t router =
-        add(add(mul(mul(c.d_model, routed), m.noisy_topk ? 2 : 1), m.router_bias ? routed : 0),
-            mul(m.constant_experts, mul(3, c.d_model)));
+        soft ? add(mul(mul(c.d_model, m.num_experts), m.slots), 1)  // gate.phi, gate.scale
+             : add(add(mul(mul(c.d_model, routed), m.noisy_topk ? 2 : 1),
+                       m.router_bias ? routed : 0),
+                   mul(m.constant_experts, mul(3, c.d_model)));
     const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
     const bool has_shared = m.num_shared > 0;
     const std::int64_t shared_params = has_shared ? add(shared.params, gate) : 0;
     out.params = add(add(router, mul(m.num_experts, expert.params)), shared_params);
     const auto active_experts =
-        m.routing == RoutingKind::relu
+        m.routing == RoutingKind::relu || expert_choice || soft
             ? static_cast<std::int64_t>(std::llround(K * static_cast<double>(expert.params)))
             : mul(m.top_k, expert.params);
     out.active_params = add(add(router, active_experts), shared_params);
     // Router: logits (product), bias, softmax (exp, sum, divide), top-k scan, renormalise.
     // Combine: K weighted sums of D-vectors.
-    out.forward.matmul = 2 * D * E + K * expert.fwd.matmul;
+    // (Soft MoE: the logits against E·p slots, and the dispatch and combine products, 2·E·p·D
+    // each per token.)
+    out.forward.matmul = soft ? 6 * D * m.num_experts * m.slots + K * expert.fwd.matmul
+                              : 2 * D * E + K * expert.fwd.matmul;
     out.forward.elementwise =
         (m.router_bias ? E : 0) + 3 * E + E + K + K * expert.fwd.elementwise + 2 * K * D;
-    out.backward.matmul = 2 * 2 * D * E + K * expert.bwd.matmul;
+    out.backward.matmul = soft ? 12 * D * m.num_experts * m.slots + K * expert.bwd.matmul
+                               : 2 * 2 * D * E + K * expert.bwd.matmul;
     out.backward.elementwise = (m.router_bias ? E : 0) + 3 * E + K + K * expert.bwd.elementwise +
                                2 * K * D + 2 * K * D;  // dy·w_k into experts; <dy, y_k> for w_k
     // The shared experts are one dense FFN of width num_shared·shared_d_ff (expert_config).

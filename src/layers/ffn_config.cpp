@@ -154,6 +154,34 @@ void validate(const FFNConfig& c) {
       check(std::isfinite(m.l1_coef_rate) && m.l1_coef_rate > 1,
             "[moe] l1_coef_rate = {} must be greater than 1", m.l1_coef_rate);
     }
+    if (m.routing == RoutingKind::expert_choice) {
+      // Zhou et al.: softmax probabilities over the experts, each expert taking its best tokens.
+      auto refuse = [](bool bad, std::string_view what, std::string_view why) {
+        check(!bad, "[moe] routing 'expert_choice' does not combine with {}: {}", what, why);
+      };
+      refuse(m.score != ScoreFunc::softmax || m.softmax_after_topk, "other scoring functions",
+             "the experts rank tokens by their softmax probabilities");
+      refuse(m.normalize, "normalize: true",
+             "a token's weights are its probabilities of the experts that took it (set "
+             "normalize false)");
+      refuse(m.groups > 0 || m.balance_bias, "group-limited selection or the balancing bias",
+             "they steer a token's choice, and here the experts choose");
+      refuse(m.aux_coef > 0, "aux_coef", "every expert takes the same number of tokens");
+    }
+    if (m.routing == RoutingKind::soft) {
+      // Soft MoE: no router Linear and no choice; the slots' parameters are the layer's own.
+      auto refuse = [](bool bad, std::string_view what, std::string_view why) {
+        check(!bad, "[moe] routing 'soft' does not combine with {}: {}", what, why);
+      };
+      const char* nothing_chosen = "no token chooses, every token is mixed into every slot";
+      refuse(m.capacity_factor > 0, "a capacity factor", "it is dropless");
+      refuse(m.groups > 0 || m.balance_bias || m.noisy_topk || m.jitter > 0,
+             "group-limited selection, the balancing bias, noisy top-k or jitter", nothing_chosen);
+      refuse(m.aux_coef > 0 || m.z_coef > 0 || m.entropy_coef > 0,
+             "aux_coef, z_coef or entropy_coef", nothing_chosen);
+      refuse(m.zc_experts() > 0, "zero-computation experts", nothing_chosen);
+      check_range(m.slots, 1, limits::kExperts, "moe", "slots");
+    }
     if (m.routing == RoutingKind::top_p) {
       // The mass is of softmax probabilities over every expert, taken best first.
       check(std::isfinite(m.top_p) && m.top_p > 0 && m.top_p <= 1,
@@ -219,6 +247,8 @@ constexpr std::array kMoEKeys{
         "routing", [](const MoEConfig& m) { return m.routing != RoutingKind::topk; }),
     field<MoEConfig, &MoEConfig::top_p>(
         "top_p", [](const MoEConfig& m) { return m.routing == RoutingKind::top_p; }),
+    field<MoEConfig, &MoEConfig::slots>(
+        "slots", [](const MoEConfig& m) { return m.routing == RoutingKind::soft; }),
     field<MoEConfig, &MoEConfig::expert_kind>("expert_kind"),
     field<MoEConfig, &MoEConfig::expert_d_ff>("expert_d_ff"),
     field<MoEConfig, &MoEConfig::router_bias>("router_bias"),

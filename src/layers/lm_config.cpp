@@ -31,6 +31,11 @@ void validate(const LMConfig& c) {
   check(c.ffn.d_model == c.d_model, "[lm] ffn d_model = {} differs from d_model = {}",
         c.ffn.d_model, c.d_model);
   validate(c.ffn);
+  check(!(c.causal && c.ffn.kind == FFNKind::moe && looks_at_whole_sequence(c.ffn.moe.routing)),
+        "[lm] {} routing looks at the whole sequence, so in a causal model the future would reach "
+        "every position through it: make the model bidirectional (causal false) and train it "
+        "with --objective masked",
+        enum_name(c.ffn.moe.routing));
 }
 
 LMConfig tutorial_encoder_config() {

@@ -1,13 +1,16 @@
 // MoEFFN: parameter layout, routing, grouped expert products, shared experts, backward.
 #include "ffnlab/layers/moe_ffn.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "check.hpp"
 #include "ffnlab/ops/dropout.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/ops/permute.hpp"
 #include "ffnlab/ops/skinny.hpp"
 #include "ffnlab/scratch.hpp"
@@ -68,9 +71,16 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   const std::int64_t F = expert_.d_ff;
   in_width_ = expert_.in_width();
 
-  // The router scores the FFN experts and then the zero-computation ones.
-  params_.declare("gate.weight", {routed, D});
-  if (m.router_bias) params_.declare("gate.bias", {routed});
+  // The router scores the FFN experts and then the zero-computation ones; Soft MoE has slots'
+  // parameters instead (E·p rows) and their scale.
+  const bool soft = m.routing == RoutingKind::soft;
+  if (soft) {
+    params_.declare("gate.phi", {E * m.slots, D});
+    params_.declare("gate.scale", {1});
+  } else {
+    params_.declare("gate.weight", {routed, D});
+    if (m.router_bias) params_.declare("gate.bias", {routed});
+  }
   if (m.noisy_topk) params_.declare("gate.noise.weight", {routed, D});
   if (m.balance_bias)
     params_.declare("gate.e_score_correction_bias", {routed}, /*trainable=*/false);
@@ -102,8 +112,13 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   std::mt19937_64 rng(seed);
   const float in_bound = 1.0f / std::sqrt(static_cast<float>(D));
   const float out_bound = 1.0f / std::sqrt(static_cast<float>(F));
-  init_uniform(w_.router, in_bound, rng);
-  if (m.router_bias) init_uniform(w_.router_bias, in_bound, rng);
+  if (soft) {  // Φ: LeCun normal, as Soft MoE's code (vmoe); the scale starts at 1
+    init_normal(w_.phi, in_bound, rng);
+    w_.phi_scale.f32()[0] = 1.0f;
+  } else {
+    init_uniform(w_.router, in_bound, rng);
+    if (m.router_bias) init_uniform(w_.router_bias, in_bound, rng);
+  }
   if (m.noisy_topk) init_uniform(w_.noise, in_bound, rng);
   init_uniform(w_.in, in_bound, rng);
   init_uniform(w_.out, out_bound, rng);
@@ -139,8 +154,13 @@ void MoEFFN::bind_parameters() {
     value = params_.value_span(first, shape);
     grad = params_.grad_span(first, shape);
   };
-  bind("gate.weight", w_.router, dw_.router);
-  if (m.router_bias) bind("gate.bias", w_.router_bias, dw_.router_bias);
+  if (m.routing == RoutingKind::soft) {
+    bind("gate.phi", w_.phi, dw_.phi);
+    bind("gate.scale", w_.phi_scale, dw_.phi_scale);
+  } else {
+    bind("gate.weight", w_.router, dw_.router);
+    if (m.router_bias) bind("gate.bias", w_.router_bias, dw_.router_bias);
+  }
   if (m.noisy_topk) bind("gate.noise.weight", w_.noise, dw_.noise);
   if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
   if (m.routing == RoutingKind::relu) w_.l1_coef = params_.at("gate.l1_coef").value;
@@ -208,22 +228,15 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
     }
   }
   ProcessGroup* group = train ? group_ : nullptr;  // inference forwards route their own tokens
-  route(routing_, c.logits, m.balance_bias ? w_.balance_bias.f32() : nullptr, m, group);
+  route(routing_, c.logits, m.balance_bias ? w_.balance_bias.f32() : nullptr, m, group, sequence_);
   assign_rows(routing_, m, group);
 }
 
 void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
-  const std::int64_t T = x.dim(0), D = config_.d_model, F = expert_.d_ff, P = in_width_;
+  const std::int64_t T = x.dim(0), D = config_.d_model;
   const Routing& r = routing_;
   const std::int64_t R = r.kept();
   ExpertCache& c = rows_;
-  const bool packed = !train && packed_in_.defined();
-  const Tensor& w_in = packed ? packed_in_ : w_.in;
-  const Tensor& w_out = packed ? packed_out_ : w_.out;
-  const Precision precision = packed ? Precision::bf16 : precision_;
-  const int branches = expert_.gated_branches();
-  auto in_bias = [&](int e) { return config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor(); };
-  auto out_bias = [&](int e) { return config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor(); };
   // Expert parallel: the rows go to the ranks that own their experts, and this rank's experts
   // get theirs from every rank.
   exchanged_ = train && expert_parallel_;
@@ -238,6 +251,24 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   } else {
     permute_rows(c.xp, x, r.token_of_row.data(), R);
   }
+  expert_blocks_forward(*offsets, first_expert, train);
+  if (exchanged_) exchange_.combine(c.op_local, c.op);
+  y.ensure({T, D});
+  unpermute_rows(y, exchanged_ ? c.op_local : c.op, r.slot.data(), r.weight.data(), r.k,
+                 /*accumulate=*/false);
+}
+
+void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int first_expert,
+                                   bool train) {
+  const std::int64_t D = config_.d_model, F = expert_.d_ff, P = in_width_;
+  ExpertCache& c = rows_;
+  const bool packed = !train && packed_in_.defined();
+  const Tensor& w_in = packed ? packed_in_ : w_.in;
+  const Tensor& w_out = packed ? packed_out_ : w_.out;
+  const Precision precision = packed ? Precision::bf16 : precision_;
+  const int branches = expert_.gated_branches();
+  auto in_bias = [&](int e) { return config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor(); };
+  auto out_bias = [&](int e) { return config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor(); };
   const std::int64_t rows_here = c.xp.dim(0);
   const bool fused_act = mix_in_epilogue(config_.act, branches, train);
   if (!fused_act) c.ap.ensure({rows_here, P});
@@ -247,7 +278,7 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   // at small T) streams its expert's weights once with the mix fused (ops/skinny); otherwise
   // linear_forward, which streams few-row f32 products too and gives larger blocks one oneDNN
   // product for any block size.
-  for_each_block(*offsets, first_expert, [&](int e, auto rows) {
+  for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const Tensor xb = rows(c.xp), bi = in_bias(e), bo = out_bias(e);
     Tensor h = rows(c.hp), o = rows(c.op);
     const Tensor w_in_e = slice(w_in, e, P, D), w_out_e = slice(w_out, e, D, F);
@@ -269,10 +300,6 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
     }
     linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
   });
-  if (exchanged_) exchange_.combine(c.op_local, c.op);
-  y.ensure({T, D});
-  unpermute_rows(y, exchanged_ ? c.op_local : c.op, r.slot.data(), r.weight.data(), r.k,
-                 /*accumulate=*/false);
 }
 
 // MoE++'s zero-computation choices, per token (no rows, no products): y += w·x for a copy
@@ -344,9 +371,22 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t D = config_.d_model;
   check(x.rank() == 2 && x.dim(1) == D, "[moe] input {} must be [T, {}]", shape_string(x.shape()),
         D);
+  if (looks_at_whole_sequence(config_.moe.routing)) {
+    const std::int64_t S = sequence_ > 0 ? sequence_ : x.dim(0);
+    check(S > 1 || x.dim(0) == 0,
+          "[moe] {} routing looks at the whole sequence: one token at a time (decode) is not a "
+          "sequence; run it on whole sequences",
+          enum_name(config_.moe.routing));
+    check(x.dim(0) == 0 || x.dim(0) % S == 0, "[moe] {} tokens are not whole sequences of {}",
+          x.dim(0), S);
+  }
   if (train && packed_in_.defined()) set_inference_weights(DType::f32);
-  router_forward(x, train);
-  experts_forward(y, x, train);
+  if (config_.moe.routing == RoutingKind::soft) {
+    soft_forward(y, x, train);
+  } else {
+    router_forward(x, train);
+    experts_forward(y, x, train);
+  }
   if (config_.moe.zc_experts() > 0) zc_forward(y, x);
   if (shared_) shared_forward(y, x, train);
   if (train) {
@@ -367,10 +407,14 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[moe] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
-  combine_backward(dy);
-  experts_backward(dx);
-  if (config_.moe.zc_experts() > 0) zc_backward(dx, dy);
-  router_backward(dx);
+  if (config_.moe.routing == RoutingKind::soft) {
+    soft_backward(dx, dy);
+  } else {
+    combine_backward(dy);
+    experts_backward(dx);
+    if (config_.moe.zc_experts() > 0) zc_backward(dx, dy);
+    router_backward(dx);
+  }
   if (shared_) shared_backward(dx, dy);
 }
 
@@ -385,10 +429,9 @@ void MoEFFN::combine_backward(const Tensor& dy) {
 
 // The experts, block by block; dx (overwritten) gets the permuted rows' input gradients.
 void MoEFFN::experts_backward(Tensor& dx) {
-  const std::int64_t T = router_.x.dim(0), D = config_.d_model, F = expert_.d_ff, P = in_width_;
+  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   const Routing& r = routing_;
   const std::int64_t R = r.kept();
-  const ExpertCache& c = rows_;
   const Tensor* dop = &scratch(Scratch::moe_dop, {R, D});  // from combine_backward
   // Expert parallel: the output gradients go where their rows were computed (dispatch), the
   // input gradients come back (combine).
@@ -400,26 +443,34 @@ void MoEFFN::experts_backward(Tensor& dx) {
     offsets = &exchange_.offsets();
     first_expert = exchange_.first_expert();
   }
+  Tensor& dxp = expert_blocks_backward(*dop, *offsets, first_expert);
+  if (exchanged_) exchange_.combine(ep_dxp_, dxp);
+  dx.ensure({T, D});
+  permute_rows_backward(dx, exchanged_ ? ep_dxp_ : dxp, r.slot.data(), r.k, /*accumulate=*/false);
+}
+
+Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std::int64_t>& offsets,
+                                       int first_expert) {
+  const std::int64_t D = config_.d_model, F = expert_.d_ff, P = in_width_;
+  const ExpertCache& c = rows_;
   const std::int64_t rows_here = c.xp.dim(0);
   Tensor& dhp = scratch(Scratch::moe_dhp, {rows_here, F});
   Tensor& dap = scratch(Scratch::moe_dap, {rows_here, P});
   Tensor& dxp = scratch(Scratch::moe_dxp, {rows_here, D});
-  for_each_block(*offsets, first_expert, [&](int e, auto rows) {
+  for_each_block(offsets, first_expert, [&](int e, auto rows) {
     Tensor dh = rows(dhp), dw = slice(dw_.out, e, D, F);
     Tensor db = config_.bias ? dw_.out_bias.view(e * D, {D}) : Tensor();
-    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(*dop), rows(c.hp),
+    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(dop), rows(c.hp),
                     slice(w_.out, e, D, F), precision_, /*varying_rows=*/true);
   });
   if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
-  for_each_block(*offsets, first_expert, [&](int e, auto rows) {
+  for_each_block(offsets, first_expert, [&](int e, auto rows) {
     Tensor dxe = rows(dxp), dw = slice(dw_.in, e, P, D);
     Tensor db = config_.bias ? dw_.in_bias.view(e * P, {P}) : Tensor();
     linear_backward(&dxe, dw, config_.bias ? &db : nullptr, rows(dap), rows(c.xp),
                     slice(w_.in, e, P, D), precision_, /*varying_rows=*/true);
   });
-  if (exchanged_) exchange_.combine(ep_dxp_, dxp);
-  dx.ensure({T, D});
-  permute_rows_backward(dx, exchanged_ ? ep_dxp_ : dxp, r.slot.data(), r.k, /*accumulate=*/false);
+  return dxp;
 }
 
 // The zero-computation choices' part: their combine weights' gradients (into ws_.dweight, where
@@ -487,6 +538,212 @@ void MoEFFN::zc_backward(Tensor& dx, const Tensor& dy) {
       dW[i * 2 * D + d] += dz[a * 2] * X[t * D + d];
       dW[i * 2 * D + D + d] += dz[a * 2 + 1] * X[t * D + d];
     }
+}
+
+namespace {
+
+constexpr double kSoftEps = 1e-6;  // on the sum of squares, as Soft MoE's normalisation
+
+// out = scale·v/sqrt(|v|² + ε) per row of v [R, D]; inv[r] = 1/sqrt(|v_r|² + ε).
+void normalize_rows(Tensor& out, std::vector<float>& inv, const Tensor& v, float scale) {
+  const std::int64_t R = v.dim(0), D = v.dim(1);
+  out.ensure({R, D});
+  inv.resize(static_cast<std::size_t>(R));
+  const float* in = v.f32();
+  float* o = out.f32();
+#pragma omp parallel for schedule(static) if (R * D > 65536)
+  for (std::int64_t r = 0; r < R; ++r) {
+    double ss = 0;
+    for (std::int64_t d = 0; d < D; ++d) ss += static_cast<double>(in[r * D + d]) * in[r * D + d];
+    inv[r] = static_cast<float>(1.0 / std::sqrt(ss + kSoftEps));
+    for (std::int64_t d = 0; d < D; ++d) o[r * D + d] = scale * inv[r] * in[r * D + d];
+  }
+}
+
+// dv (+=) = scale·(inv·g − inv³·v·⟨v, g⟩) per row: the backward of normalize_rows.
+void normalize_rows_backward(float* dv, const float* v, const float* g,
+                             const std::vector<float>& inv, std::int64_t R, std::int64_t D,
+                             float scale) {
+#pragma omp parallel for schedule(static) if (R * D > 65536)
+  for (std::int64_t r = 0; r < R; ++r) {
+    double dot = 0;
+    for (std::int64_t d = 0; d < D; ++d) dot += static_cast<double>(v[r * D + d]) * g[r * D + d];
+    const float a = scale * inv[r];
+    const auto b = static_cast<float>(scale * static_cast<double>(inv[r]) * inv[r] * inv[r] * dot);
+    for (std::int64_t d = 0; d < D; ++d) dv[r * D + d] += a * g[r * D + d] - b * v[r * D + d];
+  }
+}
+
+// Rows of a [B, M, D] buffer into expert blocks ([M/p experts][B][p] rows) or back.
+void slots_to_rows(float* rows, const float* slots, std::int64_t B, std::int64_t E, std::int64_t p,
+                   std::int64_t D, bool back) {
+  const std::int64_t M = E * p;
+#pragma omp parallel for schedule(static) if (B * M * D > 65536)
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t m = 0; m < M; ++m) {
+      const std::int64_t row = (m / p) * B * p + b * p + m % p;
+      float* to = back ? const_cast<float*>(slots) + (b * M + m) * D : rows + row * D;
+      const float* from = back ? rows + row * D : slots + (b * M + m) * D;
+      std::copy(from, from + D, to);
+    }
+}
+
+}  // namespace
+
+// Soft MoE (Puigcerver et al. 2024), per sequence of S tokens: logits L = X̃·Φ̃ᵀ with X̃ the
+// l2-normalised tokens and Φ̃ = scale·the l2-normalised slot parameters; dispatch D = softmax of
+// L over the tokens (per slot), combine C = softmax over the slots (per token); slot inputs
+// X̄ = Dᵀ·X, each expert runs its p slots of every sequence in one block, y = C·Ȳ.
+void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
+  const MoEConfig& m = config_.moe;
+  const std::int64_t T = x.dim(0), D = config_.d_model, E = m.num_experts, p = m.slots;
+  const std::int64_t M = E * p, S = sequence_ > 0 ? sequence_ : T, B = T > 0 ? T / S : 0;
+  check(!(train && expert_parallel_),
+        "[moe] Soft MoE does not split its experts over ranks (expert parallelism): train it with "
+        "data parallelism alone");
+  exchanged_ = false;
+  SoftCache& c = soft_;
+  c.sequences = B;
+  c.sequence = S;
+  normalize_rows(c.xn, c.x_inv, x, 1.0f);
+  normalize_rows(c.phin, c.phi_inv, w_.phi, w_.phi_scale.f32()[0]);
+  c.combine.ensure({T, M});
+  c.dispatch.ensure({T, M});
+  if (T > 0) linear_forward(c.combine, c.xn, c.phin, nullptr);  // the logits, for now
+  float* L = c.combine.f32();
+  float* Dsp = c.dispatch.f32();
+  // Dispatch: softmax over each sequence's tokens, per slot.
+#pragma omp parallel for schedule(static) if (T * M > 65536)
+  for (std::int64_t bm = 0; bm < B * M; ++bm) {
+    const std::int64_t b = bm / M, s0 = b * S, j = bm % M;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (std::int64_t t = s0; t < s0 + S; ++t) mx = std::max(mx, L[t * M + j]);
+    double sum = 0;
+    for (std::int64_t t = s0; t < s0 + S; ++t)
+      sum += std::exp(static_cast<double>(L[t * M + j] - mx));
+    for (std::int64_t t = s0; t < s0 + S; ++t)
+      Dsp[t * M + j] = static_cast<float>(std::exp(static_cast<double>(L[t * M + j] - mx)) / sum);
+  }
+  // Combine: softmax over the slots, per token (in place); its entropy and largest weight.
+  std::vector<double> entropy(static_cast<std::size_t>(T)), top(static_cast<std::size_t>(T));
+#pragma omp parallel for schedule(static) if (T * M > 65536)
+  for (std::int64_t t = 0; t < T; ++t) {
+    float* l = L + t * M;
+    const float mx = *std::max_element(l, l + M);
+    double sum = 0;
+    for (std::int64_t j = 0; j < M; ++j) sum += std::exp(static_cast<double>(l[j] - mx));
+    double h = 0, best = 0;
+    for (std::int64_t j = 0; j < M; ++j) {
+      l[j] = static_cast<float>(std::exp(static_cast<double>(l[j] - mx)) / sum);
+      if (l[j] > 0) h -= static_cast<double>(l[j]) * std::log(static_cast<double>(l[j]));
+      best = std::max(best, static_cast<double>(l[j]));
+    }
+    entropy[t] = h;
+    top[t] = best;
+  }
+  // Slot inputs X̄ [B, M, D] = Dᵀ·X per sequence, into the experts' rows.
+  c.slots_out.ensure({B, M, D});  // (X̄ first: the experts' outputs replace it below)
+  ExpertCache& rows = rows_;
+  rows.xp.ensure({B * M, D});
+  if (T > 0) {
+    matmul(c.slots_out, c.dispatch.reshape({B, S, M}), Trans::yes, x.reshape({B, S, D}), Trans::no);
+    slots_to_rows(rows.xp.f32(), c.slots_out.f32(), B, E, p, D, /*back=*/false);
+  }
+  c.offsets.assign(static_cast<std::size_t>(E + 1), 0);
+  for (std::int64_t e = 0; e <= E; ++e) c.offsets[e] = e * B * p;
+  expert_blocks_forward(c.offsets, 0, train);
+  y.ensure({T, D});
+  if (T > 0) {
+    slots_to_rows(rows.op.f32(), c.slots_out.f32(), B, E, p, D, /*back=*/true);
+    Tensor y3 = y.reshape({B, S, D});
+    matmul(y3, c.combine.reshape({B, S, M}), Trans::no, c.slots_out, Trans::no);
+  }
+
+  // What the statistics read: every expert processes p slots of every sequence.
+  Routing& r = routing_;
+  std::vector<double> sums{static_cast<double>(T), 0.0, 0.0};
+  for (std::int64_t t = 0; t < T; ++t) {
+    sums[1] += entropy[t];
+    sums[2] += top[t];
+  }
+  ProcessGroup* group = train ? group_ : nullptr;
+  if (group) group->allreduce_sum(sums, "router statistics");
+  r = Routing{};
+  r.tokens = T;
+  r.total_tokens = static_cast<std::int64_t>(sums[0]);
+  r.experts = r.ffn_experts = static_cast<int>(E);
+  r.sequence = S;
+  r.offsets = c.offsets;
+  const std::int64_t per_expert = r.total_tokens / S * p;  // slots of every rank's sequences
+  r.load.assign(static_cast<std::size_t>(E), per_expert);
+  r.kept_total.assign(static_cast<std::size_t>(E), per_expert);
+  r.first.assign(static_cast<std::size_t>(E), 0);
+  const double inv_t = r.total_tokens > 0 ? 1.0 / static_cast<double>(r.total_tokens) : 0.0;
+  r.entropy = sums[1] * inv_t;
+  r.top1_prob = sums[2] * inv_t;
+}
+
+void MoEFFN::soft_backward(Tensor& dx, const Tensor& dy) {
+  const MoEConfig& m = config_.moe;
+  const Tensor& x = router_.x;
+  SoftCache& c = soft_;
+  const std::int64_t T = x.dim(0), D = config_.d_model, E = m.num_experts, p = m.slots;
+  const std::int64_t M = E * p, S = c.sequence, B = c.sequences;
+  dx.ensure({T, D});
+  if (T == 0) return;
+  const Tensor dy3 = dy.reshape({B, S, D}), x3 = x.reshape({B, S, D});
+  const Tensor comb3 = c.combine.reshape({B, S, M}), disp3 = c.dispatch.reshape({B, S, M});
+  // y = C·Ȳ: dȲ = Cᵀ·dy, dC = dy·Ȳᵀ.
+  c.dslots.ensure({B, M, D});
+  c.dlogits.ensure({B, S, M});
+  c.ddispatch.ensure({B, S, M});
+  matmul(c.dslots, comb3, Trans::yes, dy3, Trans::no);
+  matmul(c.dlogits, dy3, Trans::no, c.slots_out, Trans::yes);  // dC, for now
+  Tensor& dop = scratch(Scratch::moe_dop, {B * M, D});
+  slots_to_rows(dop.f32(), c.dslots.f32(), B, E, p, D, /*back=*/false);
+  Tensor& dxp = expert_blocks_backward(dop, c.offsets, 0);
+  slots_to_rows(dxp.f32(), c.dslots.f32(), B, E, p, D, /*back=*/true);  // dX̄
+  // X̄ = Dᵀ·X: dX = D·dX̄, dD = X·dX̄ᵀ.
+  Tensor dx3 = dx.reshape({B, S, D});
+  matmul(dx3, disp3, Trans::no, c.dslots, Trans::no);
+  matmul(c.ddispatch, x3, Trans::no, c.dslots, Trans::yes);
+  // Both softmaxes back to the logits: over the slots (rows) and over the tokens (columns).
+  float* dL = c.dlogits.f32();
+  const float* C = c.combine.f32();
+  const float* Dsp = c.dispatch.f32();
+  const float* dD = c.ddispatch.f32();
+#pragma omp parallel for schedule(static) if (T * M > 65536)
+  for (std::int64_t t = 0; t < T; ++t) {
+    double dot = 0;
+    for (std::int64_t j = 0; j < M; ++j) dot += static_cast<double>(C[t * M + j]) * dL[t * M + j];
+    for (std::int64_t j = 0; j < M; ++j)
+      dL[t * M + j] = C[t * M + j] * (dL[t * M + j] - static_cast<float>(dot));
+  }
+#pragma omp parallel for schedule(static) if (T * M > 65536)
+  for (std::int64_t bm = 0; bm < B * M; ++bm) {
+    const std::int64_t s0 = (bm / M) * S, j = bm % M;
+    double dot = 0;
+    for (std::int64_t t = s0; t < s0 + S; ++t)
+      dot += static_cast<double>(Dsp[t * M + j]) * dD[t * M + j];
+    for (std::int64_t t = s0; t < s0 + S; ++t)
+      dL[t * M + j] += Dsp[t * M + j] * (dD[t * M + j] - static_cast<float>(dot));
+  }
+  // L = X̃·Φ̃ᵀ: dX̃ = dL·Φ̃, dΦ̃ = dLᵀ·X̃; then through the normalisations (and the scale).
+  const Tensor dL2 = c.dlogits.reshape({T, M});
+  c.dxn.ensure({T, D});
+  c.dphin.ensure({M, D});
+  matmul(c.dxn, dL2, Trans::no, c.phin, Trans::no);
+  matmul(c.dphin, dL2, Trans::yes, c.xn, Trans::no);
+  normalize_rows_backward(dx.f32(), x.f32(), c.dxn.f32(), c.x_inv, T, D, 1.0f);
+  const float scale = w_.phi_scale.f32()[0];
+  normalize_rows_backward(dw_.phi.f32(), w_.phi.f32(), c.dphin.f32(), c.phi_inv, M, D, scale);
+  double dscale = 0;  // Φ̃ = scale·Φ/|Φ|: ∂/∂scale = Σ ⟨Φ_j/|Φ_j|, dΦ̃_j⟩
+  const float* phi = w_.phi.f32();
+  const float* g = c.dphin.f32();
+  for (std::int64_t j = 0; j < M; ++j)
+    for (std::int64_t d = 0; d < D; ++d)
+      dscale += static_cast<double>(c.phi_inv[j]) * phi[j * D + d] * g[j * D + d];
+  dw_.phi_scale.f32()[0] += static_cast<float>(dscale);
 }
 
 std::vector<Tensor> MoEFFN::expert_grads() {

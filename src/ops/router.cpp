@@ -59,17 +59,80 @@ double balance_fraction(const Routing& r, const RouterConfig& m, int e) {
   return eta * r.load[e] * inv_t;
 }
 
+// A score as a sort key: NaN (from non-finite logits; the layer reports its non-finite output)
+// ranks last, so that the orderings below stay strict weak orders.
+float rank_key(float v) {
+  return std::isnan(v) ? kNegInf : v;
+}
+
+// Expert choice (Zhou et al. 2022): in every sequence of S tokens, expert e takes the C tokens of
+// best score s_te (ties to the earlier token). Then each token's choices are the experts that
+// took it, best score first (ties to the lower expert), followed by the others as padding.
+void choose_by_experts(Routing& r, const RouterConfig& m, std::int64_t S) {
+  const std::int64_t T = r.tokens;
+  const int E = r.experts;
+  check(S > 0 && T % S == 0,
+        "[router] expert-choice routing takes whole sequences: {} tokens are not sequences of {}",
+        T, S);
+  const std::int64_t C = m.expert_choice_capacity(S), jobs = (T / S) * E;
+  std::vector<char> taken(static_cast<std::size_t>(T * E), 0);
+  const float* sc = r.scores.data();
+#pragma omp parallel
+  {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(S));
+#pragma omp for schedule(static)
+    for (std::int64_t job = 0; job < jobs; ++job) {
+      const std::int64_t base = (job / E) * S;
+      const int e = static_cast<int>(job % E);
+      for (std::int64_t i = 0; i < S; ++i) order[i] = base + i;
+      std::partial_sort(order.begin(), order.begin() + C, order.end(),
+                        [&](std::int64_t a, std::int64_t b) {
+                          const float ka = rank_key(sc[a * E + e]), kb = rank_key(sc[b * E + e]);
+                          return ka > kb || (ka == kb && a < b);
+                        });
+      for (std::int64_t i = 0; i < C; ++i) taken[order[i] * E + e] = 1;
+    }
+#pragma omp for schedule(static)
+    for (std::int64_t t = 0; t < T; ++t) {
+      std::int32_t* chosen = r.expert.data() + t * E;
+      for (int e = 0; e < E; ++e) chosen[e] = e;
+      const float* st = sc + t * E;
+      const char* took = taken.data() + t * E;
+      std::stable_sort(chosen, chosen + E, [&](std::int32_t a, std::int32_t b) {
+        if (took[a] != took[b]) return took[a] > took[b];
+        return rank_key(st[a]) > rank_key(st[b]);
+      });
+      int n = 0;
+      for (int j = 0; j < E; ++j) {
+        const bool mine = took[chosen[j]] != 0;
+        n += mine;
+        r.raw[t * E + j] = mine ? st[chosen[j]] : 0.0f;
+        r.weight[t * E + j] = m.scaling * r.raw[t * E + j];
+      }
+      r.count[t] = n;
+    }
+  }
+}
+
 }  // namespace
 
+std::int64_t RouterConfig::expert_choice_capacity(std::int64_t sequence) const {
+  const double c = capacity_factor > 0 ? capacity_factor : 1.0;
+  const double n = std::ceil(c * top_k * static_cast<double>(sequence) / num_experts);
+  return static_cast<std::int64_t>(std::clamp(n, 1.0, static_cast<double>(sequence)));
+}
+
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
-           ProcessGroup* group) {
+           ProcessGroup* group, std::int64_t sequence) {
   const int E = m.routed_experts(), N = m.num_experts;
   check(logits.rank() == 2 && logits.dim(1) == E, "[router] logits {} must be [T, {}]",
         shape_string(logits.shape()), E);
   const std::int64_t T = logits.dim(0);
   const bool relu = m.routing == RoutingKind::relu;
-  const int K = relu ? E : m.top_k;
+  const bool by_experts = m.routing == RoutingKind::expert_choice;
+  const int K = relu || by_experts ? E : m.top_k;
   const int zero_from = m.first_zero_expert();
+  r.sequence = by_experts ? (sequence > 0 ? sequence : T) : 0;
   r.tokens = T;
   r.experts = E;
   r.ffn_experts = N;
@@ -112,6 +175,7 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
       top1[t] = best;
       for (int e = 0; e < E; ++e)
         s[e] = m.score == ScoreFunc::softmax ? p[e] : 1.0f / (1.0f + std::exp(-l[e]));
+      if (by_experts) continue;  // the experts choose, below
 
       std::int32_t* chosen = r.expert.data() + t * K;
       float* v = r.raw.data() + t * K;
@@ -174,6 +238,8 @@ void route(Routing& r, const Tensor& logits, const float* selection_bias, const 
         w[j] = m.scaling * (m.normalize ? (total > 0 ? v[j] / total : 0.0f) : v[j]);
     }
   }
+
+  if (by_experts && T > 0) choose_by_experts(r, m, r.sequence);
 
   // Serial reductions, in token order: deterministic for any thread count. Then, over a group,
   // summed over its ranks: [load E | first E | Σ_t p_te E | Σ_t gate_te E (relu) | tokens by
@@ -238,9 +304,8 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
   // a factor of 1e106, whose capacity did not fit in an int64).
   const double all = static_cast<double>(r.total_tokens) * K;
   r.capacity =
-      m.capacity_factor > 0
-          ? static_cast<std::int64_t>(std::min(all, std::ceil(m.capacity_factor * all / N)))
-          : 0;
+      m.drops() ? static_cast<std::int64_t>(std::min(all, std::ceil(m.capacity_factor * all / N)))
+                : 0;
   // Assignments a = t·K + j of each expert, first choices before second choices (the
   // position order), then dropped down to capacity and put back in token order.
   std::vector<std::vector<std::int64_t>> of(N);

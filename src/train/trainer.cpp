@@ -137,6 +137,9 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
       const FFNConfig& f = model.config().ffn;
       check(f.kind == FFNKind::moe,
             "[dist] expert parallelism needs an MoE model (this one's is {})", variant_name(f));
+      check(f.moe.routing != RoutingKind::soft,
+            "[dist] Soft MoE does not split its experts over ranks (its slots mix every token of "
+            "a sequence): train it with data parallelism alone (without --expert-parallel)");
       const ExpertShare here = expert_share(f.moe.num_experts, g->size(), g->rank());
       expert_spans_ = model_.expert_spans();
       for (const auto& s : expert_spans_) {

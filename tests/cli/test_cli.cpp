@@ -388,6 +388,16 @@ TEST_F(Cli, TrainMaskedObjective) {
   const auto resumed = run("train --resume " + path("m") + " --steps 3 --d-model 16");
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("objective: masked"), std::string::npos) << resumed.out;
+  // Expert choice and Soft MoE train with it; a causal run of them is refused, naming it.
+  for (const std::string routing : {"expert_choice", "soft --slots 2"}) {
+    const std::string moe = " --variant moe --experts 4 --routing " + routing;
+    const auto ok = run(common + moe + " --steps 2 --out " + path("r"));
+    EXPECT_EQ(ok.status, 0) << routing << ": " << ok.err;
+    const auto causal =
+        run("train --data " + path("text") + kTiny + moe + " --steps 2 --out " + path("c"));
+    EXPECT_NE(causal.status, 0) << routing;
+    EXPECT_NE(causal.err.find("--objective masked"), std::string::npos) << causal.err;
+  }
   const auto bad = run(common + " --mask-fraction 0 --steps 2 --out " + path("m0"));
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("mask_fraction"), std::string::npos) << bad.err;

@@ -165,9 +165,12 @@ def moe_param_names(m, kind, bias, D, Fe, Fs):
     E = m["num_experts"]
     C = m.get("constant_experts", 0)
     routed = E + C + m.get("copy_experts", 0) + m.get("zero_experts", 0)
-    out = [("gate.weight", (routed, D), D, False)]
-    if m.get("router_bias", True):
-        out.append(("gate.bias", (routed,), D, True))
+    if m.get("routing") == "soft":  # Soft MoE: the slots' parameters and their scale
+        out = [("gate.phi", (E * m.get("slots", 1), D), D, False), ("gate.scale", (1,), 1, False)]
+    else:
+        out = [("gate.weight", (routed, D), D, False)]
+        if m.get("router_bias", True):
+            out.append(("gate.bias", (routed,), D, True))
     mixtral = m.get("naming") == "mixtral"
     ins = (["w1", "w3"] if mixtral else ["gate_proj", "up_proj"]) if kind == "glu" else ["up_proj"]
     down = "w2" if mixtral else "down_proj"
@@ -195,9 +198,10 @@ def moe_param_names(m, kind, bias, D, Fe, Fs):
     return out
 
 
-def moe_reference(p, x, m, kind, act, bias):
+def moe_reference(p, x, m, kind, act, bias, sequence=0):
     """The MoE block in float64 autograd, written from the papers' and HF's definitions
-    (docs/moe.md). Returns y, balance loss, z-loss, chosen experts [T, k], weights, kept."""
+    (docs/moe.md). Returns y, balance loss, z-loss, chosen experts [T, k], weights, kept.
+    sequence: expert-choice routing's sequence length (0: all T tokens are one)."""
     T, D = x.shape
     N, K = m["num_experts"], m["top_k"]
     # MoE++ (Jin et al. 2024): the router scores N FFN experts, then the zero-computation ones
@@ -206,6 +210,43 @@ def moe_reference(p, x, m, kind, act, bias):
     E = N + C + n_copy + m.get("zero_experts", 0)
     zero_from = N + C + n_copy
     fn = activation(act)
+    mixtral = m.get("naming") == "mixtral"
+    ins = (["w1", "w3"] if mixtral else ["gate_proj", "up_proj"]) if kind == "glu" else ["up_proj"]
+    down = "w2" if mixtral else "down_proj"
+
+    def mlp(pre, inp, names, down_name):
+        lin = lambda n, z: F.linear(z, p[pre + n + ".weight"], p.get(pre + n + ".bias"))
+        h = fn(lin(names[0], inp)) * lin(names[1], inp) if kind == "glu" else fn(lin(names[0], inp))
+        return lin(down_name, h)
+
+    def with_shared(y):
+        if not m.get("num_shared", 0):
+            return y
+        pre = "shared_expert." if m.get("naming") == "qwen2_moe" else "shared_experts."
+        s = mlp(pre, x, ["gate_proj", "up_proj"] if kind == "glu" else ["up_proj"], "down_proj")
+        if m.get("shared_gate"):
+            s = torch.sigmoid(F.linear(x, p["shared_expert_gate.weight"])) * s
+        return y + s
+
+    if m.get("routing") == "soft":
+        # Soft MoE (Puigcerver et al. 2024), per sequence of S tokens: logits between the
+        # l2-normalised tokens and scale·the l2-normalised slot parameters (ε 1e-6 on the sum
+        # of squares, as vmoe's normalisation), dispatch = softmax over the tokens, combine =
+        # softmax over the slots; expert j // p runs slot j. Nothing is chosen; no losses.
+        S, slots = sequence or T, m.get("slots", 1)
+        l2n = lambda v: v / torch.sqrt((v * v).sum(-1, keepdim=True) + 1e-6)
+        xn, phin = l2n(x), p["gate.scale"] * l2n(p["gate.phi"])
+        parts, entropy = [], torch.zeros((), dtype=torch.float64)
+        for b in range(0, T, S):
+            L = xn[b:b + S] @ phin.T  # [S, E·p]
+            slot_in = torch.softmax(L, dim=0).T @ x[b:b + S]
+            slot_out = torch.cat([mlp(f"experts.{j // slots}.", slot_in[j:j + 1], ins, down)
+                                  for j in range(N * slots)])
+            parts.append(torch.softmax(L, dim=1) @ slot_out)
+            # The router entropy it reports: of each token's combine weights, mean over tokens.
+            entropy = entropy - (torch.softmax(L, 1) * torch.log_softmax(L, 1)).sum().detach() / T
+        zero, none = torch.zeros((), dtype=torch.float64), torch.zeros(T, 0)
+        return with_shared(torch.cat(parts)), zero, zero, entropy, zero, none, none, none
     logits = F.linear(x, p["gate.weight"], p.get("gate.bias"))
     probs = torch.softmax(logits, dim=-1)
     scores = probs if m.get("score", "softmax") == "softmax" else torch.sigmoid(logits)
@@ -228,6 +269,23 @@ def moe_reference(p, x, m, kind, act, bias):
         gap = logits.detach().abs().min()
         assert gap > 1e-4, f"a logit lies within {gap:.1e} of 0: pick other values"
         sel = logits.detach()
+    expert_choice = m.get("routing", "topk") == "expert_choice"
+    if expert_choice:
+        # Expert choice (Zhou et al. 2022): in every sequence of S tokens each expert takes its
+        # C = ceil(c·k·S/E) tokens of highest probability (c: capacity_factor, 1 when 0); a
+        # token's columns are the experts that took it, best first, then the others.
+        K = E
+        S = sequence or T
+        cap = min(S, max(1, math.ceil((m.get("capacity_factor", 0.0) or 1.0) * m["top_k"] * S / E)))
+        took = torch.zeros(T, E, dtype=torch.bool)
+        for b in range(0, T, S):
+            ranked = torch.sort(probs.detach()[b:b + S], dim=0, descending=True, stable=True)
+            if cap < S:
+                gap = (ranked.values[cap - 1] - ranked.values[cap]).abs().min()
+                assert gap > 1e-4, f"an expert's C-th and next token lie {gap:.1e} apart"
+            took[b + ranked.indices[:cap], torch.arange(E)] = True
+        # Sort key: taken first, then by probability (both descending; probabilities < 1).
+        sel = took.double() * 2 + probs.detach()
     idx = torch.sort(sel, dim=-1, descending=True, stable=True).indices[:, :K]
     # Top-p (Huang et al. 2024): the fewest best experts whose probabilities sum to at least
     # top_p, at most k; `taken` marks them.
@@ -239,6 +297,8 @@ def moe_reference(p, x, m, kind, act, bias):
         reached = mass >= m["top_p"]
         count = torch.where(reached.any(-1), reached.double().argmax(-1) + 1, K)
         taken = torch.arange(K)[None, :] < count[:, None]
+    if expert_choice:
+        taken = took.gather(1, idx)
     if relu_routing:
         taken = logits.detach().gather(1, idx) > 0
         v = torch.relu(logits).gather(1, idx) * taken
@@ -256,7 +316,7 @@ def moe_reference(p, x, m, kind, act, bias):
     # choices run no FFN row: not kept.
     kept = taken & (idx < N)
     c = m.get("capacity_factor", 0.0)
-    if c > 0:
+    if c > 0 and not expert_choice:
         cap = math.ceil(c * K * T / E)
         for e in range(E):
             lst = [(j, t) for j in range(K) for t in range(T) if idx[t, j] == e and taken[t, j]]
@@ -264,15 +324,6 @@ def moe_reference(p, x, m, kind, act, bias):
                 lst.sort(key=lambda jt: -float(scores[jt[1], e]))
             for j, t in lst[cap:]:
                 kept[t, j] = False
-    mixtral = m.get("naming") == "mixtral"
-    ins = (["w1", "w3"] if mixtral else ["gate_proj", "up_proj"]) if kind == "glu" else ["up_proj"]
-    down = "w2" if mixtral else "down_proj"
-
-    def mlp(pre, inp, names, down_name):
-        lin = lambda n, z: F.linear(z, p[pre + n + ".weight"], p.get(pre + n + ".bias"))
-        h = fn(lin(names[0], inp)) * lin(names[1], inp) if kind == "glu" else fn(lin(names[0], inp))
-        return lin(down_name, h)
-
     y = torch.zeros(T, D, dtype=torch.float64)
     for e in range(N):
         tok, j = torch.nonzero((idx == e) & kept, as_tuple=True)
@@ -290,12 +341,7 @@ def moe_reference(p, x, m, kind, act, bias):
         else:
             out = x[tok]
         y = y.index_add(0, tok, w[tok, j].unsqueeze(-1) * out)
-    if m.get("num_shared", 0):
-        pre = "shared_expert." if m.get("naming") == "qwen2_moe" else "shared_experts."
-        s = mlp(pre, x, ["gate_proj", "up_proj"] if kind == "glu" else ["up_proj"], "down_proj")
-        if m.get("shared_gate"):
-            s = torch.sigmoid(F.linear(x, p["shared_expert_gate.weight"])) * s
-        y = y + s
+    y = with_shared(y)
     which = m.get("balance_loss", "topk")
     onehot = F.one_hot(idx, E).double() * taken.unsqueeze(-1)  # [T, K, E]
     onehot = (onehot[:, :1] if which == "top1" else onehot).sum(1)  # [T, E]
@@ -315,7 +361,7 @@ def moe_reference(p, x, m, kind, act, bias):
 
 
 def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="", Fs=0, seed=0,
-                  balance_bias=False, l1_coef=0.0):
+                  balance_bias=False, l1_coef=0.0, sequence=0):
     gen = torch.Generator().manual_seed(seed)
     params = {}
     for n, shape, fan_in, is_bias in moe_param_names(m, kind, bias, D, Fe, Fs):
@@ -325,13 +371,16 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
     if balance_bias:
         params["gate.e_score_correction_bias"] = (
             torch.randn(m["num_experts"], generator=gen, dtype=torch.float64) * 0.05).float()
+    if m.get("routing") == "soft":  # a scale away from 1 (its initial value) to show in y
+        params["gate.scale"] = torch.tensor([2.5], dtype=torch.float32)
     if m.get("routing") == "relu":  # the L1 coefficient: state, not trained
         params["gate.l1_coef"] = torch.tensor([l1_coef], dtype=torch.float32)
     x = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
     dy = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
     p64 = {n: t.double().requires_grad_(True) for n, t in params.items()}
     x64 = x.double().requires_grad_(True)
-    y, balance, z, entropy, l1, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias)
+    y, balance, z, entropy, l1, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias,
+                                                             sequence)
     loss = (y * dy.double()).sum() + m.get("aux_coef", 0.0) * balance + m.get("z_coef", 0.0) * z \
         + m.get("entropy_coef", 0.0) * entropy + l1_coef * l1
     loss.backward()
@@ -344,9 +393,12 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
         json.dump(cfg, f, indent=1)
     save_safetensors(os.path.join(d, "weights.safetensors"),
                      {prefix + n: t for n, t in params.items()})
-    save_safetensors(os.path.join(d, "x.safetensors"), {"x": x})
-    save_safetensors(os.path.join(d, "dy.safetensors"), {"dy": dy})
-    expected = {"y": y.detach(), "dx": x64.grad, "balance_loss": balance.detach().reshape(1),
+    # Sequences of `sequence` tokens are stored [B, S, D], as `ffnlab run` reads them.
+    rows = (T // sequence, sequence, D) if sequence else (T, D)
+    save_safetensors(os.path.join(d, "x.safetensors"), {"x": x.reshape(rows)})
+    save_safetensors(os.path.join(d, "dy.safetensors"), {"dy": dy.reshape(rows)})
+    expected = {"y": y.detach().reshape(rows), "dx": x64.grad.reshape(rows),
+                "balance_loss": balance.detach().reshape(1),
                 "z_loss": z.detach().reshape(1), "entropy": entropy.detach().reshape(1),
                 "l1_loss": l1.detach().reshape(1),
                 "experts": idx.double(),
@@ -356,7 +408,7 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
         expected[prefix + n] = g if g is not None else torch.zeros_like(p64[n])
     save_safetensors(os.path.join(d, "expected.safetensors"), expected)
     with open(os.path.join(d, "case.json"), "w") as f:
-        json.dump({"prefix": prefix, "tokens": T, "moe": True}, f)
+        json.dump({"prefix": prefix, "tokens": T, "moe": True, "sequence": sequence}, f)
 
 
 def moe_cases(case):
@@ -424,6 +476,25 @@ def moe_cases(case):
          {"num_experts": 5, "top_k": 3, "constant_experts": 1, "copy_experts": 1,
           "zero_experts": 1, "normalize": False, "aux_coef": 0.01}, "plain", "relu", 13, 20, 16,
          True)
+    # Expert choice (Zhou et al. 2022): three sequences of 8, each expert taking ceil(2·8/4) = 4
+    # tokens of each (GELU experts: a ReLU pre-activation near 0 may flip sign in the bf16
+    # check); and one sequence of 14 with capacity factor 1.5 and the z-loss.
+    case("moe_expert_choice_e4_k2_three_sequences",
+         {"num_experts": 4, "top_k": 2, "routing": "expert_choice", "normalize": False},
+         "plain", "gelu", 13, 20, 24, True, sequence=8)
+    case("moe_expert_choice_swiglu_c1.5_zloss",
+         {"num_experts": 6, "top_k": 2, "routing": "expert_choice", "normalize": False,
+          "capacity_factor": 1.5, "z_coef": 0.01, "scaling": 1.2, "router_bias": False},
+         "glu", "silu", 13, 11, 14, False)
+    # Soft MoE (Puigcerver et al. 2024): two sequences of 6 with 4 experts of 2 slots and a
+    # shared expert; one sequence of 9 with 3 experts of one slot.
+    case("moe_soft_e4_p2_two_sequences_shared",
+         {"num_experts": 4, "top_k": 1, "routing": "soft", "slots": 2, "num_shared": 1,
+          "shared_d_ff": 9, "router_bias": False}, "glu", "silu", 13, 11, 12, False, Fs=9,
+         sequence=6)
+    case("moe_soft_e3_p1_gelu_bias",
+         {"num_experts": 3, "top_k": 1, "routing": "soft", "slots": 1}, "plain", "gelu", 13, 20,
+         9, True)
     case("moe_softmax_after_topk_geglu_k3",
          {"num_experts": 7, "top_k": 3, "softmax_after_topk": True, "aux_coef": 0.01},
          "glu", "gelu", 13, 11, 9, True)

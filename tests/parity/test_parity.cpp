@@ -35,10 +35,15 @@ void check_case(const std::string& name, Precision precision, double tol) {
   const FFNConfig config = read_ffn_config_file((dir / "config.json").string());
   auto ffn = make_ffn(config, 123);
   ffn->set_precision(precision);
+  ffn->set_sequence_length(meta.value("sequence", std::int64_t{0}));
   load_parameters(ffn->parameters(), SafeTensors::load((dir / "weights.safetensors").string()),
                   prefix);
-  const Tensor x = SafeTensors::load((dir / "x.safetensors").string()).f32("x");
-  const Tensor dy = SafeTensors::load((dir / "dy.safetensors").string()).f32("dy");
+  // [T, D], or [B, S, D] for routings that route each sequence on its own
+  const auto rows = [&](const Tensor& t) {
+    return t.reshape({t.numel() / config.d_model, config.d_model});
+  };
+  const Tensor x = rows(SafeTensors::load((dir / "x.safetensors").string()).f32("x"));
+  const Tensor dy = rows(SafeTensors::load((dir / "dy.safetensors").string()).f32("dy"));
   const auto expected = SafeTensors::load((dir / "expected.safetensors").string());
 
   Tensor y, dx;

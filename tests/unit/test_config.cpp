@@ -129,7 +129,7 @@ TEST(Config, MoEOptionsRoundTrip) {
   EXPECT_EQ(config_to_json(config_from_json(jp)), jp);
   EXPECT_NE(error_of([] {
               config_from_json(json::parse(R"({"kind":"moe","moe":{"routing":"top_q"}})"));
-            }).find("unknown routing 'top_q' (known: topk, top_p, relu)"),
+            }).find("unknown routing 'top_q' (known: topk, top_p, relu, expert_choice, soft)"),
             std::string::npos);
   FFNConfig r = variant_config("moe", 24, 40, false);
   r.moe.routing = RoutingKind::relu;

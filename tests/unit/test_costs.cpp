@@ -109,3 +109,43 @@ TEST(Costs, InvalidConfigsAreRejected) {
   EXPECT_THROW(count_params(variant_config("relu", 16, 0, true)), Error);
   EXPECT_THROW(make_ffn(c), Error);
 }
+
+// Routings whose experts per token vary are costed at their mean: ReLU routing at N·(1 − S*),
+// expert choice at c·k (capacity factor c, 1 when 0); top-k at k.
+TEST(Costs, RoutingFamiliesCostTheirMeanExpertsPerToken) {
+  FFNConfig topk = variant_config("moe", 64, 32, false);
+  topk.moe.num_experts = 8;
+  topk.moe.top_k = 2;
+  const FFNConfig expert = expert_config(topk);
+  const double per_expert = ffn_cost(expert, 1).forward.matmul;
+  const double router = 2.0 * 64 * 8;
+  auto experts_costed = [&](const FFNConfig& c) {
+    return (ffn_cost(c, 1).forward.matmul - router) / per_expert;
+  };
+  EXPECT_DOUBLE_EQ(experts_costed(topk), 2.0);
+  FFNConfig relu = topk;
+  relu.moe.routing = RoutingKind::relu;
+  relu.moe.normalize = false;
+  relu.moe.target_sparsity = 0.5f;
+  EXPECT_DOUBLE_EQ(experts_costed(relu), 4.0);
+  FFNConfig ec = topk;
+  ec.moe.routing = RoutingKind::expert_choice;
+  ec.moe.normalize = false;
+  EXPECT_DOUBLE_EQ(experts_costed(ec), 2.0);
+  EXPECT_EQ(ffn_cost(ec, 1).active_params, ffn_cost(topk, 1).active_params);
+  ec.moe.capacity_factor = 1.5;
+  EXPECT_DOUBLE_EQ(experts_costed(ec), 3.0);
+  EXPECT_GT(ffn_cost(ec, 1).active_params, ffn_cost(topk, 1).active_params);
+  // Soft MoE: E·p slots a sequence of S (the tokens given): E·p/S experts a token, beside the
+  // logits, dispatch and combine products (2·E·p·D each); its parameters are the layer's.
+  FFNConfig soft = topk;
+  soft.moe.routing = RoutingKind::soft;
+  soft.moe.slots = 4;
+  soft.moe.aux_coef = 0.0f;
+  const FFNCost sc = ffn_cost(soft, 16);
+  EXPECT_DOUBLE_EQ(sc.forward.matmul, 6.0 * 64 * 32 + 2.0 * per_expert);
+  std::int64_t trained = 0;
+  const auto layer = make_ffn(soft, 0);
+  for (const auto& p : layer->parameters().list()) trained += shape_numel(p.shape);
+  EXPECT_EQ(count_params(soft), trained);
+}

@@ -137,7 +137,8 @@ TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
 namespace {
 
 void expect_ranks_train_as_one_process(const FFNConfig& ffn,
-                                       Objective objective = Objective::causal) {
+                                       Objective objective = Objective::causal,
+                                       bool expert_parallel = true) {
   Corpus corpus;
   corpus.source = "test";
   const std::string text = "It is a far, far better thing that I do, than I have ever done. ";
@@ -190,6 +191,7 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
   for (const auto& run : {std::pair{2, false}, {3, false}, {2, true}}) {
     const int ranks = run.first;
     const bool ep = run.second;  // (clang 14 cannot capture a structured binding)
+    if (ep && !expert_parallel) continue;
     std::vector<std::vector<float>> weights(ranks);
     std::vector<StepLog> logs(ranks);
     ThreadGroup::run(ranks, [&](ThreadGroup& g) {
@@ -260,35 +262,65 @@ TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
   }
 }
 
-// The masked objective: each rank masks its own sequences as one process would, and the loss is
-// the mean over the batch's masked bytes (every sequence has as many).
-TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
-  expect_ranks_train_as_one_process(small_moe(2), Objective::masked);
-}
-
-TEST(DataParallel, BatchMustSplitEvenly) {
+// A one-layer model of `ffn` (masked objective for the routings that need it) on two ranks, a
+// batch of `batch` sequences of 8: the Trainer refuses it with `what`.
+void expect_refused_on_two_ranks(const FFNConfig& ffn, std::int64_t batch, bool expert_parallel,
+                                 const std::string& what) {
   Corpus corpus;
   corpus.source = "test";
   corpus.bytes.assign(2000, 'a');
   corpus.split = 1800;
   LMConfig c;
-  c.d_model = 8;
+  c.d_model = ffn.d_model;
   c.layers = 1;
   c.heads = 1;
   c.context = 8;
-  c.ffn = variant_config("relu", 8, 16, true);
+  c.ffn = ffn;
   TrainConfig t;
-  t.batch = 5;
+  t.batch = batch;
   t.seq = 8;
+  if (ffn.kind == FFNKind::moe && looks_at_whole_sequence(ffn.moe.routing)) {
+    c.causal = false;
+    c.vocab = kMaskToken + 1;
+    t.objective = Objective::masked;
+  }
   ThreadGroup::run(2, [&](ThreadGroup& g) {
     TransformerLM model(c, 1);
     try {
-      Trainer trainer(model, corpus, t, {&g, 1000, false, {}});
+      Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}});
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("batch = 5 sequences cannot be split evenly over 2"),
-                std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   });
+}
+
+// The masked objective: each rank masks its own sequences as one process would, and the loss is
+// the mean over the batch's masked bytes (every sequence has as many). With it, the routings
+// that look at the whole sequence: expert choice routes each sequence on its own (a rank holds
+// whole sequences), its statistics over the whole batch.
+TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
+  FFNConfig expert_choice = small_moe(2);
+  expert_choice.moe.routing = RoutingKind::expert_choice;
+  expert_choice.moe.normalize = false;
+  expert_choice.moe.aux_coef = 0.0f;
+  expert_choice.moe.z_coef = 0.01f;
+  for (const auto& [name, ffn] :
+       {std::pair{"top-k", small_moe(2)}, {"expert choice", expert_choice}}) {
+    SCOPED_TRACE(name);
+    expect_ranks_train_as_one_process(ffn, Objective::masked);
+  }
+  // Soft MoE mixes each sequence on its own (a rank holds whole sequences); it does not split
+  // its experts over ranks.
+  FFNConfig soft = small_moe(1);
+  soft.moe.routing = RoutingKind::soft;
+  soft.moe.slots = 2;
+  soft.moe.aux_coef = 0.0f;
+  expect_ranks_train_as_one_process(soft, Objective::masked, /*expert_parallel=*/false);
+  expect_refused_on_two_ranks(soft, 2, true, "Soft MoE does not split");
+}
+
+TEST(DataParallel, BatchMustSplitEvenly) {
+  expect_refused_on_two_ranks(variant_config("relu", 8, 16, true), 5, false,
+                              "batch = 5 sequences cannot be split evenly over 2");
 }

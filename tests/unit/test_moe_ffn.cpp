@@ -23,6 +23,7 @@ struct Case {
   const char* name;
   FFNConfig config;
   std::int64_t tokens;
+  std::int64_t sequence = 0;  // routings that look at the whole sequence: its tokens
 };
 
 FFNConfig base(int experts, int k, const char* expert_variant, bool bias) {
@@ -158,6 +159,42 @@ std::vector<Case> cases() {
     }
     out.push_back(c);
   }
+  {  // Zhou et al.: two sequences of 6, each expert taking ceil(2·6/4) = 3 tokens of each
+    Case c{"expert_choice_e4_k2_two_sequences", base(4, 2, "relu", true), 12, 6};
+    auto& m = c.config.moe;
+    m.routing = RoutingKind::expert_choice;
+    m.normalize = false;
+    m.aux_coef = 0.0f;
+    out.push_back(c);
+  }
+  {  // one sequence of 10, capacity factor 1.5: ceil(1.5·2·10/6) = 5 tokens an expert
+    Case c{"expert_choice_swiglu_c1.5_scaled", base(6, 2, "swiglu", false), 10};
+    auto& m = c.config.moe;
+    m.routing = RoutingKind::expert_choice;
+    m.normalize = false;
+    m.aux_coef = 0.0f;
+    m.capacity_factor = 1.5;
+    m.scaling = 1.3f;
+    m.entropy_coef = 0.02f;
+    m.router_bias = false;
+    out.push_back(c);
+  }
+  {  // Puigcerver et al.: two sequences of 5, 3 experts of 2 slots, a shared expert beside
+    Case c{"soft_moe_e3_p2_two_sequences_shared", base(3, 1, "swiglu", true), 10, 5};
+    auto& m = c.config.moe;
+    m.routing = RoutingKind::soft;
+    m.slots = 2;
+    m.aux_coef = m.z_coef = 0.0f;
+    m.num_shared = 1;
+    out.push_back(c);
+  }
+  {  // one sequence of 7 tokens, 4 experts of one slot each
+    Case c{"soft_moe_e4_p1_relu", base(4, 1, "relu", false), 7};
+    auto& m = c.config.moe;
+    m.routing = RoutingKind::soft;
+    m.aux_coef = m.z_coef = 0.0f;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -172,6 +209,7 @@ bool relu(const FFNConfig& c) {
 ref::MoEFFN<double> reference_of(MoEFFN& moe) {
   ref::MoEFFN<double> r;
   r.config = moe.config();
+  r.sequence = moe.sequence_length();
   for (const auto& p : moe.parameters().list())
     r.params[p.name] = std::vector<double>(p.value.f32(), p.value.f32() + p.value.numel());
   return r;
@@ -179,6 +217,8 @@ ref::MoEFFN<double> reference_of(MoEFFN& moe) {
 
 // Some parameters get random values that the initialisation leaves at zero.
 void randomize_state(MoEFFN& moe, std::uint64_t seed) {
+  if (moe.config().moe.routing == RoutingKind::soft)  // sharper dispatch and combine weights
+    moe.parameters().at("gate.scale").value.f32()[0] = 2.5f;
   if (top_p(moe.config())) {  // sharper router probabilities: tokens take 1 to k experts
     Tensor& w = moe.parameters().at("gate.weight").value;
     for (std::int64_t i = 0; i < w.numel(); ++i) w.f32()[i] *= 6.0f;
@@ -197,6 +237,7 @@ struct Routed {
 };
 Routed routed(const Case& c, std::uint64_t& seed) {
   Routed r{std::make_unique<MoEFFN>(c.config, ++seed), {}, {}};
+  r.moe->set_sequence_length(c.sequence);
   randomize_state(*r.moe, ++seed);
   r.x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
   r.moe->forward(r.y, r.x, /*train=*/false);
@@ -219,6 +260,7 @@ TEST(MoEFFN, MatchesReference) {
     const Routing& routing = moe.routing();
     const int K = r.choices();
     ASSERT_EQ(routing.k, K);
+    if (c.config.moe.routing == RoutingKind::soft) continue;  // nothing is chosen
     for (std::int64_t t = 0; t < c.tokens; ++t) EXPECT_EQ(routing.count[t], r.count[t]) << t;
     for (std::int64_t a = 0; a < c.tokens * K; ++a) {
       EXPECT_EQ(routing.expert[a], r.chosen[a]) << "assignment " << a;
@@ -283,6 +325,83 @@ TEST(MoEFFN, ReluRoutingTakesThePositiveLogits) {
     EXPECT_EQ(layer->stats().tokens_by_experts, by_count);
     EXPECT_EQ(layer->stats().dropped, 0);
   }
+}
+
+// Expert choice: in every sequence each expert takes exactly its C tokens of best probability
+// (recomputed here from the logits), weighted by scaling·probability; a token gets the experts
+// that took it, 0 to E of them; the load is even and nothing drops.
+TEST(MoEFFN, ExpertChoiceTakesEachExpertsBestTokens) {
+  std::uint64_t seed = 1700;
+  for (const auto& c : cases()) {
+    const MoEConfig& m = c.config.moe;
+    if (m.routing != RoutingKind::expert_choice) continue;
+    SCOPED_TRACE(c.name);
+    const auto [layer, x, y] = routed(c, seed);
+    const Routing& r = layer->routing();
+    const int E = m.num_experts;
+    const std::int64_t T = c.tokens, S = c.sequence > 0 ? c.sequence : T, D = c.config.d_model;
+    const std::int64_t C = m.expert_choice_capacity(S);
+    ASSERT_EQ(r.k, E);
+    // Probabilities from the logits x·W_rᵀ + b, in double.
+    const float* w = layer->parameters().at("gate.weight").value.f32();
+    std::vector<double> prob(T * E);
+    for (std::int64_t t = 0; t < T; ++t) {
+      double sum = 0;
+      for (int e = 0; e < E; ++e) {
+        double l = m.router_bias ? layer->parameters().at("gate.bias").value.f32()[e] : 0.0;
+        for (std::int64_t d = 0; d < D; ++d) l += double{w[e * D + d]} * x.f32()[t * D + d];
+        prob[t * E + e] = std::exp(l);
+        sum += prob[t * E + e];
+      }
+      for (int e = 0; e < E; ++e) prob[t * E + e] /= sum;
+    }
+    const std::vector<std::int32_t> took = r.taken();
+    auto has = [&](std::int64_t t, int e) {
+      return std::find(took.begin() + t * E, took.begin() + (t + 1) * E, e) !=
+             took.begin() + (t + 1) * E;
+    };
+    for (std::int64_t b = 0; b < T; b += S)
+      for (int e = 0; e < E; ++e) {
+        std::int64_t taken = 0;
+        double worst_taken = 1, best_left = 0;
+        for (std::int64_t t = b; t < b + S; ++t) {
+          if (has(t, e)) {
+            ++taken;
+            worst_taken = std::min(worst_taken, prob[t * E + e]);
+          } else {
+            best_left = std::max(best_left, prob[t * E + e]);
+          }
+        }
+        EXPECT_EQ(taken, C) << "expert " << e << " sequence at " << b;
+        EXPECT_GE(worst_taken, best_left - 1e-6) << "expert " << e;
+      }
+    std::vector<std::int64_t> by_count(E + 1, 0);
+    for (std::int64_t t = 0; t < T; ++t) {
+      ++by_count[r.count[t]];
+      for (int j = 0; j < r.count[t]; ++j) {
+        const int e = r.expert[t * E + j];
+        EXPECT_NEAR(r.weight[t * E + j], m.scaling * prob[t * E + e], 1e-5);
+        EXPECT_GE(r.slot[t * E + j], 0);
+        if (j > 0) {
+          EXPECT_LE(prob[t * E + e], prob[t * E + r.expert[t * E + j - 1]] + 1e-6);  // best first
+        }
+      }
+    }
+    const FFNStats s = layer->stats();
+    EXPECT_EQ(s.tokens_by_experts, by_count);
+    EXPECT_EQ(s.dropped, 0);
+    EXPECT_EQ(s.load_cv, 0.0);
+    EXPECT_NEAR(s.experts_per_token, static_cast<double>(C * E) / S, 1e-12);
+    // (the tokens do not all get the same number: the experts chose)
+    EXPECT_LT(*std::max_element(by_count.begin(), by_count.end()), T);
+  }
+  // One token is not a sequence: decode is refused, as is a batch of partial sequences.
+  FFNConfig c = cases().back().config;
+  MoEFFN moe(c, 1);
+  Tensor y;
+  EXPECT_THROW(moe.forward(y, test::random_tensor({1, c.d_model}, 2), false), Error);
+  moe.set_sequence_length(4);
+  EXPECT_THROW(moe.forward(y, test::random_tensor({6, c.d_model}, 2), false), Error);
 }
 
 // MoE++: a choice of a zero-computation expert runs no row; a zero expert weighs nothing (the
@@ -461,6 +580,7 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
   for (const auto& c : all) {
     SCOPED_TRACE(c.name);
     MoEFFN moe(c.config, ++seed);
+    moe.set_sequence_length(c.sequence);
     randomize_state(moe, ++seed);
     const std::int64_t T = c.tokens, D = c.config.d_model;
     const Tensor x = test::random_tensor({T, D}, ++seed);
@@ -749,6 +869,23 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
          m.balance_bias = true;
        },
        "the balancing bias (it"},
+      {[](MoEConfig& m) {
+         m.routing = RoutingKind::expert_choice;
+         m.aux_coef = 0.0f;
+       },
+       "routing 'expert_choice' does not combine with normalize: true"},
+      {[](MoEConfig& m) {
+         m.routing = RoutingKind::expert_choice;
+         m.normalize = false;
+       },
+       "every expert takes the same number of tokens"},
+      {[](MoEConfig& m) {
+         m.routing = RoutingKind::expert_choice;
+         m.normalize = false;
+         m.aux_coef = 0.0f;
+         m.score = ScoreFunc::sigmoid;
+       },
+       "softmax probabilities"},
   };
   for (const auto& [change, text] : bad) {
     FFNConfig c = base(6, 2, "relu", true);

@@ -354,6 +354,21 @@ TEST(Trainer, MaskedObjectiveTrainsABidirectionalModel) {
     EXPECT_NE(std::string(e.what()).find("--objective masked"), std::string::npos) << e.what();
   }
   EXPECT_THROW(sample_text(model, "x", 4, 0.8f, 1), Error);
+
+  // A routing that looks at the whole sequence in a causal model: refused, saying what to do.
+  LMConfig ec = small_model(Ffn::moe);
+  ec.ffn.moe.routing = RoutingKind::expert_choice;
+  ec.ffn.moe.normalize = false;
+  ec.ffn.moe.aux_coef = 0.0f;
+  ec.ffn.moe.balance_bias = false;
+  try {
+    validate(ec);
+    ADD_FAILURE() << "a causal model with expert choice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--objective masked"), std::string::npos) << e.what();
+  }
+  ec.causal = false;
+  EXPECT_NO_THROW(validate(ec));
 }
 
 TEST(Sampling, PadsToOneShapeWithoutChangingTheLogits) {

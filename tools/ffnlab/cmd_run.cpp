@@ -92,6 +92,9 @@ void run(const RunOptions& o) {
 
   auto ffn = make_ffn(config, o.seed);
   ffn->set_precision(parse_enum<Precision>(o.dtype));
+  // x [B, S, D] holds B sequences of S tokens (what expert-choice routing routes on its own);
+  // x [T, D] is one sequence.
+  if (x_shape.size() >= 3) ffn->set_sequence_length(x_shape[x_shape.size() - 2]);
   if (!o.weights.empty()) load_parameters(ffn->parameters(), weights, o.prefix);
 
   Tensor y;
@@ -138,7 +141,8 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--prefix", o->prefix,
                   "name prefix of the layer's tensors, e.g. model.layers.3.mlp.");
-  cmd->add_option("--input", o->input, "safetensors holding x [T, D] (or [..., D])")
+  cmd->add_option("--input", o->input,
+                  "safetensors holding x [T, D] (one sequence) or [..., S, D] (sequences of S)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--output", o->output, "safetensors to write y into")->required();

@@ -112,8 +112,10 @@ LMConfig model_from_flags(const TrainOptions& o) {
   if (!o.model_config.empty()) return read_model_config(o.model_config);
   FFNFlags ffn = o.ffn;
   // The load-balancing loss's default is for top-k and top-p routing; ReLU routing balances with
-  // its L1 penalty and refuses it.
-  if (ffn.routing == "relu" && !flag_given(o, "--aux-coef")) ffn.aux_coef = 0;
+  // its L1 penalty, expert choice by construction, and Soft MoE chooses nothing: they refuse it.
+  if ((ffn.routing == "relu" || ffn.routing == "expert_choice" || ffn.routing == "soft") &&
+      !flag_given(o, "--aux-coef"))
+    ffn.aux_coef = 0;
   LMConfig c;
   c.d_model = o.ffn.d_model;
   c.layers = o.layers;
@@ -155,6 +157,7 @@ TrainOptions options_from_model(TrainOptions o, const LMConfig& c) {
   set("--top-k", o.ffn.top_k, c.ffn.moe.top_k);
   set("--routing", o.ffn.routing, std::string(enum_name(c.ffn.moe.routing)));
   set("--top-p", o.ffn.top_p, static_cast<double>(c.ffn.moe.top_p));
+  set("--slots", o.ffn.slots, c.ffn.moe.slots);
   set("--entropy-coef", o.ffn.entropy_coef, static_cast<double>(c.ffn.moe.entropy_coef));
   set("--target-sparsity", o.ffn.target_sparsity, static_cast<double>(c.ffn.moe.target_sparsity));
   set("--l1-coef-init", o.ffn.l1_coef_init, static_cast<double>(c.ffn.moe.l1_coef_init));
@@ -526,6 +529,7 @@ void add_train_command(CLI::App& app) {
       {"--top-k", [](const LMConfig& c) { return json(c.ffn.moe.top_k); }},
       {"--routing", [](const LMConfig& c) { return json(enum_name(c.ffn.moe.routing)); }},
       {"--top-p", [](const LMConfig& c) { return json(c.ffn.moe.top_p); }},
+      {"--slots", [](const LMConfig& c) { return json(c.ffn.moe.slots); }},
       {"--entropy-coef", [](const LMConfig& c) { return json(c.ffn.moe.entropy_coef); }},
       {"--target-sparsity", [](const LMConfig& c) { return json(c.ffn.moe.target_sparsity); }},
       {"--l1-coef-init", [](const LMConfig& c) { return json(c.ffn.moe.l1_coef_init); }},
@@ -545,7 +549,7 @@ void add_train_command(CLI::App& app) {
       throw std::logic_error("train: no model read-back for " + opt->get_name());
     if (opt->get_name() == "--aux-coef")  // model_from_flags
       opt->description(opt->get_description() +
-                       " (default 0 with --routing relu, which refuses it)");
+                       " (default 0 with --routing relu, expert_choice or soft, which refuse it)");
     model(opt, read->second);
   }
   model(cmd->add_option("--layers", o->layers, "Transformer blocks"),

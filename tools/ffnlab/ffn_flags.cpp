@@ -46,11 +46,18 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
           "--routing", f.routing,
           "MoE: how many experts a token takes: " + join_names(enum_names<RoutingKind>()) +
               " (top_p: the fewest best whose probabilities reach --top-p; relu: "
-              "every expert whose router logit is positive, docs/moe.md)"))
+              "every expert whose router logit is positive; expert_choice: each expert takes "
+              "its best ceil(capacity·k·S/E) tokens of a sequence; soft: every expert's --slots "
+              "mix all of a sequence's tokens; both bidirectional models only; docs/moe.md)"))
       ->capture_default_str();
   add(cmd.add_option("--top-p", f.top_p, "MoE, top_p routing: the probability mass to reach"))
       ->capture_default_str()
       ->check(real_in(1e-6, 1));
+  add(cmd.add_option("--slots", f.slots,
+                     "MoE, soft routing: slots per expert (each a mixture of a sequence's "
+                     "tokens; E·slots/S experts' compute a token)"))
+      ->capture_default_str()
+      ->check(int_in(1, limits::kExperts));
   add(cmd.add_option("--target-sparsity", f.target_sparsity,
                      "MoE, relu routing: the fraction of zero gates the L1 penalty holds (0: 1 - "
                      "top_k/experts)"))
@@ -92,7 +99,9 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
                      "MoE: coefficient of the router's mean entropy (top_p's dynamic loss)"))
       ->capture_default_str()
       ->check(real_in(0, 1e6));
-  add(cmd.add_option("--capacity", f.capacity, "MoE: capacity factor (0: dropless)"))
+  add(cmd.add_option("--capacity", f.capacity,
+                     "MoE: capacity factor (0: dropless; expert_choice: the experts per token "
+                     "are capacity·k, 0 meaning 1·k)"))
       ->capture_default_str()
       ->check(real_in(0, 1e6));
   add(cmd.add_option("--ffn-config", f.config_file,
@@ -123,10 +132,12 @@ FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
   m.top_k = f.top_k;
   m.routing = parse_enum<RoutingKind>(f.routing);
   m.top_p = static_cast<float>(f.top_p);
+  m.slots = f.slots;
   m.entropy_coef = static_cast<float>(f.entropy_coef);
   m.target_sparsity = static_cast<float>(f.target_sparsity);
   m.l1_coef_init = static_cast<float>(f.l1_coef_init);
-  m.normalize = m.routing != RoutingKind::relu;  // ReLU gates are not divided by their sum
+  // ReLU gates and expert choice's probabilities are not divided by their sum
+  m.normalize = m.routing != RoutingKind::relu && m.routing != RoutingKind::expert_choice;
   m.constant_experts = f.constant_experts;
   m.copy_experts = f.copy_experts;
   m.zero_experts = f.zero_experts;

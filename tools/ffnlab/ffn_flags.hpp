@@ -20,6 +20,7 @@ struct FFNFlags {
   int experts = 8, top_k = 2, shared = 0;
   std::string routing = "topk";
   double top_p = 0.4, entropy_coef = 0.0;
+  int slots = 1;
   double target_sparsity = 0.0, l1_coef_init = 1e-8;             // relu routing
   int constant_experts = 0, copy_experts = 0, zero_experts = 0;  // MoE++
   double zc_balance_weight = 1.0;
@@ -29,6 +30,7 @@ struct FFNFlags {
 };
 
 // Registers --d-model, --d-ff, --no-bias, --branches, --experts, --top-k, --routing, --top-p,
+// --slots,
 // --target-sparsity, --l1-coef-init, --constant-experts, --copy-experts, --zero-experts,
 // --zc-balance-weight, --shared-experts, --expert-d-ff, --aux-coef, --z-coef,
 // --entropy-coef, --capacity and --ffn-config in `group`, with f's current values as the shown

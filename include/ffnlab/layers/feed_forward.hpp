@@ -106,6 +106,12 @@ class FeedForward : public Layer {
     first_token_ = first_token;
     expert_parallel_ = group != nullptr && expert_parallel;
   }
+  // The tokens of one sequence in the next forwards' inputs, which hold whole sequences one after
+  // another (0, the default: the input is one sequence). Only routings that look at the whole
+  // sequence read it (expert choice, Soft MoE): they route each sequence on its own.
+  void set_sequence_length(std::int64_t tokens) { sequence_ = tokens; }
+  std::int64_t sequence_length() const { return sequence_; }
+
   // The stacked expert tensors' gradients, each [E, ...] (empty for dense layers): what expert
   // parallelism leaves out of the gradient all-reduce.
   virtual std::vector<Tensor> expert_grads() { return {}; }
@@ -136,6 +142,7 @@ class FeedForward : public Layer {
   ProcessGroup* group_ = nullptr;
   std::int64_t first_token_ = 0;
   bool expert_parallel_ = false;
+  std::int64_t sequence_ = 0;
 };
 
 // Builds the layer a config describes, initialised like torch.nn.Linear from `seed`.

@@ -7,6 +7,10 @@
 //   y = Σ_j w_j·O[slot_j]  (+ σ(x·w_g)·shared(x))           (ops/permute)
 //   MoE++'s zero-computation experts: y += w_j·(x, or a·x + b·v_i, or 0) per such choice
 //
+// Soft MoE (routing soft) has no router Linear and no choice: per sequence of S tokens,
+//   L = norm(X)·(scale·norm(Φ))ᵀ [S, E·p],  D = softmax over tokens, C = softmax over slots,
+//   X̄ = Dᵀ·X, expert e runs its p slots' rows of X̄ (all sequences' in one block), y = C·Ȳ.
+//
 // Expert weights are stacked: W_in [E, P, D] with P = F (plain) or 2F (glu: gate rows, then up
 // rows), W_out [E, D, F]; each expert's slices carry Hugging Face per-expert names
 // (experts.{e}.gate_proj.weight, ...), so checkpoints load without conversion. Every product
@@ -68,6 +72,7 @@ class MoEFFN final : public FeedForward {
     Tensor in, in_bias;          // [E, P, D], [E, P]  every expert's input projection(s)
     Tensor out, out_bias;        // [E, D, F], [E, D]  every expert's output projection
     Tensor zc_vector, zc_gate;   // [C, D], [C, 2, D]  constant experts: v_i, W_c,i
+    Tensor phi, phi_scale;       // [E·p, D], [1]     Soft MoE: gate.phi, gate.scale
   };
   // Saved by a training forward for backward (workspaces in inference).
   struct RouterCache {
@@ -90,6 +95,17 @@ class MoEFFN final : public FeedForward {
   struct ZeroComputationCache {
     std::vector<float> mix;
   };
+  // Soft MoE, M = E·p slots, B sequences of S tokens (T = B·S).
+  struct SoftCache {
+    Tensor xn, phin;                    // [T, D] normalised tokens, [M, D] scale·normalised Φ
+    std::vector<float> x_inv, phi_inv;  // [T], [M] 1/sqrt(|·|² + ε)
+    Tensor dispatch, combine;           // [B, S, M] softmax over tokens, over slots
+    Tensor slots_out;                   // [B, M, D] the experts' outputs per sequence and slot
+    std::int64_t sequences = 0, sequence = 0;  // B, S
+    std::vector<std::int64_t> offsets;         // [E + 1] expert e's rows: e·B·p
+    // Backward workspaces.
+    Tensor dslots, dlogits, ddispatch, dxn, dphin;  // [B, M, D], [B, S, M] ×2, [T, D], [M, D]
+  };
   // The layer's own small backward workspaces; the large ones (permuted rows' gradients, [T, D]
   // partial dx) are scratch slots shared by all MoE layers (ffnlab/scratch.hpp).
   struct Workspace {
@@ -103,6 +119,14 @@ class MoEFFN final : public FeedForward {
   void experts_forward(Tensor& y, const Tensor& x, bool train);
   void shared_forward(Tensor& y, const Tensor& x, bool train);
   void zc_forward(Tensor& y, const Tensor& x);
+  // Every expert block of the permuted rows (rows_.xp → rows_.op), and its backward from the
+  // rows' output gradients into scratch moe_dxp (and the experts' parameter gradients).
+  void expert_blocks_forward(const std::vector<std::int64_t>& offsets, int first_expert,
+                             bool train);
+  Tensor& expert_blocks_backward(const Tensor& dop, const std::vector<std::int64_t>& offsets,
+                                 int first_expert);
+  void soft_forward(Tensor& y, const Tensor& x, bool train);
+  void soft_backward(Tensor& dx, const Tensor& dy);
   // Backward, in the reverse order of the forward; each step adds its part of dx.
   void combine_backward(const Tensor& dy);
   void experts_backward(Tensor& dx);
@@ -131,6 +155,7 @@ class MoEFFN final : public FeedForward {
   ExpertCache rows_;
   SharedCache shared_out_;
   ZeroComputationCache zc_;
+  SoftCache soft_;
   Workspace ws_;
 };
 

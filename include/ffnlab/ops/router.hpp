@@ -20,8 +20,20 @@ enum class RoutingKind : std::uint8_t {
   topk,   // the k best scores (Switch, Mixtral, Qwen-MoE, DeepSeek)
   top_p,  // the fewest best experts whose probabilities reach top_p, at most k (Huang et al. 2024)
   relu,   // every expert whose logit is positive, weighted by it (ReMoE, Wang et al. 2025)
+  // each expert takes its best tokens of a sequence; a token gets 0 to E experts (Zhou et al.
+  // 2022). Looks at the whole sequence: bidirectional models only (the masked objective).
+  expert_choice,
+  // every expert's slots are softmax-weighted mixtures of a sequence's tokens, every token a
+  // softmax-weighted mixture of the slots' outputs (Puigcerver et al. 2024). No choice: the
+  // layer's own path (MoEFFN), not route(). Bidirectional models only.
+  soft,
   count
 };
+// Whether a routing compares or mixes a sequence's tokens (its output at one position depends on
+// the others): a causal model cannot use it, and one token at a time is not a sequence.
+constexpr bool looks_at_whole_sequence(RoutingKind k) {
+  return k == RoutingKind::expert_choice || k == RoutingKind::soft;
+}
 // Which assignments an expert over capacity drops.
 enum class DropPolicy : std::uint8_t {
   position,     // later ones: all first choices before second choices, then by token index
@@ -44,9 +56,13 @@ struct EnumNames<ScoreFunc> {
 };
 template <>
 struct EnumNames<RoutingKind> {
-  static constexpr auto table = name_table<RoutingKind>(
-      "ffn", "routing",
-      {{RoutingKind::topk, "topk"}, {RoutingKind::top_p, "top_p"}, {RoutingKind::relu, "relu"}});
+  static constexpr auto table =
+      name_table<RoutingKind>("ffn", "routing",
+                              {{RoutingKind::topk, "topk"},
+                               {RoutingKind::top_p, "top_p"},
+                               {RoutingKind::relu, "relu"},
+                               {RoutingKind::expert_choice, "expert_choice"},
+                               {RoutingKind::soft, "soft"}});
 };
 template <>
 struct EnumNames<DropPolicy> {
@@ -79,6 +95,7 @@ struct RouterConfig {
   int top_k = 2;
   RoutingKind routing = RoutingKind::topk;
   float top_p = 0.4f;  // top_p routing: the probability mass a token's experts reach
+  int slots = 1;       // soft routing: slots per expert (each a mixture of a sequence's tokens)
   ScoreFunc score = ScoreFunc::softmax;
   bool softmax_after_topk = false;  // weights = softmax over the k chosen logits (GPT-OSS)
   bool normalize = true;            // top-k weights divided by their sum (norm_topk_prob)
@@ -86,8 +103,10 @@ struct RouterConfig {
   int groups = 0;                   // n_group (0: no group-limited selection)
   int topk_groups = 0;              // topk_group: groups kept per token
 
-  // Capacity.
-  double capacity_factor = 0.0;  // 0: dropless; else capacity = ceil(c·k·T/E)
+  // Capacity: top-k, top-p: 0 is dropless, else capacity = ceil(c·k·T/E) assignments per expert.
+  // expert_choice: each expert takes its best ceil(c·k·S/E) tokens of every sequence of S
+  // (c = 1 when 0: k experts per token on average, the compute of top-k), and nothing drops.
+  double capacity_factor = 0.0;
   DropPolicy drop = DropPolicy::position;
 
   // Auxiliary losses, added to the training loss with these coefficients.
@@ -105,6 +124,10 @@ struct RouterConfig {
   // [first_copy, first_zero), zero [first_zero, routed_experts()).
   int first_copy_expert() const { return num_experts + constant_experts; }
   int first_zero_expert() const { return first_copy_expert() + copy_experts; }
+  // Whether assignments over an expert's capacity are dropped (top-k and top-p with a factor).
+  bool drops() const { return capacity_factor > 0 && routing != RoutingKind::expert_choice; }
+  // expert_choice: the tokens an expert takes of a sequence of `sequence` tokens.
+  std::int64_t expert_choice_capacity(std::int64_t sequence) const;
   // relu routing's L1 penalty has a coefficient that changes during training (the layer holds
   // it: MoEConfig's l1_coef_* keys); route_backward takes it as an argument.
 };
@@ -140,6 +163,7 @@ struct Routing {
   // relu routing: the L1 penalty without its coefficient, E/(top_k·T²)·Σ_e n_e·Σ_t gate_te
   // (n_e: tokens with a positive gate for e), over the group's tokens
   double l1_loss = 0;
+  std::int64_t sequence = 0;  // expert_choice: the tokens of one sequence (its routing group)
 
   std::int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }
   // [T, k] the experts each token took: `expert` with -1 past the token's count.
@@ -153,9 +177,12 @@ struct Routing {
 // every rank calls it), over the tokens of all its ranks. With top_p routing a token takes the
 // best experts, in order, until their probabilities sum to at least top_p, or k of them. With
 // relu routing a token takes every expert whose logit is positive, best first, weighted by
-// scaling·logit (r.k = E; r.l1_loss is set).
+// scaling·logit (r.k = E; r.l1_loss is set). With expert_choice routing each expert takes the
+// expert_choice_capacity(sequence) tokens of best score of every `sequence` consecutive tokens
+// (ties to the earlier token; 0: all T tokens are one sequence); a token's choices are the experts
+// that took it, best score first, weighted by scaling·score (r.k = E).
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
-           ProcessGroup* group = nullptr);
+           ProcessGroup* group = nullptr, std::int64_t sequence = 0);
 
 // Capacity (dropping by m.drop) and the layout of the permuted buffer: each expert's kept
 // assignments are contiguous, in token order. With a `group` (collective), the capacity is that

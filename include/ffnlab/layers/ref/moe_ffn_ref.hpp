@@ -27,6 +27,8 @@ struct MoEFFN {
   // Training noise to apply (empty: none): jitter [tokens·D] multiplies the router input,
   // noise [tokens·E] scales softplus(x·W_noiseᵀ) into the logits.
   std::vector<T> jitter, noise;
+  // expert_choice: the tokens of one sequence (0: all tokens are one).
+  std::int64_t sequence = 0;
   // Routing: computed by forward unless hold_routing, then reused as given.
   bool hold_routing = false;
   std::vector<int> chosen;  // [tokens, k]
@@ -38,9 +40,13 @@ struct MoEFFN {
   T balance = 0, z = 0, entropy = 0;
   T l1 = 0;  // relu routing: E/(top_k·T²)·Σ_e n_e·Σ_t gate_te, without its coefficient
 
-  // The columns of chosen / weight / kept: top_k, or every expert with relu routing.
+  // The columns of chosen / weight / kept: top_k, or every expert with relu and expert-choice
+  // routing.
   int choices() const {
-    return config.moe.routing == RoutingKind::relu ? config.moe.num_experts : config.moe.top_k;
+    const RoutingKind r = config.moe.routing;
+    if (r == RoutingKind::soft) return 0;  // nothing is chosen
+    return r == RoutingKind::relu || r == RoutingKind::expert_choice ? config.moe.num_experts
+                                                                     : config.moe.top_k;
   }
 
   // MoE++'s zero-computation expert e (≥ num_experts) on one token: constant (a·x + b·v with
@@ -124,8 +130,84 @@ struct MoEFFN {
     return d;
   }
 
+  // y += g·shared(x), g = σ(x·w_g) or 1.
+  void add_shared(std::vector<T>& y, const std::vector<T>& x, std::int64_t tokens) const {
+    const MoEConfig& m = config.moe;
+    const std::int64_t D = config.d_model;
+    if (m.num_shared == 0) return;
+    DenseFFN<T> s = shared();
+    std::vector<T> out;
+    s.forward(out, x, tokens);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      T g = 1;
+      if (m.shared_gate) {
+        T v = 0;
+        for (std::int64_t d = 0; d < D; ++d) v += p("shared_expert_gate.weight")[d] * x[t * D + d];
+        g = T(1) / (T(1) + std::exp(-v));
+      }
+      for (std::int64_t d = 0; d < D; ++d) y[t * D + d] += g * out[t * D + d];
+    }
+  }
+
+  // Soft MoE (Puigcerver et al. 2024), one sequence at a time, slot by slot: logits between the
+  // l2-normalised token and scale·the l2-normalised slot parameter (ε 1e-6 on the sum of
+  // squares), dispatch softmax over the sequence's tokens, combine softmax over the slots.
+  void soft_forward(std::vector<T>& y, const std::vector<T>& x, std::int64_t tokens) const {
+    const MoEConfig& m = config.moe;
+    const std::int64_t D = config.d_model, p_ = m.slots, M = m.num_experts * p_;
+    const std::int64_t S = sequence > 0 ? sequence : tokens;
+    auto normalized = [D](const T* v, T scale) {
+      T ss = 0;
+      for (std::int64_t d = 0; d < D; ++d) ss += v[d] * v[d];
+      std::vector<T> out(v, v + D);
+      for (auto& o : out) o *= scale / std::sqrt(ss + T(1e-6));
+      return out;
+    };
+    const auto& phi = p("gate.phi");
+    const T scale = p("gate.scale")[0];
+    std::vector<std::vector<T>> slot(M);
+    for (std::int64_t j = 0; j < M; ++j) slot[j] = normalized(phi.data() + j * D, scale);
+    std::vector<DenseFFN<T>> experts;
+    for (int e = 0; e < m.num_experts; ++e) experts.push_back(expert(e));
+    y.assign(tokens * D, T(0));
+    for (std::int64_t b = 0; b < tokens; b += S) {
+      std::vector<T> L(S * M);
+      for (std::int64_t s = 0; s < S; ++s) {
+        const std::vector<T> xn = normalized(x.data() + (b + s) * D, T(1));
+        for (std::int64_t j = 0; j < M; ++j) {
+          T v = 0;
+          for (std::int64_t d = 0; d < D; ++d) v += xn[d] * slot[j][d];
+          L[s * M + j] = v;
+        }
+      }
+      std::vector<std::vector<T>> out(M);
+      for (std::int64_t j = 0; j < M; ++j) {  // slot j: Σ_s softmax_s(L[s, j])·x_s
+        T sum = 0;
+        for (std::int64_t s = 0; s < S; ++s) sum += std::exp(L[s * M + j]);
+        std::vector<T> in(D, T(0));
+        for (std::int64_t s = 0; s < S; ++s)
+          for (std::int64_t d = 0; d < D; ++d)
+            in[d] += std::exp(L[s * M + j]) / sum * x[(b + s) * D + d];
+        experts[j / p_].forward(out[j], in, 1);
+      }
+      for (std::int64_t s = 0; s < S; ++s) {  // token s: Σ_j softmax_j(L[s, j])·out_j
+        T sum = 0;
+        for (std::int64_t j = 0; j < M; ++j) sum += std::exp(L[s * M + j]);
+        for (std::int64_t j = 0; j < M; ++j)
+          for (std::int64_t d = 0; d < D; ++d)
+            y[(b + s) * D + d] += std::exp(L[s * M + j]) / sum * out[j][d];
+      }
+    }
+  }
+
   void forward(std::vector<T>& y, const std::vector<T>& x, std::int64_t tokens) {
     const MoEConfig& m = config.moe;
+    if (m.routing == RoutingKind::soft) {  // no choice, no losses
+      soft_forward(y, x, tokens);
+      add_shared(y, x, tokens);
+      balance = z = entropy = l1 = T(0);
+      return;
+    }
     const std::int64_t D = config.d_model;
     // E: the router's columns (FFN experts, then zero-computation ones); N: the FFN experts.
     const int E = m.routed_experts(), N = m.num_experts, K = choices();
@@ -196,6 +278,35 @@ struct MoEFFN {
           count[t] = 0;
           while (count[t] < E && logits[t * E + chosen[t * K + count[t]]] > T(0)) ++count[t];
         }
+      if (m.routing == RoutingKind::expert_choice) {
+        // Zhou et al.: in each sequence expert e takes its C tokens of best probability (ties to
+        // the earlier token); a token's choices are the experts that took it, best first.
+        const std::int64_t S = sequence > 0 ? sequence : tokens;
+        const std::int64_t C = m.expert_choice_capacity(S);
+        std::vector<char> took(tokens * E, 0);
+        for (std::int64_t b = 0; b < tokens; b += S)
+          for (int e = 0; e < E; ++e) {
+            std::vector<std::int64_t> order(S);
+            std::iota(order.begin(), order.end(), b);
+            std::stable_sort(order.begin(), order.end(), [&](std::int64_t u, std::int64_t v) {
+              return scores[u * E + e] > scores[v * E + e];
+            });
+            for (std::int64_t i = 0; i < C; ++i) took[order[i] * E + e] = 1;
+          }
+        for (std::int64_t t = 0; t < tokens; ++t) {
+          std::vector<int> order(E);
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+            if (took[t * E + a] != took[t * E + b]) return took[t * E + a] > took[t * E + b];
+            return scores[t * E + a] > scores[t * E + b];
+          });
+          count[t] = 0;
+          for (int j = 0; j < E; ++j) {
+            chosen[t * K + j] = order[j];
+            count[t] += took[t * E + order[j]];
+          }
+        }
+      }
       if (m.routing == RoutingKind::top_p)
         for (std::int64_t t = 0; t < tokens; ++t) {
           T mass = 0;
@@ -240,7 +351,7 @@ struct MoEFFN {
       for (std::int64_t t = 0; t < tokens; ++t)
         for (int j = 0; j < K; ++j)
           if (j >= count[t] || chosen[t * K + j] >= N) kept[t * K + j] = 0;
-      if (m.capacity_factor > 0) {
+      if (m.drops()) {
         const auto cap = static_cast<std::int64_t>(
             std::ceil(m.capacity_factor * K * static_cast<double>(tokens) / N));
         for (int e = 0; e < N; ++e) {
@@ -273,21 +384,7 @@ struct MoEFFN {
           experts[chosen[t * K + j]].forward(out, xt, 1);
         for (std::int64_t d = 0; d < D; ++d) y[t * D + d] += weight[t * K + j] * out[d];
       }
-    if (m.num_shared > 0) {
-      DenseFFN<T> s = shared();
-      std::vector<T> out;
-      s.forward(out, x, tokens);
-      for (std::int64_t t = 0; t < tokens; ++t) {
-        T g = 1;
-        if (m.shared_gate) {
-          T v = 0;
-          for (std::int64_t d = 0; d < D; ++d)
-            v += p("shared_expert_gate.weight")[d] * x[t * D + d];
-          g = T(1) / (T(1) + std::exp(-v));
-        }
-        for (std::int64_t d = 0; d < D; ++d) y[t * D + d] += g * out[t * D + d];
-      }
-    }
+    add_shared(y, x, tokens);
 
     // Losses (f_e from the choices before capacity; P_e the mean softmax probability).
     std::vector<T> f(E, T(0)), mean_p(E, T(0));
