@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 
 #include "check.hpp"
@@ -574,17 +573,21 @@ void normalize_rows_backward(float* dv, const float* v, const float* g,
   }
 }
 
-// Rows of a [B, M, D] buffer into expert blocks ([M/p experts][B][p] rows) or back.
-void slots_to_rows(float* rows, const float* slots, std::int64_t B, std::int64_t E, std::int64_t p,
+// Between a [B, M, D] buffer of slots (sequence-major) and the experts' rows (expert e's block
+// holds its p slots of every sequence: row e·B·p + b·p + i for slot e·p + i of sequence b):
+// slots into rows, or (back) rows into slots.
+void slots_to_rows(float* rows, float* slots, std::int64_t B, std::int64_t E, std::int64_t p,
                    std::int64_t D, bool back) {
   const std::int64_t M = E * p;
 #pragma omp parallel for schedule(static) if (B * M * D > 65536)
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t m = 0; m < M; ++m) {
-      const std::int64_t row = (m / p) * B * p + b * p + m % p;
-      float* to = back ? const_cast<float*>(slots) + (b * M + m) * D : rows + row * D;
-      const float* from = back ? rows + row * D : slots + (b * M + m) * D;
-      std::copy(from, from + D, to);
+      float* row = rows + ((m / p) * B * p + b * p + m % p) * D;
+      float* slot = slots + (b * M + m) * D;
+      if (back)
+        std::copy(row, row + D, slot);
+      else
+        std::copy(slot, slot + D, row);
     }
 }
 
@@ -608,39 +611,9 @@ void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
   normalize_rows(c.xn, c.x_inv, x, 1.0f);
   normalize_rows(c.phin, c.phi_inv, w_.phi, w_.phi_scale.f32()[0]);
   c.combine.ensure({T, M});
-  c.dispatch.ensure({T, M});
-  if (T > 0) linear_forward(c.combine, c.xn, c.phin, nullptr);  // the logits, for now
-  float* L = c.combine.f32();
-  float* Dsp = c.dispatch.f32();
-  // Dispatch: softmax over each sequence's tokens, per slot.
-#pragma omp parallel for schedule(static) if (T * M > 65536)
-  for (std::int64_t bm = 0; bm < B * M; ++bm) {
-    const std::int64_t b = bm / M, s0 = b * S, j = bm % M;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (std::int64_t t = s0; t < s0 + S; ++t) mx = std::max(mx, L[t * M + j]);
-    double sum = 0;
-    for (std::int64_t t = s0; t < s0 + S; ++t)
-      sum += std::exp(static_cast<double>(L[t * M + j] - mx));
-    for (std::int64_t t = s0; t < s0 + S; ++t)
-      Dsp[t * M + j] = static_cast<float>(std::exp(static_cast<double>(L[t * M + j] - mx)) / sum);
-  }
-  // Combine: softmax over the slots, per token (in place); its entropy and largest weight.
-  std::vector<double> entropy(static_cast<std::size_t>(T)), top(static_cast<std::size_t>(T));
-#pragma omp parallel for schedule(static) if (T * M > 65536)
-  for (std::int64_t t = 0; t < T; ++t) {
-    float* l = L + t * M;
-    const float mx = *std::max_element(l, l + M);
-    double sum = 0;
-    for (std::int64_t j = 0; j < M; ++j) sum += std::exp(static_cast<double>(l[j] - mx));
-    double h = 0, best = 0;
-    for (std::int64_t j = 0; j < M; ++j) {
-      l[j] = static_cast<float>(std::exp(static_cast<double>(l[j] - mx)) / sum);
-      if (l[j] > 0) h -= static_cast<double>(l[j]) * std::log(static_cast<double>(l[j]));
-      best = std::max(best, static_cast<double>(l[j]));
-    }
-    entropy[t] = h;
-    top[t] = best;
-  }
+  if (T > 0) linear_forward(c.combine, c.xn, c.phin, nullptr);  // the logits, then in place:
+  std::vector<double> sums{static_cast<double>(T), 0.0, 0.0};   // tokens, Σ entropy, Σ top
+  soft_route(c.dispatch, c.combine, c.combine, S, &sums[1], &sums[2]);
   // Slot inputs X̄ [B, M, D] = Dᵀ·X per sequence, into the experts' rows.
   c.slots_out.ensure({B, M, D});  // (X̄ first: the experts' outputs replace it below)
   ExpertCache& rows = rows_;
@@ -661,11 +634,6 @@ void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
 
   // What the statistics read: every expert processes p slots of every sequence.
   Routing& r = routing_;
-  std::vector<double> sums{static_cast<double>(T), 0.0, 0.0};
-  for (std::int64_t t = 0; t < T; ++t) {
-    sums[1] += entropy[t];
-    sums[2] += top[t];
-  }
   ProcessGroup* group = train ? group_ : nullptr;
   if (group) group->allreduce_sum(sums, "router statistics");
   r = Routing{};
@@ -674,7 +642,8 @@ void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
   r.experts = r.ffn_experts = static_cast<int>(E);
   r.sequence = S;
   r.offsets = c.offsets;
-  const std::int64_t per_expert = r.total_tokens / S * p;  // slots of every rank's sequences
+  // p slots of every rank's sequences (none without tokens)
+  const std::int64_t per_expert = S > 0 ? r.total_tokens / S * p : 0;
   r.load.assign(static_cast<std::size_t>(E), per_expert);
   r.kept_total.assign(static_cast<std::size_t>(E), per_expert);
   r.first.assign(static_cast<std::size_t>(E), 0);
@@ -707,27 +676,8 @@ void MoEFFN::soft_backward(Tensor& dx, const Tensor& dy) {
   Tensor dx3 = dx.reshape({B, S, D});
   matmul(dx3, disp3, Trans::no, c.dslots, Trans::no);
   matmul(c.ddispatch, x3, Trans::no, c.dslots, Trans::yes);
-  // Both softmaxes back to the logits: over the slots (rows) and over the tokens (columns).
-  float* dL = c.dlogits.f32();
-  const float* C = c.combine.f32();
-  const float* Dsp = c.dispatch.f32();
-  const float* dD = c.ddispatch.f32();
-#pragma omp parallel for schedule(static) if (T * M > 65536)
-  for (std::int64_t t = 0; t < T; ++t) {
-    double dot = 0;
-    for (std::int64_t j = 0; j < M; ++j) dot += static_cast<double>(C[t * M + j]) * dL[t * M + j];
-    for (std::int64_t j = 0; j < M; ++j)
-      dL[t * M + j] = C[t * M + j] * (dL[t * M + j] - static_cast<float>(dot));
-  }
-#pragma omp parallel for schedule(static) if (T * M > 65536)
-  for (std::int64_t bm = 0; bm < B * M; ++bm) {
-    const std::int64_t s0 = (bm / M) * S, j = bm % M;
-    double dot = 0;
-    for (std::int64_t t = s0; t < s0 + S; ++t)
-      dot += static_cast<double>(Dsp[t * M + j]) * dD[t * M + j];
-    for (std::int64_t t = s0; t < s0 + S; ++t)
-      dL[t * M + j] += Dsp[t * M + j] * (dD[t * M + j] - static_cast<float>(dot));
-  }
+  // Both softmaxes back to the logits (dC's buffer becomes dL).
+  soft_route_backward(c.dlogits, c.dlogits, c.ddispatch, c.dispatch, c.combine, S);
   // L = X̃·Φ̃ᵀ: dX̃ = dL·Φ̃, dΦ̃ = dLᵀ·X̃; then through the normalisations (and the scale).
   const Tensor dL2 = c.dlogits.reshape({T, M});
   c.dxn.ensure({T, D});

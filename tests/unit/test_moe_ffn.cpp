@@ -395,13 +395,20 @@ TEST(MoEFFN, ExpertChoiceTakesEachExpertsBestTokens) {
     // (the tokens do not all get the same number: the experts chose)
     EXPECT_LT(*std::max_element(by_count.begin(), by_count.end()), T);
   }
-  // One token is not a sequence: decode is refused, as is a batch of partial sequences.
-  FFNConfig c = cases().back().config;
-  MoEFFN moe(c, 1);
-  Tensor y;
-  EXPECT_THROW(moe.forward(y, test::random_tensor({1, c.d_model}, 2), false), Error);
-  moe.set_sequence_length(4);
-  EXPECT_THROW(moe.forward(y, test::random_tensor({6, c.d_model}, 2), false), Error);
+  // One token is not a sequence: decode is refused, as is a batch of partial sequences; no
+  // tokens at all is an empty output (for Soft MoE too).
+  for (const auto& c : cases()) {
+    if (!looks_at_whole_sequence(c.config.moe.routing)) continue;
+    MoEFFN moe(c.config, 1);
+    Tensor y, dx;
+    moe.forward(y, Tensor({0, c.config.d_model}), true);
+    moe.backward(dx, Tensor({0, c.config.d_model}));
+    EXPECT_EQ(y.dim(0), 0) << c.name;
+    EXPECT_EQ(moe.stats().tokens, 0) << c.name;
+    EXPECT_THROW(moe.forward(y, test::random_tensor({1, c.config.d_model}, 2), false), Error);
+    moe.set_sequence_length(4);
+    EXPECT_THROW(moe.forward(y, test::random_tensor({6, c.config.d_model}, 2), false), Error);
+  }
 }
 
 // MoE++: a choice of a zero-computation expert runs no row; a zero expert weighs nothing (the

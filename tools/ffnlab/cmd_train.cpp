@@ -113,8 +113,8 @@ LMConfig model_from_flags(const TrainOptions& o) {
   FFNFlags ffn = o.ffn;
   // The load-balancing loss's default is for top-k and top-p routing; ReLU routing balances with
   // its L1 penalty, expert choice by construction, and Soft MoE chooses nothing: they refuse it.
-  if ((ffn.routing == "relu" || ffn.routing == "expert_choice" || ffn.routing == "soft") &&
-      !flag_given(o, "--aux-coef"))
+  const RoutingKind routing = parse_enum<RoutingKind>(ffn.routing);
+  if (routing != RoutingKind::topk && routing != RoutingKind::top_p && !flag_given(o, "--aux-coef"))
     ffn.aux_coef = 0;
   LMConfig c;
   c.d_model = o.ffn.d_model;

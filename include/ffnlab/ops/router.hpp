@@ -197,4 +197,17 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group = nullpt
 void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
                     float aux_scale, float l1_coef = 0.0f);
 
+// Soft MoE's weights (Puigcerver et al. 2024) from its logits [T, M] (M slots) of sequences of S
+// tokens one after another: dispatch [T, M] = softmax over each sequence's tokens (per slot,
+// per sequence), combine [T, M] = softmax over the slots (per token); combine may be logits
+// itself (overwritten after the dispatch is read from it). Adds each token's combine entropy
+// (nats) and largest combine weight to *entropy_sum and *top_sum.
+void soft_route(Tensor& dispatch, Tensor& combine, const Tensor& logits, std::int64_t sequence,
+                double* entropy_sum, double* top_sum);
+
+// dlogits [T, M] from the gradients of both weights: the combine softmax's backward of dcombine
+// plus the dispatch softmax's of ddispatch. dlogits may be dcombine itself.
+void soft_route_backward(Tensor& dlogits, const Tensor& dcombine, const Tensor& ddispatch,
+                         const Tensor& dispatch, const Tensor& combine, std::int64_t sequence);
+
 }  // namespace ffnlab
