@@ -61,7 +61,8 @@ Tensor Tensor::from(Shape shape, const std::vector<float>& values) {
   Tensor t(std::move(shape));
   check(static_cast<std::int64_t>(values.size()) == t.numel(), "[tensor] {} values for shape {}",
         values.size(), shape_string(t.shape()));
-  std::memcpy(t.f32(), values.data(), values.size() * 4);
+  // (an empty vector's data() may be null, which memcpy must not be given even for 0 bytes)
+  if (!values.empty()) std::memcpy(t.f32(), values.data(), values.size() * 4);
   return t;
 }
 

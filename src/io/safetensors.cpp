@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
@@ -154,15 +155,25 @@ SafeTensors SafeTensors::from_buffer(std::shared_ptr<const std::byte> owner, std
     const auto& js = entry.at("shape");
     check(js.is_array() && js.size() <= 8, "[safetensors] {}: tensor '{}' has an invalid shape",
           source, name);
-    std::uint64_t numel = 1;
+    // The element count, guarded against overflow by the data section's size; a shape with a
+    // 0 anywhere has no elements whatever its other dimensions.
+    bool empty = false;
     for (const auto& d : js) {
       check(d.is_number_unsigned(), "[safetensors] {}: tensor '{}' has a non-integer dimension",
             source, name);
       const auto v = d.get<std::uint64_t>();
-      check(v == 0 || numel <= data_size / v,
+      check(v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
             "[safetensors] {}: tensor '{}' has shape larger than the file", source, name);
-      numel *= v;
+      empty |= v == 0;
       info.shape.push_back(static_cast<std::int64_t>(v));
+    }
+    std::uint64_t numel = empty ? 0 : 1;
+    for (const std::int64_t d : info.shape) {
+      if (empty) break;
+      const auto v = static_cast<std::uint64_t>(d);
+      check(numel <= data_size / v, "[safetensors] {}: tensor '{}' has shape larger than the file",
+            source, name);
+      numel *= v;
     }
     const auto& jo = entry.at("data_offsets");
     check(
@@ -272,10 +283,10 @@ void SafeTensorsWriter::add(const std::string& name, const Tensor& tensor, StDTy
   if (tensor.dtype() == DType::bf16) {
     e.dtype = StDType::bf16;
     e.bytes.resize(static_cast<std::size_t>(n) * 2);
-    std::memcpy(e.bytes.data(), tensor.bf16(), e.bytes.size());
+    if (n > 0) std::memcpy(e.bytes.data(), tensor.bf16(), e.bytes.size());  // (no null pointers)
   } else if (as == StDType::f32) {
     e.bytes.resize(static_cast<std::size_t>(n) * 4);
-    std::memcpy(e.bytes.data(), tensor.f32(), e.bytes.size());
+    if (n > 0) std::memcpy(e.bytes.data(), tensor.f32(), e.bytes.size());
   } else if (as == StDType::bf16) {
     e.bytes.resize(static_cast<std::size_t>(n) * 2);
     const float* src = tensor.f32();

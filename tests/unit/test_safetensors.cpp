@@ -62,6 +62,30 @@ TEST(SafeTensors, RoundTripsAllDtypes) {
   EXPECT_THROW(st.f32("missing"), Error);
 }
 
+// Tensors with no elements (an MoE's routing of a layer that chooses nothing: [T, 0]) are
+// written and read back, in every stored type, without handing memcpy a null pointer (the
+// sanitizer build makes that fatal).
+TEST(SafeTensors, RoundTripsEmptyTensors) {
+  SafeTensorsWriter w;
+  const Tensor empty = Tensor::from({3, 0}, {});
+  w.add("f32", empty);
+  w.add("bf16", empty, StDType::bf16);
+  w.add("bf16_source", empty.to(DType::bf16));
+  w.add_ints("ints", {3, 0}, {});
+  const auto st = SafeTensors::parse(w.serialize(), "mem");
+  for (const char* name : {"f32", "bf16", "bf16_source"}) {
+    EXPECT_EQ(st.f32(name).shape(), (Shape{3, 0})) << name;
+  }
+  EXPECT_TRUE(st.contains("ints"));
+  // A huge dimension beside a 0 is still no elements; a dimension past int64 is refused.
+  const auto huge = SafeTensors::parse(
+      file_of(R"({"e":{"dtype":"F32","shape":[1099511627776,0],"data_offsets":[0,0]}})", 0), "e");
+  EXPECT_EQ(huge.f32("e").numel(), 0);
+  expect_rejected(
+      file_of(R"({"e":{"dtype":"F32","shape":[18446744073709551615,0],"data_offsets":[0,0]}})", 0),
+      "shape larger than the file");
+}
+
 TEST(SafeTensors, ReadsF16) {
   // 1.0, -2.0, 65504 (max), 2^-24 (smallest subnormal), -0.0
   const std::uint16_t h[] = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000};
