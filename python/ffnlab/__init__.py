@@ -31,7 +31,7 @@ def _progress(progress):
 
 
 def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=None,
-           steps=None, variants=None, data=None, sweep=False, margin=None, progress=True):
+           routing_seeds=None, steps=None, variants=None, data=None, sweep=False, margin=None, progress=True):
     """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
     `out`: REPORT.md, results.json, the figures and their CSV. Returns the results as a dict
     (the schema of results.json, docs/evolve.md).
@@ -41,6 +41,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=
     `ffnlab evolve --full`. seeds, steps: per LM run (None: the defaults, 3 and 600; quick 2
     and 40). headline_seeds: the seeds of ReLU and SwiGLU, the headline comparison with the
     widest spread between seeds (None: 4; quick 3); MoE at equal compute trains `seeds`.
+    routing_seeds: the seeds of each routing family (None: 1, which gives no interval; with
+    full, `seeds`; at most `seeds`).
     variants: a list that includes "relu" (None: relu, gelu, swiglu, gated, moe; with full,
     every variant). data: a text file or a folder (None: the default corpus). sweep: also the
     d_ff / d_model sweep. margin: the equivalence margin in bits/byte (None: 0.02). progress: True for a text bar, False for none, or a callable
@@ -48,7 +50,7 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=
     nothing is written then, and an earlier report in `out` is kept.
     """
     options = dict(out=str(out), quick=quick, full=full, seeds=seeds,
-                   headline_seeds=headline_seeds,
+                   headline_seeds=headline_seeds, routing_seeds=routing_seeds,
                    steps=steps, sweep=sweep, margin=margin,
                    variants=list(variants) if variants is not None else None,
                    data=str(data) if data is not None else None)

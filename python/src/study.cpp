@@ -355,6 +355,8 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       o.seeds = v.cast<int>();
     else if (key == "headline_seeds")
       o.headline_seeds = v.cast<int>();
+    else if (key == "routing_seeds")
+      o.routing_seeds = v.cast<int>();
     else if (key == "steps")
       o.steps = v.cast<std::int64_t>();
     else if (key == "margin")

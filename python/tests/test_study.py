@@ -181,6 +181,8 @@ def test_evolve_refuses_bad_options_before_any_work(tmp_path):
         ffnlab.evolve(tmp_path / "r", variants=["gelu"], progress=False)
     with pytest.raises(ValueError, match="no option"):
         ffnlab._ffnlab._evolve({"colour": "blue"})
+    with pytest.raises(ValueError, match="routing seeds = 3 must not exceed seeds = 2"):
+        ffnlab.evolve(tmp_path / "r", quick=True, routing_seeds=3, progress=False)
     assert not (tmp_path / "r").exists()
 
 

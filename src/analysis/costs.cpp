@@ -64,6 +64,28 @@ std::int64_t count_params(const FFNConfig& c) {
   return ffn_cost(c, 1).params;
 }
 
+double experts_per_token(const FFNConfig& c, std::int64_t sequence) {
+  if (c.kind != FFNKind::moe) return 0;
+  const auto& m = c.moe;
+  // top_k: an upper bound when zero-computation experts may take some choices (and top_p's
+  // cap); ReLU routing: the mean its penalty holds, N·(1 - target sparsity); expert choice: the
+  // mean its capacity gives, c·k (c = capacity_factor, 1 when 0; per sequence of S it is
+  // ceil(c·k·S/N)·N/S, a little more when c·k·S/N is not whole); Soft MoE: E·p slots per
+  // sequence of S tokens, E·p/S.
+  switch (m.routing) {
+    case RoutingKind::relu:
+      return m.num_experts * (1.0 - m.sparsity_target());
+    case RoutingKind::expert_choice:
+      return std::min<double>(m.num_experts,
+                              (m.capacity_factor > 0 ? m.capacity_factor : 1.0) * m.top_k);
+    case RoutingKind::soft:
+      return static_cast<double>(m.num_experts) * m.slots /
+             static_cast<double>(std::max<std::int64_t>(1, sequence));
+    default:
+      return m.top_k;
+  }
+}
+
 FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
   validate(c);
   check(tokens >= 0, "[costs] tokens = {} must not be negative", tokens);
@@ -77,22 +99,11 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
   } else {
     const auto& m = c.moe;
     // E: the router's columns (FFN experts, then MoE++'s zero-computation ones). K: FFN experts
-    // a token runs: top_k, an upper bound when zero-computation experts may take some choices;
-    // with ReLU routing the mean its penalty holds, N·(1 - target sparsity); with expert choice
-    // the mean its capacity gives, c·k (c = capacity_factor, 1 when 0; per sequence of S it is
-    // ceil(c·k·S/N)·N/S, a little more when c·k·S/N is not whole).
+    // a token runs (experts_per_token).
     const double D = static_cast<double>(c.d_model), E = m.routed_experts();
-    // Soft MoE runs E·p slots per sequence: E·p/S experts a token, S = `tokens` (its sequence).
     const bool expert_choice = m.routing == RoutingKind::expert_choice;
     const bool soft = m.routing == RoutingKind::soft;
-    const double K =
-        m.routing == RoutingKind::relu ? m.num_experts * (1.0 - m.sparsity_target())
-        : expert_choice
-            ? std::min<double>(m.num_experts,
-                               (m.capacity_factor > 0 ? m.capacity_factor : 1.0) * m.top_k)
-        : soft ? static_cast<double>(m.num_experts) * m.slots /
-                     static_cast<double>(std::max<std::int64_t>(1, tokens))
-               : m.top_k;
+    const double K = experts_per_token(c, tokens);
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
@@ -154,7 +165,7 @@ TransformerCost transformer_cost(const LMConfig& c, std::int64_t seq, bool with_
         c.context);
   const std::int64_t D = c.d_model, L = c.layers, V = c.vocab;
   const double Dd = static_cast<double>(D), S = static_cast<double>(seq);
-  const FFNCost ffn = ffn_cost(c.ffn, 1);
+  const FFNCost ffn = ffn_cost(c.ffn, seq);  // (Soft MoE's compute a token depends on seq)
   const std::int64_t norm_params = c.norm == NormKind::layernorm ? 2 * D : D;
   const double norm_flops = c.norm == NormKind::layernorm ? 5 * Dd : 4 * Dd;
   TransformerCost t;

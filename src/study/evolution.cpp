@@ -87,15 +87,15 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
       untrained.push_back(g.variant);
   }
   if (!untrained.empty())
-    family += fmt::format(" Not trained in this run: {} (`ffnlab evolve --full` trains the whole "
-                          "family).",
-                          fmt::join(untrained, ", "));
+    family += fmt::format(
+        " Not trained in this run: {} (`ffnlab evolve --full` trains the whole "
+        "family).",
+        fmt::join(untrained, ", "));
   md += fmt::format(
       "2. **GELU → GLU: a gate computed from the input.** The hidden value becomes act(xW) ⊙ xV: "
       "a second projection decides, per token and unit, how much passes. At equal parameters "
       "the gate costs width ({} hidden units instead of ReLU's {}).{}\n",
-      swiglu ? std::to_string(swiglu->d_ff) : "?", relu ? std::to_string(relu->d_ff) : "?",
-      family);
+      swiglu ? std::to_string(swiglu->d_ff) : "?", relu ? std::to_string(relu->d_ff) : "?", family);
   const CostRow* gated_cost = r.costs ? r.costs->tutorial_row("gated") : nullptr;
   const CostRow* relu_cost = r.costs ? r.costs->tutorial_row("relu") : nullptr;
   md += fmt::format(
@@ -132,9 +132,9 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
                                                     static_cast<double>(relu_row->params))
                        : "more",
       fine ? measured(&fine->outcome) : "not trained in this run",
-      topk ? fmt::format("8 experts with top-2 at the same compute is {}.",
-                         measured(&topk->outcome))
-           : "8 experts with top-2 at the same compute trains with `ffnlab evolve --full`.");
+      topk
+          ? fmt::format("8 experts with top-2 at the same compute is {}.", measured(&topk->outcome))
+          : "8 experts with top-2 at the same compute trains with `ffnlab evolve --full`.");
   return md;
 }
 

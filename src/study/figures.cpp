@@ -409,6 +409,28 @@ std::vector<double> label_rows(const std::vector<double>& x, const std::vector<d
 
 }  // namespace
 
+// A scatter panel's x range (room on the right for names) and its point labels, each where it
+// meets no other name, as gnuplot commands ("set xrange" and the labels; y range [lo, hi]).
+std::string labelled_points(const std::vector<double>& x, const std::vector<double>& y,
+                            const std::vector<std::string>& names, double lo, double hi) {
+  const double x_lo = *std::min_element(x.begin(), x.end());
+  const double x_hi = *std::max_element(x.begin(), x.end());
+  const double xspan = std::max(x_hi - x_lo, 0.05 * std::max(std::abs(x_hi), 1e-3));
+  const double left = x_lo - 0.1 * xspan, right = x_hi + 0.35 * xspan;
+  // A panel's plot area is about 600 by 440 pixels; a 9-point character about 6 by 16, and
+  // a name starts 9 pixels right of its point.
+  const double gap = (right - left) * 9.0 / 600;
+  std::vector<std::size_t> chars;
+  for (const std::string& n : names) chars.push_back(n.size());
+  const std::vector<double> row =
+      label_rows(x, y, chars, gap, (right - left) * 6.0 / 600, (hi - lo) * 16.0 / 440);
+  std::string s =
+      fmt::format("set xrange [{}:{}]\nset yrange [{}:{}]\nunset label\n", left, right, lo, hi);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    s += fmt::format("set label '{}' at {},{} left font ',9'\n", names[i], x[i] + gap, row[i]);
+  return s;
+}
+
 void draw_moe_pareto(const Study& st) {
   const auto& points = st.results.moe_axes->pareto;
   std::string s = preamble("moe_pareto", 1500, 620);
@@ -427,27 +449,14 @@ void draw_moe_pareto(const Study& st) {
   // Dense points blue, MoE red; each labelled with its name where it meets no other.
   auto panel = [&](int column, const std::string& xlabel, const std::string& title) {
     std::vector<double> x, y;
-    std::vector<std::size_t> chars;
+    std::vector<std::string> names;
     for (const auto& p : points) {
       x.push_back((column == 2 ? static_cast<double>(p.params) : p.forward_flops) / 1e6);
       y.push_back(p.mean);
-      chars.push_back(p.name.size());
+      names.push_back(p.name);
     }
-    const double x_lo = *std::min_element(x.begin(), x.end());
-    const double x_hi = *std::max_element(x.begin(), x.end());
-    const double xspan = std::max(x_hi - x_lo, 0.05 * std::max(std::abs(x_hi), 1e-3));
-    const double left = x_lo - 0.1 * xspan, right = x_hi + 0.35 * xspan;
-    // A panel's plot area is about 600 by 440 pixels; a 9-point character about 6 by 16, and
-    // a name starts 9 pixels right of its point.
-    const double gap = (right - left) * 9.0 / 600;
-    const std::vector<double> row =
-        label_rows(x, y, chars, gap, (right - left) * 6.0 / 600, (hi - lo) * 16.0 / 440);
-    s += fmt::format("set title '{}'\nset xlabel '{}'\nset xrange [{}:{}]\nset yrange [{}:{}]\n",
-                     title, xlabel, left, right, lo, hi);
-    s += "unset label\n";
-    for (std::size_t i = 0; i < points.size(); ++i)
-      s += fmt::format("set label '{}' at {},{} left font ',9'\n", points[i].name, x[i] + gap,
-                       row[i]);
+    s += fmt::format("set title '{}'\nset xlabel '{}'\n", title, xlabel);
+    s += labelled_points(x, y, names, lo, hi);
     s += fmt::format(
         "plot 'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $4 : 1/0):5 "
         "with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4' title 'dense', "
@@ -459,6 +468,55 @@ void draw_moe_pareto(const Study& st) {
   panel(3, "LM forward FLOPs per token (millions)", "Against compute per token");
   s += "unset multiplot\n";
   render_figure(st.dir, "moe_pareto", s);
+}
+
+void draw_routing_families(const Study& st) {
+  const RoutingResult& r = *st.results.routing;
+  std::string s = preamble("routing_families", 1500, 620);
+  s += fmt::format(
+      "set multiplot layout 1,2 title 'Routing families at the headline MoE''s layout: "
+      "validation against the compute a token ran ({})'\nset key top right\n",
+      r.seeds == 1 ? "seed 1 alone: no bars"
+                   : fmt::format("mean over {} seeds; bars: ± one standard deviation", r.seeds));
+  // One panel an objective, each with its own ranges (bits per byte and per masked byte differ);
+  // top-k red, the families blue, each labelled where it meets no other name.
+  auto panel = [&](const std::string& objective, const std::string& ylabel,
+                   const std::string& title) {
+    std::vector<double> x, y;
+    std::vector<std::string> names;
+    double lo = 1e300, hi = -1e300;
+    for (const RoutingRow& row : r.rows) {
+      if (row.objective != objective) continue;
+      x.push_back(row.active_forward_flops / 1e6);
+      y.push_back(row.outcome.mean);
+      names.push_back(row.name);
+      const double sd = std::isfinite(row.outcome.std) ? row.outcome.std : 0.0;
+      lo = std::min(lo, row.outcome.mean - sd);
+      hi = std::max(hi, row.outcome.mean + sd);
+    }
+    if (x.empty()) return;
+    const double yspan = std::max(hi - lo, 1e-3);
+    s += fmt::format(
+        "set title '{}'\nset xlabel 'LM forward FLOPs per token as run (millions)'\n"
+        "set ylabel '{}'\n",
+        title, ylabel);
+    s += labelled_points(x, y, names, lo - 0.1 * yspan, hi + 0.15 * yspan);
+    // (One seed: the CSV's std is 0, the point alone.)
+    s += fmt::format(
+        "plot 'routing_families.csv' every ::1 using ($3/1e6):(strcol(1) eq '{0}' && "
+        "strcol(2) ne 'topk' ? $4 : 1/0):5 with yerrorbars pt 7 ps 1.2 "
+        "lc rgb '#1f77b4' title 'routing family', "
+        "'' every ::1 using ($3/1e6):(strcol(1) eq '{0}' && strcol(2) eq 'topk' ? $4 : 1/0):"
+        "5 with yerrorbars pt 5 ps 1.4 lc rgb '#d62728' title 'top-k (the "
+        "reference)'\n",
+        objective);
+  };
+  panel("causal", "validation bits per byte (lower is better)",
+        "Causal LM: the families that decide per token");
+  panel("masked", "validation bits per masked byte (lower is better)",
+        "Masked objective: all five families");
+  s += "unset multiplot\n";
+  render_figure(st.dir, "routing_families", s);
 }
 
 }  // namespace ffnlab::study

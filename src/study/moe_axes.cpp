@@ -86,6 +86,10 @@ std::vector<Axis> trained_axes(const Study& st) {
 
 }  // namespace
 
+FFNConfig headline_moe_ffn(std::int64_t d_model) {
+  return axis_ffn(kFine.name, d_model);
+}
+
 std::int64_t moe_axes_steps(const Study& st) {
   if (!st.has_variant("moe")) return 0;
   std::int64_t runs = 0;

@@ -1,6 +1,7 @@
-// Stage "speed": measured speed of each variant of the run at the tutorial's shape, as matrix-product
-// GFLOP/s and as a ratio to the bare oneDNN products of the same shapes timed in the same run;
-// and the speed of the activation functions themselves (GELU exact against its approximations).
+// Stage "speed": measured speed of each variant of the run at the tutorial's shape, as
+// matrix-product GFLOP/s and as a ratio to the bare oneDNN products of the same shapes timed in the
+// same run; and the speed of the activation functions themselves (GELU exact against its
+// approximations).
 #include "ffnlab/analysis/speed.hpp"
 
 #include <fmt/format.h>

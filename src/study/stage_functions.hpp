@@ -95,9 +95,21 @@ std::string literature_markdown(const Study& st, const Sections& sec);
 std::int64_t moe_axes_steps(const Study& st);
 // The stage's LM runs, seed-major: the training stage trains them in its pool (Study::axes_runs).
 std::vector<RunJob> moe_axes_jobs(const Study& st);
+// The headline MoE's FFN (kHeadlineMoE: 16 experts of a quarter of ReLU's width, top-3, one
+// shared expert of a quarter) in the study's LM of width d_model.
+FFNConfig headline_moe_ffn(std::int64_t d_model);
 void run_moe_axes(Study& st);
 json moe_axes_json(const Results& r);
 std::string moe_axes_markdown(const Study& st, const Sections& sec);
+
+// routing.cpp: every routing family against token-choice top-k
+std::int64_t routing_steps(const Study& st);
+// The stage's LM runs (each with a hook that fills Study::routing_behaviour, sized here): the
+// training stage trains them in its pool (Study::routing_runs).
+std::vector<RunJob> routing_jobs(Study& st);
+void run_routing(Study& st);
+json routing_json(const Results& r);
+std::string routing_markdown(const Study& st, const Sections& sec);
 
 // sweep.cpp
 std::int64_t sweep_steps(const Study& st);
@@ -114,6 +126,7 @@ void draw_moe_expert_load(const Study& st);
 void draw_moe_specialisation(const Study& st);
 void draw_sweep(const Study& st);
 void draw_moe_pareto(const Study& st);
+void draw_routing_families(const Study& st);
 
 // A stage's JSON of an optional result: null when the stage did not run.
 template <class T, class F>

@@ -102,6 +102,18 @@ const std::vector<Stage>& stages() {
          "validation (mean ± std over seeds) against the LM's parameters and against its forward "
          "FLOPs per token: the dense variants share one cost, MoE at equal compute moves right in "
          "the first panel only"}}},
+      {"routing",
+       "Routing families",
+       true,
+       routing_steps,
+       run_routing,
+       routing_json,
+       routing_markdown,
+       {{"routing_families", draw_routing_families,
+         "validation against the LM's forward FLOPs per token at the experts a token actually "
+         "ran, per routing family (mean over seeds; bars: ± one standard deviation where there "
+         "are several), the causal LM and the masked objective apart: a family right of top-k "
+         "spent more compute than its config promised, left of it less"}}},
       {"evolution",
        "The evolution, step by step, in this run's numbers",
        true,

@@ -61,6 +61,9 @@ Scale make_scale(const Options& o) {
   // 0.04. MoE at equal compute, the other headline comparison, has a paired spread of about
   // 0.008 (its 5-seed interval there): 3 decide it.
   s.headline_seeds = std::max(s.seeds, o.headline_seeds > 0 ? o.headline_seeds : (o.quick ? 3 : 4));
+  // One seed of each routing family by default: they add 9 runs a seed (3 causal, 6 masked),
+  // about 9 minutes on 2 cores; --full trains the study's seeds.
+  s.routing_seeds = o.routing_seeds > 0 ? o.routing_seeds : (o.full ? s.seeds : 1);
   s.toy_seeds = o.quick ? 2 : 5;
   s.toy_iterations = o.quick ? 20 : 100;
   s.speed_budget = o.quick ? 0.02 : 0.3;
@@ -330,8 +333,9 @@ std::string report_header(const Study& st) {
       "own, so their numbers depend on the seed and the build, not on the thread count; only "
       "the measured times vary (the speeds of {} and the tokens/s of {}).\n\n",
       o.command, fmt::format("{}{}", o.quick ? " --quick" : "", o.full ? " --full" : ""),
-      fmt::format("{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
-                  o.headline_seeds ? fmt::format(" --headline-seeds {}", o.headline_seeds) : ""),
+      fmt::format("{}{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
+                  o.headline_seeds ? fmt::format(" --headline-seeds {}", o.headline_seeds) : "",
+                  o.routing_seeds ? fmt::format(" --routing-seeds {}", o.routing_seeds) : ""),
       o.steps ? fmt::format(" --steps {}", o.steps) : "", elapsed(st.results.seconds),
       st.results.threads, st.results.machine.describe(), sec.ref("speed"), sec.ref("training"));
   if (o.quick)
@@ -370,6 +374,9 @@ void check_options(const Options& o) {
   if (o.headline_seeds < 0 || o.headline_seeds > 1000)
     throw Error(fmt::format("[evolve] headline seeds = {} must be in [1, 1000] (0: the default)",
                             o.headline_seeds));
+  if (o.routing_seeds < 0 || o.routing_seeds > 1000)
+    throw Error(fmt::format("[evolve] routing seeds = {} must be in [1, 1000] (0: the default)",
+                            o.routing_seeds));
   if (!(o.margin > 0 && o.margin <= 1))
     throw Error(fmt::format("[evolve] margin = {} bits/byte must be in (0, 1]", o.margin));
   if (o.steps < 0 || o.steps > 1000000000)
@@ -385,6 +392,11 @@ Results run_study(const Options& options, Observer& observer) {
   if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
   check_options(st.options);
   st.scale = make_scale(options);
+  if (st.scale.routing_seeds > st.scale.seeds)
+    throw Error(fmt::format(
+        "[evolve] routing seeds = {} must not exceed seeds = {}: the causal routing families are "
+        "paired with the runs of the fine-grained MoE, which trains that many",
+        st.scale.routing_seeds, st.scale.seeds));
   st.observer = &observer;
   st.concurrent_runs = omp_get_max_threads();
   if (!gnuplot_available())

@@ -243,10 +243,11 @@ std::int64_t training_steps(const Study& st) {
 }
 
 void run_training(Study& st) {
-  st.stage(fmt::format("training {} variants × {} seeds ({} for relu and swiglu), {} steps each{}",
-                       st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds,
-                       st.scale.train.steps,
-                       st.has_variant("moe") ? ", with the runs of MoE at equal compute" : ""));
+  st.stage(fmt::format(
+      "training {} variants × {} seeds ({} for relu and swiglu), {} steps each{}",
+      st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds, st.scale.train.steps,
+      st.has_variant("moe") ? ", with the runs of MoE at equal compute and the routing families"
+                            : ""));
   std::vector<RunJob> jobs;
   for (const auto& v : st.options.variants) {  // (the hooks below fill existing entries only)
     st.census_init[v];
@@ -272,11 +273,14 @@ void run_training(Study& st) {
       }
       jobs.push_back(std::move(job));
     }
-  // One pool with the moe_axes stage's runs, longest first (the MoE at equal compute, then the
-  // dense runs, the cheaper MoE at equal parameters last), so the two cores stay busy to the end.
-  // The order changes no run's numbers (train_runs), only when each starts.
+  // One pool with the moe_axes and routing stages' runs, longest first (MoE at equal compute and
+  // the routing families, then the dense runs, the cheaper MoE at equal parameters last), so the
+  // two cores stay busy to the end. The order changes no run's numbers (train_runs), only when
+  // each starts.
   const std::size_t own = jobs.size();
   for (RunJob& j : moe_axes_jobs(st)) jobs.push_back(std::move(j));
+  const std::size_t axes_end = jobs.size();
+  for (RunJob& j : routing_jobs(st)) jobs.push_back(std::move(j));
   std::vector<std::size_t> order;
   for (std::size_t i = own; i < jobs.size(); ++i) order.push_back(i);
   for (int moe_last = 0; moe_last < 2; ++moe_last)
@@ -288,7 +292,10 @@ void run_training(Study& st) {
   std::vector<RunRecord> records(order.size());
   for (std::size_t k = 0; k < order.size(); ++k) records[order[k]] = std::move(trained[k]);
   for (std::size_t i = 0; i < records.size(); ++i)
-    (i < own ? st.runs : st.axes_runs).push_back(std::move(records[i]));
+    (i < own        ? st.runs
+     : i < axes_end ? st.axes_runs
+                    : st.routing_runs)
+        .push_back(std::move(records[i]));
 
   // Per variant: validation over seeds, and the difference to ReLU paired by seed.
   TrainingResult out;

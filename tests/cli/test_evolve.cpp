@@ -68,17 +68,20 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
         "**Router z-loss (an ablation of the recipe).**",
         "## 7. MoE at equal compute",
         "| moe_compute | equal active compute",
-        "## 8. The evolution, step by step, in this run's numbers",
+        "## 8. Routing families",
+        "**The masked objective** (bits per masked byte)",
+        "| soft | Soft MoE: 6 slots an expert",
+        "## 9. The evolution, step by step, in this run's numbers",
         "**The three dimensions.**",
         "**Choosing by situation.**",
-        "## 9. The literature: the GLU variants in Shazeer 2020",
+        "## 10. The literature: the GLU variants in Shazeer 2020",
         "| geglu | 1.942 (0.004) | 1.633 |",
-        "## 10. Real models",
+        "## 11. Real models",
         "| DeepSeek-V3 |",
         "| LLaMA-2 70B | GLU (silu) | 8,192 | 28,672 |",
-        "## 11. Corrections of the FFN-evolution tutorial",
-        "## 12. Recommendations",
-        "## 13. Limits of this study",
+        "## 12. Corrections of the FFN-evolution tutorial",
+        "## 13. Recommendations",
+        "## 14. Limits of this study",
         "ReLU's validation (on",
         "## References",
         "arXiv:2002.05202",
@@ -87,9 +90,9 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
         "**MoE at equal compute** (fine-grained, 16 experts, top-3, 1 shared)",
         "This is a --quick run"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
-  for (const char* figure :
-       {"activation_comparison", "ffn_performance_comparison", "training_dynamics",
-        "moe_expert_load", "activation_sparsity", "moe_pareto", "moe_specialisation"}) {
+  for (const char* figure : {"activation_comparison", "ffn_performance_comparison",
+                             "training_dynamics", "moe_expert_load", "activation_sparsity",
+                             "moe_pareto", "moe_specialisation", "routing_families"}) {
     const fs::path png = fs::path(out) / (std::string(figure) + ".png");
     ASSERT_TRUE(fs::exists(png)) << png;
     EXPECT_GT(fs::file_size(png), 10000u) << png;

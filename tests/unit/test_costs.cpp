@@ -148,4 +148,19 @@ TEST(Costs, RoutingFamiliesCostTheirMeanExpertsPerToken) {
   const auto layer = make_ffn(soft, 0);
   for (const auto& p : layer->parameters().list()) trained += shape_numel(p.shape);
   EXPECT_EQ(count_params(soft), trained);
+  EXPECT_DOUBLE_EQ(experts_per_token(soft, 16), 2.0);
+  EXPECT_DOUBLE_EQ(experts_per_token(ec, 16), 3.0);
+  EXPECT_DOUBLE_EQ(experts_per_token(relu, 16), 4.0);
+  EXPECT_DOUBLE_EQ(experts_per_token(variant_config("relu", 64, 32, false), 16), 0.0);
+  // A Transformer costs Soft MoE over its own sequence: over 16 tokens the FFN forward FLOPs per
+  // token equal the layer's at 16 tokens (not E·p experts a token, as a sequence of 1 would).
+  LMConfig lm;
+  lm.d_model = 64;
+  lm.heads = 2;
+  lm.layers = 2;
+  lm.context = 16;
+  lm.causal = false;
+  lm.vocab = 257;
+  lm.ffn = soft;
+  EXPECT_DOUBLE_EQ(transformer_cost(lm, 16).ffn_forward_flops, 2 * sc.forward.total());
 }

@@ -74,12 +74,17 @@ TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
   // training 3 variants (moe over the seeds); MoE: 3 balancing runs of half the steps; MoE at
   // equal compute, fine-grained: over the seeds; the sweep: 8 runs.
   const std::int64_t n = st.scale.train.steps, s = st.scale.seeds, h = st.scale.headline_seeds;
-  EXPECT_EQ(planned, (2 * h + s) * n + 3 * (n / 2) + s * n + 8 * n);
-  // --full adds the z-loss ablation over the seeds and MoE with top-2 at equal compute.
+  // The routing families: 3 causal and 6 masked runs a seed, one seed by default.
+  EXPECT_EQ(st.scale.routing_seeds, 1);
+  EXPECT_EQ(planned, (2 * h + s) * n + 3 * (n / 2) + s * n + 9 * n + 8 * n);
+  // --full adds the z-loss ablation over the seeds and MoE with top-2 at equal compute, and
+  // trains the routing families over the seeds.
   st.options.full = true;
+  st.scale = study::make_scale(st.options);
+  EXPECT_EQ(st.scale.routing_seeds, st.scale.seeds);
   planned = 0;
   for (const Stage& s : stages()) planned += s.planned_steps(st);
-  EXPECT_EQ(planned, (2 * h + s) * n + (3 * (n / 2) + s * n) + 2 * s * n + 8 * n);
+  EXPECT_EQ(planned, (2 * h + s) * n + (3 * (n / 2) + s * n) + 2 * s * n + 9 * s * n + 8 * n);
 }
 
 TEST(StudyStages, TheDefaultVariantsTakeOneStepOfTheEvolutionEachAndFullTakesThemAll) {
@@ -445,6 +450,99 @@ TEST(Recommendations, MoEAtEqualComputeAndNoisyThroughput) {
   EXPECT_NE(md.find("**Per second:** no finding"), std::string::npos) << md;
 }
 
+// The routing stage from given runs: each family paired with top-k of its objective (the causal
+// one: the headline MoE's runs), behaviour from the second half of the steps, FLOPs at the
+// experts a token ran.
+TEST(Routing, FamiliesAreJudgedAgainstTopKAtTheComputeTheyRan) {
+  study::Study st;
+  st.options.quick = true;
+  st.options.variants = {"relu", "moe"};
+  st.options.routing_seeds = 2;
+  st.scale = study::make_scale(st.options);
+  ASSERT_EQ(st.scale.routing_seeds, 2);
+  const int layers = static_cast<int>(st.scale.model.layers);
+  study::TrainingResult t;
+  t.margin = 0.02;
+  st.results.training = t;
+  // A run whose first half routes 10 experts a token and whose second half routes `ran`.
+  auto run = [&](const std::string& label, int seed, double val, double ran) {
+    study::RunRecord r;
+    r.variant = label;
+    r.seed = seed;
+    r.val_bits_per_byte = val;
+    r.median_tokens_per_second = 1000;
+    for (int s = 1; s <= 4; ++s) {
+      StepLog log;
+      log.step = s;
+      log.experts_per_token = s <= 2 ? 10.0 : ran;
+      log.load_cv = s <= 2 ? 5.0 : 0.25;
+      r.steps.push_back(log);
+    }
+    return r;
+  };
+  for (int seed = 1; seed <= 3; ++seed)  // the third is not paired: routing trains 2
+    st.axes_runs.push_back(run(std::string(study::kHeadlineMoE), seed, 3.0 + 0.01 * seed, 3));
+  const std::vector<std::pair<std::string, double>> families{
+      {"causal/top_p", 2.5},  {"causal/relu", 3.5},        {"causal/moe_pp", 2.5},
+      {"masked/topk", 3},     {"masked/top_p", 2.5},       {"masked/relu", 3.5},
+      {"masked/moe_pp", 2.5}, {"masked/expert_choice", 3}, {"masked/soft", 3}};
+  for (int seed = 1; seed <= 2; ++seed)
+    for (const auto& [label, ran] : families) {
+      // top_p is clearly worse than top-k on both seeds; the others differ from it by noise.
+      const double base = label.rfind("masked", 0) == 0 ? 4.0 : 3.0;
+      const double noise = label == "masked/topk" ? 0.0 : (seed == 1 ? 0.03 : -0.03);
+      const double val = base + 0.01 * seed +
+                         (label.find("top_p") != std::string::npos ? 0.10 + 0.01 * seed : noise);
+      st.routing_runs.push_back(run(label, seed, val, ran));
+      study::RoutingBehaviour b;
+      b.experts_per_token_by_layer.assign(static_cast<std::size_t>(layers), ran);
+      if (label != "masked/soft")
+        b.experts_distribution.assign(static_cast<std::size_t>(layers), {0.1, 0.2, 0.3, 0.4});
+      st.routing_behaviour.push_back(b);
+    }
+  const Stage& routing = stage("routing");
+  routing.run(st);
+  ASSERT_TRUE(st.results.routing);
+  const nlohmann::ordered_json j = routing.to_json(st.results);
+  EXPECT_EQ(j["config"]["seeds"], 2);
+  EXPECT_EQ(j["config"]["causal_reference_seeds"], 2);
+  EXPECT_EQ(j["causal"]["topk"]["val_bits_per_byte"].size(), 2u);
+  EXPECT_EQ(j["causal"]["topk"]["verdict"], "reference");
+  EXPECT_FALSE(j["causal"].contains("expert_choice")) << "it would read the future";
+  EXPECT_FALSE(j["causal"].contains("soft"));
+  EXPECT_EQ(j["masked"].size(), 6u);
+  EXPECT_EQ(j["causal"]["top_p"]["verdict"], "worse than top-k");
+  EXPECT_EQ(j["masked"]["top_p"]["verdict"], "worse than top-k");
+  EXPECT_NEAR(j["causal"]["top_p"]["paired_difference_to_topk_mean"].get<double>(), 0.115, 1e-9);
+  EXPECT_EQ(j["causal"]["relu"]["verdict"], "inconclusive");
+  // The second half of the steps only.
+  EXPECT_DOUBLE_EQ(j["causal"]["relu"]["experts_per_token"].get<double>(), 3.5);
+  EXPECT_DOUBLE_EQ(j["causal"]["relu"]["load_cv"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(j["causal"]["topk"]["experts_per_token"].get<double>(), 3.0);
+  // Dropless top-k: every token runs k experts in every layer.
+  EXPECT_EQ(j["causal"]["topk"]["experts_per_token_distribution_by_layer"][0].back(), 1.0);
+  // FLOPs at the experts a token ran: ReLU routing ran half an expert more than its target in
+  // every layer, MoE++ half an expert fewer than its k; expert choice as configured.
+  const FFNConfig relu = config_from_json(j["causal"]["relu"]["ffn"]);
+  const double per_expert = ffn_cost(expert_config(relu), 1).forward.total() + 2.0 * relu.d_model;
+  const double topk_flops = j["causal"]["topk"]["active_forward_flops_per_token"].get<double>();
+  EXPECT_NEAR(j["causal"]["relu"]["active_forward_flops_per_token"].get<double>() - topk_flops,
+              layers * 0.5 * per_expert, 1e-6 * topk_flops);
+  EXPECT_LT(j["causal"]["moe_pp"]["active_forward_flops_per_token"].get<double>(), topk_flops);
+  EXPECT_DOUBLE_EQ(j["masked"]["expert_choice"]["active_forward_flops_per_token"].get<double>(),
+                   j["masked"]["topk"]["active_forward_flops_per_token"].get<double>());
+  // Soft MoE's slots give k experts' compute a token over the study's sequence.
+  EXPECT_DOUBLE_EQ(j["masked"]["soft"]["experts_per_token_config"].get<double>(),
+                   j["masked"]["topk"]["experts_per_token_config"].get<double>());
+  const std::string md = routing.markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("**The causal LM** (bits per byte)"), std::string::npos) << md;
+  EXPECT_NE(md.find("**The masked objective** (bits per masked byte)"), std::string::npos);
+  EXPECT_NE(md.find("| top_p | dynamic top-p"), std::string::npos) << md;
+  EXPECT_NE(md.find("worse than top-k"), std::string::npos);
+  EXPECT_NE(md.find("3.50 [0–3], 10.0 % none"), std::string::npos) << md;
+  EXPECT_EQ(md.find("than ReLU"), std::string::npos) << "judged against top-k, not ReLU";
+}
+
 TEST(Stats, PairedComparisonsUseStudentsTAndTheMargin) {
   // n = 3: t(0.975, 2) = 4.302653, t(0.95, 2) = 2.919986; mean −0.02, s = 0.01.
   const std::vector<double> d{-0.03, -0.02, -0.01};
@@ -516,6 +614,10 @@ TEST(Study, RefusesBadOptionsBeforeAnyWork) {
   o.seeds = 0;
   o.steps = -1;
   EXPECT_NE(refusal(o).find("steps = -1"), std::string::npos);
+  o.steps = 0;
+  o.routing_seeds = 4;  // more than the 3 seeds of the fine-grained MoE they pair with
+  EXPECT_NE(refusal(o).find("routing seeds = 4 must not exceed seeds = 3"), std::string::npos)
+      << refusal(o);
   EXPECT_FALSE(std::filesystem::exists(o.out));  // nothing written, no staging folder either
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }

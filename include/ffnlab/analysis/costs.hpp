@@ -36,6 +36,12 @@ struct FFNCost {
 };
 
 std::int64_t count_params(const FFNConfig& config);
+// MoE: the FFN experts a token runs by the closed form (0 for a dense FFN): top_k (for top-p
+// routing and MoE++'s zero-computation experts an upper bound), ReLU routing's target mean,
+// expert choice's c·k, Soft MoE's E·slots/S over sequences of S = `sequence` tokens.
+double experts_per_token(const FFNConfig& config, std::int64_t sequence);
+// Per token, at experts_per_token(config, tokens): `tokens` is the activations' batch, and for
+// Soft MoE also its sequence.
 FFNCost ffn_cost(const FFNConfig& config, std::int64_t tokens);
 
 // The one JSON form of an FFNCost (`ffnlab params --json`, the study's results.json and

@@ -206,6 +206,47 @@ struct MoEAxesResult {
   const MoEAxisRow* find(std::string_view name) const;
 };
 
+// What a routing run's FFN layers did over the second half of its training steps (settled
+// behaviour), averaged over its layers unless per layer.
+struct RoutingBehaviour {
+  double experts_per_token = 0;  // FFN experts a token ran (Soft MoE: E·slots/S)
+  double load_cv = 0, dropped_fraction = 0, router_entropy = 0;
+  double zero_computation_fraction = 0;  // MoE++: the choices that ran no FFN expert
+  std::vector<double> experts_per_token_by_layer;
+  // Per layer, the share of tokens that ran 0, 1, … FFN experts (empty for Soft MoE, where no
+  // token runs an expert of its own).
+  std::vector<std::vector<double>> experts_distribution;
+};
+
+// One routing family in one objective, against token-choice top-k of that objective.
+struct RoutingRow {
+  std::string name;       // "top_p", … ("topk": the reference)
+  std::string objective;  // "causal" or "masked"
+  std::string description;
+  FFNConfig ffn;
+  std::int64_t params = 0;              // the LM's
+  std::int64_t ffn_params = 0;          // one FFN layer's
+  double closed_experts_per_token = 0;  // what the config sets (experts_per_token in costs.hpp)
+  // The LM's forward FLOPs per token at the experts a token ran (measured, seed mean).
+  double active_forward_flops = 0;
+  RoutingBehaviour behaviour;  // mean over seeds
+  VariantOutcome outcome;      // validation against top-k's runs of the same seeds
+};
+
+// Every routing family against token-choice top-k at the headline MoE's layout (experts, width,
+// shared expert) and compute: the families that decide per token on the causal LM, all five on
+// the masked objective.
+struct RoutingResult {
+  int seeds = 0;            // each family's runs (seeds 1 to `seeds`)
+  int reference_seeds = 0;  // the causal top-k runs (the moe_axes stage's)
+  std::int64_t sequence = 0;
+  float mask_fraction = 0;
+  std::vector<RoutingRow> rows;  // causal, then masked; top-k first in each
+  const RoutingRow* find(std::string_view objective, std::string_view name) const;
+  std::string figure_csv() const;        // routing_families.csv: what the figure draws
+  std::string distribution_csv() const;  // routing_experts_per_token.csv
+};
+
 struct SweepPoint {
   int ratio = 0;
   std::int64_t relu_d_ff = 0, swiglu_d_ff = 0;
@@ -290,6 +331,7 @@ struct Results {
   std::optional<MoEResult> moe;
   std::optional<SweepResult> sweep;
   std::optional<MoEAxesResult> moe_axes;
+  std::optional<RoutingResult> routing;
   bool zoo = false;  // the real-model table (analysis/zoo.hpp) was reported
   std::optional<std::vector<Correction>> corrections;
   std::optional<LiteratureResult> literature;

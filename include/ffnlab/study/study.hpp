@@ -44,6 +44,9 @@ struct Options {
   // Seeds of ReLU and SwiGLU, the headline comparison with the widest paired spread (0: 4, 3 with
   // quick; never fewer than `seeds`). MoE at equal compute, the other one, trains `seeds`.
   int headline_seeds = 0;
+  // Seeds of each routing family (the routing stage; at most `seeds`, since the causal families
+  // pair with the fine-grained MoE's runs). 0: 1, or `seeds` with `full`.
+  int routing_seeds = 0;
   std::int64_t steps = 0;  // 0: the scale's
   // The equivalence margin in bits per byte: a variant is "equivalent" to ReLU only when the
   // data show their difference is within it (training.cpp, compare_paired).
@@ -58,7 +61,7 @@ struct Scale {
   TrainConfig train;           // steps, batch, seq, evaluation
   std::int64_t eval_tokens;    // validation tokens of the periodic evaluations
   std::int64_t census_tokens;  // validation tokens of the sparsity census
-  int seeds, headline_seeds;
+  int seeds, headline_seeds, routing_seeds;
   int toy_seeds, toy_iterations;
   double speed_budget;  // seconds per speed measurement
   std::int64_t speed_tokens;
@@ -110,6 +113,10 @@ struct Study {
   // The moe_axes stage's runs: trained with the training stage's, in one pool, so that no core
   // waits for the last run of one stage while the next stage has runs to start.
   std::vector<RunRecord> axes_runs;
+  // The routing stage's runs and what each one's layers did (in routing_jobs' order): trained
+  // with the training stage's too.
+  std::vector<RunRecord> routing_runs;
+  std::vector<RoutingBehaviour> routing_behaviour;
   // Seed 1's activation census per variant and layer, at initialisation and after training.
   std::map<std::string, std::vector<UnitSparsity>> census_init, census_trained;
   // Seed 1's MoE LM after training: per layer, which byte classes each expert takes.
