@@ -22,28 +22,40 @@ from . import _ffnlab
 __all__ = ["FFN", "from_module"]
 
 
+def _rows(t, width):
+    """t as a C-contiguous float32 [rows, width] tensor without autograd history."""
+    flat = t.detach().reshape(-1, width)
+    return flat if flat.is_contiguous() else flat.contiguous()
+
+
 class _Function(torch.autograd.Function):
-    """y, aux = ffnlab layer(x). The parameters are inputs so that y requires grad when they
-    do; their gradients go straight into their .grad (FFN._attach_grads), not through autograd."""
+    """y, aux, logits = ffnlab layer(x, gate_residual). The parameters are inputs so that y
+    requires grad when they do; their gradients go straight into their .grad
+    (FFN._attach_grads), not through autograd. logits (MoE++'s gating residual: what the next
+    layer takes) is [..., E], or empty for a layer without the option."""
 
     @staticmethod
-    def forward(ctx, x, module, train, *params):
+    def forward(ctx, x, residual, module, train, *params):
         layer = module.layer
         shape = x.shape
-        flat = x.detach().reshape(-1, shape[-1])
-        if not flat.is_contiguous():
-            flat = flat.contiguous()
+        flat = _rows(x, shape[-1])
         # [..., S, D]: sequences of S (what expert-choice routing routes each on its own)
         sequence = shape[-2] if x.dim() >= 3 else 0
-        y = layer.forward(flat.numpy(), train=train, sequence=sequence)
+        res = None if residual is None else _rows(residual, residual.shape[-1]).numpy()
+        y = layer.forward(flat.numpy(), train=train, sequence=sequence, gate_residual=res)
         ctx.module = module
         ctx.forward_count = layer.forward_count
         ctx.shape = shape
+        ctx.residual_shape = None if residual is None else residual.shape
         aux = torch.tensor(layer.aux_loss if train else 0.0, dtype=x.dtype)
-        return torch.from_numpy(y).reshape(shape), aux
+        logits = torch.zeros(0, dtype=x.dtype)
+        if module.gating_residual:
+            logits = torch.from_numpy(layer.logits)
+            logits = logits.reshape(*shape[:-1], logits.shape[-1])
+        return torch.from_numpy(y).reshape(shape), aux, logits
 
     @staticmethod
-    def backward(ctx, dy, daux):
+    def backward(ctx, dy, daux, dlogits):
         if torch.is_grad_enabled():  # backward(create_graph=True): a graph of the gradient
             raise RuntimeError(
                 "[python] ffnlab.torch.FFN has no second derivative: backward with "
@@ -58,22 +70,26 @@ class _Function(torch.autograd.Function):
                 "backward, or use one module per call site)")
         layer.set_aux_loss_scale(float(daux))
         ctx.module._attach_grads()
-        g = dy.reshape(-1, ctx.shape[-1])
-        if g.dtype != torch.float32:
-            g = g.float()
-        if not g.is_contiguous():
-            g = g.contiguous()
-        dx = torch.from_numpy(layer.backward(g.numpy())).reshape(ctx.shape)
+        g = _rows(dy.float(), ctx.shape[-1])
+        dl = None
+        if ctx.module.gating_residual and dlogits is not None and dlogits.numel() > 0:
+            dl = _rows(dlogits.float(), dlogits.shape[-1]).numpy()
+        dx = torch.from_numpy(layer.backward(g.numpy(), dlogits=dl)).reshape(ctx.shape)
+        dres = None
+        if ctx.residual_shape is not None:
+            dres = torch.from_numpy(layer.gate_residual_grad).reshape(ctx.residual_shape)
         # The parameters' gradients are already in their .grad (ffnlab's buffer): nothing for
         # autograd to accumulate.
-        return (dx, None, None, *(None for _ in ctx.module._names))
+        return (dx, dres, None, None, *(None for _ in ctx.module._names))
 
 
 class FFN(torch.nn.Module):
     """An ffnlab FFN or MoE layer as a torch.nn.Module (float32, CPU).
 
     FFN(config=None, seed=0, **keys) takes the same config as ffnlab.FFN; FFN(layer=...) wraps an
-    existing ffnlab.FFN. Parameters are registered under their Hugging Face names with '.'
+    existing ffnlab.FFN. A layer with MoE++'s gating_residual returns (y, logits) from
+    forward(x, gate_residual=None): pass one layer's logits as the next layer's gate_residual
+    (None for the first), as MoE++'s model does; gradients flow back through both. Parameters are registered under their Hugging Face names with '.'
     replaced by '_' (named_ffn_parameters() gives the Hugging Face names). State that no
     optimizer may move (the MoE's aux-loss-free balancing bias, ReLU routing's L1 coefficient)
     is a buffer, not a parameter.
@@ -92,6 +108,8 @@ class FFN(torch.nn.Module):
             else:
                 self.register_buffer(name.replace(".", "_"), t)
         self.aux_loss = torch.zeros(())
+        config = self.layer.config
+        self.gating_residual = bool(config.get("moe", {}).get("gating_residual", False))
         # ffnlab's buffers never move: the parameters and their gradient views, once.
         self._params = [getattr(self, n.replace(".", "_")) for n in self._names]
         grads = self.layer.grads()
@@ -115,7 +133,7 @@ class FFN(torch.nn.Module):
         """(Hugging Face name, parameter) pairs."""
         return [(n, getattr(self, n.replace(".", "_"))) for n in self._names]
 
-    def forward(self, x):
+    def forward(self, x, gate_residual=None):
         if x.dtype != torch.float32 or x.device.type != "cpu":
             raise ValueError(f"[python] ffnlab.torch.FFN takes float32 CPU tensors, got "
                              f"{x.dtype} on {x.device}")
@@ -125,8 +143,11 @@ class FFN(torch.nn.Module):
         params = self._params
         # Training (the layer keeps its activations) only where autograd will call backward.
         train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
-        y, self.aux_loss = _Function.apply(x, self, train, *params)
-        return y
+        if gate_residual is not None and not self.gating_residual:
+            raise ValueError("[python] gate_residual given, but the layer has no "
+                             "gating_residual (MoE++) to take it")
+        y, self.aux_loss, logits = _Function.apply(x, gate_residual, self, train, *params)
+        return (y, logits) if self.gating_residual else y
 
     def after_optimizer_step(self):
         """MoE with the aux-loss-free balancing bias or ReLU routing (its adaptive L1

@@ -81,31 +81,61 @@ class Layer {
  public:
   explicit Layer(std::unique_ptr<FeedForward> ffn) : ffn_(std::move(ffn)) {}
 
-  py::array_t<float> forward(const py::array& x, bool train, std::int64_t sequence) {
-    const std::int64_t D = ffn_->config().d_model;
+  py::array_t<float> forward(const py::array& x, bool train, std::int64_t sequence,
+                             const py::object& gate_residual) {
+    const FFNConfig& c = ffn_->config();
+    const std::int64_t D = c.d_model;
     Tensor xt = borrow_rows(x, D, "x");
     if (sequence < 0) throw py::value_error("[python] sequence must not be negative");
+    // MoE++'s gating residual: the previous MoE layer's logits [T, E].
+    Tensor rt;
+    if (!gate_residual.is_none()) {
+      if (c.kind != FFNKind::moe || !c.moe.gating_residual)
+        throw py::value_error(
+            "[python] gate_residual given, but the layer has no gating_residual (MoE++) to take "
+            "it");
+      rt = borrow_rows(gate_residual.cast<py::array>(), c.moe.routed_experts(), "gate_residual");
+      if (rt.dim(0) != xt.dim(0))
+        throw py::value_error("[python] gate_residual has " + std::to_string(rt.dim(0)) +
+                              " rows, x " + std::to_string(xt.dim(0)));
+    }
     auto [y, yt] = new_rows(xt.dim(0), D);
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
       ffn_->set_sequence_length(sequence);
+      residual_ = rt;
+      ffn_->set_gate_residual(residual_.defined() ? &residual_ : nullptr);
       ffn_->forward(yt, xt, train);
     }
     written_in_place(yt, y, "forward");
     saved_x_ = train ? py::object(x) : py::none();
+    // The layer reads the residual's memory again in backward: its array stays alive here.
+    saved_residual_ = train ? gate_residual : py::none();
     forwards_ += 1;
     return y;
   }
 
-  py::array_t<float> backward(const py::array& dy) {
-    const std::int64_t D = ffn_->config().d_model;
+  py::array_t<float> backward(const py::array& dy, const py::object& dlogits) {
+    const FFNConfig& c = ffn_->config();
+    const std::int64_t D = c.d_model;
     Tensor dyt = borrow_rows(dy, D, "dy");
+    Tensor gt;
+    if (!dlogits.is_none()) {
+      if (c.kind != FFNKind::moe || c.moe.routing == RoutingKind::soft)
+        throw py::value_error("[python] dlogits given, but the layer has no router logits");
+      gt = borrow_rows(dlogits.cast<py::array>(), c.moe.routed_experts(), "dlogits");
+      if (gt.dim(0) != dyt.dim(0))
+        throw py::value_error("[python] dlogits has " + std::to_string(gt.dim(0)) + " rows, dy " +
+                              std::to_string(dyt.dim(0)));
+    }
     auto [dx, dxt] = new_rows(dyt.dim(0), D);
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
+      ffn_->set_router_logits_grad(gt.defined() ? &gt : nullptr);
       ffn_->backward(dxt, dyt);
+      ffn_->set_router_logits_grad(nullptr);
     }
     written_in_place(dxt, dx, "backward");
     return dx;
@@ -118,8 +148,17 @@ class Layer {
   std::unique_ptr<FeedForward> ffn_;
   std::mutex mutex_;
   py::object saved_x_ = py::none();
+  py::object saved_residual_ = py::none();
+  Tensor residual_;  // the gate residual handed to the layer (a view of saved_residual_'s memory)
   std::int64_t forwards_ = 0;
 };
+
+// A new [rows, cols] array holding a copy of t ([0, 0] when t is empty).
+py::array_t<float> rows_copy(const Tensor& t) {
+  auto [a, at] = new_rows(t.defined() ? t.dim(0) : 0, t.defined() ? t.dim(1) : 0);
+  if (t.defined()) std::copy(t.f32(), t.f32() + t.numel(), at.f32());
+  return a;
+}
 
 py::dict named_arrays(const py::object& self, bool grads) {
   Layer& layer = self.cast<Layer&>();
@@ -184,15 +223,25 @@ Weights are initialised like torch.nn.Linear from seed.)")
            }),
            py::arg("config") = py::none(), py::arg("seed") = 0)
       .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
-           py::arg("sequence") = 0,
+           py::arg("sequence") = 0, py::arg("gate_residual") = py::none(),
            R"(y [T, D] = FFN(x [T, D]); x: C-contiguous float32. y is a new array that owns its
 memory. With train=True the layer keeps what backward needs, x included (by reference: do not
 change x until backward). sequence: x holds sequences of this many tokens one after another,
 which routings that look at the whole sequence (expert choice) route each on its own (0: x is
-one sequence).)")
-      .def("backward", &Layer::backward, py::arg("dy"),
+one sequence). gate_residual: for a layer with MoE++'s gating_residual, the previous MoE
+layer's router logits [T, E] (its .logits), kept like x.)")
+      .def("backward", &Layer::backward, py::arg("dy"), py::arg("dlogits") = py::none(),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
-accumulate into grads() (zero_grad() clears them).)")
+accumulate into grads() (zero_grad() clears them). dlogits: MoE, the gradient of the loss wrt
+this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
+      .def_property_readonly(
+          "logits", [](Layer& l) { return rows_copy(l.ffn().router_logits()); },
+          "MoE: the router logits of the last forward [T, E] (a copy), residual included: what "
+          "the next layer with gating_residual takes as its gate_residual")
+      .def_property_readonly(
+          "gate_residual_grad", [](Layer& l) { return rows_copy(l.ffn().gate_residual_grad()); },
+          "gating_residual: the gradient of the loss wrt the gate_residual of the last backward "
+          "[T, E] (a copy; [0, 0] when the forward had none): the previous layer's dlogits")
       .def(
           "parameters", [](const py::object& self) { return named_arrays(self, false); },
           "{name: float32 array}: views of the layer's weights (Hugging Face names); writing "

@@ -130,6 +130,39 @@ def test_zero_computation_experts_run_no_rows_and_train():
     assert np.abs(grads["constant_experts.0.gate.weight"]).max() > 0
 
 
+def test_gating_residual_adds_the_previous_logits_and_returns_their_gradient():
+    # MoE++: logits = x·W_rᵀ + b + G·W_gᵀ. With dy = 0 and no auxiliary loss, the logits'
+    # gradient is the dlogits handed in, so every gradient has a closed form.
+    layer = ffnlab.FFN({"kind": "moe", "d_model": 16, "d_ff": 24,
+                        "moe": {"num_experts": 4, "top_k": 2, "copy_experts": 1,
+                                "gating_residual": True}}, seed=4)
+    p = layer.parameters()
+    assert p["gate.gate_map.weight"].shape == (5, 5)  # 4 FFN experts + 1 copy expert
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((12, 16), dtype=np.float32)
+    res = rng.standard_normal((12, 5), dtype=np.float32)
+    dlogits = rng.standard_normal((12, 5), dtype=np.float32)
+    layer.forward(x, train=True, gate_residual=res)
+    want = x @ p["gate.weight"].T + p["gate.bias"] + res @ p["gate.gate_map.weight"].T
+    np.testing.assert_allclose(layer.logits, want, rtol=1e-5, atol=1e-5)
+    layer.zero_grad()
+    layer.backward(np.zeros_like(x), dlogits=dlogits)
+    g = layer.grads()
+    np.testing.assert_allclose(layer.gate_residual_grad, dlogits @ p["gate.gate_map.weight"],
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g["gate.gate_map.weight"], dlogits.T @ res, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g["gate.weight"], dlogits.T @ x, rtol=1e-5, atol=1e-5)
+    # Without a residual the layer is a first layer: no gradient for one.
+    layer.forward(x, train=True)
+    layer.backward(np.zeros_like(x))
+    assert layer.gate_residual_grad.shape == (0, 0)
+    with pytest.raises(ValueError, match="gate_residual has 3 rows, x 12"):
+        layer.forward(x, gate_residual=res[:3])
+    plain = ffnlab.FFN(variant="moe", d_model=16, d_ff=24)
+    with pytest.raises(ValueError, match="no gating_residual"):
+        plain.forward(x, gate_residual=res)
+
+
 def test_parameters_are_views_that_keep_the_layer_alive():
     layer = ffnlab.FFN(variant="relu", d_model=4, d_ff=8)
     w = layer.parameters()["down_proj.weight"]

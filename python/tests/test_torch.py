@@ -217,3 +217,25 @@ def test_expert_choice_routes_each_sequence_of_a_batch_on_its_own():
     assert x.grad is not None and torch.isfinite(x.grad).all()
     alone = block(x[:1].detach())
     assert torch.allclose(alone, y[:1].detach(), atol=1e-6)
+
+
+def test_gating_residual_chains_layers_and_carries_the_gradient_back():
+    # MoE++: the second layer takes the first's logits; the first layer's router then gets a
+    # gradient through them too (compare with the residual cut off by detach()).
+    config = {"kind": "moe", "d_model": 16, "d_ff": 24,
+              "moe": {"num_experts": 4, "top_k": 2, "zero_experts": 1, "gating_residual": True}}
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(7))
+
+    def router_grad(cut):
+        first, second = ft.FFN(config, seed=1), ft.FFN(config, seed=2)
+        y1, logits1 = first(x)
+        assert logits1.shape == (2, 6, 5)
+        y2, _ = second(y1, gate_residual=logits1.detach() if cut else logits1)
+        y2.square().sum().backward()
+        return first.gate_weight.grad.clone()
+
+    joined, cut = router_grad(False), router_grad(True)
+    assert not torch.allclose(joined, cut)
+    plain = ft.FFN(variant="moe", d_model=16, d_ff=24)
+    with pytest.raises(ValueError, match="no gating_residual"):
+        plain(x, gate_residual=torch.zeros(2, 6, 8))

@@ -109,11 +109,16 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     // Noisy top-k trains a second Linear(D, E) without bias for the noise scale.
     // The router scores the zero-computation experts too; the constant ones have [2, D] + [D].
     const int routed = m.routed_experts();
+    // MoE++'s gating residual adds gate.gate_map.weight [E, E] and G·W_gᵀ to the logits (the
+    // first MoE layer of a model has no G: counted as if it had, an upper bound of 2·E² FLOPs).
+    const std::int64_t gate_map = m.gating_residual ? mul(routed, routed) : 0;
     const std::int64_t router =
         soft ? add(mul(mul(c.d_model, m.num_experts), m.slots), 1)  // gate.phi, gate.scale
-             : add(add(mul(mul(c.d_model, routed), m.noisy_topk ? 2 : 1),
-                       m.router_bias ? routed : 0),
-                   mul(m.constant_experts, mul(3, c.d_model)));
+             : add(add(add(mul(mul(c.d_model, routed), m.noisy_topk ? 2 : 1),
+                           m.router_bias ? routed : 0),
+                       mul(m.constant_experts, mul(3, c.d_model))),
+                   gate_map);
+    const double G = static_cast<double>(gate_map);
     const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
     const bool has_shared = m.num_shared > 0;
     const std::int64_t shared_params = has_shared ? add(shared.params, gate) : 0;
@@ -128,11 +133,11 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     // (Soft MoE: the logits against E·p slots, and the dispatch and combine products, 2·E·p·D
     // each per token.)
     out.forward.matmul = soft ? 6 * D * m.num_experts * m.slots + K * expert.fwd.matmul
-                              : 2 * D * E + K * expert.fwd.matmul;
-    out.forward.elementwise =
-        (m.router_bias ? E : 0) + 3 * E + E + K + K * expert.fwd.elementwise + 2 * K * D;
+                              : 2 * D * E + 2 * G + K * expert.fwd.matmul;
+    out.forward.elementwise = (m.router_bias ? E : 0) + (G > 0 ? E : 0) + 3 * E + E + K +
+                              K * expert.fwd.elementwise + 2 * K * D;
     out.backward.matmul = soft ? 12 * D * m.num_experts * m.slots + K * expert.bwd.matmul
-                               : 2 * 2 * D * E + K * expert.bwd.matmul;
+                               : 2 * 2 * D * E + 2 * 2 * G + K * expert.bwd.matmul;
     out.backward.elementwise = (m.router_bias ? E : 0) + 3 * E + K + K * expert.bwd.elementwise +
                                2 * K * D + 2 * K * D;  // dy·w_k into experts; <dy, y_k> for w_k
     // The shared experts are one dense FFN of width num_shared·shared_d_ff (expert_config).

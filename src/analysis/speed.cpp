@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -50,6 +51,7 @@ nlohmann::ordered_json to_json(const LayerSpeed& s) {
           {"forward_backward_gflops", s.forward_backward_gflops},
           {"bare_forward_gflops", s.bare_forward_gflops},
           {"bare_forward_backward_gflops", s.bare_forward_backward_gflops},
+          {"experts_per_token", s.experts_per_token},
           {"rounds", s.rounds},
           {"forward_of_bare", s.forward_of_bare},
           {"forward_backward_of_bare", s.forward_backward_of_bare},
@@ -59,20 +61,32 @@ nlohmann::ordered_json to_json(const LayerSpeed& s) {
 }
 
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
-                               Precision precision, int rounds) {
-  check(tokens > 0 && budget > 0 && rounds > 0,
-        "[speed] tokens = {}, budget = {} and rounds = {} must be positive", tokens, budget,
-        rounds);
-  const std::int64_t T = tokens, D = config.d_model;
+                               Precision precision, int rounds, std::int64_t sequence) {
+  check(tokens > 0 && budget > 0 && rounds > 0 && sequence >= 0,
+        "[speed] tokens = {}, budget = {} and rounds = {} must be positive (sequence = {} not "
+        "negative)",
+        tokens, budget, rounds, sequence);
+  const std::int64_t T = tokens, D = config.d_model, S = sequence > 0 ? sequence : T;
   auto ffn = make_ffn(config, 1);
   ffn->set_precision(precision);
+  ffn->set_sequence_length(sequence);
   const Tensor x = random_normal({T, D}, 2), dy = random_normal({T, D}, 3);
   Tensor y, dx;
 
-  // The bare products: rows R = T (dense) or k·T (MoE: k experts' worth of rows).
+  // MoE: the experts a token runs, measured on the input every timed forward sees; the closed
+  // form's count (costs.hpp) gives way to it in the FLOPs.
   const bool moe = config.kind == FFNKind::moe;
   const FFNConfig dense = moe ? expert_config(config) : config;
-  const std::int64_t R = moe ? config.moe.top_k * T : T, P = dense.in_width(), F = dense.d_ff;
+  double K = 0, K_closed = 0;
+  if (moe) {
+    ffn->forward(y, x, /*train=*/true);
+    K = ffn->stats().experts_per_token;
+    K_closed = experts_per_token(config, S);
+  }
+  // The bare products: rows R = T (dense) or K·T (MoE: K experts' worth of rows).
+  const std::int64_t R =
+      moe ? std::max<std::int64_t>(1, std::llround(K * static_cast<double>(T))) : T;
+  const std::int64_t P = dense.in_width(), F = dense.d_ff;
   const Tensor xr = random_normal({R, D}, 4), dyr = random_normal({R, D}, 5);
   Tensor a({R, P}), h({R, F}), w_in({P, D}), w_out({D, F}), out({R, D}), dw_in({P, D}),
       dw_out({D, F});
@@ -81,9 +95,12 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   MatmulOptions acc = plain;
   acc.accumulate = true;
 
-  const FFNCost cost = ffn_cost(config, T);
-  const double flops_f = cost.forward.matmul * static_cast<double>(T);
-  const double flops_b = cost.backward.matmul * static_cast<double>(T);
+  const FFNCost cost = ffn_cost(config, S);
+  const FFNCost one = ffn_cost(dense, 1);  // one expert (MoE)
+  const double flops_f =
+      (cost.forward.matmul + (K - K_closed) * one.forward.matmul) * static_cast<double>(T);
+  const double flops_b =
+      (cost.backward.matmul + (K - K_closed) * one.backward.matmul) * static_cast<double>(T);
   // The bare products do the layer's matrix FLOPs less the router's (MoE), which are small.
   const FFNCost bare = ffn_cost(dense, R);
   const double bare_f = bare.forward.matmul * static_cast<double>(R);
@@ -122,6 +139,7 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   }
   LayerSpeed s;
   s.rounds = rounds;
+  s.experts_per_token = K;
   s.inference_s = median(inf);
   s.forward_s = median(fwd);
   s.forward_backward_s = median(fwdbwd);

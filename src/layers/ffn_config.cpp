@@ -1,6 +1,7 @@
 // FFNConfig: name tables, validation, variant presets, JSON.
 #include "ffnlab/layers/ffn_config.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -123,6 +124,15 @@ void validate(const FFNConfig& c) {
       check(m.score == ScoreFunc::softmax && !m.softmax_after_topk,
             "[moe] zero-computation experts are weighted by softmax probabilities (MoE++): score "
             "'softmax' without softmax_after_topk");
+    }
+    if (m.gating_residual) {
+      // MoE++: the previous layer's logits join this layer's before the choice.
+      check(m.routing != RoutingKind::soft,
+            "[moe] gating_residual adds the previous layer's router logits to this layer's: "
+            "routing 'soft' has no router logits");
+      check(!m.noisy_topk,
+            "[moe] gating_residual does not combine with noisy top-k: the logits handed to the "
+            "next layer would carry this layer's training noise");
     }
     if (m.routing == RoutingKind::relu) {
       // ReMoE: the gates are the ReLU of the logits, every token's own, held sparse by the L1
@@ -280,6 +290,8 @@ constexpr std::array kMoEKeys{
         "zero_experts", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
     field<MoEConfig, &MoEConfig::zc_balance_weight>(
         "zc_balance_weight", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
+    field<MoEConfig, &MoEConfig::gating_residual>(
+        "gating_residual", [](const MoEConfig& m) { return m.gating_residual; }),
     field<MoEConfig, &MoEConfig::target_sparsity>(
         "target_sparsity", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
     field<MoEConfig, &MoEConfig::l1_coef_init>(
@@ -324,6 +336,50 @@ constexpr std::array kFFNKeys{
 };
 
 }  // namespace
+
+std::vector<std::string> routing_family_names() {
+  return {"topk", "top_p", "relu", "moe_pp", "expert_choice", "soft"};
+}
+
+FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
+                                std::int64_t sequence) {
+  check(moe.kind == FFNKind::moe, "[ffn] a routing family needs an MoE layout, not '{}'",
+        enum_name(moe.kind));
+  FFNConfig c = moe;
+  MoEConfig& m = c.moe;
+  const int K = m.top_k, E = m.num_experts;
+  if (family == "topk") {  // the layout itself: the reference
+  } else if (family == "top_p") {
+    m.routing = RoutingKind::top_p;
+    m.top_p = 0.4f;                // Huang et al.'s released code (top_p_threshold)
+    m.top_k = std::min(2 * K, E);  // the cap on experts a token
+    m.normalize = false;
+    m.entropy_coef = 1e-4f;  // their dynamic (entropy) loss coefficient β
+  } else if (family == "relu") {
+    m.routing = RoutingKind::relu;  // held at K experts a token on average by its L1 penalty
+    m.normalize = false;
+    m.aux_coef = m.z_coef = 0.0f;
+  } else if (family == "moe_pp") {
+    m.constant_experts = 2;  // MoE++'s 16 + 4 configuration
+    m.copy_experts = 1;
+    m.zero_experts = 1;
+    m.gating_residual = true;  // as the paper's model: each layer adds the previous one's logits
+  } else if (family == "expert_choice") {
+    m.routing = RoutingKind::expert_choice;  // capacity factor 1: K experts a token on average
+    m.normalize = false;
+    m.aux_coef = 0.0f;
+  } else if (family == "soft") {
+    m.routing = RoutingKind::soft;  // E·slots/S = K experts' compute a token
+    m.slots = static_cast<int>(std::max<std::int64_t>(1, (K * sequence + E / 2) / E));
+    m.aux_coef = m.z_coef = 0.0f;
+  } else {
+    std::string known;
+    for (const auto& n : routing_family_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("[ffn] unknown routing family '{}' (known: {})", family, known);
+  }
+  validate(c);
+  return c;
+}
 
 FFNConfig config_from_json(const nlohmann::json& j) {
   FFNConfig c;

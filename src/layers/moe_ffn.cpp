@@ -104,6 +104,7 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     params_.declare("constant_experts." + std::to_string(i) + ".vector", {D});
   for (int i = 0; i < m.constant_experts; ++i)
     params_.declare("constant_experts." + std::to_string(i) + ".gate.weight", {2, D});
+  if (m.gating_residual) params_.declare("gate.gate_map.weight", {routed, routed});
   params_.allocate();
   bind_parameters();
 
@@ -131,6 +132,9 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     init_normal(w_.zc_vector, 1.0f, rng);
     init_uniform(w_.zc_gate, in_bound, rng);
   }
+  // Drawn last, so that a config without it keeps the initialisation it had.
+  if (m.gating_residual)  // torch.nn.Linear(E, E), as MoE++'s gate_map
+    init_uniform(w_.gate_map, 1.0f / std::sqrt(static_cast<float>(routed)), rng);
   noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
   step_load_.assign(E, 0);
 }
@@ -161,6 +165,7 @@ void MoEFFN::bind_parameters() {
     if (m.router_bias) bind("gate.bias", w_.router_bias, dw_.router_bias);
   }
   if (m.noisy_topk) bind("gate.noise.weight", w_.noise, dw_.noise);
+  if (m.gating_residual) bind("gate.gate_map.weight", w_.gate_map, dw_.gate_map);
   if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
   if (m.routing == RoutingKind::relu) w_.l1_coef = params_.at("gate.l1_coef").value;
   if (m.shared_gate) bind("shared_expert_gate.weight", w_.shared_gate, dw_.shared_gate);
@@ -206,6 +211,20 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
   }
   c.logits.ensure({T, E});
   linear_forward(c.logits, *in, w_.router, m.router_bias ? &w_.router_bias : nullptr);
+  c.residual = Tensor();
+  if (m.gating_residual && gate_residual_ != nullptr) {
+    // MoE++: logits += G·W_gᵀ, G the previous MoE layer's logits (kept for backward).
+    const Tensor& g = *gate_residual_;
+    check(g.rank() == 2 && g.dim(0) == T && g.dim(1) == E,
+          "[moe] the gate residual {} must be the previous MoE layer's logits [{}, {}]",
+          shape_string(g.shape()), T, E);
+    c.residual = g;
+    c.mapped.ensure({T, E});
+    linear_forward(c.mapped, g, w_.gate_map, nullptr);
+    float* l = c.logits.f32();
+    const float* r = c.mapped.f32();
+    for (std::int64_t i = 0; i < T * E; ++i) l[i] += r[i];
+  }
   if (train && m.noisy_topk) {
     c.noise_pre.ensure({T, E});
     c.noise_eps.ensure({T, E});
@@ -713,6 +732,21 @@ void MoEFFN::router_backward(Tensor& dx) {
   Workspace& w = ws_;
   w.dlogits.ensure({T, E});
   route_backward(w.dlogits, routing_, w.dweight.data(), m, aux_loss_scale_, l1_coef());
+  if (router_logits_grad_ != nullptr && router_logits_grad_->defined()) {
+    // The next MoE layer's gating residual read these logits: its gradient joins theirs.
+    const Tensor& g = *router_logits_grad_;
+    check(g.rank() == 2 && g.dim(0) == T && g.dim(1) == E,
+          "[moe] the router logits' gradient {} must be [{}, {}]", shape_string(g.shape()), T, E);
+    float* dl = w.dlogits.f32();
+    const float* dg = g.f32();
+    for (std::int64_t i = 0; i < T * E; ++i) dl[i] += dg[i];
+  }
+  if (c.residual.defined()) {  // logits += G·W_gᵀ: dW_g += dlogitsᵀ·G, dG = dlogits·W_g
+    w.dresidual.ensure({T, E});
+    linear_backward(&w.dresidual, dw_.gate_map, nullptr, w.dlogits, c.residual, w_.gate_map);
+  } else {
+    w.dresidual = Tensor();
+  }
   const bool jitter = m.jitter > 0;
   const Tensor& rin = jitter ? c.x_router : c.x;
   Tensor& dx_router = scratch(Scratch::moe_dx_router, {T, D});

@@ -31,40 +31,10 @@ struct Family {
 const Family kFamilies[] = {{"topk", true},   {"top_p", true},          {"relu", true},
                             {"moe_pp", true}, {"expert_choice", false}, {"soft", false}};
 
-constexpr float kTopP = 0.4f;          // Huang et al.'s released code (top_p_threshold)
-constexpr float kDynamicCoef = 1e-4f;  // their dynamic (entropy) loss coefficient β
-constexpr int kConstant = 2, kCopy = 1, kZero = 1;  // MoE++'s 16 + 4 configuration
-
 // The family's FFN on the headline MoE's layout, for sequences of S tokens. Each keeps the
 // headline's balancing loss and z-loss where the family takes them.
 FFNConfig family_ffn(std::string_view name, std::int64_t D, std::int64_t S) {
-  FFNConfig c = headline_moe_ffn(D);
-  MoEConfig& m = c.moe;
-  const int K = m.top_k, E = m.num_experts;
-  if (name == "top_p") {
-    m.routing = RoutingKind::top_p;
-    m.top_p = kTopP;
-    m.top_k = 2 * K;  // the cap on experts a token
-    m.normalize = false;
-    m.entropy_coef = kDynamicCoef;
-  } else if (name == "relu") {
-    m.routing = RoutingKind::relu;  // held at K experts a token on average by its L1 penalty
-    m.normalize = false;
-    m.aux_coef = m.z_coef = 0.0f;
-  } else if (name == "moe_pp") {
-    m.constant_experts = kConstant;
-    m.copy_experts = kCopy;
-    m.zero_experts = kZero;
-  } else if (name == "expert_choice") {
-    m.routing = RoutingKind::expert_choice;  // capacity factor 1: K experts a token on average
-    m.normalize = false;
-    m.aux_coef = 0.0f;
-  } else if (name == "soft") {
-    m.routing = RoutingKind::soft;  // E·slots/S = K experts' compute a token
-    m.slots = static_cast<int>(std::max<std::int64_t>(1, (K * S + E / 2) / E));
-    m.aux_coef = m.z_coef = 0.0f;
-  }
-  return c;
+  return routing_family_config(headline_moe_ffn(D), name, S);
 }
 
 std::string family_description(std::string_view name, const FFNConfig& c, std::int64_t S) {
@@ -83,7 +53,7 @@ std::string family_description(std::string_view name, const FFNConfig& c, std::i
   if (name == "moe_pp")
     return fmt::format(
         "MoE++: top-{} over the {} FFN experts and {} constant, {} copy and {} zero "
-        "experts",
+        "experts, with its gating residuals",
         m.top_k, m.num_experts, m.constant_experts, m.copy_experts, m.zero_experts);
   if (name == "expert_choice")
     return fmt::format("expert choice: each expert takes its best {} tokens of a sequence of {}",

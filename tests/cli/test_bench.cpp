@@ -1,6 +1,7 @@
 // ffnlab bench: the tables and the JSON hold every case asked for, with the bytes a decode must
 // read computed exactly, and bad flags are usage errors. Speed itself is never asserted here.
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli_fixture.hpp"
 
@@ -69,6 +70,50 @@ TEST_F(Cli, BenchPrintsTablesAndProgress) {
   EXPECT_NE(r.err.find("bench 6/6: moe f32 T=8"), std::string::npos) << r.err;
 }
 
+// The routing table: every family on the table's MoE, in sequences of 8 (so only T = 16 of
+// --tokens 3,16 is whole sequences); the experts a token ran decide the bare products' rows.
+TEST_F(Cli, BenchTimesEveryRoutingFamily) {
+  const auto r =
+      run("bench --quick --variants relu --dtypes f32 --tokens 3,16 --shape 32,48 --sequence 8 "
+          "--no-decode --budget 0.002 --no-torch --bandwidth-mib 32 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["routing"].size(), 6u) << j["routing"].dump();
+  std::set<std::string> families;
+  for (const auto& row : j["routing"]) {
+    const std::string f = row["family"];
+    families.insert(f);
+    EXPECT_EQ(row["tokens"].get<int>(), 16) << row.dump();
+    EXPECT_EQ(row["sequence"].get<int>(), 8) << row.dump();
+    EXPECT_GT(row["forward_backward_s"].get<double>(), 0.0) << row.dump();
+    EXPECT_GT(row["bare_forward_backward_gflops"].get<double>(), 0.0) << row.dump();
+    const double k = row["experts_per_token"];
+    // top-k, expert choice (ceil(2·8/8) = 2 tokens an expert of 8 per sequence) and Soft MoE
+    // (8 experts of round(2·8/8) = 2 slots over 8 tokens) run exactly 2; the others decide.
+    if (f == "topk" || f == "expert_choice" || f == "soft") {
+      EXPECT_DOUBLE_EQ(k, 2.0) << row.dump();
+    } else if (f == "top_p") {
+      EXPECT_GE(k, 1.0);
+      EXPECT_LE(k, 4.0);
+    } else if (f == "moe_pp") {
+      EXPECT_LE(k, 2.0);
+    } else {
+      EXPECT_LE(k, 8.0);
+    }
+  }
+  EXPECT_EQ(families.size(), 6u);
+  const auto table =
+      run("bench --quick --variants relu --dtypes f32 --tokens 16 --shape 32,48 --sequence 8 "
+          "--routings soft,relu --no-decode --budget 0.002 --no-torch --bandwidth-mib 32");
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("Routing families"), std::string::npos) << table.out;
+  EXPECT_NE(table.err.find("bench routing 2/2: relu f32 T=16"), std::string::npos) << table.err;
+  const auto none = run(std::string(kSmall) + " --dtypes f32 --no-decode --json");
+  ASSERT_EQ(none.status, 0) << none.err;
+  EXPECT_TRUE(nlohmann::json::parse(none.out)["routing"].empty());  // T = 1, 8: no sequence
+  EXPECT_NE(none.err.find("no routing table"), std::string::npos) << none.err;
+}
+
 TEST_F(Cli, BenchRejectsBadFlags) {
   expect_usage_error(run("bench --tokens 0"), "--tokens");
   expect_usage_error(run("bench --tokens 8,x"), "'x'");
@@ -77,6 +122,8 @@ TEST_F(Cli, BenchRejectsBadFlags) {
   expect_usage_error(run("bench --shape 5,0"), "--shape");
   expect_usage_error(run("bench --budget 0"), "--budget");
   expect_usage_error(run("bench --rounds 0"), "--rounds");
+  expect_usage_error(run("bench --routings topk,nope"), "unknown routing family 'nope'");
+  expect_usage_error(run("bench --sequence 1"), "--sequence");
   expect_usage_error(run("bench --bandwidth-mib 1"), "--bandwidth-mib");
   expect_error(run("bench --variants nope"), "unknown variant");
   // More than the machine has: refused before anything is allocated.

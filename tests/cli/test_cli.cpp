@@ -148,8 +148,8 @@ TEST_F(Cli, RunReproducesPyTorchWithGradients) {
     EXPECT_LE(err(y, "y"), 1e-4) << c;
     EXPECT_LE(err(g, "dx"), 1e-4) << c;
     int grads = 0;
-    const std::set<std::string> routing_floats{"balance_loss", "z_loss", "entropy", "l1_loss",
-                                               "expert_weights"};
+    const std::set<std::string> routing_floats{"balance_loss", "z_loss",         "entropy",
+                                               "l1_loss",      "expert_weights", "logits"};
     const std::set<std::string> routing_ints{"experts", "expert_kept"};
     for (const auto& n : expected.names())
       if (routing_floats.count(n)) {

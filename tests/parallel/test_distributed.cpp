@@ -113,6 +113,7 @@ class Distributed : public Cli {
 // Tolerance: 2 ranks sum the gradients of their halves of the batch where one process sums them
 // over the whole batch; the rounding differs, nothing else. Measured after 20 Adam steps: 1e-6.
 constexpr double kTolerance = 1e-4;
+constexpr double kMoETolerance = 1e-3;
 
 TEST_F(Distributed, DenseRunMatchesOneProcess) {
   run_both("--variant swiglu --dropout 0.1 --accumulate 2");
@@ -135,7 +136,12 @@ TEST_F(Distributed, MoERunMatchesOneProcess) {
   }
   run_both("--ffn-config " + path("moe.json") + " --accumulate 2");
   const double gap = weights_gap(path("one"), path("two"));
-  EXPECT_LT(gap, kTolerance);
+  // Wider than the dense run's: Adam divides each step by the gradient's running RMS, so a weight
+  // whose gradients stay near zero takes a step of up to the learning rate whose size the
+  // rounding of those gradients decides. Measured on an AMD EPYC with AVX2: 1.3e-4, all of it in
+  // one row of layer 0's expert 2 up_proj (a ReLU unit few tokens open); 1e-6 with AVX-512. A
+  // gradient left out of the all-reduce moves weights by the learning rate times the steps.
+  EXPECT_LT(gap, kMoETolerance);
   std::printf("largest relative weight difference: %.3g\n", gap);
   expect_same_logs("train_log.csv");
   // The capacity drops something (dropped_fraction, column 9), so that dropping over the ranks
@@ -259,8 +265,8 @@ TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
   EXPECT_FALSE(fs::exists(path("a"))) << "a refused run left its output folder";
 }
 
-// Rank 0 runs ffnlab train, rank 1 the stray rank in `mode` (tests/parallel/stray_rank.cpp); returns
-// the outcome and how long the job took.
+// Rank 0 runs ffnlab train, rank 1 the stray rank in `mode` (tests/parallel/stray_rank.cpp);
+// returns the outcome and how long the job took.
 std::pair<Outcome, double> run_with_stray_rank(Distributed& t, const std::string& mode,
                                                int timeout) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -195,13 +195,17 @@ def moe_param_names(m, kind, bias, D, Fe, Fs):
             out.append(("shared_expert_gate.weight", (1, D), D, False))
     out += [(f"constant_experts.{i}.vector", (D,), 1, False) for i in range(C)]
     out += [(f"constant_experts.{i}.gate.weight", (2, D), D, False) for i in range(C)]
+    if m.get("gating_residual"):
+        out.append(("gate.gate_map.weight", (routed, routed), routed, False))
     return out
 
 
-def moe_reference(p, x, m, kind, act, bias, sequence=0):
+def moe_reference(p, x, m, kind, act, bias, sequence=0, residual=None):
     """The MoE block in float64 autograd, written from the papers' and HF's definitions
-    (docs/moe.md). Returns y, balance loss, z-loss, chosen experts [T, k], weights, kept.
-    sequence: expert-choice routing's sequence length (0: all T tokens are one)."""
+    (docs/moe.md). Returns y, balance loss, z-loss, entropy, L1 penalty, chosen experts [T, k],
+    weights, kept and the router logits (None for Soft MoE).
+    sequence: expert-choice routing's sequence length (0: all T tokens are one).
+    residual: MoE++'s gating residual, the previous MoE layer's logits [T, E] (None: none)."""
     T, D = x.shape
     N, K = m["num_experts"], m["top_k"]
     # MoE++ (Jin et al. 2024): the router scores N FFN experts, then the zero-computation ones
@@ -246,8 +250,11 @@ def moe_reference(p, x, m, kind, act, bias, sequence=0):
             # The router entropy it reports: of each token's combine weights, mean over tokens.
             entropy = entropy - (torch.softmax(L, 1) * torch.log_softmax(L, 1)).sum().detach() / T
         zero, none = torch.zeros((), dtype=torch.float64), torch.zeros(T, 0)
-        return with_shared(torch.cat(parts)), zero, zero, entropy, zero, none, none, none
+        return with_shared(torch.cat(parts)), zero, zero, entropy, zero, none, none, none, None
     logits = F.linear(x, p["gate.weight"], p.get("gate.bias"))
+    if residual is not None:
+        # MoE++'s Router.forward: logits += gate_map(previous layer's logits), no bias.
+        logits = logits + F.linear(residual, p["gate.gate_map.weight"])
     probs = torch.softmax(logits, dim=-1)
     scores = probs if m.get("score", "softmax") == "softmax" else torch.sigmoid(logits)
     sel = scores.detach().clone()
@@ -357,7 +364,7 @@ def moe_reference(p, x, m, kind, act, bias, sequence=0):
     if relu_routing:
         n = (logits.detach() > 0).double().sum(0)
         l1 = E * (n * torch.relu(logits).sum(0)).sum() / (m["top_k"] * T * T)
-    return y, balance, z, entropy, l1, idx, w, kept
+    return y, balance, z, entropy, l1, idx, w, kept, logits
 
 
 def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="", Fs=0, seed=0,
@@ -379,10 +386,20 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
     dy = torch.randn(T, D, generator=gen, dtype=torch.float64).float()
     p64 = {n: t.double().requires_grad_(True) for n, t in params.items()}
     x64 = x.double().requires_grad_(True)
-    y, balance, z, entropy, l1, idx, w, kept = moe_reference(p64, x64, m, kind, act, bias,
-                                                             sequence)
+    # MoE++'s gating residual: the previous layer's logits come in with x, and the gradient the
+    # next layer hands back for this layer's logits with dy.
+    res64, dlogits = None, None
+    if m.get("gating_residual"):
+        routed = params["gate.weight"].shape[0]
+        res64 = (torch.randn(T, routed, generator=gen, dtype=torch.float64) * 2).float() \
+            .double().requires_grad_(True)
+        dlogits = torch.randn(T, routed, generator=gen, dtype=torch.float64).float()
+    y, balance, z, entropy, l1, idx, w, kept, logits = moe_reference(
+        p64, x64, m, kind, act, bias, sequence, res64)
     loss = (y * dy.double()).sum() + m.get("aux_coef", 0.0) * balance + m.get("z_coef", 0.0) * z \
         + m.get("entropy_coef", 0.0) * entropy + l1_coef * l1
+    if dlogits is not None:
+        loss = loss + (logits * dlogits.double()).sum()
     loss.backward()
 
     d = os.path.join(out_dir, name)
@@ -395,14 +412,21 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
                      {prefix + n: t for n, t in params.items()})
     # Sequences of `sequence` tokens are stored [B, S, D], as `ffnlab run` reads them.
     rows = (T // sequence, sequence, D) if sequence else (T, D)
-    save_safetensors(os.path.join(d, "x.safetensors"), {"x": x.reshape(rows)})
-    save_safetensors(os.path.join(d, "dy.safetensors"), {"dy": dy.reshape(rows)})
+    xs, dys = {"x": x.reshape(rows)}, {"dy": dy.reshape(rows)}
+    if res64 is not None:
+        xs["gate_residual"] = res64.detach().float()
+        dys["dlogits"] = dlogits
+    save_safetensors(os.path.join(d, "x.safetensors"), xs)
+    save_safetensors(os.path.join(d, "dy.safetensors"), dys)
     expected = {"y": y.detach().reshape(rows), "dx": x64.grad.reshape(rows),
                 "balance_loss": balance.detach().reshape(1),
                 "z_loss": z.detach().reshape(1), "entropy": entropy.detach().reshape(1),
                 "l1_loss": l1.detach().reshape(1),
                 "experts": idx.double(),
                 "expert_weights": w.detach(), "expert_kept": kept.double()}
+    if res64 is not None:
+        expected["logits"] = logits.detach()
+        expected["dgate_residual"] = res64.grad
     for n in params:
         g = p64[n].grad
         expected[prefix + n] = g if g is not None else torch.zeros_like(p64[n])
@@ -498,6 +522,12 @@ def moe_cases(case):
     case("moe_softmax_after_topk_geglu_k3",
          {"num_experts": 7, "top_k": 3, "softmax_after_topk": True, "aux_coef": 0.01},
          "glu", "gelu", 13, 11, 9, True)
+    # MoE++'s gating residual: the previous layer's logits through gate_map, with the
+    # zero-computation experts, and the gradient of this layer's logits from the next layer.
+    case("moe_plus_plus_gating_residual_e4_k2",
+         {"num_experts": 4, "top_k": 2, "constant_experts": 1, "copy_experts": 1,
+          "zero_experts": 1, "gating_residual": True, "aux_coef": 0.01}, "glu", "silu", 13, 11,
+         14, False)
 
 
 def main():

@@ -42,9 +42,17 @@ void check_case(const std::string& name, Precision precision, double tol) {
   const auto rows = [&](const Tensor& t) {
     return t.reshape({t.numel() / config.d_model, config.d_model});
   };
-  const Tensor x = rows(SafeTensors::load((dir / "x.safetensors").string()).f32("x"));
-  const Tensor dy = rows(SafeTensors::load((dir / "dy.safetensors").string()).f32("dy"));
+  const auto x_file = SafeTensors::load((dir / "x.safetensors").string());
+  const auto dy_file = SafeTensors::load((dir / "dy.safetensors").string());
+  const Tensor x = rows(x_file.f32("x"));
+  const Tensor dy = rows(dy_file.f32("dy"));
   const auto expected = SafeTensors::load((dir / "expected.safetensors").string());
+  // MoE++'s gating residual: the previous layer's logits, and the next layer's gradient of these.
+  const bool residual = x_file.contains("gate_residual");
+  const Tensor gate_residual = residual ? x_file.f32("gate_residual") : Tensor();
+  const Tensor dlogits = residual ? dy_file.f32("dlogits") : Tensor();
+  ffn->set_gate_residual(residual ? &gate_residual : nullptr);
+  ffn->set_router_logits_grad(residual ? &dlogits : nullptr);
 
   Tensor y, dx;
   ffn->forward(y, x, true);
@@ -58,6 +66,10 @@ void check_case(const std::string& name, Precision precision, double tol) {
   compare("y", y);
   compare("dx", dx);
   for (const auto& p : ffn->parameters().list()) compare(prefix + p.name, p.grad);
+  if (residual) {
+    compare("logits", ffn->router_logits());
+    compare("dgate_residual", ffn->gate_residual_grad());
+  }
   if (meta.value("moe", false)) {
     // The router runs in f32 at every precision: the same choices, weights and losses.
     const auto* moe = dynamic_cast<const MoEFFN*>(ffn.get());

@@ -72,6 +72,28 @@ TEST(Costs, MoEClosedFormEqualsInstantiatedLayers) {
   EXPECT_EQ(checked, 96);
 }
 
+// MoE++: the constant experts' vectors and gates, and the gating residual's map [E', E'] over the
+// router's E' = 8 columns, with its products (2·E'² forward, 4·E'² backward per token).
+TEST(Costs, MoEPlusPlusClosedFormEqualsInstantiatedLayers) {
+  FFNConfig c = variant_config("moe", 7, 5, true);
+  c.moe.num_experts = 4;
+  c.moe.constant_experts = 2;
+  c.moe.copy_experts = c.moe.zero_experts = 1;
+  const FFNCost without = ffn_cost(c, 8);
+  for (bool residual : {false, true}) {
+    c.moe.gating_residual = residual;
+    const auto ffn = make_ffn(c, 0);
+    std::int64_t trained = 0;
+    for (const auto& p : ffn->parameters().list())
+      if (p.trainable) trained += shape_numel(p.shape);
+    EXPECT_EQ(count_params(c), trained) << residual;
+  }
+  const FFNCost with = ffn_cost(c, 8);
+  EXPECT_EQ(with.params - without.params, 64);
+  EXPECT_DOUBLE_EQ(with.forward.matmul - without.forward.matmul, 2.0 * 64);
+  EXPECT_DOUBLE_EQ(with.backward.matmul - without.backward.matmul, 4.0 * 64);
+}
+
 TEST(Costs, MoEActiveParametersAndFlops) {
   FFNConfig c = variant_config("moe", 512, 2048, true);
   c.moe.num_experts = 8;

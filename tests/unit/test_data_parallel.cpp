@@ -242,7 +242,8 @@ TEST(DataParallel, TrainerOverRanksEndsWithTheWeightsOfOneProcess) {
 
 // Each routing family, trained on 1, 2 and 3 ranks and expert parallel: top-p with its dynamic
 // loss and capacity; ReLU routing, whose L1 coefficient follows the sparsity of the whole batch
-// over every rank; MoE++'s zero-computation experts (their parameters replicated).
+// over every rank; MoE++'s zero-computation experts (their parameters replicated), with and
+// without its gating residual.
 TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
   FFNConfig top_p = small_moe(3);
   top_p.moe.routing = RoutingKind::top_p;
@@ -256,7 +257,10 @@ TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
   relu.moe.l1_coef_init = 0.05f;
   FFNConfig zc = small_moe(2);
   zc.moe.constant_experts = zc.moe.copy_experts = zc.moe.zero_experts = 1;
-  for (const auto& [name, ffn] : {std::pair{"top_p", top_p}, {"relu", relu}, {"zc", zc}}) {
+  FFNConfig residual = zc;  // MoE++ with its gating residual: the second layer takes the first's
+  residual.moe.gating_residual = true;
+  for (const auto& [name, ffn] :
+       {std::pair{"top_p", top_p}, {"relu", relu}, {"zc", zc}, {"zc_gating_residual", residual}}) {
     SCOPED_TRACE(name);
     expect_ranks_train_as_one_process(ffn);
   }

@@ -195,6 +195,18 @@ std::vector<Case> cases() {
     m.aux_coef = m.z_coef = 0.0f;
     out.push_back(c);
   }
+  {  // MoE++'s gating residual: the previous layer's logits through gate.gate_map.weight
+    Case c{"moepp_gating_residual_e4_k2", base(4, 2, "swiglu", true), 12};
+    auto& m = c.config.moe;
+    m.constant_experts = m.copy_experts = m.zero_experts = 1;
+    m.gating_residual = true;
+    out.push_back(c);
+  }
+  {  // the residual with plain top-k and renormalised weights, no zero-computation experts
+    Case c{"topk_gating_residual_e5_k2", base(5, 2, "relu", false), 10};
+    c.config.moe.gating_residual = true;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -231,16 +243,26 @@ void randomize_state(MoEFFN& moe, std::uint64_t seed) {
 }
 
 // Case c's layer (its state randomised) after an inference forward of a random x.
+// With MoE++'s gating residual, a random stand-in for the previous layer's logits.
 struct Routed {
   std::unique_ptr<MoEFFN> moe;
   Tensor x, y;
+  Tensor residual;  // [T, E] (gating residual only)
 };
+// The previous layer's logits for a layer with the gating residual (an empty tensor otherwise).
+Tensor gate_residual_for(const Case& c, std::uint64_t seed) {
+  if (!c.config.moe.gating_residual) return Tensor();
+  return test::random_tensor({c.tokens, c.config.moe.routed_experts()}, seed, 2.0f);
+}
 Routed routed(const Case& c, std::uint64_t& seed) {
-  Routed r{std::make_unique<MoEFFN>(c.config, ++seed), {}, {}};
+  Routed r{std::make_unique<MoEFFN>(c.config, ++seed), {}, {}, {}};
   r.moe->set_sequence_length(c.sequence);
   randomize_state(*r.moe, ++seed);
   r.x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
+  r.residual = gate_residual_for(c, ++seed);
+  r.moe->set_gate_residual(r.residual.defined() ? &r.residual : nullptr);
   r.moe->forward(r.y, r.x, /*train=*/false);
+  r.moe->set_gate_residual(nullptr);  // r moves: no pointer into it stays behind
   return r;
 }
 
@@ -250,12 +272,18 @@ TEST(MoEFFN, MatchesReference) {
   std::uint64_t seed = 100;
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y] = routed(c, seed);
+    const auto [layer, x, y, residual] = routed(c, seed);
     MoEFFN& moe = *layer;
     auto r = reference_of(moe);
+    if (residual.defined()) r.gate_residual = test::to_vector<double>(residual);
     std::vector<double> yr;
     r.forward(yr, test::to_vector<double>(x), c.tokens);
     EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6);
+    if (c.config.moe.routing != RoutingKind::soft) {  // the logits the next layer would take
+      const Tensor& logits = moe.router_logits();
+      ASSERT_EQ(static_cast<std::size_t>(logits.numel()), r.logits.size());
+      EXPECT_LT(test::scaled_error(logits.f32(), r.logits.data(), logits.numel()), 2e-6);
+    }
 
     const Routing& routing = moe.routing();
     const int K = r.choices();
@@ -284,7 +312,7 @@ TEST(MoEFFN, ReluRoutingTakesThePositiveLogits) {
   for (const auto& c : cases()) {
     if (!relu(c.config)) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y] = routed(c, seed);
+    const auto [layer, x, y, residual] = routed(c, seed);
     const Routing& r = layer->routing();
     const int E = c.config.moe.num_experts;
     ASSERT_EQ(r.k, E);
@@ -336,7 +364,7 @@ TEST(MoEFFN, ExpertChoiceTakesEachExpertsBestTokens) {
     const MoEConfig& m = c.config.moe;
     if (m.routing != RoutingKind::expert_choice) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y] = routed(c, seed);
+    const auto [layer, x, y, residual] = routed(c, seed);
     const Routing& r = layer->routing();
     const int E = m.num_experts;
     const std::int64_t T = c.tokens, S = c.sequence > 0 ? c.sequence : T, D = c.config.d_model;
@@ -420,7 +448,7 @@ TEST(MoEFFN, ZeroComputationExpertsTakeNoRows) {
     const MoEConfig& m = c.config.moe;
     if (m.zc_experts() == 0) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y] = routed(c, seed);
+    const auto [layer, x, y, residual] = routed(c, seed);
     const Routing& r = layer->routing();
     const int N = m.num_experts, K = m.top_k, zero = m.routed_experts() - 1;
     std::int64_t ffn = 0, zc = 0, zero_picks = 0;
@@ -499,7 +527,7 @@ TEST(MoEFFN, TopPTakesTheFewestBestExpertsThatReachTheMass) {
   for (const auto& c : cases()) {
     if (!top_p(c.config)) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y] = routed(c, seed);
+    const auto [layer, x, y, residual] = routed(c, seed);
     const MoEFFN& moe = *layer;
     const Routing& r = moe.routing();
     const int E = c.config.moe.num_experts, K = c.config.moe.top_k;
@@ -592,12 +620,20 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     const std::int64_t T = c.tokens, D = c.config.d_model;
     const Tensor x = test::random_tensor({T, D}, ++seed);
     const Tensor dy = test::random_tensor({T, D}, ++seed);
+    // Gating residual: the previous layer's logits, and the gradient the next layer hands back
+    // for this layer's logits (the loss gains Σ logits·dlogits_next).
+    const Tensor residual = gate_residual_for(c, ++seed);
+    const Tensor dlogits_next =
+        residual.defined() ? test::random_tensor(residual.shape(), ++seed) : Tensor();
+    moe.set_gate_residual(residual.defined() ? &residual : nullptr);
+    moe.set_router_logits_grad(residual.defined() ? &dlogits_next : nullptr);
     Tensor y, dx;
     moe.parameters().zero_grad();
     moe.forward(y, x, /*train=*/true);
     moe.backward(dx, dy);
 
     auto r = reference_of(moe);
+    if (residual.defined()) r.gate_residual = test::to_vector<double>(residual);
     if (c.config.moe.jitter > 0) r.jitter = test::to_vector<double>(moe.jitter_noise());
     if (c.config.moe.noisy_topk) r.noise = test::to_vector<double>(moe.gate_noise());
     std::vector<double> xs = test::to_vector<double>(x), ys;
@@ -609,16 +645,27 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     const std::vector<double> g = test::to_vector<double>(dy);
     const double aux = c.config.moe.aux_coef, zc = c.config.moe.z_coef;
     const double ec = c.config.moe.entropy_coef, lc = moe.l1_coef();
+    const std::vector<double> gl =
+        residual.defined() ? test::to_vector<double>(dlogits_next) : std::vector<double>();
     auto loss = [&] {
       r.forward(ys, xs, T);
       double l = aux * r.balance + zc * r.z + ec * r.entropy + lc * r.l1;
       for (std::size_t i = 0; i < ys.size(); ++i) l += ys[i] * g[i];
+      for (std::size_t i = 0; i < gl.size(); ++i) l += r.logits[i] * gl[i];
       return l;
     };
     EXPECT_NEAR(moe.aux_loss(), aux * r.balance + zc * r.z + ec * r.entropy + lc * r.l1, 1e-6);
     const double atol = 2e-4, rtol = 2e-3;
     test::expect_gradient(xs, test::to_vector<double>(dx), loss,
                           test::sample_indices(xs.size(), 20), atol, rtol, "dx");
+    if (residual.defined()) {  // the previous layer's logits
+      ASSERT_EQ(moe.gate_residual_grad().numel(), residual.numel());
+      test::expect_gradient(r.gate_residual, test::to_vector<double>(moe.gate_residual_grad()),
+                            loss, test::sample_indices(r.gate_residual.size(), 20), atol, rtol,
+                            "gate residual");
+    } else {
+      EXPECT_FALSE(moe.gate_residual_grad().defined());
+    }
     for (const auto& p : moe.parameters().list()) {
       if (!p.trainable) continue;  // state (balancing bias, L1 coefficient): no gradient
       auto& theta = r.params[p.name];
@@ -893,12 +940,57 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
          m.score = ScoreFunc::sigmoid;
        },
        "softmax probabilities"},
+      {[](MoEConfig& m) {
+         m.gating_residual = true;
+         m.noisy_topk = true;
+       },
+       "gating_residual does not combine with noisy top-k"},
+      {[](MoEConfig& m) {
+         m.gating_residual = true;
+         m.routing = RoutingKind::soft;
+         m.aux_coef = m.z_coef = 0.0f;
+       },
+       "routing 'soft' has no router logits"},
   };
   for (const auto& [change, text] : bad) {
     FFNConfig c = base(6, 2, "relu", true);
     change(c.moe);
     expect_error(c, text);
   }
+}
+
+// MoE++'s gating residual: a first layer (no previous logits) is the layer without the option,
+// its gate_map untouched; logits of another shape are refused by name.
+TEST(MoEFFN, GatingResidualIsOptionalAndChecked) {
+  FFNConfig c = base(4, 2, "relu", true);
+  c.moe.copy_experts = 1;
+  FFNConfig plain = c;
+  c.moe.gating_residual = true;
+  MoEFFN with(c, 61), without(plain, 61);
+  for (const auto& p : without.parameters().list())  // the same draws for the shared parameters
+    EXPECT_EQ(test::to_vector<double>(with.parameters().at(p.name).value),
+              test::to_vector<double>(p.value))
+        << p.name;
+  const Tensor x = test::random_tensor({7, 12}, 62), dy = test::random_tensor({7, 12}, 63);
+  Tensor y1, y2, dx1, dx2;
+  with.parameters().zero_grad();
+  with.forward(y1, x, true);
+  with.backward(dx1, dy);
+  without.forward(y2, x, true);
+  without.backward(dx2, dy);
+  EXPECT_EQ(test::to_vector<double>(y1), test::to_vector<double>(y2));
+  EXPECT_EQ(test::to_vector<double>(dx1), test::to_vector<double>(dx2));
+  EXPECT_FALSE(with.gate_residual_grad().defined());
+  const Tensor& dmap = with.parameters().at("gate.gate_map.weight").grad;
+  EXPECT_EQ(dmap.shape(), (Shape{5, 5}));
+  for (std::int64_t i = 0; i < dmap.numel(); ++i) EXPECT_EQ(dmap.f32()[i], 0.0f);
+
+  const Tensor wrong = test::random_tensor({7, 4}, 64);
+  with.set_gate_residual(&wrong);
+  EXPECT_NE(test::error_of([&] {
+              with.forward(y1, x, false);
+            }).find("the gate residual [7, 4] must be the previous MoE layer's logits [7, 5]"),
+            std::string::npos);
 }
 
 TEST(MoEFFN, ParametersMoveWithTheirBuffer) {

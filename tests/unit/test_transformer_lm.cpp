@@ -60,6 +60,16 @@ std::vector<Case> cases() {
     c.ffn.moe.num_shared = 1;
     out.push_back({"rope moe with shared expert and aux losses", c});
   }
+  {  // MoE++: the second layer's router adds the first layer's logits through its gate_map
+    LMConfig c = base;
+    c.ffn = variant_config("moe", 8, 6, true);
+    c.ffn.moe.num_experts = 3;
+    c.ffn.moe.top_k = 2;
+    c.ffn.moe.constant_experts = c.ffn.moe.copy_experts = c.ffn.moe.zero_experts = 1;
+    c.ffn.moe.aux_coef = 0.05;
+    c.ffn.moe.gating_residual = true;
+    out.push_back({"moe++ with gating residuals", c});
+  }
   {
     LMConfig c = base;
     c.positions = PositionKind::none;

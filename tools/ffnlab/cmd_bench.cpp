@@ -2,6 +2,7 @@
 // measures — oneDNN's bare products of the same shapes and the machine's memory read bandwidth
 // — so that the numbers hold on a shared machine where absolute times drift.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -28,6 +29,8 @@ struct BenchOptions {
   bool quick = false;
   bool json_out = false;
   std::string variants = "all";
+  std::string routings = "all";  // routing families of the routing table ("none": no table)
+  std::int64_t sequence = 128;   // tokens of one sequence in the routing table
   std::vector<std::string> dtypes = {"f32", "bf16"};
   std::vector<std::int64_t> tokens = {1, 8, 512, 6400};
   std::vector<std::int64_t> shape = {512, 2048};
@@ -202,6 +205,83 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
   return rows;
 }
 
+// The routing families of --routings ("all", "none" or a list).
+std::vector<std::string> routing_list(const std::string& names) {
+  if (names == "none") return {};
+  if (names == "all") return routing_family_names();
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= names.size()) {
+    const std::size_t comma = std::min(names.find(',', at), names.size());
+    out.push_back(names.substr(at, comma - at));
+    at = comma + 1;
+  }
+  const auto known = routing_family_names();
+  for (const auto& n : out)
+    if (std::find(known.begin(), known.end(), n) == known.end())
+      throw UsageError(fmt::format("--routings: unknown routing family '{}' (known: {}, all, none)",
+                                   n, fmt::join(known, ", ")));
+  return out;
+}
+
+// Every routing family on the layer table's MoE (8 experts of d_ff, top-2, with bias), in
+// sequences of o.sequence tokens: forward+backward against the bare products of the rows its
+// experts ran. Token counts that are not whole sequences are left out (expert choice and Soft
+// MoE route whole sequences; the table keeps one set of rows for all families).
+json bench_routing(const BenchOptions& o, const std::vector<std::string>& families,
+                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T) {
+  const std::int64_t D = o.shape[0], F = o.shape[1], S = o.sequence;
+  std::vector<std::int64_t> tokens;
+  for (std::int64_t t : T)
+    if (t % S == 0) tokens.push_back(t);
+  json rows = json::array();
+  if (tokens.empty()) {
+    note(
+        fmt::format("bench: no routing table: no token count of --tokens is a multiple of the "
+                    "sequence ({})",
+                    S));
+    return rows;
+  }
+  const FFNConfig base = variant_config("moe", D, F, true);
+  if (!o.json_out) {
+    fmt::print(
+        "\nRouting families on the MoE above (8 experts, top-2 compute: top-p 0.4 at most 4, ReLU "
+        "routing held at 2 on average, MoE++ with 2 constant, 1 copy and 1 zero expert and its "
+        "gating residuals, expert choice with capacity 1, Soft MoE with {} slots an expert), "
+        "sequences of {} tokens, at initialisation. 'experts' is the FFN experts a token ran in "
+        "the timed forwards (it decides the FLOPs); 'of bare' is the layer's rate over oneDNN's "
+        "bare products of as many rows, timed in the same rounds. No PyTorch column: PyTorch "
+        "has no module for these routings.\n\n",
+        routing_family_config(base, "soft", S).moe.slots, S);
+    fmt::print("{:<14} {:>5} {:>5} {:>7} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7}\n", "family",
+               "dtype", "T", "experts", "fwd ms", "GFLOP/s", "of bare", "fwd+bwd ms", "GFLOP/s",
+               "of bare");
+  }
+  const std::size_t total = families.size() * precisions.size() * tokens.size();
+  std::size_t done = 0;
+  for (const auto& family : families)
+    for (Precision p : precisions)
+      for (std::int64_t t : tokens) {
+        check_stop();
+        note(
+            fmt::format("bench routing {}/{}: {} {} T={}", ++done, total, family, enum_name(p), t));
+        const FFNConfig c = routing_family_config(base, family, S);
+        const LayerSpeed s = measure_layer_speed(c, t, o.budget, p, o.rounds, S);
+        json row = {{"family", family}, {"dtype", enum_name(p)}, {"tokens", t}, {"sequence", S}};
+        row.update(json::parse(to_json(s).dump()));
+        rows.push_back(row);
+        if (!o.json_out)
+          fmt::print(
+              "{:<14} {:>5} {:>5} {:>7.2f} | {:>10} {:>8.1f} {:>6.0f}% | {:>10} {:>8.1f} "
+              "{:>6.0f}%{}\n",
+              family, enum_name(p), t, s.experts_per_token, ms(s.forward_s), s.forward_gflops,
+              100 * s.forward_of_bare, ms(s.forward_backward_s), s.forward_backward_gflops,
+              100 * s.forward_backward_of_bare, s.noisy() ? "  (noisy: not a finding)" : "");
+        std::fflush(stdout);
+      }
+  return rows;
+}
+
 json bench_decode(const BenchOptions& o, TorchWorker& torch) {
   const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
   json rows = json::array();
@@ -290,6 +370,7 @@ void run_bench(BenchOptions o) {
   const auto variants = variant_list(o.variants);
   const auto precisions = precision_list(o.dtypes);
   const auto& tokens = o.tokens;
+  const auto routings = routing_list(o.routings);
 
   check_layer_memory(o, variants, tokens);
   // Far beyond any cache, so this is what memory delivers.
@@ -324,6 +405,7 @@ void run_bench(BenchOptions o) {
                                  torch.hello().torch, torch.hello().threads)
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
   out["layers"] = bench_layers(o, variants, precisions, tokens, torch);
+  if (!routings.empty()) out["routing"] = bench_routing(o, routings, precisions, tokens);
   if (o.decode) out["decode"] = bench_decode(o, torch);
   if (o.json_out) fmt::print("{}\n", out.dump(2));
 }
@@ -338,9 +420,10 @@ void add_bench_command(CLI::App& app) {
       "forward+backward at the tutorial's shape (d_model 512, d_ff 2048; --shape) for several "
       "token counts, as GFLOP/s and as a share of oneDNN's bare products of the same shapes; "
       "decode (one and eight tokens) of a 4096/14336 SwiGLU and an 8-expert MoE of it, as GB/s "
-      "of weights read and as a share of the memory read bandwidth; and PyTorch's time for the "
-      "same layers when /usr/bin/python3 has it, in alternating rounds. Everything is measured "
-      "in the same run. Progress goes to stderr.");
+      "of weights read and as a share of the memory read bandwidth; every routing family on "
+      "the MoE (--routings) against the bare products of the rows its experts ran; and "
+      "PyTorch's time for the same layers when /usr/bin/python3 has it, in alternating rounds. "
+      "Everything is measured in the same run. Progress goes to stderr.");
   cmd->add_flag("--quick", o->quick,
                 "a short run: T = 1, 8, 512 with a 0.05 s budget, decode at 2048/5632 and T = 1");
   cmd->add_flag("--json", o->json_out, "print the results as JSON instead of tables");
@@ -364,6 +447,16 @@ void add_bench_command(CLI::App& app) {
       ->check(int_in(1, 1 << 18))
       ->capture_default_str();
   cmd->add_flag("!--no-decode", o->decode, "skip the decode table");
+  cmd->add_option("--routings", o->routings,
+                  "comma-separated routing families of the routing table (" +
+                      fmt::format("{}", fmt::join(routing_family_names(), ", ")) +
+                      "), 'all', or 'none' for no table")
+      ->capture_default_str();
+  cmd->add_option("--sequence", o->sequence,
+                  "tokens of one sequence in the routing table (expert choice and Soft MoE route "
+                  "each on its own); token counts that are not multiples of it are left out")
+      ->check(int_in(2, 1 << 16))
+      ->capture_default_str();
   cmd->add_option("--budget", o->budget, "seconds of timing per measurement (median of the calls)")
       ->check(real_in(0.001, 60))
       ->capture_default_str();

@@ -45,12 +45,24 @@ void add_routing(SafeTensorsWriter& out, const MoEFFN& moe) {
   out.add("z_loss", Tensor::from({1}, {static_cast<float>(r.z_loss)}));
   out.add("entropy", Tensor::from({1}, {static_cast<float>(r.entropy)}));
   out.add("l1_loss", Tensor::from({1}, {static_cast<float>(r.l1_loss)}));
+  if (moe.router_logits().defined()) out.add("logits", moe.router_logits());
   const Shape shape{r.tokens, r.k};
   out.add_ints("experts", shape, std::vector<std::int64_t>(r.expert.begin(), r.expert.end()));
   out.add("expert_weights", Tensor::from(shape, r.weight));
   std::vector<std::int64_t> kept(r.slot.size());
   for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = r.slot[i] >= 0;
   out.add_ints("expert_kept", shape, kept);
+}
+
+// The tensor `name` of a file, which must have `shape` when present (an empty tensor when absent).
+Tensor read_optional(const std::string& path, const std::string& name, const Shape& shape) {
+  const SafeTensors file = SafeTensors::load(path);
+  if (!file.contains(name)) return Tensor();
+  Tensor t = file.f32(name);
+  if (t.shape() != shape)
+    throw Error(fmt::format("[run] {}: tensor '{}' has shape {}, expected {}", path, name,
+                            shape_string(t.shape()), shape_string(shape)));
+  return t;
 }
 
 void run(const RunOptions& o) {
@@ -85,6 +97,19 @@ void run(const RunOptions& o) {
       throw Error(fmt::format("[run] dy has shape {}, x has {}", shape_string(dy_shape),
                               shape_string(x_shape)));
   }
+  // MoE++'s gating residual: the previous MoE layer's logits beside x, and with --grad-output
+  // optionally the gradient the next layer hands back for this layer's logits beside dy.
+  const bool residual = config.kind == FFNKind::moe && config.moe.gating_residual;
+  const std::int64_t T = x.dim(0), E = config.moe.routed_experts();
+  Tensor gate_residual, dlogits;
+  if (residual) {
+    gate_residual = read_optional(o.input, "gate_residual", {T, E});
+    if (backward) dlogits = read_optional(o.grad_output, "dlogits", {T, E});
+  } else if (SafeTensors::load(o.input).contains("gate_residual")) {
+    throw Error(fmt::format(
+        "[run] {}: holds 'gate_residual', but the layer has no gating_residual (MoE++) to take it",
+        o.input));
+  }
   const SafeTensors weights = o.weights.empty() ? SafeTensors{} : SafeTensors::load(o.weights);
   const std::int64_t params = count_params(config);
   check_memory(8.0 * static_cast<double>(params), "run",
@@ -96,6 +121,8 @@ void run(const RunOptions& o) {
   // x [T, D] is one sequence.
   if (x_shape.size() >= 3) ffn->set_sequence_length(x_shape[x_shape.size() - 2]);
   if (!o.weights.empty()) load_parameters(ffn->parameters(), weights, o.prefix);
+  ffn->set_gate_residual(gate_residual.defined() ? &gate_residual : nullptr);
+  ffn->set_router_logits_grad(dlogits.defined() ? &dlogits : nullptr);
 
   Tensor y;
   ffn->forward(y, x, backward);
@@ -114,6 +141,7 @@ void run(const RunOptions& o) {
   SafeTensorsWriter g;
   g.add("dx", dx.reshape(x_shape));
   for (const auto& p : ffn->parameters().list()) g.add(o.prefix + p.name, p.grad);
+  if (gate_residual.defined()) g.add("dgate_residual", ffn->gate_residual_grad());
   const auto g_bytes = g.serialize();
   // Both files or neither.
   write_files_atomic(
@@ -127,9 +155,11 @@ void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run",
       "Run one FFN layer on a tensor x from a safetensors file and write y (MoE: also "
-      "balance_loss, z_loss, entropy, l1_loss, experts, expert_weights, expert_kept); with "
-      "--grad-output, also write dx and every parameter gradient (MoE: of y·dy plus the "
-      "weighted aux losses).");
+      "balance_loss, z_loss, entropy, l1_loss, logits, experts, expert_weights, expert_kept); "
+      "with --grad-output, also write dx and every parameter gradient (MoE: of y·dy plus the "
+      "weighted aux losses). A layer with MoE++'s gating_residual also takes the previous "
+      "layer's logits as gate_residual [T, E] beside x, and dlogits [T, E] beside dy; the "
+      "gradients then include dgate_residual.");
   cmd->add_option("--config", o->config,
                   "layer config: a Hugging Face config.json (llama, mistral, qwen2, chatglm, "
                   "mixtral, qwen2_moe, deepseek_v3) or ffnlab's own JSON (docs/config.md)")
@@ -142,12 +172,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--prefix", o->prefix,
                   "name prefix of the layer's tensors, e.g. model.layers.3.mlp.");
   cmd->add_option("--input", o->input,
-                  "safetensors holding x [T, D] (one sequence) or [..., S, D] (sequences of S)")
+                  "safetensors holding x [T, D] (one sequence) or [..., S, D] (sequences of S), "
+                  "and gate_residual [T, E] for a layer with gating_residual")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--output", o->output, "safetensors to write y into")->required();
   auto* dy = cmd->add_option("--grad-output", o->grad_output,
-                             "safetensors holding dy, the gradient of the loss wrt y")
+                             "safetensors holding dy, the gradient of the loss wrt y (and "
+                             "optionally dlogits, that of the router logits)")
                  ->check(CLI::ExistingFile);
   auto* grads = cmd->add_option("--grads", o->grads,
                                 "safetensors to write dx and the parameter gradients into "

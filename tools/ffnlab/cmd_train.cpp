@@ -166,6 +166,7 @@ TrainOptions options_from_model(TrainOptions o, const LMConfig& c) {
   set("--zero-experts", o.ffn.zero_experts, c.ffn.moe.zero_experts);
   set("--zc-balance-weight", o.ffn.zc_balance_weight,
       static_cast<double>(c.ffn.moe.zc_balance_weight));
+  set("--gating-residual", o.ffn.gating_residual, c.ffn.moe.gating_residual);
   set("--shared-experts", o.ffn.shared, c.ffn.moe.num_shared);
   set("--expert-d-ff", o.ffn.expert_d_ff, c.ffn.moe.expert_d_ff);
   set("--aux-coef", o.ffn.aux_coef, static_cast<double>(c.ffn.moe.aux_coef));
@@ -537,6 +538,7 @@ void add_train_command(CLI::App& app) {
       {"--copy-experts", [](const LMConfig& c) { return json(c.ffn.moe.copy_experts); }},
       {"--zero-experts", [](const LMConfig& c) { return json(c.ffn.moe.zero_experts); }},
       {"--zc-balance-weight", [](const LMConfig& c) { return json(c.ffn.moe.zc_balance_weight); }},
+      {"--gating-residual", [](const LMConfig& c) { return json(c.ffn.moe.gating_residual); }},
       {"--shared-experts", [](const LMConfig& c) { return json(c.ffn.moe.num_shared); }},
       {"--expert-d-ff", [](const LMConfig& c) { return json(c.ffn.moe.expert_d_ff); }},
       {"--aux-coef", [](const LMConfig& c) { return json(c.ffn.moe.aux_coef); }},

@@ -83,6 +83,9 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
                      "MoE++: weight of the zero-computation experts in the balance loss (tau)"))
       ->capture_default_str()
       ->check(real_in(0, 1e6));
+  add(cmd.add_flag("--gating-residual", f.gating_residual,
+                   "MoE++: each MoE layer's router adds the previous MoE layer's logits through "
+                   "a learned [E, E] map (gate.gate_map.weight)"));
   add(cmd.add_option("--shared-experts", f.shared, "MoE: shared experts"))
       ->capture_default_str()
       ->check(int_in(0, limits::kExperts));
@@ -142,6 +145,7 @@ FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
   m.copy_experts = f.copy_experts;
   m.zero_experts = f.zero_experts;
   m.zc_balance_weight = static_cast<float>(f.zc_balance_weight);
+  m.gating_residual = f.gating_residual;
   m.num_shared = f.shared;
   m.expert_d_ff = f.expert_d_ff;
   m.aux_coef = static_cast<float>(f.aux_coef);

@@ -24,6 +24,7 @@ struct FFNFlags {
   double target_sparsity = 0.0, l1_coef_init = 1e-8;             // relu routing
   int constant_experts = 0, copy_experts = 0, zero_experts = 0;  // MoE++
   double zc_balance_weight = 1.0;
+  bool gating_residual = false;  // MoE++: each MoE layer adds the previous one's router logits
   std::int64_t expert_d_ff = 0;
   double aux_coef = 0.0, z_coef = 0.0, capacity = 0.0;
   std::string config_file;  // --ffn-config: a layer config instead of the flags

@@ -25,8 +25,13 @@ struct LayerSpeed {
   double forward_gflops = 0, forward_backward_gflops = 0;  // matrix FLOPs (costs.hpp) / time
   double inference_s = 0, inference_gflops = 0;            // forward with train = false
   // Bare products of the same shapes: for a dense layer its own products; for MoE the products
-  // of k experts over all T tokens (the same matrix FLOPs as the routed experts).
+  // of one expert over as many rows as the experts ran (experts_per_token·T: the same matrix
+  // FLOPs as the routed experts).
   double bare_forward_gflops = 0, bare_forward_backward_gflops = 0;
+  // MoE: the FFN experts a token ran in the timed forwards, measured (top-p, ReLU routing, MoE++
+  // and the routings that look at the whole sequence decide it per forward); the layer's matrix
+  // FLOPs count as many.
+  double experts_per_token = 0;
   int rounds = 0;
   // The layer's rate over its bare products' rate: the median of the rounds' ratios, and their
   // spread (interquartile_spread: the interquartile range over the median).
@@ -47,9 +52,11 @@ inline constexpr double kMaxOfBare = 1.05, kMaxSpread = 0.10;
 nlohmann::ordered_json to_json(const LayerSpeed& speed);
 
 // `budget` seconds per measurement in all, split over `rounds` alternating rounds (the first
-// one warms every measurement up).
+// one warms every measurement up). `sequence`: the tokens hold sequences of this many (what
+// expert choice and Soft MoE route each on its own; 0: one sequence).
 LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, double budget,
-                               Precision precision = Precision::f32, int rounds = 7);
+                               Precision precision = Precision::f32, int rounds = 7,
+                               std::int64_t sequence = 0);
 
 // The machine's memory read bandwidth in bytes/s: the median time of a parallel sum over
 // `bytes` of memory (far larger than the caches), with the current OpenMP threads.

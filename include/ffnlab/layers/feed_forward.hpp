@@ -112,6 +112,22 @@ class FeedForward : public Layer {
   void set_sequence_length(std::int64_t tokens) { sequence_ = tokens; }
   std::int64_t sequence_length() const { return sequence_; }
 
+  // MoE++'s gating residuals (MoEConfig::gating_residual). `logits` [T, E] are the previous MoE
+  // layer's router_logits() for the same tokens, added through gate.gate_map.weight to this
+  // layer's logits by the next forwards (null, the default: none, as for a first layer); kept by
+  // reference, so they must not change until backward. Ignored by layers without the option.
+  void set_gate_residual(const Tensor* logits) { gate_residual_ = logits; }
+  // The gradient of the loss wrt those logits, [T, E], written by a backward whose forward had
+  // them (empty otherwise): what the previous layer adds to its logits' gradient.
+  virtual const Tensor& gate_residual_grad() const { return empty_; }
+  // The router logits of the last forward, [T, E], residual included (empty for dense layers
+  // and Soft MoE): what the next MoE layer takes.
+  virtual const Tensor& router_logits() const { return empty_; }
+  // A gradient of the loss wrt router_logits() from outside the layer (the next MoE layer's
+  // gate_residual_grad()), [T, E], added to the logits' gradient by the next backward (null, the
+  // default: none). Kept by reference.
+  void set_router_logits_grad(const Tensor* dlogits) { router_logits_grad_ = dlogits; }
+
   // The stacked expert tensors' gradients, each [E, ...] (empty for dense layers): what expert
   // parallelism leaves out of the gradient all-reduce.
   virtual std::vector<Tensor> expert_grads() { return {}; }
@@ -143,6 +159,11 @@ class FeedForward : public Layer {
   std::int64_t first_token_ = 0;
   bool expert_parallel_ = false;
   std::int64_t sequence_ = 0;
+  const Tensor* gate_residual_ = nullptr;
+  const Tensor* router_logits_grad_ = nullptr;
+
+ private:
+  Tensor empty_;
 };
 
 // Builds the layer a config describes, initialised like torch.nn.Linear from `seed`.

@@ -89,6 +89,13 @@ struct MoEConfig : RouterConfig {
                                : 1.0f - static_cast<float>(top_k) / static_cast<float>(num_experts);
   }
 
+  // MoE++'s gating residuals (Jin et al. 2024): logits += G·W_gᵀ, where G [T, E] are the router
+  // logits of the previous MoE layer (with its own residual) and W_g = gate.gate_map.weight
+  // [E, E] (E: the router's columns). A Transformer hands each MoE layer the previous one's
+  // logits and their gradient back; the first layer has none. A lone layer takes them with
+  // FeedForward::set_gate_residual.
+  bool gating_residual = false;
+
   MoENaming naming = MoENaming::standard;
 };
 
@@ -119,6 +126,18 @@ FFNConfig variant_config(std::string_view variant, std::int64_t d_model, std::in
 std::vector<std::string> variant_names();
 // The variant name of a config ("swiglu"), or kind/activation ("plain/tanh") when it has none.
 std::string variant_name(const FFNConfig& config);
+
+// The routing families on one MoE layout, as the study trains them and `ffnlab bench` times
+// them: `moe` (its experts, widths, top_k = K and losses) with the family's routing. topk: `moe`
+// itself; top_p: p = 0.4, at most 2·K experts, dynamic loss 1e-4 (Huang et al.'s released code);
+// relu: held at K experts a token on average; moe_pp: 2 constant, 1 copy and 1 zero expert with
+// the gating residuals (MoE++'s 16 + 4); expert_choice: capacity factor 1, K experts a token on
+// average; soft: round(K·S/E) slots an expert for sequences of S = `sequence`, K experts'
+// compute a token. Families that take no balancing loss or z-loss drop them.
+// Throws "[ffn] unknown routing family ..." naming the known ones.
+FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
+                                std::int64_t sequence);
+std::vector<std::string> routing_family_names();  // topk first
 
 // ffnlab's own layer config (docs/config.md). Unknown keys are an error.
 FFNConfig config_from_json(const nlohmann::json& j);

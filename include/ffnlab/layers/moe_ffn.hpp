@@ -1,6 +1,7 @@
 // MoEFFN: router + E routed experts (+ shared experts), forward and backward.
 //
 //   logits = x·W_rᵀ + b_r                       (router; jitter / noisy top-k in training)
+//            (+ G·W_gᵀ: MoE++'s gating residual, G the previous MoE layer's logits)
 //   route: scores, top-k, combine weights w, capacity        (ops/router)
 //   permute x into per-expert blocks; per expert e with n_e > 0 rows:
 //       A_e = X_e·W_in,eᵀ + b_in,e,  H_e = mix(A_e),  O_e = H_e·W_out,eᵀ + b_out,e
@@ -46,6 +47,8 @@ class MoEFFN final : public FeedForward {
   GateActivity gate_activity() const override { return step_gates_; }
   void set_inference_weights(DType dtype) override;
   std::vector<Tensor> expert_grads() override;
+  const Tensor& gate_residual_grad() const override { return ws_.dresidual; }
+  const Tensor& router_logits() const override { return router_.logits; }
 
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
   const Routing& routing() const { return routing_; }
@@ -73,6 +76,7 @@ class MoEFFN final : public FeedForward {
     Tensor out, out_bias;        // [E, D, F], [E, D]  every expert's output projection
     Tensor zc_vector, zc_gate;   // [C, D], [C, 2, D]  constant experts: v_i, W_c,i
     Tensor phi, phi_scale;       // [E·p, D], [1]     Soft MoE: gate.phi, gate.scale
+    Tensor gate_map;             // [E, E]        MoE++'s gating residual: gate.gate_map.weight
   };
   // Saved by a training forward for backward (workspaces in inference).
   struct RouterCache {
@@ -80,6 +84,8 @@ class MoEFFN final : public FeedForward {
     Tensor x_router;              // [T, D] jittered router input (jitter only)
     Tensor jitter;                // [T, D] the multiplicative noise
     Tensor logits;                // [T, E]
+    Tensor residual;              // [T, E] the previous layer's logits (a view; gating residual)
+    Tensor mapped;                // [T, E] residual·W_gᵀ
     Tensor noise_pre, noise_eps;  // [T, E] noisy top-k: x·W_noiseᵀ and its N(0, 1) draws
   };
   struct ExpertCache {      // rows in permuted order, R = kept assignments
@@ -112,6 +118,7 @@ class MoEFFN final : public FeedForward {
     std::vector<float> dweight;  // [T, K] gradient of the combine weights
     Tensor dlogits, dnoise_pre;  // [T, E]
     Tensor dgate;                // [T, 1]
+    Tensor dresidual;            // [T, E] gradient of the previous layer's logits
   };
 
   void bind_parameters() override;

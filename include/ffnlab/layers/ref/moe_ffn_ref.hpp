@@ -29,6 +29,9 @@ struct MoEFFN {
   std::vector<T> jitter, noise;
   // expert_choice: the tokens of one sequence (0: all tokens are one).
   std::int64_t sequence = 0;
+  // MoE++'s gating residual (config.moe.gating_residual): the previous MoE layer's logits
+  // [tokens, E], added through gate.gate_map.weight (empty: none, as for a first layer).
+  std::vector<T> gate_residual;
   // Routing: computed by forward unless hold_routing, then reused as given.
   bool hold_routing = false;
   std::vector<int> chosen;  // [tokens, k]
@@ -39,6 +42,7 @@ struct MoEFFN {
   std::vector<T> weight;  // [tokens, k]
   T balance = 0, z = 0, entropy = 0;
   T l1 = 0;  // relu routing: E/(top_k·T²)·Σ_e n_e·Σ_t gate_te, without its coefficient
+  std::vector<T> logits;  // [tokens, E] the router's, residual included (what the next layer takes)
 
   // The columns of chosen / weight / kept: top_k, or every expert with relu and expert-choice
   // routing.
@@ -216,7 +220,9 @@ struct MoEFFN {
     const T inf = std::numeric_limits<T>::infinity();
 
     // Router logits, probabilities, scores.
-    std::vector<T> logits(tokens * E), probs(tokens * E), scores(tokens * E), lse(tokens);
+    logits.assign(tokens * E, T(0));
+    std::vector<T> probs(tokens * E), scores(tokens * E), lse(tokens);
+    const bool residual = m.gating_residual && !gate_residual.empty();
     for (std::int64_t t = 0; t < tokens; ++t) {
       std::vector<T> xr(x.begin() + t * D, x.begin() + (t + 1) * D);
       if (!jitter.empty())
@@ -229,6 +235,9 @@ struct MoEFFN {
           for (std::int64_t d = 0; d < D; ++d) n += p("gate.noise.weight")[e * D + d] * xr[d];
           v += noise[t * E + e] * std::log1p(std::exp(n));
         }
+        if (residual)
+          for (int f = 0; f < E; ++f)
+            v += p("gate.gate_map.weight")[e * E + f] * gate_residual[t * E + f];
         logits[t * E + e] = v;
       }
       const T mx = *std::max_element(logits.begin() + t * E, logits.begin() + (t + 1) * E);

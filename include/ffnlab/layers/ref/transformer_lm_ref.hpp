@@ -30,7 +30,8 @@ struct TransformerLM {
   std::uint64_t dropout_seed = 0, dropout_stream = 0;
   bool train = false;  // dropout on
   bool hold_routing = false;
-  std::vector<MoEFFN<T>> moe;  // per layer, kept so that routing can be held
+  std::vector<MoEFFN<T>> moe;      // per layer, kept so that routing can be held
+  std::vector<T> previous_logits;  // MoE++'s gating residual: the last MoE layer's router logits
   // Result of forward: cross-entropy and Σ MoE aux losses (with their coefficients).
   T cross_entropy = 0, aux = 0;
 
@@ -69,8 +70,8 @@ struct TransformerLM {
       }
     }
     std::vector<T> qkv(tokens * 3 * D), a(tokens * D), y(tokens * D);
-    linear_forward<T>(qkv.data(), x.data(), w.data(), config.attn_bias ? b.data() : nullptr,
-                      tokens, D, 3 * D);
+    linear_forward<T>(qkv.data(), x.data(), w.data(), config.attn_bias ? b.data() : nullptr, tokens,
+                      D, 3 * D);
     if (config.positions == PositionKind::rope)
       rope<T>(qkv.data(), tokens, seq, 3 * D, 2 * D, D / config.heads, config.rope_theta);
     attention_forward<T>(a.data(), qkv.data(), batch, seq, config.heads, D, config.causal);
@@ -90,7 +91,9 @@ struct TransformerLM {
       for (const auto& [name, v] : params)
         if (name.rfind(pre, 0) == 0) m.params[name.substr(pre.size())] = v;
       m.hold_routing = hold_routing;
+      if (c.moe.gating_residual) m.gate_residual = previous_logits;
       m.forward(y, x, tokens);
+      if (c.moe.gating_residual) previous_logits = m.logits;
       aux += T(c.moe.aux_coef) * m.balance + T(c.moe.z_coef) * m.z;
       return y;
     }
@@ -121,6 +124,7 @@ struct TransformerLM {
     const std::int64_t batch = tokens / seq;
     const std::uint64_t base = dropout_stream * static_cast<std::uint64_t>(2 * config.layers + 1);
     aux = 0;
+    previous_logits.clear();
     std::vector<T> x(tokens * D);
     std::vector<T> sin_table;
     const T* pos = maybe("model.embed_positions.weight");
@@ -136,8 +140,8 @@ struct TransformerLM {
       const std::string pre = "model.layers." + std::to_string(l) + ".";
       const std::uint64_t s = base + 1 + 2 * l;
       if (config.pre_norm) {
-        auto a = attention(norm(x, pre + "input_layernorm.", tokens), pre + "self_attn.", batch,
-                           seq);
+        auto a =
+            attention(norm(x, pre + "input_layernorm.", tokens), pre + "self_attn.", batch, seq);
         dropout(a, s);
         add(x, a);
         auto f = ffn(norm(x, pre + "post_attention_layernorm.", tokens), l, pre + "mlp.", tokens);
@@ -158,8 +162,8 @@ struct TransformerLM {
     const auto& head = config.tied_head ? p("model.embed_tokens.weight") : p("lm_head.weight");
     std::vector<T> logits(tokens * config.vocab);
     linear_forward<T>(logits.data(), x.data(), head.data(), nullptr, tokens, D, config.vocab);
-    cross_entropy = ffnlab::ref::cross_entropy<T>(logits.data(), targets.data(), tokens,
-                                                  config.vocab);
+    cross_entropy =
+        ffnlab::ref::cross_entropy<T>(logits.data(), targets.data(), tokens, config.vocab);
     return cross_entropy + aux;
   }
 };
