@@ -7,14 +7,18 @@ against the step's compute, for a byte-level Transformer LM whose FFNs are MoE l
 
   gradient all-reduce (ring):   2 (P-1)/P * 4 * N_reduced            N_reduced = N, or N - N_experts
                                                                        with expert parallelism
+  expert gradients (EP in groups of G < P): 2 (R-1)/R * 4 * N_experts / G over the R = P/G
+                                replicas of each expert (one holder in each group)
   expert all-to-alls (EP only): 4 exchanges (dispatch, combine; forward and backward)
-                                * L * A * T * k * D * 4 bytes * (P-1)/P  (rows whose expert is on
-                                another rank; T tokens per rank per micro-batch, uniform routing)
+                                * L * A * T * k * D * 4 bytes * (G-1)/G  (rows whose expert is on
+                                another rank of the group; T tokens per rank per micro-batch,
+                                uniform routing; G = P without groups)
   compute per rank:             A * T * (6 * N_active + 12 * L * S * D) FLOPs
 
 Usage: comm_model.py                   the table of docs/distributed.md
        comm_model.py --check ARGS      the bytes per step `ffnlab train ARGS` should report for
-                                       2 ranks (compared with what rank 0 printed)
+                                       --ranks P (2) in expert groups of --expert-group G
+                                       (compared with what rank 0 printed)
 Standard library only.
 """
 import argparse
@@ -34,20 +38,26 @@ def params(D, L, E, F, V=256, context=128, k=2):
     return total, experts, active
 
 
-def step(D, L, E, F, k, S, tokens, A, P, gbits, flops, ep, V=256):
+def step(D, L, E, F, k, S, tokens, A, P, gbits, flops, ep, V=256, G=None):
+    """G: the expert group (ranks the experts are split over; None: all P)."""
     total, experts, active = params(D, L, E, F, V, S, k)
+    G = P if G is None else G
+    R = P // G  # replicas of each expert
     reduced = total - experts if ep else total
     allreduce = 2 * (P - 1) / P * 4 * reduced
-    a2a = (4 * L * A * tokens * k * D * 4 * (P - 1) / P) if ep else 0.0
+    # The experts' sum over their replicas runs after backward (ffnlab does not overlap it).
+    replicas = 2 * (R - 1) / R * 4 * experts / G if ep and R > 1 else 0.0
+    a2a = (4 * L * A * tokens * k * D * 4 * (G - 1) / G) if ep else 0.0
     compute = A * tokens * (6 * active + 12 * L * S * D) / flops
     bw = gbits * 1e9 / 8
-    t_ar, t_a2a = allreduce / bw, a2a / bw
+    t_ar, t_rep, t_a2a = allreduce / bw, replicas / bw, a2a / bw
     # No overlap: every byte waits. Overlapped: the all-reduce hides behind backward (2/3 of
-    # the compute); the all-to-alls sit between products and do not.
-    eff_none = compute / (compute + t_ar + t_a2a)
-    eff_overlap = compute / (compute + t_a2a + max(0.0, t_ar - 2 / 3 * compute))
-    return dict(total=total, experts=experts, allreduce=allreduce, a2a=a2a, compute=compute,
-                t_ar=t_ar, t_a2a=t_a2a, eff_none=eff_none, eff_overlap=eff_overlap)
+    # the compute); the all-to-alls sit between products and do not, nor does the replicas' sum.
+    eff_none = compute / (compute + t_ar + t_rep + t_a2a)
+    eff_overlap = compute / (compute + t_a2a + t_rep + max(0.0, t_ar - 2 / 3 * compute))
+    return dict(total=total, experts=experts, allreduce=allreduce + replicas, a2a=a2a,
+                compute=compute, t_ar=t_ar + t_rep, t_a2a=t_a2a, eff_none=eff_none,
+                eff_overlap=eff_overlap)
 
 
 def table(args):
@@ -65,11 +75,13 @@ def table(args):
         print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
         for P in (8, 64, 512):
             for g in (25, 100):
+                # DP; DP+EP over groups of E ranks (one expert a rank), P/E replicas of each.
                 for ep in (False, True):
-                    if ep and P > E:
-                        continue  # ffnlab splits experts over all ranks: E % P == 0
-                    r = step(D, L, E, F, k, S, args.tokens, 1, P, g, args.flops, ep)
-                    print(f"| {P} | {g} Gbit/s | {'DP+EP' if ep else 'DP'} | "
+                    G = min(P, E)
+                    r = step(D, L, E, F, k, S, args.tokens, 1, P, g, args.flops, ep, G=G)
+                    layout = "DP" if not ep else (
+                        "DP+EP" if G == P else f"DP+EP, groups of {G} ({P // G} replicas)")
+                    print(f"| {P} | {g} Gbit/s | {layout} | "
                           f"{(r['allreduce'] + r['a2a']) / 1e6:,.1f} MB | "
                           f"{(r['t_ar'] + r['t_a2a']) * 1e3:,.1f} ms | "
                           f"{r['compute'] * 1e3:,.0f} ms | {r['eff_none']:.1%} | "
@@ -77,13 +89,18 @@ def table(args):
 
 
 def check(args):
-    # What rank 0 of 2 hands to the exchanges per step: the gradient buffer once (MPI's ring
-    # moves 2(P-1)/P of it = all of it at P = 2), and the rows leaving the rank.
+    # What rank 0 of P hands to the exchanges per step: the gradient buffer once (the payload;
+    # MPI's ring moves 2(P-1)/P of it), and the rows leaving the rank.
     total, experts, _ = params(args.d_model, args.layers, args.experts, args.d_ff,
                                context=args.seq, k=args.top_k)
+    P = args.ranks
+    G = args.expert_group or P
     grad = 4 * (total - experts if args.ep else total)
-    rows = args.batch // 2 * args.seq * args.accumulate * args.top_k
-    a2a = 2 * args.layers * rows * args.d_model * 4 / 2  # per exchange name: fwd + bwd, half away
+    if args.ep and G < P:  # this rank's experts' gradients, summed over their replicas
+        grad += 4 * experts / G
+    rows = args.batch // P * args.seq * args.accumulate * args.top_k
+    # per exchange name: forward + backward, the rows whose expert is on another rank of the group
+    a2a = 2 * args.layers * rows * args.d_model * 4 * (G - 1) / G
     print(f"parameters {total} (experts {experts})")
     print(f"gradient {grad / 1e6:.3f} MB per step")
     if args.ep:
@@ -107,6 +124,8 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--ep", action="store_true")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--expert-group", type=int, default=0, help="0: every rank")
     args = p.parse_args()
     check(args) if args.check else table(args)
 

@@ -262,7 +262,7 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   int first_expert = 0;
   if (exchanged_) {
     permute_rows(c.xp_local, x, r.token_of_row.data(), R);
-    exchange_.plan(*group_, r.offsets, config_.moe.num_experts);
+    exchange_.plan(*expert_group_, r.offsets, config_.moe.num_experts);
     exchange_.dispatch(c.xp, c.xp_local);
     offsets = &exchange_.offsets();
     first_expert = exchange_.first_expert();

@@ -66,9 +66,9 @@ void TransformerBlock::set_precision(Precision p) {
 }
 
 void TransformerBlock::set_data_parallel(ProcessGroup* group, std::int64_t first_token,
-                                         bool expert_parallel) {
+                                         bool expert_parallel, ProcessGroup* expert_group) {
   dropout_first_ = static_cast<std::uint64_t>(first_token * ffn_->config().d_model);
-  ffn_->set_data_parallel(group, first_token, expert_parallel);
+  ffn_->set_data_parallel(group, first_token, expert_parallel, expert_group);
 }
 
 void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train,

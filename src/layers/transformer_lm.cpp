@@ -121,9 +121,9 @@ void TransformerLM::set_precision(Precision p) {
 }
 
 void TransformerLM::set_data_parallel(ProcessGroup* group, std::int64_t first_token,
-                                      bool expert_parallel) {
+                                      bool expert_parallel, ProcessGroup* expert_group) {
   dropout_first_ = static_cast<std::uint64_t>(first_token * config_.d_model);
-  for (auto& b : blocks_) b->set_data_parallel(group, first_token, expert_parallel);
+  for (auto& b : blocks_) b->set_data_parallel(group, first_token, expert_parallel, expert_group);
 }
 
 std::vector<TransformerLM::ExpertSpan> TransformerLM::expert_spans() {

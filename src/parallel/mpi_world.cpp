@@ -44,6 +44,14 @@ class World final : public MpiWorld {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
 
+  // A group of some of the world's ranks (split): the communicator is its own; MPI stays the
+  // world's to finalise.
+  World(double timeout, MPI_Comm comm) : timeout_(timeout), comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+
   ~World() override {
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     int finalized = 0;
@@ -53,6 +61,16 @@ class World final : public MpiWorld {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+
+  std::unique_ptr<ProcessGroup> split(int color, const char* what) override {
+    // MPI_Comm_split has no non-blocking form: an exchange with the deadline first, so that a
+    // rank that never arrives makes the others fail instead of hanging in the split.
+    std::vector<std::int64_t> here{1};
+    allreduce_sum(here, what);
+    MPI_Comm comm = MPI_COMM_NULL;
+    ok(MPI_Comm_split(comm_, color, rank_, &comm), "MPI_Comm_split", what);
+    return std::make_unique<World>(timeout_, comm);
+  }
 
   void allreduce_sum(std::span<double> v, const char* what) override {
     allreduce(v.data(), v.size(), v.size_bytes(), MPI_DOUBLE, MPI_SUM, what);

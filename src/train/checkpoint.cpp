@@ -1,7 +1,7 @@
 // Checkpoints: DIR/checkpoint.json (configs, step, data) and DIR/weights-<step>.safetensors
-// (parameters by name, optimizer moments), written atomically with checkpoint.json last; reading
-// checks every field of a file that may be hostile. Data parallel: the ranks compare their
-// weights first and rank 0 writes.
+// (parameters and their optimizer moments, all by name), written atomically with checkpoint.json
+// last; reading checks every field of a file that may be hostile. Data parallel: the ranks
+// compare their weights first and rank 0 writes.
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -22,8 +22,16 @@ namespace {
 
 constexpr const char* kFormat = "ffnlab-checkpoint-1";
 
+// Each trainable parameter's moments are stored under its name, so that a checkpoint does not
+// depend on the buffer's layout; checkpoints written before kept them as two flat tensors
+// ("optimizer.m", "optimizer.v") in the buffer's order, which load still reads.
+std::string moment_name(const char* moment, const Parameter& p) {
+  return fmt::format("optimizer.{}.{}", moment, p.name);
+}
+
 bool is_checkpoint_file(std::string_view name) {
-  return name == kCheckpointInfo || (name.starts_with("weights-") && name.ends_with(".safetensors"));
+  return name == kCheckpointInfo ||
+         (name.starts_with("weights-") && name.ends_with(".safetensors"));
 }
 
 // FNV-1a of the weights' bytes (its bits as a signed integer: min and max compare them).
@@ -64,8 +72,12 @@ void Trainer::write_checkpoint(const std::string& dir) const {
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step_);
   SafeTensorsWriter w;
   for (const Parameter& p : model_.parameters().list()) w.add(p.name, p.value);
-  w.add("optimizer.m", optimizer_->m());
-  if (optimizer_->v().defined()) w.add("optimizer.v", optimizer_->v());
+  for (const Parameter& p : model_.parameters().list()) {
+    if (!p.trainable) continue;  // state that no optimizer moves has no moments
+    w.add(moment_name("m", p), optimizer_->m().view(p.offset, p.shape));
+    if (optimizer_->v().defined())
+      w.add(moment_name("v", p), optimizer_->v().view(p.offset, p.shape));
+  }
   w.set_metadata("format", kFormat);
   w.set_metadata("step", std::to_string(step_));
   w.write((fs::path(dir) / weights).string());
@@ -168,14 +180,23 @@ void Trainer::load(const std::string& dir) {
           st.source(), p.name, shape_string(st.info(p.name).shape), shape_string(p.shape));
     st.copy_f32(p.name, p.value);
   }
-  auto load_state = [&](const char* name, Tensor& t) {
+  auto load_state = [&](const std::string& name, Tensor t) {
     check(st.contains(name) && shape_numel(st.info(name).shape) == t.numel(),
           "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})",
           st.source(), name, enum_name(optimizer_->config().kind));
     st.copy_f32(name, t);
   };
-  load_state("optimizer.m", optimizer_->m());
-  if (optimizer_->v().defined()) load_state("optimizer.v", optimizer_->v());
+  const bool v = optimizer_->v().defined();
+  if (st.contains("optimizer.m")) {  // an earlier checkpoint: the moments in the buffer's order
+    load_state("optimizer.m", optimizer_->m());
+    if (v) load_state("optimizer.v", optimizer_->v());
+  } else {
+    for (const Parameter& p : model_.parameters().list()) {
+      if (!p.trainable) continue;
+      load_state(moment_name("m", p), optimizer_->m().view(p.offset, p.shape));
+      if (v) load_state(moment_name("v", p), optimizer_->v().view(p.offset, p.shape));
+    }
+  }
   step_ = info["step"].get<std::int64_t>();
   release_foreign_experts(
       ExpertState::with_moments);  // expert parallel: this rank keeps its own experts only

@@ -46,7 +46,7 @@ void Trainer::release_foreign_experts(ExpertState what) {
 
 void Trainer::refresh_experts(ExpertState what) {
   if (expert_spans_.empty()) return;
-  ProcessGroup& g = *parallel_.group;
+  ProcessGroup& g = expert_group();  // holds every expert once (each replica the same)
   auto refresh = [&](Tensor& buffer) {
     for (const auto& s : expert_spans_)
       for (int q = 0; q < g.size(); ++q) {  // rank q's experts, from rank q

@@ -84,7 +84,8 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
       {"data", {{"fingerprint", corpus.fingerprint}, {"train_bytes", corpus.train().size()}}},
       {"parallel",
        {{"bucket_elements", parallel.bucket_elements},
-        {"expert_parallel", parallel.expert_parallel}}},
+        {"expert_parallel", parallel.expert_parallel},
+        {"expert_group", parallel.expert_group}}},
       {"settings", parallel.agreed}};
   std::string text = mine.dump();
   group.broadcast(text, "configuration check");
@@ -140,7 +141,21 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
       check(f.moe.routing != RoutingKind::soft,
             "[dist] Soft MoE does not split its experts over ranks (its slots mix every token of "
             "a sequence): train it with data parallelism alone (without --expert-parallel)");
-      const ExpertShare here = expert_share(f.moe.num_experts, g->size(), g->rank());
+      const int G = parallel_.expert_group > 0 ? parallel_.expert_group : g->size();
+      check(G <= g->size() && g->size() % G == 0,
+            "[dist] an expert group of {} ranks does not divide the {} ranks (--expert-group)", G,
+            g->size());
+      // (Without groups, expert_share below says that the experts do not split over the ranks.)
+      check(parallel_.expert_group == 0 || f.moe.num_experts % G == 0,
+            "[dist] {} experts cannot be split evenly over an expert group of {} ranks "
+            "(--expert-group)",
+            f.moe.num_experts, G);
+      if (G < g->size()) {  // groups of G consecutive ranks, each a replica of the others
+        experts_group_ = g->split(g->rank() / G, "expert groups");
+        replicas_ = g->split(g->rank() % G, "expert replicas");
+      }
+      const ProcessGroup& eg = expert_group();
+      const ExpertShare here = expert_share(f.moe.num_experts, eg.size(), eg.rank());
       expert_spans_ = model_.expert_spans();
       for (const auto& s : expert_spans_) {
         expert_ranges_.emplace_back(s.begin, s.end);
@@ -153,9 +168,18 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
       release_foreign_experts(ExpertState::with_moments);
     }
     model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq,
-                             parallel_.expert_parallel);
+                             parallel_.expert_parallel, experts_group_.get());
     sync_ = std::make_unique<GradientSync>(*g, model_.parameters().grads(),
                                            parallel_.bucket_elements, expert_ranges_);
+    if (replicas_) {  // this rank's experts' gradients, over their holders in every group
+      std::vector<std::pair<std::int64_t, std::int64_t>> others = foreign_;
+      const Tensor& grads = model_.parameters().grads();
+      for_each_outside(0, grads.numel(), expert_ranges_,
+                       [&](std::int64_t b, std::int64_t e) { others.emplace_back(b, e); });
+      std::sort(others.begin(), others.end());
+      expert_sync_ = std::make_unique<GradientSync>(*replicas_, model_.parameters().grads(),
+                                                    parallel_.bucket_elements, others);
+    }
   }
 }
 
@@ -173,7 +197,8 @@ double Trainer::gradient_norm() const {
                    [&](std::int64_t b, std::int64_t e) { rest += squares(b, e); });
   std::vector<double> experts{0.0};
   for (const auto& [b, e] : expert_ranges_) experts[0] += squares(b, e);
-  parallel_.group->allreduce_sum(experts, "gradient norm");
+  // Over the expert group, which holds every expert once (its replicas hold the same sums).
+  expert_group().allreduce_sum(experts, "gradient norm");
   return std::sqrt(rest + experts[0]);
 }
 
@@ -228,6 +253,7 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   }
   if (group) {
     sync_->finish();
+    if (expert_sync_) expert_sync_->finish();
     std::vector<double> sums{log.loss, static_cast<double>(tokens)};
     group->allreduce_sum(sums, "loss");
     log.loss = sums[0];

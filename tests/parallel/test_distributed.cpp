@@ -218,6 +218,50 @@ TEST_F(Distributed, ExpertParallelRunResumesInOneProcess) {
   EXPECT_LT(weights_gap(path("one"), path("two")), kTolerance);
 }
 
+// Expert groups: 4 ranks with the experts split over groups of 2 (two replicas) or of 4 end
+// where one process does; a checkpoint of the 2 × 2 layout resumes on 2 ranks (one group),
+// then in one process. Refused: a group that does not divide the ranks, and a group without
+// --expert-parallel.
+TEST_F(Distributed, ExpertGroupsMatchOneProcessAndResumeOnAnyLayout) {
+  const std::string moe = "--variant moe --experts 4 --top-k 2 ";
+  const Outcome one = run(kRun + moe + "--out " + path("one"));
+  ASSERT_EQ(one.status, 0) << one.err;
+  const auto steps = [](const char* n) {
+    return kRun.substr(0, kRun.find("--steps")) + "--steps " + n + " " +
+           kRun.substr(kRun.find("--eval-every"));
+  };
+  const Outcome whole = run(kRun + moe + "--expert-parallel --expert-group 4 --out " + path("four"),
+                            kMpirun + "-np 4 ");
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  EXPECT_LT(weights_gap(path("one"), path("four")), kMoETolerance);
+
+  const Outcome first =
+      run(steps("10") + moe + "--expert-parallel --expert-group 2 --out " + path("two"),
+          kMpirun + "-np 4 ");
+  ASSERT_EQ(first.status, 0) << first.err;
+  EXPECT_NE(first.out.find("expert parallel: 2 experts per rank, in 2 groups of 2 ranks"),
+            std::string::npos)
+      << first.out;
+  const Outcome second =
+      run("train --resume " + path("two") + " --steps 15 --sample 0 --threads 1 --expert-parallel",
+          kMpirun + "-np 2 ");
+  ASSERT_EQ(second.status, 0) << second.err;
+  const Outcome rest = run("train --resume " + path("two") + " --steps 20 --sample 0 --threads 1");
+  ASSERT_EQ(rest.status, 0) << rest.err;
+  EXPECT_LT(weights_gap(path("one"), path("two")), kMoETolerance);
+
+  const Outcome odd =
+      run(kRun + moe + "--expert-parallel --expert-group 3 --out " + path("a"), kMpirun + "-np 4 ");
+  EXPECT_NE(odd.err.find("an expert group of 3 ranks does not divide the 4 ranks"),
+            std::string::npos)
+      << odd.err;
+  const Outcome alone = run(kRun + moe + "--expert-group 2 --out " + path("b"), kMpirun + "-np 2 ");
+  EXPECT_NE(alone.err.find("--expert-group sizes the groups of --expert-parallel"),
+            std::string::npos)
+      << alone.err;
+  EXPECT_FALSE(fs::exists(path("a")) || fs::exists(path("b"))) << "a refused run left --out";
+}
+
 TEST_F(Distributed, RanksWithOtherSettingsAreRefusedAtStartUp) {
   const std::string bin = FFNLAB_BIN;
   const Outcome r = run(kRun + "--seed 1 --out " + path("a") + " : -np 1 " + bin + " " + kRun +

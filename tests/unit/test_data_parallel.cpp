@@ -133,12 +133,19 @@ TEST(DataParallel, ProbabilityDropIsRefusedOverAGroup) {
 }
 
 // A whole Trainer over the MoE `ffn`, with dropout: 6 steps of 2 micro-batches, on 1, 2 and 3
-// ranks (batch 6), and expert parallel on 2.
+// ranks (batch 6), and expert parallel on 2; or on the `layouts` given (batch 8).
 namespace {
+
+struct Layout {
+  int ranks;
+  bool expert_parallel;
+  int expert_group = 0;  // 0: every rank
+};
 
 void expect_ranks_train_as_one_process(const FFNConfig& ffn,
                                        Objective objective = Objective::causal,
-                                       bool expert_parallel = true) {
+                                       bool expert_parallel = true,
+                                       const std::vector<Layout>& layouts = {}) {
   Corpus corpus;
   corpus.source = "test";
   const std::string text = "It is a far, far better thing that I do, than I have ever done. ";
@@ -158,17 +165,17 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
     c.vocab = kMaskToken + 1;
   }
   t.steps = 6;
-  t.batch = 6;
+  t.batch = layouts.empty() ? 6 : 8;
   t.seq = 16;
   t.accumulate = 2;
   t.warmup = 2;
   t.optimizer.lr = 3e-3f;
 
   std::int64_t params = 0, expert_params = 0;
-  auto train = [&](ProcessGroup* g, bool expert_parallel) {
+  auto train = [&](ProcessGroup* g, bool expert_parallel, int expert_group) {
     TransformerLM model(c, t.seed);
     // Small buckets: several per backward.
-    Trainer trainer(model, corpus, t, {g, 300, expert_parallel, {}});
+    Trainer trainer(model, corpus, t, {g, 300, expert_parallel, {}, expert_group});
     StepLog last;
     for (int s = 0; s < t.steps; ++s) last = trainer.train_step();
     // A checkpoint's view: expert parallel ranks first take their copies from the holders.
@@ -184,20 +191,24 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
     const Tensor& w = model.parameters().values();
     return std::make_pair(std::vector<float>(w.f32(), w.f32() + w.numel()), last);
   };
-  const auto [one, log_one] = train(nullptr, false);
+  const auto [one, log_one] = train(nullptr, false, 0);
   if (ffn.moe.capacity_factor > 0) {
     EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
   }
-  for (const auto& run : {std::pair{2, false}, {3, false}, {2, true}}) {
-    const int ranks = run.first;
-    const bool ep = run.second;  // (clang 14 cannot capture a structured binding)
+  const std::vector<Layout> runs =
+      layouts.empty() ? std::vector<Layout>{{2, false}, {3, false}, {2, true}} : layouts;
+  for (const Layout& run : runs) {
+    const int ranks = run.ranks;
+    const bool ep = run.expert_parallel;
     if (ep && !expert_parallel) continue;
+    SCOPED_TRACE(::testing::Message() << ranks << " ranks, expert group " << run.expert_group);
     std::vector<std::vector<float>> weights(ranks);
     std::vector<StepLog> logs(ranks);
     ThreadGroup::run(ranks, [&](ThreadGroup& g) {
-      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g, ep);
+      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g, ep, run.expert_group);
       EXPECT_GT(g.buckets(), 6) << "the gradients went in one piece";
-      // Expert parallel: the experts' gradients are not all-reduced (one holder each).
+      // Expert parallel: the experts' gradients are not all-reduced over the whole group (one
+      // holder in each expert group; the replicas sum theirs among themselves).
       EXPECT_EQ(g.gradient_elements(), t.steps * (params - (ep ? expert_params : 0)));
     });
     std::filesystem::remove_all(std::filesystem::temp_directory_path() /
@@ -266,10 +277,11 @@ TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
   }
 }
 
-// A one-layer model of `ffn` (masked objective for the routings that need it) on two ranks, a
-// batch of `batch` sequences of 8: the Trainer refuses it with `what`.
-void expect_refused_on_two_ranks(const FFNConfig& ffn, std::int64_t batch, bool expert_parallel,
-                                 const std::string& what) {
+// A one-layer model of `ffn` (masked objective for the routings that need it) on two ranks (or
+// `ranks`, with `expert_group`), a batch of `batch` sequences of 8: the Trainer refuses it with
+// `what`.
+void expect_refused_on_ranks(const FFNConfig& ffn, std::int64_t batch, bool expert_parallel,
+                             const std::string& what, int ranks = 2, int expert_group = 0) {
   Corpus corpus;
   corpus.source = "test";
   corpus.bytes.assign(2000, 'a');
@@ -288,10 +300,10 @@ void expect_refused_on_two_ranks(const FFNConfig& ffn, std::int64_t batch, bool 
     c.vocab = kMaskToken + 1;
     t.objective = Objective::masked;
   }
-  ThreadGroup::run(2, [&](ThreadGroup& g) {
+  ThreadGroup::run(ranks, [&](ThreadGroup& g) {
     TransformerLM model(c, 1);
     try {
-      Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}});
+      Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}, expert_group});
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
@@ -321,10 +333,27 @@ TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
   soft.moe.slots = 2;
   soft.moe.aux_coef = 0.0f;
   expect_ranks_train_as_one_process(soft, Objective::masked, /*expert_parallel=*/false);
-  expect_refused_on_two_ranks(soft, 2, true, "Soft MoE does not split");
+  expect_refused_on_ranks(soft, 2, true, "Soft MoE does not split");
 }
 
 TEST(DataParallel, BatchMustSplitEvenly) {
-  expect_refused_on_two_ranks(variant_config("relu", 8, 16, true), 5, false,
-                              "batch = 5 sequences cannot be split evenly over 2");
+  expect_refused_on_ranks(variant_config("relu", 8, 16, true), 5, false,
+                          "batch = 5 sequences cannot be split evenly over 2");
+}
+
+// Expert groups on 4 ranks: the experts split over groups of 2 (2 replicas) or of 4, or each
+// rank holding them all (groups of 1: data parallelism through the expert path); with capacity,
+// whose drops are decided over the whole batch. Refused: a group that does not divide the ranks
+// or the experts.
+TEST(DataParallel, ExpertGroupsTrainOverRanksToTheWeightsOfOneProcess) {
+  FFNConfig ffn = small_moe(2);
+  ffn.moe.capacity_factor = 1.0;
+  expect_ranks_train_as_one_process(ffn, Objective::causal, true,
+                                    {{4, true, 2}, {4, true, 4}, {4, true, 1}, {2, true, 2}});
+  FFNConfig two = small_moe(1);
+  two.moe.num_experts = 2;
+  expect_refused_on_ranks(two, 4, true,
+                          "2 experts cannot be split evenly over an expert group of 4 ranks", 4, 4);
+  expect_refused_on_ranks(ffn, 4, true, "an expert group of 3 ranks does not divide the 4 ranks", 4,
+                          3);
 }

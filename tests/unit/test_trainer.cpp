@@ -9,6 +9,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/ops/loss.hpp"
 #include "ffnlab/train/trainer.hpp"
 
@@ -153,6 +154,53 @@ TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
     TransformerLM init(small_model(moe), 3);
     EXPECT_NE(std::memcmp(wa.f32(), init.parameters().values().f32(), wa.nbytes()), 0);
   }
+}
+
+// The moments are stored by parameter name (a checkpoint does not depend on the buffer's layout);
+// a checkpoint of the earlier layout, the moments as two flat tensors in the buffer's order,
+// still resumes to the same run.
+TEST(Trainer, CheckpointKeepsMomentsByNameAndReadsTheFlatLayout) {
+  const Corpus corpus = text_corpus();
+  const test::ScratchDir scratch_dir("moments_by_name");
+  const fs::path& dir = scratch_dir.path;
+  TransformerLM full(small_model(Ffn::moe), 3);
+  Trainer a(full, corpus, small_train(8));
+  a.run(nullptr, nullptr);
+
+  TransformerLM first(small_model(Ffn::moe), 3);
+  Trainer b(first, corpus, small_train(8));
+  for (int i = 0; i < 4; ++i) b.train_step();
+  b.save(dir.string());
+  const fs::path weights = dir / "weights-00000004.safetensors";
+  {
+    const SafeTensors st = SafeTensors::load(weights.string());
+    EXPECT_FALSE(st.contains("optimizer.m"));
+    int moments = 0;
+    for (const Parameter& p : first.parameters().list()) {
+      if (!p.trainable) continue;
+      for (const char* m : {"optimizer.m.", "optimizer.v."}) {
+        ASSERT_TRUE(st.contains(m + p.name)) << m << p.name;
+        EXPECT_EQ(st.info(m + p.name).shape, p.shape) << m << p.name;
+        ++moments;
+      }
+    }
+    EXPECT_GT(moments, 20);
+  }
+  {  // the same checkpoint in the earlier layout
+    SafeTensorsWriter w;
+    for (const Parameter& p : first.parameters().list()) w.add(p.name, p.value);
+    w.add("optimizer.m", b.optimizer().m());
+    w.add("optimizer.v", b.optimizer().v());
+    w.set_metadata("format", "ffnlab-checkpoint-1");
+    w.write(weights.string());
+  }
+  TransformerLM resumed(small_model(Ffn::moe), 99);
+  Trainer c(resumed, corpus, small_train(8));
+  c.load(dir.string());
+  c.run(nullptr, nullptr);
+  const Tensor& wa = full.parameters().values();
+  const Tensor& wc = resumed.parameters().values();
+  EXPECT_EQ(std::memcmp(wa.f32(), wc.f32(), wa.nbytes()), 0);
 }
 
 // ReLU routing in a Transformer: one L1 coefficient, shared by the layers, drives the gates from

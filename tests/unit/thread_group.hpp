@@ -10,6 +10,8 @@
 #include <barrier>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,12 +32,31 @@ class ThreadGroup final : public ProcessGroup {
     std::vector<std::string> texts;
     std::vector<std::vector<float>> floats;
     std::vector<std::vector<std::int64_t>> counts;
+    std::map<int, std::shared_ptr<Shared>> children;  // split: the new groups by color
   };
 
-  ThreadGroup(Shared& shared, int rank) : s_(shared), rank_(rank) {}
+  ThreadGroup(Shared& shared, int rank, std::shared_ptr<Shared> owned = nullptr)
+      : owned_(std::move(owned)), s_(shared), rank_(rank) {}
 
   int rank() const override { return rank_; }
   int size() const override { return s_.size; }
+
+  std::unique_ptr<ProcessGroup> split(int color, const char*) override {
+    s_.counts[rank_].assign(1, color);
+    s_.barrier.arrive_and_wait();
+    int new_rank = 0;
+    if (rank_ == 0) {  // one thread makes the new groups' shared state
+      s_.children.clear();
+      std::map<int, int> sizes;
+      for (int q = 0; q < s_.size; ++q) ++sizes[static_cast<int>(s_.counts[q][0])];
+      for (const auto& [c, n] : sizes) s_.children[c] = std::make_shared<Shared>(n);
+    }
+    for (int q = 0; q < rank_; ++q) new_rank += s_.counts[q][0] == color;
+    s_.barrier.arrive_and_wait();
+    auto child = s_.children.at(color);
+    s_.barrier.arrive_and_wait();  // every rank has its group before children is reused
+    return std::make_unique<ThreadGroup>(*child, new_rank, child);
+  }
 
   void allreduce_sum(std::span<double> v, const char*) override {
     combine(v, std::plus<>(), s_.size);
@@ -149,6 +170,7 @@ class ThreadGroup final : public ProcessGroup {
       return s_.counts;
   }
 
+  std::shared_ptr<Shared> owned_;  // a group made by split keeps its shared state alive
   Shared& s_;
   int rank_;
   int buckets_ = 0;

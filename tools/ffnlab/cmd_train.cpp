@@ -57,6 +57,7 @@ struct TrainOptions {
   // data parallelism (under mpirun)
   double dist_timeout = 300, bucket_mb = 4;
   bool expert_parallel = false;
+  int expert_group = 0;  // --expert-group (0: every rank)
   // Each model flag with what it sets, read back from a model: when resuming, a given flag must
   // agree with the checkpoint's model, and flags not given are the checkpoint's.
   std::vector<std::pair<CLI::Option*, std::function<json(const LMConfig&)>>> model_flags;
@@ -269,6 +270,13 @@ void check_same_data(const RunSetup& r, const Corpus& corpus, bool force) {
   throw UsageError(fmt::format("[train] --data {}; use --force to continue on other data", m.what));
 }
 
+// "; expert parallel: 4 experts per rank" (and ", in 2 groups of 2 ranks" with expert groups).
+std::string expert_layout(int experts, int ranks, int group) {
+  const int G = group > 0 ? group : ranks;
+  return fmt::format("; expert parallel: {} experts per rank{}", experts / G,
+                     G < ranks ? fmt::format(", in {} groups of {} ranks", ranks / G, G) : "");
+}
+
 void print_header(const LMConfig& m, const TrainConfig& t, const Corpus& corpus,
                   std::int64_t params, std::int64_t from_step) {
   fmt::print("ffnlab train: {} FFN ({}), d_model {}, {} layers, {} heads, {} parameters\n",
@@ -430,14 +438,16 @@ void train(TrainOptions& o, ProcessGroup* group) {
     throw UsageError(
         "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
         "start it with mpirun -np N (N > 1)");
+  if (o.expert_group > 0 && !o.expert_parallel)
+    throw UsageError("[train] --expert-group sizes the groups of --expert-parallel: give both");
 
   TransformerLM model(setup.model, setup.train.seed);
   const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
   // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
   // batch and of the experts) before any rank writes.
-  Trainer trainer(
-      model, corpus, setup.train,
-      {group, std::max<std::int64_t>(1, bucket), o.expert_parallel, agreed_flags(*o.command)});
+  Trainer trainer(model, corpus, setup.train,
+                  {group, std::max<std::int64_t>(1, bucket), o.expert_parallel,
+                   agreed_flags(*o.command), o.expert_group});
   if (setup.resume) trainer.load(setup.resume->checkpoint_dir);
   if (trainer.step() > setup.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
@@ -460,9 +470,9 @@ void train(TrainOptions& o, ProcessGroup* group) {
   if (group)
     fmt::print("data parallel: {} ranks, {} sequences each per micro-batch{}\n", group->size(),
                setup.train.batch / group->size(),
-               o.expert_parallel ? fmt::format("; expert parallel: {} experts per rank",
-                                               setup.model.ffn.moe.num_experts / group->size())
-                                 : "");
+               o.expert_parallel
+                   ? expert_layout(setup.model.ffn.moe.num_experts, group->size(), o.expert_group)
+                   : "");
   RunMonitor monitor(logs, setup.train, o.print_every);
   bool finished = false;
   try {
@@ -726,6 +736,13 @@ void add_train_command(CLI::App& app) {
       ->group(P);
   cmd->add_flag("--expert-parallel", o->expert_parallel,
                 "MoE: split the experts over the ranks too (tokens exchanged by all-to-all)")
+      ->group(P);
+  cmd->add_option("--expert-group", o->expert_group,
+                  "MoE, with --expert-parallel: split the experts over groups of G ranks, each "
+                  "group a data-parallel replica of the others (G divides the ranks and the "
+                  "experts; 0: one group of every rank)")
+      ->capture_default_str()
+      ->check(int_in(0, 1 << 20))
       ->group(P);
   o->command = cmd;
   cmd->callback([o] { run_train(*o); });

@@ -97,14 +97,16 @@ class FeedForward : public Layer {
   // forwards then route over the whole batch (MoE: loads, losses, capacity; collective, so
   // every rank makes the same training forwards) and draw the random numbers of their place in
   // it, so that results do not depend on the number of ranks.
-  // With expert_parallel (MoE), each rank computes only its share of the experts, for the
-  // tokens of every rank (ffnlab/layers/expert_exchange.hpp); the other experts' weights here
-  // are then neither used nor given gradients in training.
+  // With expert_parallel (MoE), each rank of `expert_group` (a part of `group`, or null: all of
+  // it) computes only its share of the experts, for the tokens of every rank of that expert
+  // group (ffnlab/layers/expert_exchange.hpp); the other experts' weights here are then neither
+  // used nor given gradients in training. Routing (loads, losses, capacity) stays `group`'s.
   void set_data_parallel(ProcessGroup* group, std::int64_t first_token,
-                         bool expert_parallel = false) {
+                         bool expert_parallel = false, ProcessGroup* expert_group = nullptr) {
     group_ = group;
     first_token_ = first_token;
     expert_parallel_ = group != nullptr && expert_parallel;
+    expert_group_ = expert_group != nullptr ? expert_group : group;
   }
   // The tokens of one sequence in the next forwards' inputs, which hold whole sequences one after
   // another (0, the default: the input is one sequence). Only routings that look at the whole
@@ -156,6 +158,7 @@ class FeedForward : public Layer {
   DType inference_weights_ = DType::f32;
   float aux_loss_scale_ = 1.0f;
   ProcessGroup* group_ = nullptr;
+  ProcessGroup* expert_group_ = nullptr;  // expert parallel: the ranks the experts are split over
   std::int64_t first_token_ = 0;
   bool expert_parallel_ = false;
   std::int64_t sequence_ = 0;

@@ -39,8 +39,8 @@ struct LMConfig {
   float dropout = 0.f;     // after the embeddings and on each residual branch
   // Initialisation: every matrix (embeddings, projections, router) N(0, init_std) and every bias
   // zero, as GPT-2 does; 0 keeps torch.nn's defaults (Linear U(±1/√in), embeddings N(0, 0.02)).
-  // Measured on the reference configuration (docs/training.md): PyTorch reaches 3.13 bits/byte after 600 steps with
-  // 0.02 and 3.62 with torch's defaults (bench/torch_train.py --init).
+  // Measured on the reference configuration (docs/training.md): PyTorch reaches 3.13 bits/byte
+  // after 600 steps with 0.02 and 3.62 with torch's defaults (bench/torch_train.py --init).
   float init_std = 0.02f;
   FFNConfig ffn;  // every block's FFN; ffn.d_model == d_model
 };

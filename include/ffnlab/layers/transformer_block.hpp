@@ -46,7 +46,8 @@ class TransformerBlock final : public Layer {
   void set_precision(Precision p);
   // Data parallelism (FeedForward::set_data_parallel): the tokens' place in the whole batch,
   // for the dropout masks and the FFN.
-  void set_data_parallel(ProcessGroup* group, std::int64_t first_token, bool expert_parallel);
+  void set_data_parallel(ProcessGroup* group, std::int64_t first_token, bool expert_parallel,
+                         ProcessGroup* expert_group = nullptr);
 
  private:
   void bind_parameters() override;

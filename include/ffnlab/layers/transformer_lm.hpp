@@ -50,9 +50,10 @@ class TransformerLM final : public Layer {
   void set_dropout_stream(std::uint64_t seed, std::uint64_t stream);
   // Data parallelism: the next training forwards hold tokens [first_token, ...) of a batch
   // spread over `group` (FeedForward::set_data_parallel); null: the whole batch is here.
-  // With expert_parallel, the MoE layers split their experts over the group's ranks.
+  // With expert_parallel, the MoE layers split their experts over the ranks of `expert_group`
+  // (null: the whole group).
   void set_data_parallel(ProcessGroup* group, std::int64_t first_token,
-                         bool expert_parallel = false);
+                         bool expert_parallel = false, ProcessGroup* expert_group = nullptr);
   // The buffer's element ranges [begin, end) that hold the MoE layers' stacked expert tensors,
   // each `experts` equal slices (expert e's is [begin + e·n, begin + (e + 1)·n)).
   struct ExpertSpan {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -31,6 +32,10 @@ class ProcessGroup {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+
+  // The ranks of this group that pass the same `color`, as a group of their own, ranked in this
+  // group's order (expert groups and their replicas). Its collectives involve only them.
+  virtual std::unique_ptr<ProcessGroup> split(int color, const char* what) = 0;
 
   // values = Σ over ranks, in place: measured quantities (losses, norms, statistics).
   virtual void allreduce_sum(std::span<double> values, const char* what) = 0;

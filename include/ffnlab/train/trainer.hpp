@@ -108,6 +108,10 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
 // holder's part; a rank neither updates nor keeps in memory the other ranks' experts (their
 // pages are released), and refreshes them from their holders before an evaluation or a
 // checkpoint (after the last step, every rank keeps every expert).
+//
+// Expert groups (expert_group = G < P): the experts are split over G consecutive ranks, and the
+// P/G groups are data-parallel replicas of each other: the all-to-alls run within a group, an
+// expert's gradients are summed over its P/G holders (one in each group), the rest over all P.
 struct DataParallel {
   ProcessGroup* group = nullptr;  // null: one process
   std::int64_t bucket_elements = std::int64_t{1} << 20;
@@ -115,6 +119,7 @@ struct DataParallel {
   // Further settings every rank must share, by name (the command line's flags as given): the
   // start-up check compares them with the model, training settings, data and the two above.
   std::map<std::string, std::string> agreed;
+  int expert_group = 0;  // expert parallel: ranks the experts are split over (0: all of them)
 };
 
 class Trainer {
@@ -177,12 +182,19 @@ class Trainer {
   // the caller may then read every expert).
   void release_foreign_experts(ExpertState what);
   double gradient_norm() const;
+  // Expert parallel: the ranks this rank's experts are split over (the whole group, or its
+  // expert group).
+  ProcessGroup& expert_group() const { return experts_group_ ? *experts_group_ : *parallel_.group; }
 
   std::unique_ptr<Optimizer> optimizer_;
   std::int64_t step_ = 0;
   std::vector<FFNStats> last_step_stats_;
   DataParallel parallel_;
   std::unique_ptr<GradientSync> sync_;
+  // Expert groups (DataParallel::expert_group < ranks): this rank's expert group, the ranks that
+  // hold the same experts in the other groups, and the sum of the experts' gradients over them.
+  std::unique_ptr<ProcessGroup> experts_group_, replicas_;
+  std::unique_ptr<GradientSync> expert_sync_;
   // Expert parallel only: the experts' spans, the same as ranges, and the part other ranks hold.
   std::vector<TransformerLM::ExpertSpan> expert_spans_;
   std::vector<std::pair<std::int64_t, std::int64_t>> expert_ranges_, foreign_;
