@@ -9,8 +9,12 @@ import argparse
 import json
 import statistics
 
-import numpy as np
-import torch
+import torch_at_best  # this folder
+
+torch_at_best.reexec_at_best()  # PyTorch at its best: before torch is imported
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 import ffnlab
 import ffnlab.torch as ft

@@ -4,7 +4,8 @@
 ffnlab bench starts this script once and alternates with it: it times its own layer, then asks
 this process for PyTorch's time of the same layer, then the next round. Protocol: one JSON object
 per line on stdin, one JSON answer per line on stdout. The first line written is
-{"ready": true, "torch": version, "threads": n} (or {"ready": false, "error": ...}). A request
+{"ready": true, "torch": version, "threads": n, "runtime": what PyTorch runs with} (or
+{"ready": false, "error": ...}); it runs PyTorch at its best (torch_at_best.py). A request
 
   {"variant": "swiglu", "kind": "glu", "act": "silu", "d_model": 512, "d_ff": 2048,
    "bias": true, "branches": 1, "experts": 0, "top_k": 0, "normalize": true,
@@ -114,6 +115,8 @@ def available_bytes():
 
 def main():
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    import torch_at_best  # beside this script (installed with it)
+    torch_at_best.reexec_at_best()  # without forced OpenBLAS kernels, with a caching allocator
     try:
         import torch
     except Exception as e:  # no PyTorch: ffnlab bench goes on without it
@@ -123,7 +126,8 @@ def main():
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     print(json.dumps({"ready": True, "torch": torch.__version__,
-                      "threads": torch.get_num_threads()}), flush=True)
+                      "threads": torch.get_num_threads(),
+                      "runtime": torch_at_best.runtime(torch)}), flush=True)
     layers = {}
     for line in sys.stdin:
         r = json.loads(line)

@@ -16,7 +16,11 @@ import os
 import sys
 import time
 
-import torch
+import torch_at_best  # noqa: E402  (this folder)
+
+torch_at_best.reexec_at_best()  # PyTorch at its best: before torch is imported
+
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "parity"))
 import torch_lm  # noqa: E402

@@ -15,6 +15,7 @@ packages=(
   fortunes                         # default text corpus
   python3 python3-torch python3-numpy  # the reference that writes golden cases
   libopenblas0-openmp  # PyTorch products: without it Debian torch uses the reference BLAS (30x slower)
+  libjemalloc2 python3-threadpoolctl  # PyTorch at its best in comparisons: a caching allocator; which BLAS kernels it runs
   python3-dev pybind11-dev python3-pytest  # the Python module (FFNLAB_BUILD_PYTHON) and its tests
   libopenmpi-dev openmpi-bin       # data-parallel training over MPI (FFNLAB_MPI) and its tests
   python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib  # the example notebook, run by the tests

@@ -135,15 +135,22 @@ TEST_F(Cli, BenchRejectsBadFlags) {
                "needs");
 }
 
-// PyTorch (installed by install-deps) times the same layers in alternating rounds.
+// PyTorch (installed by install-deps) times the same layers in alternating rounds, at its best:
+// an OPENBLAS_CORETYPE in the environment does not reach it, and jemalloc (install-deps) is its
+// allocator.
 TEST_F(Cli, BenchTimesPyTorchBesideFfnlab) {
   const auto r =
       run("bench --quick --variants swiglu,gated,moe --dtypes f32 --tokens 3 --shape 32,48 "
           "--decode-shape 32,64 "
-          "--budget 0.01 --rounds 2 --bandwidth-mib 32 --json");
+          "--budget 0.01 --rounds 2 --bandwidth-mib 32 --json",
+          "OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=262144 ");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j["torch"].contains("version")) << j["torch"].dump();
+  const std::string runtime = j["torch"].value("runtime", "");
+  EXPECT_NE(runtime.find("OPENBLAS_CORETYPE/L2_SIZE unset"), std::string::npos) << runtime;
+  EXPECT_NE(runtime.find("jemalloc"), std::string::npos) << runtime;
+  EXPECT_NE(runtime.find("OMP_WAIT_POLICY=PASSIVE"), std::string::npos) << runtime;
   ASSERT_EQ(j["layers"].size(), 3u);
   for (const auto& row : j["layers"]) {
     EXPECT_GT(row.value("torch_inference_s", 0.0), 0.0) << row.dump();

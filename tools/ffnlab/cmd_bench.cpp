@@ -394,15 +394,18 @@ void run_bench(BenchOptions o) {
   TorchWorker torch(o.torch ? o.python : "", o.torch ? script : "", omp_get_max_threads(),
                     o.torch_timeout);
   if (torch.available())
-    out["torch"] = {{"version", torch.hello().torch}, {"threads", torch.hello().threads}};
+    out["torch"] = {{"version", torch.hello().torch},
+                    {"threads", torch.hello().threads},
+                    {"runtime", torch.hello().runtime}};
   else
     out["torch"] = {{"unavailable", o.torch ? torch.why_not() : "--no-torch"}};
   if (!o.json_out)
     fmt::print("PyTorch: {}\n",
                torch.available()
-                   ? fmt::format("{} with {} threads and OMP_WAIT_POLICY=PASSIVE, in alternating "
-                                 "rounds",
-                                 torch.hello().torch, torch.hello().threads)
+                   ? fmt::format("{} with {} threads, in alternating rounds; {}",
+                                 torch.hello().torch, torch.hello().threads,
+                                 torch.hello().runtime.empty() ? "runtime not reported"
+                                                               : torch.hello().runtime)
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
   out["layers"] = bench_layers(o, variants, precisions, tokens, torch);
   if (!routings.empty()) out["routing"] = bench_routing(o, routings, precisions, tokens);

@@ -50,6 +50,7 @@ TorchHello parse_torch_hello(std::string_view line, const std::string& script) {
   h.ready = j["ready"].get<bool>();
   h.error = text(j, "error", script, line);
   h.torch = text(j, "torch", script, line);
+  h.runtime = text(j, "runtime", script, line);
   if (h.ready) {
     if (!j.contains("threads") || !j["threads"].is_number_integer() ||
         j["threads"].get<std::int64_t>() < 0 || j["threads"].get<std::int64_t>() > (1 << 20))

@@ -8,11 +8,12 @@
 
 namespace ffnlab::cli {
 
-// The first line: {"ready": true, "torch": VERSION, "threads": N} or {"ready": false,
-// "error": WHY}.
+// The first line: {"ready": true, "torch": VERSION, "threads": N, "runtime": WHAT} or
+// {"ready": false, "error": WHY}. runtime (optional): what PyTorch runs with, in one line (its
+// BLAS and kernels, oneDNN, the allocator; bench/torch_at_best.py).
 struct TorchHello {
   bool ready = false;
-  std::string torch, error;
+  std::string torch, error, runtime;
   int threads = 0;
 };
 

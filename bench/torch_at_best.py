@@ -1,0 +1,86 @@
+"""PyTorch at its best on a CPU, for every comparison ffnlab makes with it.
+
+Two things in an environment can make PyTorch slower than it is:
+- OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE), which some machines set because older OpenBLAS
+  builds misbehave on new CPUs, force OpenBLAS's kernels for another CPU (Haswell's AVX2 ones on
+  an AVX-512 machine);
+- glibc's malloc returns PyTorch's large temporaries to the system after every call, so each
+  call page-faults and zeroes fresh memory; PyTorch's CPU guidance is a caching allocator.
+
+reexec_at_best() (call it before importing torch) starts the script again, once, with both
+OpenBLAS variables removed, jemalloc preloaded (Debian's libjemalloc2; glibc's tunables
+mmap_max=0 and a huge trim_threshold where it is missing, which keep freed memory the same way)
+and OMP_WAIT_POLICY=PASSIVE. runtime(torch) says what PyTorch then runs with, in one line.
+"""
+import glob
+import os
+import sys
+
+_MARK = "FFNLAB_TORCH_AT_BEST"
+_TUNABLES = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+
+
+def jemalloc():
+    """The path of Debian's libjemalloc.so.2, or None."""
+    found = sorted(glob.glob("/usr/lib/*/libjemalloc.so.2") + glob.glob("/usr/lib/libjemalloc.so.2"))
+    return found[0] if found else None
+
+
+def environment(base=None):
+    """The environment for a PyTorch process at its best (a copy of `base`, os.environ by
+    default)."""
+    env = dict(os.environ if base is None else base)
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
+    lib = jemalloc()
+    if lib:
+        preload = env.get("LD_PRELOAD", "")
+        if lib not in preload.split(":"):
+            env["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
+    else:
+        env["GLIBC_TUNABLES"] = _TUNABLES
+    env[_MARK] = "1"
+    return env
+
+
+def reexec_at_best():
+    """Runs this script again in environment(), unless it already runs in it."""
+    if os.environ.get(_MARK) == "1":
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, environment())
+
+
+def _allocator():
+    try:
+        with open("/proc/self/maps") as f:
+            if "libjemalloc" in f.read():
+                return "jemalloc"
+    except OSError:
+        pass
+    if os.environ.get("GLIBC_TUNABLES") == _TUNABLES:
+        return "glibc malloc keeping freed memory"
+    return "glibc malloc (slower: frees to the system)"
+
+
+def runtime(torch):
+    """One line: PyTorch's BLAS and the kernels it chose, oneDNN, the allocator, and whether the
+    OpenBLAS variables are unset."""
+    blas = "BLAS unknown (python3-threadpoolctl missing)"
+    try:
+        from threadpoolctl import threadpool_info
+        pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+        if pools:
+            p = pools[0]
+            blas = (f"{p.get('internal_api', 'BLAS')} {p.get('version') or ''} "
+                    f"({p.get('architecture') or 'generic'} kernels)").replace("  ", " ")
+    except Exception as e:  # noqa: BLE001 (a description, never a failure)
+        blas = f"BLAS unknown ({type(e).__name__})"
+    onednn = "oneDNN" if torch.backends.mkldnn.is_available() else "no oneDNN"
+    forced = [k for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ]
+    openblas_env = ("OPENBLAS_CORETYPE/L2_SIZE unset" if not forced
+                    else "forced by " + ", ".join(f"{k}={os.environ[k]}" for k in forced))
+    return (f"{blas}, {onednn} (bf16 autocast), {_allocator()}, {openblas_env}, "
+            f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
