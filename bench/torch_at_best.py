@@ -11,6 +11,8 @@ reexec_at_best() (call it before importing torch) starts the script again, once,
 OpenBLAS variables removed, jemalloc preloaded (Debian's libjemalloc2; glibc's tunables
 mmap_max=0 and a huge trim_threshold where it is missing, which keep freed memory the same way)
 and OMP_WAIT_POLICY=PASSIVE. runtime(torch) says what PyTorch then runs with, in one line.
+A script that runs ffnlab in the same process (bench_python.py, torch_train.py --from-ffnlab)
+gives ffnlab the same environment: both sides of its comparison run with it.
 """
 import glob
 import os
@@ -39,7 +41,8 @@ def environment(base=None):
         if lib not in preload.split(":"):
             env["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
     else:
-        env["GLIBC_TUNABLES"] = _TUNABLES
+        mine = env.get("GLIBC_TUNABLES", "")
+        env["GLIBC_TUNABLES"] = f"{mine}:{_TUNABLES}" if mine else _TUNABLES
     env[_MARK] = "1"
     return env
 
@@ -60,7 +63,7 @@ def _allocator():
                 return "jemalloc"
     except OSError:
         pass
-    if os.environ.get("GLIBC_TUNABLES") == _TUNABLES:
+    if os.environ.get("GLIBC_TUNABLES", "").endswith(_TUNABLES):
         return "glibc malloc keeping freed memory"
     return "glibc malloc (slower: frees to the system)"
 

@@ -89,12 +89,16 @@ class Layer {
     if (sequence < 0) throw py::value_error("[python] sequence must not be negative");
     // MoE++'s gating residual: the previous MoE layer's logits [T, E].
     Tensor rt;
+    py::object residual_array = py::none();
     if (!gate_residual.is_none()) {
       if (c.kind != FFNKind::moe || !c.moe.gating_residual)
         throw py::value_error(
             "[python] gate_residual given, but the layer has no gating_residual (MoE++) to take "
             "it");
-      rt = borrow_rows(gate_residual.cast<py::array>(), c.moe.routed_experts(), "gate_residual");
+      // A named array: cast() may convert (a list, an __array__ object) into a new array, which
+      // must live as long as the layer reads it (saved_residual_ below).
+      residual_array = gate_residual.cast<py::array>();
+      rt = borrow_rows(residual_array, c.moe.routed_experts(), "gate_residual");
       if (rt.dim(0) != xt.dim(0))
         throw py::value_error("[python] gate_residual has " + std::to_string(rt.dim(0)) +
                               " rows, x " + std::to_string(xt.dim(0)));
@@ -111,7 +115,7 @@ class Layer {
     written_in_place(yt, y, "forward");
     saved_x_ = train ? py::object(x) : py::none();
     // The layer reads the residual's memory again in backward: its array stays alive here.
-    saved_residual_ = train ? gate_residual : py::none();
+    saved_residual_ = train ? residual_array : py::none();
     forwards_ += 1;
     return y;
   }
@@ -121,10 +125,12 @@ class Layer {
     const std::int64_t D = c.d_model;
     Tensor dyt = borrow_rows(dy, D, "dy");
     Tensor gt;
+    py::array dlogits_array;  // alive until the backward below has read it
     if (!dlogits.is_none()) {
       if (c.kind != FFNKind::moe || c.moe.routing == RoutingKind::soft)
         throw py::value_error("[python] dlogits given, but the layer has no router logits");
-      gt = borrow_rows(dlogits.cast<py::array>(), c.moe.routed_experts(), "dlogits");
+      dlogits_array = dlogits.cast<py::array>();
+      gt = borrow_rows(dlogits_array, c.moe.routed_experts(), "dlogits");
       if (gt.dim(0) != dyt.dim(0))
         throw py::value_error("[python] dlogits has " + std::to_string(gt.dim(0)) + " rows, dy " +
                               std::to_string(dyt.dim(0)));

@@ -80,7 +80,10 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   double K = 0, K_closed = 0;
   if (moe) {
     ffn->forward(y, x, /*train=*/true);
-    K = ffn->stats().experts_per_token;
+    // The rows the experts ran: kept assignments (a capacity drops some), or Soft MoE's slots.
+    std::int64_t rows = 0;
+    for (auto n : ffn->stats().tokens_per_expert) rows += n;
+    K = static_cast<double>(rows) / static_cast<double>(T);
     K_closed = experts_per_token(config, S);
   }
   // The bare products: rows R = T (dense) or K·T (MoE: K experts' worth of rows).

@@ -130,9 +130,9 @@ void validate(const FFNConfig& c) {
       check(m.routing != RoutingKind::soft,
             "[moe] gating_residual adds the previous layer's router logits to this layer's: "
             "routing 'soft' has no router logits");
-      check(!m.noisy_topk,
-            "[moe] gating_residual does not combine with noisy top-k: the logits handed to the "
-            "next layer would carry this layer's training noise");
+      check(!m.noisy_topk && m.jitter == 0,
+            "[moe] gating_residual does not combine with noisy top-k or jitter: the logits "
+            "handed to the next layer would carry this layer's training noise");
     }
     if (m.routing == RoutingKind::relu) {
       // ReMoE: the gates are the ReLU of the logits, every token's own, held sparse by the L1

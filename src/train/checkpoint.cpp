@@ -187,7 +187,9 @@ void Trainer::load(const std::string& dir) {
     st.copy_f32(name, t);
   };
   const bool v = optimizer_->v().defined();
-  if (st.contains("optimizer.m")) {  // an earlier checkpoint: the moments in the buffer's order
+  // An earlier checkpoint: the moments in the buffer's order, which the model check above (the
+  // same config, so the same declaration order) makes this buffer's order.
+  if (st.contains("optimizer.m")) {
     load_state("optimizer.m", optimizer_->m());
     if (v) load_state("optimizer.v", optimizer_->v());
   } else {

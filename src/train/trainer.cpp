@@ -183,6 +183,10 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
   }
 }
 
+Trainer::~Trainer() {
+  if (parallel_.group) model_.set_data_parallel(nullptr, 0);
+}
+
 double Trainer::gradient_norm() const {
   Tensor& grads = model_.parameters().grads();
   if (expert_ranges_.empty()) return global_norm(grads);

@@ -944,7 +944,12 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
          m.gating_residual = true;
          m.noisy_topk = true;
        },
-       "gating_residual does not combine with noisy top-k"},
+       "gating_residual does not combine with noisy top-k or jitter"},
+      {[](MoEConfig& m) {
+         m.gating_residual = true;
+         m.jitter = 0.1f;
+       },
+       "gating_residual does not combine with noisy top-k or jitter"},
       {[](MoEConfig& m) {
          m.gating_residual = true;
          m.routing = RoutingKind::soft;

@@ -246,9 +246,11 @@ json bench_routing(const BenchOptions& o, const std::vector<std::string>& famili
   if (!o.json_out) {
     fmt::print(
         "\nRouting families on the MoE above (8 experts, top-2 compute: top-p 0.4 at most 4, ReLU "
-        "routing held at 2 on average, MoE++ with 2 constant, 1 copy and 1 zero expert and its "
-        "gating residuals, expert choice with capacity 1, Soft MoE with {} slots an expert), "
-        "sequences of {} tokens, at initialisation. 'experts' is the FFN experts a token ran in "
+        "routing with a target of 2 (its L1 penalty acts only in training, so at initialisation "
+        "it runs more), MoE++ with 2 constant, 1 copy and 1 zero expert (its gating residual "
+        "needs a previous layer: not exercised by one layer), expert choice with capacity 1, "
+        "Soft MoE with {} slots an expert), sequences of {} tokens, at initialisation. 'experts' "
+        "is the FFN experts a token ran in "
         "the timed forwards (it decides the FLOPs); 'of bare' is the layer's rate over oneDNN's "
         "bare products of as many rows, timed in the same rounds. No PyTorch column: PyTorch "
         "has no module for these routings.\n\n",

@@ -356,11 +356,24 @@ class RunMonitor {
 
 // What rank 0 handed to collectives per step, by exchange, and the time spent in them (waiting
 // for the other ranks included): what docs/distributed.md's model is checked against.
-void print_traffic(const ProcessGroup& group, std::int64_t steps) {
+// What rank 0 handed to the exchanges of the group and of the groups split from it (expert
+// groups, their replicas), by exchange name.
+void print_traffic(const ProcessGroup& group, const std::vector<const ProcessGroup*>& subgroups,
+                   std::int64_t steps) {
   const double per = 1.0 / static_cast<double>(std::max<std::int64_t>(1, steps));
+  double bytes = group.payload_bytes(), seconds = group.seconds_in_collectives();
+  std::map<std::string, std::pair<double, double>> by = group.by_exchange();
+  for (const ProcessGroup* g : subgroups) {
+    bytes += g->payload_bytes();
+    seconds += g->seconds_in_collectives();
+    for (const auto& [what, v] : g->by_exchange()) {
+      by[what].first += v.first;
+      by[what].second += v.second;
+    }
+  }
   fmt::print("data parallel: rank 0 sent {:.3f} MB per step ({:.2f} ms per step in exchanges):",
-             group.payload_bytes() * per / 1e6, group.seconds_in_collectives() * per * 1e3);
-  for (const auto& [what, v] : group.by_exchange())
+             bytes * per / 1e6, seconds * per * 1e3);
+  for (const auto& [what, v] : by)
     fmt::print(" {} {:.3f} MB {:.2f} ms;", what, v.first * per / 1e6, v.second * per * 1e3);
   fmt::print("\n");
 }
@@ -488,7 +501,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
     throw Interrupted(fmt::format(
         "{} after step {} of {}; checkpoint written to {}; continue with: ffnlab train --resume {}",
         InterruptGuard::signal_name(), trainer.step(), setup.train.steps, checkpoint, out));
-  if (group) print_traffic(*group, trainer.step() - first_step);
+  if (group) print_traffic(*group, trainer.subgroups(), trainer.step() - first_step);
 
   const json routing = routing_summary(monitor.steps(), trainer.last_step_stats());
   std::string text;

@@ -128,6 +128,19 @@ class Trainer {
   // settings and data, and throws "[dist] ..." naming the difference otherwise.
   Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
           DataParallel parallel = {});
+  // Data parallel: the model's layers no longer point at the group or the expert groups this
+  // trainer made.
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  // The groups split from the data-parallel one (expert groups, their replicas): their traffic
+  // is apart from the group's (ProcessGroup::payload_bytes).
+  std::vector<const ProcessGroup*> subgroups() const {
+    std::vector<const ProcessGroup*> out;
+    for (const auto* g : {experts_group_.get(), replicas_.get()})
+      if (g) out.push_back(g);
+    return out;
+  }
 
   // Trains from the current step to config.steps. Evaluates every eval_every steps and at the
   // end, and checkpoints to `checkpoint_dir` (if not empty) every checkpoint_every steps and at
