@@ -196,6 +196,15 @@ TransformerCost transformer_cost(const LMConfig& c, std::int64_t seq, bool with_
   return t;
 }
 
+std::int64_t held_params(const LMConfig& c, int experts) {
+  const std::int64_t all = transformer_cost(c, 1).params;
+  if (c.ffn.kind != FFNKind::moe) return all;
+  check(experts > 0 && experts <= c.ffn.moe.num_experts,
+        "[costs] a layer of {} experts cannot hold {}", c.ffn.moe.num_experts, experts);
+  const std::int64_t per_expert = count_params(expert_config(c.ffn));
+  return all - mul(c.layers, mul(c.ffn.moe.num_experts - experts, per_expert));
+}
+
 }  // namespace ffnlab
 
 namespace ffnlab {

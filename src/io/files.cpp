@@ -108,17 +108,19 @@ void sync_tree(const std::string& dir) {
 namespace {
 
 // Writes and syncs one temporary file; returns errno (0: done).
-int write_synced(const std::string& tmp, const void* data, std::size_t size) {
+int write_synced(const std::string& tmp, const std::vector<FilePiece>& pieces) {
   Fd f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f.fd < 0) return errno;
-  const auto* p = static_cast<const char*>(data);
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(f.fd, p + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    done += static_cast<std::size_t>(n);
+  for (const FilePiece& piece : pieces) {
+    const auto* p = static_cast<const char*>(piece.data);
+    std::size_t done = 0;
+    while (done < piece.size) {
+      const ssize_t n = ::write(f.fd, p + done, piece.size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno;
+      done += static_cast<std::size_t>(n);
+    }
   }
   if (::fsync(f.fd) != 0) return errno;
   const int fd = f.fd;
@@ -141,7 +143,8 @@ void write_files_atomic(const std::vector<FileContent>& files) {
   };
   for (const auto& f : files) {
     tmps.push_back(temporary_name(f.path));
-    if (const int error = write_synced(tmps.back(), f.data, f.size)) give_up(f.path, error);
+    if (const int error = write_synced(tmps.back(), {FilePiece{f.data, f.size}}))
+      give_up(f.path, error);
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (::rename(tmps[i].c_str(), files[i].path.c_str()) != 0) {
@@ -155,6 +158,17 @@ void write_files_atomic(const std::vector<FileContent>& files) {
 
 void write_file_atomic(const std::string& path, const void* data, std::size_t size) {
   write_files_atomic({FileContent{path, data, size}});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces) {
+  const std::string tmp = temporary_name(path);
+  const auto give_up = [&](int error) {
+    ::unlink(tmp.c_str());
+    fail_system("[io] {}: write failed ({})", path, std::strerror(error));
+  };
+  if (const int error = write_synced(tmp, pieces)) give_up(error);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) give_up(errno);
+  sync_path(folder_of(path));
 }
 
 void check_output_path(const std::string& path, const char* scope) {

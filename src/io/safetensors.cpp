@@ -319,33 +319,54 @@ void SafeTensorsWriter::add_ints(const std::string& name, const Shape& shape,
   entries_.push_back(std::move(e));
 }
 
-std::vector<std::byte> SafeTensorsWriter::serialize() const {
+void SafeTensorsWriter::add_view(const std::string& name, const Tensor& tensor) {
+  Entry e{name, tensor.dtype() == DType::bf16 ? StDType::bf16 : StDType::f32, tensor.shape(), {}};
+  e.view_bytes = static_cast<std::size_t>(tensor.nbytes());
+  if (e.view_bytes > 0)
+    e.view = tensor.dtype() == DType::bf16 ? reinterpret_cast<const std::byte*>(tensor.bf16())
+                                           : reinterpret_cast<const std::byte*>(tensor.f32());
+  entries_.push_back(std::move(e));
+}
+
+std::string SafeTensorsWriter::header() const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   std::uint64_t pos = 0;
   for (const auto& e : entries_) {
     header[e.name] = {{"dtype", st_dtype_name(e.dtype)},
                       {"shape", e.shape},
-                      {"data_offsets", {pos, pos + e.bytes.size()}}};
-    pos += e.bytes.size();
+                      {"data_offsets", {pos, pos + e.size()}}};
+    pos += e.size();
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  std::vector<std::byte> out(8 + text.size() + pos);
-  std::uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
-  std::memcpy(out.data() + 8, text.data(), text.size());
-  std::byte* data = out.data() + 8 + text.size();
+  std::string out(8, '\0');
+  const std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + text;
+}
+
+std::vector<std::byte> SafeTensorsWriter::serialize() const {
+  const std::string head = header();
+  std::size_t total = head.size();
+  for (const auto& e : entries_) total += e.size();
+  std::vector<std::byte> out(total);
+  std::memcpy(out.data(), head.data(), head.size());
+  std::byte* data = out.data() + head.size();
   for (const auto& e : entries_) {
-    if (!e.bytes.empty()) std::memcpy(data, e.bytes.data(), e.bytes.size());
-    data += e.bytes.size();
+    if (e.size() > 0) std::memcpy(data, e.data(), e.size());
+    data += e.size();
   }
   return out;
 }
 
 void SafeTensorsWriter::write(const std::string& path) const {
-  const auto bytes = serialize();
-  write_file_atomic(path, bytes.data(), bytes.size());
+  // The header, then each tensor's bytes from where they are: no joined copy of the file.
+  const std::string head = header();
+  std::vector<FilePiece> pieces{{head.data(), head.size()}};
+  for (const auto& e : entries_)
+    if (e.size() > 0) pieces.push_back({e.data(), e.size()});
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace ffnlab

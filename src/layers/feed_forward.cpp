@@ -7,7 +7,8 @@
 
 namespace ffnlab {
 
-std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t seed) {
+std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t seed,
+                                      ExpertShare held) {
   validate(config);
   switch (config.kind) {
     case FFNKind::plain:
@@ -15,7 +16,7 @@ std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t see
     case FFNKind::multi_branch:
       return std::make_unique<DenseFFN>(config, seed);
     case FFNKind::moe:
-      return std::make_unique<MoEFFN>(config, seed);
+      return std::make_unique<MoEFFN>(config, seed, held);
     case FFNKind::count:
       break;
   }

@@ -60,7 +60,8 @@ std::string MoEFFN::shared_prefix(const FFNConfig& c) {
   return c.moe.naming == MoENaming::qwen2_moe ? "shared_expert." : "shared_experts.";
 }
 
-MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
+MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, ExpertShare held)
+    : config_(config), held_(held) {
   validate(config_);
   check(config_.kind == FFNKind::moe, "[moe] MoEFFN needs kind 'moe', got '{}'",
         enum_name(config_.kind));
@@ -69,6 +70,13 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   expert_ = expert_config(config_);
   const std::int64_t F = expert_.d_ff;
   in_width_ = expert_.in_width();
+  if (held_.count == 0) held_ = {0, static_cast<int>(E)};
+  check(held_.first >= 0 && held_.count > 0 && held_.first + held_.count <= E,
+        "[moe] experts [{}, {}) are not experts of a layer of {}", held_.first,
+        held_.first + held_.count, E);
+  check(held_.count == E || m.routing != RoutingKind::soft,
+        "[moe] Soft MoE does not split its experts (its slots mix every token of a sequence)");
+  const int e0 = held_.first, e1 = held_.first + held_.count;
 
   // The router scores the FFN experts and then the zero-computation ones; Soft MoE has slots'
   // parameters instead (E·p rows) and their scale.
@@ -84,14 +92,14 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
   if (m.balance_bias)
     params_.declare("gate.e_score_correction_bias", {routed}, /*trainable=*/false);
   if (m.routing == RoutingKind::relu) params_.declare("gate.l1_coef", {1}, /*trainable=*/false);
-  for (int e = 0; e < E; ++e)
+  for (int e = e0; e < e1; ++e)
     for (const auto& n : expert_in_names(config_, e)) params_.declare(n + ".weight", {F, D});
   if (config_.bias)
-    for (int e = 0; e < E; ++e)
+    for (int e = e0; e < e1; ++e)
       for (const auto& n : expert_in_names(config_, e)) params_.declare(n + ".bias", {F});
-  for (int e = 0; e < E; ++e) params_.declare(expert_out_name(config_, e) + ".weight", {D, F});
+  for (int e = e0; e < e1; ++e) params_.declare(expert_out_name(config_, e) + ".weight", {D, F});
   if (config_.bias)
-    for (int e = 0; e < E; ++e) params_.declare(expert_out_name(config_, e) + ".bias", {D});
+    for (int e = e0; e < e1; ++e) params_.declare(expert_out_name(config_, e) + ".bias", {D});
   if (m.num_shared > 0) {
     // n shared experts = one dense FFN of n times the width (expert_config).
     shared_ = std::make_unique<DenseFFN>(expert_config(config_, /*shared=*/true),
@@ -120,11 +128,13 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed) : config_(config) {
     if (m.router_bias) init_uniform(w_.router_bias, in_bound, rng);
   }
   if (m.noisy_topk) init_uniform(w_.noise, in_bound, rng);
-  init_uniform(w_.in, in_bound, rng);
-  init_uniform(w_.out, out_bound, rng);
+  // A layer holding some experts draws every expert's values and keeps its own.
+  const std::int64_t P = in_width_;
+  init_uniform_part(w_.in, in_bound, rng, e0 * P * D, E * P * D);
+  init_uniform_part(w_.out, out_bound, rng, e0 * D * F, E * D * F);
   if (config_.bias) {
-    init_uniform(w_.in_bias, in_bound, rng);
-    init_uniform(w_.out_bias, out_bound, rng);
+    init_uniform_part(w_.in_bias, in_bound, rng, e0 * P, E * P);
+    init_uniform_part(w_.out_bias, out_bound, rng, e0 * D, E * D);
   }
   if (m.shared_gate) init_uniform(w_.shared_gate, in_bound, rng);
   if (m.routing == RoutingKind::relu) w_.l1_coef.f32()[0] = m.l1_coef_init;
@@ -146,7 +156,7 @@ void MoEFFN::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
 
 void MoEFFN::bind_parameters() {
   const MoEConfig& m = config_.moe;
-  const std::int64_t D = config_.d_model, E = m.num_experts, F = expert_.d_ff, P = in_width_;
+  const std::int64_t D = config_.d_model, E = held_.count, F = expert_.d_ff, P = in_width_;
   auto bind = [this](const std::string& name, Tensor& value, Tensor& grad) {
     value = params_.at(name).value;
     grad = params_.at(name).grad;
@@ -169,7 +179,8 @@ void MoEFFN::bind_parameters() {
   if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
   if (m.routing == RoutingKind::relu) w_.l1_coef = params_.at("gate.l1_coef").value;
   if (m.shared_gate) bind("shared_expert_gate.weight", w_.shared_gate, dw_.shared_gate);
-  const std::string in0 = expert_in_names(config_, 0)[0], out0 = expert_out_name(config_, 0);
+  const std::string in0 = expert_in_names(config_, held_.first)[0],
+                    out0 = expert_out_name(config_, held_.first);
   bind_span(in0 + ".weight", {E, P, D}, w_.in, dw_.in);
   bind_span(out0 + ".weight", {E, D, F}, w_.out, dw_.out);
   if (config_.bias) {
@@ -257,12 +268,22 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   ExpertCache& c = rows_;
   // Expert parallel: the rows go to the ranks that own their experts, and this rank's experts
   // get theirs from every rank.
-  exchanged_ = train && expert_parallel_;
+  // A layer holding only its share of the experts exchanges in inference too (every rank of
+  // the expert group then makes the same forwards).
+  exchanged_ = expert_parallel_ && (train || held_.count < config_.moe.num_experts);
+  check(exchanged_ || held_.count == config_.moe.num_experts,
+        "[moe] this layer holds experts [{}, {}) of {}: it runs in an expert-parallel run, whose "
+        "other ranks hold the rest",
+        held_.first, held_.first + held_.count, config_.moe.num_experts);
   const std::vector<std::int64_t>* offsets = &r.offsets;
   int first_expert = 0;
   if (exchanged_) {
     permute_rows(c.xp_local, x, r.token_of_row.data(), R);
     exchange_.plan(*expert_group_, r.offsets, config_.moe.num_experts);
+    check(held_.count == config_.moe.num_experts || exchange_.first_expert() == held_.first,
+          "[moe] this layer holds experts from {}, but its rank of the expert group computes "
+          "experts from {}",
+          held_.first, exchange_.first_expert());
     exchange_.dispatch(c.xp, c.xp_local);
     offsets = &exchange_.offsets();
     first_expert = exchange_.first_expert();
@@ -285,8 +306,9 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   const Tensor& w_out = packed ? packed_out_ : w_.out;
   const Precision precision = packed ? Precision::bf16 : precision_;
   const int branches = expert_.gated_branches();
-  auto in_bias = [&](int e) { return config_.bias ? w_.in_bias.view(e * P, {P}) : Tensor(); };
-  auto out_bias = [&](int e) { return config_.bias ? w_.out_bias.view(e * D, {D}) : Tensor(); };
+  // Expert e's place in the stacks of the experts this layer holds.
+  auto in_bias = [&](int i) { return config_.bias ? w_.in_bias.view(i * P, {P}) : Tensor(); };
+  auto out_bias = [&](int i) { return config_.bias ? w_.out_bias.view(i * D, {D}) : Tensor(); };
   const std::int64_t rows_here = c.xp.dim(0);
   const bool fused_act = mix_in_epilogue(config_.act, branches, train);
   if (!fused_act) c.ap.ensure({rows_here, P});
@@ -297,9 +319,10 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   // linear_forward, which streams few-row f32 products too and gives larger blocks one oneDNN
   // product for any block size.
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
-    const Tensor xb = rows(c.xp), bi = in_bias(e), bo = out_bias(e);
+    const int i = e - held_.first;
+    const Tensor xb = rows(c.xp), bi = in_bias(i), bo = out_bias(i);
     Tensor h = rows(c.hp), o = rows(c.op);
-    const Tensor w_in_e = slice(w_in, e, P, D), w_out_e = slice(w_out, e, D, F);
+    const Tensor w_in_e = slice(w_in, i, P, D), w_out_e = slice(w_out, i, D, F);
     const Tensor* b_in = config_.bias ? &bi : nullptr;
     const Tensor* b_out = config_.bias ? &bo : nullptr;
     if (streams(train, xb.dim(0), packed)) {
@@ -476,17 +499,19 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
   Tensor& dap = scratch(Scratch::moe_dap, {rows_here, P});
   Tensor& dxp = scratch(Scratch::moe_dxp, {rows_here, D});
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
-    Tensor dh = rows(dhp), dw = slice(dw_.out, e, D, F);
-    Tensor db = config_.bias ? dw_.out_bias.view(e * D, {D}) : Tensor();
+    const int i = e - held_.first;  // its place in the held experts' stacks
+    Tensor dh = rows(dhp), dw = slice(dw_.out, i, D, F);
+    Tensor db = config_.bias ? dw_.out_bias.view(i * D, {D}) : Tensor();
     linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(dop), rows(c.hp),
-                    slice(w_.out, e, D, F), precision_, /*varying_rows=*/true);
+                    slice(w_.out, i, D, F), precision_, /*varying_rows=*/true);
   });
   if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
-    Tensor dxe = rows(dxp), dw = slice(dw_.in, e, P, D);
-    Tensor db = config_.bias ? dw_.in_bias.view(e * P, {P}) : Tensor();
+    const int i = e - held_.first;
+    Tensor dxe = rows(dxp), dw = slice(dw_.in, i, P, D);
+    Tensor db = config_.bias ? dw_.in_bias.view(i * P, {P}) : Tensor();
     linear_backward(&dxe, dw, config_.bias ? &db : nullptr, rows(dap), rows(c.xp),
-                    slice(w_.in, e, P, D), precision_, /*varying_rows=*/true);
+                    slice(w_.in, i, P, D), precision_, /*varying_rows=*/true);
   });
   return dxp;
 }

@@ -101,6 +101,18 @@ void init_uniform(Tensor& t, float bound, std::mt19937_64& rng) {
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
 }
 
+void init_uniform_part(Tensor& part, float bound, std::mt19937_64& rng, std::int64_t first,
+                       std::int64_t total) {
+  check(first >= 0 && first + part.numel() <= total, "[init] draws [{}, {}) of {}", first,
+        first + part.numel(), total);
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  float* p = part.f32();
+  for (std::int64_t i = 0; i < total; ++i) {
+    const float v = dist(rng);
+    if (i >= first && i < first + part.numel()) p[i - first] = v;
+  }
+}
+
 void init_normal(Tensor& t, float std, std::mt19937_64& rng) {
   std::normal_distribution<float> dist(0.f, std);
   float* p = t.f32();

@@ -34,13 +34,13 @@ const char* const kFFN = "mlp.";
 
 }  // namespace
 
-TransformerBlock::TransformerBlock(const LMConfig& c, std::uint64_t seed)
+TransformerBlock::TransformerBlock(const LMConfig& c, std::uint64_t seed, ExpertShare held)
     : pre_norm_(c.pre_norm),
       dropout_(c.dropout),
       norm1_(c.norm, c.d_model, c.norm_eps),
       norm2_(c.norm, c.d_model, c.norm_eps),
       attn_(attention_config(c), seed),
-      ffn_(make_ffn(c.ffn, seed + 1)) {
+      ffn_(make_ffn(c.ffn, seed + 1, held)) {
   params_.declare_all(norm1_.parameters(), kNorm1);
   params_.declare_all(attn_.parameters(), kAttn);
   params_.declare_all(norm2_.parameters(), kNorm2);

@@ -33,11 +33,12 @@ std::uint64_t sub_seed(std::uint64_t seed, int i) {
 
 }  // namespace
 
-TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed) : config_(config) {
+TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed, ExpertShare held)
+    : config_(config) {
   validate(config_);
   const std::int64_t V = config_.vocab, D = config_.d_model;
   for (int i = 0; i < config_.layers; ++i)
-    blocks_.push_back(std::make_unique<TransformerBlock>(config_, sub_seed(seed, i + 1)));
+    blocks_.push_back(std::make_unique<TransformerBlock>(config_, sub_seed(seed, i + 1), held));
   if (config_.final_norm) final_norm_ = std::make_unique<Norm>(config_.norm, D, config_.norm_eps);
 
   params_.declare(kEmbed, {V, D});
@@ -124,6 +125,12 @@ void TransformerLM::set_data_parallel(ProcessGroup* group, std::int64_t first_to
                                       bool expert_parallel, ProcessGroup* expert_group) {
   dropout_first_ = static_cast<std::uint64_t>(first_token * config_.d_model);
   for (auto& b : blocks_) b->set_data_parallel(group, first_token, expert_parallel, expert_group);
+}
+
+ExpertShare TransformerLM::held_experts() const {
+  for (const auto& b : blocks_)
+    if (b->ffn().config().kind == FFNKind::moe) return b->ffn().held_experts();
+  return {};
 }
 
 std::vector<TransformerLM::ExpertSpan> TransformerLM::expert_spans() {

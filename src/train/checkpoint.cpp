@@ -1,7 +1,11 @@
 // Checkpoints: DIR/checkpoint.json (configs, step, data) and DIR/weights-<step>.safetensors
 // (parameters and their optimizer moments, all by name), written atomically with checkpoint.json
 // last; reading checks every field of a file that may be hostile. Data parallel: the ranks
-// compare their weights first and rank 0 writes.
+// compare their weights first and rank 0 writes. A sharded expert-parallel model (each rank
+// holds its own experts only): rank q of the first expert group writes its experts to
+// weights-<step>-experts-<q>.safetensors beside rank 0's file (the dense part and rank 0's
+// experts), which checkpoint.json lists as "shards". Reading is by name, from whichever file
+// holds a tensor, so a checkpoint resumes on any layout.
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +16,7 @@
 #include "ffnlab/train/trainer.hpp"
 #include "hash.hpp"
 #include "json_keys.hpp"
+#include "ranges.hpp"
 
 namespace ffnlab {
 
@@ -27,6 +32,21 @@ constexpr const char* kFormat = "ffnlab-checkpoint-1";
 // ("optimizer.m", "optimizer.v") in the buffer's order, which load still reads.
 std::string moment_name(const char* moment, const Parameter& p) {
   return fmt::format("optimizer.{}.{}", moment, p.name);
+}
+
+// A weights file's name as checkpoint.json may give it: weights-*.safetensors beside it.
+bool is_weights_name(const std::string& name) {
+  return name.starts_with("weights-") && name.ends_with(".safetensors") &&
+         name.find('/') == std::string::npos && name.size() < 64;
+}
+
+// The weights' hash over `ranges` of the buffer (splitmix64 folds the pieces' FNV-1a).
+std::int64_t ranges_hash(const Tensor& values,
+                         const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+  std::uint64_t h = 0;
+  for (const auto& [b, e] : ranges)
+    h = splitmix64(h ^ fnv1a64(values.f32() + b, static_cast<std::size_t>(e - b) * sizeof(float)));
+  return static_cast<std::int64_t>(h);
 }
 
 bool is_checkpoint_file(std::string_view name) {
@@ -45,6 +65,7 @@ std::vector<std::int64_t> weights_hash(const Tensor& values) {
 void Trainer::save(const std::string& dir) {
   ProcessGroup* group = parallel_.group;
   if (!group) return write_checkpoint(dir);
+  if (sharded_) return save_sharded(dir);
   // Every rank must hold the same weights (they make the same updates from the same summed
   // gradients); a checkpoint of one rank's would otherwise hide a divergence.
   refresh_experts(ExpertState::with_moments);
@@ -64,43 +85,129 @@ void Trainer::save(const std::string& dir) {
   if (!failure.empty()) throw SystemError(failure);
 }
 
+bool Trainer::is_expert(const Parameter& p) const {
+  return std::any_of(expert_ranges_.begin(), expert_ranges_.end(),
+                     [&](const auto& r) { return p.offset >= r.first && p.offset < r.second; });
+}
+
+void Trainer::save_sharded(const std::string& dir) {
+  ProcessGroup& group = *parallel_.group;
+  // The dense part is the same on every rank, an expert on each of its holders (one a replica).
+  std::vector<std::pair<std::int64_t, std::int64_t>> dense;
+  for_each_outside(0, model_.parameters().count(), expert_ranges_,
+                   [&](std::int64_t b, std::int64_t e) { dense.emplace_back(b, e); });
+  const auto same_everywhere = [&](ProcessGroup& g, const auto& ranges) {
+    std::vector<std::int64_t> lo{ranges_hash(model_.parameters().values(), ranges)}, hi = lo;
+    g.allreduce_min(lo, "weights check");
+    g.allreduce_max(hi, "weights check");
+    return lo == hi;
+  };
+  bool same = same_everywhere(group, dense);
+  if (replicas_) same = same_everywhere(*replicas_, expert_ranges_) && same;
+  std::vector<std::int64_t> differs{same ? 0 : 1};
+  group.allreduce_max(differs, "weights check");
+  check(differs[0] == 0, "[dist] step {}: the ranks' weights differ; no checkpoint written", step_);
+
+  // Rank 0 prepares the folder (and removes a killed run's temporaries) before anyone writes.
+  std::string failure;
+  if (group.rank() == 0) try {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
+      remove_stale_temporaries(dir, is_checkpoint_file);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  group.broadcast(failure, "checkpoint");
+  if (!failure.empty()) throw SystemError(failure);
+
+  const ProcessGroup& eg = expert_group();
+  const bool writes = replicas_ == nullptr || replicas_->rank() == 0;  // the first expert group
+  const auto shard_name = [&](int q) {
+    return fmt::format("weights-{:08d}-experts-{}.safetensors", step_, q);
+  };
+  const std::string weights = fmt::format("weights-{:08d}.safetensors", step_);
+  std::vector<std::int64_t> failed{0, -1};
+  if (writes) try {
+      if (eg.rank() == 0)
+        write_weights((fs::path(dir) / weights).string(), [](const Parameter&) { return true; });
+      else
+        write_weights((fs::path(dir) / shard_name(eg.rank())).string(),
+                      [&](const Parameter& p) { return is_expert(p); });
+    } catch (const Error& e) {
+      failure = e.what();
+      failed = {1, group.rank()};
+    }
+  group.allreduce_max(failed, "checkpoint");
+  // checkpoint.json last, once every part is written: until then the last one stands.
+  std::string info_failure;
+  if (failed[0] == 0 && group.rank() == 0) try {
+      std::vector<std::string> shards;
+      for (int q = 1; q < eg.size(); ++q) shards.push_back(shard_name(q));
+      write_checkpoint_info(dir, weights, shards);
+    } catch (const Error& e) {
+      info_failure = e.what();
+    }
+  group.broadcast(info_failure, "checkpoint");       // rank 0's outcome, to every rank
+  if (!failure.empty()) throw SystemError(failure);  // this rank's own write failed
+  check(failed[0] == 0,
+        "[checkpoint] rank {} could not write its experts (its message says why); no "
+        "checkpoint written",
+        static_cast<int>(failed[1]));
+  if (!info_failure.empty()) throw SystemError(info_failure);
+}
+
 void Trainer::write_checkpoint(const std::string& dir) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
   remove_stale_temporaries(dir, is_checkpoint_file);
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step_);
+  write_weights((fs::path(dir) / weights).string(), [](const Parameter&) { return true; });
+  write_checkpoint_info(dir, weights, {});
+}
+
+void Trainer::write_weights(const std::string& path,
+                            const std::function<bool(const Parameter&)>& keep) const {
   SafeTensorsWriter w;
-  for (const Parameter& p : model_.parameters().list()) w.add(p.name, p.value);
+  // Views: the file is written from the buffers (a checkpoint costs no copy of the model).
+  for (const Parameter& p : model_.parameters().list())
+    if (keep(p)) w.add_view(p.name, p.value);
   for (const Parameter& p : model_.parameters().list()) {
-    if (!p.trainable) continue;  // state that no optimizer moves has no moments
-    w.add(moment_name("m", p), optimizer_->m().view(p.offset, p.shape));
+    if (!p.trainable || !keep(p)) continue;  // state that no optimizer moves has no moments
+    w.add_view(moment_name("m", p), optimizer_->m().view(p.offset, p.shape));
     if (optimizer_->v().defined())
-      w.add(moment_name("v", p), optimizer_->v().view(p.offset, p.shape));
+      w.add_view(moment_name("v", p), optimizer_->v().view(p.offset, p.shape));
   }
   w.set_metadata("format", kFormat);
   w.set_metadata("step", std::to_string(step_));
-  w.write((fs::path(dir) / weights).string());
+  w.write(path);
+}
 
-  const json info = {{"format", kFormat},
-                     {"step", step_},
-                     {"optimizer_steps", optimizer_->steps()},
-                     {"weights", weights},
-                     {"data",
-                      {{"source", corpus_.source},
-                       {"path", resolved_path(corpus_.source)},
-                       {"val_fraction", corpus_.val_fraction},
-                       {"bytes", corpus_.bytes.size()},
-                       {"fingerprint", corpus_.fingerprint},
-                       {"train_bytes", corpus_.train().size()}}},
-                     {"model", lm_config_to_json(model_.config())},
-                     {"train", train_config_to_json(config_)}};
+void Trainer::write_checkpoint_info(const std::string& dir, const std::string& weights,
+                                    const std::vector<std::string>& shards) const {
+  json info = {{"format", kFormat},
+               {"step", step_},
+               {"optimizer_steps", optimizer_->steps()},
+               {"weights", weights},
+               {"data",
+                {{"source", corpus_.source},
+                 {"path", resolved_path(corpus_.source)},
+                 {"val_fraction", corpus_.val_fraction},
+                 {"bytes", corpus_.bytes.size()},
+                 {"fingerprint", corpus_.fingerprint},
+                 {"train_bytes", corpus_.train().size()}}},
+               {"model", lm_config_to_json(model_.config())},
+               {"train", train_config_to_json(config_)}};
+  if (!shards.empty()) info["shards"] = shards;
   const std::string text = info.dump(2) + "\n";
   write_file_atomic((fs::path(dir) / kCheckpointInfo).string(), text.data(), text.size());
   // The commit point has passed: older weights files are no longer referenced.
+  std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const auto name = e.path().filename().string();
-    if (name != weights && name.rfind("weights-", 0) == 0 && e.path().extension() == ".safetensors")
+    if (name != weights && std::find(shards.begin(), shards.end(), name) == shards.end() &&
+        name.rfind("weights-", 0) == 0 && e.path().extension() == ".safetensors")
       fs::remove(e.path(), ec);
   }
 }
@@ -154,11 +261,19 @@ json read_checkpoint_info(const std::string& dir) {
   integer("step");
   if (info.contains("optimizer_steps")) integer("optimizer_steps");
   const json& w = info["weights"];
-  const std::string name = w.is_string() ? w.get<std::string>() : "";
-  check(name.starts_with("weights-") && name.ends_with(".safetensors") &&
-            name.find('/') == std::string::npos && name.size() < 64,
+  check(w.is_string() && is_weights_name(w.get<std::string>()),
         "[checkpoint] {}: 'weights' must name a weights-*.safetensors file beside it",
         path.string());
+  if (info.contains("shards")) {
+    const json& s = info["shards"];
+    check(s.is_array() && s.size() <= static_cast<std::size_t>(limits::kExperts) &&
+              std::all_of(s.begin(), s.end(),
+                          [](const json& n) {
+                            return n.is_string() && is_weights_name(n.get<std::string>());
+                          }),
+          "[checkpoint] {}: 'shards' must list weights-*.safetensors files beside it",
+          path.string());
+  }
   return info;
 }
 
@@ -172,32 +287,68 @@ void Trainer::load(const std::string& dir) {
       diff += fmt::format("{}{} {} in the checkpoint, {} here", diff.empty() ? "" : "; ", k,
                           info["model"].value(k, json()).dump(), v.dump());
   check(diff.empty(), "[checkpoint] '{}' holds a model of another shape: {}", dir, diff);
-  const SafeTensors st =
-      SafeTensors::load((fs::path(dir) / info["weights"].get<std::string>()).string());
-  for (Parameter& p : model_.parameters().list()) {
-    check(st.contains(p.name), "[checkpoint] {}: no tensor '{}'", st.source(), p.name);
-    check(st.info(p.name).shape == p.shape, "[checkpoint] {}: '{}' is {}, the model has {}",
-          st.source(), p.name, shape_string(st.info(p.name).shape), shape_string(p.shape));
-    st.copy_f32(p.name, p.value);
-  }
-  auto load_state = [&](const std::string& name, Tensor t) {
-    check(st.contains(name) && shape_numel(st.info(name).shape) == t.numel(),
-          "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})",
-          st.source(), name, enum_name(optimizer_->config().kind));
-    st.copy_f32(name, t);
-  };
+  // The weights file and the expert shards beside it (a sharded run's): each tensor is read by
+  // name from the file that holds it, whatever layout wrote them. One file is mapped at a time
+  // and only its pages this model reads are touched, so a rank's memory (and address space)
+  // holds its own part of the checkpoint, not all of it.
+  const std::string main_file = (fs::path(dir) / info["weights"].get<std::string>()).string();
+  std::vector<std::string> files{main_file};
+  if (info.contains("shards"))
+    for (const json& name : info["shards"])
+      files.push_back((fs::path(dir) / name.get<std::string>()).string());
   const bool v = optimizer_->v().defined();
-  // An earlier checkpoint: the moments in the buffer's order, which the model check above (the
-  // same config, so the same declaration order) makes this buffer's order.
-  if (st.contains("optimizer.m")) {
-    load_state("optimizer.m", optimizer_->m());
-    if (v) load_state("optimizer.v", optimizer_->v());
-  } else {
-    for (const Parameter& p : model_.parameters().list()) {
-      if (!p.trainable) continue;
-      load_state(moment_name("m", p), optimizer_->m().view(p.offset, p.shape));
-      if (v) load_state(moment_name("v", p), optimizer_->v().view(p.offset, p.shape));
+  // What is still to read: each parameter's value, and its moments (trainable ones).
+  struct Wanted {
+    std::string name;
+    Tensor t;
+    bool moment;
+  };
+  std::vector<Wanted> wanted;
+  for (Parameter& p : model_.parameters().list()) {
+    wanted.push_back({p.name, p.value, false});
+    if (!p.trainable) continue;
+    wanted.push_back({moment_name("m", p), optimizer_->m().view(p.offset, p.shape), true});
+    if (v) wanted.push_back({moment_name("v", p), optimizer_->v().view(p.offset, p.shape), true});
+  }
+  const auto state_error = [&](const std::string& name) {
+    return fmt::format(
+        "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})",
+        main_file, name, enum_name(optimizer_->config().kind));
+  };
+  for (const std::string& path : files) {
+    const SafeTensors f = SafeTensors::load(path);
+    // An earlier checkpoint: the moments in the buffer's order, which the model check above
+    // (the same config, so the same declaration order) makes this buffer's order — of a model
+    // that holds every expert.
+    if (f.contains("optimizer.m")) {
+      check(!sharded_,
+            "[checkpoint] {} keeps the optimizer's moments in one process's layout (an earlier "
+            "format): resume it once without --expert-parallel; its next checkpoint resumes on "
+            "any layout",
+            f.source());
+      std::erase_if(wanted, [](const Wanted& w) { return w.moment; });
+      for (auto [name, t] :
+           {std::pair{"optimizer.m", optimizer_->m()}, std::pair{"optimizer.v", optimizer_->v()}}) {
+        if (!t.defined()) continue;
+        check(f.contains(name) && shape_numel(f.info(name).shape) == t.numel(), "{}",
+              state_error(name));
+        f.copy_f32(name, t);
+      }
     }
+    std::erase_if(wanted, [&](Wanted& w) {
+      if (!f.contains(w.name)) return false;
+      if (w.moment)
+        check(shape_numel(f.info(w.name).shape) == w.t.numel(), "{}", state_error(w.name));
+      else
+        check(f.info(w.name).shape == w.t.shape(), "[checkpoint] {}: '{}' is {}, the model has {}",
+              f.source(), w.name, shape_string(f.info(w.name).shape), shape_string(w.t.shape()));
+      f.copy_f32(w.name, w.t);
+      return true;
+    });
+  }
+  if (!wanted.empty()) {
+    if (wanted.front().moment) fail("{}", state_error(wanted.front().name));
+    fail("[checkpoint] {}: no tensor '{}'", main_file, wanted.front().name);
   }
   step_ = info["step"].get<std::int64_t>();
   release_foreign_experts(

@@ -129,6 +129,14 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
   model_.set_precision(config_.precision);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_.parameters(),
                                            TransformerLM::is_decayed);
+  const ExpertShare held = model_.held_experts();
+  const int experts =
+      model.config().ffn.kind == FFNKind::moe ? model.config().ffn.moe.num_experts : 0;
+  sharded_ = held.count < experts;
+  check(!sharded_ || (parallel_.group != nullptr && parallel_.expert_parallel),
+        "[train] this model holds experts [{}, {}) of {} only: it trains expert parallel "
+        "(--expert-parallel under mpirun), with the other ranks holding the rest",
+        held.first, held.first + held.count, experts);
   if (ProcessGroup* g = parallel_.group) {
     check_same_setup(*g, model.config(), config_, corpus, parallel_);
     check(config_.batch % g->size() == 0,
@@ -156,9 +164,15 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
       }
       const ProcessGroup& eg = expert_group();
       const ExpertShare here = expert_share(f.moe.num_experts, eg.size(), eg.rank());
+      check(!sharded_ || (held.first == here.first && held.count == here.count),
+            "[dist] this rank's model holds experts [{}, {}), but its place in an expert group "
+            "of {} ranks holds [{}, {}) (build it with TransformerLM's held = expert_share(E, "
+            "group size, rank in the group))",
+            held.first, held.first + held.count, eg.size(), here.first, here.first + here.count);
       expert_spans_ = model_.expert_spans();
       for (const auto& s : expert_spans_) {
         expert_ranges_.emplace_back(s.begin, s.end);
+        if (sharded_) continue;  // every expert here is this rank's
         const auto [mine, end] = held_range(s, here);
         if (mine > s.begin) foreign_.emplace_back(s.begin, mine);
         if (end < s.end) foreign_.emplace_back(end, s.end);
@@ -316,7 +330,10 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   check(windows > 0, "[data] the validation part ({} bytes) is shorter than one sequence of {}",
         val.size(), S + 1);
   if (max_tokens > 0) windows = std::max<std::int64_t>(1, std::min(windows, max_tokens / S));
-  refresh_experts(ExpertState::weights);  // evaluation runs every expert on every rank
+  // Evaluation runs every expert on every rank; a sharded model's ranks exchange rows instead,
+  // and so make the same number of forwards (those without a chunk left repeat the first and
+  // drop its loss).
+  if (!sharded_) refresh_experts(ExpertState::weights);
   EvalLog log;
   log.step = step_;
   // Data parallel: rank r evaluates chunks r, r + ranks, ...; each chunk is the forward one
@@ -324,19 +341,25 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   ProcessGroup* group = parallel_.group;
   const std::int64_t ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
   std::vector<double> sum{0.0, 0.0};  // loss · bytes predicted, bytes predicted
-  for (std::int64_t w = 0, chunk = 0; w < windows; w += config_.batch, ++chunk) {
-    if (chunk % ranks != rank) continue;
+  const std::int64_t chunks = (windows + config_.batch - 1) / config_.batch;
+  const std::int64_t rounds = sharded_ ? (chunks + ranks - 1) / ranks : chunks;
+  for (std::int64_t round = 0; round < rounds; ++round) {
+    const std::int64_t chunk = sharded_ ? round * ranks + rank : round;
+    if (!sharded_ && chunk % ranks != rank) continue;
+    const bool counted = chunk < chunks;
+    const std::int64_t w = counted ? chunk * config_.batch : 0;
     Batch b = sequential_batch(val, std::min(config_.batch, windows - w), S, w);
     // The masked objective's validation masks depend on the window alone (not on the run's
     // seed): every run is scored on the same positions.
     if (config_.objective == Objective::masked)
       mask_batch(b, S, config_.mask_fraction, kValidationMaskSeed, 0, w);
     const double loss = model_.forward(b.ids, b.targets, S, false);
+    if (!counted) continue;
     const auto predicted = static_cast<double>(counted_targets(b.targets));
     sum[0] += loss * predicted;
     sum[1] += predicted;
   }
-  release_foreign_experts(ExpertState::weights);
+  if (!sharded_) release_foreign_experts(ExpertState::weights);
   if (group) group->allreduce_sum(sum, "evaluation");
   log.tokens = static_cast<std::int64_t>(sum[1]);
   log.loss = sum[0] / sum[1];

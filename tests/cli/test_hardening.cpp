@@ -260,6 +260,12 @@ TEST_F(Hardening, HostileCheckpointsAreRefused) {
   expect_error(run(resume), "'step' must be an integer");
   with("weights", "../../etc/passwd");
   expect_error(run(resume), "'weights' must name a weights-*.safetensors file");
+  with("shards", {"../weights-1.safetensors"});  // an expert shard outside the folder
+  expect_error(run(resume), "'shards' must list weights-*.safetensors files beside it");
+  with("shards", "weights-1.safetensors");
+  expect_error(run(resume), "'shards' must list weights-*.safetensors files beside it");
+  with("shards", {"weights-00000001-experts-1.safetensors"});  // named, but absent
+  expect_error(run(resume), "weights-00000001-experts-1.safetensors");
   with("format", true);  // found by fuzz_checkpoint: escaped as nlohmann's type_error
   expect_error(run(resume), "is not an ffnlab checkpoint");
   with("data", {{"fingerprint", 5}});

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <tuple>
@@ -44,18 +45,33 @@ const std::string kRun =
     "train --d-model 32 --layers 2 --heads 2 --seq 32 --batch 4 --steps 20 --eval-every 0 "
     "--eval-tokens 512 --sample 0 --threads 1 --lr 3e-3 --print-every 20 ";
 
+// Every tensor of a run's checkpoint, by name, from its weights file and (an expert-parallel
+// run's) the expert shards beside it.
+std::map<std::string, Tensor> checkpoint_tensors(const std::string& dir) {
+  std::map<std::string, Tensor> out;
+  for (const auto& e : fs::directory_iterator(fs::path(dir) / "checkpoint"))
+    if (e.path().extension() == ".safetensors") {
+      const SafeTensors st = SafeTensors::load(e.path().string());
+      for (const auto& name : st.names()) {
+        EXPECT_EQ(out.count(name), 0u) << name << " is in two files";
+        out[name] = st.f32(name);
+      }
+    }
+  if (out.empty()) throw std::runtime_error("no weights in " + dir);
+  return out;
+}
+
 // The largest |a − b| / (1 + |a|) over every tensor of two checkpoints (names must match).
 double weights_gap(const std::string& dir_a, const std::string& dir_b) {
-  auto load = [](const std::string& dir) {
-    for (const auto& e : fs::directory_iterator(fs::path(dir) / "checkpoint"))
-      if (e.path().extension() == ".safetensors") return SafeTensors::load(e.path().string());
-    throw std::runtime_error("no weights in " + dir);
-  };
-  const SafeTensors a = load(dir_a), b = load(dir_b);
-  EXPECT_EQ(a.names(), b.names());
+  const auto a = checkpoint_tensors(dir_a), b = checkpoint_tensors(dir_b);
+  std::vector<std::string> names_a, names_b;
+  for (const auto& [name, t] : a) names_a.push_back(name);
+  for (const auto& [name, t] : b) names_b.push_back(name);
+  EXPECT_EQ(names_a, names_b);
   double gap = 0;
-  for (const auto& name : a.names()) {
-    const Tensor x = a.f32(name), y = b.f32(name);
+  for (const auto& [name, x] : a) {
+    if (!b.count(name)) continue;
+    const Tensor& y = b.at(name);
     EXPECT_EQ(x.numel(), y.numel()) << name;
     for (std::int64_t i = 0; i < std::min(x.numel(), y.numel()); ++i)
       gap = std::max(gap, std::abs(static_cast<double>(x.f32()[i]) - y.f32()[i]) /
@@ -234,6 +250,27 @@ TEST_F(Distributed, ExpertGroupsMatchOneProcessAndResumeOnAnyLayout) {
                             kMpirun + "-np 4 ");
   ASSERT_EQ(whole.status, 0) << whole.err;
   EXPECT_LT(weights_gap(path("one"), path("four")), kMoETolerance);
+  // Its evaluation exchanged rows between the ranks that hold the experts: the same loss.
+  const auto validation = [](const std::string& out) {
+    const auto at = out.rfind("validation loss ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 16, 8));
+  };
+  EXPECT_GT(validation(one.out), 0.0) << one.out;
+  EXPECT_NEAR(validation(whole.out), validation(one.out), 2e-4) << whole.out;
+  // Each rank of the group wrote its own experts: rank 0 the dense part and experts 0, ranks 1-3
+  // a shard each, which checkpoint.json lists.
+  const auto files_in = [](const std::string& run) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(fs::path(run) / "checkpoint"))
+      names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  EXPECT_EQ(files_in(path("four")),
+            (std::vector<std::string>{"checkpoint.json", "weights-00000020-experts-1.safetensors",
+                                      "weights-00000020-experts-2.safetensors",
+                                      "weights-00000020-experts-3.safetensors",
+                                      "weights-00000020.safetensors"}));
 
   const Outcome first =
       run(steps("10") + moe + "--expert-parallel --expert-group 2 --out " + path("two"),
@@ -249,6 +286,9 @@ TEST_F(Distributed, ExpertGroupsMatchOneProcessAndResumeOnAnyLayout) {
   const Outcome rest = run("train --resume " + path("two") + " --steps 20 --sample 0 --threads 1");
   ASSERT_EQ(rest.status, 0) << rest.err;
   EXPECT_LT(weights_gap(path("one"), path("two")), kMoETolerance);
+  // One process wrote one file, and removed the shards of the layout before.
+  EXPECT_EQ(files_in(path("two")),
+            (std::vector<std::string>{"checkpoint.json", "weights-00000020.safetensors"}));
 
   const Outcome odd =
       run(kRun + moe + "--expert-parallel --expert-group 3 --out " + path("a"), kMpirun + "-np 4 ");
@@ -260,6 +300,33 @@ TEST_F(Distributed, ExpertGroupsMatchOneProcessAndResumeOnAnyLayout) {
             std::string::npos)
       << alone.err;
   EXPECT_FALSE(fs::exists(path("a")) || fs::exists(path("b"))) << "a refused run left --out";
+}
+
+// Sharded experts: a rank allocates only its own. Under a per-process cap of 1.34 GiB (ulimit
+// -v), a model of 101.5 M parameters (3 MoE layers of 4 experts of width 65536; 1.5 GiB of
+// weights, gradients and Adam state) is refused in one process, naming the memory it needs, and
+// trains in an expert group of 4 (0.4 GiB a rank), its checkpoint written in four parts.
+TEST_F(Distributed, ExpertGroupsTrainAModelLargerThanOneProcessCanHold) {
+  const std::string big =
+      "train --d-model 64 --layers 3 --heads 2 --seq 32 --batch 4 --steps 2 --eval-tokens 256 "
+      "--sample 0 --threads 1 --variant moe --experts 4 --top-k 2 --d-ff 65536 ";
+  const std::string cap = "ulimit -v 1400000 && ";
+  const Outcome one = run(big + "--out " + path("one"), cap);
+  EXPECT_NE(one.status, 0);
+  EXPECT_NE(one.err.find("a model of 101520524 parameters (weights, gradients, Adam state) needs "
+                         "1.5 GiB, more than the 1.3 GiB available"),
+            std::string::npos)
+      << one.err;
+  const Outcome four = run(big + "--expert-parallel --expert-group 4 --out " + path("four"),
+                           cap + kMpirun + "-np 4 ");
+  ASSERT_EQ(four.status, 0) << four.err;
+  EXPECT_TRUE(
+      fs::exists(fs::path(path("four")) / "checkpoint" / "weights-00000002-experts-3.safetensors"));
+  // Resumed on the same layout, from the four parts (each rank reads its own experts).
+  const Outcome more =
+      run("train --resume " + path("four") + " --steps 3 --sample 0 --threads 1 --expert-parallel",
+          cap + kMpirun + "-np 4 ");
+  ASSERT_EQ(more.status, 0) << more.err;
 }
 
 TEST_F(Distributed, RanksWithOtherSettingsAreRefusedAtStartUp) {

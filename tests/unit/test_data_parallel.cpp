@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/ops/router.hpp"
 #include "ffnlab/train/trainer.hpp"
@@ -140,6 +142,7 @@ struct Layout {
   int ranks;
   bool expert_parallel;
   int expert_group = 0;  // 0: every rank
+  bool sharded = false;  // each rank's model holds its own experts only
 };
 
 void expect_ranks_train_as_one_process(const FFNConfig& ffn,
@@ -172,8 +175,11 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
   t.optimizer.lr = 3e-3f;
 
   std::int64_t params = 0, expert_params = 0;
-  auto train = [&](ProcessGroup* g, bool expert_parallel, int expert_group) {
-    TransformerLM model(c, t.seed);
+  auto train = [&](ProcessGroup* g, bool expert_parallel, int expert_group, bool sharded) {
+    const int G = g == nullptr ? 1 : expert_group > 0 ? expert_group : g->size();
+    const ExpertShare held =
+        sharded ? expert_share(ffn.moe.num_experts, G, g->rank() % G) : ExpertShare{};
+    TransformerLM model(c, t.seed, held);
     // Small buckets: several per backward.
     Trainer trainer(model, corpus, t, {g, 300, expert_parallel, {}, expert_group});
     StepLog last;
@@ -188,10 +194,13 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
       expert_params = 0;
       for (const auto& s : model.expert_spans()) expert_params += s.end - s.begin;
     }
-    const Tensor& w = model.parameters().values();
-    return std::make_pair(std::vector<float>(w.f32(), w.f32() + w.numel()), last);
+    // Every parameter this model holds, by name.
+    std::map<std::string, std::vector<float>> w;
+    for (const Parameter& p : model.parameters().list())
+      w[p.name].assign(p.value.f32(), p.value.f32() + p.value.numel());
+    return std::make_pair(w, last);
   };
-  const auto [one, log_one] = train(nullptr, false, 0);
+  const auto [one, log_one] = train(nullptr, false, 0, false);
   if (ffn.moe.capacity_factor > 0) {
     EXPECT_GT(log_one.dropped_fraction, 0.0);  // the capacity is exercised
   }
@@ -202,10 +211,10 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
     const bool ep = run.expert_parallel;
     if (ep && !expert_parallel) continue;
     SCOPED_TRACE(::testing::Message() << ranks << " ranks, expert group " << run.expert_group);
-    std::vector<std::vector<float>> weights(ranks);
+    std::vector<std::map<std::string, std::vector<float>>> weights(ranks);
     std::vector<StepLog> logs(ranks);
     ThreadGroup::run(ranks, [&](ThreadGroup& g) {
-      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g, ep, run.expert_group);
+      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g, ep, run.expert_group, run.sharded);
       EXPECT_GT(g.buckets(), 6) << "the gradients went in one piece";
       // Expert parallel: the experts' gradients are not all-reduced over the whole group (one
       // holder in each expert group; the replicas sum theirs among themselves).
@@ -214,12 +223,22 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
     std::filesystem::remove_all(std::filesystem::temp_directory_path() /
                                 ("ffnlab_dp_" + std::to_string(::getpid())));
     for (int r = 0; r < ranks; ++r) {
-      ASSERT_EQ(weights[r].size(), one.size());
-      EXPECT_EQ(weights[r], weights[0]) << "rank " << r << " differs from rank 0";
+      if (!run.sharded) {
+        ASSERT_EQ(weights[r].size(), one.size());
+      }
       double gap = 0;
-      for (std::size_t i = 0; i < one.size(); ++i)
-        gap = std::max(gap, std::abs(static_cast<double>(weights[r][i]) - one[i]) /
-                                (1.0 + std::abs(static_cast<double>(one[i]))));
+      for (const auto& [name, w] : weights[r]) {
+        ASSERT_TRUE(one.count(name)) << name;
+        // The ranks agree on every tensor they both hold.
+        if (weights[0].count(name)) {
+          EXPECT_EQ(w, weights[0].at(name)) << "rank " << r << ": " << name;
+        }
+        const std::vector<float>& ref = one.at(name);
+        ASSERT_EQ(w.size(), ref.size()) << name;
+        for (std::size_t i = 0; i < ref.size(); ++i)
+          gap = std::max(gap, std::abs(static_cast<double>(w[i]) - ref[i]) /
+                                  (1.0 + std::abs(static_cast<double>(ref[i]))));
+      }
       EXPECT_LT(gap, 1e-5) << ranks << " ranks" << (ep ? ", expert parallel" : "");
       EXPECT_NEAR(logs[r].loss, log_one.loss, 1e-5);
       EXPECT_NEAR(logs[r].aux_loss, log_one.aux_loss, 1e-6);
@@ -334,6 +353,51 @@ TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
   soft.moe.aux_coef = 0.0f;
   expect_ranks_train_as_one_process(soft, Objective::masked, /*expert_parallel=*/false);
   expect_refused_on_ranks(soft, 2, true, "Soft MoE does not split");
+}
+
+// Sharded storage: a model holding experts [2, 4) of 4 has those experts' tensors only, each with
+// the value the model holding all gives it (GPT-2's per-name streams, and torch.nn.Linear's
+// defaults drawn in one stream, init_std 0), and held_params counts what it holds.
+TEST(DataParallel, AShardOfTheExpertsStartsAsInTheWholeModel) {
+  for (const float init_std : {0.02f, 0.0f}) {
+    SCOPED_TRACE(init_std);
+    LMConfig c;
+    c.d_model = 16;
+    c.layers = 2;
+    c.heads = 2;
+    c.context = 8;
+    c.init_std = init_std;
+    c.ffn = small_moe(2);
+    c.ffn.bias = true;
+    TransformerLM whole(c, 3), part(c, 3, ExpertShare{2, 2});
+    EXPECT_EQ(part.held_experts().first, 2);
+    EXPECT_EQ(part.held_experts().count, 2);
+    EXPECT_EQ(whole.held_experts().count, 4);
+    EXPECT_EQ(part.parameters().count(), held_params(c, 2));
+    EXPECT_EQ(whole.parameters().count(), held_params(c, 4));
+    EXPECT_LT(part.parameters().count(), whole.parameters().count());
+    for (const Parameter& p : whole.parameters().list()) {
+      const bool other = p.name.find("experts.0.") != std::string::npos ||
+                         p.name.find("experts.1.") != std::string::npos;
+      ASSERT_EQ(part.parameters().contains(p.name), !other) << p.name;
+      if (other) continue;
+      const Tensor& a = p.value;
+      const Tensor& b = part.parameters().at(p.name).value;
+      EXPECT_EQ(std::vector<float>(a.f32(), a.f32() + a.numel()),
+                std::vector<float>(b.f32(), b.f32() + b.numel()))
+          << p.name;
+    }
+    // It runs only where its expert group's other ranks hold the rest.
+    std::vector<std::int32_t> ids(8, 'a');
+    EXPECT_THROW(part.forward(ids, ids, 8, false), Error);
+  }
+}
+
+// A whole Trainer on sharded models (each thread rank allocates its own experts): groups of 2
+// and of 4 end with one process's weights, the rank's experts' by name.
+TEST(DataParallel, ShardedExpertsTrainToTheWeightsOfOneProcess) {
+  expect_ranks_train_as_one_process(small_moe(2), Objective::causal, true,
+                                    {{4, true, 2, true}, {4, true, 4, true}, {2, true, 0, true}});
 }
 
 TEST(DataParallel, BatchMustSplitEvenly) {

@@ -393,6 +393,17 @@ std::unique_ptr<MpiWorld> join_world(const TrainOptions& o) {
 
 void train(TrainOptions& o, ProcessGroup* group);
 
+// The experts this rank of an expert-parallel run holds: its place in its expert group of G
+// consecutive ranks (every rank when G is 0). All of them ({}) where the layout does not split
+// (the trainer then says why) or the model has no experts to split.
+ExpertShare sharded_experts(const LMConfig& model, const ProcessGroup& group, int expert_group) {
+  const int P = group.size(), G = expert_group > 0 ? expert_group : P;
+  if (model.ffn.kind != FFNKind::moe || model.ffn.moe.routing == RoutingKind::soft) return {};
+  const int E = model.ffn.moe.num_experts;
+  if (G > P || P % G != 0 || E % G != 0) return {};
+  return expert_share(E, G, group.rank() % G);
+}
+
 void run_train(TrainOptions& o) {
   InterruptGuard interrupts;
   apply_threads(o.threads);
@@ -443,18 +454,29 @@ void train(TrainOptions& o, ProcessGroup* group) {
   const Corpus corpus = load_corpus(data, val_fraction);
   check_same_data(setup, corpus, o.force);
   check_training_setup(setup.model, corpus, setup.train);
-  // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation.
-  const std::int64_t params = transformer_cost(setup.model, 1).params;
-  check_memory(16.0 * static_cast<double>(params), "train",
-               fmt::format("a model of {} parameters (weights, gradients, Adam state)", params));
   if (o.expert_parallel && group == nullptr)
     throw UsageError(
         "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
         "start it with mpirun -np N (N > 1)");
   if (o.expert_group > 0 && !o.expert_parallel)
     throw UsageError("[train] --expert-group sizes the groups of --expert-parallel: give both");
+  // Expert parallel: this rank allocates only its experts (the trainer refuses the layouts that
+  // do not split; their models then hold every expert until it does).
+  const ExpertShare held =
+      o.expert_parallel ? sharded_experts(setup.model, *group, o.expert_group) : ExpertShare{};
+  // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation.
+  const std::int64_t params = transformer_cost(setup.model, 1).params;
+  const std::int64_t here = held.count > 0 ? held_params(setup.model, held.count) : params;
+  check_memory(
+      16.0 * static_cast<double>(here), "train",
+      held.count > 0
+          ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
+                        "dense part and {} experts a layer; weights, gradients, Adam "
+                        "state)",
+                        here, params, held.count)
+          : fmt::format("a model of {} parameters (weights, gradients, Adam state)", params));
 
-  TransformerLM model(setup.model, setup.train.seed);
+  TransformerLM model(setup.model, setup.train.seed, held);
   const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
   // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
   // batch and of the experts) before any rank writes.
@@ -505,7 +527,12 @@ void train(TrainOptions& o, ProcessGroup* group) {
 
   const json routing = routing_summary(monitor.steps(), trainer.last_step_stats());
   std::string text;
-  if (o.sample > 0 && setup.model.causal) {  // a masked model fills in; it does not generate
+  if (o.sample > 0 && held.count > 0) {
+    fmt::print(
+        "no sample: no rank holds every expert (--expert-parallel); the checkpoint in {} samples "
+        "in one process: ffnlab train --resume {} --out OTHER --sample {}\n",
+        checkpoint, out, o.sample);
+  } else if (o.sample > 0 && setup.model.causal) {  // a masked model fills in; it does not generate
     text = sample_text(model, o.prompt, o.sample, o.temperature, setup.train.seed);
     write_file_atomic((fs::path(out) / "sample.txt").string(), text.data(), text.size());
     fmt::print("sample (temperature {}):\n{}\n", o.temperature, text);

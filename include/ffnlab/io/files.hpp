@@ -39,6 +39,12 @@ struct FileContent {
   std::size_t size;
 };
 void write_files_atomic(const std::vector<FileContent>& files);
+// One file of several pieces, written one after the other (no joined copy in memory).
+struct FilePiece {
+  const void* data;
+  std::size_t size;
+};
+void write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces);
 // Checks before any work that `path` can be written later: its folder exists and is writable,
 // and path is not a folder. Error "[scope] path: ..." otherwise.
 void check_output_path(const std::string& path, const char* scope);

@@ -66,6 +66,9 @@ class SafeTensorsWriter {
  public:
   // Stores f32 tensors as F32 (or BF16 with as = StDType::bf16) and bf16 tensors as BF16.
   void add(const std::string& name, const Tensor& tensor, StDType as = StDType::f32);
+  // Stores the tensor as it is (F32 or BF16) without copying it: it must stay alive and
+  // unchanged until write() or serialize() (a checkpoint of weights that cannot be copied).
+  void add_view(const std::string& name, const Tensor& tensor);
   void add_ints(const std::string& name, const Shape& shape, const std::vector<std::int64_t>& v,
                 StDType as = StDType::i64);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
@@ -78,8 +81,14 @@ class SafeTensorsWriter {
     std::string name;
     StDType dtype;
     Shape shape;
-    std::vector<std::byte> bytes;
+    std::vector<std::byte> bytes;  // a copy, or empty for a view:
+    const std::byte* view = nullptr;
+    std::size_t view_bytes = 0;
+    const std::byte* data() const { return view ? view : bytes.data(); }
+    std::size_t size() const { return view ? view_bytes : bytes.size(); }
   };
+  // The header: 8 bytes of its length, then its JSON padded to 8 bytes.
+  std::string header() const;
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

@@ -130,9 +130,11 @@ class FeedForward : public Layer {
   // default: none). Kept by reference.
   void set_router_logits_grad(const Tensor* dlogits) { router_logits_grad_ = dlogits; }
 
-  // The stacked expert tensors' gradients, each [E, ...] (empty for dense layers): what expert
-  // parallelism leaves out of the gradient all-reduce.
+  // The stacked expert tensors' gradients, each [held experts, ...] (empty for dense layers):
+  // what expert parallelism leaves out of the gradient all-reduce.
   virtual std::vector<Tensor> expert_grads() { return {}; }
+  // The experts this layer holds (MoE built with a share of them; {0, 0} for dense layers).
+  virtual ExpertShare held_experts() const { return {}; }
 
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
@@ -171,6 +173,8 @@ class FeedForward : public Layer {
 
 // Builds the layer a config describes, initialised like torch.nn.Linear from `seed`.
 // Throws "[ffn] ..." for an invalid config.
-std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t seed = 0);
+// `held` (MoE only): the experts the layer keeps, as MoEFFN's constructor.
+std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t seed = 0,
+                                      ExpertShare held = {});
 
 }  // namespace ffnlab

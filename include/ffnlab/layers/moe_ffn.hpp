@@ -33,7 +33,9 @@ namespace ffnlab {
 
 class MoEFFN final : public FeedForward {
  public:
-  MoEFFN(const FFNConfig& config, std::uint64_t seed);
+  // `held`: the experts this layer keeps (expert parallelism's sharded storage: a rank allocates
+  // only its own experts, with the values they get in a layer that holds all); count 0, all.
+  MoEFFN(const FFNConfig& config, std::uint64_t seed, ExpertShare held = {});
 
   const FFNConfig& config() const override { return config_; }
   void forward(Tensor& y, const Tensor& x, bool train) override;
@@ -50,6 +52,7 @@ class MoEFFN final : public FeedForward {
   const Tensor& gate_residual_grad() const override { return ws_.dresidual; }
   const Tensor& router_logits() const override { return router_.logits; }
 
+  ExpertShare held_experts() const override { return held_; }
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
   const Routing& routing() const { return routing_; }
   // ReLU routing's L1 coefficient λ now (0 for the other routings).
@@ -143,6 +146,7 @@ class MoEFFN final : public FeedForward {
 
   FFNConfig config_;
   FFNConfig expert_;  // the dense FFN one expert is
+  ExpertShare held_;  // the experts in params_: w_.in [held_.count, P, D] holds held_.first, ...
   std::int64_t in_width_;
   ParameterSet params_;
   Weights w_, dw_;

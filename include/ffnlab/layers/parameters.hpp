@@ -70,6 +70,11 @@ class ParameterSet {
 
 // torch.nn.Linear's default initialisation: U(-1/√in, 1/√in) for weight and bias.
 void init_uniform(Tensor& t, float bound, std::mt19937_64& rng);
+// Draws [first, first + part.numel()) of `total` U(-bound, bound) draws from rng, the others
+// drawn and dropped: a part of a stack (an expert-parallel rank's experts) gets the values it
+// has in the whole stack.
+void init_uniform_part(Tensor& part, float bound, std::mt19937_64& rng, std::int64_t first,
+                       std::int64_t total);
 // N(0, std²) for every element (embeddings; GPT-2's initialisation of every matrix).
 void init_normal(Tensor& t, float std, std::mt19937_64& rng);
 // A new tensor of N(0, std²) values from `seed` (benchmark and measurement inputs).

@@ -17,7 +17,13 @@ namespace ffnlab {
 
 class TransformerLM final : public Layer {
  public:
-  TransformerLM(const LMConfig& config, std::uint64_t seed);
+  // `held` (MoE): the experts [first, first + count) every MoE layer keeps (count 0: all) —
+  // expert parallelism's sharded storage, where a rank allocates only its own experts (their
+  // weights, and the trainer their gradients and moments). Every parameter a model holds has
+  // the value it has in the model that holds all (same seed), so runs stay comparable.
+  TransformerLM(const LMConfig& config, std::uint64_t seed, ExpertShare held = {});
+  // The experts every MoE layer holds ({0, E} for a model holding all; {0, 0} without MoE).
+  ExpertShare held_experts() const;
 
   const LMConfig& config() const { return config_; }
   ParameterSet& parameters() override { return params_; }

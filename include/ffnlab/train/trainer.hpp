@@ -185,6 +185,17 @@ class Trainer {
   TrainConfig config_;
   Schedule schedule_;
   void write_checkpoint(const std::string& dir) const;
+  // The parameters `keep` accepts, with their optimizer moments, to `path` (atomically).
+  void write_weights(const std::string& path,
+                     const std::function<bool(const Parameter&)>& keep) const;
+  // DIR/checkpoint.json naming `weights` (and the expert shards beside it), written last; then
+  // removes the weights files it does not name.
+  void write_checkpoint_info(const std::string& dir, const std::string& weights,
+                             const std::vector<std::string>& shards) const;
+  // A sharded model's checkpoint: the first expert group's ranks each write their experts.
+  void save_sharded(const std::string& dir);
+  // Whether a parameter is one of this rank's experts (expert parallel).
+  bool is_expert(const Parameter& p) const;
   // What of the other ranks' experts a refresh brings and a release gives back.
   enum class ExpertState { weights, with_moments };
   // Expert parallel: every rank's copy of every expert (weights; with_moments: the optimizer's
@@ -211,6 +222,9 @@ class Trainer {
   // Expert parallel only: the experts' spans, the same as ranges, and the part other ranks hold.
   std::vector<TransformerLM::ExpertSpan> expert_spans_;
   std::vector<std::pair<std::int64_t, std::int64_t>> expert_ranges_, foreign_;
+  // The model holds only this rank's experts (TransformerLM's `held`): no other rank's expert
+  // is ever here, evaluation exchanges rows as training does, checkpoints are written in parts.
+  bool sharded_ = false;
 };
 
 // The file of a checkpoint folder that names its weights and holds its configs; written last.
