@@ -282,7 +282,7 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
     for (const auto& s : steps) tps.push_back(s.tokens_per_second);
     write_summary(out,
                   {lm.config(), tc, lm.parameters().count(), trainer.step(),
-                   tps.empty() ? 0.0 : median(tps), evals, "", routing},
+                   tps.empty() ? 0.0 : median(tps), 0.0, 0.0, evals, "", routing},
                   corpus);
   }
   return last;

@@ -189,6 +189,85 @@ float stream_sum(const float* p, std::int64_t n) {
 
 }  // namespace
 
+ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, std::int64_t seq,
+                                     Precision precision, double budget) {
+  check(sequences > 0 && seq > 0 && budget > 0,
+        "[speed] sequences = {}, seq = {} and budget = {} must be positive", sequences, seq,
+        budget);
+  const std::int64_t T = sequences * seq, D = c.d_model, H = c.heads, hd = D / H;
+  // One weight product y[rows, out] = x[rows, in]·W[out, in]ᵀ with its backward.
+  struct Product {
+    Tensor x, w, y, dw, dx;
+    double flops;
+  };
+  std::uint64_t seed = 11;
+  const auto product = [&](std::int64_t rows, std::int64_t in, std::int64_t out) {
+    rows = std::max<std::int64_t>(1, rows);
+    return Product{
+        random_normal({rows, in}, seed++),
+        random_normal({out, in}, seed++),
+        Tensor({rows, out}),
+        Tensor({out, in}),
+        Tensor({rows, in}),
+        6.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out)};
+  };
+  std::vector<Product> block;  // one block's products
+  block.push_back(product(T, D, 3 * D));
+  block.push_back(product(T, D, D));
+  const FFNConfig& f = c.ffn;
+  if (f.kind == FFNKind::moe) {
+    const FFNConfig e = expert_config(f);
+    const auto rows =
+        static_cast<std::int64_t>(std::llround(experts_per_token(f, seq) * static_cast<double>(T)));
+    block.push_back(product(rows, D, e.in_width()));
+    block.push_back(product(rows, e.d_ff, D));
+    block.push_back(product(T, D, f.moe.routed_experts()));
+    if (f.moe.num_shared > 0) {
+      const FFNConfig s = expert_config(f, /*shared=*/true);
+      block.push_back(product(T, D, s.in_width()));
+      block.push_back(product(T, s.d_ff, D));
+    }
+  } else {
+    block.push_back(product(T, D, f.in_width()));
+    block.push_back(product(T, f.d_ff, D));
+  }
+  Product head = product(T, D, c.vocab);
+  // Attention's score products, batched over sequences × heads.
+  const std::int64_t BH = sequences * H;
+  const Tensor q = random_normal({BH, seq, hd}, seed++), k = random_normal({BH, seq, hd}, seed++),
+               v = random_normal({BH, seq, hd}, seed++),
+               dout = random_normal({BH, seq, hd}, seed++);
+  Tensor p({BH, seq, seq}), dp({BH, seq, seq}), o({BH, seq, hd}), dq({BH, seq, hd}),
+      dk({BH, seq, hd}), dv({BH, seq, hd});
+  const double score_flops =
+      12.0 * static_cast<double>(T) * static_cast<double>(seq) * static_cast<double>(D);
+
+  MatmulOptions plain;
+  plain.precision = precision;
+  MatmulOptions acc = plain;
+  acc.accumulate = true;
+  const auto run = [&](Product& m) {
+    matmul(m.y, m.x, Trans::no, m.w, Trans::yes, plain);
+    matmul(m.dx, m.y, Trans::no, m.w, Trans::no, plain);
+    matmul(m.dw, m.y, Trans::yes, m.x, Trans::no, acc);
+  };
+  const auto run_block = [&] {
+    for (Product& m : block) run(m);
+    matmul(p, q, Trans::no, k, Trans::yes, plain);
+    matmul(o, p, Trans::no, v, Trans::no, plain);
+    matmul(dp, dout, Trans::no, v, Trans::yes, plain);
+    matmul(dv, p, Trans::yes, dout, Trans::no, plain);
+    matmul(dq, dp, Trans::no, k, Trans::no, plain);
+    matmul(dk, dp, Trans::yes, q, Trans::no, plain);
+  };
+  double block_flops = score_flops;
+  for (const Product& m : block) block_flops += m.flops;
+  const double L = static_cast<double>(c.layers);
+  const double t_block = median_seconds(run_block, budget * L / (L + 1));
+  const double t_head = median_seconds([&] { run(head); }, budget / (L + 1));
+  return {L * block_flops + head.flops, L * t_block + t_head};
+}
+
 double measure_read_bandwidth(std::int64_t bytes, double budget) {
   constexpr std::int64_t kBlock = 1 << 14;  // floats per work item
   const std::int64_t blocks = std::max<std::int64_t>(1, bytes / 4 / kBlock), n = blocks * kBlock;

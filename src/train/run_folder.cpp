@@ -160,6 +160,10 @@ void write_summary(const std::string& dir, const RunSummary& r, const Corpus& co
                   {"median_tokens_per_second", r.median_tokens_per_second},
                   {"evaluations", evaluations},
                   {"sample", r.sample}};
+  if (r.bare_products_gflops > 0)
+    summary["utilisation"] = {{"matrix_gflops_per_second", r.matrix_gflops},
+                              {"bare_products_gflops_per_second", r.bare_products_gflops},
+                              {"model_flop_utilisation", r.matrix_gflops / r.bare_products_gflops}};
   if (!r.routing.is_null()) summary["routing"] = r.routing;
   // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
   const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";

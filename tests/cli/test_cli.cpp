@@ -286,6 +286,7 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("step 6/6 loss"), std::string::npos) << r.out;  // plain lines: no TTY
   EXPECT_NE(r.out.find("bits/byte"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model FLOP utilisation "), std::string::npos) << r.out;
   const std::string log = read(path("run/train_log.csv"));
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 7) << log;
   EXPECT_EQ(log.rfind("step,loss,aux_loss,grad_norm,lr,tokens_per_s", 0), 0u) << log;
@@ -295,6 +296,15 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   const auto summary = nlohmann::json::parse(read(path("run/summary.json")));
   EXPECT_EQ(summary["steps"], 6);
   EXPECT_EQ(summary["evaluations"].size(), 2u);
+  // Model FLOP utilisation: the matrix work the steps did against the bare products of the
+  // model's shapes, both measured (rates, not asserted).
+  const auto& u = summary["utilisation"];
+  EXPECT_GT(u["bare_products_gflops_per_second"].get<double>(), 0.0);
+  EXPECT_GT(u["matrix_gflops_per_second"].get<double>(), 0.0);
+  EXPECT_NEAR(u["model_flop_utilisation"].get<double>(),
+              u["matrix_gflops_per_second"].get<double>() /
+                  u["bare_products_gflops_per_second"].get<double>(),
+              1e-12);
   EXPECT_TRUE(fs::exists(path("run/checkpoint/checkpoint.json")));
   EXPECT_TRUE(fs::exists(path("run/checkpoint/weights-00000006.safetensors")));
 

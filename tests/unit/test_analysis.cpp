@@ -157,6 +157,29 @@ TEST(LayerSpeed, RatesAreTheClosedFormFlopsOverTheMeasuredTimes) {
   EXPECT_THROW(measure_layer_speed(variant_config("relu", 8, 8, true), 0, 0.1), Error);
 }
 
+// The yardstick of a model's FLOP utilisation: the bare products of one training micro-batch
+// count three times the forward's matrix work (projections, attention scores over the sequence,
+// the FFN as costs.hpp counts it, the head) and take a measured, positive time.
+TEST(ModelProducts, CountTheModelsMatrixWorkAndTimeIt) {
+  for (const char* variant : {"relu", "swiglu", "moe"}) {
+    LMConfig c;
+    c.d_model = 32;
+    c.layers = 2;
+    c.heads = 4;
+    c.context = 16;
+    c.ffn = variant_config(variant, 32, 64, true);
+    if (c.ffn.kind == FFNKind::moe) c.ffn.moe.num_shared = 1;
+    const std::int64_t B = 3, S = 16, T = B * S, D = 32;
+    const ModelProducts m = measure_model_products(c, B, S, Precision::f32, 0.001);
+    const double forward =
+        2.0 * (8.0 * D * D + 4.0 * S * D + ffn_cost(c.ffn, S).forward.matmul) + 2.0 * D * c.vocab;
+    EXPECT_NEAR(m.flops, 3.0 * forward * T, 1e-9 * m.flops) << variant;
+    EXPECT_GT(m.seconds, 0.0) << variant;
+    EXPECT_TRUE(std::isfinite(m.gflops()) && m.gflops() > 0) << variant;
+  }
+  EXPECT_THROW(measure_model_products(LMConfig{}, 0, 16, Precision::f32, 0.1), Error);
+}
+
 // The machine a report names: a CPU model, one of the three ISA names, and this CPU's flags.
 TEST(Machine, NamesTheCpuAndItsVectorInstructions) {
   const Machine& m = this_machine();

@@ -15,6 +15,7 @@
 #include "common.hpp"
 #include "ffn_flags.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/ffn_io.hpp"
@@ -393,6 +394,9 @@ std::unique_ptr<MpiWorld> join_world(const TrainOptions& o) {
 
 void train(TrainOptions& o, ProcessGroup* group);
 
+// Seconds spent at start-up timing the bare products of the model's shapes.
+constexpr double kBareBudgetSeconds = 0.25;
+
 // The experts this rank of an expert-parallel run holds: its place in its expert group of G
 // consecutive ranks (every rank when G is 0). All of them ({}) where the layout does not split
 // (the trainer then says why) or the model has no experts to split.
@@ -508,6 +512,17 @@ void train(TrainOptions& o, ProcessGroup* group) {
                o.expert_parallel
                    ? expert_layout(setup.model.ffn.moe.num_experts, group->size(), o.expert_group)
                    : "");
+  // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
+  // rank's micro-batch, at the run's precision and threads.
+  const std::int64_t sequences = setup.train.batch / (group ? group->size() : 1);
+  const ModelProducts bare = measure_model_products(setup.model, sequences, setup.train.seq,
+                                                    setup.train.precision, kBareBudgetSeconds);
+  fmt::print(
+      "matrix work: {:.2f} MFLOP a token (forward and backward); the bare products of "
+      "this model's shapes run at {:.1f} GFLOP/s{} here (the yardstick of its FLOP "
+      "utilisation)\n",
+      bare.flops / static_cast<double>(sequences * setup.train.seq) / 1e6, bare.gflops(),
+      group ? " a rank" : "");
   RunMonitor monitor(logs, setup.train, o.print_every);
   bool finished = false;
   try {
@@ -537,10 +552,26 @@ void train(TrainOptions& o, ProcessGroup* group) {
     write_file_atomic((fs::path(out) / "sample.txt").string(), text.data(), text.size());
     fmt::print("sample (temperature {}):\n{}\n", o.temperature, text);
   }
-  write_summary(out,
-                {setup.model, setup.train, params, trainer.step(),
-                 monitor.median_tokens_per_second(), monitor.evaluations(), text, routing},
-                corpus);
+  // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran.
+  const double tokens = static_cast<double>(sequences * setup.train.seq);
+  const double matrix_gflops =
+      bare.flops / tokens * monitor.median_tokens_per_second() / (group ? group->size() : 1) / 1e9;
+  write_summary(
+      out,
+      {setup.model, setup.train, params, trainer.step(), monitor.median_tokens_per_second(),
+       matrix_gflops, bare.gflops(), monitor.evaluations(), text, routing},
+      corpus);
+  if (monitor.median_tokens_per_second() > 0) {
+    const double utilisation = matrix_gflops / bare.gflops();
+    fmt::print(
+        "model FLOP utilisation {:.0f} %: {:.1f} GFLOP/s of matrix work{} against {:.1f} for the "
+        "bare products of its shapes{}\n",
+        100.0 * utilisation, matrix_gflops, group ? " a rank" : "", bare.gflops(),
+        // The whole step cannot outrun its own products: the start-up timing was disturbed.
+        utilisation > 1.05 ? " (above 100 %: the start-up measurement was disturbed, not a "
+                             "finding)"
+                           : "");
+  }
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n",
              monitor.median_tokens_per_second(), out);
 }

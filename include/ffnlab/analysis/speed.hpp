@@ -10,6 +10,7 @@
 
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/lm_config.hpp"
 
 namespace ffnlab {
 
@@ -58,6 +59,20 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
                                Precision precision = Precision::f32, int rounds = 7,
                                std::int64_t sequence = 0);
 
+// The bare products of one training micro-batch of a Transformer LM of `config`: every weight
+// product (attention's fused q/k/v and o projections, the FFN's — for MoE one expert's over
+// experts_per_token·T rows, the router's and the shared experts' — and the head) forward and
+// backward (x·Wᵀ, dy·W, dyᵀ·x), and attention's batched score products (q·kᵀ, p·v and their four
+// backward products), on `sequences` sequences of `seq` tokens, timed together. Their FLOPs are
+// the model's matrix work for those tokens; `seconds` what the products alone take, so the
+// step's time over it is the model's FLOP utilisation against its own shapes.
+struct ModelProducts {
+  double flops = 0;    // matrix FLOPs of one micro-batch, forward and backward
+  double seconds = 0;  // median time of those products alone
+  double gflops() const { return seconds > 0 ? flops / seconds / 1e9 : 0; }
+};
+ModelProducts measure_model_products(const LMConfig& config, std::int64_t sequences,
+                                     std::int64_t seq, Precision precision, double budget);
 // The machine's memory read bandwidth in bytes/s: the median time of a parallel sum over
 // `bytes` of memory (far larger than the caches), with the current OpenMP threads.
 double measure_read_bandwidth(std::int64_t bytes, double budget);

@@ -51,6 +51,9 @@ struct RunSummary {
   TrainConfig train;
   std::int64_t params = 0, steps = 0;
   double median_tokens_per_second = 0;
+  // Model FLOP utilisation: the matrix work the median step did per second (per rank), and the
+  // rate of the bare products of the model's own shapes measured at start-up (0: not measured).
+  double matrix_gflops = 0, bare_products_gflops = 0;
   std::vector<EvalLog> evaluations;
   std::string sample;  // raw bytes (invalid UTF-8 becomes U+FFFD in the JSON)
   // MoE (null for dense models): the experts a token took, measured (routing_summary).
