@@ -17,6 +17,7 @@
 
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
@@ -131,6 +132,9 @@ FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
 
 namespace {
 
+// Seconds a run spends timing the bare products of its shapes before it trains.
+constexpr double kBareProductsSeconds = 0.1;
+
 // Thrown inside a run that stopped because another one failed; never leaves train_runs.
 struct Abandoned {};
 
@@ -146,6 +150,10 @@ RunRecord train_one(const Study& st, const RunJob& job,
   TransformerLM lm(job.model, job.seed);
   r.params = lm.parameters().count();
   Trainer trainer(lm, st.corpus, tc);
+  // The yardstick of the run's FLOP utilisation, on the thread (and alongside the runs) it
+  // trains with.
+  const ModelProducts bare =
+      measure_model_products(job.model, tc.batch, tc.seq, tc.precision, kBareProductsSeconds);
   if (job.hooks.on_start) job.hooks.on_start(lm);
   trainer.run(
       [&](const StepLog& s) {
@@ -162,6 +170,9 @@ RunRecord train_one(const Study& st, const RunJob& job,
   std::vector<double> tps;
   for (const auto& s : r.steps) tps.push_back(s.tokens_per_second);
   r.median_tokens_per_second = tps.empty() ? 0 : median(tps);
+  r.bare_products_gflops = bare.gflops();
+  r.matrix_gflops =
+      bare.flops / static_cast<double>(tc.batch * tc.seq) * r.median_tokens_per_second / 1e9;
   return r;
 }
 

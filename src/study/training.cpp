@@ -317,6 +317,11 @@ void run_training(Study& st) {
         break;
       }
     set_throughput(o, per_seed(st, v, &RunRecord::median_tokens_per_second), relu_tps);
+    std::vector<double> utilisation;
+    for (const auto& r : st.runs)
+      if (r.variant == v && r.bare_products_gflops > 0)
+        utilisation.push_back(r.matrix_gflops / r.bare_products_gflops);
+    o.flop_utilisation = utilisation.empty() ? 0.0 : median(utilisation);
     if (v == "relu" || relu.empty()) o.verdict = Verdict::reference;
     out.variants.push_back(std::move(o));
   }
@@ -360,7 +365,8 @@ json training_json(const Results& res) {
           {"median_tokens_per_second", o.tokens_per_second},
           {"tokens_per_second_over_relu", o.tokens_per_second_over_relu},
           {"tokens_per_second_spread", o.tokens_per_second_spread},
-          {"tokens_per_second_noisy", o.tokens_per_second_noisy}};
+          {"tokens_per_second_noisy", o.tokens_per_second_noisy},
+          {"model_flop_utilisation", o.flop_utilisation}};
     return out;
   });
 }
@@ -375,7 +381,8 @@ std::string training_markdown(const Study& st, const Sections& sec) {
     rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params), seeds,
                     fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
                     o.verdict == Verdict::reference ? "—" : difference_cell(o), verdict_cell(o),
-                    tokens_per_second_cell(o)});
+                    tokens_per_second_cell(o),
+                    o.flop_utilisation > 0 ? percent(o.flop_utilisation) : "—"});
   }
   std::string md = fmt::format(
       "### Language modelling on real text\n\n"
@@ -401,10 +408,16 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
       t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
       t.seeds, sec.ref("moe_axes"), t.headline_seeds, t.margin);
-  md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
-                        "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
-                       rows, "lrrrrrlr");
+  md += markdown_table(
+      {"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
+       "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)", "FLOP utilisation"},
+      rows, "lrrrrrlrr");
   md += fmt::format(
+      "\nFLOP utilisation: the matrix work of a run's median step per second over the rate of "
+      "the bare products of its own shapes (every weight product and attention's score "
+      "products, forward and backward), timed at the run's start on its thread while the other "
+      "runs trained; the median over seeds. A whole step cannot outrun its own products, so a "
+      "value above 100 % means the short start-up timing was disturbed.\n"
       "\ntraining_dynamics.png draws the runs over training: validation at the periodic "
       "evaluations (on the first {} bytes of the validation part, so its last values differ "
       "from this table's), the training loss and the gradient norm, each the mean over seeds "

@@ -140,11 +140,13 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
     // --quick: 2 seeds, and 3 for the headline comparison (ReLU and SwiGLU)
     ASSERT_EQ(x.at("val_bits_per_byte").size(), v == "relu" || v == "swiglu" ? 3u : 2u) << v;
     EXPECT_GT(x.at("tokens_per_second_over_relu").get<double>(), 0.0) << v;
+    EXPECT_GT(x.at("model_flop_utilisation").get<double>(), 0.0) << v;  // measured, not asserted
     const double mean = x.at("mean");
     EXPECT_TRUE(std::isfinite(mean) && mean > 0 && mean < 8) << v;
     EXPECT_NE(md.find("| " + v + " | "), std::string::npos) << v;
     EXPECT_NE(md.find(fmt4(mean)), std::string::npos) << v << " mean " << mean;
   }
+  EXPECT_NE(md.find("| FLOP utilisation |"), std::string::npos);
   for (const auto& [s, x] : j.at("moe").at("settings").items())
     EXPECT_NE(md.find(fmt4(x.at("val_bits_per_byte"))), std::string::npos) << s;
   // MoE on both axes: the training stage's ReLU and MoE rows, and two trained at equal compute,

@@ -127,6 +127,9 @@ struct VariantOutcome {
   double tokens_per_second_over_relu = 1;
   double tokens_per_second_spread = 0;
   bool tokens_per_second_noisy = false;
+  // The runs' model FLOP utilisation (matrix GFLOP/s over their bare products'), median over
+  // seeds (0: not measured).
+  double flop_utilisation = 0;
 };
 
 struct TrainingResult {

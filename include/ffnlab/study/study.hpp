@@ -101,6 +101,9 @@ struct RunRecord {
   std::vector<EvalLog> evals;    // periodic (eval_tokens each)
   double val_bits_per_byte = 0;  // the whole validation part, at the end
   double median_tokens_per_second = 0;
+  // Model FLOP utilisation: the matrix work of the median step per second, and the rate of the
+  // bare products of the run's model shapes timed at its start (measure_model_products).
+  double matrix_gflops = 0, bare_products_gflops = 0;
 };
 
 // The state the stages share while the study runs.
