@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+#include <atomic>
 
 #include "activation_kernels.hpp"
 #include "check.hpp"
@@ -26,26 +28,55 @@ inline float widen(std::uint16_t w) {
   return bf16_to_f32(w);
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-inline __m256 load8(const float* p) {
+// The tokens as a kernel reads them: [T, I] f32 (rounded to bf16 values for bf16 weights), and
+// for the avx512_bf16 kernel the same values packed as bf16.
+struct Tokens {
+  const float* f32;
+  const std::uint16_t* bf16 = nullptr;
+};
+
+// The dot kernels, one per instruction set, compiled with that set whatever the build targets
+// (function target attributes) and chosen at run time (skinny_isa): a binary built for one x86
+// CPU runs on another. Each computes out[r·T + t] = Σ_i w_r[i]·x[t·I + i] for R consecutive rows
+// w_r = w + r·I and the T tokens, each row loaded once per vector and multiplied into every
+// token: R memory streams in flight and R·T independent accumulators, which one core needs when
+// few tokens leave little arithmetic per byte read.
+
+// Portable form (CPUs without AVX2): a plain loop per row and token.
+template <int T, int R, typename W>
+void dot_rows_portable(const W* w, std::int64_t I, const Tokens& tokens, float* out) {
+  const float* x = tokens.f32;
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      const W* wr = w + r * I;
+      const float* xt = x + t * I;
+      float sum = 0.0f;
+      for (std::int64_t i = 0; i < I; ++i) sum += widen(wr[i]) * xt[i];
+      out[r * T + t] = sum;
+    }
+}
+
+#if defined(__x86_64__)
+#define FFNLAB_AVX2 __attribute__((target("avx2,fma")))
+#define FFNLAB_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl")))
+#define FFNLAB_AVX512_BF16 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+FFNLAB_AVX2 inline __m256 load8(const float* p) {
   return _mm256_loadu_ps(p);
 }
-inline __m256 load8(const std::uint16_t* p) {  // bf16 -> f32 is a 16-bit shift
+FFNLAB_AVX2 inline __m256 load8(const std::uint16_t* p) {  // bf16 -> f32 is a 16-bit shift
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-inline float lane_sum(__m256 v) {
+FFNLAB_AVX2 inline float lane_sum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// out[r·T + t] = Σ_i w_r[i]·x[t·I + i] for R consecutive rows w_r = w + r·I and the T tokens:
-// each row is loaded once per 8 elements and multiplied into every token. The R rows are R
-// memory streams in flight and R·T independent accumulators (at most 8 of the 16 vector
-// registers), which one core needs when few tokens leave little arithmetic per byte read.
 template <int T, int R, typename W>
-inline void dot_rows(const W* w, std::int64_t I, const float* x, float* out) {
+FFNLAB_AVX2 void dot_rows_avx2(const W* w, std::int64_t I, const Tokens& tokens, float* out) {
+  const float* x = tokens.f32;
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -63,21 +94,122 @@ inline void dot_rows(const W* w, std::int64_t I, const float* x, float* out) {
       out[r * T + t] = sum;
     }
 }
-#else
-// Portable form: the compiler vectorises each reduction; the row is re-read from L1.
+
+// GCC 12's AVX-512 headers pass an undefined vector as the unused pass-through of several
+// intrinsics (_mm512_reduce_add_ps, the conversions), which its own -Wuninitialized reports.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// 16 bf16 to f32: a 16-bit shift of each.
+FFNLAB_AVX512 inline __m512 widen16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+FFNLAB_AVX512 inline __m512 load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+FFNLAB_AVX512 inline __m512 load16(const std::uint16_t* p) {
+  return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// 16 elements a vector; the last partial vector under a mask (no scalar tail).
 template <int T, int R, typename W>
-inline void dot_rows(const W* w, std::int64_t I, const float* x, float* out) {
+FFNLAB_AVX512 void dot_rows_avx512(const W* w, std::int64_t I, const Tokens& tokens, float* out) {
+  const float* x = tokens.f32;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 16 <= I; i += 16)
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = load16(w + r * I + i);
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * I + i), acc[r][t]);
+    }
+  if (i < I) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (I - i)) - 1u);
+    for (int r = 0; r < R; ++r) {
+      __m512 wv;
+      if constexpr (sizeof(W) == 4) {
+        wv = _mm512_maskz_loadu_ps(m, w + r * I + i);
+      } else {
+        wv = widen16(_mm256_maskz_loadu_epi16(m, w + r * I + i));
+      }
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * I + i), acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// bf16 weights with avx512_bf16: the tokens packed as bf16 (token_rows, once per call), and
+// each instruction multiplies 32 pairs of bf16 into 16 f32 sums (vdpbf16ps: exact products, f32
+// sums in another order than one FMA at a time).
+template <int T, int R>
+FFNLAB_AVX512_BF16 void dot_rows_bf16(const std::uint16_t* w, std::int64_t I, const Tokens& tokens,
+                                      float* out) {
+  const float* x = tokens.f32;
+  const std::uint16_t* xb = tokens.bf16;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 32 <= I; i += 32) {
+    __m512bh xv[T];
+    for (int t = 0; t < T; ++t)
+      xv[t] = reinterpret_cast<__m512bh>(
+          _mm512_loadu_si512(reinterpret_cast<const void*>(xb + t * I + i)));
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = reinterpret_cast<__m512bh>(
+          _mm512_loadu_si512(reinterpret_cast<const void*>(w + r * I + i)));
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
+    }
+  }
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) {
-      const W* wr = w + r * I;
-      const float* xt = x + t * I;
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (std::int64_t i = 0; i < I; ++i) sum += widen(wr[i]) * xt[i];
+      float sum = _mm512_reduce_add_ps(acc[r][t]);
+      for (std::int64_t j = i; j < I; ++j) sum += widen(w[r * I + j]) * x[t * I + j];
       out[r * T + t] = sum;
     }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
 #endif
+#endif
+
+// The ISA the kernels take now: the best this CPU runs, until set_skinny_isa.
+std::atomic<SkinnyIsa>& active_isa() {
+  static std::atomic<SkinnyIsa> isa{[] {
+    SkinnyIsa best = SkinnyIsa::portable;
+    for (SkinnyIsa i : {SkinnyIsa::avx2, SkinnyIsa::avx512, SkinnyIsa::avx512_bf16})
+      if (skinny_isa_supported(i)) best = i;
+    return best;
+  }()};
+  return isa;
+}
+
+// The dot kernel of R rows (and of one) for T tokens and weights W on `isa`.
+template <int T, int R, typename W>
+struct DotKernels {
+  using Fn = void (*)(const W*, std::int64_t, const Tokens&, float*);
+  Fn rows, one;
+};
+template <int T, int R, typename W>
+DotKernels<T, R, W> dot_kernels(SkinnyIsa isa) {
+#if defined(__x86_64__)
+  if constexpr (sizeof(W) == 2) {
+    if (isa == SkinnyIsa::avx512_bf16) return {dot_rows_bf16<T, R>, dot_rows_bf16<T, 1>};
+  }
+  if (isa == SkinnyIsa::avx512 || isa == SkinnyIsa::avx512_bf16)
+    return {dot_rows_avx512<T, R, W>, dot_rows_avx512<T, 1, W>};
+  if (isa == SkinnyIsa::avx2) return {dot_rows_avx2<T, R, W>, dot_rows_avx2<T, 1, W>};
+#endif
+  (void)isa;
+  return {dot_rows_portable<T, R, W>, dot_rows_portable<T, 1, W>};
+}
 
 // Rows read together for T tokens (dot_rows' R).
 template <int T>
@@ -85,24 +217,29 @@ constexpr int rows_together() {
   return T == 1 ? 4 : (T == 2 ? 2 : 1);
 }
 
-// dot_rows over rows [first, first + n) of w, n <= rows_together<T>(): out[(row − first)·T + t].
+// The kernels over rows [first, first + n) of w, n <= rows_together<T>():
+// out[(row − first)·T + t].
 template <int T, typename W>
-inline void dots(const W* w, std::int64_t first, std::int64_t n, std::int64_t I, const float* x,
-                 float* out) {
-  constexpr int R = rows_together<T>();
-  if (n == R) return dot_rows<T, R>(w + first * I, I, x, out);
-  for (std::int64_t r = 0; r < n; ++r) dot_rows<T, 1>(w + (first + r) * I, I, x, out + r * T);
+inline void dots(const DotKernels<T, rows_together<T>(), W>& k, const W* w, std::int64_t first,
+                 std::int64_t n, std::int64_t I, const Tokens& x, float* out) {
+  if (n == rows_together<T>()) return k.rows(w + first * I, I, x, out);
+  for (std::int64_t r = 0; r < n; ++r) k.one(w + (first + r) * I, I, x, out + r * T);
 }
 
 // The tokens as the kernels read them: x itself for f32 weights, x rounded to bf16 for bf16
-// weights (in a grow-only buffer of the calling thread).
-const float* token_rows(const Tensor& x, DType weights) {
-  if (weights == DType::f32) return x.f32();
+// weights (in grow-only buffers of the calling thread), and packed as bf16 too for the
+// avx512_bf16 kernel.
+Tokens token_rows(const Tensor& x, DType weights, SkinnyIsa isa) {
+  if (weights == DType::f32) return {x.f32()};
   thread_local std::vector<float> rounded;
+  thread_local std::vector<std::uint16_t> packed;
   const std::int64_t n = x.numel();
   if (static_cast<std::int64_t>(rounded.size()) < n) rounded.resize(static_cast<std::size_t>(n));
   round_to_bf16(rounded.data(), x.f32(), n);
-  return rounded.data();
+  if (isa != SkinnyIsa::avx512_bf16) return {rounded.data()};
+  if (static_cast<std::int64_t>(packed.size()) < n) packed.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) packed[i] = f32_to_bf16(x.f32()[i]);
+  return {rounded.data(), packed.data()};
 }
 
 // Calls f(std::integral_constant<int, T>, weights pointer) for the run-time T and dtype.
@@ -152,24 +289,79 @@ void check_operands(const Tensor& x, const Tensor& w, const Tensor* b, std::int6
 
 }  // namespace
 
+bool skinny_isa_supported(SkinnyIsa isa) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  switch (isa) {
+    case SkinnyIsa::portable:
+      return true;
+    case SkinnyIsa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SkinnyIsa::avx512:
+      return skinny_isa_supported(SkinnyIsa::avx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    case SkinnyIsa::avx512_bf16:
+      return skinny_isa_supported(SkinnyIsa::avx512) && __builtin_cpu_supports("avx512bf16");
+  }
+  return false;
+#else
+  return isa == SkinnyIsa::portable;
+#endif
+}
+
+const char* skinny_isa_name(SkinnyIsa isa) {
+  switch (isa) {
+    case SkinnyIsa::portable:
+      return "portable";
+    case SkinnyIsa::avx2:
+      return "avx2";
+    case SkinnyIsa::avx512:
+      return "avx512";
+    case SkinnyIsa::avx512_bf16:
+      return "avx512_bf16";
+  }
+  return "?";
+}
+
+std::vector<SkinnyIsa> supported_skinny_isas() {
+  std::vector<SkinnyIsa> out;
+  for (SkinnyIsa i :
+       {SkinnyIsa::portable, SkinnyIsa::avx2, SkinnyIsa::avx512, SkinnyIsa::avx512_bf16})
+    if (skinny_isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+SkinnyIsa skinny_isa() {
+  return active_isa().load(std::memory_order_relaxed);
+}
+
+void set_skinny_isa(SkinnyIsa isa) {
+  check(skinny_isa_supported(isa), "[skinny] this CPU does not run the {} kernels",
+        skinny_isa_name(isa));
+  active_isa().store(isa, std::memory_order_relaxed);
+}
+
 void skinny_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, bool accumulate) {
   const std::int64_t O = w.rank() == 2 ? w.dim(0) : -1;
   check_operands(x, w, b, O, "linear");
   const std::int64_t T = x.dim(0), I = x.dim(1);
-  check(y.rank() == 2 && y.dim(0) == T && y.dim(1) == O, "[skinny] linear: output {} must be [{}, {}]",
-        shape_string(y.shape()), T, O);
-  const float* xs = token_rows(x, w.dtype());
+  check(y.rank() == 2 && y.dim(0) == T && y.dim(1) == O,
+        "[skinny] linear: output {} must be [{}, {}]", shape_string(y.shape()), T, O);
+  const SkinnyIsa isa = skinny_isa();
+  const Tokens xs = token_rows(x, w.dtype(), isa);
   const float* bias = b ? b->f32() : nullptr;
   float* out = y.f32();
   dispatch_tokens(T, w, [&](auto tokens, const auto* wp) {
     constexpr int NT = decltype(tokens)::value;
     constexpr int R = rows_together<NT>();
+    using W = std::remove_cv_t<std::remove_pointer_t<decltype(wp)>>;
+    const auto k = dot_kernels<NT, R, W>(isa);
     const std::int64_t groups = (O + R - 1) / R;
 #pragma omp parallel for schedule(static) if (O * I > kSerialElements)
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::int64_t o0 = g * R, n = std::min<std::int64_t>(R, O - o0);
       float d[R * NT];
-      dots<NT>(wp, o0, n, I, xs, d);
+      dots<NT>(k, wp, o0, n, I, xs, d);
       for (std::int64_t r = 0; r < n; ++r) {
         const float bo = bias ? bias[o0 + r] : 0.0f;
         for (int t = 0; t < NT; ++t) {
@@ -189,7 +381,8 @@ void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_
   check_operands(x, w_in, b_in, P, "mix");
   const std::int64_t T = x.dim(0), D = x.dim(1);
   check(h.dim(0) == T, "[skinny] mix: output {} must have {} rows", shape_string(h.shape()), T);
-  const float* xs = token_rows(x, w_in.dtype());
+  const SkinnyIsa isa = skinny_isa();
+  const Tokens xs = token_rows(x, w_in.dtype(), isa);
   const float* bias = b_in ? b_in->f32() : nullptr;
   float* out = h.f32();
   kernels::dispatch(act.kind, [&](auto act_tag) {
@@ -198,13 +391,15 @@ void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_
     dispatch_tokens(T, w_in, [&](auto tokens, const auto* wp) {
       constexpr int NT = decltype(tokens)::value;
       constexpr int R = rows_together<NT>();
+      using W = std::remove_cv_t<std::remove_pointer_t<decltype(wp)>>;
+      const auto k = dot_kernels<NT, R, W>(isa);
       const std::int64_t groups = (F + R - 1) / R;
 #pragma omp parallel for schedule(static) if (P * D > kSerialElements)
       for (std::int64_t grp = 0; grp < groups; ++grp) {
         const std::int64_t f0 = grp * R, n = std::min<std::int64_t>(R, F - f0);
         float acc[R * NT] = {};
         if (branches == 0) {
-          dots<NT>(wp, f0, n, D, xs, acc);
+          dots<NT>(k, wp, f0, n, D, xs, acc);
           for (std::int64_t r = 0; r < n; ++r) {
             const float bf = bias ? bias[f0 + r] : 0.0f;
             for (int t = 0; t < NT; ++t)
@@ -214,8 +409,8 @@ void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_
         for (int br = 0; br < branches; ++br) {
           const std::int64_t g0 = 2 * br * F + f0, u0 = g0 + F;  // first gate and up rows
           float g[R * NT], u[R * NT];
-          dots<NT>(wp, g0, n, D, xs, g);
-          dots<NT>(wp, u0, n, D, xs, u);
+          dots<NT>(k, wp, g0, n, D, xs, g);
+          dots<NT>(k, wp, u0, n, D, xs, u);
           for (std::int64_t r = 0; r < n; ++r) {
             const float bg = bias ? bias[g0 + r] : 0.0f, bu = bias ? bias[u0 + r] : 0.0f;
             for (int t = 0; t < NT; ++t)
@@ -241,8 +436,8 @@ void skinny_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == O && dy.dtype() == DType::f32,
         "[skinny] linear backward: dy {} must be [{}, {}]", shape_string(dy.shape()), T, O);
   check(!dx || (dx->rank() == 2 && dx->dim(0) == T && dx->dim(1) == I),
-        "[skinny] linear backward: dx {} must be [{}, {}]", dx ? shape_string(dx->shape()) : "",
-        T, I);
+        "[skinny] linear backward: dx {} must be [{}, {}]", dx ? shape_string(dx->shape()) : "", T,
+        I);
   check(!db || (db->numel() == O && db->dtype() == DType::f32),
         "[skinny] linear backward: db must be f32 with {} elements", O);
   const float* g = dy.f32();

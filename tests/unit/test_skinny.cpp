@@ -1,5 +1,6 @@
 // The few-token kernels (ops/skinny): against the double reference (linear, then the mix; the
-// linear backward) with f32 and bf16 weights, every token count, widths with and without a
+// linear backward) with f32 and bf16 weights, on every instruction set this CPU runs, every
+// token count, widths with and without a
 // vector remainder; the backward for any thread count; and the
 // layers' decode paths: dense and MoE inference at T <= 8 against their training forwards,
 // bf16 inference weights against bf16 products, and MoE reading only the chosen experts.
@@ -29,79 +30,117 @@ std::vector<double> as_read(const Tensor& t, DType dtype) {
   return out;
 }
 
-// The widths: a single element, less than one vector, a remainder after whole vectors, and
-// more than one unrolled block with a remainder.
-const std::int64_t kWidths[] = {1, 7, 37, 133};
+// The widths: a single element, less than one vector, a remainder after whole vectors (of 8,
+// 16 and 32), and more than one unrolled block with a remainder.
+const std::int64_t kWidths[] = {1, 7, 37, 64, 133};
+
+// Runs `f` on every instruction set this CPU runs (the kernels are chosen at run time), then
+// restores the one in use.
+template <typename Fn>
+void on_every_isa(Fn&& f) {
+  const SkinnyIsa before = skinny_isa();
+  for (SkinnyIsa isa : supported_skinny_isas()) {
+    SCOPED_TRACE(skinny_isa_name(isa));
+    set_skinny_isa(isa);
+    f();
+  }
+  set_skinny_isa(before);
+}
 
 }  // namespace
 
 TEST(Skinny, LinearMatchesReference) {
-  std::uint64_t seed = 1;
-  for (DType dtype : {DType::f32, DType::bf16})
-    for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
-      for (std::int64_t I : kWidths)
-        for (bool bias : {false, true})
-          for (bool accumulate : {false, true}) {
-            const std::int64_t O = 5 + I % 11;
-            const Tensor x = test::random_tensor({T, I}, seed++);
-            const Tensor w32 = test::random_tensor({O, I}, seed++);
-            const Tensor b = test::random_tensor({O}, seed++);
-            const Tensor y0 = test::random_tensor({T, O}, seed++);
-            const Tensor w = w32.to(dtype);
-            Tensor y = y0.clone();
-            skinny_linear(y, x, w, bias ? &b : nullptr, accumulate);
+  on_every_isa([] {
+    std::uint64_t seed = 1;
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+        for (std::int64_t I : kWidths)
+          for (bool bias : {false, true})
+            for (bool accumulate : {false, true}) {
+              const std::int64_t O = 5 + I % 11;
+              const Tensor x = test::random_tensor({T, I}, seed++);
+              const Tensor w32 = test::random_tensor({O, I}, seed++);
+              const Tensor b = test::random_tensor({O}, seed++);
+              const Tensor y0 = test::random_tensor({T, O}, seed++);
+              const Tensor w = w32.to(dtype);
+              Tensor y = y0.clone();
+              skinny_linear(y, x, w, bias ? &b : nullptr, accumulate);
 
-            const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
-            const auto br = test::to_vector<double>(b);
-            std::vector<double> yr(static_cast<std::size_t>(T * O));
-            ref::linear_forward<double>(yr.data(), xr.data(), wr.data(), bias ? br.data() : nullptr,
-                                        T, I, O);
-            if (accumulate)
-              for (std::int64_t i = 0; i < T * O; ++i) yr[i] += y0.f32()[i];
-            EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6)
-                << dtype_name(dtype) << " T=" << T << " I=" << I << " bias=" << bias
-                << " accumulate=" << accumulate;
-          }
+              const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
+              const auto br = test::to_vector<double>(b);
+              std::vector<double> yr(static_cast<std::size_t>(T * O));
+              ref::linear_forward<double>(yr.data(), xr.data(), wr.data(),
+                                          bias ? br.data() : nullptr, T, I, O);
+              if (accumulate)
+                for (std::int64_t i = 0; i < T * O; ++i) yr[i] += y0.f32()[i];
+              EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6)
+                  << dtype_name(dtype) << " T=" << T << " I=" << I << " bias=" << bias
+                  << " accumulate=" << accumulate;
+            }
+  });
+}
+
+// The run-time choice: the best set this CPU runs is the one in use, portable always runs, and
+// a set the CPU lacks is refused.
+TEST(Skinny, KernelsAreChosenAtRunTime) {
+  const std::vector<SkinnyIsa> isas = supported_skinny_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), SkinnyIsa::portable);
+  EXPECT_EQ(skinny_isa(), isas.back());
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  EXPECT_EQ(skinny_isa_supported(SkinnyIsa::avx512), __builtin_cpu_supports("avx512f") &&
+                                                         __builtin_cpu_supports("avx512bw") &&
+                                                         __builtin_cpu_supports("avx512vl") &&
+                                                         __builtin_cpu_supports("avx2"));
+#endif
+  for (SkinnyIsa isa :
+       {SkinnyIsa::portable, SkinnyIsa::avx2, SkinnyIsa::avx512, SkinnyIsa::avx512_bf16})
+    if (!skinny_isa_supported(isa)) {
+      EXPECT_THROW(set_skinny_isa(isa), Error) << skinny_isa_name(isa);
+    }
 }
 
 TEST(Skinny, MixMatchesReference) {
-  struct Case {
-    int branches;
-    Act act;
-  };
-  const Case cases[] = {{0, {Activation::relu}},      {0, {Activation::gelu}},
-                        {0, {Activation::relu2}},     {1, {Activation::silu}},
-                        {1, {Activation::identity}},  {1, {Activation::sigmoid}},
-                        {3, {Activation::gelu_tanh}}, {2, {Activation::silu, 1.5f}}};
-  std::uint64_t seed = 100;
-  for (DType dtype : {DType::f32, DType::bf16})
-    for (const Case& c : cases)
-      for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
-        for (std::int64_t D : kWidths)
-          for (bool bias : {false, true}) {
-            const std::int64_t F = 3 + D % 13;
-            const std::int64_t P = c.branches == 0 ? F : 2 * c.branches * F;
-            const Tensor x = test::random_tensor({T, D}, seed++);
-            const Tensor w32 = test::random_tensor({P, D}, seed++, 1.0f / std::sqrt(D));
-            const Tensor b = test::random_tensor({P}, seed++, 0.5f);
-            Tensor h({T, F});
-            skinny_mix(h, x, w32.to(dtype), bias ? &b : nullptr, c.act, c.branches);
+  on_every_isa([] {
+    struct Case {
+      int branches;
+      Act act;
+    };
+    const Case cases[] = {{0, {Activation::relu}},      {0, {Activation::gelu}},
+                          {0, {Activation::relu2}},     {1, {Activation::silu}},
+                          {1, {Activation::identity}},  {1, {Activation::sigmoid}},
+                          {3, {Activation::gelu_tanh}}, {2, {Activation::silu, 1.5f}}};
+    std::uint64_t seed = 100;
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (const Case& c : cases)
+        for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+          for (std::int64_t D : kWidths)
+            for (bool bias : {false, true}) {
+              const std::int64_t F = 3 + D % 13;
+              const std::int64_t P = c.branches == 0 ? F : 2 * c.branches * F;
+              const Tensor x = test::random_tensor({T, D}, seed++);
+              const Tensor w32 = test::random_tensor({P, D}, seed++, 1.0f / std::sqrt(D));
+              const Tensor b = test::random_tensor({P}, seed++, 0.5f);
+              Tensor h({T, F});
+              skinny_mix(h, x, w32.to(dtype), bias ? &b : nullptr, c.act, c.branches);
 
-            const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
-            const auto br = test::to_vector<double>(b);
-            std::vector<double> a(static_cast<std::size_t>(T * P)),
-                hr(static_cast<std::size_t>(T * F));
-            ref::linear_forward<double>(a.data(), xr.data(), wr.data(), bias ? br.data() : nullptr,
-                                        T, D, P);
-            if (c.branches == 0)
-              for (std::int64_t i = 0; i < T * F; ++i)
-                hr[i] = ref::activation<double>(c.act.kind, a[i], c.act.beta);
-            else
-              ref::glu_forward<double>(hr.data(), a.data(), T, F, c.branches, c.act);
-            EXPECT_LT(test::scaled_error(h.f32(), hr.data(), h.numel()), 3e-6)
-                << dtype_name(dtype) << " " << enum_name(c.act.kind) << " n=" << c.branches
-                << " T=" << T << " D=" << D << " bias=" << bias;
-          }
+              const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
+              const auto br = test::to_vector<double>(b);
+              std::vector<double> a(static_cast<std::size_t>(T * P)),
+                  hr(static_cast<std::size_t>(T * F));
+              ref::linear_forward<double>(a.data(), xr.data(), wr.data(),
+                                          bias ? br.data() : nullptr, T, D, P);
+              if (c.branches == 0)
+                for (std::int64_t i = 0; i < T * F; ++i)
+                  hr[i] = ref::activation<double>(c.act.kind, a[i], c.act.beta);
+              else
+                ref::glu_forward<double>(hr.data(), a.data(), T, F, c.branches, c.act);
+              EXPECT_LT(test::scaled_error(h.f32(), hr.data(), h.numel()), 3e-6)
+                  << dtype_name(dtype) << " " << enum_name(c.act.kind) << " n=" << c.branches
+                  << " T=" << T << " D=" << D << " bias=" << bias;
+            }
+  });
 }
 
 // dy with whole zero columns (units no token activated, which the kernel skips) and scattered

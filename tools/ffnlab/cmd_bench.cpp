@@ -16,6 +16,7 @@
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/ops/matmul.hpp"
+#include "ffnlab/ops/skinny.hpp"
 #include "interrupt.hpp"
 #include "torch_worker.hpp"
 
@@ -36,6 +37,9 @@ struct BenchOptions {
   std::vector<std::int64_t> shape = {512, 2048};
   std::vector<std::int64_t> decode_shape = {4096, 14336};
   bool decode = true;
+  // The few-token kernels' instruction sets the decode table times, side by side (empty: the
+  // one in use, the best this CPU runs).
+  std::vector<std::string> skinny_isas;
   double budget = 0.3;
   int threads = 0;
   bool torch = true;
@@ -284,22 +288,47 @@ json bench_routing(const BenchOptions& o, const std::vector<std::string>& famili
   return rows;
 }
 
-json bench_decode(const BenchOptions& o, TorchWorker& torch) {
+// --kernels: the instruction sets named (Usage error for a name or a set this CPU lacks); the
+// one in use when none is named.
+std::vector<SkinnyIsa> kernel_list(const std::vector<std::string>& names) {
+  std::vector<SkinnyIsa> isas;
+  for (const std::string& name : names) {
+    const auto all = {SkinnyIsa::portable, SkinnyIsa::avx2, SkinnyIsa::avx512,
+                      SkinnyIsa::avx512_bf16};
+    const auto it = std::find_if(all.begin(), all.end(),
+                                 [&](SkinnyIsa i) { return name == skinny_isa_name(i); });
+    if (it == all.end())
+      throw UsageError(
+          fmt::format("[bench] --kernels: '{}' is not one of portable, avx2, avx512, "
+                      "avx512_bf16",
+                      name));
+    if (!skinny_isa_supported(*it))
+      throw UsageError(
+          fmt::format("[bench] --kernels: this CPU does not run the {} kernels", name));
+    isas.push_back(*it);
+  }
+  if (isas.empty()) isas.push_back(skinny_isa());
+  return isas;
+}
+
+json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, TorchWorker& torch) {
   const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
+  const SkinnyIsa in_use = skinny_isa();
   json rows = json::array();
   if (!o.json_out)
     fmt::print(
         "\nDecode (inference forward) at d_model {}, d_ff {}, no bias: SwiGLU, and an MoE of 8 "
         "such experts, top-2. 'read' is the weights the tokens need (MoE: the router and the "
         "chosen experts); 'of bw' is GB/s over the memory read bandwidth measured in the same "
-        "rounds; 'oneDNN' is "
+        "rounds ('(>bw)': above it, so that measurement was off, not a finding); 'kernels' the "
+        "few-token kernels' instruction set (--kernels); 'oneDNN' is "
         "its f32 products of the same shapes (T rows) on the same weights; 'torch' is PyTorch's "
         "module with its weights in the same dtype, timed in alternating rounds.\n\n",
         D, F);
   if (!o.json_out)
-    fmt::print("{:<8} {:>7} {:>3} | {:>9} {:>8} {:>8} {:>6} | {:>10} {:>8} | {:>9} {:>7}\n",
-               "layer", "weights", "T", "ms", "read GB", "GB/s", "of bw", "oneDNN ms", "x oneDNN",
-               "torch ms", "x torch");
+    fmt::print("{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8} {:>8} {:>6} | {:>10} {:>8} | {:>9} {:>7}\n",
+               "layer", "weights", "T", "kernels", "ms", "read GB", "GB/s", "of bw", "oneDNN ms",
+               "x oneDNN", "torch ms", "x torch");
   for (const char* layer : {"swiglu", "moe"}) {
     const FFNConfig c = std::string(layer) == "moe" ? moe_of("swiglu", D, F, false)
                                                     : variant_config(layer, D, F, false);
@@ -324,41 +353,55 @@ json bench_decode(const BenchOptions& o, TorchWorker& torch) {
         if (o.quick && t == 8) continue;
         check_stop();
         note(fmt::format("bench: decode {} {} T={}", layer, dtype_name(w), t));
-        std::vector<DecodeSpeed> ours;
+        std::vector<std::vector<DecodeSpeed>> ours(isas.size());
         std::vector<double> theirs, bandwidths;
         const double part = o.budget / o.rounds;
         for (int round = 0; round < o.rounds; ++round) {
           // The bandwidth in the same rounds: on a shared machine it drifts with the rest.
           bandwidths.push_back(measure_read_bandwidth(o.bandwidth_mib << 20, part));
-          ours.push_back(measure_decode_speed(*ffn, t, part));
+          for (std::size_t k = 0; k < isas.size(); ++k) {  // each kernel set in every round
+            set_skinny_isa(isas[k]);
+            ours[k].push_back(measure_decode_speed(*ffn, t, part));
+          }
+          set_skinny_isa(in_use);
           if (torch.available())
             theirs.push_back(
                 torch_seconds(torch, torch_request(c, t, "inference", Precision::f32, w, part)));
         }
-        std::sort(ours.begin(), ours.end(),
-                  [](const DecodeSpeed& a, const DecodeSpeed& b) { return a.seconds < b.seconds; });
-        const DecodeSpeed s = ours[ours.size() / 2];
         const double ts = rounds_median(theirs), bandwidth = rounds_median(bandwidths);
-        rows.push_back({{"layer", layer},
-                        {"d_model", D},
-                        {"d_ff", F},
-                        {"weights", dtype_name(w)},
-                        {"tokens", t},
-                        {"seconds", s.seconds},
-                        {"bytes", s.bytes},
-                        {"bytes_per_s", s.bytes_per_s},
-                        {"read_bandwidth_bytes_per_s", bandwidth},
-                        {"of_bandwidth", s.bytes_per_s / bandwidth},
-                        {"onednn_f32_seconds", s.bare_seconds}});
-        if (ts > 0) rows.back()["torch_seconds"] = ts;
-        if (!o.json_out)
-          fmt::print(
-              "{:<8} {:>7} {:>3} | {:>9} {:>8.3f} {:>8.1f} {:>5.0f}% | {:>10} {:>7.2f}x | "
-              "{:>9} {:>7}\n",
-              layer, dtype_name(w), t, ms(s.seconds), s.bytes / 1e9, s.bytes_per_s / 1e9,
-              100 * s.bytes_per_s / bandwidth, ms(s.bare_seconds), s.bare_seconds / s.seconds,
-              ts > 0 ? ms(ts) : "-", speedup(ts, s.seconds));
-        std::fflush(stdout);
+        for (std::size_t k = 0; k < isas.size(); ++k) {
+          std::sort(ours[k].begin(), ours[k].end(), [](const DecodeSpeed& a, const DecodeSpeed& b) {
+            return a.seconds < b.seconds;
+          });
+          const DecodeSpeed s = ours[k][ours[k].size() / 2];
+          rows.push_back({{"layer", layer},
+                          {"kernels", skinny_isa_name(isas[k])},
+                          {"d_model", D},
+                          {"d_ff", F},
+                          {"weights", dtype_name(w)},
+                          {"tokens", t},
+                          {"seconds", s.seconds},
+                          {"bytes", s.bytes},
+                          {"bytes_per_s", s.bytes_per_s},
+                          {"read_bandwidth_bytes_per_s", bandwidth},
+                          {"of_bandwidth", s.bytes_per_s / bandwidth},
+                          // Above the bandwidth measured beside it: that measurement, not the
+                          // layer, is off (a layer cannot read faster than memory delivers).
+                          {"of_bandwidth_impossible", s.bytes_per_s > bandwidth},
+                          {"onednn_f32_seconds", s.bare_seconds}});
+          if (ts > 0) rows.back()["torch_seconds"] = ts;
+          if (!o.json_out)
+            fmt::print(
+                "{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8.3f} {:>8.1f} {:>6} | {:>10} {:>7.2f}x | "
+                "{:>9} {:>7}\n",
+                layer, dtype_name(w), t, skinny_isa_name(isas[k]), ms(s.seconds), s.bytes / 1e9,
+                s.bytes_per_s / 1e9,
+                s.bytes_per_s > bandwidth ? std::string("(>bw)")
+                                          : fmt::format("{:.0f}%", 100 * s.bytes_per_s / bandwidth),
+                ms(s.bare_seconds), s.bare_seconds / s.seconds, ts > 0 ? ms(ts) : "-",
+                speedup(ts, s.seconds));
+          std::fflush(stdout);
+        }
       }
     }
     if (torch.available()) (void)torch.ask({{"free", true}});
@@ -373,6 +416,7 @@ void run_bench(BenchOptions o) {
   const auto precisions = precision_list(o.dtypes);
   const auto& tokens = o.tokens;
   const auto routings = routing_list(o.routings);
+  const auto kernels = kernel_list(o.skinny_isas);
 
   check_layer_memory(o, variants, tokens);
   // Far beyond any cache, so this is what memory delivers.
@@ -411,7 +455,7 @@ void run_bench(BenchOptions o) {
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
   out["layers"] = bench_layers(o, variants, precisions, tokens, torch);
   if (!routings.empty()) out["routing"] = bench_routing(o, routings, precisions, tokens);
-  if (o.decode) out["decode"] = bench_decode(o, torch);
+  if (o.decode) out["decode"] = bench_decode(o, kernels, torch);
   if (o.json_out) fmt::print("{}\n", out.dump(2));
 }
 
@@ -452,6 +496,11 @@ void add_bench_command(CLI::App& app) {
       ->check(int_in(1, 1 << 18))
       ->capture_default_str();
   cmd->add_flag("!--no-decode", o->decode, "skip the decode table");
+  cmd->add_option("--kernels", o->skinny_isas,
+                  "comma-separated instruction sets of the few-token kernels the decode table "
+                  "times side by side: portable, avx2, avx512, avx512_bf16 (default: the best this "
+                  "CPU runs, the one in use)")
+      ->delimiter(',');
   cmd->add_option("--routings", o->routings,
                   "comma-separated routing families of the routing table (" +
                       fmt::format("{}", fmt::join(routing_family_names(), ", ")) +

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/matmul.hpp"
@@ -18,6 +19,18 @@
 namespace ffnlab {
 
 inline constexpr std::int64_t kSkinnyMaxTokens = 8;
+
+// The instruction sets the dot kernels are built for, every one in any build (x86), and chosen
+// at run time: the best this CPU runs (avx512_bf16 changes only bf16 weights' kernel: pairs of
+// bf16 into f32 sums by vdpbf16ps; f32 weights take the avx512 kernel there).
+enum class SkinnyIsa { portable, avx2, avx512, avx512_bf16 };
+bool skinny_isa_supported(SkinnyIsa isa);
+const char* skinny_isa_name(SkinnyIsa isa);
+std::vector<SkinnyIsa> supported_skinny_isas();  // portable first, the best last
+// The kernels' instruction set now (every thread's); set_skinny_isa chooses another for tests
+// and benchmarks (Error "[skinny] this CPU does not run the X kernels" where the CPU lacks it).
+SkinnyIsa skinny_isa();
+void set_skinny_isa(SkinnyIsa isa);
 
 // Whether an f32 product over `rows` rows takes these kernels rather than oneDNN's (training
 // products and f32 inference; bf16 products stream only from weights packed in bf16).
