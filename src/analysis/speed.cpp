@@ -215,13 +215,22 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   block.push_back(product(T, D, 3 * D));
   block.push_back(product(T, D, D));
   const FFNConfig& f = c.ffn;
+  double expert_flops = 0, K = 0;
   if (f.kind == FFNKind::moe) {
+    const MoEConfig& m = f.moe;
     const FFNConfig e = expert_config(f);
-    const auto rows =
-        static_cast<std::int64_t>(std::llround(experts_per_token(f, seq) * static_cast<double>(T)));
+    K = experts_per_token(f, seq);
+    const auto rows = static_cast<std::int64_t>(std::llround(K * static_cast<double>(T)));
     block.push_back(product(rows, D, e.in_width()));
     block.push_back(product(rows, e.d_ff, D));
-    block.push_back(product(T, D, f.moe.routed_experts()));
+    expert_flops = block[block.size() - 2].flops + block.back().flops;
+    if (m.routing == RoutingKind::soft) {  // logits, dispatch and combine against E·p slots
+      for (int i = 0; i < 3; ++i) block.push_back(product(T, D, m.num_experts * m.slots));
+    } else {
+      block.push_back(product(T, D, m.routed_experts()));
+      if (m.noisy_topk) block.push_back(product(T, D, m.routed_experts()));
+      if (m.gating_residual) block.push_back(product(T, m.routed_experts(), m.routed_experts()));
+    }
     if (f.moe.num_shared > 0) {
       const FFNConfig s = expert_config(f, /*shared=*/true);
       block.push_back(product(T, D, s.in_width()));
@@ -265,7 +274,7 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   const double L = static_cast<double>(c.layers);
   const double t_block = median_seconds(run_block, budget * L / (L + 1));
   const double t_head = median_seconds([&] { run(head); }, budget / (L + 1));
-  return {L * block_flops + head.flops, L * t_block + t_head};
+  return {L * block_flops + head.flops, L * t_block + t_head, L * expert_flops, K};
 }
 
 double measure_read_bandwidth(std::int64_t bytes, double budget) {

@@ -321,6 +321,7 @@ void SafeTensorsWriter::add_ints(const std::string& name, const Shape& shape,
 
 void SafeTensorsWriter::add_view(const std::string& name, const Tensor& tensor) {
   Entry e{name, tensor.dtype() == DType::bf16 ? StDType::bf16 : StDType::f32, tensor.shape(), {}};
+  e.viewed = tensor;
   e.view_bytes = static_cast<std::size_t>(tensor.nbytes());
   if (e.view_bytes > 0)
     e.view = tensor.dtype() == DType::bf16 ? reinterpret_cast<const std::byte*>(tensor.bf16())

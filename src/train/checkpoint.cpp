@@ -115,7 +115,7 @@ void Trainer::save_sharded(const std::string& dir) {
       fs::create_directories(dir, ec);
       if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
       remove_stale_temporaries(dir, is_checkpoint_file);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // every rank must reach the exchanges below
       failure = e.what();
     }
   group.broadcast(failure, "checkpoint");
@@ -134,7 +134,7 @@ void Trainer::save_sharded(const std::string& dir) {
       else
         write_weights((fs::path(dir) / shard_name(eg.rank())).string(),
                       [&](const Parameter& p) { return is_expert(p); });
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // every rank must reach the exchanges below
       failure = e.what();
       failed = {1, group.rank()};
     }
@@ -145,7 +145,7 @@ void Trainer::save_sharded(const std::string& dir) {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) shards.push_back(shard_name(q));
       write_checkpoint_info(dir, weights, shards);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // every rank must reach the exchanges below
       info_failure = e.what();
     }
   group.broadcast(info_failure, "checkpoint");       // rank 0's outcome, to every rank

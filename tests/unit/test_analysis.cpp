@@ -161,19 +161,40 @@ TEST(LayerSpeed, RatesAreTheClosedFormFlopsOverTheMeasuredTimes) {
 // count three times the forward's matrix work (projections, attention scores over the sequence,
 // the FFN as costs.hpp counts it, the head) and take a measured, positive time.
 TEST(ModelProducts, CountTheModelsMatrixWorkAndTimeIt) {
-  for (const char* variant : {"relu", "swiglu", "moe"}) {
+  for (const char* variant : {"relu", "swiglu", "moe", "noisy", "residual", "soft"}) {
     LMConfig c;
     c.d_model = 32;
     c.layers = 2;
     c.heads = 4;
     c.context = 16;
-    c.ffn = variant_config(variant, 32, 64, true);
-    if (c.ffn.kind == FFNKind::moe) c.ffn.moe.num_shared = 1;
+    const std::string v = variant;
+    c.ffn = variant_config(v == "relu" || v == "swiglu" ? variant : "moe", 32, 64, true);
+    if (v == "moe") c.ffn.moe.num_shared = 1;
+    if (v == "noisy") c.ffn.moe.noisy_topk = true;          // a second router product
+    if (v == "residual") c.ffn.moe.gating_residual = true;  // MoE++'s gate map
+    if (v == "soft") {  // the slots' logits, dispatch and combine
+      c.ffn.moe.routing = RoutingKind::soft;
+      c.ffn.moe.slots = 2;
+      c.ffn.moe.aux_coef = 0.0f;
+      c.ffn.moe.z_coef = 0.0f;
+      c.causal = false;
+    }
     const std::int64_t B = 3, S = 16, T = B * S, D = 32;
     const ModelProducts m = measure_model_products(c, B, S, Precision::f32, 0.001);
+    // (Noisy top-k's noise product runs in training only; costs.hpp's per-token FLOPs leave it
+    // out, a training step does it.)
+    const double noise = v == "noisy" ? 2.0 * D * c.ffn.moe.routed_experts() : 0.0;
     const double forward =
-        2.0 * (8.0 * D * D + 4.0 * S * D + ffn_cost(c.ffn, S).forward.matmul) + 2.0 * D * c.vocab;
+        2.0 * (8.0 * D * D + 4.0 * S * D + ffn_cost(c.ffn, S).forward.matmul + noise) +
+        2.0 * D * c.vocab;
     EXPECT_NEAR(m.flops, 3.0 * forward * T, 1e-9 * m.flops) << variant;
+    if (c.ffn.kind == FFNKind::moe) {  // the experts' part, at the closed form's experts a token
+      EXPECT_EQ(m.experts_per_token, experts_per_token(c.ffn, S)) << variant;
+      const double expert =
+          2.0 * 2.0 * D * c.ffn.expert_d_ff() * (c.ffn.moe.expert_kind == FFNKind::glu ? 1.5 : 1.0);
+      EXPECT_NEAR(m.expert_flops, 2.0 * 3.0 * expert * m.experts_per_token * T, 1e-6 * m.flops)
+          << variant;
+    }
     EXPECT_GT(m.seconds, 0.0) << variant;
     EXPECT_TRUE(std::isfinite(m.gflops()) && m.gflops() > 0) << variant;
   }

@@ -404,7 +404,7 @@ ExpertShare sharded_experts(const LMConfig& model, const ProcessGroup& group, in
   const int P = group.size(), G = expert_group > 0 ? expert_group : P;
   if (model.ffn.kind != FFNKind::moe || model.ffn.moe.routing == RoutingKind::soft) return {};
   const int E = model.ffn.moe.num_experts;
-  if (G > P || P % G != 0 || E % G != 0) return {};
+  if (G == 1 || G > P || P % G != 0 || E % G != 0) return {};  // (G = 1: every rank holds all)
   return expert_share(E, G, group.rank() % G);
 }
 
@@ -495,6 +495,12 @@ void train(TrainOptions& o, ProcessGroup* group) {
   if (lead) open_run_folder(out);
   const std::string checkpoint = (fs::path(out) / "checkpoint").string();
   const std::int64_t first_step = trainer.step();
+  // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
+  // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
+  // as the ranks of a step compute at once.
+  const std::int64_t sequences = setup.train.batch / (group ? group->size() : 1);
+  const ModelProducts bare = measure_model_products(setup.model, sequences, setup.train.seq,
+                                                    setup.train.precision, kBareBudgetSeconds);
   if (!lead) {  // another rank: trains, and leaves the output to rank 0
     if (!trainer.run({}, {}, checkpoint, [] { return InterruptGuard::requested(); }))
       throw Interrupted(
@@ -512,11 +518,6 @@ void train(TrainOptions& o, ProcessGroup* group) {
                o.expert_parallel
                    ? expert_layout(setup.model.ffn.moe.num_experts, group->size(), o.expert_group)
                    : "");
-  // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
-  // rank's micro-batch, at the run's precision and threads.
-  const std::int64_t sequences = setup.train.batch / (group ? group->size() : 1);
-  const ModelProducts bare = measure_model_products(setup.model, sequences, setup.train.seq,
-                                                    setup.train.precision, kBareBudgetSeconds);
   fmt::print(
       "matrix work: {:.2f} MFLOP a token (forward and backward); the bare products of "
       "this model's shapes run at {:.1f} GFLOP/s{} here (the yardstick of its FLOP "
@@ -552,10 +553,16 @@ void train(TrainOptions& o, ProcessGroup* group) {
     write_file_atomic((fs::path(out) / "sample.txt").string(), text.data(), text.size());
     fmt::print("sample (temperature {}):\n{}\n", o.temperature, text);
   }
-  // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran.
+  // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran,
+  // the experts' at the experts a token measured to take (top-p, ReLU routing, MoE++ and a
+  // capacity take fewer than the closed form the products were timed at).
   const double tokens = static_cast<double>(sequences * setup.train.seq);
+  double flops = bare.flops;
+  if (bare.experts_per_token > 0 && routing.is_object() && routing.contains("experts_per_token"))
+    flops -= bare.expert_flops *
+             (1.0 - routing["experts_per_token"].get<double>() / bare.experts_per_token);
   const double matrix_gflops =
-      bare.flops / tokens * monitor.median_tokens_per_second() / (group ? group->size() : 1) / 1e9;
+      flops / tokens * monitor.median_tokens_per_second() / (group ? group->size() : 1) / 1e9;
   write_summary(
       out,
       {setup.model, setup.train, params, trainer.step(), monitor.median_tokens_per_second(),

@@ -61,7 +61,8 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
 
 // The bare products of one training micro-batch of a Transformer LM of `config`: every weight
 // product (attention's fused q/k/v and o projections, the FFN's — for MoE one expert's over
-// experts_per_token·T rows, the router's and the shared experts' — and the head) forward and
+// experts_per_token·T rows, the router's (twice with noisy top-k; Soft MoE: its logits,
+// dispatch and combine), MoE++'s gate map and the shared experts' — and the head) forward and
 // backward (x·Wᵀ, dy·W, dyᵀ·x), and attention's batched score products (q·kᵀ, p·v and their four
 // backward products), on `sequences` sequences of `seq` tokens, timed together. Their FLOPs are
 // the model's matrix work for those tokens; `seconds` what the products alone take, so the
@@ -69,6 +70,10 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
 struct ModelProducts {
   double flops = 0;    // matrix FLOPs of one micro-batch, forward and backward
   double seconds = 0;  // median time of those products alone
+  // MoE: the part of `flops` in the experts' products, at experts_per_token (the closed form;
+  // an upper bound for the routings that decide it per token), so that a run can count its
+  // work at the experts its tokens measured to take.
+  double expert_flops = 0, experts_per_token = 0;
   double gflops() const { return seconds > 0 ? flops / seconds / 1e9 : 0; }
 };
 ModelProducts measure_model_products(const LMConfig& config, std::int64_t sequences,

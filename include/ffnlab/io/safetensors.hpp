@@ -66,8 +66,9 @@ class SafeTensorsWriter {
  public:
   // Stores f32 tensors as F32 (or BF16 with as = StDType::bf16) and bf16 tensors as BF16.
   void add(const std::string& name, const Tensor& tensor, StDType as = StDType::f32);
-  // Stores the tensor as it is (F32 or BF16) without copying it: it must stay alive and
-  // unchanged until write() or serialize() (a checkpoint of weights that cannot be copied).
+  // Stores the tensor as it is (F32 or BF16) without copying its values: the writer keeps a
+  // reference to its storage, whose values must not change until write() or serialize() (a
+  // checkpoint of weights that cannot be copied).
   void add_view(const std::string& name, const Tensor& tensor);
   void add_ints(const std::string& name, const Shape& shape, const std::vector<std::int64_t>& v,
                 StDType as = StDType::i64);
@@ -82,6 +83,7 @@ class SafeTensorsWriter {
     StDType dtype;
     Shape shape;
     std::vector<std::byte> bytes;  // a copy, or empty for a view:
+    Tensor viewed = Tensor();      // (keeps the view's storage alive)
     const std::byte* view = nullptr;
     std::size_t view_bytes = 0;
     const std::byte* data() const { return view ? view : bytes.data(); }
