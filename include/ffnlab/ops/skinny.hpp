@@ -21,8 +21,9 @@ namespace ffnlab {
 inline constexpr std::int64_t kSkinnyMaxTokens = 8;
 
 // The instruction sets the dot kernels are built for, every one in any build (x86), and chosen
-// at run time: the best this CPU runs (avx512_bf16 changes only bf16 weights' kernel: pairs of
-// bf16 into f32 sums by vdpbf16ps; f32 weights take the avx512 kernel there).
+// at run time: the best this CPU runs. The AVX-512 sets change bf16 weights' kernel (avx512:
+// 16 bf16 widened at a time; avx512_bf16: pairs of bf16 into f32 sums by vdpbf16ps); f32
+// weights take the AVX2 kernel on every set above portable (skinny.cpp says why).
 enum class SkinnyIsa { portable, avx2, avx512, avx512_bf16 };
 bool skinny_isa_supported(SkinnyIsa isa);
 const char* skinny_isa_name(SkinnyIsa isa);
