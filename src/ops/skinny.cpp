@@ -300,25 +300,13 @@ bool skinny_isa_supported(SkinnyIsa isa) {
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     case SkinnyIsa::avx512_bf16:
       return skinny_isa_supported(SkinnyIsa::avx512) && __builtin_cpu_supports("avx512bf16");
+    case SkinnyIsa::count:
+      break;
   }
   return false;
 #else
   return isa == SkinnyIsa::portable;
 #endif
-}
-
-const char* skinny_isa_name(SkinnyIsa isa) {
-  switch (isa) {
-    case SkinnyIsa::portable:
-      return "portable";
-    case SkinnyIsa::avx2:
-      return "avx2";
-    case SkinnyIsa::avx512:
-      return "avx512";
-    case SkinnyIsa::avx512_bf16:
-      return "avx512_bf16";
-  }
-  return "?";
 }
 
 std::vector<SkinnyIsa> supported_skinny_isas() {
@@ -334,8 +322,7 @@ SkinnyIsa skinny_isa() {
 }
 
 void set_skinny_isa(SkinnyIsa isa) {
-  check(skinny_isa_supported(isa), "[skinny] this CPU does not run the {} kernels",
-        skinny_isa_name(isa));
+  check(skinny_isa_supported(isa), "[skinny] this CPU does not run the {} kernels", enum_name(isa));
   active_isa().store(isa, std::memory_order_relaxed);
 }
 

@@ -40,7 +40,7 @@ template <typename Fn>
 void on_every_isa(Fn&& f) {
   const SkinnyIsa before = skinny_isa();
   for (SkinnyIsa isa : supported_skinny_isas()) {
-    SCOPED_TRACE(skinny_isa_name(isa));
+    SCOPED_TRACE(enum_name(isa));
     set_skinny_isa(isa);
     f();
   }
@@ -89,15 +89,14 @@ TEST(Skinny, KernelsAreChosenAtRunTime) {
   EXPECT_EQ(skinny_isa(), isas.back());
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  EXPECT_EQ(skinny_isa_supported(SkinnyIsa::avx512), __builtin_cpu_supports("avx512f") &&
-                                                         __builtin_cpu_supports("avx512bw") &&
-                                                         __builtin_cpu_supports("avx512vl") &&
-                                                         __builtin_cpu_supports("avx2"));
+  EXPECT_EQ(skinny_isa_supported(SkinnyIsa::avx512),
+            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2"));
 #endif
   for (SkinnyIsa isa :
        {SkinnyIsa::portable, SkinnyIsa::avx2, SkinnyIsa::avx512, SkinnyIsa::avx512_bf16})
     if (!skinny_isa_supported(isa)) {
-      EXPECT_THROW(set_skinny_isa(isa), Error) << skinny_isa_name(isa);
+      EXPECT_THROW(set_skinny_isa(isa), Error) << enum_name(isa);
     }
 }
 

@@ -293,19 +293,16 @@ json bench_routing(const BenchOptions& o, const std::vector<std::string>& famili
 std::vector<SkinnyIsa> kernel_list(const std::vector<std::string>& names) {
   std::vector<SkinnyIsa> isas;
   for (const std::string& name : names) {
-    const auto all = {SkinnyIsa::portable, SkinnyIsa::avx2, SkinnyIsa::avx512,
-                      SkinnyIsa::avx512_bf16};
-    const auto it = std::find_if(all.begin(), all.end(),
-                                 [&](SkinnyIsa i) { return name == skinny_isa_name(i); });
-    if (it == all.end())
-      throw UsageError(
-          fmt::format("[bench] --kernels: '{}' is not one of portable, avx2, avx512, "
-                      "avx512_bf16",
-                      name));
-    if (!skinny_isa_supported(*it))
+    SkinnyIsa isa{};
+    try {
+      isa = parse_enum<SkinnyIsa>(name);
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("[bench] --kernels: {}", e.what()));
+    }
+    if (!skinny_isa_supported(isa))
       throw UsageError(
           fmt::format("[bench] --kernels: this CPU does not run the {} kernels", name));
-    isas.push_back(*it);
+    isas.push_back(isa);
   }
   if (isas.empty()) isas.push_back(skinny_isa());
   return isas;
@@ -375,7 +372,7 @@ json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, Tor
           });
           const DecodeSpeed s = ours[k][ours[k].size() / 2];
           rows.push_back({{"layer", layer},
-                          {"kernels", skinny_isa_name(isas[k])},
+                          {"kernels", enum_name(isas[k])},
                           {"d_model", D},
                           {"d_ff", F},
                           {"weights", dtype_name(w)},
@@ -394,7 +391,7 @@ json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, Tor
             fmt::print(
                 "{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8.3f} {:>8.1f} {:>6} | {:>10} {:>7.2f}x | "
                 "{:>9} {:>7}\n",
-                layer, dtype_name(w), t, skinny_isa_name(isas[k]), ms(s.seconds), s.bytes / 1e9,
+                layer, dtype_name(w), t, enum_name(isas[k]), ms(s.seconds), s.bytes / 1e9,
                 s.bytes_per_s / 1e9,
                 s.bytes_per_s > bandwidth ? std::string("(>bw)")
                                           : fmt::format("{:.0f}%", 100 * s.bytes_per_s / bandwidth),

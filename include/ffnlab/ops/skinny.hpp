@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ffnlab/names.hpp"
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/tensor.hpp"
@@ -24,9 +25,17 @@ inline constexpr std::int64_t kSkinnyMaxTokens = 8;
 // at run time: the best this CPU runs. The AVX-512 sets change bf16 weights' kernel (avx512:
 // 16 bf16 widened at a time; avx512_bf16: pairs of bf16 into f32 sums by vdpbf16ps); f32
 // weights take the AVX2 kernel on every set above portable (skinny.cpp says why).
-enum class SkinnyIsa { portable, avx2, avx512, avx512_bf16 };
+enum class SkinnyIsa { portable, avx2, avx512, avx512_bf16, count };
+template <>
+struct EnumNames<SkinnyIsa> {
+  static constexpr auto table = name_table<SkinnyIsa>("skinny", "kernel set",
+                                                      {{SkinnyIsa::portable, "portable"},
+                                                       {SkinnyIsa::avx2, "avx2"},
+                                                       {SkinnyIsa::avx512, "avx512"},
+                                                       {SkinnyIsa::avx512_bf16, "avx512_bf16"}});
+};
+static_assert(EnumNames<SkinnyIsa>::table.complete());
 bool skinny_isa_supported(SkinnyIsa isa);
-const char* skinny_isa_name(SkinnyIsa isa);
 std::vector<SkinnyIsa> supported_skinny_isas();  // portable first, the best last
 // The kernels' instruction set now (every thread's); set_skinny_isa chooses another for tests
 // and benchmarks (Error "[skinny] this CPU does not run the X kernels" where the CPU lacks it).
