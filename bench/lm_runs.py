@@ -77,12 +77,23 @@ def ffnlab(a, variant, steps, seed, dtype, out, evaluate):
     return s["evaluations"][-1]["bits_per_byte"], s["median_tokens_per_second"], rss
 
 
-def torch(a, variant, steps, seed, evaluate):
-    """Trains with bench/torch_train.py; returns (validation bits/byte or None, median tokens/s,
-    peak RSS in MiB)."""
+def native_bf16():
+    """Whether this CPU multiplies bf16 natively (where it does not, PyTorch's bf16 autocast has
+    no fast kernel and takes many times f32's time)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def torch(a, variant, steps, seed, evaluate, dtype="f32"):
+    """Trains with bench/torch_train.py (bf16: under autocast); returns (validation bits/byte or
+    None, median tokens/s, peak RSS in MiB)."""
     cmd = [a.python, os.path.join(HERE, "torch_train.py"), "--variant", variant] + model_args(
         a, variant) + ["--steps", str(steps), "--seed", str(seed), "--threads", str(a.threads),
-                       "--data", a.data]
+                       "--data", a.data, "--dtype", dtype]
     if not evaluate:
         cmd.append("--skip-eval")
     out, rss = run_measured(cmd, capture=True)

@@ -11,6 +11,7 @@ loss 0.01) is the Mixtral-style block of tests/parity/torch_lm.py.
   PYTHONPATH=build/release/python /usr/bin/python3 bench/torch_train.py --from-ffnlab \
       --variant moe --seed 2 --warmup 50"""
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -56,6 +57,9 @@ def main():
                     help="initial weights and batches from ffnlab's Python module; ffnlab trains "
                          "the same run too")
     ap.add_argument("--skip-eval", action="store_true", help="time training only")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"],
+                    help="bf16: the forward under torch.autocast (bf16 products, f32 weights "
+                         "and optimizer), PyTorch's mixed precision on the CPU")
     a = ap.parse_args()
     if a.from_ffnlab:
         return from_ffnlab(a)
@@ -82,7 +86,8 @@ def main():
         ids, tgt = win[:, :-1].reshape(-1), win[:, 1:].reshape(-1)
         for g in opt.param_groups:
             g["lr"] = torch_lm.lr_at(step, 3e-3, a.warmup, a.steps, 0.1)
-        ce, aux = model(ids, tgt, S)
+        with precision(a.dtype):
+            ce, aux = model(ids, tgt, S)
         opt.zero_grad(set_to_none=True)
         (ce + aux).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -91,15 +96,22 @@ def main():
     times.sort()
     tps = B * S / times[len(times) // 2]
     if a.skip_eval:
-        print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median "
-              f"{tps:.0f} tokens/s over {a.steps} steps")
+        print(f"torch {a.dtype} {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: "
+              f"median {tps:.0f} tokens/s over {a.steps} steps")
         return
-    print(f"torch {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median {tps:.0f} "
-          f"tokens/s, validation {validation_bits(model, val, S, B):.4f} bits/byte after "
-          f"{a.steps} steps")
+    print(f"torch {a.dtype} {a.variant} d_ff {a.d_ff} seed {a.seed} init_std {a.init_std}: median "
+          f"{tps:.0f} tokens/s, validation {validation_bits(model, val, S, B, a.dtype):.4f} "
+          f"bits/byte after {a.steps} steps")
 
 
-def validation_bits(model, val, S, B):
+def precision(dtype):
+    """The forward's context: autocast to bf16, or nothing for f32."""
+    if dtype == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def validation_bits(model, val, S, B, dtype="f32"):
     """ffnlab's evaluation: consecutive windows over the whole validation part."""
     model.eval()
     total, n = 0.0, 0
@@ -109,7 +121,8 @@ def validation_bits(model, val, S, B):
             ws = range(w0, min(W, w0 + B))
             ids = torch.cat([val[w * S:w * S + S] for w in ws])
             tgt = torch.cat([val[w * S + 1:w * S + S + 1] for w in ws])
-            ce, _ = model(ids, tgt, S)
+            with precision(dtype):
+                ce, _ = model(ids, tgt, S)
             total += ce.item() * ids.numel()
             n += ids.numel()
     model.train()

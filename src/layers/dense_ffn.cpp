@@ -103,7 +103,7 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   y.ensure({T, D});
   saved_ = train;
   x_ = train ? x : Tensor();
-  if (streams(train, T, packed)) {
+  if (streams(train, T, packed, w_in.numel())) {
     // Decode: each weight row is read once, the mix done as its dot products finish.
     skinny_mix(h_, x, w_in, b_in, config_.act, branches_);
     skinny_linear(y, h_, w_out, b_out);

@@ -325,7 +325,7 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
     const Tensor w_in_e = slice(w_in, i, P, D), w_out_e = slice(w_out, i, D, F);
     const Tensor* b_in = config_.bias ? &bi : nullptr;
     const Tensor* b_out = config_.bias ? &bo : nullptr;
-    if (streams(train, xb.dim(0), packed)) {
+    if (streams(train, xb.dim(0), packed, w_in_e.numel())) {
       skinny_mix(h, xb, w_in_e, b_in, config_.act, branches);
       skinny_linear(o, h, w_out_e, b_out);
       return;

@@ -287,6 +287,14 @@ void check_operands(const Tensor& x, const Tensor& w, const Tensor* b, std::int6
 
 }  // namespace
 
+std::int64_t skinny_f32_max_rows(std::int64_t weight_elements, bool backward) {
+  // oneDNN takes 512-bit f32 products wherever the CPU has AVX-512 (the kernels' f32 stays
+  // 256-bit: dot_kernels says why).
+  static const bool wide_onednn = skinny_isa_supported(SkinnyIsa::avx512);
+  if (!wide_onednn || weight_elements <= kSkinnySmallWeight) return kSkinnyMaxTokens;
+  return backward ? 2 : 1;
+}
+
 bool skinny_isa_supported(SkinnyIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();

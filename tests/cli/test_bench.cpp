@@ -23,6 +23,14 @@ TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
   EXPECT_GE(j["machine"]["threads"].get<int>(), 1);
   const std::string bf16 = j["machine"]["bf16_products"];
   EXPECT_TRUE(bf16 == "native" || bf16 == "emulated") << bf16;
+  const double peak_f32 = j["machine"]["peak_f32_flops_per_s"],
+               peak_bf16 = j["machine"]["peak_bf16_flops_per_s"];
+  EXPECT_GT(peak_f32, 1e8);
+  if (bf16 == "emulated") {
+    EXPECT_EQ(peak_bf16, peak_f32);  // emulated bf16 multiplies in f32
+  } else {
+    EXPECT_GT(peak_bf16, 1e8);
+  }
 
   ASSERT_EQ(j["layers"].size(), 3u * 2u * 2u);  // variants x dtypes x token counts
   for (const auto& row : j["layers"]) {
@@ -39,6 +47,11 @@ TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
     if (of_bare > 1.05 || spread > 0.10) {
       EXPECT_TRUE(row["noisy"].get<bool>()) << row.dump();
     }
+    // Over the machine's peak at the row's precision; above 1 is flagged, never a finding.
+    const double peak = row["dtype"] == "bf16" ? peak_bf16 : peak_f32;
+    const double of_peak = row["forward_backward_of_peak"];
+    EXPECT_NEAR(of_peak, row["forward_backward_gflops"].get<double>() * 1e9 / peak, 1e-9 * of_peak);
+    EXPECT_EQ(row["of_peak_impossible"].get<bool>(), of_peak > 1.0) << row.dump();
   }
 
   // Decode at D 64, F 128, no bias, T = 1 (quick): SwiGLU reads gate, up and down
@@ -81,6 +94,8 @@ TEST_F(Cli, BenchPrintsTablesAndProgress) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("memory read bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of bare"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of peak"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GFLOP/s f32"), std::string::npos) << r.out;  // the peaks in the header
   EXPECT_EQ(r.out.find("Decode"), std::string::npos) << r.out;
   for (const char* v : {"relu ", "swiglu ", "moe "})
     EXPECT_NE(r.out.find(v), std::string::npos) << v;

@@ -13,6 +13,7 @@
 #include "../common/test_util.hpp"
 #include "ffnlab/layers/dense_ffn.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
+#include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/ref/activation_ref.hpp"
 #include "ffnlab/ops/ref/glu_ref.hpp"
 #include "ffnlab/ops/ref/linear_ref.hpp"
@@ -231,6 +232,46 @@ TEST(Skinny, RejectsWhatItCannotDo) {
   const Tensor x8 = test::random_tensor({2, 8}, 4);
   EXPECT_NE(test::error_of([&] { skinny_mix(h, x8, w, nullptr, Act{}, 1); }).find("expected 8"),
             std::string::npos);
+}
+
+// Where the kernels stop: small weights stream up to kSkinnyMaxTokens rows on every CPU; a
+// large one streams fewer rows where oneDNN's f32 products are 512-bit (bench/bench_skinny), and
+// the rows it does not stream go to oneDNN (a primitive appears). Both paths agree with the
+// reference at every row count.
+TEST(Skinny, LargeWeightsStreamFewerRowsWhereOneDnnIsWider) {
+  const bool wide = skinny_isa_supported(SkinnyIsa::avx512);
+  for (bool backward : {false, true}) {
+    EXPECT_EQ(skinny_f32_max_rows(kSkinnySmallWeight, backward), kSkinnyMaxTokens);
+    EXPECT_EQ(skinny_f32_max_rows(kSkinnySmallWeight + 1, backward),
+              wide ? (backward ? 2 : 1) : kSkinnyMaxTokens);
+  }
+  const std::int64_t I = 512;
+  for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T) {
+    SCOPED_TRACE(T);
+    // Another weight shape each time, so that a primitive of an earlier T cannot serve this one.
+    const std::int64_t O = 640 + T;  // > 320 Ki elements: larger than kSkinnySmallWeight
+    const Tensor w = test::random_tensor({O, I}, 41), b = test::random_tensor({O}, 42);
+    const auto wr = test::to_vector<double>(w), br = test::to_vector<double>(b);
+    const Tensor x = test::random_tensor({T, I}, 43 + T), dy = test::random_tensor({T, O}, 60 + T);
+    Tensor y({T, O}), dx({T, I}), dw({O, I}), db({O});
+    dw.zero();
+    db.zero();
+    const auto before = matmul_primitive_count();
+    linear_forward(y, x, w, &b);
+    EXPECT_EQ(matmul_primitive_count() == before, T <= skinny_f32_max_rows(O * I, false));
+    linear_backward(&dx, dw, &db, dy, x, w);
+
+    const auto xr = test::to_vector<double>(x), dyr = test::to_vector<double>(dy);
+    std::vector<double> yr(static_cast<std::size_t>(T * O)), dxr(static_cast<std::size_t>(T * I));
+    std::vector<double> dwr(static_cast<std::size_t>(O * I), 0.0), dbr(static_cast<std::size_t>(O));
+    ref::linear_forward<double>(yr.data(), xr.data(), wr.data(), br.data(), T, I, O);
+    ref::linear_backward<double>(dxr.data(), dwr.data(), dbr.data(), dyr.data(), xr.data(),
+                                 wr.data(), T, I, O);
+    EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6);
+    EXPECT_LT(test::scaled_error(dx.f32(), dxr.data(), dx.numel()), 2e-6);
+    EXPECT_LT(test::scaled_error(dw.f32(), dwr.data(), dw.numel()), 2e-6);
+    EXPECT_LT(test::scaled_error(db.f32(), dbr.data(), db.numel()), 2e-6);
+  }
 }
 
 // Every dense variant, both layouts, every decode token count: the streamed inference forward

@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/ops/matmul.hpp"
@@ -148,9 +149,23 @@ void check_layer_memory(const BenchOptions& o, const std::vector<std::string>& v
   }
 }
 
+// The machine's peak FLOP rate per product precision (measure_peak_flops), the layer table's
+// "of peak".
+struct Peaks {
+  double f32 = 0, bf16 = 0;
+  double of(Precision p) const { return p == Precision::bf16 ? bf16 : f32; }
+};
+
+// The layer's forward+backward rate over the peak: "97%", or "(>pk)" where the layer measured
+// faster than the loop that bounds it (that measurement was off, not the layer).
+std::string of_peak_text(double gflops, double peak_flops) {
+  const double r = gflops * 1e9 / peak_flops;
+  return r > 1.0 ? std::string("(>pk)") : fmt::format("{:.0f}%", 100 * r);
+}
+
 json bench_layers(const BenchOptions& o, const std::vector<std::string>& variants,
                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T,
-                  TorchWorker& torch) {
+                  TorchWorker& torch, const Peaks& peaks) {
   const std::int64_t D = o.shape[0], F = o.shape[1];
   json rows = json::array();
   if (!o.json_out) {
@@ -158,12 +173,13 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         "\nLayers at d_model {} and d_ff {} with bias (MoE: 8 experts of that width, top-2). Times "
         "are medians per call over {} alternating rounds; GFLOP/s counts "
         "the matrix products (ffnlab params); 'of bare' is the layer's rate over oneDNN's bare "
-        "products of the same shapes at the same precision; 'x torch' is PyTorch's time for the "
-        "same layer over ffnlab's, timed in the same rounds.\n\n",
+        "products of the same shapes at the same precision, 'of peak' over the machine's peak at "
+        "that precision (the header's); 'x torch' is PyTorch's time for the same layer over "
+        "ffnlab's, timed in the same rounds.\n\n",
         D, F, o.rounds);
-    fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} {:>7}\n", "variant",
-               "dtype", "T", "infer ms", "GFLOP/s", "x torch", "fwd+bwd ms", "GFLOP/s", "of bare",
-               "x torch");
+    fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} {:>7} {:>7}\n",
+               "variant", "dtype", "T", "infer ms", "GFLOP/s", "x torch", "fwd+bwd ms", "GFLOP/s",
+               "of bare", "of peak", "x torch");
   }
   const std::size_t total = variants.size() * precisions.size() * T.size();
   std::size_t done = 0;
@@ -196,13 +212,18 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         row.update(json::parse(to_json(s).dump()));
         if (ti > 0) row["torch_inference_s"] = ti;
         if (tf > 0) row["torch_forward_backward_s"] = tf;
+        const double of_peak = s.forward_backward_gflops * 1e9 / peaks.of(p);
+        row["forward_backward_of_peak"] = of_peak;
+        // Faster than the loop that bounds it: that measurement, not the layer, was off.
+        row["of_peak_impossible"] = of_peak > 1.0;
         rows.push_back(row);
         if (!o.json_out)
           fmt::print(
-              "{:<10} {:>5} {:>5} | {:>10} {:>8.1f} {:>7} | {:>10} {:>8.1f} {:>6.0f}% "
+              "{:<10} {:>5} {:>5} | {:>10} {:>8.1f} {:>7} | {:>10} {:>8.1f} {:>6.0f}% {:>7} "
               "{:>7}\n",
               v, enum_name(p), t, ms(s.inference_s), s.inference_gflops, speedup(ti, s.inference_s),
               ms(s.forward_backward_s), s.forward_backward_gflops, 100 * of_bare,
+              of_peak_text(s.forward_backward_gflops, peaks.of(p)),
               speedup(tf, s.forward_backward_s));
         std::fflush(stdout);
       }
@@ -420,16 +441,24 @@ void run_bench(BenchOptions o) {
   const std::int64_t bandwidth_bytes = o.bandwidth_mib << 20;
   const double bandwidth = measure_read_bandwidth(bandwidth_bytes, o.quick ? 0.25 : 1.0);
   const bool bf16_native = matmul_bf16_native();
+  Peaks peaks;
+  peaks.f32 = measure_peak_flops(false, o.quick ? 0.05 : 0.3);
+  peaks.bf16 = bf16_native ? measure_peak_flops(true, o.quick ? 0.05 : 0.3) : peaks.f32;
   json out;
-  out["machine"] = {{"threads", omp_get_max_threads()},
+  out["machine"] = {{"cpu", this_machine().describe()},
+                    {"threads", omp_get_max_threads()},
                     {"read_bandwidth_bytes_per_s", bandwidth},
+                    {"peak_f32_flops_per_s", peaks.f32},
+                    {"peak_bf16_flops_per_s", peaks.bf16},
                     {"bf16_products", bf16_native ? "native" : "emulated"}};
   out["budget_seconds"] = o.budget;
   if (!o.json_out)
     fmt::print(
-        "ffnlab bench: {} threads; memory read bandwidth {:.1f} GB/s (a parallel sum over {} MiB, "
-        "median); bf16 products {}.\n",
-        omp_get_max_threads(), bandwidth / 1e9, bandwidth_bytes >> 20,
+        "ffnlab bench on {}: {} threads; memory read bandwidth {:.1f} GB/s (a parallel sum over "
+        "{} MiB, median); peak {:.0f} GFLOP/s f32, {:.0f} bf16 (multiply-add loops in registers "
+        "on every thread); bf16 products {}.\n",
+        this_machine().describe(), omp_get_max_threads(), bandwidth / 1e9, bandwidth_bytes >> 20,
+        peaks.f32 / 1e9, peaks.bf16 / 1e9,
         bf16_native ? "native (oneDNN)"
                     : "emulated: oneDNN has no bf16 product for this CPU, so bf16 rounds the "
                       "inputs and multiplies in f32 (same values, f32 speed)");
@@ -450,7 +479,7 @@ void run_bench(BenchOptions o) {
                                  torch.hello().runtime.empty() ? "runtime not reported"
                                                                : torch.hello().runtime)
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
-  out["layers"] = bench_layers(o, variants, precisions, tokens, torch);
+  out["layers"] = bench_layers(o, variants, precisions, tokens, torch, peaks);
   if (!routings.empty()) out["routing"] = bench_routing(o, routings, precisions, tokens);
   if (o.decode) out["decode"] = bench_decode(o, kernels, torch);
   if (o.json_out) fmt::print("{}\n", out.dump(2));

@@ -19,4 +19,12 @@ struct Machine {
 // Read once per process (Linux: /proc/cpuinfo; elsewhere what the compiler's CPU checks tell).
 const Machine& this_machine();
 
+// The machine's peak arithmetic rate in FLOP/s with the current OpenMP threads: every thread runs
+// a loop of independent multiply-adds on registers (no memory) in the widest vectors this CPU
+// runs — f32 FMAs, or with `bf16` (on a CPU with native bf16) vdpbf16ps, 2 FLOPs per pair as
+// products count them — timed together (median over about `budget` seconds). No product can run
+// faster; `ffnlab bench` reports layers against it. bf16 without native bf16 returns the f32
+// rate (such products are emulated in f32).
+double measure_peak_flops(bool bf16, double budget);
+
 }  // namespace ffnlab

@@ -149,11 +149,12 @@ class FeedForward : public Layer {
   DType inference_weights() const { return inference_weights_; }
 
  protected:
-  // Whether an inference product over `rows` tokens streams its weights (ops/skinny.hpp): few
-  // enough rows, and weights in the storage the product wants (packed bf16, or f32 products).
-  bool streams(bool train, std::int64_t rows, bool packed) const {
-    return !train &&
-           (packed ? rows >= 1 && rows <= kSkinnyMaxTokens : skinny_fits(rows, precision_));
+  // Whether an inference forward over `rows` tokens streams its weights (ops/skinny.hpp): few
+  // enough rows for its up projection's `weight_elements`, and weights in the storage the
+  // product wants (packed bf16, or f32 products).
+  bool streams(bool train, std::int64_t rows, bool packed, std::int64_t weight_elements) const {
+    return !train && (packed ? rows >= 1 && rows <= kSkinnyMaxTokens
+                             : skinny_fits(rows, weight_elements, precision_));
   }
 
   Precision precision_ = Precision::f32;

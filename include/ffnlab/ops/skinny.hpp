@@ -6,7 +6,8 @@
 // allocation. linear_forward/linear_backward use them for f32 products of up to
 // kSkinnyMaxTokens rows, and the layers for their inference forwards and MoE expert blocks of
 // that size; larger T goes through oneDNN (ops/matmul). Reference: ref::linear_forward,
-// ref::linear_backward and ref::glu_forward; tests: tests/unit/test_skinny.cpp.
+// ref::linear_backward and ref::glu_forward; tests: tests/unit/test_skinny.cpp. On CPUs with
+// AVX-512 large f32 weights stream at fewer rows (skinny_f32_max_rows).
 #pragma once
 
 #include <cstdint>
@@ -42,10 +43,24 @@ std::vector<SkinnyIsa> supported_skinny_isas();  // portable first, the best las
 SkinnyIsa skinny_isa();
 void set_skinny_isa(SkinnyIsa isa);
 
-// Whether an f32 product over `rows` rows takes these kernels rather than oneDNN's (training
-// products and f32 inference; bf16 products stream only from weights packed in bf16).
-inline bool skinny_fits(std::int64_t rows, Precision precision) {
-  return precision == Precision::f32 && rows >= 1 && rows <= kSkinnyMaxTokens;
+// The most rows an f32 product with a weight of `weight_elements` streams through these kernels
+// rather than going to oneDNN, on this CPU (the backward: dx, dW and db together). Measured by
+// bench/bench_skinny (docs/benchmarks.md): where oneDNN's f32 products are 256-bit (AVX2) the
+// kernels win up to kSkinnyMaxTokens rows; where they are 512-bit (AVX-512) and the weight is
+// larger than kSkinnySmallWeight elements, oneDNN overtakes them from 2 rows forward and from 3
+// backward, so there the kernels take 1 row forward and 2 backward.
+std::int64_t skinny_f32_max_rows(std::int64_t weight_elements, bool backward);
+// Weights up to this many elements (1 MiB of f32: an L2's worth) stream up to kSkinnyMaxTokens
+// rows on every CPU: there the products are too small for oneDNN's fixed costs to pay off.
+inline constexpr std::int64_t kSkinnySmallWeight = std::int64_t{1} << 18;
+
+// Whether an f32 product over `rows` rows with a weight of `weight_elements` takes these kernels
+// rather than oneDNN's (training products and f32 inference; bf16 products stream only from
+// weights packed in bf16).
+inline bool skinny_fits(std::int64_t rows, std::int64_t weight_elements, Precision precision,
+                        bool backward = false) {
+  return precision == Precision::f32 && rows >= 1 &&
+         rows <= skinny_f32_max_rows(weight_elements, backward);
 }
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null; y += ... with accumulate).

@@ -1,0 +1,115 @@
+// Where the few-token kernels (ops/skinny) stop paying: f32 products of T = 1..8 rows through
+// skinny_linear / skinny_linear_backward against oneDNN's products of the same shapes (fixed
+// shape, and a run-time M as the MoE's expert blocks use), in alternating rounds. The layers
+// send every f32 product of up to skinny_f32_max_rows() rows to the kernels; this is the
+// measurement behind that limit (docs/benchmarks.md).
+//
+//   bench_skinny [--shapes 512x2048,2048x512,4096x14336] [--tokens 1,2,...,8] [--rounds 3]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "bench_cli.hpp"
+#include "bench_util.hpp"
+#include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/matmul.hpp"
+#include "ffnlab/ops/skinny.hpp"
+
+using namespace ffnlab;
+
+namespace {
+
+struct Shape2 {
+  std::int64_t in = 0, out = 0;
+};
+
+Shape2 parse_shape(const std::string& s) {
+  const auto x = s.find('x');
+  if (x == std::string::npos) throw CLI::ValidationError("--shapes", "want INxOUT, got " + s);
+  return {std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> shape_text{"512x2048", "2048x512", "4096x14336"};
+  std::vector<std::int64_t> tokens{1, 2, 3, 4, 5, 6, 7, 8};
+  int rounds = 3;
+  double budget = 0.2;
+  CLI::App app{
+      "f32 products of a few rows: the streaming kernels (ops/skinny) against oneDNN's "
+      "products of the same shapes, forward (y = x·Wᵀ + b) and backward (dx, dW, db), in "
+      "alternating rounds. Speed-ups above 1 mean the kernels are faster."};
+  app.add_option("--shapes", shape_text, "IN x OUT of the weight, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench::positive_option(app, "--tokens", tokens, "row counts, comma-separated")->delimiter(',');
+  bench::positive_option(app, "--rounds", rounds, "alternating rounds");
+  bench::add_seconds_option(app, budget);
+  CLI11_PARSE(app, argc, argv);
+  for (auto t : tokens)
+    if (t > kSkinnyMaxTokens) {
+      fmt::print(stderr, "bench_skinny: --tokens go up to {}\n", kSkinnyMaxTokens);
+      return 1;
+    }
+
+  fmt::print(
+      "f32, kernel set {}, median of {} alternating rounds ({} s each); x = oneDNN's time over "
+      "the kernels' (fixed shape / run-time M for the forward, fixed for the backward)\n\n",
+      enum_name(skinny_isa()), rounds, budget);
+  fmt::print("{:>12} {:>2} | {:>9} {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} {:>6}\n", "IN x OUT", "T",
+             "fwd us", "dnn us", "dnn-rt us", "x", "x rt", "bwd us", "dnn us", "x");
+  for (const auto& text : shape_text) {
+    const Shape2 s = parse_shape(text);
+    const Tensor w = bench::random({s.out, s.in}, 1), b = bench::random({s.out}, 2);
+    for (auto T : tokens) {
+      const Tensor x = bench::random({T, s.in}, 3), dy = bench::random({T, s.out}, 4);
+      Tensor y({T, s.out}), dx({T, s.in}), dw({s.out, s.in}), db({s.out});
+      std::vector<double> t[5];
+      for (int r = 0; r < rounds; ++r) {
+        t[0].push_back(bench::time_it([&] { skinny_linear(y, x, w, &b); }, budget));
+        t[1].push_back(bench::time_it(
+            [&] {
+              MatmulOptions o;
+              o.bias = &b;
+              matmul(y, x, Trans::no, w, Trans::yes, o);
+            },
+            budget));
+        t[2].push_back(bench::time_it(
+            [&] {
+              MatmulOptions o;
+              o.bias = &b;
+              o.dynamic_m = true;
+              matmul(y, x, Trans::no, w, Trans::yes, o);
+            },
+            budget));
+        t[3].push_back(
+            bench::time_it([&] { skinny_linear_backward(&dx, dw, &db, dy, x, w); }, budget));
+        t[4].push_back(bench::time_it(
+            [&] {
+              MatmulOptions o;
+              matmul(dx, dy, Trans::no, w, Trans::no, o);
+              o.accumulate = true;
+              matmul(dw, dy, Trans::yes, x, Trans::no, o);
+              bias_backward(db, dy);
+            },
+            budget));
+      }
+      double m[5];
+      for (int i = 0; i < 5; ++i) m[i] = median(t[i]) * 1e6;
+      fmt::print(
+          "{:>12} {:>2} | {:>9.1f} {:>9.1f} {:>9.1f} {:>5.2f}x {:>5.2f}x | {:>9.1f} {:>9.1f} "
+          "{:>5.2f}x\n",
+          text, T, m[0], m[1], m[2], m[1] / m[0], m[2] / m[0], m[3], m[4], m[4] / m[3]);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
