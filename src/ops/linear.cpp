@@ -17,6 +17,38 @@ bool skinny(const Tensor& x, const Tensor& w, Precision precision, bool backward
          w.dtype() == DType::f32;
 }
 
+// Products whose rows vary from call to call (an MoE's expert blocks) run as ⌊M/16⌋·16 rows and
+// the rest, each a fixed-shape oneDNN product: a block size is then one of at most M/16 + 15
+// shapes, each primitive created once in a run, and oneDNN's run-time-M primitive measured at
+// 60–70 % of a fixed-shape one's rate at 64–512 rows on an AVX-512 CPU (bench/bench_matmul).
+// Up to kSkinnyMaxTokens rows the run-time one is the faster (bench/bench_skinny) and stays.
+constexpr std::int64_t kRowQuantum = 16;
+
+// The rows [0, main) of a varying-row product that take one fixed shape; the rest [main, M)
+// another. main = 0 or M: one product of M rows.
+std::int64_t main_rows(std::int64_t M) {
+  return M / kRowQuantum * kRowQuantum;
+}
+
+// dx [T, I] = dy [T, O] · w [O, I], split like linear_forward's rows.
+void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision precision,
+                    bool varying_rows) {
+  const std::int64_t M = dy.dim(0), main = main_rows(M);
+  if (varying_rows && M > kSkinnyMaxTokens) {
+    if (main > 0 && main < M) {
+      Tensor head = dx.rows(0, main), tail = dx.rows(main, M);
+      input_gradient(head, dy.rows(0, main), w, precision, false);
+      input_gradient(tail, dy.rows(main, M), w, precision, true);
+      return;
+    }
+    varying_rows = false;
+  }
+  MatmulOptions opt;
+  opt.precision = precision;
+  opt.dynamic_m = varying_rows;
+  matmul(dx, dy, Trans::no, w, Trans::no, opt);
+}
+
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
@@ -29,13 +61,24 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
     if (act) activation_forward(y.f32(), y.f32(), y.numel(), *act);
     return;
   }
+  const std::int64_t M = x.dim(0);
+  if (varying_rows && M > kSkinnyMaxTokens) {
+    const std::int64_t main = main_rows(M);
+    if (main > 0 && main < M) {
+      Tensor head = y.rows(0, main), tail = y.rows(main, M);
+      linear_forward(head, x.rows(0, main), w, b, precision, act, false);
+      linear_forward(tail, x.rows(main, M), w, b, precision, act, true);
+      return;
+    }
+    varying_rows = false;  // one fixed shape: a whole multiple, or fewer than kRowQuantum rows
+  }
   MatmulOptions opt;
   opt.bias = b;
   opt.act = act;
   opt.precision = precision;
   // A few f32 rows that do not stream: oneDNN's run-time-M primitive measured up to 2.7× faster
   // than a fixed-shape one at 2 to 8 rows (bench/bench_skinny).
-  opt.dynamic_m = varying_rows || (precision == Precision::f32 && x.dim(0) <= kSkinnyMaxTokens);
+  opt.dynamic_m = varying_rows || (precision == Precision::f32 && M <= kSkinnyMaxTokens);
   matmul(y, x, Trans::no, w, Trans::yes, opt);
 }
 
@@ -70,13 +113,11 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
     skinny_linear_backward(dx, dw, db, dy, x, w);
     return;
   }
+  if (dx) input_gradient(*dx, dy, w, precision, varying_rows);
   MatmulOptions opt;
   opt.precision = precision;
-  opt.dynamic_m = varying_rows;  // dx: T rows
-  if (dx) matmul(*dx, dy, Trans::no, w, Trans::no, opt);
   opt.accumulate = true;
-  opt.dynamic_m = false;
-  opt.dynamic_k = varying_rows;  // dw: a sum over T
+  opt.dynamic_k = varying_rows;  // dw: a sum over T (a run-time K measured at the fixed rate)
   matmul(dw, dy, Trans::yes, x, Trans::no, opt);
   if (db) bias_backward(*db, dy);
 }

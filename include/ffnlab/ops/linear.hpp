@@ -9,8 +9,9 @@ namespace ffnlab {
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null); act, if given, is fused into the
 // product as a oneDNN post-op (inference: the pre-activation is not kept).
-// varying_rows: T changes from call to call (an MoE's expert blocks), so the oneDNN product is
-// built once for any T (a run-time dimension) instead of once per T.
+// varying_rows: T changes from call to call (an MoE's expert blocks): the product runs as
+// ⌊T/16⌋·16 rows and the rest, each a fixed shape, so a run creates few primitives (up to 8
+// rows: one run-time-dimension primitive for any T).
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     Precision precision = Precision::f32, const Act* act = nullptr,
                     bool varying_rows = false);
