@@ -30,12 +30,13 @@ def main():
     ap.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"],
                     help="ffnlab product precisions to time")
     ap.add_argument("--torch-dtypes", nargs="+", choices=["f32", "bf16"],
-                    default=["f32", "bf16"] if lm_runs.native_bf16() else ["f32"],
-                    help="PyTorch precisions to time (bf16: autocast); default f32, and bf16 "
-                         "where the CPU has native bf16")
+                    help="PyTorch precisions to time (bf16: autocast); default: those of "
+                         "--dtypes, bf16 only where the CPU has native bf16")
     ap.add_argument("--steps", type=int, default=60, help="steps per run (the median is kept)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs per side")
     a = ap.parse_args()
+    if a.torch_dtypes is None:
+        a.torch_dtypes = [dt for dt in a.dtypes if dt == "f32" or lm_runs.native_bf16()] or ["f32"]
     lm_runs.require([(a.ffnlab, "ffnlab binary"), (a.python, "PyTorch interpreter")])
 
     rates, rss = {}, {}
@@ -68,15 +69,18 @@ def main():
         sides = ["ffnlab " + dt for dt in a.dtypes] + ["torch " + dt for dt in a.torch_dtypes]
         for side in sides:
             dt = side.split()[1]
-            ref = "torch " + dt if "torch " + dt in sides else "torch " + a.torch_dtypes[0]
-            base = statistics.median(rates[(v, ref)])
-            base_rss = max(rss[(v, ref)])
+            ref = next((r for r in ("torch " + dt, "torch f32") if r in sides), None)
             xs = rates[(v, side)]
             med = statistics.median(xs)
             each = ", ".join(f"{x:,.0f}" for x in xs)
             peak = max(rss[(v, side)])
-            print(f"| {v}, d_ff {m['d_ff'][v]} | {side} | {med:,.0f} | {each} | {med / base:.2f}x "
-                  f"| {peak:,.0f} | {peak / base_rss:.2f}x |")
+            if ref is None:  # only PyTorch bf16 ran: no reference at f32
+                ratio = ratio_rss = "-"
+            else:
+                ratio = f"{med / statistics.median(rates[(v, ref)]):.2f}x"
+                ratio_rss = f"{peak / max(rss[(v, ref)]):.2f}x"
+            print(f"| {v}, d_ff {m['d_ff'][v]} | {side} | {med:,.0f} | {each} | {ratio} "
+                  f"| {peak:,.0f} | {ratio_rss} |")
 
 
 if __name__ == "__main__":

@@ -133,19 +133,22 @@ def main():
         r = json.loads(line)
         if r.get("free"):
             layers.clear()
+            torch_at_best.release_memory()
             print(json.dumps({"freed": True}), flush=True)
             continue
         key = json.dumps({k: v for k, v in r.items()
                           if k not in ("tokens", "pass", "budget", "dtype")}, sort_keys=True)
         if key not in layers:
+            layers.clear()
+            torch_at_best.release_memory()  # the last layer's memory, before measuring what is left
             params = r.get("params", 0)
-            need = params * (2 if r.get("weights") == "bf16" else 4) * 1.25
+            # bf16 weights are built in f32 and then converted: both copies at once.
+            need = params * (4 + 2 if r.get("weights") == "bf16" else 4) * 1.25
             if need > 0.8 * available_bytes():
                 print(json.dumps({"skipped": f"needs {need / 2**30:.1f} GiB, more than 80% of "
                                              f"the {available_bytes() / 2**30:.1f} GiB available"}),
                       flush=True)
                 continue
-            layers.clear()
             m = build(torch, r)
             if r.get("weights") == "bf16":
                 m = m.to(torch.bfloat16)

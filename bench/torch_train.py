@@ -61,6 +61,8 @@ def main():
                     help="bf16: the forward under torch.autocast (bf16 products, f32 weights "
                          "and optimizer), PyTorch's mixed precision on the CPU")
     a = ap.parse_args()
+    if a.from_ffnlab and a.dtype != "f32":
+        sys.exit("--from-ffnlab compares f32 arithmetic; --dtype bf16 is for timing runs")
     if a.from_ffnlab:
         return from_ffnlab(a)
     if a.variant == "moe":

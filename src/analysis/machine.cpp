@@ -31,7 +31,8 @@ Machine detect() {
   };
   if (!flags.empty()) {
     m.isa = has("avx512f") ? "AVX-512" : has("avx2") ? "AVX2" : "other";
-    m.bf16 = has("avx512_bf16") || has("amx_bf16");
+    m.amx = has("amx_bf16");
+    m.bf16 = has("avx512_bf16") || m.amx;
   } else {
     __builtin_cpu_init();
     m.isa = __builtin_cpu_supports("avx512f") ? "AVX-512"

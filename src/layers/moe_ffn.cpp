@@ -314,10 +314,10 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   if (!fused_act) c.ap.ensure({rows_here, P});
   c.hp.ensure({rows_here, F});
   c.op.ensure({rows_here, D});
-  // In inference an expert block of at most kSkinnyMaxTokens rows (every block in decode, most
-  // at small T) streams its expert's weights once with the mix fused (ops/skinny); otherwise
-  // linear_forward, which streams few-row f32 products too and gives larger blocks one oneDNN
-  // product for any block size.
+  // In inference an expert block of a few rows (every block in decode, most at small T; how few:
+  // skinny_f32_max_rows) streams its expert's weights once with the mix fused (ops/skinny);
+  // otherwise linear_forward, which streams few-row f32 products too and runs larger blocks as
+  // a few fixed-shape oneDNN products (varying_rows).
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;
     const Tensor xb = rows(c.xp), bi = in_bias(i), bo = out_bias(i);

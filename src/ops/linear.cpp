@@ -2,6 +2,7 @@
 #include "ffnlab/ops/linear.hpp"
 
 #include <algorithm>
+#include <bit>
 
 #include "check.hpp"
 #include "ffnlab/ops/activation.hpp"
@@ -17,23 +18,25 @@ bool skinny(const Tensor& x, const Tensor& w, Precision precision, bool backward
          w.dtype() == DType::f32;
 }
 
-// Products whose rows vary from call to call (an MoE's expert blocks) run as ⌊M/16⌋·16 rows and
-// the rest, each a fixed-shape oneDNN product: a block size is then one of at most M/16 + 15
-// shapes, each primitive created once in a run, and oneDNN's run-time-M primitive measured at
-// 60–70 % of a fixed-shape one's rate at 64–512 rows on an AVX-512 CPU (bench/bench_matmul).
-// Up to kSkinnyMaxTokens rows the run-time one is the faster (bench/bench_skinny) and stays.
-constexpr std::int64_t kRowQuantum = 16;
-
-// The rows [0, main) of a varying-row product that take one fixed shape; the rest [main, M)
-// another. main = 0 or M: one product of M rows.
+// Products whose rows vary from call to call (an MoE's expert blocks) run as fixed-shape oneDNN
+// products: the rows rounded down to a multiple of q = max(16, 2^⌊log2 M⌋ / 8), then the rest the
+// same way, so that a block size is one of at most 8 shapes per doubling of M plus 16 below,
+// each primitive created once (the cache holds 1024). oneDNN's run-time-M primitive measured at
+// 60–70 % of a fixed-shape one's rate at 64–512 rows on an AVX-512 CPU (bench/bench_matmul); up
+// to kSkinnyMaxTokens rows it is the faster one (bench/bench_skinny) and serves every M.
 std::int64_t main_rows(std::int64_t M) {
-  return M / kRowQuantum * kRowQuantum;
+  const std::int64_t q =
+      std::max<std::int64_t>(16, std::bit_floor(static_cast<std::uint64_t>(M)) / 8);
+  return M / q * q;
 }
 
 // dx [T, I] = dy [T, O] · w [O, I], split like linear_forward's rows.
 void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision precision,
                     bool varying_rows) {
   const std::int64_t M = dy.dim(0), main = main_rows(M);
+  check(dx.rank() == 2 && dx.dim(0) == M && dx.dim(1) == w.dim(1),
+        "[linear] dx {} does not fit dy {} and weight {}", shape_string(dx.shape()),
+        shape_string(dy.shape()), shape_string(w.shape()));
   if (varying_rows && M > kSkinnyMaxTokens) {
     if (main > 0 && main < M) {
       Tensor head = dx.rows(0, main), tail = dx.rows(main, M);
@@ -63,6 +66,9 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   }
   const std::int64_t M = x.dim(0);
   if (varying_rows && M > kSkinnyMaxTokens) {
+    check(y.rank() == 2 && y.dim(0) == M && y.dim(1) == w.dim(0),
+          "[linear] output {} does not fit input {} and weight {}", shape_string(y.shape()),
+          shape_string(x.shape()), shape_string(w.shape()));
     const std::int64_t main = main_rows(M);
     if (main > 0 && main < M) {
       Tensor head = y.rows(0, main), tail = y.rows(main, M);
@@ -70,7 +76,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
       linear_forward(tail, x.rows(main, M), w, b, precision, act, true);
       return;
     }
-    varying_rows = false;  // one fixed shape: a whole multiple, or fewer than kRowQuantum rows
+    varying_rows = false;  // one fixed shape: a whole multiple of its quantum
   }
   MatmulOptions opt;
   opt.bias = b;

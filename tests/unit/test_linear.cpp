@@ -65,6 +65,55 @@ TEST(Linear, MatchesReferenceInF32AndBf16) {
       }
 }
 
+// Rows that vary from call to call (an MoE's expert blocks) run as fixed-shape parts and a rest
+// of a few rows (streamed, or oneDNN's run-time-M product for a weight too large to stream on
+// AVX-512 CPUs, and always in bf16): every split gives the reference's values, forward with a
+// fused activation and backward.
+TEST(Linear, VaryingRowsMatchTheReferenceAtEverySplit) {
+  std::uint64_t seed = 900;
+  const Act relu{Activation::relu};
+  for (std::int64_t O : {24, 520})  // 520 · 512 > 2^18: not streamed past one row on AVX-512
+    for (Precision p : {Precision::f32, Precision::bf16})
+      for (std::int64_t T : {9, 15, 16, 17, 40, 147}) {
+        const std::int64_t I = 512;
+        const Tensor x = test::random_tensor({T, I}, seed++);
+        const Tensor w = test::random_tensor({O, I}, seed++, 0.05f);
+        const Tensor b = test::random_tensor({O}, seed++);
+        const Tensor dy = test::random_tensor({T, O}, seed++);
+        Tensor dw = test::random_tensor({O, I}, seed++);
+        const Result r = reference(x, w, b, dy, true, dw);
+        Tensor y({T, O}), act_y({T, O}), dx({T, I}), db({O});
+        linear_forward(y, x, w, &b, p, nullptr, /*varying_rows=*/true);
+        linear_forward(act_y, x, w, &b, p, &relu, /*varying_rows=*/true);
+        linear_backward(&dx, dw, &db, dy, x, w, p, /*varying_rows=*/true);
+        const double tol = p == Precision::f32 ? 1e-5 : 2e-2;
+        const auto where = ::testing::Message() << "T=" << T << " O=" << O << " " << enum_name(p);
+        EXPECT_LT(test::scaled_error(y.f32(), r.y.data(), y.numel()), tol) << where;
+        std::vector<double> act_ref(r.y.size());
+        for (std::size_t k = 0; k < r.y.size(); ++k) act_ref[k] = std::max(0.0, r.y[k]);
+        EXPECT_LT(test::scaled_error(act_y.f32(), act_ref.data(), act_y.numel()), tol) << where;
+        EXPECT_LT(test::scaled_error(dx.f32(), r.dx.data(), dx.numel()), tol) << where;
+        EXPECT_LT(test::scaled_error(dw.f32(), r.dw.data(), dw.numel()), tol) << where;
+        EXPECT_LT(test::scaled_error(db.f32(), r.db.data(), db.numel()), 1e-5) << where;
+      }
+}
+
+// Every block size of a run is one of few fixed shapes: M = 9 ... 3000 adds a bounded number of
+// primitives (one per size would be 2992), and a wrongly sized output is refused.
+TEST(Linear, VaryingRowsCreateFewPrimitives) {
+  const Tensor w = test::random_tensor({8, 4}, 1), x = test::random_tensor({3000, 4}, 2);
+  Tensor y;
+  const auto before = matmul_primitive_count();
+  for (std::int64_t m = 9; m <= 3000; ++m) {
+    y.resize({m, 8});
+    linear_forward(y, x.rows(0, m), w, nullptr, Precision::f32, nullptr, /*varying_rows=*/true);
+  }
+  EXPECT_LE(matmul_primitive_count() - before, 100);
+  Tensor wrong({41, 8});
+  EXPECT_THROW(linear_forward(wrong, x.rows(0, 40), w, nullptr, Precision::f32, nullptr, true),
+               Error);
+}
+
 TEST(Linear, FusedActivationMatchesSeparateOne) {
   const Tensor x = test::random_tensor({9, 21}, 5);
   const Tensor w = test::random_tensor({31, 21}, 6, 0.3f);
@@ -112,8 +161,8 @@ TEST(Linear, PrimitivesAreCreatedOncePerShape) {
   Tensor y2({15, 7});
   linear_forward(y2, x.rows(0, 15), w, nullptr);
   EXPECT_EQ(matmul_primitive_count(), after_first + 1);
-  // f32 products of up to kSkinnyMaxTokens rows stream the weights (ops/skinny): no primitive,
-  // forward or backward.
+  // f32 products of up to kSkinnyMaxTokens rows with a small weight stream it (ops/skinny): no
+  // primitive, forward or backward.
   Tensor y8({8, 7}), dx({8, 10}), dw({7, 10});
   dw.zero();
   linear_forward(y8, x.rows(0, 8), w, nullptr);

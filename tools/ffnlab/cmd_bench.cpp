@@ -159,6 +159,7 @@ struct Peaks {
 // The layer's forward+backward rate over the peak: "97%", or "(>pk)" where the layer measured
 // faster than the loop that bounds it (that measurement was off, not the layer).
 std::string of_peak_text(double gflops, double peak_flops) {
+  if (peak_flops <= 0) return "-";
   const double r = gflops * 1e9 / peak_flops;
   return r > 1.0 ? std::string("(>pk)") : fmt::format("{:.0f}%", 100 * r);
 }
@@ -212,10 +213,12 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         row.update(json::parse(to_json(s).dump()));
         if (ti > 0) row["torch_inference_s"] = ti;
         if (tf > 0) row["torch_forward_backward_s"] = tf;
-        const double of_peak = s.forward_backward_gflops * 1e9 / peaks.of(p);
-        row["forward_backward_of_peak"] = of_peak;
-        // Faster than the loop that bounds it: that measurement, not the layer, was off.
-        row["of_peak_impossible"] = of_peak > 1.0;
+        if (peaks.of(p) > 0) {  // 0: not measured (AMX)
+          const double of_peak = s.forward_backward_gflops * 1e9 / peaks.of(p);
+          row["forward_backward_of_peak"] = of_peak;
+          // Faster than the loop that bounds it: that measurement, not the layer, was off.
+          row["of_peak_impossible"] = of_peak > 1.0;
+        }
         rows.push_back(row);
         if (!o.json_out)
           fmt::print(
@@ -339,7 +342,8 @@ json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, Tor
         "such experts, top-2. 'read' is the weights the tokens need (MoE: the router and the "
         "chosen experts); 'of bw' is GB/s over the memory read bandwidth measured in the same "
         "rounds ('(>bw)': above it, so that measurement was off, not a finding); 'kernels' the "
-        "few-token kernels' instruction set (--kernels); 'oneDNN' is "
+        "few-token kernels' instruction set (--kernels), or oneDNN where f32 weights of this "
+        "size do not stream at T tokens on this CPU; 'oneDNN ms' is "
         "its f32 products of the same shapes (T rows) on the same weights; 'torch' is PyTorch's "
         "module with its weights in the same dtype, timed in alternating rounds.\n\n",
         D, F);
@@ -392,8 +396,13 @@ json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, Tor
             return a.seconds < b.seconds;
           });
           const DecodeSpeed s = ours[k][ours[k].size() / 2];
+          // f32 weights this large may not stream at t tokens here (skinny_f32_max_rows).
+          const FFNConfig dense = c.kind == FFNKind::moe ? expert_config(c) : c;
+          const bool streamed =
+              w != DType::f32 || skinny_fits(t, dense.in_width() * D, Precision::f32);
+          const std::string kernels = streamed ? std::string(enum_name(isas[k])) : "oneDNN";
           rows.push_back({{"layer", layer},
-                          {"kernels", enum_name(isas[k])},
+                          {"kernels", kernels},
                           {"d_model", D},
                           {"d_ff", F},
                           {"weights", dtype_name(w)},
@@ -412,8 +421,7 @@ json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, Tor
             fmt::print(
                 "{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8.3f} {:>8.1f} {:>6} | {:>10} {:>7.2f}x | "
                 "{:>9} {:>7}\n",
-                layer, dtype_name(w), t, enum_name(isas[k]), ms(s.seconds), s.bytes / 1e9,
-                s.bytes_per_s / 1e9,
+                layer, dtype_name(w), t, kernels, ms(s.seconds), s.bytes / 1e9, s.bytes_per_s / 1e9,
                 s.bytes_per_s > bandwidth ? std::string("(>bw)")
                                           : fmt::format("{:.0f}%", 100 * s.bytes_per_s / bandwidth),
                 ms(s.bare_seconds), s.bare_seconds / s.seconds, ts > 0 ? ms(ts) : "-",
@@ -455,10 +463,12 @@ void run_bench(BenchOptions o) {
   if (!o.json_out)
     fmt::print(
         "ffnlab bench on {}: {} threads; memory read bandwidth {:.1f} GB/s (a parallel sum over "
-        "{} MiB, median); peak {:.0f} GFLOP/s f32, {:.0f} bf16 (multiply-add loops in registers "
-        "on every thread); bf16 products {}.\n",
+        "{} MiB, median); peak {:.0f} GFLOP/s f32, {} (multiply-add loops in registers on every "
+        "thread); bf16 products {}.\n",
         this_machine().describe(), omp_get_max_threads(), bandwidth / 1e9, bandwidth_bytes >> 20,
-        peaks.f32 / 1e9, peaks.bf16 / 1e9,
+        peaks.f32 / 1e9,
+        peaks.bf16 > 0 ? fmt::format("{:.0f} bf16", peaks.bf16 / 1e9)
+                       : std::string("bf16 not measured (AMX tiles outrun any vector loop)"),
         bf16_native ? "native (oneDNN)"
                     : "emulated: oneDNN has no bf16 product for this CPU, so bf16 rounds the "
                       "inputs and multiplies in f32 (same values, f32 speed)");
@@ -493,7 +503,8 @@ void add_bench_command(CLI::App& app) {
       "bench",
       "Speed of every FFN variant and MoE on this machine, f32 and bf16: inference and "
       "forward+backward at the tutorial's shape (d_model 512, d_ff 2048; --shape) for several "
-      "token counts, as GFLOP/s and as a share of oneDNN's bare products of the same shapes; "
+      "token counts, as GFLOP/s and as a share of oneDNN's bare products of the same shapes and "
+      "of the machine's peak (multiply-add loops, measured at the start); "
       "decode (one and eight tokens) of a 4096/14336 SwiGLU and an 8-expert MoE of it, as GB/s "
       "of weights read and as a share of the memory read bandwidth; every routing family on "
       "the MoE (--routings) against the bare products of the rows its experts ran; and "

@@ -143,8 +143,9 @@ class FeedForward : public Layer {
   // of the current weights in bf16, packed once: half the bytes to read per token, products in
   // bf16 with f32 accumulation. f32 (the default) drops it and reads the weights themselves. The
   // copy is a snapshot: call this again after changing the weights; a training forward drops it
-  // (the weights are about to change). Inference forwards of up to kSkinnyMaxTokens tokens
-  // stream the weights once (ops/skinny.hpp) from either storage.
+  // (the weights are about to change). Inference forwards of a few tokens stream the weights
+  // once (ops/skinny.hpp) from either storage: up to kSkinnyMaxTokens from bf16, and from f32
+  // as many as skinny_f32_max_rows allows.
   virtual void set_inference_weights(DType dtype) = 0;
   DType inference_weights() const { return inference_weights_; }
 

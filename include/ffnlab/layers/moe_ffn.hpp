@@ -15,9 +15,9 @@
 // Expert weights are stacked: W_in [E, P, D] with P = F (plain) or 2F (glu: gate rows, then up
 // rows), W_out [E, D, F]; each expert's slices carry Hugging Face per-expert names
 // (experts.{e}.gate_proj.weight, ...), so checkpoints load without conversion. Every product
-// is one oneDNN call per non-empty expert block; an expert with no tokens costs nothing. An
-// inference forward of at most kSkinnyMaxTokens tokens streams only the chosen experts'
-// weights, once each (ops/skinny.hpp).
+// is one or a few oneDNN calls per non-empty expert block (linear_forward's varying rows); an
+// expert with no tokens costs nothing. An inference forward of a few tokens streams only the
+// chosen experts' weights, once each (ops/skinny.hpp, skinny_f32_max_rows).
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 

@@ -1,6 +1,7 @@
 // Linear (fully connected) op: y = x·Wᵀ + b with W stored like torch.nn.Linear.weight, [O, I].
-// Products go through ops/matmul (oneDNN), f32 products of at most kSkinnyMaxTokens rows through
-// ops/skinny (they stream the weights once); the scalar reference is ops/ref/linear_ref.hpp.
+// Products go through ops/matmul (oneDNN), f32 products of a few rows through ops/skinny (they
+// stream the weights once; skinny_f32_max_rows says how few); the scalar reference is
+// ops/ref/linear_ref.hpp.
 #pragma once
 
 #include "ffnlab/ops/matmul.hpp"
@@ -9,9 +10,10 @@ namespace ffnlab {
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null); act, if given, is fused into the
 // product as a oneDNN post-op (inference: the pre-activation is not kept).
-// varying_rows: T changes from call to call (an MoE's expert blocks): the product runs as
-// ⌊T/16⌋·16 rows and the rest, each a fixed shape, so a run creates few primitives (up to 8
-// rows: one run-time-dimension primitive for any T).
+// varying_rows: T changes from call to call (an MoE's expert blocks): the product runs as a few
+// fixed-shape parts (the rows rounded down to a multiple of max(16, 2^⌊log2 T⌋/8), then the
+// rest), so a run creates few primitives; up to 8 rows one run-time-dimension primitive serves
+// any T.
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     Precision precision = Precision::f32, const Act* act = nullptr,
                     bool varying_rows = false);

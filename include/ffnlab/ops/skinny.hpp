@@ -4,10 +4,10 @@
 // activation and gated mix in registers; the backward reads each weight row once for dx and
 // each gradient row once for dW. Nothing else is touched: no primitive, no packing, no scratch
 // allocation. linear_forward/linear_backward use them for f32 products of up to
-// kSkinnyMaxTokens rows, and the layers for their inference forwards and MoE expert blocks of
-// that size; larger T goes through oneDNN (ops/matmul). Reference: ref::linear_forward,
-// ref::linear_backward and ref::glu_forward; tests: tests/unit/test_skinny.cpp. On CPUs with
-// AVX-512 large f32 weights stream at fewer rows (skinny_f32_max_rows).
+// kSkinnyMaxTokens rows (on CPUs with AVX-512, fewer for large weights: skinny_f32_max_rows),
+// and the layers for their inference forwards and MoE expert blocks of that size; larger T goes
+// through oneDNN (ops/matmul). Reference: ref::linear_forward, ref::linear_backward and
+// ref::glu_forward; tests: tests/unit/test_skinny.cpp.
 #pragma once
 
 #include <cstdint>
