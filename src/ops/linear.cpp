@@ -22,7 +22,7 @@ bool skinny(const Tensor& x, const Tensor& w, Precision precision, bool backward
 // products: the rows rounded down to a multiple of q = max(16, 2^⌊log2 M⌋ / 8), then the rest the
 // same way, so that a block size is one of at most 8 shapes per doubling of M plus 16 below,
 // each primitive created once (the cache holds 1024). oneDNN's run-time-M primitive measured at
-// 60–70 % of a fixed-shape one's rate at 64–512 rows on an AVX-512 CPU (bench/bench_matmul); up
+// 44–85 % of a fixed-shape one's rate at 64–512 rows on an AVX-512 CPU (bench/bench_matmul); up
 // to kSkinnyMaxTokens rows it is the faster one (bench/bench_skinny) and serves every M.
 std::int64_t main_rows(std::int64_t M) {
   const std::int64_t q =
