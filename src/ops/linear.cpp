@@ -23,11 +23,19 @@ bool skinny(const Tensor& x, const Tensor& w, Precision precision, bool backward
 // same way, so that a block size is one of at most 8 shapes per doubling of M plus 16 below,
 // each primitive created once (the cache holds 1024). oneDNN's run-time-M primitive measured at
 // 44–85 % of a fixed-shape one's rate at 64–512 rows on an AVX-512 CPU (bench/bench_matmul); up
-// to kSkinnyMaxTokens rows it is the faster one (bench/bench_skinny) and serves every M.
+// to kSkinnyMaxTokens rows few_rows_runtime_m chooses (bench/bench_skinny).
 std::int64_t main_rows(std::int64_t M) {
   const std::int64_t q =
       std::max<std::int64_t>(16, std::bit_floor(static_cast<std::uint64_t>(M)) / 8);
   return M / q * q;
+}
+
+// Whether an f32 product of M <= kSkinnyMaxTokens rows that does not stream takes oneDNN's
+// run-time-M primitive rather than a fixed-shape one (bench/bench_skinny, Zen 4): the run-time
+// one measured up to 2.7× faster at 2–8 rows on weights up to about 10 M elements and at 2–3 rows
+// on any, the fixed one 1.1–1.8× faster from 4 rows on larger weights (23 M and 117 M).
+bool few_rows_runtime_m(std::int64_t M, std::int64_t weight_elements) {
+  return M <= 3 || weight_elements <= (std::int64_t{1} << 23);
 }
 
 // dx [T, I] = dy [T, O] · w [O, I], split like linear_forward's rows.
@@ -82,9 +90,11 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   opt.bias = b;
   opt.act = act;
   opt.precision = precision;
-  // A few f32 rows that do not stream: oneDNN's run-time-M primitive measured up to 2.7× faster
-  // than a fixed-shape one at 2 to 8 rows (bench/bench_skinny).
-  opt.dynamic_m = varying_rows || (precision == Precision::f32 && M <= kSkinnyMaxTokens);
+  // A few f32 rows that do not stream take whichever primitive measured faster for them
+  // (few_rows_runtime_m); up to 8 rows are at most 8 fixed shapes when they vary.
+  opt.dynamic_m = precision == Precision::f32 && M <= kSkinnyMaxTokens
+                      ? few_rows_runtime_m(M, w.numel())
+                      : varying_rows;
   matmul(y, x, Trans::no, w, Trans::yes, opt);
 }
 

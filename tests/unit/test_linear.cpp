@@ -98,6 +98,25 @@ TEST(Linear, VaryingRowsMatchTheReferenceAtEverySplit) {
       }
 }
 
+// A few rows of a weight too large for the run-time-M primitive to pay from 4 rows (more than
+// 2^23 elements) take a fixed-shape one there: the values are the reference's either way.
+TEST(Linear, FewRowsOfAVeryLargeWeightMatchTheReference) {
+  const std::int64_t I = 4096, O = 2049;  // 8.4 M elements
+  const Tensor w = test::random_tensor({O, I}, 31, 0.02f), b = test::random_tensor({O}, 32);
+  const auto w64 = test::to_vector<double>(w), b64 = test::to_vector<double>(b);
+  for (std::int64_t T : {2, 5, 8})
+    for (bool varying : {false, true}) {
+      const Tensor x = test::random_tensor({T, I}, 40 + T);
+      const auto x64 = test::to_vector<double>(x);
+      std::vector<double> want(static_cast<std::size_t>(T * O));
+      ref::linear_forward<double>(want.data(), x64.data(), w64.data(), b64.data(), T, I, O);
+      Tensor y({T, O});
+      linear_forward(y, x, w, &b, Precision::f32, nullptr, varying);
+      EXPECT_LT(test::scaled_error(y.f32(), want.data(), y.numel()), 1e-5)
+          << "T=" << T << " varying=" << varying;
+    }
+}
+
 // Every block size of a run is one of few fixed shapes: M = 9 ... 3000 adds a bounded number of
 // primitives (one per size would be 2992), and a wrongly sized output is refused.
 TEST(Linear, VaryingRowsCreateFewPrimitives) {

@@ -12,8 +12,8 @@ namespace ffnlab {
 // product as a oneDNN post-op (inference: the pre-activation is not kept).
 // varying_rows: T changes from call to call (an MoE's expert blocks): the product runs as a few
 // fixed-shape parts (the rows rounded down to a multiple of max(16, 2^⌊log2 T⌋/8), then the
-// rest), so a run creates few primitives; up to 8 rows one run-time-dimension primitive serves
-// any T.
+// rest), so a run creates few primitives; up to 8 rows, one run-time-dimension primitive or a
+// fixed shape per T, whichever measured faster for the weight's size.
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     Precision precision = Precision::f32, const Act* act = nullptr,
                     bool varying_rows = false);

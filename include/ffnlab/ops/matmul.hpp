@@ -34,7 +34,7 @@ struct MatmulOptions {
   // (milliseconds to create) per value. bench/bench_matmul measures both (docs/benchmarks.md):
   // a run-time K runs at the fixed rate; a run-time M did on an earlier AVX-512 CPU at 800+ rows
   // but at 44–85 % of it at 64–512 rows on a Zen 4, so linear_forward splits varying rows into
-  // a few fixed shapes instead and keeps a run-time M for up to 8 rows.
+  // a few fixed shapes instead, and up to 8 rows chooses by the rows and the weight's size.
   bool dynamic_m = false;
   bool dynamic_k = false;
 };
