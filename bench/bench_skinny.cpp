@@ -8,11 +8,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/ops/skinny.hpp"
@@ -25,15 +28,14 @@ struct Shape2 {
   std::int64_t in = 0, out = 0;
 };
 
+// "512x2048" → {512, 2048}; in = out = 0 for anything else.
 Shape2 parse_shape(const std::string& s) {
-  const auto x = s.find('x');
-  if (x == std::string::npos) throw CLI::ValidationError("--shapes", "want INxOUT, got " + s);
-  return {std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  std::int64_t in = 0, out = 0;
+  char x = 0, rest = 0;
+  if (std::sscanf(s.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &in, &x, &out, &rest) != 3 || x != 'x' ||
+      in < 1 || out < 1)
+    return {};
+  return {in, out};
 }
 
 }  // namespace
@@ -59,15 +61,26 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "bench_skinny: --tokens go up to {}\n", kSkinnyMaxTokens);
       return 1;
     }
+  std::vector<Shape2> shapes;
+  for (const auto& text : shape_text) {
+    shapes.push_back(parse_shape(text));
+    if (shapes.back().in == 0) {
+      fmt::print(stderr, "bench_skinny: --shapes wants IN x OUT such as 512x2048, got '{}'\n",
+                 text);
+      return 1;
+    }
+  }
 
   fmt::print(
-      "f32, kernel set {}, median of {} alternating rounds ({} s each); x = oneDNN's time over "
+      "f32 (kernel set {}: f32 weights take its AVX2 kernel), median of {} alternating rounds ({} "
+      "s each); x = oneDNN's time over "
       "the kernels' (fixed shape / run-time M for the forward, fixed for the backward)\n\n",
       enum_name(skinny_isa()), rounds, budget);
   fmt::print("{:>12} {:>2} | {:>9} {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} {:>6}\n", "IN x OUT", "T",
              "fwd us", "dnn us", "dnn-rt us", "x", "x rt", "bwd us", "dnn us", "x");
-  for (const auto& text : shape_text) {
-    const Shape2 s = parse_shape(text);
+  for (std::size_t k = 0; k < shapes.size(); ++k) {
+    const std::string& text = shape_text[k];
+    const Shape2 s = shapes[k];
     const Tensor w = bench::random({s.out, s.in}, 1), b = bench::random({s.out}, 2);
     for (auto T : tokens) {
       const Tensor x = bench::random({T, s.in}, 3), dy = bench::random({T, s.out}, 4);
