@@ -1,8 +1,12 @@
 // oneDNN's own packed weight layout (format_tag::any + one reorder) against the plain [N, K]
-// layout that ffnlab's products read, for the products of an FFN layer: the measurement behind
-// the choice not to pack weights for training (docs/benchmarks.md). Both in the same run.
+// layout, for the products of an FFN layer, in f32 or bf16, both in the same run: the
+// measurement behind packing the weights of training products once per optimizer step
+// (docs/benchmarks.md). In bf16 the reorder also converts the f32 weights, which a plain bf16
+// product converts on every call: "convert/prod" is that conversion's share. The dW product
+// (dyᵀ·x) has no weight operand, so nothing to pack: its rate is printed for comparison.
 //
-//   bench_packed [--d-model 512] [--d-ff 2048] [--tokens 8,512,6400] [--seconds 0.5]
+//   bench_packed [--d-model 512] [--d-ff 2048] [--tokens 8,512,6400] [--dtype f32]
+//                [--seconds 0.5]
 #include <fmt/format.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -16,36 +20,65 @@ using dnnl::memory;
 namespace {
 
 struct Result {
-  double plain_s, packed_s, reorder_s;
+  double plain_s, packed_s, reorder_s, convert_s;
 };
 
-// C [M, N] = A [M, K] · B, with B stored [N, K] (read transposed, as y = x·Wᵀ) or [K, N].
-Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool b_transposed, double budget) {
+// A row-major [rows, cols] tensor's contents in oneDNN's type dt (bf16: rounded to nearest even).
+std::vector<std::uint16_t> as_bf16(const Tensor& t) {
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(t.numel()));
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    out[static_cast<std::size_t>(i)] = f32_to_bf16(t.f32()[i]);
+  return out;
+}
+
+// C [M, N] = A [M, K] · B, with B stored [N, K] (read transposed, as y = x·Wᵀ) or [K, N]. A is
+// stored [M, K], or [K, M] read transposed (dW = dyᵀ·x, whose B is not a weight: then only the
+// plain product is timed).
+Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed, bool b_transposed,
+               bool bf16, double budget) {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   static dnnl::stream strm(eng);
+  const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const Tensor a = bench::random({M, K}, 1), b = bench::random({N, K}, 2);
   Tensor c({M, N});
-  const memory::desc a_md({M, K}, memory::data_type::f32, memory::dims{K, 1});
-  const memory::desc b_md({K, N}, memory::data_type::f32,
-                          b_transposed ? memory::dims{1, K} : memory::dims{N, 1});
+  std::vector<std::uint16_t> a16 = as_bf16(a), b16 = as_bf16(b);
+  void* a_ptr = bf16 ? static_cast<void*>(a16.data()) : const_cast<float*>(a.f32());
+  void* b_ptr = bf16 ? static_cast<void*>(b16.data()) : const_cast<float*>(b.f32());
+  const memory::desc a_md({M, K}, dt, a_transposed ? memory::dims{1, M} : memory::dims{K, 1});
+  const memory::dims b_strides = b_transposed ? memory::dims{1, K} : memory::dims{N, 1};
+  const memory::desc b_md({K, N}, dt, b_strides);
+  const memory::desc b_f32({K, N}, memory::data_type::f32, b_strides);
   const memory::desc c_md({M, N}, memory::data_type::f32, memory::dims{N, 1});
-  memory am(a_md, eng, const_cast<float*>(a.f32())), bm(b_md, eng, const_cast<float*>(b.f32())),
+  memory am(a_md, eng, a_ptr), bm(b_md, eng, b_ptr), bm32(b_f32, eng, const_cast<float*>(b.f32())),
       cm(c_md, eng, c.f32());
   dnnl::matmul plain(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), eng));
-  const memory::desc any({K, N}, memory::data_type::f32, memory::format_tag::any);
-  const auto packed_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, any, c_md), eng);
-  dnnl::matmul packed(packed_pd);
-  memory bp(packed_pd.weights_desc(), eng);
-  Result r;
-  r.reorder_s = bench::time_it(
-      [&] {
-        dnnl::reorder(bm, bp).execute(strm, bm, bp);
-        strm.wait();
-      },
-      budget);
+  Result r{};
   r.plain_s = bench::time_it(
       [&] {
         plain.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+        strm.wait();
+      },
+      budget);
+  if (a_transposed) return r;
+  if (bf16) {  // what a plain bf16 product of f32 weights adds on every call (as ops/matmul)
+    std::vector<std::uint16_t> converted(b16.size());
+    r.convert_s = bench::time_it(
+        [&] {
+          const float* src = b.f32();
+          std::uint16_t* dst = converted.data();
+          const std::int64_t n = b.numel();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+          for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+        },
+        budget);
+  }
+  const memory::desc any({K, N}, dt, memory::format_tag::any);
+  const auto packed_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, any, c_md), eng);
+  dnnl::matmul packed(packed_pd);
+  memory bp(packed_pd.weights_desc(), eng);
+  r.reorder_s = bench::time_it(  // from the f32 master weights, as a training step would
+      [&] {
+        dnnl::reorder(bm32, bp).execute(strm, bm32, bp);
         strm.wait();
       },
       budget);
@@ -63,31 +96,53 @@ Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool b_transposed
 int main(int argc, char** argv) {
   std::int64_t D = 512, F = 2048;
   std::vector<std::int64_t> tokens{8, 512, 6400};
+  std::string dtype = "f32";
   double budget = 0.5;
   CLI::App app{"oneDNN's packed weight layout against the plain one, for an FFN's products."};
   bench::positive_option(app, "--d-model", D, "model width D");
   bench::positive_option(app, "--d-ff", F, "hidden width F");
   bench::positive_option(app, "--tokens", tokens, "token counts, comma-separated")->delimiter(',');
+  app.add_option("--dtype", dtype, "product precision: f32 or bf16 (bf16 products, f32 weights)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   bench::add_seconds_option(app, budget);
   CLI11_PARSE(app, argc, argv);
+  const bool bf16 = dtype == "bf16";
+  if (bf16 && !matmul_bf16_native()) {
+    fmt::print(stderr,
+               "bench_packed: this CPU has no native bf16 products (oneDNN needs AVX-512 "
+               "with bf16, or AMX)\n");
+    return 1;
+  }
 
-  fmt::print("{:<28} {:>6} {:>12} {:>12} {:>8} {:>14}\n", "product", "T", "plain GF/s",
-             "packed GF/s", "packed/", "reorder/prod");
+  fmt::print(
+      "{} products; packed/ = plain time over packed time; reorder (f32 plain -> packed{}) "
+      "and convert (f32 -> bf16) as a share of one packed product\n",
+      dtype, bf16 ? " bf16" : "");
+  fmt::print("{:<28} {:>6} {:>12} {:>12} {:>8} {:>13} {:>13}\n", "product", "T", "plain GF/s",
+             "packed GF/s", "packed/", "reorder/prod", "convert/prod");
   for (std::int64_t T : tokens) {
     struct Case {
       const char* name;
-      std::int64_t K, N;
-      bool transposed;
+      std::int64_t M, K, N;
+      bool a_transposed, b_transposed;
     };
-    const Case cases[] = {{"up:   x[T,D] . W_in^T", D, F, true},
-                          {"down: h[T,F] . W_out^T", F, D, true},
-                          {"dx:   da[T,F] . W_in", F, D, false}};
+    const Case cases[] = {{"up:   x[T,D] . W_in^T", T, D, F, false, true},
+                          {"down: h[T,F] . W_out^T", T, F, D, false, true},
+                          {"dx:   da[T,F] . W_in", T, F, D, false, false},
+                          {"dW:   da^T . x  (no weight)", F, T, D, true, false}};
     for (const Case& c : cases) {
-      const Result r = compare(T, c.K, c.N, c.transposed, budget);
-      const double flops = 2.0 * static_cast<double>(T) * c.K * c.N;
-      fmt::print("{:<28} {:>6} {:>12.1f} {:>12.1f} {:>7.3f}x {:>13.1f}%\n", c.name, T,
+      const Result r = compare(c.M, c.K, c.N, c.a_transposed, c.b_transposed, bf16, budget);
+      const double flops = 2.0 * static_cast<double>(c.M) * c.K * c.N;
+      if (c.a_transposed) {
+        fmt::print("{:<28} {:>6} {:>12.1f} {:>12} {:>8} {:>13} {:>13}\n", c.name, T,
+                   flops / r.plain_s / 1e9, "-", "-", "-", "-");
+        continue;
+      }
+      fmt::print("{:<28} {:>6} {:>12.1f} {:>12.1f} {:>7.3f}x {:>12.1f}% {:>13}\n", c.name, T,
                  flops / r.plain_s / 1e9, flops / r.packed_s / 1e9, r.plain_s / r.packed_s,
-                 100 * r.reorder_s / r.packed_s);
+                 100 * r.reorder_s / r.packed_s,
+                 bf16 ? fmt::format("{:.1f}%", 100 * r.convert_s / r.packed_s) : "-");
     }
   }
   return 0;

@@ -147,20 +147,29 @@ void round_to_bf16(float* dst, const float* src, std::int64_t n) {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return clone();
-  Tensor t(shape_, dtype);
-  const std::int64_t n = numel();
-  if (dtype == DType::bf16) {
-    const float* src = f32();
-    std::uint16_t* dst = t.bf16();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-  } else {
-    const std::uint16_t* src = bf16();
-    float* dst = t.f32();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
-  }
+  Tensor t;
+  t.assign_converted(*this, dtype);
   return t;
+}
+
+void Tensor::assign_converted(const Tensor& src, DType dtype) {
+  check(this != &src, "[tensor] cannot convert a tensor into itself");
+  if (dtype_ != dtype || !defined()) *this = Tensor(src.shape(), dtype);
+  ensure(src.shape());
+  const std::int64_t n = src.numel();
+  if (dtype == src.dtype()) {
+    if (n) std::memcpy(data_, src.data_, nbytes());
+  } else if (dtype == DType::bf16) {
+    const float* in = src.f32();
+    std::uint16_t* out = bf16();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (std::int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+  } else {
+    const std::uint16_t* in = src.bf16();
+    float* out = f32();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (std::int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+  }
 }
 
 void Tensor::fill(float value) {

@@ -79,6 +79,9 @@ class Tensor {
 
   Tensor clone() const;
   Tensor to(DType dtype) const;
+  // to() into this tensor: it becomes src's values in `dtype`, with src's shape, reusing its
+  // memory when it already holds `dtype` (a workspace converted into on every call).
+  void assign_converted(const Tensor& src, DType dtype);
   void fill(float value);
   void zero();
 

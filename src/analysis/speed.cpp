@@ -90,9 +90,15 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   const std::int64_t R =
       moe ? std::max<std::int64_t>(1, std::llround(K * static_cast<double>(T))) : T;
   const std::int64_t P = dense.in_width(), F = dense.d_ff;
-  const Tensor xr = random_normal({R, D}, 4), dyr = random_normal({R, D}, 5);
-  Tensor a({R, P}), h({R, F}), w_in({P, D}), w_out({D, F}), out({R, D}), dw_in({P, D}),
-      dw_out({D, F});
+  // The bare products read their operands as a product at this precision does at best: bf16
+  // products read bf16 tensors (converted here, once), not f32 ones converted on every call.
+  auto operand = [&](Shape shape, std::uint64_t seed) {
+    const Tensor t = random_normal(std::move(shape), seed);
+    return precision == Precision::bf16 ? t.to(DType::bf16) : t;
+  };
+  const Tensor xr = operand({R, D}, 4), dyr = operand({R, D}, 5), a = operand({R, P}, 6),
+               h = operand({R, F}, 7), w_in = operand({P, D}, 8), w_out = operand({D, F}, 9);
+  Tensor a_out({R, P}), h_out({R, F}), out({R, D}), dw_in({P, D}), dw_out({D, F});
   MatmulOptions plain;
   plain.precision = precision;
   MatmulOptions acc = plain;
@@ -123,13 +129,13 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
         each, cold));
     mm_fwd.push_back(median_seconds(
         [&] {
-          matmul(a, xr, Trans::no, w_in, Trans::yes, plain);
+          matmul(a_out, xr, Trans::no, w_in, Trans::yes, plain);
           matmul(out, h, Trans::no, w_out, Trans::yes, plain);
         },
         each, cold));
     mm_bwd.push_back(median_seconds(
         [&] {
-          matmul(h, dyr, Trans::no, w_out, Trans::no, plain);
+          matmul(h_out, dyr, Trans::no, w_out, Trans::no, plain);
           matmul(dw_out, dyr, Trans::yes, h, Trans::no, acc);
           matmul(out, a, Trans::no, w_in, Trans::no, plain);
           matmul(dw_in, a, Trans::yes, xr, Trans::no, acc);

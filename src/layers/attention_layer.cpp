@@ -56,11 +56,16 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq) {
   x_ = x;
   seq_ = seq;
   qkv_.ensure({x.dim(0), 3 * D});
-  linear_forward(qkv_, x, w_qkv_, config_.bias ? &b_qkv_ : nullptr, precision_);
+  // A bf16 product's operands converted once, for the backward's products too.
+  linear_forward(qkv_, product_operand(x, precision_, x16_),
+                 product_operand(w_qkv_, precision_, w_qkv16_), config_.bias ? &b_qkv_ : nullptr,
+                 precision_);
   if (config_.rope) rope_forward(qkv_, seq, 2 * D, D / config_.heads, config_.rope_theta);
   attention_forward(a_, cache_, qkv_, seq, config_.heads, config_.causal, precision_);
   y.ensure({x.dim(0), D});
-  linear_forward(y, a_, w_o_, config_.bias ? &b_o_ : nullptr, precision_);
+  linear_forward(y, product_operand(a_, precision_, a16_),
+                 product_operand(w_o_, precision_, w_o16_), config_.bias ? &b_o_ : nullptr,
+                 precision_);
 }
 
 void Attention::backward(Tensor& dx, const Tensor& dy) {
@@ -68,11 +73,16 @@ void Attention::backward(Tensor& dx, const Tensor& dy) {
   const std::int64_t D = config_.d_model;
   Tensor& da = scratch(Scratch::attn_da, a_.shape());
   Tensor& dqkv = scratch(Scratch::attn_dqkv, {x_.dim(0), 3 * D});
-  linear_backward(&da, dw_o_, config_.bias ? &db_o_ : nullptr, dy, a_, w_o_, precision_);
+  const bool bf16 = precision_ == Precision::bf16;  // the forward's bf16 operands
+  linear_backward(&da, dw_o_, nullptr, product_operand(dy, precision_, g16_), bf16 ? a16_ : a_,
+                  bf16 ? w_o16_ : w_o_, precision_);
+  if (config_.bias) bias_backward(db_o_, dy);
   attention_backward(dqkv, da, cache_, seq_, config_.heads, config_.causal, precision_);
   if (config_.rope) rope_backward(dqkv, seq_, 2 * D, D / config_.heads, config_.rope_theta);
   dx.ensure(x_.shape());
-  linear_backward(&dx, dw_qkv_, config_.bias ? &db_qkv_ : nullptr, dqkv, x_, w_qkv_, precision_);
+  linear_backward(&dx, dw_qkv_, nullptr, product_operand(dqkv, precision_, g16_), bf16 ? x16_ : x_,
+                  bf16 ? w_qkv16_ : w_qkv_, precision_);
+  if (config_.bias) bias_backward(db_qkv_, dqkv);
 }
 
 double Attention::entropy() const {

@@ -109,16 +109,21 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
     skinny_linear(y, h_, w_out, b_out);
     return;
   }
+  // A bf16 product's operands are converted once here, not in every product (x and the weights
+  // feed the backward's products too; h feeds dW_out).
+  const Tensor& x_op = product_operand(x, precision, x16_);
+  const Tensor& w_in_op = product_operand(w_in, precision, w_in16_);
   if (mix_in_epilogue(config_.act, branches_, train)) {
     // The activation is the up projection's epilogue (a oneDNN post-op). Inference keeps
     // nothing; training keeps h only when act' is a function of h (ReLU: h > 0).
-    linear_forward(h_, x, w_in, b_in, precision, &config_.act);
+    linear_forward(h_, x_op, w_in_op, b_in, precision, &config_.act);
   } else {
     a_.ensure({T, in_width_});
-    linear_forward(a_, x, w_in, b_in, precision);
+    linear_forward(a_, x_op, w_in_op, b_in, precision);
     mix_forward(h_, a_, config_.act, branches_);
   }
-  linear_forward(y, h_, w_out, b_out, precision);
+  linear_forward(y, product_operand(h_, precision, h16_),
+                 product_operand(w_out, precision, w_out16_), b_out, precision);
 }
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
@@ -129,9 +134,19 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   Tensor& dh = scratch(Scratch::ffn_dh, {T, F});
   Tensor& da = scratch(Scratch::ffn_da, {T, in_width_});
   dx.ensure({T, D});
-  linear_backward(&dh, dw_out_, config_.bias ? &db_out_ : nullptr, dy, h_, w_out_, precision_);
+  // The forward's operands: bf16 copies of x, h and the weights in a bf16 product.
+  const bool bf16 = precision_ == Precision::bf16;
+  const Tensor& x_op = bf16 ? x16_ : x_;
+  const Tensor& h_op = bf16 ? h16_ : h_;
+  const Tensor& w_in_op = bf16 ? w_in16_ : w_in_;
+  const Tensor& w_out_op = bf16 ? w_out16_ : w_out_;
+  linear_backward(&dh, dw_out_, nullptr, product_operand(dy, precision_, g16_), h_op, w_out_op,
+                  precision_);
+  if (config_.bias) bias_backward(db_out_, dy);
   mix_backward(da, dh, a_, h_, config_.act, branches_);
-  linear_backward(&dx, dw_in_, config_.bias ? &db_in_ : nullptr, da, x_, w_in_, precision_);
+  linear_backward(&dx, dw_in_, nullptr, product_operand(da, precision_, g16_), x_op, w_in_op,
+                  precision_);
+  if (config_.bias) bias_backward(db_in_, da);
 }
 
 FFNStats DenseFFN::stats() const {

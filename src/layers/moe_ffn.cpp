@@ -318,18 +318,26 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   // skinny_f32_max_rows) streams its expert's weights once with the mix fused (ops/skinny);
   // otherwise linear_forward, which streams few-row f32 products too and runs larger blocks as
   // a few fixed-shape oneDNN products (varying_rows).
+  // A bf16 training forward converts the rows and the expert stacks once, for its products and
+  // its backward's (inference converts in each product: few blocks may run).
+  const bool once = train && precision == Precision::bf16;
+  const Tensor& xs = once ? product_operand(c.xp, precision, c.xp16) : c.xp;
+  const Tensor& w_in_s = once ? product_operand(w_in, precision, w_in16_) : w_in;
+  const Tensor& w_out_s = once ? product_operand(w_out, precision, w_out16_) : w_out;
+  if (once && c.hp16.dtype() != DType::bf16) c.hp16 = Tensor({rows_here, F}, DType::bf16);
+  if (once) c.hp16.ensure({rows_here, F});
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;
-    const Tensor xb = rows(c.xp), bi = in_bias(i), bo = out_bias(i);
+    const Tensor bi = in_bias(i), bo = out_bias(i);
     Tensor h = rows(c.hp), o = rows(c.op);
-    const Tensor w_in_e = slice(w_in, i, P, D), w_out_e = slice(w_out, i, D, F);
     const Tensor* b_in = config_.bias ? &bi : nullptr;
     const Tensor* b_out = config_.bias ? &bo : nullptr;
-    if (streams(train, xb.dim(0), packed, w_in_e.numel())) {
-      skinny_mix(h, xb, w_in_e, b_in, config_.act, branches);
-      skinny_linear(o, h, w_out_e, b_out);
+    if (streams(train, rows(c.xp).dim(0), packed, P * D)) {
+      skinny_mix(h, rows(c.xp), slice(w_in, i, P, D), b_in, config_.act, branches);
+      skinny_linear(o, h, slice(w_out, i, D, F), b_out);
       return;
     }
+    const Tensor xb = rows(xs), w_in_e = slice(w_in_s, i, P, D), w_out_e = slice(w_out_s, i, D, F);
     if (fused_act) {
       // Plain experts: the activation is the up projection's epilogue (oneDNN post-op), as in
       // DenseFFN; training keeps h only when act' is a function of h.
@@ -339,7 +347,13 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
       linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
       mix_forward(h, a, config_.act, branches);
     }
-    linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
+    if (once) {
+      Tensor h16 = rows(c.hp16);
+      h16.assign_converted(h, DType::bf16);
+      linear_forward(o, h16, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
+    } else {
+      linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
+    }
   });
 }
 
@@ -498,20 +512,34 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
   Tensor& dhp = scratch(Scratch::moe_dhp, {rows_here, F});
   Tensor& dap = scratch(Scratch::moe_dap, {rows_here, P});
   Tensor& dxp = scratch(Scratch::moe_dxp, {rows_here, D});
+  // bf16: the forward's converted rows and stacks, and each gradient converted once.
+  const bool bf16 = precision_ == Precision::bf16;
+  const Tensor& xs = bf16 ? c.xp16 : c.xp;
+  const Tensor& hs = bf16 ? c.hp16 : c.hp;
+  const Tensor& w_in_s = bf16 ? w_in16_ : w_.in;
+  const Tensor& w_out_s = bf16 ? w_out16_ : w_.out;
+  const Tensor& dops = product_operand(dop, precision_, g16_);
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;  // its place in the held experts' stacks
     Tensor dh = rows(dhp), dw = slice(dw_.out, i, D, F);
-    Tensor db = config_.bias ? dw_.out_bias.view(i * D, {D}) : Tensor();
-    linear_backward(&dh, dw, config_.bias ? &db : nullptr, rows(dop), rows(c.hp),
-                    slice(w_.out, i, D, F), precision_, /*varying_rows=*/true);
+    linear_backward(&dh, dw, nullptr, rows(dops), rows(hs), slice(w_out_s, i, D, F), precision_,
+                    /*varying_rows=*/true);
+    if (config_.bias) {
+      Tensor db = dw_.out_bias.view(i * D, {D});
+      bias_backward(db, rows(dop));
+    }
   });
   if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
+  const Tensor& daps = product_operand(dap, precision_, g16_);
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;
     Tensor dxe = rows(dxp), dw = slice(dw_.in, i, P, D);
-    Tensor db = config_.bias ? dw_.in_bias.view(i * P, {P}) : Tensor();
-    linear_backward(&dxe, dw, config_.bias ? &db : nullptr, rows(dap), rows(c.xp),
-                    slice(w_.in, i, P, D), precision_, /*varying_rows=*/true);
+    linear_backward(&dxe, dw, nullptr, rows(daps), rows(xs), slice(w_in_s, i, P, D), precision_,
+                    /*varying_rows=*/true);
+    if (config_.bias) {
+      Tensor db = dw_.in_bias.view(i * P, {P});
+      bias_backward(db, rows(dap));
+    }
   });
   return dxp;
 }

@@ -188,7 +188,9 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
     z = &z_;
   }
   logits_.ensure({T, config_.vocab});
-  linear_forward(logits_, *z, head_, nullptr, precision_);
+  // In bf16, z and the head converted once for the backward's products too.
+  linear_forward(logits_, product_operand(*z, precision_, z16_),
+                 product_operand(head_, precision_, head16_), nullptr, precision_);
   if (targets.empty()) return 0.0;
   return cross_entropy_forward(probs_, logits_, targets);
 }
@@ -201,7 +203,9 @@ void TransformerLM::backward(float scale, float aux_scale,
   cross_entropy_backward(dlogits_, probs_, targets_, scale);
   const Tensor& z = final_norm_ ? z_ : xs_[L];
   dz_.ensure(z.shape());
-  linear_backward(&dz_, dhead_, nullptr, dlogits_, z, head_, precision_);
+  const bool bf16 = precision_ == Precision::bf16;
+  linear_backward(&dz_, dhead_, nullptr, product_operand(dlogits_, precision_, dlogits16_),
+                  bf16 ? z16_ : z, bf16 ? head16_ : head_, precision_);
   Tensor* d = &dz_;
   if (final_norm_) {
     final_norm_->backward(dx_a_, dz_);

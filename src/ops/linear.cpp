@@ -98,6 +98,12 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   matmul(y, x, Trans::no, w, Trans::yes, opt);
 }
 
+const Tensor& product_operand(const Tensor& t, Precision precision, Tensor& buffer) {
+  if (precision == Precision::f32 || t.dtype() == DType::bf16) return t;
+  buffer.assign_converted(t, DType::bf16);
+  return buffer;
+}
+
 void bias_backward(Tensor& db, const Tensor& dy) {
   const std::int64_t T = dy.dim(0), O = dy.dim(1);
   check(db.numel() == O, "[linear] bias gradient has {} elements, dy has {} columns", db.numel(),

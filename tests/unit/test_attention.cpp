@@ -2,9 +2,14 @@
 // reference, backward against central differences of the reference.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/layers/attention_layer.hpp"
 #include "ffnlab/ops/attention.hpp"
+#include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/positions.hpp"
 #include "ffnlab/ops/ref/attention_ref.hpp"
 #include "ffnlab/ops/ref/linear_ref.hpp"
 
@@ -82,4 +87,52 @@ TEST(Attention, FutureTokensDoNotChangeThePast) {
   for (std::int64_t i = 0; i < (S - 1) * D; ++i) EXPECT_EQ(out1.f32()[i], out2.f32()[i]);
   EXPECT_NE(out1.f32()[(S - 1) * D], out2.f32()[(S - 1) * D]);
   EXPECT_THROW(attention_forward(out1, cache, qkv, 4, H), Error);
+}
+
+TEST(Attention, Bf16LayerConvertsEachOperandOnceWithTheSameValues) {
+  // The layer converts x, a, the weights and the gradients once for all the products that read
+  // them; the ops converting their own f32 operands in every product compute the same bits.
+  for (bool rope : {false, true}) {
+    AttentionConfig config;
+    config.d_model = 32;
+    config.heads = 4;
+    config.rope = rope;
+    Attention attn(config, 5);
+    attn.set_precision(Precision::bf16);
+    const std::int64_t S = 24, T = 3 * S, D = config.d_model;
+    const Tensor x = test::random_tensor({T, D}, 6), dy = test::random_tensor({T, D}, 7);
+    Tensor y, dx;
+    attn.forward(y, x, S);
+    attn.backward(dx, dy);
+
+    auto& ps = attn.parameters();
+    const Tensor w_qkv = ps.value_span("q_proj.weight", {3 * D, D});
+    const Tensor b_qkv = ps.value_span("q_proj.bias", {3 * D});
+    const Tensor& w_o = ps.at("o_proj.weight").value;
+    const Tensor& b_o = ps.at("o_proj.bias").value;
+    const Precision bf16 = Precision::bf16;
+    AttentionCache cache;
+    Tensor qkv({T, 3 * D}), a, ry({T, D}), da({T, D}), dqkv({T, 3 * D}), rdx({T, D});
+    Tensor dw_qkv({3 * D, D}), db_qkv({3 * D}), dw_o({D, D}), db_o({D});
+    linear_forward(qkv, x, w_qkv, &b_qkv, bf16);
+    const std::int64_t hd = D / config.heads;
+    if (rope) rope_forward(qkv, S, 2 * D, hd, config.rope_theta);
+    attention_forward(a, cache, qkv, S, config.heads, true, bf16);
+    linear_forward(ry, a, w_o, &b_o, bf16);
+    linear_backward(&da, dw_o, &db_o, dy, a, w_o, bf16);
+    attention_backward(dqkv, da, cache, S, config.heads, true, bf16);
+    if (rope) rope_backward(dqkv, S, 2 * D, hd, config.rope_theta);
+    linear_backward(&rdx, dw_qkv, &db_qkv, dqkv, x, w_qkv, bf16);
+
+    auto same = [&](const Tensor& got, const Tensor& want, const char* name) {
+      ASSERT_EQ(got.numel(), want.numel()) << name;
+      EXPECT_EQ(0, std::memcmp(got.raw(), want.raw(), got.nbytes())) << name << " rope " << rope;
+    };
+    same(y, ry, "y");
+    same(dx, rdx, "dx");
+    same(ps.grad_span("q_proj.weight", {3 * D, D}), dw_qkv, "dW_qkv");
+    same(ps.grad_span("q_proj.bias", {3 * D}), db_qkv, "db_qkv");
+    same(ps.at("o_proj.weight").grad, dw_o, "dW_o");
+    same(ps.at("o_proj.bias").grad, db_o, "db_o");
+  }
 }

@@ -2,10 +2,14 @@
 // reference layer, the reference against central differences, inference against training.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/dense_ffn.hpp"
 #include "ffnlab/layers/ref/dense_ffn_ref.hpp"
+#include "ffnlab/ops/glu.hpp"
+#include "ffnlab/ops/linear.hpp"
 
 using namespace ffnlab;
 
@@ -207,4 +211,61 @@ TEST(DenseFFN, RejectsBadInput) {
   EXPECT_THROW(ffn.forward(y, Tensor({2, 7}), true), Error);
   ffn.forward(y, Tensor({2, 8}), true);
   EXPECT_THROW(ffn.backward(dx, Tensor({3, 8})), Error);
+}
+
+TEST(DenseFFN, Bf16LayerConvertsEachOperandOnceWithTheSameValues) {
+  // A bf16 layer converts x, h, the weights and the gradients once for all the products that read
+  // them; every product converting its own f32 operands computes the same values, bit for bit.
+  std::uint64_t seed = 1300;
+  for (const FFNConfig& c : configs()) {
+    for (std::int64_t T : {19, 300}) {
+      DenseFFN ffn(c, seed++);
+      ffn.set_precision(Precision::bf16);
+      const Tensor x = test::random_tensor({T, c.d_model}, seed++);
+      const Tensor dy = test::random_tensor({T, c.d_model}, seed++);
+      Tensor y, dx;
+      ffn.forward(y, x, true);
+      ffn.backward(dx, dy);
+
+      // The same layer from ops called on f32 tensors (each product converts its inputs).
+      const std::int64_t P = ffn.in_width(), D = c.d_model, F = c.d_ff;
+      const int branches = c.gated_branches();
+      const Precision bf16 = Precision::bf16;
+      auto& ps = ffn.parameters();
+      const std::string first = DenseFFN::in_names(c)[0], out = DenseFFN::out_name(c);
+      const Tensor w_in = ps.value_span(first + ".weight", {P, D});
+      const Tensor& w_out = ps.at(out + ".weight").value;
+      Tensor b_in, b_out, db_in({P}), db_out({D});
+      if (c.bias) {
+        b_in = ps.value_span(first + ".bias", {P});
+        b_out = ps.at(out + ".bias").value;
+      }
+      Tensor a({T, P}), h({T, F}), ry({T, D}), dh({T, F}), da({T, P}), rdx({T, D});
+      Tensor dw_in({P, D}), dw_out({D, F});
+      if (mix_in_epilogue(c.act, branches, true)) {
+        linear_forward(h, x, w_in, c.bias ? &b_in : nullptr, bf16, &c.act);
+      } else {
+        linear_forward(a, x, w_in, c.bias ? &b_in : nullptr, bf16);
+        mix_forward(h, a, c.act, branches);
+      }
+      linear_forward(ry, h, w_out, c.bias ? &b_out : nullptr, bf16);
+      linear_backward(&dh, dw_out, c.bias ? &db_out : nullptr, dy, h, w_out, bf16);
+      mix_backward(da, dh, a, h, c.act, branches);
+      linear_backward(&rdx, dw_in, c.bias ? &db_in : nullptr, da, x, w_in, bf16);
+
+      const std::string what = describe(c) + " T=" + std::to_string(T);
+      auto same = [&](const Tensor& got, const Tensor& want, const char* name) {
+        ASSERT_EQ(got.numel(), want.numel()) << what << " " << name;
+        EXPECT_EQ(0, std::memcmp(got.raw(), want.raw(), got.nbytes())) << what << " " << name;
+      };
+      same(y, ry, "y");
+      same(dx, rdx, "dx");
+      same(ps.grad_span(first + ".weight", {P, D}), dw_in, "dW_in");
+      same(ps.at(out + ".weight").grad, dw_out, "dW_out");
+      if (c.bias) {
+        same(ps.grad_span(first + ".bias", {P}), db_in, "db_in");
+        same(ps.at(out + ".bias").grad, db_out, "db_out");
+      }
+    }
+  }
 }

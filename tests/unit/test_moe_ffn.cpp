@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <tuple>
@@ -1016,4 +1017,55 @@ TEST(MoEFFN, ParametersMoveWithTheirBuffer) {
   moe.forward(y2, x, false);
   EXPECT_GT(test::scaled_error(y2.f32(), y1.f32(), y1.numel()),
             0.0);  // the shared expert moved too
+}
+
+TEST(MoEFFN, Bf16TrainingConvertsOnceWithTheSameValues) {
+  // A bf16 training forward converts the permuted rows and the expert stacks once (for its
+  // backward too); inference converts in each product. The same values either way, bit for bit
+  // (ReLU and SwiGLU experts: their activation runs the same way in both). The backward that
+  // reads the converted stacks agrees with central differences of the double reference to bf16's
+  // precision (SwiGLU: a ReLU pre-activation near 0 may take the other side of the mask in bf16,
+  // a whole unit's gradient at this small width).
+  std::uint64_t seed = 1700;
+  for (const char* variant : {"relu", "swiglu"}) {
+    SCOPED_TRACE(variant);
+    const FFNConfig c = base(4, 2, variant, true);
+    MoEFFN moe(c, ++seed);
+    moe.set_precision(Precision::bf16);
+    const std::int64_t T = 160, D = c.d_model;  // ~80 rows per expert: oneDNN products
+    const Tensor x = test::random_tensor({T, D}, ++seed), dy = test::random_tensor({T, D}, ++seed);
+    Tensor y_infer, y_train, dx;
+    moe.forward(y_infer, x, /*train=*/false);
+    for (auto n : moe.stats().tokens_per_expert) EXPECT_GT(n, kSkinnyMaxTokens);
+    moe.parameters().zero_grad();
+    moe.forward(y_train, x, /*train=*/true);
+    ASSERT_EQ(y_train.numel(), y_infer.numel());
+    EXPECT_EQ(0, std::memcmp(y_train.raw(), y_infer.raw(), y_train.nbytes()));
+    if (std::string(variant) == "relu") continue;
+    moe.backward(dx, dy);
+
+    auto r = reference_of(moe);
+    std::vector<double> xs = test::to_vector<double>(x), ys;
+    r.forward(ys, xs, T);
+    r.hold_routing = true;
+    const std::vector<double> g = test::to_vector<double>(dy);
+    const double aux = c.moe.aux_coef, zc = c.moe.z_coef;
+    auto loss = [&] {
+      r.forward(ys, xs, T);
+      double l = aux * r.balance + zc * r.z;
+      for (std::size_t i = 0; i < ys.size(); ++i) l += ys[i] * g[i];
+      return l;
+    };
+    auto check = [&](std::vector<double>& theta, const Tensor& grad, const char* what) {
+      double largest = 0;
+      for (std::int64_t i = 0; i < grad.numel(); ++i)
+        largest = std::max(largest, std::fabs(static_cast<double>(grad.f32()[i])));
+      const std::vector<double> analytic(grad.f32(), grad.f32() + grad.numel());
+      test::expect_gradient(theta, analytic, loss, test::sample_indices(theta.size(), 12),
+                            3e-2 * largest, 3e-2, what, 1e-4);
+    };
+    check(xs, dx, "dx");
+    for (const auto& p : moe.parameters().list())
+      if (p.trainable) check(r.params[p.name], p.grad, p.name.c_str());
+  }
 }

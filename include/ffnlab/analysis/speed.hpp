@@ -27,7 +27,8 @@ struct LayerSpeed {
   double inference_s = 0, inference_gflops = 0;            // forward with train = false
   // Bare products of the same shapes: for a dense layer its own products; for MoE the products
   // of one expert over as many rows as the experts ran (experts_per_token·T: the same matrix
-  // FLOPs as the routed experts).
+  // FLOPs as the routed experts). In bf16 they read bf16 operands, converted beforehand: the
+  // products alone, without the conversions a layer does.
   double bare_forward_gflops = 0, bare_forward_backward_gflops = 0;
   // MoE: the FFN experts a token ran in the timed forwards, measured (top-p, ReLU routing, MoE++
   // and the routings that look at the whole sequence decide it per forward); the layer's matrix

@@ -42,9 +42,12 @@ class Attention final : public Layer {
   Tensor w_qkv_, b_qkv_, w_o_, b_o_;      // [3D, D], [3D], [D, D], [D]
   Tensor dw_qkv_, db_qkv_, dw_o_, db_o_;  // same shapes
   std::int64_t seq_ = 0;
-  Tensor x_;              // saved input [T, D]
-  Tensor qkv_;            // [T, 3D] projections (q, k rotated)
-  Tensor a_;              // [T, D] attention output before o_proj
+  Tensor x_;    // saved input [T, D]
+  Tensor qkv_;  // [T, 3D] projections (q, k rotated)
+  Tensor a_;    // [T, D] attention output before o_proj
+  // bf16 products: x, a and the weights as the products read them (converted once by the
+  // forward, read again by the backward), and the gradient being multiplied.
+  Tensor x16_, a16_, w_qkv16_, w_o16_, g16_;
   AttentionCache cache_;  // per-head copies and probabilities
 };
 

@@ -45,6 +45,9 @@ class DenseFFN final : public FeedForward {
   Tensor x_;  // [T, D] the caller's input (a view)
   Tensor a_;  // [T, P] pre-activation
   Tensor h_;  // [T, F] mixed hidden activation
+  // bf16 products only: x, h and the weights as the products read them (converted once by a
+  // forward, read again by its backward), and the gradient being multiplied (dy, then dL/da).
+  Tensor x16_, h16_, w_in16_, w_out16_, g16_;
   bool saved_ = false;
 };
 

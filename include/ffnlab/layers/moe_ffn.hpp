@@ -96,6 +96,9 @@ class MoEFFN final : public FeedForward {
     // Expert parallel: xp … op hold the rows this rank's experts process (from every rank);
     // these are this rank's own tokens' rows before dispatch and after combine.
     Tensor xp_local, op_local;  // [R, D]
+    // bf16 products in training: xp and hp as the products read them (converted once by the
+    // forward, read again by the backward's dW products).
+    Tensor xp16, hp16;
   };
   struct SharedCache {
     Tensor y, gate_pre, gate;  // [T, D], [T, 1], [T, 1]
@@ -150,7 +153,10 @@ class MoEFFN final : public FeedForward {
   std::int64_t in_width_;
   ParameterSet params_;
   Weights w_, dw_;
-  Tensor packed_in_, packed_out_;     // bf16 copies of w_.in and w_.out (set_inference_weights)
+  Tensor packed_in_, packed_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
+  // bf16 products in training: the expert stacks converted once by a forward for it and its
+  // backward, and the output gradient being multiplied (dop, then dL/da).
+  Tensor w_in16_, w_out16_, g16_;
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
 
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws

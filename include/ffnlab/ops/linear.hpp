@@ -25,6 +25,12 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
                      const Tensor& w, Precision precision = Precision::f32,
                      bool varying_rows = false);
 
+// What a product at `precision` reads for t: t itself in an f32 product or when t is bf16
+// already; in a bf16 product, t rounded to bf16 into `buffer`. A layer whose tensor feeds several
+// bf16 products (x: the forward and dW; a weight: the forward and dx) converts it once with this
+// instead of once in every matmul() call, with the same values.
+const Tensor& product_operand(const Tensor& t, Precision precision, Tensor& buffer);
+
 // db [O] += Σ_t dy[t, :], in a fixed order (deterministic for any thread count).
 void bias_backward(Tensor& db, const Tensor& dy);
 
