@@ -5,9 +5,13 @@
 
 namespace ffnlab {
 
-Tensor& scratch(Scratch slot, const Shape& shape) {
+Tensor& scratch(Scratch slot) {
   thread_local std::array<Tensor, static_cast<std::size_t>(Scratch::count)> slots;
-  Tensor& t = slots[static_cast<std::size_t>(slot)];
+  return slots[static_cast<std::size_t>(slot)];
+}
+
+Tensor& scratch(Scratch slot, const Shape& shape) {
+  Tensor& t = scratch(slot);
   t.ensure(shape);
   return t;
 }

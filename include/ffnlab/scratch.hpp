@@ -27,10 +27,14 @@ enum class Scratch : int {
   moe_dx_extra,   // MoEFFN: noisy top-k's or the shared gate's part of dL/dx [T, D]
   moe_dshared,    // MoEFFN: dL/d(shared expert output) [T, D]
   moe_dx_shared,  // MoEFFN: the shared expert's part of dL/dx [T, D]
+  grad_bf16,      // any layer: a gradient converted once for its two bf16 products (bf16)
   count
 };
 
 // The calling thread's tensor of `slot`, shaped `shape` (contents unspecified).
 Tensor& scratch(Scratch slot, const Shape& shape);
+// The calling thread's tensor of `slot` as it is, for a caller that gives it its shape and type
+// (Tensor::assign_converted).
+Tensor& scratch(Scratch slot);
 
 }  // namespace ffnlab

@@ -74,13 +74,14 @@ void Attention::backward(Tensor& dx, const Tensor& dy) {
   Tensor& da = scratch(Scratch::attn_da, a_.shape());
   Tensor& dqkv = scratch(Scratch::attn_dqkv, {x_.dim(0), 3 * D});
   const bool bf16 = precision_ == Precision::bf16;  // the forward's bf16 operands
-  linear_backward(&da, dw_o_, nullptr, product_operand(dy, precision_, g16_), bf16 ? a16_ : a_,
-                  bf16 ? w_o16_ : w_o_, precision_);
+  linear_backward(&da, dw_o_, nullptr, product_operand(dy, precision_, scratch(Scratch::grad_bf16)),
+                  bf16 ? a16_ : a_, bf16 ? w_o16_ : w_o_, precision_);
   if (config_.bias) bias_backward(db_o_, dy);
   attention_backward(dqkv, da, cache_, seq_, config_.heads, config_.causal, precision_);
   if (config_.rope) rope_backward(dqkv, seq_, 2 * D, D / config_.heads, config_.rope_theta);
   dx.ensure(x_.shape());
-  linear_backward(&dx, dw_qkv_, nullptr, product_operand(dqkv, precision_, g16_), bf16 ? x16_ : x_,
+  linear_backward(&dx, dw_qkv_, nullptr,
+                  product_operand(dqkv, precision_, scratch(Scratch::grad_bf16)), bf16 ? x16_ : x_,
                   bf16 ? w_qkv16_ : w_qkv_, precision_);
   if (config_.bias) bias_backward(db_qkv_, dqkv);
 }

@@ -140,11 +140,13 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   const Tensor& h_op = bf16 ? h16_ : h_;
   const Tensor& w_in_op = bf16 ? w_in16_ : w_in_;
   const Tensor& w_out_op = bf16 ? w_out16_ : w_out_;
-  linear_backward(&dh, dw_out_, nullptr, product_operand(dy, precision_, g16_), h_op, w_out_op,
+  linear_backward(&dh, dw_out_, nullptr,
+                  product_operand(dy, precision_, scratch(Scratch::grad_bf16)), h_op, w_out_op,
                   precision_);
   if (config_.bias) bias_backward(db_out_, dy);
   mix_backward(da, dh, a_, h_, config_.act, branches_);
-  linear_backward(&dx, dw_in_, nullptr, product_operand(da, precision_, g16_), x_op, w_in_op,
+  linear_backward(&dx, dw_in_, nullptr,
+                  product_operand(da, precision_, scratch(Scratch::grad_bf16)), x_op, w_in_op,
                   precision_);
   if (config_.bias) bias_backward(db_in_, da);
 }

@@ -518,7 +518,7 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
   const Tensor& hs = bf16 ? c.hp16 : c.hp;
   const Tensor& w_in_s = bf16 ? w_in16_ : w_.in;
   const Tensor& w_out_s = bf16 ? w_out16_ : w_.out;
-  const Tensor& dops = product_operand(dop, precision_, g16_);
+  const Tensor& dops = product_operand(dop, precision_, scratch(Scratch::grad_bf16));
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;  // its place in the held experts' stacks
     Tensor dh = rows(dhp), dw = slice(dw_.out, i, D, F);
@@ -530,7 +530,7 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
     }
   });
   if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
-  const Tensor& daps = product_operand(dap, precision_, g16_);
+  const Tensor& daps = product_operand(dap, precision_, scratch(Scratch::grad_bf16));
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;
     Tensor dxe = rows(dxp), dw = slice(dw_.in, i, P, D);

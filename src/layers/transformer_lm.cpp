@@ -11,6 +11,7 @@
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/loss.hpp"
 #include "ffnlab/ops/positions.hpp"
+#include "ffnlab/scratch.hpp"
 #include "hash.hpp"
 
 namespace ffnlab {
@@ -204,7 +205,8 @@ void TransformerLM::backward(float scale, float aux_scale,
   const Tensor& z = final_norm_ ? z_ : xs_[L];
   dz_.ensure(z.shape());
   const bool bf16 = precision_ == Precision::bf16;
-  linear_backward(&dz_, dhead_, nullptr, product_operand(dlogits_, precision_, dlogits16_),
+  linear_backward(&dz_, dhead_, nullptr,
+                  product_operand(dlogits_, precision_, scratch(Scratch::grad_bf16)),
                   bf16 ? z16_ : z, bf16 ? head16_ : head_, precision_);
   Tensor* d = &dz_;
   if (final_norm_) {

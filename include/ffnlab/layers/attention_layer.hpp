@@ -46,8 +46,8 @@ class Attention final : public Layer {
   Tensor qkv_;  // [T, 3D] projections (q, k rotated)
   Tensor a_;    // [T, D] attention output before o_proj
   // bf16 products: x, a and the weights as the products read them (converted once by the
-  // forward, read again by the backward), and the gradient being multiplied.
-  Tensor x16_, a16_, w_qkv16_, w_o16_, g16_;
+  // forward, read again by the backward; gradients convert into Scratch::grad_bf16).
+  Tensor x16_, a16_, w_qkv16_, w_o16_;
   AttentionCache cache_;  // per-head copies and probabilities
 };
 

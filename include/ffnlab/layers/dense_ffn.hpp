@@ -46,8 +46,8 @@ class DenseFFN final : public FeedForward {
   Tensor a_;  // [T, P] pre-activation
   Tensor h_;  // [T, F] mixed hidden activation
   // bf16 products only: x, h and the weights as the products read them (converted once by a
-  // forward, read again by its backward), and the gradient being multiplied (dy, then dL/da).
-  Tensor x16_, h16_, w_in16_, w_out16_, g16_;
+  // forward, read again by its backward; gradients convert into Scratch::grad_bf16).
+  Tensor x16_, h16_, w_in16_, w_out16_;
   bool saved_ = false;
 };
 

@@ -155,8 +155,8 @@ class MoEFFN final : public FeedForward {
   Weights w_, dw_;
   Tensor packed_in_, packed_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
   // bf16 products in training: the expert stacks converted once by a forward for it and its
-  // backward, and the output gradient being multiplied (dop, then dL/da).
-  Tensor w_in16_, w_out16_, g16_;
+  // backward (gradients convert into Scratch::grad_bf16).
+  Tensor w_in16_, w_out16_;
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
 
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws

@@ -97,7 +97,7 @@ class TransformerLM final : public Layer {
   Tensor logits_, probs_;   // [T, V]
   // Backward workspaces.
   Tensor dlogits_, dz_, dx_a_, dx_b_;
-  Tensor z16_, head16_, dlogits16_;  // bf16 products: the head's operands, each converted once
+  Tensor z16_, head16_;  // bf16 products: the head's operands, converted once for 2 products
 };
 
 }  // namespace ffnlab
