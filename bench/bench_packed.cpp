@@ -1,6 +1,6 @@
 // oneDNN's own packed weight layout (format_tag::any + one reorder) against the plain [N, K]
 // layout, for the products of an FFN layer, in f32 or bf16, both in the same run: the
-// measurement behind packing the weights of training products once per optimizer step
+// measurement behind the choice not to pack the weights of training products
 // (docs/benchmarks.md). In bf16 the reorder also converts the f32 weights, which a plain bf16
 // product converts on every call: "convert/prod" is that conversion's share. The dW product
 // (dyᵀ·x) has no weight operand, so nothing to pack: its rate is printed for comparison.
@@ -23,7 +23,7 @@ struct Result {
   double plain_s, packed_s, reorder_s, convert_s;
 };
 
-// A row-major [rows, cols] tensor's contents in oneDNN's type dt (bf16: rounded to nearest even).
+// A tensor's values rounded to bf16 (nearest even), as oneDNN reads a bf16 operand.
 std::vector<std::uint16_t> as_bf16(const Tensor& t) {
   std::vector<std::uint16_t> out(static_cast<std::size_t>(t.numel()));
   for (std::int64_t i = 0; i < t.numel(); ++i)

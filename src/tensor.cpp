@@ -134,6 +134,13 @@ void Tensor::ensure(Shape shape) {
   if (shape != shape_) resize(std::move(shape));
 }
 
+void Tensor::ensure(Shape shape, DType dtype) {
+  if (dtype != dtype_ || !defined())
+    *this = Tensor(std::move(shape), dtype);
+  else
+    ensure(std::move(shape));
+}
+
 Tensor Tensor::clone() const {
   Tensor t(shape_, dtype_);
   if (numel()) std::memcpy(t.data_, data_, nbytes());
@@ -153,9 +160,9 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 void Tensor::assign_converted(const Tensor& src, DType dtype) {
-  check(this != &src, "[tensor] cannot convert a tensor into itself");
-  if (dtype_ != dtype || !defined()) *this = Tensor(src.shape(), dtype);
-  ensure(src.shape());
+  check(this != &src && (data_ != src.data_ || src.numel() == 0),
+        "[tensor] cannot convert a tensor into itself");
+  ensure(src.shape(), dtype);
   const std::int64_t n = src.numel();
   if (dtype == src.dtype()) {
     if (n) std::memcpy(data_, src.data_, nbytes());

@@ -79,8 +79,11 @@ class Tensor {
 
   Tensor clone() const;
   Tensor to(DType dtype) const;
-  // to() into this tensor: it becomes src's values in `dtype`, with src's shape, reusing its
-  // memory when it already holds `dtype` (a workspace converted into on every call).
+  // ensure(), and of this dtype: a new zeroed tensor when the dtype differs.
+  void ensure(Shape shape, DType dtype);
+  // to() into this tensor: it becomes src's values in `dtype` with src's shape, through
+  // ensure(shape, dtype): written in place when it already has that shape and dtype (a view
+  // included), its memory reused when large enough and not shared. Not for a view of src.
   void assign_converted(const Tensor& src, DType dtype);
   void fill(float value);
   void zero();

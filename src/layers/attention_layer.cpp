@@ -49,40 +49,53 @@ void Attention::bind_parameters() {
   }
 }
 
-void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq) {
+void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train) {
   const std::int64_t D = config_.d_model;
   check(x.rank() == 2 && x.dim(1) == D && seq > 0 && x.dim(0) % seq == 0,
         "[attention] input {} is not [B·{}, {}]", shape_string(x.shape()), seq, D);
   x_ = x;
   seq_ = seq;
+  // Training with native bf16 products converts x, a and the weights once, for this forward's
+  // products and the backward's (converts_operands_once); otherwise matmul reads these tensors.
+  kept_bf16_ = train && converts_operands_once(precision_);
+  forward_precision_ = precision_;
+  auto operand = [&](Tensor& copy, const Tensor& t) -> const Tensor& {
+    return kept_bf16_ ? product_operand(copy, t) : t;
+  };
   qkv_.ensure({x.dim(0), 3 * D});
-  // A bf16 product's operands converted once, for the backward's products too.
-  linear_forward(qkv_, product_operand(x, precision_, x16_),
-                 product_operand(w_qkv_, precision_, w_qkv16_), config_.bias ? &b_qkv_ : nullptr,
-                 precision_);
+  linear_forward(qkv_, operand(x16_, x), operand(w_qkv16_, w_qkv_),
+                 config_.bias ? &b_qkv_ : nullptr, precision_);
   if (config_.rope) rope_forward(qkv_, seq, 2 * D, D / config_.heads, config_.rope_theta);
   attention_forward(a_, cache_, qkv_, seq, config_.heads, config_.causal, precision_);
   y.ensure({x.dim(0), D});
-  linear_forward(y, product_operand(a_, precision_, a16_),
-                 product_operand(w_o_, precision_, w_o16_), config_.bias ? &b_o_ : nullptr,
+  linear_forward(y, operand(a16_, a_), operand(w_o16_, w_o_), config_.bias ? &b_o_ : nullptr,
                  precision_);
 }
 
 void Attention::backward(Tensor& dx, const Tensor& dy) {
   check(x_.defined(), "[attention] backward without a forward");
+  check(precision_ == forward_precision_,
+        "[attention] the precision changed from {} to {} between the forward and the backward",
+        enum_name(forward_precision_), enum_name(precision_));
   const std::int64_t D = config_.d_model;
   Tensor& da = scratch(Scratch::attn_da, a_.shape());
   Tensor& dqkv = scratch(Scratch::attn_dqkv, {x_.dim(0), 3 * D});
-  const bool bf16 = precision_ == Precision::bf16;  // the forward's bf16 operands
-  linear_backward(&da, dw_o_, nullptr, product_operand(dy, precision_, scratch(Scratch::grad_bf16)),
-                  bf16 ? a16_ : a_, bf16 ? w_o16_ : w_o_, precision_);
+  // The products read what the forward's did (its bf16 copies, if it kept them); each gradient
+  // is converted once for its two products.
+  auto kept = [&](const Tensor& copy, const Tensor& t) -> const Tensor& {
+    return kept_bf16_ ? copy : t;
+  };
+  auto gradient = [&](const Tensor& g) -> const Tensor& {
+    return kept_bf16_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
+  };
+  linear_backward(&da, dw_o_, nullptr, gradient(dy), kept(a16_, a_), kept(w_o16_, w_o_),
+                  precision_);
   if (config_.bias) bias_backward(db_o_, dy);
   attention_backward(dqkv, da, cache_, seq_, config_.heads, config_.causal, precision_);
   if (config_.rope) rope_backward(dqkv, seq_, 2 * D, D / config_.heads, config_.rope_theta);
   dx.ensure(x_.shape());
-  linear_backward(&dx, dw_qkv_, nullptr,
-                  product_operand(dqkv, precision_, scratch(Scratch::grad_bf16)), bf16 ? x16_ : x_,
-                  bf16 ? w_qkv16_ : w_qkv_, precision_);
+  linear_backward(&dx, dw_qkv_, nullptr, gradient(dqkv), kept(x16_, x_), kept(w_qkv16_, w_qkv_),
+                  precision_);
   if (config_.bias) bias_backward(db_qkv_, dqkv);
 }
 

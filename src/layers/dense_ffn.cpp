@@ -109,10 +109,15 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
     skinny_linear(y, h_, w_out, b_out);
     return;
   }
-  // A bf16 product's operands are converted once here, not in every product (x and the weights
-  // feed the backward's products too; h feeds dW_out).
-  const Tensor& x_op = product_operand(x, precision, x16_);
-  const Tensor& w_in_op = product_operand(w_in, precision, w_in16_);
+  // Training with native bf16 products converts x, h and the weights once, for this forward's
+  // products and the backward's (converts_operands_once); otherwise matmul reads these tensors.
+  kept_bf16_ = train && converts_operands_once(precision);
+  forward_precision_ = precision;
+  auto operand = [&](Tensor& copy, const Tensor& t) -> const Tensor& {
+    return kept_bf16_ ? product_operand(copy, t) : t;
+  };
+  const Tensor& x_op = operand(x16_, x);
+  const Tensor& w_in_op = operand(w_in16_, w_in);
   if (mix_in_epilogue(config_.act, branches_, train)) {
     // The activation is the up projection's epilogue (a oneDNN post-op). Inference keeps
     // nothing; training keeps h only when act' is a function of h (ReLU: h > 0).
@@ -122,31 +127,33 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
     linear_forward(a_, x_op, w_in_op, b_in, precision);
     mix_forward(h_, a_, config_.act, branches_);
   }
-  linear_forward(y, product_operand(h_, precision, h16_),
-                 product_operand(w_out, precision, w_out16_), b_out, precision);
+  linear_forward(y, operand(h16_, h_), operand(w_out16_, w_out), b_out, precision);
 }
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   check(saved_, "[ffn] backward needs a forward with train = true first");
+  check(precision_ == forward_precision_,
+        "[ffn] the precision changed from {} to {} between the forward and the backward",
+        enum_name(forward_precision_), enum_name(precision_));
   const std::int64_t T = x_.dim(0), D = config_.d_model, F = config_.d_ff;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[ffn] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
   Tensor& dh = scratch(Scratch::ffn_dh, {T, F});
   Tensor& da = scratch(Scratch::ffn_da, {T, in_width_});
   dx.ensure({T, D});
-  // The forward's operands: bf16 copies of x, h and the weights in a bf16 product.
-  const bool bf16 = precision_ == Precision::bf16;
-  const Tensor& x_op = bf16 ? x16_ : x_;
-  const Tensor& h_op = bf16 ? h16_ : h_;
-  const Tensor& w_in_op = bf16 ? w_in16_ : w_in_;
-  const Tensor& w_out_op = bf16 ? w_out16_ : w_out_;
-  linear_backward(&dh, dw_out_, nullptr,
-                  product_operand(dy, precision_, scratch(Scratch::grad_bf16)), h_op, w_out_op,
+  // The products read what the forward's did (its bf16 copies, if it kept them); each gradient
+  // is converted once for its two products.
+  auto kept = [&](const Tensor& copy, const Tensor& t) -> const Tensor& {
+    return kept_bf16_ ? copy : t;
+  };
+  auto gradient = [&](const Tensor& g) -> const Tensor& {
+    return kept_bf16_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
+  };
+  linear_backward(&dh, dw_out_, nullptr, gradient(dy), kept(h16_, h_), kept(w_out16_, w_out_),
                   precision_);
   if (config_.bias) bias_backward(db_out_, dy);
   mix_backward(da, dh, a_, h_, config_.act, branches_);
-  linear_backward(&dx, dw_in_, nullptr,
-                  product_operand(da, precision_, scratch(Scratch::grad_bf16)), x_op, w_in_op,
+  linear_backward(&dx, dw_in_, nullptr, gradient(da), kept(x16_, x_), kept(w_in16_, w_in_),
                   precision_);
   if (config_.bias) bias_backward(db_in_, da);
 }

@@ -318,26 +318,41 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   // skinny_f32_max_rows) streams its expert's weights once with the mix fused (ops/skinny);
   // otherwise linear_forward, which streams few-row f32 products too and runs larger blocks as
   // a few fixed-shape oneDNN products (varying_rows).
-  // A bf16 training forward converts the rows and the expert stacks once, for its products and
-  // its backward's (inference converts in each product: few blocks may run).
-  const bool once = train && precision == Precision::bf16;
-  const Tensor& xs = once ? product_operand(c.xp, precision, c.xp16) : c.xp;
-  const Tensor& w_in_s = once ? product_operand(w_in, precision, w_in16_) : w_in;
-  const Tensor& w_out_s = once ? product_operand(w_out, precision, w_out16_) : w_out;
-  if (once && c.hp16.dtype() != DType::bf16) c.hp16 = Tensor({rows_here, F}, DType::bf16);
-  if (once) c.hp16.ensure({rows_here, F});
+  // Training with native bf16 products converts the rows once and each computed expert's
+  // weights once, for this forward's products and the backward's (converts_operands_once);
+  // otherwise matmul reads these tensors. The bf16 stacks hold the experts of this call
+  // (first_expert onwards), so expert parallelism converts only its own.
+  kept_bf16_ = train && converts_operands_once(precision);
+  forward_precision_ = precision;
+  const std::int64_t experts_here = static_cast<std::int64_t>(offsets.size()) - 1;
+  if (kept_bf16_) {
+    product_operand(c.xp16, c.xp);
+    c.hp16.ensure({rows_here, F}, DType::bf16);
+    w_in16_.ensure({experts_here, P, D}, DType::bf16);
+    w_out16_.ensure({experts_here, D, F}, DType::bf16);
+  }
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;
     const Tensor bi = in_bias(i), bo = out_bias(i);
     Tensor h = rows(c.hp), o = rows(c.op);
+    Tensor w_in_e = slice(w_in, i, P, D), w_out_e = slice(w_out, i, D, F);
     const Tensor* b_in = config_.bias ? &bi : nullptr;
     const Tensor* b_out = config_.bias ? &bo : nullptr;
     if (streams(train, rows(c.xp).dim(0), packed, P * D)) {
-      skinny_mix(h, rows(c.xp), slice(w_in, i, P, D), b_in, config_.act, branches);
-      skinny_linear(o, h, slice(w_out, i, D, F), b_out);
+      skinny_mix(h, rows(c.xp), w_in_e, b_in, config_.act, branches);
+      skinny_linear(o, h, w_out_e, b_out);
       return;
     }
-    const Tensor xb = rows(xs), w_in_e = slice(w_in_s, i, P, D), w_out_e = slice(w_out_s, i, D, F);
+    Tensor xb = rows(c.xp);
+    if (kept_bf16_) {  // views of the bf16 copies, written in place
+      Tensor w_in16 = slice(w_in16_, e - first_expert, P, D);
+      Tensor w_out16 = slice(w_out16_, e - first_expert, D, F);
+      product_operand(w_in16, w_in_e);
+      product_operand(w_out16, w_out_e);
+      xb = rows(c.xp16);
+      w_in_e = w_in16;
+      w_out_e = w_out16;
+    }
     if (fused_act) {
       // Plain experts: the activation is the up projection's epilogue (oneDNN post-op), as in
       // DenseFFN; training keeps h only when act' is a function of h.
@@ -347,10 +362,10 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
       linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
       mix_forward(h, a, config_.act, branches);
     }
-    if (once) {
+    if (kept_bf16_) {
       Tensor h16 = rows(c.hp16);
-      h16.assign_converted(h, DType::bf16);
-      linear_forward(o, h16, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
+      linear_forward(o, product_operand(h16, h), w_out_e, b_out, precision, nullptr,
+                     /*varying_rows=*/true);
     } else {
       linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
     }
@@ -459,6 +474,9 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
 
 void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   check(saved_, "[moe] backward needs a forward with train = true first");
+  check(precision_ == forward_precision_,
+        "[moe] the precision changed from {} to {} between the forward and the backward",
+        enum_name(forward_precision_), enum_name(precision_));
   const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[moe] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
@@ -512,29 +530,42 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
   Tensor& dhp = scratch(Scratch::moe_dhp, {rows_here, F});
   Tensor& dap = scratch(Scratch::moe_dap, {rows_here, P});
   Tensor& dxp = scratch(Scratch::moe_dxp, {rows_here, D});
-  // bf16: the forward's converted rows and stacks, and each gradient converted once.
-  const bool bf16 = precision_ == Precision::bf16;
-  const Tensor& xs = bf16 ? c.xp16 : c.xp;
-  const Tensor& hs = bf16 ? c.hp16 : c.hp;
-  const Tensor& w_in_s = bf16 ? w_in16_ : w_.in;
-  const Tensor& w_out_s = bf16 ? w_out16_ : w_.out;
-  const Tensor& dops = product_operand(dop, precision_, scratch(Scratch::grad_bf16));
-  for_each_block(offsets, first_expert, [&](int e, auto rows) {
-    const int i = e - held_.first;  // its place in the held experts' stacks
-    Tensor dh = rows(dhp), dw = slice(dw_.out, i, D, F);
-    linear_backward(&dh, dw, nullptr, rows(dops), rows(hs), slice(w_out_s, i, D, F), precision_,
-                    /*varying_rows=*/true);
-    if (config_.bias) {
-      Tensor db = dw_.out_bias.view(i * D, {D});
-      bias_backward(db, rows(dop));
-    }
-  });
+  // The products read what the forward's did (its bf16 copies, if it kept them: expert e at
+  // e - first_expert); each gradient is converted once for its two products, into one scratch
+  // slot: dop's copy is done with when dap's is made.
+  auto kept = [&](const Tensor& copy, const Tensor& t) -> const Tensor& {
+    return kept_bf16_ ? copy : t;
+  };
+  auto gradient = [&](const Tensor& g) -> const Tensor& {
+    return kept_bf16_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
+  };
+  const Tensor& xs = kept(c.xp16, c.xp);
+  const Tensor& hs = kept(c.hp16, c.hp);
+  auto w_in_of = [&](int e, int i) {
+    return kept_bf16_ ? slice(w_in16_, e - first_expert, P, D) : slice(w_.in, i, P, D);
+  };
+  auto w_out_of = [&](int e, int i) {
+    return kept_bf16_ ? slice(w_out16_, e - first_expert, D, F) : slice(w_.out, i, D, F);
+  };
+  {
+    const Tensor& dops = gradient(dop);
+    for_each_block(offsets, first_expert, [&](int e, auto rows) {
+      const int i = e - held_.first;  // its place in the held experts' stacks
+      Tensor dh = rows(dhp), dw = slice(dw_.out, i, D, F);
+      linear_backward(&dh, dw, nullptr, rows(dops), rows(hs), w_out_of(e, i), precision_,
+                      /*varying_rows=*/true);
+      if (config_.bias) {
+        Tensor db = dw_.out_bias.view(i * D, {D});
+        bias_backward(db, rows(dop));
+      }
+    });
+  }
   if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
-  const Tensor& daps = product_operand(dap, precision_, scratch(Scratch::grad_bf16));
+  const Tensor& daps = gradient(dap);
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;
     Tensor dxe = rows(dxp), dw = slice(dw_.in, i, P, D);
-    linear_backward(&dxe, dw, nullptr, rows(daps), rows(xs), slice(w_in_s, i, P, D), precision_,
+    linear_backward(&dxe, dw, nullptr, rows(daps), rows(xs), w_in_of(e, i), precision_,
                     /*varying_rows=*/true);
     if (config_.bias) {
       Tensor db = dw_.in_bias.view(i * P, {P});

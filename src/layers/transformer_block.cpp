@@ -81,7 +81,7 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, boo
   ffn_->set_sequence_length(seq);
   if (pre_norm_) {
     norm1_.forward(n1_, x);
-    attn_.forward(a_, n1_, seq);
+    attn_.forward(a_, n1_, seq, train);
     if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream, dropout_first_);
     add(h_, x, a_);
     norm2_.forward(n2_, h_);
@@ -89,7 +89,7 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, boo
     if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1, dropout_first_);
     add(y, h_, f_);
   } else {
-    attn_.forward(a_, x, seq);
+    attn_.forward(a_, x, seq, train);
     if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream, dropout_first_);
     add(n1_, x, a_);  // n1_ holds x + a, the input of norm1
     norm1_.forward(h_, n1_);

@@ -98,10 +98,14 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   matmul(y, x, Trans::no, w, Trans::yes, opt);
 }
 
-const Tensor& product_operand(const Tensor& t, Precision precision, Tensor& buffer) {
-  if (precision == Precision::f32 || t.dtype() == DType::bf16) return t;
-  buffer.assign_converted(t, DType::bf16);
-  return buffer;
+bool converts_operands_once(Precision precision) {
+  static const bool native = matmul_bf16_native();
+  return precision == Precision::bf16 && native;
+}
+
+const Tensor& product_operand(Tensor& out, const Tensor& t) {
+  out.assign_converted(t, DType::bf16);
+  return out;
 }
 
 void bias_backward(Tensor& db, const Tensor& dy) {

@@ -2,6 +2,7 @@
 // reference layer, the reference against central differences, inference against training.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "../common/test_util.hpp"
@@ -216,11 +217,15 @@ TEST(DenseFFN, RejectsBadInput) {
 TEST(DenseFFN, Bf16LayerConvertsEachOperandOnceWithTheSameValues) {
   // A bf16 layer converts x, h, the weights and the gradients once for all the products that read
   // them; every product converting its own f32 operands computes the same values, bit for bit.
+  // Two steps on one layer, the weights changed between them and fewer tokens in the second:
+  // the backward reads this step's copies, not the last one's.
   std::uint64_t seed = 1300;
   for (const FFNConfig& c : configs()) {
-    for (std::int64_t T : {19, 300}) {
-      DenseFFN ffn(c, seed++);
-      ffn.set_precision(Precision::bf16);
+    DenseFFN ffn(c, seed++);
+    ffn.set_precision(Precision::bf16);
+    auto& ps = ffn.parameters();
+    for (std::int64_t T : {300, 19}) {
+      ps.zero_grad();
       const Tensor x = test::random_tensor({T, c.d_model}, seed++);
       const Tensor dy = test::random_tensor({T, c.d_model}, seed++);
       Tensor y, dx;
@@ -231,7 +236,6 @@ TEST(DenseFFN, Bf16LayerConvertsEachOperandOnceWithTheSameValues) {
       const std::int64_t P = ffn.in_width(), D = c.d_model, F = c.d_ff;
       const int branches = c.gated_branches();
       const Precision bf16 = Precision::bf16;
-      auto& ps = ffn.parameters();
       const std::string first = DenseFFN::in_names(c)[0], out = DenseFFN::out_name(c);
       const Tensor w_in = ps.value_span(first + ".weight", {P, D});
       const Tensor& w_out = ps.at(out + ".weight").value;
@@ -266,6 +270,30 @@ TEST(DenseFFN, Bf16LayerConvertsEachOperandOnceWithTheSameValues) {
         same(ps.grad_span(first + ".bias", {P}), db_in, "db_in");
         same(ps.at(out + ".bias").grad, db_out, "db_out");
       }
+      // An optimizer step's worth of change before the next step.
+      float* v = ps.values().f32();
+      for (std::int64_t i = 0; i < ps.values().numel(); ++i) v[i] += 0.01f * std::sin(i + 0.5f);
     }
   }
+}
+
+TEST(DenseFFN, PrecisionChangedBeforeTheBackwardIsAnError) {
+  DenseFFN ffn(variant_config("swiglu", 8, 12, true), 3);
+  const Tensor x = test::random_tensor({20, 8}, 4), dy = test::random_tensor({20, 8}, 5);
+  Tensor y, dx;
+  ffn.set_precision(Precision::bf16);
+  ffn.forward(y, x, true);
+  ffn.set_precision(Precision::f32);
+  EXPECT_THROW(
+      {
+        try {
+          ffn.backward(dx, dy);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("precision changed from bf16 to f32"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
 }

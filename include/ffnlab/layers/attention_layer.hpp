@@ -22,8 +22,9 @@ class Attention final : public Layer {
  public:
   Attention(const AttentionConfig& config, std::uint64_t seed);
 
-  // y [B·S, D] from x [B·S, D] (B sequences of S tokens); x is kept by reference.
-  void forward(Tensor& y, const Tensor& x, std::int64_t seq);
+  // y [B·S, D] from x [B·S, D] (B sequences of S tokens); x is kept by reference. train: a
+  // backward follows (bf16 products keep their converted operands for it).
+  void forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train = true);
   // dx [B·S, D] (overwritten); parameter gradients accumulate.
   void backward(Tensor& dx, const Tensor& dy);
   ParameterSet& parameters() override { return params_; }
@@ -45,9 +46,11 @@ class Attention final : public Layer {
   Tensor x_;    // saved input [T, D]
   Tensor qkv_;  // [T, 3D] projections (q, k rotated)
   Tensor a_;    // [T, D] attention output before o_proj
-  // bf16 products: x, a and the weights as the products read them (converted once by the
-  // forward, read again by the backward; gradients convert into Scratch::grad_bf16).
+  // Native bf16 products in training (kept_bf16_): bf16 copies of x [T, D], a [T, D], w_qkv
+  // [3D, D] and w_o [D, D] made by the forward for its products and the backward's.
   Tensor x16_, a16_, w_qkv16_, w_o16_;
+  bool kept_bf16_ = false;
+  Precision forward_precision_ = Precision::f32;
   AttentionCache cache_;  // per-head copies and probabilities
 };
 

@@ -45,9 +45,11 @@ class DenseFFN final : public FeedForward {
   Tensor x_;  // [T, D] the caller's input (a view)
   Tensor a_;  // [T, P] pre-activation
   Tensor h_;  // [T, F] mixed hidden activation
-  // bf16 products only: x, h and the weights as the products read them (converted once by a
-  // forward, read again by its backward; gradients convert into Scratch::grad_bf16).
+  // Native bf16 products in training (kept_bf16_): bf16 copies of x [T, D], h [T, F], w_in
+  // [P, D] and w_out [D, F] made by the forward for its products and the backward's.
   Tensor x16_, h16_, w_in16_, w_out16_;
+  bool kept_bf16_ = false;
+  Precision forward_precision_ = Precision::f32;
   bool saved_ = false;
 };
 

@@ -97,7 +97,11 @@ class TransformerLM final : public Layer {
   Tensor logits_, probs_;   // [T, V]
   // Backward workspaces.
   Tensor dlogits_, dz_, dx_a_, dx_b_;
-  Tensor z16_, head16_;  // bf16 products: the head's operands, converted once for 2 products
+  // Native bf16 products in training (head_kept_bf16_): bf16 copies of z [T, D] and the head
+  // [V, D] made by the forward for its product and the backward's.
+  Tensor z16_, head16_;
+  bool head_kept_bf16_ = false;
+  Precision forward_precision_ = Precision::f32;
 };
 
 }  // namespace ffnlab

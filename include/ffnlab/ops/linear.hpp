@@ -25,11 +25,16 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
                      const Tensor& w, Precision precision = Precision::f32,
                      bool varying_rows = false);
 
-// What a product at `precision` reads for t: t itself in an f32 product or when t is bf16
-// already; in a bf16 product, t rounded to bf16 into `buffer`. A layer whose tensor feeds several
-// bf16 products (x: the forward and dW; a weight: the forward and dx) converts it once with this
-// instead of once in every matmul() call, with the same values.
-const Tensor& product_operand(const Tensor& t, Precision precision, Tensor& buffer);
+// Whether a layer converts the tensors its bf16 products share once, for all of them (x: the
+// forward's and dW's product; a weight: the forward's and dx's; a gradient: dW's and dx's):
+// for bf16 products on a CPU that computes them natively. Where they are emulated
+// (matmul_bf16_native), matmul widens a bf16 operand to f32 on every call, so a layer hands
+// it the f32 tensors instead; f32 products read them as they are.
+bool converts_operands_once(Precision precision);
+
+// out = t rounded to bf16 as matmul rounds an f32 operand (t copied when it is bf16 already),
+// for the products that share it to read. Returns out.
+const Tensor& product_operand(Tensor& out, const Tensor& t);
 
 // db [O] += Σ_t dy[t, :], in a fixed order (deterministic for any thread count).
 void bias_backward(Tensor& db, const Tensor& dy);
