@@ -57,11 +57,8 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train
   seq_ = seq;
   // Training with native bf16 products converts x, a and the weights once, for this forward's
   // products and the backward's (converts_operands_once); otherwise matmul reads these tensors.
-  kept_bf16_ = train && converts_operands_once(precision_);
-  forward_precision_ = precision_;
-  auto operand = [&](Tensor& copy, const Tensor& t) -> const Tensor& {
-    return kept_bf16_ ? product_operand(copy, t) : t;
-  };
+  operands_.start(train, precision_);
+  const KeptOperands& operand = operands_;
   qkv_.ensure({x.dim(0), 3 * D});
   linear_forward(qkv_, operand(x16_, x), operand(w_qkv16_, w_qkv_),
                  config_.bias ? &b_qkv_ : nullptr, precision_);
@@ -74,28 +71,20 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train
 
 void Attention::backward(Tensor& dx, const Tensor& dy) {
   check(x_.defined(), "[attention] backward without a forward");
-  check(precision_ == forward_precision_,
-        "[attention] the precision changed from {} to {} between the forward and the backward",
-        enum_name(forward_precision_), enum_name(precision_));
+  operands_.check_unchanged(precision_, "[attention]");
   const std::int64_t D = config_.d_model;
   Tensor& da = scratch(Scratch::attn_da, a_.shape());
   Tensor& dqkv = scratch(Scratch::attn_dqkv, {x_.dim(0), 3 * D});
-  // The products read what the forward's did (its bf16 copies, if it kept them); each gradient
-  // is converted once for its two products.
-  auto kept = [&](const Tensor& copy, const Tensor& t) -> const Tensor& {
-    return kept_bf16_ ? copy : t;
-  };
-  auto gradient = [&](const Tensor& g) -> const Tensor& {
-    return kept_bf16_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
-  };
-  linear_backward(&da, dw_o_, nullptr, gradient(dy), kept(a16_, a_), kept(w_o16_, w_o_),
+  // The products read what the forward's did; each gradient is converted once for its two.
+  const KeptOperands& op = operands_;
+  linear_backward(&da, dw_o_, nullptr, op.gradient(dy), op.saved(a16_, a_), op.saved(w_o16_, w_o_),
                   precision_);
   if (config_.bias) bias_backward(db_o_, dy);
   attention_backward(dqkv, da, cache_, seq_, config_.heads, config_.causal, precision_);
   if (config_.rope) rope_backward(dqkv, seq_, 2 * D, D / config_.heads, config_.rope_theta);
   dx.ensure(x_.shape());
-  linear_backward(&dx, dw_qkv_, nullptr, gradient(dqkv), kept(x16_, x_), kept(w_qkv16_, w_qkv_),
-                  precision_);
+  linear_backward(&dx, dw_qkv_, nullptr, op.gradient(dqkv), op.saved(x16_, x_),
+                  op.saved(w_qkv16_, w_qkv_), precision_);
   if (config_.bias) bias_backward(db_qkv_, dqkv);
 }
 

@@ -111,11 +111,8 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   }
   // Training with native bf16 products converts x, h and the weights once, for this forward's
   // products and the backward's (converts_operands_once); otherwise matmul reads these tensors.
-  kept_bf16_ = train && converts_operands_once(precision);
-  forward_precision_ = precision;
-  auto operand = [&](Tensor& copy, const Tensor& t) -> const Tensor& {
-    return kept_bf16_ ? product_operand(copy, t) : t;
-  };
+  operands_.start(train, precision);
+  const KeptOperands& operand = operands_;
   const Tensor& x_op = operand(x16_, x);
   const Tensor& w_in_op = operand(w_in16_, w_in);
   if (mix_in_epilogue(config_.act, branches_, train)) {
@@ -132,29 +129,21 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   check(saved_, "[ffn] backward needs a forward with train = true first");
-  check(precision_ == forward_precision_,
-        "[ffn] the precision changed from {} to {} between the forward and the backward",
-        enum_name(forward_precision_), enum_name(precision_));
+  operands_.check_unchanged(precision_, "[ffn]");
   const std::int64_t T = x_.dim(0), D = config_.d_model, F = config_.d_ff;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[ffn] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
   Tensor& dh = scratch(Scratch::ffn_dh, {T, F});
   Tensor& da = scratch(Scratch::ffn_da, {T, in_width_});
   dx.ensure({T, D});
-  // The products read what the forward's did (its bf16 copies, if it kept them); each gradient
-  // is converted once for its two products.
-  auto kept = [&](const Tensor& copy, const Tensor& t) -> const Tensor& {
-    return kept_bf16_ ? copy : t;
-  };
-  auto gradient = [&](const Tensor& g) -> const Tensor& {
-    return kept_bf16_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
-  };
-  linear_backward(&dh, dw_out_, nullptr, gradient(dy), kept(h16_, h_), kept(w_out16_, w_out_),
-                  precision_);
+  // The products read what the forward's did; each gradient is converted once for its two.
+  const KeptOperands& op = operands_;
+  linear_backward(&dh, dw_out_, nullptr, op.gradient(dy), op.saved(h16_, h_),
+                  op.saved(w_out16_, w_out_), precision_);
   if (config_.bias) bias_backward(db_out_, dy);
   mix_backward(da, dh, a_, h_, config_.act, branches_);
-  linear_backward(&dx, dw_in_, nullptr, gradient(da), kept(x16_, x_), kept(w_in16_, w_in_),
-                  precision_);
+  linear_backward(&dx, dw_in_, nullptr, op.gradient(da), op.saved(x16_, x_),
+                  op.saved(w_in16_, w_in_), precision_);
   if (config_.bias) bias_backward(db_in_, da);
 }
 

@@ -322,10 +322,10 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   // weights once, for this forward's products and the backward's (converts_operands_once);
   // otherwise matmul reads these tensors. The bf16 stacks hold the experts of this call
   // (first_expert onwards), so expert parallelism converts only its own.
-  kept_bf16_ = train && converts_operands_once(precision);
-  forward_precision_ = precision;
+  operands_.start(train, precision);
+  const bool kept = operands_.kept();
   const std::int64_t experts_here = static_cast<std::int64_t>(offsets.size()) - 1;
-  if (kept_bf16_) {
+  if (kept) {
     product_operand(c.xp16, c.xp);
     c.hp16.ensure({rows_here, F}, DType::bf16);
     w_in16_.ensure({experts_here, P, D}, DType::bf16);
@@ -344,7 +344,7 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
       return;
     }
     Tensor xb = rows(c.xp);
-    if (kept_bf16_) {  // views of the bf16 copies, written in place
+    if (kept) {  // views of the bf16 copies, written in place
       Tensor w_in16 = slice(w_in16_, e - first_expert, P, D);
       Tensor w_out16 = slice(w_out16_, e - first_expert, D, F);
       product_operand(w_in16, w_in_e);
@@ -362,7 +362,7 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
       linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
       mix_forward(h, a, config_.act, branches);
     }
-    if (kept_bf16_) {
+    if (kept) {
       Tensor h16 = rows(c.hp16);
       linear_forward(o, product_operand(h16, h), w_out_e, b_out, precision, nullptr,
                      /*varying_rows=*/true);
@@ -474,9 +474,7 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
 
 void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   check(saved_, "[moe] backward needs a forward with train = true first");
-  check(precision_ == forward_precision_,
-        "[moe] the precision changed from {} to {} between the forward and the backward",
-        enum_name(forward_precision_), enum_name(precision_));
+  operands_.check_unchanged(precision_, "[moe]");
   const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[moe] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
@@ -533,22 +531,17 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
   // The products read what the forward's did (its bf16 copies, if it kept them: expert e at
   // e - first_expert); each gradient is converted once for its two products, into one scratch
   // slot: dop's copy is done with when dap's is made.
-  auto kept = [&](const Tensor& copy, const Tensor& t) -> const Tensor& {
-    return kept_bf16_ ? copy : t;
-  };
-  auto gradient = [&](const Tensor& g) -> const Tensor& {
-    return kept_bf16_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
-  };
-  const Tensor& xs = kept(c.xp16, c.xp);
-  const Tensor& hs = kept(c.hp16, c.hp);
+  const KeptOperands& op = operands_;
+  const Tensor& xs = op.saved(c.xp16, c.xp);
+  const Tensor& hs = op.saved(c.hp16, c.hp);
   auto w_in_of = [&](int e, int i) {
-    return kept_bf16_ ? slice(w_in16_, e - first_expert, P, D) : slice(w_.in, i, P, D);
+    return op.kept() ? slice(w_in16_, e - first_expert, P, D) : slice(w_.in, i, P, D);
   };
   auto w_out_of = [&](int e, int i) {
-    return kept_bf16_ ? slice(w_out16_, e - first_expert, D, F) : slice(w_.out, i, D, F);
+    return op.kept() ? slice(w_out16_, e - first_expert, D, F) : slice(w_.out, i, D, F);
   };
   {
-    const Tensor& dops = gradient(dop);
+    const Tensor& dops = op.gradient(dop);
     for_each_block(offsets, first_expert, [&](int e, auto rows) {
       const int i = e - held_.first;  // its place in the held experts' stacks
       Tensor dh = rows(dhp), dw = slice(dw_.out, i, D, F);
@@ -561,7 +554,7 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
     });
   }
   if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
-  const Tensor& daps = gradient(dap);
+  const Tensor& daps = op.gradient(dap);
   for_each_block(offsets, first_expert, [&](int e, auto rows) {
     const int i = e - held_.first;
     Tensor dxe = rows(dxp), dw = slice(dw_.in, i, P, D);

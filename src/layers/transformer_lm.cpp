@@ -191,13 +191,9 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   logits_.ensure({T, config_.vocab});
   // Training with native bf16 products converts z and the head once, for this product and the
   // backward's two (converts_operands_once); otherwise matmul reads them.
-  head_kept_bf16_ = train && converts_operands_once(precision_);
-  forward_precision_ = precision_;
-  if (head_kept_bf16_)
-    linear_forward(logits_, product_operand(z16_, *z), product_operand(head16_, head_), nullptr,
-                   precision_);
-  else
-    linear_forward(logits_, *z, head_, nullptr, precision_);
+  head_operands_.start(train, precision_);
+  linear_forward(logits_, head_operands_(z16_, *z), head_operands_(head16_, head_), nullptr,
+                 precision_);
   if (targets.empty()) return 0.0;
   return cross_entropy_forward(probs_, logits_, targets);
 }
@@ -205,19 +201,15 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
 void TransformerLM::backward(float scale, float aux_scale,
                              const std::function<void(std::int64_t)>& ready) {
   check(train_ && !targets_.empty(), "[lm] backward needs a training forward with targets");
-  check(precision_ == forward_precision_,
-        "[lm] the precision changed from {} to {} between the forward and the backward",
-        enum_name(forward_precision_), enum_name(precision_));
+  head_operands_.check_unchanged(precision_, "[lm]");
   const int L = config_.layers;
   for (auto& b : blocks_) b->ffn().set_aux_loss_scale(aux_scale < 0.f ? scale : aux_scale);
   cross_entropy_backward(dlogits_, probs_, targets_, scale);
   const Tensor& z = final_norm_ ? z_ : xs_[L];
   dz_.ensure(z.shape());
-  if (head_kept_bf16_)  // what the forward's product read, and dlogits converted once
-    linear_backward(&dz_, dhead_, nullptr, product_operand(scratch(Scratch::grad_bf16), dlogits_),
-                    z16_, head16_, precision_);
-  else
-    linear_backward(&dz_, dhead_, nullptr, dlogits_, z, head_, precision_);
+  const KeptOperands& op = head_operands_;  // what the forward's product read
+  linear_backward(&dz_, dhead_, nullptr, op.gradient(dlogits_), op.saved(z16_, z),
+                  op.saved(head16_, head_), precision_);
   Tensor* d = &dz_;
   if (final_norm_) {
     final_norm_->backward(dx_a_, dz_);

@@ -7,6 +7,7 @@
 #include "check.hpp"
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
 
@@ -106,6 +107,21 @@ bool converts_operands_once(Precision precision) {
 const Tensor& product_operand(Tensor& out, const Tensor& t) {
   out.assign_converted(t, DType::bf16);
   return out;
+}
+
+void KeptOperands::start(bool train, Precision precision) {
+  kept_ = train && converts_operands_once(precision);
+  precision_ = precision;
+}
+
+const Tensor& KeptOperands::gradient(const Tensor& g) const {
+  return kept_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
+}
+
+void KeptOperands::check_unchanged(Precision now, const char* layer) const {
+  check(now == precision_,
+        "{} the precision changed from {} to {} between the forward and the backward", layer,
+        enum_name(precision_), enum_name(now));
 }
 
 void bias_backward(Tensor& db, const Tensor& dy) {

@@ -6,6 +6,7 @@
 
 #include "ffnlab/layers/layer.hpp"
 #include "ffnlab/ops/attention.hpp"
+#include "ffnlab/ops/linear.hpp"
 
 namespace ffnlab {
 
@@ -46,11 +47,10 @@ class Attention final : public Layer {
   Tensor x_;    // saved input [T, D]
   Tensor qkv_;  // [T, 3D] projections (q, k rotated)
   Tensor a_;    // [T, D] attention output before o_proj
-  // Native bf16 products in training (kept_bf16_): bf16 copies of x [T, D], a [T, D], w_qkv
-  // [3D, D] and w_o [D, D] made by the forward for its products and the backward's.
+  // What the products read (ops/linear.hpp); when it keeps copies, bf16 x [T, D], a [T, D],
+  // w_qkv [3D, D] and w_o [D, D] made by the forward for its products and the backward's.
+  KeptOperands operands_;
   Tensor x16_, a16_, w_qkv16_, w_o16_;
-  bool kept_bf16_ = false;
-  Precision forward_precision_ = Precision::f32;
   AttentionCache cache_;  // per-head copies and probabilities
 };
 

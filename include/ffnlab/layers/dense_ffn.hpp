@@ -9,6 +9,7 @@
 #pragma once
 
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/ops/linear.hpp"
 
 namespace ffnlab {
 
@@ -45,11 +46,10 @@ class DenseFFN final : public FeedForward {
   Tensor x_;  // [T, D] the caller's input (a view)
   Tensor a_;  // [T, P] pre-activation
   Tensor h_;  // [T, F] mixed hidden activation
-  // Native bf16 products in training (kept_bf16_): bf16 copies of x [T, D], h [T, F], w_in
-  // [P, D] and w_out [D, F] made by the forward for its products and the backward's.
+  // What the products read (ops/linear.hpp); when it keeps copies, bf16 x [T, D], h [T, F],
+  // w_in [P, D] and w_out [D, F] made by the forward for its products and the backward's.
+  KeptOperands operands_;
   Tensor x16_, h16_, w_in16_, w_out16_;
-  bool kept_bf16_ = false;
-  Precision forward_precision_ = Precision::f32;
   bool saved_ = false;
 };
 

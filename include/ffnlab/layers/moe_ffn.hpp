@@ -27,6 +27,7 @@
 #include "ffnlab/layers/dense_ffn.hpp"
 #include "ffnlab/layers/expert_exchange.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/router.hpp"
 
 namespace ffnlab {
@@ -96,8 +97,8 @@ class MoEFFN final : public FeedForward {
     // Expert parallel: xp … op hold the rows this rank's experts process (from every rank);
     // these are this rank's own tokens' rows before dispatch and after combine.
     Tensor xp_local, op_local;  // [R, D]
-    // Native bf16 products in training (MoEFFN::kept_bf16_): bf16 copies of xp [R, D] and
-    // hp [R, F] made by the forward for its products and the backward's.
+    // When MoEFFN::operands_ keeps copies: bf16 xp [R, D] and hp [R, F] made by the forward for
+    // its products and the backward's.
     Tensor xp16, hp16;
   };
   struct SharedCache {
@@ -154,12 +155,11 @@ class MoEFFN final : public FeedForward {
   ParameterSet params_;
   Weights w_, dw_;
   Tensor packed_in_, packed_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
-  // Native bf16 products in training: bf16 copies of the weights of the experts a forward
-  // computed, [n, P, D] and [n, D, F] for its n = offsets - 1 experts from first_expert, made
-  // by the forward for its products and the backward's.
+  // What the expert products read (ops/linear.hpp); when it keeps copies, bf16 weights of the
+  // experts a forward computed, [n, P, D] and [n, D, F] for its n experts from first_expert,
+  // made by the forward for its products and the backward's (rows_.xp16, rows_.hp16 too).
+  KeptOperands operands_;
   Tensor w_in16_, w_out16_;
-  bool kept_bf16_ = false;
-  Precision forward_precision_ = Precision::f32;
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
 
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws

@@ -12,6 +12,7 @@
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/norm.hpp"
 #include "ffnlab/layers/transformer_block.hpp"
+#include "ffnlab/ops/linear.hpp"
 
 namespace ffnlab {
 
@@ -97,11 +98,10 @@ class TransformerLM final : public Layer {
   Tensor logits_, probs_;   // [T, V]
   // Backward workspaces.
   Tensor dlogits_, dz_, dx_a_, dx_b_;
-  // Native bf16 products in training (head_kept_bf16_): bf16 copies of z [T, D] and the head
-  // [V, D] made by the forward for its product and the backward's.
+  // What the head's products read (ops/linear.hpp); when it keeps copies, bf16 z [T, D] and
+  // head [V, D] made by the forward for its product and the backward's.
+  KeptOperands head_operands_;
   Tensor z16_, head16_;
-  bool head_kept_bf16_ = false;
-  Precision forward_precision_ = Precision::f32;
 };
 
 }  // namespace ffnlab

@@ -36,6 +36,32 @@ bool converts_operands_once(Precision precision);
 // for the products that share it to read. Returns out.
 const Tensor& product_operand(Tensor& out, const Tensor& t);
 
+// What a layer's products read, as its training forward decided: with converts_operands_once,
+// bf16 copies the forward makes (into buffers the layer owns) and its backward reads again;
+// otherwise the tensors themselves. One per layer; the layer keeps the copies' buffers.
+class KeptOperands {
+ public:
+  // At the start of a forward: whether this one keeps copies (train, native bf16).
+  void start(bool train, Precision precision);
+  // In the forward: t's operand, converted into `copy` when keeping.
+  const Tensor& operator()(Tensor& copy, const Tensor& t) const {
+    return kept_ ? product_operand(copy, t) : t;
+  }
+  // In the backward: what the forward's product read (`copy` if it kept one, else t).
+  const Tensor& saved(const Tensor& copy, const Tensor& t) const { return kept_ ? copy : t; }
+  // In the backward: gradient g's operand for its two products, converted once into the
+  // calling thread's Scratch::grad_bf16 when keeping (valid until the next gradient's).
+  const Tensor& gradient(const Tensor& g) const;
+  // The backward's check that the precision is still the forward's; `layer` names the layer in
+  // the message ("[ffn]").
+  void check_unchanged(Precision now, const char* layer) const;
+  bool kept() const { return kept_; }
+
+ private:
+  bool kept_ = false;
+  Precision precision_ = Precision::f32;
+};
+
 // db [O] += Σ_t dy[t, :], in a fixed order (deterministic for any thread count).
 void bias_backward(Tensor& db, const Tensor& dy);
 
