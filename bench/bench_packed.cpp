@@ -23,14 +23,6 @@ struct Result {
   double plain_s, packed_s, reorder_s, convert_s;
 };
 
-// A tensor's values rounded to bf16 (nearest even), as oneDNN reads a bf16 operand.
-std::vector<std::uint16_t> as_bf16(const Tensor& t) {
-  std::vector<std::uint16_t> out(static_cast<std::size_t>(t.numel()));
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    out[static_cast<std::size_t>(i)] = f32_to_bf16(t.f32()[i]);
-  return out;
-}
-
 // C [M, N] = A [M, K] · B, with B stored [N, K] (read transposed, as y = x·Wᵀ) or [K, N]. A is
 // stored [M, K], or [K, M] read transposed (dW = dyᵀ·x, whose B is not a weight: then only the
 // plain product is timed).
@@ -41,9 +33,9 @@ Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed
   const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const Tensor a = bench::random({M, K}, 1), b = bench::random({N, K}, 2);
   Tensor c({M, N});
-  std::vector<std::uint16_t> a16 = as_bf16(a), b16 = as_bf16(b);
-  void* a_ptr = bf16 ? static_cast<void*>(a16.data()) : const_cast<float*>(a.f32());
-  void* b_ptr = bf16 ? static_cast<void*>(b16.data()) : const_cast<float*>(b.f32());
+  const Tensor a_op = bf16 ? a.to(DType::bf16) : a, b_op = bf16 ? b.to(DType::bf16) : b;
+  void* a_ptr = const_cast<void*>(a_op.raw());
+  void* b_ptr = const_cast<void*>(b_op.raw());
   const memory::desc a_md({M, K}, dt, a_transposed ? memory::dims{1, M} : memory::dims{K, 1});
   const memory::dims b_strides = b_transposed ? memory::dims{1, K} : memory::dims{N, 1};
   const memory::desc b_md({K, N}, dt, b_strides);
@@ -61,16 +53,8 @@ Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed
       budget);
   if (a_transposed) return r;
   if (bf16) {  // what a plain bf16 product of f32 weights adds on every call (as ops/matmul)
-    std::vector<std::uint16_t> converted(b16.size());
-    r.convert_s = bench::time_it(
-        [&] {
-          const float* src = b.f32();
-          std::uint16_t* dst = converted.data();
-          const std::int64_t n = b.numel();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-          for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-        },
-        budget);
+    Tensor converted;
+    r.convert_s = bench::time_it([&] { converted.assign_converted(b, DType::bf16); }, budget);
   }
   const memory::desc any({K, N}, dt, memory::format_tag::any);
   const auto packed_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, any, c_md), eng);

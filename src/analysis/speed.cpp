@@ -201,17 +201,25 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
         "[speed] sequences = {}, seq = {} and budget = {} must be positive", sequences, seq,
         budget);
   const std::int64_t T = sequences * seq, D = c.d_model, H = c.heads, hd = D / H;
-  // One weight product y[rows, out] = x[rows, in]·W[out, in]ᵀ with its backward.
+  // One weight product y[rows, out] = x[rows, in]·W[out, in]ᵀ with its backward (dy = g). In
+  // bf16, x, W and g are bf16, converted beforehand, as a training layer's products read them
+  // (KeptOperands: converted once per layer); the attention products below convert per call,
+  // as attention_forward does.
   struct Product {
-    Tensor x, w, y, dw, dx;
+    Tensor x, w, g, y, dw, dx;
     double flops;
   };
   std::uint64_t seed = 11;
+  const auto operand = [&](Shape shape) {
+    const Tensor t = random_normal(std::move(shape), seed++);
+    return precision == Precision::bf16 ? t.to(DType::bf16) : t;
+  };
   const auto product = [&](std::int64_t rows, std::int64_t in, std::int64_t out) {
     rows = std::max<std::int64_t>(1, rows);
     return Product{
-        random_normal({rows, in}, seed++),
-        random_normal({out, in}, seed++),
+        operand({rows, in}),
+        operand({out, in}),
+        operand({rows, out}),
         Tensor({rows, out}),
         Tensor({out, in}),
         Tensor({rows, in}),
@@ -263,8 +271,8 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   acc.accumulate = true;
   const auto run = [&](Product& m) {
     matmul(m.y, m.x, Trans::no, m.w, Trans::yes, plain);
-    matmul(m.dx, m.y, Trans::no, m.w, Trans::no, plain);
-    matmul(m.dw, m.y, Trans::yes, m.x, Trans::no, acc);
+    matmul(m.dx, m.g, Trans::no, m.w, Trans::no, plain);
+    matmul(m.dw, m.g, Trans::yes, m.x, Trans::no, acc);
   };
   const auto run_block = [&] {
     for (Product& m : block) run(m);
