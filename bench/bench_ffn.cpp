@@ -2,9 +2,15 @@
 // ratio to oneDNN's bare matrix-product throughput for the same product shapes, measured in the
 // same run (what the layer's own products reach alone; absolute times drift on a shared machine).
 //
+// With --pack-rows a,b,...: the same layers with the weights packed from each row count
+// (set_weight_packing_min_rows; 0: never), the settings alternating round by round, so the
+// packed layout's gain is measured against the plain one in one run.
+//
 //   bench_ffn [--d-model 512] [--d-ff 2048] [--tokens 8,6400] [--seconds 0.5] [--json]
+//             [--variants relu,swiglu] [--dtype f32|bf16] [--pack-rows 0,2048] [--rounds 3]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -12,6 +18,7 @@
 #include "bench_cli.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/ops/linear.hpp"
 
 using namespace ffnlab;
 
@@ -39,15 +46,76 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   bench::add_seconds_option(app, budget);
   app.add_flag("--json", json, "print JSON instead of a table");
+  std::vector<std::string> variants{"relu",  "gelu",  "glu",    "bilinear",
+                                    "reglu", "geglu", "swiglu", "gated"};
+  app.add_option("--variants", variants, "dense variants, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  std::string dtype = "f32";
+  app.add_option("--dtype", dtype, "product precision: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  std::vector<std::int64_t> pack_rows;
+  app.add_option("--pack-rows", pack_rows,
+                 "compare packing the weights from these row counts (0: never), alternating "
+                 "round by round")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  int rounds = 3;
+  bench::positive_option(app, "--rounds", rounds, "rounds of --pack-rows");
   CLI11_PARSE(app, argc, argv);
+  const Precision precision = dtype == "bf16" ? Precision::bf16 : Precision::f32;
+  try {
+    for (const auto& v : variants) variant_config(v, D, F, true);
+  } catch (const std::exception& e) {  // an unknown variant
+    fmt::print(stderr, "{}\n", e.what());
+    return 2;
+  }
+
+  if (!pack_rows.empty()) {
+    // Each setting measured once per round, the settings alternating; the median per setting.
+    const auto saved = weight_packing_min_rows();
+    fmt::print(
+        "Dense FFN layers, d_model {}, d_ff {}, bias, {} products: forward+backward with the "
+        "weights packed from each row count (0: never), {} alternating rounds, medians.\n\n",
+        D, F, enum_name(precision), rounds);
+    fmt::print("{:<10} {:>6}", "variant", "T");
+    for (auto r : pack_rows) fmt::print(" {:>14}", fmt::format("from {} ms", r));
+    for (std::size_t i = 1; i < pack_rows.size(); ++i)
+      fmt::print(" {:>14}", fmt::format("x from {}", pack_rows[0]));
+    fmt::print("\n");
+    for (const auto& variant : variants)
+      for (std::int64_t T : token_counts) {
+        std::vector<std::vector<double>> ms(pack_rows.size());
+        for (int round = 0; round < rounds; ++round)
+          for (std::size_t i = 0; i < pack_rows.size(); ++i) {
+            set_weight_packing_min_rows(pack_rows[i]);
+            ms[i].push_back(
+                measure_layer_speed(variant_config(variant, D, F, true), T, budget, precision, 1)
+                    .forward_backward_s *
+                1e3);
+          }
+        set_weight_packing_min_rows(saved);
+        std::vector<double> med;
+        for (auto& v : ms) {
+          std::sort(v.begin(), v.end());
+          med.push_back(v[v.size() / 2]);
+        }
+        fmt::print("{:<10} {:>6}", variant, T);
+        for (double m : med) fmt::print(" {:>14.3f}", m);
+        for (std::size_t i = 1; i < med.size(); ++i) fmt::print(" {:>13.3f}x", med[0] / med[i]);
+        fmt::print("\n");
+      }
+    return 0;
+  }
 
   std::vector<Row> rows;
-  for (const std::string variant :
-       {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"})
+  for (const std::string& variant : variants)
     for (std::int64_t T : token_counts) {
       // The layer and, in the same call, the bare oneDNN products of the same shapes.
       rows.push_back(
-          {variant, T, measure_layer_speed(variant_config(variant, D, F, true), T, budget)});
+          {variant, T,
+           measure_layer_speed(variant_config(variant, D, F, true), T, budget, precision)});
     }
 
   if (json) {
@@ -61,10 +129,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   fmt::print(
-      "Dense FFN layers, d_model {}, d_ff {}, bias, f32 (training forward keeps "
+      "Dense FFN layers, d_model {}, d_ff {}, bias, {} products (training forward keeps "
       "activations). GFLOP/s count matrix-product FLOPs only; 'of bare' is the layer's "
       "rate over bare oneDNN products of the same shapes, measured in this run.\n\n",
-      D, F);
+      D, F, enum_name(precision));
   fmt::print(
       "| variant | tokens | fwd ms | fwd GFLOP/s | fwd of bare | fwd+bwd ms | fwd+bwd "
       "GFLOP/s | fwd+bwd of bare |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");

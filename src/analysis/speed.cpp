@@ -18,6 +18,7 @@
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/parameters.hpp"
+#include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/matmul.hpp"
 
 namespace ffnlab {
@@ -103,6 +104,24 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   plain.precision = precision;
   MatmulOptions acc = plain;
   acc.accumulate = true;
+  // A dense layer at many rows reads its weights packed (packs_weights): so do its bare
+  // products, packed here once (the layer packs on every step, inside its time). An MoE's
+  // expert blocks vary in rows and read them plain.
+  const bool pack = !moe && packs_weights(R, precision);
+  PackedWeights in_fwd, out_fwd, out_dx, in_dx;
+  if (pack) {
+    in_fwd.pack(w_in, Trans::yes, R, plain);
+    out_fwd.pack(w_out, Trans::yes, R, plain);
+    out_dx.pack(w_out, Trans::no, R, plain);
+    in_dx.pack(w_in, Trans::no, R, plain);
+  }
+  const auto weight_product = [&](Tensor& c, const Tensor& a, const Tensor& w, Trans tw,
+                                  const PackedWeights& packed) {
+    if (pack)
+      matmul(c, a, packed, plain);
+    else
+      matmul(c, a, Trans::no, w, tw, plain);
+  };
 
   const FFNCost cost = ffn_cost(config, S);
   const FFNCost one = ffn_cost(dense, 1);  // one expert (MoE)
@@ -129,15 +148,15 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
         each, cold));
     mm_fwd.push_back(median_seconds(
         [&] {
-          matmul(a_out, xr, Trans::no, w_in, Trans::yes, plain);
-          matmul(out, h, Trans::no, w_out, Trans::yes, plain);
+          weight_product(a_out, xr, w_in, Trans::yes, in_fwd);
+          weight_product(out, h, w_out, Trans::yes, out_fwd);
         },
         each, cold));
     mm_bwd.push_back(median_seconds(
         [&] {
-          matmul(h_out, dyr, Trans::no, w_out, Trans::no, plain);
+          weight_product(h_out, dyr, w_out, Trans::no, out_dx);
           matmul(dw_out, dyr, Trans::yes, h, Trans::no, acc);
-          matmul(out, a, Trans::no, w_in, Trans::no, plain);
+          weight_product(out, a, w_in, Trans::no, in_dx);
           matmul(dw_in, a, Trans::yes, xr, Trans::no, acc);
         },
         each, cold));
@@ -204,30 +223,45 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   // One weight product y[rows, out] = x[rows, in]·W[out, in]ᵀ with its backward (dy = g). In
   // bf16, x, W and g are bf16, converted beforehand, as a training layer's products read them
   // (KeptOperands: converted once per layer); the attention products below convert per call,
-  // as attention_forward does.
+  // as attention_forward does. The weights of the layers that pack them at this many rows
+  // (packs_weights: attention's projections, a dense FFN, a shared expert, the head) are packed
+  // here once, as those layers pack them on every step; an MoE's experts and router read them
+  // plain, as the layer does.
   struct Product {
     Tensor x, w, g, y, dw, dx;
     double flops;
+    PackedWeights forward, backward;
   };
   std::uint64_t seed = 11;
   const auto operand = [&](Shape shape) {
     const Tensor t = random_normal(std::move(shape), seed++);
     return precision == Precision::bf16 ? t.to(DType::bf16) : t;
   };
-  const auto product = [&](std::int64_t rows, std::int64_t in, std::int64_t out) {
+  MatmulOptions plain;
+  plain.precision = precision;
+  MatmulOptions acc = plain;
+  acc.accumulate = true;
+  const auto product = [&](std::int64_t rows, std::int64_t in, std::int64_t out,
+                           bool packable = false) {
     rows = std::max<std::int64_t>(1, rows);
-    return Product{
-        operand({rows, in}),
-        operand({out, in}),
-        operand({rows, out}),
-        Tensor({rows, out}),
-        Tensor({out, in}),
-        Tensor({rows, in}),
-        6.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out)};
+    Product m{operand({rows, in}),
+              operand({out, in}),
+              operand({rows, out}),
+              Tensor({rows, out}),
+              Tensor({out, in}),
+              Tensor({rows, in}),
+              6.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out),
+              {},
+              {}};
+    if (packable && packs_weights(rows, precision)) {
+      m.forward.pack(m.w, Trans::yes, rows, plain);
+      m.backward.pack(m.w, Trans::no, rows, plain);
+    }
+    return m;
   };
   std::vector<Product> block;  // one block's products
-  block.push_back(product(T, D, 3 * D));
-  block.push_back(product(T, D, D));
+  block.push_back(product(T, D, 3 * D, true));
+  block.push_back(product(T, D, D, true));
   const FFNConfig& f = c.ffn;
   double expert_flops = 0, K = 0;
   if (f.kind == FFNKind::moe) {
@@ -247,14 +281,14 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
     }
     if (f.moe.num_shared > 0) {
       const FFNConfig s = expert_config(f, /*shared=*/true);
-      block.push_back(product(T, D, s.in_width()));
-      block.push_back(product(T, s.d_ff, D));
+      block.push_back(product(T, D, s.in_width(), true));
+      block.push_back(product(T, s.d_ff, D, true));
     }
   } else {
-    block.push_back(product(T, D, f.in_width()));
-    block.push_back(product(T, f.d_ff, D));
+    block.push_back(product(T, D, f.in_width(), true));
+    block.push_back(product(T, f.d_ff, D, true));
   }
-  Product head = product(T, D, c.vocab);
+  Product head = product(T, D, c.vocab, true);
   // Attention's score products, batched over sequences × heads.
   const std::int64_t BH = sequences * H;
   const Tensor q = random_normal({BH, seq, hd}, seed++), k = random_normal({BH, seq, hd}, seed++),
@@ -265,13 +299,14 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   const double score_flops =
       12.0 * static_cast<double>(T) * static_cast<double>(seq) * static_cast<double>(D);
 
-  MatmulOptions plain;
-  plain.precision = precision;
-  MatmulOptions acc = plain;
-  acc.accumulate = true;
   const auto run = [&](Product& m) {
-    matmul(m.y, m.x, Trans::no, m.w, Trans::yes, plain);
-    matmul(m.dx, m.g, Trans::no, m.w, Trans::no, plain);
+    if (m.forward.packed()) {
+      matmul(m.y, m.x, m.forward, plain);
+      matmul(m.dx, m.g, m.backward, plain);
+    } else {
+      matmul(m.y, m.x, Trans::no, m.w, Trans::yes, plain);
+      matmul(m.dx, m.g, Trans::no, m.w, Trans::no, plain);
+    }
     matmul(m.dw, m.g, Trans::yes, m.x, Trans::no, acc);
   };
   const auto run_block = [&] {

@@ -110,21 +110,24 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
     return;
   }
   // Training with native bf16 products converts x, h and the weights once, for this forward's
-  // products and the backward's (converts_operands_once); otherwise matmul reads these tensors.
-  operands_.start(train, precision);
+  // products and the backward's (converts_operands_once); at many rows the weights are packed
+  // instead (packs_weights); otherwise matmul reads these tensors.
+  operands_.start(train, precision, T);
   const KeptOperands& operand = operands_;
   const Tensor& x_op = operand(x16_, x);
-  const Tensor& w_in_op = operand(w_in16_, w_in);
+  const Tensor& w_in_op = operand.weight(w_in_kept_, w_in);
+  PackedWeights* in_packing = operand.forward_packing(w_in_kept_);
   if (mix_in_epilogue(config_.act, branches_, train)) {
     // The activation is the up projection's epilogue (a oneDNN post-op). Inference keeps
     // nothing; training keeps h only when act' is a function of h (ReLU: h > 0).
-    linear_forward(h_, x_op, w_in_op, b_in, precision, &config_.act);
+    linear_forward(h_, x_op, w_in_op, b_in, precision, &config_.act, false, in_packing);
   } else {
     a_.ensure({T, in_width_});
-    linear_forward(a_, x_op, w_in_op, b_in, precision);
+    linear_forward(a_, x_op, w_in_op, b_in, precision, nullptr, false, in_packing);
     mix_forward(h_, a_, config_.act, branches_);
   }
-  linear_forward(y, operand(h16_, h_), operand(w_out16_, w_out), b_out, precision);
+  linear_forward(y, operand(h16_, h_), operand.weight(w_out_kept_, w_out), b_out, precision,
+                 nullptr, false, operand.forward_packing(w_out_kept_));
 }
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
@@ -139,11 +142,12 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   // The products read what the forward's did; each gradient is converted once for its two.
   const KeptOperands& op = operands_;
   linear_backward(&dh, dw_out_, nullptr, op.gradient(dy), op.saved(h16_, h_),
-                  op.saved(w_out16_, w_out_), precision_);
+                  op.saved_weight(w_out_kept_, w_out_), precision_, false,
+                  op.dx_packing(w_out_kept_));
   if (config_.bias) bias_backward(db_out_, dy);
   mix_backward(da, dh, a_, h_, config_.act, branches_);
   linear_backward(&dx, dw_in_, nullptr, op.gradient(da), op.saved(x16_, x_),
-                  op.saved(w_in16_, w_in_), precision_);
+                  op.saved_weight(w_in_kept_, w_in_), precision_, false, op.dx_packing(w_in_kept_));
   if (config_.bias) bias_backward(db_in_, da);
 }
 

@@ -190,10 +190,12 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   }
   logits_.ensure({T, config_.vocab});
   // Training with native bf16 products converts z and the head once, for this product and the
-  // backward's two (converts_operands_once); otherwise matmul reads them.
-  head_operands_.start(train, precision_);
-  linear_forward(logits_, head_operands_(z16_, *z), head_operands_(head16_, head_), nullptr,
-                 precision_);
+  // backward's two (converts_operands_once); at many rows the head is packed instead
+  // (packs_weights); otherwise matmul reads them.
+  head_operands_.start(train, precision_, T);
+  const KeptOperands& operand = head_operands_;
+  linear_forward(logits_, operand(z16_, *z), operand.weight(head_kept_, head_), nullptr, precision_,
+                 nullptr, false, operand.forward_packing(head_kept_));
   if (targets.empty()) return 0.0;
   return cross_entropy_forward(probs_, logits_, targets);
 }
@@ -209,7 +211,7 @@ void TransformerLM::backward(float scale, float aux_scale,
   dz_.ensure(z.shape());
   const KeptOperands& op = head_operands_;  // what the forward's product read
   linear_backward(&dz_, dhead_, nullptr, op.gradient(dlogits_), op.saved(z16_, z),
-                  op.saved(head16_, head_), precision_);
+                  op.saved_weight(head_kept_, head_), precision_, false, op.dx_packing(head_kept_));
   Tensor* d = &dz_;
   if (final_norm_) {
     final_norm_->backward(dx_a_, dz_);

@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -25,11 +26,12 @@ namespace ffnlab {
 namespace {
 
 using dnnl::memory;
-// G M N K ta tb precision bias accumulate act beta threads. The OpenMP thread count is part of
-// the key: a primitive plans its work (and so the order of its sums) for the threads it was made
-// with, and the study trains runs side by side on one thread each beside callers on several.
+// G M N K ta tb precision bias accumulate act beta threads packed. The OpenMP thread count is
+// part of the key: a primitive plans its work (and so the order of its sums) for the threads it
+// was made with, and the study trains runs side by side on one thread each beside callers on
+// several. packed: b in the layout oneDNN chose (PackedWeights) instead of the plain one.
 using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int, int,
-                       int, int, float, int>;
+                       int, int, float, int, int>;
 
 constexpr std::size_t kMaxPrimitives = 1024;
 
@@ -37,6 +39,7 @@ struct Entry {
   dnnl::matmul prim;
   std::size_t scratchpad_bytes = 0;
   bool emulated_bf16 = false;  // a bf16 product run as f32 on bf16-rounded inputs
+  memory::desc weights;        // b's layout as the primitive reads it (packed: oneDNN's choice)
 };
 
 struct Engine {
@@ -135,6 +138,132 @@ std::int64_t matmul_primitive_count() {
   return static_cast<std::int64_t>(engine().cache.size());
 }
 
+namespace {
+
+Key make_key(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Trans ta, Trans tb,
+             const MatmulOptions& opt, bool packed) {
+  return Key{G,
+             opt.dynamic_m ? -1 : M,
+             N,
+             opt.dynamic_k ? -1 : K,
+             static_cast<int>(ta),
+             static_cast<int>(tb),
+             opt.precision == Precision::bf16,
+             opt.bias != nullptr,
+             opt.accumulate,
+             opt.act ? static_cast<int>(opt.act->kind) : -1,
+             opt.act ? opt.act->beta : 0.f,
+             omp_get_max_threads(),
+             packed};
+}
+
+// The cached primitive of a product, created on first use. packed: b's layout left to oneDNN
+// (format_tag::any; native bf16 or f32 only).
+Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Trans ta,
+                   Trans tb, const MatmulOptions& opt, bool packed) {
+  const Key key = make_key(G, M, N, K, ta, tb, opt, packed);
+  const bool bf16 = opt.precision == Precision::bf16;
+  Engine& e = engine();
+  std::lock_guard lock(e.mutex);
+  auto it = e.cache.find(key);
+  if (it != e.cache.end()) return it->second;
+  // Bounded: a process that sees ever new shapes (a fuzzer, a server with varying token
+  // counts) would otherwise keep every primitive. Primitives in use are reference counted.
+  if (e.cache.size() >= kMaxPrimitives) e.cache.clear();
+  dnnl::post_ops ops;
+  if (opt.accumulate) ops.append_sum(1.f);
+  if (opt.act) append_activation(ops, *opt.act);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const bool dm = opt.dynamic_m, dk = opt.dynamic_k;
+  auto create = [&](memory::data_type in_dt) {
+    const auto a_rt = matrix_desc(G, M, K, ta, in_dt, dm, dk);
+    const auto b_rt = packed ? memory::desc({K, N}, in_dt, memory::format_tag::any)
+                             : matrix_desc(G, K, N, tb, in_dt, dk, false);
+    const auto c_rt = matrix_desc(G, M, N, Trans::no, memory::data_type::f32, dm, false);
+    const auto bias_rt = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+    auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_rt, c_rt)
+                         : dnnl::matmul::desc(a_rt, b_rt, c_rt);
+    return dnnl::matmul::primitive_desc(desc, attr, e.engine);
+  };
+  Entry made;
+  auto make = [&](memory::data_type in_dt) {
+    const auto pd = create(in_dt);
+    made.scratchpad_bytes = pd.scratchpad_desc().get_size();
+    made.weights = pd.weights_desc();
+    made.prim = dnnl::matmul(pd);
+  };
+  if (bf16 && e.bf16_native) {
+    try {
+      make(memory::data_type::bf16);
+    } catch (const dnnl::error&) {
+      // oneDNN has no bf16 product for this CPU (it needs AVX-512 or AMX): from now on
+      // bf16 products are emulated exactly, below.
+      e.bf16_native = false;
+    }
+  }
+  if (!made.prim) {
+    check(!(packed && bf16), "[matmul] a packed bf16 operand needs native bf16 products");
+    make(memory::data_type::f32);
+    made.emulated_bf16 = bf16;
+  }
+  return e.cache.emplace(key, made).first->second;
+}
+
+// This thread's stream (see the top of the file).
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(engine().engine);
+  return stream;
+}
+
+// Operand t as the primitive reads it. Native bf16: stored in bf16 (weights packed once for
+// inference, or converted once by a layer) as it is, f32 converted into per-thread scratch.
+// Emulated bf16: the f32 values of its bf16 rounding — bf16 products are exact in f32 and the
+// accumulation is f32 either way, so this computes what a bf16 product computes.
+const void* operand(const Tensor& t, int slot, bool bf16, bool native_bf16) {
+  if (native_bf16) {
+    if (t.dtype() == DType::bf16) return t.bf16();
+    std::uint16_t* t16 = scratch<std::uint16_t>(slot, t.numel());
+    to_bf16(t16, t.f32(), t.numel());
+    return t16;
+  }
+  if (!bf16) return t.f32();
+  float* rounded = scratch<float>(slot, t.numel());
+  if (t.dtype() == DType::bf16)
+    widen_bf16(rounded, t.bf16(), t.numel());
+  else
+    round_to_bf16(rounded, t.f32(), t.numel());
+  return rounded;
+}
+
+// Runs a primitive on a, b (plain or packed memory) and c, with this thread's stream and
+// scratchpad (see the top of the file).
+void run(const Entry& entry, const memory& a_mem, const memory& b_mem, Tensor& c,
+         const memory::desc& c_md, const MatmulOptions& opt, std::int64_t N) {
+  const dnnl::engine& eng = engine().engine;
+  memory c_mem(c_md, eng, c.f32());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (opt.bias) {
+    const auto bias_md = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+    args.emplace(DNNL_ARG_BIAS, memory(bias_md, eng, const_cast<float*>(opt.bias->f32())));
+  }
+  thread_local std::vector<std::byte> scratchpad;
+  if (entry.scratchpad_bytes > 0) {
+    if (scratchpad.size() < entry.scratchpad_bytes) scratchpad.resize(entry.scratchpad_bytes);
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(memory::desc({static_cast<memory::dim>(entry.scratchpad_bytes)},
+                                     memory::data_type::u8, memory::dims{1}),
+                        eng, scratchpad.data()));
+  }
+  dnnl::stream& stream = thread_stream();
+  entry.prim.execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace
+
 void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
             const MatmulOptions& opt) {
   const int rank = c.rank();
@@ -165,116 +294,89 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
     return;
   }
 
+  const Entry entry = find_or_make(G, M, N, K, ta, tb, opt, /*packed=*/false);
   const bool bf16 = opt.precision == Precision::bf16;
-  const int act = opt.act ? static_cast<int>(opt.act->kind) : -1;
-  const Key key{G,
-                opt.dynamic_m ? -1 : M,
-                N,
-                opt.dynamic_k ? -1 : K,
-                static_cast<int>(ta),
-                static_cast<int>(tb),
-                bf16,
-                opt.bias != nullptr,
-                opt.accumulate,
-                act,
-                opt.act ? opt.act->beta : 0.f,
-                omp_get_max_threads()};
-
-  Engine& e = engine();
-  Entry entry;
-  {
-    std::lock_guard lock(e.mutex);
-    auto it = e.cache.find(key);
-    if (it == e.cache.end()) {
-      // Bounded: a process that sees ever new shapes (a fuzzer, a server with varying token
-      // counts) would otherwise keep every primitive. Primitives in use are reference counted.
-      if (e.cache.size() >= kMaxPrimitives) e.cache.clear();
-      dnnl::post_ops ops;
-      if (opt.accumulate) ops.append_sum(1.f);
-      if (opt.act) append_activation(ops, *opt.act);
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(ops);
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const bool dm = opt.dynamic_m, dk = opt.dynamic_k;
-      auto create = [&](memory::data_type in_dt) {
-        const auto a_rt = matrix_desc(G, M, K, ta, in_dt, dm, dk);
-        const auto b_rt = matrix_desc(G, K, N, tb, in_dt, dk, false);
-        const auto c_rt = matrix_desc(G, M, N, Trans::no, memory::data_type::f32, dm, false);
-        const auto bias_rt = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-        auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_rt, c_rt)
-                             : dnnl::matmul::desc(a_rt, b_rt, c_rt);
-        return dnnl::matmul::primitive_desc(desc, attr, e.engine);
-      };
-      Entry made;
-      auto make = [&](memory::data_type in_dt) {
-        const auto pd = create(in_dt);
-        made.scratchpad_bytes = pd.scratchpad_desc().get_size();
-        made.prim = dnnl::matmul(pd);
-      };
-      if (bf16 && e.bf16_native) {
-        try {
-          make(memory::data_type::bf16);
-        } catch (const dnnl::error&) {
-          // oneDNN has no bf16 product for this CPU (it needs AVX-512 or AMX): from now on
-          // bf16 products are emulated exactly, below.
-          e.bf16_native = false;
-        }
-      }
-      if (!made.prim) {
-        make(memory::data_type::f32);
-        made.emulated_bf16 = bf16;
-      }
-      it = e.cache.emplace(key, made).first;
-    }
-    entry = it->second;
-  }
-
-  // Operands as the primitive reads them. Native bf16: an operand stored in bf16 (weights packed
-  // once for inference) as it is, an f32 one converted into per-thread scratch. Emulated bf16:
-  // every operand as the f32 values of its bf16 rounding — bf16 products are exact in f32 and
-  // the accumulation is f32 either way, so this computes what a bf16 product computes.
   const bool native_bf16 = bf16 && !entry.emulated_bf16;
-  auto input = [&](const Tensor& t, int slot) -> const void* {
-    if (native_bf16) {
-      if (t.dtype() == DType::bf16) return t.bf16();
-      std::uint16_t* t16 = scratch<std::uint16_t>(slot, t.numel());
-      to_bf16(t16, t.f32(), t.numel());
-      return t16;
-    }
-    if (!bf16) return t.f32();
-    float* rounded = scratch<float>(slot, t.numel());
-    if (t.dtype() == DType::bf16)
-      widen_bf16(rounded, t.bf16(), t.numel());
-    else
-      round_to_bf16(rounded, t.f32(), t.numel());
-    return rounded;
-  };
   const auto in_dt = native_bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  const auto a_md = matrix_desc(G, M, K, ta, in_dt);
-  const auto b_md = matrix_desc(G, K, N, tb, in_dt);
-  const auto c_md = matrix_desc(G, M, N, Trans::no, memory::data_type::f32);
-  const auto bias_md = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-  const void* a_ptr = input(a, 0);
-  const void* b_ptr = input(b, 1);
-  memory a_mem(a_md, e.engine, const_cast<void*>(a_ptr));
-  memory b_mem(b_md, e.engine, const_cast<void*>(b_ptr));
-  memory c_mem(c_md, e.engine, c.f32());
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  if (opt.bias)
-    args.emplace(DNNL_ARG_BIAS, memory(bias_md, e.engine, const_cast<float*>(opt.bias->f32())));
-  // This thread's stream and scratchpad (see the top of the file).
-  thread_local dnnl::stream stream(e.engine);
-  thread_local std::vector<std::byte> scratchpad;
-  if (entry.scratchpad_bytes > 0) {
-    if (scratchpad.size() < entry.scratchpad_bytes) scratchpad.resize(entry.scratchpad_bytes);
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(memory::desc({static_cast<memory::dim>(entry.scratchpad_bytes)},
-                                     memory::data_type::u8, memory::dims{1}),
-                        e.engine, scratchpad.data()));
+  const dnnl::engine& eng = engine().engine;
+  memory a_mem(matrix_desc(G, M, K, ta, in_dt), eng,
+               const_cast<void*>(operand(a, 0, bf16, native_bf16)));
+  memory b_mem(matrix_desc(G, K, N, tb, in_dt), eng,
+               const_cast<void*>(operand(b, 1, bf16, native_bf16)));
+  run(entry, a_mem, b_mem, c, matrix_desc(G, M, N, Trans::no, memory::data_type::f32), opt, N);
+}
+
+namespace {
+std::atomic<std::int64_t> packings{0};
+}  // namespace
+
+std::int64_t matmul_packings() {
+  return packings.load(std::memory_order_relaxed);
+}
+
+struct PackedWeights::State {
+  Key key;  // the product it was packed for
+  std::int64_t K = 0, N = 0;
+  memory::desc source;    // the plain operand it is packed from
+  memory packed;          // oneDNN's copy in its own layout (owns its buffer)
+  dnnl::reorder reorder;  // source -> packed
+};
+
+void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const MatmulOptions& opt) {
+  check(b.rank() == 2, "[matmul] a packed operand must be a matrix, got {}",
+        shape_string(b.shape()));
+  check(!opt.dynamic_m && !opt.dynamic_k, "[matmul] a packed operand needs fixed dimensions");
+  check(M > 0, "[matmul] packing for {} rows", M);
+  const bool bf16 = opt.precision == Precision::bf16;
+  check(bf16 || b.dtype() == DType::f32, "[matmul] a bf16 operand needs precision bf16");
+  check(!bf16 || matmul_bf16_native(), "[matmul] a packed bf16 operand needs native bf16 products");
+  const std::int64_t K = tb == Trans::no ? b.dim(0) : b.dim(1);
+  const std::int64_t N = tb == Trans::no ? b.dim(1) : b.dim(0);
+  check(K > 0 && N > 0, "[matmul] cannot pack an empty operand {}", shape_string(b.shape()));
+  check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
+        opt.bias ? opt.bias->numel() : 0, N);
+  const Entry entry = find_or_make(0, M, N, K, Trans::no, tb, opt, /*packed=*/true);
+  const dnnl::engine& eng = engine().engine;
+  const auto source = matrix_desc(
+      0, K, N, tb, b.dtype() == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32);
+  if (!state_ || state_.use_count() > 1 || state_->source != source ||
+      state_->packed.get_desc() != entry.weights) {
+    auto s = std::make_shared<State>();
+    s->K = K;
+    s->N = N;
+    s->source = source;
+    s->packed = memory(entry.weights, eng);
+    s->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, source, eng, entry.weights));
+    state_ = std::move(s);
   }
-  entry.prim.execute(stream, args);
+  state_->key = make_key(0, M, N, K, Trans::no, tb, opt, true);
+  packings.fetch_add(1, std::memory_order_relaxed);
+  memory src(source, eng, const_cast<void*>(b.raw()));
+  dnnl::stream& stream = thread_stream();
+  state_->reorder.execute(stream, src, state_->packed);
   stream.wait();
+}
+
+void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOptions& opt) {
+  check(b.packed(), "[matmul] the operand was not packed");
+  const PackedWeights::State& s = *b.state_;
+  check(
+      a.rank() == 2 && c.rank() == 2 && a.dim(1) == s.K && c.dim(0) == a.dim(0) && c.dim(1) == s.N,
+      "[matmul] shapes do not chain: {} x packed [{}, {}] -> {}", shape_string(a.shape()), s.K, s.N,
+      shape_string(c.shape()));
+  const bool bf16 = opt.precision == Precision::bf16;
+  check(c.dtype() == DType::f32 && (bf16 || a.dtype() == DType::f32),
+        "[matmul] bf16 operands need precision bf16; the output is f32");
+  const std::int64_t M = a.dim(0), K = s.K, N = s.N;
+  const Trans tb = static_cast<Trans>(std::get<5>(s.key));
+  check(make_key(0, M, N, K, Trans::no, tb, opt, true) == s.key,
+        "[matmul] the operand was packed for another product (rows, options or precision)");
+  const Entry entry = find_or_make(0, M, N, K, Trans::no, tb, opt, /*packed=*/true);
+  const auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const dnnl::engine& eng = engine().engine;
+  memory a_mem(matrix_desc(0, M, K, Trans::no, in_dt), eng,
+               const_cast<void*>(operand(a, 0, bf16, bf16)));
+  run(entry, a_mem, s.packed, c, matrix_desc(0, M, N, Trans::no, memory::data_type::f32), opt, N);
 }
 
 }  // namespace ffnlab

@@ -230,3 +230,80 @@ TEST(Linear, RejectsShapeMismatch) {
   Tensor b({4});
   EXPECT_THROW(linear_forward(y, x, w2, &b), Error);
 }
+
+// A weight packed into oneDNN's own layout computes what the plain product computes (up to the
+// order of the sums), for both orientations, with bias and activation, accumulating, in f32 and
+// (where the CPU has them) native bf16 products; it is read again after the weight changes.
+TEST(Matmul, PackedOperandMatchesThePlainProduct) {
+  std::vector<Precision> precisions{Precision::f32};
+  if (matmul_bf16_native()) precisions.push_back(Precision::bf16);
+  const Act relu{Activation::relu};
+  std::uint64_t seed = 500;
+  for (Precision precision : precisions)
+    for (Trans tb : {Trans::no, Trans::yes})
+      for (int variant = 0; variant < 3; ++variant) {
+        const std::int64_t M = 37, K = 29, N = 41;
+        const Tensor a = test::random_tensor({M, K}, seed++);
+        Tensor b = tb == Trans::no ? test::random_tensor({K, N}, seed++)
+                                   : test::random_tensor({N, K}, seed++);
+        const Tensor bias = test::random_tensor({N}, seed++);
+        const Tensor start = test::random_tensor({M, N}, seed++);
+        MatmulOptions o;
+        o.precision = precision;
+        if (variant == 1) o.bias = &bias, o.act = &relu;
+        if (variant == 2) o.accumulate = true;
+        PackedWeights packed;
+        for (int round = 0; round < 2; ++round) {
+          Tensor want = start.clone(), got = start.clone();
+          matmul(want, a, Trans::no, b, tb, o);
+          const auto before = matmul_packings();
+          packed.pack(b, tb, M, o);
+          EXPECT_EQ(matmul_packings(), before + 1);
+          matmul(got, a, packed, o);
+          double scale = 0;
+          for (std::int64_t i = 0; i < want.numel(); ++i)
+            scale = std::max(scale, double(std::abs(want.f32()[i])));
+          for (std::int64_t i = 0; i < want.numel(); ++i)
+            ASSERT_NEAR(got.f32()[i], want.f32()[i], 1e-5 * scale)
+                << enum_name(precision) << " tb=" << int(tb) << " variant " << variant << " round "
+                << round << " at " << i;
+          float* v = b.f32();  // the weight changes: packing again reads the new values
+          for (std::int64_t i = 0; i < b.numel(); ++i) v[i] = -0.5f * v[i] + 0.25f;
+        }
+      }
+}
+
+TEST(Matmul, PackedOperandServesOnlyItsOwnProduct) {
+  const Tensor a = test::random_tensor({20, 8}, 1), b = test::random_tensor({6, 8}, 2);
+  Tensor c({20, 6});
+  PackedWeights packed;
+  EXPECT_NE(test::error_of([&] { matmul(c, a, packed); }).find("not packed"), std::string::npos);
+  packed.pack(b, Trans::yes, 20, {});
+  matmul(c, a, packed);  // its own product
+  Tensor c19({19, 6});
+  EXPECT_NE(test::error_of([&] { matmul(c19, a.rows(0, 19), packed); }).find("another product"),
+            std::string::npos);
+  MatmulOptions acc;
+  acc.accumulate = true;
+  EXPECT_NE(test::error_of([&] { matmul(c, a, packed, acc); }).find("another product"),
+            std::string::npos);
+  Tensor wide({20, 7});
+  EXPECT_NE(test::error_of([&] { matmul(wide, a, packed); }).find("do not chain"),
+            std::string::npos);
+  MatmulOptions runtime;
+  runtime.dynamic_m = true;
+  EXPECT_THROW(packed.pack(b, Trans::yes, 20, runtime), Error);
+  EXPECT_THROW(packed.pack(b, Trans::yes, 0, {}), Error);
+}
+
+// Layers pack only for training products of weight_packing_min_rows() rows or more.
+TEST(Linear, PacksWeightsFromTheRowsSet) {
+  const auto saved = weight_packing_min_rows();
+  set_weight_packing_min_rows(64);
+  EXPECT_FALSE(packs_weights(63, Precision::f32));
+  EXPECT_TRUE(packs_weights(64, Precision::f32));
+  EXPECT_EQ(packs_weights(64, Precision::bf16), matmul_bf16_native());
+  set_weight_packing_min_rows(0);
+  EXPECT_FALSE(packs_weights(1 << 20, Precision::f32));
+  set_weight_packing_min_rows(saved);
+}

@@ -50,7 +50,8 @@ class Attention final : public Layer {
   // What the products read (ops/linear.hpp); when it keeps copies, bf16 x [T, D], a [T, D],
   // w_qkv [3D, D] and w_o [D, D] made by the forward for its products and the backward's.
   KeptOperands operands_;
-  Tensor x16_, a16_, w_qkv16_, w_o16_;
+  Tensor x16_, a16_;
+  KeptWeight w_qkv_kept_, w_o_kept_;
   AttentionCache cache_;  // per-head copies and probabilities
 };
 

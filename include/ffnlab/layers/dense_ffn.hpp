@@ -49,7 +49,8 @@ class DenseFFN final : public FeedForward {
   // What the products read (ops/linear.hpp); when it keeps copies, bf16 x [T, D], h [T, F],
   // w_in [P, D] and w_out [D, F] made by the forward for its products and the backward's.
   KeptOperands operands_;
-  Tensor x16_, h16_, w_in16_, w_out16_;
+  Tensor x16_, h16_;
+  KeptWeight w_in_kept_, w_out_kept_;
   bool saved_ = false;
 };
 

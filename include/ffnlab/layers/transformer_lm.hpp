@@ -101,7 +101,8 @@ class TransformerLM final : public Layer {
   // What the head's products read (ops/linear.hpp); when it keeps copies, bf16 z [T, D] and
   // head [V, D] made by the forward for its product and the backward's.
   KeptOperands head_operands_;
-  Tensor z16_, head16_;
+  Tensor z16_;
+  KeptWeight head_kept_;
 };
 
 }  // namespace ffnlab

@@ -14,16 +14,30 @@ namespace ffnlab {
 // fixed-shape parts (the rows rounded down to a multiple of max(16, 2^⌊log2 T⌋/8), then the
 // rest), so a run creates few primitives; up to 8 rows, one run-time-dimension primitive or a
 // fixed shape per T, whichever measured faster for the weight's size.
+// packed: where packs_weights(T, precision), w (the f32 master weight) is packed into it for
+// this product and the product reads the packed copy (a layer's own PackedWeights, kept to the
+// next call so the packed memory is reused).
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     Precision precision = Precision::f32, const Act* act = nullptr,
-                    bool varying_rows = false);
+                    bool varying_rows = false, PackedWeights* packed = nullptr);
 
 // dx [T, I] = dy · w        (overwritten; skipped when dx is null)
 // dw [O, I] += dyᵀ · x      (accumulated)
 // db [O]    += Σ_t dy[t]    (accumulated; skipped when db is null)
+// packed: as linear_forward's, for the dx product (another layout than the forward's).
 void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
                      const Tensor& w, Precision precision = Precision::f32,
-                     bool varying_rows = false);
+                     bool varying_rows = false, PackedWeights* packed = nullptr);
+
+// Whether a training product of M rows reads its weight packed (PackedWeights, packed once per
+// forward for the forward's product and once for the backward's dx product): from
+// weight_packing_min_rows() rows, in f32 and in native bf16 products (converts_operands_once).
+// bench/bench_packed measured the packed layout +1–5 % (f32) and +4–5 % (bf16) faster at 6400
+// rows and the reorder at 512 rows costing 3–28 % of a product (docs/benchmarks.md).
+bool packs_weights(std::int64_t M, Precision precision);
+std::int64_t weight_packing_min_rows();
+// For benchmarks and tests: rows from which products pack (<= 0: never).
+void set_weight_packing_min_rows(std::int64_t rows);
 
 // Whether a layer converts the tensors its bf16 products share once, for all of them (x: the
 // forward's and dW's product; a weight: the forward's and dx's; a gradient: dW's and dx's):
@@ -36,13 +50,25 @@ bool converts_operands_once(Precision precision);
 // for the products that share it to read. Returns out.
 const Tensor& product_operand(Tensor& out, const Tensor& t);
 
+// One weight as a layer's training products read it (KeptOperands): a bf16 copy made once per
+// forward, or, at many rows (packs_weights), packed for the forward's product and for the
+// backward's dx product, the packing doing the conversion. The layer owns it, so the buffers
+// are reused from step to step.
+struct KeptWeight {
+  Tensor bf16;
+  PackedWeights forward, dx;
+};
+
 // What a layer's products read, as its training forward decided: with converts_operands_once,
 // bf16 copies the forward makes (into buffers the layer owns) and its backward reads again;
-// otherwise the tensors themselves. One per layer; the layer keeps the copies' buffers.
+// otherwise the tensors themselves. Weights: packed instead where packs_weights (f32 too).
+// One per layer; the layer keeps the copies' buffers.
 class KeptOperands {
  public:
-  // At the start of a forward: whether this one keeps copies (train, native bf16).
-  void start(bool train, Precision precision);
+  // At the start of a forward: whether this one keeps copies (train, native bf16) and whether
+  // it packs its weights (train, packs_weights(rows, precision); rows 0: never, as for an MoE's
+  // expert blocks, whose rows vary).
+  void start(bool train, Precision precision, std::int64_t rows = 0);
   // In the forward: t's operand, converted into `copy` when keeping.
   const Tensor& operator()(Tensor& copy, const Tensor& t) const {
     return kept_ ? product_operand(copy, t) : t;
@@ -57,8 +83,22 @@ class KeptOperands {
   void check_unchanged(Precision now, const char* layer) const;
   bool kept() const { return kept_; }
 
+  // Weight w's operand for the forward's product, and where linear_forward packs it (null: not
+  // packed): the master weight and k.forward when packing, else k.bf16 or w as operator().
+  const Tensor& weight(KeptWeight& k, const Tensor& w) const {
+    return packs_ ? w : (*this)(k.bf16, w);
+  }
+  PackedWeights* forward_packing(KeptWeight& k) const { return packs_ ? &k.forward : nullptr; }
+  // The same for the backward's dx product (linear_backward packs into k.dx).
+  const Tensor& saved_weight(const KeptWeight& k, const Tensor& w) const {
+    return packs_ ? w : saved(k.bf16, w);
+  }
+  PackedWeights* dx_packing(KeptWeight& k) const { return packs_ ? &k.dx : nullptr; }
+  bool packs() const { return packs_; }
+
  private:
   bool kept_ = false;
+  bool packs_ = false;
   Precision precision_ = Precision::f32;
 };
 

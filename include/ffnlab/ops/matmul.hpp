@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/tensor.hpp"
@@ -46,10 +47,41 @@ struct MatmulOptions {
 void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
             const MatmulOptions& options = {});
 
+// A product's second operand (a layer's weight) in the layout oneDNN chooses for one product:
+// c [M, N] = a [M, K] · op(b) with a given M and options. oneDNN reads it faster than the plain
+// layout (bench/bench_packed: +1–5 % f32, +4–5 % bf16 at thousands of rows on a Zen 4); packing
+// is a reorder (and the conversion, for a bf16 product), paid once for every product that reads
+// the packed copy. Layers pack their weights once per training forward (ops/linear.hpp,
+// packs_weights). The copy belongs to this object; moving it is cheap, copying it shares it.
+class PackedWeights {
+ public:
+  // Packs b (f32, or bf16 for a bf16 product) for matmul(c, a, *this, options) with a [M, K],
+  // op(b) = b or bᵀ. A bf16 product needs native bf16 products (matmul_bf16_native); run-time
+  // dimensions are not supported.
+  void pack(const Tensor& b, Trans tb, std::int64_t M, const MatmulOptions& options);
+  bool packed() const { return state_ != nullptr; }
+  // Forget the packed copy (its memory is freed once no product holds it).
+  void reset() { state_.reset(); }
+
+  struct State;  // oneDNN's memory, the reorder and the product it was packed for
+
+ private:
+  friend void matmul(Tensor& c, const Tensor& a, const PackedWeights& b,
+                     const MatmulOptions& options);
+  std::shared_ptr<State> state_;
+};
+
+// c [M, N] = a [M, K] · op(b) (+ bias) (then act), b packed for exactly this product (its M,
+// options and precision; anything else is an error). a is f32 or, in a bf16 product, bf16.
+void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOptions& options = {});
+
 // Whether oneDNN computes bf16 products natively on this CPU (AVX-512 or AMX). Where it does not
 // (an AVX2 CPU), a bf16 product is emulated: f32 products of the bf16-rounded inputs, the same
 // values (bf16 products are exact in f32, accumulation is f32 either way) at f32's speed.
 bool matmul_bf16_native();
+
+// Number of PackedWeights::pack calls in this process (for the tests of the layers that pack).
+std::int64_t matmul_packings();
 
 // Number of primitives in the cache (for its tests). It holds at most 1024; past that it is
 // emptied and refilled, so that ever new shapes cannot grow memory without bound.
