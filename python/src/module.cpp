@@ -3,6 +3,7 @@
 //   from_hf(config_path, weights_path=None, prefix="")
 //   params(config) -> the cost accounting as a dict
 //   set_threads(n), get_threads()
+//   set_weight_packing_min_rows(rows), get_weight_packing_min_rows()
 // ffnlab::Error arrives as ValueError, ffnlab::SystemError as OSError, with the same one-line
 // message. The GIL is released around the C++ work.
 #include <fmt/format.h>
@@ -23,6 +24,7 @@
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/activation.hpp"
+#include "ffnlab/ops/linear.hpp"
 #include "python.hpp"
 
 namespace ffnlab::python {
@@ -364,6 +366,18 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       },
       py::arg("n"), "OpenMP threads for the layers' work");
   m.def("get_threads", [] { return omp_get_max_threads(); });
+  m.def(
+      "set_weight_packing_min_rows",
+      [](std::int64_t rows) {
+        if (rows < 0)
+          throw py::value_error(fmt::format(
+              "[python] set_weight_packing_min_rows({}): rows must be 0 (never) or more", rows));
+        set_weight_packing_min_rows(rows);
+      },
+      py::arg("rows"),
+      "Training products of this many rows or more read their weights packed in oneDNN's own "
+      "layout (0: never)");
+  m.def("get_weight_packing_min_rows", [] { return weight_packing_min_rows(); });
   add_study(m);
 }
 
