@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "bench_cli.hpp"
+#include "bench_util.hpp"
 #include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/ops/linear.hpp"
 
@@ -38,8 +40,9 @@ int main(int argc, char** argv) {
   double budget = 0.5;
   bool json = false;
   CLI::App app{
-      "Forward and forward+backward of every dense FFN variant against bare oneDNN "
-      "products of the same shapes, in one run."};
+      "Forward and forward+backward of dense FFN variants against bare oneDNN products of the "
+      "same shapes, in one run; with --pack-rows, forward+backward with the weights packed "
+      "from each row count, alternating."};
   bench::positive_option(app, "--d-model", D, "model width D");
   bench::positive_option(app, "--d-ff", F, "hidden width F");
   bench::positive_option(app, "--tokens", token_counts, "token counts, comma-separated")
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
   int rounds = 3;
-  bench::positive_option(app, "--rounds", rounds, "rounds of --pack-rows");
+  bench::positive_option(app, "--rounds", rounds, "alternating rounds (with --pack-rows only)");
   CLI11_PARSE(app, argc, argv);
   const Precision precision = dtype == "bf16" ? Precision::bf16 : Precision::f32;
   try {
@@ -73,27 +76,39 @@ int main(int argc, char** argv) {
   }
 
   if (!pack_rows.empty()) {
-    // Each setting measured once per round, the settings alternating; the median per setting.
+    if (json) {
+      fmt::print(stderr, "--json is not supported with --pack-rows\n");
+      return 2;
+    }
+    // One layer per variant and token count, forward+backward timed once per setting and
+    // round, the settings alternating; the median per setting.
     const auto saved = weight_packing_min_rows();
     fmt::print(
         "Dense FFN layers, d_model {}, d_ff {}, bias, {} products: forward+backward with the "
-        "weights packed from each row count (0: never), {} alternating rounds, medians.\n\n",
-        D, F, enum_name(precision), rounds);
+        "weights packed from each row count (0: never), {} alternating rounds, medians; "
+        "'speed-up' is the first setting's time over each other one's.\n\n",
+        D, F, dtype, rounds);
     fmt::print("{:<10} {:>6}", "variant", "T");
     for (auto r : pack_rows) fmt::print(" {:>14}", fmt::format("from {} ms", r));
     for (std::size_t i = 1; i < pack_rows.size(); ++i)
-      fmt::print(" {:>14}", fmt::format("x from {}", pack_rows[0]));
+      fmt::print(" {:>16}", fmt::format("speed-up, {}", pack_rows[i]));
     fmt::print("\n");
     for (const auto& variant : variants)
       for (std::int64_t T : token_counts) {
+        auto ffn = make_ffn(variant_config(variant, D, F, true), 1);
+        ffn->set_precision(precision);
+        const Tensor x = bench::random({T, D}, 2), dy = bench::random({T, D}, 3);
+        Tensor y, dx;
+        auto step = [&] {
+          ffn->forward(y, x, true);
+          ffn->backward(dx, dy);
+        };
         std::vector<std::vector<double>> ms(pack_rows.size());
         for (int round = 0; round < rounds; ++round)
           for (std::size_t i = 0; i < pack_rows.size(); ++i) {
             set_weight_packing_min_rows(pack_rows[i]);
-            ms[i].push_back(
-                measure_layer_speed(variant_config(variant, D, F, true), T, budget, precision, 1)
-                    .forward_backward_s *
-                1e3);
+            step();  // the first step of a setting allocates its buffers
+            ms[i].push_back(bench::time_it(step, budget) * 1e3);
           }
         set_weight_packing_min_rows(saved);
         std::vector<double> med;
@@ -103,7 +118,7 @@ int main(int argc, char** argv) {
         }
         fmt::print("{:<10} {:>6}", variant, T);
         for (double m : med) fmt::print(" {:>14.3f}", m);
-        for (std::size_t i = 1; i < med.size(); ++i) fmt::print(" {:>13.3f}x", med[0] / med[i]);
+        for (std::size_t i = 1; i < med.size(); ++i) fmt::print(" {:>15.3f}x", med[0] / med[i]);
         fmt::print("\n");
       }
     return 0;
@@ -121,7 +136,7 @@ int main(int argc, char** argv) {
   if (json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const auto& r : rows) {  // LayerSpeed's one JSON form, after the row's names
-      nlohmann::ordered_json row{{"variant", r.variant}, {"tokens", r.tokens}};
+      nlohmann::ordered_json row{{"variant", r.variant}, {"tokens", r.tokens}, {"dtype", dtype}};
       row.update(to_json(r.speed));
       out.push_back(row);
     }

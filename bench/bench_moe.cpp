@@ -62,13 +62,15 @@ struct ExpertProducts {
   }
 
   void run(int way) {
+    MatmulOptions acc;  // weight gradients accumulate, as a layer's do
+    acc.accumulate = true;
     if (way == 2) {
       matmul(ba, bx, Trans::no, bw_in, Trans::yes);
       matmul(bo, bh, Trans::no, bw_out, Trans::yes);
       matmul(bdh, bdout, Trans::no, bw_out, Trans::no);
       matmul(bdx, bda, Trans::no, bw_in, Trans::no);
-      matmul(bdw_out, bdout, Trans::yes, bh, Trans::no);
-      matmul(bdw_in, bda, Trans::yes, bx, Trans::no);
+      matmul(bdw_out, bdout, Trans::yes, bh, Trans::no, acc);
+      matmul(bdw_in, bda, Trans::yes, bx, Trans::no, acc);
       return;
     }
     std::int64_t r0 = 0;
@@ -83,8 +85,6 @@ struct ExpertProducts {
           matmul(oe, h.rows(r0, r1), Trans::no, w_out[e], Trans::yes);
           matmul(dhe, dout.rows(r0, r1), Trans::no, w_out[e], Trans::no);
           matmul(dxe, da.rows(r0, r1), Trans::no, w_in[e], Trans::no);
-          MatmulOptions acc;
-          acc.accumulate = true;
           matmul(dw_out[e], dout.rows(r0, r1), Trans::yes, h.rows(r0, r1), Trans::no, acc);
           matmul(dw_in[e], da.rows(r0, r1), Trans::yes, x.rows(r0, r1), Trans::no, acc);
         } else {

@@ -146,6 +146,16 @@ void KeptOperands::start(bool train, Precision precision, std::int64_t rows) {
   precision_ = precision;
 }
 
+const Tensor& KeptOperands::weight(KeptWeight& k, const Tensor& w) const {
+  if (packs_) {
+    k.bf16 = Tensor();
+    return w;
+  }
+  k.forward.reset();
+  k.dx.reset();
+  return (*this)(k.bf16, w);
+}
+
 const Tensor& KeptOperands::gradient(const Tensor& g) const {
   return kept_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
 }

@@ -194,7 +194,11 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
     made.weights = pd.weights_desc();
     made.prim = dnnl::matmul(pd);
   };
-  if (bf16 && e.bf16_native) {
+  if (bf16 && packed) {
+    // Only where plain bf16 products are native (PackedWeights::pack checks): a failure here is
+    // oneDNN's error, not a sign that the CPU lacks bf16.
+    make(memory::data_type::bf16);
+  } else if (bf16 && e.bf16_native) {
     try {
       make(memory::data_type::bf16);
     } catch (const dnnl::error&) {
@@ -204,7 +208,6 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
     }
   }
   if (!made.prim) {
-    check(!(packed && bf16), "[matmul] a packed bf16 operand needs native bf16 products");
     make(memory::data_type::f32);
     made.emulated_bf16 = bf16;
   }
@@ -315,7 +318,9 @@ std::int64_t matmul_packings() {
 }
 
 struct PackedWeights::State {
-  Key key;  // the product it was packed for
+  Key key;      // the product it was packed for (rows, options, precision, threads)
+  Entry entry;  // that product's primitive, whose weights layout `packed` has
+  Trans tb = Trans::no;
   std::int64_t K = 0, N = 0;
   memory::desc source;    // the plain operand it is packed from
   memory packed;          // oneDNN's copy in its own layout (owns its buffer)
@@ -329,27 +334,30 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
   check(M > 0, "[matmul] packing for {} rows", M);
   const bool bf16 = opt.precision == Precision::bf16;
   check(bf16 || b.dtype() == DType::f32, "[matmul] a bf16 operand needs precision bf16");
-  check(!bf16 || matmul_bf16_native(), "[matmul] a packed bf16 operand needs native bf16 products");
+  static const bool native_bf16 = matmul_bf16_native();
+  check(!bf16 || native_bf16, "[matmul] a packed bf16 operand needs native bf16 products");
   const std::int64_t K = tb == Trans::no ? b.dim(0) : b.dim(1);
   const std::int64_t N = tb == Trans::no ? b.dim(1) : b.dim(0);
   check(K > 0 && N > 0, "[matmul] cannot pack an empty operand {}", shape_string(b.shape()));
-  check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
-        opt.bias ? opt.bias->numel() : 0, N);
-  const Entry entry = find_or_make(0, M, N, K, Trans::no, tb, opt, /*packed=*/true);
+  const Key key = make_key(0, M, N, K, Trans::no, tb, opt, true);
   const dnnl::engine& eng = engine().engine;
   const auto source = matrix_desc(
       0, K, N, tb, b.dtype() == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32);
-  if (!state_ || state_.use_count() > 1 || state_->source != source ||
-      state_->packed.get_desc() != entry.weights) {
+  if (!state_ || state_.use_count() > 1 || state_->key != key || state_->source != source) {
+    // A new product (or a copy shares this one's memory): its primitive, a buffer in its
+    // weights layout and the reorder into it. Kept, so that packing again for the same product
+    // (every step) only runs the reorder.
     auto s = std::make_shared<State>();
+    s->key = key;
+    s->entry = find_or_make(0, M, N, K, Trans::no, tb, opt, /*packed=*/true);
+    s->tb = tb;
     s->K = K;
     s->N = N;
     s->source = source;
-    s->packed = memory(entry.weights, eng);
-    s->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, source, eng, entry.weights));
+    s->packed = memory(s->entry.weights, eng);
+    s->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, source, eng, s->entry.weights));
     state_ = std::move(s);
   }
-  state_->key = make_key(0, M, N, K, Trans::no, tb, opt, true);
   packings.fetch_add(1, std::memory_order_relaxed);
   memory src(source, eng, const_cast<void*>(b.raw()));
   dnnl::stream& stream = thread_stream();
@@ -368,15 +376,17 @@ void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOpti
   check(c.dtype() == DType::f32 && (bf16 || a.dtype() == DType::f32),
         "[matmul] bf16 operands need precision bf16; the output is f32");
   const std::int64_t M = a.dim(0), K = s.K, N = s.N;
-  const Trans tb = static_cast<Trans>(std::get<5>(s.key));
-  check(make_key(0, M, N, K, Trans::no, tb, opt, true) == s.key,
+  check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
+        opt.bias ? opt.bias->numel() : 0, N);
+  check(make_key(0, M, N, K, Trans::no, s.tb, opt, true) == s.key,
         "[matmul] the operand was packed for another product (rows, options or precision)");
-  const Entry entry = find_or_make(0, M, N, K, Trans::no, tb, opt, /*packed=*/true);
+  // The primitive the layout was chosen by (kept with it, so a refill of the cache cannot pair
+  // the packed memory with another primitive).
   const auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const dnnl::engine& eng = engine().engine;
   memory a_mem(matrix_desc(0, M, K, Trans::no, in_dt), eng,
                const_cast<void*>(operand(a, 0, bf16, bf16)));
-  run(entry, a_mem, s.packed, c, matrix_desc(0, M, N, Trans::no, memory::data_type::f32), opt, N);
+  run(s.entry, a_mem, s.packed, c, matrix_desc(0, M, N, Trans::no, memory::data_type::f32), opt, N);
 }
 
 }  // namespace ffnlab

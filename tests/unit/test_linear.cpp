@@ -307,3 +307,39 @@ TEST(Linear, PacksWeightsFromTheRowsSet) {
   EXPECT_FALSE(packs_weights(1 << 20, Precision::f32));
   set_weight_packing_min_rows(saved);
 }
+
+// A copy shares the packed memory until either packs again, which then packs into memory of its
+// own; a packed operand keeps serving its product after the primitive cache is emptied.
+TEST(Matmul, PackedOperandCopiesAndCacheRefills) {
+  const std::int64_t M = 12, K = 9, N = 7;
+  const Tensor a = test::random_tensor({M, K}, 1), b1 = test::random_tensor({N, K}, 2),
+               b2 = test::random_tensor({N, K}, 3);
+  auto plain = [&](const Tensor& b) {
+    Tensor c({M, N});
+    matmul(c, a, Trans::no, b, Trans::yes);
+    return c;
+  };
+  auto packed_product = [&](const PackedWeights& p) {
+    Tensor c({M, N});
+    matmul(c, a, p);
+    return c;
+  };
+  auto expect_near = [](const Tensor& got, const Tensor& want, const char* what) {
+    for (std::int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got.f32()[i], want.f32()[i], 1e-5) << what << " at " << i;
+  };
+  PackedWeights original;
+  original.pack(b1, Trans::yes, M, {});
+  const PackedWeights copy = original;
+  original.pack(b2, Trans::yes, M, {});
+  expect_near(packed_product(copy), plain(b1), "the copy");
+  expect_near(packed_product(original), plain(b2), "the original");
+  // More new shapes than the cache holds (1024): it is emptied and refilled meanwhile.
+  const Tensor x = test::random_tensor({1100, 3}, 4), w = test::random_tensor({2, 3}, 5);
+  Tensor y;
+  for (std::int64_t m = 1; m <= 1100; ++m) {
+    y.resize({m, 2});
+    linear_forward(y, x.rows(0, m), w, nullptr);
+  }
+  expect_near(packed_product(original), plain(b2), "after the cache refilled");
+}

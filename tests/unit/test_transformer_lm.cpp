@@ -10,6 +10,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/ref/transformer_lm_ref.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/loss.hpp"
 
 using namespace ffnlab;
@@ -181,4 +182,58 @@ TEST(TransformerLM, TutorialEncoderRunsForwardAndBackward) {
     for (std::int64_t i = 0; i < dq.numel(); ++i) s += std::fabs(dq.f32()[i]);
     EXPECT_GT(s, 0.0) << "layer " << l;
   }
+}
+
+// From weight_packing_min_rows() rows the model's attention projections, dense FFNs, shared
+// experts and head read their weights packed: the same loss and gradients as plain, up to the
+// order of the sums, in f32 and native bf16, two steps with the weights changed between them.
+TEST(TransformerLM, PackedWeightsTrainLikeThePlainOnes) {
+  const auto saved = weight_packing_min_rows();
+  std::vector<Precision> precisions{Precision::f32};
+  if (converts_operands_once(Precision::bf16)) precisions.push_back(Precision::bf16);
+  const std::int64_t S = 5, B = 2, T = B * S;
+  std::uint64_t seed = 40;
+  for (Precision precision : precisions)
+    for (const Case& c : cases()) {
+      SCOPED_TRACE(std::string(c.what) + " " + std::string(enum_name(precision)));
+      TransformerLM plain(c.config, seed), packed(c.config, seed);
+      ++seed;
+      plain.set_precision(precision);
+      packed.set_precision(precision);
+      std::vector<std::int32_t> ids(T), targets(T);
+      for (std::int64_t t = 0; t < T; ++t) {
+        ids[t] = static_cast<std::int32_t>((t * 5 + 1) % c.config.vocab);
+        targets[t] = static_cast<std::int32_t>((t * 3 + 2) % c.config.vocab);
+      }
+      for (int step = 0; step < 2; ++step) {
+        double loss[2];
+        int i = 0;
+        for (TransformerLM* lm : {&plain, &packed}) {
+          set_weight_packing_min_rows(lm == &plain ? 0 : T);
+          const auto before = matmul_packings();
+          lm->set_dropout_stream(7, step);
+          lm->parameters().zero_grad();
+          loss[i++] = lm->forward(ids, targets, S, true) + lm->aux_loss();
+          lm->backward(1.f);
+          // Attention (4 a layer) and the head (2) at least; dense FFNs and shared experts too.
+          if (lm == &packed)
+            EXPECT_GE(matmul_packings() - before, 4 * c.config.layers + 2);
+          else
+            EXPECT_EQ(matmul_packings(), before);
+        }
+        set_weight_packing_min_rows(saved);
+        EXPECT_NEAR(loss[1], loss[0], 1e-5 * std::abs(loss[0]));
+        const Tensor& g0 = plain.parameters().grads();
+        const Tensor& g1 = packed.parameters().grads();
+        double scale = 0;
+        for (std::int64_t k = 0; k < g0.numel(); ++k)
+          scale = std::max(scale, double(std::abs(g0.f32()[k])));
+        for (std::int64_t k = 0; k < g0.numel(); ++k)
+          ASSERT_NEAR(g1.f32()[k], g0.f32()[k], 1e-5 * scale) << "step " << step << " at " << k;
+        for (TransformerLM* lm : {&plain, &packed}) {  // an optimizer step's worth of change
+          Tensor& v = lm->parameters().values();
+          for (std::int64_t k = 0; k < v.numel(); ++k) v.f32()[k] += 0.01f * std::sin(k + 0.5f);
+        }
+      }
+    }
 }

@@ -32,8 +32,9 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
 // Whether a training product of M rows reads its weight packed (PackedWeights, packed once per
 // forward for the forward's product and once for the backward's dx product): from
 // weight_packing_min_rows() rows, in f32 and in native bf16 products (converts_operands_once).
-// bench/bench_packed measured the packed layout +1–5 % (f32) and +4–5 % (bf16) faster at 6400
-// rows and the reorder at 512 rows costing 3–28 % of a product (docs/benchmarks.md).
+// bench/bench_packed measured the packed products +3.5–5 % (f32) and +4–5 % (bf16) faster at
+// 6400 rows and the reorder at 512 rows costing 3–28 % of a product; the default, 4096 rows, is
+// where whole layers measured faster packed (bench_ffn --pack-rows; docs/benchmarks.md).
 bool packs_weights(std::int64_t M, Precision precision);
 std::int64_t weight_packing_min_rows();
 // For benchmarks and tests: rows from which products pack (<= 0: never).
@@ -85,9 +86,8 @@ class KeptOperands {
 
   // Weight w's operand for the forward's product, and where linear_forward packs it (null: not
   // packed): the master weight and k.forward when packing, else k.bf16 or w as operator().
-  const Tensor& weight(KeptWeight& k, const Tensor& w) const {
-    return packs_ ? w : (*this)(k.bf16, w);
-  }
+  // What this forward does not use is freed (the packed copies in inference, say).
+  const Tensor& weight(KeptWeight& k, const Tensor& w) const;
   PackedWeights* forward_packing(KeptWeight& k) const { return packs_ ? &k.forward : nullptr; }
   // The same for the backward's dx product (linear_backward packs into k.dx).
   const Tensor& saved_weight(const KeptWeight& k, const Tensor& w) const {

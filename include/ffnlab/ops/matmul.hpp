@@ -49,10 +49,12 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
 
 // A product's second operand (a layer's weight) in the layout oneDNN chooses for one product:
 // c [M, N] = a [M, K] · op(b) with a given M and options. oneDNN reads it faster than the plain
-// layout (bench/bench_packed: +1–5 % f32, +4–5 % bf16 at thousands of rows on a Zen 4); packing
+// layout (bench/bench_packed on a Zen 4: +3.5–5 % f32, +4–5 % bf16 at 6400 rows); packing
 // is a reorder (and the conversion, for a bf16 product), paid once for every product that reads
 // the packed copy. Layers pack their weights once per training forward (ops/linear.hpp,
-// packs_weights). The copy belongs to this object; moving it is cheap, copying it shares it.
+// packs_weights). The copy belongs to this object; moving it is cheap, copying it shares it
+// until either packs again (which then packs into memory of its own). Not to be confused with
+// the bf16 inference weights (FeedForward::set_inference_weights), a plain bf16 copy.
 class PackedWeights {
  public:
   // Packs b (f32, or bf16 for a bf16 product) for matmul(c, a, *this, options) with a [M, K],
