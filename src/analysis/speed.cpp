@@ -23,6 +23,18 @@
 
 namespace ffnlab {
 
+namespace {
+
+// A bare product's operand: N(0, 1) values, in bf16 for a bf16 product (converted here, once:
+// a training layer's products read bf16 operands it converted once, not f32 ones converted on
+// every call).
+Tensor product_input(Shape shape, std::uint64_t seed, Precision precision) {
+  const Tensor t = random_normal(std::move(shape), seed);
+  return precision == Precision::bf16 ? t.to(DType::bf16) : t;
+}
+
+}  // namespace
+
 double median_seconds(const std::function<void()>& f, double budget, bool warm_up) {
   using clock = std::chrono::steady_clock;
   if (warm_up) f();
@@ -94,8 +106,7 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   // The bare products read their operands as a product at this precision does at best: bf16
   // products read bf16 tensors (converted here, once), not f32 ones converted on every call.
   auto operand = [&](Shape shape, std::uint64_t seed) {
-    const Tensor t = random_normal(std::move(shape), seed);
-    return precision == Precision::bf16 ? t.to(DType::bf16) : t;
+    return product_input(std::move(shape), seed, precision);
   };
   const Tensor xr = operand({R, D}, 4), dyr = operand({R, D}, 5), a = operand({R, P}, 6),
                h = operand({R, F}, 7), w_in = operand({P, D}, 8), w_out = operand({D, F}, 9);
@@ -234,8 +245,7 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   };
   std::uint64_t seed = 11;
   const auto operand = [&](Shape shape) {
-    const Tensor t = random_normal(std::move(shape), seed++);
-    return precision == Precision::bf16 ? t.to(DType::bf16) : t;
+    return product_input(std::move(shape), seed++, precision);
   };
   MatmulOptions plain;
   plain.precision = precision;

@@ -58,7 +58,7 @@ void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision pre
   }
   MatmulOptions opt;
   opt.precision = precision;
-  if (packed && !varying_rows && packs_weights(M, precision)) {
+  if (packed) {
     packed->pack(w, Trans::no, M, opt);
     matmul(dx, dy, *packed, opt);
     return;
@@ -68,9 +68,9 @@ void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision pre
 }
 
 // Rows from which training products read packed weights (packs_weights). On the Zen 4 EPYC
-// (`bench_ffn --variants relu,swiglu --pack-rows 0,512`, d_model 512, d_ff 2048) packing made
-// forward+backward 3–8 % slower at 512 rows, −4 % to +3 % at 2048, +1–3 % at 4096 and +2–5 %
-// at 6400, f32 and bf16 alike: from 4096 it pays.
+// (`bench_ffn --variants relu,swiglu --pack-rows 0,512`, d_model 512, d_ff 2048, two runs)
+// packing made forward+backward 3–8 % slower at 512 rows, −4 % to +3 % at 2048, +1–7 % at 4096
+// and +2–5 % at 6400, f32 and bf16 alike: from 4096 it pays (docs/benchmarks.md).
 std::atomic<std::int64_t> packing_min_rows{4096};
 
 }  // namespace
@@ -80,6 +80,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1),
         "[linear] input {} does not fit weight {} ([out, in])", shape_string(x.shape()),
         shape_string(w.shape()));
+  check(!packed || !varying_rows, "[linear] a packed weight needs fixed rows");
   if (skinny(x, w, precision, false)) {
     skinny_linear(y, x, w, b);
     if (act) activation_forward(y.f32(), y.f32(), y.numel(), *act);
@@ -103,7 +104,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   opt.bias = b;
   opt.act = act;
   opt.precision = precision;
-  if (packed && !varying_rows && packs_weights(M, precision)) {
+  if (packed) {
     packed->pack(w, Trans::yes, M, opt);
     matmul(y, x, *packed, opt);
     return;
@@ -194,6 +195,7 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
   check(dy.rank() == 2 && dy.dim(0) == x.dim(0) && dy.dim(1) == w.dim(0),
         "[linear] dy {} does not fit x {} and weight {}", shape_string(dy.shape()),
         shape_string(x.shape()), shape_string(w.shape()));
+  check(!packed || !varying_rows, "[linear] a packed weight needs fixed rows");
   if (skinny(x, w, precision, true) && dw.dtype() == DType::f32) {
     skinny_linear_backward(dx, dw, db, dy, x, w);
     return;

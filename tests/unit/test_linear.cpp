@@ -294,6 +294,14 @@ TEST(Matmul, PackedOperandServesOnlyItsOwnProduct) {
   runtime.dynamic_m = true;
   EXPECT_THROW(packed.pack(b, Trans::yes, 20, runtime), Error);
   EXPECT_THROW(packed.pack(b, Trans::yes, 0, {}), Error);
+  // linear_forward packs when given a PackedWeights (the caller decided), never varying rows.
+  Tensor y({20, 6});
+  linear_forward(y, a, b, nullptr, Precision::f32, nullptr, false, &packed);
+  EXPECT_NEAR(y.f32()[5], c.f32()[5], 1e-5);
+  EXPECT_NE(test::error_of([&] {
+              linear_forward(y, a, b, nullptr, Precision::f32, nullptr, true, &packed);
+            }).find("fixed rows"),
+            std::string::npos);
 }
 
 // Layers pack only for training products of weight_packing_min_rows() rows or more.

@@ -14,9 +14,9 @@ namespace ffnlab {
 // fixed-shape parts (the rows rounded down to a multiple of max(16, 2^⌊log2 T⌋/8), then the
 // rest), so a run creates few primitives; up to 8 rows, one run-time-dimension primitive or a
 // fixed shape per T, whichever measured faster for the weight's size.
-// packed: where packs_weights(T, precision), w (the f32 master weight) is packed into it for
-// this product and the product reads the packed copy (a layer's own PackedWeights, kept to the
-// next call so the packed memory is reused).
+// packed: w (the f32 master weight) is packed into it for this product and the product reads
+// the packed copy (a layer's own PackedWeights, kept to the next call so the packed memory is
+// reused); the caller decides, with packs_weights (KeptOperands does). Not with varying rows.
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     Precision precision = Precision::f32, const Act* act = nullptr,
                     bool varying_rows = false, PackedWeights* packed = nullptr);
@@ -94,7 +94,6 @@ class KeptOperands {
     return packs_ ? w : saved(k.bf16, w);
   }
   PackedWeights* dx_packing(KeptWeight& k) const { return packs_ ? &k.dx : nullptr; }
-  bool packs() const { return packs_; }
 
  private:
   bool kept_ = false;
