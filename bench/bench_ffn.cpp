@@ -32,54 +32,35 @@ struct Row {
   LayerSpeed speed;
 };
 
-}  // namespace
+// The dense variants (every named variant but moe).
+std::vector<std::string> dense_variants() {
+  std::vector<std::string> out;
+  for (const auto& v : variant_names())
+    if (variant_config(v, 1, 1, true).kind != FFNKind::moe) out.push_back(v);
+  return out;
+}
 
-int main(int argc, char** argv) {
-  std::int64_t D = 512, F = 2048;
-  std::vector<std::int64_t> token_counts{8, 6400};
-  double budget = 0.5;
-  bool json = false;
-  CLI::App app{
-      "Forward and forward+backward of dense FFN variants against bare oneDNN products of the "
-      "same shapes, in one run; with --pack-rows, forward+backward with the weights packed "
-      "from each row count, alternating."};
-  bench::positive_option(app, "--d-model", D, "model width D");
-  bench::positive_option(app, "--d-ff", F, "hidden width F");
-  bench::positive_option(app, "--tokens", token_counts, "token counts, comma-separated")
-      ->delimiter(',');
-  bench::add_seconds_option(app, budget);
-  app.add_flag("--json", json, "print JSON instead of a table");
-  std::vector<std::string> variants{"relu",  "gelu",  "glu",    "bilinear",
-                                    "reglu", "geglu", "swiglu", "gated"};
-  app.add_option("--variants", variants, "dense variants, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str();
-  std::string dtype = "f32";
-  app.add_option("--dtype", dtype, "product precision: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
-  std::vector<std::int64_t> pack_rows;
-  app.add_option("--pack-rows", pack_rows,
-                 "compare packing the weights from these row counts (0: never), alternating "
-                 "round by round")
-      ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
-  int rounds = 3;
-  bench::positive_option(app, "--rounds", rounds, "alternating rounds (with --pack-rows only)");
-  CLI11_PARSE(app, argc, argv);
-  const Precision precision = dtype == "bf16" ? Precision::bf16 : Precision::f32;
-  try {
-    for (const auto& v : variants) variant_config(v, D, F, true);
-  } catch (const std::exception& e) {  // an unknown variant
-    fmt::print(stderr, "{}\n", e.what());
-    return 2;
+// Bytes of one layer of `config` at T tokens: weights and gradients, x, dy, y, dx and the
+// activations; with `bare`, the outputs and weights of the bare products beside it
+// (measure_layer_speed).
+bench::Footprint footprint(const FFNConfig& config, std::int64_t T, bool bare) {
+  const std::int64_t D = config.d_model, F = config.d_ff, P = config.in_width();
+  bench::Footprint f;
+  f.add_n(2, {P + F, D});
+  f.add_n(4, {T, D});
+  f.add({T, P + F});
+  if (bare) {
+    f.add_n(2, {P + F, D});
+    f.add({T, P + F + D});
   }
+  return f;
+}
 
+void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& token_counts,
+         double budget, bool json, const std::vector<std::string>& variants,
+         const std::string& dtype, const std::vector<std::int64_t>& pack_rows, int rounds) {
+  const Precision precision = dtype == "bf16" ? Precision::bf16 : Precision::f32;
   if (!pack_rows.empty()) {
-    if (json) {
-      fmt::print(stderr, "--json is not supported with --pack-rows\n");
-      return 2;
-    }
     // One layer per variant and token count, forward+backward timed once per setting and
     // round, the settings alternating; the median per setting.
     const auto saved = weight_packing_min_rows();
@@ -121,7 +102,7 @@ int main(int argc, char** argv) {
         for (std::size_t i = 1; i < med.size(); ++i) fmt::print(" {:>15.3f}x", med[0] / med[i]);
         fmt::print("\n");
       }
-    return 0;
+    return;
   }
 
   std::vector<Row> rows;
@@ -141,7 +122,7 @@ int main(int argc, char** argv) {
       out.push_back(row);
     }
     fmt::print("{}\n", out.dump(2));
-    return 0;
+    return;
   }
   fmt::print(
       "Dense FFN layers, d_model {}, d_ff {}, bias, {} products (training forward keeps "
@@ -156,5 +137,54 @@ int main(int argc, char** argv) {
                tokens, s.forward_s * 1e3, s.forward_gflops, 100 * s.forward_of_bare,
                s.forward_backward_s * 1e3, s.forward_backward_gflops,
                100 * s.forward_backward_of_bare);
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::int64_t D = 512, F = 2048;
+  std::vector<std::int64_t> token_counts{8, 6400};
+  double budget = 0.5;
+  bool json = false;
+  CLI::App app{
+      "Forward and forward+backward of dense FFN variants against bare oneDNN products of the "
+      "same shapes, in one run; with --pack-rows, forward+backward with the weights packed "
+      "from each row count, alternating.\n"
+      "Exit status: 0 done, 1 refused (more memory than there is), 2 a bad flag, 3 out of "
+      "memory or a failed write."};
+  bench::width_option(app, "--d-model", D, "model width D");
+  bench::width_option(app, "--d-ff", F, "hidden width F");
+  bench::tokens_option(app, "--tokens", token_counts, "token counts, comma-separated");
+  bench::add_seconds_option(app, budget);
+  app.add_flag("--json", json, "print JSON instead of a table");
+  std::vector<std::string> variants{"relu",  "gelu",  "glu",    "bilinear",
+                                    "reglu", "geglu", "swiglu", "gated"};
+  app.add_option("--variants", variants, "dense variants, comma-separated")
+      ->delimiter(',')
+      ->check(bench::one_of(dense_variants()))
+      ->capture_default_str();
+  std::string dtype = "f32";
+  app.add_option("--dtype", dtype, "product precision")
+      ->check(bench::one_of({"f32", "bf16"}))
+      ->capture_default_str();
+  std::vector<std::int64_t> pack_rows;
+  bench::int_option(app, "--pack-rows", pack_rows, 0, limits::kTokens,
+                    "compare packing the weights from these row counts (0: never), alternating "
+                    "round by round; comma-separated")
+      ->delimiter(',');
+  int rounds = 3;
+  bench::rounds_option(app, rounds, "alternating rounds (with --pack-rows only)");
+  app.callback([&] {
+    if (!pack_rows.empty() && json) throw cli::UsageError("--json: not supported with --pack-rows");
+    // Before anything is allocated: the largest layer and its tensors (one at a time).
+    bench::Footprint largest;
+    for (const auto& v : variants)
+      for (std::int64_t T : token_counts) {
+        const bench::Footprint f = footprint(variant_config(v, D, F, true), T, pack_rows.empty());
+        if (f.bytes() > largest.bytes()) largest = f;
+      }
+    largest.check("bench_ffn", "the largest layer with its tensors");
+    run(D, F, token_counts, budget, json, variants, dtype, pack_rows, rounds);
+  });
+  return cli::run_program("bench_ffn", app, argc, argv);
 }

@@ -5,8 +5,10 @@
 //   bench_matmul [--k 512] [--n 2048] [--m 800,1600,1601,3200] [--seconds 0.5]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
@@ -24,6 +26,8 @@ std::pair<double, double> first_and_steady(const std::function<void()>& f, doubl
   return {first, bench::time_it(f, budget)};
 }
 
+void run(std::int64_t K, std::int64_t N, const std::vector<std::int64_t>& ms, double budget);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -32,15 +36,27 @@ int main(int argc, char** argv) {
   double budget = 0.5;
   CLI::App app{
       "oneDNN products with a fixed shape against a run-time dimension: first call "
-      "(primitive creation) and steady rate."};
-  bench::positive_option(app, "--k", K, "inner dimension K");
-  bench::positive_option(app, "--n", N, "output columns N");
-  bench::positive_option(app, "--m", ms, "row counts M, comma-separated")->delimiter(',');
+      "(primitive creation) and steady rate.\n"
+      "Exit status: 0 done, 1 refused (more memory than there is), 2 a bad flag, 3 out of "
+      "memory or a failed write."};
+  bench::width_option(app, "--k", K, "inner dimension K");
+  bench::width_option(app, "--n", N, "output columns N");
+  bench::tokens_option(app, "--m", ms, "row counts M, comma-separated");
   bench::add_seconds_option(app, budget);
-  CLI11_PARSE(app, argc, argv);
+  app.callback([&] { run(K, N, ms, budget); });
+  return cli::run_program("bench_matmul", app, argc, argv);
+}
 
+namespace {
+
+void run(std::int64_t K, std::int64_t N, const std::vector<std::int64_t>& ms, double budget) {
   std::int64_t max_m = 0;
   for (auto m : ms) max_m = std::max(max_m, m);
+  // Before anything is allocated: w, dw [N, K], x [M, K], da and y [M, N].
+  bench::Footprint need;
+  need.add_n(2, {N, K});
+  need.add({max_m, K + 2 * N});
+  need.check("bench_matmul", "the largest product");
   const Tensor w = bench::random({N, K}, 1), x = bench::random({max_m, K}, 2);
   const Tensor da = bench::random({max_m, N}, 3);
   Tensor y({max_m, N}), dw({N, K});
@@ -79,5 +95,6 @@ int main(int argc, char** argv) {
                  first[0] * 1e3, flops / steady[0] / 1e9, first[1] * 1e3, flops / steady[1] / 1e9);
     }
   }
-  return 0;
 }
+
+}  // namespace

@@ -11,8 +11,10 @@
 //             [--expert relu|swiglu|...] [--seconds 2] [--json]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
@@ -101,31 +103,41 @@ struct ExpertProducts {
   }
 };
 
-}  // namespace
+// The variants an expert may be: the dense kinds an MoE's experts take (plain and GLU).
+std::vector<std::string> expert_variants() {
+  std::vector<std::string> out;
+  for (const auto& v : variant_names()) {
+    const FFNKind kind = variant_config(v, 1, 1, true).kind;
+    if (kind == FFNKind::plain || kind == FFNKind::glu) out.push_back(v);
+  }
+  return out;
+}
 
-int main(int argc, char** argv) {
-  std::int64_t D = 512, F = 2048, T = 6400;
-  int E = 8, K = 2;
-  std::string expert = "relu";
-  double budget = 2.0;
-  bool json = false;
-  CLI::App app{
-      "An MoE layer against k x the dense FFN of one expert (the same matrix FLOPs), "
-      "inference forward, training forward and forward+backward, best of 3 interleaved rounds; "
-      "then the six products of a training step alone on the routed blocks (each a fixed "
-      "shape, as the MoE runs them, and batched over the experts padded to the largest block) "
-      "against k x one expert's: the part of the overhead that is the products' shapes."};
-  bench::positive_option(app, "--d-model", D, "model width D");
-  bench::positive_option(app, "--d-ff", F, "expert width F");
-  bench::positive_option(app, "--tokens", T, "tokens T");
-  bench::positive_option(app, "--experts", E, "routed experts E");
-  bench::positive_option(app, "--top-k", K, "experts per token");
-  app.add_option("--expert", expert, "expert variant (relu, swiglu, ...)")->capture_default_str();
-  bench::add_seconds_option(app, budget);
-  app.add_flag("--json", json, "print JSON instead of a table");
-  CLI11_PARSE(app, argc, argv);
+// Bytes of the two layers, their inputs and gradients, and the products' tensors when the
+// largest expert block has `max_rows` rows (ExpertProducts: stacked rows, and batched
+// [E, max_rows, ·]).
+bench::Footprint footprint(std::int64_t D, std::int64_t F, std::int64_t Fin, std::int64_t T,
+                           std::int64_t E, std::int64_t K, std::int64_t max_rows) {
+  bench::Footprint f;
+  f.add_n(2, {Fin + F, D});     // the dense layer: weights and gradients
+  f.add_n(2, {E, Fin + F, D});  // the MoE's experts
+  f.add_n(2, {E, D});           // and router
+  f.add_n(4, {T, D});           // x, dy, y, dx
+  f.add({T, Fin + F});          // the dense layer's activations
+  f.add({T, K, D + Fin + F});   // the MoE's routed rows and their activations
+  // The products: K x one expert (K blocks of T rows), then the routed blocks (T·K rows).
+  const auto products = [&](std::int64_t experts, std::int64_t weight_sets, std::int64_t rows) {
+    f.add({T, K, 4 * D + 2 * F + 2 * Fin});              // stacked
+    f.add({experts, rows, 4 * D + 2 * F + 2 * Fin});     // batched, padded
+    f.add_n(2 * (weight_sets + experts), {Fin + F, D});  // weights, gradients; batched too
+  };
+  products(K, 1, T);
+  products(E, E, max_rows);
+  return f;
+}
 
-  const FFNConfig dense_config = variant_config(expert, D, F, true);
+void run(std::int64_t D, std::int64_t F, std::int64_t Fin, std::int64_t T, int E, int K,
+         const std::string& expert, const FFNConfig& dense_config, double budget, bool json) {
   FFNConfig moe_config = variant_config("moe", D, F, true);
   moe_config.act = dense_config.act;
   moe_config.moe.expert_kind = dense_config.kind;
@@ -162,7 +174,10 @@ int main(int argc, char** argv) {
   // The expert products alone: k blocks of T rows with one expert's weights (what k x dense
   // computes, reading the same weights k times) against the routed blocks with each expert's
   // own weights.
-  const std::int64_t Fin = dense_config.in_width();
+  std::int64_t max_rows = 0;
+  for (auto n : s.tokens_per_expert) max_rows = std::max(max_rows, n);
+  footprint(D, F, Fin, T, E, K, max_rows)
+      .check("bench_moe", "timing the products on the routed blocks (padded to the largest)");
   ExpertProducts dense_products(D, F, Fin, std::vector<std::int64_t>(K, T), false);
   ExpertProducts expert_products(D, F, Fin, s.tokens_per_expert, true);
   double products[4] = {1e30, 1e30, 1e30, 1e30};  // k x one; fixed shapes; as the MoE; batched
@@ -206,7 +221,7 @@ int main(int argc, char** argv) {
                        {"load_cv", s.load_cv},
                        {"max_over_mean", s.max_over_mean}};
     fmt::print("{}\n", out.dump(2));
-    return 0;
+    return;
   }
   fmt::print(
       "MoE ({} experts of {} d_ff {}, top-{}, d_model {}, bias, f32) against {} x the dense FFN "
@@ -236,5 +251,42 @@ int main(int argc, char** argv) {
   for (std::size_t e = 0; e < s.tokens_per_expert.size(); ++e)
     fmt::print("{}{}", e ? " " : "", s.tokens_per_expert[e]);
   fmt::print("], load CV {:.3f}, max/mean {:.2f}\n", s.load_cv, s.max_over_mean);
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::int64_t D = 512, F = 2048, T = 6400;
+  int E = 8, K = 2;
+  std::string expert = "relu";
+  double budget = 2.0;
+  bool json = false;
+  CLI::App app{
+      "An MoE layer against k x the dense FFN of one expert (the same matrix FLOPs), "
+      "inference forward, training forward and forward+backward, best of 3 interleaved rounds; "
+      "then the six products of a training step alone on the routed blocks (each a fixed "
+      "shape, as the MoE runs them, and batched over the experts padded to the largest block) "
+      "against k x one expert's: the part of the overhead that is the products' shapes.\n"
+      "Exit status: 0 done, 1 refused (more memory than there is), 2 a bad flag, 3 out of "
+      "memory or a failed write."};
+  bench::width_option(app, "--d-model", D, "model width D");
+  bench::width_option(app, "--d-ff", F, "expert width F");
+  bench::int_option(app, "--tokens", T, 1, limits::kTokens, "tokens T (one step)");
+  bench::int_option(app, "--experts", E, 1, limits::kExperts, "routed experts E");
+  bench::int_option(app, "--top-k", K, 1, limits::kExperts, "experts per token, at most E");
+  const std::vector<std::string> experts = expert_variants();
+  app.add_option("--expert", expert, "the experts' variant")
+      ->check(bench::one_of(experts))
+      ->capture_default_str();
+  bench::add_seconds_option(app, budget);
+  app.add_flag("--json", json, "print JSON instead of a table");
+  app.callback([&] {
+    if (K > E) throw cli::UsageError(fmt::format("--top-k: {} is more than --experts ({})", K, E));
+    const FFNConfig dense_config = variant_config(expert, D, F, true);
+    const std::int64_t Fin = dense_config.in_width();
+    // Before anything is allocated: the largest block has at least T·K/E rows.
+    footprint(D, F, Fin, T, E, K, (T * K + E - 1) / E).check("bench_moe", "this run");
+    run(D, F, Fin, T, E, K, expert, dense_config, budget, json);
+  });
+  return cli::run_program("bench_moe", app, argc, argv);
 }

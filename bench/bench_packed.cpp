@@ -9,7 +9,10 @@
 //                [--seconds 0.5]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
 
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
@@ -75,6 +78,23 @@ Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed
   return r;
 }
 
+struct Case {
+  const char* name;
+  std::int64_t M, K, N;
+  bool a_transposed, b_transposed;
+};
+
+// The products of an FFN layer at T tokens.
+std::vector<Case> cases(std::int64_t D, std::int64_t F, std::int64_t T) {
+  return {{"up:   x[T,D] . W_in^T", T, D, F, false, true},
+          {"down: h[T,F] . W_out^T", T, F, D, false, true},
+          {"dx:   da[T,F] . W_in", T, F, D, false, false},
+          {"dW:   da^T . x  (no weight)", F, T, D, true, false}};
+}
+
+void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens, bool bf16,
+         const std::string& dtype, double budget);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,23 +102,45 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> tokens{8, 512, 6400};
   std::string dtype = "f32";
   double budget = 0.5;
-  CLI::App app{"oneDNN's packed weight layout against the plain one, for an FFN's products."};
-  bench::positive_option(app, "--d-model", D, "model width D");
-  bench::positive_option(app, "--d-ff", F, "hidden width F");
-  bench::positive_option(app, "--tokens", tokens, "token counts, comma-separated")->delimiter(',');
-  app.add_option("--dtype", dtype, "product precision: f32 or bf16 (bf16 products, f32 weights)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+  CLI::App app{
+      "oneDNN's packed weight layout against the plain one, for an FFN's products.\n"
+      "Exit status: 0 done, 1 refused (more memory than there is, or bf16 on a CPU without "
+      "it), 2 a bad flag, 3 out of memory or a failed write."};
+  bench::width_option(app, "--d-model", D, "model width D");
+  bench::width_option(app, "--d-ff", F, "hidden width F");
+  bench::tokens_option(app, "--tokens", tokens, "token counts, comma-separated");
+  app.add_option("--dtype", dtype, "product precision (bf16: bf16 products, f32 weights)")
+      ->check(bench::one_of({"f32", "bf16"}))
       ->capture_default_str();
   bench::add_seconds_option(app, budget);
-  CLI11_PARSE(app, argc, argv);
-  const bool bf16 = dtype == "bf16";
-  if (bf16 && !matmul_bf16_native()) {
-    fmt::print(stderr,
-               "bench_packed: this CPU has no native bf16 products (oneDNN needs AVX-512 "
-               "with bf16, or AMX)\n");
-    return 1;
-  }
+  app.callback([&] {
+    const bool bf16 = dtype == "bf16";
+    if (bf16 && !matmul_bf16_native())
+      throw Error(
+          "[bench_packed] --dtype bf16: this CPU has no native bf16 products (oneDNN needs "
+          "AVX-512 with bf16, or AMX)");
+    // Before anything is allocated: the largest product's operands (one at a time), A, B and C
+    // in f32, the packed B, and in bf16 the converted A and B.
+    double largest = 0;
+    for (std::int64_t T : tokens)
+      for (const Case& c : cases(D, F, T)) {
+        bench::Footprint f;
+        f.add({c.M, c.K});
+        f.add_n(2, {c.N, c.K});
+        f.add({c.M, c.N});
+        if (bf16) f.add({c.M + c.N, c.K}, 2);
+        largest = std::max(largest, f.bytes());
+      }
+    check_memory(largest, "bench_packed", "the largest product");
+    run(D, F, tokens, bf16, dtype, budget);
+  });
+  return cli::run_program("bench_packed", app, argc, argv);
+}
 
+namespace {
+
+void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens, bool bf16,
+         const std::string& dtype, double budget) {
   fmt::print(
       "{} products; packed/ = plain time over packed time; reorder (f32 plain -> packed{}) "
       "and convert (f32 -> bf16) as a share of one packed product\n",
@@ -106,16 +148,7 @@ int main(int argc, char** argv) {
   fmt::print("{:<28} {:>6} {:>12} {:>12} {:>8} {:>13} {:>13}\n", "product", "T", "plain GF/s",
              "packed GF/s", "packed/", "reorder/prod", "convert/prod");
   for (std::int64_t T : tokens) {
-    struct Case {
-      const char* name;
-      std::int64_t M, K, N;
-      bool a_transposed, b_transposed;
-    };
-    const Case cases[] = {{"up:   x[T,D] . W_in^T", T, D, F, false, true},
-                          {"down: h[T,F] . W_out^T", T, F, D, false, true},
-                          {"dx:   da[T,F] . W_in", T, F, D, false, false},
-                          {"dW:   da^T . x  (no weight)", F, T, D, true, false}};
-    for (const Case& c : cases) {
+    for (const Case& c : cases(D, F, T)) {
       const Result r = compare(c.M, c.K, c.N, c.a_transposed, c.b_transposed, bf16, budget);
       const double flops = 2.0 * static_cast<double>(c.M) * c.K * c.N;
       if (c.a_transposed) {
@@ -129,5 +162,6 @@ int main(int argc, char** argv) {
                  bf16 ? fmt::format("{:.1f}%", 100 * r.convert_s / r.packed_s) : "-");
     }
   }
-  return 0;
 }
+
+}  // namespace

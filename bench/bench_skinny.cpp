@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cinttypes>
+#include <charconv>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,15 +28,33 @@ struct Shape2 {
   std::int64_t in = 0, out = 0;
 };
 
-// "512x2048" → {512, 2048}; in = out = 0 for anything else.
+// "512x2048" → {512, 2048}; in = out = 0 for anything else, or a side outside [1, 2^24].
 Shape2 parse_shape(const std::string& s) {
-  std::int64_t in = 0, out = 0;
-  char x = 0, rest = 0;
-  if (std::sscanf(s.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &in, &x, &out, &rest) != 3 || x != 'x' ||
-      in < 1 || out < 1)
-    return {};
+  const auto x = s.find('x');
+  if (x == std::string::npos) return {};
+  auto side = [&](std::size_t from, std::size_t to) -> std::int64_t {
+    std::int64_t v = 0;
+    const char* end = s.data() + to;
+    const auto [ptr, ec] = std::from_chars(s.data() + from, end, v);
+    return ec == std::errc() && ptr == end && v >= 1 && v <= limits::kWidth ? v : 0;
+  };
+  const std::int64_t in = side(0, x), out = side(x + 1, s.size());
+  if (in == 0 || out == 0) return {};
   return {in, out};
 }
+
+// --shapes' check: "'512y2048' is not IN x OUT (such as 512x2048), each in [1, 2^24]".
+CLI::Validator shape_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (parse_shape(text).in != 0) return {};
+        return "'" + text.substr(0, 40) + "' is not IN x OUT (such as 512x2048), each in [1, 2^24]";
+      },
+      "INxOUT, each in [1, 2^24]");
+}
+
+void run(const std::vector<std::string>& shape_text, const std::vector<std::int64_t>& tokens,
+         int rounds, double budget);
 
 }  // namespace
 
@@ -48,28 +66,40 @@ int main(int argc, char** argv) {
   CLI::App app{
       "f32 products of a few rows: the streaming kernels (ops/skinny) against oneDNN's "
       "products of the same shapes, forward (y = x·Wᵀ + b) and backward (dx, dW, db), in "
-      "alternating rounds. Speed-ups above 1 mean the kernels are faster."};
+      "alternating rounds. Speed-ups above 1 mean the kernels are faster.\n"
+      "Exit status: 0 done, 1 refused (more memory than there is), 2 a bad flag, 3 out of "
+      "memory or a failed write."};
   app.add_option("--shapes", shape_text, "IN x OUT of the weight, comma-separated")
       ->delimiter(',')
+      ->check(shape_validator())
       ->capture_default_str();
-  bench::positive_option(app, "--tokens", tokens, "row counts, comma-separated")->delimiter(',');
-  bench::positive_option(app, "--rounds", rounds, "alternating rounds");
+  bench::int_option(app, "--tokens", tokens, 1, kSkinnyMaxTokens, "row counts, comma-separated")
+      ->delimiter(',');
+  bench::rounds_option(app, rounds, "alternating rounds");
   bench::add_seconds_option(app, budget);
-  CLI11_PARSE(app, argc, argv);
-  for (auto t : tokens)
-    if (t > kSkinnyMaxTokens) {
-      fmt::print(stderr, "bench_skinny: --tokens go up to {}\n", kSkinnyMaxTokens);
-      return 1;
+  app.callback([&] {
+    // Before anything is allocated: the largest weight's tensors (one shape at a time), w and
+    // dw [OUT, IN], and the rows' x, dx, y and dy.
+    double largest = 0;
+    for (const auto& text : shape_text) {
+      const Shape2 s = parse_shape(text);
+      bench::Footprint f;
+      f.add_n(2, {s.out, s.in});
+      f.add_n(2, {kSkinnyMaxTokens, s.in + s.out});
+      largest = std::max(largest, f.bytes());
     }
+    check_memory(largest, "bench_skinny", "the largest weight with its gradient");
+    run(shape_text, tokens, rounds, budget);
+  });
+  return cli::run_program("bench_skinny", app, argc, argv);
+}
+
+namespace {
+
+void run(const std::vector<std::string>& shape_text, const std::vector<std::int64_t>& tokens,
+         int rounds, double budget) {
   std::vector<Shape2> shapes;
-  for (const auto& text : shape_text) {
-    shapes.push_back(parse_shape(text));
-    if (shapes.back().in == 0) {
-      fmt::print(stderr, "bench_skinny: --shapes wants IN x OUT such as 512x2048, got '{}'\n",
-                 text);
-      return 1;
-    }
-  }
+  for (const auto& text : shape_text) shapes.push_back(parse_shape(text));
 
   fmt::print(
       "f32 (kernel set {}: f32 weights take its AVX2 kernel), median of {} alternating rounds ({} "
@@ -124,5 +154,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  return 0;
 }
+
+}  // namespace

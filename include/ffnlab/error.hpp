@@ -3,16 +3,39 @@
 // exit status tells the two apart (docs/hardening.md, "Exit status"):
 //   Error        the input is refused: a config, file, shape or value makes no sense (exit 1)
 //   SystemError  the system failed: a write, a read, memory (exit 3)
+// A message is one line whatever the input put into it: a control byte (a NUL, a newline) in a
+// value the message quotes is kept as \xNN, so that nothing cuts the line short.
 #pragma once
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace ffnlab {
 
+// `text` with every control byte (below 0x20, and 0x7f) written as \xNN.
+inline std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(std::string_view what) : std::runtime_error(one_line(what)) {}
+  explicit Error(const std::string& what) : Error(std::string_view(what)) {}
+  explicit Error(const char* what) : Error(std::string_view(what)) {}
 };
 
 class SystemError : public Error {

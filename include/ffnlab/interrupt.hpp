@@ -19,6 +19,8 @@ class Interrupted : public Error {
 // Async-signal-safe: only stores the signal number (the first request wins).
 void request_stop(int signal) noexcept;
 bool stop_requested() noexcept;
+// Seconds since the stop request (0 when there is none).
+double seconds_since_stop() noexcept;
 // "SIGINT", "SIGTERM", or "an interrupt" for a request without a signal (signal 0).
 std::string stop_reason();
 // Forgets the request (a new run in the same process).

@@ -333,7 +333,20 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   const double L = static_cast<double>(c.layers);
   const double t_block = median_seconds(run_block, budget * L / (L + 1));
   const double t_head = median_seconds([&] { run(head); }, budget / (L + 1));
-  return {L * block_flops + head.flops, L * t_block + t_head, L * expert_flops, K};
+  ModelProducts out{L * block_flops + head.flops, L * t_block + t_head, L * expert_flops, K};
+  if (f.kind == FFNKind::moe) {
+    const FFNConfig e = expert_config(f);
+    out.expert_token_flops = L * 6.0 * static_cast<double>(D) *
+                             static_cast<double>(e.in_width() + e.d_ff);
+    out.tokens = static_cast<double>(T);
+  }
+  return out;
+}
+
+double flop_utilisation(double matrix_gflops, double bare_gflops) {
+  if (!(bare_gflops > 0) || !(matrix_gflops > 0)) return std::nan("");
+  const double u = matrix_gflops / bare_gflops;
+  return u <= 1.0 ? u : std::nan("");
 }
 
 double measure_read_bandwidth(std::int64_t bytes, double budget) {

@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
 #include "check.hpp"
+#include "ffnlab/interrupt.hpp"
 
 namespace ffnlab {
 
@@ -107,16 +110,28 @@ void sync_tree(const std::string& dir) {
 
 namespace {
 
-// Writes and syncs one temporary file; returns errno (0: done).
+std::atomic<double> g_write_grace{10.0};
+
+// Returned by write_synced when a stop request outlasted the grace (no errno has this value).
+constexpr int kStopped = -1;
+
+bool past_grace() {
+  return stop_requested() && seconds_since_stop() >= g_write_grace.load();
+}
+
+// Writes and syncs one temporary file; returns errno (0: done), or kStopped.
 int write_synced(const std::string& tmp, const std::vector<FilePiece>& pieces) {
   Fd f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f.fd < 0) return errno;
+  constexpr std::size_t kChunk = std::size_t{64} << 20;  // how much is written between looks
   for (const FilePiece& piece : pieces) {
     const auto* p = static_cast<const char*>(piece.data);
     std::size_t done = 0;
+    if (past_grace()) return kStopped;
     while (done < piece.size) {
-      const ssize_t n = ::write(f.fd, p + done, piece.size - done);
+      if (done > 0 && past_grace()) return kStopped;
+      const ssize_t n = ::write(f.fd, p + done, std::min(piece.size - done, kChunk));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return errno;
       done += static_cast<std::size_t>(n);
@@ -133,14 +148,32 @@ std::string folder_of(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+// Removes the temporaries, then throws: Interrupted for a stop, SystemError for errno `error`.
+[[noreturn]] void abandon(const std::vector<std::string>& tmps, const std::string& path,
+                          int error) {
+  for (const auto& t : tmps) ::unlink(t.c_str());
+  if (error == kStopped)
+    throw Interrupted(fmt::format("{} while writing {} (still writing {:.0f} s after it); the "
+                                  "earlier file is kept",
+                                  stop_reason(), path, g_write_grace.load()));
+  fail_system("[io] {}: write failed ({})", path, std::strerror(error));
+}
+
 }  // namespace
+
+double write_stop_grace() {
+  return g_write_grace.load();
+}
+
+void set_write_stop_grace(double seconds) {
+  check(seconds >= 0 && std::isfinite(seconds), "[io] the write grace must be at least 0 s, got {}",
+        seconds);
+  g_write_grace.store(seconds);
+}
 
 void write_files_atomic(const std::vector<FileContent>& files) {
   std::vector<std::string> tmps;
-  const auto give_up = [&](const std::string& path, int error) {
-    for (const auto& t : tmps) ::unlink(t.c_str());
-    fail_system("[io] {}: write failed ({})", path, std::strerror(error));
-  };
+  const auto give_up = [&](const std::string& path, int error) { abandon(tmps, path, error); };
   for (const auto& f : files) {
     tmps.push_back(temporary_name(f.path));
     if (const int error = write_synced(tmps.back(), {FilePiece{f.data, f.size}}))
@@ -162,10 +195,7 @@ void write_file_atomic(const std::string& path, const void* data, std::size_t si
 
 void write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces) {
   const std::string tmp = temporary_name(path);
-  const auto give_up = [&](int error) {
-    ::unlink(tmp.c_str());
-    fail_system("[io] {}: write failed ({})", path, std::strerror(error));
-  };
+  const auto give_up = [&](int error) { abandon({tmp}, path, error); };
   if (const int error = write_synced(tmp, pieces)) give_up(error);
   if (::rename(tmp.c_str(), path.c_str()) != 0) give_up(errno);
   sync_path(folder_of(path));

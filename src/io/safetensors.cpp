@@ -13,6 +13,10 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <unordered_set>
+
+#include <fmt/ranges.h>
 
 #include "check.hpp"
 #include "json_keys.hpp"
@@ -58,6 +62,214 @@ float f16_to_f32(std::uint16_t h) {
   float out;
   std::memcpy(&out, &bits, 4);
   return out;
+}
+
+// The header, read by a SAX parser straight into tensor records: no JSON tree is built, so the
+// memory a header takes is that of its records (a few times the text at most), and a header
+// that does not fit fails with std::bad_alloc (exit 3) instead of aborting in a tree's
+// destructor. Anything outside the format is refused at the first token that leaves it.
+struct Header {
+  std::vector<StTensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  HeaderReader(std::uint64_t data_size, std::string_view source)
+      : data_size_(data_size), source_(source) {}
+  Header header;
+
+  bool null() override { return scalar(Kind::other); }
+  bool boolean(bool) override { return scalar(Kind::other); }
+  bool number_integer(number_integer_t) override { return scalar(Kind::other); }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (skip_ == 0 && depth_ == 3 && in_ == In::shape) return dimension(v);
+    if (skip_ == 0 && depth_ == 3 && in_ == In::offsets) return offset(v);
+    return scalar(Kind::other);
+  }
+  bool number_float(number_float_t, const string_t&) override { return scalar(Kind::other); }
+  bool string(string_t& v) override {
+    if (skip_ == 0 && depth_ == 2 && in_ == In::metadata) {
+      header.metadata[key_] = std::move(v);
+      return true;
+    }
+    if (skip_ == 0 && depth_ == 2 && in_ == In::entry && field_ == Field::dtype) {
+      dtype_ = std::move(v);
+      has_dtype_ = true;
+      return true;
+    }
+    return scalar(Kind::other);
+  }
+  bool binary(binary_t&) override { return scalar(Kind::other); }
+
+  bool start_object(std::size_t) override {
+    if (skip_ > 0) return ++skip_, true;
+    if (depth_ == 0) return ++depth_, true;
+    if (depth_ == 1) {
+      if (key_ == "__metadata__") {
+        in_ = In::metadata;
+      } else {
+        in_ = In::entry;
+        entry_ = {};
+        entry_.name = key_;
+        dtype_.clear();
+        has_dtype_ = has_shape_ = has_offsets_ = false;
+      }
+      return ++depth_, true;
+    }
+    return scalar(Kind::object);
+  }
+  bool end_object() override {
+    if (skip_ > 0) return --skip_, true;
+    if (depth_ == 2 && in_ == In::entry) finish_entry();
+    in_ = In::top;
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (skip_ > 0) return ++skip_, true;
+    if (depth_ == 2 && in_ == In::entry && field_ == Field::shape) {
+      in_ = In::shape;
+      has_shape_ = true;
+      return ++depth_, true;
+    }
+    if (depth_ == 2 && in_ == In::entry && field_ == Field::offsets) {
+      in_ = In::offsets;
+      has_offsets_ = true;
+      offsets_ = 0;
+      return ++depth_, true;
+    }
+    return scalar(Kind::array);
+  }
+  bool end_array() override {
+    if (skip_ > 0) return --skip_, true;
+    if (in_ == In::offsets && offsets_ != 2) bad_offsets();
+    in_ = In::entry;
+    --depth_;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (skip_ > 0) return true;
+    if (depth_ == 2 && in_ == In::entry) {
+      field_ = k == "dtype" ? Field::dtype
+               : k == "shape" ? Field::shape
+               : k == "data_offsets" ? Field::offsets
+                                     : Field::other;
+      return true;
+    }
+    key_ = std::move(k);
+    if (depth_ == 1 && key_ != "__metadata__") {
+      check(names_.insert(key_).second, "[safetensors] {}: tensor '{}' appears twice in the header",
+            source_, key_);
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& e) override {
+    std::string what = e.what();
+    if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
+    fail("[safetensors] {}: not valid JSON ({})", source_, what);
+  }
+
+ private:
+  enum class In { top, metadata, entry, shape, offsets };
+  enum class Field { dtype, shape, offsets, other };
+  enum class Kind { object, array, other };
+
+  // A value where the format has none of its kind: refused, or skipped where the format allows
+  // any value (an entry's other keys).
+  bool scalar(Kind kind) {
+    if (skip_ > 0) return true;
+    if (depth_ == 0) fail("[safetensors] {}: header is not a JSON object", source_);
+    if (depth_ == 1) {
+      check(key_ != "__metadata__", "[safetensors] {}: __metadata__ is not an object", source_);
+      fail("[safetensors] {}: tensor '{}' needs dtype, shape and data_offsets", source_, key_);
+    }
+    if (in_ == In::metadata)
+      fail("[safetensors] {}: metadata '{}' is not a string", source_, key_);
+    if (in_ == In::shape)
+      fail("[safetensors] {}: tensor '{}' has a non-integer dimension", source_, entry_.name);
+    if (in_ == In::offsets) bad_offsets();
+    switch (field_) {
+      case Field::dtype:
+        fail("[safetensors] {}: tensor '{}' has a non-string dtype", source_, entry_.name);
+      case Field::shape:
+        fail("[safetensors] {}: tensor '{}' has an invalid shape", source_, entry_.name);
+      case Field::offsets:
+        bad_offsets();
+      case Field::other:
+        break;
+    }
+    if (kind != Kind::other) skip_ = 1;  // an unknown key's object or array: skipped whole
+    return true;
+  }
+  bool dimension(std::uint64_t v) {
+    check(entry_.shape.size() < 8, "[safetensors] {}: tensor '{}' has an invalid shape", source_,
+          entry_.name);
+    check(v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+          "[safetensors] {}: tensor '{}' has shape larger than the file", source_, entry_.name);
+    entry_.shape.push_back(static_cast<std::int64_t>(v));
+    return true;
+  }
+  bool offset(std::uint64_t v) {
+    if (offsets_ >= 2) bad_offsets();
+    (offsets_++ == 0 ? entry_.begin : entry_.end) = v;
+    return true;
+  }
+  [[noreturn]] void bad_offsets() {
+    fail("[safetensors] {}: tensor '{}' has invalid data_offsets", source_, entry_.name);
+  }
+  void finish_entry() {
+    const std::string& name = entry_.name;
+    check(has_dtype_ && has_shape_ && has_offsets_,
+          "[safetensors] {}: tensor '{}' needs dtype, shape and data_offsets", source_, name);
+    const DTypeName* found = nullptr;
+    for (const auto& d : kDTypes)
+      if (dtype_ == d.name) found = &d;
+    check(found != nullptr,
+          "[safetensors] {}: tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16, "
+          "I32, I64)",
+          source_, name, dtype_);
+    entry_.dtype = found->dtype;
+    // The element count, guarded against overflow by the data section's size; a shape with a
+    // 0 anywhere has no elements whatever its other dimensions.
+    const bool empty = std::find(entry_.shape.begin(), entry_.shape.end(), 0) != entry_.shape.end();
+    std::uint64_t numel = empty ? 0 : 1;
+    for (const std::int64_t d : entry_.shape) {
+      if (empty) break;
+      const auto v = static_cast<std::uint64_t>(d);
+      check(numel <= data_size_ / v,
+            "[safetensors] {}: tensor '{}' has shape larger than the file", source_, name);
+      numel *= v;
+    }
+    check(entry_.begin <= entry_.end && entry_.end <= data_size_,
+          "[safetensors] {}: tensor '{}' offsets [{}, {}) run past the {}-byte data section",
+          source_, name, entry_.begin, entry_.end, data_size_);
+    check(entry_.end - entry_.begin == numel * found->size,
+          "[safetensors] {}: tensor '{}' of shape {} and dtype {} needs {} bytes, offsets give {}",
+          source_, name, shape_string(entry_.shape), dtype_, numel * found->size,
+          entry_.end - entry_.begin);
+    header.tensors.push_back(std::move(entry_));
+  }
+
+  std::uint64_t data_size_;
+  std::string_view source_;
+  int depth_ = 0;  // 1: the top object, 2: an entry or __metadata__, 3: a shape or offsets
+  int skip_ = 0;   // > 0: inside a value that is skipped, this deep
+  In in_ = In::top;
+  Field field_ = Field::other;
+  std::string key_, dtype_;
+  StTensorInfo entry_;
+  bool has_dtype_ = false, has_shape_ = false, has_offsets_ = false;
+  int offsets_ = 0;
+  std::unordered_set<std::string> names_;
+};
+
+Header parse_header(std::string_view text, std::uint64_t data_size, std::string_view source) {
+  HeaderReader reader(data_size, source);
+  nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
+  return std::move(reader.header);
 }
 
 }  // namespace
@@ -122,74 +334,11 @@ SafeTensors SafeTensors::from_buffer(std::shared_ptr<const std::byte> owner, std
   st.data_start_ = 8 + n;
   const std::uint64_t data_size = size - 8 - n;
 
-  const nlohmann::json header = parse_json_text(
+  Header header = parse_header(
       std::string_view(reinterpret_cast<const char*>(base) + 8, static_cast<std::size_t>(n)),
-      "safetensors", source);
-  check(header.is_object(), "[safetensors] {}: header is not a JSON object", source);
-
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      check(entry.is_object(), "[safetensors] {}: __metadata__ is not an object", source);
-      for (const auto& [k, v] : entry.items()) {
-        check(v.is_string(), "[safetensors] {}: metadata '{}' is not a string", source, k);
-        st.metadata_[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    check(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
-              entry.contains("data_offsets"),
-          "[safetensors] {}: tensor '{}' needs dtype, shape and data_offsets", source, name);
-    const auto& jd = entry.at("dtype");
-    check(jd.is_string(), "[safetensors] {}: tensor '{}' has a non-string dtype", source, name);
-    StTensorInfo info;
-    info.name = name;
-    const auto dname = jd.get<std::string>();
-    const DTypeName* found = nullptr;
-    for (const auto& d : kDTypes)
-      if (dname == d.name) found = &d;
-    check(found != nullptr,
-          "[safetensors] {}: tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16, "
-          "I32, I64)",
-          source, name, dname);
-    info.dtype = found->dtype;
-    const auto& js = entry.at("shape");
-    check(js.is_array() && js.size() <= 8, "[safetensors] {}: tensor '{}' has an invalid shape",
-          source, name);
-    // The element count, guarded against overflow by the data section's size; a shape with a
-    // 0 anywhere has no elements whatever its other dimensions.
-    bool empty = false;
-    for (const auto& d : js) {
-      check(d.is_number_unsigned(), "[safetensors] {}: tensor '{}' has a non-integer dimension",
-            source, name);
-      const auto v = d.get<std::uint64_t>();
-      check(v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
-            "[safetensors] {}: tensor '{}' has shape larger than the file", source, name);
-      empty |= v == 0;
-      info.shape.push_back(static_cast<std::int64_t>(v));
-    }
-    std::uint64_t numel = empty ? 0 : 1;
-    for (const std::int64_t d : info.shape) {
-      if (empty) break;
-      const auto v = static_cast<std::uint64_t>(d);
-      check(numel <= data_size / v, "[safetensors] {}: tensor '{}' has shape larger than the file",
-            source, name);
-      numel *= v;
-    }
-    const auto& jo = entry.at("data_offsets");
-    check(
-        jo.is_array() && jo.size() == 2 && jo[0].is_number_unsigned() && jo[1].is_number_unsigned(),
-        "[safetensors] {}: tensor '{}' has invalid data_offsets", source, name);
-    info.begin = jo[0].get<std::uint64_t>();
-    info.end = jo[1].get<std::uint64_t>();
-    check(info.begin <= info.end && info.end <= data_size,
-          "[safetensors] {}: tensor '{}' offsets [{}, {}) run past the {}-byte data section",
-          source, name, info.begin, info.end, data_size);
-    check(info.end - info.begin == numel * found->size,
-          "[safetensors] {}: tensor '{}' of shape {} and dtype {} needs {} bytes, offsets give {}",
-          source, name, shape_string(info.shape), dname, numel * found->size,
-          info.end - info.begin);
-    st.tensors_.push_back(std::move(info));
-  }
+      data_size, source);
+  st.tensors_ = std::move(header.tensors);
+  st.metadata_ = std::move(header.metadata);
 
   // The tensors, in offset order, must tile the data section exactly.
   std::vector<const StTensorInfo*> order;
@@ -330,16 +479,38 @@ void SafeTensorsWriter::add_view(const std::string& name, const Tensor& tensor) 
 }
 
 std::string SafeTensorsWriter::header() const {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  // Written as text, one entry after the other: a JSON object type would look each key up
+  // (nlohmann's ordered_json does so linearly, which made 600,000 tensors take minutes). The
+  // bytes are what ordered_json wrote: no spaces, entries in the order they were added.
+  std::string text = "{";
+  const auto quoted = [&](const std::string& s) {
+    text += nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  };
+  if (!metadata_.empty()) {
+    text += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [key, value] : metadata_) {
+      if (!first) text += ',';
+      first = false;
+      quoted(key);
+      text += ':';
+      quoted(value);
+    }
+    text += '}';
+  }
+  std::unordered_set<std::string_view> names;
+  names.reserve(entries_.size());
   std::uint64_t pos = 0;
   for (const auto& e : entries_) {
-    header[e.name] = {{"dtype", st_dtype_name(e.dtype)},
-                      {"shape", e.shape},
-                      {"data_offsets", {pos, pos + e.size()}}};
+    check(e.name != "__metadata__" && names.insert(e.name).second,
+          "[safetensors] tensor '{}' is added twice", e.name);
+    if (text.size() > 1) text += ',';
+    quoted(e.name);
+    text += fmt::format(R"(:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})",
+                        st_dtype_name(e.dtype), fmt::join(e.shape, ","), pos, pos + e.size());
     pos += e.size();
   }
-  std::string text = header.dump();
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   std::string out(8, '\0');
   const std::uint64_t n = text.size();

@@ -177,6 +177,9 @@ void validate(const FFNConfig& c) {
       refuse(m.groups > 0 || m.balance_bias, "group-limited selection or the balancing bias",
              "they steer a token's choice, and here the experts choose");
       refuse(m.aux_coef > 0, "aux_coef", "every expert takes the same number of tokens");
+      refuse(m.drop == DropPolicy::probability, "drop: probability",
+             "each expert keeps its best tokens; no token is dropped by its position or its "
+             "probability");
     }
     if (m.routing == RoutingKind::soft) {
       // Soft MoE: no router Linear and no choice; the slots' parameters are the layer's own.
@@ -190,6 +193,10 @@ void validate(const FFNConfig& c) {
       refuse(m.aux_coef > 0 || m.z_coef > 0 || m.entropy_coef > 0,
              "aux_coef, z_coef or entropy_coef", nothing_chosen);
       refuse(m.zc_experts() > 0, "zero-computation experts", nothing_chosen);
+      refuse(m.score != ScoreFunc::softmax || m.softmax_after_topk,
+             "score 'sigmoid' or softmax_after_topk",
+             "its dispatch and combine weights are softmaxes over tokens and slots, not router "
+             "scores");
       check_range(m.slots, 1, limits::kExperts, "moe", "slots");
     }
     if (m.routing == RoutingKind::top_p) {

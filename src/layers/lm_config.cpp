@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/limits.hpp"
 #include "json_keys.hpp"
 
@@ -74,7 +75,16 @@ constexpr std::array kLMKeys{
     field<LMConfig, &LMConfig::causal>("causal"),
     field<LMConfig, &LMConfig::dropout>("dropout"),
     field<LMConfig, &LMConfig::init_std>("init_std"),
-    JsonKey<LMConfig>{"ffn", [](LMConfig& c, const json& j) { c.ffn = config_from_json(j); },
+    // Read after d_model (table order): an FFN that does not name its d_model takes the
+    // model's, and one without d_ff the variant's default width at it (ffnlab train's).
+    JsonKey<LMConfig>{"ffn",
+                      [](LMConfig& c, const json& j) {
+                        json f = j;
+                        const bool width = f.is_object() && !f.contains("d_ff");
+                        if (f.is_object() && !f.contains("d_model")) f["d_model"] = c.d_model;
+                        c.ffn = config_from_json(f);
+                        if (width) c.ffn.d_ff = default_d_ff(c.ffn);
+                      },
                       [](const LMConfig& c) { return config_to_json(c.ffn); }},
 };
 
@@ -83,6 +93,8 @@ constexpr std::array kLMKeys{
 LMConfig lm_config_from_json(const nlohmann::json& j) {
   LMConfig c;
   read_keys(kLMKeys, c, j, "lm");
+  if (j.is_object() && !j.contains("ffn"))  // ffnlab train's default: ReLU, 4·d_model
+    c.ffn = variant_config("relu", c.d_model, 4 * c.d_model, true);
   validate(c);
   return c;
 }

@@ -464,6 +464,9 @@ Results run_study(const Options& options, Observer& observer) {
   st.results.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   st.write("results.json", to_json(st.results).dump(2) + "\n");
   st.write("REPORT.md", render_report(st));
+  // The last look before the report replaces an earlier one: a stop that came during the
+  // figures or the writing keeps the earlier report.
+  check_stop();
   out.commit();
   return st.results;
 }

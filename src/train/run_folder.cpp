@@ -7,7 +7,9 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
+#include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/files.hpp"
 
@@ -27,8 +29,10 @@ constexpr const char* kLayerHeader =
     "grad_router,router_entropy,router_top1,router_logit_std,expert_output_rms_min,"
     "expert_output_rms_mean,expert_output_rms_max\n";
 
-// A log continued from step `from`: the header, then its rows up to that step.
-std::ofstream continue_log(const fs::path& path, const char* header, std::int64_t from) {
+// A log continued from step `from`: the header, then its rows up to that step (also handed to
+// `rows`, when given).
+std::ofstream continue_log(const fs::path& path, const char* header, std::int64_t from,
+                           std::vector<std::string>* rows = nullptr) {
   std::string kept = header;
   std::ifstream in(path);
   std::string line;
@@ -36,11 +40,29 @@ std::ofstream continue_log(const fs::path& path, const char* header, std::int64_
     if (first) continue;  // the header
     std::int64_t step = 0;
     const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), step);
-    if (ec == std::errc() && end != line.data() && *end == ',' && step <= from)
+    if (ec == std::errc() && end != line.data() && *end == ',' && step <= from) {
       kept.append(line).append("\n");
+      if (rows) rows->push_back(line);
+    }
   }
   write_file_atomic(path.string(), kept.data(), kept.size());
   return std::ofstream(path, std::ios::app);
+}
+
+// An eval_log.csv row (kEvalHeader), or nothing when it does not read as one.
+std::optional<EvalLog> eval_row(const std::string& line) {
+  EvalLog e;
+  const char* p = line.data();
+  const char* const end = line.data() + line.size();
+  const auto field = [&](auto& value) {
+    const auto [next, ec] = std::from_chars(p, end, value);
+    if (ec != std::errc()) return false;
+    p = next < end && *next == ',' ? next + 1 : next;
+    return true;
+  };
+  if (field(e.step) && field(e.loss) && field(e.bits_per_byte) && field(e.tokens) && p == end)
+    return e;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -67,7 +89,10 @@ TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_s
                  per_layer = fs::path(dir) / "layer_log.csv";
   if (continued) {
     steps_ = continue_log(steps, kStepHeader, from_step);
-    evals_ = continue_log(evals, kEvalHeader, from_step);
+    std::vector<std::string> rows;
+    evals_ = continue_log(evals, kEvalHeader, from_step, &rows);
+    for (const std::string& row : rows)
+      if (const auto e = eval_row(row)) earlier_.push_back(*e);
     if (layers)
       layers_ = continue_log(per_layer, kLayerHeader, from_step);
     else if (fs::exists(per_layer))  // kept up to the checkpoint, not written on
@@ -160,10 +185,13 @@ void write_summary(const std::string& dir, const RunSummary& r, const Corpus& co
                   {"median_tokens_per_second", r.median_tokens_per_second},
                   {"evaluations", evaluations},
                   {"sample", r.sample}};
-  if (r.bare_products_gflops > 0)
+  if (r.bare_products_gflops > 0) {
+    // null where it cannot be true (flop_utilisation): a step above its own products' rate.
+    const double u = flop_utilisation(r.matrix_gflops, r.bare_products_gflops);
     summary["utilisation"] = {{"matrix_gflops_per_second", r.matrix_gflops},
                               {"bare_products_gflops_per_second", r.bare_products_gflops},
-                              {"model_flop_utilisation", r.matrix_gflops / r.bare_products_gflops}};
+                              {"model_flop_utilisation", std::isnan(u) ? json() : json(u)}};
+  }
   if (!r.routing.is_null()) summary["routing"] = r.routing;
   // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
   const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";

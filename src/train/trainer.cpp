@@ -13,7 +13,9 @@
 #include "check.hpp"
 #include "expert_residency.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/names.hpp"
 #include "ffnlab/ops/loss.hpp"
+#include "ffnlab/ops/router.hpp"
 #include "ranges.hpp"
 
 namespace ffnlab {
@@ -49,6 +51,11 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
   validate(config);
   check(config.seq <= model.context, "[train] sequence length {} exceeds the model's context {}",
         config.seq, model.context);
+  const RoutingKind routing = model.ffn.moe.routing;
+  check(!(model.ffn.kind == FFNKind::moe && looks_at_whole_sequence(routing) && config.seq < 2),
+        "[train] routing '{}' works on whole sequences: sequence length {} is one token (seq "
+        "must be at least 2)",
+        enum_name(routing), config.seq);
   if (config.objective == Objective::masked) {
     check(!model.causal,
           "[train] the masked objective predicts bytes from both sides: the model must be "

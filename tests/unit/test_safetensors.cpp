@@ -1,4 +1,5 @@
 // safetensors: round trips, conversions, and every kind of malformed file rejected cleanly.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/safetensors.hpp"
 
 using namespace ffnlab;
@@ -130,6 +132,65 @@ TEST(SafeTensors, RejectsMalformedFiles) {
       file_of(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8),
       "larger than the file");
   expect_rejected(file_of(R"({"__metadata__":{"k":1}})", 0), "not a string");
+  // Read without a JSON tree: every place where the format has no value of a kind is refused at
+  // once, and an entry's keys outside the format are skipped whole.
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                          R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                          8),
+                  "tensor 'a' appears twice");
+  expect_rejected(file_of(R"({"a":[1]})", 0), "needs dtype, shape and data_offsets");
+  expect_rejected(file_of(R"({"__metadata__":[1]})", 0), "__metadata__ is not an object");
+  expect_rejected(file_of(R"({"__metadata__":{"k":{"x":1}}})", 0), "metadata 'k' is not a string");
+  expect_rejected(file_of(R"({"a":{"dtype":["F32"],"shape":[2],"data_offsets":[0,8]}})", 8),
+                  "non-string dtype");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":{"n":2},"data_offsets":[0,8]}})", 8),
+                  "invalid shape");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],)"
+                          R"("data_offsets":[0,8]}})",
+                          8),
+                  "invalid shape");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8),
+                  "non-integer dimension");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", 8),
+                  "invalid data_offsets");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8),
+                  "invalid data_offsets");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,1e400]}})", 8),
+                  "not valid JSON (number overflow");
+  const auto skipped = SafeTensors::parse(
+      file_of(R"({"a":{"x":{"y":[1,{"z":[]}]},"dtype":"F32","shape":[2],"data_offsets":[0,8],)"
+              R"("w":"v"},"__metadata__":{"format":"pt"}})",
+              8),
+      "ok.safetensors");
+  EXPECT_EQ(skipped.names(), std::vector<std::string>{"a"});
+  EXPECT_EQ(skipped.metadata().at("format"), "pt");
+}
+
+TEST(SafeTensors, WritesManyTensorsInLinearTimeAndReadsThemBack) {
+  // 2^18 tensors (a 65,536-expert layer with its Adam state has 600,000): a header that looked
+  // each name up among those before it took minutes; this one takes a second or so.
+  constexpr int kCount = 1 << 18;
+  SafeTensorsWriter w;
+  const Tensor t = test::random_tensor({2}, 3);
+  for (int i = 0; i < kCount; ++i) w.add_view(fmt::format("experts.{}.w", i), t);
+  w.set_metadata("format", "pt");
+  const auto bytes = w.serialize();
+  const auto back = SafeTensors::parse(bytes, "many.safetensors");
+  ASSERT_EQ(back.names().size(), static_cast<std::size_t>(kCount));
+  EXPECT_EQ(back.names()[12345], "experts.12345.w");
+  EXPECT_EQ(back.f32("experts.4321.w").f32()[1], t.f32()[1]);
+  EXPECT_EQ(back.metadata().at("format"), "pt");
+  // The header is what a JSON library writes: no spaces, entries in the order they came.
+  const std::string head(reinterpret_cast<const char*>(bytes.data()) + 8, 120);
+  EXPECT_EQ(head.rfind(R"({"__metadata__":{"format":"pt"},"experts.0.w":{"dtype":"F32",)"
+                       R"("shape":[2],"data_offsets":[0,8]},"experts.1.w")",
+                       0),
+            0u)
+      << head;
+  SafeTensorsWriter twice;
+  twice.add("a", t);
+  twice.add("a", t);
+  EXPECT_THROW(twice.serialize(), Error);
 }
 
 TEST(SafeTensors, MappedDataStaysReadableWhileTheObjectLives) {
@@ -175,5 +236,32 @@ TEST(SafeTensors, WriteIsAtomicAndFailsCleanly) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SafeTensors, AWriteAStopRequestOutlastsIsAbandonedAndKeepsTheEarlierFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "ffnlab_st_stop";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "t.safetensors").string();
+  SafeTensorsWriter before;
+  before.add("x", test::random_tensor({4}, 1));
+  before.write(path);
+  const auto earlier = SafeTensors::load(path).f32("x");
+  SafeTensorsWriter w;
+  for (int i = 0; i < 100; ++i) w.add(fmt::format("t{}", i), test::random_tensor({64}, i));
+  const double grace = write_stop_grace();
+  // A request inside the grace: the write goes on (the stop's own checkpoint is written).
+  request_stop(0);
+  EXPECT_NO_THROW(w.write((dir / "within.safetensors").string()));
+  // Past it: abandoned, the temporary removed, the earlier file as it was.
+  set_write_stop_grace(0);
+  EXPECT_THROW(w.write(path), Interrupted);
+  clear_stop();
+  set_write_stop_grace(grace);
+  EXPECT_EQ(SafeTensors::load(path).f32("x").f32()[3], earlier.f32()[3]);
+  EXPECT_EQ(SafeTensors::load(path).names().size(), 1u);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  EXPECT_THROW(set_write_stop_grace(-1), Error);
   std::filesystem::remove_all(dir);
 }

@@ -2,7 +2,10 @@
 // helpers, and recommendations read from typed results.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +18,8 @@
 #include "../common/test_util.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/interrupt.hpp"
+#include "ffnlab/report/staged_dir.hpp"
 #include "ffnlab/study/stages.hpp"
 #include "ffnlab/study/study.hpp"
 
@@ -620,6 +625,52 @@ TEST(Study, RefusesBadOptionsBeforeAnyWork) {
       << refusal(o);
   EXPECT_FALSE(std::filesystem::exists(o.out));  // nothing written, no staging folder either
   EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+// A stop that comes after the last figure, before the report replaces the earlier one (the
+// observer's end() is called there), keeps the earlier report: nothing between the figures and
+// the commit may lose an interrupt.
+TEST(Study, AStopAfterTheFiguresKeepsTheEarlierReport) {
+#ifdef FFNLAB_SANITIZED
+  GTEST_SKIP() << "a whole study takes minutes under the sanitizers; the release suite runs it";
+#endif
+  const ScratchDir scratch("stop_before_commit");
+  const auto& dir = scratch.path;
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int i = 0; i < 1500; ++i)
+      corpus << "Q: Why did the chicken cross the road?\nA: To get to the other side.\n%\n";
+  }
+  const auto report = dir / "report";
+  std::filesystem::create_directories(report);
+  std::ofstream(report / "REPORT.md") << "the old report\n";
+  std::ofstream(report / kReportMarker) << kReportMarkerText;
+  study::Options o;
+  o.out = report.string();
+  o.data = (dir / "corpus.txt").string();
+  o.quick = true;
+  o.variants = {"relu"};
+  o.seeds = 1;
+  o.headline_seeds = 1;
+  o.steps = 2;
+  struct StopAtTheEnd : study::Observer {
+    bool ended = false;
+    void end() override {
+      ended = true;
+      request_stop(SIGINT);
+    }
+  } observer;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  EXPECT_THROW(study::run_study(o, observer), Interrupted);
+  clear_stop();
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(observer.ended);
+  std::ifstream in(report / "REPORT.md");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "the old report\n");
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
 }
 
 }  // namespace

@@ -252,10 +252,13 @@ std::vector<std::string> routing_list(const std::string& names) {
     at = comma + 1;
   }
   const auto known = routing_family_names();
-  for (const auto& n : out)
-    if (std::find(known.begin(), known.end(), n) == known.end())
+  for (auto n = out.begin(); n != out.end(); ++n) {
+    if (std::find(known.begin(), known.end(), *n) == known.end())
       throw UsageError(fmt::format("--routings: unknown routing family '{}' (known: {}, all, none)",
-                                   n, fmt::join(known, ", ")));
+                                   *n, fmt::join(known, ", ")));
+    if (std::find(out.begin(), n, *n) != n)
+      throw UsageError(fmt::format("--routings: '{}' is listed twice", *n));
+  }
   return out;
 }
 
@@ -334,6 +337,8 @@ std::vector<SkinnyIsa> kernel_list(const std::vector<std::string>& names) {
     if (!skinny_isa_supported(isa))
       throw UsageError(
           fmt::format("[bench] --kernels: this CPU does not run the {} kernels", name));
+    if (std::find(isas.begin(), isas.end(), isa) != isas.end())
+      throw UsageError(fmt::format("[bench] --kernels: '{}' is listed twice", name));
     isas.push_back(isa);
   }
   if (isas.empty()) isas.push_back(skinny_isa());
@@ -450,6 +455,8 @@ void run_bench(BenchOptions o) {
   const auto& tokens = o.tokens;
   const auto routings = routing_list(o.routings);
   const auto kernels = kernel_list(o.skinny_isas);
+  if (!o.decode && !o.skinny_isas.empty())
+    throw UsageError("[bench] --kernels: times the decode table's kernels, which --no-decode skips");
 
   check_layer_memory(o, variants, tokens);
   // Far beyond any cache, so this is what memory delivers.

@@ -16,7 +16,8 @@ namespace {
 
 struct EvolveOptions {
   study::Options study;
-  std::string variants;  // empty: the study's default (study::default_variants)
+  std::string variants;  // not given: the study's default (study::default_variants)
+  CLI::Option* variants_flag = nullptr;
   int threads = 0;
 };
 
@@ -41,7 +42,8 @@ class ProgressObserver : public study::Observer {
 void run_evolve(EvolveOptions& o) {
   InterruptGuard interrupts;  // Ctrl-C stops between steps; the staged folder is removed
   apply_threads(o.threads);
-  if (!o.variants.empty()) o.study.variants = variant_list(o.variants);
+  // Given, the list must name variants (an empty one is refused, not the default).
+  if (o.variants_flag->count() > 0) o.study.variants = variant_list(o.variants);
   ProgressObserver observer;
   const study::Results r = study::run_study(o.study, observer);
   fmt::print("report written to {}/REPORT.md (in {})\n", o.study.out, elapsed(r.seconds));
@@ -82,7 +84,7 @@ void add_evolve_command(CLI::App& app) {
       ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));
-  cmd->add_option(
+  o->variants_flag = cmd->add_option(
       "--variants", o->variants,
       fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step "
                   "of the evolution, {} (with --full: all)",
@@ -96,7 +98,7 @@ void add_evolve_command(CLI::App& app) {
                   "equivalence margin in bits/byte, fixed before the run: a variant is called "
                   "equivalent to ReLU only when its paired difference is shown to lie within it")
       ->capture_default_str()
-      ->check(real_in(0, 1));
+      ->check(real_in(0, 1, /*hi_open=*/false, /*lo_open=*/true));
   cmd->add_flag("--sweep", o->study.sweep,
                 "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)");
   add_threads_option(*cmd, o->threads);

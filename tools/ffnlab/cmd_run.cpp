@@ -109,6 +109,10 @@ void run(const RunOptions& o) {
     throw Error(fmt::format(
         "[run] {}: holds 'gate_residual', but the layer has no gating_residual (MoE++) to take it",
         o.input));
+  } else if (backward && SafeTensors::load(o.grad_output).contains("dlogits")) {
+    throw Error(fmt::format(
+        "[run] {}: holds 'dlogits', but the layer has no gating_residual (MoE++) to take it",
+        o.grad_output));
   }
   const SafeTensors weights = o.weights.empty() ? SafeTensors{} : SafeTensors::load(o.weights);
   const std::int64_t params = count_params(config);

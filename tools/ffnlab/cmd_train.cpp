@@ -111,7 +111,16 @@ bool flag_given(const TrainOptions& o, std::string_view flag) {
 }
 
 LMConfig model_from_flags(const TrainOptions& o) {
-  if (!o.model_config.empty()) return read_model_config(o.model_config);
+  if (!o.model_config.empty()) {
+    // The file sets the whole model: a model flag beside it would be silently overridden.
+    for (const auto& [opt, read] : o.model_flags)
+      if (opt->count() > 0 && opt->get_name() != "--model-config")
+        throw UsageError(fmt::format(
+            "{}: does not apply with --model-config, whose file describes the whole model (set "
+            "it there)",
+            opt->get_name()));
+    return read_model_config(o.model_config);
+  }
   FFNFlags ffn = o.ffn;
   // The load-balancing loss's default is for top-k and top-p routing; ReLU routing balances with
   // its L1 penalty, expert choice by construction, and Soft MoE chooses nothing: they refuse it.
@@ -491,6 +500,17 @@ void train(TrainOptions& o, ProcessGroup* group) {
   if (trainer.step() > setup.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
                                  trainer.step(), setup.train.steps));
+  const bool resumed_here =
+      !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
+  if (resumed_here && trainer.step() == setup.train.steps) {
+    // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
+    if (lead)
+      fmt::print(
+          "{} is finished at step {} of {}: nothing to do (--steps N continues it; --out OTHER "
+          "--sample N samples from it)\n",
+          out, trainer.step(), setup.train.steps);
+    return;
+  }
   // Everything is checked: from here on, the output folder is written.
   if (lead) open_run_folder(out);
   const std::string checkpoint = (fs::path(out) / "checkpoint").string();
@@ -508,8 +528,6 @@ void train(TrainOptions& o, ProcessGroup* group) {
     return;
   }
 
-  const bool resumed_here =
-      !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
   TrainLogs logs(out, resumed_here, trainer.step(), setup.train.diagnostics_every > 0);
   print_header(setup.model, setup.train, corpus, params, trainer.step());
   if (group)
@@ -555,29 +573,37 @@ void train(TrainOptions& o, ProcessGroup* group) {
   }
   // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran,
   // the experts' at the experts a token measured to take (top-p, ReLU routing, MoE++ and a
-  // capacity take fewer than the closed form the products were timed at).
+  // capacity take fewer than the closed form the products were timed at, or more).
   const double tokens = static_cast<double>(sequences * setup.train.seq);
-  double flops = bare.flops;
-  if (bare.experts_per_token > 0 && routing.is_object() && routing.contains("experts_per_token"))
-    flops -= bare.expert_flops *
-             (1.0 - routing["experts_per_token"].get<double>() / bare.experts_per_token);
-  const double matrix_gflops =
-      flops / tokens * monitor.median_tokens_per_second() / (group ? group->size() : 1) / 1e9;
+  const double measured = routing.is_object() && routing.contains("experts_per_token")
+                              ? routing["experts_per_token"].get<double>()
+                              : -1.0;
+  const double matrix_gflops = bare.flops_at(measured) / tokens *
+                               monitor.median_tokens_per_second() / (group ? group->size() : 1) /
+                               1e9;
+  // Every evaluation of the run: those of the part before a resume (kept in eval_log.csv), then
+  // this part's.
+  std::vector<EvalLog> evaluations = logs.earlier_evaluations();
+  evaluations.insert(evaluations.end(), monitor.evaluations().begin(),
+                     monitor.evaluations().end());
   write_summary(
       out,
       {setup.model, setup.train, params, trainer.step(), monitor.median_tokens_per_second(),
-       matrix_gflops, bare.gflops(), monitor.evaluations(), text, routing},
+       matrix_gflops, bare.gflops(), evaluations, text, routing},
       corpus);
   if (monitor.median_tokens_per_second() > 0) {
-    const double utilisation = matrix_gflops / bare.gflops();
-    fmt::print(
-        "model FLOP utilisation {:.0f} %: {:.1f} GFLOP/s of matrix work{} against {:.1f} for the "
-        "bare products of its shapes{}\n",
-        100.0 * utilisation, matrix_gflops, group ? " a rank" : "", bare.gflops(),
-        // The whole step cannot outrun its own products: the start-up timing was disturbed.
-        utilisation > 1.05 ? " (above 100 %: the start-up measurement was disturbed, not a "
-                             "finding)"
-                           : "");
+    const double utilisation = flop_utilisation(matrix_gflops, bare.gflops());
+    if (std::isnan(utilisation))
+      // A step cannot outrun its own products: the timing was disturbed, and no number is given.
+      fmt::print(
+          "model FLOP utilisation not measured: {:.1f} GFLOP/s of matrix work{} came out above "
+          "the {:.1f} of the bare products of its shapes (a disturbed timing)\n",
+          matrix_gflops, group ? " a rank" : "", bare.gflops());
+    else
+      fmt::print(
+          "model FLOP utilisation {:.0f} %: {:.1f} GFLOP/s of matrix work{} against {:.1f} for "
+          "the bare products of its shapes\n",
+          100.0 * utilisation, matrix_gflops, group ? " a rank" : "", bare.gflops());
   }
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n",
              monitor.median_tokens_per_second(), out);
@@ -743,7 +769,7 @@ void add_train_command(CLI::App& app) {
                       "masked"));
   train("mask_fraction", cmd->add_option("--mask-fraction", t.mask_fraction,
                                          "masked: the share of each sequence's bytes masked"))
-      ->check(real_in(0, 1));
+      ->check(real_in(0, 1, /*hi_open=*/false, /*lo_open=*/true));
   train("precision", cmd->add_option("--dtype", o->dtype,
                                      "product precision: f32, or bf16 with f32 master weights"));
   add_threads_option(*cmd, o->threads);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <new>
 #include <sstream>
@@ -24,6 +25,9 @@
 namespace ffnlab::cli {
 
 namespace {
+// The name every error line starts with (run_program sets it).
+const char* g_program = "ffnlab";
+
 // One line: cut at the first newline, at most 2000 bytes, and every other control byte (a NUL
 // from a hostile config key would otherwise cut the line short) shown as \xNN.
 int report(const char* kind, const std::string& message, int status) {
@@ -39,7 +43,7 @@ int report(const char* kind, const std::string& message, int status) {
       break;
     }
   }
-  std::fprintf(stderr, "ffnlab: %s: %s\n", kind, line.c_str());
+  std::fprintf(stderr, "%s: %s: %s\n", g_program, kind, line.c_str());
   std::fflush(stderr);
   return status;
 }
@@ -83,6 +87,29 @@ int report_error(const std::exception_ptr& error) {
   }
 }
 
+int run_program(const char* program, CLI::App& app, int argc, char** argv) {
+  g_program = program;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (...) {
+    return report_error(std::current_exception());
+  }
+  // What a command printed must have reached stdout: a full disk or a closed pipe behind it is
+  // a failure (exit 3), not a success with the output lost.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int error = errno;  // 0: an earlier write failed, and its error number is gone
+    return report_error(std::make_exception_ptr(ffnlab::SystemError(
+        std::string("[io] cannot write to standard output") +
+        (error ? std::string(": ") + std::strerror(error) : std::string(" (a write failed)")))));
+  }
+  return 0;
+}
+
 namespace {
 // 1099511627776 -> "2^40" (help and messages); other values as they are.
 std::string bound(std::int64_t v) {
@@ -106,14 +133,15 @@ CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
       range);
 }
 
-CLI::Validator real_in(double lo, double hi, bool hi_open) {
-  const std::string range = fmt::format("[{}, {}{}", lo, hi, hi_open ? ")" : "]");
+CLI::Validator real_in(double lo, double hi, bool hi_open, bool lo_open) {
+  const std::string range =
+      fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
   return CLI::Validator(
-      [lo, hi, hi_open, range](std::string& text) -> std::string {
+      [lo, hi, hi_open, lo_open, range](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         const bool ok = !text.empty() && end == text.c_str() + text.size() && std::isfinite(v) &&
-                        v >= lo && (hi_open ? v < hi : v <= hi);
+                        (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
         if (!ok) return fmt::format("'{}' is not a number in {}", text.substr(0, 40), range);
         return {};
       },

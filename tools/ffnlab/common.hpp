@@ -1,4 +1,6 @@
-// Helpers every subcommand may use: threads, variant lists, number formatting.
+// Helpers every subcommand may use: errors and exit statuses, flag checks, threads, variant
+// lists. A static library of their own (ffnlab_cli_common), which the benchmark programs in
+// bench/ link too: they print and exit as ffnlab does, under their own name.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -27,12 +29,19 @@ inline constexpr int kExitSystem = 3;         // a read or write failed, out of 
 inline constexpr int kExitInterrupted = 130;  // SIGINT or SIGTERM (train: after a checkpoint)
 
 // Prints an exception as the one line "ffnlab: error: ..." (a message with a newline is cut
-// there) and returns its exit status: usage 2, interrupted 130, system 3, other errors 1.
+// there; "ffnlab" is the program's name, run_program's `program`) and returns its exit status:
+// usage 2 ("ffnlab: usage error: ..."), interrupted 130, system 3, other errors 1.
 int report_error(const std::exception_ptr& error);
+
+// A program's main: parses argv, and with it runs the work (the callbacks of the app and of its
+// subcommands, CLI::App::callback), prints --help, turns every exception into report_error's one
+// line and exit status, and checks that what went to standard output was written (a full disk
+// or a closed pipe is exit 3). `program` starts every error line.
+int run_program(const char* program, CLI::App& app, int argc, char** argv);
 
 // Flag checks with short messages ("must be an integer in [1, 65536]"); reals must be finite.
 CLI::Validator int_in(std::int64_t lo, std::int64_t hi);
-CLI::Validator real_in(double lo, double hi, bool hi_open = false);
+CLI::Validator real_in(double lo, double hi, bool hi_open = false, bool lo_open = false);
 
 // --threads N: sets OpenMP's thread count (0 keeps OMP_NUM_THREADS or the default). At most
 // the number of processors: more only adds waiting (1000 threads took 22 s for a 0.03 s job).

@@ -1,6 +1,8 @@
 // The FFN-layer flags and their mapping to FFNConfig.
 #include "ffn_flags.hpp"
 
+#include <fmt/format.h>
+
 #include "common.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/io/ffn_io.hpp"
@@ -14,6 +16,7 @@ std::vector<CLI::Option*> add_ffn_flags(CLI::App& cmd, FFNFlags& f, const std::s
   auto add = [&](CLI::Option* o) {
     o->group(group);
     out.push_back(o);
+    f.options.push_back(o);
     return o;
   };
   add(cmd.add_option("--d-model", f.d_model, "model width D"))
@@ -125,7 +128,37 @@ CLI::Option* add_variants_flag(CLI::App& cmd, std::string& variants) {
       ->capture_default_str();
 }
 
+namespace {
+
+// The routing family a flag belongs to (nullptr: every family's, or not a routing flag).
+const char* family_of_flag(const std::string& name) {
+  if (name == "--top-p") return "top_p";
+  if (name == "--slots") return "soft";
+  if (name == "--target-sparsity" || name == "--l1-coef-init") return "relu";
+  return nullptr;
+}
+
+// A given flag that the layer would not read: refused, naming what it needs.
+void refuse_unused_flags(const FFNFlags& f) {
+  for (const CLI::Option* o : f.options) {
+    if (o->count() == 0) continue;
+    const std::string name = o->get_name();
+    // (--d-model stays: it is also the model's width, which the layer's must match.)
+    if (!f.config_file.empty() && name != "--ffn-config" && name != "--d-model")
+      throw UsageError(fmt::format(
+          "{}: does not apply with --ffn-config, whose file describes the whole layer (set it "
+          "there)",
+          name));
+    if (const char* family = family_of_flag(name); family && f.routing != family)
+      throw UsageError(fmt::format("{}: applies to --routing {} only, not {}", name, family,
+                                   f.routing));
+  }
+}
+
+}  // namespace
+
 FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant) {
+  refuse_unused_flags(f);
   if (!f.config_file.empty()) return read_ffn_config_file(f.config_file);
   FFNConfig c = variant_config(variant, f.d_model, 1, !f.no_bias);
   c.d_ff = f.d_ff > 0 ? f.d_ff : default_d_ff(c);

@@ -28,6 +28,8 @@ struct FFNFlags {
   std::int64_t expert_d_ff = 0;
   double aux_coef = 0.0, z_coef = 0.0, capacity = 0.0;
   std::string config_file;  // --ffn-config: a layer config instead of the flags
+  // The options add_ffn_flags registered: which were given decides what is refused as unused.
+  std::vector<const CLI::Option*> options;
 };
 
 // Registers --d-model, --d-ff, --no-bias, --branches, --experts, --top-k, --routing, --top-p,
@@ -44,6 +46,9 @@ CLI::Option* add_variant_flag(CLI::App& cmd, std::string& variant);
 CLI::Option* add_variants_flag(CLI::App& cmd, std::string& variants);
 
 // The layer the flags describe for one named variant (or the --ffn-config file, when given).
+// Throws UsageError for a flag given that the layer would not use: a routing family's flag
+// (--top-p, --slots, --target-sparsity, --l1-coef-init) under another --routing, and any FFN
+// flag but --d-model (also the model's width) beside --ffn-config.
 FFNConfig ffn_config_from_flags(const FFNFlags& f, const std::string& variant);
 
 }  // namespace ffnlab::cli

@@ -75,8 +75,23 @@ struct ModelProducts {
   // an upper bound for the routings that decide it per token), so that a run can count its
   // work at the experts its tokens measured to take.
   double expert_flops = 0, experts_per_token = 0;
+  // MoE: the FLOPs one token spends in one expert, over every layer (forward and backward), and
+  // the tokens of the micro-batch: the experts' work at any measured experts per token.
+  double expert_token_flops = 0, tokens = 0;
   double gflops() const { return seconds > 0 ? flops / seconds / 1e9 : 0; }
+  // The matrix FLOPs of one micro-batch whose tokens took `measured` experts each (a dense model,
+  // or measured < 0: `flops`). Counts the work done, never a ratio to the closed form (which
+  // can be near 0: ReLU routing at a target sparsity near 1).
+  double flops_at(double measured) const {
+    if (expert_token_flops <= 0 || measured < 0) return flops;
+    return flops - expert_flops + expert_token_flops * measured * tokens;
+  }
 };
+// Model FLOP utilisation: the matrix work a step did per second against the bare products'
+// rate of the same shapes; NaN where it was not measured (a rate of 0) or cannot be true (above
+// 1: a step cannot outrun its own products, so the timing was disturbed). Never printed as a
+// number then.
+double flop_utilisation(double matrix_gflops, double bare_gflops);
 ModelProducts measure_model_products(const LMConfig& config, std::int64_t sequences,
                                      std::int64_t seq, Precision precision, double budget);
 // The machine's memory read bandwidth in bytes/s: the median time of a parallel sum over

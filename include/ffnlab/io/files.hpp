@@ -29,7 +29,10 @@ std::vector<std::uint8_t> read_regular_file(const std::string& path, const char*
                                             std::uint64_t max_bytes = kMaxReadBytes);
 
 // Writes bytes to path atomically and durably (above). Throws SystemError on failure, leaving
-// neither a temporary file nor a changed target.
+// neither a temporary file nor a changed target. A write still running `write_stop_grace()`
+// seconds after a stop request (ffnlab/interrupt.hpp) is abandoned the same way and throws
+// Interrupted: the stop's own checkpoint finishes, but a write that cannot finish soon does not
+// hold the process (SIGTERM from `timeout` ends it).
 void write_file_atomic(const std::string& path, const void* data, std::size_t size);
 // Several files written together: every one is written to its temporary name and synced before
 // any is renamed, so that a failure while writing (a full disk, a bad path) changes none of them.
@@ -45,6 +48,9 @@ struct FilePiece {
   std::size_t size;
 };
 void write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces);
+// The seconds a write may go on after a stop request (10 by default; at least 0).
+double write_stop_grace();
+void set_write_stop_grace(double seconds);
 // Checks before any work that `path` can be written later: its folder exists and is writable,
 // and path is not a folder. Error "[scope] path: ..." otherwise.
 void check_output_path(const std::string& path, const char* scope);

@@ -39,9 +39,13 @@ class TrainLogs {
   TrainLogs(const std::string& dir, bool continued, std::int64_t from_step, bool layers = false);
   void add(const StepLog& step);
   void add(const EvalLog& eval);
+  // The evaluations a continued log kept (those up to `from_step`), so that the summary of a
+  // resumed run lists every evaluation, as an uninterrupted run's does.
+  const std::vector<EvalLog>& earlier_evaluations() const { return earlier_; }
 
  private:
   std::ofstream steps_, evals_, layers_;
+  std::vector<EvalLog> earlier_;
 };
 
 // summary.json: the configs, the data, the steps done, the median tokens per second, every

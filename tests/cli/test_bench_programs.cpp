@@ -1,0 +1,233 @@
+// The benchmark programs (bench/) check their flags as the ffnlab program does
+// (bench/bench_cli.hpp, tools/ffnlab/common.hpp): every bad value is one line "bench_x: usage
+// error: --flag: ..." and exit 2, work larger than the memory "bench_x: error: [bench_x] ..." and
+// exit 1, a failed write exit 3; never an abort, CLI11's exit 105, or a message that is only a
+// number. Built only with the benchmarks (FFNLAB_BUILD_BENCH; the asan preset has none).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Program {
+  const char* name;
+  const char* path;
+};
+const Program kMoe{"bench_moe", FFNLAB_BENCH_MOE};
+const Program kFfn{"bench_ffn", FFNLAB_BENCH_FFN};
+const Program kMatmul{"bench_matmul", FFNLAB_BENCH_MATMUL};
+const Program kPacked{"bench_packed", FFNLAB_BENCH_PACKED};
+const Program kSkinny{"bench_skinny", FFNLAB_BENCH_SKINNY};
+const Program kKernels{"bench_kernels", FFNLAB_BENCH_KERNELS};
+
+// A number of 170 digits: CLI11's own range checks printed it as the whole message (exit 105).
+const std::string kHuge(170, '9');
+
+struct Outcome {
+  int status;
+  std::string out, err;
+  double seconds;
+};
+
+class BenchPrograms : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ffnlab_bench_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `program args` under 1 GiB of address space (a size check that failed would allocate)
+  // and a deadline; stdout goes to `out` unless it names another place.
+  Outcome run(const Program& p, const std::string& args, const std::string& out = "") {
+    const std::string o = out.empty() ? (dir_ / "stdout").string() : out;
+    const std::string e = (dir_ / "stderr").string();
+    const std::string cmd = "ulimit -v 1048576; OMP_NUM_THREADS=1 timeout 20 " +
+                            std::string(p.path) + " " + args + " > " + o + " 2> " + e;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int raw = std::system(cmd.c_str());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, out.empty() ? read(o) : "", read(e), s};
+  }
+  static std::string read(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  fs::path dir_;
+};
+
+// One bad invocation: the program, its arguments, the exit status, and words the one line must
+// hold (the flag's name, or the scope).
+struct Case {
+  Program program;
+  std::string args;
+  int status;
+  std::string what;
+};
+
+std::vector<Case> cases() {
+  const std::string w = "16777217";    // 2^24 + 1: one past the widths' limit
+  const std::string t = "4294967297";  // 2^32 + 1: one past the tokens' limit
+  return {
+      // bench_moe
+      {kMoe, "--top-k 9", 2, "--top-k: 9 is more than --experts (8)"},
+      {kMoe, "--experts 4 --top-k 5", 2, "--top-k"},
+      {kMoe, "--expert bogus", 2, "--expert: 'bogus' is not one of relu"},
+      {kMoe, "--expert moe", 2, "--expert"},
+      {kMoe, "--expert gated", 2, "--expert"},
+      {kMoe, "--d-model " + w, 2, "--d-model: '16777217' is not an integer in [1, 2^24]"},
+      {kMoe, "--d-ff " + kHuge, 2, "--d-ff"},
+      {kMoe, "--d-ff 0", 2, "--d-ff"},
+      {kMoe, "--tokens " + t, 2, "--tokens: '4294967297' is not an integer in [1, 2^32]"},
+      {kMoe, "--tokens -5", 2, "--tokens"},
+      {kMoe, "--tokens 1e3", 2, "--tokens"},
+      {kMoe, "--experts 65537", 2, "--experts"},
+      {kMoe, "--experts 0", 2, "--experts"},
+      {kMoe, "--top-k 0", 2, "--top-k"},
+      {kMoe, "--seconds nan", 2, "--seconds"},
+      {kMoe, "--seconds 1e400", 2, "--seconds"},
+      {kMoe, "--seconds -1", 2, "--seconds"},
+      {kMoe, "--json=maybe", 2, "--json"},
+      {kMoe, "--bogus", 2, "--bogus"},
+      {kMoe, "--tokens 2147483648", 1, "[bench_moe] this run needs"},
+      {kMoe, "--d-model 16777216 --d-ff 16777216", 1, "[bench_moe]"},
+      {kMoe, "--experts 65536 --d-ff 16777216", 1, "[bench_moe]"},
+      // bench_ffn
+      {kFfn, "--variants bogus", 2, "--variants: 'bogus' is not one of relu"},
+      {kFfn, "--variants relu,moe", 2, "--variants: 'moe'"},
+      {kFfn, "--dtype f16", 2, "--dtype: 'f16' is not one of f32, bf16"},
+      {kFfn, "--d-model " + w, 2, "--d-model"},
+      {kFfn, "--d-ff " + kHuge, 2, "--d-ff"},
+      {kFfn, "--tokens 8," + t, 2, "--tokens"},
+      {kFfn, "--tokens 8,0", 2, "--tokens"},
+      {kFfn, "--pack-rows -1", 2, "--pack-rows"},
+      {kFfn, "--rounds 0", 2, "--rounds"},
+      {kFfn, "--seconds inf", 2, "--seconds"},
+      {kFfn, "--json --pack-rows 0", 2, "--json: not supported with --pack-rows"},
+      {kFfn, "--tokens 4294967296", 1, "[bench_ffn] the largest layer"},
+      {kFfn, "--variants gated --d-model 16777216 --d-ff 16777216", 1, "[bench_ffn]"},
+      // bench_matmul
+      {kMatmul, "--k 0", 2, "--k"},
+      {kMatmul, "--n " + w, 2, "--n"},
+      {kMatmul, "--m 1,0", 2, "--m"},
+      {kMatmul, "--m " + kHuge, 2, "--m"},
+      {kMatmul, "--seconds 0", 2, "--seconds"},
+      {kMatmul, "--m 4294967296 --k 16777216", 1, "[bench_matmul] the largest product"},
+      // bench_packed
+      {kPacked, "--dtype int8", 2, "--dtype"},
+      {kPacked, "--tokens 0", 2, "--tokens"},
+      {kPacked, "--d-ff " + w, 2, "--d-ff"},
+      {kPacked, "--d-model 16777216 --d-ff 16777216", 1, "[bench_packed]"},
+      // bench_skinny
+      {kSkinny, "--shapes 512", 2, "--shapes: '512' is not IN x OUT"},
+      {kSkinny, "--shapes 512x0", 2, "--shapes"},
+      {kSkinny, "--shapes 16777217x8", 2, "--shapes"},
+      {kSkinny, "--shapes 512x2048x3", 2, "--shapes"},
+      {kSkinny, "--shapes " + kHuge + "x5", 2, "--shapes"},
+      {kSkinny, "--tokens 9", 2, "--tokens: '9' is not an integer in [1, 8]"},
+      {kSkinny, "--rounds 0", 2, "--rounds"},
+      {kSkinny, "--shapes 16777216x16777216", 1, "[bench_skinny]"},
+      // bench_kernels: Google Benchmark's flags, checked first
+      {kKernels, "--bogus", 2, "--bogus"},
+      {kKernels, "--benchmark_min_time=abc", 2, "--benchmark_min_time"},
+      {kKernels, "--benchmark_repetitions=0", 2, "--benchmark_repetitions"},
+      {kKernels, "--benchmark_repetitions=" + kHuge, 2, "--benchmark_repetitions"},
+      {kKernels, "--benchmark_format=xml", 2, "--benchmark_format"},
+      {kKernels, "--benchmark_time_unit=yy", 2, "--benchmark_time_unit"},
+      {kKernels, "'--benchmark_filter=('", 2, "--benchmark_filter"},
+      {kKernels, "'--benchmark_filter=" + std::string(100000, '(') + "'", 2,
+       "--benchmark_filter: longer than 1000 characters"},
+      {kKernels, "--benchmark_color=maybe", 2, "--benchmark_color"},
+      {kKernels, "--benchmark_context=abc", 2, "--benchmark_context"},
+      {kKernels, "--benchmark_list_tests=maybe", 2, "--benchmark_list_tests"},
+      {kKernels, "--v=abc", 2, "--v"},
+      {kKernels, "--benchmark_out=/nonexistent/x", 1, "[io] '/nonexistent/x'"},
+  };
+}
+
+// Every case: its exit status, one line on stderr in the CLI's form with the expected words,
+// not a number alone, nothing on stdout, within a second or so (20 s allows a loaded machine).
+TEST_F(BenchPrograms, BadValuesAreOneLineWithTheCliExitStatus) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(std::string(c.program.name) + " " + c.args.substr(0, 80));
+    const Outcome r = run(c.program, c.args);
+    EXPECT_EQ(r.status, c.status) << r.err;
+    const std::string prefix =
+        std::string(c.program.name) + (c.status == 2 ? ": usage error: " : ": error: ");
+    EXPECT_EQ(r.err.rfind(prefix, 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(c.what), std::string::npos) << r.err;
+    const std::string message = r.err.substr(std::min(prefix.size(), r.err.size()));
+    EXPECT_NE(message.find_first_not_of("0123456789\n"), std::string::npos) << r.err;
+    EXPECT_LE(r.err.size(), 400u) << r.err;  // the 170 digits are cut to 40
+    EXPECT_EQ(r.out, "");
+    EXPECT_LT(r.seconds, 20.0);
+  }
+}
+
+// --help works, exits 0, and shows every flag's range.
+TEST_F(BenchPrograms, HelpShowsTheRanges) {
+  const std::vector<std::pair<Program, std::vector<std::string>>> expected{
+      {kMoe,
+       {"--d-model INT:[1, 2^24]", "--tokens INT:[1, 2^32]", "--experts INT:[1, 65536]",
+        "--top-k INT:[1, 65536]", "--expert TEXT:relu|", "--seconds FLOAT:[0.001, 3600]"}},
+      {kFfn,
+       {"--d-ff INT:[1, 2^24]", "--tokens INT:[1, 2^32]", "--variants TEXT:relu|",
+        "--dtype TEXT:f32|bf16", "--pack-rows INT:[0, 2^32]", "--rounds INT:[1, 1000]"}},
+      {kMatmul, {"--k INT:[1, 2^24]", "--n INT:[1, 2^24]", "--m INT:[1, 2^32]"}},
+      {kPacked, {"--d-model INT:[1, 2^24]", "--tokens INT:[1, 2^32]", "--dtype TEXT:f32|bf16"}},
+      {kSkinny, {"--shapes TEXT:INxOUT, each in [1, 2^24]", "--tokens INT:[1, 8]"}},
+      {kKernels,
+       {"--benchmark_min_time FLOAT:[0.001, 3600]", "--benchmark_repetitions INT:[1, 1000]",
+        "--benchmark_format TEXT:console|json|csv"}},
+  };
+  for (const auto& [program, words] : expected) {
+    SCOPED_TRACE(program.name);
+    const Outcome r = run(program, "--help");
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    EXPECT_NE(r.out.find("Exit status:"), std::string::npos) << r.out;
+    for (const auto& w : words) EXPECT_NE(r.out.find(w), std::string::npos) << w << "\n" << r.out;
+  }
+}
+
+// A tiny valid run still works (exit 0, a table), and its output into a full disk is exit 3.
+TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
+  const std::vector<std::pair<Program, std::string>> tiny{
+      {kMoe, "--d-model 8 --d-ff 8 --tokens 16 --experts 2 --top-k 1 --seconds 0.001"},
+      {kFfn, "--d-model 8 --d-ff 8 --tokens 4 --variants relu,swiglu --seconds 0.001"},
+      {kMatmul, "--k 8 --n 8 --m 4 --seconds 0.001"},
+      {kPacked, "--d-model 8 --d-ff 8 --tokens 8 --seconds 0.001"},
+      {kSkinny, "--shapes 8x8 --tokens 1,2 --rounds 1 --seconds 0.001"},
+      {kKernels, "--benchmark_list_tests"},
+  };
+  for (const auto& [program, args] : tiny) {
+    SCOPED_TRACE(program.name);
+    const Outcome ok = run(program, args);
+    EXPECT_EQ(ok.status, 0) << ok.err;
+    EXPECT_FALSE(ok.out.empty());
+    EXPECT_LT(ok.seconds, 20.0);
+    const Outcome full = run(program, args, "/dev/full");
+    EXPECT_EQ(full.status, 3) << full.err;
+    EXPECT_EQ(full.err.rfind(std::string(program.name) + ": error: [io] ", 0), 0u) << full.err;
+    EXPECT_EQ(std::count(full.err.begin(), full.err.end(), '\n'), 1) << full.err;
+  }
+}
+
+}  // namespace
