@@ -26,10 +26,17 @@ __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_na
            "variant_names"]
 
 
-def _progress(progress):
+def _progress(progress, function):
     if progress is True:
         return TextProgress()
-    return progress or None
+    if progress is False or progress is None:
+        return None
+    if not callable(progress):
+        text = repr(progress)
+        text = text if len(text) <= 60 else text[:57] + "..."
+        raise ValueError(f"[python] {function}: progress must be True, False, None or a "
+                         f"callable, got {text}")
+    return progress
 
 
 def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=None,
@@ -45,18 +52,19 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=
     widest spread between seeds (None: 4; quick 3); MoE at equal compute trains `seeds`.
     routing_seeds: the seeds of each routing family (None: 1, which gives no interval; with
     full, `seeds`; at most `seeds`).
-    variants: a list that includes "relu" (None: relu, gelu, swiglu, gated, moe; with full,
-    every variant). data: a text file or a folder (None: the default corpus). sweep: also the
-    d_ff / d_model sweep. margin: the equivalence margin in bits/byte (None: 0.02). progress: True for a text bar, False for none, or a callable
-    progress(kind, done, planned, text, eta_seconds). Ctrl-C stops it (KeyboardInterrupt);
-    nothing is written then, and an earlier report in `out` is kept.
+    variants: a non-empty list that includes "relu" (None: relu, gelu, swiglu, gated, moe; with
+    full, every variant). data: a text file or a folder (None: the default corpus). sweep: also
+    the d_ff / d_model sweep. margin: the equivalence margin in bits/byte, in (0, 1] (None:
+    0.02). progress: True for a text bar, False for none, or a callable
+    progress(kind, done, planned, text, eta_seconds). An argument of another type or out of
+    range is a ValueError naming it, before any work. Ctrl-C stops it (KeyboardInterrupt), also
+    while it draws the figures; nothing is written then, and an earlier report in `out` is kept.
     """
-    options = dict(out=str(out), quick=quick, full=full, seeds=seeds,
-                   headline_seeds=headline_seeds, routing_seeds=routing_seeds,
-                   steps=steps, sweep=sweep, margin=margin,
-                   variants=list(variants) if variants is not None else None,
-                   data=str(data) if data is not None else None)
-    return _ffnlab._evolve(options, _progress(progress))
+    # Passed as given: the binding checks each one (a ValueError naming it and its value).
+    options = dict(out=out, quick=quick, full=full, seeds=seeds, headline_seeds=headline_seeds,
+                   routing_seeds=routing_seeds, steps=steps, sweep=sweep, margin=margin,
+                   variants=variants, data=data)
+    return _ffnlab._evolve(options, _progress(progress, "evolve"))
 
 
 def train(model, data, *, out=None, resume=None, force=False, progress=True, **settings):
@@ -70,8 +78,5 @@ def train(model, data, *, out=None, resume=None, force=False, progress=True, **s
     data need force=True); the run continues in that folder unless `out` names another. The GIL
     is released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt), with a
     checkpoint in the run folder."""
-    if out is None and resume is not None:
-        out = resume  # as `ffnlab train --resume DIR` continues in DIR
-    return _ffnlab.train(model, str(data), _progress(progress),
-                         str(out) if out is not None else "",
-                         str(resume) if resume is not None else "", force, **settings)
+    return _ffnlab.train(model, data, _progress(progress, "train"), out, resume, force,
+                         **settings)

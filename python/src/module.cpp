@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -29,19 +30,100 @@
 
 namespace ffnlab::python {
 
-nlohmann::json to_json(const py::handle& obj) {
+std::string shown(const py::handle& value) {
   std::string text;
-  try {  // NaN and infinities are not JSON: refused here, by name, not as a parse error
-    text = py::str(py::module_::import("json").attr("dumps")(obj, py::arg("allow_nan") = false));
-  } catch (const py::error_already_set& e) {
-    throw py::value_error(fmt::format(
-        "[python] the config cannot be read as JSON: {} (every value must be a finite number, a "
-        "string, a bool, a list or a dict)",
-        e.what()));
+  try {
+    text = py::repr(value);
+  } catch (const py::error_already_set&) {  // a __repr__ that fails
+    text = std::string("<") + Py_TYPE(value.ptr())->tp_name + ">";
   }
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw py::value_error("[python] the config cannot be read as JSON");
-  return j;
+  std::string out;
+  for (const char c : text) out += c == '\n' ? "\\n" : c == '\r' ? "\\r" : std::string(1, c);
+  if (out.size() <= 60) return out;
+  std::size_t cut = 57;  // not inside a character's UTF-8 bytes (the message must stay UTF-8)
+  while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+  return out.substr(0, cut) + "...";
+}
+
+bool numpy_scalar(const py::handle& value, const char* kind) {
+  const py::object numpy = py::module_::import("sys").attr("modules").attr("get")("numpy");
+  return !numpy.is_none() && py::isinstance(value, numpy.attr(kind));
+}
+
+namespace {
+
+// The key path of a value for a message: "key 'moe.top_k'", or "the config" for the whole.
+std::string key_named(const std::string& key) {
+  return key.empty() ? "the config" : "key '" + key + "'";
+}
+
+nlohmann::json json_of(const py::handle& v, const std::string& key, int depth) {
+  PyObject* o = v.ptr();
+  const auto bad = [&](std::string_view problem) {
+    return py::value_error(fmt::format("[config] {} {}", key_named(key), problem));
+  };
+  if (depth > 64) throw bad("is nested more than 64 deep (or holds itself)");
+  if (o == Py_None) return nullptr;
+  if (PyBool_Check(o) || numpy_scalar(v, "bool_")) {
+    const int truth = PyObject_IsTrue(o);
+    if (truth < 0) throw py::error_already_set();
+    return truth == 1;
+  }
+  if (PyLong_Check(o) || numpy_scalar(v, "integer")) {
+    const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(o));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (overflow == 0) return static_cast<std::int64_t>(x);
+    if (overflow > 0) {
+      const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());
+      if (!PyErr_Occurred()) return static_cast<std::uint64_t>(u);
+      PyErr_Clear();
+    }
+    // JSON numbers here are 64-bit integers or doubles; the config's own range is checked next.
+    throw bad(fmt::format("= {} is out of range (beyond 64 bits)", shown(i)));
+  }
+  if (PyFloat_Check(o) || numpy_scalar(v, "floating")) {
+    const double x = PyFloat_AsDouble(o);
+    if (x == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    if (!std::isfinite(x)) throw bad(fmt::format("must be a finite number, got {}", shown(v)));
+    return x;
+  }
+  if (PyUnicode_Check(o)) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(o, &size);
+    if (text == nullptr) {  // a lone surrogate
+      PyErr_Clear();
+      throw bad(fmt::format("must be text that UTF-8 can hold, got {}", shown(v)));
+    }
+    return std::string(text, static_cast<std::size_t>(size));
+  }
+  if (PyDict_Check(o)) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, value] : py::reinterpret_borrow<py::dict>(v)) {
+      if (!PyUnicode_Check(k.ptr()))
+        throw bad(fmt::format("has a key {} that is not a string", shown(k)));
+      const std::string name = json_of(k, key, depth + 1).get<std::string>();
+      j[name] = json_of(value, key.empty() ? name : key + "." + name, depth + 1);
+    }
+    return j;
+  }
+  if (PyList_Check(o) || PyTuple_Check(o)) {
+    nlohmann::json j = nlohmann::json::array();
+    std::size_t i = 0;
+    for (const auto& item : py::reinterpret_borrow<py::sequence>(v))
+      j.push_back(json_of(item, fmt::format("{}[{}]", key, i++), depth + 1));
+    return j;
+  }
+  throw bad(fmt::format("must be a number, a string, a bool, a list or a dict, got {} (a {})",
+                        shown(v), Py_TYPE(o)->tp_name));
+}
+
+}  // namespace
+
+nlohmann::json to_json(const py::handle& obj, const std::string& key) {
+  return json_of(obj, key, 0);
 }
 
 py::object from_json(const nlohmann::json& j) {
@@ -55,9 +137,13 @@ py::object from_json(const nlohmann::ordered_json& j) {
 namespace {
 
 FFNConfig config_of(const py::object& config, const py::kwargs& keys) {
+  if (!config.is_none() && !py::isinstance<py::dict>(config))
+    throw py::value_error("[python] config must be a dict (docs/config.md)");
   nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
-  if (!j.is_object()) throw py::value_error("[python] config must be a dict (docs/config.md)");
-  for (const auto& [key, value] : keys) j[std::string(py::str(key))] = to_json(value);
+  for (const auto& [key, value] : keys) {
+    const std::string name = py::str(key);
+    j[name] = to_json(value, name);
+  }
   return config_from_json(j);
 }
 
@@ -129,8 +215,12 @@ class Layer {
     Tensor gt;
     py::array dlogits_array;  // alive until the backward below has read it
     if (!dlogits.is_none()) {
-      if (c.kind != FFNKind::moe || c.moe.routing == RoutingKind::soft)
-        throw py::value_error("[python] dlogits given, but the layer has no router logits");
+      // Only a layer with the option hands its logits on, as a Transformer of such layers does
+      // (and has them: Soft MoE refuses the option); elsewhere a gradient of logits that no next
+      // layer took would join the router's silently.
+      if (c.kind != FFNKind::moe || !c.moe.gating_residual)
+        throw py::value_error(
+            "[python] dlogits given, but the layer has no gating_residual (MoE++) to take it");
       dlogits_array = dlogits.cast<py::array>();
       gt = borrow_rows(dlogits_array, c.moe.routed_experts(), "dlogits");
       if (gt.dim(0) != dyt.dim(0))

@@ -2,22 +2,34 @@
 //   TransformerLM(config=None, seed=0, **keys)    the byte-level LM of `ffnlab train`
 //   train(model, data, progress=None, **keys)     trains it; returns its logs as dicts
 //   _evolve(options, progress)                    the study (ffnlab.evolve wraps it)
-// The GIL is released while they work; progress callbacks take it back. Ctrl-C (a pending
-// KeyboardInterrupt, seen at the next callback) stops the work at its next safe point and arrives
-// as KeyboardInterrupt; the study's staging folder is removed, an earlier report kept.
+// The GIL is released while they work; progress callbacks take it back. Ctrl-C sets the
+// library's stop request at once (SigintBridge): the work stops at its next safe point (a child
+// such as gnuplot is ended, the study stops before its commit) and KeyboardInterrupt is raised;
+// the study's staging folder is removed, an earlier report kept.
 #include "ffnlab/study/study.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <signal.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
+#include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
+#include <vector>
 
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/interrupt.hpp"
@@ -61,9 +73,12 @@ class Callback {
   }
 
   // With the GIL, after the work: forgets the stop request and raises what asked for it.
-  void raise_if_stopped() {
+  // `sigint`: a SIGINT arrived while the work ran (SigintBridge), which Python's handler still
+  // holds; running it here raises its KeyboardInterrupt now rather than at some later line.
+  void raise_if_stopped(bool sigint) {
     clear_stop();
-    if (interrupted_) {
+    if (sigint && PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (interrupted_ || sigint) {
       PyErr_SetNone(PyExc_KeyboardInterrupt);
       throw py::error_already_set();
     }
@@ -87,8 +102,73 @@ class Callback {
 // One study or training at a time in a process: they share its stop request (interrupt.hpp).
 std::mutex running;
 
-// Runs `work` without the GIL. A stop that a callback asked for (Ctrl-C, a failing callback) is
-// raised afterwards, also when the work finished before it saw the request.
+// Ctrl-C while the work runs without the GIL. Python's SIGINT handler only marks the signal for
+// the main thread's next bytecode, which the work does not reach until it returns: a callback
+// could see it at the next progress call, but the study's figures (gnuplot) make none, so a
+// Ctrl-C there was noticed after the new report had replaced the earlier one. While the work
+// runs, this handler sets the library's stop request at once (async-signal-safe, as the command
+// line's), which the work checks at its safe points, gnuplot's wait and before the study's commit,
+// and then hands the signal on to Python's handler. Installed only over Python's default
+// (signal.default_int_handler, which raises KeyboardInterrupt); a handler of the program's own
+// keeps the signal to itself. The previous handler comes back when the work ends.
+class SigintBridge {
+ public:
+  SigintBridge() {
+    seen_.store(false);
+    const py::module_ signal_module = py::module_::import("signal");
+    if (!signal_module.attr("getsignal")(SIGINT).is(signal_module.attr("default_int_handler")))
+      return;
+    struct sigaction current {};
+    if (sigaction(SIGINT, nullptr, &current) != 0) return;
+    const bool function = (current.sa_flags & SA_SIGINFO) != 0
+                              ? current.sa_sigaction != nullptr
+                              : current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
+    if (!function) return;  // Python's handler is not the one installed (an embedding program)
+    python_ = current;
+    struct sigaction ours {};
+    ours.sa_sigaction = on_sigint;
+    ours.sa_mask = current.sa_mask;
+    ours.sa_flags = SA_SIGINFO | SA_RESTART | (current.sa_flags & SA_ONSTACK);
+    installed_ = sigaction(SIGINT, &ours, nullptr) == 0;
+  }
+  ~SigintBridge() { restore(); }
+  SigintBridge(const SigintBridge&) = delete;
+  SigintBridge& operator=(const SigintBridge&) = delete;
+
+  // Puts Python's handler back, unless something else replaced ours meanwhile (a callback that
+  // called signal.signal).
+  void restore() {
+    if (!installed_) return;
+    installed_ = false;
+    struct sigaction current {};
+    if (sigaction(SIGINT, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) != 0 &&
+        current.sa_sigaction == on_sigint)
+      sigaction(SIGINT, &python_, nullptr);
+  }
+  // Whether a SIGINT arrived while ours was installed.
+  static bool seen() { return seen_.load(); }
+
+ private:
+  static void on_sigint(int sig, siginfo_t* info, void* context) {
+    const int saved = errno;
+    seen_.store(true);
+    request_stop(sig);
+    errno = saved;
+    if ((python_.sa_flags & SA_SIGINFO) != 0)
+      python_.sa_sigaction(sig, info, context);
+    else
+      python_.sa_handler(sig);
+  }
+  static_assert(std::atomic<bool>::is_always_lock_free);
+  static inline std::atomic<bool> seen_{false};
+  static inline struct sigaction python_ {};  // written only while `running` is held
+  bool installed_ = false;
+};
+
+// Runs `work` without the GIL. A stop that Python asked for (Ctrl-C, a failing callback) is
+// raised afterwards, also when the work finished before it saw the request; a Ctrl-C is raised
+// as KeyboardInterrupt whatever the work did (a child it waited on may have died of the same
+// Ctrl-C, sent to the whole process group).
 template <class F>
 auto run_released(Callback& callback, F&& work) {
   std::unique_lock busy(running, std::try_to_lock);
@@ -97,18 +177,31 @@ auto run_released(Callback& callback, F&& work) {
         "[python] another ffnlab.train or ffnlab.evolve is running in this process (they share "
         "its stop request); run them one after the other");
   clear_stop();
+  SigintBridge bridge;
+  std::optional<decltype(work())> result;
+  std::exception_ptr failure;
+  {
+    py::gil_scoped_release release;
+    try {
+      result.emplace(work());
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  bridge.restore();
+  const bool sigint = SigintBridge::seen();
+  if (!failure) {
+    callback.raise_if_stopped(sigint);
+    return std::move(*result);
+  }
   try {
-    auto result = [&] {
-      py::gil_scoped_release release;
-      return work();
-    }();
-    callback.raise_if_stopped();
-    return result;
+    std::rethrow_exception(failure);
   } catch (const Interrupted&) {
-    callback.raise_if_stopped();
+    callback.raise_if_stopped(sigint);
     clear_stop();
     throw;  // a stop that did not come from Python (no handler of ours asked for it)
   } catch (...) {
+    if (sigint) callback.raise_if_stopped(true);
     clear_stop();
     throw;
   }
@@ -132,13 +225,120 @@ class PythonObserver : public study::Observer {
   Callback& callback_;
 };
 
+// The arguments of ffnlab.evolve and ffnlab.train, checked one by one before any work: a wrong
+// type or value is a ValueError of one line naming the argument and the value, e.g.
+// "[python] evolve: steps must be an integer in [1, 1000000000], got 1180591620717411303424",
+// never pybind11's "Unable to cast" (which names neither).
+[[noreturn]] void bad_argument(std::string_view function, std::string_view name,
+                               std::string_view expected, const py::handle& value) {
+  throw py::value_error(
+      fmt::format("[python] {}: {} must be {}, got {}", function, name, expected, shown(value)));
+}
+
+bool bool_argument(std::string_view function, std::string_view name, const py::handle& v) {
+  if (PyBool_Check(v.ptr()) || numpy_scalar(v, "bool_")) {
+    const int truth = PyObject_IsTrue(v.ptr());
+    if (truth < 0) throw py::error_already_set();
+    return truth == 1;
+  }
+  bad_argument(function, name, "True or False", v);
+}
+
+// An integer in [lo, hi]: a Python int or another integer type (numpy's), never a bool.
+std::int64_t int_argument(std::string_view function, std::string_view name, const py::handle& v,
+                          std::int64_t lo, std::int64_t hi) {
+  const std::string expected = fmt::format("an integer in [{}, {}] (None: the default)", lo, hi);
+  if (!(PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) && !numpy_scalar(v, "integer"))
+    bad_argument(function, name, expected, v);
+  const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || x < lo || x > hi) bad_argument(function, name, expected, v);
+  return static_cast<std::int64_t>(x);
+}
+
+// A finite real number in (lo, hi]: an int or a float (numpy's too), never a bool.
+double real_argument(std::string_view function, std::string_view name, const py::handle& v,
+                     double lo, double hi) {
+  const std::string expected = fmt::format("a number in ({}, {}] (None: the default)", lo, hi);
+  PyObject* o = v.ptr();
+  const bool real = (PyLong_Check(o) && !PyBool_Check(o)) || PyFloat_Check(o) ||
+                    numpy_scalar(v, "integer") || numpy_scalar(v, "floating");
+  if (!real) bad_argument(function, name, expected, v);
+  const double x = PyFloat_AsDouble(o);
+  if (x == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();  // an int beyond a double's range
+    bad_argument(function, name, expected, v);
+  }
+  if (!std::isfinite(x) || !(x > lo && x <= hi)) bad_argument(function, name, expected, v);
+  return x;
+}
+
+// A path: a str or an os.PathLike (bytes too, decoded as the file system does), not empty and
+// without NUL characters (which the system calls would cut the name at).
+std::string path_argument(std::string_view function, std::string_view name, const py::handle& v) {
+  constexpr std::string_view expected = "a path (a str or os.PathLike), not empty";
+  const bool pathlike =
+      PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) || py::hasattr(v, "__fspath__");
+  if (!pathlike) bad_argument(function, name, expected, v);
+  std::string path;
+  try {
+    path = py::str(py::module_::import("os").attr("fsdecode")(v)).cast<std::string>();
+  } catch (const py::error_already_set&) {  // __fspath__ failed or gave another type
+    bad_argument(function, name, expected, v);
+  } catch (const py::cast_error&) {  // a name UTF-8 cannot hold
+    bad_argument(function, name, expected, v);
+  }
+  if (path.empty()) bad_argument(function, name, expected, v);
+  if (path.find('\0') != std::string::npos)
+    bad_argument(function, name, "a path without NUL characters", v);
+  return path;
+}
+
+// evolve's variants: a list (or tuple) of names, not empty (None is the default list).
+std::vector<std::string> variants_argument(const py::handle& v) {
+  const auto empty = [] {
+    return py::value_error(fmt::format(
+        "[python] evolve: variants is empty: give a list of variant names that includes 'relu' "
+        "(None: the default, {})",
+        fmt::join(study::default_variants(), ", ")));
+  };
+  if (PyUnicode_Check(v.ptr())) {
+    if (PyUnicode_GetLength(v.ptr()) == 0) throw empty();
+    bad_argument("evolve", "variants", "a list of variant names such as ['relu', 'swiglu']", v);
+  }
+  if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr()))
+    bad_argument("evolve", "variants", "a list of variant names such as ['relu', 'swiglu']", v);
+  std::vector<std::string> names;
+  for (const py::handle item : py::reinterpret_borrow<py::sequence>(v)) {
+    const std::string which = fmt::format("variants[{}]", names.size());
+    if (!PyUnicode_Check(item.ptr()))
+      bad_argument("evolve", which, "a variant name (a string)", item);
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(item.ptr(), &size);
+    if (text == nullptr) {
+      PyErr_Clear();
+      bad_argument("evolve", which, "a variant name (a string)", item);
+    }
+    names.emplace_back(text, static_cast<std::size_t>(size));
+  }
+  if (names.empty()) throw empty();
+  return names;
+}
+
 // The LM of a model config (docs/config.md), with two conveniences: `variant` (and optionally
 // `d_ff`) names the FFN of every block, at the study's equal-parameter width when no d_ff is
 // given; without an `ffn` or `variant` the FFN is ReLU of 4·d_model.
 LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
+  if (!config.is_none() && !py::isinstance<py::dict>(config))
+    throw py::value_error("[python] config must be a dict (docs/config.md)");
   nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
-  if (!j.is_object()) throw py::value_error("[python] config must be a dict (docs/config.md)");
-  for (const auto& [key, value] : keys) j[std::string(py::str(key))] = to_json(value);
+  for (const auto& [key, value] : keys) {
+    const std::string name = py::str(key);
+    j[name] = to_json(value, name);
+  }
   std::optional<std::string> variant;
   std::int64_t d_ff = 0;
   if (j.contains("variant")) {
@@ -178,6 +378,8 @@ py::dict step_dict(const StepLog& s) {
   d["max_over_mean"] = s.max_over_mean;
   d["dropped_fraction"] = s.dropped_fraction;
   d["router_entropy"] = s.router_entropy;
+  d["experts_per_token"] = s.experts_per_token;  // every column train_log.csv has
+  d["l1_coef"] = s.l1_coef;
   if (!s.layers.empty()) {
     py::list layers;
     for (const LayerDiagnostics& l : s.layers) {
@@ -248,11 +450,18 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
   if (trainer.step() > tc.steps)
     throw Error(fmt::format("[train] the checkpoint is at step {}, past steps = {}", trainer.step(),
                             tc.steps));
+  const bool here = point && !out.empty() &&
+                    std::filesystem::weakly_canonical(resume) ==
+                        std::filesystem::weakly_canonical(out);
+  // A finished run resumed in its own folder: nothing to train, and nothing of it changes (as
+  // `ffnlab train --resume DIR`).
+  if (here && trainer.step() == tc.steps) return trainer.evaluate(0);
+  // The yardstick of the run's FLOP utilisation, as `ffnlab train` measures it.
+  const ModelProducts bare =
+      measure_model_products(lm.config(), tc.batch, tc.seq, tc.precision, kBareProductsBudget);
   std::unique_ptr<TrainLogs> logs;
   if (!out.empty()) {
     open_run_folder(out);
-    const bool here = point && std::filesystem::weakly_canonical(resume) ==
-                                   std::filesystem::weakly_canonical(out);
     logs = std::make_unique<TrainLogs>(out, here, trainer.step(), tc.diagnostics_every > 0);
   }
   const bool finished = trainer.run(
@@ -278,24 +487,46 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
   const nlohmann::json routing = routing_summary(steps, trainer.last_step_stats());
   const EvalLog last = trainer.evaluate(0);
   if (!out.empty()) {
+    // What `ffnlab train` writes: the parameters' closed-form count (not ReLU routing's state),
+    // the utilisation at the measured experts per token, every evaluation (a resumed part's
+    // earlier ones included).
     std::vector<double> tps;
     for (const auto& s : steps) tps.push_back(s.tokens_per_second);
+    const double tokens_per_second = tps.empty() ? 0.0 : median(tps);
+    const double measured = routing.is_object() && routing.contains("experts_per_token")
+                                ? routing["experts_per_token"].get<double>()
+                                : -1.0;
+    const double matrix_gflops = bare.flops_at(measured) /
+                                 static_cast<double>(tc.batch * tc.seq) * tokens_per_second / 1e9;
+    std::vector<EvalLog> all = logs->earlier_evaluations();
+    all.insert(all.end(), evals.begin(), evals.end());
     write_summary(out,
-                  {lm.config(), tc, lm.parameters().count(), trainer.step(),
-                   tps.empty() ? 0.0 : median(tps), 0.0, 0.0, evals, "", routing},
+                  {lm.config(), tc, transformer_cost(lm.config(), 1).params, trainer.step(),
+                   tokens_per_second, matrix_gflops, bare.gflops(), all, "", routing},
                   corpus);
   }
   return last;
 }
 
-py::dict train(LM& model, const std::string& data, const py::object& progress,
-               const std::string& out, const std::string& resume, bool force,
+py::dict train(const py::object& model_arg, const py::object& data_arg, const py::object& progress,
+               const py::object& out_arg, const py::object& resume_arg, const py::object& force_arg,
                const py::kwargs& keys) {
+  if (!py::isinstance<LM>(model_arg))
+    bad_argument("train", "model", "an ffnlab.TransformerLM", model_arg);
+  LM& model = model_arg.cast<LM&>();
+  const std::string data = path_argument("train", "data", data_arg);
+  const std::string resume =
+      resume_arg.is_none() ? "" : path_argument("train", "resume", resume_arg);
+  // As `ffnlab train --resume DIR` continues in DIR unless --out names another folder.
+  const std::string out = !out_arg.is_none() ? path_argument("train", "out", out_arg) : resume;
+  const bool force = bool_argument("train", "force", force_arg);
+  if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
+    bad_argument("train", "progress", "None or a callable", progress);
   nlohmann::json j = nlohmann::json::object();
   std::vector<std::string> given;
   for (const auto& [key, value] : keys) {
     given.emplace_back(py::str(key));
-    j[given.back()] = to_json(value);
+    j[given.back()] = to_json(value, given.back());
   }
   TrainConfig tc = train_config_from_json(j);
   TransformerLM& lm = *model.lm;
@@ -340,32 +571,35 @@ py::object evolve(const py::dict& options, const py::object& progress) {
   o.command = "ffnlab.evolve";
   for (const auto& [k, v] : options) {
     const std::string key = py::str(k);
-    if (v.is_none()) continue;
+    if (v.is_none()) continue;  // the default
     if (key == "out")
-      o.out = py::str(v);
+      o.out = path_argument("evolve", key, v);
     else if (key == "data")
-      o.data = py::str(v);
+      o.data = path_argument("evolve", key, v);
     else if (key == "quick")
-      o.quick = v.cast<bool>();
+      o.quick = bool_argument("evolve", key, v);
     else if (key == "sweep")
-      o.sweep = v.cast<bool>();
+      o.sweep = bool_argument("evolve", key, v);
     else if (key == "full")
-      o.full = v.cast<bool>();
+      o.full = bool_argument("evolve", key, v);
+    // The ranges of `ffnlab evolve`'s flags (0, the library's "default", is None here).
     else if (key == "seeds")
-      o.seeds = v.cast<int>();
+      o.seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
     else if (key == "headline_seeds")
-      o.headline_seeds = v.cast<int>();
+      o.headline_seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
     else if (key == "routing_seeds")
-      o.routing_seeds = v.cast<int>();
+      o.routing_seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
     else if (key == "steps")
-      o.steps = v.cast<std::int64_t>();
+      o.steps = int_argument("evolve", key, v, 1, 1000000000);
     else if (key == "margin")
-      o.margin = v.cast<double>();
+      o.margin = real_argument("evolve", key, v, 0, 1);
     else if (key == "variants")
-      o.variants = v.cast<std::vector<std::string>>();
+      o.variants = variants_argument(v);
     else
       throw py::value_error(fmt::format("[python] evolve has no option '{}'", key));
   }
+  if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
+    bad_argument("evolve", "progress", "None or a callable", progress);
   Callback callback(progress);
   PythonObserver observer(callback);
   const study::Results r = run_released(callback, [&] { return study::run_study(o, observer); });
@@ -426,7 +660,7 @@ seed here and in train(seed=S) gives the command's run.)")
                            c.d_model, variant_name(c.ffn), l.lm->parameters().count());
       });
   m.def("train", &train, py::arg("model"), py::arg("data"), py::arg("progress") = py::none(),
-        py::arg("out") = "", py::arg("resume") = "", py::arg("force") = false,
+        py::arg("out") = py::none(), py::arg("resume") = py::none(), py::arg("force") = false,
         R"(Trains `model` (a TransformerLM, in place) on the text at `data` (a file or a folder;
 the last 10 % of the bytes are the validation part). Keys are the training settings of
 docs/config.md (steps, batch, seq, lr, seed, ...). progress(kind, step, steps, text, eta) is

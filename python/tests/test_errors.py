@@ -79,3 +79,174 @@ def test_a_layer_larger_than_memory_is_refused_before_allocation():
     with pytest.raises(ValueError, match=r"\[python\] a layer of .* parameters .* needs .* GiB, "
                                          r"more than the .* GiB available"):
         ffnlab.FFN(variant="swiglu", d_model=65536, d_ff=1 << 20)
+
+
+# --- ffnlab.evolve and ffnlab.train: every argument's type and value, in ffnlab's words ----------
+
+def case_id(value):
+    return ",".join(f"{k}={v!r}" for k, v in value.items()) if isinstance(value, dict) else ""
+
+
+def one_line(error, *parts):
+    """The message of a refusal: one line, ffnlab's, naming what it is given as parts."""
+    text = str(error.value)
+    assert "\n" not in text, text
+    assert "Unable to cast" not in text and "incompatible function arguments" not in text, text
+    for part in parts:
+        assert part in text, (part, text)
+    return text
+
+
+@pytest.mark.parametrize("options, named", [
+    (dict(margin="x"), ["evolve: margin must be a number in (0, 1]", "got 'x'"]),
+    (dict(margin=float("nan")), ["evolve: margin must be", "got nan"]),
+    (dict(margin=True), ["evolve: margin must be", "got True"]),
+    (dict(margin=0), ["evolve: margin must be", "got 0"]),
+    (dict(steps=2**70), ["evolve: steps must be an integer in [1, 1000000000]",
+                         "got 1180591620717411303424"]),
+    (dict(steps=1.5), ["evolve: steps must be an integer", "got 1.5"]),
+    (dict(steps="40"), ["evolve: steps must be an integer", "got '40'"]),
+    (dict(steps=0), ["evolve: steps must be an integer in [1, 1000000000]", "got 0"]),
+    (dict(seeds=0), ["evolve: seeds must be an integer in [1, 1000]", "got 0"]),
+    (dict(seeds=True), ["evolve: seeds must be an integer", "got True"]),
+    (dict(headline_seeds="3"), ["evolve: headline_seeds must be an integer", "got '3'"]),
+    (dict(routing_seeds=2**40), ["evolve: routing_seeds must be an integer in [1, 1000]",
+                                 "got 1099511627776"]),
+    (dict(quick="yes"), ["evolve: quick must be True or False", "got 'yes'"]),
+    (dict(full=1), ["evolve: full must be True or False", "got 1"]),
+    (dict(sweep=[]), ["evolve: sweep must be True or False", "got []"]),
+    (dict(variants=["relu", 5]), ["evolve: variants[1] must be a variant name (a string)",
+                                  "got 5"]),
+    (dict(variants="relu,swiglu"), ["evolve: variants must be a list of variant names",
+                                    "got 'relu,swiglu'"]),
+    (dict(variants=5), ["evolve: variants must be a list of variant names", "got 5"]),
+    (dict(variants=[]), ["evolve: variants is empty", "that includes 'relu'"]),
+    (dict(variants=""), ["evolve: variants is empty", "that includes 'relu'"]),
+    (dict(data=5), ["evolve: data must be a path", "got 5"]),
+    (dict(data=""), ["evolve: data must be a path", "not empty", "got ''"]),
+    (dict(data="a\0b"), ["evolve: data must be a path without NUL characters"]),
+    (dict(progress="bar"), ["evolve: progress must be True, False, None or a callable",
+                            "got 'bar'"]),
+], ids=case_id)
+def test_evolve_refuses_a_wrong_argument_naming_it_and_its_value(tmp_path, options, named):
+    with pytest.raises(ValueError) as e:
+        ffnlab.evolve(tmp_path / "r", **dict(dict(progress=False), **options))
+    assert one_line(e, *named).startswith("[python] evolve: ")
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+
+
+@pytest.mark.parametrize("out", [5, "", b""])
+def test_evolve_refuses_an_out_that_is_no_path(out):
+    with pytest.raises(ValueError) as e:
+        ffnlab.evolve(out, progress=False)
+    one_line(e, "[python] evolve: out must be a path (a str or os.PathLike), not empty",
+             f"got {out!r}")
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    return path
+
+
+class Opaque:
+    def __repr__(self):
+        return "<opaque>"
+
+
+LM_KEYS = dict(d_model=16, layers=1, heads=2, context=16)
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (dict(data=5), ["[python] train: data must be a path", "got 5"]),
+    (dict(data=None), ["[python] train: data must be a path", "got None"]),
+    (dict(out=3.5), ["[python] train: out must be a path", "got 3.5"]),
+    (dict(out=""), ["[python] train: out must be a path", "not empty", "got ''"]),
+    (dict(resume=["run"]), ["[python] train: resume must be a path", "got ['run']"]),
+    (dict(force="yes"), ["[python] train: force must be True or False", "got 'yes'"]),
+    (dict(progress="bar"), ["[python] train: progress must be True, False, None or a callable",
+                            "got 'bar'"]),
+    # The training settings: JSON keys, judged by the library's key table or, for what JSON
+    # cannot hold, on the way there.
+    (dict(steps=2**70), ["[config] key 'steps' = 1180591620717411303424 is out of range"]),
+    (dict(steps="5"), ["key 'steps' must be an integer", '"5"']),
+    (dict(steps=True), ["key 'steps' must be an integer", "true"]),
+    (dict(lr="x"), ["key 'lr' must be a number", '"x"']),
+    (dict(lr=float("nan")), ["[config] key 'lr' must be a finite number, got nan"]),
+    (dict(lr=float("-inf")), ["[config] key 'lr' must be a finite number, got -inf"]),
+    (dict(seq=[32]), ["key 'seq' must be an integer", "[32]"]),
+    (dict(eval_tokens=Opaque()), ["[config] key 'eval_tokens' must be a number, a string",
+                                  "got <opaque> (a Opaque)"]),
+], ids=case_id)
+def test_train_refuses_a_wrong_argument_naming_it_and_its_value(text_file, arguments, named):
+    lm = ffnlab.TransformerLM(**LM_KEYS)
+    before = lm.weights()
+    arguments = dict(dict(data=text_file, steps=2, batch=2, seq=16, progress=False), **arguments)
+    with pytest.raises(ValueError) as e:
+        ffnlab.train(lm, **arguments)
+    one_line(e, *named)
+    assert lm.weights() == before  # not trained
+
+
+def test_train_refuses_what_is_not_a_model(text_file):
+    with pytest.raises(ValueError) as e:
+        ffnlab.train("lm", text_file, steps=2, progress=False)
+    one_line(e, "[python] train: model must be an ffnlab.TransformerLM", "got 'lm'")
+
+
+# --- configs from keyword arguments: what JSON cannot hold, refused by key ---------------------
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: ffnlab.FFN(variant="swiglu", d_model=8, d_ff=16, swish_beta=float("nan")),
+     "[config] key 'swish_beta' must be a finite number, got nan"),
+    (lambda: ffnlab.FFN({"variant": "swiglu", "swish_beta": float("inf")}, d_model=8),
+     "[config] key 'swish_beta' must be a finite number, got inf"),
+    (lambda: ffnlab.FFN(variant="moe", d_model=8, moe={"num_experts": 2, "top_k": 1,
+                                                        "aux_coef": float("-inf")}),
+     "[config] key 'moe.aux_coef' must be a finite number, got -inf"),
+    (lambda: ffnlab.config(variant="swiglu", swish_beta=float("nan")),
+     "[config] key 'swish_beta' must be a finite number, got nan"),
+    (lambda: ffnlab.params(variant="swiglu", swish_beta=float("nan")),
+     "[config] key 'swish_beta' must be a finite number, got nan"),
+    (lambda: ffnlab.TransformerLM(dropout=float("nan"), **LM_KEYS),
+     "[config] key 'dropout' must be a finite number, got nan"),
+    (lambda: ffnlab.TransformerLM({"ffn": {"variant": "swiglu", "d_model": 16,
+                                           "swish_beta": float("nan")}}, **LM_KEYS),
+     "[config] key 'ffn.swish_beta' must be a finite number, got nan"),
+    (lambda: ffnlab.FFN(variant="relu", d_model=2**64),
+     "[config] key 'd_model' = 18446744073709551616 is out of range (beyond 64 bits)"),
+    (lambda: ffnlab.FFN(variant="relu", d_model=np.ones(2)),
+     "[config] key 'd_model' must be a number, a string, a bool, a list or a dict, got "
+     "array([1., 1.]) (a numpy.ndarray)"),
+    (lambda: ffnlab.FFN({"variant": "moe", "moe": {1: 2}}),
+     "[config] key 'moe' has a key 1 that is not a string"),
+])
+def test_a_value_json_cannot_hold_is_refused_naming_its_key(make, message):
+    with pytest.raises(ValueError) as e:
+        make()
+    assert str(e.value) == message
+
+
+def test_numpy_scalars_are_config_values():
+    layer = ffnlab.FFN(variant="swiglu", d_model=np.int64(8), d_ff=np.int32(16),
+                       swish_beta=np.float32(1.5))
+    assert layer.config["d_model"] == 8 and layer.config["swish_beta"] == 1.5
+
+
+# --- MoE++'s gradient of the logits, only where a next layer took them -------------------------
+
+@pytest.mark.parametrize("config", [
+    dict(variant="relu", d_model=8, d_ff=16),
+    dict(variant="moe", d_model=8, d_ff=16, moe={"num_experts": 4, "top_k": 2}),
+])
+def test_dlogits_is_refused_by_a_layer_without_gating_residual(config):
+    layer = ffnlab.FFN(**config)
+    x = np.ones((3, 8), dtype=np.float32)
+    layer.forward(x, train=True)
+    with pytest.raises(ValueError) as e:
+        layer.backward(np.ones_like(x), dlogits=np.ones((3, 4), dtype=np.float32))
+    assert str(e.value) == ("[python] dlogits given, but the layer has no gating_residual (MoE++) "
+                            "to take it")
+    assert all(not g.any() for g in layer.grads().values())  # no backward ran
+    layer.backward(np.ones_like(x))  # the layer is still ready for its backward

@@ -6,6 +6,9 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 
@@ -63,8 +66,28 @@ def test_train_returns_its_logs_and_matches_the_command_line(corpus, tmp_path):
                    check=True, capture_output=True)
     assert json.loads((out / "summary.json").read_text())["train"] == log["summary"]["train"]
     with open(out / "train_log.csv") as f:
-        cli = [float(row["loss"]) for row in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    cli = [float(row["loss"]) for row in rows]
     assert cli == pytest.approx([s["loss"] for s in log["steps"]], rel=0, abs=1e-6)
+    # Python's step dicts carry every column of the log (tokens_per_s is tokens_per_second).
+    columns = {"tokens_per_second" if c == "tokens_per_s" else c for c in rows[0]}
+    assert columns <= set(log["steps"][0]), columns - set(log["steps"][0])
+
+    # The same run into a folder writes what the command wrote: the same keys, parameters,
+    # evaluations and routing, and a utilisation (timings aside).
+    lm2 = ffnlab.TransformerLM(variant="moe", seed=1, **SMALL)
+    py_out = tmp_path / "python"
+    ffnlab.train(lm2, corpus, out=py_out, progress=False, **SETTINGS)
+    a = json.loads((out / "summary.json").read_text())
+    b = json.loads((py_out / "summary.json").read_text())
+    assert set(a) == set(b), set(a) ^ set(b)
+    for key in ("model", "train", "parameters", "steps", "routing"):
+        assert a[key] == b[key], key
+    assert [e["step"] for e in a["evaluations"]] == [e["step"] for e in b["evaluations"]]
+    assert [e["loss"] for e in a["evaluations"]] == pytest.approx(
+        [e["loss"] for e in b["evaluations"]], rel=0, abs=1e-6)
+    assert set(a["utilisation"]) == set(b["utilisation"])
+    assert b["utilisation"]["bare_products_gflops_per_second"] > 0
 
 
 def test_train_diagnostics_per_layer(corpus, tmp_path):
@@ -174,6 +197,78 @@ def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):
                       progress=progress)
     assert (out / "results.json").read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["report"]  # no staging folder left
+
+
+# A gnuplot that writes its pid the first time it runs and then takes its time; each run then
+# writes the figure it was asked for (a stand-in PNG), so that a study that does not stop goes on
+# to its commit.
+FAKE_GNUPLOT = """
+import os, re, sys, time
+pid_file = os.environ["FAKE_GNUPLOT_PID"]
+if not os.path.exists(pid_file):
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
+    time.sleep(20)
+for name in re.findall(r"set output '([^']+)'", open(sys.argv[1]).read()):
+    with open(name, "wb") as f:
+        f.write(b"not a png")
+"""
+
+# The study in a child interpreter: what it raised, and whether a KeyboardInterrupt was still
+# pending afterwards (a second one, at the next line).
+EVOLVE_CHILD = """
+import sys, ffnlab
+try:
+    ffnlab.evolve(sys.argv[1], quick=True, seeds=1, steps=2, variants=["relu"], data=sys.argv[2],
+                  progress=False)
+    print("finished", flush=True)
+except BaseException as e:
+    print("raised", type(e).__name__, flush=True)
+print("after", flush=True)
+"""
+
+
+def test_evolve_interrupted_while_drawing_figures_keeps_the_earlier_report(corpus, tmp_path):
+    # Ctrl-C while gnuplot draws: no progress callback runs there, so only the library's stop
+    # request, set by the signal itself, can stop the study before it replaces the report.
+    out = tmp_path / "report"
+    ffnlab.evolve(out, quick=True, seeds=1, steps=2, variants=["relu"], data=corpus,
+                  progress=False)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert pathlib.Path("results.json") in before and pathlib.Path("REPORT.md") in before
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    gnuplot = bin_dir / "gnuplot"
+    gnuplot.write_text(f"#!{sys.executable}\n" + FAKE_GNUPLOT)
+    gnuplot.chmod(0o755)
+    pid_file = tmp_path / "gnuplot.pid"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               FAKE_GNUPLOT_PID=str(pid_file))
+    child = subprocess.Popen([sys.executable, "-c", EVOLVE_CHILD, str(out), str(corpus)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not pid_file.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), child.communicate(timeout=60)
+        drawing = int(pid_file.read_text())
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=120)
+        seconds = time.monotonic() - t0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert stdout.split("\n")[:2] == ["raised KeyboardInterrupt", "after"], (stdout, stderr)
+    assert child.returncode == 0, stderr
+    assert seconds < 10, "the interrupt waited for gnuplot"
+    with pytest.raises(ProcessLookupError):  # gnuplot was ended (and reaped), not left running
+        os.kill(drawing, 0)
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before  # byte for byte: the earlier report is kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "gnuplot.pid", "report"]
 
 
 def test_evolve_refuses_bad_options_before_any_work(tmp_path):

@@ -404,7 +404,6 @@ std::unique_ptr<MpiWorld> join_world(const TrainOptions& o) {
 void train(TrainOptions& o, ProcessGroup* group);
 
 // Seconds spent at start-up timing the bare products of the model's shapes.
-constexpr double kBareBudgetSeconds = 0.25;
 
 // The experts this rank of an expert-parallel run holds: its place in its expert group of G
 // consecutive ranks (every rank when G is 0). All of them ({}) where the layout does not split
@@ -520,7 +519,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
   // as the ranks of a step compute at once.
   const std::int64_t sequences = setup.train.batch / (group ? group->size() : 1);
   const ModelProducts bare = measure_model_products(setup.model, sequences, setup.train.seq,
-                                                    setup.train.precision, kBareBudgetSeconds);
+                                                    setup.train.precision, kBareProductsBudget);
   if (!lead) {  // another rank: trains, and leaves the output to rank 0
     if (!trainer.run({}, {}, checkpoint, [] { return InterruptGuard::requested(); }))
       throw Interrupted(

@@ -92,6 +92,8 @@ struct ModelProducts {
 // 1: a step cannot outrun its own products, so the timing was disturbed). Never printed as a
 // number then.
 double flop_utilisation(double matrix_gflops, double bare_gflops);
+// The seconds a training run spends timing them at start-up (ffnlab train, ffnlab.train).
+inline constexpr double kBareProductsBudget = 0.25;
 ModelProducts measure_model_products(const LMConfig& config, std::int64_t sequences,
                                      std::int64_t seq, Precision precision, double budget);
 // The machine's memory read bandwidth in bytes/s: the median time of a parallel sum over
