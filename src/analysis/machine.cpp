@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -25,6 +26,8 @@ Machine detect() {
     const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
     if (key == "model name" && m.cpu == "unknown" && !value.empty()) m.cpu = value;
     if (key == "flags" && flags.empty()) flags = " " + value + " ";
+    if (key == "vendor_id" && value == "AuthenticAMD") m.amd = true;
+    if (key == "cpu MHz" && m.mhz == 0) m.mhz = std::atof(value.c_str());
   }
   auto has = [&](const char* f) {
     return flags.find(std::string(" ") + f + " ") != std::string::npos;
@@ -44,6 +47,18 @@ Machine detect() {
 }
 
 }  // namespace
+
+double nominal_peak_flops(int threads) {
+  const Machine& m = this_machine();
+  if (m.mhz <= 0 || threads <= 0) return 0;
+  const double per_cycle = m.isa == "AVX-512" ? (m.amd ? 32 : 64) : m.isa == "AVX2" ? 32 : 0;
+  return per_cycle * m.mhz * 1e6 * threads;
+}
+
+bool nominal_peak_holds(double measured, int threads) {
+  const double nominal = nominal_peak_flops(threads);
+  return nominal <= 0 || measured >= 0.6 * nominal;
+}
 
 std::string Machine::describe() const {
   return fmt::format("{} ({}{}, {} processor{})", cpu, isa, bf16 ? " with bf16" : "", processors,

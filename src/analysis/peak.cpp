@@ -2,6 +2,8 @@
 // the widest vectors the CPU runs (chosen at run time, like the few-token kernels).
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 #if defined(__x86_64__)
@@ -94,29 +96,55 @@ LoopFn best_loop(bool bf16) {
 
 }  // namespace
 
+namespace {
+
+// The best rate of calls of `loop` on `threads` threads at once over about `seconds` (at least
+// three calls). A few milliseconds a call at a few GHz: long next to waking a thread or a
+// scheduler's tick, short next to the budget. The best call is the peak: anything else running
+// only slows one.
+double best_rate(LoopFn loop, int threads, double seconds) {
+  constexpr std::int64_t kIterations = 1 << 21;
+  volatile float sink = 0;  // every chain's value reaches it, so no loop can be dropped
+  double best = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int call = 0; call < 3 || elapsed() < seconds; ++call) {
+    double total = 0;
+    float values = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total, values)
+    {
+      const Loop r = loop(kIterations);
+      total += r.flops;
+      values += r.value;
+    }
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink = values;
+    if (t > 0) best = std::max(best, total / t);
+  }
+  (void)sink;
+  return best;
+}
+
+}  // namespace
+
 double measure_peak_flops(bool bf16, double budget) {
   if (bf16 && this_machine().amx) return 0;  // tiles outrun every vector loop: no bound
   const LoopFn loop = best_loop(bf16);
-  // About a millisecond a call at a few GHz: long next to the fork, short next to the budget.
-  constexpr std::int64_t kIterations = 1 << 18;
-  double flops = 0;
-  volatile float sink = 0;  // every chain's value reaches it, so no loop can be dropped
-  const double seconds = median_seconds(
-      [&] {
-        double total = 0;
-        float values = 0;
-#pragma omp parallel reduction(+ : total, values)
-        {
-          const Loop r = loop(kIterations);
-          total += r.flops;
-          values += r.value;
-        }
-        flops = total;
-        sink = values;
-      },
-      budget);
-  (void)sink;
-  return flops / seconds;
+  const int threads = omp_get_max_threads();
+  // One thread alone first: every thread together must reach most of threads × its rate (a
+  // single core boosts a little higher, hence 75 %). A window in which a core was taken away
+  // (a hypervisor's vCPU, another process) reads about half on 2 cores; it is measured again,
+  // up to three times, and the best is kept.
+  const double one = threads > 1 ? best_rate(loop, 1, budget / 4) : 0;
+  double best = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    best = std::max(best, best_rate(loop, threads, budget));
+    if (best >= 0.75 * threads * one) break;
+  }
+  return best;
 }
 
 }  // namespace ffnlab

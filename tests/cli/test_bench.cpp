@@ -24,12 +24,21 @@ TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
   const std::string bf16 = j["machine"]["bf16_products"];
   EXPECT_TRUE(bf16 == "native" || bf16 == "emulated") << bf16;
   const double peak_f32 = j["machine"]["peak_f32_flops_per_s"],
-               peak_bf16 = j["machine"]["peak_bf16_flops_per_s"];
-  EXPECT_GT(peak_f32, 1e8);
+               peak_bf16 = j["machine"]["peak_bf16_flops_per_s"],
+               probe = j["machine"]["peak_probe_f32_flops_per_s"],
+               nominal = j["machine"]["nominal_f32_flops_per_s"];
+  EXPECT_GT(probe, 1e8);
+  EXPECT_GE(nominal, 0.0);
+  // The probe is the peak unless it fell far below the nominal rate (a busy machine: the suite
+  // runs two tests at once), when no peak is reported.
+  if (nominal > 0 && probe < 0.6 * nominal)
+    EXPECT_EQ(peak_f32, 0.0);
+  else
+    EXPECT_EQ(peak_f32, probe);
   if (bf16 == "emulated") {
     EXPECT_EQ(peak_bf16, peak_f32);  // emulated bf16 multiplies in f32
   } else {
-    EXPECT_TRUE(peak_bf16 > 1e8 || peak_bf16 == 0.0) << peak_bf16;  // 0: AMX, not measured
+    EXPECT_TRUE(peak_bf16 > 1e8 || peak_bf16 == 0.0) << peak_bf16;  // 0: AMX, or not held
   }
 
   ASSERT_EQ(j["layers"].size(), 3u * 2u * 2u);  // variants x dtypes x token counts

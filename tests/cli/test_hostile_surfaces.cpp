@@ -402,3 +402,51 @@ TEST_F(HostileSurfaces, MessagesAreOneScopedLineWhateverTheInput) {
 }
 
 }  // namespace ffnlab::test
+
+namespace ffnlab::test {
+
+// --check-torch times PyTorch again in a process of its own after the tables and says whether
+// the table's PyTorch column agrees with it within 10 %. Stand-in PyTorch sides: one that answers
+// the same time in every process (agrees), one whose second process answers twice as slow.
+TEST_F(HostileSurfaces, BenchChecksItsPyTorchColumnAgainstPyTorchAlone) {
+  const std::string common =
+      "import os, sys, json\n"
+      "print(json.dumps({'ready': True, 'torch': 'fake', 'threads': 1}), flush=True)\n"
+      "n = len(os.listdir(os.environ['FAKE_TORCH_DIR']))\n"
+      "open(os.path.join(os.environ['FAKE_TORCH_DIR'], str(os.getpid())), 'w').close()\n";
+  const std::string answer =
+      "for line in sys.stdin:\n"
+      "    r = json.loads(line)\n"
+      "    print(json.dumps({'freed': True} if r.get('free') else {'seconds': SECONDS}), "
+      "flush=True)\n";
+  struct Case {
+    const char* name;
+    std::string seconds;
+    bool agrees;
+  };
+  for (const Case& c : {Case{"same", "0.01", true}, Case{"slower alone", "0.01 * (1 + n)", false}}) {
+    SCOPED_TRACE(c.name);
+    const fs::path starts = dir_ / (std::string("starts_") + c.name[0]);
+    fs::create_directories(starts);
+    std::string body = answer;
+    body.replace(body.find("SECONDS"), 7, c.seconds);
+    const fs::path script = dir_ / (std::string("torch_") + c.name[0] + ".py");
+    write_script(script, common + body);
+    const Outcome r = run(kBench + "--json --check-torch --torch-script " + script.string(),
+                          "FAKE_TORCH_DIR=" + starts.string() + " ");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    int checked = 0;
+    for (const auto& row : j["layers"]) {
+      if (!row.contains("torch_agrees")) continue;
+      ++checked;
+      EXPECT_EQ(row["torch_agrees"].get<bool>(), c.agrees) << row.dump();
+      EXPECT_GT(row["torch_alone_forward_backward_s"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(checked, 1) << r.out;  // relu, f32, at the one token count
+  }
+  expect_usage_error(run(kBench + "--check-torch --no-torch"),
+                     "--check-torch: times PyTorch, which --no-torch leaves out");
+}
+
+}  // namespace ffnlab::test

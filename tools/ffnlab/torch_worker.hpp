@@ -32,11 +32,13 @@ class TorchWorker {
   // wrong form, an exit), a `skipped` reply saying why, and available() turns false.
   TorchReply ask(const nlohmann::json& request);
 
+  // Ends the process (available() turns false; why_not() says `why`).
+  void stop(const std::string& why);
+
   // The longest reply line read (1 MiB): a line without an end cannot grow without bound.
   static constexpr std::size_t kMaxReply = std::size_t{1} << 20;
 
  private:
-  void stop(const std::string& why);
   std::unique_ptr<ChildProcess> child_;
   std::string script_;
   double timeout_;

@@ -13,6 +13,8 @@ struct Machine {
   bool bf16 = false;   // native bf16 dot products (avx512_bf16 or AMX)
   bool amx = false;    // AMX bf16 tiles (products no vector loop bounds)
   int processors = 0;  // online processors
+  bool amd = false;    // AuthenticAMD (Zen 4 runs a 512-bit FMA as two 256-bit halves)
+  double mhz = 0;      // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
   // "AMD EPYC (AVX-512 with bf16, 2 processors)"
   std::string describe() const;
 };
@@ -23,10 +25,20 @@ const Machine& this_machine();
 // The machine's peak arithmetic rate in FLOP/s with the current OpenMP threads: every thread runs
 // a loop of independent multiply-adds on registers (no memory) in the widest vectors this CPU
 // runs — f32 FMAs, or with `bf16` (on a CPU with native bf16) vdpbf16ps, 2 FLOPs per pair as
-// products count them — timed together (median over about `budget` seconds). No product can run
+// products count them — timed together, the best of calls of a few milliseconds over about
+// `budget` seconds (a peak is a maximum: a busy core or a late thread only lowers a call),
+// measured again (up to three times) while it is below 75 % of threads × one thread's rate. No product can run
 // faster; `ffnlab bench` reports layers against it. bf16 without native bf16 returns the f32
 // rate (such products are emulated in f32); bf16 on a CPU with AMX returns 0 (not measured:
 // oneDNN's tile products outrun any vector loop, so it would bound nothing).
 double measure_peak_flops(bool bf16, double budget);
+
+// The f32 rate `threads` cores reach at the clock /proc/cpuinfo names: FMA pipes × vector lanes ×
+// 2 FLOPs × clock (AVX2 and AMD's AVX-512: 32 FLOPs a cycle; Intel's AVX-512: 64). 0 where the
+// clock or the instruction set is unknown. A boost clock above the named one makes the measured
+// peak higher; a probe far below it (nominal_peak_holds) measured a busy machine, not the peak.
+double nominal_peak_flops(int threads);
+// Whether a measured f32 peak is at least 60 % of the nominal one (true when that is unknown).
+bool nominal_peak_holds(double measured, int threads);
 
 }  // namespace ffnlab
