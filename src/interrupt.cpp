@@ -26,9 +26,9 @@ long long now_ns() noexcept {
 
 void request_stop(int signal) noexcept {
   int none = -1;
-  const long long t = now_ns();
-  if (g_stop.compare_exchange_strong(none, signal))  // the first request wins
-    g_stop_ns.store(t);
+  // The time first, so that a thread that sees the request never reads a time of 0.
+  if (g_stop.load() < 0) g_stop_ns.store(now_ns());
+  g_stop.compare_exchange_strong(none, signal);  // the first request wins
 }
 
 double seconds_since_stop() noexcept {

@@ -455,10 +455,14 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
                         std::filesystem::weakly_canonical(out);
   // A finished run resumed in its own folder: nothing to train, and nothing of it changes (as
   // `ffnlab train --resume DIR`).
-  if (here && trainer.step() == tc.steps) return trainer.evaluate(0);
-  // The yardstick of the run's FLOP utilisation, as `ffnlab train` measures it.
+  if (here && trainer.step() == tc.steps &&
+      std::filesystem::exists(std::filesystem::path(out) / "summary.json"))
+    return trainer.evaluate(0);
+  // The yardstick of the run's FLOP utilisation (summary.json), as `ffnlab train` measures it.
   const ModelProducts bare =
-      measure_model_products(lm.config(), tc.batch, tc.seq, tc.precision, kBareProductsBudget);
+      out.empty() ? ModelProducts{}
+                  : measure_model_products(lm.config(), tc.batch, tc.seq, tc.precision,
+                                           kBareProductsBudget);
   std::unique_ptr<TrainLogs> logs;
   if (!out.empty()) {
     open_run_folder(out);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -17,6 +18,7 @@ Machine detect() {
   Machine m;
   m.cpu = "unknown";
   std::string flags;
+  int siblings = 0, cores = 0;  // logical and physical processors of the first package
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {
     const auto colon = line.find(':');
@@ -28,6 +30,8 @@ Machine detect() {
     if (key == "flags" && flags.empty()) flags = " " + value + " ";
     if (key == "vendor_id" && value == "AuthenticAMD") m.amd = true;
     if (key == "cpu MHz" && m.mhz == 0) m.mhz = std::atof(value.c_str());
+    if (key == "siblings" && siblings == 0) siblings = std::atoi(value.c_str());
+    if (key == "cpu cores" && cores == 0) cores = std::atoi(value.c_str());
   }
   auto has = [&](const char* f) {
     return flags.find(std::string(" ") + f + " ") != std::string::npos;
@@ -43,6 +47,7 @@ Machine detect() {
                                               : "other";
   }
   m.processors = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  m.threads_per_core = cores > 0 && siblings >= cores ? siblings / cores : 1;
   return m;
 }
 
@@ -52,7 +57,9 @@ double nominal_peak_flops(int threads) {
   const Machine& m = this_machine();
   if (m.mhz <= 0 || threads <= 0) return 0;
   const double per_cycle = m.isa == "AVX-512" ? (m.amd ? 32 : 64) : m.isa == "AVX2" ? 32 : 0;
-  return per_cycle * m.mhz * 1e6 * threads;
+  // Threads on SMT siblings share a core's FMA pipes: count the cores they can occupy.
+  const int cores = std::max(1, m.processors / std::max(1, m.threads_per_core));
+  return per_cycle * m.mhz * 1e6 * std::min(threads, cores);
 }
 
 bool nominal_peak_holds(double measured, int threads) {

@@ -139,10 +139,14 @@ double measure_peak_flops(bool bf16, double budget) {
   // (a hypervisor's vCPU, another process) reads about half on 2 cores; it is measured again,
   // up to three times, and the best is kept.
   const double one = threads > 1 ? best_rate(loop, 1, budget / 4) : 0;
+  // SMT siblings share a core: the threads can reach one thread's rate per core they occupy.
+  const Machine& m = this_machine();
+  const int cores =
+      std::min(threads, std::max(1, m.processors / std::max(1, m.threads_per_core)));
   double best = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     best = std::max(best, best_rate(loop, threads, budget));
-    if (best >= 0.75 * threads * one) break;
+    if (best >= 0.75 * cores * one) break;
   }
   return best;
 }

@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -115,8 +117,14 @@ std::atomic<double> g_write_grace{10.0};
 // Returned by write_synced when a stop request outlasted the grace (no errno has this value).
 constexpr int kStopped = -1;
 
-bool past_grace() {
-  return stop_requested() && seconds_since_stop() >= g_write_grace.load();
+// Whether a stop request has waited the grace for this write: counted from the later of the
+// request and the write's start (`start`), so that the checkpoint a stop asks for, which starts
+// after it, gets the whole grace.
+bool past_grace(std::chrono::steady_clock::time_point start) {
+  if (!stop_requested()) return false;
+  const double writing =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::min(writing, seconds_since_stop()) >= g_write_grace.load();
 }
 
 // Writes and syncs one temporary file; returns errno (0: done), or kStopped.
@@ -125,12 +133,13 @@ int write_synced(const std::string& tmp, const std::vector<FilePiece>& pieces) {
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f.fd < 0) return errno;
   constexpr std::size_t kChunk = std::size_t{64} << 20;  // how much is written between looks
+  const auto start = std::chrono::steady_clock::now();
   for (const FilePiece& piece : pieces) {
     const auto* p = static_cast<const char*>(piece.data);
     std::size_t done = 0;
-    if (past_grace()) return kStopped;
+    if (past_grace(start)) return kStopped;
     while (done < piece.size) {
-      if (done > 0 && past_grace()) return kStopped;
+      if (done > 0 && past_grace(start)) return kStopped;
       const ssize_t n = ::write(f.fd, p + done, std::min(piece.size - done, kChunk));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return errno;
@@ -153,8 +162,8 @@ std::string folder_of(const std::string& path) {
                           int error) {
   for (const auto& t : tmps) ::unlink(t.c_str());
   if (error == kStopped)
-    throw Interrupted(fmt::format("{} while writing {} (still writing {:.0f} s after it); the "
-                                  "earlier file is kept",
+    throw Interrupted(fmt::format("{} while writing {} (still writing {:.0f} s after it and after "
+                                  "the write began); the earlier file is kept",
                                   stop_reason(), path, g_write_grace.load()));
   fail_system("[io] {}: write failed ({})", path, std::strerror(error));
 }

@@ -155,6 +155,10 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
                : k == "shape" ? Field::shape
                : k == "data_offsets" ? Field::offsets
                                      : Field::other;
+      const bool again = (field_ == Field::dtype && has_dtype_) ||
+                         (field_ == Field::shape && has_shape_) ||
+                         (field_ == Field::offsets && has_offsets_);
+      check(!again, "[safetensors] {}: tensor '{}' has '{}' twice", source_, entry_.name, k);
       return true;
     }
     key_ = std::move(k);
@@ -502,8 +506,8 @@ std::string SafeTensorsWriter::header() const {
   names.reserve(entries_.size());
   std::uint64_t pos = 0;
   for (const auto& e : entries_) {
-    check(e.name != "__metadata__" && names.insert(e.name).second,
-          "[safetensors] tensor '{}' is added twice", e.name);
+    check(e.name != "__metadata__", "[safetensors] a tensor cannot be named '__metadata__'");
+    check(names.insert(e.name).second, "[safetensors] tensor '{}' is added twice", e.name);
     if (text.size() > 1) text += ',';
     quoted(e.name);
     text += fmt::format(R"(:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})",
@@ -512,6 +516,10 @@ std::string SafeTensorsWriter::header() const {
   }
   text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  // What no reader would take back (this one's limit is the reference implementation's).
+  check(text.size() <= kMaxHeader,
+        "[safetensors] a header of {} bytes for {} tensors exceeds the {} bytes readers accept",
+        text.size(), entries_.size(), kMaxHeader);
   std::string out(8, '\0');
   const std::uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);

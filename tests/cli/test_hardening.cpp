@@ -472,6 +472,9 @@ TEST_F(Hardening, FlagsAndKeysTheLayerWouldNotUseAreRefused) {
        2, "--routing: does not apply with --model-config"},
       {train + " --model-config {dir}/model.json", 2, "--d-model: does not apply"},
       {"train --data {dir}/text --out {dir}/out --layers 1 --heads 2" +
+           std::string(kTinyTraining) + " --ffn-config {dir}/layer.json --variant swiglu",
+       2, "--variant: does not apply with --ffn-config"},
+      {"train --data {dir}/text --out {dir}/out --layers 1 --heads 2" +
            std::string(kTinyTraining) + " --ffn-config {dir}/layer.json --experts 4",
        2,
        "--experts: does not apply with --ffn-config"},

@@ -212,3 +212,31 @@ TEST(Machine, NamesTheCpuAndItsVectorInstructions) {
   EXPECT_NE(m.describe().find(m.isa), std::string::npos) << m.describe();
   EXPECT_EQ(&m, &this_machine());  // read once
 }
+
+namespace ffnlab {
+namespace {
+
+// Utilisation counts the work done: the experts' products at the experts a token measured to
+// take (not scaled by a closed form that can be ~1e-6), and a rate above the bare products'
+// is not a utilisation.
+TEST(Utilisation, CountsTheExpertsMeasuredAndRefusesTheImpossible) {
+  ModelProducts moe;
+  moe.flops = 100;             // at the closed form's experts per token
+  moe.expert_flops = 40;       // of which the experts' products
+  moe.experts_per_token = 1e-6;
+  moe.expert_token_flops = 2;  // one token in one expert
+  moe.tokens = 10;
+  EXPECT_DOUBLE_EQ(moe.flops_at(3.0), 100 - 40 + 2 * 3.0 * 10);
+  EXPECT_DOUBLE_EQ(moe.flops_at(0.0), 60);
+  EXPECT_DOUBLE_EQ(moe.flops_at(-1.0), 100);  // not measured
+  ModelProducts dense;
+  dense.flops = 100;
+  EXPECT_DOUBLE_EQ(dense.flops_at(3.0), 100);
+  EXPECT_DOUBLE_EQ(flop_utilisation(50, 100), 0.5);
+  EXPECT_TRUE(std::isnan(flop_utilisation(150, 100)));
+  EXPECT_TRUE(std::isnan(flop_utilisation(1, 0)));
+  EXPECT_TRUE(std::isnan(flop_utilisation(0, 100)));
+}
+
+}  // namespace
+}  // namespace ffnlab

@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -155,6 +157,16 @@ TEST(SafeTensors, RejectsMalformedFiles) {
                   "invalid data_offsets");
   expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8),
                   "invalid data_offsets");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"shape":[3],"data_offsets":[0,24]}})",
+                          24),
+                  "tensor 'a' has 'shape' twice");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                          8),
+                  "has 'dtype' twice");
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],)"
+                          R"("data_offsets":[0,8]}})",
+                          8),
+                  "has 'data_offsets' twice");
   expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,1e400]}})", 8),
                   "not valid JSON (number overflow");
   const auto skipped = SafeTensors::parse(
@@ -253,6 +265,11 @@ TEST(SafeTensors, AWriteAStopRequestOutlastsIsAbandonedAndKeepsTheEarlierFile) {
   // A request inside the grace: the write goes on (the stop's own checkpoint is written).
   request_stop(0);
   EXPECT_NO_THROW(w.write((dir / "within.safetensors").string()));
+  // A write that begins after the grace has passed since the request gets a grace of its own:
+  // the checkpoint a stop asks for, after a long step, is still written.
+  set_write_stop_grace(0.2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_NO_THROW(w.write((dir / "late.safetensors").string()));
   // Past it: abandoned, the temporary removed, the earlier file as it was.
   set_write_stop_grace(0);
   EXPECT_THROW(w.write(path), Interrupted);

@@ -121,6 +121,10 @@ LMConfig model_from_flags(const TrainOptions& o) {
             opt->get_name()));
     return read_model_config(o.model_config);
   }
+  if (!o.ffn.config_file.empty() && flag_given(o, "--variant"))
+    throw UsageError(
+        "--variant: does not apply with --ffn-config, whose file describes the whole layer (set "
+        "it there)");
   FFNFlags ffn = o.ffn;
   // The load-balancing loss's default is for top-k and top-p routing; ReLU routing balances with
   // its L1 penalty, expert choice by construction, and Soft MoE chooses nothing: they refuse it.
@@ -501,8 +505,10 @@ void train(TrainOptions& o, ProcessGroup* group) {
                                  trainer.step(), setup.train.steps));
   const bool resumed_here =
       !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
-  if (resumed_here && trainer.step() == setup.train.steps) {
+  if (resumed_here && trainer.step() == setup.train.steps &&
+      fs::exists(fs::path(out) / "summary.json")) {
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
+    // (Without its summary it did not finish: the end, sample and summary, runs again.)
     if (lead)
       fmt::print(
           "{} is finished at step {} of {}: nothing to do (--steps N continues it; --out OTHER "

@@ -15,6 +15,7 @@ struct Machine {
   int processors = 0;  // online processors
   bool amd = false;    // AuthenticAMD (Zen 4 runs a 512-bit FMA as two 256-bit halves)
   double mhz = 0;      // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
+  int threads_per_core = 1;  // SMT: "siblings" over "cpu cores"
   // "AMD EPYC (AVX-512 with bf16, 2 processors)"
   std::string describe() const;
 };
@@ -33,8 +34,9 @@ const Machine& this_machine();
 // oneDNN's tile products outrun any vector loop, so it would bound nothing).
 double measure_peak_flops(bool bf16, double budget);
 
-// The f32 rate `threads` cores reach at the clock /proc/cpuinfo names: FMA pipes × vector lanes ×
-// 2 FLOPs × clock (AVX2 and AMD's AVX-512: 32 FLOPs a cycle; Intel's AVX-512: 64). 0 where the
+// The f32 rate `threads` threads reach at the clock /proc/cpuinfo names: FMA pipes × vector lanes
+// × 2 FLOPs × clock (AVX2 and AMD's AVX-512: 32 FLOPs a cycle; Intel's AVX-512: 64) on the cores
+// they occupy (SMT siblings share one core's pipes). 0 where the
 // clock or the instruction set is unknown. A boost clock above the named one makes the measured
 // peak higher; a probe far below it (nominal_peak_holds) measured a busy machine, not the peak.
 double nominal_peak_flops(int threads);

@@ -30,9 +30,10 @@ std::vector<std::uint8_t> read_regular_file(const std::string& path, const char*
 
 // Writes bytes to path atomically and durably (above). Throws SystemError on failure, leaving
 // neither a temporary file nor a changed target. A write still running `write_stop_grace()`
-// seconds after a stop request (ffnlab/interrupt.hpp) is abandoned the same way and throws
-// Interrupted: the stop's own checkpoint finishes, but a write that cannot finish soon does not
-// hold the process (SIGTERM from `timeout` ends it).
+// seconds after a stop request (ffnlab/interrupt.hpp) and after it began is abandoned the same
+// way and throws Interrupted: the stop's own checkpoint, begun after the request, gets the whole
+// grace, but a write that cannot finish soon does not hold the process (SIGTERM from `timeout`
+// ends it).
 void write_file_atomic(const std::string& path, const void* data, std::size_t size);
 // Several files written together: every one is written to its temporary name and synced before
 // any is renamed, so that a failure while writing (a full disk, a bad path) changes none of them.
