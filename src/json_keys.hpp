@@ -47,15 +47,21 @@ inline std::string json_excerpt(const nlohmann::json& j) {
 // ffnlab's words: nlohmann's own message ("[json.exception.parse_error.101] ...") never reaches
 // a user. NaN and Infinity are not JSON, and a number too large for a double (1e400) is refused
 // by the parser ("number overflow parsing '1e400'").
+// nlohmann's parse error in ffnlab's words: "line 1, column 9: syntax error ..." without the
+// "[json.exception.parse_error.101] parse error at " prefix (also for a SAX parser's errors).
+inline std::string json_error_text(const nlohmann::json::exception& e) {
+  std::string what = e.what();
+  if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+  if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
+  return what;
+}
+
 inline nlohmann::json parse_json_text(std::string_view text, std::string_view scope,
                                       std::string_view source) {
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (1e400)
-    std::string what = e.what();
-    if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-    if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
-    fail("[{}] {}: not valid JSON ({})", scope, source, what);
+    fail("[{}] {}: not valid JSON ({})", scope, source, json_error_text(e));
   }
 }
 

@@ -455,9 +455,7 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
                         std::filesystem::weakly_canonical(out);
   // A finished run resumed in its own folder: nothing to train, and nothing of it changes (as
   // `ffnlab train --resume DIR`).
-  if (here && trainer.step() == tc.steps &&
-      std::filesystem::exists(std::filesystem::path(out) / "summary.json"))
-    return trainer.evaluate(0);
+  if (here && run_finished(out, trainer.step(), tc.steps)) return trainer.evaluate(0);
   // The yardstick of the run's FLOP utilisation (summary.json), as `ffnlab train` measures it.
   const ModelProducts bare =
       out.empty() ? ModelProducts{}
@@ -497,11 +495,8 @@ EvalLog train_released(TransformerLM& lm, const std::string& data, const std::st
     std::vector<double> tps;
     for (const auto& s : steps) tps.push_back(s.tokens_per_second);
     const double tokens_per_second = tps.empty() ? 0.0 : median(tps);
-    const double measured = routing.is_object() && routing.contains("experts_per_token")
-                                ? routing["experts_per_token"].get<double>()
-                                : -1.0;
-    const double matrix_gflops = bare.flops_at(measured) /
-                                 static_cast<double>(tc.batch * tc.seq) * tokens_per_second / 1e9;
+    const double matrix_gflops = run_matrix_gflops(
+        bare, routing, static_cast<double>(tc.batch * tc.seq), tokens_per_second);
     std::vector<EvalLog> all = logs->earlier_evaluations();
     all.insert(all.end(), evals.begin(), evals.end());
     write_summary(out,

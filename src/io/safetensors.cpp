@@ -170,10 +170,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
   }
   bool parse_error(std::size_t, const std::string&,
                    const nlohmann::detail::exception& e) override {
-    std::string what = e.what();
-    if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-    if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
-    fail("[safetensors] {}: not valid JSON ({})", source_, what);
+    fail("[safetensors] {}: not valid JSON ({})", source_, json_error_text(e));
   }
 
  private:

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <optional>
 
-#include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/files.hpp"
 
@@ -196,6 +195,18 @@ void write_summary(const std::string& dir, const RunSummary& r, const Corpus& co
   // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
   const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   write_file_atomic((fs::path(dir) / "summary.json").string(), s.data(), s.size());
+}
+
+double run_matrix_gflops(const ModelProducts& bare, const json& routing, double tokens,
+                         double tokens_per_second) {
+  const double measured = routing.is_object() && routing.contains("experts_per_token")
+                              ? routing["experts_per_token"].get<double>()
+                              : -1.0;
+  return bare.flops_at(measured) / tokens * tokens_per_second / 1e9;
+}
+
+bool run_finished(const std::string& dir, std::int64_t step, std::int64_t steps) {
+  return step == steps && fs::exists(fs::path(dir) / "summary.json");
 }
 
 ResumePoint read_resume_point(const std::string& run_dir) {

@@ -505,10 +505,8 @@ void train(TrainOptions& o, ProcessGroup* group) {
                                  trainer.step(), setup.train.steps));
   const bool resumed_here =
       !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
-  if (resumed_here && trainer.step() == setup.train.steps &&
-      fs::exists(fs::path(out) / "summary.json")) {
+  if (resumed_here && run_finished(out, trainer.step(), setup.train.steps)) {
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
-    // (Without its summary it did not finish: the end, sample and summary, runs again.)
     if (lead)
       fmt::print(
           "{} is finished at step {} of {}: nothing to do (--steps N continues it; --out OTHER "
@@ -579,13 +577,9 @@ void train(TrainOptions& o, ProcessGroup* group) {
   // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran,
   // the experts' at the experts a token measured to take (top-p, ReLU routing, MoE++ and a
   // capacity take fewer than the closed form the products were timed at, or more).
-  const double tokens = static_cast<double>(sequences * setup.train.seq);
-  const double measured = routing.is_object() && routing.contains("experts_per_token")
-                              ? routing["experts_per_token"].get<double>()
-                              : -1.0;
-  const double matrix_gflops = bare.flops_at(measured) / tokens *
-                               monitor.median_tokens_per_second() / (group ? group->size() : 1) /
-                               1e9;
+  const double matrix_gflops =
+      run_matrix_gflops(bare, routing, static_cast<double>(sequences * setup.train.seq),
+                        monitor.median_tokens_per_second() / (group ? group->size() : 1));
   // Every evaluation of the run: those of the part before a resume (kept in eval_log.csv), then
   // this part's.
   std::vector<EvalLog> evaluations = logs.earlier_evaluations();

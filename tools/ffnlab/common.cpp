@@ -28,21 +28,12 @@ namespace {
 // The name every error line starts with (run_program sets it).
 const char* g_program = "ffnlab";
 
-// One line: cut at the first newline, at most 2000 bytes, and every other control byte (a NUL
-// from a hostile config key would otherwise cut the line short) shown as \xNN.
+// One line: cut at the first newline (ffnlab::Error has none: it escapes them; CLI11's and other
+// libraries' messages may), at most 2000 bytes, and every other control byte shown as \xNN
+// (ffnlab::one_line, as Error does).
 int report(const char* kind, const std::string& message, int status) {
-  std::string line;
-  for (const char c : message.substr(0, message.find('\n'))) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f)
-      line += fmt::format("\\x{:02x}", u);
-    else
-      line += c;
-    if (line.size() > 2000) {
-      line += "...";
-      break;
-    }
-  }
+  std::string line = one_line(std::string_view(message).substr(0, message.find('\n')));
+  if (line.size() > 2000) line = line.substr(0, 2000) + "...";
   std::fprintf(stderr, "%s: %s: %s\n", g_program, kind, line.c_str());
   std::fflush(stderr);
   return status;
