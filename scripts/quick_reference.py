@@ -41,6 +41,15 @@ USED_BY = {
 }
 
 
+def seeds_text(cfg):
+    """How many paired seeds the comparisons trained, as the config says it."""
+    seq = cfg.get("sequential")
+    if seq:
+        return (f"{seq['first_seeds']} to {seq['max_seeds']} paired seeds by the report's "
+                "sequential rule")
+    return f"{cfg['seeds']} paired seeds"
+
+
 def main():
     r = json.load(open(sys.argv[1]))
     train = r["training"]["variants"]
@@ -65,9 +74,8 @@ def main():
         f"shapes, at d_model 512, d_ff 2048, {r['speed']['tokens']} tokens, {r['threads']} threads;")
     out.append(
         f"- **validation**: bits/byte of a byte-level LM ({model['layers']} layers, d_model "
-        f"{model['d_model']}, {cfg['steps']} steps, {cfg['seeds']} paired seeds, "
-        f"{cfg.get('headline_seeds', cfg['seeds'])} for ReLU and SwiGLU) at about equal "
-        "parameters, mean ± std, and the paired difference to ReLU with its 95 % interval and "
+        f"{model['d_model']}, {cfg['steps']} steps, {seeds_text(cfg)}) at about equal "
+        "parameters, mean ± std, and the paired difference to ReLU with its interval and "
         f"verdict (equivalence margin ±{cfg['equivalence_margin']} bits/byte);")
     out.append(
         "- **zero / dead**: exactly-zero hidden activations after training (mean over layers) and "
@@ -124,7 +132,7 @@ def main():
         out.append("MoE on both axes (the report's \"MoE at equal compute\"): the same LM, recipe "
                    "and seeds; parameters and forward FLOPs per token are the whole LM's.\n")
         out.append("| MoE | what | LM params | fwd FLOPs/token | validation bits/byte | vs ReLU "
-                   "[95 % CI] |")
+                   "[interval] |")
         out.append("|---|---|---:|---:|---:|---|")
         for name, row in axes["rows"].items():
             a = row["against_relu"]

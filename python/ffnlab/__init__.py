@@ -39,7 +39,7 @@ def _progress(progress, function):
     return progress
 
 
-def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=None,
+def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
            routing_seeds=None, steps=None, variants=None, data=None, sweep=False, margin=None, progress=True):
     """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
     `out`: REPORT.md, results.json, the figures and their CSV. Returns the results as a dict
@@ -47,11 +47,11 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=
 
     quick: small models and few steps (checks the pipeline). full: the whole study (every
     variant, MoE with top-2 at equal compute, the router z-loss ablation), as
-    `ffnlab evolve --full`. seeds, steps: per LM run (None: the defaults, 3 and 600; quick 2
-    and 40). headline_seeds: the seeds of ReLU and SwiGLU, the headline comparison with the
-    widest spread between seeds (None: 4; quick 3); MoE at equal compute trains `seeds`.
-    routing_seeds: the seeds of each routing family (None: 1, which gives no interval; with
-    full, `seeds`; at most `seeds`).
+    `ffnlab evolve --full`. seeds: the paired seeds every comparison with ReLU trains before
+    its first look (None: 3; quick 2); max_seeds: the cap of the sequential rule, up to which
+    an undecided comparison trains one more seed per round (None: 6; quick 3; at least
+    `seeds`). steps: per LM run (None: 600; quick 40). routing_seeds: the seeds of each routing
+    family (None: 1, which gives no interval; with full, `seeds`; at most `seeds`).
     variants: a non-empty list that includes "relu" (None: relu, gelu, swiglu, gated, moe; with
     full, every variant). data: a text file or a folder (None: the default corpus). sweep: also
     the d_ff / d_model sweep. margin: the equivalence margin in bits/byte, in (0, 1] (None:
@@ -61,7 +61,7 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, headline_seeds=
     while it draws the figures; nothing is written then, and an earlier report in `out` is kept.
     """
     # Passed as given: the binding checks each one (a ValueError naming it and its value).
-    options = dict(out=out, quick=quick, full=full, seeds=seeds, headline_seeds=headline_seeds,
+    options = dict(out=out, quick=quick, full=full, seeds=seeds, max_seeds=max_seeds,
                    routing_seeds=routing_seeds, steps=steps, sweep=sweep, margin=margin,
                    variants=variants, data=data)
     return _ffnlab._evolve(options, _progress(progress, "evolve"))

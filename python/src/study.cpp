@@ -584,8 +584,8 @@ py::object evolve(const py::dict& options, const py::object& progress) {
     // The ranges of `ffnlab evolve`'s flags (0, the library's "default", is None here).
     else if (key == "seeds")
       o.seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
-    else if (key == "headline_seeds")
-      o.headline_seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
+    else if (key == "max_seeds")
+      o.max_seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
     else if (key == "routing_seeds")
       o.routing_seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
     else if (key == "steps")

@@ -109,7 +109,7 @@ def one_line(error, *parts):
     (dict(steps=0), ["evolve: steps must be an integer in [1, 1000000000]", "got 0"]),
     (dict(seeds=0), ["evolve: seeds must be an integer in [1, 1000]", "got 0"]),
     (dict(seeds=True), ["evolve: seeds must be an integer", "got True"]),
-    (dict(headline_seeds="3"), ["evolve: headline_seeds must be an integer", "got '3'"]),
+    (dict(max_seeds="3"), ["evolve: max_seeds must be an integer", "got '3'"]),
     (dict(routing_seeds=2**40), ["evolve: routing_seeds must be an integer in [1, 1000]",
                                  "got 1099511627776"]),
     (dict(quick="yes"), ["evolve: quick must be True or False", "got 'yes'"]),

@@ -154,7 +154,7 @@ def test_train_stops_on_ctrl_c_after_the_current_step(corpus):
 def test_evolve_returns_results_json_and_writes_the_report(corpus, tmp_path):
     out = tmp_path / "report"
     kinds = set()
-    results = ffnlab.evolve(out, quick=True, seeds=1, headline_seeds=1, steps=4,
+    results = ffnlab.evolve(out, quick=True, seeds=1, max_seeds=1, steps=4,
                             variants=["relu", "swiglu"], data=corpus,
                             progress=lambda kind, *a: kinds.add(kind))
     assert kinds >= {"begin", "message", "step", "end"}
@@ -165,13 +165,13 @@ def test_evolve_returns_results_json_and_writes_the_report(corpus, tmp_path):
     assert results["costs"]["tutorial"]["relu"]["params"] == 2099712
     report = (out / "REPORT.md").read_text()
     assert report.startswith("# The evolution of the Transformer FFN, measured")
-    assert "`ffnlab.evolve --quick --seeds 1 --headline-seeds 1 --steps 4`" in report
+    assert "`ffnlab.evolve --quick --seeds 1 --max-seeds 1 --steps 4`" in report
     assert (out / "training_dynamics.png").stat().st_size > 10000
 
 
 def test_evolve_full_adds_the_top2_moe_at_equal_compute_and_the_z_loss_ablation(corpus, tmp_path):
     def study(name, **full):
-        return ffnlab.evolve(tmp_path / name, quick=True, seeds=1, headline_seeds=1, steps=4,
+        return ffnlab.evolve(tmp_path / name, quick=True, seeds=1, max_seeds=1, steps=4,
                              variants=["relu", "moe"], data=corpus, progress=False, **full)
     default, full = study("default"), study("full", full=True)
     assert (default["full"], full["full"]) == (False, True)

@@ -21,6 +21,12 @@ std::int64_t UnitSparsity::dead_units() const {
   return dead;
 }
 
+std::int64_t UnitSparsity::near_dead_units() const {
+  std::int64_t near_dead = 0;
+  for (auto n : clear) near_dead += n == 0;
+  return near_dead;
+}
+
 double UnitSparsity::dead_fraction() const {
   return nonzero.empty() ? 0.0
                          : static_cast<double>(dead_units()) / static_cast<double>(nonzero.size());
@@ -42,7 +48,10 @@ template <typename UnitOf>
 void add_rows(UnitSparsity& s, const Tensor& h, std::int64_t units, UnitOf unit_of) {
   check(h.rank() == 2, "[sparsity] hidden activations {} must be [T, F]", shape_string(h.shape()));
   const std::int64_t T = h.dim(0), F = h.dim(1);
-  if (s.nonzero.empty()) s.nonzero.assign(static_cast<std::size_t>(units), 0);
+  if (s.nonzero.empty()) {
+    s.nonzero.assign(static_cast<std::size_t>(units), 0);
+    s.clear.assign(static_cast<std::size_t>(units), 0);
+  }
   check(static_cast<std::int64_t>(s.nonzero.size()) == units,
         "[sparsity] {} hidden units, earlier batches had {}", units, s.nonzero.size());
   const float* p = h.f32();
@@ -58,6 +67,9 @@ void add_rows(UnitSparsity& s, const Tensor& h, std::int64_t units, UnitOf unit_
       zeros += v == 0.0f;
       near_zeros += std::fabs(v) < near;
       s.nonzero[static_cast<std::size_t>(first + u)] += v != 0.0f;
+      // Not `!(|v| < near)` alone: a batch that is all zeros has near = 0, and its zeros are
+      // still not clear of zero.
+      s.clear[static_cast<std::size_t>(first + u)] += v != 0.0f && std::fabs(v) >= near;
       if (!s.rows.empty()) ++s.rows[static_cast<std::size_t>(first + u)];
     }
   }

@@ -86,11 +86,13 @@ std::vector<ZooModel> build() {
        "mistralai/Mistral-7B-v0.1 config.json (hidden_size 4096, intermediate_size 14336, "
        "hidden_act silu)",
        ""},
-      {"Switch-Base-128", "MoE", 12, moe(A::relu, K::plain, 768, 2048, 128, 1, 0, 0),
-       "Fedus et al. 2021, table 9 (Switch-Base: d_model 768, d_ff 2048, 128 experts, top-1); "
-       "google/switch-base-128 config.json",
-       "a sparse layer every other block: 6 encoder + 6 decoder MoE blocks; ReLU experts, no "
-       "biases"},
+      {"Switch-Base-128", "MoE", 12, moe(A::relu, K::plain, 768, 3072, 128, 1, 0, 0),
+       "google/switch-base-128 config.json (d_model 768, d_ff 3072, dense_act_fn relu, "
+       "is_gated_act false, num_experts 128, num_selected_experts 1, expert_capacity 64, "
+       "num_sparse_encoder_layers 6, num_sparse_decoder_layers 6)",
+       "the released checkpoint: a sparse layer every other block, 6 encoder + 6 decoder MoE "
+       "blocks; two-matrix ReLU experts, no biases. The paper's own configuration table may "
+       "differ from the released checkpoint; this row is the checkpoint's alone"},
       {"GLaM 64B/64E", "MoE", 32, moe(A::gelu, K::plain, 8192, 32768, 64, 2, 0, 0),
        "Du et al. 2022, section 4 and the table of model sizes (64B/64E: 64 layers, d_model "
        "8192, expert hidden size 32768, 64 experts, top-2, an MoE layer every other block)",

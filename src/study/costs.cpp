@@ -175,12 +175,13 @@ std::string costs_markdown(const Study& st, const Sections& sec) {
       "against the parameters of the built layers. FLOPs per token: matrix products at 2 per "
       "multiply-add; elementwise work at 1 per element per stage. Memory: weights, gradients, "
       "Adam's two moments (always f32) and the activations a training forward saves for "
-      "backward, for the tutorial's batch of {} tokens.\n\n",
-      c.tutorial_tokens);
+      "backward, for one batch: the tutorial's {} tokens in the tutorial's configuration, one "
+      "training batch of {} tokens ({} sequences of {}) in the study's model.\n\n",
+      c.tutorial_tokens, thousands(c.study_tokens), st.scale.train.batch, st.scale.train.seq);
   md += fmt::format(
       "### The tutorial's configuration (d_model {}, d_ff {} for every variant, bias, gated FFN "
-      "with 4 branches, MoE with 8 ReLU experts, top-2)\n\n",
-      kTutorialD, kTutorialF);
+      "with 4 branches, MoE with 8 ReLU experts, top-2; memory for {} tokens)\n\n",
+      kTutorialD, kTutorialF, c.tutorial_tokens);
   md += cost_table(c.tutorial);
   md += fmt::format(
       "\nTop-2 MoE: each token runs two whole experts, so its forward matrix FLOPs are {}× one "
@@ -190,8 +191,9 @@ std::string costs_markdown(const Study& st, const Sections& sec) {
       thousands(static_cast<std::int64_t>(c.moe_token.forward.matmul -
                                           2 * c.expert_token.forward.matmul)),
       percent(static_cast<double>(c.moe_token.active_params) / c.moe_token.params));
-  md += fmt::format("\n### The study's model (d_model {}, the widths trained in {})\n\n",
-                    st.scale.model.d_model, sec.ref("training"));
+  md += fmt::format(
+      "\n### The study's model (d_model {}, the widths trained in {}; memory for {} tokens)\n\n",
+      st.scale.model.d_model, sec.ref("training"), thousands(c.study_tokens));
   md += cost_table(c.study);
 
   md += "\n### The FFN's share of a whole Transformer\n\n";
@@ -258,8 +260,9 @@ std::string equal_budget_markdown(const Study& st, const Sections&) {
   std::string md = fmt::format(
       "Each variant's width chosen (a multiple of 8) so that its parameters come closest to the "
       "ReLU FFN's {} (d_ff {}); MoE twice: equal total parameters (narrow experts) and equal "
-      "active parameters (what a token touches).\n\n",
-      thousands(e.target), e.relu_d_ff);
+      "active parameters (what a token touches). Memory for the tutorial's batch of {} "
+      "tokens.\n\n",
+      thousands(e.target), e.relu_d_ff, e.tokens);
   md += cost_table(e.rows);
   return md + "\n";
 }

@@ -20,7 +20,7 @@ std::string measured(const VariantOutcome* o) {
   switch (o->verdict) {
     case Verdict::better:
     case Verdict::worse:
-      return fmt::format("{} by {} bits/byte (paired over {} seeds, 95 % interval)",
+      return fmt::format("{} by {} bits/byte (paired over {} seeds, the sequential rule's interval)",
                          verdict_text(o->verdict), difference_cell(*o),
                          o->val_bits_per_byte.size());
     case Verdict::equivalent:
@@ -34,21 +34,40 @@ std::string measured(const VariantOutcome* o) {
   }
 }
 
-std::int64_t dead_units(const SparsityResult* s, std::string_view v, std::int64_t* units) {
+// After training, over every layer: the units counted by `count` (dead or near-dead) and all
+// units; -1 when the variant's census did not run.
+std::int64_t unit_count(const SparsityResult* s, std::string_view v,
+                        std::int64_t LayerSparsity::*count, std::int64_t* units) {
   const auto* layers = s ? s->find(v) : nullptr;
-  std::int64_t dead = 0;
+  std::int64_t n = 0;
   *units = 0;
   if (layers)
-    for (const LayerSparsity& l : *layers) dead += l.dead_trained, *units += l.units;
-  return layers ? dead : -1;
+    for (const LayerSparsity& l : *layers) n += l.*count, *units += l.units;
+  return layers ? n : -1;
 }
 
-std::string dead_text(const SparsityResult* s, std::string_view v) {
+// "12 of 512 (2.3 %)", or "not measured".
+std::string units_text(const SparsityResult* s, std::string_view v,
+                       std::int64_t LayerSparsity::*count) {
   std::int64_t units = 0;
-  const std::int64_t dead = dead_units(s, v, &units);
-  if (dead < 0 || units == 0) return "not measured";
-  return fmt::format("{} of {} ({})", dead, units,
-                     percent(static_cast<double>(dead) / static_cast<double>(units)));
+  const std::int64_t n = unit_count(s, v, count, &units);
+  if (n < 0 || units == 0) return "not measured";
+  return fmt::format("{} of {} ({})", n, units,
+                     percent(static_cast<double>(n) / static_cast<double>(units)));
+}
+
+// GELU's near-dead units against ReLU's: the like-for-like comparison, since GELU is never
+// exactly 0 and so has no dead units by definition.
+std::string near_dead_comparison(const SparsityResult* s) {
+  std::int64_t relu_units = 0, gelu_units = 0;
+  const std::int64_t relu = unit_count(s, "relu", &LayerSparsity::near_dead_trained, &relu_units);
+  const std::int64_t gelu = unit_count(s, "gelu", &LayerSparsity::near_dead_trained, &gelu_units);
+  if (relu < 0 || gelu < 0 || relu_units == 0 || gelu_units == 0) return "";
+  const double r = static_cast<double>(relu) / static_cast<double>(relu_units);
+  const double g = static_cast<double>(gelu) / static_cast<double>(gelu_units);
+  return g < r   ? ", a smaller share than ReLU's"
+         : g > r ? ", a larger share than ReLU's"
+                 : ", the same share as ReLU's";
 }
 
 std::string steps_markdown(const Study& st, const Sections& sec) {
@@ -64,9 +83,14 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   md += fmt::format(
       "1. **ReLU → GELU: a smooth activation instead of a hard zero.** ReLU's price is units "
       "that stop learning: after training, {} of ReLU's hidden units are dead (zero on every "
-      "census token, {}, activation_sparsity.png); GELU has {} dead, since its gradient is "
-      "non-zero for negative inputs too. What the smoothness bought here: GELU is {}.\n",
-      dead_text(s, "relu"), sec.ref("sparsity"), dead_text(s, "gelu"), measured(t.find("gelu")));
+      "census token) and {} near-dead (0 or |h| < {}·rms(h) on every census token; {}, "
+      "activation_sparsity.png). GELU is never exactly 0, so it has no dead units by "
+      "definition; what compares with ReLU's is its near-dead units: {}{}. What the smoothness "
+      "bought here: GELU is {}.\n",
+      units_text(s, "relu", &LayerSparsity::dead_trained),
+      units_text(s, "relu", &LayerSparsity::near_dead_trained), kNearZeroRelative,
+      sec.ref("sparsity"), units_text(s, "gelu", &LayerSparsity::near_dead_trained),
+      near_dead_comparison(s), measured(t.find("gelu")));
   const VariantOutcome* swiglu = t.find("swiglu");
   // The GLU family by gate; the members this run did not train are named once, together.
   struct Gate {
@@ -201,8 +225,8 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
          c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied) : "not decided",
          "FLOPs per token from " + sec.ref("costs") + ", rule 2"});
     rows.push_back({"training throughput on this machine", "—",
-                    c->best_per_second.empty() ? "not decided (noisy)" : c->best_per_second,
-                    "tokens per second as a ratio to ReLU's, rule 3"});
+                    c->best_per_second.empty() ? "undecided (noisy or overlapping throughput)" : c->best_per_second,
+                    "tokens per second as a ratio to ReLU's, rule 3 of " + sec.ref("recommendations")});
     if (c->moe && c->moe->at_equal_compute) {
       const VariantOutcome& o = *c->moe->at_equal_compute;
       rows.push_back(

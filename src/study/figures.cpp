@@ -171,14 +171,18 @@ void draw_activation_comparison(const Study& st) {
       "title 'tanh form (gelu_new)', '' every ::1 using 1:{} with lines lw 2 dt 3 lc rgb "
       "'#ff7f0e' title 'x*sigmoid(1.702x) (quick_gelu)'\n",
       errors, errors + 1);
-  s += "set title \"What the tutorial calls dead neurons, and dead units (seed 1, all layers)\"\n"
+  s += "set title \"What the tutorial calls dead neurons, and dead and near-dead units (seed 1, "
+       "all layers)\"\n"
        "set ylabel 'fraction'\nset xlabel ''\nset yrange [0:1]\n"
        "set key top right\n";
   s += kBars;
-  s += "plot 'sparsity_summary.csv' every ::1 using 2:xtic(1) title 'hidden values exactly 0, "
-       "at initialisation (the demonstration of the tutorial)', '' every ::1 using 3 title 'hidden "
-       "values exactly 0, after training', '' every ::1 using 6 title 'units dead (0 on every "
-       "census token), after training'\n";
+  s += fmt::format(
+      "plot 'sparsity_summary.csv' every ::1 using 2:xtic(1) title 'hidden values exactly 0, "
+      "at initialisation (the demonstration of the tutorial)', '' every ::1 using 3 title 'hidden "
+      "values exactly 0, after training', '' every ::1 using 6 title 'units dead (0 on every "
+      "census token), after training', '' every ::1 using 7 title 'units near-dead (0 or "
+      "|h| < {} rms on every census token), after training'\n",
+      kNearZeroRelative);
   s += "unset multiplot\n";
   render_figure(st.dir, "activation_comparison", s);
 }
@@ -264,11 +268,15 @@ void draw_activation_sparsity(const Study& st) {
   const int bins = 20;
   std::vector<std::string> names;
   std::map<std::string, std::vector<double>> hist;  // [0]: dead; [1 + b]: live, bin b
+  std::map<std::string, double> near_dead;          // share of units, for the panel's title
   for (const auto& v : st.options.variants) {
     if (!st.census_trained.count(v) || st.census_trained.at(v).empty()) continue;
     std::vector<double> h(bins + 1, 0.0);
     std::size_t units = 0;
-    for (const UnitSparsity& layer : st.census_trained.at(v)) units += layer.nonzero.size();
+    std::int64_t near = 0;
+    for (const UnitSparsity& layer : st.census_trained.at(v))
+      units += layer.nonzero.size(), near += layer.near_dead_units();
+    near_dead[v] = units ? static_cast<double>(near) / static_cast<double>(units) : 0.0;
     for (const UnitSparsity& layer : st.census_trained.at(v))
       for (double f : layer.frequency()) {
         const int b = f == 0.0 ? 0 : 1 + std::min(bins - 1, static_cast<int>(f * bins));
@@ -294,22 +302,23 @@ void draw_activation_sparsity(const Study& st) {
   std::string s = preamble("activation_sparsity", 1500, 40 + 330 * rows);
   s += fmt::format(
       "set multiplot layout {},{} title 'How often each hidden unit is non-zero over the census "
-      "tokens (seed 1, every layer, after training; red: dead units, never non-zero)'\n"
+      "tokens (seed 1, every layer, after training; red: dead units, never non-zero; "
+      "near-dead: 0 or |h| < {} rms on every token)'\n"
       "set style fill solid 0.8 border -1\nset boxwidth 0.045\nset xrange [-0.1:1.02]\n"
       "set yrange [0:{:.2f}]\nunset key\n"
       "set xlabel 'fraction of its tokens on which the unit is non-zero'\n"
       "set ylabel 'fraction of units'\n",
-      rows, cols, std::min(1.0, std::ceil(top * 10.0) / 10.0 + 0.05));
+      rows, cols, kNearZeroRelative, std::min(1.0, std::ceil(top * 10.0) / 10.0 + 0.05));
   for (std::size_t i = 0; i < names.size(); ++i) {
     const int column = 3 + static_cast<int>(i);
-    const double dead = hist[names[i]][0];
+    auto share = [](double x) {
+      return x > 0 && x < 0.0005 ? std::string("<0.1 %") : fmt::format("{:.1f} %", 100 * x);
+    };
     s += fmt::format(
-        "set title '{} ({} dead)'\n"
+        "set title '{} ({} dead, {} near-dead)'\n"
         "plot 'unit_frequency_hist.csv' every ::1::1 using 2:{} with boxes lc rgb '#d62728', "
         "'' every ::2 using 2:{} with boxes lc rgb '#1f77b4'\n",
-        names[i],
-        dead > 0 && dead < 0.0005 ? std::string("<0.1 %") : fmt::format("{:.1f} %", 100 * dead),
-        column, column);
+        names[i], share(hist[names[i]][0]), share(near_dead[names[i]]), column, column);
   }
   s += "unset multiplot\n";
   render_figure(st.dir, "activation_sparsity", s);
@@ -472,11 +481,13 @@ void draw_moe_pareto(const Study& st) {
 
 void draw_routing_families(const Study& st) {
   const RoutingResult& r = *st.results.routing;
-  std::string s = preamble("routing_families", 1500, 620);
+  const bool masked = std::any_of(r.rows.begin(), r.rows.end(),
+                                  [](const RoutingRow& row) { return row.objective == "masked"; });
+  std::string s = preamble("routing_families", masked ? 1500 : 900, 620);
   s += fmt::format(
-      "set multiplot layout 1,2 title 'Routing families at the headline MoE''s layout: "
+      "set multiplot layout 1,{} title 'Routing families at the headline MoE''s layout: "
       "validation against the compute a token ran ({})'\nset key top right\n",
-      r.seeds == 1 ? "seed 1 alone: no bars"
+      masked ? 2 : 1, r.seeds == 1 ? "seed 1 alone: no bars"
                    : fmt::format("mean over {} seeds; bars: ± one standard deviation", r.seeds));
   // One panel an objective, each with its own ranges (bits per byte and per masked byte differ);
   // top-k red, the families blue, each labelled where it meets no other name.

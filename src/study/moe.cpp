@@ -1,9 +1,10 @@
 // Stage "moe": MoE behaviour. The study's MoE LM trained three times on seed 1, for half the
 // study's steps, with a capacity factor (so that overflow is dropped and counted): no balancing,
 // the load-balancing loss, and the aux-loss-free balancing bias. Tokens per expert over training
-// per layer, load CV, max/mean, dropped assignments, router entropy, and what each setting costs
-// in validation. Then, with --full, the z-loss ablation: the training stage's MoE LM over every
-// seed without the router z-loss, paired with its runs with it.
+// per layer and the step from which that load stays settled, load CV, max/mean, dropped
+// assignments, router entropy, and what each setting costs in validation. Then, with --full, the
+// z-loss ablation: the training stage's MoE LM over every seed without the router z-loss, paired
+// with its runs with it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +19,10 @@ namespace ffnlab::study {
 namespace {
 
 constexpr double kCapacity = 1.25;
+// How far (absolute share of the assignments) an expert's share may stray from its mean over
+// the run's last 10 % once the load has settled: 0.05 is 40 % of the uniform share of 8 experts
+// at top-2 (0.125), and some 3 binomial standard deviations of a --quick step's 512 assignments.
+constexpr double kLoadTolerance = 0.05;
 
 struct Setting {
   const char* name;
@@ -31,7 +36,8 @@ const std::vector<Setting> kSettings{
     {"loss", "load-balancing loss, coefficient 0.01", 0.01f, false},
     {"bias", "aux-loss-free bias (rate 1e-3)", 0.0f, true}};
 
-// The balancing runs: half the study's steps (load settles long before), warm-up in proportion.
+// The balancing runs: half the study's steps, warm-up in proportion. Whether the load settles
+// within them is measured (LoadSeries::settled_step), not assumed.
 TrainConfig balancing_settings(const Study& st) {
   TrainConfig t = st.scale.train;
   t.steps = std::max<std::int64_t>(1, t.steps / 2);
@@ -91,12 +97,68 @@ std::string specialisation_markdown(const std::vector<ExpertSpecialisation>& lay
   return md + markdown_table(head, rows, "l" + std::string(layers.size(), 'l'));
 }
 
+// Per setting, from which logged step its load stays settled, or that it still moves at the end.
+std::string load_settled_markdown(const MoEResult& m) {
+  std::string list;
+  for (const MoESetting& s : m.settings) {
+    if (s.load.steps.empty()) continue;
+    const auto settled = s.load.settled_step(m.balancing_steps, m.load_tolerance);
+    const std::int64_t moving = s.load.last_moving_step(m.balancing_steps, m.load_tolerance);
+    list += (list.empty() ? "" : "; ") + s.description + ": ";
+    if (!settled)
+      list += fmt::format("the load still moves at step {}, the last logged: not settled", moving);
+    else if (moving == 0)
+      list += fmt::format("settled from step {}, the first logged", *settled);
+    else
+      list +=
+          fmt::format("the load still moves until step {}, settled from step {}", moving, *settled);
+  }
+  if (list.empty()) return "";
+  return fmt::format(
+      "\n**When the load settles**, measured on the logged steps (moe_load_<setting>.csv, "
+      "moe_expert_load.png): a setting's load has settled from the first logged step after "
+      "which every expert's share of the assignments, in every layer, stays within {} (absolute "
+      "share) of its mean over the last 10 % of the run. Per setting: {}.\n",
+      m.load_tolerance, list);
+}
+
 }  // namespace
+
+std::int64_t LoadSeries::last_moving_step(std::int64_t run_steps, double tolerance) const {
+  if (steps.empty()) return 0;
+  // The mean of each share over the logged steps of the last 10 % (the last one at least).
+  const std::int64_t tail_from = run_steps - run_steps / 10;
+  std::vector<double> tail(shares.front().size(), 0.0);
+  int n = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (steps[i] > tail_from || i + 1 == steps.size()) {
+      for (std::size_t k = 0; k < tail.size(); ++k) tail[k] += shares[i][k];
+      ++n;
+    }
+  for (double& x : tail) x /= n;
+  for (std::size_t i = steps.size(); i-- > 0;)
+    for (std::size_t k = 0; k < tail.size(); ++k)
+      if (std::fabs(shares[i][k] - tail[k]) > tolerance) return steps[i];
+  return 0;
+}
+
+std::optional<std::int64_t> LoadSeries::settled_step(std::int64_t run_steps,
+                                                     double tolerance) const {
+  if (steps.empty()) return std::nullopt;
+  const std::int64_t moving = last_moving_step(run_steps, tolerance);
+  if (moving == 0) return steps.front();
+  if (moving == steps.back()) return std::nullopt;
+  return *std::upper_bound(steps.begin(), steps.end(), moving);
+}
 
 std::int64_t moe_steps(const Study& st) {
   if (!st.has_variant("moe")) return 0;
+  // The z-loss ablation trains as many seeds as the training stage's MoE did: at most the cap
+  // before training.
+  const auto trained = static_cast<std::int64_t>(per_seed(st, "moe", &RunRecord::val_bits_per_byte).size());
   return balancing_settings(st).steps * static_cast<std::int64_t>(kSettings.size()) +
-         (st.options.full ? st.scale.train.steps * st.scale.seeds : 0);
+         (st.options.full ? st.scale.train.steps * (trained > 0 ? trained : st.scale.design.cap)
+                          : 0);
 }
 
 void run_moe(Study& st) {
@@ -106,6 +168,7 @@ void run_moe(Study& st) {
   MoEResult out;
   out.capacity_factor = kCapacity;
   out.balancing_steps = balancing_settings(st).steps;
+  out.load_tolerance = kLoadTolerance;
   out.experts = c.moe.num_experts;
   out.top_k = c.moe.top_k;
   out.expert_d_ff = c.expert_d_ff();
@@ -118,6 +181,7 @@ void run_moe(Study& st) {
     double peak = 0;   // the largest share drawn: one y range for every panel
     std::string wide;  // one column per layer and expert: the figure's data
     std::string csv;   // every layer
+    LoadSeries load;   // the same shares, for when the load settles
   };
   std::vector<Tally> tallies(kSettings.size());
   std::vector<RunJob> jobs;
@@ -147,6 +211,8 @@ void run_moe(Study& st) {
       }
       if (log.step % every != 0 && log.step != 1) return;
       t.wide += std::to_string(log.step);
+      t.load.steps.push_back(log.step);
+      std::vector<double>& logged = t.load.shares.emplace_back();
       for (int l = 0; l < lm.config().layers; ++l) {
         const FFNStats fs = lm.ffn(l).stats();
         std::int64_t total = 0;
@@ -156,6 +222,7 @@ void run_moe(Study& st) {
           t.csv += fmt::format("{},{},{},{},{:.5f}\n", name, log.step, l, e, share);
           t.wide += fmt::format(",{:.5f}", share);
           t.peak = std::max(t.peak, share);
+          logged.push_back(share);
         }
       }
       t.wide += "\n";
@@ -172,7 +239,8 @@ void run_moe(Study& st) {
     csv += t.csv;
     const double n = static_cast<double>(std::max<std::int64_t>(1, t.tail));
     out.settings.push_back({s.name, s.what, runs[i].val_bits_per_byte, t.cv / n, t.max_mean / n,
-                            t.dropped / n, t.entropy / n, runs[i].median_tokens_per_second});
+                            t.dropped / n, t.entropy / n, runs[i].median_tokens_per_second,
+                            t.load});
   }
   st.write("moe_load.csv", csv);
 
@@ -208,7 +276,9 @@ void run_moe(Study& st) {
 
 json moe_json(const Results& res) {
   return json_if(res.moe, [](const MoEResult& m) {
-    json out{{"capacity_factor", m.capacity_factor}, {"balancing_steps", m.balancing_steps}};
+    json out{{"capacity_factor", m.capacity_factor},
+             {"balancing_steps", m.balancing_steps},
+             {"load_settled_tolerance", m.load_tolerance}};
     if (m.without_z_outcome) {
       const VariantOutcome& o = *m.without_z_outcome;
       out["z_loss_ablation"] = {
@@ -232,14 +302,17 @@ json moe_json(const Results& res) {
       }
       out["specialisation"].push_back(std::move(l));
     }
-    for (const MoESetting& s : m.settings)
+    for (const MoESetting& s : m.settings) {
+      const auto settled = s.load.settled_step(m.balancing_steps, m.load_tolerance);
       out["settings"][s.name] = {{"description", s.description},
                                  {"val_bits_per_byte", s.val_bits_per_byte},
                                  {"load_cv", s.load_cv},
                                  {"max_over_mean", s.max_over_mean},
                                  {"dropped_fraction", s.dropped_fraction},
                                  {"router_entropy", s.router_entropy},
-                                 {"tokens_per_second", s.tokens_per_second}};
+                                 {"tokens_per_second", s.tokens_per_second},
+                                 {"load_settled_step", settled ? json(*settled) : json(nullptr)}};
+    }
     return out;
   });
 }
@@ -255,7 +328,7 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
                     thousands(static_cast<std::int64_t>(s.tokens_per_second))});
   std::string md = fmt::format(
       "The study's MoE LM ({} experts of width {}, top-{}, softmax router) trained on seed 1 "
-      "for {} steps (half the study's: the load settles long before) with capacity factor {} (an "
+      "for {} steps (half the study's) with capacity factor {} (an "
       "expert takes at most ⌈{}·k·T/E⌉ assignments per batch; the "
       "rest are dropped and their tokens pass through the residual only), three ways. Load "
       "statistics are means over layers and over the second half of training; entropy is the "
@@ -266,15 +339,15 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
   md += markdown_table({"balancing", "val bits/byte", "load CV", "max / mean", "dropped",
                         "router entropy", "tokens/s"},
                        rows, "lrrrrrr");
+  md += load_settled_markdown(m);
   if (!m.specialisation.empty()) md += specialisation_markdown(m.specialisation);
   if (!m.without_z_outcome && m.z_coef > 0)
     md += fmt::format(
         "\n**Router z-loss.** The study's MoE routers carry ST-MoE's z-loss, "
-        "{}·mean(logsumexp(logits)²), which keeps the router's logits small. Without it, some "
-        "initialisations of this MoE LM leave the early loss plateau about a hundred steps after "
-        "the others and end about 0.1 bits/byte behind them (docs/training.md has the "
-        "diagnosis). `--full` measures it as an ablation: the same MoE LM without the z-loss on "
-        "every seed, paired with these runs.\n",
+        "{}·mean(logsumexp(logits)²), which keeps the router's logits small. What it does to "
+        "this MoE LM's validation is not measured by this run: `ffnlab evolve --full` measures "
+        "it as an ablation, the same MoE LM without the z-loss on every seed, paired with these "
+        "runs.\n",
         m.z_coef);
   if (m.without_z_outcome) {
     const VariantOutcome& o = *m.without_z_outcome;
@@ -293,13 +366,10 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
     relu.resize(std::min(relu.size(), m.with_z_bits_per_byte.size()));
     md += fmt::format(
         "\n**Router z-loss (an ablation of the recipe).** The study's MoE routers carry ST-MoE's "
-        "z-loss, {}·mean(logsumexp(logits)²), which keeps the router's logits small. Without it, "
-        "some initialisations of this MoE LM leave the early loss plateau about a hundred steps "
-        "after the others and end about 0.1 bits/byte behind them, outside the dense variants' "
-        "spread (docs/training.md: one seed in five, and the diagnosis). This run measures it on "
-        "its "
-        "own seeds: the same MoE LM (equal total parameters, dropless) without the z-loss, every "
-        "seed, against {}'s runs with it:\n\n"
+        "z-loss, {}·mean(logsumexp(logits)²), which keeps the router's logits small. This run "
+        "measures what it does on its own seeds: the same MoE LM (equal total parameters, "
+        "dropless) without the z-loss, every seed, against {}'s runs with it, beside ReLU's "
+        "spread over the same seeds:\n\n"
         "| router z-loss | bits/byte per seed | mean | spread (max − min) |\n"
         "|---|---|---|---|\n"
         "| {} (the study's) | {} | {} | {} |\n| none | {} | {} | {} |\n"

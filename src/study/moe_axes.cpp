@@ -4,10 +4,10 @@
 // width, top-2, so a token costs ReLU's FFN FLOPs while the layer holds 4× its parameters; (c)
 // fine-grained with a shared expert (DeepSeekMoE): 16 experts of a quarter of ReLU's width, top-3,
 // and one shared expert of a quarter, the same active compute again. (c), the field's current
-// design, is the one the report headlines (kHeadlineMoE); (b) trains with --full only. Both train
-// the seeds (`--seeds`), paired with ReLU's first ones, in the training stage's pool
-// (moe_axes_jobs). Each against ReLU, paired by seed, with the training stage's rules; the figure
-// places every variant by parameters and by FLOPs per token.
+// design, is the one the report headlines (kHeadlineMoE); (b) trains with --full only. Both are
+// sequential comparisons against ReLU, trained in the training stage's pool (moe_axes_job) and
+// judged by its rules (comparison_outcome); the figure places every variant by parameters and by
+// FLOPs per token.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -91,50 +91,36 @@ FFNConfig headline_moe_ffn(std::int64_t d_model) {
 }
 
 std::int64_t moe_axes_steps(const Study& st) {
-  if (!st.has_variant("moe")) return 0;
-  std::int64_t runs = 0;
-  for (const Axis& a : trained_axes(st)) runs += seeds_of(st.scale, a.name);
-  return st.scale.train.steps * runs;
+  // At most: every configuration to the design's cap.
+  return st.scale.train.steps * st.scale.design.cap *
+         static_cast<std::int64_t>(moe_axes_labels(st).size());
 }
 
-std::vector<RunJob> moe_axes_jobs(const Study& st) {
-  std::vector<RunJob> jobs;
-  if (!st.has_variant("moe")) return jobs;
-  TrainConfig settings = st.scale.train;
-  settings.eval_every = 0;  // no periodic evaluations: the stage reads the final one
-  int most = 0;             // seeds of the axis with the most
-  for (const Axis& a : trained_axes(st)) most = std::max(most, seeds_of(st.scale, a.name));
-  for (int seed = 1; seed <= most; ++seed)
-    for (const Axis& a : trained_axes(st)) {
-      if (seed > seeds_of(st.scale, a.name)) continue;
-      RunJob job;
-      job.model = st.scale.model;
-      job.model.ffn = axis_ffn(a.name, st.scale.model.d_model);
-      job.seed = static_cast<std::uint64_t>(seed);
-      job.label = a.name;
-      job.settings = settings;
-      jobs.push_back(std::move(job));
-    }
-  return jobs;
+std::vector<std::string> moe_axes_labels(const Study& st) {
+  std::vector<std::string> labels;
+  if (st.has_variant("moe"))
+    for (const Axis& a : trained_axes(st)) labels.emplace_back(a.name);
+  return labels;
+}
+
+RunJob moe_axes_job(const Study& st, const std::string& label, int seed) {
+  RunJob job;
+  job.model = st.scale.model;
+  job.model.ffn = axis_ffn(label, st.scale.model.d_model);
+  job.seed = static_cast<std::uint64_t>(seed);
+  job.label = label;
+  job.settings = st.scale.train;
+  job.settings->eval_every = 0;  // no periodic evaluations: the stage reads the final one
+  return job;
 }
 
 void run_moe_axes(Study& st) {
   if (!st.has_variant("moe") || !st.results.training) return;
   const std::vector<Axis> axes = trained_axes(st);
-  st.stage(axes.size() == 1
-               ? fmt::format("MoE at equal active compute: {} seeds (trained with the training "
-                             "stage's runs)",
-                             seeds_of(st.scale, kFine.name))
-               : fmt::format("MoE at equal active compute: 2 configurations, {} seeds (trained "
-                             "with the training stage's runs)",
-                             seeds_of(st.scale, kCompute.name) == seeds_of(st.scale, kFine.name)
-                                 ? fmt::format("{}", seeds_of(st.scale, kFine.name))
-                                 : fmt::format("{} and {}", seeds_of(st.scale, kCompute.name),
-                                               seeds_of(st.scale, kFine.name))));
+  st.stage(fmt::format("MoE at equal active compute: {} (trained with the training stage's runs)",
+                       axes.size() == 1 ? "the fine-grained design" : "2 configurations"));
   const std::int64_t D = st.scale.model.d_model;
   const double margin = st.results.training->margin;
-  const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
-  const std::vector<double> relu_tps = per_seed(st, "relu", &RunRecord::median_tokens_per_second);
   MoEAxesResult out;
 
   MoEAxisRow r = axis_row(st, "relu", "dense ReLU, the reference", study_ffn("relu", D));
@@ -144,22 +130,14 @@ void run_moe_axes(Study& st) {
   r.outcome = *st.results.training->find("moe");
   out.rows.push_back(std::move(r));
 
-  const std::vector<RunRecord>& runs = st.axes_runs;
   std::vector<double> compute;
   for (const Axis& a : axes) {
     const FFNConfig ffn = axis_ffn(a.name, D);
-    std::vector<double> val, tps;  // seed 1 first: the runs are seed-major
-    for (const RunRecord& run : runs)
-      if (run.variant == a.name) {
-        val.push_back(run.val_bits_per_byte);
-        tps.push_back(run.median_tokens_per_second);
-      }
-    if (std::string_view(a.name) == kCompute.name) compute = val;
     MoEAxisRow row = axis_row(st, a.name, a.what, ffn);
-    row.outcome = paired_outcome(a.name, std::move(val), relu, margin);
+    row.outcome = comparison_outcome(st, a.name);
+    if (std::string_view(a.name) == kCompute.name) compute = row.outcome.val_bits_per_byte;
     row.outcome.d_ff = ffn.expert_d_ff();
     row.outcome.params = row.params;
-    set_throughput(row.outcome, tps, relu_tps);
     out.rows.push_back(std::move(row));
   }
   if (!compute.empty())
@@ -247,21 +225,22 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
       "total parameters and so a quarter of its active compute; here MoE is also trained at "
       "ReLU's active compute, fine-grained with a shared expert (DeepSeekMoE's design: 16 experts "
       "of a quarter of ReLU's width, top-3, and one shared expert of a quarter), the field's "
-      "current design and the comparison the report headlines, over {} seeds. {} "
-      "Same LM, recipe and rules as {} (paired difference to ReLU with its 95 % interval; "
-      "equivalence within ±{} bits/byte). FLOPs are the LM's forward FLOPs per token (attention "
+      "current design and the comparison the report headlines. {} "
+      "Same LM, recipe and rules as {} (paired seeds, the same sequential design: {} seeds "
+      "first, one more per round while undecided, up to {}; equivalence within ±{} "
+      "bits/byte). FLOPs are the LM's forward FLOPs per token (attention "
       "and head included), parameters the LM's; FFN active / total is one layer's. "
       "moe_pareto.png draws validation against both.\n\n",
-      sec.ref("training"), seeds_of(st.scale, kFine.name),
-      topk ? fmt::format("8 experts of half ReLU's width with top-2 (Mixtral's design) at the "
-                         "same compute trains {} seeds.",
-                         topk->outcome.val_bits_per_byte.size())
+      sec.ref("training"),
+      topk ? std::string("8 experts of half ReLU's width with top-2 (Mixtral's design) at the "
+                         "same compute trains too.")
            : "`--full` also trains 8 experts of half ReLU's width with top-2 (Mixtral's design) "
              "at the same compute.",
-      sec.ref("training"), st.results.training->margin);
+      sec.ref("training"), st.scale.design.first, st.scale.design.cap,
+      st.results.training->margin);
   md += markdown_table(
       {"FFN", "what", "LM parameters", "FFN active / total", "forward FLOPs/token", "val bits/byte",
-       "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)"},
+       "paired difference to ReLU [interval]", "verdict", "tokens/s (÷ ReLU's)"},
       rows, "llrrrrrlr");
   if (a.compute_vs_params) {
     const VariantOutcome& c = *a.compute_vs_params;

@@ -90,14 +90,22 @@ bool trains(const Study& st) {
   return st.has_variant("moe");
 }
 
-// The runs the stage trains itself: seed-major; in a seed the causal families, then the
-// masked ones with top-k. (Causal top-k is the moe_axes stage's headline MoE.)
-std::vector<std::pair<bool, const Family*>> own_runs() {
+// Whether the stage trains the masked objective: with --full (its 6 runs a seed would take
+// seeds from the sequential comparisons of the default run's budget).
+bool trains_masked(const Study& st) {
+  return st.options.full;
+}
+
+// The runs the stage trains itself: seed-major; in a seed the causal families, then (with
+// --full) the masked ones with top-k. (Causal top-k is the moe_axes stage's headline MoE.)
+std::vector<std::pair<bool, const Family*>> own_runs(const Study& st) {
   std::vector<std::pair<bool, const Family*>> out;
-  for (bool masked : {false, true})
+  for (bool masked : {false, true}) {
+    if (masked && !trains_masked(st)) continue;
     for (const Family& f : kFamilies)
       if (masked ? true : (f.causal && std::string_view(f.name) != "topk"))
         out.emplace_back(masked, &f);
+  }
   return out;
 }
 
@@ -231,13 +239,13 @@ std::string RoutingResult::distribution_csv() const {
 std::int64_t routing_steps(const Study& st) {
   if (!trains(st)) return 0;
   return st.scale.train.steps * st.scale.routing_seeds *
-         static_cast<std::int64_t>(own_runs().size());
+         static_cast<std::int64_t>(own_runs(st).size());
 }
 
 std::vector<RunJob> routing_jobs(Study& st) {
   std::vector<RunJob> jobs;
   if (!trains(st)) return jobs;
-  const auto runs = own_runs();
+  const auto runs = own_runs(st);
   st.routing_behaviour.assign(runs.size() * static_cast<std::size_t>(st.scale.routing_seeds), {});
   const std::int64_t D = st.scale.model.d_model, S = st.scale.train.seq;
   const int layers = st.scale.model.layers;
@@ -295,8 +303,9 @@ void run_routing(Study& st) {
       causal_topk.push_back(&r);
   out.reference_seeds = static_cast<int>(causal_topk.size());
 
-  const auto runs = own_runs();
+  const auto runs = own_runs(st);
   for (bool masked : {false, true}) {
+    if (masked && !trains_masked(st)) continue;
     // The runs of each family of this objective, seed 1 first, with their behaviour.
     auto runs_of = [&](std::string_view name) {
       std::vector<std::pair<const RunRecord*, RoutingBehaviour>> found;
@@ -358,7 +367,7 @@ void run_routing(Study& st) {
                                  (row.behaviour.experts_per_token - row.closed_experts_per_token) *
                                  per_expert;
       row.outcome = paired_outcome(row.name, std::move(val), ref_val, margin);
-      set_throughput(row.outcome, tps, ref_tps);
+      set_throughput(row.outcome, tps, ref_tps, row.name == "topk");
       if (row.name == "topk") row.outcome.verdict = Verdict::reference;
       out.rows.push_back(std::move(row));
     }
@@ -424,13 +433,15 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
       "and, by its config, its compute per token; the experts a token actually ran are measured "
       "and the FLOPs column and routing_families.png place each family by them. Families that "
       "decide per token train on the causal LM of {}, paired with the headline MoE's own runs; "
-      "all five, and top-k again, train on the masked objective (bidirectional attention, {} of "
-      "each sequence's bytes masked and predicted, RoPE, validation in bits per masked byte), "
+      "{} all five, and top-k again, train on the masked objective (bidirectional attention, {} "
+      "of each sequence's bytes masked and predicted, RoPE, validation in bits per masked byte), "
       "where expert choice and Soft MoE may run: they look at the whole sequence, and on a causal "
-      "LM they would read the future. Same recipe and rules as {} (the paired difference to "
-      "top-k with its 95 % interval; equivalence within ±{} bits). ",
+      "LM they would read the future. Same recipe as {}; each family against top-k by fixed "
+      "intervals (the paired difference with its 95 % interval; equivalence within ±{} bits). ",
       sec.ref("moe_axes"), head.moe.num_experts, head.expert_d_ff(), head.moe.top_k,
-      sec.ref("training"), percent(r.mask_fraction, 0), sec.ref("training"),
+      sec.ref("training"),
+      st.options.full ? "with `--full`," : "`ffnlab evolve --full` also trains (not this run)",
+      percent(r.mask_fraction, 0), sec.ref("training"),
       st.results.training ? st.results.training->margin : 0.0);
   md += r.seeds == 1
             ? "**Each family trained one seed** in this run (seed 1): there is no interval and "

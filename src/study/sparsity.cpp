@@ -1,9 +1,11 @@
 // Stage "sparsity": activation sparsity measured properly. Per layer: the fraction of exactly
 // zero and of near-zero hidden activations at initialisation and after training, dead units
-// (never non-zero on any census token), the per-unit activation frequency; and the activation
+// (never non-zero on any census token) and near-dead units (0 or near zero on every census
+// token: a smooth gate is never exactly 0), the per-unit activation frequency; and the activation
 // functions themselves: curves, derivatives and GELU's two approximations against the exact GELU.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -86,25 +88,27 @@ void run_sparsity(Study& st) {
 
   std::string freq_csv = "variant,layer,unit,frequency\n";
   std::string summary =
-      "variant,zero_init,zero_trained,near_zero_init,near_zero_trained,dead_trained\n";
+      "variant,zero_init,zero_trained,near_zero_init,near_zero_trained,dead_trained,"
+      "near_dead_trained\n";
   for (const auto& v : st.options.variants) {
     if (!st.census_init.count(v)) continue;
     const auto& init = st.census_init.at(v);
     const auto& trained = st.census_trained.at(v);
     std::vector<LayerSparsity> layers;
     double zi = 0, zt = 0, ni = 0, nt = 0;
-    std::int64_t dead = 0, units = 0;
+    std::int64_t dead = 0, near_dead = 0, units = 0;
     for (std::size_t l = 0; l < init.size(); ++l) {
       const UnitSparsity &a = init[l], &b = trained[l];
       layers.push_back({static_cast<std::int64_t>(l), a.zero_fraction(), b.zero_fraction(),
                         a.near_zero_fraction(), b.near_zero_fraction(),
-                        static_cast<std::int64_t>(b.nonzero.size()), a.dead_units(),
-                        b.dead_units()});
+                        static_cast<std::int64_t>(b.nonzero.size()), a.dead_units(), b.dead_units(),
+                        a.near_dead_units(), b.near_dead_units()});
       zi += a.zero_fraction();
       zt += b.zero_fraction();
       ni += a.near_zero_fraction();
       nt += b.near_zero_fraction();
       dead += b.dead_units();
+      near_dead += b.near_dead_units();
       units += static_cast<std::int64_t>(b.nonzero.size());
     }
     // Per-unit frequency after training, every layer (the figure's histogram).
@@ -114,8 +118,10 @@ void run_sparsity(Study& st) {
         freq_csv += fmt::format("{},{},{},{:.6f}\n", v, l, u, f[u]);
     }
     const double L = static_cast<double>(init.size());
-    summary += fmt::format("{},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f}\n", v, zi / L, zt / L, ni / L,
-                           nt / L, units ? static_cast<double>(dead) / units : 0.0);
+    const double U = static_cast<double>(std::max<std::int64_t>(1, units));
+    summary +=
+        fmt::format("{},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f}\n", v, zi / L, zt / L, ni / L,
+                    nt / L, static_cast<double>(dead) / U, static_cast<double>(near_dead) / U);
     r.variants.emplace_back(v, std::move(layers));
   }
   st.write("unit_frequency.csv", freq_csv);
@@ -143,7 +149,9 @@ json sparsity_json(const Results& res) {
                                       {"near_zero_fraction_trained", l.near_zero_trained},
                                       {"units", l.units},
                                       {"dead_units_init", l.dead_init},
-                                      {"dead_units_trained", l.dead_trained}});
+                                      {"dead_units_trained", l.dead_trained},
+                                      {"near_dead_units_init", l.near_dead_init},
+                                      {"near_dead_units_trained", l.near_dead_trained}});
     return out;
   });
 }
@@ -151,29 +159,34 @@ json sparsity_json(const Results& res) {
 std::string sparsity_markdown(const Study& st, const Sections& sec) {
   if (!st.results.sparsity) return "";
   const SparsityResult& r = *st.results.sparsity;
+  auto of_units = [](std::int64_t n, std::int64_t units) {  // "3 of 512 (0.6 %)"
+    return fmt::format("{} of {} ({})", n, units,
+                       percent(static_cast<double>(n) / static_cast<double>(units)));
+  };
   std::vector<std::vector<std::string>> rows;
   for (const auto& [v, layers] : r.variants)
     for (const LayerSparsity& l : layers)
       rows.push_back({v, std::to_string(l.layer), percent(l.zero_init), percent(l.zero_trained),
                       percent(l.near_zero_init), percent(l.near_zero_trained),
-                      fmt::format("{} of {} ({})", l.dead_trained, l.units,
-                                  percent(static_cast<double>(l.dead_trained) /
-                                          static_cast<double>(l.units)))});
+                      of_units(l.dead_trained, l.units), of_units(l.near_dead_trained, l.units)});
   std::string md = fmt::format(
       "The hidden activations h (what enters the down projection) of each layer of seed 1's "
       "model, over the first {} validation tokens, at initialisation and after training. "
       "**zero**: exactly 0. **near zero**: |h| < {}·rms(h) of that layer and batch. **Dead "
       "units**: hidden units that are 0 on every census token after training (for moe, each "
       "expert's units over the tokens routed to that expert; an expert that no census token "
-      "reaches has all its units dead). These are "
+      "reaches has all its units dead). **Near-dead units**: hidden units that are 0 or near "
+      "zero (|h| < {}·rms(h)) on every census token after training, the dead ones included. "
+      "These are "
       "different quantities: the tutorial's \"about 50 % dead neurons\" for ReLU is the zero "
       "fraction at initialisation; a unit that is zero for half the tokens is not dead. Only "
       "ReLU-gated hidden units (relu, reglu, and the ReLU experts of moe) can be exactly zero; "
-      "GELU, SiLU and sigmoid gates are almost never exactly zero.\n\n",
-      r.census_tokens, kNearZeroRelative);
+      "GELU, SiLU and sigmoid gates are almost never exactly zero, so they have no dead units "
+      "by definition, and near-dead is the count that compares them with ReLU.\n\n",
+      r.census_tokens, kNearZeroRelative, kNearZeroRelative);
   md += markdown_table({"variant", "layer", "zero at init", "zero trained", "near zero at init",
-                        "near zero trained", "dead units trained"},
-                       rows, "lrrrrrr");
+                        "near zero trained", "dead units trained", "near-dead units trained"},
+                       rows, "lrrrrrrr");
   md += fmt::format(
       "\nGELU's approximations against the exact x·Φ(x) (double precision, x in [−8, 8]): the "
       "tanh form (GPT-2's gelu_new) is off by at most {:.2e} (at x = {:.2f}); the sigmoid form "

@@ -54,19 +54,35 @@ json training_json(const Results& r);
 std::string training_markdown(const Study& st, const Sections& sec);
 // An interval as JSON: [low, high], or null where there is none (one seed).
 json interval_json(double low, double high);
-// A member of every run labelled `label`, seed 1 first (e.g. &RunRecord::val_bits_per_byte).
+// A member of every run labelled `label` (of the training or moe_axes stage), seed 1 first
+// (e.g. &RunRecord::val_bits_per_byte).
 std::vector<double> per_seed(const Study& st, std::string_view label, double RunRecord::*value);
 // Validation per seed against a reference's (the same seeds, in order): mean, spread, the
-// paired difference with its intervals, and the verdict by the study's rules (compare_paired).
+// paired difference with its intervals, and the verdict by the study's rules: the sequential
+// design's (compare_sequential) when `design` is given, else the fixed intervals
+// (compare_paired).
 VariantOutcome paired_outcome(std::string name, std::vector<double> values,
-                              const std::vector<double>& reference, double margin);
-// Throughput over seeds (each run's median tokens/s, seed 1 first): the mean, the median ratio
-// to ReLU's run of the same seed, the ratios' spread and the noise flag.
+                              const std::vector<double>& reference, double margin,
+                              const SequentialDesign* design = nullptr);
+// The outcome of a sequential comparison of the run (a variant of the training stage, or an
+// MoE of the moe_axes stage, against ReLU) at the seeds trained so far: paired_outcome by the
+// design, with narrow_by_chance (against the other comparisons' pooled spread) and
+// holds_for_all_comparisons, and the throughput.
+VariantOutcome comparison_outcome(const Study& st, const std::string& label);
+// The labels of the run's sequential comparisons, ReLU first.
+std::vector<std::string> comparison_labels(const Study& st);
+// Throughput over seeds (each run's median tokens/s, seed 1 first): the median, its ratio to
+// the reference's median, and the noise test: the spread of the ratios to the reference's run
+// of the same seed, or for the reference itself (`reference`) of its runs against their median.
 void set_throughput(VariantOutcome& outcome, const std::vector<double>& tokens_per_second,
-                    const std::vector<double>& relu_tokens_per_second);
-// "38,812 (0.96×)", or "38,812 (noisy: ratio to ReLU spread 14 %)".
+                    const std::vector<double>& reference_tokens_per_second,
+                    bool reference = false);
+// "38,812 (0.96×)", or "38,812 (noisy: spread 14 % over seeds)".
 std::string tokens_per_second_cell(const VariantOutcome& outcome);
-// The verdict, and for an inconclusive one about how many seeds would decide it.
+// A FLOP utilisation as a percentage, or "not measured" (NaN: not timed, or above 100 %).
+std::string utilisation_cell(double utilisation);
+// The verdict: for a sequential comparison with the seeds it was decided at (or "inconclusive
+// at the cap"), for an inconclusive fixed one about how many seeds would decide it.
 std::string verdict_cell(const VariantOutcome& outcome);
 // "+0.0123 [−0.0100, +0.0346]", or without the interval for one seed.
 std::string difference_cell(const VariantOutcome& outcome);
@@ -93,8 +109,11 @@ std::string literature_markdown(const Study& st, const Sections& sec);
 
 // moe_axes.cpp: MoE at equal parameters and at equal compute
 std::int64_t moe_axes_steps(const Study& st);
-// The stage's LM runs, seed-major: the training stage trains them in its pool (Study::axes_runs).
-std::vector<RunJob> moe_axes_jobs(const Study& st);
+// The configurations of the stage's LM runs (kHeadlineMoE, and moe_compute with --full; none
+// without moe), and the run of one for a seed: the training stage trains them in its pool, as
+// sequential comparisons against ReLU (Study::axes_runs).
+std::vector<std::string> moe_axes_labels(const Study& st);
+RunJob moe_axes_job(const Study& st, const std::string& label, int seed);
 // The headline MoE's FFN (kHeadlineMoE: 16 experts of a quarter of ReLU's width, top-3, one
 // shared expert of a quarter) in the study's LM of width d_model.
 FFNConfig headline_moe_ffn(std::int64_t d_model);

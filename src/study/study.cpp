@@ -55,15 +55,16 @@ Scale make_scale(const Options& o) {
   s.eval_tokens = o.quick ? 2048 : 16384;
   s.train.eval_tokens = s.eval_tokens;
   s.census_tokens = o.quick ? 2048 : 65536;
-  s.seeds = o.seeds > 0 ? o.seeds : (o.quick ? 2 : 3);
-  // ReLU and SwiGLU get more seeds: SwiGLU against ReLU has a paired spread of about 0.02
-  // bits/byte (the standard deviation behind the default run's 4-seed interval in
-  // docs/evolve.md), so 3 seeds leave a difference under about 0.05 inconclusive; 4 decide
-  // 0.04. MoE at equal compute, the other headline comparison, has a paired spread of about
-  // 0.008 (its 5-seed interval there): 3 decide it.
-  s.headline_seeds = std::max(s.seeds, o.headline_seeds > 0 ? o.headline_seeds : (o.quick ? 3 : 4));
-  // One seed of each routing family by default: they add 9 runs a seed (3 causal, 6 masked),
-  // about 9 minutes on 2 cores; --full trains the study's seeds.
+  // The sequential design of the comparisons against ReLU: 3 paired seeds, then one more per
+  // round while a comparison is undecided, up to 6. Paired differences to ReLU spread by
+  // 0.015–0.03 bits/byte between seeds (docs/evolve.md); at 6 seeds the design decides a
+  // difference of about 2.6 paired standard deviations over √6 (its last bound on |t| is 2.97):
+  // 0.03 at a spread of 0.025. The cap keeps the default run near 45 minutes on 2 cores.
+  s.design.first = o.seeds > 0 ? o.seeds : (o.quick ? 2 : 3);
+  s.design.cap = std::max(s.design.first, o.max_seeds > 0 ? o.max_seeds : (o.quick ? 3 : 6));
+  s.seeds = s.design.first;
+  // One seed of each routing family by default: they add 3 runs a seed on the causal LM (and 6
+  // more on the masked objective, with --full); --full trains the study's seeds.
   s.routing_seeds = o.routing_seeds > 0 ? o.routing_seeds : (o.full ? s.seeds : 1);
   s.toy_seeds = o.quick ? 2 : 5;
   s.toy_iterations = o.quick ? 20 : 100;
@@ -71,14 +72,6 @@ Scale make_scale(const Options& o) {
   s.speed_tokens = o.quick ? 64 : 2048;
   s.sweep_ratios = {1, 2, 4, 8};
   return s;
-}
-
-bool is_headline(std::string_view label) {
-  return label == "relu" || label == "swiglu";
-}
-
-int seeds_of(const Scale& s, std::string_view label) {
-  return is_headline(label) ? s.headline_seeds : s.seeds;
 }
 
 bool Study::has_variant(std::string_view v) const {
@@ -132,8 +125,8 @@ FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
 
 namespace {
 
-// Seconds a run spends timing the bare products of its shapes before it trains.
-constexpr double kBareProductsSeconds = 0.1;
+// Seconds spent timing the bare products of a configuration's shapes.
+constexpr double kBareProductsSeconds = 0.2;
 
 // Thrown inside a run that stopped because another one failed; never leaves train_runs.
 struct Abandoned {};
@@ -150,10 +143,6 @@ RunRecord train_one(const Study& st, const RunJob& job,
   TransformerLM lm(job.model, job.seed);
   r.params = lm.parameters().count();
   Trainer trainer(lm, st.corpus, tc);
-  // The yardstick of the run's FLOP utilisation, on the thread (and alongside the runs) it
-  // trains with.
-  const ModelProducts bare =
-      measure_model_products(job.model, tc.batch, tc.seq, tc.precision, kBareProductsSeconds);
   if (job.hooks.on_start) job.hooks.on_start(lm);
   trainer.run(
       [&](const StepLog& s) {
@@ -170,9 +159,11 @@ RunRecord train_one(const Study& st, const RunJob& job,
   std::vector<double> tps;
   for (const auto& s : r.steps) tps.push_back(s.tokens_per_second);
   r.median_tokens_per_second = tps.empty() ? 0 : median(tps);
-  r.bare_products_gflops = bare.gflops();
-  r.matrix_gflops =
-      bare.flops / static_cast<double>(tc.batch * tc.seq) * r.median_tokens_per_second / 1e9;
+  if (const auto bare = st.bare_products.find(job.label); bare != st.bare_products.end()) {
+    r.bare_products_gflops = bare->second.gflops();
+    r.matrix_gflops = bare->second.flops / static_cast<double>(tc.batch * tc.seq) *
+                      r.median_tokens_per_second / 1e9;
+  }
   return r;
 }
 
@@ -181,6 +172,26 @@ RunRecord train_one(const Study& st, const RunJob& job,
 std::vector<RunRecord> train_runs(Study& st, std::vector<RunJob> jobs) {
   std::vector<RunRecord> records(jobs.size());
   if (jobs.empty()) return records;
+  // The yardstick of FLOP utilisation, for each configuration not yet timed: its bare products
+  // on one thread (as each run trains), before any run of the pool starts.
+  for (const RunJob& job : jobs) {
+    if (st.bare_products.contains(job.label)) continue;
+    check_stop();
+    const TrainConfig tc = job.settings ? *job.settings : st.scale.train;
+    ModelProducts bare;
+    std::exception_ptr error;
+    std::thread([&] {
+      omp_set_num_threads(1);
+      try {
+        bare = measure_model_products(job.model, tc.batch, tc.seq, tc.precision,
+                                      kBareProductsSeconds);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }).join();
+    if (error) std::rethrow_exception(error);
+    st.bare_products[job.label] = bare;
+  }
   // What the runs tell this thread: a step of job `job` done, or the job finished.
   struct Event {
     std::size_t job;
@@ -321,6 +332,12 @@ json to_json(const Results& r) {
                     {"isa", r.machine.isa},
                     {"bf16", r.machine.bf16},
                     {"processors", r.machine.processors}};
+  // The build: per-seed numbers move with it (float rounding), verdicts must not.
+#ifdef FFNLAB_MARCH_NATIVE
+  out["build"] = {{"march_native", true}};
+#else
+  out["build"] = {{"march_native", false}};
+#endif
   out["threads"] = r.threads;
   out["quick"] = r.quick;
   out["full"] = r.full;
@@ -345,7 +362,7 @@ std::string report_header(const Study& st) {
       "the measured times vary (the speeds of {} and the tokens/s of {}).\n\n",
       o.command, fmt::format("{}{}", o.quick ? " --quick" : "", o.full ? " --full" : ""),
       fmt::format("{}{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
-                  o.headline_seeds ? fmt::format(" --headline-seeds {}", o.headline_seeds) : "",
+                  o.max_seeds ? fmt::format(" --max-seeds {}", o.max_seeds) : "",
                   o.routing_seeds ? fmt::format(" --routing-seeds {}", o.routing_seeds) : ""),
       o.steps ? fmt::format(" --steps {}", o.steps) : "", elapsed(st.results.seconds),
       st.results.threads, st.results.machine.describe(), sec.ref("speed"), sec.ref("training"));
@@ -382,9 +399,13 @@ void check_options(const Options& o) {
   }
   if (o.seeds < 0 || o.seeds > 1000)
     throw Error(fmt::format("[evolve] seeds = {} must be in [1, 1000] (0: the default)", o.seeds));
-  if (o.headline_seeds < 0 || o.headline_seeds > 1000)
-    throw Error(fmt::format("[evolve] headline seeds = {} must be in [1, 1000] (0: the default)",
-                            o.headline_seeds));
+  if (o.max_seeds < 0 || o.max_seeds > 1000)
+    throw Error(
+        fmt::format("[evolve] max seeds = {} must be in [1, 1000] (0: the default)", o.max_seeds));
+  if (o.max_seeds > 0 && o.seeds > o.max_seeds)
+    throw Error(fmt::format("[evolve] seeds = {} must not exceed max seeds = {}: the first look "
+                            "comes before the cap",
+                            o.seeds, o.max_seeds));
   if (o.routing_seeds < 0 || o.routing_seeds > 1000)
     throw Error(fmt::format("[evolve] routing seeds = {} must be in [1, 1000] (0: the default)",
                             o.routing_seeds));
@@ -436,10 +457,11 @@ Results run_study(const Options& options, Observer& observer) {
 
   for (const Stage& s : stages()) st.planned_steps += s.planned_steps(st);
   observer.begin(st.planned_steps,
-                 fmt::format("{} variants, {} seeds ({} for ReLU and SwiGLU) × {} steps ({} "
-                             "training steps in all), into {}",
-                             st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds,
-                             st.scale.train.steps, st.planned_steps, out.final_path()));
+                 fmt::format("{} variants, {} to {} seeds (more while a comparison is undecided) "
+                             "× {} steps (at most {} training steps in all), into {}",
+                             st.options.variants.size(), st.scale.design.first,
+                             st.scale.design.cap, st.scale.train.steps, st.planned_steps,
+                             out.final_path()));
   try {
     using clock = std::chrono::steady_clock;
     for (const Stage& s : stages()) {

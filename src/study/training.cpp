@@ -46,8 +46,9 @@ json interval_json(double low, double high) {
 
 std::vector<double> per_seed(const Study& st, std::string_view label, double RunRecord::*value) {
   std::vector<double> x;
-  for (const auto& r : st.runs)
-    if (r.variant == label) x.push_back(r.*value);
+  for (const auto* runs : {&st.runs, &st.axes_runs})
+    for (const auto& r : *runs)
+      if (r.variant == label) x.push_back(r.*value);
   return x;
 }
 
@@ -163,7 +164,8 @@ std::string toy_markdown(const Study& st, const Sections&) {
 }
 
 VariantOutcome paired_outcome(std::string name, std::vector<double> values,
-                              const std::vector<double>& reference, double margin) {
+                              const std::vector<double>& reference, double margin,
+                              const SequentialDesign* design) {
   VariantOutcome o;
   o.variant = std::move(name);
   o.val_bits_per_byte = std::move(values);
@@ -174,11 +176,15 @@ VariantOutcome paired_outcome(std::string name, std::vector<double> values,
   o.std = sample_std(o.val_bits_per_byte);
   o.diff_mean = mean(diff);
   o.diff_std = sample_std(diff);
-  const PairedComparison c = compare_paired(diff, margin);
+  const PairedComparison c =
+      design ? compare_sequential(diff, margin, *design) : compare_paired(diff, margin);
   o.diff_low = c.ci95.low;
   o.diff_high = c.ci95.high;
   o.diff_low90 = c.ci90.low;
   o.diff_high90 = c.ci90.high;
+  o.level = c.ci95.level;
+  o.equivalence_level = c.ci90.level;
+  if (design) o.sequential_seeds = static_cast<int>(diff.size());
   switch (c.verdict) {
     case Comparison::better:
       o.verdict = Verdict::better;
@@ -191,7 +197,8 @@ VariantOutcome paired_outcome(std::string name, std::vector<double> values,
       break;
     case Comparison::inconclusive:
       o.verdict = Verdict::inconclusive;
-      o.seeds_to_decide = values_to_decide(diff, margin);
+      o.seeds_to_decide =
+          design ? values_to_decide(diff, margin, *design) : values_to_decide(diff, margin);
       break;
     case Comparison::one_value:
       o.verdict = Verdict::one_seed;
@@ -201,32 +208,56 @@ VariantOutcome paired_outcome(std::string name, std::vector<double> values,
 }
 
 void set_throughput(VariantOutcome& o, const std::vector<double>& tokens_per_second,
-                    const std::vector<double>& relu_tokens_per_second) {
+                    const std::vector<double>& reference_tokens_per_second, bool reference) {
   if (tokens_per_second.empty()) return;
-  o.tokens_per_second = mean(tokens_per_second);
+  o.tokens_per_second = median(tokens_per_second);
+  const double reference_median = median(reference_tokens_per_second);
+  // The ratio to the reference run of the same seed, per seed; for the reference itself, its
+  // runs against their median (the same noise test).
   std::vector<double> ratio;
-  for (std::size_t i = 0; i < tokens_per_second.size() && i < relu_tokens_per_second.size(); ++i)
-    if (relu_tokens_per_second[i] > 0)
-      ratio.push_back(tokens_per_second[i] / relu_tokens_per_second[i]);
-  if (ratio.empty()) return;
+  for (std::size_t i = 0; i < tokens_per_second.size(); ++i) {
+    const double base = reference ? reference_median
+                        : i < reference_tokens_per_second.size()
+                            ? reference_tokens_per_second[i]
+                            : 0.0;
+    if (base > 0) ratio.push_back(tokens_per_second[i] / base);
+  }
+  if (ratio.empty() || !(reference_median > 0)) return;
+  o.tokens_per_second_over_relu = reference ? 1.0 : o.tokens_per_second / reference_median;
   const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
-  o.tokens_per_second_over_relu = median(ratio);
-  o.tokens_per_second_spread =
-      o.tokens_per_second_over_relu > 0 ? (*hi - *lo) / o.tokens_per_second_over_relu : 0.0;
+  const double mid = median(ratio);
+  o.tokens_per_second_spread = mid > 0 ? (*hi - *lo) / mid : 0.0;
   o.tokens_per_second_noisy = o.tokens_per_second_spread > kMaxSpread;
+  if (!reference) {
+    o.tokens_per_second_ratio_low = *lo;
+    o.tokens_per_second_ratio_high = *hi;
+  }
 }
 
 std::string tokens_per_second_cell(const VariantOutcome& o) {
   const std::string n = thousands(static_cast<std::int64_t>(o.tokens_per_second));
   if (o.tokens_per_second_noisy)
-    return fmt::format("{} (noisy: ratio to ReLU spread {})", n,
+    return fmt::format("{} (noisy: spread {} over seeds)", n,
                        percent(o.tokens_per_second_spread, 0));
   return fmt::format("{} ({:.2f}×)", n, o.tokens_per_second_over_relu);
 }
 
+std::string utilisation_cell(double utilisation) {
+  return std::isnan(utilisation) ? "not measured" : percent(utilisation);
+}
+
 std::string verdict_cell(const VariantOutcome& o) {
-  if (o.verdict != Verdict::inconclusive || o.seeds_to_decide == 0)
-    return std::string(verdict_text(o.verdict));
+  std::string cell(verdict_text(o.verdict));
+  if (o.sequential_seeds > 0 && o.verdict != Verdict::reference) {
+    if (o.verdict == Verdict::inconclusive)
+      cell = fmt::format("inconclusive at the cap of {} seeds", o.sequential_seeds);
+    else
+      cell += fmt::format(" (decided at {} seeds{})", o.sequential_seeds,
+                          o.holds_for_all_comparisons ? "" : "; not across all comparisons");
+    if (o.narrow_by_chance) cell += "; narrow by chance";
+    return cell;
+  }
+  if (o.verdict != Verdict::inconclusive || o.seeds_to_decide == 0) return cell;
   if (o.seeds_to_decide > 1000) return "inconclusive (the spread hides any difference)";
   return fmt::format("inconclusive (about {} seeds would decide it)", o.seeds_to_decide);
 }
@@ -237,92 +268,217 @@ std::string difference_cell(const VariantOutcome& o) {
 }
 
 std::int64_t training_steps(const Study& st) {
-  std::int64_t runs = 0;
-  for (const auto& v : st.options.variants) runs += seeds_of(st.scale, v);
-  return st.scale.train.steps * runs;
+  // At most: every variant to the design's cap (the plan shrinks as comparisons are decided).
+  return st.scale.train.steps * st.scale.design.cap *
+         static_cast<std::int64_t>(st.options.variants.size());
 }
 
-void run_training(Study& st) {
-  st.stage(fmt::format(
-      "training {} variants × {} seeds ({} for relu and swiglu), {} steps each{}",
-      st.options.variants.size(), st.scale.seeds, st.scale.headline_seeds, st.scale.train.steps,
-      st.has_variant("moe") ? ", with the runs of MoE at equal compute and the routing families"
-                            : ""));
-  std::vector<RunJob> jobs;
-  for (const auto& v : st.options.variants) {  // (the hooks below fill existing entries only)
-    st.census_init[v];
-    st.census_trained[v];
+std::vector<std::string> comparison_labels(const Study& st) {
+  std::vector<std::string> labels{"relu"};
+  for (const auto& v : st.options.variants)
+    if (v != "relu") labels.push_back(v);
+  for (const auto& a : moe_axes_labels(st)) labels.push_back(a);
+  return labels;
+}
+
+namespace {
+
+bool is_axes_label(const Study& st, const std::string& label) {
+  const auto axes = moe_axes_labels(st);
+  return std::find(axes.begin(), axes.end(), label) != axes.end();
+}
+
+// The paired differences to ReLU of a comparison, at the seeds both have.
+std::vector<double> differences(const Study& st, const std::string& label) {
+  const std::vector<double> v = per_seed(st, label, &RunRecord::val_bits_per_byte);
+  const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
+  std::vector<double> d;
+  for (std::size_t i = 0; i < v.size() && i < relu.size(); ++i) d.push_back(v[i] - relu[i]);
+  return d;
+}
+
+// The paired spread of the run's comparisons but `label`, pooled (the sample variances
+// weighted by their degrees of freedom); 0 when there is none.
+double pooled_spread(const Study& st, const std::string& except) {
+  double squares = 0, dof = 0;
+  for (const std::string& l : comparison_labels(st)) {
+    if (l == "relu" || l == except) continue;
+    const std::vector<double> d = differences(st, l);
+    if (d.size() < 2) continue;
+    const double s = sample_std(d);
+    squares += s * s * static_cast<double>(d.size() - 1);
+    dof += static_cast<double>(d.size() - 1);
   }
-  for (int seed = 1; seed <= st.scale.headline_seeds; ++seed)
-    for (const auto& v : st.options.variants) {
-      if (seed > seeds_of(st.scale, v)) continue;
-      RunJob job;
-      job.model = st.scale.model;
-      job.model.ffn = study_ffn(v, job.model.d_model);
-      job.seed = static_cast<std::uint64_t>(seed);
-      job.label = v;
-      // Seed 1 of each variant also takes the activation census, before and after training.
-      if (seed == 1) {
-        auto& init = st.census_init[v];
-        auto& trained = st.census_trained[v];
-        job.hooks.on_start = [&st, &init](TransformerLM& lm) { init = census(st, lm); };
-        job.hooks.on_end = [&st, &trained, moe = v == "moe"](TransformerLM& lm) {
-          trained = census(st, lm);
-          if (moe) st.expert_classes = expert_census(st, lm);
-        };
-      }
-      jobs.push_back(std::move(job));
-    }
-  // One pool with the moe_axes and routing stages' runs, longest first (MoE at equal compute and
-  // the routing families, then the dense runs, the cheaper MoE at equal parameters last), so the
-  // two cores stay busy to the end. The order changes no run's numbers (train_runs), only when
-  // each starts.
-  const std::size_t own = jobs.size();
-  for (RunJob& j : moe_axes_jobs(st)) jobs.push_back(std::move(j));
-  const std::size_t axes_end = jobs.size();
-  for (RunJob& j : routing_jobs(st)) jobs.push_back(std::move(j));
+  return dof > 0 ? std::sqrt(squares / dof) : 0.0;
+}
+
+// The training stage's run of a variant for a seed; seed 1 also takes the activation census
+// before and after training (into entries made before the pool starts).
+RunJob variant_job(Study& st, const std::string& v, int seed) {
+  RunJob job;
+  job.model = st.scale.model;
+  job.model.ffn = study_ffn(v, job.model.d_model);
+  job.seed = static_cast<std::uint64_t>(seed);
+  job.label = v;
+  if (seed == 1) {
+    auto& init = st.census_init[v];
+    auto& trained = st.census_trained[v];
+    job.hooks.on_start = [&st, &init](TransformerLM& lm) { init = census(st, lm); };
+    job.hooks.on_end = [&st, &trained, moe = v == "moe"](TransformerLM& lm) {
+      trained = census(st, lm);
+      if (moe) st.expert_classes = expert_census(st, lm);
+    };
+  }
+  return job;
+}
+
+// Trains one round's runs in one pool, the longest first (MoE at equal compute and the routing
+// families, then the dense runs, the cheaper MoE at equal parameters last), so that the two
+// cores stay busy to the end. The order changes no run's numbers (train_runs), only when each
+// starts. Each record goes to its stage's list: the training stage's, the moe_axes stage's or
+// (`routing` of them, the last jobs) the routing stage's.
+void train_round(Study& st, std::vector<RunJob> jobs, std::size_t routing) {
+  const std::size_t own = jobs.size() - routing;
   std::vector<std::size_t> order;
-  for (std::size_t i = own; i < jobs.size(); ++i) order.push_back(i);
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    if (i >= own || is_axes_label(st, jobs[i].label)) order.push_back(i);
   for (int moe_last = 0; moe_last < 2; ++moe_last)
     for (std::size_t i = 0; i < own; ++i)
-      if ((jobs[i].model.ffn.kind == FFNKind::moe) == (moe_last == 1)) order.push_back(i);
+      if (!is_axes_label(st, jobs[i].label) &&
+          (jobs[i].model.ffn.kind == FFNKind::moe) == (moe_last == 1))
+        order.push_back(i);
   std::vector<RunJob> pool;
   for (std::size_t i : order) pool.push_back(std::move(jobs[i]));
   std::vector<RunRecord> trained = train_runs(st, std::move(pool));
   std::vector<RunRecord> records(order.size());
   for (std::size_t k = 0; k < order.size(); ++k) records[order[k]] = std::move(trained[k]);
   for (std::size_t i = 0; i < records.size(); ++i)
-    (i < own        ? st.runs
-     : i < axes_end ? st.axes_runs
-                    : st.routing_runs)
+    (i >= own                                 ? st.routing_runs
+     : is_axes_label(st, records[i].variant) ? st.axes_runs
+                                              : st.runs)
         .push_back(std::move(records[i]));
+}
 
-  // Per variant: validation over seeds, and the difference to ReLU paired by seed.
+}  // namespace
+
+VariantOutcome comparison_outcome(const Study& st, const std::string& label) {
+  const SequentialDesign& design = st.scale.design;
+  const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
+  VariantOutcome o = paired_outcome(label, per_seed(st, label, &RunRecord::val_bits_per_byte),
+                                    relu, st.options.margin, label == "relu" ? nullptr : &design);
+  if (label == "relu") {
+    o.verdict = Verdict::reference;
+    o.sequential_seeds = 0;
+  } else {
+    const std::vector<double> d = differences(st, label);
+    o.narrow_by_chance = narrow_by_chance(d, pooled_spread(st, label));
+    // The same look's intervals with the error shared over every comparison (Bonferroni).
+    SequentialDesign shared = design;
+    const auto comparisons = static_cast<double>(comparison_labels(st).size() - 1);
+    shared.alpha = design.alpha / std::max(1.0, comparisons);
+    const PairedComparison c = compare_sequential(d, st.options.margin, shared);
+    o.holds_for_all_comparisons =
+        (o.verdict == Verdict::better && c.verdict == Comparison::better) ||
+        (o.verdict == Verdict::worse && c.verdict == Comparison::worse) ||
+        (o.verdict == Verdict::equivalent && c.verdict == Comparison::equivalent);
+  }
+  set_throughput(o, per_seed(st, label, &RunRecord::median_tokens_per_second),
+                 per_seed(st, "relu", &RunRecord::median_tokens_per_second), label == "relu");
+  std::vector<double> utilisation;
+  for (const auto* runs : {&st.runs, &st.axes_runs})
+    for (const auto& r : *runs)
+      if (r.variant == label)
+        utilisation.push_back(flop_utilisation(r.matrix_gflops, r.bare_products_gflops));
+  // NaN (not measured) when any run's is: a median must not hide a disturbed timing.
+  o.flop_utilisation = utilisation.empty() ? NAN : median(utilisation);
+  for (double u : utilisation)
+    if (std::isnan(u)) o.flop_utilisation = NAN;
+  return o;
+}
+
+void run_training(Study& st) {
+  const SequentialDesign& design = st.scale.design;
+  st.stage(fmt::format(
+      "training {} variants{}, {} paired seeds each, then one more per round while a comparison "
+      "with ReLU is undecided (at most {}), {} steps a run",
+      st.options.variants.size(),
+      st.has_variant("moe") ? " and MoE at equal compute, with the routing families" : "",
+      design.first, design.cap, st.scale.train.steps));
+  for (const auto& v : st.options.variants) {  // (the hooks below fill existing entries only)
+    st.census_init[v];
+    st.census_trained[v];
+  }
+  const std::vector<std::string> labels = comparison_labels(st);
+  auto job_of = [&](const std::string& label, int seed) {
+    return is_axes_label(st, label) ? moe_axes_job(st, label, seed) : variant_job(st, label, seed);
+  };
+  // The first look's seeds of every comparison, with the routing families' runs.
+  std::vector<RunJob> jobs;
+  for (int seed = 1; seed <= design.first; ++seed)
+    for (const std::string& l : labels) jobs.push_back(job_of(l, seed));
+  std::vector<RunJob> routing = routing_jobs(st);
+  const std::size_t routing_count = routing.size();
+  for (RunJob& j : routing) jobs.push_back(std::move(j));
+  train_round(st, std::move(jobs), routing_count);
+
+  // Then a round per look: one more seed for each undecided comparison below the cap (and for
+  // ReLU, which every comparison pairs with).
+  for (;;) {
+    check_stop();
+    std::vector<std::string> pending;
+    std::int64_t planned_runs = 0;  // the runs still planned, at an upper bound on the spread
+    int relu_needs = 0;
+    std::string looked;
+    for (const std::string& l : labels) {
+      if (l == "relu") continue;
+      const VariantOutcome o = comparison_outcome(st, l);
+      const int n = o.sequential_seeds;
+      looked += fmt::format("{}{} {}", looked.empty() ? "" : ", ", l,
+                            o.verdict == Verdict::inconclusive ? "undecided"
+                                                               : std::string(verdict_text(o.verdict)));
+      if (o.verdict != Verdict::inconclusive || n >= design.cap) continue;
+      pending.push_back(l);
+      const int to = std::clamp(o.seeds_to_decide, n + 1, design.cap);
+      planned_runs += to - n;
+      relu_needs = std::max(relu_needs, to);
+    }
+    const int relu_has = static_cast<int>(per_seed(st, "relu", &RunRecord::val_bits_per_byte).size());
+    planned_runs += std::max(0, relu_needs - relu_has);
+    // The plan: the steps done, the stages after training, and the runs still planned.
+    std::int64_t after = 0;
+    for (const Stage& s : stages())
+      if (s.key != "training" && s.key != "moe_axes" && s.key != "routing")
+        after += s.planned_steps(st);
+    st.planned_steps = st.done_steps + after + planned_runs * st.scale.train.steps;
+    st.message(fmt::format("  look at {} seeds: {}", relu_has, looked));
+    if (pending.empty()) break;
+    jobs.clear();
+    int relu_to = relu_has;
+    for (const std::string& l : pending) {
+      const int next = static_cast<int>(differences(st, l).size()) + 1;
+      jobs.push_back(job_of(l, next));
+      relu_to = std::max(relu_to, next);
+    }
+    for (int seed = relu_has + 1; seed <= relu_to; ++seed) jobs.push_back(job_of("relu", seed));
+    train_round(st, std::move(jobs), 0);
+  }
+
   TrainingResult out;
   out.model = st.scale.model;
   out.train = st.scale.train;
-  out.seeds = st.scale.seeds;
-  out.headline_seeds = st.scale.headline_seeds;
+  out.design = design;
+  out.comparisons = static_cast<int>(labels.size()) - 1;
+  out.pooled_spread = pooled_spread(st, "");
   out.margin = st.options.margin;
   out.validation_bytes = static_cast<std::int64_t>(st.corpus.validation().size());
-  const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
-  const std::vector<double> relu_tps = per_seed(st, "relu", &RunRecord::median_tokens_per_second);
   for (const auto& v : st.options.variants) {
-    VariantOutcome o =
-        paired_outcome(v, per_seed(st, v, &RunRecord::val_bits_per_byte), relu, out.margin);
+    VariantOutcome o = comparison_outcome(st, v);
     for (const auto& r : st.runs)
       if (r.variant == v) {
         o.d_ff = r.d_ff;
         o.params = r.params;
         break;
       }
-    set_throughput(o, per_seed(st, v, &RunRecord::median_tokens_per_second), relu_tps);
-    std::vector<double> utilisation;
-    for (const auto& r : st.runs)
-      if (r.variant == v && r.bare_products_gflops > 0)
-        utilisation.push_back(r.matrix_gflops / r.bare_products_gflops);
-    o.flop_utilisation = utilisation.empty() ? 0.0 : median(utilisation);
-    if (v == "relu" || relu.empty()) o.verdict = Verdict::reference;
     out.variants.push_back(std::move(o));
   }
   st.results.training = std::move(out);
@@ -340,8 +496,13 @@ json training_json(const Results& res) {
                      {"seq", t.train.seq},
                      {"lr", t.train.optimizer.lr},
                      {"warmup", t.train.warmup},
-                     {"seeds", t.seeds},
-                     {"headline_seeds", t.headline_seeds},
+                     {"sequential",
+                      {{"first_seeds", t.design.first},
+                       {"max_seeds", t.design.cap},
+                       {"alpha", t.design.alpha},
+                       {"spending", "O'Brien-Fleming-type (Lan-DeMets)"},
+                       {"comparisons", t.comparisons},
+                       {"pooled_paired_spread", t.pooled_spread}}},
                      {"equivalence_margin", t.margin},
                      {"validation_bytes", t.validation_bytes}};
     for (const VariantOutcome& o : t.variants)
@@ -361,12 +522,19 @@ json training_json(const Results& res) {
                                                  ? json(nullptr)
                                                  : interval_json(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)},
+          {"seeds", o.val_bits_per_byte.size()},
+          {"interval_levels", o.verdict == Verdict::reference
+                                  ? json(nullptr)
+                                  : json::array({o.level, o.equivalence_level})},
+          {"holds_for_all_comparisons", o.holds_for_all_comparisons},
+          {"narrow_by_chance", o.narrow_by_chance},
           {"seeds_to_decide", o.seeds_to_decide},
           {"median_tokens_per_second", o.tokens_per_second},
           {"tokens_per_second_over_relu", o.tokens_per_second_over_relu},
           {"tokens_per_second_spread", o.tokens_per_second_spread},
           {"tokens_per_second_noisy", o.tokens_per_second_noisy},
-          {"model_flop_utilisation", o.flop_utilisation}};
+          {"model_flop_utilisation",
+           std::isnan(o.flop_utilisation) ? json(nullptr) : json(o.flop_utilisation)}};
     return out;
   });
 }
@@ -381,8 +549,7 @@ std::string training_markdown(const Study& st, const Sections& sec) {
     rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params), seeds,
                     fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
                     o.verdict == Verdict::reference ? "—" : difference_cell(o), verdict_cell(o),
-                    tokens_per_second_cell(o),
-                    o.flop_utilisation > 0 ? percent(o.flop_utilisation) : "—"});
+                    tokens_per_second_cell(o), utilisation_cell(o.flop_utilisation)});
   }
   std::string md = fmt::format(
       "### Language modelling on real text\n\n"
@@ -392,32 +559,52 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "steps of batch {} with "
       "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
       "bits per byte over "
-      "the whole validation part ({} bytes) after the last step. Every variant trains seeds 1 "
-      "to {} (MoE at equal compute too, {}); ReLU and SwiGLU, whose paired spread is the widest of "
-      "the headline comparisons, seeds 1 to {}. Seeds are "
-      "paired: seed s gives every variant the same batches and the same initial embedding, "
-      "attention and head (each matrix drawn from its own stream of the seed), so a variant is "
-      "compared with ReLU's runs of its own seeds. **Rules, fixed before the run:** the paired "
-      "difference to ReLU (variant − ReLU, per seed) is shown as its mean and its 95 % "
-      "confidence interval from Student's t with n − 1 degrees of freedom. A variant is better "
-      "(worse) than ReLU when that interval lies below (above) 0; equivalent when it is neither "
-      "and the 90 % interval lies within ±{} bits/byte (the equivalence margin: two one-sided "
-      "tests at 5 %); otherwise inconclusive: these seeds cannot tell (with about how many seeds "
-      "would decide it if the mean and spread stayed as seen: a planning figure, not a "
-      "promise). Not measurably worse is never read as as good.\n\n",
+      "the whole validation part ({} bytes) after the last step. Seeds are paired: seed s gives "
+      "every variant the same batches and the same initial embedding, attention and head (each "
+      "matrix drawn from its own stream of the seed), so a variant is compared with ReLU's runs "
+      "of its own seeds, by the paired difference (variant − ReLU, per seed).\n\n"
+      "**How many seeds, and when a comparison is decided (fixed before the run).** Each "
+      "comparison with ReLU (here and MoE at equal compute, {}) trains {} seeds, then looks: if "
+      "it is not decided, it trains one more seed (and ReLU too, when it has fewer) and looks "
+      "again, until it is decided or reaches {} seeds, the cap. A comparison is decided when "
+      "its interval lies below 0 (better than ReLU), above 0 (worse), or, for equivalence, "
+      "within ±{} bits/byte. Looking again after every seed gives chance more tries to produce "
+      "a difference, so each look uses a wider interval than a one-off 95 % interval would: the "
+      "intervals are set so that, over all the looks together, a comparison of two equal "
+      "variants is called better or worse at most 5 % of the time, and equivalence wrongly at "
+      "most 5 % of the time per side. The early looks, with few seeds, are the strictest (an "
+      "O'Brien–Fleming-type error spending, Lan & DeMets 1983, over the fraction of the cap "
+      "trained; repeated confidence intervals, Jennison & Turnbull 2000; the bounds on Student's "
+      "t for these few seeds computed by simulation: docs/evolve.md). This table's interval is "
+      "the one of each comparison's last look; the verdict says at how many seeds it was "
+      "decided. A comparison still undecided at the cap says so. Seeds thus go where the "
+      "decision is close: a large difference is decided at the first looks, a close one takes "
+      "more. The run makes {} such comparisons; a verdict marked \"not across all comparisons\" "
+      "holds at 5 % for itself but not when the 5 % is shared among all {} (Bonferroni), so one "
+      "of them may be wrong by chance. \"Narrow by chance\" marks a comparison whose seeds agree "
+      "far more closely than the run's other comparisons do (pooled paired spread {}: a chance "
+      "below 5 % for that spread): its interval is narrower than its precision. Not measurably "
+      "worse is never read as as good.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
       t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
-      t.seeds, sec.ref("moe_axes"), t.headline_seeds, t.margin);
+      sec.ref("moe_axes"), t.design.first, t.design.cap, t.margin, t.comparisons, t.comparisons,
+      fixed(t.pooled_spread, 4));
   md += markdown_table(
       {"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
-       "paired difference to ReLU [95 % CI]", "verdict", "tokens/s (÷ ReLU's)", "FLOP utilisation"},
+       "paired difference to ReLU [interval of the last look]", "verdict",
+       "tokens/s (÷ ReLU's)", "FLOP utilisation"},
       rows, "lrrrrrlrr");
   md += fmt::format(
       "\nFLOP utilisation: the matrix work of a run's median step per second over the rate of "
       "the bare products of its own shapes (every weight product and attention's score "
-      "products, forward and backward), timed at the run's start on its thread while the other "
-      "runs trained; the median over seeds. A whole step cannot outrun its own products, so a "
-      "value above 100 % means the short start-up timing was disturbed.\n"
+      "products, forward and backward), timed on one thread before the first runs started, "
+      "with nothing beside them; the median over seeds. The runs train two at a time, so they "
+      "share the machine and this is a lower bound on what a run alone reaches. A whole step "
+      "cannot outrun its own products: a value above 100 % would mean a disturbed timing and is "
+      "shown as \"not measured\". Tokens/s: the median over seeds of each run's median, and "
+      "its ratio to ReLU's row; \"noisy\" when the ratio to ReLU's run of the same seed (for "
+      "ReLU: its runs against their median) spreads by more than 10 % over seeds, and then no "
+      "rule reads it.\n"
       "\ntraining_dynamics.png draws the runs over training: validation at the periodic "
       "evaluations (on the first {} bytes of the validation part, so its last values differ "
       "from this table's), the training loss and the gradient norm, each the mean over seeds "

@@ -60,6 +60,12 @@ TEST_F(Cli, ZooListsRealModelsWithSourcesAndCosts) {
       EXPECT_EQ(m.at("params_per_layer"), 64LL * 2 * 8192 * 32768 + 8192LL * 64);
       EXPECT_EQ(m.at("active_params_per_layer"), 2LL * 2 * 8192 * 32768 + 8192LL * 64);
     }
+    if (m.at("model") == "Switch-Base-128") {  // its config.json: 128 ReLU experts 768 -> 3072
+      EXPECT_EQ(m.at("params_per_layer"), 128LL * 2 * 768 * 3072 + 768LL * 128);
+      EXPECT_EQ(m.at("active_params_per_layer"), 2LL * 768 * 3072 + 768LL * 128);
+      EXPECT_NE(m.at("source").get<std::string>().find("d_ff 3072, dense_act_fn relu"),
+                std::string::npos);
+    }
     if (m.at("model") == "LLaMA-2 7B") {  // SwiGLU 4096 -> 11008, no bias: 3·4096·11008
       EXPECT_EQ(m.at("params_per_layer"), 3LL * 4096 * 11008);
     }

@@ -39,6 +39,28 @@ TEST(Sparsity, CountsZerosNearZerosAndDeadUnitsSeparately) {
   EXPECT_THROW(add_hidden(s, Tensor({2, 4})), Error);  // another width
 }
 
+TEST(Sparsity, NearDeadUnitsAreThoseNearZeroOnEveryRow) {
+  // A smooth gate is never exactly 0, so it has no dead units by definition; near-dead counts
+  // the units within |h| < kNearZeroRelative·rms on every row. rms here is about 1.22, so the
+  // band is |h| < 1.22e-3. Unit 0 is tiny but non-zero on every row (near-dead, not dead);
+  // unit 1 is tiny on one row and large on the other (live); unit 2 is exactly 0 (dead, and so
+  // near-dead); unit 3 is large (live).
+  const Tensor h = Tensor::from({2, 4}, {1e-5f, 1e-5f, 0.f, 2.f,  //
+                                         -2e-5f, 2.f, 0.f, -2.f});
+  UnitSparsity s;
+  add_hidden(s, h);
+  EXPECT_EQ(s.dead_units(), 1);
+  EXPECT_EQ(s.near_dead_units(), 2);
+  // A value just outside the band brings unit 0 back to life.
+  add_hidden(s, Tensor::from({1, 4}, {0.5f, 1.f, 0.f, 1.f}));
+  EXPECT_EQ(s.near_dead_units(), 1);
+  EXPECT_EQ(s.dead_units(), 1);
+  // An all-zero batch has a band of width 0: its zeros are still not clear of zero.
+  UnitSparsity z;
+  add_hidden(z, Tensor::from({1, 2}, {0.f, 0.f}));
+  EXPECT_EQ(z.near_dead_units(), 2);
+}
+
 TEST(Sparsity, CountsEachExpertsUnitsOverTheRowsRoutedToIt) {
   // 2 experts of 2 units; expert 0 gets rows 0-2, expert 1 gets row 3, expert 2 none.
   // Expert 0: unit 0 non-zero on 1 of its 3 rows, unit 1 never (dead). Expert 1: both fire.
@@ -56,7 +78,8 @@ TEST(Sparsity, CountsEachExpertsUnitsOverTheRowsRoutedToIt) {
   EXPECT_DOUBLE_EQ(f[1], 0.0);
   EXPECT_DOUBLE_EQ(f[2], 1.0);
   EXPECT_DOUBLE_EQ(f[3], 1.0);
-  EXPECT_EQ(s.dead_units(), 3);  // expert 0's unit 1 and both of expert 2's
+  EXPECT_EQ(s.dead_units(), 3);       // expert 0's unit 1 and both of expert 2's
+  EXPECT_EQ(s.near_dead_units(), 3);  // the same: every non-zero value here is large
   EXPECT_DOUBLE_EQ(s.zero_fraction(), 5.0 / 8.0);
   EXPECT_THROW(add_hidden(s, Tensor({1, 6})), Error);  // dense rows into an expert census
   const std::vector<std::int64_t> wrong{0, 3, 5};

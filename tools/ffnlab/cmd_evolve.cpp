@@ -71,16 +71,18 @@ void add_evolve_command(CLI::App& app) {
                 "pipeline, measures nothing about the variants");
   cmd->add_option("--data", o->study.data, "a text file or a folder of them")
       ->capture_default_str();
-  cmd->add_option("--seeds", o->study.seeds, "LM seeds per variant (default 3; --quick 2)")
+  cmd->add_option("--seeds", o->study.seeds,
+                  "paired LM seeds every comparison with ReLU trains before its first look "
+                  "(default 3; --quick 2)")
       ->check(int_in(1, 1000));
-  cmd->add_option("--headline-seeds", o->study.headline_seeds,
-                  "LM seeds of ReLU and SwiGLU, the headline comparison with the widest spread "
-                  "between seeds (default 4; --quick 3; at least --seeds); MoE at equal compute "
-                  "trains --seeds")
+  cmd->add_option("--max-seeds", o->study.max_seeds,
+                  "the cap of the sequential rule: a comparison still undecided trains one more "
+                  "seed per round up to this many (default 6; --quick 3; at least --seeds)")
       ->check(int_in(1, 1000));
   cmd->add_option("--routing-seeds", o->study.routing_seeds,
-                  "LM seeds of each routing family and of top-k on the masked objective (default "
-                  "1, which gives values but no interval; --full: --seeds; at most --seeds)")
+                  "LM seeds of each routing family (and with --full of top-k on the masked "
+                  "objective); default 1, which gives values but no interval; --full: --seeds; "
+                  "at most --seeds")
       ->check(int_in(1, 1000));
   cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
       ->check(int_in(1, 1000000000));
@@ -92,8 +94,8 @@ void add_evolve_command(CLI::App& app) {
   cmd->add_flag("--full", o->study.full,
                 "the whole study: every variant (the whole GLU family, unless --variants says "
                 "otherwise), MoE with 8 experts and top-2 at equal compute beside the "
-                "fine-grained design, the router z-loss ablation, and the routing families over "
-                "--seeds: 39,900 training steps against the default's 18,300");
+                "fine-grained design, the router z-loss ablation, and the routing families on the "
+                "masked objective too, over --seeds");
   cmd->add_option("--margin", o->study.margin,
                   "equivalence margin in bits/byte, fixed before the run: a variant is called "
                   "equivalent to ReLU only when its paired difference is shown to lie within it")

@@ -1,6 +1,8 @@
 // Activation sparsity of FFN hidden units, measured on data: the fraction of exactly-zero and of
 // near-zero values, and per hidden unit how often it is non-zero, so that dead units (never
-// non-zero on any token of a data set) are counted apart from the zero fraction. The tutorial
+// non-zero on any token of a data set) are counted apart from the zero fraction, and near-dead
+// units (0 or near zero on every token: what a smooth gate has instead of dead units, since
+// GELU and SiLU are never exactly 0) apart from both. The tutorial
 // called ReLU's ~50 % zero fraction at initialisation "dead neurons"; these are different
 // things, and this census measures both.
 #pragma once
@@ -21,6 +23,7 @@ struct UnitSparsity {
   std::int64_t tokens = 0;  // rows seen
   std::int64_t values = 0, zeros = 0, near_zeros = 0;
   std::vector<std::int64_t> nonzero;  // [F] rows in which each unit was non-zero
+  std::vector<std::int64_t> clear;    // [F] rows in which each unit was neither 0 nor near zero
   std::vector<std::int64_t> rows;     // [F] rows each unit saw (MoE experts); empty: `tokens`
 
   double zero_fraction() const;
@@ -28,6 +31,9 @@ struct UnitSparsity {
   // Units that were zero on every row seen.
   std::int64_t dead_units() const;
   double dead_fraction() const;
+  // Units that were 0 or near zero on every row seen: the dead ones and those a smooth gate
+  // (GELU, SiLU), which is never exactly 0, keeps within the near-zero band.
+  std::int64_t near_dead_units() const;
   // Per unit: the fraction of the rows it saw in which it was non-zero (0 when it saw none).
   std::vector<double> frequency() const;
 };

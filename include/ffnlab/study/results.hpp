@@ -12,6 +12,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/specialisation.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/lm_config.hpp"
@@ -20,15 +21,17 @@
 
 namespace ffnlab::study {
 
-// A variant's validation against ReLU's, over paired seeds (analysis/stats.hpp, compare_paired):
-// the 95 % interval of the mean paired difference decides better and worse; "equivalent" needs
-// the equivalence test against the margin stated in advance; anything else is inconclusive.
+// A variant's validation against ReLU's, over paired seeds (analysis/stats.hpp): in the
+// training and moe_axes stages by the sequential design (compare_sequential: repeated intervals
+// whose error holds over every look), elsewhere by compare_paired's fixed intervals. The
+// difference interval decides better and worse; "equivalent" needs the equivalence test against
+// the margin stated in advance; anything else is inconclusive.
 enum class Verdict {
   reference,     // ReLU itself
-  better,        // the 95 % interval lies below 0
-  worse,         // the 95 % interval lies above 0
-  equivalent,    // neither, and the 90 % interval lies within ±margin (TOST at 5 %)
-  inconclusive,  // the seeds cannot tell
+  better,        // the difference interval lies below 0
+  worse,         // the difference interval lies above 0
+  equivalent,    // neither, and the equivalence interval lies within ±margin (TOST at 5 %)
+  inconclusive,  // the seeds cannot tell (in a sequential comparison: by the cap)
   one_seed,      // a single seed: no interval
 };
 // The verdict as results.json and the report write it ("better than ReLU").
@@ -113,31 +116,48 @@ struct VariantOutcome {
   std::vector<double> val_bits_per_byte;   // per seed, seed 1 first
   double mean = 0, std = 0;                // over seeds
   double diff_mean = 0, diff_std = 0;      // paired difference to ReLU (variant − ReLU)
-  double diff_low = 0, diff_high = 0;      // its 95 % confidence interval (t, n − 1)
-  double diff_low90 = 0, diff_high90 = 0;  // its 90 % interval: the equivalence test's
+  double diff_low = 0, diff_high = 0;      // its interval of the difference test (95 % fixed)
+  double diff_low90 = 0, diff_high90 = 0;  // its interval of the equivalence test (90 % fixed)
   Verdict verdict = Verdict::inconclusive;
-  // Inconclusive: about how many seeds would decide it at the spread seen (values_to_decide);
-  // 0 otherwise.
+  // Inconclusive: about how many seeds would decide it, planned from an upper bound on the
+  // paired spread (values_to_decide); in a sequential comparison beyond the cap, cap + 1. 0
+  // otherwise.
   int seeds_to_decide = 0;
-  double tokens_per_second = 0;  // mean over seeds of each run's median
-  // Throughput against ReLU's run of the same seed (runs of one seed follow each other, so a
-  // machine whose speed drifts over the study moves both): the median over seeds of the ratio,
-  // and (max − min) / median of the ratios; noisy above kMaxSpread (analysis/speed.hpp). No
-  // rule reads a noisy throughput.
+  // A sequential comparison (0 otherwise): the seeds of its last look, and the nominal
+  // two-sided levels of that look's two intervals (e.g. 0.994 and 0.975).
+  int sequential_seeds = 0;
+  double level = 0.95, equivalence_level = 0.90;
+  // The verdict also holds when the error is shared over every comparison of the run
+  // (Bonferroni: the look's interval at α / comparisons); set for sequential comparisons.
+  bool holds_for_all_comparisons = false;
+  // Its paired spread is implausibly small beside the spread of the run's other comparisons
+  // (narrow_by_chance): the interval is narrow by chance, not by precision.
+  bool narrow_by_chance = false;
+  double tokens_per_second = 0;  // median over seeds of each run's median
+  // Throughput against ReLU's: this row's tokens/s over ReLU's row's (the same statistic as the
+  // table). Noisy when the ratio to ReLU's run of the same seed spreads by more than kMaxSpread
+  // ((max − min) / median, analysis/speed.hpp) over seeds, or for ReLU when its own runs'
+  // tokens/s spread so. No rule reads a noisy throughput.
   double tokens_per_second_over_relu = 1;
   double tokens_per_second_spread = 0;
+  // The lowest and highest ratio to ReLU's run of the same seed (1 for ReLU): a rule that picks
+  // by throughput decides only when the ranges do not overlap.
+  double tokens_per_second_ratio_low = 1, tokens_per_second_ratio_high = 1;
   bool tokens_per_second_noisy = false;
-  // The runs' model FLOP utilisation (matrix GFLOP/s over their bare products'), median over
-  // seeds (0: not measured).
+  // The runs' model FLOP utilisation (matrix GFLOP/s over their bare products', timed alone
+  // before training), median over seeds; NaN where not measured or above 1 (never printed as a
+  // number then).
   double flop_utilisation = 0;
 };
 
 struct TrainingResult {
   LMConfig model;
   TrainConfig train;
-  int seeds = 0;           // every variant's
-  int headline_seeds = 0;  // ReLU's and SwiGLU's (is_headline)
-  double margin = 0;       // the equivalence margin in bits per byte, stated before the run
+  SequentialDesign design;  // first look, cap and error of every comparison against ReLU
+  int comparisons = 0;      // the sequential comparisons of the run (training and moe_axes)
+  // The paired spread of the run's comparisons, pooled: what narrow_by_chance compares with.
+  double pooled_spread = 0;
+  double margin = 0;  // the equivalence margin in bits per byte, stated before the run
   std::int64_t validation_bytes = 0;
   std::vector<VariantOutcome> variants;
   const VariantOutcome* find(std::string_view variant) const;
@@ -147,6 +167,8 @@ struct LayerSparsity {
   std::int64_t layer = 0;
   double zero_init = 0, zero_trained = 0, near_zero_init = 0, near_zero_trained = 0;
   std::int64_t units = 0, dead_init = 0, dead_trained = 0;  // MoE: every expert's units
+  // 0 or near zero on every census token (UnitSparsity::near_dead_units; dead ones included).
+  std::int64_t near_dead_init = 0, near_dead_trained = 0;
 };
 
 struct SparsityResult {
@@ -157,10 +179,24 @@ struct SparsityResult {
   const std::vector<LayerSparsity>* find(std::string_view variant) const;
 };
 
+// One balancing run's expert load as the moe stage logs it: each expert's share of one step's
+// assignments, per layer, at every logged step.
+struct LoadSeries {
+  std::vector<std::int64_t> steps;          // the logged steps, ascending
+  std::vector<std::vector<double>> shares;  // [logged step][layer · E + expert]
+  // The last logged step at which some share differs by more than `tolerance` from its mean
+  // over the logged steps of the run's last 10 % (of `run_steps`); 0 when none does.
+  std::int64_t last_moving_step(std::int64_t run_steps, double tolerance) const;
+  // The logged step after last_moving_step: from there on every share stays within
+  // `tolerance`; empty when the last logged step still moves (or nothing was logged).
+  std::optional<std::int64_t> settled_step(std::int64_t run_steps, double tolerance) const;
+};
+
 struct MoESetting {
   std::string name, description;
   double val_bits_per_byte = 0, load_cv = 0, max_over_mean = 0, dropped_fraction = 0,
          router_entropy = 0, tokens_per_second = 0;
+  LoadSeries load;
 };
 
 struct MoEResult {
@@ -171,6 +207,7 @@ struct MoEResult {
   std::vector<double> with_z_bits_per_byte;
   double capacity_factor = 0;
   std::int64_t balancing_steps = 0;
+  double load_tolerance = 0;  // absolute share: what "the load has settled" allows (LoadSeries)
   int experts = 0, top_k = 0;
   std::int64_t expert_d_ff = 0;
   std::vector<MoESetting> settings;
@@ -296,9 +333,13 @@ struct Recommendations {
   // difference to the pick has a 95 % interval that includes 0): a tie, never "the best".
   std::vector<std::string> best_at_equal_parameters_tied, best_per_flop_tied;
   std::vector<std::pair<std::string, double>> flops_over_relu;
-  std::string best_per_second;
+  std::string best_per_second;  // empty: undecided
   double best_per_second_tokens = 0, best_per_second_over_relu = 0;
-  std::vector<std::string> noisy_throughput;  // left out of the per-second rule
+  // Why the per-second rule is undecided: the qualifying candidates whose throughput was noisy;
+  // else the fastest by median and those that were as fast on some seed.
+  std::vector<std::string> noisy_throughput;
+  std::string per_second_candidate;
+  std::vector<std::string> per_second_overlapping;
   struct MoE {
     double active_fraction = 0, tokens_per_second = 0, relu_tokens_per_second = 0;
     double over_relu = 1;  // its throughput ÷ ReLU's (VariantOutcome::..._over_relu)

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "ffnlab/analysis/sparsity.hpp"
+#include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/analysis/specialisation.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
@@ -37,13 +39,14 @@ struct Options {
   std::vector<std::string> variants;
   // The whole study: every variant (unless `variants` names them), MoE with top-2 at equal
   // compute beside the fine-grained design, and the router z-loss ablation. The default run
-  // leaves these out to end within about 20 minutes on 2 cores.
+  // leaves these out (and the routing families on the masked objective) to end within about 45
+  // minutes on 2 cores.
   bool full = false;
   bool quick = false, sweep = false;
-  int seeds = 0;  // 0: 3 (2 with quick)
-  // Seeds of ReLU and SwiGLU, the headline comparison with the widest paired spread (0: 4, 3 with
-  // quick; never fewer than `seeds`). MoE at equal compute, the other one, trains `seeds`.
-  int headline_seeds = 0;
+  // The sequential design of every comparison against ReLU (training.cpp): each trains `seeds`
+  // paired seeds first, then one more per round while it is undecided, up to `max_seeds`.
+  int seeds = 0;      // 0: 3 (2 with quick)
+  int max_seeds = 0;  // 0: 6 (3 with quick); never fewer than `seeds`
   // Seeds of each routing family (the routing stage; at most `seeds`, since the causal families
   // pair with the fine-grained MoE's runs). 0: 1, or `seeds` with `full`.
   int routing_seeds = 0;
@@ -61,7 +64,10 @@ struct Scale {
   TrainConfig train;           // steps, batch, seq, evaluation
   std::int64_t eval_tokens;    // validation tokens of the periodic evaluations
   std::int64_t census_tokens;  // validation tokens of the sparsity census
-  int seeds, headline_seeds, routing_seeds;
+  // The comparisons against ReLU: first look, cap, error (design.first is the seeds every
+  // comparison trains; routing_seeds of the routing families).
+  SequentialDesign design;
+  int seeds, routing_seeds;
   int toy_seeds, toy_iterations;
   double speed_budget;  // seconds per speed measurement
   std::int64_t speed_tokens;
@@ -72,11 +78,6 @@ Scale make_scale(const Options& options);
 // The MoE the report headlines at equal active compute: fine-grained with a shared expert
 // (DeepSeekMoE's design, the field's current one), "moe_fine_shared" of the moe_axes stage.
 inline constexpr std::string_view kHeadlineMoE = "moe_fine_shared";
-// The LM configurations that train headline_seeds seeds: ReLU and SwiGLU.
-bool is_headline(std::string_view label);
-// The seeds a configuration of the study trains: headline_seeds for the headline ones.
-int seeds_of(const Scale& scale, std::string_view label);
-
 // What the study tells whoever runs it. Every call comes from the thread that called run_study.
 class Observer {
  public:
@@ -102,7 +103,7 @@ struct RunRecord {
   double val_bits_per_byte = 0;  // the whole validation part, at the end
   double median_tokens_per_second = 0;
   // Model FLOP utilisation: the matrix work of the median step per second, and the rate of the
-  // bare products of the run's model shapes timed at its start (measure_model_products).
+  // bare products of the run's model shapes (Study::bare_products).
   double matrix_gflops = 0, bare_products_gflops = 0;
 };
 
@@ -125,6 +126,11 @@ struct Study {
   // Seed 1's MoE LM after training: per layer, which byte classes each expert takes.
   std::vector<ExpertSpecialisation> expert_classes;
   Results results;
+
+  // The rate of the bare products of each configuration's shapes (GFLOP/s, by run label), timed
+  // before the first pool that trains it starts, alone on the machine: the yardstick of FLOP
+  // utilisation that runs training beside each other cannot disturb.
+  std::map<std::string, ModelProducts> bare_products;
 
   Observer* observer = nullptr;
   int concurrent_runs = 1;  // LM runs trained at once (train_runs): the run's OpenMP threads
