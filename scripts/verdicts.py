@@ -77,6 +77,8 @@ def record_of(results, name, build, commit, date):
         raise Refusal(f"results.json has no {e} (a run of the sequential design is needed)")
     if results.get("quick"):
         raise Refusal("a --quick run says nothing about the variants: record a default run")
+    if results.get("full"):
+        raise Refusal("a --full run trains other comparisons: the records are of default runs")
     comparisons = {}
 
     def add(label, outcome, difference, interval):

@@ -46,8 +46,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     (the schema of results.json, docs/evolve.md).
 
     quick: small models and few steps (checks the pipeline). full: the whole study (every
-    variant, MoE with top-2 at equal compute, the router z-loss ablation), as
-    `ffnlab evolve --full`. seeds: the paired seeds every comparison with ReLU trains before
+    variant, MoE with top-2 at equal compute, the router z-loss ablation, the routing families
+    on the masked objective too), as `ffnlab evolve --full`. seeds: the paired seeds every comparison with ReLU trains before
     its first look (None: 3; quick 2); max_seeds: the cap of the sequential rule, up to which
     an undecided comparison trains one more seed per round (None: 6; quick 3; at least
     `seeds`). steps: per LM run (None: 600; quick 40). routing_seeds: the seeds of each routing

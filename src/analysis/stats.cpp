@@ -1,5 +1,7 @@
 #include "ffnlab/analysis/stats.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <boost/math/distributions/chi_squared.hpp>
 #include <boost/math/distributions/normal.hpp>
@@ -11,6 +13,8 @@
 #include <tuple>
 #include <numeric>
 #include <random>
+
+#include "ffnlab/error.hpp"
 
 namespace ffnlab {
 
@@ -180,6 +184,10 @@ std::vector<double> obrien_fleming_bounds(std::span<const double> fractions, dou
 
 std::vector<double> sequential_t_bounds(const SequentialDesign& design, double alpha,
                                         int paths) {
+  if (design.first < 2 || design.cap < design.first || !(alpha > 0 && alpha < 1) || paths < 1)
+    throw Error(fmt::format("[stats] a sequential design needs 2 <= first ({}) <= cap ({}), "
+                            "alpha ({}) in (0, 1) and paths ({}) >= 1",
+                            design.first, design.cap, alpha, paths));
   const double z = normal_quantile(1 - alpha / 2);
   auto spent = [&](int n) {
     return 2 - 2 * normal_cdf(z / std::sqrt(static_cast<double>(n) / design.cap));
@@ -217,8 +225,13 @@ std::vector<double> sequential_t_bounds(const SequentialDesign& design, double a
     }
     const double target = spent(n) - (n == design.first ? 0 : spent(n - 1));
     const auto count = static_cast<std::size_t>(std::llround(target * static_cast<double>(P)));
-    if (count == 0 || count >= t.size()) {
-      bounds.push_back(count == 0 ? INFINITY : 0);
+    if (count == 0) {  // nothing to spend at this look: no value of |t| decides
+      bounds.push_back(INFINITY);
+      continue;
+    }
+    if (count >= t.size()) {  // everything left is spent: every path stops here
+      bounds.push_back(0);
+      for (std::size_t p : which) crossed[p] = true;
       continue;
     }
     std::vector<double> sorted = t;
@@ -266,6 +279,8 @@ PairedComparison compare_sequential(std::span<const double> d, double margin,
                                     const SequentialDesign& design) {
   const int n = static_cast<int>(d.size());
   if (n < design.first || n < 2) return compare_paired(d, margin);
+  if (n > design.cap)
+    throw Error(fmt::format("[stats] {} values are beyond the design's cap of {}", n, design.cap));
   PairedComparison c;
   c.margin = margin;
   c.ci95 = interval_at_bound(d, sequential_bound(design, n, design.alpha));

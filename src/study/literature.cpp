@@ -149,7 +149,7 @@ std::string literature_markdown(const Study& st, const Sections& sec) {
       sec.ref("training"));
   md += markdown_table(
       {"variant", "Shazeer, 65,536 steps (std)", "524,288 steps", "there: variant − ReLU",
-       "here: paired difference [95 % CI]", "verdict here", "agreement"},
+       "here: paired difference [interval]", "verdict here", "agreement"},
       rows, "lrrllll");
   md += fmt::format(
       "\nAgrees: {}. Disagrees: {}. Cannot tell, or the paper's columns differ: {}. In the paper "

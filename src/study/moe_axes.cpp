@@ -169,6 +169,12 @@ json outcome_json(const VariantOutcome& o) {
           {"paired_difference_ci95", interval_json(o.diff_low, o.diff_high)},
           {"paired_difference_ci90", interval_json(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)},
+          {"seeds", o.val_bits_per_byte.size()},
+          {"interval_levels", o.sequential_seeds > 0
+                                  ? json::array({o.level, o.equivalence_level})
+                                  : json(nullptr)},
+          {"holds_for_all_comparisons", o.holds_for_all_comparisons},
+          {"narrow_by_chance", o.narrow_by_chance},
           {"seeds_to_decide", o.seeds_to_decide}};
 }
 

@@ -58,11 +58,14 @@ Scale make_scale(const Options& o) {
   // The sequential design of the comparisons against ReLU: 3 paired seeds, then one more per
   // round while a comparison is undecided, up to 6. Paired differences to ReLU spread by
   // 0.015–0.03 bits/byte between seeds (docs/evolve.md); at 6 seeds the design decides a
-  // difference of about 2.6 paired standard deviations over √6 (its last bound on |t| is 2.97):
-  // 0.03 at a spread of 0.025. The cap keeps the default run near 45 minutes on 2 cores.
-  s.design.first = o.seeds > 0 ? o.seeds : (o.quick ? 2 : 3);
-  s.design.cap = std::max(s.design.first, o.max_seeds > 0 ? o.max_seeds : (o.quick ? 3 : 6));
-  s.seeds = s.design.first;
+  // difference of 2.97 paired standard deviations over √6 (its last bound on |t|):
+  // 0.03 at a spread of 0.025 (2.97 × 0.025 / √6). The cap keeps the default run near 45 minutes
+  // on 2 cores.
+  s.seeds = o.seeds > 0 ? o.seeds : (o.quick ? 2 : 3);
+  s.design.cap = std::max(s.seeds, o.max_seeds > 0 ? o.max_seeds : (o.quick ? 3 : 6));
+  // The first look needs two seeds (an interval); with --seeds 1 the second seed comes before it,
+  // unless the cap is 1 (one seed, no interval, no look).
+  s.design.first = std::min(std::max(s.seeds, 2), s.design.cap);
   // One seed of each routing family by default: they add 3 runs a seed on the causal LM (and 6
   // more on the masked objective, with --full); --full trains the study's seeds.
   s.routing_seeds = o.routing_seeds > 0 ? o.routing_seeds : (o.full ? s.seeds : 1);
@@ -402,10 +405,6 @@ void check_options(const Options& o) {
   if (o.max_seeds < 0 || o.max_seeds > 1000)
     throw Error(
         fmt::format("[evolve] max seeds = {} must be in [1, 1000] (0: the default)", o.max_seeds));
-  if (o.max_seeds > 0 && o.seeds > o.max_seeds)
-    throw Error(fmt::format("[evolve] seeds = {} must not exceed max seeds = {}: the first look "
-                            "comes before the cap",
-                            o.seeds, o.max_seeds));
   if (o.routing_seeds < 0 || o.routing_seeds > 1000)
     throw Error(fmt::format("[evolve] routing seeds = {} must be in [1, 1000] (0: the default)",
                             o.routing_seeds));
@@ -424,6 +423,11 @@ Results run_study(const Options& options, Observer& observer) {
   if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
   check_options(st.options);
   st.scale = make_scale(options);
+  if (options.max_seeds > 0 && options.max_seeds < st.scale.seeds)
+    throw Error(fmt::format("[evolve] max seeds = {} must not be below the seeds of the first "
+                            "look, {}{}",
+                            options.max_seeds, st.scale.seeds,
+                            options.seeds > 0 ? "" : " (the default; --seeds sets it)"));
   if (st.scale.routing_seeds > st.scale.seeds)
     throw Error(fmt::format(
         "[evolve] routing seeds = {} must not exceed seeds = {}: the causal routing families are "

@@ -248,7 +248,8 @@ std::string utilisation_cell(double utilisation) {
 
 std::string verdict_cell(const VariantOutcome& o) {
   std::string cell(verdict_text(o.verdict));
-  if (o.sequential_seeds > 0 && o.verdict != Verdict::reference) {
+  if (o.sequential_seeds > 0 && o.verdict != Verdict::reference &&
+      o.verdict != Verdict::one_seed) {
     if (o.verdict == Verdict::inconclusive)
       cell = fmt::format("inconclusive at the cap of {} seeds", o.sequential_seeds);
     else
@@ -436,9 +437,12 @@ void run_training(Study& st) {
       looked += fmt::format("{}{} {}", looked.empty() ? "" : ", ", l,
                             o.verdict == Verdict::inconclusive ? "undecided"
                                                                : std::string(verdict_text(o.verdict)));
-      if (o.verdict != Verdict::inconclusive || n >= design.cap) continue;
+      // One seed has no interval yet: the second comes before the first look.
+      if ((o.verdict != Verdict::inconclusive && o.verdict != Verdict::one_seed) ||
+          n >= design.cap)
+        continue;
       pending.push_back(l);
-      const int to = std::clamp(o.seeds_to_decide, n + 1, design.cap);
+      const int to = std::clamp(o.seeds_to_decide, std::max(n + 1, design.first), design.cap);
       planned_runs += to - n;
       relu_needs = std::max(relu_needs, to);
     }
@@ -571,8 +575,8 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "within ±{} bits/byte. Looking again after every seed gives chance more tries to produce "
       "a difference, so each look uses a wider interval than a one-off 95 % interval would: the "
       "intervals are set so that, over all the looks together, a comparison of two equal "
-      "variants is called better or worse at most 5 % of the time, and equivalence wrongly at "
-      "most 5 % of the time per side. The early looks, with few seeds, are the strictest (an "
+      "variants is called better or worse at most 5 % of the time, and equivalence wrongly about "
+      "5 % of the time per side. The early looks, with few seeds, are the strictest (an "
       "O'Brien–Fleming-type error spending, Lan & DeMets 1983, over the fraction of the cap "
       "trained; repeated confidence intervals, Jennison & Turnbull 2000; the bounds on Student's "
       "t for these few seeds computed by simulation: docs/evolve.md). This table's interval is "
@@ -582,8 +586,9 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "more. The run makes {} such comparisons; a verdict marked \"not across all comparisons\" "
       "holds at 5 % for itself but not when the 5 % is shared among all {} (Bonferroni), so one "
       "of them may be wrong by chance. \"Narrow by chance\" marks a comparison whose seeds agree "
-      "far more closely than the run's other comparisons do (pooled paired spread {}: a chance "
-      "below 5 % for that spread): its interval is narrower than its precision. Not measurably "
+      "far more closely than the run's other comparisons do (all of them pooled: a paired "
+      "spread of {}; a chance below 5 % if its spread were theirs): its interval may be "
+      "narrower than its precision. Not measurably "
       "worse is never read as as good.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
       t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,

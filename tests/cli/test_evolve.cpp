@@ -326,6 +326,9 @@ TEST_F(Cli, EvolveRejectsBadInput) {
                "need at least 33 bytes each");
   EXPECT_EQ(run("evolve --seeds 0").status, 2);
   expect_error(run("evolve --quick --seeds 4 --max-seeds 3 --out " + path("r")),
-               "seeds = 4 must not exceed max seeds = 3");
+               "max seeds = 3 must not be below the seeds of the first look, 4");
+  // The default first look (3 seeds) counts too.
+  expect_error(run("evolve --max-seeds 2 --out " + path("r")),
+               "max seeds = 2 must not be below the seeds of the first look, 3 (the default");
   EXPECT_FALSE(fs::exists(path("r")));
 }

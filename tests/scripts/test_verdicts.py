@@ -85,6 +85,11 @@ class Verdicts(unittest.TestCase):
             "q.json", results("AVX2", quick=True)))
         self.assertEqual(status, 2)
         self.assertIn("--quick run says nothing", err)
+        full = results("AVX2")
+        full["full"] = True
+        status, _, err = self.run_script("record", self.write_results("f.json", full))
+        self.assertEqual(status, 2)
+        self.assertIn("--full run", err)
         status, _, err = self.run_script("record", os.path.join(self.dir.name, "none.json"))
         self.assertEqual(status, 2)
         self.assertIn("none.json", err)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/error.hpp"
 
 namespace ffnlab {
 namespace {
@@ -87,6 +88,15 @@ TEST(Sequential, TBoundsHoldTheErrorOverEveryLook) {
                 4 * std::sqrt(alpha * (1 - alpha) / kStudies))
         << "alpha " << alpha;
   }
+  // The bounds docs/evolve.md quotes. The first has a closed form: with 2 degrees of freedom
+  // P(|t| ≥ c) = 1 − c/√(2 + c²), which at α(0.5) = 0.005574 gives c = 13.34.
+  EXPECT_NEAR(sequential_bound(design, 3, 0.05), 13.34, 0.4);
+  EXPECT_NEAR(sequential_bound(design, 4, 0.05), 5.41, 0.1);
+  EXPECT_NEAR(sequential_bound(design, 5, 0.05), 3.68, 0.06);
+  EXPECT_NEAR(sequential_bound(design, 6, 0.05), 2.97, 0.04);
+  EXPECT_THROW(sequential_t_bounds(SequentialDesign{1, 6, 0.05}, 0.05), Error);
+  EXPECT_THROW(sequential_t_bounds(SequentialDesign{4, 3, 0.05}, 0.05), Error);
+  EXPECT_THROW(compare_sequential(std::vector<double>(7, 0.1), 0.02, design), Error);
   // With few seeds the t bounds are far above the normal ones (2 degrees of freedom at the
   // first look); with many they come close to them.
   const std::vector<double> z = obrien_fleming_bounds(std::vector<double>{0.5, 4.0 / 6, 5.0 / 6, 1},

@@ -23,6 +23,8 @@
 #include "ffnlab/report/staged_dir.hpp"
 #include "ffnlab/study/stages.hpp"
 #include "ffnlab/study/study.hpp"
+// The stages' functions (an internal header of the library) for the comparisons' outcomes.
+#include "../../src/study/stage_functions.hpp"
 
 namespace ffnlab {
 namespace {
@@ -213,6 +215,7 @@ study::VariantOutcome outcome(std::string v, double mean, study::Verdict verdict
   o.tokens_per_second = tps;
   o.tokens_per_second_over_relu = tps / 100.0;  // ReLU runs at 100 tokens/s in these tests
   o.tokens_per_second_ratio_low = o.tokens_per_second_ratio_high = tps / 100.0;
+  o.diff_mean = mean - 3.00;  // ReLU's mean in these tests
   return o;
 }
 
@@ -269,6 +272,64 @@ TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
   st.results.training->variants[2].verdict = study::Verdict::inconclusive;
   rec.run(st);
   EXPECT_TRUE(rec.to_json(st.results)["best_at_equal_parameters"].is_null());
+}
+
+// A comparison's outcome from its runs: the sequential verdict with the seeds it was decided at,
+// narrow by chance against the other comparisons' spread, the verdict with the error shared
+// over both comparisons, and ReLU held to the same noise test as the others.
+TEST(StudyComparisons, OutcomesCarryTheSequentialFlagsAndTheReferenceNoiseTest) {
+  study::Study st;
+  st.options.variants = {"relu", "moe"};
+  st.scale = study::make_scale(st.options);  // 3 seeds first, cap 6
+  const std::vector<double> relu{3.00, 3.02, 2.99};
+  auto add = [](std::vector<study::RunRecord>& runs, const std::string& label,
+                const std::vector<double>& val, const std::vector<double>& tps) {
+    for (std::size_t i = 0; i < val.size(); ++i) {
+      study::RunRecord r;
+      r.variant = label;
+      r.seed = static_cast<int>(i) + 1;
+      r.val_bits_per_byte = val[i];
+      r.median_tokens_per_second = tps[i];
+      r.matrix_gflops = 8;
+      r.bare_products_gflops = 10;
+      runs.push_back(r);
+    }
+  };
+  add(st.runs, "relu", relu, {100, 100, 130});  // its runs spread by 30 %: noisy
+  // moe − relu: +0.01, +0.05, +0.03 (t = 2.6: undecided at the first look, whose bound is 13.3).
+  add(st.runs, "moe", {3.01, 3.07, 3.02}, {150, 150, 150});
+  // The fine-grained MoE: −0.1 on every seed within 0.0001 (t ≈ 1700: decided, and far
+  // narrower than the other comparison's spread of 0.02).
+  add(st.axes_runs, std::string(study::kHeadlineMoE), {2.9000, 2.9199, 2.8901}, {90, 91, 89});
+  st.axes_runs[1].matrix_gflops = 11;  // one run above its bare products: not measured
+
+  const study::VariantOutcome fine = study::comparison_outcome(st, std::string(study::kHeadlineMoE));
+  EXPECT_EQ(fine.verdict, study::Verdict::better);
+  EXPECT_EQ(fine.sequential_seeds, 3);
+  EXPECT_TRUE(fine.narrow_by_chance);
+  EXPECT_TRUE(fine.holds_for_all_comparisons);
+  EXPECT_GT(fine.level, 0.99);  // the first look's nominal level
+  EXPECT_TRUE(std::isnan(fine.flop_utilisation));
+  EXPECT_EQ(study::verdict_cell(fine), "better than ReLU (decided at 3 seeds); narrow by chance");
+
+  const study::VariantOutcome moe = study::comparison_outcome(st, "moe");
+  EXPECT_EQ(moe.verdict, study::Verdict::inconclusive);
+  EXPECT_FALSE(moe.narrow_by_chance);
+  EXPECT_FALSE(moe.holds_for_all_comparisons);
+  EXPECT_GE(moe.seeds_to_decide, 4);
+  EXPECT_NEAR(moe.flop_utilisation, 0.8, 1e-12);
+  // Throughput: the median over seeds, ÷ ReLU's median (150 / 100); noisy, since the ratio to
+  // ReLU's run of the same seed is 1.5, 1.5 and 1.15 (spread 23 %).
+  EXPECT_NEAR(moe.tokens_per_second_over_relu, 1.5, 1e-12);
+  EXPECT_TRUE(moe.tokens_per_second_noisy);
+  EXPECT_NEAR(moe.tokens_per_second_ratio_low, 150.0 / 130.0, 1e-12);
+  EXPECT_NEAR(moe.tokens_per_second_ratio_high, 1.5, 1e-12);
+
+  const study::VariantOutcome reference = study::comparison_outcome(st, "relu");
+  EXPECT_EQ(reference.verdict, study::Verdict::reference);
+  EXPECT_EQ(reference.tokens_per_second_over_relu, 1.0);
+  EXPECT_TRUE(reference.tokens_per_second_noisy) << "ReLU's own runs spread by 30 %";
+  EXPECT_NEAR(reference.tokens_per_second_spread, 0.3, 1e-12);
 }
 
 // Two candidates that the seeds cannot separate are a tie, named as one; a separated one is not.

@@ -80,8 +80,9 @@ std::vector<double> obrien_fleming_bounds(std::span<const double> fractions, dou
 
 // The bounds on |t| (t = mean / (s/√n) of n paired values) at the design's looks n = first …
 // cap, spending `alpha` as above: from `paths` simulated studies with no difference (a
-// generator of fixed seed: every machine gets the same bounds). The chance each look spends is
-// met to within about √(spent/paths).
+// generator of fixed seed, so that every machine gets the same bounds up to the last bits of
+// its libm). The chance each look spends is met to within about √(spent/paths). Throws Error
+// unless 2 <= first <= cap and 0 < alpha < 1.
 std::vector<double> sequential_t_bounds(const SequentialDesign& design, double alpha,
                                         int paths = 400000);
 // The bound at look n (first ≤ n ≤ cap), computed once per design and alpha.
@@ -90,7 +91,8 @@ double sequential_bound(const SequentialDesign& design, int n, double alpha);
 // The comparison after n = differences.size() seeds: compare_paired's two tests on the
 // repeated confidence intervals of the look (bounds at α for better/worse, at 2α for
 // equivalence; each interval's `level` is the nominal two-sided level of its bound alone). n
-// below design.first gives the plain fixed-sample comparison (a look the design does not make).
+// below design.first gives the plain fixed-sample comparison (a look the design does not make);
+// n above design.cap throws Error.
 PairedComparison compare_sequential(std::span<const double> differences, double margin,
                                     const SequentialDesign& design);
 
