@@ -67,7 +67,7 @@ void add_evolve_command(CLI::App& app) {
                   "mount point")
       ->capture_default_str();
   cmd->add_flag("--quick", o->study.quick,
-                "small models and few steps (same code path; about 15 seconds): checks the "
+                "small models and few steps (same code path; under a minute): checks the "
                 "pipeline, measures nothing about the variants");
   cmd->add_option("--data", o->study.data, "a text file or a folder of them")
       ->capture_default_str();
