@@ -89,12 +89,11 @@ Comparison verdict_of(const PairedComparison& c) {
 
 }  // namespace
 
-PairedComparison compare_paired(std::span<const double> d, double margin, double level,
-                                double equivalence_level) {
+PairedComparison compare_paired(std::span<const double> d, double margin) {
   PairedComparison c;
   c.margin = margin;
-  c.ci95 = mean_interval(d, level);
-  c.ci90 = mean_interval(d, equivalence_level);
+  c.ci95 = mean_interval(d, 0.95);
+  c.ci90 = mean_interval(d, 0.90);
   c.verdict = c.ci95.defined() ? verdict_of(c) : Comparison::one_value;
   return c;
 }

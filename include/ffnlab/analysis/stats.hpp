@@ -34,21 +34,19 @@ MeanInterval mean_interval(std::span<const double> values, double level = 0.95);
 
 // Paired comparison of a variant against a reference by its differences (variant − reference,
 // one per seed; lower is better, as for bits per byte), with the two tests stated in advance:
-// - better / worse: the interval of the mean difference at `level` (95 %) excludes 0;
-// - equivalent: otherwise, and the interval at `equivalence_level` (90 %) lies within ±margin
+// - better / worse: the 95 % interval of the mean difference excludes 0;
+// - equivalent: otherwise, and the 90 % interval lies within ±margin
 //   (two one-sided t tests at 5 %, TOST): the data show the difference is smaller than the
 //   margin;
 // - inconclusive: neither; the seeds cannot tell.
-// ci95 and ci90 hold the two intervals (at the levels asked for, which compare_sequential sets
-// wider than 95 % and 90 %).
+// ci95 and ci90 hold the two intervals (compare_sequential fills them with its wider ones).
 enum class Comparison { better, worse, equivalent, inconclusive, one_value };
 struct PairedComparison {
   MeanInterval ci95, ci90;
   double margin = 0;
   Comparison verdict = Comparison::one_value;
 };
-PairedComparison compare_paired(std::span<const double> differences, double margin,
-                                double level = 0.95, double equivalence_level = 0.90);
+PairedComparison compare_paired(std::span<const double> differences, double margin);
 
 // ---- Sequential comparisons ----
 //
