@@ -2,6 +2,8 @@
 // "[moe] top_k = 9 exceeds num_experts = 8". The command line prints them as one line, and its
 // exit status tells the two apart (docs/hardening.md, "Exit status"):
 //   Error        the input is refused: a config, file, shape or value makes no sense (exit 1)
+//   UsageError   a setting the caller gave conflicts with another or with the run it continues
+//                (exit 2, as a malformed flag)
 //   SystemError  the system failed: a write, a read, memory (exit 3)
 // A message is one line whatever the input put into it: a control byte (a NUL, a newline) in a
 // value the message quotes is kept as \xNN, so that nothing cuts the line short.
@@ -36,6 +38,11 @@ class Error : public std::runtime_error {
   explicit Error(std::string_view what) : std::runtime_error(one_line(what)) {}
   explicit Error(const std::string& what) : Error(std::string_view(what)) {}
   explicit Error(const char* what) : Error(std::string_view(what)) {}
+};
+
+class UsageError : public Error {
+ public:
+  using Error::Error;
 };
 
 class SystemError : public Error {

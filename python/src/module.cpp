@@ -126,12 +126,53 @@ nlohmann::json to_json(const py::handle& obj, const std::string& key) {
   return json_of(obj, key, 0);
 }
 
+namespace {
+
+// JSON to Python values, directly (a NaN stays float('nan'), where a round trip through JSON
+// text would make it None).
+template <class Json>
+py::object python_of(const Json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null:
+      return py::none();
+    case nlohmann::json::value_t::boolean:
+      return py::bool_(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return py::int_(j.template get<std::int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return py::int_(j.template get<std::uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return py::float_(j.template get<double>());
+    case nlohmann::json::value_t::string: {  // invalid UTF-8 (raw sample bytes) becomes U+FFFD
+      const auto& text = j.template get_ref<const std::string&>();
+      PyObject* o =
+          PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+      if (o == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::str>(o);
+    }
+    case nlohmann::json::value_t::array: {
+      py::list out;
+      for (const auto& item : j) out.append(python_of(item));
+      return out;
+    }
+    case nlohmann::json::value_t::object: {
+      py::dict out;
+      for (const auto& [key, value] : j.items()) out[py::str(key)] = python_of(value);
+      return out;
+    }
+    default:  // binary, discarded: nothing ffnlab writes
+      throw Error("[python] a JSON value of a kind ffnlab does not write");
+  }
+}
+
+}  // namespace
+
 py::object from_json(const nlohmann::json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
+  return python_of(j);
 }
 
 py::object from_json(const nlohmann::ordered_json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
+  return python_of(j);
 }
 
 namespace {

@@ -37,6 +37,7 @@
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
 #include "ffnlab/train/data.hpp"
+#include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
 #include "ffnlab/train/trainer.hpp"
 #include "python.hpp"
@@ -365,147 +366,35 @@ struct LM {
   std::unique_ptr<TransformerLM> lm;
 };
 
-py::dict step_dict(const StepLog& s) {
-  py::dict d;
-  d["step"] = s.step;
-  d["loss"] = s.loss;
-  d["aux_loss"] = s.aux_loss;
-  d["grad_norm"] = s.grad_norm;
-  d["lr"] = s.lr;
-  d["tokens_per_second"] = s.tokens_per_second;
-  d["seconds"] = s.seconds;
-  d["load_cv"] = s.load_cv;
-  d["max_over_mean"] = s.max_over_mean;
-  d["dropped_fraction"] = s.dropped_fraction;
-  d["router_entropy"] = s.router_entropy;
-  d["experts_per_token"] = s.experts_per_token;  // every column train_log.csv has
-  d["l1_coef"] = s.l1_coef;
-  if (!s.layers.empty()) {
-    py::list layers;
-    for (const LayerDiagnostics& l : s.layers) {
-      py::dict x;
-      x["residual_rms"] = l.residual_rms;
-      x["attention_rms"] = l.attention_rms;
-      x["ffn_rms"] = l.ffn_rms;
-      x["attention_entropy"] = l.attention_entropy;
-      x["grad_attention"] = l.grad_attention;
-      x["grad_ffn"] = l.grad_ffn;
-      x["grad_router"] = l.grad_router;
-      x["router_entropy"] = l.ffn.router_entropy;
-      x["router_top1"] = l.ffn.top1_prob;
-      x["router_logit_std"] = l.ffn.router_logit_std;
-      x["expert_output_rms"] = l.ffn.expert_output_rms;
-      layers.append(x);
-    }
-    d["layers"] = layers;
+// What ffnlab.train hears from its run: the steps and evaluations it returns, and the progress
+// it hands to the callback.
+class TrainObserver final : public RunObserver {
+ public:
+  TrainObserver(Callback& callback, std::int64_t steps) : total(steps), callback_(callback) {}
+  void started(const RunStart& s, TransformerLM& /*model*/) override {
+    done = s.from_step;
+    total = s.train.steps;
   }
-  return d;
-}
+  void step(const StepLog& s, const TransformerLM& /*model*/) override {
+    steps.push_back(s);
+    done = s.step;
+    callback_("step", s.step, total, fmt::format("step {} loss {:.3f}", s.step, s.loss), -1.0);
+  }
+  void evaluated(const EvalLog& e) override {
+    evals.push_back(e);
+    callback_("eval", e.step, total,
+              fmt::format("step {}: validation {:.4f} bits/byte", e.step, e.bits_per_byte), -1.0);
+  }
+  bool stop() override { return stop_requested(); }
 
-py::dict eval_dict(const EvalLog& e) {
-  py::dict d;
-  d["step"] = e.step;
-  d["loss"] = e.loss;
-  d["bits_per_byte"] = e.bits_per_byte;
-  d["tokens"] = e.tokens;
-  return d;
-}
+  std::vector<StepLog> steps;  // with their per-layer diagnostics
+  std::vector<EvalLog> evals;
+  std::int64_t done = 0;  // the step the model is at
+  std::int64_t total;
 
-// The training itself (without the GIL): the rules of `ffnlab train` for a resumed run and a
-// run folder (train/run_folder.hpp), then the steps.
-EvalLog train_released(TransformerLM& lm, const std::string& data, const std::string& out,
-                       const std::string& resume, bool force, const std::vector<std::string>& given,
-                       TrainConfig& tc, Callback& callback, std::vector<StepLog>& steps,
-                       std::vector<EvalLog>& evals, std::int64_t& done) {
-  std::optional<ResumePoint> point;
-  double val_fraction = 0.1;
-  if (!resume.empty()) {
-    point = read_resume_point(resume);
-    val_fraction = checkpoint_val_fraction(*point, val_fraction);  // split as it was trained
-    std::vector<SettingChange> changes;
-    tc = resumed_settings(*point, tc, given, changes);
-    std::string list;
-    for (const auto& c : changes)
-      list += fmt::format("{}{} = {} (the checkpoint has {})", list.empty() ? "" : "; ", c.key,
-                          c.given.dump(), c.saved.dump());
-    if (!list.empty() && !force)
-      throw Error(fmt::format(
-          "[train] resuming '{}' with other training settings: {}; pass force=True to change "
-          "them",
-          resume, list));
-  }
-  if (!out.empty()) {
-    check_writable_dir(out, "train");
-    if (const std::string why = run_folder_conflict(out, data, "out", "data"); !why.empty())
-      throw Error(why);
-  }
-  const Corpus corpus = load_corpus(data, val_fraction);
-  if (point && !force)
-    if (const DataMismatch m = data_mismatch(*point, corpus); !m.what.empty())
-      throw Error(fmt::format("[train] {}; pass force=True to continue anyway", m.what));
-  check_training_setup(lm.config(), corpus, tc);
-  Trainer trainer(lm, corpus, tc);
-  if (point) trainer.load(point->checkpoint_dir);
-  done = trainer.step();
-  if (trainer.step() > tc.steps)
-    throw Error(fmt::format("[train] the checkpoint is at step {}, past steps = {}", trainer.step(),
-                            tc.steps));
-  const bool here = point && !out.empty() &&
-                    std::filesystem::weakly_canonical(resume) ==
-                        std::filesystem::weakly_canonical(out);
-  // A finished run resumed in its own folder: nothing to train, and nothing of it changes (as
-  // `ffnlab train --resume DIR`).
-  if (here && run_finished(out, trainer.step(), tc.steps)) return trainer.evaluate(0);
-  // The yardstick of the run's FLOP utilisation (summary.json), as `ffnlab train` measures it.
-  const ModelProducts bare =
-      out.empty() ? ModelProducts{}
-                  : measure_model_products(lm.config(), tc.batch, tc.seq, tc.precision,
-                                           kBareProductsBudget);
-  std::unique_ptr<TrainLogs> logs;
-  if (!out.empty()) {
-    open_run_folder(out);
-    logs = std::make_unique<TrainLogs>(out, here, trainer.step(), tc.diagnostics_every > 0);
-  }
-  const bool finished = trainer.run(
-      [&](const StepLog& s) {
-        steps.push_back(s);
-        done = s.step;
-        if (logs) logs->add(s);
-        callback("step", s.step, tc.steps, fmt::format("step {} loss {:.3f}", s.step, s.loss),
-                 -1.0);
-      },
-      [&](const EvalLog& e) {
-        evals.push_back(e);
-        if (logs) logs->add(e);
-        callback("eval", e.step, tc.steps,
-                 fmt::format("step {}: validation {:.4f} bits/byte", e.step, e.bits_per_byte),
-                 -1.0);
-      },
-      out.empty() ? "" : (std::filesystem::path(out) / "checkpoint").string(),
-      [] { return stop_requested(); });
-  if (!finished)
-    throw Interrupted(fmt::format("stopped after step {}{}", trainer.step(),
-                                  out.empty() ? "" : "; checkpoint written to " + out));
-  const nlohmann::json routing = routing_summary(steps, trainer.last_step_stats());
-  const EvalLog last = trainer.evaluate(0);
-  if (!out.empty()) {
-    // What `ffnlab train` writes: the parameters' closed-form count (not ReLU routing's state),
-    // the utilisation at the measured experts per token, every evaluation (a resumed part's
-    // earlier ones included).
-    std::vector<double> tps;
-    for (const auto& s : steps) tps.push_back(s.tokens_per_second);
-    const double tokens_per_second = tps.empty() ? 0.0 : median(tps);
-    const double matrix_gflops = run_matrix_gflops(
-        bare, routing, static_cast<double>(tc.batch * tc.seq), tokens_per_second);
-    std::vector<EvalLog> all = logs->earlier_evaluations();
-    all.insert(all.end(), evals.begin(), evals.end());
-    write_summary(out,
-                  {lm.config(), tc, transformer_cost(lm.config(), 1).params, trainer.step(),
-                   tokens_per_second, matrix_gflops, bare.gflops(), all, "", routing},
-                  corpus);
-  }
-  return last;
-}
+ private:
+  Callback& callback_;
+};
 
 py::dict train(const py::object& model_arg, const py::object& data_arg, const py::object& progress,
                const py::object& out_arg, const py::object& resume_arg, const py::object& force_arg,
@@ -513,55 +402,52 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
   if (!py::isinstance<LM>(model_arg))
     bad_argument("train", "model", "an ffnlab.TransformerLM", model_arg);
   LM& model = model_arg.cast<LM&>();
-  const std::string data = path_argument("train", "data", data_arg);
-  const std::string resume =
-      resume_arg.is_none() ? "" : path_argument("train", "resume", resume_arg);
+  RunRequest rq;
+  rq.data = path_argument("train", "data", data_arg);
+  rq.resume = resume_arg.is_none() ? "" : path_argument("train", "resume", resume_arg);
   // As `ffnlab train --resume DIR` continues in DIR unless --out names another folder.
-  const std::string out = !out_arg.is_none() ? path_argument("train", "out", out_arg) : resume;
-  const bool force = bool_argument("train", "force", force_arg);
+  rq.out = out_arg.is_none() ? "" : path_argument("train", "out", out_arg);
+  rq.force = bool_argument("train", "force", force_arg);
+  rq.val_fraction_given = false;  // 0.1, or a resumed run's split
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     bad_argument("train", "progress", "None or a callable", progress);
   nlohmann::json j = nlohmann::json::object();
-  std::vector<std::string> given;
   for (const auto& [key, value] : keys) {
-    given.emplace_back(py::str(key));
-    j[given.back()] = to_json(value, given.back());
+    const std::string name = py::str(key);
+    j[name] = to_json(value, name);
+    rq.given.push_back({name, fmt::format("{} = {}", name, j[name].dump())});
   }
-  TrainConfig tc = train_config_from_json(j);
+  rq.train = train_config_from_json(j);
+  rq.names = {"out", "data", "steps =", "", "pass force=True"};
+  // The yardstick of the run's FLOP utilisation (summary.json), as `ffnlab train` measures it,
+  // for a run that writes a folder.
+  rq.measure_bare = !rq.out.empty() || !rq.resume.empty();
+  rq.validate_at_end = true;
   TransformerLM& lm = *model.lm;
   Callback callback(progress);
-  std::vector<StepLog> steps;
-  std::vector<EvalLog> evals;
-  std::int64_t done = 0;  // the step the model is at when training ends
-  const EvalLog validation = run_released(callback, [&] {
+  TrainObserver observer(callback, rq.train.steps);
+  const RunOutcome r = run_released(callback, [&] {
     try {
-      const EvalLog last =
-          train_released(lm, data, out, resume, force, given, tc, callback, steps, evals, done);
-      callback("end", done, tc.steps, std::string(), -1.0);
-      return last;
+      RunOutcome outcome = run_training(rq, observer, &lm);
+      if (!outcome.finished)
+        throw Interrupted(
+            fmt::format("stopped after step {}{}", outcome.step,
+                        outcome.out.empty() ? "" : "; checkpoint written to " + outcome.out));
+      callback("end", outcome.step, outcome.train.steps, std::string(), -1.0);
+      return outcome;
     } catch (...) {
-      callback("end", done, tc.steps, std::string(), -1.0);  // ends the progress bar's line
+      callback("end", observer.done, observer.total, std::string(), -1.0);  // ends the bar's line
       throw;
     }
   });
   py::list step_list, eval_list;
-  std::vector<double> tps;
-  for (const auto& s : steps) {
-    step_list.append(step_dict(s));
-    tps.push_back(s.tokens_per_second);
-  }
-  for (const auto& e : evals) eval_list.append(eval_dict(e));
+  for (const StepLog& s : observer.steps) step_list.append(from_json(to_json(s)));
+  for (const EvalLog& e : observer.evals) eval_list.append(from_json(to_json(e)));
   py::dict result;
   result["steps"] = step_list;
   result["evals"] = eval_list;
-  result["validation"] = eval_dict(validation);
-  py::dict summary;
-  summary["params"] = lm.parameters().count();
-  summary["steps"] = done;
-  summary["val_bits_per_byte"] = validation.bits_per_byte;
-  summary["median_tokens_per_second"] = tps.empty() ? 0.0 : median(tps);
-  summary["train"] = from_json(train_config_to_json(tc));
-  result["summary"] = summary;
+  result["validation"] = r.validation ? from_json(to_json(*r.validation)) : py::none();
+  result["summary"] = from_json(r.summary);
   return result;
 }
 

@@ -349,6 +349,11 @@ double flop_utilisation(double matrix_gflops, double bare_gflops) {
   return u <= 1.0 ? u : std::nan("");
 }
 
+double run_matrix_gflops(const ModelProducts& bare, double experts_per_token, double tokens,
+                         double tokens_per_second) {
+  return bare.flops_at(experts_per_token) / tokens * tokens_per_second / 1e9;
+}
+
 double measure_read_bandwidth(std::int64_t bytes, double budget) {
   constexpr std::int64_t kBlock = 1 << 14;  // floats per work item
   const std::int64_t blocks = std::max<std::int64_t>(1, bytes / 4 / kBlock), n = blocks * kBlock;

@@ -25,6 +25,7 @@
 #include "ffnlab/report/figure.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/report/staged_dir.hpp"
+#include "ffnlab/train/run.hpp"
 #include "stage_functions.hpp"
 
 namespace ffnlab::study {
@@ -134,6 +135,28 @@ constexpr double kBareProductsSeconds = 0.2;
 // Thrown inside a run that stopped because another one failed; never leaves train_runs.
 struct Abandoned {};
 
+// What a study run's driver tells it: the job's hooks, the pool's progress, and stop when the
+// study stops or another run failed.
+class JobObserver final : public RunObserver {
+ public:
+  JobObserver(const RunJob& job, const std::function<void(const StepLog&)>& progress,
+              const std::atomic<bool>& abandon)
+      : job_(job), progress_(progress), abandon_(abandon) {}
+  void started(const RunStart& /*start*/, TransformerLM& model) override {
+    if (job_.hooks.on_start) job_.hooks.on_start(model);
+  }
+  void step(const StepLog& s, const TransformerLM& model) override {
+    if (job_.hooks.on_step) job_.hooks.on_step(model, s);
+    progress_(s);
+  }
+  bool stop() override { return stop_requested() || abandon_.load(); }
+
+ private:
+  const RunJob& job_;
+  const std::function<void(const StepLog&)>& progress_;
+  const std::atomic<bool>& abandon_;
+};
+
 RunRecord train_one(const Study& st, const RunJob& job,
                     const std::function<void(const StepLog&)>& progress,
                     const std::atomic<bool>& abandon) {
@@ -141,31 +164,28 @@ RunRecord train_one(const Study& st, const RunJob& job,
   r.variant = job.label;
   r.seed = static_cast<int>(job.seed);
   r.d_ff = job.model.ffn.kind == FFNKind::moe ? job.model.ffn.expert_d_ff() : job.model.ffn.d_ff;
-  TrainConfig tc = job.settings ? *job.settings : st.scale.train;
-  tc.seed = job.seed;
+  RunRequest rq;
+  rq.train = job.settings ? *job.settings : st.scale.train;
+  rq.train.seed = job.seed;
+  rq.corpus = &st.corpus;
+  if (const auto bare = st.bare_products.find(job.label); bare != st.bare_products.end())
+    rq.bare = bare->second;
+  rq.measure_bare = false;  // (timed before the pool: train_runs)
+  rq.validate_at_end = true;
   TransformerLM lm(job.model, job.seed);
   r.params = lm.parameters().count();
-  Trainer trainer(lm, st.corpus, tc);
-  if (job.hooks.on_start) job.hooks.on_start(lm);
-  trainer.run(
-      [&](const StepLog& s) {
-        r.steps.push_back(s);
-        if (job.hooks.on_step) job.hooks.on_step(lm, s);
-        progress(s);
-      },
-      [&](const EvalLog& e) { r.evals.push_back(e); }, "",
-      [&] { return stop_requested() || abandon.load(); });
+  JobObserver observer(job, progress, abandon);
+  RunOutcome run = run_training(rq, observer, &lm);
   check_stop();
   if (abandon) throw Abandoned{};
-  r.val_bits_per_byte = trainer.evaluate(0).bits_per_byte;
+  r.steps = std::move(run.steps);
+  r.evals = std::move(run.evaluations);
+  r.val_bits_per_byte = run.validation->bits_per_byte;
   if (job.hooks.on_end) job.hooks.on_end(lm);
-  std::vector<double> tps;
-  for (const auto& s : r.steps) tps.push_back(s.tokens_per_second);
-  r.median_tokens_per_second = tps.empty() ? 0 : median(tps);
-  if (const auto bare = st.bare_products.find(job.label); bare != st.bare_products.end()) {
-    r.bare_products_gflops = bare->second.gflops();
-    r.matrix_gflops = bare->second.flops / static_cast<double>(tc.batch * tc.seq) *
-                      r.median_tokens_per_second / 1e9;
+  r.median_tokens_per_second = run.median_tokens_per_second;
+  if (rq.bare) {
+    r.bare_products_gflops = run.bare.gflops();
+    r.matrix_gflops = run.matrix_gflops;
   }
   return r;
 }

@@ -60,7 +60,7 @@ nlohmann::ordered_json zoo_table_json() {
     out.push_back({{"model", m.name},
                    {"family", m.family},
                    {"ffn_layers", m.layers},
-                   {"config", nlohmann::ordered_json::parse(config_to_json(m.ffn).dump())},
+                   {"config", nlohmann::ordered_json(config_to_json(m.ffn))},
                    {"params_per_layer", k.params},
                    {"active_params_per_layer", k.active_params},
                    {"forward_flops_per_token_per_layer",

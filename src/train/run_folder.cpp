@@ -19,18 +19,9 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kStepHeader =
-    "step,loss,aux_loss,grad_norm,lr,tokens_per_s,seconds,load_cv,max_over_mean,"
-    "dropped_fraction,router_entropy,experts_per_token,l1_coef\n";
-constexpr const char* kEvalHeader = "step,val_loss,val_bits_per_byte,tokens\n";
-constexpr const char* kLayerHeader =
-    "step,layer,residual_rms,attention_rms,ffn_rms,attention_entropy,grad_attention,grad_ffn,"
-    "grad_router,router_entropy,router_top1,router_logit_std,expert_output_rms_min,"
-    "expert_output_rms_mean,expert_output_rms_max\n";
-
 // A log continued from step `from`: the header, then its rows up to that step (also handed to
 // `rows`, when given).
-std::ofstream continue_log(const fs::path& path, const char* header, std::int64_t from,
+std::ofstream continue_log(const fs::path& path, const std::string& header, std::int64_t from,
                            std::vector<std::string>* rows = nullptr) {
   std::string kept = header;
   std::ifstream in(path);
@@ -48,7 +39,7 @@ std::ofstream continue_log(const fs::path& path, const char* header, std::int64_
   return std::ofstream(path, std::ios::app);
 }
 
-// An eval_log.csv row (kEvalHeader), or nothing when it does not read as one.
+// An eval_log.csv row (eval_csv_header()), or nothing when it does not read as one.
 std::optional<EvalLog> eval_row(const std::string& line) {
   EvalLog e;
   const char* p = line.data();
@@ -87,23 +78,23 @@ TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_s
   const fs::path steps = fs::path(dir) / "train_log.csv", evals = fs::path(dir) / "eval_log.csv",
                  per_layer = fs::path(dir) / "layer_log.csv";
   if (continued) {
-    steps_ = continue_log(steps, kStepHeader, from_step);
+    steps_ = continue_log(steps, step_csv_header(), from_step);
     std::vector<std::string> rows;
-    evals_ = continue_log(evals, kEvalHeader, from_step, &rows);
+    evals_ = continue_log(evals, eval_csv_header(), from_step, &rows);
     for (const std::string& row : rows)
       if (const auto e = eval_row(row)) earlier_.push_back(*e);
     if (layers)
-      layers_ = continue_log(per_layer, kLayerHeader, from_step);
+      layers_ = continue_log(per_layer, layer_csv_header(), from_step);
     else if (fs::exists(per_layer))  // kept up to the checkpoint, not written on
-      continue_log(per_layer, kLayerHeader, from_step);
+      continue_log(per_layer, layer_csv_header(), from_step);
   } else {
     steps_ = std::ofstream(steps, std::ios::trunc);
     evals_ = std::ofstream(evals, std::ios::trunc);
-    steps_ << kStepHeader << std::flush;  // a run that dies at once leaves its headers
-    evals_ << kEvalHeader << std::flush;
+    steps_ << step_csv_header() << std::flush;  // a run that dies at once leaves its headers
+    evals_ << eval_csv_header() << std::flush;
     if (layers) {
       layers_ = std::ofstream(per_layer, std::ios::trunc);
-      layers_ << kLayerHeader << std::flush;
+      layers_ << layer_csv_header() << std::flush;
     } else {
       std::error_code ec;  // an earlier run's, which this run does not continue
       fs::remove(per_layer, ec);
@@ -114,38 +105,11 @@ TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_s
 }
 
 void TrainLogs::add(const StepLog& s) {
-  steps_ << fmt::format(
-      "{},{:.6f},{:.6f},{:.6f},{:.6g},{:.1f},{:.4f},{:.5f},{:.5f},{:.5f},{:.5f},{:.4f},{:.6g}\n",
-      s.step, s.loss, s.aux_loss, s.grad_norm, s.lr, s.tokens_per_second, s.seconds, s.load_cv,
-      s.max_over_mean, s.dropped_fraction, s.router_entropy, s.experts_per_token, s.l1_coef);
-  steps_.flush();
-  if (!layers_.is_open()) return;
-  for (std::size_t l = 0; l < s.layers.size(); ++l) {
-    const LayerDiagnostics& d = s.layers[l];
-    // Over the experts that got rows (empty cells for a dense layer, or when none did).
-    double lo = 0, hi = 0, sum = 0;
-    int n = 0;
-    for (double r : d.ffn.expert_output_rms) {
-      if (std::isnan(r)) continue;
-      lo = n ? std::min(lo, r) : r;
-      hi = n ? std::max(hi, r) : r;
-      sum += r;
-      ++n;
-    }
-    const auto cell = [&](double v) { return n ? fmt::format("{:.6g}", v) : std::string(); };
-    layers_ << fmt::format(
-        "{},{},{:.6g},{:.6g},{:.6g},{:.5f},{:.6g},{:.6g},{:.6g},{:.5f},{:.5f},{:.6g},{},{},{}\n",
-        s.step, l, d.residual_rms, d.attention_rms, d.ffn_rms, d.attention_entropy,
-        d.grad_attention, d.grad_ffn, d.grad_router, d.ffn.router_entropy, d.ffn.top1_prob,
-        d.ffn.router_logit_std, cell(lo), cell(n ? sum / n : 0.0), cell(hi));
-  }
-  layers_.flush();
+  steps_ << step_csv_row(s) << std::flush;
+  if (layers_.is_open()) layers_ << layer_csv_rows(s) << std::flush;
 }
 
-void TrainLogs::add(const EvalLog& e) {
-  evals_ << fmt::format("{},{:.6f},{:.6f},{}\n", e.step, e.loss, e.bits_per_byte, e.tokens);
-  evals_.flush();
-}
+void TrainLogs::add(const EvalLog& e) { evals_ << eval_csv_row(e) << std::flush; }
 
 json routing_summary(const std::vector<StepLog>& steps, const std::vector<FFNStats>& layers) {
   json per_layer = json::array();
@@ -163,13 +127,9 @@ json routing_summary(const std::vector<StepLog>& steps, const std::vector<FFNSta
   return out;
 }
 
-void write_summary(const std::string& dir, const RunSummary& r, const Corpus& corpus) {
+json summary_json(const RunSummary& r, const Corpus& corpus) {
   json evaluations = json::array();
-  for (const EvalLog& e : r.evaluations)
-    evaluations.push_back({{"step", e.step},
-                           {"loss", e.loss},
-                           {"bits_per_byte", e.bits_per_byte},
-                           {"tokens", e.tokens}});
+  for (const EvalLog& e : r.evaluations) evaluations.push_back(json(to_json(e)));
   json summary = {{"model", lm_config_to_json(r.model)},
                   {"train", train_config_to_json(r.train)},
                   {"parameters", r.params},
@@ -192,17 +152,13 @@ void write_summary(const std::string& dir, const RunSummary& r, const Corpus& co
                               {"model_flop_utilisation", std::isnan(u) ? json() : json(u)}};
   }
   if (!r.routing.is_null()) summary["routing"] = r.routing;
+  return summary;
+}
+
+void write_summary(const std::string& dir, const json& summary) {
   // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
   const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   write_file_atomic((fs::path(dir) / "summary.json").string(), s.data(), s.size());
-}
-
-double run_matrix_gflops(const ModelProducts& bare, const json& routing, double tokens,
-                         double tokens_per_second) {
-  const double measured = routing.is_object() && routing.contains("experts_per_token")
-                              ? routing["experts_per_token"].get<double>()
-                              : -1.0;
-  return bare.flops_at(measured) / tokens * tokens_per_second / 1e9;
 }
 
 bool run_finished(const std::string& dir, std::int64_t step, std::int64_t steps) {

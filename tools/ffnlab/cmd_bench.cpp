@@ -220,7 +220,7 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         const double ti = rounds_median(torch_inf), tf = rounds_median(torch_fb);
         const double of_bare = s.forward_backward_of_bare;
         json row = {{"variant", v}, {"dtype", enum_name(p)}, {"tokens", t}};
-        row.update(json::parse(to_json(s).dump()));
+        row.update(json(to_json(s)));
         if (ti > 0) row["torch_inference_s"] = ti;
         if (tf > 0) row["torch_forward_backward_s"] = tf;
         if (peaks.of(p) > 0) {  // 0: not measured (AMX)
@@ -311,7 +311,7 @@ json bench_routing(const BenchOptions& o, const std::vector<std::string>& famili
         const FFNConfig c = routing_family_config(base, family, S);
         const LayerSpeed s = measure_layer_speed(c, t, o.budget, p, o.rounds, S);
         json row = {{"family", family}, {"dtype", enum_name(p)}, {"tokens", t}, {"sequence", S}};
-        row.update(json::parse(to_json(s).dump()));
+        row.update(json(to_json(s)));
         rows.push_back(row);
         if (!o.json_out)
           fmt::print(

@@ -22,6 +22,7 @@
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/parallel/mpi.hpp"
+#include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
 #include "ffnlab/train/trainer.hpp"
 #include "interrupt.hpp"
@@ -230,58 +231,42 @@ void check_model_flags(const TrainOptions& o, const LMConfig& saved) {
         o.resume, diff));
 }
 
-// The model and the training settings of this run: from the flags, or, when resuming, from the
-// checkpoint (model flags, if given, must then match it; --steps, if given, sets the new total).
-struct RunSetup {
-  LMConfig model;
-  TrainConfig train;
-  std::optional<ResumePoint> resume;  // empty: a new run
-};
-
-RunSetup resolve_setup(const TrainOptions& o) {
-  RunSetup r;
-  r.train = o.train;
-  r.train.optimizer.kind = parse_enum<OptimizerKind>(o.optimizer);
-  r.train.decay = parse_enum<DecayKind>(o.decay);
-  r.train.precision = parse_enum<Precision>(o.dtype);
-  r.train.objective = parse_enum<Objective>(o.objective);
+// The run the flags ask for: the model from the flags, or, when resuming, the checkpoint's
+// (model flags, if given, must then match it); the training settings given, which the driver
+// compares with a resumed checkpoint's.
+RunRequest request_of(const TrainOptions& o, ProcessGroup* group) {
+  RunRequest rq;
+  rq.train = o.train;
+  rq.train.optimizer.kind = parse_enum<OptimizerKind>(o.optimizer);
+  rq.train.decay = parse_enum<DecayKind>(o.decay);
+  rq.train.precision = parse_enum<Precision>(o.dtype);
+  rq.train.objective = parse_enum<Objective>(o.objective);
   if (o.resume.empty()) {
-    r.model = model_from_flags(o);
-    return r;
+    rq.model = model_from_flags(o);
+  } else {
+    rq.model = read_resume_point(o.resume).model;
+    check_model_flags(o, rq.model);
   }
-  r.resume = read_resume_point(o.resume);
-  r.model = r.resume->model;
-  check_model_flags(o, r.model);
-  // The checkpoint's training settings, except where a flag was given: a flag that differs
-  // from the checkpoint changes the run, which needs --force (--steps sets the new total).
-  std::vector<std::string> given;
   for (const auto& [opt, key] : o.train_flags)
-    if (opt->count() > 0) given.emplace_back(key);
-  std::vector<SettingChange> changes;
-  r.train = resumed_settings(*r.resume, r.train, given, changes);
-  std::string conflicts;
-  for (const SettingChange& c : changes)
-    for (const auto& [opt, key] : o.train_flags)
-      if (c.key == key)
-        conflicts += fmt::format("{}{} {} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
-                                 opt->get_name(), opt->as<std::string>(), c.saved.dump());
-  if (!conflicts.empty() && !o.force)
-    throw UsageError(fmt::format(
-        "[train] resuming {} with other training settings: {}; use --force to change them",
-        o.resume, conflicts));
-  return r;
-}
-
-// A resumed run must see the bytes it was trained on, split the same way (its batches are a
-// function of them): other data is refused unless forced.
-void check_same_data(const RunSetup& r, const Corpus& corpus, bool force) {
-  if (!r.resume || force) return;
-  const DataMismatch m = data_mismatch(*r.resume, corpus);
-  if (m.what.empty()) return;
-  if (m.split_only)
-    throw UsageError(fmt::format(
-        "[train] {} (another --val-fraction?); use --force to continue anyway", m.what));
-  throw UsageError(fmt::format("[train] --data {}; use --force to continue on other data", m.what));
+    if (opt->count() > 0)
+      rq.given.push_back({key, fmt::format("{} {}", opt->get_name(), opt->as<std::string>())});
+  rq.data = o.data;
+  rq.data_given = o.data_flag->count() > 0;
+  rq.val_fraction = o.val_fraction;
+  rq.val_fraction_given = o.val_fraction_flag->count() > 0;
+  // --resume DIR continues in DIR unless --out names another folder (an empty name is refused:
+  // to the driver it means no folder).
+  if (o.out.empty()) check_writable_dir(o.out, "train");
+  rq.out = o.resume.empty() || o.out_flag->count() > 0 ? o.out : "";
+  rq.resume = o.resume;
+  rq.force = o.force;
+  rq.sample = o.sample;
+  rq.temperature = o.temperature;
+  rq.prompt = o.prompt;
+  const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
+  rq.parallel = {group, std::max<std::int64_t>(1, bucket), o.expert_parallel,
+                 agreed_flags(*o.command), o.expert_group};
+  return rq;
 }
 
 // "; expert parallel: 4 experts per rank" (and ", in 2 groups of 2 ranks" with expert groups).
@@ -313,82 +298,78 @@ void print_header(const LMConfig& m, const TrainConfig& t, const Corpus& corpus,
   std::fflush(stdout);
 }
 
-// What the run reports as it goes: log lines, progress, evaluations; and what it sums up.
-class RunMonitor {
+// What the command shows as the run goes: its header, log lines, progress, evaluations.
+class PrintingObserver final : public RunObserver {
  public:
-  RunMonitor(TrainLogs& logs, const TrainConfig& t, std::int64_t print_every)
-      : logs_(logs),
-        tokens_per_step_(static_cast<double>(t.batch * t.seq * t.accumulate)),
-        total_(t.steps),
-        progress_("step", t.steps, print_every > 0 ? print_every : t.steps / 20),
-        masked_(t.objective == Objective::masked) {}
+  PrintingObserver(const TrainOptions& o, const ProcessGroup* group) : o_(o), group_(group) {}
 
-  void on_step(const StepLog& s) {
-    logs_.add(s);
+  void started(const RunStart& s, TransformerLM& /*model*/) override {
+    print_header(s.model, s.train, s.corpus, s.params, s.from_step);
+    if (group_)
+      fmt::print("data parallel: {} ranks, {} sequences each per micro-batch{}\n", group_->size(),
+                 s.train.batch / group_->size(),
+                 o_.expert_parallel
+                     ? expert_layout(s.model.ffn.moe.num_experts, group_->size(), o_.expert_group)
+                     : "");
+    fmt::print(
+        "matrix work: {:.2f} MFLOP a token (forward and backward); the bare products of "
+        "this model's shapes run at {:.1f} GFLOP/s{} here (the yardstick of its FLOP "
+        "utilisation)\n",
+        s.bare.flops / static_cast<double>(s.tokens) / 1e6, s.bare.gflops(),
+        group_ ? " a rank" : "");
+    tokens_per_step_ = static_cast<double>(s.train.batch * s.train.seq * s.train.accumulate);
+    total_ = s.train.steps;
+    masked_ = s.train.objective == Objective::masked;
+    progress_.emplace("step", s.train.steps,
+                      o_.print_every > 0 ? o_.print_every : s.train.steps / 20);
+  }
+
+  void step(const StepLog& s, const TransformerLM& /*model*/) override {
     tokens_ += tokens_per_step_;
     seconds_ += s.seconds;
-    step_tps_.push_back(s.tokens_per_second);
-    steps_.push_back(s);
-    steps_.back().layers.clear();  // (the diagnostics are in their log already)
     const double mean_tps = tokens_ / seconds_;
     const double eta =
         mean_tps > 0 ? static_cast<double>(total_ - s.step) * tokens_per_step_ / mean_tps : 0;
     const std::string val =
         std::isnan(last_val_) ? ""
                               : fmt::format(" val {:.3f} {}", last_val_, masked_ ? "bpmb" : "bpb");
-    progress_.update(s.step,
-                     fmt::format("loss {:.4f} grad_norm {:.3f} lr {:.3g}{} | {:.0f} tok/s", s.loss,
-                                 s.grad_norm, s.lr, val, mean_tps),
-                     eta);
+    progress_->update(s.step,
+                      fmt::format("loss {:.4f} grad_norm {:.3f} lr {:.3g}{} | {:.0f} tok/s", s.loss,
+                                  s.grad_norm, s.lr, val, mean_tps),
+                      eta);
   }
 
-  void on_eval(const EvalLog& e) {
-    logs_.add(e);
+  void evaluated(const EvalLog& e) override {
     last_val_ = e.bits_per_byte;
-    evals_.push_back(e);
-    progress_.message(fmt::format("step {}: validation loss {:.4f} ({:.4f} bits per {}byte, {} {})",
-                                  e.step, e.loss, e.bits_per_byte, masked_ ? "masked " : "",
-                                  e.tokens, masked_ ? "masked bytes" : "tokens"));
+    progress_->message(fmt::format(
+        "step {}: validation loss {:.4f} ({:.4f} bits per {}byte, {} {})", e.step, e.loss,
+        e.bits_per_byte, masked_ ? "masked " : "", e.tokens, masked_ ? "masked bytes" : "tokens"));
   }
 
-  void finish() { progress_.finish(); }
-  const std::vector<EvalLog>& evaluations() const { return evals_; }
-  double median_tokens_per_second() const { return step_tps_.empty() ? 0 : median(step_tps_); }
-  const std::vector<StepLog>& steps() const { return steps_; }
+  bool stop() override { return InterruptGuard::requested(); }
+
+  // Ends the progress line (before anything else is printed, or on error).
+  void finish() {
+    if (progress_) progress_->finish();
+  }
 
  private:
-  TrainLogs& logs_;
-  double tokens_per_step_;
-  std::int64_t total_;
-  Progress progress_;
-  bool masked_;
-  double tokens_ = 0, seconds_ = 0, last_val_ = std::nan("");
-  std::vector<StepLog> steps_;
-  std::vector<EvalLog> evals_;
-  std::vector<double> step_tps_;
+  const TrainOptions& o_;
+  const ProcessGroup* group_;
+  std::optional<Progress> progress_;
+  double tokens_per_step_ = 0, tokens_ = 0, seconds_ = 0, last_val_ = std::nan("");
+  std::int64_t total_ = 0;
+  bool masked_ = false;
 };
 
-// What rank 0 handed to collectives per step, by exchange, and the time spent in them (waiting
-// for the other ranks included): what docs/distributed.md's model is checked against.
 // What rank 0 handed to the exchanges of the group and of the groups split from it (expert
-// groups, their replicas), by exchange name.
-void print_traffic(const ProcessGroup& group, const std::vector<const ProcessGroup*>& subgroups,
-                   std::int64_t steps) {
-  const double per = 1.0 / static_cast<double>(std::max<std::int64_t>(1, steps));
-  double bytes = group.payload_bytes(), seconds = group.seconds_in_collectives();
-  std::map<std::string, std::pair<double, double>> by = group.by_exchange();
-  for (const ProcessGroup* g : subgroups) {
-    bytes += g->payload_bytes();
-    seconds += g->seconds_in_collectives();
-    for (const auto& [what, v] : g->by_exchange()) {
-      by[what].first += v.first;
-      by[what].second += v.second;
-    }
-  }
+// groups, their replicas) per step, by exchange, and the time spent in them (waiting for the
+// other ranks included): what docs/distributed.md's model is checked against.
+void print_traffic(const RunTraffic& t) {
   fmt::print("data parallel: rank 0 sent {:.3f} MB per step ({:.2f} ms per step in exchanges):",
-             bytes * per / 1e6, seconds * per * 1e3);
-  for (const auto& [what, v] : by)
-    fmt::print(" {} {:.3f} MB {:.2f} ms;", what, v.first * per / 1e6, v.second * per * 1e3);
+             t.bytes_per_step / 1e6, t.seconds_per_step * 1e3);
+  for (const auto& [what, v] : t.by_exchange)
+    fmt::print(" {} {:.3f} MB {:.2f} ms;", what, v.first / 1e6, v.second * 1e3);
   fmt::print("\n");
 }
 
@@ -406,19 +387,6 @@ std::unique_ptr<MpiWorld> join_world(const TrainOptions& o) {
 }
 
 void train(TrainOptions& o, ProcessGroup* group);
-
-// Seconds spent at start-up timing the bare products of the model's shapes.
-
-// The experts this rank of an expert-parallel run holds: its place in its expert group of G
-// consecutive ranks (every rank when G is 0). All of them ({}) where the layout does not split
-// (the trainer then says why) or the model has no experts to split.
-ExpertShare sharded_experts(const LMConfig& model, const ProcessGroup& group, int expert_group) {
-  const int P = group.size(), G = expert_group > 0 ? expert_group : P;
-  if (model.ffn.kind != FFNKind::moe || model.ffn.moe.routing == RoutingKind::soft) return {};
-  const int E = model.ffn.moe.num_experts;
-  if (G == 1 || G > P || P % G != 0 || E % G != 0) return {};  // (G = 1: every rank holds all)
-  return expert_share(E, G, group.rank() % G);
-}
 
 void run_train(TrainOptions& o) {
   InterruptGuard interrupts;
@@ -449,163 +417,63 @@ void run_train(TrainOptions& o) {
 // One process, or one rank of a data-parallel run (group): rank 0 alone checks and writes the
 // output folder, prints and samples; every rank trains.
 void train(TrainOptions& o, ProcessGroup* group) {
-  const bool lead = group == nullptr || group->rank() == 0;
-  // --resume DIR continues in DIR unless --out names another folder.
-  std::string out = o.out;
-  if (!o.resume.empty() && o.out_flag->count() == 0) out = o.resume;
-  const RunSetup setup = resolve_setup(o);
-  // A resumed run reads the data it was trained on, split as it was, unless told otherwise.
-  std::string data = o.data;
-  double val_fraction = o.val_fraction;
-  if (setup.resume) {
-    if (o.data_flag->count() == 0) data = checkpoint_data_path(*setup.resume, data);
-    if (o.val_fraction_flag->count() == 0)
-      val_fraction = checkpoint_val_fraction(*setup.resume, val_fraction);
-  }
-  if (lead) {
-    check_writable_dir(out, "train");
-    if (const std::string why = run_folder_conflict(out, data, "--out", "--data"); !why.empty())
-      throw UsageError(why);
-  }
-  const Corpus corpus = load_corpus(data, val_fraction);
-  check_same_data(setup, corpus, o.force);
-  check_training_setup(setup.model, corpus, setup.train);
   if (o.expert_parallel && group == nullptr)
     throw UsageError(
         "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
         "start it with mpirun -np N (N > 1)");
   if (o.expert_group > 0 && !o.expert_parallel)
     throw UsageError("[train] --expert-group sizes the groups of --expert-parallel: give both");
-  // Expert parallel: this rank allocates only its experts (the trainer refuses the layouts that
-  // do not split; their models then hold every expert until it does).
-  const ExpertShare held =
-      o.expert_parallel ? sharded_experts(setup.model, *group, o.expert_group) : ExpertShare{};
-  // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation.
-  const std::int64_t params = transformer_cost(setup.model, 1).params;
-  const std::int64_t here = held.count > 0 ? held_params(setup.model, held.count) : params;
-  check_memory(
-      16.0 * static_cast<double>(here), "train",
-      held.count > 0
-          ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
-                        "dense part and {} experts a layer; weights, gradients, Adam "
-                        "state)",
-                        here, params, held.count)
-          : fmt::format("a model of {} parameters (weights, gradients, Adam state)", params));
-
-  TransformerLM model(setup.model, setup.train.seed, held);
-  const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
-  // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
-  // batch and of the experts) before any rank writes.
-  Trainer trainer(model, corpus, setup.train,
-                  {group, std::max<std::int64_t>(1, bucket), o.expert_parallel,
-                   agreed_flags(*o.command), o.expert_group});
-  if (setup.resume) trainer.load(setup.resume->checkpoint_dir);
-  if (trainer.step() > setup.train.steps)
-    throw UsageError(fmt::format("[train] the checkpoint is at step {}, past --steps {}",
-                                 trainer.step(), setup.train.steps));
-  const bool resumed_here =
-      !o.resume.empty() && fs::weakly_canonical(o.resume) == fs::weakly_canonical(out);
-  if (resumed_here && run_finished(out, trainer.step(), setup.train.steps)) {
-    // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
+  const bool lead = group == nullptr || group->rank() == 0;
+  const RunRequest rq = request_of(o, group);
+  PrintingObserver observer(o, group);
+  RunOutcome r;
+  try {
+    r = run_training(rq, observer);
+  } catch (const Error&) {
+    observer.finish();  // end the progress line before the error
+    throw;
+  }
+  observer.finish();
+  if (r.already_finished) {  // resumed in its own folder: nothing of it changed
     if (lead)
       fmt::print(
           "{} is finished at step {} of {}: nothing to do (--steps N continues it; --out OTHER "
           "--sample N samples from it)\n",
-          out, trainer.step(), setup.train.steps);
+          r.out, r.step, r.train.steps);
     return;
   }
-  // Everything is checked: from here on, the output folder is written.
-  if (lead) open_run_folder(out);
-  const std::string checkpoint = (fs::path(out) / "checkpoint").string();
-  const std::int64_t first_step = trainer.step();
-  // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
-  // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
-  // as the ranks of a step compute at once.
-  const std::int64_t sequences = setup.train.batch / (group ? group->size() : 1);
-  const ModelProducts bare = measure_model_products(setup.model, sequences, setup.train.seq,
-                                                    setup.train.precision, kBareProductsBudget);
-  if (!lead) {  // another rank: trains, and leaves the output to rank 0
-    if (!trainer.run({}, {}, checkpoint, [] { return InterruptGuard::requested(); }))
-      throw Interrupted(
-          fmt::format("{} after step {}", InterruptGuard::signal_name(), trainer.step()));
-    return;
-  }
-
-  TrainLogs logs(out, resumed_here, trainer.step(), setup.train.diagnostics_every > 0);
-  print_header(setup.model, setup.train, corpus, params, trainer.step());
-  if (group)
-    fmt::print("data parallel: {} ranks, {} sequences each per micro-batch{}\n", group->size(),
-               setup.train.batch / group->size(),
-               o.expert_parallel
-                   ? expert_layout(setup.model.ffn.moe.num_experts, group->size(), o.expert_group)
-                   : "");
-  fmt::print(
-      "matrix work: {:.2f} MFLOP a token (forward and backward); the bare products of "
-      "this model's shapes run at {:.1f} GFLOP/s{} here (the yardstick of its FLOP "
-      "utilisation)\n",
-      bare.flops / static_cast<double>(sequences * setup.train.seq) / 1e6, bare.gflops(),
-      group ? " a rank" : "");
-  RunMonitor monitor(logs, setup.train, o.print_every);
-  bool finished = false;
-  try {
-    finished = trainer.run([&](const StepLog& s) { monitor.on_step(s); },
-                           [&](const EvalLog& e) { monitor.on_eval(e); }, checkpoint,
-                           [] { return InterruptGuard::requested(); });
-  } catch (const Error&) {
-    monitor.finish();  // end the progress line before the error
-    throw;
-  }
-  monitor.finish();
-  if (!finished)
+  if (!r.finished) {
+    if (!lead)
+      throw Interrupted(fmt::format("{} after step {}", InterruptGuard::signal_name(), r.step));
     throw Interrupted(fmt::format(
         "{} after step {} of {}; checkpoint written to {}; continue with: ffnlab train --resume {}",
-        InterruptGuard::signal_name(), trainer.step(), setup.train.steps, checkpoint, out));
-  if (group) print_traffic(*group, trainer.subgroups(), trainer.step() - first_step);
-
-  const json routing = routing_summary(monitor.steps(), trainer.last_step_stats());
-  std::string text;
-  if (o.sample > 0 && held.count > 0) {
+        InterruptGuard::signal_name(), r.step, r.train.steps,
+        (fs::path(r.out) / "checkpoint").string(), r.out));
+  }
+  if (!lead) return;
+  if (r.traffic) print_traffic(*r.traffic);
+  if (!r.sample_skipped.empty())
     fmt::print(
         "no sample: no rank holds every expert (--expert-parallel); the checkpoint in {} samples "
         "in one process: ffnlab train --resume {} --out OTHER --sample {}\n",
-        checkpoint, out, o.sample);
-  } else if (o.sample > 0 && setup.model.causal) {  // a masked model fills in; it does not generate
-    text = sample_text(model, o.prompt, o.sample, o.temperature, setup.train.seed);
-    write_file_atomic((fs::path(out) / "sample.txt").string(), text.data(), text.size());
-    fmt::print("sample (temperature {}):\n{}\n", o.temperature, text);
-  }
-  // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran,
-  // the experts' at the experts a token measured to take (top-p, ReLU routing, MoE++ and a
-  // capacity take fewer than the closed form the products were timed at, or more).
-  const double matrix_gflops =
-      run_matrix_gflops(bare, routing, static_cast<double>(sequences * setup.train.seq),
-                        monitor.median_tokens_per_second() / (group ? group->size() : 1));
-  // Every evaluation of the run: those of the part before a resume (kept in eval_log.csv), then
-  // this part's.
-  std::vector<EvalLog> evaluations = logs.earlier_evaluations();
-  evaluations.insert(evaluations.end(), monitor.evaluations().begin(),
-                     monitor.evaluations().end());
-  write_summary(
-      out,
-      {setup.model, setup.train, params, trainer.step(), monitor.median_tokens_per_second(),
-       matrix_gflops, bare.gflops(), evaluations, text, routing},
-      corpus);
-  if (monitor.median_tokens_per_second() > 0) {
-    const double utilisation = flop_utilisation(matrix_gflops, bare.gflops());
-    if (std::isnan(utilisation))
+        (fs::path(r.out) / "checkpoint").string(), r.out, o.sample);
+  else if (!r.sample.empty())
+    fmt::print("sample (temperature {}):\n{}\n", o.temperature, r.sample);
+  if (r.median_tokens_per_second > 0) {
+    if (std::isnan(r.utilisation))
       // A step cannot outrun its own products: the timing was disturbed, and no number is given.
       fmt::print(
           "model FLOP utilisation not measured: {:.1f} GFLOP/s of matrix work{} came out above "
           "the {:.1f} of the bare products of its shapes (a disturbed timing)\n",
-          matrix_gflops, group ? " a rank" : "", bare.gflops());
+          r.matrix_gflops, group ? " a rank" : "", r.bare.gflops());
     else
       fmt::print(
           "model FLOP utilisation {:.0f} %: {:.1f} GFLOP/s of matrix work{} against {:.1f} for "
           "the bare products of its shapes\n",
-          100.0 * utilisation, matrix_gflops, group ? " a rank" : "", bare.gflops());
+          100.0 * r.utilisation, r.matrix_gflops, group ? " a rank" : "", r.bare.gflops());
   }
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n",
-             monitor.median_tokens_per_second(), out);
+             r.median_tokens_per_second, r.out);
 }
 
 }  // namespace

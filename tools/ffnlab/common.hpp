@@ -16,11 +16,9 @@
 namespace ffnlab::cli {
 
 // A flag's value was refused after parsing (two flags that conflict, a value out of range that
-// only the command can judge): exit status 2, like CLI11's own parse errors (main.cpp).
-class UsageError : public Error {
- public:
-  using Error::Error;
-};
+// only the command can judge): exit status 2, like CLI11's own parse errors (main.cpp). The
+// library's own (ffnlab/error.hpp), which the run driver throws for settings that conflict.
+using UsageError = ffnlab::UsageError;
 
 // Exit statuses (docs/hardening.md, "Exit status").
 inline constexpr int kExitInput = 1;          // a file, config or value was refused

@@ -92,6 +92,12 @@ struct ModelProducts {
 // 1: a step cannot outrun its own products, so the timing was disturbed). Never printed as a
 // number then.
 double flop_utilisation(double matrix_gflops, double bare_gflops);
+// The numerator: the matrix work a training run's step did per second, in GFLOP/s: `bare`'s
+// FLOPs of one micro-batch of `tokens` tokens (the experts' at the `experts_per_token` the run
+// measured; < 0, or a dense model: bare's closed form) at `tokens_per_second`. Every front end
+// that trains (ffnlab train, ffnlab.train, ffnlab evolve) reports utilisation through this.
+double run_matrix_gflops(const ModelProducts& bare, double experts_per_token, double tokens,
+                         double tokens_per_second);
 // The seconds a training run spends timing them at start-up (ffnlab train, ffnlab.train).
 inline constexpr double kBareProductsBudget = 0.25;
 ModelProducts measure_model_products(const LMConfig& config, std::int64_t sequences,

@@ -71,14 +71,9 @@ struct RunSummary {
 // coefficient at the end.
 nlohmann::json routing_summary(const std::vector<StepLog>& steps,
                                const std::vector<FFNStats>& layers);
-void write_summary(const std::string& dir, const RunSummary& summary, const Corpus& corpus);
-
-// The matrix work a run's step did per second, in GFLOP/s: `bare`'s FLOPs of one micro-batch of
-// `tokens` tokens, the experts' at the experts a token measured to take (routing_summary's
-// "experts_per_token"; bare's closed form for a dense model), at `tokens_per_second`. The
-// numerator of summary.json's utilisation, for `ffnlab train` and `ffnlab.train` alike.
-double run_matrix_gflops(const ModelProducts& bare, const nlohmann::json& routing, double tokens,
-                         double tokens_per_second);
+// summary.json's content; write_summary writes it into DIR (atomically).
+nlohmann::json summary_json(const RunSummary& summary, const Corpus& corpus);
+void write_summary(const std::string& dir, const nlohmann::json& summary);
 
 // Whether DIR holds a run finished at `step` of `steps`: its last step done and its summary
 // written (a run killed while sampling has no summary yet). Resuming it in DIR has nothing to do.

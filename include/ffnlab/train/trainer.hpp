@@ -18,6 +18,7 @@
 #include "ffnlab/train/grad_sync.hpp"
 #include "ffnlab/train/optimizer.hpp"
 #include "ffnlab/train/schedule.hpp"
+#include "ffnlab/train/step_log.hpp"
 
 namespace ffnlab {
 
@@ -60,33 +61,7 @@ void validate(const TrainConfig& config);
 nlohmann::json train_config_to_json(const TrainConfig& config);
 TrainConfig train_config_from_json(const nlohmann::json& j);
 
-struct StepLog {
-  std::int64_t step = 0;  // 1-based: the number of updates done
-  double loss = 0;        // mean cross-entropy over the step's micro-batches
-  double aux_loss = 0;    // MoE aux losses (with coefficients), mean over micro-batches
-  double grad_norm = 0;   // before clipping
-  double lr = 0;
-  double tokens_per_second = 0;
-  double seconds = 0;  // wall time of the step
-  // MoE (means over layers; zero for dense models)
-  double load_cv = 0, max_over_mean = 0, dropped_fraction = 0, router_entropy = 0;
-  double experts_per_token = 0;  // of the step's last forward
-  double l1_coef = 0;            // ReLU routing: the L1 coefficient after the step
-  // Per block, at the steps TrainConfig::diagnostics_every asks for (empty otherwise), gradients
-  // before clipping. Data parallel: activations of this rank's share of the batch, gradients of
-  // the whole batch (after the all-reduce); expert parallel: grad_ffn counts only the experts
-  // this rank holds.
-  std::vector<LayerDiagnostics> layers;
-};
-
-// Of the validation part; with the masked objective, of its masked bytes (the same positions in
-// every run: they depend on the window alone).
-struct EvalLog {
-  std::int64_t step = 0;
-  double loss = 0;  // nats per (masked) byte
-  double bits_per_byte = 0;
-  std::int64_t tokens = 0;  // bytes predicted
-};
+// StepLog and EvalLog (what run() reports) are in step_log.hpp.
 
 // What the Trainer checks: the configs, seq within the model's context, a training part longer
 // than one sequence and, when it `evaluates` (run() does), a validation part holding one window

@@ -1,0 +1,250 @@
+// The run driver: one training run from its request to its summary (run.hpp).
+#include "ffnlab/train/run.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/io/files.hpp"
+#include "ffnlab/limits.hpp"
+#include "ffnlab/train/run_folder.hpp"
+
+namespace ffnlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// The checkpoint's training settings, except where the caller set one: a setting that differs
+// from the checkpoint's changes the run, which needs force (`steps` sets the new total).
+TrainConfig resumed_train(const RunRequest& rq, const ResumePoint& point) {
+  std::vector<std::string> keys;
+  for (const GivenSetting& g : rq.given) keys.push_back(g.key);
+  std::vector<SettingChange> changes;
+  TrainConfig merged = resumed_settings(point, rq.train, keys, changes);
+  std::string conflicts;
+  for (const SettingChange& c : changes)
+    for (const GivenSetting& g : rq.given)
+      if (c.key == g.key)
+        conflicts += fmt::format("{}{} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
+                                 g.as_written, c.saved.dump());
+  if (!conflicts.empty() && !rq.force)
+    throw UsageError(
+        fmt::format("[train] resuming {} with other training settings: {}; {} to change them",
+                    rq.resume, conflicts, rq.names.force));
+  return merged;
+}
+
+// A resumed run must see the bytes it was trained on, split the same way (its batches are a
+// function of them): other data is refused unless forced.
+void check_same_data(const RunRequest& rq, const ResumePoint& point, const Corpus& corpus) {
+  if (rq.force) return;
+  const DataMismatch m = data_mismatch(point, corpus);
+  if (m.what.empty()) return;
+  if (m.split_only)
+    throw UsageError(fmt::format(
+        "[train] {}{}; {} to continue anyway", m.what,
+        rq.names.val_fraction.empty() ? "" : fmt::format(" (another {}?)", rq.names.val_fraction),
+        rq.names.force));
+  throw UsageError(fmt::format("[train] {} {}; {} to continue on other data", rq.names.data, m.what,
+                               rq.names.force));
+}
+
+RunTraffic traffic_of(const ProcessGroup& group, const std::vector<const ProcessGroup*>& subgroups,
+                      std::int64_t steps) {
+  const double per = 1.0 / static_cast<double>(std::max<std::int64_t>(1, steps));
+  RunTraffic t;
+  double bytes = group.payload_bytes(), seconds = group.seconds_in_collectives();
+  std::map<std::string, std::pair<double, double>> by = group.by_exchange();
+  for (const ProcessGroup* g : subgroups) {
+    bytes += g->payload_bytes();
+    seconds += g->seconds_in_collectives();
+    for (const auto& [what, v] : g->by_exchange()) {
+      by[what].first += v.first;
+      by[what].second += v.second;
+    }
+  }
+  t.bytes_per_step = bytes * per;
+  t.seconds_per_step = seconds * per;
+  for (const auto& [what, v] : by) t.by_exchange[what] = {v.first * per, v.second * per};
+  return t;
+}
+
+// The experts a token measured to take (routing_summary's), or -1 for a dense model.
+double measured_experts_per_token(const json& routing) {
+  return routing.is_object() && routing.contains("experts_per_token")
+             ? routing["experts_per_token"].get<double>()
+             : -1.0;
+}
+
+}  // namespace
+
+ExpertShare sharded_experts(const LMConfig& model, const ProcessGroup& group, int expert_group) {
+  const int P = group.size(), G = expert_group > 0 ? expert_group : P;
+  if (model.ffn.kind != FFNKind::moe || model.ffn.moe.routing == RoutingKind::soft) return {};
+  const int E = model.ffn.moe.num_experts;
+  if (G == 1 || G > P || P % G != 0 || E % G != 0) return {};  // (G = 1: every rank holds all)
+  return expert_share(E, G, group.rank() % G);
+}
+
+RunOutcome run_training(const RunRequest& rq, RunObserver& observer, TransformerLM* given_model) {
+  ProcessGroup* const group = rq.parallel.group;
+  const bool lead = group == nullptr || group->rank() == 0;
+  const int ranks = group ? group->size() : 1;
+  RunOutcome o;
+  o.out = rq.out.empty() ? rq.resume : rq.out;
+  o.model = given_model ? given_model->config() : rq.model;
+  o.train = rq.train;
+
+  // A resumed run: the checkpoint's model, settings and data, unless the caller set them.
+  std::optional<ResumePoint> point;
+  std::string data = rq.data;
+  double val_fraction = rq.val_fraction;
+  if (!rq.resume.empty()) {
+    point = read_resume_point(rq.resume);
+    if (!given_model) o.model = point->model;
+    o.train = resumed_train(rq, *point);
+    if (!rq.data_given) data = checkpoint_data_path(*point, data);
+    if (!rq.val_fraction_given) val_fraction = checkpoint_val_fraction(*point, val_fraction);
+  }
+  if (lead && !o.out.empty()) {
+    check_writable_dir(o.out, "train");
+    if (const std::string why = run_folder_conflict(o.out, data, rq.names.out, rq.names.data);
+        !why.empty())
+      throw UsageError(why);
+  }
+  std::optional<Corpus> loaded;
+  const Corpus& corpus = rq.corpus ? *rq.corpus : loaded.emplace(load_corpus(data, val_fraction));
+  if (point) check_same_data(rq, *point, corpus);
+  check_training_setup(o.model, corpus, o.train);
+
+  // Expert parallel: this rank builds only its experts (the trainer refuses the layouts that do
+  // not split; their models then hold every expert until it does).
+  o.held = rq.parallel.expert_parallel && group
+               ? sharded_experts(o.model, *group, rq.parallel.expert_group)
+               : ExpertShare{};
+  o.params = transformer_cost(o.model, 1).params;
+  std::optional<TransformerLM> built;
+  if (!given_model) {
+    // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation.
+    const std::int64_t here = o.held.count > 0 ? held_params(o.model, o.held.count) : o.params;
+    check_memory(
+        16.0 * static_cast<double>(here), "train",
+        o.held.count > 0
+            ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
+                          "dense part and {} experts a layer; weights, gradients, Adam "
+                          "state)",
+                          here, o.params, o.held.count)
+            : fmt::format("a model of {} parameters (weights, gradients, Adam state)", o.params));
+    built.emplace(o.model, o.train.seed, o.held);
+  }
+  TransformerLM& model = given_model ? *given_model : *built;
+
+  // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
+  // batch and of the experts) before any rank writes.
+  Trainer trainer(model, corpus, o.train, rq.parallel);
+  if (point) trainer.load(point->checkpoint_dir);
+  o.first_step = o.step = trainer.step();
+  if (trainer.step() > o.train.steps)
+    throw UsageError(fmt::format("[train] the checkpoint is at step {}, past {} {}", trainer.step(),
+                                 rq.names.steps, o.train.steps));
+  const bool resumed_here =
+      point && !o.out.empty() && fs::weakly_canonical(rq.resume) == fs::weakly_canonical(o.out);
+  if (resumed_here && run_finished(o.out, trainer.step(), o.train.steps)) {
+    // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
+    o.already_finished = o.finished = true;
+    if (rq.validate_at_end) o.validation = trainer.evaluate(0);
+    if (lead) {  // its summary, as the run wrote it (null when it cannot be read)
+      try {
+        const auto bytes = read_regular_file((fs::path(o.out) / "summary.json").string(), "train",
+                                             std::uint64_t{1} << 26);
+        o.summary = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+      } catch (const Error&) {
+      }
+      if (o.summary.is_discarded()) o.summary = nullptr;
+    }
+    return o;
+  }
+  // Everything is checked: from here on, the output folder is written.
+  if (lead && !o.out.empty()) open_run_folder(o.out);
+  const std::string checkpoint = o.out.empty() ? "" : (fs::path(o.out) / "checkpoint").string();
+  // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
+  // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
+  // as the ranks of a step compute at once.
+  const std::int64_t sequences = o.train.batch / ranks;
+  if (rq.bare)
+    o.bare = *rq.bare;
+  else if (rq.measure_bare)
+    o.bare = measure_model_products(o.model, sequences, o.train.seq, o.train.precision,
+                                    kBareProductsBudget);
+  const auto stop = [&] { return observer.stop(); };
+  if (!lead) {  // another rank: trains, and leaves the output to rank 0
+    o.finished = trainer.run({}, {}, checkpoint, stop);
+    o.step = trainer.step();
+    return o;
+  }
+
+  std::optional<TrainLogs> logs;
+  if (!o.out.empty())
+    logs.emplace(o.out, resumed_here, trainer.step(), o.train.diagnostics_every > 0);
+  observer.started(
+      {o.model, o.train, corpus, o.params, trainer.step(), o.bare, sequences * o.train.seq, o.held},
+      model);
+  std::vector<EvalLog> evaluations;
+  o.finished = trainer.run(
+      [&](const StepLog& s) {
+        if (logs) logs->add(s);
+        o.steps.push_back(s);
+        o.steps.back().layers.clear();  // (the diagnostics are in their log and with the caller)
+        observer.step(s, model);
+      },
+      [&](const EvalLog& e) {
+        if (logs) logs->add(e);
+        evaluations.push_back(e);
+        observer.evaluated(e);
+      },
+      checkpoint, stop);
+  o.step = trainer.step();
+  if (!o.finished) return o;
+  if (group) o.traffic = traffic_of(*group, trainer.subgroups(), trainer.step() - o.first_step);
+
+  o.last_step_stats = trainer.last_step_stats();
+  o.routing = routing_summary(o.steps, o.last_step_stats);
+  if (rq.sample > 0 && o.held.count > 0) {
+    o.sample_skipped = "no rank holds every expert (expert parallel)";
+  } else if (rq.sample > 0 && o.model.causal) {  // a masked model fills in; it does not generate
+    o.sample = sample_text(model, rq.prompt, rq.sample, rq.temperature, o.train.seed);
+    if (!o.out.empty())
+      write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
+                        o.sample.size());
+  }
+  if (rq.validate_at_end) o.validation = trainer.evaluate(0);
+
+  std::vector<double> tps;
+  for (const StepLog& s : o.steps) tps.push_back(s.tokens_per_second);
+  o.median_tokens_per_second = tps.empty() ? 0 : median(tps);
+  // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran,
+  // the experts' at the experts a token measured to take (top-p, ReLU routing, MoE++ and a
+  // capacity take fewer than the closed form the products were timed at, or more).
+  o.matrix_gflops = run_matrix_gflops(o.bare, measured_experts_per_token(o.routing),
+                                      static_cast<double>(sequences * o.train.seq),
+                                      o.median_tokens_per_second / ranks);
+  o.utilisation = flop_utilisation(o.matrix_gflops, o.bare.gflops());
+  // Every evaluation of the run: those of the part before a resume (kept in eval_log.csv), then
+  // this part's.
+  o.evaluations = logs ? logs->earlier_evaluations() : std::vector<EvalLog>{};
+  o.evaluations.insert(o.evaluations.end(), evaluations.begin(), evaluations.end());
+  o.summary = summary_json({o.model, o.train, o.params, trainer.step(), o.median_tokens_per_second,
+                            o.matrix_gflops, o.bare.gflops(), o.evaluations, o.sample, o.routing},
+                           corpus);
+  if (!o.out.empty()) write_summary(o.out, o.summary);
+  return o;
+}
+
+}  // namespace ffnlab

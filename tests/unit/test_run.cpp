@@ -1,0 +1,256 @@
+// The run driver (train/run.hpp) and the one serialisation of the step and evaluation logs
+// (train/step_log.hpp): what every front end that trains goes through.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../common/test_util.hpp"
+#include "ffnlab/error.hpp"
+#include "ffnlab/train/run.hpp"
+#include "ffnlab/train/run_folder.hpp"
+#include "ffnlab/train/step_log.hpp"
+
+using namespace ffnlab;
+namespace fs = std::filesystem;
+
+// `text` holds `part`.
+#define EXPECT_THAT_CONTAINS(text, part)                         \
+  do {                                                           \
+    const std::string t_ = (text);                               \
+    EXPECT_NE(t_.find(part), std::string::npos) << "in: " << t_; \
+  } while (0)
+
+namespace {
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The CSV header's columns, split.
+std::vector<std::string> columns(const std::string& header) {
+  std::vector<std::string> out;
+  std::stringstream s(header.substr(0, header.find('\n')));
+  for (std::string c; std::getline(s, c, ',');) out.push_back(c);
+  return out;
+}
+
+TEST(StepLogs, JsonAndCsvCarryTheSameFieldsInTheSameOrder) {
+  StepLog s;
+  s.step = 7;
+  s.loss = 2.5;
+  s.lr = 1e-3;
+  s.tokens_per_second = 1234.56;
+  s.experts_per_token = 1.75;
+  s.l1_coef = 3e-8;
+  const nlohmann::ordered_json j = to_json(s);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  std::vector<std::string> cols = columns(step_csv_header());
+  for (std::string& c : cols)
+    if (c == "tokens_per_s") c = "tokens_per_second";  // the log's short name
+  EXPECT_EQ(keys, cols);
+  EXPECT_EQ(j["step"], 7);
+  EXPECT_EQ(j["experts_per_token"], 1.75);
+  EXPECT_FALSE(j.contains("layers"));  // only a step with diagnostics carries them
+  EXPECT_EQ(step_csv_row(s),
+            "7,2.500000,0.000000,0.000000,0.001,1234.6,0.0000,0.00000,0.00000,0.00000,0.00000,"
+            "1.7500,3e-08\n");
+  s.layers.resize(2);
+  s.layers[1].ffn.expert_output_rms = {1.0, NAN, 3.0};
+  EXPECT_EQ(to_json(s)["layers"].size(), 2u);
+  EXPECT_EQ(to_json(s)["layers"][1]["expert_output_rms"].size(), 3u);
+  // The per-layer log: a row per block, the experts' RMS as min, mean, max of those with rows.
+  const std::string rows = layer_csv_rows(s);
+  EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 2);
+  EXPECT_NE(rows.find(",1,2,3\n"), std::string::npos) << rows;  // min 1, mean 2, max 3
+  EXPECT_NE(rows.find(",2,3\n"), std::string::npos) << rows;
+
+  EvalLog e{4, 1.5, 2.25, 512};
+  const nlohmann::ordered_json ej = to_json(e);
+  std::vector<std::string> ekeys;
+  for (const auto& [k, v] : ej.items()) ekeys.push_back(k);
+  EXPECT_EQ(ekeys, (std::vector<std::string>{"step", "loss", "bits_per_byte", "tokens"}));
+  EXPECT_EQ(columns(eval_csv_header()),
+            (std::vector<std::string>{"step", "val_loss", "val_bits_per_byte", "tokens"}));
+  EXPECT_EQ(eval_csv_row(e), "4,1.500000,2.250000,512\n");
+}
+
+// A small model and a corpus file of real-looking text.
+class RunDriver : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ffnlab_run_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string text;
+    for (int i = 0; i < 40; ++i)
+      text += "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. ";
+    std::ofstream(dir_ / "data.txt", std::ios::binary) << text;
+    rq_.model.d_model = 16;
+    rq_.model.layers = 1;
+    rq_.model.heads = 2;
+    rq_.model.context = 16;
+    rq_.model.ffn = variant_config("moe", 16, 16, true);
+    rq_.model.ffn.moe.num_experts = 4;
+    rq_.model.ffn.moe.top_k = 2;
+    rq_.train.steps = 4;
+    rq_.train.batch = 2;
+    rq_.train.seq = 16;
+    rq_.train.warmup = 1;
+    rq_.train.eval_every = 2;
+    rq_.data = (dir_ / "data.txt").string();
+    rq_.measure_bare = false;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_;
+  RunRequest rq_;
+};
+
+// The message of the UsageError that f throws ("" when it throws none; another error fails the
+// test).
+std::string usage_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Counts what the observer hears, and stops after a given step.
+struct Recorder : RunObserver {
+  int starts = 0;
+  std::int64_t from_step = -1, stop_after = -1;
+  std::vector<StepLog> steps;
+  std::vector<EvalLog> evals;
+  void started(const RunStart& s, TransformerLM& /*model*/) override {
+    ++starts;
+    from_step = s.from_step;
+  }
+  void step(const StepLog& s, const TransformerLM& /*model*/) override { steps.push_back(s); }
+  void evaluated(const EvalLog& e) override { evals.push_back(e); }
+  bool stop() override {
+    return stop_after >= 0 && !steps.empty() && steps.back().step >= stop_after;
+  }
+};
+
+TEST_F(RunDriver, WritesTheFolderItsOutcomeDescribes) {
+  rq_.out = (dir_ / "run").string();
+  rq_.validate_at_end = true;
+  Recorder heard;
+  const RunOutcome r = run_training(rq_, heard);
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.step, 4);
+  EXPECT_EQ(heard.starts, 1);
+  EXPECT_EQ(heard.from_step, 0);
+  ASSERT_EQ(heard.steps.size(), 4u);
+  ASSERT_EQ(r.evaluations.size(), 2u);  // steps 2 and 4
+  ASSERT_TRUE(r.validation.has_value());
+  // summary.json is the outcome's summary, with every evaluation the observer heard.
+  const nlohmann::json written = nlohmann::json::parse(read(dir_ / "run" / "summary.json"));
+  EXPECT_EQ(written, r.summary);
+  EXPECT_EQ(written["evaluations"].size(), heard.evals.size());
+  EXPECT_EQ(written["evaluations"][1]["loss"], heard.evals[1].loss);
+  // The logs are the rows of what the observer heard.
+  std::string expected = step_csv_header();
+  for (const StepLog& s : heard.steps) expected += step_csv_row(s);
+  EXPECT_EQ(read(dir_ / "run" / "train_log.csv"), expected);
+  // MoE: the experts a token took, over the last quarter of the steps.
+  EXPECT_DOUBLE_EQ(r.routing["experts_per_token"].get<double>(), heard.steps[3].experts_per_token);
+  // Nothing timed (measure_bare off): no utilisation, and no number for it.
+  EXPECT_FALSE(written.contains("utilisation"));
+  EXPECT_TRUE(std::isnan(r.utilisation));
+}
+
+TEST_F(RunDriver, StoppedThenResumedIsTheUninterruptedRun) {
+  Recorder whole;
+  run_training(rq_, whole);  // no folder: nothing written
+
+  rq_.out = (dir_ / "part").string();
+  Recorder first;
+  first.stop_after = 2;
+  const RunOutcome stopped = run_training(rq_, first);
+  EXPECT_FALSE(stopped.finished);
+  EXPECT_EQ(stopped.step, 2);
+  EXPECT_TRUE(fs::exists(dir_ / "part" / "checkpoint" / "checkpoint.json"));
+
+  RunRequest again = rq_;
+  again.out.clear();  // continues in the run's own folder
+  again.resume = (dir_ / "part").string();
+  again.model = LMConfig{};  // a resumed run's model is its checkpoint's
+  again.data_given = false;  // and so is its data
+  again.data = "/nonexistent";
+  Recorder rest;
+  const RunOutcome resumed = run_training(again, rest);
+  EXPECT_TRUE(resumed.finished);
+  EXPECT_EQ(rest.from_step, 2);
+  ASSERT_EQ(rest.steps.size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(rest.steps[i].loss, whole.steps[2 + i].loss) << i;
+  // Every evaluation of the run, the part before the stop included.
+  EXPECT_EQ(resumed.evaluations.size(), 2u);
+
+  // Resumed again at its end: nothing to do, and the summary is the one written.
+  Recorder none;
+  const RunOutcome done = run_training(again, none);
+  EXPECT_TRUE(done.already_finished);
+  EXPECT_EQ(none.starts, 0);
+  EXPECT_EQ(done.summary, nlohmann::json::parse(read(dir_ / "part" / "summary.json")));
+}
+
+TEST_F(RunDriver, ResumingWithOtherSettingsOrDataNeedsForce) {
+  rq_.out = (dir_ / "run").string();
+  Recorder heard;
+  run_training(rq_, heard);
+  RunRequest again = rq_;
+  again.resume = again.out;
+  again.train.steps = 6;
+  again.train.optimizer.lr = 0.5f;
+  again.given = {{"steps", "--steps 6"}, {"lr", "--lr 0.5"}};
+  Recorder r1;
+  // Steps set the new total; another learning rate is a change the user must insist on.
+  const std::string refused = usage_error_of([&] { run_training(again, r1); });
+  EXPECT_THAT_CONTAINS(refused, "[train] resuming " + again.resume +
+                                    " with other training settings: --lr 0.5 (the checkpoint has ");
+  EXPECT_THAT_CONTAINS(refused, "; use --force to change them");
+  EXPECT_EQ(refused.find("steps"), std::string::npos) << refused;
+  again.names.force = "pass force=True";
+  EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(again, r1); }),
+                       "pass force=True to change them");
+  std::string other;
+  for (int i = 0; i < 40; ++i) other += "Completely different words fill this other file. ";
+  std::ofstream(dir_ / "other.txt", std::ios::binary) << other;
+  again.given = {{"steps", "--steps 6"}};
+  again.data = (dir_ / "other.txt").string();
+  EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(again, r1); }),
+                       "is not the data the checkpoint");
+  again.force = true;
+  const RunOutcome forced = run_training(again, r1);
+  EXPECT_TRUE(forced.finished);
+  EXPECT_EQ(forced.step, 6);
+}
+
+TEST_F(RunDriver, UtilisationIsTheOneFormulaAtTheMeasuredExperts) {
+  rq_.measure_bare = true;
+  Recorder heard;
+  const RunOutcome r = run_training(rq_, heard);
+  ASSERT_GT(r.bare.gflops(), 0);
+  const double expected = run_matrix_gflops(r.bare, r.routing["experts_per_token"].get<double>(),
+                                            static_cast<double>(rq_.train.batch * rq_.train.seq),
+                                            r.median_tokens_per_second);
+  EXPECT_EQ(r.matrix_gflops, expected);
+  EXPECT_EQ(r.summary["utilisation"]["matrix_gflops_per_second"].get<double>(), expected);
+}
+
+}  // namespace
