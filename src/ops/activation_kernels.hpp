@@ -20,13 +20,14 @@
 
 #include "ffnlab/error.hpp"
 #include "ffnlab/ops/activation.hpp"
+#include "ffnlab/ops/dispatch.hpp"
 
 namespace ffnlab::kernels {
 
-// a·b + c, fused where the target has an FMA instruction (every -march=native build on the
-// CPUs this project is measured on). Without one (a portable x86-64 build), std::fma is a call
-// into libm per element that no loop vectorises: it took 20 % of a portable build's training
-// step. The plain multiply-add rounds twice; the kernels' accuracy bounds hold either way.
+// a·b + c, fused where the target has an FMA instruction. Without one (a portable x86-64
+// build), std::fma is a call into libm per element that no loop vectorises, so the plain
+// multiply-add is used instead: it rounds twice, and the kernels' accuracy bounds hold either
+// way (docs/benchmarks.md, "Portable builds").
 inline float mul_add(float a, float b, float c) {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
   return std::fma(a, b, c);
@@ -248,6 +249,6 @@ void dispatch(Activation act, F&& f) {
 }
 
 // Elements per OpenMP chunk: large enough that a thread's work dwarfs the fork cost.
-constexpr std::int64_t kParallelGrain = 1 << 14;
+constexpr std::int64_t kParallelGrain = dispatch::kElementwiseGrain;
 
 }  // namespace ffnlab::kernels

@@ -7,6 +7,7 @@
 
 #include "check.hpp"
 #include "ffnlab/ops/activation.hpp"
+#include "ffnlab/ops/dispatch.hpp"
 #include "ffnlab/ops/skinny.hpp"
 #include "ffnlab/scratch.hpp"
 
@@ -21,23 +22,23 @@ bool skinny(const Tensor& x, const Tensor& w, Precision precision, bool backward
 }
 
 // Products whose rows vary from call to call (an MoE's expert blocks) run as fixed-shape oneDNN
-// products: the rows rounded down to a multiple of q = max(16, 2^⌊log2 M⌋ / 8), then the rest the
-// same way, so that a block size is one of at most 8 shapes per doubling of M plus 16 below,
-// each primitive created once (the cache holds 1024). oneDNN's run-time-M primitive measured at
-// 44–85 % of a fixed-shape one's rate at 64–512 rows on an AVX-512 CPU (bench/bench_matmul); up
-// to kSkinnyMaxTokens rows few_rows_runtime_m chooses (bench/bench_skinny).
+// products, which run faster than its run-time-M primitive at these sizes: the rows rounded down
+// to a multiple of q = max(kVaryingRowsMinQuantum, 2^⌊log2 M⌋ / kVaryingRowsShapesPerDoubling),
+// then the rest the same way, so that a block size is one of a few shapes per doubling of M,
+// each primitive created once (the cache holds 1024). Up to kSkinnyMaxTokens rows
+// few_rows_runtime_m chooses (ops/dispatch.hpp has the thresholds).
 std::int64_t main_rows(std::int64_t M) {
-  const std::int64_t q =
-      std::max<std::int64_t>(16, std::bit_floor(static_cast<std::uint64_t>(M)) / 8);
+  const std::int64_t q = std::max<std::int64_t>(
+      dispatch::kVaryingRowsMinQuantum,
+      std::bit_floor(static_cast<std::uint64_t>(M)) / dispatch::kVaryingRowsShapesPerDoubling);
   return M / q * q;
 }
 
 // Whether an f32 product of M <= kSkinnyMaxTokens rows that does not stream takes oneDNN's
-// run-time-M primitive rather than a fixed-shape one (bench/bench_skinny, Zen 4): the run-time
-// one measured up to 2.7× faster at 2–8 rows on weights up to about 10 M elements and at 2–3 rows
-// on any, the fixed one 1.1–1.8× faster from 4 rows on larger weights (23 M and 117 M).
+// run-time-M primitive rather than a fixed-shape one: whichever runs faster at those rows and
+// that weight size.
 bool few_rows_runtime_m(std::int64_t M, std::int64_t weight_elements) {
-  return M <= 3 || weight_elements <= (std::int64_t{1} << 23);
+  return M <= dispatch::kRuntimeMMaxRows || weight_elements <= dispatch::kRuntimeMMaxWeight;
 }
 
 // dx [T, I] = dy [T, O] · w [O, I], split like linear_forward's rows.
@@ -67,11 +68,9 @@ void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision pre
   matmul(dx, dy, Trans::no, w, Trans::no, opt);
 }
 
-// Rows from which training products read packed weights (packs_weights). On the Zen 4 EPYC
-// (`bench_ffn --variants relu,swiglu --pack-rows 0,512`, d_model 512, d_ff 2048, two runs)
-// packing made forward+backward 3–8 % slower at 512 rows, −4 % to +3 % at 2048, +1–7 % at 4096
-// and +2–5 % at 6400, f32 and bf16 alike: from 4096 it pays (docs/benchmarks.md).
-std::atomic<std::int64_t> packing_min_rows{4096};
+// Rows from which training products read packed weights (packs_weights): where the reorder
+// costs less than it saves (set_weight_packing_min_rows changes it for benchmarks).
+std::atomic<std::int64_t> packing_min_rows{dispatch::kPackingMinRows};
 
 }  // namespace
 

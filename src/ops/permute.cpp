@@ -5,12 +5,13 @@
 #include <cstring>
 
 #include "check.hpp"
+#include "ffnlab/ops/dispatch.hpp"
 
 namespace ffnlab {
 
 namespace {
 
-constexpr std::int64_t kParallelRows = 64;
+constexpr std::int64_t kParallelRows = dispatch::kPermuteRows;  // rows per OpenMP chunk
 
 }  // namespace
 

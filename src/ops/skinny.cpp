@@ -19,7 +19,7 @@ namespace ffnlab {
 namespace {
 
 // Weight elements below which one thread does the whole product (a fork costs more).
-constexpr std::int64_t kSerialElements = 1 << 15;
+constexpr std::int64_t kSerialElements = dispatch::kSkinnySerialElements;
 
 inline float widen(float w) {
   return w;
@@ -292,7 +292,7 @@ std::int64_t skinny_f32_max_rows(std::int64_t weight_elements, bool backward) {
   // 256-bit: dot_kernels says why).
   static const bool wide_onednn = skinny_isa_supported(SkinnyIsa::avx512);
   if (!wide_onednn || weight_elements <= kSkinnySmallWeight) return kSkinnyMaxTokens;
-  return backward ? 2 : 1;
+  return backward ? dispatch::kSkinnyWideMaxRowsBackward : dispatch::kSkinnyWideMaxRowsForward;
 }
 
 bool skinny_isa_supported(SkinnyIsa isa) {

@@ -393,13 +393,10 @@ void run_train(TrainOptions& o) {
   apply_threads(o.threads);
   const std::unique_ptr<MpiWorld> world = join_world(o);
   if (!world || world->size() == 1) return train(o, nullptr);
-  // When mpirun ends the job (Ctrl-C or SIGTERM to mpirun) it stops reading the ranks' output at
-  // once, sends SIGTERM a second later and SIGKILL a second after that
-  // (odls_base_sigkill_timeout). Rank 0's next progress line then blocked on the full pipe, the
-  // SIGTERM found it blocked, and no checkpoint was written (seen here: the log stopped growing
-  // the moment mpirun was signalled). So the stop signal makes the output non-blocking (a line
-  // that cannot go out is dropped: Progress), and a closed output ends no rank (SIGPIPE and
-  // SIGHUP ignored).
+  // When mpirun ends the job it stops reading the ranks' output and sends SIGTERM a second
+  // later: the stop signal makes the output non-blocking (a line that cannot go out is
+  // dropped: Progress), so that rank 0 reaches its checkpoint instead of blocking on a full
+  // pipe, and a closed output ends no rank (docs/distributed.md, "Ctrl-C or SIGTERM").
   InterruptGuard::nonblocking_output_on_stop();
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGHUP, SIG_IGN);
@@ -407,8 +404,8 @@ void run_train(TrainOptions& o) {
     train(o, world.get());
   } catch (...) {
     // One rank failed: say why, then end every rank (they would wait for this one). Interrupted
-    // too: mpirun, which forwarded the signal, is ending the job and would not let MPI finalise
-    // (the message was lost when this path finalised instead); the checkpoint is written by then.
+    // too: mpirun, which forwarded the signal, is ending the job and does not let MPI finalise
+    // (a finalising rank's message would be lost); the checkpoint is written by then.
     const int status = report_error(std::current_exception());
     world->abort(status);
   }

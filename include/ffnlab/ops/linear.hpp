@@ -11,9 +11,9 @@ namespace ffnlab {
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null); act, if given, is fused into the
 // product as a oneDNN post-op (inference: the pre-activation is not kept).
 // varying_rows: T changes from call to call (an MoE's expert blocks): the product runs as a few
-// fixed-shape parts (the rows rounded down to a multiple of max(16, 2^⌊log2 T⌋/8), then the
-// rest), so a run creates few primitives; up to 8 rows, one run-time-dimension primitive or a
-// fixed shape per T, whichever measured faster for the weight's size.
+// fixed-shape parts (the rows rounded down to a multiple of a quantum that grows with T, then the
+// rest), so a run creates few primitives; up to kSkinnyMaxTokens rows, one run-time-dimension
+// primitive or a fixed shape per T, whichever is faster for the weight's size (ops/dispatch.hpp).
 // packed: w (the f32 master weight) is packed into it for this product and the product reads
 // the packed copy (a layer's own PackedWeights, kept to the next call so the packed memory is
 // reused); the caller decides, with packs_weights (KeptOperands does). Not with varying rows.
@@ -31,10 +31,8 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
 
 // Whether a training product of M rows reads its weight packed (PackedWeights, packed once per
 // forward for the forward's product and once for the backward's dx product): from
-// weight_packing_min_rows() rows, in f32 and in native bf16 products (converts_operands_once).
-// bench/bench_packed measured the packed products +3.5–5 % (f32) and +4–5 % (bf16) faster at
-// 6400 rows and the reorder at 512 rows costing 3–28 % of a product; the default, 4096 rows, is
-// where whole layers measured faster packed (bench_ffn --pack-rows; docs/benchmarks.md).
+// weight_packing_min_rows() rows (by default dispatch::kPackingMinRows, where whole layers run
+// faster packed), in f32 and in native bf16 products (converts_operands_once).
 bool packs_weights(std::int64_t M, Precision precision);
 std::int64_t weight_packing_min_rows();
 // For benchmarks and tests: rows from which products pack (<= 0: never).

@@ -32,10 +32,10 @@ struct MatmulOptions {
   Precision precision = Precision::f32;
   // M (K) changes from call to call, as the token count of an MoE expert block does: one
   // primitive with a run-time dimension then serves every value, instead of a new primitive
-  // (milliseconds to create) per value. bench/bench_matmul measures both (docs/benchmarks.md):
-  // a run-time K runs at the fixed rate; a run-time M did on an earlier AVX-512 CPU at 800+ rows
-  // but at 44–85 % of it at 64–512 rows on a Zen 4, so linear_forward splits varying rows into
-  // a few fixed shapes instead, and up to 8 rows chooses by the rows and the weight's size.
+  // (milliseconds to create) per value. bench/bench_matmul measures both: a run-time K runs at
+  // the fixed rate, a run-time M slower at a few hundred rows, so linear_forward splits varying
+  // rows into a few fixed shapes instead, and up to kSkinnyMaxTokens rows chooses by the rows
+  // and the weight's size (ops/dispatch.hpp; docs/benchmarks.md has the numbers).
   bool dynamic_m = false;
   bool dynamic_k = false;
 };
@@ -49,12 +49,12 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
 
 // A product's second operand (a layer's weight) in the layout oneDNN chooses for one product:
 // c [M, N] = a [M, K] · op(b) with a given M and options. oneDNN reads it faster than the plain
-// layout (bench/bench_packed on a Zen 4: +3.5–5 % f32, +4–5 % bf16 at 6400 rows); packing
-// is a reorder (and the conversion, for a bf16 product), paid once for every product that reads
-// the packed copy. Layers pack their weights once per training forward (ops/linear.hpp,
-// packs_weights). The copy belongs to this object; moving it is cheap, copying it shares it
-// until either packs again (which then packs into memory of its own). Not to be confused with
-// the bf16 inference weights (FeedForward::set_inference_weights), a plain bf16 copy.
+// layout at many rows (bench/bench_packed; docs/benchmarks.md); packing is a reorder (and the
+// conversion, for a bf16 product), paid once for every product that reads the packed copy. Layers
+// pack their weights once per training forward (ops/linear.hpp, packs_weights). The copy belongs to
+// this object; moving it is cheap, copying it shares it until either packs again (which then packs
+// into memory of its own). Not to be confused with the bf16 inference weights
+// (FeedForward::set_inference_weights), a plain bf16 copy.
 class PackedWeights {
  public:
   // Packs b (f32, or bf16 for a bf16 product) for matmul(c, a, *this, options) with a [M, K],

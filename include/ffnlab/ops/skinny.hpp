@@ -15,12 +15,13 @@
 
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/activation.hpp"
+#include "ffnlab/ops/dispatch.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/tensor.hpp"
 
 namespace ffnlab {
 
-inline constexpr std::int64_t kSkinnyMaxTokens = 8;
+using dispatch::kSkinnyMaxTokens;  // (ops/dispatch.hpp holds every threshold)
 
 // The instruction sets the dot kernels are built for, every one in any build (x86), and chosen
 // at run time: the best this CPU runs. The AVX-512 sets change bf16 weights' kernel (avx512:
@@ -44,15 +45,11 @@ SkinnyIsa skinny_isa();
 void set_skinny_isa(SkinnyIsa isa);
 
 // The most rows an f32 product with a weight of `weight_elements` streams through these kernels
-// rather than going to oneDNN, on this CPU (the backward: dx, dW and db together). Measured by
-// bench/bench_skinny (docs/benchmarks.md): where oneDNN's f32 products are 256-bit (AVX2) the
-// kernels win up to kSkinnyMaxTokens rows; where they are 512-bit (AVX-512) and the weight is
-// larger than kSkinnySmallWeight elements, oneDNN overtakes them from 2 rows forward and from 3
-// backward, so there the kernels take 1 row forward and 2 backward.
+// rather than going to oneDNN, on this CPU (the backward: dx, dW and db together): where
+// oneDNN's f32 products are 256-bit (AVX2), kSkinnyMaxTokens; where they are 512-bit (AVX-512)
+// and the weight is larger than kSkinnySmallWeight elements, dispatch.hpp's kSkinnyWide* rows.
 std::int64_t skinny_f32_max_rows(std::int64_t weight_elements, bool backward);
-// Weights up to this many elements (1 MiB of f32: an L2's worth) stream up to kSkinnyMaxTokens
-// rows on every CPU: there the products are too small for oneDNN's fixed costs to pay off.
-inline constexpr std::int64_t kSkinnySmallWeight = std::int64_t{1} << 18;
+using dispatch::kSkinnySmallWeight;
 
 // Whether an f32 product over `rows` rows with a weight of `weight_elements` takes these kernels
 // rather than oneDNN's (training products and f32 inference; bf16 products stream only from

@@ -1,0 +1,52 @@
+// The kernel dispatch thresholds: every place where an op changes its path with the size of its
+// work, in one table. Each row names the benchmark command that measures it; docs/benchmarks.md
+// ("Dispatch thresholds") has what they measured, on which CPUs, and which were set without a
+// measurement. Change a row only with that command's numbers, before and after, in one run.
+#pragma once
+
+#include <cstdint>
+
+namespace ffnlab::dispatch {
+
+// Few-row products (ops/skinny): up to this many rows an f32 product streams the weights
+// through the dot kernels instead of going to oneDNN: a product of so few rows is bound by
+// reading its weights. `bench_skinny`.
+inline constexpr std::int64_t kSkinnyMaxTokens = 8;
+
+// Weights up to this many elements (1 MiB of f32: an L2's worth) stream up to kSkinnyMaxTokens
+// rows on every CPU: oneDNN's fixed costs do not pay off on them. Above it, where oneDNN's f32
+// products are 512-bit, the kernels take 1 row forward and 2 backward. `bench_skinny`.
+inline constexpr std::int64_t kSkinnySmallWeight = std::int64_t{1} << 18;
+inline constexpr std::int64_t kSkinnyWideMaxRowsForward = 1, kSkinnyWideMaxRowsBackward = 2;
+
+// Weight elements below which one thread computes a whole few-row product (a fork costs more
+// than the work). Not measured; `bench_skinny` on small shapes would.
+inline constexpr std::int64_t kSkinnySerialElements = std::int64_t{1} << 15;
+
+// An f32 product of at most kSkinnyMaxTokens rows that does not stream takes oneDNN's run-time-M
+// primitive at up to this many rows, or on weights up to kRuntimeMMaxWeight elements; a
+// fixed-shape primitive otherwise. `bench_skinny` (its oneDNN columns).
+inline constexpr std::int64_t kRuntimeMMaxRows = 3;
+inline constexpr std::int64_t kRuntimeMMaxWeight = std::int64_t{1} << 23;
+
+// Products whose rows vary from call to call (an MoE's expert blocks) run as fixed-shape
+// products: M rounded down to a multiple of max(kVaryingRowsMinQuantum, 2^⌊log2 M⌋ /
+// kVaryingRowsShapesPerDoubling), then the rest the same way: at most that many shapes per
+// doubling of M, each primitive created once. oneDNN's run-time-M primitive is slower than a
+// fixed one at these sizes. `bench_matmul`.
+inline constexpr std::int64_t kVaryingRowsMinQuantum = 16;
+inline constexpr std::int64_t kVaryingRowsShapesPerDoubling = 8;
+
+// Rows from which training products read weights packed in oneDNN's own layout (the reorder
+// costs more than it saves below). `bench_ffn --variants relu,swiglu --pack-rows 0,512`.
+inline constexpr std::int64_t kPackingMinRows = 4096;
+
+// Elementwise kernels (activations, their backward, the GLU mix): elements per OpenMP chunk,
+// so that a thread's work dwarfs the fork. Not measured; `bench_kernels` would.
+inline constexpr std::int64_t kElementwiseGrain = std::int64_t{1} << 14;
+
+// Row permutations (MoE dispatch and combine): rows per OpenMP chunk. Not measured; `bench_moe`
+// would.
+inline constexpr std::int64_t kPermuteRows = 64;
+
+}  // namespace ffnlab::dispatch
