@@ -192,7 +192,8 @@ inline float act_grad(float x, float beta) {
 
 // dy · act'(x), what every backward computes. ReLU's is a select, x > 0 ? dy : 0 (PyTorch's
 // threshold_backward): GCC 12 vectorises the select, but turns the product with a 0/1 factor
-// into a branch and leaves the loop scalar (perf showed it at 6 % of a training step).
+// into a branch and leaves the loop scalar (docs/benchmarks.md, "Elementwise kernels and
+// compiler flags").
 template <Activation A>
 inline float grad_times(float dy, float x, float beta) {
   if constexpr (A == Activation::relu)
