@@ -76,13 +76,6 @@ RunTraffic traffic_of(const ProcessGroup& group, const std::vector<const Process
   return t;
 }
 
-// The experts a token measured to take (routing_summary's), or -1 for a dense model.
-double measured_experts_per_token(const json& routing) {
-  return routing.is_object() && routing.contains("experts_per_token")
-             ? routing["experts_per_token"].get<double>()
-             : -1.0;
-}
-
 }  // namespace
 
 ExpertShare sharded_experts(const LMConfig& model, const ProcessGroup& group, int expert_group) {
@@ -232,9 +225,11 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   // The matrix work of the median step, per rank: its FLOPs per token at the tokens a rank ran,
   // the experts' at the experts a token measured to take (top-p, ReLU routing, MoE++ and a
   // capacity take fewer than the closed form the products were timed at, or more).
-  o.matrix_gflops = run_matrix_gflops(o.bare, measured_experts_per_token(o.routing),
-                                      static_cast<double>(sequences * o.train.seq),
-                                      o.median_tokens_per_second / ranks);
+  // (A dense model has no routing summary: its closed form counts, -1.)
+  const double experts_per_token = o.routing.is_null() ? -1.0 : late_experts_per_token(o.steps);
+  o.matrix_gflops =
+      run_matrix_gflops(o.bare, experts_per_token, static_cast<double>(sequences * o.train.seq),
+                        o.median_tokens_per_second / ranks);
   o.utilisation = flop_utilisation(o.matrix_gflops, o.bare.gflops());
   // Every evaluation of the run: those of the part before a resume (kept in eval_log.csv), then
   // this part's.

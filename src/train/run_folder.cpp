@@ -109,7 +109,16 @@ void TrainLogs::add(const StepLog& s) {
   if (layers_.is_open()) layers_ << layer_csv_rows(s) << std::flush;
 }
 
-void TrainLogs::add(const EvalLog& e) { evals_ << eval_csv_row(e) << std::flush; }
+void TrainLogs::add(const EvalLog& e) {
+  evals_ << eval_csv_row(e) << std::flush;
+}
+
+double late_experts_per_token(const std::vector<StepLog>& steps) {
+  const std::size_t n = steps.size(), late = (n + 3) / 4;  // the last quarter, at least one
+  double sum = 0;
+  for (std::size_t i = n - late; i < n; ++i) sum += steps[i].experts_per_token;
+  return late > 0 ? sum / static_cast<double>(late) : 0.0;
+}
 
 json routing_summary(const std::vector<StepLog>& steps, const std::vector<FFNStats>& layers) {
   json per_layer = json::array();
@@ -118,12 +127,9 @@ json routing_summary(const std::vector<StepLog>& steps, const std::vector<FFNSta
       per_layer.push_back(
           {{"experts_per_token", s.experts_per_token}, {"tokens_by_experts", s.tokens_by_experts}});
   if (per_layer.empty()) return nullptr;
-  const std::size_t n = steps.size(), late = (n + 3) / 4;  // the last quarter, at least one
-  double sum = 0;
-  for (std::size_t i = n - late; i < n; ++i) sum += steps[i].experts_per_token;
-  json out = {{"experts_per_token", late > 0 ? sum / static_cast<double>(late) : 0.0},
+  json out = {{"experts_per_token", late_experts_per_token(steps)},
               {"layers", std::move(per_layer)}};
-  if (n > 0 && steps.back().l1_coef > 0) out["l1_coef"] = steps.back().l1_coef;
+  if (!steps.empty() && steps.back().l1_coef > 0) out["l1_coef"] = steps.back().l1_coef;
   return out;
 }
 

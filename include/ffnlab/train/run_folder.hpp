@@ -69,6 +69,9 @@ struct RunSummary {
 // a model-wide mean per step), and per layer (`layers`, the stats of the last training
 // forward: the mean and how many tokens took 0, 1, …, k experts); with ReLU routing the L1
 // coefficient at the end.
+// The experts a token took, as the mean of the steps' experts_per_token over the last quarter of
+// `steps` (at least one; 0 for none): routing_summary's "experts_per_token".
+double late_experts_per_token(const std::vector<StepLog>& steps);
 nlohmann::json routing_summary(const std::vector<StepLog>& steps,
                                const std::vector<FFNStats>& layers);
 // summary.json's content; write_summary writes it into DIR (atomically).
