@@ -7,6 +7,10 @@
 // A field's JSON form follows its type: enums by their name (names.hpp), everything else as
 // nlohmann converts it. Keys whose reading or printing is not one field take their own
 // functions (JsonKey's members).
+//
+// A key that a command line sets names its flag in its row (KeyFlag): the flag's name, help and
+// range. The front ends generate their flags from these rows (ffnlab/config_flags.hpp), so that
+// a key and its flag are written in one place.
 #pragma once
 
 #include <array>
@@ -17,18 +21,34 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "check.hpp"
+#include "ffnlab/config_flags.hpp"
 #include "ffnlab/names.hpp"
 
 namespace ffnlab {
+
+// A key's command-line flag.
+struct KeyFlag {
+  const char* name = nullptr;  // "--top-k" (aliases after a comma: "--no-bias,--no-ffn-bias")
+  const char* help = "";       // "{names}" and "{names or}": the names of an enum key's values
+  double lo = 0, hi = 0;       // the values' range; none when both are 0
+  bool lo_open = false, hi_open = false;
+  bool negated = false;           // a switch that sets a key true by default to false (--no-bias)
+  const char* routing = nullptr;  // read only under this MoE routing (a routing family's own)
+  const char* presets = nullptr;  // a preset: the keys it sets ("kind,activation,swish_beta")
+};
 
 template <typename C>
 struct JsonKey {
   const char* name;
   void (*read)(C&, const nlohmann::json&);
-  nlohmann::json (*write)(const C&) = nullptr;  // null: accepted on input, never printed
-  bool (*printed)(const C&) = nullptr;          // null: always printed
+  nlohmann::json (*write)(const C&) = nullptr;    // null: accepted on input, never printed
+  bool (*printed)(const C&) = nullptr;            // null: always printed
+  KeyFlag flag{};                                 // flag.name null: no flag
+  std::vector<std::string> (*names)() = nullptr;  // an enum key: its values' names
 };
 
 // A value of the wrong JSON type or out of the C++ type's range. read_keys (and the Hugging Face
@@ -124,16 +144,31 @@ nlohmann::json json_of(const T& value) {
     return value;
 }
 
+// The names of an enum's values, for a key of that type (null for other types).
+template <typename T>
+constexpr std::vector<std::string> (*names_of())() {
+  if constexpr (std::is_enum_v<T>)
+    return [] { return enum_names<T>(); };
+  else
+    return nullptr;
+}
+
 // The key for one member of C (which may be a member of a base of C).
-// `printed` (optional) says when the key is written.
+// `printed` (optional) says when the key is written; `flag` (optional) is its command-line flag.
 template <typename C, auto Member>
-constexpr JsonKey<C> field(const char* name, bool (*printed)(const C&) = nullptr) {
+constexpr JsonKey<C> field(const char* name, bool (*printed)(const C&) = nullptr,
+                           KeyFlag flag = {}) {
+  using T = std::remove_cvref_t<decltype(std::declval<C&>().*Member)>;
   return {name,
-          [](C& c, const nlohmann::json& j) {
-            auto& f = c.*Member;
-            f = json_value<std::remove_cvref_t<decltype(f)>>(j);
-          },
-          [](const C& c) { return json_of(c.*Member); }, printed};
+          [](C& c, const nlohmann::json& j) { c.*Member = json_value<T>(j); },
+          [](const C& c) { return json_of(c.*Member); },
+          printed,
+          flag,
+          names_of<T>()};
+}
+template <typename C, auto Member>
+constexpr JsonKey<C> field(const char* name, KeyFlag flag) {
+  return field<C, Member>(name, nullptr, flag);
 }
 
 // Reads every key of `keys` that j has, in table order (so a key that sets defaults, such as a
@@ -174,6 +209,52 @@ nlohmann::json write_keys(const std::array<JsonKey<C>, N>& keys, const C& c) {
   for (const auto& k : keys)
     if (k.write && (!k.printed || k.printed(c))) j[k.name] = k.write(c);
   return j;
+}
+
+// The flags of the rows of `keys` that have one, their keys prefixed with `prefix` ("moe."), their
+// defaults those of `defaults`.
+template <typename C, std::size_t N>
+std::vector<ConfigFlag> flags_of(const std::array<JsonKey<C>, N>& keys, const C& defaults,
+                                 std::string_view prefix = "") {
+  std::vector<ConfigFlag> out;
+  for (const auto& k : keys) {
+    if (k.flag.name == nullptr) continue;
+    ConfigFlag f;
+    f.name = k.flag.name;
+    f.key = std::string(prefix) + k.name;
+    if (k.write) f.default_value = k.write(defaults);
+    if (k.names) f.names = k.names();
+    f.help = k.flag.help;
+    for (const auto& [mark, sep] : {std::pair{"{names}", ", "}, std::pair{"{names or}", " or "}})
+      if (const auto at = f.help.find(mark); at != std::string::npos)
+        f.help.replace(at, std::string_view(mark).size(), join_names(f.names, sep));
+    using V = ConfigFlag::Value;
+    if (f.default_value.is_boolean())
+      f.value = k.flag.negated ? V::off : V::on;
+    else if (k.names)
+      f.value = V::name;
+    else if (f.default_value.is_number_integer())
+      f.value = V::integer;
+    else
+      f.value = V::real;
+    f.ranged = k.flag.lo != 0 || k.flag.hi != 0;
+    f.lo = k.flag.lo;
+    f.hi = k.flag.hi;
+    f.lo_open = k.flag.lo_open;
+    f.hi_open = k.flag.hi_open;
+    if (k.flag.routing) f.routing = k.flag.routing;
+    if (k.flag.presets) {
+      std::string_view list = k.flag.presets;
+      while (!list.empty()) {
+        const auto comma = list.find(',');
+        f.presets.emplace_back(prefix.empty() ? "" : prefix);
+        f.presets.back() += list.substr(0, comma);
+        list = comma == std::string_view::npos ? "" : list.substr(comma + 1);
+      }
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 }  // namespace ffnlab

@@ -22,6 +22,17 @@ FFNConfig read_ffn_config_file(const std::string& path) {
   }
 }
 
+LMConfig read_lm_config_file(const std::string& path) {
+  const auto bytes = read_regular_file(path, "train", std::uint64_t{1} << 24);
+  const nlohmann::json j = parse_json_text(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "train", path);
+  try {
+    return lm_config_from_json(j);
+  } catch (const Error& e) {
+    fail("{} (in {})", e.what(), path);
+  }
+}
+
 void load_parameters(ParameterSet& params, const SafeTensors& file, const std::string& prefix) {
   for (auto& p : params.list()) {
     const std::string name = prefix + p.name;

@@ -256,56 +256,135 @@ namespace {
 
 using json = nlohmann::json;
 
-// Every key of the "moe" object, in the order they are read and printed.
+// Every key of the "moe" object, in the order they are read and printed; the keys with a flag
+// first, in the order of the help.
+constexpr double kWidth = limits::kWidth, kExperts = limits::kExperts;
+template <auto Member>
+constexpr auto moe_key(const char* name, bool (*printed)(const MoEConfig&) = nullptr,
+                       KeyFlag flag = {}) {
+  return field<MoEConfig, Member>(name, printed, flag);
+}
+template <auto Member>
+constexpr auto moe_key(const char* name, KeyFlag flag) {
+  return field<MoEConfig, Member>(name, nullptr, flag);
+}
+bool relu_routed(const MoEConfig& m) {
+  return m.routing == RoutingKind::relu;
+}
+bool zc_routed(const MoEConfig& m) {
+  return m.zc_experts() > 0;
+}
+
 constexpr std::array kMoEKeys{
-    field<MoEConfig, &MoEConfig::num_experts>("num_experts"),
-    field<MoEConfig, &MoEConfig::top_k>("top_k"),
-    field<MoEConfig, &MoEConfig::routing>(
-        "routing", [](const MoEConfig& m) { return m.routing != RoutingKind::topk; }),
-    field<MoEConfig, &MoEConfig::top_p>(
-        "top_p", [](const MoEConfig& m) { return m.routing == RoutingKind::top_p; }),
-    field<MoEConfig, &MoEConfig::slots>(
-        "slots", [](const MoEConfig& m) { return m.routing == RoutingKind::soft; }),
-    field<MoEConfig, &MoEConfig::expert_kind>("expert_kind"),
-    field<MoEConfig, &MoEConfig::expert_d_ff>("expert_d_ff"),
-    field<MoEConfig, &MoEConfig::router_bias>("router_bias"),
-    field<MoEConfig, &MoEConfig::num_shared>("num_shared"),
-    field<MoEConfig, &MoEConfig::shared_d_ff>("shared_d_ff"),
-    field<MoEConfig, &MoEConfig::shared_gate>("shared_gate"),
-    field<MoEConfig, &MoEConfig::score>("score"),
-    field<MoEConfig, &MoEConfig::softmax_after_topk>("softmax_after_topk"),
-    field<MoEConfig, &MoEConfig::normalize>("normalize"),
-    field<MoEConfig, &MoEConfig::scaling>("scaling"),
-    field<MoEConfig, &MoEConfig::groups>("groups"),
-    field<MoEConfig, &MoEConfig::topk_groups>("topk_groups"),
-    field<MoEConfig, &MoEConfig::jitter>("jitter"),
-    field<MoEConfig, &MoEConfig::noisy_topk>("noisy_topk"),
-    field<MoEConfig, &MoEConfig::balance_bias>("balance_bias"),
-    field<MoEConfig, &MoEConfig::balance_rate>("balance_rate"),
-    field<MoEConfig, &MoEConfig::capacity_factor>("capacity_factor"),
-    field<MoEConfig, &MoEConfig::drop>("drop"),
-    field<MoEConfig, &MoEConfig::balance_loss>("balance_loss"),
-    field<MoEConfig, &MoEConfig::aux_coef>("aux_coef"),
-    field<MoEConfig, &MoEConfig::z_coef>("z_coef"),
-    field<MoEConfig, &MoEConfig::entropy_coef>(
-        "entropy_coef", [](const MoEConfig& m) { return m.entropy_coef != 0; }),
-    field<MoEConfig, &MoEConfig::constant_experts>(
-        "constant_experts", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
-    field<MoEConfig, &MoEConfig::copy_experts>(
-        "copy_experts", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
-    field<MoEConfig, &MoEConfig::zero_experts>(
-        "zero_experts", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
-    field<MoEConfig, &MoEConfig::zc_balance_weight>(
-        "zc_balance_weight", [](const MoEConfig& m) { return m.zc_experts() > 0; }),
-    field<MoEConfig, &MoEConfig::gating_residual>(
-        "gating_residual", [](const MoEConfig& m) { return m.gating_residual; }),
-    field<MoEConfig, &MoEConfig::target_sparsity>(
-        "target_sparsity", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
-    field<MoEConfig, &MoEConfig::l1_coef_init>(
-        "l1_coef_init", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
-    field<MoEConfig, &MoEConfig::l1_coef_rate>(
-        "l1_coef_rate", [](const MoEConfig& m) { return m.routing == RoutingKind::relu; }),
-    field<MoEConfig, &MoEConfig::naming>("naming"),
+    moe_key<&MoEConfig::num_experts>(
+        "num_experts",
+        {.name = "--experts", .help = "MoE: routed experts", .lo = 1, .hi = kExperts}),
+    moe_key<&MoEConfig::top_k>("top_k",
+                               {.name = "--top-k",
+                                .help = "MoE: experts per token (top_p routing: at most; "
+                                        "relu routing: on average, held by its L1 penalty)",
+                                .lo = 1,
+                                .hi = kExperts}),
+    moe_key<&MoEConfig::routing>(
+        "routing", [](const MoEConfig& m) { return m.routing != RoutingKind::topk; },
+        {.name = "--routing",
+         .help = "MoE: how many experts a token takes: {names} (top_p: the fewest best whose "
+                 "probabilities reach --top-p; relu: every expert whose router logit is "
+                 "positive; expert_choice: each expert takes its best ceil(capacity·k·S/E) "
+                 "tokens of a sequence; soft: every expert's --slots mix all of a sequence's "
+                 "tokens; both bidirectional models only; docs/moe.md)"}),
+    moe_key<&MoEConfig::top_p>("top_p",
+                               [](const MoEConfig& m) { return m.routing == RoutingKind::top_p; },
+                               {.name = "--top-p",
+                                .help = "MoE, top_p routing: the probability mass to reach",
+                                .lo = 1e-6,
+                                .hi = 1,
+                                .routing = "top_p"}),
+    moe_key<&MoEConfig::slots>(
+        "slots", [](const MoEConfig& m) { return m.routing == RoutingKind::soft; },
+        {.name = "--slots",
+         .help = "MoE, soft routing: slots per expert (each a mixture of a sequence's tokens; "
+                 "E·slots/S experts' compute a token)",
+         .lo = 1,
+         .hi = kExperts,
+         .routing = "soft"}),
+    moe_key<&MoEConfig::target_sparsity>(
+        "target_sparsity", relu_routed,
+        {.name = "--target-sparsity",
+         .help = "MoE, relu routing: the fraction of zero gates the L1 penalty holds (0: 1 - "
+                 "top_k/experts)",
+         .lo = 0,
+         .hi = 0.999999,
+         .routing = "relu"}),
+    moe_key<&MoEConfig::l1_coef_init>(
+        "l1_coef_init", relu_routed,
+        {.name = "--l1-coef-init",
+         .help = "MoE, relu routing: the L1 penalty's first coefficient (it then adapts by 1.2x "
+                 "per step)",
+         .lo = 1e-30,
+         .hi = 1e6,
+         .routing = "relu"}),
+    moe_key<&MoEConfig::constant_experts>(
+        "constant_experts", zc_routed,
+        {.name = "--constant-experts",
+         .help = "MoE++: constant experts (a·x + b·v) routed beside the FFN experts",
+         .hi = kExperts}),
+    moe_key<&MoEConfig::copy_experts>(
+        "copy_experts", zc_routed,
+        {.name = "--copy-experts", .help = "MoE++: copy experts (x)", .hi = kExperts}),
+    moe_key<&MoEConfig::zero_experts>(
+        "zero_experts", zc_routed,
+        {.name = "--zero-experts",
+         .help = "MoE++: zero experts (a token that picks one runs one FFN expert fewer)",
+         .hi = kExperts}),
+    moe_key<&MoEConfig::zc_balance_weight>(
+        "zc_balance_weight", zc_routed,
+        {.name = "--zc-balance-weight",
+         .help = "MoE++: weight of the zero-computation experts in the balance loss (tau)",
+         .hi = 1e6}),
+    moe_key<&MoEConfig::gating_residual>(
+        "gating_residual", [](const MoEConfig& m) { return m.gating_residual; },
+        {.name = "--gating-residual",
+         .help = "MoE++: each MoE layer's router adds the previous MoE layer's logits through a "
+                 "learned [E, E] map (gate.gate_map.weight)"}),
+    moe_key<&MoEConfig::num_shared>(
+        "num_shared", {.name = "--shared-experts", .help = "MoE: shared experts", .hi = kExperts}),
+    moe_key<&MoEConfig::expert_d_ff>(
+        "expert_d_ff",
+        {.name = "--expert-d-ff", .help = "MoE: expert hidden width (0: --d-ff)", .hi = kWidth}),
+    moe_key<&MoEConfig::aux_coef>(
+        "aux_coef",
+        {.name = "--aux-coef", .help = "MoE: load-balancing loss coefficient", .hi = 1e6}),
+    moe_key<&MoEConfig::z_coef>(
+        "z_coef", {.name = "--z-coef", .help = "MoE: router z-loss coefficient", .hi = 1e6}),
+    moe_key<&MoEConfig::entropy_coef>(
+        "entropy_coef", [](const MoEConfig& m) { return m.entropy_coef != 0; },
+        {.name = "--entropy-coef",
+         .help = "MoE: coefficient of the router's mean entropy (top_p's dynamic loss)",
+         .hi = 1e6}),
+    moe_key<&MoEConfig::capacity_factor>(
+        "capacity_factor", {.name = "--capacity",
+                            .help = "MoE: capacity factor (0: dropless; expert_choice: the "
+                                    "experts per token are capacity·k, 0 meaning 1·k)",
+                            .hi = 1e6}),
+    moe_key<&MoEConfig::expert_kind>("expert_kind"),
+    moe_key<&MoEConfig::router_bias>("router_bias"),
+    moe_key<&MoEConfig::shared_d_ff>("shared_d_ff"),
+    moe_key<&MoEConfig::shared_gate>("shared_gate"),
+    moe_key<&MoEConfig::score>("score"),
+    moe_key<&MoEConfig::softmax_after_topk>("softmax_after_topk"),
+    moe_key<&MoEConfig::normalize>("normalize"),
+    moe_key<&MoEConfig::scaling>("scaling"),
+    moe_key<&MoEConfig::groups>("groups"),
+    moe_key<&MoEConfig::topk_groups>("topk_groups"),
+    moe_key<&MoEConfig::jitter>("jitter"),
+    moe_key<&MoEConfig::noisy_topk>("noisy_topk"),
+    moe_key<&MoEConfig::balance_bias>("balance_bias"),
+    moe_key<&MoEConfig::balance_rate>("balance_rate"),
+    moe_key<&MoEConfig::drop>("drop"),
+    moe_key<&MoEConfig::balance_loss>("balance_loss"),
+    moe_key<&MoEConfig::l1_coef_rate>("l1_coef_rate", relu_routed),
+    moe_key<&MoEConfig::naming>("naming"),
 };
 
 // The FFN config's keys. "variant" comes first: it is a preset that the other keys refine.
@@ -314,7 +393,13 @@ constexpr std::array kFFNKeys{
     JsonKey<FFNConfig>{"variant",
                        [](FFNConfig& c, const json& j) {
                          c = variant_config(json_value<std::string>(j), c.d_model, c.d_ff, c.bias);
-                       }},
+                       },
+                       nullptr,
+                       nullptr,
+                       {.name = "--variant",
+                        .help = "FFN variant: {names}",
+                        .presets = "kind,activation,swish_beta"},
+                       &variant_names},
     field<FFNConfig, &FFNConfig::kind>("kind"),
     JsonKey<FFNConfig>{"activation",
                        [](FFNConfig& c, const json& j) { c.act.kind = json_value<Activation>(j); },
@@ -323,12 +408,20 @@ constexpr std::array kFFNKeys{
                        [](FFNConfig& c, const json& j) { c.act.beta = json_value<float>(j); },
                        [](const FFNConfig& c) { return json(c.act.beta); },
                        [](const FFNConfig& c) { return c.act.beta != 1.0f; }},
-    field<FFNConfig, &FFNConfig::d_model>("d_model"),
-    field<FFNConfig, &FFNConfig::d_ff>("d_ff"),
-    field<FFNConfig, &FFNConfig::bias>("bias"),
+    field<FFNConfig, &FFNConfig::d_model>(
+        "d_model", {.name = "--d-model", .help = "model width D", .lo = 1, .hi = kWidth}),
+    field<FFNConfig, &FFNConfig::d_ff>(
+        "d_ff", {.name = "--d-ff", .help = "FFN hidden width F", .lo = 1, .hi = kWidth}),
+    field<FFNConfig, &FFNConfig::bias>("bias", {.name = "--no-bias,--no-ffn-bias",
+                                                .help = "no bias on any Linear of the FFN",
+                                                .negated = true}),
     field<FFNConfig, &FFNConfig::layout>("layout"),
     field<FFNConfig, &FFNConfig::branches>(
-        "branches", [](const FFNConfig& c) { return c.kind == FFNKind::multi_branch; }),
+        "branches", [](const FFNConfig& c) { return c.kind == FFNKind::multi_branch; },
+        {.name = "--branches",
+         .help = "branches of the gated (multi-branch) FFN",
+         .lo = 1,
+         .hi = limits::kBranches}),
     JsonKey<FFNConfig>{
         "moe", [](FFNConfig& c, const json& j) { read_keys(kMoEKeys, c.moe, j, "config", "moe."); },
         [](const FFNConfig& c) {
@@ -364,8 +457,7 @@ FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
     m.entropy_coef = 1e-4f;  // their dynamic (entropy) loss coefficient β
   } else if (family == "relu") {
     m.routing = RoutingKind::relu;  // held at K experts a token on average by its L1 penalty
-    m.normalize = false;
-    m.aux_coef = m.z_coef = 0.0f;
+    m.z_coef = 0.0f;
   } else if (family == "moe_pp") {
     m.constant_experts = 2;  // MoE++'s 16 + 4 configuration
     m.copy_experts = 1;
@@ -373,19 +465,41 @@ FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
     m.gating_residual = true;  // as the paper's model: each layer adds the previous one's logits
   } else if (family == "expert_choice") {
     m.routing = RoutingKind::expert_choice;  // capacity factor 1: K experts a token on average
-    m.normalize = false;
-    m.aux_coef = 0.0f;
   } else if (family == "soft") {
     m.routing = RoutingKind::soft;  // E·slots/S = K experts' compute a token
     m.slots = static_cast<int>(std::max<std::int64_t>(1, (K * sequence + E / 2) / E));
-    m.aux_coef = m.z_coef = 0.0f;
+    m.z_coef = 0.0f;
   } else {
     std::string known;
     for (const auto& n : routing_family_names()) known += (known.empty() ? "" : ", ") + n;
     fail("[ffn] unknown routing family '{}' (known: {})", family, known);
   }
+  // A family that changes the routing takes the routing's defaults for the other keys.
+  if (m.routing != moe.moe.routing)
+    read_keys(kMoEKeys, m, routing_defaults(m.routing), "ffn", "moe.");
   validate(c);
   return c;
+}
+
+json routing_defaults(RoutingKind routing) {
+  switch (routing) {
+    case RoutingKind::relu:
+    case RoutingKind::expert_choice:
+      return {{"normalize", false}, {"aux_coef", 0.0}};
+    case RoutingKind::soft:
+      return {{"aux_coef", 0.0}};
+    case RoutingKind::topk:
+    case RoutingKind::top_p:
+    case RoutingKind::count:
+      break;
+  }
+  return json::object();
+}
+
+std::vector<ConfigFlag> ffn_config_flags() {
+  std::vector<ConfigFlag> out = flags_of(kFFNKeys, FFNConfig{});
+  for (auto& f : flags_of(kMoEKeys, MoEConfig{}, "moe.")) out.push_back(std::move(f));
+  return out;
 }
 
 FFNConfig config_from_json(const nlohmann::json& j) {

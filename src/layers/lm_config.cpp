@@ -58,23 +58,54 @@ namespace {
 
 using json = nlohmann::json;
 
+using Flag = KeyFlag;
 constexpr std::array kLMKeys{
     field<LMConfig, &LMConfig::vocab>("vocab"),
-    field<LMConfig, &LMConfig::d_model>("d_model"),
-    field<LMConfig, &LMConfig::layers>("layers"),
-    field<LMConfig, &LMConfig::heads>("heads"),
-    field<LMConfig, &LMConfig::context>("context"),
-    field<LMConfig, &LMConfig::positions>("positions"),
+    field<LMConfig, &LMConfig::d_model>("d_model"),  // its flag is the FFN's --d-model
+    field<LMConfig, &LMConfig::layers>("layers", Flag{.name = "--layers",
+                                                      .help = "Transformer blocks",
+                                                      .lo = 1,
+                                                      .hi = static_cast<double>(limits::kLayers)}),
+    field<LMConfig, &LMConfig::heads>("heads", Flag{.name = "--heads",
+                                                    .help = "attention heads",
+                                                    .lo = 1,
+                                                    .hi = static_cast<double>(limits::kWidth)}),
+    field<LMConfig, &LMConfig::context>("context", Flag{.name = "--context",
+                                                        .help = "longest sequence",
+                                                        .lo = 1,
+                                                        .hi = static_cast<double>(limits::kWidth)}),
+    field<LMConfig, &LMConfig::positions>(
+        "positions",
+        Flag{.name = "--positions", .help = "{names} (default with --objective masked: rope)"}),
     field<LMConfig, &LMConfig::rope_theta>("rope_theta"),
-    field<LMConfig, &LMConfig::norm>("norm"),
+    field<LMConfig, &LMConfig::norm>("norm", Flag{.name = "--norm", .help = "{names or}"}),
     field<LMConfig, &LMConfig::norm_eps>("norm_eps"),
-    field<LMConfig, &LMConfig::pre_norm>("pre_norm"),
-    field<LMConfig, &LMConfig::final_norm>("final_norm"),
-    field<LMConfig, &LMConfig::tied_head>("tied_head"),
-    field<LMConfig, &LMConfig::attn_bias>("attn_bias"),
-    field<LMConfig, &LMConfig::causal>("causal"),
-    field<LMConfig, &LMConfig::dropout>("dropout"),
-    field<LMConfig, &LMConfig::init_std>("init_std"),
+    field<LMConfig, &LMConfig::pre_norm>(
+        "pre_norm", Flag{.name = "--post-norm",
+                         .help = "norm after each residual add (default: pre-norm)",
+                         .negated = true}),
+    field<LMConfig, &LMConfig::final_norm>(
+        "final_norm",
+        Flag{.name = "--no-final-norm", .help = "no norm before the LM head", .negated = true}),
+    field<LMConfig, &LMConfig::tied_head>(
+        "tied_head", Flag{.name = "--untied",
+                          .help = "an LM head of its own (default: tied to the embedding)",
+                          .negated = true}),
+    field<LMConfig, &LMConfig::attn_bias>(
+        "attn_bias",
+        Flag{.name = "--no-attn-bias", .help = "no biases in q/k/v/o", .negated = true}),
+    field<LMConfig, &LMConfig::causal>("causal"),  // set by the training objective
+    field<LMConfig, &LMConfig::dropout>("dropout",
+                                        Flag{.name = "--dropout",
+                                             .help = "dropout on embeddings and residual branches",
+                                             .lo = 0,
+                                             .hi = 1,
+                                             .hi_open = true}),
+    field<LMConfig, &LMConfig::init_std>(
+        "init_std", Flag{.name = "--init-std",
+                         .help = "matrices N(0, s), biases 0 (GPT-2); 0: torch.nn defaults",
+                         .lo = 0,
+                         .hi = 1e3}),
     // Read after d_model (table order): an FFN that does not name its d_model takes the
     // model's, and one without d_ff the variant's default width at it (ffnlab train's).
     JsonKey<LMConfig>{"ffn",
@@ -101,6 +132,10 @@ LMConfig lm_config_from_json(const nlohmann::json& j) {
 
 nlohmann::json lm_config_to_json(const LMConfig& c) {
   return write_keys(kLMKeys, c);
+}
+
+std::vector<ConfigFlag> lm_config_flags() {
+  return flags_of(kLMKeys, LMConfig{});
 }
 
 }  // namespace ffnlab

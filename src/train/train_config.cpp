@@ -43,45 +43,106 @@ namespace {
 
 // The optimizer's fields sit inside TrainConfig::optimizer; in JSON they are top-level keys.
 template <auto Member>
-constexpr JsonKey<TrainConfig> optimizer_field(const char* name) {
+constexpr JsonKey<TrainConfig> optimizer_field(const char* name, KeyFlag flag) {
+  using T = std::remove_cvref_t<decltype(std::declval<OptimizerConfig&>().*Member)>;
   return {name,
-          [](TrainConfig& c, const json& j) {
-            auto& f = c.optimizer.*Member;
-            f = json_value<std::remove_cvref_t<decltype(f)>>(j);
-          },
-          [](const TrainConfig& c) { return json_of(c.optimizer.*Member); }};
+          [](TrainConfig& c, const json& j) { c.optimizer.*Member = json_value<T>(j); },
+          [](const TrainConfig& c) { return json_of(c.optimizer.*Member); },
+          nullptr,
+          flag,
+          names_of<T>()};
 }
+template <auto Member>
+constexpr JsonKey<TrainConfig> train(const char* name, KeyFlag flag) {
+  return field<TrainConfig, Member>(name, flag);
+}
+constexpr double kSteps = limits::kSteps;
 
+// In the order of the help.
 constexpr std::array kTrainKeys{
-    field<TrainConfig, &TrainConfig::steps>("steps"),
-    field<TrainConfig, &TrainConfig::batch>("batch"),
-    field<TrainConfig, &TrainConfig::seq>("seq"),
-    field<TrainConfig, &TrainConfig::accumulate>("accumulate"),
-    optimizer_field<&OptimizerConfig::kind>("optimizer"),
-    optimizer_field<&OptimizerConfig::lr>("lr"),
-    optimizer_field<&OptimizerConfig::beta1>("beta1"),
-    optimizer_field<&OptimizerConfig::beta2>("beta2"),
-    optimizer_field<&OptimizerConfig::eps>("eps"),
-    optimizer_field<&OptimizerConfig::weight_decay>("weight_decay"),
-    optimizer_field<&OptimizerConfig::momentum>("momentum"),
-    field<TrainConfig, &TrainConfig::warmup>("warmup"),
-    field<TrainConfig, &TrainConfig::min_lr_ratio>("min_lr_ratio"),
-    field<TrainConfig, &TrainConfig::decay>("decay"),
-    field<TrainConfig, &TrainConfig::clip>("clip"),
-    field<TrainConfig, &TrainConfig::seed>("seed"),
-    field<TrainConfig, &TrainConfig::precision>("precision"),
-    field<TrainConfig, &TrainConfig::eval_every>("eval_every"),
-    field<TrainConfig, &TrainConfig::eval_tokens>("eval_tokens"),
-    field<TrainConfig, &TrainConfig::checkpoint_every>("checkpoint_every"),
-    field<TrainConfig, &TrainConfig::diagnostics_every>("diagnostics_every"),
-    field<TrainConfig, &TrainConfig::objective>("objective"),
-    field<TrainConfig, &TrainConfig::mask_fraction>("mask_fraction"),
+    train<&TrainConfig::steps>(
+        "steps", {.name = "--steps",
+                  .help = "optimizer steps in all (with --resume: the checkpoint's, unless given)",
+                  .hi = kSteps}),
+    train<&TrainConfig::batch>(
+        "batch", {.name = "--batch", .help = "sequences per micro-batch", .lo = 1, .hi = 1 << 20}),
+    train<&TrainConfig::seq>("seq", {.name = "--seq",
+                                     .help = "tokens (bytes) per sequence",
+                                     .lo = 1,
+                                     .hi = static_cast<double>(limits::kWidth)}),
+    train<&TrainConfig::accumulate>(
+        "accumulate",
+        {.name = "--accumulate", .help = "micro-batches per step", .lo = 1, .hi = 1 << 20}),
+    optimizer_field<&OptimizerConfig::kind>("optimizer",
+                                            {.name = "--optimizer", .help = "{names}"}),
+    optimizer_field<&OptimizerConfig::lr>(
+        "lr", {.name = "--lr", .help = "peak learning rate", .hi = 1e30}),
+    optimizer_field<&OptimizerConfig::beta1>(
+        "beta1", {.name = "--beta1", .help = "Adam β1", .hi = 1, .hi_open = true}),
+    optimizer_field<&OptimizerConfig::beta2>(
+        "beta2", {.name = "--beta2", .help = "Adam β2", .hi = 1, .hi_open = true}),
+    optimizer_field<&OptimizerConfig::eps>(
+        "eps", {.name = "--eps", .help = "Adam ε", .lo = 1e-30, .hi = 1}),
+    optimizer_field<&OptimizerConfig::weight_decay>(
+        "weight_decay", {.name = "--weight-decay",
+                         .help = "weight decay on matrices (AdamW: decoupled; Adam, SGD: L2)",
+                         .hi = 1e3}),
+    optimizer_field<&OptimizerConfig::momentum>(
+        "momentum", {.name = "--momentum", .help = "SGD momentum", .hi = 1, .hi_open = true}),
+    train<&TrainConfig::warmup>("warmup",
+                                {.name = "--warmup", .help = "linear warm-up steps", .hi = kSteps}),
+    train<&TrainConfig::decay>("decay", {.name = "--decay", .help = "after warm-up: {names or}"}),
+    train<&TrainConfig::min_lr_ratio>(
+        "min_lr_ratio",
+        {.name = "--min-lr-ratio", .help = "cosine floor as a fraction of --lr", .hi = 1}),
+    train<&TrainConfig::clip>(
+        "clip", {.name = "--clip", .help = "max global gradient norm (0: off)", .hi = 1e30}),
+    train<&TrainConfig::seed>("seed",
+                              {.name = "--seed", .help = "initialisation, batches and dropout"}),
+    train<&TrainConfig::objective>(
+        "objective",
+        {.name = "--objective",
+         .help = "causal (the next byte; a causal model) or masked (masked bytes, like BERT: a "
+                 "bidirectional model with [MASK] as id 256; validation in bits per masked "
+                 "byte; positions default to rope). Expert-choice and Soft MoE routing need "
+                 "masked"}),
+    train<&TrainConfig::mask_fraction>("mask_fraction",
+                                       {.name = "--mask-fraction",
+                                        .help = "masked: the share of each sequence's bytes masked",
+                                        .hi = 1,
+                                        .lo_open = true}),
+    train<&TrainConfig::precision>(
+        "precision",
+        {.name = "--dtype", .help = "product precision: f32, or bf16 with f32 master weights"}),
+    train<&TrainConfig::eval_every>("eval_every",
+                                    {.name = "--eval-every",
+                                     .help = "validate every N steps (0: only at the end)",
+                                     .hi = kSteps}),
+    train<&TrainConfig::eval_tokens>("eval_tokens",
+                                     {.name = "--eval-tokens",
+                                      .help = "validation tokens per evaluation (0: all)",
+                                      .hi = kSteps}),
+    train<&TrainConfig::checkpoint_every>("checkpoint_every",
+                                          {.name = "--checkpoint-every",
+                                           .help = "checkpoint every N steps (0: only at the end)",
+                                           .hi = kSteps}),
+    train<&TrainConfig::diagnostics_every>(
+        "diagnostics_every",
+        {.name = "--diagnostics",
+         .help = "every N steps (and at step 1), per layer into layer_log.csv: activation RMS, "
+                 "attention entropy, gradient norms, router entropy, logit spread, expert "
+                 "output RMS (0: none)",
+         .hi = kSteps}),
 };
 
 }  // namespace
 
 json train_config_to_json(const TrainConfig& c) {
   return write_keys(kTrainKeys, c);
+}
+
+std::vector<ConfigFlag> train_config_flags() {
+  return flags_of(kTrainKeys, TrainConfig{});
 }
 
 TrainConfig train_config_from_json(const json& j) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/test_util.hpp"
+#include "ffnlab/config_flags.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/names.hpp"
@@ -102,6 +103,48 @@ TEST(ConfigKeys, LMAndTrainConfigsRoundTripThroughEveryKey) {
   EXPECT_EQ(back.optimizer.kind, OptimizerKind::sgd);
   EXPECT_EQ(back.seed, 7u);
   EXPECT_EQ(train_config_to_json(back), tj);
+}
+
+// Every flag row names a key its table reads, with the table's default; its range holds that
+// default; a routing's defaults are keys of the "moe" object that a layer of that routing takes.
+TEST(ConfigKeys, EveryFlagRowIsAKeyOfItsTable) {
+  const auto nested = [](const std::string& key, const json& value) {
+    json j = json::object();
+    const auto dot = key.find('.');
+    if (dot == std::string::npos)
+      j[key] = value;
+    else
+      j[key.substr(0, dot)][key.substr(dot + 1)] = value;
+    return j;
+  };
+  const auto in_range = [](const ConfigFlag& f) {
+    if (!f.ranged || !f.default_value.is_number()) return true;
+    const double v = f.default_value.get<double>();
+    return (f.lo_open ? v > f.lo : v >= f.lo) && (f.hi_open ? v < f.hi : v <= f.hi);
+  };
+  for (const ConfigFlag& f : ffn_config_flags()) {
+    json j = f.default_value.is_null() ? json("relu") : f.default_value;  // --variant: a name
+    EXPECT_NO_THROW(config_from_json(nested(f.key, j))) << f.name;
+    EXPECT_TRUE(in_range(f)) << f.name;
+    if (!f.routing.empty()) {
+      EXPECT_NO_THROW(parse_enum<RoutingKind>(f.routing)) << f.name;
+    }
+  }
+  for (const ConfigFlag& f : lm_config_flags()) {
+    EXPECT_NO_THROW(lm_config_from_json(nested(f.key, f.default_value))) << f.name;
+    EXPECT_TRUE(in_range(f)) << f.name;
+  }
+  for (const ConfigFlag& f : train_config_flags()) {
+    EXPECT_NO_THROW(train_config_from_json(nested(f.key, f.default_value))) << f.name;
+    EXPECT_TRUE(in_range(f)) << f.name;
+  }
+  for (const auto& name : enum_names<RoutingKind>()) {
+    FFNConfig c = variant_config("moe", 32, 64, true);
+    c.moe.routing = parse_enum<RoutingKind>(name);
+    json j = config_to_json(c);
+    j["moe"].update(routing_defaults(c.moe.routing));
+    EXPECT_NO_THROW(config_from_json(j)) << name;
+  }
 }
 
 TEST(ConfigKeys, UnknownKeysAndBadValuesNameTheKey) {

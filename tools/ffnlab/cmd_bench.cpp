@@ -497,7 +497,8 @@ void run_bench(BenchOptions o) {
   if (o.check_torch && !o.torch)
     throw UsageError("[bench] --check-torch: times PyTorch, which --no-torch leaves out");
   if (!o.decode && !o.skinny_isas.empty())
-    throw UsageError("[bench] --kernels: times the decode table's kernels, which --no-decode skips");
+    throw UsageError(
+        "[bench] --kernels: times the decode table's kernels, which --no-decode skips");
 
   check_layer_memory(o, variants, tokens);
   // Far beyond any cache, so this is what memory delivers.
@@ -511,8 +512,8 @@ void run_bench(BenchOptions o) {
   // said so, and serves as no denominator ("of peak" is then not reported).
   const bool holds = nominal_peak_holds(probe, omp_get_max_threads());
   peaks.f32 = holds ? probe : 0;
-  peaks.bf16 = bf16_native ? (holds ? measure_peak_flops(true, o.quick ? 0.05 : 0.3) : 0)
-                           : peaks.f32;
+  peaks.bf16 =
+      bf16_native ? (holds ? measure_peak_flops(true, o.quick ? 0.05 : 0.3) : 0) : peaks.f32;
   json out;
   out["machine"] = {{"cpu", this_machine().describe()},
                     {"threads", omp_get_max_threads()},
@@ -536,10 +537,10 @@ void run_bench(BenchOptions o) {
         "every thread, the best call); bf16 products {}.\n",
         this_machine().describe(), omp_get_max_threads(), bandwidth / 1e9, bandwidth_bytes >> 20,
         probe / 1e9,
-        nominal > 0 ? fmt::format(" ({:.0f} nominal at {:.0f} MHz)", nominal / 1e9,
-                                  this_machine().mhz)
-                    : std::string(),
-        peaks.bf16 > 0        ? fmt::format("{:.0f} bf16", peaks.bf16 / 1e9)
+        nominal > 0
+            ? fmt::format(" ({:.0f} nominal at {:.0f} MHz)", nominal / 1e9, this_machine().mhz)
+            : std::string(),
+        peaks.bf16 > 0       ? fmt::format("{:.0f} bf16", peaks.bf16 / 1e9)
         : this_machine().amx ? std::string("bf16 not measured (AMX tiles outrun any vector loop)")
                              : std::string("bf16 not measured"),
         bf16_native ? "native (oneDNN)"

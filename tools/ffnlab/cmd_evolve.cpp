@@ -5,7 +5,6 @@
 
 #include "commands.hpp"
 #include "common.hpp"
-#include "ffn_flags.hpp"
 #include "ffnlab/study/study.hpp"
 #include "interrupt.hpp"
 #include "progress.hpp"

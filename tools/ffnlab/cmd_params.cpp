@@ -7,10 +7,10 @@
 
 #include "commands.hpp"
 #include "common.hpp"
-#include "ffn_flags.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/limits.hpp"
+#include "key_flags.hpp"
 
 namespace ffnlab::cli {
 
@@ -32,7 +32,8 @@ std::string routing_text(const MoEConfig& m) {
 }
 
 struct ParamsOptions {
-  FFNFlags ffn;  // the seed study's configuration by default
+  KeyFlags ffn;  // the FFN flags (the tutorial's configuration by default)
+  std::string config_file;
   std::int64_t tokens = 8;
   bool json = false;
   std::string variants = "relu,gelu,glu,gated,moe";
@@ -40,22 +41,24 @@ struct ParamsOptions {
 
 void run_params(const ParamsOptions& o) {
   const std::vector<std::string> names =
-      o.ffn.config_file.empty() ? variant_list(o.variants) : std::vector<std::string>{""};
+      o.config_file.empty() ? variant_list(o.variants) : std::vector<std::string>{""};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<std::string, FFNCost>> costs;
+  const auto layer = [&](const std::string& variant) {
+    return layer_config(o.ffn, "", o.config_file, variant);
+  };
   // The yardstick: a ReLU FFN of the same d_model and d_ff (of a config file's, when given).
-  FFNFlags relu_flags = o.ffn;
-  relu_flags.config_file.clear();
   std::optional<FFNConfig> file;
-  if (!o.ffn.config_file.empty()) {
-    file = ffn_config_from_flags(o.ffn, "");
-    relu_flags.d_model = file->d_model;
-    relu_flags.d_ff = file->d_ff;
-    relu_flags.no_bias = !file->bias;
-  }
-  const FFNCost relu = ffn_cost(ffn_config_from_flags(relu_flags, "relu"), o.tokens);
+  if (!o.config_file.empty()) file = layer("");
+  const nlohmann::json flags = o.ffn.values();
+  const std::int64_t d_model = file ? file->d_model : flags["d_model"].get<std::int64_t>();
+  const std::int64_t d_ff = file ? file->d_ff : flags["d_ff"].get<std::int64_t>();
+  const bool bias = file ? file->bias : flags["bias"].get<bool>();
+  FFNConfig relu_layer = variant_config("relu", d_model, d_ff, bias);
+  validate(relu_layer);
+  const FFNCost relu = ffn_cost(relu_layer, o.tokens);
   for (const auto& name : names) {
-    const FFNConfig c = ffn_config_from_flags(o.ffn, name);
+    const FFNConfig c = layer(name);
     const FFNCost cost = ffn_cost(c, o.tokens);
     costs.emplace_back(name.empty() ? variant_name(c) : name, cost);
     nlohmann::ordered_json row{{"variant", costs.back().first}, {"config", config_to_json(c)}};
@@ -65,16 +68,16 @@ void run_params(const ParamsOptions& o) {
     rows.push_back(row);
   }
   if (o.json) {
-    nlohmann::ordered_json out{{"d_model", relu_flags.d_model},
-                               {"d_ff", relu_flags.d_ff},
-                               {"bias", !relu_flags.no_bias},
+    nlohmann::ordered_json out{{"d_model", d_model},
+                               {"d_ff", d_ff},
+                               {"bias", bias},
                                {"tokens", o.tokens},
                                {"variants", rows}};
     fmt::print("{}\n", out.dump(2));
     return;
   }
   if (file)
-    fmt::print("FFN costs of {}: d_model {}, d_ff {}, bias {}, {} tokens{}\n\n", o.ffn.config_file,
+    fmt::print("FFN costs of {}: d_model {}, d_ff {}, bias {}, {} tokens{}\n\n", o.config_file,
                file->d_model, file->d_ff, file->bias ? "on" : "off", o.tokens,
                file->kind == FFNKind::moe
                    ? fmt::format(" ({} experts of d_ff {}, {})", file->moe.num_experts,
@@ -84,8 +87,8 @@ void run_params(const ParamsOptions& o) {
     fmt::print(
         "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, {}; gated: "
         "{} branches)\n\n",
-        o.ffn.d_model, o.ffn.d_ff, o.ffn.no_bias ? "off" : "on", o.tokens, o.ffn.experts,
-        routing_text(ffn_config_from_flags(o.ffn, "moe").moe), o.ffn.branches);
+        d_model, d_ff, bias ? "on" : "off", o.tokens, flags["moe"]["num_experts"].get<int>(),
+        routing_text(layer("moe").moe), flags["branches"].get<int>());
   fmt::print(
       "{:<10} {:>13} {:>7} {:>13} {:>11} {:>9} {:>7} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
       "variant", "params", "params", "active", "fwd mm", "fwd ew", "fwd", "bwd mm", "bwd ew",
@@ -121,8 +124,8 @@ void add_params_command(CLI::App& app) {
       "params",
       "Print parameters, FLOPs per token and memory of FFN variants (closed form). The defaults "
       "are the seed study's configuration.");
-  add_ffn_flags(*cmd, o->ffn, "FFN");
-  cmd->add_option("--config", o->ffn.config_file,
+  add_layer_flags(*cmd, o->ffn, o->config_file, "FFN");
+  cmd->add_option("--config", o->config_file,
                   "cost the FFN of a config file (a Hugging Face config.json or ffnlab's layer "
                   "JSON; the same as --ffn-config)");
   add_variants_flag(*cmd, o->variants);

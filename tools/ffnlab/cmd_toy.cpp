@@ -7,11 +7,11 @@
 
 #include "commands.hpp"
 #include "common.hpp"
-#include "ffn_flags.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/train/toy.hpp"
+#include "key_flags.hpp"
 
 namespace ffnlab::cli {
 
@@ -19,7 +19,8 @@ namespace {
 
 struct ToyOptions {
   ToyConfig toy;
-  FFNFlags ffn;  // the tutorial's d_model 512, d_ff 2048 for every variant
+  KeyFlags ffn;  // the tutorial's d_model 512, d_ff 2048 for every variant
+  std::string config_file;
   std::string variants = "relu,gelu,glu,gated,moe", out = "toy_log.csv";
   int threads = 0;
 };
@@ -31,12 +32,12 @@ void run_toy_command(const ToyOptions& o) {
   fmt::print(
       "The tutorial's toy run: d_model {}, d_ff {}, batch {} x seq {}, dropout {}, Adam lr {}, "
       "{} iterations, seed {}, fixed random inputs and targets, MSE\n\n",
-      o.ffn.d_model, o.ffn.d_ff, o.toy.batch, o.toy.seq, o.toy.dropout, o.toy.lr, o.toy.iterations,
-      o.toy.seed);
+      o.ffn.values()["d_model"].get<std::int64_t>(), o.ffn.values()["d_ff"].get<std::int64_t>(),
+      o.toy.batch, o.toy.seq, o.toy.dropout, o.toy.lr, o.toy.iterations, o.toy.seed);
   fmt::print("{:<10} {:>12} {:>12} {:>9} {:>14} {:>13}\n", "variant", "first loss", "last loss",
              "fall", "mean |grad|", "std |grad|");
   for (const auto& name : names) {
-    const FFNConfig c = ffn_config_from_flags(o.ffn, name);
+    const FFNConfig c = layer_config(o.ffn, "", o.config_file, name);
     const auto steps = run_toy(c, o.toy);
     std::vector<double> norms;
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -62,7 +63,7 @@ void add_toy_command(CLI::App& app) {
       "The tutorial's toy experiment: each FFN variant alone, Adam on one fixed random batch with "
       "MSE.\nIt measures memorisation of 8 random vectors, not language modelling.");
   add_variants_flag(*cmd, o->variants);
-  add_ffn_flags(*cmd, o->ffn, "FFN");
+  add_layer_flags(*cmd, o->ffn, o->config_file, "FFN");
   cmd->add_option("--batch", o->toy.batch, "batch")
       ->capture_default_str()
       ->check(int_in(1, 1 << 20));

@@ -6,12 +6,15 @@
 
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/parameters.hpp"
 
 namespace ffnlab {
 
 // A Hugging Face config.json (recognised by "model_type") or ffnlab's own layer config.
 FFNConfig read_ffn_config_file(const std::string& path);
+// A whole model's config (docs/config.md): "[train] path: ..." for a file that is not one.
+LMConfig read_lm_config_file(const std::string& path);
 
 // Copies every parameter from `file`, where parameter "up_proj.weight" is stored as
 // prefix + "up_proj.weight". A missing tensor or a shape mismatch throws "[weights] ...".

@@ -1,0 +1,267 @@
+// Command-line flags generated from the config key rows.
+#include "key_flags.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <sstream>
+
+#include "common.hpp"
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/names.hpp"
+
+namespace ffnlab::cli {
+
+namespace {
+
+using json = nlohmann::json;
+using Value = ConfigFlag::Value;
+
+// A default as the help shows it: a real with six significant digits (0.95 for 0.95f).
+std::string shown(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    std::ostringstream s;
+    s << v.get<double>();
+    return s.str();
+  }
+  return v.dump();
+}
+
+// A non-negative integer of any size (a seed).
+CLI::Validator any_count() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || ptr != end)
+          return fmt::format("'{}' is not a non-negative integer", text.substr(0, 40));
+        return {};
+      },
+      "");
+}
+
+void set_at(json& j, std::string_view key, json value) {
+  json* at = &j;
+  for (auto dot = key.find('.'); dot != std::string_view::npos; dot = key.find('.')) {
+    at = &(*at)[std::string(key.substr(0, dot))];
+    key = key.substr(dot + 1);
+  }
+  (*at)[std::string(key)] = std::move(value);
+}
+
+void differences(const json& a, const json& b, const std::string& at,
+                 std::vector<JsonDifference>& out) {
+  if (a.is_object() && b.is_object()) {
+    std::map<std::string, int> keys;
+    for (const auto& [k, v] : a.items()) keys[k] |= 1;
+    for (const auto& [k, v] : b.items()) keys[k] |= 2;
+    for (const auto& [k, sides] : keys) {
+      const std::string key = at.empty() ? k : at + "." + k;
+      if (sides == 3)
+        differences(a.at(k), b.at(k), key, out);
+      else
+        out.push_back({key, sides & 1 ? a.at(k) : json(), sides & 2 ? b.at(k) : json()});
+    }
+  } else if (a != b) {
+    out.push_back({at, a, b});
+  }
+}
+
+}  // namespace
+
+std::vector<ConfigFlag> select_flags(const std::vector<ConfigFlag>& rows,
+                                     const std::vector<std::string>& names) {
+  std::vector<ConfigFlag> out;
+  for (const auto& row : rows)
+    if (std::find(names.begin(), names.end(), row.name) != names.end()) out.push_back(row);
+  return out;
+}
+
+std::vector<JsonDifference> json_differences(const json& left, const json& right) {
+  std::vector<JsonDifference> out;
+  differences(left, right, "", out);
+  return out;
+}
+
+void KeyFlags::add(CLI::App& cmd, const std::vector<ConfigFlag>& rows, const std::string& group,
+                   const std::string& prefix, const std::map<std::string, FlagChange>& changes,
+                   const std::vector<std::string>& skip) {
+  for (const ConfigFlag& row : rows) {
+    if (std::find(skip.begin(), skip.end(), row.name) != skip.end()) continue;
+    Entry& e = entries_.emplace_back();
+    e.row = row;
+    e.row.key = prefix + row.key;
+    for (auto& p : e.row.presets) p = prefix + p;
+    const auto change = changes.find(row.name);
+    const FlagChange* c = change == changes.end() ? nullptr : &change->second;
+    if (c && !c->help.empty()) e.row.help = c->help;
+    if (c && c->lo) e.row.lo = *c->lo;
+    CLI::Option* o = nullptr;
+    if (row.value == Value::on || row.value == Value::off) {
+      o = cmd.add_flag(row.name, e.on, e.row.help);
+    } else {
+      std::string def = row.default_value.is_null() ? "" : shown(row.default_value);
+      if (c && c->default_value) def = *c->default_value;
+      e.text = def;
+      o = cmd.add_option(row.name, e.text, e.row.help);
+      if (c && !c->shown) def.clear();
+      if (!def.empty()) o->default_str(def);
+      if (row.value == Value::integer) {
+        o->type_name(e.row.ranged ? "INT" : "UINT");
+        o->check(e.row.ranged ? int_in(static_cast<std::int64_t>(e.row.lo),
+                                       static_cast<std::int64_t>(e.row.hi))
+                              : any_count());
+      } else if (row.value == Value::real) {
+        o->type_name("FLOAT");
+        if (e.row.ranged) o->check(real_in(e.row.lo, e.row.hi, e.row.hi_open, e.row.lo_open));
+      }
+    }
+    o->group(group);
+    e.option = o;
+  }
+}
+
+bool KeyFlags::given(std::string_view flag) const {
+  for (const Entry& e : entries_)
+    if (e.option->get_name() == flag) return e.option->count() > 0;
+  return false;
+}
+
+bool KeyFlags::key_given(std::string_view key) const {
+  for (const Entry& e : entries_)
+    if (e.row.key == key) return e.option->count() > 0;
+  return false;
+}
+
+std::vector<const ConfigFlag*> KeyFlags::given_flags() const {
+  std::vector<const ConfigFlag*> out;
+  for (const Entry& e : entries_)
+    if (e.option->count() > 0) out.push_back(&e.row);
+  return out;
+}
+
+const ConfigFlag* KeyFlags::flag_of_key(std::string_view key) const {
+  for (const Entry& e : entries_)
+    if (e.row.key == key) return &e.row;
+  return nullptr;
+}
+
+std::string KeyFlags::as_written(const ConfigFlag& flag) const {
+  for (const Entry& e : entries_)
+    if (&e.row == &flag)
+      return e.row.value == Value::on || e.row.value == Value::off
+                 ? e.option->get_name()
+                 : fmt::format("{} {}", e.option->get_name(), e.text);
+  return flag.name;
+}
+
+json KeyFlags::value_of(const Entry& e) const {
+  const bool given = e.option->count() > 0;
+  switch (e.row.value) {
+    case Value::on:
+      return given ? json(true) : e.row.default_value;
+    case Value::off:
+      return given ? json(false) : e.row.default_value;
+    case Value::name:
+      return e.text;
+    case Value::real:
+      return static_cast<double>(std::strtold(e.text.c_str(), nullptr));
+    case Value::integer: {
+      std::int64_t v = 0;
+      const char* end = e.text.data() + e.text.size();
+      if (const auto [ptr, ec] = std::from_chars(e.text.data(), end, v);
+          ec == std::errc() && ptr == end)
+        return v;
+      std::uint64_t u = 0;
+      std::from_chars(e.text.data(), end, u);  // checked by the flag's validator
+      return u;
+    }
+  }
+  return nullptr;
+}
+
+json KeyFlags::values(const std::string& under, bool given_only) const {
+  json out = json::object();
+  for (const Entry& e : entries_) {
+    if (e.row.key.rfind(under, 0) != 0 || (given_only && e.option->count() == 0)) continue;
+    set_at(out, std::string_view(e.row.key).substr(under.size()), value_of(e));
+  }
+  return out;
+}
+
+void add_layer_flags(CLI::App& cmd, KeyFlags& flags, std::string& file, const std::string& group,
+                     const std::string& prefix, const std::map<std::string, FlagChange>& changes) {
+  flags.add(cmd, ffn_config_flags(), group, prefix, changes, {"--variant"});
+  cmd.add_option("--ffn-config", file,
+                 "a layer config file instead of the variant and the flags above (ffnlab JSON, "
+                 "docs/config.md, or a Hugging Face config.json)")
+      ->group(group);
+}
+
+void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix, bool file,
+                               std::string_view routing) {
+  for (const ConfigFlag* f : flags.given_flags()) {
+    if (f->key.rfind(prefix, 0) != 0) continue;
+    const std::string name = f->name.substr(0, f->name.find(','));
+    // (--d-model stays: it is also the model's width, which the layer's must match.)
+    if (file && name != "--d-model")
+      throw UsageError(fmt::format(
+          "{}: does not apply with --ffn-config, whose file describes the whole layer (set it "
+          "there)",
+          name));
+    if (!f->routing.empty() && f->routing != routing)
+      throw UsageError(
+          fmt::format("{}: applies to --routing {} only, not {}", name, f->routing, routing));
+  }
+}
+
+json layer_json(const KeyFlags& flags, const std::string& prefix, const std::string& file,
+                const std::string& variant) {
+  json j = flags.values(prefix);
+  refuse_unused_layer_flags(flags, prefix, !file.empty(), j["moe"]["routing"].get<std::string>());
+  if (!variant.empty()) j["variant"] = variant;
+  const json defaults =
+      routing_defaults(parse_enum<RoutingKind>(j["moe"]["routing"].get<std::string>()));
+  for (const auto& [key, value] : defaults.items())
+    if (!flags.key_given(prefix + "moe." + key)) j["moe"][key] = value;
+  if (j["d_ff"] == 0)  // the variant's own width
+    j["d_ff"] =
+        default_d_ff(variant_config(j["variant"].get<std::string>(),
+                                    j["d_model"].get<std::int64_t>(), 1, j["bias"].get<bool>()));
+  return j;
+}
+
+FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const std::string& file,
+                       const std::string& variant) {
+  if (!file.empty()) {
+    refuse_unused_layer_flags(flags, prefix, true, "");
+    return read_ffn_config_file(file);
+  }
+  return config_from_json(layer_json(flags, prefix, file, variant));
+}
+
+std::string value_text(const json& v) {
+  if (v.is_null()) return "absent";
+  if (v.is_structured()) {  // a whole object: its start
+    const std::string text = v.dump();
+    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+  }
+  if (!v.is_number_float()) return v.dump();
+  const double d = v.get<double>();
+  const auto f = static_cast<float>(d);
+  return static_cast<double>(f) == d ? fmt::format("{}", f) : fmt::format("{}", d);
+}
+
+CLI::Option* add_variants_flag(CLI::App& cmd, std::string& variants) {
+  return cmd
+      .add_option("--variants", variants,
+                  "comma-separated FFN variants, or 'all' (" + join_names(variant_names()) + ")")
+      ->capture_default_str();
+}
+
+}  // namespace ffnlab::cli

@@ -1,0 +1,54 @@
+// One process, or a rank of the MPI world.
+#include "launch.hpp"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <string_view>
+
+#include "common.hpp"
+#include "ffnlab/parallel/mpi.hpp"
+#include "interrupt.hpp"
+
+namespace ffnlab::cli {
+
+namespace {
+
+// Started by mpirun: the MPI world (every rank a slice of each batch); else null.
+std::unique_ptr<MpiWorld> join_world(double dist_timeout) {
+  if (!mpi_launched()) return nullptr;
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!mpi_available() && size != nullptr && std::string_view(size) != "1")
+    throw Error(fmt::format(
+        "[dist] started by mpirun as one of {} processes, but this ffnlab was built without MPI: "
+        "each would train alone; rebuild with -DFFNLAB_MPI=ON (the release preset does)",
+        size));
+  if (!mpi_available()) return nullptr;
+  return mpi_world(dist_timeout);
+}
+
+}  // namespace
+
+void run_launched(double dist_timeout, const std::function<void(ProcessGroup*)>& work) {
+  const std::unique_ptr<MpiWorld> world = join_world(dist_timeout);
+  if (!world || world->size() == 1) return work(nullptr);
+  // When mpirun ends the job it stops reading the ranks' output and sends SIGTERM a second
+  // later: the stop signal makes the output non-blocking (a line that cannot go out is
+  // dropped: Progress), so that rank 0 reaches its checkpoint instead of blocking on a full
+  // pipe, and a closed output ends no rank (docs/distributed.md, "Ctrl-C or SIGTERM").
+  InterruptGuard::nonblocking_output_on_stop();
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);
+  try {
+    work(world.get());
+  } catch (...) {
+    // One rank failed: say why, then end every rank (they would wait for this one). Interrupted
+    // too: mpirun, which forwarded the signal, is ending the job and does not let MPI finalise
+    // (a finalising rank's message would be lost); the checkpoint is written by then.
+    const int status = report_error(std::current_exception());
+    world->abort(status);
+  }
+}
+
+}  // namespace ffnlab::cli

@@ -1,0 +1,187 @@
+// The model flags of `ffnlab train` and the model they describe.
+#include "model_flags.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common.hpp"
+#include "ffnlab/io/ffn_io.hpp"
+
+namespace ffnlab::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+// The model's JSON from its flags: the FFN's width is the model's, --context 0 is --seq, and (a
+// new run) the masked objective trains a bidirectional model with [MASK] after the bytes, its
+// positions RoPE unless given (with learned ones the default model sat at the unigram entropy
+// for its 600 steps: 4.79 bits per masked byte on the fortunes, 3.88 with RoPE). A resumed
+// model is the checkpoint's, whatever the objective: the driver compares that setting.
+json model_json(const KeyFlags& flags, const json& given, const TrainConfig& t, bool new_run) {
+  json m = given;
+  if (m.contains("ffn") && m["ffn"].contains("d_model")) m["d_model"] = m["ffn"]["d_model"];
+  if (m.value("context", -1) == 0) m["context"] = t.seq;
+  if (new_run && t.objective == Objective::masked) {
+    m["causal"] = false;
+    m["vocab"] = kMaskToken + 1;
+    if (!flags.given("--positions")) m["positions"] = "rope";
+  }
+  return m;
+}
+
+// The layer flags' defaults of `train`: a small model, each variant at its own width, and the
+// load-balancing loss on where the routing takes one.
+std::map<std::string, FlagChange> train_layer_defaults() {
+  std::vector<std::string> without;  // the routings whose defaults drop the loss
+  for (const auto& name : enum_names<RoutingKind>())
+    if (routing_defaults(parse_enum<RoutingKind>(name)).contains("aux_coef"))
+      without.push_back(name);
+  const std::string last = without.back();
+  without.pop_back();
+  return {{"--d-model", {.default_value = "128"}},
+          {"--d-ff",
+           {.default_value = "0",
+            .lo = 0,
+            .help = "FFN hidden width F (0: 4·D; for the GLU kinds the multiple of 8 closest to "
+                    "the parameters of the ReLU FFN of 4·D, about 8/3·D)"}},
+          {"--aux-coef",
+           {.default_value = "0.01",
+            .help = fmt::format("MoE: load-balancing loss coefficient (default 0 with --routing "
+                                "{} or {}, which refuse it)",
+                                join_names(without), last)}}};
+}
+
+}  // namespace
+
+void ModelFlags::add(CLI::App& cmd, const std::string& group) {
+  flags_.add(cmd, select_flags(ffn_config_flags(), {"--variant"}), group, "ffn.",
+             {{"--variant", {.default_value = "relu"}}});
+  cmd.add_option("--model-config", model_config_,
+                 "whole-model JSON (docs/config.md) instead of the model flags")
+      ->group(group);
+  add_layer_flags(cmd, flags_, ffn_config_, group, "ffn.", train_layer_defaults());
+  flags_.add(cmd, lm_config_flags(), group, "",
+             {{"--context",
+               {.default_value = "0",
+                .shown = false,
+                .lo = 0,
+                .help = "longest sequence (default: --seq)"}}});
+}
+
+// A model flag given beside a file that describes the whole model (or its whole layer).
+void ModelFlags::refuse_beside(const std::string& file_flag, const std::string& prefix) const {
+  for (const ConfigFlag* f : flags_.given_flags())
+    if (f->key.rfind(prefix, 0) == 0 && (f->key != "ffn.d_model" || prefix.empty()))
+      throw UsageError(fmt::format(
+          "{}: does not apply with {}, whose file describes the whole {} "
+          "(set it there)",
+          f->name.substr(0, f->name.find(',')), file_flag, prefix.empty() ? "model" : "layer"));
+}
+
+// The model a file describes: no model flag may stand beside it.
+LMConfig ModelFlags::model_of_file() const {
+  refuse_beside("--model-config", "");
+  if (!ffn_config_.empty())
+    throw UsageError(
+        "--ffn-config: does not apply with --model-config, whose file describes the whole model "
+        "(set it there)");
+  return read_lm_config_file(model_config_);
+}
+
+// A new run's model: the flags', or --model-config's file.
+LMConfig ModelFlags::model(const TrainConfig& t) const {
+  if (!model_config_.empty()) return model_of_file();
+  if (!ffn_config_.empty()) refuse_beside("--ffn-config", "ffn.");
+  const FFNConfig layer = layer_config(flags_, "ffn.", ffn_config_, "");
+  json m = model_json(flags_, flags_.values(), t, true);
+  m.erase("ffn");
+  LMConfig c = lm_config_from_json(m);
+  c.ffn = layer;
+  validate(c);
+  return c;
+}
+
+// How the model the given flags ask for differs from the checkpoint's, by the flags whose keys
+// differ (a preset by its name, a switch in its own sense); when only keys that no flag set
+// differ (the consequences of a flag: keys printed for one routing only), by those keys.
+std::string ModelFlags::differences(const LMConfig& asked, const LMConfig& saved) const {
+  const auto given = flags_.given_flags();
+  std::string by_flag, by_key;
+  std::set<const ConfigFlag*> named;
+  for (const auto& d : json_differences(lm_config_to_json(asked), lm_config_to_json(saved))) {
+    // --d-model sets the model's width too; a preset, the keys it sets.
+    const ConfigFlag* f = flags_.flag_of_key(d.key == "d_model" ? "ffn.d_model" : d.key);
+    for (const ConfigFlag* g : given)
+      if (std::find(g->presets.begin(), g->presets.end(), d.key) != g->presets.end()) f = g;
+    if (!f || std::find(given.begin(), given.end(), f) == given.end()) {
+      by_key += fmt::format("{}{} would be {}, the checkpoint has {}", by_key.empty() ? "" : "; ",
+                            d.key, value_text(d.left), value_text(d.right));
+      continue;
+    }
+    if (!named.insert(f).second) continue;
+    json left = d.left.is_null() ? f->default_value : d.left;  // not printed: the default
+    json right = d.right.is_null() ? f->default_value : d.right;
+    if (!f->presets.empty()) {
+      left = variant_name(asked.ffn);
+      right = variant_name(saved.ffn);
+    } else if (f->value == ConfigFlag::Value::off) {
+      left = !left.get<bool>();
+      right = !right.get<bool>();
+    }
+    by_flag +=
+        fmt::format("{}{} gives {}, the checkpoint has {}", by_flag.empty() ? "" : "; ",
+                    f->name.substr(0, f->name.find(',')), value_text(left), value_text(right));
+  }
+  return by_flag.empty() ? by_key : by_flag;
+}
+
+void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
+                               const std::string& resume) const {
+  const auto given = flags_.given_flags();
+  if (given.empty() && model_config_.empty() && ffn_config_.empty()) return;
+  const json before = lm_config_to_json(saved);
+  LMConfig asked;
+  try {
+    if (!model_config_.empty()) {
+      asked = model_of_file();
+    } else {
+      json m = before;
+      if (!ffn_config_.empty()) m["ffn"] = config_to_json(read_ffn_config_file(ffn_config_));
+      for (const ConfigFlag* f : given)
+        for (const auto& key : f->presets) m["ffn"].erase(key.substr(4));
+      json patch = model_json(flags_, flags_.values("", true), t, false);
+      if (patch.contains("ffn") && patch["ffn"].value("d_ff", -1) == 0) {
+        patch["ffn"].erase("d_ff");  // the variant's own width
+        m["ffn"].erase("d_ff");
+      }
+      m.merge_patch(patch);
+      const std::string routing = m["ffn"].contains("moe") && m["ffn"]["moe"].contains("routing")
+                                      ? m["ffn"]["moe"]["routing"].get<std::string>()
+                                      : "topk";
+      refuse_unused_layer_flags(flags_, "ffn.", !ffn_config_.empty(), routing);
+      if (flags_.key_given("ffn.moe.routing")) {
+        const json defaults = routing_defaults(parse_enum<RoutingKind>(routing));
+        for (const auto& [key, value] : defaults.items())
+          if (!flags_.key_given("ffn.moe." + key)) m["ffn"]["moe"][key] = value;
+      }
+      asked = lm_config_from_json(m);
+    }
+  } catch (const Error& e) {
+    throw Error(fmt::format(
+        "[train] resuming {}: the model flags do not fit the checkpoint's model: {} (a resumed "
+        "run keeps its model; leave the model flags out)",
+        resume, e.what()));
+  }
+  const std::string diff = differences(asked, saved);
+  if (!diff.empty())
+    throw Error(fmt::format(
+        "[train] resuming {}: the model flags do not match the checkpoint's model: {} (a resumed "
+        "run keeps its model; leave the model flags out)",
+        resume, diff));
+}
+
+}  // namespace ffnlab::cli
