@@ -153,22 +153,32 @@ constexpr std::vector<std::string> (*names_of())() {
     return nullptr;
 }
 
-// The key for one member of C (which may be a member of a base of C).
+// The member at the end of a path of member pointers: o.*a, (o.*a).*b, ...
+template <auto First, auto... Rest, typename O>
+constexpr auto& member_at(O& o) {
+  if constexpr (sizeof...(Rest) == 0)
+    return o.*First;
+  else
+    return member_at<Rest...>(o.*First);
+}
+
+// The key for one member of C (which may be a member of a base of C), or of a member's member
+// (a path: field<C, &C::optimizer, &OptimizerConfig::lr>).
 // `printed` (optional) says when the key is written; `flag` (optional) is its command-line flag.
-template <typename C, auto Member>
+template <typename C, auto... Path>
 constexpr JsonKey<C> field(const char* name, bool (*printed)(const C&) = nullptr,
                            KeyFlag flag = {}) {
-  using T = std::remove_cvref_t<decltype(std::declval<C&>().*Member)>;
+  using T = std::remove_cvref_t<decltype(member_at<Path...>(std::declval<C&>()))>;
   return {name,
-          [](C& c, const nlohmann::json& j) { c.*Member = json_value<T>(j); },
-          [](const C& c) { return json_of(c.*Member); },
+          [](C& c, const nlohmann::json& j) { member_at<Path...>(c) = json_value<T>(j); },
+          [](const C& c) { return json_of(member_at<Path...>(c)); },
           printed,
           flag,
           names_of<T>()};
 }
-template <typename C, auto Member>
+template <typename C, auto... Path>
 constexpr JsonKey<C> field(const char* name, KeyFlag flag) {
-  return field<C, Member>(name, nullptr, flag);
+  return field<C, Path...>(name, nullptr, flag);
 }
 
 // Reads every key of `keys` that j has, in table order (so a key that sets defaults, such as a

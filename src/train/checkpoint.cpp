@@ -1,11 +1,7 @@
-// Checkpoints: DIR/checkpoint.json (configs, step, data) and DIR/weights-<step>.safetensors
-// (parameters and their optimizer moments, all by name), written atomically with checkpoint.json
-// last; reading checks every field of a file that may be hostile. Data parallel: the ranks
-// compare their weights first and rank 0 writes. A sharded expert-parallel model (each rank
-// holds its own experts only): rank q of the first expert group writes its experts to
-// weights-<step>-experts-<q>.safetensors beside rank 0's file (the dense part and rank 0's
-// experts), which checkpoint.json lists as "shards". Reading is by name, from whichever file
-// holds a tensor, so a checkpoint resumes on any layout.
+// Checkpoints, written atomically with checkpoint.json last, in one file or (a sharded model) in
+// parts; reading checks every field of a file that may be hostile.
+#include "ffnlab/train/checkpoint.hpp"
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -13,7 +9,7 @@
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/limits.hpp"
-#include "ffnlab/train/trainer.hpp"
+#include "ffnlab/train/trainer.hpp"  // TrainConfig
 #include "hash.hpp"
 #include "json_keys.hpp"
 #include "ranges.hpp"
@@ -62,39 +58,35 @@ std::vector<std::int64_t> weights_hash(const Tensor& values) {
 
 }  // namespace
 
-void Trainer::save(const std::string& dir) {
-  ProcessGroup* group = parallel_.group;
-  if (!group) return write_checkpoint(dir);
-  if (sharded_) return save_sharded(dir);
+void CheckpointIO::save(const std::string& dir, std::int64_t step) {
+  ProcessGroup* group = plan_.group();
+  if (!group) return write(dir, step);
+  if (plan_.sharded()) return save_sharded(dir, step);
   // Every rank must hold the same weights (they make the same updates from the same summed
   // gradients); a checkpoint of one rank's would otherwise hide a divergence.
-  refresh_experts(ExpertState::with_moments);
+  plan_.refresh_experts(ExpertState::with_moments);
   std::vector<std::int64_t> lo = weights_hash(model_.parameters().values()), hi = lo;
   group->allreduce_min(lo, "weights check");
   group->allreduce_max(hi, "weights check");
-  check(lo == hi, "[dist] step {}: the ranks' weights differ; no checkpoint written", step_);
+  check(lo == hi, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
   // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
   std::string failure;
   if (group->rank() == 0) try {
-      write_checkpoint(dir);
+      write(dir, step);
     } catch (const Error& e) {
       failure = e.what();
     }
   group->broadcast(failure, "checkpoint");
-  release_foreign_experts(ExpertState::with_moments);
+  plan_.release_foreign_experts(ExpertState::with_moments, step);
   if (!failure.empty()) throw SystemError(failure);
 }
 
-bool Trainer::is_expert(const Parameter& p) const {
-  return std::any_of(expert_ranges_.begin(), expert_ranges_.end(),
-                     [&](const auto& r) { return p.offset >= r.first && p.offset < r.second; });
-}
-
-void Trainer::save_sharded(const std::string& dir) {
-  ProcessGroup& group = *parallel_.group;
+void CheckpointIO::save_sharded(const std::string& dir, std::int64_t step) {
+  ProcessGroup& group = *plan_.group();
+  const auto& expert_ranges = plan_.expert_ranges();
   // The dense part is the same on every rank, an expert on each of its holders (one a replica).
   std::vector<std::pair<std::int64_t, std::int64_t>> dense;
-  for_each_outside(0, model_.parameters().count(), expert_ranges_,
+  for_each_outside(0, model_.parameters().count(), expert_ranges,
                    [&](std::int64_t b, std::int64_t e) { dense.emplace_back(b, e); });
   const auto same_everywhere = [&](ProcessGroup& g, const auto& ranges) {
     std::vector<std::int64_t> lo{ranges_hash(model_.parameters().values(), ranges)}, hi = lo;
@@ -103,10 +95,11 @@ void Trainer::save_sharded(const std::string& dir) {
     return lo == hi;
   };
   bool same = same_everywhere(group, dense);
-  if (replicas_) same = same_everywhere(*replicas_, expert_ranges_) && same;
+  if (ProcessGroup* replicas = plan_.replicas())
+    same = same_everywhere(*replicas, expert_ranges) && same;
   std::vector<std::int64_t> differs{same ? 0 : 1};
   group.allreduce_max(differs, "weights check");
-  check(differs[0] == 0, "[dist] step {}: the ranks' weights differ; no checkpoint written", step_);
+  check(differs[0] == 0, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
 
   // Rank 0 prepares the folder (and removes a killed run's temporaries) before anyone writes.
   std::string failure;
@@ -121,19 +114,20 @@ void Trainer::save_sharded(const std::string& dir) {
   group.broadcast(failure, "checkpoint");
   if (!failure.empty()) throw SystemError(failure);
 
-  const ProcessGroup& eg = expert_group();
-  const bool writes = replicas_ == nullptr || replicas_->rank() == 0;  // the first expert group
+  const ProcessGroup& eg = plan_.expert_group();
+  const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
   const auto shard_name = [&](int q) {
-    return fmt::format("weights-{:08d}-experts-{}.safetensors", step_, q);
+    return fmt::format("weights-{:08d}-experts-{}.safetensors", step, q);
   };
-  const std::string weights = fmt::format("weights-{:08d}.safetensors", step_);
+  const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
   std::vector<std::int64_t> failed{0, -1};
   if (writes) try {
       if (eg.rank() == 0)
-        write_weights((fs::path(dir) / weights).string(), [](const Parameter&) { return true; });
+        write_weights((fs::path(dir) / weights).string(), step,
+                      [](const Parameter&) { return true; });
       else
-        write_weights((fs::path(dir) / shard_name(eg.rank())).string(),
-                      [&](const Parameter& p) { return is_expert(p); });
+        write_weights((fs::path(dir) / shard_name(eg.rank())).string(), step,
+                      [&](const Parameter& p) { return plan_.is_expert(p); });
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       failure = e.what();
       failed = {1, group.rank()};
@@ -144,7 +138,7 @@ void Trainer::save_sharded(const std::string& dir) {
   if (failed[0] == 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) shards.push_back(shard_name(q));
-      write_checkpoint_info(dir, weights, shards);
+      write_info(dir, step, weights, shards);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       info_failure = e.what();
     }
@@ -157,38 +151,38 @@ void Trainer::save_sharded(const std::string& dir) {
   if (!info_failure.empty()) throw SystemError(info_failure);
 }
 
-void Trainer::write_checkpoint(const std::string& dir) const {
+void CheckpointIO::write(const std::string& dir, std::int64_t step) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
   remove_stale_temporaries(dir, is_checkpoint_file);
-  const std::string weights = fmt::format("weights-{:08d}.safetensors", step_);
-  write_weights((fs::path(dir) / weights).string(), [](const Parameter&) { return true; });
-  write_checkpoint_info(dir, weights, {});
+  const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
+  write_weights((fs::path(dir) / weights).string(), step, [](const Parameter&) { return true; });
+  write_info(dir, step, weights, {});
 }
 
-void Trainer::write_weights(const std::string& path,
-                            const std::function<bool(const Parameter&)>& keep) const {
+void CheckpointIO::write_weights(const std::string& path, std::int64_t step,
+                                 const std::function<bool(const Parameter&)>& keep) const {
   SafeTensorsWriter w;
   // Views: the file is written from the buffers (a checkpoint costs no copy of the model).
   for (const Parameter& p : model_.parameters().list())
     if (keep(p)) w.add_view(p.name, p.value);
   for (const Parameter& p : model_.parameters().list()) {
     if (!p.trainable || !keep(p)) continue;  // state that no optimizer moves has no moments
-    w.add_view(moment_name("m", p), optimizer_->m().view(p.offset, p.shape));
-    if (optimizer_->v().defined())
-      w.add_view(moment_name("v", p), optimizer_->v().view(p.offset, p.shape));
+    w.add_view(moment_name("m", p), optimizer_.m().view(p.offset, p.shape));
+    if (optimizer_.v().defined())
+      w.add_view(moment_name("v", p), optimizer_.v().view(p.offset, p.shape));
   }
   w.set_metadata("format", kFormat);
-  w.set_metadata("step", std::to_string(step_));
+  w.set_metadata("step", std::to_string(step));
   w.write(path);
 }
 
-void Trainer::write_checkpoint_info(const std::string& dir, const std::string& weights,
-                                    const std::vector<std::string>& shards) const {
+void CheckpointIO::write_info(const std::string& dir, std::int64_t step, const std::string& weights,
+                              const std::vector<std::string>& shards) const {
   json info = {{"format", kFormat},
-               {"step", step_},
-               {"optimizer_steps", optimizer_->steps()},
+               {"step", step},
+               {"optimizer_steps", optimizer_.steps()},
                {"weights", weights},
                {"data",
                 {{"source", corpus_.source},
@@ -277,7 +271,7 @@ json read_checkpoint_info(const std::string& dir) {
   return info;
 }
 
-void Trainer::load(const std::string& dir) {
+std::int64_t CheckpointIO::load(const std::string& dir) {
   const json info = read_checkpoint_info(dir);
   remove_stale_temporaries(dir, is_checkpoint_file);  // files of a run killed while saving
   const json mine = lm_config_to_json(model_.config());
@@ -296,7 +290,7 @@ void Trainer::load(const std::string& dir) {
   if (info.contains("shards"))
     for (const json& name : info["shards"])
       files.push_back((fs::path(dir) / name.get<std::string>()).string());
-  const bool v = optimizer_->v().defined();
+  const bool v = optimizer_.v().defined();
   // What is still to read: each parameter's value, and its moments (trainable ones).
   struct Wanted {
     std::string name;
@@ -307,13 +301,13 @@ void Trainer::load(const std::string& dir) {
   for (Parameter& p : model_.parameters().list()) {
     wanted.push_back({p.name, p.value, false});
     if (!p.trainable) continue;
-    wanted.push_back({moment_name("m", p), optimizer_->m().view(p.offset, p.shape), true});
-    if (v) wanted.push_back({moment_name("v", p), optimizer_->v().view(p.offset, p.shape), true});
+    wanted.push_back({moment_name("m", p), optimizer_.m().view(p.offset, p.shape), true});
+    if (v) wanted.push_back({moment_name("v", p), optimizer_.v().view(p.offset, p.shape), true});
   }
   const auto state_error = [&](const std::string& name) {
     return fmt::format(
         "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})",
-        main_file, name, enum_name(optimizer_->config().kind));
+        main_file, name, enum_name(optimizer_.config().kind));
   };
   for (const std::string& path : files) {
     const SafeTensors f = SafeTensors::load(path);
@@ -321,14 +315,14 @@ void Trainer::load(const std::string& dir) {
     // (the same config, so the same declaration order) makes this buffer's order — of a model
     // that holds every expert.
     if (f.contains("optimizer.m")) {
-      check(!sharded_,
+      check(!plan_.sharded(),
             "[checkpoint] {} keeps the optimizer's moments in one process's layout (an earlier "
             "format): resume it once without --expert-parallel; its next checkpoint resumes on "
             "any layout",
             f.source());
       std::erase_if(wanted, [](const Wanted& w) { return w.moment; });
       for (auto [name, t] :
-           {std::pair{"optimizer.m", optimizer_->m()}, std::pair{"optimizer.v", optimizer_->v()}}) {
+           {std::pair{"optimizer.m", optimizer_.m()}, std::pair{"optimizer.v", optimizer_.v()}}) {
         if (!t.defined()) continue;
         check(f.contains(name) && shape_numel(f.info(name).shape) == t.numel(), "{}",
               state_error(name));
@@ -350,11 +344,12 @@ void Trainer::load(const std::string& dir) {
     if (wanted.front().moment) fail("{}", state_error(wanted.front().name));
     fail("[checkpoint] {}: no tensor '{}'", main_file, wanted.front().name);
   }
-  step_ = info["step"].get<std::int64_t>();
-  release_foreign_experts(
-      ExpertState::with_moments);  // expert parallel: this rank keeps its own experts only
-  optimizer_->set_steps(
-      info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step_);
+  const auto step = info["step"].get<std::int64_t>();
+  // Expert parallel: this rank keeps its own experts only.
+  plan_.release_foreign_experts(ExpertState::with_moments, step);
+  optimizer_.set_steps(
+      info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step);
+  return step;
 }
 
 }  // namespace ffnlab

@@ -205,7 +205,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
       checkpoint, stop);
   o.step = trainer.step();
   if (!o.finished) return o;
-  if (group) o.traffic = traffic_of(*group, trainer.subgroups(), trainer.step() - o.first_step);
+  if (group)
+    o.traffic = traffic_of(*group, trainer.plan().subgroups(), trainer.step() - o.first_step);
 
   o.last_step_stats = trainer.last_step_stats();
   o.routing = routing_summary(o.steps, o.last_step_stats);

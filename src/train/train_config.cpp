@@ -41,20 +41,11 @@ void validate(const TrainConfig& c) {
 
 namespace {
 
-// The optimizer's fields sit inside TrainConfig::optimizer; in JSON they are top-level keys.
-template <auto Member>
-constexpr JsonKey<TrainConfig> optimizer_field(const char* name, KeyFlag flag) {
-  using T = std::remove_cvref_t<decltype(std::declval<OptimizerConfig&>().*Member)>;
-  return {name,
-          [](TrainConfig& c, const json& j) { c.optimizer.*Member = json_value<T>(j); },
-          [](const TrainConfig& c) { return json_of(c.optimizer.*Member); },
-          nullptr,
-          flag,
-          names_of<T>()};
-}
-template <auto Member>
+// A key of TrainConfig; the optimizer's sit inside TrainConfig::optimizer, and are top-level
+// keys in JSON all the same.
+template <auto... Path>
 constexpr JsonKey<TrainConfig> train(const char* name, KeyFlag flag) {
-  return field<TrainConfig, Member>(name, flag);
+  return field<TrainConfig, Path...>(name, flag);
 }
 constexpr double kSteps = limits::kSteps;
 
@@ -73,21 +64,21 @@ constexpr std::array kTrainKeys{
     train<&TrainConfig::accumulate>(
         "accumulate",
         {.name = "--accumulate", .help = "micro-batches per step", .lo = 1, .hi = 1 << 20}),
-    optimizer_field<&OptimizerConfig::kind>("optimizer",
-                                            {.name = "--optimizer", .help = "{names}"}),
-    optimizer_field<&OptimizerConfig::lr>(
+    train<&TrainConfig::optimizer, &OptimizerConfig::kind>(
+        "optimizer", {.name = "--optimizer", .help = "{names}"}),
+    train<&TrainConfig::optimizer, &OptimizerConfig::lr>(
         "lr", {.name = "--lr", .help = "peak learning rate", .hi = 1e30}),
-    optimizer_field<&OptimizerConfig::beta1>(
+    train<&TrainConfig::optimizer, &OptimizerConfig::beta1>(
         "beta1", {.name = "--beta1", .help = "Adam β1", .hi = 1, .hi_open = true}),
-    optimizer_field<&OptimizerConfig::beta2>(
+    train<&TrainConfig::optimizer, &OptimizerConfig::beta2>(
         "beta2", {.name = "--beta2", .help = "Adam β2", .hi = 1, .hi_open = true}),
-    optimizer_field<&OptimizerConfig::eps>(
+    train<&TrainConfig::optimizer, &OptimizerConfig::eps>(
         "eps", {.name = "--eps", .help = "Adam ε", .lo = 1e-30, .hi = 1}),
-    optimizer_field<&OptimizerConfig::weight_decay>(
+    train<&TrainConfig::optimizer, &OptimizerConfig::weight_decay>(
         "weight_decay", {.name = "--weight-decay",
                          .help = "weight decay on matrices (AdamW: decoupled; Adam, SGD: L2)",
                          .hi = 1e3}),
-    optimizer_field<&OptimizerConfig::momentum>(
+    train<&TrainConfig::optimizer, &OptimizerConfig::momentum>(
         "momentum", {.name = "--momentum", .help = "SGD momentum", .hi = 1, .hi_open = true}),
     train<&TrainConfig::warmup>("warmup",
                                 {.name = "--warmup", .help = "linear warm-up steps", .hi = kSteps}),

@@ -1,6 +1,6 @@
 // The training loop: the setup checks, one step, evaluation, run, and sampling. The settings'
-// JSON is train_config.cpp, checkpoints checkpoint.cpp, expert parallelism's memory
-// expert_residency.cpp.
+// JSON is train_config.cpp, checkpoints checkpoint.cpp, how the ranks share the work
+// parallel_plan.cpp.
 #include "ffnlab/train/trainer.hpp"
 
 #include <algorithm>
@@ -11,7 +11,6 @@
 #include <random>
 
 #include "check.hpp"
-#include "expert_residency.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/loss.hpp"
@@ -80,158 +79,29 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
 }
 
 namespace {
-
-// What every rank of a data-parallel run must share: the model, the training settings and the
-// data. Rank 0's is sent to all; each compares its own and says what differs.
-void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
-                      const Corpus& corpus, const DataParallel& parallel) {
-  const json mine = {
-      {"model", lm_config_to_json(model)},
-      {"train", train_config_to_json(train)},
-      {"data", {{"fingerprint", corpus.fingerprint}, {"train_bytes", corpus.train().size()}}},
-      {"parallel",
-       {{"bucket_elements", parallel.bucket_elements},
-        {"expert_parallel", parallel.expert_parallel},
-        {"expert_group", parallel.expert_group}}},
-      {"settings", parallel.agreed}};
-  std::string text = mine.dump();
-  group.broadcast(text, "configuration check");
-  const json first = json::parse(text);
-  std::string diff;
-  const auto differs = [&](const std::string& part, const std::string& key) {
-    const json none;
-    const json& theirs = first.contains(part) ? first.at(part) : none;
-    const json here = mine[part].value(key, json()),
-               there = theirs.is_object() ? theirs.value(key, json()) : json();
-    if (here != there)
-      diff += fmt::format("{}{}.{} = {} here, {} on rank 0", diff.empty() ? "" : "; ", part, key,
-                          here.dump(), there.dump());
-  };
-  for (const auto& [part, values] : mine.items()) {
-    for (const auto& [key, value] : values.items()) differs(part, key);
-    if (first.contains(part) && first.at(part).is_object())
-      for (const auto& [key, value] : first.at(part).items())  // rank 0's keys this rank lacks
-        if (!values.contains(key)) differs(part, key);
-  }
-  std::vector<std::int64_t> odd{diff.empty() ? 0 : 1, diff.empty() ? -1 : group.rank()};
-  group.allreduce_max(odd, "configuration check");
-  check(diff.empty(), "[dist] rank {} was started with another configuration than rank 0: {}",
-        group.rank(), diff);
-  check(odd[0] == 0,
-        "[dist] rank {} was started with another configuration than rank 0 (its "
-        "own message says what differs)",
-        static_cast<int>(odd[1]));
+// The config, once the model and data are checked for it and the model set to its precision
+// (before the optimizer takes the model's parameters).
+const TrainConfig& prepared(TransformerLM& model, const Corpus& corpus, const TrainConfig& config) {
+  check_training_setup(model.config(), corpus, config, false);
+  model.set_precision(config.precision);
+  return config;
 }
-
 }  // namespace
 
 Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
                  DataParallel parallel)
     : model_(model),
       corpus_(corpus),
-      config_(config),
+      config_(prepared(model, corpus, config)),
       schedule_(schedule_of(config)),
-      parallel_(parallel) {
-  check_training_setup(model.config(), corpus, config_, false);
-  model_.set_precision(config_.precision);
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_.parameters(),
-                                           TransformerLM::is_decayed);
-  const ExpertShare held = model_.held_experts();
-  const int experts =
-      model.config().ffn.kind == FFNKind::moe ? model.config().ffn.moe.num_experts : 0;
-  sharded_ = held.count < experts;
-  check(!sharded_ || (parallel_.group != nullptr && parallel_.expert_parallel),
-        "[train] this model holds experts [{}, {}) of {} only: it trains expert parallel "
-        "(--expert-parallel under mpirun), with the other ranks holding the rest",
-        held.first, held.first + held.count, experts);
-  if (ProcessGroup* g = parallel_.group) {
-    check_same_setup(*g, model.config(), config_, corpus, parallel_);
-    check(config_.batch % g->size() == 0,
-          "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {}",
-          config_.batch, g->size(), g->size());
-    if (parallel_.expert_parallel) {
-      const FFNConfig& f = model.config().ffn;
-      check(f.kind == FFNKind::moe,
-            "[dist] expert parallelism needs an MoE model (this one's is {})", variant_name(f));
-      check(f.moe.routing != RoutingKind::soft,
-            "[dist] Soft MoE does not split its experts over ranks (its slots mix every token of "
-            "a sequence): train it with data parallelism alone (without --expert-parallel)");
-      const int G = parallel_.expert_group > 0 ? parallel_.expert_group : g->size();
-      check(G <= g->size() && g->size() % G == 0,
-            "[dist] an expert group of {} ranks does not divide the {} ranks (--expert-group)", G,
-            g->size());
-      // (Without groups, expert_share below says that the experts do not split over the ranks.)
-      check(parallel_.expert_group == 0 || f.moe.num_experts % G == 0,
-            "[dist] {} experts cannot be split evenly over an expert group of {} ranks "
-            "(--expert-group)",
-            f.moe.num_experts, G);
-      if (G < g->size()) {  // groups of G consecutive ranks, each a replica of the others
-        experts_group_ = g->split(g->rank() / G, "expert groups");
-        replicas_ = g->split(g->rank() % G, "expert replicas");
-      }
-      const ProcessGroup& eg = expert_group();
-      const ExpertShare here = expert_share(f.moe.num_experts, eg.size(), eg.rank());
-      check(!sharded_ || (held.first == here.first && held.count == here.count),
-            "[dist] this rank's model holds experts [{}, {}), but its place in an expert group "
-            "of {} ranks holds [{}, {}) (build it with TransformerLM's held = expert_share(E, "
-            "group size, rank in the group))",
-            held.first, held.first + held.count, eg.size(), here.first, here.first + here.count);
-      expert_spans_ = model_.expert_spans();
-      for (const auto& s : expert_spans_) {
-        expert_ranges_.emplace_back(s.begin, s.end);
-        if (sharded_) continue;  // every expert here is this rank's
-        const auto [mine, end] = held_range(s, here);
-        if (mine > s.begin) foreign_.emplace_back(s.begin, mine);
-        if (end < s.end) foreign_.emplace_back(end, s.end);
-      }
-      // The other ranks' experts: neither trained nor kept in memory here (until a refresh).
-      optimizer_->exclude(foreign_);
-      release_foreign_experts(ExpertState::with_moments);
-    }
-    model_.set_data_parallel(g, g->rank() * (config_.batch / g->size()) * config_.seq,
-                             parallel_.expert_parallel, experts_group_.get());
-    sync_ = std::make_unique<GradientSync>(*g, model_.parameters().grads(),
-                                           parallel_.bucket_elements, expert_ranges_);
-    if (replicas_) {  // this rank's experts' gradients, over their holders in every group
-      std::vector<std::pair<std::int64_t, std::int64_t>> others = foreign_;
-      const Tensor& grads = model_.parameters().grads();
-      for_each_outside(0, grads.numel(), expert_ranges_,
-                       [&](std::int64_t b, std::int64_t e) { others.emplace_back(b, e); });
-      std::sort(others.begin(), others.end());
-      expert_sync_ = std::make_unique<GradientSync>(*replicas_, model_.parameters().grads(),
-                                                    parallel_.bucket_elements, others);
-    }
-  }
-}
-
-Trainer::~Trainer() {
-  if (parallel_.group) model_.set_data_parallel(nullptr, 0);
-}
-
-double Trainer::gradient_norm() const {
-  Tensor& grads = model_.parameters().grads();
-  if (expert_ranges_.empty()) return global_norm(grads);
-  // The expert ranges hold this rank's experts' gradients only (zeros elsewhere): their squares
-  // are summed over the ranks; the rest is the same everywhere.
-  auto squares = [&](std::int64_t b, std::int64_t e) {
-    const double n = global_norm(grads.view(b, {e - b}));
-    return n * n;
-  };
-  double rest = 0;
-  for_each_outside(0, grads.numel(), expert_ranges_,
-                   [&](std::int64_t b, std::int64_t e) { rest += squares(b, e); });
-  std::vector<double> experts{0.0};
-  for (const auto& [b, e] : expert_ranges_) experts[0] += squares(b, e);
-  // Over the expert group, which holds every expert once (its replicas hold the same sums).
-  expert_group().allreduce_sum(experts, "gradient norm");
-  return std::sqrt(rest + experts[0]);
-}
+      optimizer_(config_.optimizer, model_.parameters(), TransformerLM::is_decayed),
+      plan_(model_, optimizer_, corpus_, config_, std::move(parallel)),
+      checkpoints_(model_, optimizer_, plan_, corpus_, config_) {}
 
 StepLog Trainer::train_step() {
   // A data-parallel rank takes its slice of every micro-batch.
-  const int ranks = parallel_.group ? parallel_.group->size() : 1;
-  const std::int64_t rows = config_.batch / ranks;
-  const std::int64_t first = parallel_.group ? parallel_.group->rank() * rows : 0;
+  const std::int64_t rows = config_.batch / plan_.ranks();
+  const std::int64_t first = plan_.rank() * rows;
   std::vector<Batch> batches;
   for (std::int64_t micro = 0; micro < config_.accumulate; ++micro) {
     batches.push_back(sample_batch(corpus_.train(), config_.batch, config_.seq, config_.seed,
@@ -249,12 +119,12 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   StepLog log;
   ParameterSet& ps = model_.parameters();
   // (Expert parallel: the other ranks' experts' gradients stay untouched zeros.)
-  for_each_outside(0, ps.count(), foreign_,
+  for_each_outside(0, ps.count(), plan_.foreign(),
                    [&](std::int64_t b, std::int64_t e) { ps.grads().view(b, {e - b}).zero(); });
   const auto count = static_cast<std::int64_t>(batches.size());
   const float weight = 1.f / static_cast<float>(count);
   std::int64_t tokens = 0;
-  ProcessGroup* group = parallel_.group;
+  ProcessGroup* group = plan_.group();
   // Data parallel: the loss is the mean over the whole batch, each rank's share 1/ranks of it;
   // the MoE aux losses are already the whole batch's (their backward divides by its tokens).
   const float share = group ? 1.f / static_cast<float>(group->size()) : 1.f;
@@ -272,20 +142,20 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
     if (!group) check(std::isfinite(log.loss) && std::isfinite(log.aux_loss), "{}", non_finite());
     const bool last = micro + 1 == count;
     if (group && last)
-      model_.backward(weight * share, weight, [&](std::int64_t first) { sync_->ready(first); });
+      model_.backward(weight * share, weight,
+                      [&](std::int64_t first) { plan_.gradients_ready(first); });
     else
       model_.backward(weight * share, weight);
   }
   if (group) {
-    sync_->finish();
-    if (expert_sync_) expert_sync_->finish();
+    plan_.finish_gradients();
     std::vector<double> sums{log.loss, static_cast<double>(tokens)};
     group->allreduce_sum(sums, "loss");
     log.loss = sums[0];
     tokens = static_cast<std::int64_t>(sums[1]);
     check(std::isfinite(log.loss) && std::isfinite(log.aux_loss), "{}", non_finite());
   }
-  log.grad_norm = gradient_norm();
+  log.grad_norm = plan_.gradient_norm();
   check(std::isfinite(log.grad_norm),
         "[train] step {}: the gradient norm is {}; training stopped before the update", step_ + 1,
         log.grad_norm);
@@ -295,13 +165,13 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)).
     const double factor = config_.clip / (log.grad_norm + 1e-6);
     if (factor < 1.0)
-      for_each_outside(0, ps.count(), foreign_, [&](std::int64_t b, std::int64_t e) {
+      for_each_outside(0, ps.count(), plan_.foreign(), [&](std::int64_t b, std::int64_t e) {
         Tensor part = ps.grads().view(b, {e - b});
         scale_buffer(part, static_cast<float>(factor));
       });
   }
   log.lr = schedule_.lr(step_);
-  optimizer_->step(static_cast<float>(log.lr));
+  optimizer_.step(static_cast<float>(log.lr));
   model_.after_optimizer_step();
   ++step_;
   log.step = step_;
@@ -340,19 +210,20 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   // Evaluation runs every expert on every rank; a sharded model's ranks exchange rows instead,
   // and so make the same number of forwards (those without a chunk left repeat the first and
   // drop its loss).
-  if (!sharded_) refresh_experts(ExpertState::weights);
+  const bool sharded = plan_.sharded();
+  if (!sharded) plan_.refresh_experts(ExpertState::weights);
   EvalLog log;
   log.step = step_;
   // Data parallel: rank r evaluates chunks r, r + ranks, ...; each chunk is the forward one
   // process would run, so the sum does not depend on the number of ranks.
-  ProcessGroup* group = parallel_.group;
-  const std::int64_t ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
+  ProcessGroup* group = plan_.group();
+  const std::int64_t ranks = plan_.ranks(), rank = plan_.rank();
   std::vector<double> sum{0.0, 0.0};  // loss · bytes predicted, bytes predicted
   const std::int64_t chunks = (windows + config_.batch - 1) / config_.batch;
-  const std::int64_t rounds = sharded_ ? (chunks + ranks - 1) / ranks : chunks;
+  const std::int64_t rounds = sharded ? (chunks + ranks - 1) / ranks : chunks;
   for (std::int64_t round = 0; round < rounds; ++round) {
-    const std::int64_t chunk = sharded_ ? round * ranks + rank : round;
-    if (!sharded_ && chunk % ranks != rank) continue;
+    const std::int64_t chunk = sharded ? round * ranks + rank : round;
+    if (!sharded && chunk % ranks != rank) continue;
     const bool counted = chunk < chunks;
     const std::int64_t w = counted ? chunk * config_.batch : 0;
     Batch b = sequential_batch(val, std::min(config_.batch, windows - w), S, w);
@@ -366,7 +237,7 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
     sum[0] += loss * predicted;
     sum[1] += predicted;
   }
-  if (!sharded_) release_foreign_experts(ExpertState::weights);
+  if (!sharded) plan_.release_foreign_experts(ExpertState::weights, step_);
   if (group) group->allreduce_sum(sum, "evaluation");
   log.tokens = static_cast<std::int64_t>(sum[1]);
   log.loss = sum[0] / sum[1];
@@ -400,9 +271,9 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
       if (on_eval) on_eval(e);
     }
     bool stopping = !last && stop && stop();
-    if (parallel_.group && !last) {  // one rank interrupted: all stop, at the same step
+    if (plan_.group() && !last) {  // one rank interrupted: all stop, at the same step
       std::vector<std::int64_t> any{stopping ? 1 : 0};
-      parallel_.group->allreduce_max(any, "stop");
+      plan_.group()->allreduce_max(any, "stop");
       stopping = any[0] > 0;
     }
     if (!checkpoint_dir.empty() &&

@@ -220,10 +220,11 @@ void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix,
   }
 }
 
-json layer_json(const KeyFlags& flags, const std::string& prefix, const std::string& file,
-                const std::string& variant) {
+namespace {
+// The layer's JSON the flags describe (layer_config without a file).
+json layer_json(const KeyFlags& flags, const std::string& prefix, const std::string& variant) {
   json j = flags.values(prefix);
-  refuse_unused_layer_flags(flags, prefix, !file.empty(), j["moe"]["routing"].get<std::string>());
+  refuse_unused_layer_flags(flags, prefix, false, j["moe"]["routing"].get<std::string>());
   if (!variant.empty()) j["variant"] = variant;
   const json defaults =
       routing_defaults(parse_enum<RoutingKind>(j["moe"]["routing"].get<std::string>()));
@@ -235,6 +236,7 @@ json layer_json(const KeyFlags& flags, const std::string& prefix, const std::str
                                     j["d_model"].get<std::int64_t>(), 1, j["bias"].get<bool>()));
   return j;
 }
+}  // namespace
 
 FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const std::string& file,
                        const std::string& variant) {
@@ -242,7 +244,7 @@ FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const s
     refuse_unused_layer_flags(flags, prefix, true, "");
     return read_ffn_config_file(file);
   }
-  return config_from_json(layer_json(flags, prefix, file, variant));
+  return config_from_json(layer_json(flags, prefix, variant));
 }
 
 std::string value_text(const json& v) {

@@ -72,13 +72,11 @@ void add_layer_flags(CLI::App& cmd, KeyFlags& flags, std::string& file, const st
 void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix, bool file,
                                std::string_view routing);
 
-// The layer's JSON the flags describe for `variant` (the flags' own --variant when empty):
-// every FFN flag's value, d_ff 0 as the variant's default width (default_d_ff), and the
-// routing's defaults (routing_defaults) for the MoE keys not given. Throws UsageError for a
-// routing family's flag given under another routing, and for FFN flags beside --ffn-config.
-nlohmann::json layer_json(const KeyFlags& flags, const std::string& prefix, const std::string& file,
-                          const std::string& variant);
-// The layer itself: layer_json read, or --ffn-config's file.
+// The layer the flags describe for `variant` (the flags' own --variant when empty), or
+// --ffn-config's file when `file` is set. Of the flags: every FFN flag's value, d_ff 0 as the
+// variant's default width (default_d_ff), and the routing's defaults (routing_defaults) for the
+// MoE keys not given. Throws UsageError for a routing family's flag given under another
+// routing, and for FFN flags beside --ffn-config.
 FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const std::string& file,
                        const std::string& variant);
 

@@ -72,19 +72,14 @@ void ModelFlags::add(CLI::App& cmd, const std::string& group) {
                 .help = "longest sequence (default: --seq)"}}});
 }
 
-// A model flag given beside a file that describes the whole model (or its whole layer).
-void ModelFlags::refuse_beside(const std::string& file_flag, const std::string& prefix) const {
-  for (const ConfigFlag* f : flags_.given_flags())
-    if (f->key.rfind(prefix, 0) == 0 && (f->key != "ffn.d_model" || prefix.empty()))
-      throw UsageError(fmt::format(
-          "{}: does not apply with {}, whose file describes the whole {} "
-          "(set it there)",
-          f->name.substr(0, f->name.find(',')), file_flag, prefix.empty() ? "model" : "layer"));
-}
-
-// The model a file describes: no model flag may stand beside it.
+// The model a file describes: no model flag may stand beside it. (A layer flag beside a layer
+// file is refused by refuse_unused_layer_flags.)
 LMConfig ModelFlags::model_of_file() const {
-  refuse_beside("--model-config", "");
+  for (const ConfigFlag* f : flags_.given_flags())
+    throw UsageError(fmt::format(
+        "{}: does not apply with --model-config, whose file describes the whole model (set it "
+        "there)",
+        f->name.substr(0, f->name.find(','))));
   if (!ffn_config_.empty())
     throw UsageError(
         "--ffn-config: does not apply with --model-config, whose file describes the whole model "
@@ -95,7 +90,6 @@ LMConfig ModelFlags::model_of_file() const {
 // A new run's model: the flags', or --model-config's file.
 LMConfig ModelFlags::model(const TrainConfig& t) const {
   if (!model_config_.empty()) return model_of_file();
-  if (!ffn_config_.empty()) refuse_beside("--ffn-config", "ffn.");
   const FFNConfig layer = layer_config(flags_, "ffn.", ffn_config_, "");
   json m = model_json(flags_, flags_.values(), t, true);
   m.erase("ffn");

@@ -27,7 +27,6 @@ class ModelFlags {
   void check_resumed(const LMConfig& saved, const TrainConfig& t, const std::string& resume) const;
 
  private:
-  void refuse_beside(const std::string& file_flag, const std::string& prefix) const;
   LMConfig model_of_file() const;
   std::string differences(const LMConfig& asked, const LMConfig& saved) const;
 

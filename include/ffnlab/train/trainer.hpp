@@ -7,16 +7,15 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "ffnlab/layers/transformer_lm.hpp"
 #include "ffnlab/parallel/group.hpp"
+#include "ffnlab/train/checkpoint.hpp"
 #include "ffnlab/train/data.hpp"
-#include "ffnlab/train/grad_sync.hpp"
 #include "ffnlab/train/optimizer.hpp"
+#include "ffnlab/train/parallel_plan.hpp"
 #include "ffnlab/train/schedule.hpp"
 #include "ffnlab/train/step_log.hpp"
 
@@ -71,51 +70,16 @@ TrainConfig train_config_from_json(const nlohmann::json& j);
 void check_training_setup(const LMConfig& model, const Corpus& corpus, const TrainConfig& config,
                           bool evaluates = true);
 
-// Data parallelism (docs/distributed.md): the ranks of a group train one model, each on its
-// slice of every batch (batch / ranks sequences; the windows one process would take), with
-// gradients summed over the group in buckets of `bucket_elements` while backward runs, so that
-// every rank makes the same update. MoE routing statistics, losses and capacity are those of the
-// whole batch; evaluation is split over the ranks; rank 0 alone writes checkpoints.
-//
-// With expert_parallel, the MoE layers' experts are split over the ranks as well (each rank
-// computes its share of the experts for every rank's tokens, ffnlab/layers/expert_exchange.hpp):
-// expert gradients are then not all-reduced (each has one holder), the gradient norm adds every
-// holder's part; a rank neither updates nor keeps in memory the other ranks' experts (their
-// pages are released), and refreshes them from their holders before an evaluation or a
-// checkpoint (after the last step, every rank keeps every expert).
-//
-// Expert groups (expert_group = G < P): the experts are split over G consecutive ranks, and the
-// P/G groups are data-parallel replicas of each other: the all-to-alls run within a group, an
-// expert's gradients are summed over its P/G holders (one in each group), the rest over all P.
-struct DataParallel {
-  ProcessGroup* group = nullptr;  // null: one process
-  std::int64_t bucket_elements = std::int64_t{1} << 20;
-  bool expert_parallel = false;
-  // Further settings every rank must share, by name (the command line's flags as given): the
-  // start-up check compares them with the model, training settings, data and the two above.
-  std::map<std::string, std::string> agreed;
-  int expert_group = 0;  // expert parallel: ranks the experts are split over (0: all of them)
-};
-
+// Steps and evaluates: the work of one rank. How the ranks share it is its ParallelPlan (data and
+// expert parallelism, docs/distributed.md), how it is saved and resumed its CheckpointIO.
 class Trainer {
  public:
   // With a group (collective): checks that every rank was given the same model, training
   // settings and data, and throws "[dist] ..." naming the difference otherwise.
   Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
           DataParallel parallel = {});
-  // Data parallel: the model's layers no longer point at the group or the expert groups this
-  // trainer made.
-  ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
-  // The groups split from the data-parallel one (expert groups, their replicas): their traffic
-  // is apart from the group's (ProcessGroup::payload_bytes).
-  std::vector<const ProcessGroup*> subgroups() const {
-    std::vector<const ProcessGroup*> out;
-    for (const auto* g : {experts_group_.get(), replicas_.get()})
-      if (g) out.push_back(g);
-    return out;
-  }
 
   // Trains from the current step to config.steps. Evaluates every eval_every steps and at the
   // end, and checkpoints to `checkpoint_dir` (if not empty) every checkpoint_every steps and at
@@ -136,15 +100,10 @@ class Trainer {
   // Mean loss over the first max_tokens tokens of the validation part (0: all of it).
   EvalLog evaluate(std::int64_t max_tokens);
 
-  // Data parallel: the ranks first check that their weights agree. Checkpoint: DIR/checkpoint.json
-  // (configs, step, seed, the data's fingerprint and split, the weights file's name) and
-  // DIR/weights-<step>.safetensors (parameters by name, optimizer moments). Each file is
-  // written to a temporary name and renamed; checkpoint.json is renamed last, so that a crash
-  // at any point leaves the previous checkpoint whole.
-  void save(const std::string& dir);
-  // Loads weights, optimizer state and step from DIR. Throws "[checkpoint] ..." for a missing
-  // or corrupt checkpoint or one of another model shape.
-  void load(const std::string& dir);
+  // The checkpoint of the current step to DIR (CheckpointIO::save; collective).
+  void save(const std::string& dir) { checkpoints_.save(dir, step_); }
+  // Loads weights, optimizer state and step from DIR (CheckpointIO::load).
+  void load(const std::string& dir) { step_ = checkpoints_.load(dir); }
 
   std::int64_t step() const { return step_; }
   // The FFN statistics of the last training step's last forward (per block; empty before a
@@ -152,62 +111,20 @@ class Trainer {
   const std::vector<FFNStats>& last_step_stats() const { return last_step_stats_; }
   const TrainConfig& config() const { return config_; }
   TransformerLM& model() { return model_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return optimizer_; }
+  const ParallelPlan& plan() const { return plan_; }
 
  private:
   TransformerLM& model_;
   const Corpus& corpus_;
   TrainConfig config_;
   Schedule schedule_;
-  void write_checkpoint(const std::string& dir) const;
-  // The parameters `keep` accepts, with their optimizer moments, to `path` (atomically).
-  void write_weights(const std::string& path,
-                     const std::function<bool(const Parameter&)>& keep) const;
-  // DIR/checkpoint.json naming `weights` (and the expert shards beside it), written last; then
-  // removes the weights files it does not name.
-  void write_checkpoint_info(const std::string& dir, const std::string& weights,
-                             const std::vector<std::string>& shards) const;
-  // A sharded model's checkpoint: the first expert group's ranks each write their experts.
-  void save_sharded(const std::string& dir);
-  // Whether a parameter is one of this rank's experts (expert parallel).
-  bool is_expert(const Parameter& p) const;
-  // What of the other ranks' experts a refresh brings and a release gives back.
-  enum class ExpertState { weights, with_moments };
-  // Expert parallel: every rank's copy of every expert (weights; with_moments: the optimizer's
-  // moments too) from the rank that holds it. Collective; changes this rank's copies.
-  void refresh_experts(ExpertState what);
-  // Expert parallel: gives the memory of the other ranks' experts (weights, gradients;
-  // with_moments: the moments) back to the system, except after the last step (sampling and
-  // the caller may then read every expert).
-  void release_foreign_experts(ExpertState what);
-  double gradient_norm() const;
-  // Expert parallel: the ranks this rank's experts are split over (the whole group, or its
-  // expert group).
-  ProcessGroup& expert_group() const { return experts_group_ ? *experts_group_ : *parallel_.group; }
-
-  std::unique_ptr<Optimizer> optimizer_;
+  Optimizer optimizer_;
+  ParallelPlan plan_;
+  CheckpointIO checkpoints_;
   std::int64_t step_ = 0;
   std::vector<FFNStats> last_step_stats_;
-  DataParallel parallel_;
-  std::unique_ptr<GradientSync> sync_;
-  // Expert groups (DataParallel::expert_group < ranks): this rank's expert group, the ranks that
-  // hold the same experts in the other groups, and the sum of the experts' gradients over them.
-  std::unique_ptr<ProcessGroup> experts_group_, replicas_;
-  std::unique_ptr<GradientSync> expert_sync_;
-  // Expert parallel only: the experts' spans, the same as ranges, and the part other ranks hold.
-  std::vector<TransformerLM::ExpertSpan> expert_spans_;
-  std::vector<std::pair<std::int64_t, std::int64_t>> expert_ranges_, foreign_;
-  // The model holds only this rank's experts (TransformerLM's `held`): no other rank's expert
-  // is ever here, evaluation exchanges rows as training does, checkpoints are written in parts.
-  bool sharded_ = false;
 };
-
-// The file of a checkpoint folder that names its weights and holds its configs; written last.
-inline constexpr const char* kCheckpointInfo = "checkpoint.json";
-
-// Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or
-// corrupt file.
-nlohmann::json read_checkpoint_info(const std::string& dir);
 
 // Generates n bytes after `prompt` by sampling softmax(logits / temperature) (greedy at 0),
 // with the context cut to the model's last `context` bytes.

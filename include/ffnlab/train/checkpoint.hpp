@@ -1,0 +1,66 @@
+// Checkpoints: DIR/checkpoint.json (configs, step, seed, the data's fingerprint and split, the
+// weights file's name) and DIR/weights-<step>.safetensors (parameters and their optimizer
+// moments, all by name). Each file is written to a temporary name and renamed; checkpoint.json
+// is renamed last, so that a crash at any point leaves the previous checkpoint whole.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/train/data.hpp"
+#include "ffnlab/train/optimizer.hpp"
+#include "ffnlab/train/parallel_plan.hpp"
+
+namespace ffnlab {
+
+struct TrainConfig;
+
+// The file of a checkpoint folder that names its weights and holds its configs; written last.
+inline constexpr const char* kCheckpointInfo = "checkpoint.json";
+
+// Reads DIR/checkpoint.json (the configs a checkpoint was trained with). Throws for a missing or
+// corrupt file.
+nlohmann::json read_checkpoint_info(const std::string& dir);
+
+// Writes and reads the checkpoints of one training run: its model and optimizer, laid out by its
+// parallel plan, with its configs and data named in checkpoint.json.
+class CheckpointIO {
+ public:
+  CheckpointIO(TransformerLM& model, Optimizer& optimizer, ParallelPlan& plan, const Corpus& corpus,
+               const TrainConfig& config)
+      : model_(model), optimizer_(optimizer), plan_(plan), corpus_(corpus), config_(config) {}
+
+  // The state after `step` steps, to DIR. Data parallel (collective): the ranks first check
+  // that their weights agree, then rank 0 writes. A sharded model: rank q of the first expert
+  // group writes its experts to weights-<step>-experts-<q>.safetensors beside rank 0's file
+  // (the dense part and rank 0's experts), which checkpoint.json lists as "shards".
+  void save(const std::string& dir, std::int64_t step);
+  // Loads weights and optimizer state from DIR and returns its step. Each tensor is read by name
+  // from whichever file holds it, so a checkpoint resumes on any layout. Throws
+  // "[checkpoint] ..." for a missing or corrupt checkpoint or one of another model shape.
+  std::int64_t load(const std::string& dir);
+
+ private:
+  // One process's checkpoint (or rank 0's for the group): every parameter in one file.
+  void write(const std::string& dir, std::int64_t step) const;
+  void save_sharded(const std::string& dir, std::int64_t step);
+  // The parameters `keep` accepts, with their optimizer moments, to `path` (atomically).
+  void write_weights(const std::string& path, std::int64_t step,
+                     const std::function<bool(const Parameter&)>& keep) const;
+  // DIR/checkpoint.json naming `weights` (and the expert shards beside it), written last; then
+  // removes the weights files it does not name.
+  void write_info(const std::string& dir, std::int64_t step, const std::string& weights,
+                  const std::vector<std::string>& shards) const;
+
+  TransformerLM& model_;
+  Optimizer& optimizer_;
+  ParallelPlan& plan_;
+  const Corpus& corpus_;
+  const TrainConfig& config_;
+};
+
+}  // namespace ffnlab

@@ -1,0 +1,231 @@
+// The parallel plan: the start-up checks every rank makes together, the expert groups, the
+// gradient sums and norm, and expert parallelism's memory (a rank keeps the weights, gradients
+// and optimizer moments of its own experts, expert_share, and gives the pages of the others'
+// back to the system; a refresh brings every expert back on every rank).
+#include "ffnlab/train/parallel_plan.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "check.hpp"
+#include "ffnlab/names.hpp"
+#include "ffnlab/ops/router.hpp"
+#include "ffnlab/train/trainer.hpp"
+#include "ranges.hpp"
+
+namespace ffnlab {
+
+using json = nlohmann::json;
+
+namespace {
+
+// What every rank of a data-parallel run must share: the model, the training settings and the
+// data. Rank 0's is sent to all; each compares its own and says what differs.
+void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
+                      const Corpus& corpus, const DataParallel& parallel) {
+  const json mine = {
+      {"model", lm_config_to_json(model)},
+      {"train", train_config_to_json(train)},
+      {"data", {{"fingerprint", corpus.fingerprint}, {"train_bytes", corpus.train().size()}}},
+      {"parallel",
+       {{"bucket_elements", parallel.bucket_elements},
+        {"expert_parallel", parallel.expert_parallel},
+        {"expert_group", parallel.expert_group}}},
+      {"settings", parallel.agreed}};
+  std::string text = mine.dump();
+  group.broadcast(text, "configuration check");
+  const json first = json::parse(text);
+  std::string diff;
+  const auto differs = [&](const std::string& part, const std::string& key) {
+    const json none;
+    const json& theirs = first.contains(part) ? first.at(part) : none;
+    const json here = mine[part].value(key, json()),
+               there = theirs.is_object() ? theirs.value(key, json()) : json();
+    if (here != there)
+      diff += fmt::format("{}{}.{} = {} here, {} on rank 0", diff.empty() ? "" : "; ", part, key,
+                          here.dump(), there.dump());
+  };
+  for (const auto& [part, values] : mine.items()) {
+    for (const auto& [key, value] : values.items()) differs(part, key);
+    if (first.contains(part) && first.at(part).is_object())
+      for (const auto& [key, value] : first.at(part).items())  // rank 0's keys this rank lacks
+        if (!values.contains(key)) differs(part, key);
+  }
+  std::vector<std::int64_t> odd{diff.empty() ? 0 : 1, diff.empty() ? -1 : group.rank()};
+  group.allreduce_max(odd, "configuration check");
+  check(diff.empty(), "[dist] rank {} was started with another configuration than rank 0: {}",
+        group.rank(), diff);
+  check(odd[0] == 0,
+        "[dist] rank {} was started with another configuration than rank 0 (its "
+        "own message says what differs)",
+        static_cast<int>(odd[1]));
+}
+
+// The elements of one MoE layer's experts (s.experts equal slices) that the experts of `share`
+// occupy: [begin, end).
+std::pair<std::int64_t, std::int64_t> held_range(const TransformerLM::ExpertSpan& s,
+                                                 const ExpertShare& share) {
+  const std::int64_t per_expert = (s.end - s.begin) / s.experts;
+  return {s.begin + share.first * per_expert, s.begin + (share.first + share.count) * per_expert};
+}
+
+// Gives the whole pages inside the ranges back to the system (their values become zeros, and
+// cost no memory until written again).
+void release(Tensor& buffer, const Ranges& ranges) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (const auto& [b, e] : ranges) {
+    const auto first = reinterpret_cast<std::uintptr_t>(buffer.f32() + b);
+    const auto last = reinterpret_cast<std::uintptr_t>(buffer.f32() + e);
+    const std::uintptr_t from = (first + page - 1) / page * page, to = last / page * page;
+    if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  }
+}
+
+}  // namespace
+
+ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Corpus& corpus,
+                           const TrainConfig& config, DataParallel parallel)
+    : model_(model), optimizer_(optimizer), parallel_(std::move(parallel)), steps_(config.steps) {
+  const ExpertShare held = model_.held_experts();
+  const FFNConfig& f = model_.config().ffn;
+  const int experts = f.kind == FFNKind::moe ? f.moe.num_experts : 0;
+  sharded_ = held.count < experts;
+  check(!sharded_ || (parallel_.group != nullptr && parallel_.expert_parallel),
+        "[train] this model holds experts [{}, {}) of {} only: it trains expert parallel "
+        "(--expert-parallel under mpirun), with the other ranks holding the rest",
+        held.first, held.first + held.count, experts);
+  ProcessGroup* g = parallel_.group;
+  if (!g) return;
+  check_same_setup(*g, model_.config(), config, corpus, parallel_);
+  check(config.batch % g->size() == 0,
+        "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {}",
+        config.batch, g->size(), g->size());
+  if (parallel_.expert_parallel) {
+    check(f.kind == FFNKind::moe, "[dist] expert parallelism needs an MoE model (this one's is {})",
+          variant_name(f));
+    check(f.moe.routing != RoutingKind::soft,
+          "[dist] Soft MoE does not split its experts over ranks (its slots mix every token of "
+          "a sequence): train it with data parallelism alone (without --expert-parallel)");
+    const int G = parallel_.expert_group > 0 ? parallel_.expert_group : g->size();
+    check(G <= g->size() && g->size() % G == 0,
+          "[dist] an expert group of {} ranks does not divide the {} ranks (--expert-group)", G,
+          g->size());
+    // (Without groups, expert_share below says that the experts do not split over the ranks.)
+    check(parallel_.expert_group == 0 || f.moe.num_experts % G == 0,
+          "[dist] {} experts cannot be split evenly over an expert group of {} ranks "
+          "(--expert-group)",
+          f.moe.num_experts, G);
+    if (G < g->size()) {  // groups of G consecutive ranks, each a replica of the others
+      experts_group_ = g->split(g->rank() / G, "expert groups");
+      replicas_ = g->split(g->rank() % G, "expert replicas");
+    }
+    const ProcessGroup& eg = expert_group();
+    const ExpertShare here = expert_share(f.moe.num_experts, eg.size(), eg.rank());
+    check(!sharded_ || (held.first == here.first && held.count == here.count),
+          "[dist] this rank's model holds experts [{}, {}), but its place in an expert group "
+          "of {} ranks holds [{}, {}) (build it with TransformerLM's held = expert_share(E, "
+          "group size, rank in the group))",
+          held.first, held.first + held.count, eg.size(), here.first, here.first + here.count);
+    expert_spans_ = model_.expert_spans();
+    for (const auto& s : expert_spans_) {
+      expert_ranges_.emplace_back(s.begin, s.end);
+      if (sharded_) continue;  // every expert here is this rank's
+      const auto [mine, end] = held_range(s, here);
+      if (mine > s.begin) foreign_.emplace_back(s.begin, mine);
+      if (end < s.end) foreign_.emplace_back(end, s.end);
+    }
+    // The other ranks' experts: neither trained nor kept in memory here (until a refresh).
+    optimizer_.exclude(foreign_);
+    release_foreign_experts(ExpertState::with_moments, 0);
+  }
+  model_.set_data_parallel(g, g->rank() * (config.batch / g->size()) * config.seq,
+                           parallel_.expert_parallel, experts_group_.get());
+  Tensor& grads = model_.parameters().grads();
+  sync_ = std::make_unique<GradientSync>(*g, grads, parallel_.bucket_elements, expert_ranges_);
+  if (replicas_) {  // this rank's experts' gradients, over their holders in every group
+    Ranges others = foreign_;
+    for_each_outside(0, grads.numel(), expert_ranges_,
+                     [&](std::int64_t b, std::int64_t e) { others.emplace_back(b, e); });
+    std::sort(others.begin(), others.end());
+    expert_sync_ =
+        std::make_unique<GradientSync>(*replicas_, grads, parallel_.bucket_elements, others);
+  }
+}
+
+ParallelPlan::~ParallelPlan() {
+  if (parallel_.group) model_.set_data_parallel(nullptr, 0);
+}
+
+std::vector<const ProcessGroup*> ParallelPlan::subgroups() const {
+  std::vector<const ProcessGroup*> out;
+  for (const auto* g : {experts_group_.get(), replicas_.get()})
+    if (g) out.push_back(g);
+  return out;
+}
+
+ProcessGroup& ParallelPlan::expert_group() const {
+  return experts_group_ ? *experts_group_ : *parallel_.group;
+}
+
+bool ParallelPlan::is_expert(const Parameter& p) const {
+  return std::any_of(expert_ranges_.begin(), expert_ranges_.end(),
+                     [&](const auto& r) { return p.offset >= r.first && p.offset < r.second; });
+}
+
+void ParallelPlan::finish_gradients() {
+  sync_->finish();
+  if (expert_sync_) expert_sync_->finish();
+}
+
+double ParallelPlan::gradient_norm() const {
+  Tensor& grads = model_.parameters().grads();
+  if (expert_ranges_.empty()) return global_norm(grads);
+  // The expert ranges hold this rank's experts' gradients only (zeros elsewhere): their squares
+  // are summed over the ranks; the rest is the same everywhere.
+  auto squares = [&](std::int64_t b, std::int64_t e) {
+    const double n = global_norm(grads.view(b, {e - b}));
+    return n * n;
+  };
+  double rest = 0;
+  for_each_outside(0, grads.numel(), expert_ranges_,
+                   [&](std::int64_t b, std::int64_t e) { rest += squares(b, e); });
+  std::vector<double> experts{0.0};
+  for (const auto& [b, e] : expert_ranges_) experts[0] += squares(b, e);
+  // Over the expert group, which holds every expert once (its replicas hold the same sums).
+  expert_group().allreduce_sum(experts, "gradient norm");
+  return std::sqrt(rest + experts[0]);
+}
+
+void ParallelPlan::release_foreign_experts(ExpertState what, std::int64_t step) {
+  if (foreign_.empty() || step >= steps_) return;  // at the end, every rank keeps all
+  release(model_.parameters().values(), foreign_);
+  release(model_.parameters().grads(), foreign_);
+  if (what == ExpertState::with_moments) {
+    release(optimizer_.m(), foreign_);
+    if (optimizer_.v().defined()) release(optimizer_.v(), foreign_);
+  }
+}
+
+void ParallelPlan::refresh_experts(ExpertState what) {
+  if (expert_spans_.empty()) return;
+  ProcessGroup& g = expert_group();  // holds every expert once (each replica the same)
+  auto refresh = [&](Tensor& buffer) {
+    for (const auto& s : expert_spans_)
+      for (int q = 0; q < g.size(); ++q) {  // rank q's experts, from rank q
+        const auto [begin, end] = held_range(s, expert_share(s.experts, g.size(), q));
+        g.broadcast({buffer.f32() + begin, static_cast<std::size_t>(end - begin)}, q,
+                    "expert refresh");
+      }
+  };
+  refresh(model_.parameters().values());
+  if (what == ExpertState::with_moments) {
+    refresh(optimizer_.m());
+    if (optimizer_.v().defined()) refresh(optimizer_.v());
+  }
+}
+
+}  // namespace ffnlab
