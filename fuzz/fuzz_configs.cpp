@@ -23,7 +23,7 @@ void layer(const nlohmann::json& j) {
   ffnlab::Tensor y, dx;
   ffn->forward(y, x, true);
   ffn->backward(dx, x);
-  // Inference of 3 tokens takes the streaming decode path (ops/skinny), from f32 and bf16.
+  // Inference of 3 tokens takes the streaming decode path (ops/few_rows), from f32 and bf16.
   ffn->forward(y, x, false);
   ffn->set_inference_weights(ffnlab::DType::bf16);
   ffn->forward(y, x, false);

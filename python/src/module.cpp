@@ -429,7 +429,7 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
             py::gil_scoped_release release;
             l.ffn().set_inference_weights(d == "bf16" ? DType::bf16 : DType::f32);
           },
-          "'f32' or 'bf16': the weights inference forwards read (bf16: a copy packed now)")
+          "'f32' or 'bf16': the weights inference forwards read (bf16: a copy made now)")
       .def_property_readonly("config",
                              [](Layer& l) { return from_json(config_to_json(l.ffn().config())); })
       .def_property_readonly("d_model", [](Layer& l) { return l.ffn().config().d_model; })

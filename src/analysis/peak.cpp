@@ -12,7 +12,7 @@
 
 #include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/speed.hpp"
-#include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 
 namespace ffnlab {
 
@@ -86,9 +86,10 @@ using LoopFn = Loop (*)(std::int64_t);
 
 LoopFn best_loop(bool bf16) {
 #if defined(__x86_64__)
-  if (bf16 && this_machine().bf16 && skinny_isa_supported(SkinnyIsa::avx512_bf16)) return bf16_loop;
-  if (skinny_isa_supported(SkinnyIsa::avx512)) return avx512_loop;
-  if (skinny_isa_supported(SkinnyIsa::avx2)) return avx2_loop;
+  if (bf16 && this_machine().bf16 && few_rows_isa_supported(FewRowsIsa::avx512_bf16))
+    return bf16_loop;
+  if (few_rows_isa_supported(FewRowsIsa::avx512)) return avx512_loop;
+  if (few_rows_isa_supported(FewRowsIsa::avx2)) return avx2_loop;
 #endif
   (void)bf16;
   return portable_loop;
@@ -141,8 +142,7 @@ double measure_peak_flops(bool bf16, double budget) {
   const double one = threads > 1 ? best_rate(loop, 1, budget / 4) : 0;
   // SMT siblings share a core: the threads can reach one thread's rate per core they occupy.
   const Machine& m = this_machine();
-  const int cores =
-      std::min(threads, std::max(1, m.processors / std::max(1, m.threads_per_core)));
+  const int cores = std::min(threads, std::max(1, m.processors / std::max(1, m.threads_per_core)));
   double best = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     best = std::max(best, best_rate(loop, threads, budget));

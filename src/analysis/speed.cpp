@@ -233,7 +233,7 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   const std::int64_t T = sequences * seq, D = c.d_model, H = c.heads, hd = D / H;
   // One weight product y[rows, out] = x[rows, in]·W[out, in]ᵀ with its backward (dy = g). In
   // bf16, x, W and g are bf16, converted beforehand, as a training layer's products read them
-  // (KeptOperands: converted once per layer); the attention products below convert per call,
+  // (ProductOperands: converted once per layer); the attention products below convert per call,
   // as attention_forward does. The weights of the layers that pack them at this many rows
   // (packs_weights: attention's projections, a dense FFN, a shared expert, the head) are packed
   // here once, as those layers pack them on every step; an MoE's experts and router read them
@@ -336,8 +336,8 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
   ModelProducts out{L * block_flops + head.flops, L * t_block + t_head, L * expert_flops, K};
   if (f.kind == FFNKind::moe) {
     const FFNConfig e = expert_config(f);
-    out.expert_token_flops = L * 6.0 * static_cast<double>(D) *
-                             static_cast<double>(e.in_width() + e.d_ff);
+    out.expert_token_flops =
+        L * 6.0 * static_cast<double>(D) * static_cast<double>(e.in_width() + e.d_ff);
     out.tokens = static_cast<double>(T);
   }
   return out;

@@ -59,17 +59,17 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train
   // products and the backward's (converts_operands_once); at many rows the weights are packed
   // instead (packs_weights); otherwise matmul reads these tensors.
   operands_.start(train, precision_, x.dim(0));
-  const KeptOperands& operand = operands_;
+  const ProductOperands& operand = operands_;
   qkv_.ensure({x.dim(0), 3 * D});
-  linear_forward(qkv_, operand(x16_, x), operand.weight(w_qkv_kept_, w_qkv_),
+  linear_forward(qkv_, operand(x16_, x), operand.weight(w_qkv_operand_, w_qkv_),
                  config_.bias ? &b_qkv_ : nullptr, precision_, nullptr, false,
-                 operand.forward_packing(w_qkv_kept_));
+                 operand.forward_packing(w_qkv_operand_));
   if (config_.rope) rope_forward(qkv_, seq, 2 * D, D / config_.heads, config_.rope_theta);
   attention_forward(a_, cache_, qkv_, seq, config_.heads, config_.causal, precision_);
   y.ensure({x.dim(0), D});
-  linear_forward(y, operand(a16_, a_), operand.weight(w_o_kept_, w_o_),
+  linear_forward(y, operand(a16_, a_), operand.weight(w_o_operand_, w_o_),
                  config_.bias ? &b_o_ : nullptr, precision_, nullptr, false,
-                 operand.forward_packing(w_o_kept_));
+                 operand.forward_packing(w_o_operand_));
 }
 
 void Attention::backward(Tensor& dx, const Tensor& dy) {
@@ -79,16 +79,17 @@ void Attention::backward(Tensor& dx, const Tensor& dy) {
   Tensor& da = scratch(Scratch::attn_da, a_.shape());
   Tensor& dqkv = scratch(Scratch::attn_dqkv, {x_.dim(0), 3 * D});
   // The products read what the forward's did; each gradient is converted once for its two.
-  const KeptOperands& op = operands_;
+  const ProductOperands& op = operands_;
   linear_backward(&da, dw_o_, nullptr, op.gradient(dy), op.saved(a16_, a_),
-                  op.saved_weight(w_o_kept_, w_o_), precision_, false, op.dx_packing(w_o_kept_));
+                  op.saved_weight(w_o_operand_, w_o_), precision_, false,
+                  op.dx_packing(w_o_operand_));
   if (config_.bias) bias_backward(db_o_, dy);
   attention_backward(dqkv, da, cache_, seq_, config_.heads, config_.causal, precision_);
   if (config_.rope) rope_backward(dqkv, seq_, 2 * D, D / config_.heads, config_.rope_theta);
   dx.ensure(x_.shape());
   linear_backward(&dx, dw_qkv_, nullptr, op.gradient(dqkv), op.saved(x16_, x_),
-                  op.saved_weight(w_qkv_kept_, w_qkv_), precision_, false,
-                  op.dx_packing(w_qkv_kept_));
+                  op.saved_weight(w_qkv_operand_, w_qkv_), precision_, false,
+                  op.dx_packing(w_qkv_operand_));
   if (config_.bias) bias_backward(db_qkv_, dqkv);
 }
 

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "check.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
-#include "ffnlab/ops/skinny.hpp"
 #include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
@@ -83,8 +83,8 @@ void DenseFFN::bind_parameters() {
 
 void DenseFFN::set_inference_weights(DType dtype) {
   inference_weights_ = dtype;
-  packed_in_ = dtype == DType::bf16 ? w_in_.to(DType::bf16) : Tensor();
-  packed_out_ = dtype == DType::bf16 ? w_out_.to(DType::bf16) : Tensor();
+  inference_in_ = dtype == DType::bf16 ? w_in_.to(DType::bf16) : Tensor();
+  inference_out_ = dtype == DType::bf16 ? w_out_.to(DType::bf16) : Tensor();
 }
 
 void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
@@ -94,29 +94,29 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0);
   const Tensor* b_in = config_.bias ? &b_in_ : nullptr;
   const Tensor* b_out = config_.bias ? &b_out_ : nullptr;
-  if (train && packed_in_.defined()) set_inference_weights(DType::f32);
-  const bool packed = !train && packed_in_.defined();
-  const Tensor& w_in = packed ? packed_in_ : w_in_;
-  const Tensor& w_out = packed ? packed_out_ : w_out_;
-  const Precision precision = packed ? Precision::bf16 : precision_;
+  if (train && inference_in_.defined()) set_inference_weights(DType::f32);
+  const bool bf16_copy = !train && inference_in_.defined();
+  const Tensor& w_in = bf16_copy ? inference_in_ : w_in_;
+  const Tensor& w_out = bf16_copy ? inference_out_ : w_out_;
+  const Precision precision = bf16_copy ? Precision::bf16 : precision_;
   h_.ensure({T, F});
   y.ensure({T, D});
   saved_ = train;
   x_ = train ? x : Tensor();
-  if (streams(train, T, packed, w_in.numel())) {
+  if (streams(train, T, bf16_copy, w_in.numel())) {
     // Decode: each weight row is read once, the mix done as its dot products finish.
-    skinny_mix(h_, x, w_in, b_in, config_.act, branches_);
-    skinny_linear(y, h_, w_out, b_out);
+    few_rows_mix(h_, x, w_in, b_in, config_.act, branches_);
+    few_rows_linear(y, h_, w_out, b_out);
     return;
   }
   // Training with native bf16 products converts x, h and the weights once, for this forward's
   // products and the backward's (converts_operands_once); at many rows the weights are packed
   // instead (packs_weights); otherwise matmul reads these tensors.
   operands_.start(train, precision, T);
-  const KeptOperands& operand = operands_;
+  const ProductOperands& operand = operands_;
   const Tensor& x_op = operand(x16_, x);
-  const Tensor& w_in_op = operand.weight(w_in_kept_, w_in);
-  PackedWeights* in_packing = operand.forward_packing(w_in_kept_);
+  const Tensor& w_in_op = operand.weight(w_in_operand_, w_in);
+  PackedWeights* in_packing = operand.forward_packing(w_in_operand_);
   if (mix_in_epilogue(config_.act, branches_, train)) {
     // The activation is the up projection's epilogue (a oneDNN post-op). Inference keeps
     // nothing; training keeps h only when act' is a function of h (ReLU: h > 0).
@@ -126,8 +126,8 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
     linear_forward(a_, x_op, w_in_op, b_in, precision, nullptr, false, in_packing);
     mix_forward(h_, a_, config_.act, branches_);
   }
-  linear_forward(y, operand(h16_, h_), operand.weight(w_out_kept_, w_out), b_out, precision,
-                 nullptr, false, operand.forward_packing(w_out_kept_));
+  linear_forward(y, operand(h16_, h_), operand.weight(w_out_operand_, w_out), b_out, precision,
+                 nullptr, false, operand.forward_packing(w_out_operand_));
 }
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
@@ -140,14 +140,15 @@ void DenseFFN::backward(Tensor& dx, const Tensor& dy) {
   Tensor& da = scratch(Scratch::ffn_da, {T, in_width_});
   dx.ensure({T, D});
   // The products read what the forward's did; each gradient is converted once for its two.
-  const KeptOperands& op = operands_;
+  const ProductOperands& op = operands_;
   linear_backward(&dh, dw_out_, nullptr, op.gradient(dy), op.saved(h16_, h_),
-                  op.saved_weight(w_out_kept_, w_out_), precision_, false,
-                  op.dx_packing(w_out_kept_));
+                  op.saved_weight(w_out_operand_, w_out_), precision_, false,
+                  op.dx_packing(w_out_operand_));
   if (config_.bias) bias_backward(db_out_, dy);
   mix_backward(da, dh, a_, h_, config_.act, branches_);
   linear_backward(&dx, dw_in_, nullptr, op.gradient(da), op.saved(x16_, x_),
-                  op.saved_weight(w_in_kept_, w_in_), precision_, false, op.dx_packing(w_in_kept_));
+                  op.saved_weight(w_in_operand_, w_in_), precision_, false,
+                  op.dx_packing(w_in_operand_));
   if (config_.bias) bias_backward(db_in_, da);
 }
 

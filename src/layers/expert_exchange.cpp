@@ -12,7 +12,7 @@ void ExpertExchange::plan(ProcessGroup& group, const std::vector<std::int64_t>& 
                           int experts) {
   group_ = &group;
   ranks_ = group.size();
-  const ExpertShare mine = expert_share(experts, ranks_, group.rank());
+  const HeldExperts mine = held_by_rank(experts, ranks_, group.rank());
   per_rank_ = mine.count;
   first_ = mine.first;
   local_rows_ = offsets[experts];

@@ -8,7 +8,7 @@
 namespace ffnlab {
 
 std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t seed,
-                                      ExpertShare held) {
+                                      HeldExperts held) {
   validate(config);
   switch (config.kind) {
     case FFNKind::plain:

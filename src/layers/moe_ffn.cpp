@@ -7,11 +7,11 @@
 
 #include "check.hpp"
 #include "ffnlab/ops/dropout.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/ops/permute.hpp"
-#include "ffnlab/ops/skinny.hpp"
 #include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
@@ -60,7 +60,7 @@ std::string MoEFFN::shared_prefix(const FFNConfig& c) {
   return c.moe.naming == MoENaming::qwen2_moe ? "shared_expert." : "shared_experts.";
 }
 
-MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, ExpertShare held)
+MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
     : config_(config), held_(held) {
   validate(config_);
   check(config_.kind == FFNKind::moe, "[moe] MoEFFN needs kind 'moe', got '{}'",
@@ -301,10 +301,10 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
                                    bool train) {
   const std::int64_t D = config_.d_model, F = expert_.d_ff, P = in_width_;
   ExpertCache& c = rows_;
-  const bool packed = !train && packed_in_.defined();
-  const Tensor& w_in = packed ? packed_in_ : w_.in;
-  const Tensor& w_out = packed ? packed_out_ : w_.out;
-  const Precision precision = packed ? Precision::bf16 : precision_;
+  const bool bf16_copy = !train && inference_in_.defined();
+  const Tensor& w_in = bf16_copy ? inference_in_ : w_.in;
+  const Tensor& w_out = bf16_copy ? inference_out_ : w_.out;
+  const Precision precision = bf16_copy ? Precision::bf16 : precision_;
   const int branches = expert_.gated_branches();
   // Expert e's place in the stacks of the experts this layer holds.
   auto in_bias = [&](int i) { return config_.bias ? w_.in_bias.view(i * P, {P}) : Tensor(); };
@@ -315,7 +315,7 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   c.hp.ensure({rows_here, F});
   c.op.ensure({rows_here, D});
   // In inference an expert block of a few rows (every block in decode, most at small T; how few:
-  // skinny_f32_max_rows) streams its expert's weights once with the mix fused (ops/skinny);
+  // few_rows_f32_max) streams its expert's weights once with the mix fused (ops/few_rows);
   // otherwise linear_forward, which streams few-row f32 products too and runs larger blocks as
   // a few fixed-shape oneDNN products (varying_rows).
   // Training with native bf16 products converts the rows once and each computed expert's
@@ -323,9 +323,9 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
   // otherwise matmul reads these tensors. The bf16 stacks hold the experts of this call
   // (first_expert onwards), so expert parallelism converts only its own.
   operands_.start(train, precision);
-  const bool kept = operands_.kept();
+  const bool copies = operands_.copies();
   const std::int64_t experts_here = static_cast<std::int64_t>(offsets.size()) - 1;
-  if (kept) {
+  if (copies) {
     product_operand(c.xp16, c.xp);
     c.hp16.ensure({rows_here, F}, DType::bf16);
     w_in16_.ensure({experts_here, P, D}, DType::bf16);
@@ -338,13 +338,13 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
     Tensor w_in_e = slice(w_in, i, P, D), w_out_e = slice(w_out, i, D, F);
     const Tensor* b_in = config_.bias ? &bi : nullptr;
     const Tensor* b_out = config_.bias ? &bo : nullptr;
-    if (streams(train, rows(c.xp).dim(0), packed, P * D)) {
-      skinny_mix(h, rows(c.xp), w_in_e, b_in, config_.act, branches);
-      skinny_linear(o, h, w_out_e, b_out);
+    if (streams(train, rows(c.xp).dim(0), bf16_copy, P * D)) {
+      few_rows_mix(h, rows(c.xp), w_in_e, b_in, config_.act, branches);
+      few_rows_linear(o, h, w_out_e, b_out);
       return;
     }
     Tensor xb = rows(c.xp);
-    if (kept) {  // views of the bf16 copies, written in place
+    if (copies) {  // views of the bf16 copies, written in place
       Tensor w_in16 = slice(w_in16_, e - first_expert, P, D);
       Tensor w_out16 = slice(w_out16_, e - first_expert, D, F);
       product_operand(w_in16, w_in_e);
@@ -362,7 +362,7 @@ void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int
       linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
       mix_forward(h, a, config_.act, branches);
     }
-    if (kept) {
+    if (copies) {
       Tensor h16 = rows(c.hp16);
       linear_forward(o, product_operand(h16, h), w_out_e, b_out, precision, nullptr,
                      /*varying_rows=*/true);
@@ -450,7 +450,7 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
     check(x.dim(0) == 0 || x.dim(0) % S == 0, "[moe] {} tokens are not whole sequences of {}",
           x.dim(0), S);
   }
-  if (train && packed_in_.defined()) set_inference_weights(DType::f32);
+  if (train && inference_in_.defined()) set_inference_weights(DType::f32);
   if (config_.moe.routing == RoutingKind::soft) {
     soft_forward(y, x, train);
   } else {
@@ -528,17 +528,17 @@ Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std:
   Tensor& dhp = scratch(Scratch::moe_dhp, {rows_here, F});
   Tensor& dap = scratch(Scratch::moe_dap, {rows_here, P});
   Tensor& dxp = scratch(Scratch::moe_dxp, {rows_here, D});
-  // The products read what the forward's did (its bf16 copies, if it kept them: expert e at
+  // The products read what the forward's did (its bf16 copies, if it made them: expert e at
   // e - first_expert); each gradient is converted once for its two products, into one scratch
   // slot: dop's copy is done with when dap's is made.
-  const KeptOperands& op = operands_;
+  const ProductOperands& op = operands_;
   const Tensor& xs = op.saved(c.xp16, c.xp);
   const Tensor& hs = op.saved(c.hp16, c.hp);
   auto w_in_of = [&](int e, int i) {
-    return op.kept() ? slice(w_in16_, e - first_expert, P, D) : slice(w_.in, i, P, D);
+    return op.copies() ? slice(w_in16_, e - first_expert, P, D) : slice(w_.in, i, P, D);
   };
   auto w_out_of = [&](int e, int i) {
-    return op.kept() ? slice(w_out16_, e - first_expert, D, F) : slice(w_.out, i, D, F);
+    return op.copies() ? slice(w_out16_, e - first_expert, D, F) : slice(w_.out, i, D, F);
   };
   {
     const Tensor& dops = op.gradient(dop);
@@ -887,8 +887,8 @@ void MoEFFN::shared_backward(Tensor& dx, const Tensor& dy) {
 
 void MoEFFN::set_inference_weights(DType dtype) {
   inference_weights_ = dtype;
-  packed_in_ = dtype == DType::bf16 ? w_.in.to(DType::bf16) : Tensor();
-  packed_out_ = dtype == DType::bf16 ? w_.out.to(DType::bf16) : Tensor();
+  inference_in_ = dtype == DType::bf16 ? w_.in.to(DType::bf16) : Tensor();
+  inference_out_ = dtype == DType::bf16 ? w_.out.to(DType::bf16) : Tensor();
   if (shared_) shared_->set_inference_weights(dtype);
 }
 

@@ -34,7 +34,7 @@ const char* const kFFN = "mlp.";
 
 }  // namespace
 
-TransformerBlock::TransformerBlock(const LMConfig& c, std::uint64_t seed, ExpertShare held)
+TransformerBlock::TransformerBlock(const LMConfig& c, std::uint64_t seed, HeldExperts held)
     : pre_norm_(c.pre_norm),
       dropout_(c.dropout),
       norm1_(c.norm, c.d_model, c.norm_eps),

@@ -34,7 +34,7 @@ std::uint64_t sub_seed(std::uint64_t seed, int i) {
 
 }  // namespace
 
-TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed, ExpertShare held)
+TransformerLM::TransformerLM(const LMConfig& config, std::uint64_t seed, HeldExperts held)
     : config_(config) {
   validate(config_);
   const std::int64_t V = config_.vocab, D = config_.d_model;
@@ -128,7 +128,7 @@ void TransformerLM::set_data_parallel(ProcessGroup* group, std::int64_t first_to
   for (auto& b : blocks_) b->set_data_parallel(group, first_token, expert_parallel, expert_group);
 }
 
-ExpertShare TransformerLM::held_experts() const {
+HeldExperts TransformerLM::held_experts() const {
   for (const auto& b : blocks_)
     if (b->ffn().config().kind == FFNKind::moe) return b->ffn().held_experts();
   return {};
@@ -193,9 +193,9 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   // backward's two (converts_operands_once); at many rows the head is packed instead
   // (packs_weights); otherwise matmul reads them.
   head_operands_.start(train, precision_, T);
-  const KeptOperands& operand = head_operands_;
-  linear_forward(logits_, operand(z16_, *z), operand.weight(head_kept_, head_), nullptr, precision_,
-                 nullptr, false, operand.forward_packing(head_kept_));
+  const ProductOperands& operand = head_operands_;
+  linear_forward(logits_, operand(z16_, *z), operand.weight(head_operand_, head_), nullptr,
+                 precision_, nullptr, false, operand.forward_packing(head_operand_));
   if (targets.empty()) return 0.0;
   return cross_entropy_forward(probs_, logits_, targets);
 }
@@ -209,9 +209,10 @@ void TransformerLM::backward(float scale, float aux_scale,
   cross_entropy_backward(dlogits_, probs_, targets_, scale);
   const Tensor& z = final_norm_ ? z_ : xs_[L];
   dz_.ensure(z.shape());
-  const KeptOperands& op = head_operands_;  // what the forward's product read
+  const ProductOperands& op = head_operands_;  // what the forward's product read
   linear_backward(&dz_, dhead_, nullptr, op.gradient(dlogits_), op.saved(z16_, z),
-                  op.saved_weight(head_kept_, head_), precision_, false, op.dx_packing(head_kept_));
+                  op.saved_weight(head_operand_, head_), precision_, false,
+                  op.dx_packing(head_operand_));
   Tensor* d = &dz_;
   if (final_norm_) {
     final_norm_->backward(dx_a_, dz_);

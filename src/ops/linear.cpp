@@ -8,16 +8,16 @@
 #include "check.hpp"
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/dispatch.hpp"
-#include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
 
 namespace {
 
-// f32 products of a few rows stream the weights (ops/skinny) instead of going to oneDNN.
-bool skinny(const Tensor& x, const Tensor& w, Precision precision, bool backward) {
-  return skinny_fits(x.dim(0), w.numel(), precision, backward) && x.dtype() == DType::f32 &&
+// f32 products of a few rows stream the weights (ops/few_rows) instead of going to oneDNN.
+bool streams_few_rows(const Tensor& x, const Tensor& w, Precision precision, bool backward) {
+  return few_rows_fits(x.dim(0), w.numel(), precision, backward) && x.dtype() == DType::f32 &&
          w.dtype() == DType::f32;
 }
 
@@ -25,7 +25,7 @@ bool skinny(const Tensor& x, const Tensor& w, Precision precision, bool backward
 // products, which run faster than its run-time-M primitive at these sizes: the rows rounded down
 // to a multiple of q = max(kVaryingRowsMinQuantum, 2^⌊log2 M⌋ / kVaryingRowsShapesPerDoubling),
 // then the rest the same way, so that a block size is one of a few shapes per doubling of M,
-// each primitive created once (the cache holds 1024). Up to kSkinnyMaxTokens rows
+// each primitive created once (the cache holds 1024). Up to kFewRowsMax rows
 // few_rows_runtime_m chooses (ops/dispatch.hpp has the thresholds).
 std::int64_t main_rows(std::int64_t M) {
   const std::int64_t q = std::max<std::int64_t>(
@@ -34,7 +34,7 @@ std::int64_t main_rows(std::int64_t M) {
   return M / q * q;
 }
 
-// Whether an f32 product of M <= kSkinnyMaxTokens rows that does not stream takes oneDNN's
+// Whether an f32 product of M <= kFewRowsMax rows that does not stream takes oneDNN's
 // run-time-M primitive rather than a fixed-shape one: whichever runs faster at those rows and
 // that weight size.
 bool few_rows_runtime_m(std::int64_t M, std::int64_t weight_elements) {
@@ -48,7 +48,7 @@ void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision pre
   check(dx.rank() == 2 && dx.dim(0) == M && dx.dim(1) == w.dim(1),
         "[linear] dx {} does not fit dy {} and weight {}", shape_string(dx.shape()),
         shape_string(dy.shape()), shape_string(w.shape()));
-  if (varying_rows && M > kSkinnyMaxTokens) {
+  if (varying_rows && M > kFewRowsMax) {
     if (main > 0 && main < M) {
       Tensor head = dx.rows(0, main), tail = dx.rows(main, M);
       input_gradient(head, dy.rows(0, main), w, precision, false, nullptr);
@@ -80,13 +80,13 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
         "[linear] input {} does not fit weight {} ([out, in])", shape_string(x.shape()),
         shape_string(w.shape()));
   check(!packed || !varying_rows, "[linear] a packed weight needs fixed rows");
-  if (skinny(x, w, precision, false)) {
-    skinny_linear(y, x, w, b);
+  if (streams_few_rows(x, w, precision, false)) {
+    few_rows_linear(y, x, w, b);
     if (act) activation_forward(y.f32(), y.f32(), y.numel(), *act);
     return;
   }
   const std::int64_t M = x.dim(0);
-  if (varying_rows && M > kSkinnyMaxTokens) {
+  if (varying_rows && M > kFewRowsMax) {
     check(y.rank() == 2 && y.dim(0) == M && y.dim(1) == w.dim(0),
           "[linear] output {} does not fit input {} and weight {}", shape_string(y.shape()),
           shape_string(x.shape()), shape_string(w.shape()));
@@ -110,9 +110,8 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
   }
   // A few f32 rows that do not stream take whichever primitive measured faster for them
   // (few_rows_runtime_m); up to 8 rows are at most 8 fixed shapes when they vary.
-  opt.dynamic_m = precision == Precision::f32 && M <= kSkinnyMaxTokens
-                      ? few_rows_runtime_m(M, w.numel())
-                      : varying_rows;
+  opt.dynamic_m = precision == Precision::f32 && M <= kFewRowsMax ? few_rows_runtime_m(M, w.numel())
+                                                                  : varying_rows;
   matmul(y, x, Trans::no, w, Trans::yes, opt);
 }
 
@@ -140,13 +139,13 @@ const Tensor& product_operand(Tensor& out, const Tensor& t) {
   return out;
 }
 
-void KeptOperands::start(bool train, Precision precision, std::int64_t rows) {
-  kept_ = train && converts_operands_once(precision);
+void ProductOperands::start(bool train, Precision precision, std::int64_t rows) {
+  copies_ = train && converts_operands_once(precision);
   packs_ = train && rows > 0 && packs_weights(rows, precision);
   precision_ = precision;
 }
 
-const Tensor& KeptOperands::weight(KeptWeight& k, const Tensor& w) const {
+const Tensor& ProductOperands::weight(ProductWeight& k, const Tensor& w) const {
   if (packs_) {
     k.bf16 = Tensor();
     return w;
@@ -156,11 +155,11 @@ const Tensor& KeptOperands::weight(KeptWeight& k, const Tensor& w) const {
   return (*this)(k.bf16, w);
 }
 
-const Tensor& KeptOperands::gradient(const Tensor& g) const {
-  return kept_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
+const Tensor& ProductOperands::gradient(const Tensor& g) const {
+  return copies_ ? product_operand(scratch(Scratch::grad_bf16), g) : g;
 }
 
-void KeptOperands::check_unchanged(Precision now, const char* layer) const {
+void ProductOperands::check_unchanged(Precision now, const char* layer) const {
   check(now == precision_,
         "{} the precision changed from {} to {} between the forward and the backward", layer,
         enum_name(precision_), enum_name(now));
@@ -195,8 +194,8 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
         "[linear] dy {} does not fit x {} and weight {}", shape_string(dy.shape()),
         shape_string(x.shape()), shape_string(w.shape()));
   check(!packed || !varying_rows, "[linear] a packed weight needs fixed rows");
-  if (skinny(x, w, precision, true) && dw.dtype() == DType::f32) {
-    skinny_linear_backward(dx, dw, db, dy, x, w);
+  if (streams_few_rows(x, w, precision, true) && dw.dtype() == DType::f32) {
+    few_rows_linear_backward(dx, dw, db, dy, x, w);
     return;
   }
   if (dx) input_gradient(*dx, dy, w, precision, varying_rows, packed);

@@ -1,5 +1,5 @@
-// Checkpoints, written atomically with checkpoint.json last, in one file or (a sharded model) in
-// parts; reading checks every field of a file that may be hostile.
+// Checkpoints, written atomically with checkpoint.json last, in one file or (a model holding only
+// its rank's experts) in parts; reading checks every field of a file that may be hostile.
 #include "ffnlab/train/checkpoint.hpp"
 
 #include <filesystem>
@@ -61,7 +61,7 @@ std::vector<std::int64_t> weights_hash(const Tensor& values) {
 void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   ProcessGroup* group = plan_.group();
   if (!group) return write(dir, step);
-  if (plan_.sharded()) return save_sharded(dir, step);
+  if (plan_.own_experts_only()) return save_in_parts(dir, step);
   // Every rank must hold the same weights (they make the same updates from the same summed
   // gradients); a checkpoint of one rank's would otherwise hide a divergence.
   plan_.refresh_experts(ExpertState::with_moments);
@@ -77,11 +77,11 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
       failure = e.what();
     }
   group->broadcast(failure, "checkpoint");
-  plan_.release_foreign_experts(ExpertState::with_moments, step);
+  plan_.release_unheld_experts(ExpertState::with_moments, step);
   if (!failure.empty()) throw SystemError(failure);
 }
 
-void CheckpointIO::save_sharded(const std::string& dir, std::int64_t step) {
+void CheckpointIO::save_in_parts(const std::string& dir, std::int64_t step) {
   ProcessGroup& group = *plan_.group();
   const auto& expert_ranges = plan_.expert_ranges();
   // The dense part is the same on every rank, an expert on each of its holders (one a replica).
@@ -281,9 +281,9 @@ std::int64_t CheckpointIO::load(const std::string& dir) {
       diff += fmt::format("{}{} {} in the checkpoint, {} here", diff.empty() ? "" : "; ", k,
                           info["model"].value(k, json()).dump(), v.dump());
   check(diff.empty(), "[checkpoint] '{}' holds a model of another shape: {}", dir, diff);
-  // The weights file and the expert shards beside it (a sharded run's): each tensor is read by
-  // name from the file that holds it, whatever layout wrote them. One file is mapped at a time
-  // and only its pages this model reads are touched, so a rank's memory (and address space)
+  // The weights file and the expert shards beside it (an expert-parallel run's): each tensor is
+  // read by name from the file that holds it, whatever layout wrote them. One file is mapped at a
+  // time and only its pages this model reads are touched, so a rank's memory (and address space)
   // holds its own part of the checkpoint, not all of it.
   const std::string main_file = (fs::path(dir) / info["weights"].get<std::string>()).string();
   std::vector<std::string> files{main_file};
@@ -315,7 +315,7 @@ std::int64_t CheckpointIO::load(const std::string& dir) {
     // (the same config, so the same declaration order) makes this buffer's order — of a model
     // that holds every expert.
     if (f.contains("optimizer.m")) {
-      check(!plan_.sharded(),
+      check(!plan_.own_experts_only(),
             "[checkpoint] {} keeps the optimizer's moments in one process's layout (an earlier "
             "format): resume it once without --expert-parallel; its next checkpoint resumes on "
             "any layout",
@@ -346,7 +346,7 @@ std::int64_t CheckpointIO::load(const std::string& dir) {
   }
   const auto step = info["step"].get<std::int64_t>();
   // Expert parallel: this rank keeps its own experts only.
-  plan_.release_foreign_experts(ExpertState::with_moments, step);
+  plan_.release_unheld_experts(ExpertState::with_moments, step);
   optimizer_.set_steps(
       info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step);
   return step;

@@ -1,6 +1,6 @@
 // The parallel plan: the start-up checks every rank makes together, the expert groups, the
 // gradient sums and norm, and expert parallelism's memory (a rank keeps the weights, gradients
-// and optimizer moments of its own experts, expert_share, and gives the pages of the others'
+// and optimizer moments of its own experts, held_by_rank, and gives the pages of the others'
 // back to the system; a refresh brings every expert back on every rank).
 #include "ffnlab/train/parallel_plan.hpp"
 
@@ -68,7 +68,7 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
 // The elements of one MoE layer's experts (s.experts equal slices) that the experts of `share`
 // occupy: [begin, end).
 std::pair<std::int64_t, std::int64_t> held_range(const TransformerLM::ExpertSpan& s,
-                                                 const ExpertShare& share) {
+                                                 const HeldExperts& share) {
   const std::int64_t per_expert = (s.end - s.begin) / s.experts;
   return {s.begin + share.first * per_expert, s.begin + (share.first + share.count) * per_expert};
 }
@@ -90,11 +90,11 @@ void release(Tensor& buffer, const Ranges& ranges) {
 ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Corpus& corpus,
                            const TrainConfig& config, DataParallel parallel)
     : model_(model), optimizer_(optimizer), parallel_(std::move(parallel)), steps_(config.steps) {
-  const ExpertShare held = model_.held_experts();
+  const HeldExperts held = model_.held_experts();
   const FFNConfig& f = model_.config().ffn;
   const int experts = f.kind == FFNKind::moe ? f.moe.num_experts : 0;
-  sharded_ = held.count < experts;
-  check(!sharded_ || (parallel_.group != nullptr && parallel_.expert_parallel),
+  own_experts_only_ = held.count < experts;
+  check(!own_experts_only_ || (parallel_.group != nullptr && parallel_.expert_parallel),
         "[train] this model holds experts [{}, {}) of {} only: it trains expert parallel "
         "(--expert-parallel under mpirun), with the other ranks holding the rest",
         held.first, held.first + held.count, experts);
@@ -114,7 +114,7 @@ ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Cor
     check(G <= g->size() && g->size() % G == 0,
           "[dist] an expert group of {} ranks does not divide the {} ranks (--expert-group)", G,
           g->size());
-    // (Without groups, expert_share below says that the experts do not split over the ranks.)
+    // (Without groups, held_by_rank below says that the experts do not split over the ranks.)
     check(parallel_.expert_group == 0 || f.moe.num_experts % G == 0,
           "[dist] {} experts cannot be split evenly over an expert group of {} ranks "
           "(--expert-group)",
@@ -124,30 +124,30 @@ ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Cor
       replicas_ = g->split(g->rank() % G, "expert replicas");
     }
     const ProcessGroup& eg = expert_group();
-    const ExpertShare here = expert_share(f.moe.num_experts, eg.size(), eg.rank());
-    check(!sharded_ || (held.first == here.first && held.count == here.count),
+    const HeldExperts here = held_by_rank(f.moe.num_experts, eg.size(), eg.rank());
+    check(!own_experts_only_ || (held.first == here.first && held.count == here.count),
           "[dist] this rank's model holds experts [{}, {}), but its place in an expert group "
-          "of {} ranks holds [{}, {}) (build it with TransformerLM's held = expert_share(E, "
+          "of {} ranks holds [{}, {}) (build it with TransformerLM's held = held_by_rank(E, "
           "group size, rank in the group))",
           held.first, held.first + held.count, eg.size(), here.first, here.first + here.count);
     expert_spans_ = model_.expert_spans();
     for (const auto& s : expert_spans_) {
       expert_ranges_.emplace_back(s.begin, s.end);
-      if (sharded_) continue;  // every expert here is this rank's
+      if (own_experts_only_) continue;  // every expert here is this rank's
       const auto [mine, end] = held_range(s, here);
-      if (mine > s.begin) foreign_.emplace_back(s.begin, mine);
-      if (end < s.end) foreign_.emplace_back(end, s.end);
+      if (mine > s.begin) unheld_.emplace_back(s.begin, mine);
+      if (end < s.end) unheld_.emplace_back(end, s.end);
     }
     // The other ranks' experts: neither trained nor kept in memory here (until a refresh).
-    optimizer_.exclude(foreign_);
-    release_foreign_experts(ExpertState::with_moments, 0);
+    optimizer_.exclude(unheld_);
+    release_unheld_experts(ExpertState::with_moments, 0);
   }
   model_.set_data_parallel(g, g->rank() * (config.batch / g->size()) * config.seq,
                            parallel_.expert_parallel, experts_group_.get());
   Tensor& grads = model_.parameters().grads();
   sync_ = std::make_unique<GradientSync>(*g, grads, parallel_.bucket_elements, expert_ranges_);
   if (replicas_) {  // this rank's experts' gradients, over their holders in every group
-    Ranges others = foreign_;
+    Ranges others = unheld_;
     for_each_outside(0, grads.numel(), expert_ranges_,
                      [&](std::int64_t b, std::int64_t e) { others.emplace_back(b, e); });
     std::sort(others.begin(), others.end());
@@ -200,13 +200,13 @@ double ParallelPlan::gradient_norm() const {
   return std::sqrt(rest + experts[0]);
 }
 
-void ParallelPlan::release_foreign_experts(ExpertState what, std::int64_t step) {
-  if (foreign_.empty() || step >= steps_) return;  // at the end, every rank keeps all
-  release(model_.parameters().values(), foreign_);
-  release(model_.parameters().grads(), foreign_);
+void ParallelPlan::release_unheld_experts(ExpertState what, std::int64_t step) {
+  if (unheld_.empty() || step >= steps_) return;  // at the end, every rank keeps all
+  release(model_.parameters().values(), unheld_);
+  release(model_.parameters().grads(), unheld_);
   if (what == ExpertState::with_moments) {
-    release(optimizer_.m(), foreign_);
-    if (optimizer_.v().defined()) release(optimizer_.v(), foreign_);
+    release(optimizer_.m(), unheld_);
+    if (optimizer_.v().defined()) release(optimizer_.v(), unheld_);
   }
 }
 
@@ -216,7 +216,7 @@ void ParallelPlan::refresh_experts(ExpertState what) {
   auto refresh = [&](Tensor& buffer) {
     for (const auto& s : expert_spans_)
       for (int q = 0; q < g.size(); ++q) {  // rank q's experts, from rank q
-        const auto [begin, end] = held_range(s, expert_share(s.experts, g.size(), q));
+        const auto [begin, end] = held_range(s, held_by_rank(s.experts, g.size(), q));
         g.broadcast({buffer.f32() + begin, static_cast<std::size_t>(end - begin)}, q,
                     "expert refresh");
       }

@@ -78,12 +78,12 @@ RunTraffic traffic_of(const ProcessGroup& group, const std::vector<const Process
 
 }  // namespace
 
-ExpertShare sharded_experts(const LMConfig& model, const ProcessGroup& group, int expert_group) {
+HeldExperts held_by_this_rank(const LMConfig& model, const ProcessGroup& group, int expert_group) {
   const int P = group.size(), G = expert_group > 0 ? expert_group : P;
   if (model.ffn.kind != FFNKind::moe || model.ffn.moe.routing == RoutingKind::soft) return {};
   const int E = model.ffn.moe.num_experts;
   if (G == 1 || G > P || P % G != 0 || E % G != 0) return {};  // (G = 1: every rank holds all)
-  return expert_share(E, G, group.rank() % G);
+  return held_by_rank(E, G, group.rank() % G);
 }
 
 RunOutcome run_training(const RunRequest& rq, RunObserver& observer, TransformerLM* given_model) {
@@ -120,8 +120,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   // Expert parallel: this rank builds only its experts (the trainer refuses the layouts that do
   // not split; their models then hold every expert until it does).
   o.held = rq.parallel.expert_parallel && group
-               ? sharded_experts(o.model, *group, rq.parallel.expert_group)
-               : ExpertShare{};
+               ? held_by_this_rank(o.model, *group, rq.parallel.expert_group)
+               : HeldExperts{};
   o.params = transformer_cost(o.model, 1).params;
   std::optional<TransformerLM> built;
   if (!given_model) {

@@ -119,7 +119,7 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   StepLog log;
   ParameterSet& ps = model_.parameters();
   // (Expert parallel: the other ranks' experts' gradients stay untouched zeros.)
-  for_each_outside(0, ps.count(), plan_.foreign(),
+  for_each_outside(0, ps.count(), plan_.unheld(),
                    [&](std::int64_t b, std::int64_t e) { ps.grads().view(b, {e - b}).zero(); });
   const auto count = static_cast<std::int64_t>(batches.size());
   const float weight = 1.f / static_cast<float>(count);
@@ -165,7 +165,7 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)).
     const double factor = config_.clip / (log.grad_norm + 1e-6);
     if (factor < 1.0)
-      for_each_outside(0, ps.count(), plan_.foreign(), [&](std::int64_t b, std::int64_t e) {
+      for_each_outside(0, ps.count(), plan_.unheld(), [&](std::int64_t b, std::int64_t e) {
         Tensor part = ps.grads().view(b, {e - b});
         scale_buffer(part, static_cast<float>(factor));
       });
@@ -207,11 +207,11 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   check(windows > 0, "[data] the validation part ({} bytes) is shorter than one sequence of {}",
         val.size(), S + 1);
   if (max_tokens > 0) windows = std::max<std::int64_t>(1, std::min(windows, max_tokens / S));
-  // Evaluation runs every expert on every rank; a sharded model's ranks exchange rows instead,
-  // and so make the same number of forwards (those without a chunk left repeat the first and
-  // drop its loss).
-  const bool sharded = plan_.sharded();
-  if (!sharded) plan_.refresh_experts(ExpertState::weights);
+  // Evaluation runs every expert on every rank; a model holding only this rank's experts exchanges
+  // rows instead, and so make the same number of forwards (those without a chunk left repeat the
+  // first and drop its loss).
+  const bool own_only = plan_.own_experts_only();
+  if (!own_only) plan_.refresh_experts(ExpertState::weights);
   EvalLog log;
   log.step = step_;
   // Data parallel: rank r evaluates chunks r, r + ranks, ...; each chunk is the forward one
@@ -220,10 +220,10 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
   const std::int64_t ranks = plan_.ranks(), rank = plan_.rank();
   std::vector<double> sum{0.0, 0.0};  // loss · bytes predicted, bytes predicted
   const std::int64_t chunks = (windows + config_.batch - 1) / config_.batch;
-  const std::int64_t rounds = sharded ? (chunks + ranks - 1) / ranks : chunks;
+  const std::int64_t rounds = own_only ? (chunks + ranks - 1) / ranks : chunks;
   for (std::int64_t round = 0; round < rounds; ++round) {
-    const std::int64_t chunk = sharded ? round * ranks + rank : round;
-    if (!sharded && chunk % ranks != rank) continue;
+    const std::int64_t chunk = own_only ? round * ranks + rank : round;
+    if (!own_only && chunk % ranks != rank) continue;
     const bool counted = chunk < chunks;
     const std::int64_t w = counted ? chunk * config_.batch : 0;
     Batch b = sequential_batch(val, std::min(config_.batch, windows - w), S, w);
@@ -237,7 +237,7 @@ EvalLog Trainer::evaluate(std::int64_t max_tokens) {
     sum[0] += loss * predicted;
     sum[1] += predicted;
   }
-  if (!sharded) plan_.release_foreign_experts(ExpertState::weights, step_);
+  if (!own_only) plan_.release_unheld_experts(ExpertState::weights, step_);
   if (group) group->allreduce_sum(sum, "evaluation");
   log.tokens = static_cast<std::int64_t>(sum[1]);
   log.loss = sum[0] / sum[1];

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "cli_fixture.hpp"
-#include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 
 using namespace ffnlab;
 using namespace ffnlab::test;
@@ -83,19 +83,19 @@ TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
                 row["bytes_per_s"].get<double>() / row["read_bandwidth_bytes_per_s"].get<double>(),
                 1e-9 * row["of_bandwidth"].get<double>());
     EXPECT_EQ(row["of_bandwidth_impossible"].get<bool>(), row["of_bandwidth"].get<double>() > 1.0);
-    EXPECT_EQ(row["kernels"], enum_name(supported_skinny_isas().back()));  // the best
+    EXPECT_EQ(row["kernels"], enum_name(supported_few_rows_isas().back()));  // the best
   }
 }
 
 // --kernels times the few-token kernels of each instruction set asked for, side by side.
 TEST_F(Cli, BenchDecodeTimesEachKernelSetAskedFor) {
   const auto r = run(std::string(kSmall) + " --dtypes f32 --routings none --kernels portable," +
-                     enum_name(supported_skinny_isas().back()) + " --json");
+                     enum_name(supported_few_rows_isas().back()) + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["decode"].size(), 8u);  // {swiglu, moe} x {f32, bf16} x 2 kernel sets
   EXPECT_EQ(j["decode"][0]["kernels"], "portable");
-  EXPECT_EQ(j["decode"][1]["kernels"], enum_name(supported_skinny_isas().back()));
+  EXPECT_EQ(j["decode"][1]["kernels"], enum_name(supported_few_rows_isas().back()));
   for (const auto& row : j["decode"]) EXPECT_GT(row["seconds"].get<double>(), 0.0) << row.dump();
   expect_usage_error(run(std::string(kSmall) + " --kernels sse9"), "unknown kernel set 'sse9'");
 }

@@ -27,7 +27,7 @@ const Program kMoe{"bench_moe", FFNLAB_BENCH_MOE};
 const Program kFfn{"bench_ffn", FFNLAB_BENCH_FFN};
 const Program kMatmul{"bench_matmul", FFNLAB_BENCH_MATMUL};
 const Program kPacked{"bench_packed", FFNLAB_BENCH_PACKED};
-const Program kSkinny{"bench_skinny", FFNLAB_BENCH_SKINNY};
+const Program kFewRows{"bench_few_rows", FFNLAB_BENCH_FEW_ROWS};
 const Program kKernels{"bench_kernels", FFNLAB_BENCH_KERNELS};
 
 // A number of 170 digits: CLI11's own range checks printed it as the whole message (exit 105).
@@ -134,15 +134,15 @@ std::vector<Case> cases() {
       {kPacked, "--tokens 0", 2, "--tokens"},
       {kPacked, "--d-ff " + w, 2, "--d-ff"},
       {kPacked, "--d-model 16777216 --d-ff 16777216", 1, "[bench_packed]"},
-      // bench_skinny
-      {kSkinny, "--shapes 512", 2, "--shapes: '512' is not IN x OUT"},
-      {kSkinny, "--shapes 512x0", 2, "--shapes"},
-      {kSkinny, "--shapes 16777217x8", 2, "--shapes"},
-      {kSkinny, "--shapes 512x2048x3", 2, "--shapes"},
-      {kSkinny, "--shapes " + kHuge + "x5", 2, "--shapes"},
-      {kSkinny, "--tokens 9", 2, "--tokens: '9' is not an integer in [1, 8]"},
-      {kSkinny, "--rounds 0", 2, "--rounds"},
-      {kSkinny, "--shapes 16777216x16777216", 1, "[bench_skinny]"},
+      // bench_few_rows
+      {kFewRows, "--shapes 512", 2, "--shapes: '512' is not IN x OUT"},
+      {kFewRows, "--shapes 512x0", 2, "--shapes"},
+      {kFewRows, "--shapes 16777217x8", 2, "--shapes"},
+      {kFewRows, "--shapes 512x2048x3", 2, "--shapes"},
+      {kFewRows, "--shapes " + kHuge + "x5", 2, "--shapes"},
+      {kFewRows, "--tokens 9", 2, "--tokens: '9' is not an integer in [1, 8]"},
+      {kFewRows, "--rounds 0", 2, "--rounds"},
+      {kFewRows, "--shapes 16777216x16777216", 1, "[bench_few_rows]"},
       // bench_kernels: Google Benchmark's flags, checked first
       {kKernels, "--bogus", 2, "--bogus"},
       {kKernels, "--benchmark_min_time=abc", 2, "--benchmark_min_time"},
@@ -192,7 +192,7 @@ TEST_F(BenchPrograms, HelpShowsTheRanges) {
         "--dtype TEXT:f32|bf16", "--pack-rows INT:[0, 2^32]", "--rounds INT:[1, 1000]"}},
       {kMatmul, {"--k INT:[1, 2^24]", "--n INT:[1, 2^24]", "--m INT:[1, 2^32]"}},
       {kPacked, {"--d-model INT:[1, 2^24]", "--tokens INT:[1, 2^32]", "--dtype TEXT:f32|bf16"}},
-      {kSkinny, {"--shapes TEXT:INxOUT, each in [1, 2^24]", "--tokens INT:[1, 8]"}},
+      {kFewRows, {"--shapes TEXT:INxOUT, each in [1, 2^24]", "--tokens INT:[1, 8]"}},
       {kKernels,
        {"--benchmark_min_time FLOAT:[0.001, 3600]", "--benchmark_repetitions INT:[1, 1000]",
         "--benchmark_format TEXT:console|json|csv"}},
@@ -214,7 +214,7 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
       {kFfn, "--d-model 8 --d-ff 8 --tokens 4 --variants relu,swiglu --seconds 0.001"},
       {kMatmul, "--k 8 --n 8 --m 4 --seconds 0.001"},
       {kPacked, "--d-model 8 --d-ff 8 --tokens 8 --seconds 0.001"},
-      {kSkinny, "--shapes 8x8 --tokens 1,2 --rounds 1 --seconds 0.001"},
+      {kFewRows, "--shapes 8x8 --tokens 1,2 --rounds 1 --seconds 0.001"},
       {kKernels, "--benchmark_list_tests"},
   };
   for (const auto& [program, args] : tiny) {

@@ -302,7 +302,7 @@ TEST_F(Distributed, ExpertGroupsMatchOneProcessAndResumeOnAnyLayout) {
   EXPECT_FALSE(fs::exists(path("a")) || fs::exists(path("b"))) << "a refused run left --out";
 }
 
-// Sharded experts: a rank allocates only its own. Under a per-process cap of 1.34 GiB (ulimit
+// Held experts: a rank allocates only its own. Under a per-process cap of 1.34 GiB (ulimit
 // -v), a model of 101.5 M parameters (3 MoE layers of 4 experts of width 65536; 1.5 GiB of
 // weights, gradients and Adam state) is refused in one process, naming the memory it needs, and
 // trains in an expert group of 4 (0.4 GiB a rank), its checkpoint written in four parts.

@@ -141,8 +141,8 @@ namespace {
 struct Layout {
   int ranks;
   bool expert_parallel;
-  int expert_group = 0;  // 0: every rank
-  bool sharded = false;  // each rank's model holds its own experts only
+  int expert_group = 0;   // 0: every rank
+  bool own_only = false;  // each rank's model holds its own experts only
 };
 
 void expect_ranks_train_as_one_process(const FFNConfig& ffn,
@@ -175,10 +175,10 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
   t.optimizer.lr = 3e-3f;
 
   std::int64_t params = 0, expert_params = 0;
-  auto train = [&](ProcessGroup* g, bool expert_parallel, int expert_group, bool sharded) {
+  auto train = [&](ProcessGroup* g, bool expert_parallel, int expert_group, bool own_only) {
     const int G = g == nullptr ? 1 : expert_group > 0 ? expert_group : g->size();
-    const ExpertShare held =
-        sharded ? expert_share(ffn.moe.num_experts, G, g->rank() % G) : ExpertShare{};
+    const HeldExperts held =
+        own_only ? held_by_rank(ffn.moe.num_experts, G, g->rank() % G) : HeldExperts{};
     TransformerLM model(c, t.seed, held);
     // Small buckets: several per backward.
     Trainer trainer(model, corpus, t, {g, 300, expert_parallel, {}, expert_group});
@@ -214,7 +214,7 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
     std::vector<std::map<std::string, std::vector<float>>> weights(ranks);
     std::vector<StepLog> logs(ranks);
     ThreadGroup::run(ranks, [&](ThreadGroup& g) {
-      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g, ep, run.expert_group, run.sharded);
+      std::tie(weights[g.rank()], logs[g.rank()]) = train(&g, ep, run.expert_group, run.own_only);
       EXPECT_GT(g.buckets(), 6) << "the gradients went in one piece";
       // Expert parallel: the experts' gradients are not all-reduced over the whole group (one
       // holder in each expert group; the replicas sum theirs among themselves).
@@ -223,7 +223,7 @@ void expect_ranks_train_as_one_process(const FFNConfig& ffn,
     std::filesystem::remove_all(std::filesystem::temp_directory_path() /
                                 ("ffnlab_dp_" + std::to_string(::getpid())));
     for (int r = 0; r < ranks; ++r) {
-      if (!run.sharded) {
+      if (!run.own_only) {
         ASSERT_EQ(weights[r].size(), one.size());
       }
       double gap = 0;
@@ -355,10 +355,10 @@ TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
   expect_refused_on_ranks(soft, 2, true, "Soft MoE does not split");
 }
 
-// Sharded storage: a model holding experts [2, 4) of 4 has those experts' tensors only, each with
+// Held experts: a model holding experts [2, 4) of 4 has those experts' tensors only, each with
 // the value the model holding all gives it (GPT-2's per-name streams, and torch.nn.Linear's
 // defaults drawn in one stream, init_std 0), and held_params counts what it holds.
-TEST(DataParallel, AShardOfTheExpertsStartsAsInTheWholeModel) {
+TEST(DataParallel, HeldExpertsStartAsInTheWholeModel) {
   for (const float init_std : {0.02f, 0.0f}) {
     SCOPED_TRACE(init_std);
     LMConfig c;
@@ -369,7 +369,7 @@ TEST(DataParallel, AShardOfTheExpertsStartsAsInTheWholeModel) {
     c.init_std = init_std;
     c.ffn = small_moe(2);
     c.ffn.bias = true;
-    TransformerLM whole(c, 3), part(c, 3, ExpertShare{2, 2});
+    TransformerLM whole(c, 3), part(c, 3, HeldExperts{2, 2});
     EXPECT_EQ(part.held_experts().first, 2);
     EXPECT_EQ(part.held_experts().count, 2);
     EXPECT_EQ(whole.held_experts().count, 4);
@@ -393,9 +393,9 @@ TEST(DataParallel, AShardOfTheExpertsStartsAsInTheWholeModel) {
   }
 }
 
-// A whole Trainer on sharded models (each thread rank allocates its own experts): groups of 2
-// and of 4 end with one process's weights, the rank's experts' by name.
-TEST(DataParallel, ShardedExpertsTrainToTheWeightsOfOneProcess) {
+// A whole Trainer on models that hold their own experts (each thread rank allocates its own
+// experts): groups of 2 and of 4 end with one process's weights, the rank's experts' by name.
+TEST(DataParallel, ModelsHoldingTheirOwnExpertsTrainAsOneProcess) {
   expect_ranks_train_as_one_process(small_moe(2), Objective::causal, true,
                                     {{4, true, 2, true}, {4, true, 4, true}, {2, true, 0, true}});
 }

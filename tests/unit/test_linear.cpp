@@ -180,7 +180,7 @@ TEST(Linear, PrimitivesAreCreatedOncePerShape) {
   Tensor y2({15, 7});
   linear_forward(y2, x.rows(0, 15), w, nullptr);
   EXPECT_EQ(matmul_primitive_count(), after_first + 1);
-  // f32 products of up to kSkinnyMaxTokens rows with a small weight stream it (ops/skinny): no
+  // f32 products of up to kFewRowsMax rows with a small weight stream it (ops/few_rows): no
   // primitive, forward or backward.
   Tensor y8({8, 7}), dx({8, 10}), dw({7, 10});
   dw.zero();

@@ -14,7 +14,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
 #include "ffnlab/layers/ref/moe_ffn_ref.hpp"
-#include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 
 using namespace ffnlab;
 
@@ -575,7 +575,7 @@ TEST(MoEFFN, TopPTakesTheFewestBestExpertsThatReachTheMass) {
   }
 }
 
-// Blocks of more than kSkinnyMaxTokens rows take oneDNN products; in inference, plain experts
+// Blocks of more than kFewRowsMax rows take oneDNN products; in inference, plain experts
 // get their activation as the up projection's post-op and GLU experts the separate mix.
 TEST(MoEFFN, LargeBlocksMatchReferenceInInferenceAndTraining) {
   std::uint64_t seed = 700;
@@ -586,7 +586,7 @@ TEST(MoEFFN, LargeBlocksMatchReferenceInInferenceAndTraining) {
     const Tensor x = test::random_tensor({T, 12}, ++seed);
     Tensor y_infer, y_train;
     moe.forward(y_infer, x, /*train=*/false);
-    for (auto n : moe.stats().tokens_per_expert) EXPECT_GT(n, kSkinnyMaxTokens);
+    for (auto n : moe.stats().tokens_per_expert) EXPECT_GT(n, kFewRowsMax);
     moe.forward(y_train, x, /*train=*/true);
     auto r = reference_of(moe);
     std::vector<double> yr;
@@ -1036,7 +1036,7 @@ TEST(MoEFFN, Bf16TrainingConvertsOnceWithTheSameValues) {
     const Tensor x = test::random_tensor({T, D}, ++seed), dy = test::random_tensor({T, D}, ++seed);
     Tensor y_infer, y_train, dx;
     moe.forward(y_infer, x, /*train=*/false);
-    for (auto n : moe.stats().tokens_per_expert) EXPECT_GT(n, kSkinnyMaxTokens);
+    for (auto n : moe.stats().tokens_per_expert) EXPECT_GT(n, kFewRowsMax);
     moe.parameters().zero_grad();
     moe.forward(y_train, x, /*train=*/true);
     ASSERT_EQ(y_train.numel(), y_infer.numel());

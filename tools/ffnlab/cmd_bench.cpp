@@ -16,8 +16,8 @@
 #include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/matmul.hpp"
-#include "ffnlab/ops/skinny.hpp"
 #include "interrupt.hpp"
 #include "torch_worker.hpp"
 
@@ -40,7 +40,7 @@ struct BenchOptions {
   bool decode = true;
   // The few-token kernels' instruction sets the decode table times, side by side (empty: the
   // one in use, the best this CPU runs).
-  std::vector<std::string> skinny_isas;
+  std::vector<std::string> kernel_sets;
   double budget = 0.3;
   int threads = 0;
   bool torch = true;
@@ -328,29 +328,29 @@ json bench_routing(const BenchOptions& o, const std::vector<std::string>& famili
 
 // --kernels: the instruction sets named (Usage error for a name or a set this CPU lacks); the
 // one in use when none is named.
-std::vector<SkinnyIsa> kernel_list(const std::vector<std::string>& names) {
-  std::vector<SkinnyIsa> isas;
+std::vector<FewRowsIsa> kernel_list(const std::vector<std::string>& names) {
+  std::vector<FewRowsIsa> isas;
   for (const std::string& name : names) {
-    SkinnyIsa isa{};
+    FewRowsIsa isa{};
     try {
-      isa = parse_enum<SkinnyIsa>(name);
+      isa = parse_enum<FewRowsIsa>(name);
     } catch (const Error& e) {
       throw UsageError(fmt::format("[bench] --kernels: {}", e.what()));
     }
-    if (!skinny_isa_supported(isa))
+    if (!few_rows_isa_supported(isa))
       throw UsageError(
           fmt::format("[bench] --kernels: this CPU does not run the {} kernels", name));
     if (std::find(isas.begin(), isas.end(), isa) != isas.end())
       throw UsageError(fmt::format("[bench] --kernels: '{}' is listed twice", name));
     isas.push_back(isa);
   }
-  if (isas.empty()) isas.push_back(skinny_isa());
+  if (isas.empty()) isas.push_back(few_rows_isa());
   return isas;
 }
 
-json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, TorchWorker& torch) {
+json bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, TorchWorker& torch) {
   const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
-  const SkinnyIsa in_use = skinny_isa();
+  const FewRowsIsa in_use = few_rows_isa();
   json rows = json::array();
   if (!o.json_out)
     fmt::print(
@@ -399,10 +399,10 @@ json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, Tor
           // The bandwidth in the same rounds: on a shared machine it drifts with the rest.
           bandwidths.push_back(measure_read_bandwidth(o.bandwidth_mib << 20, part));
           for (std::size_t k = 0; k < isas.size(); ++k) {  // each kernel set in every round
-            set_skinny_isa(isas[k]);
+            set_few_rows_isa(isas[k]);
             ours[k].push_back(measure_decode_speed(*ffn, t, part));
           }
-          set_skinny_isa(in_use);
+          set_few_rows_isa(in_use);
           if (torch.available())
             theirs.push_back(
                 torch_seconds(torch, torch_request(c, t, "inference", Precision::f32, w, part)));
@@ -413,8 +413,8 @@ json bench_decode(const BenchOptions& o, const std::vector<SkinnyIsa>& isas, Tor
             return a.seconds < b.seconds;
           });
           const DecodeSpeed s = ours[k][ours[k].size() / 2];
-          // f32 weights this large may not stream at t tokens here (skinny_f32_max_rows).
-          const bool streamed = w != DType::f32 || skinny_fits(t, w_in_elements, Precision::f32);
+          // f32 weights this large may not stream at t tokens here (few_rows_f32_max).
+          const bool streamed = w != DType::f32 || few_rows_fits(t, w_in_elements, Precision::f32);
           const std::string kernels = streamed ? std::string(enum_name(isas[k])) : "oneDNN";
           rows.push_back({{"layer", layer},
                           {"kernels", kernels},
@@ -493,10 +493,10 @@ void run_bench(BenchOptions o) {
   const auto precisions = precision_list(o.dtypes);
   const auto& tokens = o.tokens;
   const auto routings = routing_list(o.routings);
-  const auto kernels = kernel_list(o.skinny_isas);
+  const auto kernels = kernel_list(o.kernel_sets);
   if (o.check_torch && !o.torch)
     throw UsageError("[bench] --check-torch: times PyTorch, which --no-torch leaves out");
-  if (!o.decode && !o.skinny_isas.empty())
+  if (!o.decode && !o.kernel_sets.empty())
     throw UsageError(
         "[bench] --kernels: times the decode table's kernels, which --no-decode skips");
 
@@ -611,7 +611,7 @@ void add_bench_command(CLI::App& app) {
       ->check(int_in(1, 1 << 18))
       ->capture_default_str();
   cmd->add_flag("!--no-decode", o->decode, "skip the decode table");
-  cmd->add_option("--kernels", o->skinny_isas,
+  cmd->add_option("--kernels", o->kernel_sets,
                   "comma-separated instruction sets of the few-token kernels the decode table "
                   "times side by side: portable, avx2, avx512, avx512_bf16 (default: the best this "
                   "CPU runs, the one in use)")

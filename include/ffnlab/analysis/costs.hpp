@@ -75,7 +75,7 @@ struct TransformerCost {
 TransformerCost transformer_cost(const LMConfig& config, std::int64_t seq,
                                  bool with_embeddings = true);
 // The parameters of a model whose MoE layers hold `experts` of their experts each (an
-// expert-parallel rank's sharded storage; TransformerLM's `held`): transformer_cost's params
+// expert-parallel rank's own experts; TransformerLM's `held`): transformer_cost's params
 // without the other experts'.
 std::int64_t held_params(const LMConfig& config, int experts);
 // Its JSON form: the counts, and the FFN's shares of the parameters and of the FLOPs.

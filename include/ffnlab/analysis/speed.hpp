@@ -108,7 +108,7 @@ double measure_read_bandwidth(std::int64_t bytes, double budget);
 
 // Inference (decode) of T tokens: the bytes it must read are the weights it uses — every one for
 // a dense layer; for MoE the router, the experts the tokens chose and the shared experts — in
-// the storage the layer reads (set_inference_weights). A skinny forward reads each once.
+// the storage the layer reads (set_inference_weights). A few-row forward reads each once.
 struct DecodeSpeed {
   double seconds = 0;       // median per inference forward
   double bytes = 0;         // weight bytes that must be read

@@ -49,9 +49,9 @@ class Attention final : public Layer {
   Tensor a_;    // [T, D] attention output before o_proj
   // What the products read (ops/linear.hpp); when it keeps copies, bf16 x [T, D], a [T, D],
   // w_qkv [3D, D] and w_o [D, D] made by the forward for its products and the backward's.
-  KeptOperands operands_;
+  ProductOperands operands_;
   Tensor x16_, a16_;
-  KeptWeight w_qkv_kept_, w_o_kept_;
+  ProductWeight w_qkv_operand_, w_o_operand_;
   AttentionCache cache_;  // per-head copies and probabilities
 };
 

@@ -40,7 +40,7 @@ class DenseFFN final : public FeedForward {
   Tensor w_in_, b_in_;    // [P, D], [P]   (b_in_ undefined without bias)
   Tensor w_out_, b_out_;  // [D, F], [D]
   Tensor dw_in_, db_in_, dw_out_, db_out_;
-  Tensor packed_in_, packed_out_;  // bf16 copies of w_in_ and w_out_ (set_inference_weights)
+  Tensor inference_in_, inference_out_;  // bf16 copies of w_in_ and w_out_ (set_inference_weights)
 
   // Saved by a training forward, reused as workspaces (resized only when T grows).
   Tensor x_;  // [T, D] the caller's input (a view)
@@ -48,9 +48,9 @@ class DenseFFN final : public FeedForward {
   Tensor h_;  // [T, F] mixed hidden activation
   // What the products read (ops/linear.hpp); when it keeps copies, bf16 x [T, D], h [T, F],
   // w_in [P, D] and w_out [D, F] made by the forward for its products and the backward's.
-  KeptOperands operands_;
+  ProductOperands operands_;
   Tensor x16_, h16_;
-  KeptWeight w_in_kept_, w_out_kept_;
+  ProductWeight w_in_operand_, w_out_operand_;
   bool saved_ = false;
 };
 

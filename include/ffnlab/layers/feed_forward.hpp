@@ -7,8 +7,8 @@
 
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/layer.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/matmul.hpp"
-#include "ffnlab/ops/skinny.hpp"
 #include "ffnlab/parallel/group.hpp"
 
 namespace ffnlab {
@@ -134,28 +134,28 @@ class FeedForward : public Layer {
   // what expert parallelism leaves out of the gradient all-reduce.
   virtual std::vector<Tensor> expert_grads() { return {}; }
   // The experts this layer holds (MoE built with a share of them; {0, 0} for dense layers).
-  virtual ExpertShare held_experts() const { return {}; }
+  virtual HeldExperts held_experts() const { return {}; }
 
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
 
   // The storage of the weights that inference forwards (train = false) read. bf16 keeps a copy
-  // of the current weights in bf16, packed once: half the bytes to read per token, products in
+  // of the current weights in bf16, made once: half the bytes to read per token, products in
   // bf16 with f32 accumulation. f32 (the default) drops it and reads the weights themselves. The
   // copy is a snapshot: call this again after changing the weights; a training forward drops it
   // (the weights are about to change). Inference forwards of a few tokens stream the weights
-  // once (ops/skinny.hpp) from either storage: up to kSkinnyMaxTokens from bf16, and from f32
-  // as many as skinny_f32_max_rows allows.
+  // once (ops/few_rows.hpp) from either storage: up to kFewRowsMax from bf16, and from f32
+  // as many as few_rows_f32_max allows.
   virtual void set_inference_weights(DType dtype) = 0;
   DType inference_weights() const { return inference_weights_; }
 
  protected:
-  // Whether an inference forward over `rows` tokens streams its weights (ops/skinny.hpp): few
+  // Whether an inference forward over `rows` tokens streams its weights (ops/few_rows.hpp): few
   // enough rows for its up projection's `weight_elements`, and weights in the storage the
-  // product wants (packed bf16, or f32 products).
-  bool streams(bool train, std::int64_t rows, bool packed, std::int64_t weight_elements) const {
-    return !train && (packed ? rows >= 1 && rows <= kSkinnyMaxTokens
-                             : skinny_fits(rows, weight_elements, precision_));
+  // product wants (the bf16 copy, or f32 products).
+  bool streams(bool train, std::int64_t rows, bool bf16_copy, std::int64_t weight_elements) const {
+    return !train && (bf16_copy ? rows >= 1 && rows <= kFewRowsMax
+                                : few_rows_fits(rows, weight_elements, precision_));
   }
 
   Precision precision_ = Precision::f32;
@@ -177,6 +177,6 @@ class FeedForward : public Layer {
 // Throws "[ffn] ..." for an invalid config.
 // `held` (MoE only): the experts the layer keeps, as MoEFFN's constructor.
 std::unique_ptr<FeedForward> make_ffn(const FFNConfig& config, std::uint64_t seed = 0,
-                                      ExpertShare held = {});
+                                      HeldExperts held = {});
 
 }  // namespace ffnlab

@@ -17,7 +17,7 @@
 // (experts.{e}.gate_proj.weight, ...), so checkpoints load without conversion. Every product
 // is one or a few oneDNN calls per non-empty expert block (linear_forward's varying rows); an
 // expert with no tokens costs nothing. An inference forward of a few tokens streams only the
-// chosen experts' weights, once each (ops/skinny.hpp, skinny_f32_max_rows).
+// chosen experts' weights, once each (ops/few_rows.hpp, few_rows_f32_max).
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 
@@ -34,9 +34,9 @@ namespace ffnlab {
 
 class MoEFFN final : public FeedForward {
  public:
-  // `held`: the experts this layer keeps (expert parallelism's sharded storage: a rank allocates
+  // `held`: the experts this layer keeps (expert parallelism: a rank allocates
   // only its own experts, with the values they get in a layer that holds all); count 0, all.
-  MoEFFN(const FFNConfig& config, std::uint64_t seed, ExpertShare held = {});
+  MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held = {});
 
   const FFNConfig& config() const override { return config_; }
   void forward(Tensor& y, const Tensor& x, bool train) override;
@@ -53,7 +53,7 @@ class MoEFFN final : public FeedForward {
   const Tensor& gate_residual_grad() const override { return ws_.dresidual; }
   const Tensor& router_logits() const override { return router_.logits; }
 
-  ExpertShare held_experts() const override { return held_; }
+  HeldExperts held_experts() const override { return held_; }
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
   const Routing& routing() const { return routing_; }
   // ReLU routing's L1 coefficient λ now (0 for the other routings).
@@ -150,15 +150,15 @@ class MoEFFN final : public FeedForward {
 
   FFNConfig config_;
   FFNConfig expert_;  // the dense FFN one expert is
-  ExpertShare held_;  // the experts in params_: w_.in [held_.count, P, D] holds held_.first, ...
+  HeldExperts held_;  // the experts in params_: w_.in [held_.count, P, D] holds held_.first, ...
   std::int64_t in_width_;
   ParameterSet params_;
   Weights w_, dw_;
-  Tensor packed_in_, packed_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
+  Tensor inference_in_, inference_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
   // What the expert products read (ops/linear.hpp); when it keeps copies, bf16 weights of the
   // experts a forward computed, [n, P, D] and [n, D, F] for its n experts from first_expert,
   // made by the forward for its products and the backward's (rows_.xp16, rows_.hp16 too).
-  KeptOperands operands_;
+  ProductOperands operands_;
   Tensor w_in16_, w_out16_;
   std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
 

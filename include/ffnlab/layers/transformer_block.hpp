@@ -30,7 +30,7 @@ struct LayerDiagnostics {
 class TransformerBlock final : public Layer {
  public:
   // `held`: the experts an MoE FFN keeps (make_ffn).
-  TransformerBlock(const LMConfig& config, std::uint64_t seed, ExpertShare held = {});
+  TransformerBlock(const LMConfig& config, std::uint64_t seed, HeldExperts held = {});
 
   // y [B·S, D] from x [B·S, D]; x is kept by reference. Dropout (training only) draws from
   // streams `stream` and `stream + 1` of `dropout_seed` (ops/dropout.hpp).

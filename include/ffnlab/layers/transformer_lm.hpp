@@ -19,12 +19,12 @@ namespace ffnlab {
 class TransformerLM final : public Layer {
  public:
   // `held` (MoE): the experts [first, first + count) every MoE layer keeps (count 0: all) —
-  // expert parallelism's sharded storage, where a rank allocates only its own experts (their
+  // expert parallelism, where a rank allocates only its own experts (their
   // weights, and the trainer their gradients and moments). Every parameter a model holds has
   // the value it has in the model that holds all (same seed), so runs stay comparable.
-  TransformerLM(const LMConfig& config, std::uint64_t seed, ExpertShare held = {});
+  TransformerLM(const LMConfig& config, std::uint64_t seed, HeldExperts held = {});
   // The experts every MoE layer holds ({0, E} for a model holding all; {0, 0} without MoE).
-  ExpertShare held_experts() const;
+  HeldExperts held_experts() const;
 
   const LMConfig& config() const { return config_; }
   ParameterSet& parameters() override { return params_; }
@@ -100,9 +100,9 @@ class TransformerLM final : public Layer {
   Tensor dlogits_, dz_, dx_a_, dx_b_;
   // What the head's products read (ops/linear.hpp); when it keeps copies, bf16 z [T, D] and
   // head [V, D] made by the forward for its product and the backward's.
-  KeptOperands head_operands_;
+  ProductOperands head_operands_;
   Tensor z16_;
-  KeptWeight head_kept_;
+  ProductWeight head_operand_;
 };
 
 }  // namespace ffnlab

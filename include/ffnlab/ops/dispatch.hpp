@@ -8,24 +8,24 @@
 
 namespace ffnlab::dispatch {
 
-// Few-row products (ops/skinny): up to this many rows an f32 product streams the weights
+// Few-row products (ops/few_rows): up to this many rows an f32 product streams the weights
 // through the dot kernels instead of going to oneDNN: a product of so few rows is bound by
-// reading its weights. `bench_skinny`.
-inline constexpr std::int64_t kSkinnyMaxTokens = 8;
+// reading its weights. `bench_few_rows`.
+inline constexpr std::int64_t kFewRowsMax = 8;
 
-// Weights up to this many elements (1 MiB of f32: an L2's worth) stream up to kSkinnyMaxTokens
+// Weights up to this many elements (1 MiB of f32: an L2's worth) stream up to kFewRowsMax
 // rows on every CPU: oneDNN's fixed costs do not pay off on them. Above it, where oneDNN's f32
-// products are 512-bit, the kernels take 1 row forward and 2 backward. `bench_skinny`.
-inline constexpr std::int64_t kSkinnySmallWeight = std::int64_t{1} << 18;
-inline constexpr std::int64_t kSkinnyWideMaxRowsForward = 1, kSkinnyWideMaxRowsBackward = 2;
+// products are 512-bit, the kernels take 1 row forward and 2 backward. `bench_few_rows`.
+inline constexpr std::int64_t kFewRowsSmallWeight = std::int64_t{1} << 18;
+inline constexpr std::int64_t kFewRowsWideMaxForward = 1, kFewRowsWideMaxBackward = 2;
 
 // Weight elements below which one thread computes a whole few-row product (a fork costs more
-// than the work). Not measured; `bench_skinny` on small shapes would.
-inline constexpr std::int64_t kSkinnySerialElements = std::int64_t{1} << 15;
+// than the work). Not measured; `bench_few_rows` on small shapes would.
+inline constexpr std::int64_t kFewRowsSerialElements = std::int64_t{1} << 15;
 
-// An f32 product of at most kSkinnyMaxTokens rows that does not stream takes oneDNN's run-time-M
+// An f32 product of at most kFewRowsMax rows that does not stream takes oneDNN's run-time-M
 // primitive at up to this many rows, or on weights up to kRuntimeMMaxWeight elements; a
-// fixed-shape primitive otherwise. `bench_skinny` (its oneDNN columns).
+// fixed-shape primitive otherwise. `bench_few_rows` (its oneDNN columns).
 inline constexpr std::int64_t kRuntimeMMaxRows = 3;
 inline constexpr std::int64_t kRuntimeMMaxWeight = std::int64_t{1} << 23;
 

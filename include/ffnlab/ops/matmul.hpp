@@ -34,7 +34,7 @@ struct MatmulOptions {
   // primitive with a run-time dimension then serves every value, instead of a new primitive
   // (milliseconds to create) per value. bench/bench_matmul measures both: a run-time K runs at
   // the fixed rate, a run-time M slower at a few hundred rows, so linear_forward splits varying
-  // rows into a few fixed shapes instead, and up to kSkinnyMaxTokens rows chooses by the rows
+  // rows into a few fixed shapes instead, and up to kFewRowsMax rows chooses by the rows
   // and the weight's size (ops/dispatch.hpp; docs/benchmarks.md has the numbers).
   bool dynamic_m = false;
   bool dynamic_k = false;

@@ -18,13 +18,13 @@ namespace ffnlab {
 
 // Expert parallelism: rank q of P holds experts [q·E/P, (q+1)·E/P), E/P each. The one place this
 // rule and its check live (the exchange, the trainer's memory and refresh use it).
-struct ExpertShare {
+struct HeldExperts {
   int first = 0;  // the first expert this rank holds
   int count = 0;  // how many (E/P)
 };
 // Error "[dist] E experts cannot be split evenly over P ranks (expert parallelism)" unless P
 // divides E.
-ExpertShare expert_share(int experts, int ranks, int rank);
+HeldExperts held_by_rank(int experts, int ranks, int rank);
 
 class ProcessGroup {
  public:

@@ -35,9 +35,9 @@ class CheckpointIO {
       : model_(model), optimizer_(optimizer), plan_(plan), corpus_(corpus), config_(config) {}
 
   // The state after `step` steps, to DIR. Data parallel (collective): the ranks first check
-  // that their weights agree, then rank 0 writes. A sharded model: rank q of the first expert
-  // group writes its experts to weights-<step>-experts-<q>.safetensors beside rank 0's file
-  // (the dense part and rank 0's experts), which checkpoint.json lists as "shards".
+  // that their weights agree, then rank 0 writes. A model that holds only this rank's experts: rank
+  // q of the first expert group writes its experts to weights-<step>-experts-<q>.safetensors beside
+  // rank 0's file (the dense part and rank 0's experts), which checkpoint.json lists as "shards".
   void save(const std::string& dir, std::int64_t step);
   // Loads weights and optimizer state from DIR and returns its step. Each tensor is read by name
   // from whichever file holds it, so a checkpoint resumes on any layout. Throws
@@ -47,7 +47,7 @@ class CheckpointIO {
  private:
   // One process's checkpoint (or rank 0's for the group): every parameter in one file.
   void write(const std::string& dir, std::int64_t step) const;
-  void save_sharded(const std::string& dir, std::int64_t step);
+  void save_in_parts(const std::string& dir, std::int64_t step);
   // The parameters `keep` accepts, with their optimizer moments, to `path` (atomically).
   void write_weights(const std::string& path, std::int64_t step,
                      const std::function<bool(const Parameter&)>& keep) const;

@@ -79,14 +79,14 @@ class ParallelPlan {
 
   // The model holds only this rank's experts (TransformerLM's `held`): no other rank's expert
   // is ever here, evaluation exchanges rows as training does, checkpoints are written in parts.
-  bool sharded() const { return sharded_; }
+  bool own_experts_only() const { return own_experts_only_; }
   // Expert parallel: the elements of every MoE layer's experts (empty otherwise).
   const std::vector<std::pair<std::int64_t, std::int64_t>>& expert_ranges() const {
     return expert_ranges_;
   }
-  // Expert parallel, not sharded: the elements of the experts other ranks hold (here as copies,
-  // neither trained nor kept in memory between refreshes).
-  const std::vector<std::pair<std::int64_t, std::int64_t>>& foreign() const { return foreign_; }
+  // Expert parallel, holding every expert: the elements of the experts other ranks hold (here as
+  // copies, neither trained nor kept in memory between refreshes).
+  const std::vector<std::pair<std::int64_t, std::int64_t>>& unheld() const { return unheld_; }
   // Whether a parameter lies in the experts' elements (expert parallel).
   bool is_expert(const Parameter& p) const;
 
@@ -104,7 +104,7 @@ class ParallelPlan {
   // Expert parallel: gives the memory of the other ranks' experts (weights, gradients;
   // with_moments: the moments) back to the system, except at or after the last step (`step` of
   // the run's config.steps), when sampling and the caller may read every expert.
-  void release_foreign_experts(ExpertState what, std::int64_t step);
+  void release_unheld_experts(ExpertState what, std::int64_t step);
 
  private:
   TransformerLM& model_;
@@ -118,8 +118,8 @@ class ParallelPlan {
   std::unique_ptr<GradientSync> expert_sync_;
   std::vector<TransformerLM::ExpertSpan> expert_spans_;
   // Element ranges [begin, end) of the flat parameter buffer.
-  std::vector<std::pair<std::int64_t, std::int64_t>> expert_ranges_, foreign_;
-  bool sharded_ = false;
+  std::vector<std::pair<std::int64_t, std::int64_t>> expert_ranges_, unheld_;
+  bool own_experts_only_ = false;
 };
 
 }  // namespace ffnlab

@@ -75,7 +75,7 @@ struct RunStart {
   std::int64_t from_step;  // 0, or the checkpoint's step
   const ModelProducts& bare;
   std::int64_t tokens;  // of this rank's micro-batch (what `bare` timed)
-  ExpertShare held;     // the experts this rank holds ({}: every expert)
+  HeldExperts held;     // the experts this rank holds ({}: every expert)
 };
 
 // What a run tells its caller as it goes. Only the lead rank (rank 0, or the one process)
@@ -104,7 +104,7 @@ struct RunOutcome {
   std::int64_t params = 0, first_step = 0, step = 0;
   bool already_finished = false;  // resumed in its own folder at its last step: nothing done
   bool finished = false;          // every step done (false: stopped, checkpointed)
-  ExpertShare held;
+  HeldExperts held;
   std::vector<StepLog> steps;         // this process's (a resumed run's since the checkpoint)
   std::vector<EvalLog> evaluations;   // the whole run's: a resumed run's earlier ones first
   std::optional<EvalLog> validation;  // validate_at_end's
@@ -132,6 +132,6 @@ RunOutcome run_training(const RunRequest& request, RunObserver& observer,
 // The experts this rank of an expert-parallel run holds: its place in its expert group of G
 // consecutive ranks (every rank when G is 0). All of them ({}) where the layout does not split
 // (the trainer then says why) or the model has no experts to split.
-ExpertShare sharded_experts(const LMConfig& model, const ProcessGroup& group, int expert_group);
+HeldExperts held_by_this_rank(const LMConfig& model, const ProcessGroup& group, int expert_group);
 
 }  // namespace ffnlab

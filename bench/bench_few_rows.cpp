@@ -1,10 +1,10 @@
-// Where the few-token kernels (ops/skinny) stop paying: f32 products of T = 1..8 rows through
-// skinny_linear / skinny_linear_backward against oneDNN's products of the same shapes (fixed
+// Where the few-token kernels (ops/few_rows) stop paying: f32 products of T = 1..8 rows through
+// few_rows_linear / few_rows_linear_backward against oneDNN's products of the same shapes (fixed
 // shape, and a run-time M as the MoE's expert blocks use), in alternating rounds. The layers
-// send every f32 product of up to skinny_f32_max_rows() rows to the kernels; this is the
+// send every f32 product of up to few_rows_f32_max() rows to the kernels; this is the
 // measurement behind that limit (docs/benchmarks.md).
 //
-//   bench_skinny [--shapes 512x2048,2048x512,4096x14336] [--tokens 1,2,...,8] [--rounds 3]
+//   bench_few_rows [--shapes 512x2048,2048x512,4096x14336] [--tokens 1,2,...,8] [--rounds 3]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,9 +16,9 @@
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/matmul.hpp"
-#include "ffnlab/ops/skinny.hpp"
 
 using namespace ffnlab;
 
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   int rounds = 3;
   double budget = 0.2;
   CLI::App app{
-      "f32 products of a few rows: the streaming kernels (ops/skinny) against oneDNN's "
+      "f32 products of a few rows: the streaming kernels (ops/few_rows) against oneDNN's "
       "products of the same shapes, forward (y = x·Wᵀ + b) and backward (dx, dW, db), in "
       "alternating rounds. Speed-ups above 1 mean the kernels are faster.\n"
       "Exit status: 0 done, 1 refused (more memory than there is), 2 a bad flag, 3 out of "
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(shape_validator())
       ->capture_default_str();
-  bench::int_option(app, "--tokens", tokens, 1, kSkinnyMaxTokens, "row counts, comma-separated")
+  bench::int_option(app, "--tokens", tokens, 1, kFewRowsMax, "row counts, comma-separated")
       ->delimiter(',');
   bench::rounds_option(app, rounds, "alternating rounds");
   bench::add_seconds_option(app, budget);
@@ -85,13 +85,13 @@ int main(int argc, char** argv) {
       const Shape2 s = parse_shape(text);
       bench::Footprint f;
       f.add_n(2, {s.out, s.in});
-      f.add_n(2, {kSkinnyMaxTokens, s.in + s.out});
+      f.add_n(2, {kFewRowsMax, s.in + s.out});
       largest = std::max(largest, f.bytes());
     }
-    check_memory(largest, "bench_skinny", "the largest weight with its gradient");
+    check_memory(largest, "bench_few_rows", "the largest weight with its gradient");
     run(shape_text, tokens, rounds, budget);
   });
-  return cli::run_program("bench_skinny", app, argc, argv);
+  return cli::run_program("bench_few_rows", app, argc, argv);
 }
 
 namespace {
@@ -105,7 +105,7 @@ void run(const std::vector<std::string>& shape_text, const std::vector<std::int6
       "f32 (kernel set {}: f32 weights take its AVX2 kernel), median of {} alternating rounds ({} "
       "s each); x = oneDNN's time over "
       "the kernels' (fixed shape / run-time M for the forward, fixed for the backward)\n\n",
-      enum_name(skinny_isa()), rounds, budget);
+      enum_name(few_rows_isa()), rounds, budget);
   fmt::print("{:>12} {:>2} | {:>9} {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} {:>6}\n", "IN x OUT", "T",
              "fwd us", "dnn us", "dnn-rt us", "x", "x rt", "bwd us", "dnn us", "x");
   for (std::size_t k = 0; k < shapes.size(); ++k) {
@@ -117,7 +117,7 @@ void run(const std::vector<std::string>& shape_text, const std::vector<std::int6
       Tensor y({T, s.out}), dx({T, s.in}), dw({s.out, s.in}), db({s.out});
       std::vector<double> t[5];
       for (int r = 0; r < rounds; ++r) {
-        t[0].push_back(bench::time_it([&] { skinny_linear(y, x, w, &b); }, budget));
+        t[0].push_back(bench::time_it([&] { few_rows_linear(y, x, w, &b); }, budget));
         t[1].push_back(bench::time_it(
             [&] {
               MatmulOptions o;
@@ -134,7 +134,7 @@ void run(const std::vector<std::string>& shape_text, const std::vector<std::int6
             },
             budget));
         t[3].push_back(
-            bench::time_it([&] { skinny_linear_backward(&dx, dw, &db, dy, x, w); }, budget));
+            bench::time_it([&] { few_rows_linear_backward(&dx, dw, &db, dy, x, w); }, budget));
         t[4].push_back(bench::time_it(
             [&] {
               MatmulOptions o;

@@ -1,13 +1,13 @@
-// Products for a few tokens (decode, small batches): with T <= kSkinnyMaxTokens tokens a product
+// Products for a few tokens (decode, small batches): with T <= kFewRowsMax tokens a product
 // is bound by reading the weights, so these kernels read every weight row once for all tokens,
 // straight from f32 or bf16 storage, and finish each row's dot products with its bias,
 // activation and gated mix in registers; the backward reads each weight row once for dx and
 // each gradient row once for dW. Nothing else is touched: no primitive, no packing, no scratch
 // allocation. linear_forward/linear_backward use them for f32 products of up to
-// kSkinnyMaxTokens rows (on CPUs with AVX-512, fewer for large weights: skinny_f32_max_rows),
+// kFewRowsMax rows (on CPUs with AVX-512, fewer for large weights: few_rows_f32_max),
 // and the layers for their inference forwards and MoE expert blocks of that size; larger T goes
 // through oneDNN (ops/matmul). Reference: ref::linear_forward, ref::linear_backward and
-// ref::glu_forward; tests: tests/unit/test_skinny.cpp.
+// ref::glu_forward; tests: tests/unit/test_few_rows.cpp.
 #pragma once
 
 #include <cstdint>
@@ -21,64 +21,64 @@
 
 namespace ffnlab {
 
-using dispatch::kSkinnyMaxTokens;  // (ops/dispatch.hpp holds every threshold)
+using dispatch::kFewRowsMax;  // (ops/dispatch.hpp holds every threshold)
 
 // The instruction sets the dot kernels are built for, every one in any build (x86), and chosen
 // at run time: the best this CPU runs. The AVX-512 sets change bf16 weights' kernel (avx512:
 // 16 bf16 widened at a time; avx512_bf16: pairs of bf16 into f32 sums by vdpbf16ps); f32
-// weights take the AVX2 kernel on every set above portable (skinny.cpp says why).
-enum class SkinnyIsa { portable, avx2, avx512, avx512_bf16, count };
+// weights take the AVX2 kernel on every set above portable (few_rows.cpp says why).
+enum class FewRowsIsa { portable, avx2, avx512, avx512_bf16, count };
 template <>
-struct EnumNames<SkinnyIsa> {
-  static constexpr auto table = name_table<SkinnyIsa>("skinny", "kernel set",
-                                                      {{SkinnyIsa::portable, "portable"},
-                                                       {SkinnyIsa::avx2, "avx2"},
-                                                       {SkinnyIsa::avx512, "avx512"},
-                                                       {SkinnyIsa::avx512_bf16, "avx512_bf16"}});
+struct EnumNames<FewRowsIsa> {
+  static constexpr auto table = name_table<FewRowsIsa>("few_rows", "kernel set",
+                                                       {{FewRowsIsa::portable, "portable"},
+                                                        {FewRowsIsa::avx2, "avx2"},
+                                                        {FewRowsIsa::avx512, "avx512"},
+                                                        {FewRowsIsa::avx512_bf16, "avx512_bf16"}});
 };
-static_assert(EnumNames<SkinnyIsa>::table.complete());
-bool skinny_isa_supported(SkinnyIsa isa);
-std::vector<SkinnyIsa> supported_skinny_isas();  // portable first, the best last
-// The kernels' instruction set now (every thread's); set_skinny_isa chooses another for tests
-// and benchmarks (Error "[skinny] this CPU does not run the X kernels" where the CPU lacks it).
-SkinnyIsa skinny_isa();
-void set_skinny_isa(SkinnyIsa isa);
+static_assert(EnumNames<FewRowsIsa>::table.complete());
+bool few_rows_isa_supported(FewRowsIsa isa);
+std::vector<FewRowsIsa> supported_few_rows_isas();  // portable first, the best last
+// The kernels' instruction set now (every thread's); set_few_rows_isa chooses another for tests
+// and benchmarks (Error "[few_rows] this CPU does not run the X kernels" where the CPU lacks it).
+FewRowsIsa few_rows_isa();
+void set_few_rows_isa(FewRowsIsa isa);
 
 // The most rows an f32 product with a weight of `weight_elements` streams through these kernels
 // rather than going to oneDNN, on this CPU (the backward: dx, dW and db together): where
-// oneDNN's f32 products are 256-bit (AVX2), kSkinnyMaxTokens; where they are 512-bit (AVX-512)
-// and the weight is larger than kSkinnySmallWeight elements, dispatch.hpp's kSkinnyWide* rows.
-std::int64_t skinny_f32_max_rows(std::int64_t weight_elements, bool backward);
-using dispatch::kSkinnySmallWeight;
+// oneDNN's f32 products are 256-bit (AVX2), kFewRowsMax; where they are 512-bit (AVX-512)
+// and the weight is larger than kFewRowsSmallWeight elements, dispatch.hpp's kFewRowsWide* rows.
+std::int64_t few_rows_f32_max(std::int64_t weight_elements, bool backward);
+using dispatch::kFewRowsSmallWeight;
 
 // Whether an f32 product over `rows` rows with a weight of `weight_elements` takes these kernels
 // rather than oneDNN's (training products and f32 inference; bf16 products stream only from
 // weights packed in bf16).
-inline bool skinny_fits(std::int64_t rows, std::int64_t weight_elements, Precision precision,
-                        bool backward = false) {
+inline bool few_rows_fits(std::int64_t rows, std::int64_t weight_elements, Precision precision,
+                          bool backward = false) {
   return precision == Precision::f32 && rows >= 1 &&
-         rows <= skinny_f32_max_rows(weight_elements, backward);
+         rows <= few_rows_f32_max(weight_elements, backward);
 }
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null; y += ... with accumulate).
 // w is f32 or bf16; with bf16 weights x is rounded to bf16 too, as oneDNN's bf16 products do
-// (accumulation is f32 either way). T <= kSkinnyMaxTokens.
-void skinny_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
-                   bool accumulate = false);
+// (accumulation is f32 either way). T <= kFewRowsMax.
+void few_rows_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                     bool accumulate = false);
 
 // h [T, F] = mix(x [T, D] · w_in [P, D]ᵀ + b_in) of any dense FFN kind, in one pass over w_in:
 // branches = 0 is the plain FFN, h = act(·) with P = F; branches = n >= 1 is the gated sum
 // Σ_b act(g_b) ⊙ u_b with P = 2nF and rows [g_0 | u_0 | g_1 | ...] (ops/glu.hpp's layout).
 // b_in [P] may be null; w_in f32 or bf16 as above.
-void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_in, Act act,
-                int branches);
+void few_rows_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_in, Act act,
+                  int branches);
 
-// linear_backward for T <= kSkinnyMaxTokens tokens, all f32: dx [T, I] = dy [T, O] · w [O, I]
+// linear_backward for T <= kFewRowsMax tokens, all f32: dx [T, I] = dy [T, O] · w [O, I]
 // (overwritten; skipped when dx is null), dw [O, I] += dyᵀ · x, db [O] += Σ_t dy (when db).
 // Every weight row is read once and every gradient row read and written once; a row whose dy is
 // zero for every token (a ReLU unit no token activated) is not read at all. The result does not
 // depend on the thread count.
-void skinny_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
-                            const Tensor& w);
+void few_rows_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
+                              const Tensor& w);
 
 }  // namespace ffnlab

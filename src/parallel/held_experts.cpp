@@ -4,7 +4,7 @@
 
 namespace ffnlab {
 
-ExpertShare expert_share(int experts, int ranks, int rank) {
+HeldExperts held_by_rank(int experts, int ranks, int rank) {
   check(ranks > 0 && experts % ranks == 0,
         "[dist] {} experts cannot be split evenly over {} ranks (expert parallelism)", experts,
         ranks);

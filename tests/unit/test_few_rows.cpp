@@ -1,4 +1,4 @@
-// The few-token kernels (ops/skinny): against the double reference (linear, then the mix; the
+// The few-token kernels (ops/few_rows): against the double reference (linear, then the mix; the
 // linear backward) with f32 and bf16 weights, on every instruction set this CPU runs, every
 // token count, widths with and without a
 // vector remainder; the backward for any thread count; and the
@@ -13,11 +13,11 @@
 #include "../common/test_util.hpp"
 #include "ffnlab/layers/dense_ffn.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/ref/activation_ref.hpp"
 #include "ffnlab/ops/ref/glu_ref.hpp"
 #include "ffnlab/ops/ref/linear_ref.hpp"
-#include "ffnlab/ops/skinny.hpp"
 
 using namespace ffnlab;
 
@@ -39,22 +39,22 @@ const std::int64_t kWidths[] = {1, 7, 37, 64, 133};
 // restores the one in use.
 template <typename Fn>
 void on_every_isa(Fn&& f) {
-  const SkinnyIsa before = skinny_isa();
-  for (SkinnyIsa isa : supported_skinny_isas()) {
+  const FewRowsIsa before = few_rows_isa();
+  for (FewRowsIsa isa : supported_few_rows_isas()) {
     SCOPED_TRACE(enum_name(isa));
-    set_skinny_isa(isa);
+    set_few_rows_isa(isa);
     f();
   }
-  set_skinny_isa(before);
+  set_few_rows_isa(before);
 }
 
 }  // namespace
 
-TEST(Skinny, LinearMatchesReference) {
+TEST(FewRows, LinearMatchesReference) {
   on_every_isa([] {
     std::uint64_t seed = 1;
     for (DType dtype : {DType::f32, DType::bf16})
-      for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+      for (std::int64_t T = 1; T <= kFewRowsMax; ++T)
         for (std::int64_t I : kWidths)
           for (bool bias : {false, true})
             for (bool accumulate : {false, true}) {
@@ -65,7 +65,7 @@ TEST(Skinny, LinearMatchesReference) {
               const Tensor y0 = test::random_tensor({T, O}, seed++);
               const Tensor w = w32.to(dtype);
               Tensor y = y0.clone();
-              skinny_linear(y, x, w, bias ? &b : nullptr, accumulate);
+              few_rows_linear(y, x, w, bias ? &b : nullptr, accumulate);
 
               const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
               const auto br = test::to_vector<double>(b);
@@ -83,25 +83,25 @@ TEST(Skinny, LinearMatchesReference) {
 
 // The run-time choice: the best set this CPU runs is the one in use, portable always runs, and
 // a set the CPU lacks is refused.
-TEST(Skinny, KernelsAreChosenAtRunTime) {
-  const std::vector<SkinnyIsa> isas = supported_skinny_isas();
+TEST(FewRows, KernelsAreChosenAtRunTime) {
+  const std::vector<FewRowsIsa> isas = supported_few_rows_isas();
   ASSERT_FALSE(isas.empty());
-  EXPECT_EQ(isas.front(), SkinnyIsa::portable);
-  EXPECT_EQ(skinny_isa(), isas.back());
+  EXPECT_EQ(isas.front(), FewRowsIsa::portable);
+  EXPECT_EQ(few_rows_isa(), isas.back());
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  EXPECT_EQ(skinny_isa_supported(SkinnyIsa::avx512),
+  EXPECT_EQ(few_rows_isa_supported(FewRowsIsa::avx512),
             __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2"));
 #endif
-  for (SkinnyIsa isa :
-       {SkinnyIsa::portable, SkinnyIsa::avx2, SkinnyIsa::avx512, SkinnyIsa::avx512_bf16})
-    if (!skinny_isa_supported(isa)) {
-      EXPECT_THROW(set_skinny_isa(isa), Error) << enum_name(isa);
+  for (FewRowsIsa isa :
+       {FewRowsIsa::portable, FewRowsIsa::avx2, FewRowsIsa::avx512, FewRowsIsa::avx512_bf16})
+    if (!few_rows_isa_supported(isa)) {
+      EXPECT_THROW(set_few_rows_isa(isa), Error) << enum_name(isa);
     }
 }
 
-TEST(Skinny, MixMatchesReference) {
+TEST(FewRows, MixMatchesReference) {
   on_every_isa([] {
     struct Case {
       int branches;
@@ -114,7 +114,7 @@ TEST(Skinny, MixMatchesReference) {
     std::uint64_t seed = 100;
     for (DType dtype : {DType::f32, DType::bf16})
       for (const Case& c : cases)
-        for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+        for (std::int64_t T = 1; T <= kFewRowsMax; ++T)
           for (std::int64_t D : kWidths)
             for (bool bias : {false, true}) {
               const std::int64_t F = 3 + D % 13;
@@ -123,7 +123,7 @@ TEST(Skinny, MixMatchesReference) {
               const Tensor w32 = test::random_tensor({P, D}, seed++, 1.0f / std::sqrt(D));
               const Tensor b = test::random_tensor({P}, seed++, 0.5f);
               Tensor h({T, F});
-              skinny_mix(h, x, w32.to(dtype), bias ? &b : nullptr, c.act, c.branches);
+              few_rows_mix(h, x, w32.to(dtype), bias ? &b : nullptr, c.act, c.branches);
 
               const auto xr = as_read(x, dtype), wr = as_read(w32, dtype);
               const auto br = test::to_vector<double>(b);
@@ -153,10 +153,10 @@ Tensor sparse_dy(std::int64_t T, std::int64_t O, std::uint64_t seed) {
   return dy;
 }
 
-TEST(Skinny, LinearBackwardMatchesReference) {
+TEST(FewRows, LinearBackwardMatchesReference) {
   std::uint64_t seed = 900;
   // Widths below, at and across the 128-column blocks, with remainders.
-  for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T)
+  for (std::int64_t T = 1; T <= kFewRowsMax; ++T)
     for (std::int64_t I : {1, 37, 128, 300})
       for (bool bias : {false, true})
         for (bool with_dx : {false, true}) {
@@ -167,7 +167,7 @@ TEST(Skinny, LinearBackwardMatchesReference) {
           const Tensor dw0 = test::random_tensor({O, I}, seed++);
           const Tensor db0 = test::random_tensor({O}, seed++);
           Tensor dx({T, I}), dw = dw0.clone(), db = db0.clone();
-          skinny_linear_backward(with_dx ? &dx : nullptr, dw, bias ? &db : nullptr, dy, x, w);
+          few_rows_linear_backward(with_dx ? &dx : nullptr, dw, bias ? &db : nullptr, dy, x, w);
 
           std::vector<double> dxr(static_cast<std::size_t>(T * I));
           auto dwr = test::to_vector<double>(dw0), dbr = test::to_vector<double>(db0);
@@ -189,16 +189,16 @@ TEST(Skinny, LinearBackwardMatchesReference) {
         }
 }
 
-TEST(Skinny, LinearBackwardOfNoOutputs) {  // an empty sum: dx = 0, dw and db untouched
+TEST(FewRows, LinearBackwardOfNoOutputs) {  // an empty sum: dx = 0, dw and db untouched
   const Tensor x = test::random_tensor({3, 5}, 1);
   Tensor w({0, 5}), dw({0, 5}), db({0}), dy({3, 0});
   Tensor dx = test::random_tensor({3, 5}, 2);
-  skinny_linear_backward(&dx, dw, &db, dy, x, w);
+  few_rows_linear_backward(&dx, dw, &db, dy, x, w);
   for (std::int64_t i = 0; i < dx.numel(); ++i) EXPECT_EQ(dx.f32()[i], 0.0f) << i;
 }
 
 // Large enough to run on every thread: the sums do not depend on how many there are.
-TEST(Skinny, LinearBackwardIsTheSameOnAnyThreadCount) {
+TEST(FewRows, LinearBackwardIsTheSameOnAnyThreadCount) {
   const std::int64_t T = 5, I = 700, O = 600;
   const Tensor x = test::random_tensor({T, I}, 1), w = test::random_tensor({O, I}, 2);
   const Tensor dy = sparse_dy(T, O, 3);
@@ -208,7 +208,7 @@ TEST(Skinny, LinearBackwardIsTheSameOnAnyThreadCount) {
     Tensor dx({T, I}), dw({O, I}), db({O});
     dw.zero();
     db.zero();
-    skinny_linear_backward(&dx, dw, &db, dy, x, w);
+    few_rows_linear_backward(&dx, dw, &db, dy, x, w);
     omp_set_num_threads(before);
     return std::vector<Tensor>{dx, dw, db};
   };
@@ -219,37 +219,37 @@ TEST(Skinny, LinearBackwardIsTheSameOnAnyThreadCount) {
   }
 }
 
-TEST(Skinny, RejectsWhatItCannotDo) {
+TEST(FewRows, RejectsWhatItCannotDo) {
   const Tensor x9 = test::random_tensor({9, 8}, 1), w = test::random_tensor({3, 8}, 2);
   Tensor y({9, 3});
-  EXPECT_NE(test::error_of([&] { skinny_linear(y, x9, w, nullptr); }).find("9 tokens"),
+  EXPECT_NE(test::error_of([&] { few_rows_linear(y, x9, w, nullptr); }).find("9 tokens"),
             std::string::npos);
   const Tensor x = test::random_tensor({2, 9}, 3);
   Tensor y2({2, 3});
-  EXPECT_NE(test::error_of([&] { skinny_linear(y2, x, w, nullptr); }).find("does not fit"),
+  EXPECT_NE(test::error_of([&] { few_rows_linear(y2, x, w, nullptr); }).find("does not fit"),
             std::string::npos);
   Tensor h({2, 4});  // a GLU of F = 4 needs 8 rows, w has 3
   const Tensor x8 = test::random_tensor({2, 8}, 4);
-  EXPECT_NE(test::error_of([&] { skinny_mix(h, x8, w, nullptr, Act{}, 1); }).find("expected 8"),
+  EXPECT_NE(test::error_of([&] { few_rows_mix(h, x8, w, nullptr, Act{}, 1); }).find("expected 8"),
             std::string::npos);
 }
 
-// Where the kernels stop: small weights stream up to kSkinnyMaxTokens rows on every CPU; a
-// large one streams fewer rows where oneDNN's f32 products are 512-bit (bench/bench_skinny), and
+// Where the kernels stop: small weights stream up to kFewRowsMax rows on every CPU; a
+// large one streams fewer rows where oneDNN's f32 products are 512-bit (bench/bench_few_rows), and
 // the rows it does not stream go to oneDNN (a primitive appears). Both paths agree with the
 // reference at every row count.
-TEST(Skinny, LargeWeightsStreamFewerRowsWhereOneDnnIsWider) {
-  const bool wide = skinny_isa_supported(SkinnyIsa::avx512);
+TEST(FewRows, LargeWeightsStreamFewerRowsWhereOneDnnIsWider) {
+  const bool wide = few_rows_isa_supported(FewRowsIsa::avx512);
   for (bool backward : {false, true}) {
-    EXPECT_EQ(skinny_f32_max_rows(kSkinnySmallWeight, backward), kSkinnyMaxTokens);
-    EXPECT_EQ(skinny_f32_max_rows(kSkinnySmallWeight + 1, backward),
-              wide ? (backward ? 2 : 1) : kSkinnyMaxTokens);
+    EXPECT_EQ(few_rows_f32_max(kFewRowsSmallWeight, backward), kFewRowsMax);
+    EXPECT_EQ(few_rows_f32_max(kFewRowsSmallWeight + 1, backward),
+              wide ? (backward ? 2 : 1) : kFewRowsMax);
   }
   const std::int64_t I = 512;
-  for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T) {
+  for (std::int64_t T = 1; T <= kFewRowsMax; ++T) {
     SCOPED_TRACE(T);
     // Another weight shape each time, so that a primitive of an earlier T cannot serve this one.
-    const std::int64_t O = 640 + T;  // > 320 Ki elements: larger than kSkinnySmallWeight
+    const std::int64_t O = 640 + T;  // > 320 Ki elements: larger than kFewRowsSmallWeight
     const Tensor w = test::random_tensor({O, I}, 41), b = test::random_tensor({O}, 42);
     const auto wr = test::to_vector<double>(w), br = test::to_vector<double>(b);
     const Tensor x = test::random_tensor({T, I}, 43 + T), dy = test::random_tensor({T, O}, 60 + T);
@@ -258,7 +258,7 @@ TEST(Skinny, LargeWeightsStreamFewerRowsWhereOneDnnIsWider) {
     db.zero();
     const auto before = matmul_primitive_count();
     linear_forward(y, x, w, &b);
-    EXPECT_EQ(matmul_primitive_count() == before, T <= skinny_f32_max_rows(O * I, false));
+    EXPECT_EQ(matmul_primitive_count() == before, T <= few_rows_f32_max(O * I, false));
     linear_backward(&dx, dw, &db, dy, x, w);
 
     const auto xr = test::to_vector<double>(x), dyr = test::to_vector<double>(dy);
@@ -277,7 +277,7 @@ TEST(Skinny, LargeWeightsStreamFewerRowsWhereOneDnnIsWider) {
 // Every dense variant, both layouts, every decode token count: the streamed inference forward
 // (the mix fused into the pass over w_in) gives the training forward's output (the products,
 // kept, then the mix); both against the reference through the layers' golden tests.
-TEST(Skinny, DenseDecodeMatchesTrainingForward) {
+TEST(FewRows, DenseDecodeMatchesTrainingForward) {
   std::uint64_t seed = 300;
   for (const char* v : {"relu", "gelu", "glu", "bilinear", "reglu", "geglu", "swiglu", "gated"})
     for (GLULayout layout : {GLULayout::separate, GLULayout::fused})
@@ -286,7 +286,7 @@ TEST(Skinny, DenseDecodeMatchesTrainingForward) {
         if (c.kind == FFNKind::multi_branch && layout == GLULayout::fused) continue;
         c.layout = layout;
         DenseFFN ffn(c, seed++);
-        for (std::int64_t T = 1; T <= kSkinnyMaxTokens; ++T) {
+        for (std::int64_t T = 1; T <= kFewRowsMax; ++T) {
           const Tensor x = test::random_tensor({T, c.d_model}, seed++);
           Tensor y_train, y_infer;
           ffn.forward(y_train, x, true);
@@ -299,26 +299,26 @@ TEST(Skinny, DenseDecodeMatchesTrainingForward) {
       }
 }
 
-// bf16 inference weights: decode (streamed) and larger T (oneDNN reading the packed copy) give
+// bf16 inference weights: decode (streamed) and larger T (oneDNN reading the bf16 copy) give
 // what the bf16 products give, and differ from f32 by bf16's rounding, not more.
-TEST(Skinny, Bf16InferenceWeightsMatchBf16Products) {
+TEST(FewRows, Bf16InferenceWeightsMatchBf16Products) {
   std::uint64_t seed = 500;
   for (const char* v : {"relu", "swiglu", "gated"}) {
     const FFNConfig c = variant_config(v, 48, 64, true);
     DenseFFN ffn(c, seed++);
     for (std::int64_t T : {1, 3, 9}) {
       const Tensor x = test::random_tensor({T, c.d_model}, seed++);
-      Tensor y32, y16_products, y16_packed;
+      Tensor y32, y16_products, y16_copy;
       ffn.forward(y32, x, false);
       ffn.set_precision(Precision::bf16);
       ffn.forward(y16_products, x, false);
       ffn.set_precision(Precision::f32);
       ffn.set_inference_weights(DType::bf16);
-      ffn.forward(y16_packed, x, false);
+      ffn.forward(y16_copy, x, false);
       ffn.set_inference_weights(DType::f32);
       const double vs_products =
-          test::scaled_error(y16_packed.f32(), y16_products.f32(), y32.numel());
-      const double vs_f32 = test::scaled_error(y16_packed.f32(), y32.f32(), y32.numel());
+          test::scaled_error(y16_copy.f32(), y16_products.f32(), y32.numel());
+      const double vs_f32 = test::scaled_error(y16_copy.f32(), y32.f32(), y32.numel());
       // Both round x, h and the weights to bf16; they differ in the order of f32 sums only.
       EXPECT_LT(vs_products, 2e-3) << v << " T=" << T;
       // bf16 keeps 8 bits: the error is visible, and bounded.
@@ -328,25 +328,25 @@ TEST(Skinny, Bf16InferenceWeightsMatchBf16Products) {
   }
 }
 
-TEST(Skinny, TrainingForwardDropsThePackedWeights) {
+TEST(FewRows, TrainingForwardDropsTheBf16Copy) {
   const FFNConfig c = variant_config("swiglu", 16, 24, false);
   DenseFFN ffn(c, 7);
   const Tensor x = test::random_tensor({2, 16}, 8);
-  Tensor y_before, y_packed, y_after, y;
+  Tensor y_before, y_copy, y_after, y;
   ffn.forward(y_before, x, false);
   ffn.set_inference_weights(DType::bf16);
   EXPECT_EQ(ffn.inference_weights(), DType::bf16);
-  ffn.forward(y_packed, x, false);
+  ffn.forward(y_copy, x, false);
   ffn.forward(y, x, true);  // training: the weights are about to change
   EXPECT_EQ(ffn.inference_weights(), DType::f32);
   ffn.forward(y_after, x, false);
-  EXPECT_GT(test::scaled_error(y_packed.f32(), y_before.f32(), y.numel()), 1e-5);
+  EXPECT_GT(test::scaled_error(y_copy.f32(), y_before.f32(), y.numel()), 1e-5);
   EXPECT_EQ(test::scaled_error(y_after.f32(), y_before.f32(), y.numel()), 0.0);
 }
 
 // MoE inference: the same output as the training forward, with f32 and bf16 inference weights;
 // and the experts no token chose are never read (their weights are NaN here).
-TEST(Skinny, MoEDecodeReadsOnlyTheChosenExperts) {
+TEST(FewRows, MoEDecodeReadsOnlyTheChosenExperts) {
   std::uint64_t seed = 700;
   for (const char* expert : {"relu", "swiglu"})
     for (int shared : {0, 1}) {

@@ -1,6 +1,6 @@
 // Few-token products that stream the weights once: one row's dot products with every token at a
 // time, in registers, then bias, activation and the gated mix per output element.
-#include "ffnlab/ops/skinny.hpp"
+#include "ffnlab/ops/few_rows.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -19,7 +19,7 @@ namespace ffnlab {
 namespace {
 
 // Weight elements below which one thread does the whole product (a fork costs more).
-constexpr std::int64_t kSerialElements = dispatch::kSkinnySerialElements;
+constexpr std::int64_t kSerialElements = dispatch::kFewRowsSerialElements;
 
 inline float widen(float w) {
   return w;
@@ -36,7 +36,7 @@ struct Tokens {
 };
 
 // The dot kernels, one per instruction set, compiled with that set whatever the build targets
-// (function target attributes) and chosen at run time (skinny_isa): a binary built for one x86
+// (function target attributes) and chosen at run time (few_rows_isa): a binary built for one x86
 // CPU runs on another. Each computes out[r·T + t] = Σ_i w_r[i]·x[t·I + i] for R consecutive rows
 // w_r = w + r·I and the T tokens, each row loaded once per vector and multiplied into every
 // token: R memory streams in flight and R·T independent accumulators, which one core needs when
@@ -175,12 +175,12 @@ FFNLAB_AVX512_BF16 void dot_rows_bf16(const std::uint16_t* w, std::int64_t I, co
 #endif
 #endif
 
-// The ISA the kernels take now: the best this CPU runs, until set_skinny_isa.
-std::atomic<SkinnyIsa>& active_isa() {
-  static std::atomic<SkinnyIsa> isa{[] {
-    SkinnyIsa best = SkinnyIsa::portable;
-    for (SkinnyIsa i : {SkinnyIsa::avx2, SkinnyIsa::avx512, SkinnyIsa::avx512_bf16})
-      if (skinny_isa_supported(i)) best = i;
+// The ISA the kernels take now: the best this CPU runs, until set_few_rows_isa.
+std::atomic<FewRowsIsa>& active_isa() {
+  static std::atomic<FewRowsIsa> isa{[] {
+    FewRowsIsa best = FewRowsIsa::portable;
+    for (FewRowsIsa i : {FewRowsIsa::avx2, FewRowsIsa::avx512, FewRowsIsa::avx512_bf16})
+      if (few_rows_isa_supported(i)) best = i;
     return best;
   }()};
   return isa;
@@ -193,17 +193,17 @@ struct DotKernels {
   Fn rows, one;
 };
 template <int T, int R, typename W>
-DotKernels<T, R, W> dot_kernels(SkinnyIsa isa) {
+DotKernels<T, R, W> dot_kernels(FewRowsIsa isa) {
 #if defined(__x86_64__)
   // f32 weights keep the AVX2 kernel on the sets above it: the 512-bit one measured within
   // 0–7 % of it (reading bound at one token; at eight both lose to oneDNN on AVX-512), and it
   // sums in another order, which moved training runs of few-row MoE expert blocks across a
   // routing decision against one process (DataParallel tests). bf16 weights gain (1.3–1.4×).
   if constexpr (sizeof(W) == 2) {
-    if (isa == SkinnyIsa::avx512_bf16) return {dot_rows_bf16<T, R>, dot_rows_bf16<T, 1>};
-    if (isa == SkinnyIsa::avx512) return {dot_rows_avx512<T, R>, dot_rows_avx512<T, 1>};
+    if (isa == FewRowsIsa::avx512_bf16) return {dot_rows_bf16<T, R>, dot_rows_bf16<T, 1>};
+    if (isa == FewRowsIsa::avx512) return {dot_rows_avx512<T, R>, dot_rows_avx512<T, 1>};
   }
-  if (isa != SkinnyIsa::portable) return {dot_rows_avx2<T, R, W>, dot_rows_avx2<T, 1, W>};
+  if (isa != FewRowsIsa::portable) return {dot_rows_avx2<T, R, W>, dot_rows_avx2<T, 1, W>};
 #endif
   (void)isa;
   return {dot_rows_portable<T, R, W>, dot_rows_portable<T, 1, W>};
@@ -227,14 +227,14 @@ inline void dots(const DotKernels<T, rows_together<T>(), W>& k, const W* w, std:
 // The tokens as the kernels read them: x itself for f32 weights, x rounded to bf16 for bf16
 // weights (in grow-only buffers of the calling thread), and packed as bf16 too for the
 // avx512_bf16 kernel.
-Tokens token_rows(const Tensor& x, DType weights, SkinnyIsa isa) {
+Tokens token_rows(const Tensor& x, DType weights, FewRowsIsa isa) {
   if (weights == DType::f32) return {x.f32()};
   thread_local std::vector<float> rounded;
   thread_local std::vector<std::uint16_t> packed;
   const std::int64_t n = x.numel();
   if (static_cast<std::int64_t>(rounded.size()) < n) rounded.resize(static_cast<std::size_t>(n));
   round_to_bf16(rounded.data(), x.f32(), n);
-  if (isa != SkinnyIsa::avx512_bf16) return {rounded.data()};
+  if (isa != FewRowsIsa::avx512_bf16) return {rounded.data()};
   if (static_cast<std::int64_t>(packed.size()) < n) packed.resize(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) packed[i] = f32_to_bf16(x.f32()[i]);
   return {rounded.data(), packed.data()};
@@ -267,80 +267,82 @@ void dispatch_tokens(std::int64_t T, const Tensor& w, Fn&& f) {
     case 8:
       return with_w(std::integral_constant<int, 8>{});
     default:
-      fail("[skinny] {} tokens; the skinny kernels take 1 to {}", T, kSkinnyMaxTokens);
+      fail("[few_rows] {} tokens; the few-row kernels take 1 to {}", T, kFewRowsMax);
   }
 }
-static_assert(kSkinnyMaxTokens == 8, "dispatch_tokens lists every token count");
+static_assert(kFewRowsMax == 8, "dispatch_tokens lists every token count");
 
 void check_operands(const Tensor& x, const Tensor& w, const Tensor* b, std::int64_t rows,
                     const char* what) {
   check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1) && x.dtype() == DType::f32,
-        "[skinny] {}: input {} does not fit weight {} ([out, in])", what, shape_string(x.shape()),
+        "[few_rows] {}: input {} does not fit weight {} ([out, in])", what, shape_string(x.shape()),
         shape_string(w.shape()));
-  check(x.dim(0) >= 1 && x.dim(0) <= kSkinnyMaxTokens, "[skinny] {}: {} tokens; 1 to {} allowed",
-        what, x.dim(0), kSkinnyMaxTokens);
-  check(w.dim(0) == rows, "[skinny] {}: weight {} has {} rows, expected {}", what,
+  check(x.dim(0) >= 1 && x.dim(0) <= kFewRowsMax, "[few_rows] {}: {} tokens; 1 to {} allowed", what,
+        x.dim(0), kFewRowsMax);
+  check(w.dim(0) == rows, "[few_rows] {}: weight {} has {} rows, expected {}", what,
         shape_string(w.shape()), w.dim(0), rows);
   check(!b || (b->numel() == rows && b->dtype() == DType::f32),
-        "[skinny] {}: bias must be f32 with {} elements", what, rows);
+        "[few_rows] {}: bias must be f32 with {} elements", what, rows);
 }
 
 }  // namespace
 
-std::int64_t skinny_f32_max_rows(std::int64_t weight_elements, bool backward) {
+std::int64_t few_rows_f32_max(std::int64_t weight_elements, bool backward) {
   // oneDNN takes 512-bit f32 products wherever the CPU has AVX-512 (the kernels' f32 stays
   // 256-bit: dot_kernels says why).
-  static const bool wide_onednn = skinny_isa_supported(SkinnyIsa::avx512);
-  if (!wide_onednn || weight_elements <= kSkinnySmallWeight) return kSkinnyMaxTokens;
-  return backward ? dispatch::kSkinnyWideMaxRowsBackward : dispatch::kSkinnyWideMaxRowsForward;
+  static const bool wide_onednn = few_rows_isa_supported(FewRowsIsa::avx512);
+  if (!wide_onednn || weight_elements <= kFewRowsSmallWeight) return kFewRowsMax;
+  return backward ? dispatch::kFewRowsWideMaxBackward : dispatch::kFewRowsWideMaxForward;
 }
 
-bool skinny_isa_supported(SkinnyIsa isa) {
+bool few_rows_isa_supported(FewRowsIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   switch (isa) {
-    case SkinnyIsa::portable:
+    case FewRowsIsa::portable:
       return true;
-    case SkinnyIsa::avx2:
+    case FewRowsIsa::avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case SkinnyIsa::avx512:
-      return skinny_isa_supported(SkinnyIsa::avx2) && __builtin_cpu_supports("avx512f") &&
+    case FewRowsIsa::avx512:
+      return few_rows_isa_supported(FewRowsIsa::avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-    case SkinnyIsa::avx512_bf16:
-      return skinny_isa_supported(SkinnyIsa::avx512) && __builtin_cpu_supports("avx512bf16");
-    case SkinnyIsa::count:
+    case FewRowsIsa::avx512_bf16:
+      return few_rows_isa_supported(FewRowsIsa::avx512) && __builtin_cpu_supports("avx512bf16");
+    case FewRowsIsa::count:
       break;
   }
   return false;
 #else
-  return isa == SkinnyIsa::portable;
+  return isa == FewRowsIsa::portable;
 #endif
 }
 
-std::vector<SkinnyIsa> supported_skinny_isas() {
-  std::vector<SkinnyIsa> out;
-  for (SkinnyIsa i :
-       {SkinnyIsa::portable, SkinnyIsa::avx2, SkinnyIsa::avx512, SkinnyIsa::avx512_bf16})
-    if (skinny_isa_supported(i)) out.push_back(i);
+std::vector<FewRowsIsa> supported_few_rows_isas() {
+  std::vector<FewRowsIsa> out;
+  for (FewRowsIsa i :
+       {FewRowsIsa::portable, FewRowsIsa::avx2, FewRowsIsa::avx512, FewRowsIsa::avx512_bf16})
+    if (few_rows_isa_supported(i)) out.push_back(i);
   return out;
 }
 
-SkinnyIsa skinny_isa() {
+FewRowsIsa few_rows_isa() {
   return active_isa().load(std::memory_order_relaxed);
 }
 
-void set_skinny_isa(SkinnyIsa isa) {
-  check(skinny_isa_supported(isa), "[skinny] this CPU does not run the {} kernels", enum_name(isa));
+void set_few_rows_isa(FewRowsIsa isa) {
+  check(few_rows_isa_supported(isa), "[few_rows] this CPU does not run the {} kernels",
+        enum_name(isa));
   active_isa().store(isa, std::memory_order_relaxed);
 }
 
-void skinny_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, bool accumulate) {
+void few_rows_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                     bool accumulate) {
   const std::int64_t O = w.rank() == 2 ? w.dim(0) : -1;
   check_operands(x, w, b, O, "linear");
   const std::int64_t T = x.dim(0), I = x.dim(1);
   check(y.rank() == 2 && y.dim(0) == T && y.dim(1) == O,
-        "[skinny] linear: output {} must be [{}, {}]", shape_string(y.shape()), T, O);
-  const SkinnyIsa isa = skinny_isa();
+        "[few_rows] linear: output {} must be [{}, {}]", shape_string(y.shape()), T, O);
+  const FewRowsIsa isa = few_rows_isa();
   const Tokens xs = token_rows(x, w.dtype(), isa);
   const float* bias = b ? b->f32() : nullptr;
   float* out = y.f32();
@@ -366,15 +368,15 @@ void skinny_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
   });
 }
 
-void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_in, Act act,
-                int branches) {
-  check(branches >= 0, "[skinny] mix: branches = {} must be >= 0", branches);
+void few_rows_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_in, Act act,
+                  int branches) {
+  check(branches >= 0, "[few_rows] mix: branches = {} must be >= 0", branches);
   const std::int64_t F = h.rank() == 2 ? h.dim(1) : -1;
   const std::int64_t P = branches == 0 ? F : 2 * branches * F;
   check_operands(x, w_in, b_in, P, "mix");
   const std::int64_t T = x.dim(0), D = x.dim(1);
-  check(h.dim(0) == T, "[skinny] mix: output {} must have {} rows", shape_string(h.shape()), T);
-  const SkinnyIsa isa = skinny_isa();
+  check(h.dim(0) == T, "[few_rows] mix: output {} must have {} rows", shape_string(h.shape()), T);
+  const FewRowsIsa isa = few_rows_isa();
   const Tokens xs = token_rows(x, w_in.dtype(), isa);
   const float* bias = b_in ? b_in->f32() : nullptr;
   float* out = h.f32();
@@ -418,21 +420,21 @@ void skinny_mix(Tensor& h, const Tensor& x, const Tensor& w_in, const Tensor* b_
   });
 }
 
-void skinny_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
-                            const Tensor& w) {
+void few_rows_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x,
+                              const Tensor& w) {
   const std::int64_t O = w.rank() == 2 ? w.dim(0) : -1;
   check_operands(x, w, nullptr, O, "linear backward");
   const std::int64_t T = x.dim(0), I = x.dim(1);
   check(w.dtype() == DType::f32 && dw.dtype() == DType::f32 && dw.shape() == w.shape(),
-        "[skinny] linear backward: weight {} and its gradient {} must be f32 of one shape",
+        "[few_rows] linear backward: weight {} and its gradient {} must be f32 of one shape",
         shape_string(w.shape()), shape_string(dw.shape()));
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == O && dy.dtype() == DType::f32,
-        "[skinny] linear backward: dy {} must be [{}, {}]", shape_string(dy.shape()), T, O);
+        "[few_rows] linear backward: dy {} must be [{}, {}]", shape_string(dy.shape()), T, O);
   check(!dx || (dx->rank() == 2 && dx->dim(0) == T && dx->dim(1) == I),
-        "[skinny] linear backward: dx {} must be [{}, {}]", dx ? shape_string(dx->shape()) : "", T,
-        I);
+        "[few_rows] linear backward: dx {} must be [{}, {}]", dx ? shape_string(dx->shape()) : "",
+        T, I);
   check(!db || (db->numel() == O && db->dtype() == DType::f32),
-        "[skinny] linear backward: db must be f32 with {} elements", O);
+        "[few_rows] linear backward: db must be f32 with {} elements", O);
   const float* g = dy.f32();
   const float* xs = x.f32();
   const float* ws = w.f32();
@@ -489,7 +491,7 @@ void skinny_linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy
   float* dbs = db ? db->f32() : nullptr;
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t o = 0; o < O; ++o) {
-    float go[kSkinnyMaxTokens];
+    float go[kFewRowsMax];
     float sum = 0.0f;
     bool any = false;
     for (std::int64_t t = 0; t < T; ++t) {
