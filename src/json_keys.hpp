@@ -37,6 +37,7 @@ struct KeyFlag {
   double lo = 0, hi = 0;       // the values' range; none when both are 0
   bool lo_open = false, hi_open = false;
   bool negated = false;           // a switch that sets a key true by default to false (--no-bias)
+  bool both = false;              // a switch in both senses: --x sets the key true, --no-x false
   const char* routing = nullptr;  // read only under this MoE routing (a routing family's own)
   const char* presets = nullptr;  // a preset: the keys it sets ("kind,activation,swish_beta")
 };
@@ -240,7 +241,7 @@ std::vector<ConfigFlag> flags_of(const std::array<JsonKey<C>, N>& keys, const C&
         f.help.replace(at, std::string_view(mark).size(), join_names(f.names, sep));
     using V = ConfigFlag::Value;
     if (f.default_value.is_boolean())
-      f.value = k.flag.negated ? V::off : V::on;
+      f.value = k.flag.both ? V::both : k.flag.negated ? V::off : V::on;
     else if (k.names)
       f.value = V::name;
     else if (f.default_value.is_number_integer())

@@ -19,6 +19,7 @@ struct ConfigFlag {
     name,     // one of `names`
     on,       // a switch: given, the key is true
     off,      // a switch: given, the key is false (--no-bias)
+    both,     // a switch in both senses: --normalize sets the key true, --no-normalize false
   };
   std::string name;  // "--top-k" (aliases after a comma: "--no-bias,--no-ffn-bias")
   std::string key;   // its key in the config's JSON, nested with dots: "moe.top_k"
@@ -42,8 +43,8 @@ std::vector<ConfigFlag> lm_config_flags();
 // The training settings' flags (keys of train_config_to_json).
 std::vector<ConfigFlag> train_config_flags();
 
-// What a routing changes of the MoE keys a command line leaves at their defaults, as keys of the
-// "moe" object: ReLU gates and expert choice's probabilities are not divided by their sum, and
+// What a routing changes of the MoE keys a command line or a config file leaves out, as keys of
+// the "moe" object: top-p's, ReLU's and expert choice's weights are not divided by their sum, and
 // the load-balancing loss is for routings that choose by score (top-k, top-p): ReLU routing
 // balances with its L1 penalty, expert choice by construction, and Soft MoE chooses nothing.
 nlohmann::json routing_defaults(RoutingKind routing);

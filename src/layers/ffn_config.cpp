@@ -367,13 +367,18 @@ constexpr std::array kMoEKeys{
                             .help = "MoE: capacity factor (0: dropless; expert_choice: the "
                                     "experts per token are capacity·k, 0 meaning 1·k)",
                             .hi = 1e6}),
+    moe_key<&MoEConfig::normalize>(
+        "normalize", {.name = "--normalize",
+                      .help = "MoE: divide a token's expert weights by their sum (--no-normalize: "
+                              "keep them as scored). Default: on for topk routing, off for "
+                              "top_p (as Huang et al.), relu and expert_choice (which refuse it)",
+                      .both = true}),
     moe_key<&MoEConfig::expert_kind>("expert_kind"),
     moe_key<&MoEConfig::router_bias>("router_bias"),
     moe_key<&MoEConfig::shared_d_ff>("shared_d_ff"),
     moe_key<&MoEConfig::shared_gate>("shared_gate"),
     moe_key<&MoEConfig::score>("score"),
     moe_key<&MoEConfig::softmax_after_topk>("softmax_after_topk"),
-    moe_key<&MoEConfig::normalize>("normalize"),
     moe_key<&MoEConfig::scaling>("scaling"),
     moe_key<&MoEConfig::groups>("groups"),
     moe_key<&MoEConfig::topk_groups>("topk_groups"),
@@ -389,6 +394,17 @@ constexpr std::array kMoEKeys{
 
 // The FFN config's keys. "variant" comes first: it is a preset that the other keys refine.
 // "ffnlab" is accepted and ignored (a marker some config files carry).
+// A config file's MoE object: the keys it gives, and its routing's defaults (routing_defaults)
+// for the keys it leaves out.
+void read_moe_keys(MoEConfig& m, const json& j) {
+  read_keys(kMoEKeys, m, j, "config", "moe.");
+  const json defaults = routing_defaults(m.routing);
+  json absent = json::object();
+  for (const auto& [key, value] : defaults.items())
+    if (!j.contains(key)) absent[key] = value;
+  read_keys(kMoEKeys, m, absent, "config", "moe.");
+}
+
 constexpr std::array kFFNKeys{
     JsonKey<FFNConfig>{"variant",
                        [](FFNConfig& c, const json& j) {
@@ -422,16 +438,15 @@ constexpr std::array kFFNKeys{
          .help = "branches of the gated (multi-branch) FFN",
          .lo = 1,
          .hi = limits::kBranches}),
-    JsonKey<FFNConfig>{
-        "moe", [](FFNConfig& c, const json& j) { read_keys(kMoEKeys, c.moe, j, "config", "moe."); },
-        [](const FFNConfig& c) {
-          // The expert widths are printed resolved (0 means "inherit").
-          json m = write_keys(kMoEKeys, c.moe);
-          m["expert_d_ff"] = c.expert_d_ff();
-          m["shared_d_ff"] = c.shared_d_ff();
-          return m;
-        },
-        [](const FFNConfig& c) { return c.kind == FFNKind::moe; }},
+    JsonKey<FFNConfig>{"moe", [](FFNConfig& c, const json& j) { read_moe_keys(c.moe, j); },
+                       [](const FFNConfig& c) {
+                         // The expert widths are printed resolved (0 means "inherit").
+                         json m = write_keys(kMoEKeys, c.moe);
+                         m["expert_d_ff"] = c.expert_d_ff();
+                         m["shared_d_ff"] = c.shared_d_ff();
+                         return m;
+                       },
+                       [](const FFNConfig& c) { return c.kind == FFNKind::moe; }},
     JsonKey<FFNConfig>{"ffnlab", [](FFNConfig&, const json&) {}},
 };
 
@@ -483,13 +498,14 @@ FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
 
 json routing_defaults(RoutingKind routing) {
   switch (routing) {
+    case RoutingKind::top_p:  // each chosen expert weighted by its probability, as the paper
+      return {{"normalize", false}};
     case RoutingKind::relu:
     case RoutingKind::expert_choice:
       return {{"normalize", false}, {"aux_coef", 0.0}};
     case RoutingKind::soft:
       return {{"aux_coef", 0.0}};
     case RoutingKind::topk:
-    case RoutingKind::top_p:
     case RoutingKind::count:
       break;
   }

@@ -67,10 +67,10 @@ TEST_F(Cli, EveryKeyFlagIsInTheHelpOfItsCommands) {
 TEST_F(Cli, EveryLayerFlagSetsItsKey) {
   const std::vector<std::string> cases = {
       "--variants moe --d-model 48 --d-ff 96 --no-bias --experts 6 --top-k 3 --shared-experts 1 "
-      "--expert-d-ff 32 --aux-coef 0.02 --z-coef 0.001 --capacity 1.5",
+      "--expert-d-ff 32 --aux-coef 0.02 --z-coef 0.001 --capacity 1.5 --no-normalize",
       "--variants moe --constant-experts 1 --copy-experts 1 --zero-experts 1 "
       "--zc-balance-weight 0.5 --gating-residual",
-      "--variants moe --routing top_p --top-p 0.6 --entropy-coef 0.0001",
+      "--variants moe --routing top_p --top-p 0.6 --entropy-coef 0.0001 --normalize",
       "--variants moe --routing relu --target-sparsity 0.6 --l1-coef-init 1e-6",
       "--variants moe --routing soft --slots 3",
       "--variants gated --branches 3"};
@@ -82,14 +82,20 @@ TEST_F(Cli, EveryLayerFlagSetsItsKey) {
     for (const ConfigFlag& f : ffn_config_flags()) {
       const std::string name = first_name(f);
       const auto at = flags.find(name + " ");
-      const bool switched = flags.find(name) != std::string::npos &&
-                            (f.value == ConfigFlag::Value::on || f.value == ConfigFlag::Value::off);
+      using V = ConfigFlag::Value;
+      const bool both = f.value == V::both;
+      std::string negated = "--no-";  // a switch's other sense
+      negated += name.substr(2);
+      const bool switched = (f.value == V::on || f.value == V::off || both) &&
+                            (flags.find(name) != std::string::npos ||
+                             (both && flags.find(negated) != std::string::npos));
       if (at == std::string::npos && !switched) continue;
       tried.insert(name);
       const json value = at_key(config, f.key);
       ASSERT_FALSE(value.is_null()) << name << " -> " << f.key << " in " << config.dump();
       if (switched) {
-        EXPECT_EQ(value, f.value == ConfigFlag::Value::on) << name;
+        const bool on = both ? flags.find(name) != std::string::npos : f.value == V::on;
+        EXPECT_EQ(value, on) << name << " in " << flags;
         continue;
       }
       std::string text = flags.substr(at + name.size() + 1);
@@ -120,6 +126,16 @@ TEST_F(Cli, ARoutingBringsItsDefaultsToTheKeysNotGiven) {
   EXPECT_EQ(given.status, 1);
   EXPECT_NE(given.err.find("routing 'relu' does not combine with aux_coef"), std::string::npos)
       << given.err;
+  // Top-p weights each chosen expert by its probability, as the paper; --normalize renormalises.
+  const auto normalize = [&](const std::string& flags) {
+    const Outcome r = run("params --json --variants moe " + flags);
+    EXPECT_EQ(r.status, 0) << flags << "\n" << r.err;
+    return json::parse(r.out)["variants"][0]["config"]["moe"]["normalize"];
+  };
+  EXPECT_EQ(normalize("--routing top_p"), false);
+  EXPECT_EQ(normalize("--routing top_p --normalize"), true);
+  EXPECT_EQ(normalize(""), true);
+  EXPECT_EQ(normalize("--no-normalize"), false);
   const Outcome topk = run("params --json --variants moe --aux-coef 0.01");
   ASSERT_EQ(topk.status, 0) << topk.err;
   EXPECT_FLOAT_EQ(json::parse(topk.out)["variants"][0]["config"]["moe"]["aux_coef"].get<float>(),

@@ -480,7 +480,7 @@ def moe_cases(case):
          {"num_experts": 6, "top_k": 4, "routing": "top_p", "top_p": 0.5, "normalize": False,
           "entropy_coef": 0.01, "aux_coef": 0.01}, "plain", "relu", 13, 20, 16, True)
     case("moe_top_p_capacity_swiglu_cap3",
-         {"num_experts": 8, "top_k": 3, "routing": "top_p", "top_p": 0.4,
+         {"num_experts": 8, "top_k": 3, "routing": "top_p", "top_p": 0.4, "normalize": True,
           "capacity_factor": 0.8, "aux_coef": 0.01}, "glu", "silu", 13, 11, 14, False)
     # ReLU routing (ReMoE): every positive logit is a gate; the L1 penalty at a coefficient
     # large enough to show in every gradient.

@@ -184,3 +184,26 @@ TEST(Config, HuggingFaceMoE) {
   ds["topk_group"] = 9;
   EXPECT_NE(error_of([&] { hf_ffn_config(ds); }).find("topk_group = 9"), std::string::npos);
 }
+
+// A config file's routing brings its defaults for the MoE keys it leaves out: top-p weights each
+// chosen expert by its probability, as the paper (no renormalisation), and so do ReLU routing
+// and expert choice; a key the file gives is kept. Top-k renormalises.
+TEST(Config, ARoutingBringsItsDefaultsToTheKeysAFileLeavesOut) {
+  const auto moe_of = [](const char* text) { return config_from_json(json::parse(text)).moe; };
+  EXPECT_TRUE(moe_of(R"({"variant":"moe","moe":{}})").normalize);
+  EXPECT_FALSE(moe_of(R"({"variant":"moe","moe":{"routing":"top_p"}})").normalize);
+  EXPECT_TRUE(moe_of(R"({"variant":"moe","moe":{"routing":"top_p","normalize":true}})").normalize);
+  EXPECT_FALSE(moe_of(R"({"variant":"moe","moe":{"routing":"relu"}})").normalize);
+  EXPECT_FALSE(moe_of(R"({"variant":"moe","moe":{"routing":"expert_choice"}})").normalize);
+  // A given value the routing cannot take is still refused, naming the key.
+  EXPECT_NE(error_of([&] {
+              moe_of(R"({"variant":"moe","moe":{"routing":"relu","normalize":true}})");
+            }).find("normalize: true"),
+            std::string::npos);
+  // The printed config says normalize either way, so a checkpoint reads back as it was trained.
+  FFNConfig c = variant_config("moe", 24, 40, false);
+  c.moe.routing = RoutingKind::top_p;
+  c.moe.normalize = true;
+  EXPECT_EQ(config_to_json(c)["moe"]["normalize"], true);
+  EXPECT_TRUE(config_from_json(config_to_json(c)).moe.normalize);
+}

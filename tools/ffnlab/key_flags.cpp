@@ -104,6 +104,8 @@ void KeyFlags::add(CLI::App& cmd, const std::vector<ConfigFlag>& rows, const std
     CLI::Option* o = nullptr;
     if (row.value == Value::on || row.value == Value::off) {
       o = cmd.add_flag(row.name, e.on, e.row.help);
+    } else if (row.value == Value::both) {  // --x, and --no-x for false
+      o = cmd.add_flag(row.name + ",!--no-" + row.name.substr(2), e.on, e.row.help);
     } else {
       std::string def = row.default_value.is_null() ? "" : shown(row.default_value);
       if (c && c->default_value) def = *c->default_value;
@@ -152,11 +154,13 @@ const ConfigFlag* KeyFlags::flag_of_key(std::string_view key) const {
 }
 
 std::string KeyFlags::as_written(const ConfigFlag& flag) const {
-  for (const Entry& e : entries_)
-    if (&e.row == &flag)
-      return e.row.value == Value::on || e.row.value == Value::off
-                 ? e.option->get_name()
-                 : fmt::format("{} {}", e.option->get_name(), e.text);
+  for (const Entry& e : entries_) {
+    if (&e.row != &flag) continue;
+    if (e.row.value == Value::both)
+      return e.on ? e.row.name : fmt::format("--no-{}", e.row.name.substr(2));
+    if (e.row.value == Value::on || e.row.value == Value::off) return e.option->get_name();
+    return fmt::format("{} {}", e.option->get_name(), e.text);
+  }
   return flag.name;
 }
 
@@ -167,6 +171,8 @@ json KeyFlags::value_of(const Entry& e) const {
       return given ? json(true) : e.row.default_value;
     case Value::off:
       return given ? json(false) : e.row.default_value;
+    case Value::both:
+      return given ? json(e.on) : e.row.default_value;
     case Value::name:
       return e.text;
     case Value::real:
