@@ -9,6 +9,7 @@
 #include "ffnlab/ops/dropout.hpp"
 #include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/glu.hpp"
+#include "ffnlab/ops/l2_normalize.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/ops/permute.hpp"
@@ -637,38 +638,6 @@ void MoEFFN::zc_backward(Tensor& dx, const Tensor& dy) {
 
 namespace {
 
-constexpr double kSoftEps = 1e-6;  // on the sum of squares, as Soft MoE's normalisation
-
-// out = scale·v/sqrt(|v|² + ε) per row of v [R, D]; inv[r] = 1/sqrt(|v_r|² + ε).
-void normalize_rows(Tensor& out, std::vector<float>& inv, const Tensor& v, float scale) {
-  const std::int64_t R = v.dim(0), D = v.dim(1);
-  out.ensure({R, D});
-  inv.resize(static_cast<std::size_t>(R));
-  const float* in = v.f32();
-  float* o = out.f32();
-#pragma omp parallel for schedule(static) if (R * D > 65536)
-  for (std::int64_t r = 0; r < R; ++r) {
-    double ss = 0;
-    for (std::int64_t d = 0; d < D; ++d) ss += static_cast<double>(in[r * D + d]) * in[r * D + d];
-    inv[r] = static_cast<float>(1.0 / std::sqrt(ss + kSoftEps));
-    for (std::int64_t d = 0; d < D; ++d) o[r * D + d] = scale * inv[r] * in[r * D + d];
-  }
-}
-
-// dv (+=) = scale·(inv·g − inv³·v·⟨v, g⟩) per row: the backward of normalize_rows.
-void normalize_rows_backward(float* dv, const float* v, const float* g,
-                             const std::vector<float>& inv, std::int64_t R, std::int64_t D,
-                             float scale) {
-#pragma omp parallel for schedule(static) if (R * D > 65536)
-  for (std::int64_t r = 0; r < R; ++r) {
-    double dot = 0;
-    for (std::int64_t d = 0; d < D; ++d) dot += static_cast<double>(v[r * D + d]) * g[r * D + d];
-    const float a = scale * inv[r];
-    const auto b = static_cast<float>(scale * static_cast<double>(inv[r]) * inv[r] * inv[r] * dot);
-    for (std::int64_t d = 0; d < D; ++d) dv[r * D + d] += a * g[r * D + d] - b * v[r * D + d];
-  }
-}
-
 // Between a [B, M, D] buffer of slots (sequence-major) and the experts' rows (expert e's block
 // holds its p slots of every sequence: row e·B·p + b·p + i for slot e·p + i of sequence b):
 // slots into rows, or (back) rows into slots.
@@ -704,8 +673,8 @@ void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
   SoftCache& c = soft_;
   c.sequences = B;
   c.sequence = S;
-  normalize_rows(c.xn, c.x_inv, x, 1.0f);
-  normalize_rows(c.phin, c.phi_inv, w_.phi, w_.phi_scale.f32()[0]);
+  l2_normalize_forward(c.xn, c.x_inv, x, 1.0f);
+  l2_normalize_forward(c.phin, c.phi_inv, w_.phi, w_.phi_scale.f32()[0]);
   c.combine.ensure({T, M});
   if (T > 0) linear_forward(c.combine, c.xn, c.phin, nullptr);  // the logits, then in place:
   std::vector<double> sums{static_cast<double>(T), 0.0, 0.0};   // tokens, Σ entropy, Σ top
@@ -780,16 +749,10 @@ void MoEFFN::soft_backward(Tensor& dx, const Tensor& dy) {
   c.dphin.ensure({M, D});
   matmul(c.dxn, dL2, Trans::no, c.phin, Trans::no);
   matmul(c.dphin, dL2, Trans::yes, c.xn, Trans::no);
-  normalize_rows_backward(dx.f32(), x.f32(), c.dxn.f32(), c.x_inv, T, D, 1.0f);
-  const float scale = w_.phi_scale.f32()[0];
-  normalize_rows_backward(dw_.phi.f32(), w_.phi.f32(), c.dphin.f32(), c.phi_inv, M, D, scale);
-  double dscale = 0;  // Φ̃ = scale·Φ/|Φ|: ∂/∂scale = Σ ⟨Φ_j/|Φ_j|, dΦ̃_j⟩
-  const float* phi = w_.phi.f32();
-  const float* g = c.dphin.f32();
-  for (std::int64_t j = 0; j < M; ++j)
-    for (std::int64_t d = 0; d < D; ++d)
-      dscale += static_cast<double>(c.phi_inv[j]) * phi[j * D + d] * g[j * D + d];
-  dw_.phi_scale.f32()[0] += static_cast<float>(dscale);
+  l2_normalize_backward(dx, nullptr, c.dxn, x, c.x_inv, 1.0f);
+  // Φ̃ = scale·Φ/|Φ|: the scale's gradient too.
+  l2_normalize_backward(dw_.phi, dw_.phi_scale.f32(), c.dphin, w_.phi, c.phi_inv,
+                        w_.phi_scale.f32()[0]);
 }
 
 std::vector<Tensor> MoEFFN::expert_grads() {
