@@ -7,7 +7,6 @@
 
 #include "check.hpp"
 #include "ffnlab/ops/dropout.hpp"
-#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/l2_normalize.hpp"
 #include "ffnlab/ops/linear.hpp"
@@ -19,23 +18,6 @@ namespace ffnlab {
 
 namespace {
 
-// Calls f(e, rows) for every expert with tokens, with `rows(t)` the expert's block of the
-// permuted buffer t. Experts without tokens are skipped: they cost nothing.
-template <typename Fn>
-void for_each_block(const std::vector<std::int64_t>& offsets, int first_expert, Fn f) {
-  for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
-    const std::int64_t begin = offsets[i], end = offsets[i + 1];
-    if (begin == end) continue;
-    f(first_expert + static_cast<int>(i),
-      [begin, end](const Tensor& t) { return t.rows(begin, end); });
-  }
-}
-
-// Matrix e of a stack [E, rows, cols].
-Tensor slice(const Tensor& stack, int e, std::int64_t rows, std::int64_t cols) {
-  return stack.view(e * rows * cols, {rows, cols});
-}
-
 float softplus(float v) {
   return v > 20.0f ? v : std::log1p(std::exp(v));
 }
@@ -44,18 +26,6 @@ float sigmoid(float v) {
 }
 
 }  // namespace
-
-std::vector<std::string> MoEFFN::expert_in_names(const FFNConfig& c, int e) {
-  const std::string p = "experts." + std::to_string(e) + ".";
-  if (c.moe.naming == MoENaming::mixtral) return {p + "w1", p + "w3"};
-  if (c.moe.expert_kind == FFNKind::glu) return {p + "gate_proj", p + "up_proj"};
-  return {p + "up_proj"};
-}
-
-std::string MoEFFN::expert_out_name(const FFNConfig& c, int e) {
-  const std::string p = "experts." + std::to_string(e) + ".";
-  return c.moe.naming == MoENaming::mixtral ? p + "w2" : p + "down_proj";
-}
 
 std::string MoEFFN::shared_prefix(const FFNConfig& c) {
   return c.moe.naming == MoENaming::qwen2_moe ? "shared_expert." : "shared_experts.";
@@ -68,16 +38,13 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
         enum_name(config_.kind));
   const MoEConfig& m = config_.moe;
   const std::int64_t D = config_.d_model, E = m.num_experts, routed = m.routed_experts();
-  expert_ = expert_config(config_);
-  const std::int64_t F = expert_.d_ff;
-  in_width_ = expert_.in_width();
   if (held_.count == 0) held_ = {0, static_cast<int>(E)};
   check(held_.first >= 0 && held_.count > 0 && held_.first + held_.count <= E,
         "[moe] experts [{}, {}) are not experts of a layer of {}", held_.first,
         held_.first + held_.count, E);
   check(held_.count == E || m.routing != RoutingKind::soft,
         "[moe] Soft MoE does not split its experts (its slots mix every token of a sequence)");
-  const int e0 = held_.first, e1 = held_.first + held_.count;
+  experts_.emplace(config_, held_);
 
   // The router scores the FFN experts and then the zero-computation ones; Soft MoE has slots'
   // parameters instead (E·p rows) and their scale.
@@ -93,14 +60,7 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
   if (m.balance_bias)
     params_.declare("gate.e_score_correction_bias", {routed}, /*trainable=*/false);
   if (m.routing == RoutingKind::relu) params_.declare("gate.l1_coef", {1}, /*trainable=*/false);
-  for (int e = e0; e < e1; ++e)
-    for (const auto& n : expert_in_names(config_, e)) params_.declare(n + ".weight", {F, D});
-  if (config_.bias)
-    for (int e = e0; e < e1; ++e)
-      for (const auto& n : expert_in_names(config_, e)) params_.declare(n + ".bias", {F});
-  for (int e = e0; e < e1; ++e) params_.declare(expert_out_name(config_, e) + ".weight", {D, F});
-  if (config_.bias)
-    for (int e = e0; e < e1; ++e) params_.declare(expert_out_name(config_, e) + ".bias", {D});
+  experts_->declare(params_);
   if (m.num_shared > 0) {
     // n shared experts = one dense FFN of n times the width (expert_config).
     shared_ = std::make_unique<DenseFFN>(expert_config(config_, /*shared=*/true),
@@ -120,7 +80,6 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
   // torch.nn.Linear's initialisation for every Linear, expert by expert.
   std::mt19937_64 rng(seed);
   const float in_bound = 1.0f / std::sqrt(static_cast<float>(D));
-  const float out_bound = 1.0f / std::sqrt(static_cast<float>(F));
   if (soft) {  // Φ: LeCun normal, as Soft MoE's code (vmoe); the scale starts at 1
     init_normal(w_.phi, in_bound, rng);
     w_.phi_scale.f32()[0] = 1.0f;
@@ -129,14 +88,7 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
     if (m.router_bias) init_uniform(w_.router_bias, in_bound, rng);
   }
   if (m.noisy_topk) init_uniform(w_.noise, in_bound, rng);
-  // A layer holding some experts draws every expert's values and keeps its own.
-  const std::int64_t P = in_width_;
-  init_uniform_part(w_.in, in_bound, rng, e0 * P * D, E * P * D);
-  init_uniform_part(w_.out, out_bound, rng, e0 * D * F, E * D * F);
-  if (config_.bias) {
-    init_uniform_part(w_.in_bias, in_bound, rng, e0 * P, E * P);
-    init_uniform_part(w_.out_bias, out_bound, rng, e0 * D, E * D);
-  }
+  experts_->init(rng);  // every expert's values drawn, the held ones kept
   if (m.shared_gate) init_uniform(w_.shared_gate, in_bound, rng);
   if (m.routing == RoutingKind::relu) w_.l1_coef.f32()[0] = m.l1_coef_init;
   if (m.constant_experts > 0) {  // MoE++: v_i ~ N(0, 1), W_c,i as torch.nn.Linear
@@ -157,7 +109,7 @@ void MoEFFN::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
 
 void MoEFFN::bind_parameters() {
   const MoEConfig& m = config_.moe;
-  const std::int64_t D = config_.d_model, E = held_.count, F = expert_.d_ff, P = in_width_;
+  const std::int64_t D = config_.d_model;
   auto bind = [this](const std::string& name, Tensor& value, Tensor& grad) {
     value = params_.at(name).value;
     grad = params_.at(name).grad;
@@ -180,14 +132,7 @@ void MoEFFN::bind_parameters() {
   if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
   if (m.routing == RoutingKind::relu) w_.l1_coef = params_.at("gate.l1_coef").value;
   if (m.shared_gate) bind("shared_expert_gate.weight", w_.shared_gate, dw_.shared_gate);
-  const std::string in0 = expert_in_names(config_, held_.first)[0],
-                    out0 = expert_out_name(config_, held_.first);
-  bind_span(in0 + ".weight", {E, P, D}, w_.in, dw_.in);
-  bind_span(out0 + ".weight", {E, D, F}, w_.out, dw_.out);
-  if (config_.bias) {
-    bind_span(in0 + ".bias", {E, P}, w_.in_bias, dw_.in_bias);
-    bind_span(out0 + ".bias", {E, D}, w_.out_bias, dw_.out_bias);
-  }
+  experts_->bind(params_);
   if (m.constant_experts > 0) {
     const std::int64_t C = m.constant_experts;
     bind_span("constant_experts.0.vector", {C, D}, w_.zc_vector, dw_.zc_vector);
@@ -265,112 +210,20 @@ void MoEFFN::router_forward(const Tensor& x, bool train) {
 void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0), D = config_.d_model;
   const Routing& r = routing_;
-  const std::int64_t R = r.kept();
-  ExpertCache& c = rows_;
   // Expert parallel: the rows go to the ranks that own their experts, and this rank's experts
   // get theirs from every rank.
   // A layer holding only its share of the experts exchanges in inference too (every rank of
   // the expert group then makes the same forwards).
-  exchanged_ = expert_parallel_ && (train || held_.count < config_.moe.num_experts);
-  check(exchanged_ || held_.count == config_.moe.num_experts,
+  const bool exchanged = expert_parallel_ && (train || held_.count < config_.moe.num_experts);
+  check(exchanged || held_.count == config_.moe.num_experts,
         "[moe] this layer holds experts [{}, {}) of {}: it runs in an expert-parallel run, whose "
         "other ranks hold the rest",
         held_.first, held_.first + held_.count, config_.moe.num_experts);
-  const std::vector<std::int64_t>* offsets = &r.offsets;
-  int first_expert = 0;
-  if (exchanged_) {
-    permute_rows(c.xp_local, x, r.token_of_row.data(), R);
-    exchange_.plan(*expert_group_, r.offsets, config_.moe.num_experts);
-    check(held_.count == config_.moe.num_experts || exchange_.first_expert() == held_.first,
-          "[moe] this layer holds experts from {}, but its rank of the expert group computes "
-          "experts from {}",
-          held_.first, exchange_.first_expert());
-    exchange_.dispatch(c.xp, c.xp_local);
-    offsets = &exchange_.offsets();
-    first_expert = exchange_.first_expert();
-  } else {
-    permute_rows(c.xp, x, r.token_of_row.data(), R);
-  }
-  expert_blocks_forward(*offsets, first_expert, train);
-  if (exchanged_) exchange_.combine(c.op_local, c.op);
+  permute_rows(experts_->input(exchanged), x, r.token_of_row.data(), r.kept());
+  const Tensor& out =
+      experts_->forward(r.offsets, exchanged ? expert_group_ : nullptr, train, precision_);
   y.ensure({T, D});
-  unpermute_rows(y, exchanged_ ? c.op_local : c.op, r.slot.data(), r.weight.data(), r.k,
-                 /*accumulate=*/false);
-}
-
-void MoEFFN::expert_blocks_forward(const std::vector<std::int64_t>& offsets, int first_expert,
-                                   bool train) {
-  const std::int64_t D = config_.d_model, F = expert_.d_ff, P = in_width_;
-  ExpertCache& c = rows_;
-  const bool bf16_copy = !train && inference_in_.defined();
-  const Tensor& w_in = bf16_copy ? inference_in_ : w_.in;
-  const Tensor& w_out = bf16_copy ? inference_out_ : w_.out;
-  const Precision precision = bf16_copy ? Precision::bf16 : precision_;
-  const int branches = expert_.gated_branches();
-  // Expert e's place in the stacks of the experts this layer holds.
-  auto in_bias = [&](int i) { return config_.bias ? w_.in_bias.view(i * P, {P}) : Tensor(); };
-  auto out_bias = [&](int i) { return config_.bias ? w_.out_bias.view(i * D, {D}) : Tensor(); };
-  const std::int64_t rows_here = c.xp.dim(0);
-  const bool fused_act = mix_in_epilogue(config_.act, branches, train);
-  if (!fused_act) c.ap.ensure({rows_here, P});
-  c.hp.ensure({rows_here, F});
-  c.op.ensure({rows_here, D});
-  // In inference an expert block of a few rows (every block in decode, most at small T; how few:
-  // few_rows_f32_max) streams its expert's weights once with the mix fused (ops/few_rows);
-  // otherwise linear_forward, which streams few-row f32 products too and runs larger blocks as
-  // a few fixed-shape oneDNN products (varying_rows).
-  // Training with native bf16 products converts the rows once and each computed expert's
-  // weights once, for this forward's products and the backward's (converts_operands_once);
-  // otherwise matmul reads these tensors. The bf16 stacks hold the experts of this call
-  // (first_expert onwards), so expert parallelism converts only its own.
-  operands_.start(train, precision);
-  const bool copies = operands_.copies();
-  const std::int64_t experts_here = static_cast<std::int64_t>(offsets.size()) - 1;
-  if (copies) {
-    product_operand(c.xp16, c.xp);
-    c.hp16.ensure({rows_here, F}, DType::bf16);
-    w_in16_.ensure({experts_here, P, D}, DType::bf16);
-    w_out16_.ensure({experts_here, D, F}, DType::bf16);
-  }
-  for_each_block(offsets, first_expert, [&](int e, auto rows) {
-    const int i = e - held_.first;
-    const Tensor bi = in_bias(i), bo = out_bias(i);
-    Tensor h = rows(c.hp), o = rows(c.op);
-    Tensor w_in_e = slice(w_in, i, P, D), w_out_e = slice(w_out, i, D, F);
-    const Tensor* b_in = config_.bias ? &bi : nullptr;
-    const Tensor* b_out = config_.bias ? &bo : nullptr;
-    if (streams(train, rows(c.xp).dim(0), bf16_copy, P * D)) {
-      few_rows_mix(h, rows(c.xp), w_in_e, b_in, config_.act, branches);
-      few_rows_linear(o, h, w_out_e, b_out);
-      return;
-    }
-    Tensor xb = rows(c.xp);
-    if (copies) {  // views of the bf16 copies, written in place
-      Tensor w_in16 = slice(w_in16_, e - first_expert, P, D);
-      Tensor w_out16 = slice(w_out16_, e - first_expert, D, F);
-      product_operand(w_in16, w_in_e);
-      product_operand(w_out16, w_out_e);
-      xb = rows(c.xp16);
-      w_in_e = w_in16;
-      w_out_e = w_out16;
-    }
-    if (fused_act) {
-      // Plain experts: the activation is the up projection's epilogue (oneDNN post-op), as in
-      // DenseFFN; training keeps h only when act' is a function of h.
-      linear_forward(h, xb, w_in_e, b_in, precision, &config_.act, /*varying_rows=*/true);
-    } else {
-      Tensor a = rows(c.ap);
-      linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
-      mix_forward(h, a, config_.act, branches);
-    }
-    if (copies) {
-      Tensor h16 = rows(c.hp16);
-      linear_forward(o, product_operand(h16, h), w_out_e, b_out, precision, nullptr,
-                     /*varying_rows=*/true);
-    } else {
-      linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
-    }
-  });
+  unpermute_rows(y, out, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
 }
 
 // MoE++'s zero-computation choices, per token (no rows, no products): y += w·x for a copy
@@ -451,7 +304,7 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
     check(x.dim(0) == 0 || x.dim(0) % S == 0, "[moe] {} tokens are not whole sequences of {}",
           x.dim(0), S);
   }
-  if (train && inference_in_.defined()) set_inference_weights(DType::f32);
+  if (train && experts_->has_inference_copy()) set_inference_weights(DType::f32);
   if (config_.moe.routing == RoutingKind::soft) {
     soft_forward(y, x, train);
   } else {
@@ -475,7 +328,7 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
 
 void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   check(saved_, "[moe] backward needs a forward with train = true first");
-  operands_.check_unchanged(precision_, "[moe]");
+  experts_->check_unchanged(precision_);
   const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[moe] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
@@ -495,78 +348,18 @@ void MoEFFN::combine_backward(const Tensor& dy) {
   const Routing& r = routing_;
   ws_.dweight.resize(static_cast<std::size_t>(r.tokens * r.k));
   Tensor& dop = scratch(Scratch::moe_dop, {r.kept(), config_.d_model});
-  unpermute_rows_backward(dop, ws_.dweight.data(), dy, exchanged_ ? rows_.op_local : rows_.op,
-                          r.slot.data(), r.weight.data(), r.k);
+  unpermute_rows_backward(dop, ws_.dweight.data(), dy, experts_->output(), r.slot.data(),
+                          r.weight.data(), r.k);
 }
 
 // The experts, block by block; dx (overwritten) gets the permuted rows' input gradients.
 void MoEFFN::experts_backward(Tensor& dx) {
   const std::int64_t T = router_.x.dim(0), D = config_.d_model;
   const Routing& r = routing_;
-  const std::int64_t R = r.kept();
-  const Tensor* dop = &scratch(Scratch::moe_dop, {R, D});  // from combine_backward
-  // Expert parallel: the output gradients go where their rows were computed (dispatch), the
-  // input gradients come back (combine).
-  const std::vector<std::int64_t>* offsets = &r.offsets;
-  int first_expert = 0;
-  if (exchanged_) {
-    exchange_.dispatch(ep_dop_, *dop);
-    dop = &ep_dop_;
-    offsets = &exchange_.offsets();
-    first_expert = exchange_.first_expert();
-  }
-  Tensor& dxp = expert_blocks_backward(*dop, *offsets, first_expert);
-  if (exchanged_) exchange_.combine(ep_dxp_, dxp);
+  const Tensor& dop = scratch(Scratch::moe_dop, {r.kept(), D});  // from combine_backward
+  const Tensor& dxp = experts_->backward(dop, r.offsets, precision_);
   dx.ensure({T, D});
-  permute_rows_backward(dx, exchanged_ ? ep_dxp_ : dxp, r.slot.data(), r.k, /*accumulate=*/false);
-}
-
-Tensor& MoEFFN::expert_blocks_backward(const Tensor& dop, const std::vector<std::int64_t>& offsets,
-                                       int first_expert) {
-  const std::int64_t D = config_.d_model, F = expert_.d_ff, P = in_width_;
-  const ExpertCache& c = rows_;
-  const std::int64_t rows_here = c.xp.dim(0);
-  Tensor& dhp = scratch(Scratch::moe_dhp, {rows_here, F});
-  Tensor& dap = scratch(Scratch::moe_dap, {rows_here, P});
-  Tensor& dxp = scratch(Scratch::moe_dxp, {rows_here, D});
-  // The products read what the forward's did (its bf16 copies, if it made them: expert e at
-  // e - first_expert); each gradient is converted once for its two products, into one scratch
-  // slot: dop's copy is done with when dap's is made.
-  const ProductOperands& op = operands_;
-  const Tensor& xs = op.saved(c.xp16, c.xp);
-  const Tensor& hs = op.saved(c.hp16, c.hp);
-  auto w_in_of = [&](int e, int i) {
-    return op.copies() ? slice(w_in16_, e - first_expert, P, D) : slice(w_.in, i, P, D);
-  };
-  auto w_out_of = [&](int e, int i) {
-    return op.copies() ? slice(w_out16_, e - first_expert, D, F) : slice(w_.out, i, D, F);
-  };
-  {
-    const Tensor& dops = op.gradient(dop);
-    for_each_block(offsets, first_expert, [&](int e, auto rows) {
-      const int i = e - held_.first;  // its place in the held experts' stacks
-      Tensor dh = rows(dhp), dw = slice(dw_.out, i, D, F);
-      linear_backward(&dh, dw, nullptr, rows(dops), rows(hs), w_out_of(e, i), precision_,
-                      /*varying_rows=*/true);
-      if (config_.bias) {
-        Tensor db = dw_.out_bias.view(i * D, {D});
-        bias_backward(db, rows(dop));
-      }
-    });
-  }
-  if (rows_here > 0) mix_backward(dap, dhp, c.ap, c.hp, config_.act, expert_.gated_branches());
-  const Tensor& daps = op.gradient(dap);
-  for_each_block(offsets, first_expert, [&](int e, auto rows) {
-    const int i = e - held_.first;
-    Tensor dxe = rows(dxp), dw = slice(dw_.in, i, P, D);
-    linear_backward(&dxe, dw, nullptr, rows(daps), rows(xs), w_in_of(e, i), precision_,
-                    /*varying_rows=*/true);
-    if (config_.bias) {
-      Tensor db = dw_.in_bias.view(i * P, {P});
-      bias_backward(db, rows(dap));
-    }
-  });
-  return dxp;
+  permute_rows_backward(dx, dxp, r.slot.data(), r.k, /*accumulate=*/false);
 }
 
 // The zero-computation choices' part: their combine weights' gradients (into ws_.dweight, where
@@ -669,7 +462,6 @@ void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
   check(!(train && expert_parallel_),
         "[moe] Soft MoE does not split its experts over ranks (expert parallelism): train it with "
         "data parallelism alone");
-  exchanged_ = false;
   SoftCache& c = soft_;
   c.sequences = B;
   c.sequence = S;
@@ -681,7 +473,7 @@ void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
   soft_route(c.dispatch, c.combine, c.combine, S, &sums[1], &sums[2]);
   // Slot inputs X̄ [B, M, D] = Dᵀ·X per sequence, into the experts' rows.
   c.slots_out.ensure({B, M, D});  // (X̄ first: the experts' outputs replace it below)
-  ExpertCache& rows = rows_;
+  ExpertStack::Rows& rows = experts_->rows();
   rows.xp.ensure({B * M, D});
   if (T > 0) {
     matmul(c.slots_out, c.dispatch.reshape({B, S, M}), Trans::yes, x.reshape({B, S, D}), Trans::no);
@@ -689,7 +481,7 @@ void MoEFFN::soft_forward(Tensor& y, const Tensor& x, bool train) {
   }
   c.offsets.assign(static_cast<std::size_t>(E + 1), 0);
   for (std::int64_t e = 0; e <= E; ++e) c.offsets[e] = e * B * p;
-  expert_blocks_forward(c.offsets, 0, train);
+  experts_->forward(c.offsets, nullptr, train, precision_);
   y.ensure({T, D});
   if (T > 0) {
     slots_to_rows(rows.op.f32(), c.slots_out.f32(), B, E, p, D, /*back=*/true);
@@ -735,7 +527,7 @@ void MoEFFN::soft_backward(Tensor& dx, const Tensor& dy) {
   matmul(c.dlogits, dy3, Trans::no, c.slots_out, Trans::yes);  // dC, for now
   Tensor& dop = scratch(Scratch::moe_dop, {B * M, D});
   slots_to_rows(dop.f32(), c.dslots.f32(), B, E, p, D, /*back=*/false);
-  Tensor& dxp = expert_blocks_backward(dop, c.offsets, 0);
+  Tensor& dxp = experts_->backward(dop, c.offsets, precision_);
   slots_to_rows(dxp.f32(), c.dslots.f32(), B, E, p, D, /*back=*/true);  // dX̄
   // X̄ = Dᵀ·X: dX = D·dX̄, dD = X·dX̄ᵀ.
   Tensor dx3 = dx.reshape({B, S, D});
@@ -756,12 +548,7 @@ void MoEFFN::soft_backward(Tensor& dx, const Tensor& dy) {
 }
 
 std::vector<Tensor> MoEFFN::expert_grads() {
-  std::vector<Tensor> out{dw_.in, dw_.out};
-  if (config_.bias) {
-    out.push_back(dw_.in_bias);
-    out.push_back(dw_.out_bias);
-  }
-  return out;
+  return experts_->grads();
 }
 
 // The combine weights and auxiliary losses back to the logits, then to W_r and x (dx += ...).
@@ -850,8 +637,7 @@ void MoEFFN::shared_backward(Tensor& dx, const Tensor& dy) {
 
 void MoEFFN::set_inference_weights(DType dtype) {
   inference_weights_ = dtype;
-  inference_in_ = dtype == DType::bf16 ? w_.in.to(DType::bf16) : Tensor();
-  inference_out_ = dtype == DType::bf16 ? w_.out.to(DType::bf16) : Tensor();
+  experts_->set_inference_weights(dtype);
   if (shared_) shared_->set_inference_weights(dtype);
 }
 
@@ -931,8 +717,9 @@ FFNStats MoEFFN::stats() const {
   s.l1_coef = l1_coef();
   s.balance_loss = r.balance_loss;
   s.z_loss = r.z_loss;
-  if (saved_ && rows_.hp.defined() && rows_.hp.numel() > 0)  // (this rank's experts' rows)
-    s.zero_fraction = zero_fraction(rows_.hp.f32(), rows_.hp.numel());
+  const Tensor& hp = experts_->rows().hp;  // (this rank's experts' rows)
+  if (saved_ && hp.defined() && hp.numel() > 0)
+    s.zero_fraction = zero_fraction(hp.f32(), hp.numel());
   return s;
 }
 
@@ -948,14 +735,15 @@ FFNStats MoEFFN::diagnostic_stats() const {
     for (std::int64_t i = 0; i < n; ++i) q += (z[i] - m) * (z[i] - m);
     s.router_logit_std = std::sqrt(q / static_cast<double>(n));
   }
-  if (saved_ && !exchanged_ && rows_.op.defined() &&
+  const Tensor& op = experts_->rows().op;
+  if (saved_ && !experts_->exchanged() && op.defined() &&
       static_cast<int>(r.offsets.size()) == r.ffn_experts + 1) {
-    const float* o = rows_.op.f32();
+    const float* o = op.f32();
     const std::int64_t D = config_.d_model;
     s.expert_output_rms.assign(r.ffn_experts, std::nan(""));
     for (int e = 0; e < r.ffn_experts; ++e) {
       const std::int64_t b = r.offsets[e], end = r.offsets[e + 1];
-      if (end <= b || end * D > rows_.op.numel()) continue;
+      if (end <= b || end * D > op.numel()) continue;
       double q = 0;
       for (std::int64_t i = b * D; i < end * D; ++i) q += static_cast<double>(o[i]) * o[i];
       s.expert_output_rms[e] = std::sqrt(q / static_cast<double>((end - b) * D));

@@ -154,8 +154,7 @@ class FeedForward : public Layer {
   // enough rows for its up projection's `weight_elements`, and weights in the storage the
   // product wants (the bf16 copy, or f32 products).
   bool streams(bool train, std::int64_t rows, bool bf16_copy, std::int64_t weight_elements) const {
-    return !train && (bf16_copy ? rows >= 1 && rows <= kFewRowsMax
-                                : few_rows_fits(rows, weight_elements, precision_));
+    return streams_weights(train, rows, bf16_copy, weight_elements, precision_);
   }
 
   Precision precision_ = Precision::f32;

@@ -12,22 +12,20 @@
 //   L = norm(X)·(scale·norm(Φ))ᵀ [S, E·p],  D = softmax over tokens, C = softmax over slots,
 //   X̄ = Dᵀ·X, expert e runs its p slots' rows of X̄ (all sequences' in one block), y = C·Ȳ.
 //
-// Expert weights are stacked: W_in [E, P, D] with P = F (plain) or 2F (glu: gate rows, then up
-// rows), W_out [E, D, F]; each expert's slices carry Hugging Face per-expert names
-// (experts.{e}.gate_proj.weight, ...), so checkpoints load without conversion. Every product
-// is one or a few oneDNN calls per non-empty expert block (linear_forward's varying rows); an
-// expert with no tokens costs nothing. An inference forward of a few tokens streams only the
-// chosen experts' weights, once each (ops/few_rows.hpp, few_rows_f32_max).
+// The routed experts are an ExpertStack (layers/moe/expert_stack.hpp): stacked weights under
+// Hugging Face per-expert names, products per non-empty expert block, the expert-parallel
+// exchange. An inference forward of a few tokens streams only the chosen experts' weights, once
+// each (ops/few_rows.hpp, few_rows_f32_max).
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "ffnlab/layers/dense_ffn.hpp"
-#include "ffnlab/layers/expert_exchange.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
-#include "ffnlab/ops/linear.hpp"
+#include "ffnlab/layers/moe/expert_stack.hpp"
 #include "ffnlab/ops/router.hpp"
 
 namespace ffnlab {
@@ -58,14 +56,11 @@ class MoEFFN final : public FeedForward {
   const Routing& routing() const { return routing_; }
   // ReLU routing's L1 coefficient λ now (0 for the other routings).
   float l1_coef() const;
-  const Tensor& hidden() const override { return rows_.hp; }
+  const Tensor& hidden() const override { return experts_->rows().hp; }
   // The training noise of the last forward (empty tensors when off): the router input's
   // multiplicative jitter [T, D] and noisy top-k's N(0, 1) draws [T, E].
   const Tensor& jitter_noise() const { return router_.jitter; }
   const Tensor& gate_noise() const { return router_.noise_eps; }
-  // The parameter names of expert e's input projections (gate first), in buffer order.
-  static std::vector<std::string> expert_in_names(const FFNConfig& config, int e);
-  static std::string expert_out_name(const FFNConfig& config, int e);
   static std::string shared_prefix(const FFNConfig& config);
 
  private:
@@ -76,8 +71,6 @@ class MoEFFN final : public FeedForward {
     Tensor balance_bias;         // [E]           aux-loss-free bias (state, values only)
     Tensor l1_coef;              // [1]           ReLU routing's λ (state, values only)
     Tensor shared_gate;          // [1, D]        shared_expert_gate.weight
-    Tensor in, in_bias;          // [E, P, D], [E, P]  every expert's input projection(s)
-    Tensor out, out_bias;        // [E, D, F], [E, D]  every expert's output projection
     Tensor zc_vector, zc_gate;   // [C, D], [C, 2, D]  constant experts: v_i, W_c,i
     Tensor phi, phi_scale;       // [E·p, D], [1]     Soft MoE: gate.phi, gate.scale
     Tensor gate_map;             // [E, E]        MoE++'s gating residual: gate.gate_map.weight
@@ -91,15 +84,6 @@ class MoEFFN final : public FeedForward {
     Tensor residual;              // [T, E] the previous layer's logits (a view; gating residual)
     Tensor mapped;                // [T, E] residual·W_gᵀ
     Tensor noise_pre, noise_eps;  // [T, E] noisy top-k: x·W_noiseᵀ and its N(0, 1) draws
-  };
-  struct ExpertCache {      // rows in permuted order, R = kept assignments
-    Tensor xp, ap, hp, op;  // [R, D], [R, P], [R, F], [R, D]
-    // Expert parallel: xp … op hold the rows this rank's experts process (from every rank);
-    // these are this rank's own tokens' rows before dispatch and after combine.
-    Tensor xp_local, op_local;  // [R, D]
-    // When MoEFFN::operands_ keeps copies: bf16 xp [R, D] and hp [R, F] made by the forward for
-    // its products and the backward's.
-    Tensor xp16, hp16;
   };
   struct SharedCache {
     Tensor y, gate_pre, gate;  // [T, D], [T, 1], [T, 1]
@@ -133,12 +117,6 @@ class MoEFFN final : public FeedForward {
   void experts_forward(Tensor& y, const Tensor& x, bool train);
   void shared_forward(Tensor& y, const Tensor& x, bool train);
   void zc_forward(Tensor& y, const Tensor& x);
-  // Every expert block of the permuted rows (rows_.xp → rows_.op), and its backward from the
-  // rows' output gradients into scratch moe_dxp (and the experts' parameter gradients).
-  void expert_blocks_forward(const std::vector<std::int64_t>& offsets, int first_expert,
-                             bool train);
-  Tensor& expert_blocks_backward(const Tensor& dop, const std::vector<std::int64_t>& offsets,
-                                 int first_expert);
   void soft_forward(Tensor& y, const Tensor& x, bool train);
   void soft_backward(Tensor& dx, const Tensor& dy);
   // Backward, in the reverse order of the forward; each step adds its part of dx.
@@ -149,30 +127,19 @@ class MoEFFN final : public FeedForward {
   void shared_backward(Tensor& dx, const Tensor& dy);
 
   FFNConfig config_;
-  FFNConfig expert_;  // the dense FFN one expert is
-  HeldExperts held_;  // the experts in params_: w_.in [held_.count, P, D] holds held_.first, ...
-  std::int64_t in_width_;
+  HeldExperts held_;  // the experts in params_ (the stack's): held_.first, ...
   ParameterSet params_;
   Weights w_, dw_;
-  Tensor inference_in_, inference_out_;  // bf16 copies of w_.in and w_.out (set_inference_weights)
-  // What the expert products read (ops/linear.hpp); when it keeps copies, bf16 weights of the
-  // experts a forward computed, [n, P, D] and [n, D, F] for its n experts from first_expert,
-  // made by the forward for its products and the backward's (rows_.xp16, rows_.hp16 too).
-  ProductOperands operands_;
-  Tensor w_in16_, w_out16_;
-  std::unique_ptr<DenseFFN> shared_;  // its parameters live in params_
+  std::optional<ExpertStack> experts_;  // the routed experts (made once the config is checked)
+  std::unique_ptr<DenseFFN> shared_;    // its parameters live in params_
 
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws
   Routing routing_;
-  ExpertExchange exchange_;  // expert parallel: the all-to-alls of the last training forward
-  bool exchanged_ = false;   // whether the last training forward used them
-  Tensor ep_dop_, ep_dxp_;   // expert parallel backward: rows here, rows back home
   std::vector<std::int64_t> step_load_;  // assignments per expert since the last balance update
   GateActivity step_gates_;              // ReLU routing: gates since the last optimizer step
   bool saved_ = false;
 
   RouterCache router_;
-  ExpertCache rows_;
   SharedCache shared_out_;
   ZeroComputationCache zc_;
   SoftCache soft_;

@@ -60,6 +60,15 @@ inline bool few_rows_fits(std::int64_t rows, std::int64_t weight_elements, Preci
          rows <= few_rows_f32_max(weight_elements, backward);
 }
 
+// Whether an inference forward (train false) over `rows` tokens streams its weights: few enough
+// rows for its up projection's `weight_elements`, and weights in the storage the kernels take
+// (a bf16 copy of the weights, up to kFewRowsMax rows; or f32 products, few_rows_fits).
+inline bool streams_weights(bool train, std::int64_t rows, bool bf16_copy,
+                            std::int64_t weight_elements, Precision precision) {
+  return !train && (bf16_copy ? rows >= 1 && rows <= kFewRowsMax
+                              : few_rows_fits(rows, weight_elements, precision));
+}
+
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null; y += ... with accumulate).
 // w is f32 or bf16; with bf16 weights x is rounded to bf16 too, as oneDNN's bf16 products do
 // (accumulation is f32 either way). T <= kFewRowsMax.
