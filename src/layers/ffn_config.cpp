@@ -95,6 +95,8 @@ void validate(const FFNConfig& c) {
           "[moe] softmax_after_topk needs the softmax scoring function");
     check(!(m.naming == MoENaming::qwen2_moe && m.num_shared > 1),
           "[moe] qwen2_moe naming has one shared expert, not {}", m.num_shared);
+    check(!m.shared_gate || m.num_shared > 0,
+          "[moe] shared_gate gates the shared experts' output: it needs num_shared > 0");
     check(c.layout == GLULayout::separate,
           "[moe] layout 'fused' applies to dense FFNs; experts are stored per expert");
     check(!(m.naming == MoENaming::mixtral && m.expert_kind != FFNKind::glu),

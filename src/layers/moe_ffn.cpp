@@ -27,10 +27,6 @@ float sigmoid(float v) {
 
 }  // namespace
 
-std::string MoEFFN::shared_prefix(const FFNConfig& c) {
-  return c.moe.naming == MoENaming::qwen2_moe ? "shared_expert." : "shared_experts.";
-}
-
 MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
     : config_(config), held_(held) {
   validate(config_);
@@ -62,17 +58,13 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
   if (m.routing == RoutingKind::relu) params_.declare("gate.l1_coef", {1}, /*trainable=*/false);
   experts_->declare(params_);
   if (m.num_shared > 0) {
-    // n shared experts = one dense FFN of n times the width (expert_config).
-    shared_ = std::make_unique<DenseFFN>(expert_config(config_, /*shared=*/true),
-                                         seed ^ 0x9e3779b97f4a7c15ull);
-    params_.declare_all(shared_->parameters(), shared_prefix(config_));
-    if (m.shared_gate) params_.declare("shared_expert_gate.weight", {1, D});
+    shared_.emplace(config_, seed);
+    shared_->declare(params_);
   }
-  // Constant experts: every vector, then every gate (two stacks).
-  for (int i = 0; i < m.constant_experts; ++i)
-    params_.declare("constant_experts." + std::to_string(i) + ".vector", {D});
-  for (int i = 0; i < m.constant_experts; ++i)
-    params_.declare("constant_experts." + std::to_string(i) + ".gate.weight", {2, D});
+  if (m.zc_experts() > 0) {
+    zc_.emplace(config_);
+    zc_->declare(params_);
+  }
   if (m.gating_residual) params_.declare("gate.gate_map.weight", {routed, routed});
   params_.allocate();
   bind_parameters();
@@ -89,12 +81,9 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
   }
   if (m.noisy_topk) init_uniform(w_.noise, in_bound, rng);
   experts_->init(rng);  // every expert's values drawn, the held ones kept
-  if (m.shared_gate) init_uniform(w_.shared_gate, in_bound, rng);
+  if (shared_) shared_->init(rng);
   if (m.routing == RoutingKind::relu) w_.l1_coef.f32()[0] = m.l1_coef_init;
-  if (m.constant_experts > 0) {  // MoE++: v_i ~ N(0, 1), W_c,i as torch.nn.Linear
-    init_normal(w_.zc_vector, 1.0f, rng);
-    init_uniform(w_.zc_gate, in_bound, rng);
-  }
+  if (zc_) zc_->init(rng);  // MoE++: v_i ~ N(0, 1), W_c,i as torch.nn.Linear
   // Drawn last, so that a config without it keeps the initialisation it had.
   if (m.gating_residual)  // torch.nn.Linear(E, E), as MoE++'s gate_map
     init_uniform(w_.gate_map, 1.0f / std::sqrt(static_cast<float>(routed)), rng);
@@ -109,16 +98,9 @@ void MoEFFN::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
 
 void MoEFFN::bind_parameters() {
   const MoEConfig& m = config_.moe;
-  const std::int64_t D = config_.d_model;
   auto bind = [this](const std::string& name, Tensor& value, Tensor& grad) {
     value = params_.at(name).value;
     grad = params_.at(name).grad;
-  };
-  // A stack of every expert's tensors, which are adjacent in the buffer.
-  auto bind_span = [this](const std::string& first, const Shape& shape, Tensor& value,
-                          Tensor& grad) {
-    value = params_.value_span(first, shape);
-    grad = params_.grad_span(first, shape);
   };
   if (m.routing == RoutingKind::soft) {
     bind("gate.phi", w_.phi, dw_.phi);
@@ -131,18 +113,9 @@ void MoEFFN::bind_parameters() {
   if (m.gating_residual) bind("gate.gate_map.weight", w_.gate_map, dw_.gate_map);
   if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
   if (m.routing == RoutingKind::relu) w_.l1_coef = params_.at("gate.l1_coef").value;
-  if (m.shared_gate) bind("shared_expert_gate.weight", w_.shared_gate, dw_.shared_gate);
   experts_->bind(params_);
-  if (m.constant_experts > 0) {
-    const std::int64_t C = m.constant_experts;
-    bind_span("constant_experts.0.vector", {C, D}, w_.zc_vector, dw_.zc_vector);
-    bind_span("constant_experts.0.gate.weight", {C, 2, D}, w_.zc_gate, dw_.zc_gate);
-  }
-  if (shared_) {  // the shared expert's parameters follow this set's buffer
-    const std::string prefix = shared_prefix(config_);
-    shared_->move_parameters(params_.child_values(shared_->parameters(), prefix),
-                             params_.child_grads(shared_->parameters(), prefix));
-  }
+  if (shared_) shared_->bind(params_);
+  if (zc_) zc_->bind(params_);
 }
 
 void MoEFFN::router_forward(const Tensor& x, bool train) {
@@ -226,71 +199,6 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
   unpermute_rows(y, out, r.slot.data(), r.weight.data(), r.k, /*accumulate=*/false);
 }
 
-// MoE++'s zero-computation choices, per token (no rows, no products): y += w·x for a copy
-// expert, w·(a·x + b·v_i) with [a, b] = softmax(W_c,i·x) for constant expert i; a zero expert's
-// weight is 0.
-void MoEFFN::zc_forward(Tensor& y, const Tensor& x) {
-  const MoEConfig& m = config_.moe;
-  const Routing& r = routing_;
-  const std::int64_t T = x.dim(0), D = config_.d_model;
-  const int N = m.num_experts, K = r.k, copy_from = m.first_copy_expert();
-  const int zero_from = m.first_zero_expert();
-  zc_.mix.assign(static_cast<std::size_t>(T * K * 2), 0.0f);
-  const float* X = x.f32();
-  float* Y = y.f32();
-#pragma omp parallel for schedule(static) if (T * D > 65536)
-  for (std::int64_t t = 0; t < T; ++t) {
-    const float* xt = X + t * D;
-    float* yt = Y + t * D;
-    for (int j = 0; j < r.count[t]; ++j) {
-      const int e = r.expert[t * K + j];
-      const float w = r.weight[t * K + j];
-      if (e < N || e >= zero_from) continue;  // FFN experts (rows), zero experts (nothing)
-      if (e >= copy_from) {
-        for (std::int64_t d = 0; d < D; ++d) yt[d] += w * xt[d];
-        continue;
-      }
-      const int i = e - N;
-      const float* wc = w_.zc_gate.f32() + i * 2 * D;
-      const float* v = w_.zc_vector.f32() + i * D;
-      double z0 = 0, z1 = 0;
-      for (std::int64_t d = 0; d < D; ++d) {
-        z0 += static_cast<double>(wc[d]) * xt[d];
-        z1 += static_cast<double>(wc[D + d]) * xt[d];
-      }
-      const float a = static_cast<float>(1.0 / (1.0 + std::exp(z1 - z0)));  // softmax of two
-      const float b = 1.0f - a;
-      zc_.mix[(t * K + j) * 2] = a;
-      zc_.mix[(t * K + j) * 2 + 1] = b;
-      for (std::int64_t d = 0; d < D; ++d) yt[d] += w * (a * xt[d] + b * v[d]);
-    }
-  }
-}
-
-void MoEFFN::shared_forward(Tensor& y, const Tensor& x, bool train) {
-  const std::int64_t T = x.dim(0), D = config_.d_model;
-  SharedCache& c = shared_out_;
-  shared_->set_precision(precision_);
-  shared_->forward(c.y, x, train);
-  float* out = y.f32();
-  const float* s = c.y.f32();
-  const float* g = nullptr;
-  if (config_.moe.shared_gate) {
-    c.gate_pre.ensure({T, 1});
-    c.gate.ensure({T, 1});
-    linear_forward(c.gate_pre, x, w_.shared_gate, nullptr);
-    const float* pre = c.gate_pre.f32();
-    float* gate = c.gate.f32();
-    for (std::int64_t t = 0; t < T; ++t) gate[t] = sigmoid(pre[t]);
-    g = gate;
-  }
-#pragma omp parallel for schedule(static) if (T > 64)
-  for (std::int64_t t = 0; t < T; ++t) {
-    const float scale = g ? g[t] : 1.0f;
-    for (std::int64_t d = 0; d < D; ++d) out[t * D + d] += scale * s[t * D + d];
-  }
-}
-
 void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t D = config_.d_model;
   check(x.rank() == 2 && x.dim(1) == D, "[moe] input {} must be [T, {}]", shape_string(x.shape()),
@@ -311,8 +219,8 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
     router_forward(x, train);
     experts_forward(y, x, train);
   }
-  if (config_.moe.zc_experts() > 0) zc_forward(y, x);
-  if (shared_) shared_forward(y, x, train);
+  if (zc_) zc_->forward(y, x, routing_);
+  if (shared_) shared_->forward(y, x, train, precision_);
   if (train) {
     for (int e = 0; e < config_.moe.num_experts; ++e) step_load_[e] += routing_.load[e];
     if (config_.moe.routing == RoutingKind::relu) {  // positive gates, of T·E
@@ -337,10 +245,10 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   } else {
     combine_backward(dy);
     experts_backward(dx);
-    if (config_.moe.zc_experts() > 0) zc_backward(dx, dy);
+    if (zc_) zc_->backward(dx, ws_.dweight.data(), dy, router_.x, routing_);
     router_backward(dx);
   }
-  if (shared_) shared_backward(dx, dy);
+  if (shared_) shared_->backward(dx, dy, router_.x);
 }
 
 // y = Σ_j w_j·O[slot_j]: the rows' gradients and the combine weights' gradients.
@@ -360,73 +268,6 @@ void MoEFFN::experts_backward(Tensor& dx) {
   const Tensor& dxp = experts_->backward(dop, r.offsets, precision_);
   dx.ensure({T, D});
   permute_rows_backward(dx, dxp, r.slot.data(), r.k, /*accumulate=*/false);
-}
-
-// The zero-computation choices' part: their combine weights' gradients (into ws_.dweight, where
-// combine_backward left 0), dx (+=), and the constant experts' dv_i and dW_c,i. Per token in
-// parallel; the parameter gradients then over d in parallel, tokens in order (deterministic).
-void MoEFFN::zc_backward(Tensor& dx, const Tensor& dy) {
-  const MoEConfig& m = config_.moe;
-  const Routing& r = routing_;
-  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
-  const int N = m.num_experts, K = r.k, copy_from = m.first_copy_expert();
-  const int zero_from = m.first_zero_expert();
-  const float* X = router_.x.f32();
-  const float* G = dy.f32();
-  float* DX = dx.f32();
-  float* dweight = ws_.dweight.data();
-  // Per constant-expert choice: ∂/∂v_i's scale w·b, and ∂/∂z of softmax(z = W_c,i·x).
-  std::vector<float> dv_scale(static_cast<std::size_t>(T * K), 0.0f);
-  std::vector<float> dz(static_cast<std::size_t>(T * K * 2), 0.0f);
-#pragma omp parallel for schedule(static) if (T * D > 65536)
-  for (std::int64_t t = 0; t < T; ++t) {
-    const float* xt = X + t * D;
-    const float* gt = G + t * D;
-    float* dxt = DX + t * D;
-    for (int j = 0; j < r.count[t]; ++j) {
-      const int e = r.expert[t * K + j];
-      if (e < N || e >= zero_from) continue;
-      const float w = r.weight[t * K + j];
-      double gx = 0;
-      for (std::int64_t d = 0; d < D; ++d) gx += static_cast<double>(gt[d]) * xt[d];
-      if (e >= copy_from) {  // y += w·x
-        dweight[t * K + j] = static_cast<float>(gx);
-        for (std::int64_t d = 0; d < D; ++d) dxt[d] += w * gt[d];
-        continue;
-      }
-      const int i = e - N;
-      const float* wc = w_.zc_gate.f32() + i * 2 * D;
-      const float* v = w_.zc_vector.f32() + i * D;
-      const float a = zc_.mix[(t * K + j) * 2], b = zc_.mix[(t * K + j) * 2 + 1];
-      double gv = 0;
-      for (std::int64_t d = 0; d < D; ++d) gv += static_cast<double>(gt[d]) * v[d];
-      dweight[t * K + j] = static_cast<float>(a * gx + b * gv);
-      // [a, b] = softmax(z): ∂/∂z_0 = a·(da − (a·da + b·db)) with da = w·⟨g, x⟩, db = w·⟨g, v⟩.
-      const double da = w * gx, db = w * gv, mean = a * da + b * db;
-      const auto dz0 = static_cast<float>(a * (da - mean)),
-                 dz1 = static_cast<float>(b * (db - mean));
-      dz[(t * K + j) * 2] = dz0;
-      dz[(t * K + j) * 2 + 1] = dz1;
-      dv_scale[t * K + j] = w * b;
-      for (std::int64_t d = 0; d < D; ++d) dxt[d] += w * a * gt[d] + dz0 * wc[d] + dz1 * wc[D + d];
-    }
-  }
-  // The constant-expert choices (t·K + j), in token order: each d sums them in that order.
-  std::vector<std::int64_t> constant;
-  for (std::int64_t a = 0; a < T * K; ++a)
-    if (a % K < r.count[a / K] && r.expert[a] >= N && r.expert[a] < copy_from)
-      constant.push_back(a);
-  if (constant.empty()) return;
-  float* dV = dw_.zc_vector.f32();
-  float* dW = dw_.zc_gate.f32();
-#pragma omp parallel for schedule(static) if (T * D > 65536)
-  for (std::int64_t d = 0; d < D; ++d)
-    for (const std::int64_t a : constant) {
-      const std::int64_t t = a / K, i = r.expert[a] - N;
-      dV[i * D + d] += dv_scale[a] * G[t * D + d];
-      dW[i * 2 * D + d] += dz[a * 2] * X[t * D + d];
-      dW[i * 2 * D + D + d] += dz[a * 2 + 1] * X[t * D + d];
-    }
 }
 
 namespace {
@@ -597,42 +438,6 @@ void MoEFFN::router_backward(Tensor& dx) {
   const float* j = jitter ? c.jitter.f32() : nullptr;
 #pragma omp parallel for simd schedule(static) if (T * D > 65536)
   for (std::int64_t i = 0; i < T * D; ++i) out[i] += j ? dxr[i] * j[i] : dxr[i];
-}
-
-// y += g·S(x) with g = σ(x·w_g) or 1 (dx += ...).
-void MoEFFN::shared_backward(Tensor& dx, const Tensor& dy) {
-  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
-  const SharedCache& c = shared_out_;
-  Workspace& w = ws_;
-  Tensor& dshared = scratch(Scratch::moe_dshared, {T, D});
-  const float* g = dy.f32();
-  const float* s = c.y.f32();
-  float* ds = dshared.f32();
-  float* out = dx.f32();
-  if (config_.moe.shared_gate) {
-    w.dgate.ensure({T, 1});
-    const float* gate = c.gate.f32();
-    float* dgate = w.dgate.f32();
-    for (std::int64_t t = 0; t < T; ++t) {
-      float dot = 0.0f;
-      for (std::int64_t d = 0; d < D; ++d) {
-        dot += g[t * D + d] * s[t * D + d];
-        ds[t * D + d] = gate[t] * g[t * D + d];
-      }
-      dgate[t] = dot * gate[t] * (1.0f - gate[t]);
-    }
-    Tensor& dx_gate = scratch(Scratch::moe_dx_extra, {T, D});
-    linear_backward(&dx_gate, dw_.shared_gate, nullptr, w.dgate, router_.x, w_.shared_gate);
-    const float* dxg = dx_gate.f32();
-    for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxg[i];
-  } else {
-    std::copy(g, g + T * D, ds);
-  }
-  Tensor& dx_shared = scratch(Scratch::moe_dx_shared, {T, D});
-  shared_->backward(dx_shared, dshared);
-  const float* dxs = dx_shared.f32();
-#pragma omp parallel for simd schedule(static) if (T * D > 65536)
-  for (std::int64_t i = 0; i < T * D; ++i) out[i] += dxs[i];
 }
 
 void MoEFFN::set_inference_weights(DType dtype) {

@@ -207,3 +207,14 @@ TEST(Config, ARoutingBringsItsDefaultsToTheKeysAFileLeavesOut) {
   EXPECT_EQ(config_to_json(c)["moe"]["normalize"], true);
   EXPECT_TRUE(config_from_json(config_to_json(c)).moe.normalize);
 }
+
+// A gate on shared experts that the layer does not have is refused (it failed later, naming a
+// missing parameter).
+TEST(Config, SharedGateNeedsSharedExperts) {
+  EXPECT_NE(error_of([] {
+              config_from_json(json::parse(R"({"variant":"moe","moe":{"shared_gate":true}})"));
+            }).find("[moe] shared_gate gates the shared experts' output: it needs num_shared > 0"),
+            std::string::npos);
+  EXPECT_NO_THROW(config_from_json(
+      json::parse(R"({"variant":"moe","moe":{"shared_gate":true,"num_shared":1}})")));
+}

@@ -26,6 +26,8 @@
 #include "ffnlab/layers/dense_ffn.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/moe/expert_stack.hpp"
+#include "ffnlab/layers/moe/shared_experts.hpp"
+#include "ffnlab/layers/moe/zero_computation.hpp"
 #include "ffnlab/ops/router.hpp"
 
 namespace ffnlab {
@@ -61,7 +63,6 @@ class MoEFFN final : public FeedForward {
   // multiplicative jitter [T, D] and noisy top-k's N(0, 1) draws [T, E].
   const Tensor& jitter_noise() const { return router_.jitter; }
   const Tensor& gate_noise() const { return router_.noise_eps; }
-  static std::string shared_prefix(const FFNConfig& config);
 
  private:
   // Views into params_ (values in w_, gradients in dw_; undefined where the config has none).
@@ -70,8 +71,6 @@ class MoEFFN final : public FeedForward {
     Tensor noise;                // [E, D]        noisy top-k's gate.noise.weight
     Tensor balance_bias;         // [E]           aux-loss-free bias (state, values only)
     Tensor l1_coef;              // [1]           ReLU routing's λ (state, values only)
-    Tensor shared_gate;          // [1, D]        shared_expert_gate.weight
-    Tensor zc_vector, zc_gate;   // [C, D], [C, 2, D]  constant experts: v_i, W_c,i
     Tensor phi, phi_scale;       // [E·p, D], [1]     Soft MoE: gate.phi, gate.scale
     Tensor gate_map;             // [E, E]        MoE++'s gating residual: gate.gate_map.weight
   };
@@ -84,13 +83,6 @@ class MoEFFN final : public FeedForward {
     Tensor residual;              // [T, E] the previous layer's logits (a view; gating residual)
     Tensor mapped;                // [T, E] residual·W_gᵀ
     Tensor noise_pre, noise_eps;  // [T, E] noisy top-k: x·W_noiseᵀ and its N(0, 1) draws
-  };
-  struct SharedCache {
-    Tensor y, gate_pre, gate;  // [T, D], [T, 1], [T, 1]
-  };
-  // Constant experts: [a, b] = softmax(W_c,i·x) of each choice of one ([T, k, 2], 0 elsewhere).
-  struct ZeroComputationCache {
-    std::vector<float> mix;
   };
   // Soft MoE, M = E·p slots, B sequences of S tokens (T = B·S).
   struct SoftCache {
@@ -108,30 +100,26 @@ class MoEFFN final : public FeedForward {
   struct Workspace {
     std::vector<float> dweight;  // [T, K] gradient of the combine weights
     Tensor dlogits, dnoise_pre;  // [T, E]
-    Tensor dgate;                // [T, 1]
     Tensor dresidual;            // [T, E] gradient of the previous layer's logits
   };
 
   void bind_parameters() override;
   void router_forward(const Tensor& x, bool train);
   void experts_forward(Tensor& y, const Tensor& x, bool train);
-  void shared_forward(Tensor& y, const Tensor& x, bool train);
-  void zc_forward(Tensor& y, const Tensor& x);
   void soft_forward(Tensor& y, const Tensor& x, bool train);
   void soft_backward(Tensor& dx, const Tensor& dy);
   // Backward, in the reverse order of the forward; each step adds its part of dx.
   void combine_backward(const Tensor& dy);
   void experts_backward(Tensor& dx);
-  void zc_backward(Tensor& dx, const Tensor& dy);
   void router_backward(Tensor& dx);
-  void shared_backward(Tensor& dx, const Tensor& dy);
 
   FFNConfig config_;
   HeldExperts held_;  // the experts in params_ (the stack's): held_.first, ...
   ParameterSet params_;
   Weights w_, dw_;
-  std::optional<ExpertStack> experts_;  // the routed experts (made once the config is checked)
-  std::unique_ptr<DenseFFN> shared_;    // its parameters live in params_
+  std::optional<ExpertStack> experts_;   // the routed experts (made once the config is checked)
+  std::optional<SharedExperts> shared_;  // num_shared > 0
+  std::optional<ZeroComputation> zc_;    // MoE++'s zero-computation experts
 
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws
   Routing routing_;
@@ -140,8 +128,6 @@ class MoEFFN final : public FeedForward {
   bool saved_ = false;
 
   RouterCache router_;
-  SharedCache shared_out_;
-  ZeroComputationCache zc_;
   SoftCache soft_;
   Workspace ws_;
 };
