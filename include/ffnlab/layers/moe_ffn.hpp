@@ -1,21 +1,16 @@
-// MoEFFN: router + E routed experts (+ shared experts), forward and backward.
+// MoEFFN: an MoE layer, composed of its parts (layers/moe/):
 //
 //   logits = x·W_rᵀ + b_r                       (router; jitter / noisy top-k in training)
 //            (+ G·W_gᵀ: MoE++'s gating residual, G the previous MoE layer's logits)
 //   route: scores, top-k, combine weights w, capacity        (ops/router)
-//   permute x into per-expert blocks; per expert e with n_e > 0 rows:
-//       A_e = X_e·W_in,eᵀ + b_in,e,  H_e = mix(A_e),  O_e = H_e·W_out,eᵀ + b_out,e
-//   y = Σ_j w_j·O[slot_j]  (+ σ(x·w_g)·shared(x))           (ops/permute)
-//   MoE++'s zero-computation experts: y += w_j·(x, or a·x + b·v_i, or 0) per such choice
+//   permute x into per-expert blocks, run them               (ExpertStack)
+//   y = Σ_j w_j·O[slot_j]                                    (ops/permute)
+//   + MoE++'s zero-computation experts                       (ZeroComputation)
+//   + σ(x·w_g)·shared(x)                                     (SharedExperts)
 //
-// Soft MoE (routing soft) has no router Linear and no choice: per sequence of S tokens,
-//   L = norm(X)·(scale·norm(Φ))ᵀ [S, E·p],  D = softmax over tokens, C = softmax over slots,
-//   X̄ = Dᵀ·X, expert e runs its p slots' rows of X̄ (all sequences' in one block), y = C·Ȳ.
-//
-// The routed experts are an ExpertStack (layers/moe/expert_stack.hpp): stacked weights under
-// Hugging Face per-expert names, products per non-empty expert block, the expert-parallel
-// exchange. An inference forward of a few tokens streams only the chosen experts' weights, once
-// each (ops/few_rows.hpp, few_rows_f32_max).
+// Soft MoE (routing soft) replaces the router and the permutation with its slots (SoftMoE);
+// its slots' rows run through the same ExpertStack. An inference forward of a few tokens
+// streams only the chosen experts' weights, once each (ops/few_rows.hpp).
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 
@@ -27,6 +22,7 @@
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/moe/expert_stack.hpp"
 #include "ffnlab/layers/moe/shared_experts.hpp"
+#include "ffnlab/layers/moe/soft_moe.hpp"
 #include "ffnlab/layers/moe/zero_computation.hpp"
 #include "ffnlab/ops/router.hpp"
 
@@ -71,7 +67,6 @@ class MoEFFN final : public FeedForward {
     Tensor noise;                // [E, D]        noisy top-k's gate.noise.weight
     Tensor balance_bias;         // [E]           aux-loss-free bias (state, values only)
     Tensor l1_coef;              // [1]           ReLU routing's λ (state, values only)
-    Tensor phi, phi_scale;       // [E·p, D], [1]     Soft MoE: gate.phi, gate.scale
     Tensor gate_map;             // [E, E]        MoE++'s gating residual: gate.gate_map.weight
   };
   // Saved by a training forward for backward (workspaces in inference).
@@ -84,17 +79,6 @@ class MoEFFN final : public FeedForward {
     Tensor mapped;                // [T, E] residual·W_gᵀ
     Tensor noise_pre, noise_eps;  // [T, E] noisy top-k: x·W_noiseᵀ and its N(0, 1) draws
   };
-  // Soft MoE, M = E·p slots, B sequences of S tokens (T = B·S).
-  struct SoftCache {
-    Tensor xn, phin;                    // [T, D] normalised tokens, [M, D] scale·normalised Φ
-    std::vector<float> x_inv, phi_inv;  // [T], [M] 1/sqrt(|·|² + ε)
-    Tensor dispatch, combine;           // [B, S, M] softmax over tokens, over slots
-    Tensor slots_out;                   // [B, M, D] the experts' outputs per sequence and slot
-    std::int64_t sequences = 0, sequence = 0;  // B, S
-    std::vector<std::int64_t> offsets;         // [E + 1] expert e's rows: e·B·p
-    // Backward workspaces.
-    Tensor dslots, dlogits, ddispatch, dxn, dphin;  // [B, M, D], [B, S, M] ×2, [T, D], [M, D]
-  };
   // The layer's own small backward workspaces; the large ones (permuted rows' gradients, [T, D]
   // partial dx) are scratch slots shared by all MoE layers (ffnlab/scratch.hpp).
   struct Workspace {
@@ -106,8 +90,6 @@ class MoEFFN final : public FeedForward {
   void bind_parameters() override;
   void router_forward(const Tensor& x, bool train);
   void experts_forward(Tensor& y, const Tensor& x, bool train);
-  void soft_forward(Tensor& y, const Tensor& x, bool train);
-  void soft_backward(Tensor& dx, const Tensor& dy);
   // Backward, in the reverse order of the forward; each step adds its part of dx.
   void combine_backward(const Tensor& dy);
   void experts_backward(Tensor& dx);
@@ -119,7 +101,9 @@ class MoEFFN final : public FeedForward {
   Weights w_, dw_;
   std::optional<ExpertStack> experts_;   // the routed experts (made once the config is checked)
   std::optional<SharedExperts> shared_;  // num_shared > 0
-  std::optional<ZeroComputation> zc_;    // MoE++'s zero-computation experts
+  std::optional<ZeroComputation> zc_;
+  std::optional<SoftMoE>
+      soft_;  // Soft MoE's routing (routing soft)    // MoE++'s zero-computation experts
 
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws
   Routing routing_;
@@ -128,7 +112,6 @@ class MoEFFN final : public FeedForward {
   bool saved_ = false;
 
   RouterCache router_;
-  SoftCache soft_;
   Workspace ws_;
 };
 
