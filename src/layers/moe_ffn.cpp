@@ -16,16 +16,7 @@
 
 namespace ffnlab {
 
-namespace {
-
-float softplus(float v) {
-  return v > 20.0f ? v : std::log1p(std::exp(v));
-}
-float sigmoid(float v) {
-  return 1.0f / (1.0f + std::exp(-v));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
     : config_(config), held_(held) {
@@ -33,7 +24,7 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
   check(config_.kind == FFNKind::moe, "[moe] MoEFFN needs kind 'moe', got '{}'",
         enum_name(config_.kind));
   const MoEConfig& m = config_.moe;
-  const std::int64_t D = config_.d_model, E = m.num_experts, routed = m.routed_experts();
+  const std::int64_t E = m.num_experts;
   if (held_.count == 0) held_ = {0, static_cast<int>(E)};
   check(held_.first >= 0 && held_.count > 0 && held_.first + held_.count <= E,
         "[moe] experts [{}, {}) are not experts of a layer of {}", held_.first,
@@ -44,18 +35,13 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
 
   // The router scores the FFN experts and then the zero-computation ones; Soft MoE has slots'
   // parameters instead (E·p rows) and their scale.
-  const bool soft = m.routing == RoutingKind::soft;
-  if (soft) {
+  if (m.routing == RoutingKind::soft) {
     soft_.emplace(config_);
     soft_->declare(params_);
   } else {
-    params_.declare("gate.weight", {routed, D});
-    if (m.router_bias) params_.declare("gate.bias", {routed});
+    router_.emplace(config_, seed);
+    router_->declare(params_);
   }
-  if (m.noisy_topk) params_.declare("gate.noise.weight", {routed, D});
-  if (m.balance_bias)
-    params_.declare("gate.e_score_correction_bias", {routed}, /*trainable=*/false);
-  if (m.routing == RoutingKind::relu) params_.declare("gate.l1_coef", {1}, /*trainable=*/false);
   experts_->declare(params_);
   if (m.num_shared > 0) {
     shared_.emplace(config_, seed);
@@ -65,117 +51,31 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
     zc_.emplace(config_);
     zc_->declare(params_);
   }
-  if (m.gating_residual) params_.declare("gate.gate_map.weight", {routed, routed});
+  if (router_) router_->declare_gate_map(params_);
   params_.allocate();
   bind_parameters();
 
   // torch.nn.Linear's initialisation for every Linear, expert by expert.
   std::mt19937_64 rng(seed);
-  const float in_bound = 1.0f / std::sqrt(static_cast<float>(D));
-  if (soft) {
-    soft_->init(rng);
-  } else {
-    init_uniform(w_.router, in_bound, rng);
-    if (m.router_bias) init_uniform(w_.router_bias, in_bound, rng);
-  }
-  if (m.noisy_topk) init_uniform(w_.noise, in_bound, rng);
+  if (soft_) soft_->init(rng);
+  if (router_) router_->init(rng);
   experts_->init(rng);  // every expert's values drawn, the held ones kept
   if (shared_) shared_->init(rng);
-  if (m.routing == RoutingKind::relu) w_.l1_coef.f32()[0] = m.l1_coef_init;
   if (zc_) zc_->init(rng);  // MoE++: v_i ~ N(0, 1), W_c,i as torch.nn.Linear
   // Drawn last, so that a config without it keeps the initialisation it had.
-  if (m.gating_residual)  // torch.nn.Linear(E, E), as MoE++'s gate_map
-    init_uniform(w_.gate_map, 1.0f / std::sqrt(static_cast<float>(routed)), rng);
-  noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
-  step_load_.assign(E, 0);
+  if (router_) router_->init_gate_map(rng);
 }
 
 void MoEFFN::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
-  noise_seed_ = seed ^ 0x6a09e667f3bcc909ull;
-  noise_stream_ = stream + 1;
+  if (router_) router_->set_random_stream(seed, stream);
 }
 
 void MoEFFN::bind_parameters() {
-  const MoEConfig& m = config_.moe;
-  auto bind = [this](const std::string& name, Tensor& value, Tensor& grad) {
-    value = params_.at(name).value;
-    grad = params_.at(name).grad;
-  };
-  if (soft_) {
-    soft_->bind(params_);
-  } else {
-    bind("gate.weight", w_.router, dw_.router);
-    if (m.router_bias) bind("gate.bias", w_.router_bias, dw_.router_bias);
-  }
-  if (m.noisy_topk) bind("gate.noise.weight", w_.noise, dw_.noise);
-  if (m.gating_residual) bind("gate.gate_map.weight", w_.gate_map, dw_.gate_map);
-  if (m.balance_bias) w_.balance_bias = params_.at("gate.e_score_correction_bias").value;
-  if (m.routing == RoutingKind::relu) w_.l1_coef = params_.at("gate.l1_coef").value;
+  if (soft_) soft_->bind(params_);
+  if (router_) router_->bind(params_);
   experts_->bind(params_);
   if (shared_) shared_->bind(params_);
   if (zc_) zc_->bind(params_);
-}
-
-void MoEFFN::router_forward(const Tensor& x, bool train) {
-  const MoEConfig& m = config_.moe;
-  const std::int64_t T = x.dim(0), D = config_.d_model, E = m.routed_experts();  // logits columns
-  RouterCache& c = router_;
-  const Tensor* in = &x;
-  if (train && m.jitter > 0) {
-    c.jitter.ensure({T, D});
-    c.x_router.ensure({T, D});
-    // Uniform in [1 − jitter, 1 + jitter], a function of (seed, stream, the element's place in
-    // the whole batch): the same draws for any thread count or number of ranks.
-    float* j = c.jitter.f32();
-    const auto first = static_cast<std::uint64_t>(first_token_ * D);
-#pragma omp parallel for schedule(static) if (T * D > 65536)
-    for (std::int64_t i = 0; i < T * D; ++i)
-      j[i] = 1.0f - m.jitter +
-             2.0f * m.jitter * dropout_uniform(noise_seed_, noise_stream_, first + i);
-    const float* xs = x.f32();
-    float* xr = c.x_router.f32();
-    for (std::int64_t i = 0; i < T * D; ++i) xr[i] = xs[i] * j[i];
-    in = &c.x_router;
-  }
-  c.logits.ensure({T, E});
-  linear_forward(c.logits, *in, w_.router, m.router_bias ? &w_.router_bias : nullptr);
-  c.residual = Tensor();
-  if (m.gating_residual && gate_residual_ != nullptr) {
-    // MoE++: logits += G·W_gᵀ, G the previous MoE layer's logits (kept for backward).
-    const Tensor& g = *gate_residual_;
-    check(g.rank() == 2 && g.dim(0) == T && g.dim(1) == E,
-          "[moe] the gate residual {} must be the previous MoE layer's logits [{}, {}]",
-          shape_string(g.shape()), T, E);
-    c.residual = g;
-    c.mapped.ensure({T, E});
-    linear_forward(c.mapped, g, w_.gate_map, nullptr);
-    float* l = c.logits.f32();
-    const float* r = c.mapped.f32();
-    for (std::int64_t i = 0; i < T * E; ++i) l[i] += r[i];
-  }
-  if (train && m.noisy_topk) {
-    c.noise_pre.ensure({T, E});
-    c.noise_eps.ensure({T, E});
-    linear_forward(c.noise_pre, *in, w_.noise, nullptr);
-    float* eps = c.noise_eps.f32();
-    float* l = c.logits.f32();
-    const float* pre = c.noise_pre.f32();
-    // N(0, 1) by Box–Muller from two counter-based uniforms per element (stream + 2^32 keeps
-    // them apart from the jitter's).
-    const std::uint64_t stream = noise_stream_ + (std::uint64_t{1} << 32);
-    const auto first = static_cast<std::uint64_t>(first_token_ * E);
-    for (std::int64_t i = 0; i < T * E; ++i) {
-      const std::uint64_t at = 2 * (first + static_cast<std::uint64_t>(i));
-      const double u1 = dropout_uniform(noise_seed_, stream, at) + 0x1p-25;  // (0, 1)
-      const double u2 = dropout_uniform(noise_seed_, stream, at + 1);
-      eps[i] =
-          static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-      l[i] += eps[i] * softplus(pre[i]);
-    }
-  }
-  ProcessGroup* group = train ? group_ : nullptr;  // inference forwards route their own tokens
-  route(routing_, c.logits, m.balance_bias ? w_.balance_bias.f32() : nullptr, m, group, sequence_);
-  assign_rows(routing_, m, group);
 }
 
 void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
@@ -217,53 +117,46 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
           "with data parallelism alone");
     soft_->forward(y, routing_, x, sequence_, *experts_, train, precision_, group_);
   } else {
-    router_forward(x, train);
+    // Inference forwards route their own tokens.
+    router_->forward(routing_, x, config_.moe.gating_residual ? gate_residual_ : nullptr,
+                     first_token_, sequence_, train ? group_ : nullptr, train);
     experts_forward(y, x, train);
   }
   if (zc_) zc_->forward(y, x, routing_);
   if (shared_) shared_->forward(y, x, train, precision_);
-  if (train) {
-    for (int e = 0; e < config_.moe.num_experts; ++e) step_load_[e] += routing_.load[e];
-    if (config_.moe.routing == RoutingKind::relu) {  // positive gates, of T·E
-      std::int64_t active = 0;
-      for (auto n : routing_.load) active += n;
-      step_gates_ += {static_cast<double>(active),
-                      static_cast<double>(routing_.total_tokens) * routing_.experts};
-    }
-  }
   saved_ = train;
-  router_.x = train ? x : Tensor();
+  x_ = train ? x : Tensor();
 }
 
 void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
   check(saved_, "[moe] backward needs a forward with train = true first");
   experts_->check_unchanged(precision_);
-  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
+  const std::int64_t T = x_.dim(0), D = config_.d_model;
   check(dy.rank() == 2 && dy.dim(0) == T && dy.dim(1) == D,
         "[moe] dy {} must match the forward's output [{}, {}]", shape_string(dy.shape()), T, D);
   if (soft_) {
-    soft_->backward(dx, dy, router_.x, *experts_, precision_);
+    soft_->backward(dx, dy, x_, *experts_, precision_);
   } else {
     combine_backward(dy);
     experts_backward(dx);
-    if (zc_) zc_->backward(dx, ws_.dweight.data(), dy, router_.x, routing_);
-    router_backward(dx);
+    if (zc_) zc_->backward(dx, dweight_.data(), dy, x_, routing_);
+    router_->backward(dx, routing_, dweight_.data(), x_, router_logits_grad_, aux_loss_scale_);
   }
-  if (shared_) shared_->backward(dx, dy, router_.x);
+  if (shared_) shared_->backward(dx, dy, x_);
 }
 
 // y = Σ_j w_j·O[slot_j]: the rows' gradients and the combine weights' gradients.
 void MoEFFN::combine_backward(const Tensor& dy) {
   const Routing& r = routing_;
-  ws_.dweight.resize(static_cast<std::size_t>(r.tokens * r.k));
+  dweight_.resize(static_cast<std::size_t>(r.tokens * r.k));
   Tensor& dop = scratch(Scratch::moe_dop, {r.kept(), config_.d_model});
-  unpermute_rows_backward(dop, ws_.dweight.data(), dy, experts_->output(), r.slot.data(),
+  unpermute_rows_backward(dop, dweight_.data(), dy, experts_->output(), r.slot.data(),
                           r.weight.data(), r.k);
 }
 
 // The experts, block by block; dx (overwritten) gets the permuted rows' input gradients.
 void MoEFFN::experts_backward(Tensor& dx) {
-  const std::int64_t T = router_.x.dim(0), D = config_.d_model;
+  const std::int64_t T = x_.dim(0), D = config_.d_model;
   const Routing& r = routing_;
   const Tensor& dop = scratch(Scratch::moe_dop, {r.kept(), D});  // from combine_backward
   const Tensor& dxp = experts_->backward(dop, r.offsets, precision_);
@@ -273,54 +166,6 @@ void MoEFFN::experts_backward(Tensor& dx) {
 
 std::vector<Tensor> MoEFFN::expert_grads() {
   return experts_->grads();
-}
-
-// The combine weights and auxiliary losses back to the logits, then to W_r and x (dx += ...).
-void MoEFFN::router_backward(Tensor& dx) {
-  const MoEConfig& m = config_.moe;
-  const std::int64_t T = router_.x.dim(0), D = config_.d_model, E = m.routed_experts();
-  const RouterCache& c = router_;
-  Workspace& w = ws_;
-  w.dlogits.ensure({T, E});
-  route_backward(w.dlogits, routing_, w.dweight.data(), m, aux_loss_scale_, l1_coef());
-  if (router_logits_grad_ != nullptr && router_logits_grad_->defined()) {
-    // The next MoE layer's gating residual read these logits: its gradient joins theirs.
-    const Tensor& g = *router_logits_grad_;
-    check(g.rank() == 2 && g.dim(0) == T && g.dim(1) == E,
-          "[moe] the router logits' gradient {} must be [{}, {}]", shape_string(g.shape()), T, E);
-    float* dl = w.dlogits.f32();
-    const float* dg = g.f32();
-    for (std::int64_t i = 0; i < T * E; ++i) dl[i] += dg[i];
-  }
-  if (c.residual.defined()) {  // logits += G·W_gᵀ: dW_g += dlogitsᵀ·G, dG = dlogits·W_g
-    w.dresidual.ensure({T, E});
-    linear_backward(&w.dresidual, dw_.gate_map, nullptr, w.dlogits, c.residual, w_.gate_map);
-  } else {
-    w.dresidual = Tensor();
-  }
-  const bool jitter = m.jitter > 0;
-  const Tensor& rin = jitter ? c.x_router : c.x;
-  Tensor& dx_router = scratch(Scratch::moe_dx_router, {T, D});
-  linear_backward(&dx_router, dw_.router, m.router_bias ? &dw_.router_bias : nullptr, w.dlogits,
-                  rin, w_.router);
-  float* dxr = dx_router.f32();
-  if (m.noisy_topk) {
-    // logits = clean + ε·softplus(pre): ∂/∂pre = ε·σ(pre).
-    w.dnoise_pre.ensure({T, E});
-    float* dpre = w.dnoise_pre.f32();
-    const float* dl = w.dlogits.f32();
-    const float* eps = c.noise_eps.f32();
-    const float* pre = c.noise_pre.f32();
-    for (std::int64_t i = 0; i < T * E; ++i) dpre[i] = dl[i] * eps[i] * sigmoid(pre[i]);
-    Tensor& dx_noise = scratch(Scratch::moe_dx_extra, {T, D});
-    linear_backward(&dx_noise, dw_.noise, nullptr, w.dnoise_pre, rin, w_.noise);
-    const float* dxn = dx_noise.f32();
-    for (std::int64_t i = 0; i < T * D; ++i) dxr[i] += dxn[i];
-  }
-  float* out = dx.f32();
-  const float* j = jitter ? c.jitter.f32() : nullptr;
-#pragma omp parallel for simd schedule(static) if (T * D > 65536)
-  for (std::int64_t i = 0; i < T * D; ++i) out[i] += j ? dxr[i] * j[i] : dxr[i];
 }
 
 void MoEFFN::set_inference_weights(DType dtype) {
@@ -336,33 +181,11 @@ double MoEFFN::aux_loss() const {
 }
 
 float MoEFFN::l1_coef() const {
-  return w_.l1_coef.defined() ? w_.l1_coef.f32()[0] : 0.0f;
+  return router_ ? router_->l1_coef() : 0.0f;
 }
 
 void MoEFFN::after_optimizer_step(const GateActivity* activity) {
-  const MoEConfig& m = config_.moe;
-  if (m.routing == RoutingKind::relu) {
-    // ReMoE's controller: λ grows while the gates are less sparse than the target, shrinks
-    // otherwise. No training forward since the last step: nothing to follow.
-    const GateActivity& a = activity ? *activity : step_gates_;
-    if (a.gates > 0) {
-      float& lambda = w_.l1_coef.f32()[0];
-      lambda =
-          a.sparsity() < m.sparsity_target() ? lambda * m.l1_coef_rate : lambda / m.l1_coef_rate;
-    }
-    step_gates_ = {};
-  }
-  if (m.balance_bias) {
-    double mean = 0;
-    for (auto l : step_load_) mean += static_cast<double>(l);
-    mean /= m.num_experts;
-    float* b = w_.balance_bias.f32();
-    for (int e = 0; e < m.num_experts; ++e) {
-      const double gap = mean - static_cast<double>(step_load_[e]);
-      b[e] += m.balance_rate * static_cast<float>((gap > 0) - (gap < 0));
-    }
-  }
-  std::fill(step_load_.begin(), step_load_.end(), 0);
+  if (router_) router_->after_optimizer_step(activity);
 }
 
 FFNStats MoEFFN::stats() const {
@@ -414,9 +237,10 @@ FFNStats MoEFFN::stats() const {
 FFNStats MoEFFN::diagnostic_stats() const {
   FFNStats s = stats();
   const Routing& r = routing_;
-  if (saved_ && router_.logits.defined() && router_.logits.numel() > 0) {
-    const float* z = router_.logits.f32();
-    const std::int64_t n = router_.logits.numel();
+  const Tensor& logits = router_logits();
+  if (saved_ && logits.defined() && logits.numel() > 0) {
+    const float* z = logits.f32();
+    const std::int64_t n = logits.numel();
     double m = 0, q = 0;
     for (std::int64_t i = 0; i < n; ++i) m += z[i];
     m /= static_cast<double>(n);

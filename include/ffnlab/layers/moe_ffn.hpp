@@ -23,6 +23,7 @@
 #include "ffnlab/layers/moe/expert_stack.hpp"
 #include "ffnlab/layers/moe/shared_experts.hpp"
 #include "ffnlab/layers/moe/soft_moe.hpp"
+#include "ffnlab/layers/moe/token_router.hpp"
 #include "ffnlab/layers/moe/zero_computation.hpp"
 #include "ffnlab/ops/router.hpp"
 
@@ -43,11 +44,15 @@ class MoEFFN final : public FeedForward {
   double aux_loss() const override;
   void set_random_stream(std::uint64_t seed, std::uint64_t stream) override;
   void after_optimizer_step(const GateActivity* activity = nullptr) override;
-  GateActivity gate_activity() const override { return step_gates_; }
+  GateActivity gate_activity() const override {
+    return router_ ? router_->gate_activity() : GateActivity{};
+  }
   void set_inference_weights(DType dtype) override;
   std::vector<Tensor> expert_grads() override;
-  const Tensor& gate_residual_grad() const override { return ws_.dresidual; }
-  const Tensor& router_logits() const override { return router_.logits; }
+  const Tensor& gate_residual_grad() const override {
+    return router_ ? router_->gate_residual_grad() : kNone;
+  }
+  const Tensor& router_logits() const override { return router_ ? router_->logits() : kNone; }
 
   HeldExperts held_experts() const override { return held_; }
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
@@ -57,62 +62,33 @@ class MoEFFN final : public FeedForward {
   const Tensor& hidden() const override { return experts_->rows().hp; }
   // The training noise of the last forward (empty tensors when off): the router input's
   // multiplicative jitter [T, D] and noisy top-k's N(0, 1) draws [T, E].
-  const Tensor& jitter_noise() const { return router_.jitter; }
-  const Tensor& gate_noise() const { return router_.noise_eps; }
+  const Tensor& jitter_noise() const { return router_ ? router_->jitter_noise() : kNone; }
+  const Tensor& gate_noise() const { return router_ ? router_->gate_noise() : kNone; }
 
  private:
-  // Views into params_ (values in w_, gradients in dw_; undefined where the config has none).
-  struct Weights {
-    Tensor router, router_bias;  // [E, D], [E]   gate.weight / gate.bias
-    Tensor noise;                // [E, D]        noisy top-k's gate.noise.weight
-    Tensor balance_bias;         // [E]           aux-loss-free bias (state, values only)
-    Tensor l1_coef;              // [1]           ReLU routing's λ (state, values only)
-    Tensor gate_map;             // [E, E]        MoE++'s gating residual: gate.gate_map.weight
-  };
-  // Saved by a training forward for backward (workspaces in inference).
-  struct RouterCache {
-    Tensor x;                     // [T, D] the caller's input (a view)
-    Tensor x_router;              // [T, D] jittered router input (jitter only)
-    Tensor jitter;                // [T, D] the multiplicative noise
-    Tensor logits;                // [T, E]
-    Tensor residual;              // [T, E] the previous layer's logits (a view; gating residual)
-    Tensor mapped;                // [T, E] residual·W_gᵀ
-    Tensor noise_pre, noise_eps;  // [T, E] noisy top-k: x·W_noiseᵀ and its N(0, 1) draws
-  };
-  // The layer's own small backward workspaces; the large ones (permuted rows' gradients, [T, D]
-  // partial dx) are scratch slots shared by all MoE layers (ffnlab/scratch.hpp).
-  struct Workspace {
-    std::vector<float> dweight;  // [T, K] gradient of the combine weights
-    Tensor dlogits, dnoise_pre;  // [T, E]
-    Tensor dresidual;            // [T, E] gradient of the previous layer's logits
-  };
-
   void bind_parameters() override;
-  void router_forward(const Tensor& x, bool train);
   void experts_forward(Tensor& y, const Tensor& x, bool train);
   // Backward, in the reverse order of the forward; each step adds its part of dx.
   void combine_backward(const Tensor& dy);
   void experts_backward(Tensor& dx);
-  void router_backward(Tensor& dx);
 
+  static inline const Tensor kNone{};  // what a part the layer lacks returns
   FFNConfig config_;
   HeldExperts held_;  // the experts in params_ (the stack's): held_.first, ...
   ParameterSet params_;
-  Weights w_, dw_;
   std::optional<ExpertStack> experts_;   // the routed experts (made once the config is checked)
   std::optional<SharedExperts> shared_;  // num_shared > 0
-  std::optional<ZeroComputation> zc_;
-  std::optional<SoftMoE>
-      soft_;  // Soft MoE's routing (routing soft)    // MoE++'s zero-computation experts
+  std::optional<ZeroComputation> zc_;    // MoE++'s zero-computation experts
+  std::optional<TokenRouter> router_;    // every routing but soft
+  std::optional<SoftMoE> soft_;          // routing soft
 
-  std::uint64_t noise_seed_ = 0, noise_stream_ = 0;  // training noise: counter-based draws
   Routing routing_;
-  std::vector<std::int64_t> step_load_;  // assignments per expert since the last balance update
-  GateActivity step_gates_;              // ReLU routing: gates since the last optimizer step
   bool saved_ = false;
 
-  RouterCache router_;
-  Workspace ws_;
+  Tensor x_;  // the training forward's input (a view)
+  // The combine weights' gradient [T, K], which the zero-computation experts and the router read
+  // (the large backward workspaces are scratch slots shared by all MoE layers, scratch.hpp).
+  std::vector<float> dweight_;
 };
 
 }  // namespace ffnlab
