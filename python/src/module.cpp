@@ -236,9 +236,9 @@ class Layer {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      ffn_->set_sequence_length(sequence);
+      ffn_->context().sequence = sequence;
       residual_ = rt;
-      ffn_->set_gate_residual(residual_.defined() ? &residual_ : nullptr);
+      ffn_->context().previous_logits = residual_.defined() ? &residual_ : nullptr;
       ffn_->forward(yt, xt, train);
     }
     written_in_place(yt, y, "forward");
@@ -272,9 +272,9 @@ class Layer {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      ffn_->set_router_logits_grad(gt.defined() ? &gt : nullptr);
+      ffn_->context().logits_grad = gt.defined() ? &gt : nullptr;
       ffn_->backward(dxt, dyt);
-      ffn_->set_router_logits_grad(nullptr);
+      ffn_->context().logits_grad = nullptr;
     }
     written_in_place(dxt, dx, "backward");
     return dx;
@@ -378,7 +378,7 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           "MoE: the router logits of the last forward [T, E] (a copy), residual included: what "
           "the next layer with gating_residual takes as its gate_residual")
       .def_property_readonly(
-          "gate_residual_grad", [](Layer& l) { return rows_copy(l.ffn().gate_residual_grad()); },
+          "gate_residual_grad", [](Layer& l) { return rows_copy(l.ffn().previous_logits_grad()); },
           "gating_residual: the gradient of the loss wrt the gate_residual of the last backward "
           "[T, E] (a copy; [0, 0] when the forward had none): the previous layer's dlogits")
       .def(

@@ -82,7 +82,7 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   const std::int64_t T = tokens, D = config.d_model, S = sequence > 0 ? sequence : T;
   auto ffn = make_ffn(config, 1);
   ffn->set_precision(precision);
-  ffn->set_sequence_length(sequence);
+  ffn->context().sequence = sequence;
   const Tensor x = random_normal({T, D}, 2), dy = random_normal({T, D}, 3);
   Tensor y, dx;
 

@@ -102,7 +102,7 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
   check(x.rank() == 2 && x.dim(1) == D, "[moe] input {} must be [T, {}]", shape_string(x.shape()),
         D);
   if (looks_at_whole_sequence(config_.moe.routing)) {
-    const std::int64_t S = sequence_ > 0 ? sequence_ : x.dim(0);
+    const std::int64_t S = context_.sequence > 0 ? context_.sequence : x.dim(0);
     check(S > 1 || x.dim(0) == 0,
           "[moe] {} routing looks at the whole sequence: one token at a time (decode) is not a "
           "sequence; run it on whole sequences",
@@ -115,11 +115,11 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
     check(!(train && expert_parallel_),
           "[moe] Soft MoE does not split its experts over ranks (expert parallelism): train it "
           "with data parallelism alone");
-    soft_->forward(y, routing_, x, sequence_, *experts_, train, precision_, group_);
+    soft_->forward(y, routing_, x, context_.sequence, *experts_, train, precision_, group_);
   } else {
     // Inference forwards route their own tokens.
-    router_->forward(routing_, x, config_.moe.gating_residual ? gate_residual_ : nullptr,
-                     first_token_, sequence_, train ? group_ : nullptr, train);
+    router_->forward(routing_, x, config_.moe.gating_residual ? context_.previous_logits : nullptr,
+                     first_token_, context_.sequence, train ? group_ : nullptr, train);
     experts_forward(y, x, train);
   }
   if (zc_) zc_->forward(y, x, routing_);
@@ -140,7 +140,7 @@ void MoEFFN::backward(Tensor& dx, const Tensor& dy) {
     combine_backward(dy);
     experts_backward(dx);
     if (zc_) zc_->backward(dx, dweight_.data(), dy, x_, routing_);
-    router_->backward(dx, routing_, dweight_.data(), x_, router_logits_grad_, aux_loss_scale_);
+    router_->backward(dx, routing_, dweight_.data(), x_, context_.logits_grad, aux_loss_scale_);
   }
   if (shared_) shared_->backward(dx, dy, x_);
 }
@@ -184,8 +184,8 @@ float MoEFFN::l1_coef() const {
   return router_ ? router_->l1_coef() : 0.0f;
 }
 
-void MoEFFN::after_optimizer_step(const GateActivity* activity) {
-  if (router_) router_->after_optimizer_step(activity);
+void MoEFFN::after_optimizer_step(const ModelSums* model) {
+  if (router_) router_->after_optimizer_step(model);
 }
 
 FFNStats MoEFFN::stats() const {

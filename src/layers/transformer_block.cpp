@@ -78,7 +78,7 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, boo
   stream_ = stream;
   const float p = train ? dropout_ : 0.f;
   x_ = x;
-  ffn_->set_sequence_length(seq);
+  ffn_->context().sequence = seq;
   if (pre_norm_) {
     norm1_.forward(n1_, x);
     attn_.forward(a_, n1_, seq, train);

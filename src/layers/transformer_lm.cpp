@@ -174,14 +174,14 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   if (pos_.defined()) position_add_forward(xs_[0], pos_, seq);
   if (train && config_.dropout > 0.f)
     dropout_forward(xs_[0], xs_[0], config_.dropout, dropout_seed_, base, dropout_first_);
-  // MoE++'s gating residuals: each MoE layer adds the previous one's router logits to its own.
-  const bool residual = gating_residual();
+  // Each FFN's context: the sequence length (set by its block) and the previous layer's router
+  // logits (the first layer has none), which MoE++'s gating residuals add to their own.
   const Tensor* previous_logits = nullptr;
   for (int i = 0; i < L; ++i) {
     FeedForward& ffn = blocks_[i]->ffn();
-    if (residual) ffn.set_gate_residual(previous_logits);
+    ffn.context().previous_logits = previous_logits;
     blocks_[i]->forward(xs_[i + 1], xs_[i], seq, train, dropout_seed_, base + 1 + 2 * i);
-    if (residual) previous_logits = &ffn.router_logits();
+    previous_logits = &ffn.router_logits();
   }
   const Tensor* z = &xs_[L];
   if (final_norm_) {
@@ -219,13 +219,11 @@ void TransformerLM::backward(float scale, float aux_scale,
     d = &dx_a_;
   }
   if (ready) ready(head_offset_);  // a tied head's gradient is the embedding's: done last
-  const bool residual = gating_residual();
   for (int i = L - 1; i >= 0; --i) {
     Tensor& out = d == &dx_a_ ? dx_b_ : dx_a_;
-    // The next layer's gating residual read this layer's logits: their gradient comes back.
-    if (residual)
-      blocks_[i]->ffn().set_router_logits_grad(
-          i + 1 < L ? &blocks_[i + 1]->ffn().gate_residual_grad() : nullptr);
+    // The next layer may have read this layer's logits (gating residual): their gradient.
+    blocks_[i]->ffn().context().logits_grad =
+        i + 1 < L ? &blocks_[i + 1]->ffn().previous_logits_grad() : nullptr;
     blocks_[i]->backward(out, *d);
     d = &out;
     if (ready) ready(block_offset_[i]);
@@ -236,10 +234,6 @@ void TransformerLM::backward(float scale, float aux_scale,
   if (dpos_.defined()) position_add_backward(dpos_, *d, seq_);
   embedding_backward(dembed_, *d, ids_);
   if (ready) ready(0);
-}
-
-bool TransformerLM::gating_residual() const {
-  return config_.ffn.kind == FFNKind::moe && config_.ffn.moe.gating_residual;
 }
 
 double TransformerLM::aux_loss() const {
@@ -267,10 +261,11 @@ std::vector<LayerDiagnostics> TransformerLM::diagnostics() const {
 }
 
 void TransformerLM::after_optimizer_step() {
-  // ReLU routing: one L1 coefficient follows the sparsity of all ReLU-routed layers together
-  // (ReMoE); each such layer holds a copy and makes the same update from the same sum.
-  GateActivity all;
-  for (const auto& b : blocks_) all += b->ffn().gate_activity();
+  // Updates that follow the whole model read the sum of every layer's part, added in block order
+  // (ReLU routing: one L1 coefficient follows the sparsity of all ReLU-routed layers together,
+  // as ReMoE; each such layer holds a copy and makes the same update from the same sum).
+  ModelSums all;
+  for (const auto& b : blocks_) add_sums(all, b->ffn().model_sums());
   for (auto& b : blocks_) b->ffn().after_optimizer_step(&all);
 }
 

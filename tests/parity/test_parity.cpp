@@ -35,7 +35,7 @@ void check_case(const std::string& name, Precision precision, double tol) {
   const FFNConfig config = read_ffn_config_file((dir / "config.json").string());
   auto ffn = make_ffn(config, 123);
   ffn->set_precision(precision);
-  ffn->set_sequence_length(meta.value("sequence", std::int64_t{0}));
+  ffn->context().sequence = meta.value("sequence", std::int64_t{0});
   load_parameters(ffn->parameters(), SafeTensors::load((dir / "weights.safetensors").string()),
                   prefix);
   // [T, D], or [B, S, D] for routings that route each sequence on its own
@@ -51,8 +51,8 @@ void check_case(const std::string& name, Precision precision, double tol) {
   const bool residual = x_file.contains("gate_residual");
   const Tensor gate_residual = residual ? x_file.f32("gate_residual") : Tensor();
   const Tensor dlogits = residual ? dy_file.f32("dlogits") : Tensor();
-  ffn->set_gate_residual(residual ? &gate_residual : nullptr);
-  ffn->set_router_logits_grad(residual ? &dlogits : nullptr);
+  ffn->context().previous_logits = residual ? &gate_residual : nullptr;
+  ffn->context().logits_grad = residual ? &dlogits : nullptr;
 
   Tensor y, dx;
   ffn->forward(y, x, true);
@@ -68,7 +68,7 @@ void check_case(const std::string& name, Precision precision, double tol) {
   for (const auto& p : ffn->parameters().list()) compare(prefix + p.name, p.grad);
   if (residual) {
     compare("logits", ffn->router_logits());
-    compare("dgate_residual", ffn->gate_residual_grad());
+    compare("dgate_residual", ffn->previous_logits_grad());
   }
   if (meta.value("moe", false)) {
     // The router runs in f32 at every precision: the same choices, weights and losses.

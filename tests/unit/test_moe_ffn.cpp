@@ -222,7 +222,7 @@ bool relu(const FFNConfig& c) {
 ref::MoEFFN<double> reference_of(MoEFFN& moe) {
   ref::MoEFFN<double> r;
   r.config = moe.config();
-  r.sequence = moe.sequence_length();
+  r.sequence = moe.context().sequence;
   for (const auto& p : moe.parameters().list())
     r.params[p.name] = std::vector<double>(p.value.f32(), p.value.f32() + p.value.numel());
   return r;
@@ -257,13 +257,13 @@ Tensor gate_residual_for(const Case& c, std::uint64_t seed) {
 }
 Routed routed(const Case& c, std::uint64_t& seed) {
   Routed r{std::make_unique<MoEFFN>(c.config, ++seed), {}, {}, {}};
-  r.moe->set_sequence_length(c.sequence);
+  r.moe->context().sequence = c.sequence;
   randomize_state(*r.moe, ++seed);
   r.x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
   r.residual = gate_residual_for(c, ++seed);
-  r.moe->set_gate_residual(r.residual.defined() ? &r.residual : nullptr);
+  r.moe->context().previous_logits = r.residual.defined() ? &r.residual : nullptr;
   r.moe->forward(r.y, r.x, /*train=*/false);
-  r.moe->set_gate_residual(nullptr);  // r moves: no pointer into it stays behind
+  r.moe->context().previous_logits = nullptr;  // r moves: no pointer into it stays behind
   return r;
 }
 
@@ -435,7 +435,7 @@ TEST(MoEFFN, ExpertChoiceTakesEachExpertsBestTokens) {
     EXPECT_EQ(y.dim(0), 0) << c.name;
     EXPECT_EQ(moe.stats().tokens, 0) << c.name;
     EXPECT_THROW(moe.forward(y, test::random_tensor({1, c.config.d_model}, 2), false), Error);
-    moe.set_sequence_length(4);
+    moe.context().sequence = 4;
     EXPECT_THROW(moe.forward(y, test::random_tensor({6, c.config.d_model}, 2), false), Error);
   }
 }
@@ -504,16 +504,16 @@ TEST(MoEFFN, ReluRoutingCoefficientFollowsTheSparsity) {
     for (auto n : moe.routing().load) active += n;
   }
   moe.forward(y, x, false);
-  const GateActivity a = moe.gate_activity();
-  EXPECT_EQ(a.active, static_cast<double>(active));
-  EXPECT_EQ(a.gates, 2.0 * 40 * 6);
+  const std::vector<double> a = moe.model_sums().at("relu_gates");  // {active, gates}
+  EXPECT_EQ(a[0], static_cast<double>(active));
+  EXPECT_EQ(a[1], 2.0 * 40 * 6);
   // At initialisation about half the gates are open: less sparse than 1 - 2/6.
-  ASSERT_LT(a.sparsity(), c.moe.sparsity_target());
+  ASSERT_LT(1.0 - a[0] / a[1], c.moe.sparsity_target());
   moe.after_optimizer_step();
   EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f * 1.2f);
-  EXPECT_EQ(moe.gate_activity().gates, 0.0);
+  EXPECT_EQ(moe.model_sums().at("relu_gates")[1], 0.0);
   // A model's sparsity (every ReLU-routed layer's) decides when given.
-  GateActivity sparse{10, 100};
+  const ModelSums sparse{{"relu_gates", {10, 100}}};
   moe.after_optimizer_step(&sparse);
   EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
   moe.after_optimizer_step();  // no training forward since: unchanged
@@ -616,7 +616,7 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
   for (const auto& c : all) {
     SCOPED_TRACE(c.name);
     MoEFFN moe(c.config, ++seed);
-    moe.set_sequence_length(c.sequence);
+    moe.context().sequence = c.sequence;
     randomize_state(moe, ++seed);
     const std::int64_t T = c.tokens, D = c.config.d_model;
     const Tensor x = test::random_tensor({T, D}, ++seed);
@@ -626,8 +626,8 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     const Tensor residual = gate_residual_for(c, ++seed);
     const Tensor dlogits_next =
         residual.defined() ? test::random_tensor(residual.shape(), ++seed) : Tensor();
-    moe.set_gate_residual(residual.defined() ? &residual : nullptr);
-    moe.set_router_logits_grad(residual.defined() ? &dlogits_next : nullptr);
+    moe.context().previous_logits = residual.defined() ? &residual : nullptr;
+    moe.context().logits_grad = residual.defined() ? &dlogits_next : nullptr;
     Tensor y, dx;
     moe.parameters().zero_grad();
     moe.forward(y, x, /*train=*/true);
@@ -660,12 +660,12 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     test::expect_gradient(xs, test::to_vector<double>(dx), loss,
                           test::sample_indices(xs.size(), 20), atol, rtol, "dx");
     if (residual.defined()) {  // the previous layer's logits
-      ASSERT_EQ(moe.gate_residual_grad().numel(), residual.numel());
-      test::expect_gradient(r.gate_residual, test::to_vector<double>(moe.gate_residual_grad()),
+      ASSERT_EQ(moe.previous_logits_grad().numel(), residual.numel());
+      test::expect_gradient(r.gate_residual, test::to_vector<double>(moe.previous_logits_grad()),
                             loss, test::sample_indices(r.gate_residual.size(), 20), atol, rtol,
                             "gate residual");
     } else {
-      EXPECT_FALSE(moe.gate_residual_grad().defined());
+      EXPECT_FALSE(moe.previous_logits_grad().defined());
     }
     for (const auto& p : moe.parameters().list()) {
       if (!p.trainable) continue;  // state (balancing bias, L1 coefficient): no gradient
@@ -986,13 +986,13 @@ TEST(MoEFFN, GatingResidualIsOptionalAndChecked) {
   without.backward(dx2, dy);
   EXPECT_EQ(test::to_vector<double>(y1), test::to_vector<double>(y2));
   EXPECT_EQ(test::to_vector<double>(dx1), test::to_vector<double>(dx2));
-  EXPECT_FALSE(with.gate_residual_grad().defined());
+  EXPECT_FALSE(with.previous_logits_grad().defined());
   const Tensor& dmap = with.parameters().at("gate.gate_map.weight").grad;
   EXPECT_EQ(dmap.shape(), (Shape{5, 5}));
   for (std::int64_t i = 0; i < dmap.numel(); ++i) EXPECT_EQ(dmap.f32()[i], 0.0f);
 
   const Tensor wrong = test::random_tensor({7, 4}, 64);
-  with.set_gate_residual(&wrong);
+  with.context().previous_logits = &wrong;
   EXPECT_NE(test::error_of([&] {
               with.forward(y1, x, false);
             }).find("the gate residual [7, 4] must be the previous MoE layer's logits [7, 5]"),

@@ -123,10 +123,10 @@ void run(const RunOptions& o) {
   ffn->set_precision(parse_enum<Precision>(o.dtype));
   // x [B, S, D] holds B sequences of S tokens (what expert-choice routing routes on its own);
   // x [T, D] is one sequence.
-  if (x_shape.size() >= 3) ffn->set_sequence_length(x_shape[x_shape.size() - 2]);
+  if (x_shape.size() >= 3) ffn->context().sequence = x_shape[x_shape.size() - 2];
   if (!o.weights.empty()) load_parameters(ffn->parameters(), weights, o.prefix);
-  ffn->set_gate_residual(gate_residual.defined() ? &gate_residual : nullptr);
-  ffn->set_router_logits_grad(dlogits.defined() ? &dlogits : nullptr);
+  ffn->context().previous_logits = gate_residual.defined() ? &gate_residual : nullptr;
+  ffn->context().logits_grad = dlogits.defined() ? &dlogits : nullptr;
 
   Tensor y;
   ffn->forward(y, x, backward);
@@ -145,7 +145,7 @@ void run(const RunOptions& o) {
   SafeTensorsWriter g;
   g.add("dx", dx.reshape(x_shape));
   for (const auto& p : ffn->parameters().list()) g.add(o.prefix + p.name, p.grad);
-  if (gate_residual.defined()) g.add("dgate_residual", ffn->gate_residual_grad());
+  if (gate_residual.defined()) g.add("dgate_residual", ffn->previous_logits_grad());
   const auto g_bytes = g.serialize();
   // Both files or neither.
   write_files_atomic(

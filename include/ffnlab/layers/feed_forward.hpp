@@ -1,8 +1,11 @@
 // FeedForward: the one interface of every FFN layer, dense or MoE, and its factory.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ffnlab/layers/ffn_config.hpp"
@@ -46,17 +49,34 @@ struct FFNStats {
   std::vector<double> expert_output_rms;  // [E]
 };
 
-// ReLU routing: the gates that were positive, and all gates, over the training forwards since
-// the last optimizer step (over the group's tokens in data-parallel training).
-struct GateActivity {
-  double active = 0, gates = 0;
-  double sparsity() const { return gates > 0 ? 1.0 - active / gates : 0.0; }
-  GateActivity& operator+=(const GateActivity& o) {
-    active += o.active;
-    gates += o.gates;
-    return *this;
-  }
+// What an FFN layer learns from the model around it for its next forwards and backward. Dense
+// layers read none of it; each MoE part reads what it needs. TransformerLM sets it for every
+// block; a lone layer (Python, `ffnlab run`, the benchmarks) sets what it has.
+struct FFNContext {
+  // Tokens per sequence of the inputs, which hold whole sequences one after another (0: the
+  // input is one sequence). Routings that look at the whole sequence (expert choice, Soft MoE)
+  // route each sequence on its own.
+  std::int64_t sequence = 0;
+  // The previous MoE layer's router_logits() [T, E] for the same tokens (null: none, as for a
+  // first layer), and the gradient of the loss wrt this layer's router_logits() from the next
+  // layer, [T, E] (null: none). MoE++'s gating residuals read them. Kept by reference: they must
+  // not change until backward.
+  const Tensor* previous_logits = nullptr;
+  const Tensor* logits_grad = nullptr;
 };
+
+// Sums over a model's layers that updates between optimizer steps follow, by name (ReLU
+// routing's "relu_gates": the positive gates and all gates since the last step, which its one
+// L1 coefficient for the whole model follows).
+using ModelSums = std::map<std::string, std::vector<double>>;
+// into[name][i] += from[name][i] for every name of `from`.
+inline void add_sums(ModelSums& into, const ModelSums& from) {
+  for (const auto& [name, values] : from) {
+    std::vector<double>& sum = into[name];
+    sum.resize(std::max(sum.size(), values.size()), 0.0);
+    for (std::size_t i = 0; i < values.size(); ++i) sum[i] += values[i];
+  }
+}
 
 class FeedForward : public Layer {
  public:
@@ -82,12 +102,11 @@ class FeedForward : public Layer {
   virtual double aux_loss() const { return 0.0; }
   void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
   // Called once per optimizer step: MoE's aux-loss-free balancing bias update, and ReLU
-  // routing's L1 coefficient, which follows `activity`: the sparsity of every ReLU-routed layer
-  // of the model (TransformerLM sums their gate_activity()), or with null the layer's own.
-  virtual void after_optimizer_step(const GateActivity* activity = nullptr) { (void)activity; }
-  // ReLU routing (zero otherwise): the gates of the training forwards since the last optimizer
-  // step.
-  virtual GateActivity gate_activity() const { return {}; }
+  // routing's L1 coefficient. `model`: the sums of every layer's model_sums() (TransformerLM adds
+  // them in block order), or with null the layer's own.
+  virtual void after_optimizer_step(const ModelSums* model = nullptr) { (void)model; }
+  // What this layer adds to the model's sums since the last optimizer step (empty: nothing).
+  virtual ModelSums model_sums() const { return {}; }
   // Re-seeds the layer's random draws in training (MoE: jitter and noisy top-k) from `seed` and
   // `stream` alone; a trainer passes its seed and the step, so that a resumed run draws what an
   // uninterrupted one would.
@@ -108,27 +127,15 @@ class FeedForward : public Layer {
     expert_parallel_ = group != nullptr && expert_parallel;
     expert_group_ = expert_group != nullptr ? expert_group : group;
   }
-  // The tokens of one sequence in the next forwards' inputs, which hold whole sequences one after
-  // another (0, the default: the input is one sequence). Only routings that look at the whole
-  // sequence read it (expert choice, Soft MoE): they route each sequence on its own.
-  void set_sequence_length(std::int64_t tokens) { sequence_ = tokens; }
-  std::int64_t sequence_length() const { return sequence_; }
-
-  // MoE++'s gating residuals (MoEConfig::gating_residual). `logits` [T, E] are the previous MoE
-  // layer's router_logits() for the same tokens, added through gate.gate_map.weight to this
-  // layer's logits by the next forwards (null, the default: none, as for a first layer); kept by
-  // reference, so they must not change until backward. Ignored by layers without the option.
-  void set_gate_residual(const Tensor* logits) { gate_residual_ = logits; }
-  // The gradient of the loss wrt those logits, [T, E], written by a backward whose forward had
-  // them (empty otherwise): what the previous layer adds to its logits' gradient.
-  virtual const Tensor& gate_residual_grad() const { return empty_; }
+  // The context of the next forwards and backward (FFNContext).
+  FFNContext& context() { return context_; }
+  const FFNContext& context() const { return context_; }
   // The router logits of the last forward, [T, E], residual included (empty for dense layers
-  // and Soft MoE): what the next MoE layer takes.
+  // and Soft MoE): what the next MoE layer takes as its context's previous_logits.
   virtual const Tensor& router_logits() const { return empty_; }
-  // A gradient of the loss wrt router_logits() from outside the layer (the next MoE layer's
-  // gate_residual_grad()), [T, E], added to the logits' gradient by the next backward (null, the
-  // default: none). Kept by reference.
-  void set_router_logits_grad(const Tensor* dlogits) { router_logits_grad_ = dlogits; }
+  // The gradient of the loss wrt the context's previous_logits, [T, E], written by a backward
+  // whose forward read them (empty otherwise): the previous layer's context's logits_grad.
+  virtual const Tensor& previous_logits_grad() const { return empty_; }
 
   // The stacked expert tensors' gradients, each [held experts, ...] (empty for dense layers):
   // what expert parallelism leaves out of the gradient all-reduce.
@@ -164,9 +171,7 @@ class FeedForward : public Layer {
   ProcessGroup* expert_group_ = nullptr;  // expert parallel: the ranks the experts are split over
   std::int64_t first_token_ = 0;
   bool expert_parallel_ = false;
-  std::int64_t sequence_ = 0;
-  const Tensor* gate_residual_ = nullptr;
-  const Tensor* router_logits_grad_ = nullptr;
+  FFNContext context_;
 
  private:
   Tensor empty_;

@@ -93,7 +93,7 @@ struct MoEConfig : RouterConfig {
   // logits of the previous MoE layer (with its own residual) and W_g = gate.gate_map.weight
   // [E, E] (E: the router's columns). A Transformer hands each MoE layer the previous one's
   // logits and their gradient back; the first layer has none. A lone layer takes them with
-  // FeedForward::set_gate_residual.
+  // its FeedForward::context().previous_logits.
   bool gating_residual = false;
 
   MoENaming naming = MoENaming::standard;

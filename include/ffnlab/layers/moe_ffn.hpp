@@ -43,13 +43,11 @@ class MoEFFN final : public FeedForward {
   FFNStats diagnostic_stats() const override;
   double aux_loss() const override;
   void set_random_stream(std::uint64_t seed, std::uint64_t stream) override;
-  void after_optimizer_step(const GateActivity* activity = nullptr) override;
-  GateActivity gate_activity() const override {
-    return router_ ? router_->gate_activity() : GateActivity{};
-  }
+  void after_optimizer_step(const ModelSums* model = nullptr) override;
+  ModelSums model_sums() const override { return router_ ? router_->model_sums() : ModelSums{}; }
   void set_inference_weights(DType dtype) override;
   std::vector<Tensor> expert_grads() override;
-  const Tensor& gate_residual_grad() const override {
+  const Tensor& previous_logits_grad() const override {
     return router_ ? router_->gate_residual_grad() : kNone;
   }
   const Tensor& router_logits() const override { return router_ ? router_->logits() : kNone; }

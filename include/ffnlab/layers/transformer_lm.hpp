@@ -72,8 +72,6 @@ class TransformerLM final : public Layer {
   static bool is_decayed(const Parameter& p);
 
  private:
-  // Whether the MoE layers pass their router logits on (MoEConfig::gating_residual).
-  bool gating_residual() const;
   void bind_parameters() override;
 
   LMConfig config_;

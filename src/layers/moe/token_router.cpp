@@ -191,12 +191,22 @@ void TokenRouter::backward(Tensor& dx, const Routing& r, const float* dweight, c
   for (std::int64_t i = 0; i < T * D; ++i) out[i] += j ? dxr[i] * j[i] : dxr[i];
 }
 
-void TokenRouter::after_optimizer_step(const GateActivity* activity) {
+ModelSums TokenRouter::model_sums() const {
+  if (layer_.moe.routing != RoutingKind::relu) return {};
+  return {{"relu_gates", {step_gates_.active, step_gates_.gates}}};
+}
+
+void TokenRouter::after_optimizer_step(const ModelSums* model) {
   const MoEConfig& m = layer_.moe;
   if (m.routing == RoutingKind::relu) {
     // ReMoE's controller: λ grows while the gates are less sparse than the target, shrinks
     // otherwise. No training forward since the last step: nothing to follow.
-    const GateActivity& a = activity ? *activity : step_gates_;
+    GateActivity a = step_gates_;
+    if (model) {
+      const auto it = model->find("relu_gates");
+      a = it != model->end() && it->second.size() == 2 ? GateActivity{it->second[0], it->second[1]}
+                                                       : GateActivity{};
+    }
     if (a.gates > 0) {
       float& lambda = l1_coef_.f32()[0];
       lambda =

@@ -26,6 +26,19 @@ namespace ffnlab {
 
 class TokenRouter {
  public:
+  // ReLU routing: the gates that were positive, and all gates, over the training forwards since
+  // the last optimizer step (over the group's tokens in data-parallel training); in a model's
+  // sums as "relu_gates": {active, gates}.
+  struct GateActivity {
+    double active = 0, gates = 0;
+    double sparsity() const { return gates > 0 ? 1.0 - active / gates : 0.0; }
+    GateActivity& operator+=(const GateActivity& o) {
+      active += o.active;
+      gates += o.gates;
+      return *this;
+    }
+  };
+
   TokenRouter(const FFNConfig& layer, std::uint64_t seed);
 
   // The router's parameters and state; the gate map (gating residual) apart, declared and drawn
@@ -61,9 +74,11 @@ class TokenRouter {
   float l1_coef() const { return l1_coef_.defined() ? l1_coef_.f32()[0] : 0.0f; }
   // ReLU routing: the positive gates of the training forwards since the last optimizer step.
   GateActivity gate_activity() const { return step_gates_; }
-  // Between optimizer steps: λ follows the gates' sparsity (`activity`, the model's; null: this
+  // What the layer adds to the model's sums (ReLU routing: "relu_gates").
+  ModelSums model_sums() const;
+  // Between optimizer steps: λ follows the gates' sparsity (the model's "relu_gates"; null: this
   // layer's own), the balancing bias the experts' loads since the last update.
-  void after_optimizer_step(const GateActivity* activity);
+  void after_optimizer_step(const ModelSums* model);
 
  private:
   FFNConfig layer_;
