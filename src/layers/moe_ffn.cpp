@@ -29,8 +29,8 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
   check(held_.first >= 0 && held_.count > 0 && held_.first + held_.count <= E,
         "[moe] experts [{}, {}) are not experts of a layer of {}", held_.first,
         held_.first + held_.count, E);
-  check(held_.count == E || m.routing != RoutingKind::soft,
-        "[moe] Soft MoE does not split its experts (its slots mix every token of a sequence)");
+  check(held_.count == E || splits_experts(m.routing), "[moe] routing '{}' {}",
+        enum_name(m.routing), kSplitsExpertsRefusal);
   experts_.emplace(config_, held_);
 
   // The router scores the FFN experts and then the zero-computation ones; Soft MoE has slots'
@@ -111,10 +111,10 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
           x.dim(0), S);
   }
   if (train && experts_->has_inference_copy()) set_inference_weights(DType::f32);
+  check(!(train && expert_parallel_) || splits_experts(config_.moe.routing),
+        "[moe] routing '{}' {}: train it with data parallelism alone",
+        enum_name(config_.moe.routing), kSplitsExpertsRefusal);
   if (soft_) {
-    check(!(train && expert_parallel_),
-          "[moe] Soft MoE does not split its experts over ranks (expert parallelism): train it "
-          "with data parallelism alone");
     soft_->forward(y, routing_, x, context_.sequence, *experts_, train, precision_, group_);
   } else {
     // Inference forwards route their own tokens.

@@ -107,9 +107,10 @@ ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Cor
   if (parallel_.expert_parallel) {
     check(f.kind == FFNKind::moe, "[dist] expert parallelism needs an MoE model (this one's is {})",
           variant_name(f));
-    check(f.moe.routing != RoutingKind::soft,
-          "[dist] Soft MoE does not split its experts over ranks (its slots mix every token of "
-          "a sequence): train it with data parallelism alone (without --expert-parallel)");
+    check(splits_experts(f.moe.routing),
+          "[dist] routing '{}' {}: train it with data parallelism alone (without "
+          "--expert-parallel)",
+          enum_name(f.moe.routing), kSplitsExpertsRefusal);
     const int G = parallel_.expert_group > 0 ? parallel_.expert_group : g->size();
     check(G <= g->size() && g->size() % G == 0,
           "[dist] an expert group of {} ranks does not divide the {} ranks (--expert-group)", G,

@@ -80,7 +80,7 @@ RunTraffic traffic_of(const ProcessGroup& group, const std::vector<const Process
 
 HeldExperts held_by_this_rank(const LMConfig& model, const ProcessGroup& group, int expert_group) {
   const int P = group.size(), G = expert_group > 0 ? expert_group : P;
-  if (model.ffn.kind != FFNKind::moe || model.ffn.moe.routing == RoutingKind::soft) return {};
+  if (model.ffn.kind != FFNKind::moe || !splits_experts(model.ffn.moe.routing)) return {};
   const int E = model.ffn.moe.num_experts;
   if (G == 1 || G > P || P % G != 0 || E % G != 0) return {};  // (G = 1: every rank holds all)
   return held_by_rank(E, G, group.rank() % G);

@@ -352,7 +352,7 @@ TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
   soft.moe.slots = 2;
   soft.moe.aux_coef = 0.0f;
   expect_ranks_train_as_one_process(soft, Objective::masked, /*expert_parallel=*/false);
-  expect_refused_on_ranks(soft, 2, true, "Soft MoE does not split");
+  expect_refused_on_ranks(soft, 2, true, "routing 'soft' does not split its experts over ranks");
 }
 
 // Held experts: a model holding experts [2, 4) of 4 has those experts' tensors only, each with

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "../common/test_util.hpp"
@@ -1068,4 +1069,20 @@ TEST(MoEFFN, Bf16TrainingConvertsOnceWithTheSameValues) {
     for (const auto& p : moe.parameters().list())
       if (p.trainable) check(r.params[p.name], p.grad, p.name.c_str());
   }
+}
+
+// Soft MoE's experts cannot be split over ranks (every expert's slots mix every token of a
+// sequence): one rule (splits_experts), refused where a layer would hold part of its experts.
+TEST(MoEFFN, SoftMoEDoesNotSplitItsExperts) {
+  for (int k = 0; k < static_cast<int>(RoutingKind::count); ++k) {
+    const auto routing = static_cast<RoutingKind>(k);
+    EXPECT_EQ(splits_experts(routing), routing != RoutingKind::soft) << enum_name(routing);
+  }
+  const FFNConfig c = config_from_json(nlohmann::json::parse(
+      R"({"variant":"moe","d_model":16,"d_ff":24,"moe":{"num_experts":4,"routing":"soft"}})"));
+  EXPECT_NE(test::error_of([&] {
+              MoEFFN part(c, 1, HeldExperts{0, 2});
+            }).find("[moe] routing 'soft' does not split its experts over ranks"),
+            std::string::npos);
+  EXPECT_NO_THROW(MoEFFN(c, 1, HeldExperts{0, 4}));
 }

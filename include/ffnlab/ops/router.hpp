@@ -34,6 +34,14 @@ enum class RoutingKind : std::uint8_t {
 constexpr bool looks_at_whole_sequence(RoutingKind k) {
   return k == RoutingKind::expert_choice || k == RoutingKind::soft;
 }
+// Whether a routing's experts can be split over ranks (expert parallelism), each expert's rows
+// sent to the rank that holds it. Soft MoE's cannot: every expert's slots mix every token of a
+// sequence. The one place of this rule; kSplitsExpertsRefusal says why, in the messages.
+constexpr bool splits_experts(RoutingKind k) {
+  return k != RoutingKind::soft;
+}
+inline constexpr const char* kSplitsExpertsRefusal =
+    "does not split its experts over ranks (its slots mix every token of a sequence)";
 // Which assignments an expert over capacity drops.
 enum class DropPolicy : std::uint8_t {
   position,     // later ones: all first choices before second choices, then by token index
