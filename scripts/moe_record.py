@@ -4,17 +4,21 @@ behaviour bit for bit (a refactor of the layer, the router or the expert kernels
 
     scripts/moe_record.py record OUT.json [--build build/release] [--steps 20]
     scripts/moe_record.py compare BEFORE.json AFTER.json
+    scripts/moe_record.py selftest [--build build/release]
 
 `record` writes, for the same machine and build options:
   - layers: for each MoE configuration below (every routing family and add-on), the parameter
     names in buffer order with their shapes, the sha256 of their initial values, and the sha256
     of y, dx, every parameter gradient, the auxiliary loss and the statistics of one training
-    forward and backward on a fixed input, then of one inference forward;
+    forward and backward on a fixed input, then of one inference forward; for some of them the
+    same in bf16 products, and an inference forward from bf16 weights;
   - train: the sha256 of the weights file of a short `ffnlab train` run per routing family
     (MoE++ with gating residuals and both masked-objective families included), and of its
     training and evaluation logs without their timing columns;
   - params: `ffnlab params --json --variants all` (and one per routing family).
-`compare` prints every entry that differs and exits 1 if any does.
+`compare` prints every entry that differs and exits 1 if any does. `selftest` records twice and
+compares (what the test suite runs: every family recorded, and the record reproducible).
+Not covered: expert and data parallelism (compare mpirun runs' checkpoints for those).
 
 The numbers depend on the CPU's instruction set (the kernels differ): compare records taken on
 one machine. Run it with the Debian interpreter (numpy) and PYTHONPATH=<build>/python.
@@ -58,6 +62,8 @@ LAYERS = {
                               "capacity_factor": 1.0}},
     "soft": {"moe": {"routing": "soft", "slots": 2, "aux_coef": 0.0}},
 }
+# Also recorded with bf16 products and bf16 inference weights.
+BF16 = ("topk_glu_shared", "top_p", "moe_pp", "soft")
 SEQUENCE = 6  # tokens per sequence (expert choice and Soft MoE route whole sequences)
 TOKENS = 24
 
@@ -120,6 +126,16 @@ def record_layers():
         entry["stats"] = sha(json.dumps(layer.stats(), sort_keys=True, default=str).encode())
         entry["inference_y"] = array_hash(
             layer.forward(x, train=False, sequence=SEQUENCE, gate_residual=residual))
+        if name in BF16:
+            layer.precision = "bf16"
+            layer.zero_grad()
+            entry["bf16_y"] = array_hash(
+                layer.forward(x, train=True, sequence=SEQUENCE, gate_residual=residual))
+            entry["bf16_dx"] = array_hash(layer.backward(dy))
+            entry["bf16_grads"] = {n: array_hash(g) for n, g in layer.grads().items()}
+            layer.inference_weights = "bf16"
+            entry["bf16_weights_y"] = array_hash(
+                layer.forward(x, train=False, sequence=SEQUENCE, gate_residual=residual))
         out[name] = entry
     return out
 
@@ -196,7 +212,18 @@ def main():
     cmp = sub.add_parser("compare", help="list where two records differ")
     cmp.add_argument("before")
     cmp.add_argument("after")
+    st = sub.add_parser("selftest", help="record twice and compare (the test suite's check)")
+    st.add_argument("--build", default="build/release")
     a = ap.parse_args()
+    if a.command == "selftest":
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("a", "b"):
+                r = subprocess.run([sys.executable, __file__, "record", f"{tmp}/{name}.json",
+                                    "--build", a.build, "--check"])
+                if r.returncode != 0:
+                    return r.returncode
+            return subprocess.run([sys.executable, __file__, "compare", f"{tmp}/a.json",
+                                   f"{tmp}/b.json"]).returncode
     if a.command == "compare":
         differs = compare(json.loads(pathlib.Path(a.before).read_text()),
                           json.loads(pathlib.Path(a.after).read_text()))

@@ -394,8 +394,6 @@ constexpr std::array kMoEKeys{
     moe_key<&MoEConfig::naming>("naming"),
 };
 
-// The FFN config's keys. "variant" comes first: it is a preset that the other keys refine.
-// "ffnlab" is accepted and ignored (a marker some config files carry).
 // A config file's MoE object: the keys it gives, and its routing's defaults (routing_defaults)
 // for the keys it leaves out.
 void read_moe_keys(MoEConfig& m, const json& j) {
@@ -407,6 +405,8 @@ void read_moe_keys(MoEConfig& m, const json& j) {
   read_keys(kMoEKeys, m, absent, "config", "moe.");
 }
 
+// The FFN config's keys. "variant" comes first: it is a preset that the other keys refine.
+// "ffnlab" is accepted and ignored (a marker some config files carry).
 constexpr std::array kFFNKeys{
     JsonKey<FFNConfig>{"variant",
                        [](FFNConfig& c, const json& j) {

@@ -1,4 +1,5 @@
-// MoEFFN: parameter layout, routing, grouped expert products, shared experts, backward.
+// MoEFFN: composes the MoE layer's parts (layers/moe/) and orders their calls: the parameter
+// layout and draws, forward, backward, the statistics.
 #include "ffnlab/layers/moe_ffn.hpp"
 
 #include <algorithm>
@@ -6,17 +7,11 @@
 #include <string>
 
 #include "check.hpp"
-#include "ffnlab/ops/dropout.hpp"
-#include "ffnlab/ops/glu.hpp"
-#include "ffnlab/ops/l2_normalize.hpp"
-#include "ffnlab/ops/linear.hpp"
-#include "ffnlab/ops/matmul.hpp"
+#include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/permute.hpp"
 #include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
-
-namespace {}  // namespace
 
 MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
     : config_(config), held_(held) {

@@ -185,4 +185,20 @@ TEST_F(Cli, ResumeComparesTheModelAsJsonAndNamesEachFlag) {
   const Outcome aux = run(resume + "--aux-coef 0.02");
   EXPECT_NE(aux.err.find("--aux-coef gives 0.02, the checkpoint has 0.01"), std::string::npos)
       << aux.err;
+  // A checkpoint of top-p that renormalises (as runs made before top-p's default followed the
+  // paper do) resumes with its routing given again: the same routing brings no defaults. A
+  // two-sense switch is named in the sense it was given.
+  const std::string top_p = path("top_p");
+  ASSERT_EQ(run("train --data " + path("corpus.txt") +
+                " --variant moe --routing top_p --normalize --d-model 16 --heads 2 --layers 1 "
+                "--seq 16 --batch 2 --steps 2 --sample 0 --threads 1 --out " +
+                top_p)
+                .status,
+            0);
+  const std::string again = "train --resume " + top_p + " --steps 3 --sample 0 --threads 1 ";
+  const Outcome same = run(again + "--routing top_p --out " + path("top_p2"));
+  EXPECT_EQ(same.status, 0) << same.err;
+  const Outcome off = run(again + "--no-normalize");
+  EXPECT_NE(off.err.find("--no-normalize gives false, the checkpoint has true"), std::string::npos)
+      << off.err;
 }

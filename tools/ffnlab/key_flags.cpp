@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <sstream>
+#include <stdexcept>
 
 #include "common.hpp"
 #include "ffnlab/analysis/costs.hpp"
@@ -105,6 +106,8 @@ void KeyFlags::add(CLI::App& cmd, const std::vector<ConfigFlag>& rows, const std
     if (row.value == Value::on || row.value == Value::off) {
       o = cmd.add_flag(row.name, e.on, e.row.help);
     } else if (row.value == Value::both) {  // --x, and --no-x for false
+      if (row.name.find(',') != std::string::npos)
+        throw std::logic_error("a two-sense switch has one name: " + row.name);
       o = cmd.add_flag(row.name + ",!--no-" + row.name.substr(2), e.on, e.row.help);
     } else {
       std::string def = row.default_value.is_null() ? "" : shown(row.default_value);
@@ -151,6 +154,14 @@ const ConfigFlag* KeyFlags::flag_of_key(std::string_view key) const {
   for (const Entry& e : entries_)
     if (e.row.key == key) return &e.row;
   return nullptr;
+}
+
+std::string KeyFlags::given_name(const ConfigFlag& flag) const {
+  if (flag.value == Value::both) {
+    const std::string written = as_written(flag);
+    return written.substr(0, written.find(' '));
+  }
+  return flag.name.substr(0, flag.name.find(','));
 }
 
 std::string KeyFlags::as_written(const ConfigFlag& flag) const {
@@ -213,7 +224,7 @@ void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix,
                                std::string_view routing) {
   for (const ConfigFlag* f : flags.given_flags()) {
     if (f->key.rfind(prefix, 0) != 0) continue;
-    const std::string name = f->name.substr(0, f->name.find(','));
+    const std::string name = flags.given_name(*f);
     // (--d-model stays: it is also the model's width, which the layer's must match.)
     if (file && name != "--d-model")
       throw UsageError(fmt::format(

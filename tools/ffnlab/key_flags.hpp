@@ -45,6 +45,9 @@ class KeyFlags {
   const ConfigFlag* flag_of_key(std::string_view key) const;
   // "--lr 0.5": a given flag as its user wrote it.
   std::string as_written(const ConfigFlag& flag) const;
+  // The flag's name as given, for messages: its first name, or the sense a two-sense switch was
+  // given in (--no-normalize).
+  std::string given_name(const ConfigFlag& flag) const;
 
   // Every flag's value (given, or its default) at its key, the keys under `under` only and
   // relative to it ("ffn.": the layer's keys); given_only: the flags given.

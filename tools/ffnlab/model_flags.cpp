@@ -79,7 +79,7 @@ LMConfig ModelFlags::model_of_file() const {
     throw UsageError(fmt::format(
         "{}: does not apply with --model-config, whose file describes the whole model (set it "
         "there)",
-        f->name.substr(0, f->name.find(','))));
+        flags_.given_name(*f)));
   if (!ffn_config_.empty())
     throw UsageError(
         "--ffn-config: does not apply with --model-config, whose file describes the whole model "
@@ -126,9 +126,8 @@ std::string ModelFlags::differences(const LMConfig& asked, const LMConfig& saved
       left = !left.get<bool>();
       right = !right.get<bool>();
     }
-    by_flag +=
-        fmt::format("{}{} gives {}, the checkpoint has {}", by_flag.empty() ? "" : "; ",
-                    f->name.substr(0, f->name.find(',')), value_text(left), value_text(right));
+    by_flag += fmt::format("{}{} gives {}, the checkpoint has {}", by_flag.empty() ? "" : "; ",
+                           flags_.given_name(*f), value_text(left), value_text(right));
   }
   return by_flag.empty() ? by_key : by_flag;
 }
@@ -157,7 +156,14 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
                                       ? m["ffn"]["moe"]["routing"].get<std::string>()
                                       : "topk";
       refuse_unused_layer_flags(flags_, "ffn.", !ffn_config_.empty(), routing);
-      if (flags_.key_given("ffn.moe.routing")) {
+      // A routing brings its defaults when it changes the checkpoint's (the same routing given
+      // again changes nothing: an older checkpoint keeps what it was trained with).
+      const json& saved_ffn = before.at("ffn");
+      const std::string saved_routing =
+          saved_ffn.contains("moe") && saved_ffn.at("moe").contains("routing")
+              ? saved_ffn.at("moe").at("routing").get<std::string>()
+              : "topk";
+      if (flags_.key_given("ffn.moe.routing") && routing != saved_routing) {
         const json defaults = routing_defaults(parse_enum<RoutingKind>(routing));
         for (const auto& [key, value] : defaults.items())
           if (!flags_.key_given("ffn.moe." + key)) m["ffn"]["moe"][key] = value;

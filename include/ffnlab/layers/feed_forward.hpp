@@ -172,9 +172,7 @@ class FeedForward : public Layer {
   std::int64_t first_token_ = 0;
   bool expert_parallel_ = false;
   FFNContext context_;
-
- private:
-  Tensor empty_;
+  Tensor empty_;  // what a layer without a tensor returns for it (undefined)
 };
 
 // Builds the layer a config describes, initialised like torch.nn.Linear from `seed`.

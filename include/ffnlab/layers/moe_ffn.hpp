@@ -14,11 +14,9 @@
 // Reference: layers/ref/moe_ffn_ref.hpp. Formulas and options: docs/moe.md.
 #pragma once
 
-#include <memory>
 #include <optional>
-#include <random>
+#include <vector>
 
-#include "ffnlab/layers/dense_ffn.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/moe/expert_stack.hpp"
 #include "ffnlab/layers/moe/shared_experts.hpp"
@@ -48,9 +46,9 @@ class MoEFFN final : public FeedForward {
   void set_inference_weights(DType dtype) override;
   std::vector<Tensor> expert_grads() override;
   const Tensor& previous_logits_grad() const override {
-    return router_ ? router_->gate_residual_grad() : kNone;
+    return router_ ? router_->gate_residual_grad() : empty_;
   }
-  const Tensor& router_logits() const override { return router_ ? router_->logits() : kNone; }
+  const Tensor& router_logits() const override { return router_ ? router_->logits() : empty_; }
 
   HeldExperts held_experts() const override { return held_; }
   // The routing of the last forward (chosen experts, weights, kept rows, losses).
@@ -60,8 +58,8 @@ class MoEFFN final : public FeedForward {
   const Tensor& hidden() const override { return experts_->rows().hp; }
   // The training noise of the last forward (empty tensors when off): the router input's
   // multiplicative jitter [T, D] and noisy top-k's N(0, 1) draws [T, E].
-  const Tensor& jitter_noise() const { return router_ ? router_->jitter_noise() : kNone; }
-  const Tensor& gate_noise() const { return router_ ? router_->gate_noise() : kNone; }
+  const Tensor& jitter_noise() const { return router_ ? router_->jitter_noise() : empty_; }
+  const Tensor& gate_noise() const { return router_ ? router_->gate_noise() : empty_; }
 
  private:
   void bind_parameters() override;
@@ -70,7 +68,6 @@ class MoEFFN final : public FeedForward {
   void combine_backward(const Tensor& dy);
   void experts_backward(Tensor& dx);
 
-  static inline const Tensor kNone{};  // what a part the layer lacks returns
   FFNConfig config_;
   HeldExperts held_;  // the experts in params_ (the stack's): held_.first, ...
   ParameterSet params_;

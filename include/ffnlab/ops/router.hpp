@@ -106,10 +106,13 @@ struct RouterConfig {
   int slots = 1;       // soft routing: slots per expert (each a mixture of a sequence's tokens)
   ScoreFunc score = ScoreFunc::softmax;
   bool softmax_after_topk = false;  // weights = softmax over the k chosen logits (GPT-OSS)
-  bool normalize = true;            // top-k weights divided by their sum (norm_topk_prob)
-  float scaling = 1.0f;             // routed_scaling_factor, applied after normalisation
-  int groups = 0;                   // n_group (0: no group-limited selection)
-  int topk_groups = 0;              // topk_group: groups kept per token
+  // The chosen experts' weights divided by their sum (norm_topk_prob). Config files and flags
+  // default it to false under top_p, relu and expert_choice (routing_defaults); a config built
+  // in code sets it with the routing.
+  bool normalize = true;
+  float scaling = 1.0f;  // routed_scaling_factor, applied after normalisation
+  int groups = 0;        // n_group (0: no group-limited selection)
+  int topk_groups = 0;   // topk_group: groups kept per token
 
   // Capacity: top-k, top-p: 0 is dropless, else capacity = ceil(c·k·T/E) assignments per expert.
   // expert_choice: each expert takes its best ceil(c·k·S/E) tokens of every sequence of S

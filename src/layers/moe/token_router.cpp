@@ -99,7 +99,7 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const Tensor* gate_residu
   logits_.ensure({T, E});
   linear_forward(logits_, *in, router_, m.router_bias ? &router_bias_ : nullptr);
   residual_ = Tensor();
-  if (m.gating_residual && gate_residual != nullptr) {
+  if (m.gating_residual && gate_residual != nullptr && gate_residual->defined()) {
     // MoE++: logits += G·W_gᵀ, G the previous MoE layer's logits (kept for backward).
     const Tensor& g = *gate_residual;
     check(g.rank() == 2 && g.dim(0) == T && g.dim(1) == E,

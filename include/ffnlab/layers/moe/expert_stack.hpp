@@ -83,7 +83,6 @@ class ExpertStack {
   Rows& rows() { return rows_; }
   // Whether the last forward exchanged its rows with the other ranks.
   bool exchanged() const { return exchanged_; }
-  const HeldExperts& held() const { return held_; }
 
  private:
   void blocks_forward(const std::vector<std::int64_t>& offsets, int first_expert, bool train,

@@ -72,8 +72,6 @@ class TokenRouter {
   const Tensor& gate_noise() const { return noise_eps_; }
   // ReLU routing's L1 coefficient λ now (0 for the other routings).
   float l1_coef() const { return l1_coef_.defined() ? l1_coef_.f32()[0] : 0.0f; }
-  // ReLU routing: the positive gates of the training forwards since the last optimizer step.
-  GateActivity gate_activity() const { return step_gates_; }
   // What the layer adds to the model's sums (ReLU routing: "relu_gates").
   ModelSums model_sums() const;
   // Between optimizer steps: λ follows the gates' sparsity (the model's "relu_gates"; null: this
