@@ -44,9 +44,9 @@ std::vector<ConfigFlag> lm_config_flags();
 std::vector<ConfigFlag> train_config_flags();
 
 // What a routing changes of the MoE keys a command line or a config file leaves out, as keys of
-// the "moe" object: top-p's, ReLU's and expert choice's weights are not divided by their sum, and
-// the load-balancing loss is for routings that choose by score (top-k, top-p): ReLU routing
-// balances with its L1 penalty, expert choice by construction, and Soft MoE chooses nothing.
+// the "moe" object (its RoutingFamily::defaults): top-p's, ReLU's and expert choice's weights are
+// not divided by their sum, and the load-balancing loss is for routings that choose by score.
 nlohmann::json routing_defaults(RoutingKind routing);
+nlohmann::json routing_defaults(std::string_view routing);  // by name
 
 }  // namespace ffnlab

@@ -288,7 +288,7 @@ def test_expert_choice_lets_each_expert_take_its_best_tokens_of_a_sequence():
 
 def test_soft_moe_mixes_every_token_into_every_slot():
     layer = ffnlab.FFN({"kind": "moe", "d_model": 16, "d_ff": 24,
-                        "moe": {"num_experts": 4, "top_k": 1, "routing": "soft", "slots": 2}},
+                        "moe": {"num_experts": 4, "routing": "soft", "slots": 2}},
                        seed=3)
     params = layer.parameters()
     assert params["gate.phi"].shape == (8, 16) and params["gate.scale"].tolist() == [1.0]

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 
 namespace ffnlab {
@@ -72,18 +73,8 @@ double experts_per_token(const FFNConfig& c, std::int64_t sequence) {
   // mean its capacity gives, c·k (c = capacity_factor, 1 when 0; per sequence of S it is
   // ceil(c·k·S/N)·N/S, a little more when c·k·S/N is not whole); Soft MoE: E·p slots per
   // sequence of S tokens, E·p/S.
-  switch (m.routing) {
-    case RoutingKind::relu:
-      return m.num_experts * (1.0 - m.sparsity_target());
-    case RoutingKind::expert_choice:
-      return std::min<double>(m.num_experts,
-                              (m.capacity_factor > 0 ? m.capacity_factor : 1.0) * m.top_k);
-    case RoutingKind::soft:
-      return static_cast<double>(m.num_experts) * m.slots /
-             static_cast<double>(std::max<std::int64_t>(1, sequence));
-    default:
-      return m.top_k;
-  }
+  const auto own = routing_family(m.routing).experts_per_token;
+  return own ? own(m, sequence) : m.top_k;
 }
 
 FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
@@ -101,8 +92,8 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     // E: the router's columns (FFN experts, then MoE++'s zero-computation ones). K: FFN experts
     // a token runs (experts_per_token).
     const double D = static_cast<double>(c.d_model), E = m.routed_experts();
-    const bool expert_choice = m.routing == RoutingKind::expert_choice;
-    const bool soft = m.routing == RoutingKind::soft;
+    const RoutingFamily& family = routing_family(m.routing);
+    const bool soft = family.own_path;  // Soft MoE: slots instead of a router Linear
     const double K = experts_per_token(c, tokens);
     const Dense expert = dense_cost(expert_config(c));
     const Dense shared = dense_cost(expert_config(c, true));
@@ -112,19 +103,23 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     // MoE++'s gating residual adds gate.gate_map.weight [E, E] and G·W_gᵀ to the logits (the
     // first MoE layer of a model has no G: counted as if it had, an upper bound of 2·E² FLOPs).
     const std::int64_t gate_map = m.gating_residual ? mul(routed, routed) : 0;
+    // A routing without a router Linear (hash routing) has no router parameters or products.
+    const bool linear = family.router_linear;
+    const double RE = linear || soft ? E : 0;  // the router's columns it scores
     const std::int64_t router =
-        soft ? add(mul(mul(c.d_model, m.num_experts), m.slots), 1)  // gate.phi, gate.scale
-             : add(add(add(mul(mul(c.d_model, routed), m.noisy_topk ? 2 : 1),
-                           m.router_bias ? routed : 0),
-                       mul(m.constant_experts, mul(3, c.d_model))),
-                   gate_map);
+        soft      ? add(mul(mul(c.d_model, m.num_experts), m.slots), 1)  // gate.phi, gate.scale
+        : !linear ? 0
+                  : add(add(add(mul(mul(c.d_model, routed), m.noisy_topk ? 2 : 1),
+                                m.router_bias ? routed : 0),
+                            mul(m.constant_experts, mul(3, c.d_model))),
+                        gate_map);
     const double G = static_cast<double>(gate_map);
     const std::int64_t gate = m.shared_gate ? c.d_model : 0;  // Linear(D, 1) without bias
     const bool has_shared = m.num_shared > 0;
     const std::int64_t shared_params = has_shared ? add(shared.params, gate) : 0;
     out.params = add(add(router, mul(m.num_experts, expert.params)), shared_params);
     const auto active_experts =
-        m.routing == RoutingKind::relu || expert_choice || soft
+        family.experts_per_token
             ? static_cast<std::int64_t>(std::llround(K * static_cast<double>(expert.params)))
             : mul(m.top_k, expert.params);
     out.active_params = add(add(router, active_experts), shared_params);
@@ -133,12 +128,12 @@ FFNCost ffn_cost(const FFNConfig& c, std::int64_t tokens) {
     // (Soft MoE: the logits against E·p slots, and the dispatch and combine products, 2·E·p·D
     // each per token.)
     out.forward.matmul = soft ? 6 * D * m.num_experts * m.slots + K * expert.fwd.matmul
-                              : 2 * D * E + 2 * G + K * expert.fwd.matmul;
-    out.forward.elementwise = (m.router_bias ? E : 0) + (G > 0 ? E : 0) + 3 * E + E + K +
+                              : 2 * D * RE + 2 * G + K * expert.fwd.matmul;
+    out.forward.elementwise = (m.router_bias ? RE : 0) + (G > 0 ? E : 0) + 3 * RE + E + K +
                               K * expert.fwd.elementwise + 2 * K * D;
     out.backward.matmul = soft ? 12 * D * m.num_experts * m.slots + K * expert.bwd.matmul
-                               : 2 * 2 * D * E + 2 * 2 * G + K * expert.bwd.matmul;
-    out.backward.elementwise = (m.router_bias ? E : 0) + 3 * E + K + K * expert.bwd.elementwise +
+                               : 2 * 2 * D * RE + 2 * 2 * G + K * expert.bwd.matmul;
+    out.backward.elementwise = (m.router_bias ? RE : 0) + 3 * RE + K + K * expert.bwd.elementwise +
                                2 * K * D + 2 * K * D;  // dy·w_k into experts; <dy, y_k> for w_k
     // The shared experts are one dense FFN of width num_shared·shared_d_ff (expert_config).
     if (has_shared) {

@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "ffnlab/layers/moe/routing_family.hpp"
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -282,10 +284,11 @@ ModelProducts measure_model_products(const LMConfig& c, std::int64_t sequences, 
     block.push_back(product(rows, D, e.in_width()));
     block.push_back(product(rows, e.d_ff, D));
     expert_flops = block[block.size() - 2].flops + block.back().flops;
-    if (m.routing == RoutingKind::soft) {  // logits, dispatch and combine against E·p slots
+    if (routing_family(m.routing).own_path) {  // logits, dispatch and combine against E·p slots
       for (int i = 0; i < 3; ++i) block.push_back(product(T, D, m.num_experts * m.slots));
     } else {
-      block.push_back(product(T, D, m.routed_experts()));
+      if (routing_family(m.routing).router_linear)
+        block.push_back(product(T, D, m.routed_experts()));
       if (m.noisy_topk) block.push_back(product(T, D, m.routed_experts()));
       if (m.gating_residual) block.push_back(product(T, m.routed_experts(), m.routed_experts()));
     }

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/config_flags.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "json_keys.hpp"
 
@@ -30,6 +32,9 @@ constexpr std::array kVariants{
     Variant{"gated", FFNKind::multi_branch, Activation::sigmoid},
     Variant{"moe", FFNKind::moe, Activation::relu},
 };
+
+// A key m's routing does not read holds its default (defined below, with the MoE keys).
+void refuse_unused_keys(const MoEConfig& m);
 
 }  // namespace
 
@@ -57,16 +62,15 @@ void validate(const FFNConfig& c) {
     const auto& m = c.moe;
     check_range(m.num_experts, 1, limits::kExperts, "moe", "num_experts");
     check_range(m.top_k, 1, limits::kExperts, "moe", "top_k");
-    check(m.top_k <= m.num_experts, "[moe] top_k = {} exceeds num_experts = {}", m.top_k,
-          m.num_experts);
+    check(!*routing_family(m.routing).top_k || m.top_k <= m.num_experts,
+          "[moe] top_k = {} exceeds num_experts = {}", m.top_k, m.num_experts);
     check(m.expert_kind == FFNKind::plain || m.expert_kind == FFNKind::glu,
           "[moe] expert kind '{}' must be plain or glu", enum_name(m.expert_kind));
     check_range(m.expert_d_ff, 0, limits::kWidth, "moe", "expert_d_ff");
     check_range(m.shared_d_ff, 0, limits::kWidth, "moe", "shared_d_ff");
     check_range(m.num_shared, 0, limits::kExperts, "moe", "num_shared");
     check(m.score < ScoreFunc::count && m.drop < DropPolicy::count &&
-              m.balance_loss < BalanceLoss::count && m.naming < MoENaming::count &&
-              m.routing < RoutingKind::count,
+              m.balance_loss < BalanceLoss::count && m.naming < MoENaming::count,
           "[moe] invalid enum value");
     check(std::isfinite(m.scaling) && m.scaling > 0, "[moe] routed scaling = {} must be positive",
           m.scaling);
@@ -110,7 +114,7 @@ void validate(const FFNConfig& c) {
           "[moe] zc_balance_weight = {} must not be negative", m.zc_balance_weight);
     if (m.zc_experts() > 0) {
       // MoE++: zero-computation experts are top-k choices beside the FFN experts.
-      check(m.routing == RoutingKind::topk,
+      check(m.routing == MoEConfig{}.routing,
             "[moe] zero-computation experts (zero, copy, constant) are chosen by top-k routing, "
             "not '{}'",
             enum_name(m.routing));
@@ -129,90 +133,17 @@ void validate(const FFNConfig& c) {
     }
     if (m.gating_residual) {
       // MoE++: the previous layer's logits join this layer's before the choice.
-      check(m.routing != RoutingKind::soft,
+      check(routing_family(m.routing).router_linear,
             "[moe] gating_residual adds the previous layer's router logits to this layer's: "
-            "routing 'soft' has no router logits");
+            "routing '{}' has no router logits",
+            enum_name(m.routing));
       check(!m.noisy_topk && m.jitter == 0,
             "[moe] gating_residual does not combine with noisy top-k or jitter: the logits "
             "handed to the next layer would carry this layer's training noise");
     }
-    if (m.routing == RoutingKind::relu) {
-      // ReMoE: the gates are the ReLU of the logits, every token's own, held sparse by the L1
-      // penalty alone.
-      auto refuse = [](bool bad, std::string_view what, std::string_view why) {
-        check(!bad, "[moe] routing 'relu' does not combine with {}: {}", what, why);
-      };
-      const char* gates = "the gates are the positive logits themselves";
-      refuse(m.score != ScoreFunc::softmax || m.softmax_after_topk, "other scoring functions",
-             gates);
-      refuse(m.normalize, "normalize: true",
-             "dividing the gates by their sum would undo the L1 penalty (set normalize false)");
-      refuse(m.groups > 0, "group-limited selection", gates);
-      refuse(m.balance_bias || m.noisy_topk, "the balancing bias or noisy top-k",
-             "they change a top-k choice, and nothing here is chosen by rank");
-      refuse(m.capacity_factor > 0, "a capacity factor", "it is dropless");
-      refuse(m.aux_coef > 0 || m.z_coef > 0 || m.entropy_coef > 0,
-             "aux_coef, z_coef or entropy_coef",
-             "its one loss is the L1 penalty, which balances the load too (l1_coef_*)");
-      check(m.top_k < m.num_experts,
-            "[moe] routing 'relu' holds top_k = {} experts per token on average: it must be "
-            "fewer than num_experts = {}",
-            m.top_k, m.num_experts);
-      check(std::isfinite(m.target_sparsity) && m.target_sparsity >= 0 && m.target_sparsity < 1,
-            "[moe] target_sparsity = {} must be in [0, 1) (0: 1 - top_k/num_experts)",
-            m.target_sparsity);
-      check(std::isfinite(m.l1_coef_init) && m.l1_coef_init > 0,
-            "[moe] l1_coef_init = {} must be positive", m.l1_coef_init);
-      check(std::isfinite(m.l1_coef_rate) && m.l1_coef_rate > 1,
-            "[moe] l1_coef_rate = {} must be greater than 1", m.l1_coef_rate);
-    }
-    if (m.routing == RoutingKind::expert_choice) {
-      // Zhou et al.: softmax probabilities over the experts, each expert taking its best tokens.
-      auto refuse = [](bool bad, std::string_view what, std::string_view why) {
-        check(!bad, "[moe] routing 'expert_choice' does not combine with {}: {}", what, why);
-      };
-      refuse(m.score != ScoreFunc::softmax || m.softmax_after_topk, "other scoring functions",
-             "the experts rank tokens by their softmax probabilities");
-      refuse(m.normalize, "normalize: true",
-             "a token's weights are its probabilities of the experts that took it (set "
-             "normalize false)");
-      refuse(m.groups > 0 || m.balance_bias, "group-limited selection or the balancing bias",
-             "they steer a token's choice, and here the experts choose");
-      refuse(m.aux_coef > 0, "aux_coef", "every expert takes the same number of tokens");
-      refuse(m.drop == DropPolicy::probability, "drop: probability",
-             "each expert keeps its best tokens; no token is dropped by its position or its "
-             "probability");
-    }
-    if (m.routing == RoutingKind::soft) {
-      // Soft MoE: no router Linear and no choice; the slots' parameters are the layer's own.
-      auto refuse = [](bool bad, std::string_view what, std::string_view why) {
-        check(!bad, "[moe] routing 'soft' does not combine with {}: {}", what, why);
-      };
-      const char* nothing_chosen = "no token chooses, every token is mixed into every slot";
-      refuse(m.capacity_factor > 0, "a capacity factor", "it is dropless");
-      refuse(m.groups > 0 || m.balance_bias || m.noisy_topk || m.jitter > 0,
-             "group-limited selection, the balancing bias, noisy top-k or jitter", nothing_chosen);
-      refuse(m.aux_coef > 0 || m.z_coef > 0 || m.entropy_coef > 0,
-             "aux_coef, z_coef or entropy_coef", nothing_chosen);
-      refuse(m.zc_experts() > 0, "zero-computation experts", nothing_chosen);
-      refuse(m.score != ScoreFunc::softmax || m.softmax_after_topk,
-             "score 'sigmoid' or softmax_after_topk",
-             "its dispatch and combine weights are softmaxes over tokens and slots, not router "
-             "scores");
-      check_range(m.slots, 1, limits::kExperts, "moe", "slots");
-    }
-    if (m.routing == RoutingKind::top_p) {
-      // The mass is of softmax probabilities over every expert, taken best first.
-      check(std::isfinite(m.top_p) && m.top_p > 0 && m.top_p <= 1,
-            "[moe] top_p = {} must be in (0, 1]", m.top_p);
-      check(m.score == ScoreFunc::softmax && !m.softmax_after_topk,
-            "[moe] routing 'top_p' sums softmax probabilities: it needs score 'softmax' without "
-            "softmax_after_topk");
-      check(m.groups == 0, "[moe] routing 'top_p' does not combine with group-limited selection");
-      check(!m.balance_bias,
-            "[moe] routing 'top_p' does not combine with the balancing bias (the bias shifts "
-            "the choice, not the probabilities whose mass decides how many)");
-    }
+    const RoutingFamily& family = routing_family(m.routing);
+    if (family.validate) family.validate(m);
+    refuse_unused_keys(m);
   }
 }
 
@@ -270,8 +201,14 @@ template <auto Member>
 constexpr auto moe_key(const char* name, KeyFlag flag) {
   return field<MoEConfig, Member>(name, nullptr, flag);
 }
+// Whether m's routing reads `key` (RoutingFamily::unused): its keys are printed where it does.
+bool reads(std::string_view key, const MoEConfig& m) {
+  for (const auto& k : unused_keys(m.routing))
+    if (k == key) return false;
+  return true;
+}
 bool relu_routed(const MoEConfig& m) {
-  return m.routing == RoutingKind::relu;
+  return reads("target_sparsity", m);
 }
 bool zc_routed(const MoEConfig& m) {
   return m.zc_experts() > 0;
@@ -281,29 +218,21 @@ constexpr std::array kMoEKeys{
     moe_key<&MoEConfig::num_experts>(
         "num_experts",
         {.name = "--experts", .help = "MoE: routed experts", .lo = 1, .hi = kExperts}),
-    moe_key<&MoEConfig::top_k>("top_k",
-                               {.name = "--top-k",
-                                .help = "MoE: experts per token (top_p routing: at most; "
-                                        "relu routing: on average, held by its L1 penalty)",
-                                .lo = 1,
-                                .hi = kExperts}),
+    // (The routing families' readings of top_k and capacity_factor, and their rules, are
+    // added to these keys' help from the registration table: ffn_config_flags.)
+    moe_key<&MoEConfig::top_k>(
+        "top_k", {.name = "--top-k", .help = "MoE: experts per token", .lo = 1, .hi = kExperts}),
     moe_key<&MoEConfig::routing>(
-        "routing", [](const MoEConfig& m) { return m.routing != RoutingKind::topk; },
-        {.name = "--routing",
-         .help = "MoE: how many experts a token takes: {names} (top_p: the fewest best whose "
-                 "probabilities reach --top-p; relu: every expert whose router logit is "
-                 "positive; expert_choice: each expert takes its best ceil(capacity·k·S/E) "
-                 "tokens of a sequence; soft: every expert's --slots mix all of a sequence's "
-                 "tokens; both bidirectional models only; docs/moe.md)"}),
-    moe_key<&MoEConfig::top_p>("top_p",
-                               [](const MoEConfig& m) { return m.routing == RoutingKind::top_p; },
+        "routing", [](const MoEConfig& m) { return m.routing != MoEConfig{}.routing; },
+        {.name = "--routing", .help = "MoE: how a token gets its experts: {names}"}),
+    moe_key<&MoEConfig::top_p>("top_p", [](const MoEConfig& m) { return reads("top_p", m); },
                                {.name = "--top-p",
                                 .help = "MoE, top_p routing: the probability mass to reach",
                                 .lo = 1e-6,
                                 .hi = 1,
                                 .routing = "top_p"}),
     moe_key<&MoEConfig::slots>(
-        "slots", [](const MoEConfig& m) { return m.routing == RoutingKind::soft; },
+        "slots", [](const MoEConfig& m) { return reads("slots", m); },
         {.name = "--slots",
          .help = "MoE, soft routing: slots per expert (each a mixture of a sequence's tokens; "
                  "E·slots/S experts' compute a token)",
@@ -365,10 +294,7 @@ constexpr std::array kMoEKeys{
          .help = "MoE: coefficient of the router's mean entropy (top_p's dynamic loss)",
          .hi = 1e6}),
     moe_key<&MoEConfig::capacity_factor>(
-        "capacity_factor", {.name = "--capacity",
-                            .help = "MoE: capacity factor (0: dropless; expert_choice: the "
-                                    "experts per token are capacity·k, 0 meaning 1·k)",
-                            .hi = 1e6}),
+        "capacity_factor", {.name = "--capacity", .help = "MoE: capacity factor", .hi = 1e6}),
     moe_key<&MoEConfig::normalize>(
         "normalize", {.name = "--normalize",
                       .help = "MoE: divide a token's expert weights by their sum (--no-normalize: "
@@ -393,6 +319,23 @@ constexpr std::array kMoEKeys{
     moe_key<&MoEConfig::l1_coef_rate>("l1_coef_rate", relu_routed),
     moe_key<&MoEConfig::naming>("naming"),
 };
+
+void refuse_unused_keys(const MoEConfig& m) {
+  const auto unused = unused_keys(m.routing);
+  if (unused.empty()) return;
+  // The default is the routing's: MoEConfig's, with the routing's defaults.
+  MoEConfig d;
+  d.routing = m.routing;
+  read_keys(kMoEKeys, d, routing_defaults(m.routing), "moe", "moe.");
+  for (const auto& k : kMoEKeys) {
+    if (!k.write || std::find(unused.begin(), unused.end(), k.name) == unused.end()) continue;
+    const json given = k.write(m), standard = k.write(d);
+    check(given == standard,
+          "[moe] routing '{}' does not read {} (given {}): leave it out, or at its default {} "
+          "(docs/moe.md, \"Routing families\")",
+          enum_name(m.routing), k.name, given.dump(), standard.dump());
+  }
+}
 
 // A config file's MoE object: the keys it gives, and its routing's defaults (routing_defaults)
 // for the keys it leaves out.
@@ -455,7 +398,21 @@ constexpr std::array kFFNKeys{
 }  // namespace
 
 std::vector<std::string> routing_family_names() {
-  return {"topk", "top_p", "relu", "moe_pp", "expert_choice", "soft"};
+  // Every routing, and MoE++ (top-k with zero-computation experts) before the first routing that
+  // looks at whole sequences.
+  std::vector<std::string> out;
+  bool added = false;
+  for (const auto& name : routing_names()) {
+    RouterConfig r;
+    set_routing(r, name);
+    if (!added && routing_family(r.routing).whole_sequence) {
+      out.emplace_back("moe_pp");
+      added = true;
+    }
+    out.push_back(name);
+  }
+  if (!added) out.emplace_back("moe_pp");
+  return out;
 }
 
 FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
@@ -464,32 +421,18 @@ FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
         enum_name(moe.kind));
   FFNConfig c = moe;
   MoEConfig& m = c.moe;
-  const int K = m.top_k, E = m.num_experts;
-  if (family == "topk") {  // the layout itself: the reference
-  } else if (family == "top_p") {
-    m.routing = RoutingKind::top_p;
-    m.top_p = 0.4f;                // Huang et al.'s released code (top_p_threshold)
-    m.top_k = std::min(2 * K, E);  // the cap on experts a token
-    m.normalize = false;
-    m.entropy_coef = 1e-4f;  // their dynamic (entropy) loss coefficient β
-  } else if (family == "relu") {
-    m.routing = RoutingKind::relu;  // held at K experts a token on average by its L1 penalty
-    m.z_coef = 0.0f;
-  } else if (family == "moe_pp") {
+  if (family == "moe_pp") {
     m.constant_experts = 2;  // MoE++'s 16 + 4 configuration
     m.copy_experts = 1;
     m.zero_experts = 1;
     m.gating_residual = true;  // as the paper's model: each layer adds the previous one's logits
-  } else if (family == "expert_choice") {
-    m.routing = RoutingKind::expert_choice;  // capacity factor 1: K experts a token on average
-  } else if (family == "soft") {
-    m.routing = RoutingKind::soft;  // E·slots/S = K experts' compute a token
-    m.slots = static_cast<int>(std::max<std::int64_t>(1, (K * sequence + E / 2) / E));
-    m.z_coef = 0.0f;
   } else {
-    std::string known;
-    for (const auto& n : routing_family_names()) known += (known.empty() ? "" : ", ") + n;
-    fail("[ffn] unknown routing family '{}' (known: {})", family, known);
+    if (!set_routing(m, family)) {
+      std::string known;
+      for (const auto& n : routing_family_names()) known += (known.empty() ? "" : ", ") + n;
+      fail("[ffn] unknown routing family '{}' (known: {})", family, known);
+    }
+    routing_family(m.routing).study(m, sequence);
   }
   // A family that changes the routing takes the routing's defaults for the other keys.
   if (m.routing != moe.moe.routing)
@@ -498,25 +441,37 @@ FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
   return c;
 }
 
-json routing_defaults(RoutingKind routing) {
-  switch (routing) {
-    case RoutingKind::top_p:  // each chosen expert weighted by its probability, as the paper
-      return {{"normalize", false}};
-    case RoutingKind::relu:
-    case RoutingKind::expert_choice:
-      return {{"normalize", false}, {"aux_coef", 0.0}};
-    case RoutingKind::soft:
-      return {{"aux_coef", 0.0}};
-    case RoutingKind::topk:
-    case RoutingKind::count:
-      break;
+namespace {
+
+// " (topk: ...; top_p: ...; docs/moe.md)": every routing's reading of an MoE key (its summary,
+// for "routing").
+std::string routing_readings(std::string_view key) {
+  std::string out;
+  for (const auto& name : routing_names()) {
+    RouterConfig r;
+    set_routing(r, name);
+    const RoutingFamily& f = routing_family(r.routing);
+    std::string text = key == "routing"           ? f.summary
+                       : key == "top_k"           ? f.top_k
+                       : key == "capacity_factor" ? f.capacity
+                                                  : "";
+    if (text.empty()) text = key == "capacity_factor" ? "refused (dropless)" : "not read";
+    if (key == "routing" && f.whole_sequence) text += ", bidirectional models only";
+    out += fmt::format("{}{}: {}", out.empty() ? " (" : "; ", name, text);
   }
-  return json::object();
+  return out + "; docs/moe.md)";
 }
+
+}  // namespace
 
 std::vector<ConfigFlag> ffn_config_flags() {
   std::vector<ConfigFlag> out = flags_of(kFFNKeys, FFNConfig{});
-  for (auto& f : flags_of(kMoEKeys, MoEConfig{}, "moe.")) out.push_back(std::move(f));
+  for (auto& f : flags_of(kMoEKeys, MoEConfig{}, "moe.")) {
+    // Each routing family's reading of the keys whose meaning it sets.
+    for (const char* key : {"routing", "top_k", "capacity_factor"})
+      if (f.key == std::string("moe.") + key) f.help += routing_readings(key);
+    out.push_back(std::move(f));
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "json_keys.hpp"
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "check.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/permute.hpp"
 #include "ffnlab/scratch.hpp"
@@ -30,7 +31,7 @@ MoEFFN::MoEFFN(const FFNConfig& config, std::uint64_t seed, HeldExperts held)
 
   // The router scores the FFN experts and then the zero-computation ones; Soft MoE has slots'
   // parameters instead (E·p rows) and their scale.
-  if (m.routing == RoutingKind::soft) {
+  if (routing_family(m.routing).own_path) {
     soft_.emplace(config_);
     soft_->declare(params_);
   } else {
@@ -113,8 +114,7 @@ void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
     soft_->forward(y, routing_, x, context_.sequence, *experts_, train, precision_, group_);
   } else {
     // Inference forwards route their own tokens.
-    router_->forward(routing_, x, config_.moe.gating_residual ? context_.previous_logits : nullptr,
-                     first_token_, context_.sequence, train ? group_ : nullptr, train);
+    router_->forward(routing_, x, context_, first_token_, train ? group_ : nullptr, train);
     experts_forward(y, x, train);
   }
   if (zc_) zc_->forward(y, x, routing_);

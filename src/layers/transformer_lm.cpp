@@ -174,12 +174,14 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   if (pos_.defined()) position_add_forward(xs_[0], pos_, seq);
   if (train && config_.dropout > 0.f)
     dropout_forward(xs_[0], xs_[0], config_.dropout, dropout_seed_, base, dropout_first_);
-  // Each FFN's context: the sequence length (set by its block) and the previous layer's router
-  // logits (the first layer has none), which MoE++'s gating residuals add to their own.
+  // Each FFN's context: the sequence length (set by its block), the previous layer's router
+  // logits (the first layer has none), which MoE++'s gating residuals add to their own, and the
+  // tokens' ids (hash routing).
   const Tensor* previous_logits = nullptr;
   for (int i = 0; i < L; ++i) {
     FeedForward& ffn = blocks_[i]->ffn();
     ffn.context().previous_logits = previous_logits;
+    ffn.context().token_ids = ids_.data();
     blocks_[i]->forward(xs_[i + 1], xs_[i], seq, train, dropout_seed_, base + 1 + 2 * i);
     previous_logits = &ffn.router_logits();
   }

@@ -15,6 +15,7 @@
 
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/train/data.hpp"
 #include "stage_functions.hpp"
@@ -24,12 +25,19 @@ namespace ffnlab::study {
 namespace {
 
 struct Family {
-  const char* name;
+  std::string name;
   bool causal;  // decides per token: also trained on the causal LM
 };
-// top-k first: the reference of each objective.
-const Family kFamilies[] = {{"topk", true},   {"top_p", true},          {"relu", true},
-                            {"moe_pp", true}, {"expert_choice", false}, {"soft", false}};
+// Every routing family of the table (routing_family_names, top-k first: the reference of each
+// objective); those that look at the whole sequence train on the masked objective only.
+std::vector<Family> families() {
+  std::vector<Family> out;
+  for (const auto& name : routing_family_names()) {
+    const FFNConfig c = routing_family_config(headline_moe_ffn(64), name, 64);
+    out.push_back({name, !looks_at_whole_sequence(c.moe.routing)});
+  }
+  return out;
+}
 
 // The family's FFN on the headline MoE's layout, for sequences of S tokens. Each keeps the
 // headline's balancing loss and z-loss where the family takes them.
@@ -58,8 +66,10 @@ std::string family_description(std::string_view name, const FFNConfig& c, std::i
   if (name == "expert_choice")
     return fmt::format("expert choice: each expert takes its best {} tokens of a sequence of {}",
                        m.expert_choice_capacity(S), S);
-  return fmt::format("Soft MoE: {} slots an expert, each a mixture of a sequence's {} tokens",
-                     m.slots, S);
+  if (name == "soft")
+    return fmt::format("Soft MoE: {} slots an expert, each a mixture of a sequence's {} tokens",
+                       m.slots, S);
+  return routing_family(m.routing).describe(m);  // a family without its own sentence here
 }
 
 // The LM a family trains in an objective: the study's, bidirectional with [MASK] and RoPE for
@@ -98,13 +108,12 @@ bool trains_masked(const Study& st) {
 
 // The runs the stage trains itself: seed-major; in a seed the causal families, then (with
 // --full) the masked ones with top-k. (Causal top-k is the moe_axes stage's headline MoE.)
-std::vector<std::pair<bool, const Family*>> own_runs(const Study& st) {
-  std::vector<std::pair<bool, const Family*>> out;
+std::vector<std::pair<bool, Family>> own_runs(const Study& st) {
+  std::vector<std::pair<bool, Family>> out;
   for (bool masked : {false, true}) {
     if (masked && !trains_masked(st)) continue;
-    for (const Family& f : kFamilies)
-      if (masked ? true : (f.causal && std::string_view(f.name) != "topk"))
-        out.emplace_back(masked, &f);
+    for (const Family& f : families())
+      if (masked ? true : (f.causal && f.name != "topk")) out.emplace_back(masked, f);
   }
   return out;
 }
@@ -252,10 +261,10 @@ std::vector<RunJob> routing_jobs(Study& st) {
   for (int seed = 1; seed <= st.scale.routing_seeds; ++seed)
     for (const auto& [masked, family] : runs) {
       RunJob job;
-      job.model = family_model(st, family_ffn(family->name, D, S), masked);
+      job.model = family_model(st, family_ffn(family.name, D, S), masked);
       job.settings = family_settings(st, masked);
       job.seed = static_cast<std::uint64_t>(seed);
-      job.label = label_of(masked, family->name);
+      job.label = label_of(masked, family.name);
       // Per layer, over the second half of the steps: the experts a token ran and their
       // distribution, and MoE++'s zero-computation share (the hook writes only its run's).
       RoutingBehaviour& b = st.routing_behaviour[jobs.size()];
@@ -336,7 +345,7 @@ void run_routing(Study& st) {
       ref_val.push_back(run->val_bits_per_byte);
       ref_tps.push_back(run->median_tokens_per_second);
     }
-    for (const Family& f : kFamilies) {
+    for (const Family& f : families()) {
       if (!masked && !f.causal) continue;
       const auto found = runs_of(f.name);
       if (found.empty()) continue;

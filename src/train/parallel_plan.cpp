@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/router.hpp"
 #include "ffnlab/train/trainer.hpp"

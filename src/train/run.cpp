@@ -11,6 +11,7 @@
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/train/run_folder.hpp"
 

@@ -11,10 +11,10 @@
 #include <random>
 
 #include "check.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/loss.hpp"
-#include "ffnlab/ops/router.hpp"
 #include "ranges.hpp"
 
 namespace ffnlab {
@@ -50,7 +50,7 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
   validate(config);
   check(config.seq <= model.context, "[train] sequence length {} exceeds the model's context {}",
         config.seq, model.context);
-  const RoutingKind routing = model.ffn.moe.routing;
+  const auto routing = model.ffn.moe.routing;
   check(!(model.ffn.kind == FFNKind::moe && looks_at_whole_sequence(routing) && config.seq < 2),
         "[train] routing '{}' works on whole sequences: sequence length {} is one token (seq "
         "must be at least 2)",

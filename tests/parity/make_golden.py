@@ -207,7 +207,7 @@ def moe_reference(p, x, m, kind, act, bias, sequence=0, residual=None):
     sequence: expert-choice routing's sequence length (0: all T tokens are one).
     residual: MoE++'s gating residual, the previous MoE layer's logits [T, E] (None: none)."""
     T, D = x.shape
-    N, K = m["num_experts"], m["top_k"]
+    N, K = m["num_experts"], m.get("top_k", 2)  # (Soft MoE does not read top_k)
     # MoE++ (Jin et al. 2024): the router scores N FFN experts, then the zero-computation ones
     # in the order constant, copy, zero.
     C, n_copy = m.get("constant_experts", 0), m.get("copy_experts", 0)
@@ -513,11 +513,11 @@ def moe_cases(case):
     # Soft MoE (Puigcerver et al. 2024): two sequences of 6 with 4 experts of 2 slots and a
     # shared expert; one sequence of 9 with 3 experts of one slot.
     case("moe_soft_e4_p2_two_sequences_shared",
-         {"num_experts": 4, "top_k": 1, "routing": "soft", "slots": 2, "num_shared": 1,
-          "shared_d_ff": 9, "router_bias": False}, "glu", "silu", 13, 11, 12, False, Fs=9,
+         {"num_experts": 4, "routing": "soft", "slots": 2, "num_shared": 1,
+          "shared_d_ff": 9}, "glu", "silu", 13, 11, 12, False, Fs=9,
          sequence=6)
     case("moe_soft_e3_p1_gelu_bias",
-         {"num_experts": 3, "top_k": 1, "routing": "soft", "slots": 1}, "plain", "gelu", 13, 20,
+         {"num_experts": 3, "routing": "soft", "slots": 1}, "plain", "gelu", 13, 20,
          9, True)
     case("moe_softmax_after_topk_geglu_k3",
          {"num_experts": 7, "top_k": 3, "softmax_after_topk": True, "aux_coef": 0.01},

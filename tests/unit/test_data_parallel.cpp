@@ -12,6 +12,7 @@
 
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/ops/router.hpp"
 #include "ffnlab/train/trainer.hpp"
 #include "thread_group.hpp"
@@ -349,6 +350,7 @@ TEST(DataParallel, MaskedObjectiveTrainsOverRanksToTheWeightsOfOneProcess) {
   // its experts over ranks.
   FFNConfig soft = small_moe(1);
   soft.moe.routing = RoutingKind::soft;
+  soft.moe.top_k = MoEConfig{}.top_k;  // (not read: the slots set the compute)
   soft.moe.slots = 2;
   soft.moe.aux_coef = 0.0f;
   expect_ranks_train_as_one_process(soft, Objective::masked, /*expert_parallel=*/false);

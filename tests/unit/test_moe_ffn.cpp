@@ -13,6 +13,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
 #include "ffnlab/layers/ref/moe_ffn_ref.hpp"
 #include "ffnlab/ops/few_rows.hpp"
@@ -185,6 +186,7 @@ std::vector<Case> cases() {
     Case c{"soft_moe_e3_p2_two_sequences_shared", base(3, 1, "swiglu", true), 10, 5};
     auto& m = c.config.moe;
     m.routing = RoutingKind::soft;
+    m.top_k = MoEConfig{}.top_k;  // (not read: the slots set the compute)
     m.slots = 2;
     m.aux_coef = m.z_coef = 0.0f;
     m.num_shared = 1;
@@ -194,6 +196,7 @@ std::vector<Case> cases() {
     Case c{"soft_moe_e4_p1_relu", base(4, 1, "relu", false), 7};
     auto& m = c.config.moe;
     m.routing = RoutingKind::soft;
+    m.top_k = MoEConfig{}.top_k;
     m.aux_coef = m.z_coef = 0.0f;
     out.push_back(c);
   }
@@ -244,12 +247,21 @@ void randomize_state(MoEFFN& moe, std::uint64_t seed) {
   }
 }
 
+// Random token ids [T] (hash routing chooses by them; the other routings ignore them).
+std::vector<std::int32_t> token_ids(std::int64_t T, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(T));
+  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 256);
+  return ids;
+}
+
 // Case c's layer (its state randomised) after an inference forward of a random x.
 // With MoE++'s gating residual, a random stand-in for the previous layer's logits.
 struct Routed {
   std::unique_ptr<MoEFFN> moe;
   Tensor x, y;
-  Tensor residual;  // [T, E] (gating residual only)
+  Tensor residual;                // [T, E] (gating residual only)
+  std::vector<std::int32_t> ids;  // [T] the tokens' ids
 };
 // The previous layer's logits for a layer with the gating residual (an empty tensor otherwise).
 Tensor gate_residual_for(const Case& c, std::uint64_t seed) {
@@ -257,14 +269,17 @@ Tensor gate_residual_for(const Case& c, std::uint64_t seed) {
   return test::random_tensor({c.tokens, c.config.moe.routed_experts()}, seed, 2.0f);
 }
 Routed routed(const Case& c, std::uint64_t& seed) {
-  Routed r{std::make_unique<MoEFFN>(c.config, ++seed), {}, {}, {}};
+  Routed r{
+      std::make_unique<MoEFFN>(c.config, ++seed), {}, {}, {}, token_ids(c.tokens, seed ^ 0x1d5)};
   r.moe->context().sequence = c.sequence;
+  r.moe->context().token_ids = r.ids.data();
   randomize_state(*r.moe, ++seed);
   r.x = test::random_tensor({c.tokens, c.config.d_model}, ++seed);
   r.residual = gate_residual_for(c, ++seed);
   r.moe->context().previous_logits = r.residual.defined() ? &r.residual : nullptr;
   r.moe->forward(r.y, r.x, /*train=*/false);
   r.moe->context().previous_logits = nullptr;  // r moves: no pointer into it stays behind
+  r.moe->context().token_ids = nullptr;
   return r;
 }
 
@@ -274,14 +289,14 @@ TEST(MoEFFN, MatchesReference) {
   std::uint64_t seed = 100;
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y, residual] = routed(c, seed);
+    const auto [layer, x, y, residual, ids] = routed(c, seed);
     MoEFFN& moe = *layer;
     auto r = reference_of(moe);
     if (residual.defined()) r.gate_residual = test::to_vector<double>(residual);
     std::vector<double> yr;
     r.forward(yr, test::to_vector<double>(x), c.tokens);
     EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6);
-    if (c.config.moe.routing != RoutingKind::soft) {  // the logits the next layer would take
+    if (routing_family(c.config.moe.routing).router_linear) {  // the logits the next layer takes
       const Tensor& logits = moe.router_logits();
       ASSERT_EQ(static_cast<std::size_t>(logits.numel()), r.logits.size());
       EXPECT_LT(test::scaled_error(logits.f32(), r.logits.data(), logits.numel()), 2e-6);
@@ -314,7 +329,7 @@ TEST(MoEFFN, ReluRoutingTakesThePositiveLogits) {
   for (const auto& c : cases()) {
     if (!relu(c.config)) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y, residual] = routed(c, seed);
+    const auto [layer, x, y, residual, ids] = routed(c, seed);
     const Routing& r = layer->routing();
     const int E = c.config.moe.num_experts;
     ASSERT_EQ(r.k, E);
@@ -366,7 +381,7 @@ TEST(MoEFFN, ExpertChoiceTakesEachExpertsBestTokens) {
     const MoEConfig& m = c.config.moe;
     if (m.routing != RoutingKind::expert_choice) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y, residual] = routed(c, seed);
+    const auto [layer, x, y, residual, ids] = routed(c, seed);
     const Routing& r = layer->routing();
     const int E = m.num_experts;
     const std::int64_t T = c.tokens, S = c.sequence > 0 ? c.sequence : T, D = c.config.d_model;
@@ -450,7 +465,7 @@ TEST(MoEFFN, ZeroComputationExpertsTakeNoRows) {
     const MoEConfig& m = c.config.moe;
     if (m.zc_experts() == 0) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y, residual] = routed(c, seed);
+    const auto [layer, x, y, residual, ids] = routed(c, seed);
     const Routing& r = layer->routing();
     const int N = m.num_experts, K = m.top_k, zero = m.routed_experts() - 1;
     std::int64_t ffn = 0, zc = 0, zero_picks = 0;
@@ -529,7 +544,7 @@ TEST(MoEFFN, TopPTakesTheFewestBestExpertsThatReachTheMass) {
   for (const auto& c : cases()) {
     if (!top_p(c.config)) continue;
     SCOPED_TRACE(c.name);
-    const auto [layer, x, y, residual] = routed(c, seed);
+    const auto [layer, x, y, residual, ids] = routed(c, seed);
     const MoEFFN& moe = *layer;
     const Routing& r = moe.routing();
     const int E = c.config.moe.num_experts, K = c.config.moe.top_k;
@@ -629,6 +644,8 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
         residual.defined() ? test::random_tensor(residual.shape(), ++seed) : Tensor();
     moe.context().previous_logits = residual.defined() ? &residual : nullptr;
     moe.context().logits_grad = residual.defined() ? &dlogits_next : nullptr;
+    const std::vector<std::int32_t> ids = token_ids(T, seed ^ 0x1d5);
+    moe.context().token_ids = ids.data();
     Tensor y, dx;
     moe.parameters().zero_grad();
     moe.forward(y, x, /*train=*/true);
@@ -1085,4 +1102,35 @@ TEST(MoEFFN, SoftMoEDoesNotSplitItsExperts) {
             }).find("[moe] routing 'soft' does not split its experts over ranks"),
             std::string::npos);
   EXPECT_NO_THROW(MoEFFN(c, 1, HeldExperts{0, 4}));
+}
+
+// A key that a routing does not read is refused unless it holds its default, naming the
+// routing; the defaults themselves (which checkpoints print) pass.
+TEST(MoEFFN, KeysARoutingDoesNotReadAreRefused) {
+  const std::vector<std::pair<std::function<void(MoEConfig&)>, std::string>> bad = {
+      {[](MoEConfig& m) { m.top_p = 0.9f; }, "routing 'topk' does not read top_p (given"},
+      {[](MoEConfig& m) {
+         m.routing = RoutingKind::soft;
+         m.aux_coef = m.z_coef = 0.0f;
+         m.router_bias = false;
+       },
+       "routing 'soft' does not read router_bias (given false)"},
+      {[](MoEConfig& m) {
+         m.routing = RoutingKind::soft;
+         m.aux_coef = m.z_coef = 0.0f;
+         m.top_k = 1;
+       },
+       "routing 'soft' does not read top_k (given 1)"},
+  };
+  for (const auto& [change, text] : bad) {
+    FFNConfig c = base(6, 2, "relu", true);
+    change(c.moe);
+    EXPECT_NE(test::error_of([&] { validate(c); }).find(text), std::string::npos) << text;
+  }
+  for (const auto& routing : routing_names()) {
+    SCOPED_TRACE(routing);
+    nlohmann::json j = {{"variant", "moe"}, {"d_model", 8}, {"moe", {{"routing", routing}}}};
+    const FFNConfig c = config_from_json(j);  // the routing's defaults
+    EXPECT_EQ(config_to_json(config_from_json(config_to_json(c))), config_to_json(c));
+  }
 }

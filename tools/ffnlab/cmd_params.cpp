@@ -9,6 +9,7 @@
 #include "common.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "key_flags.hpp"
 
@@ -16,19 +17,9 @@ namespace ffnlab::cli {
 
 namespace {
 
-// "top-2", "top-p 0.5 with at most 2 experts, costed at 2" or "ReLU routing held at 2 experts
-// (sparsity 0.75), costed at 2".
+// "top-2", "top-p 0.5 with at most 2 experts, costed at 2" (RoutingFamily::describe).
 std::string routing_text(const MoEConfig& m) {
-  if (m.routing == RoutingKind::top_p)
-    return fmt::format("top-p {} with at most {} experts, costed at {}", m.top_p, m.top_k, m.top_k);
-  if (m.routing == RoutingKind::relu)
-    return fmt::format(
-        "ReLU routing held at {:.3g} experts a token (sparsity {:.3g}), costed at that",
-        m.num_experts * (1.0 - m.sparsity_target()), m.sparsity_target());
-  if (m.zc_experts() > 0)
-    return fmt::format("top-{} of {} FFN and {} zero-computation experts, costed at {} FFN",
-                       m.top_k, m.num_experts, m.zc_experts(), m.top_k);
-  return fmt::format("top-{}", m.top_k);
+  return routing_family(m.routing).describe(m);
 }
 
 struct ParamsOptions {

@@ -243,8 +243,7 @@ json layer_json(const KeyFlags& flags, const std::string& prefix, const std::str
   json j = flags.values(prefix);
   refuse_unused_layer_flags(flags, prefix, false, j["moe"]["routing"].get<std::string>());
   if (!variant.empty()) j["variant"] = variant;
-  const json defaults =
-      routing_defaults(parse_enum<RoutingKind>(j["moe"]["routing"].get<std::string>()));
+  const json defaults = routing_defaults(j["moe"]["routing"].get<std::string>());
   for (const auto& [key, value] : defaults.items())
     if (!flags.key_given(prefix + "moe." + key)) j["moe"][key] = value;
   if (j["d_ff"] == 0)  // the variant's own width

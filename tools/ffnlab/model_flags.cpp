@@ -9,6 +9,7 @@
 
 #include "common.hpp"
 #include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 
 namespace ffnlab::cli {
 
@@ -37,9 +38,8 @@ json model_json(const KeyFlags& flags, const json& given, const TrainConfig& t, 
 // load-balancing loss on where the routing takes one.
 std::map<std::string, FlagChange> train_layer_defaults() {
   std::vector<std::string> without;  // the routings whose defaults drop the loss
-  for (const auto& name : enum_names<RoutingKind>())
-    if (routing_defaults(parse_enum<RoutingKind>(name)).contains("aux_coef"))
-      without.push_back(name);
+  for (const auto& name : routing_names())
+    if (routing_defaults(name).contains("aux_coef")) without.push_back(name);
   const std::string last = without.back();
   without.pop_back();
   return {{"--d-model", {.default_value = "128"}},
@@ -164,7 +164,7 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
               ? saved_ffn.at("moe").at("routing").get<std::string>()
               : "topk";
       if (flags_.key_given("ffn.moe.routing") && routing != saved_routing) {
-        const json defaults = routing_defaults(parse_enum<RoutingKind>(routing));
+        const json defaults = routing_defaults(routing);
         for (const auto& [key, value] : defaults.items())
           if (!flags_.key_given("ffn.moe." + key)) m["ffn"]["moe"][key] = value;
       }

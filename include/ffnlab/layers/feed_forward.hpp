@@ -63,6 +63,8 @@ struct FFNContext {
   // not change until backward.
   const Tensor* previous_logits = nullptr;
   const Tensor* logits_grad = nullptr;
+  // The tokens' ids [T] (null: none). Hash routing chooses by them.
+  const std::int32_t* token_ids = nullptr;
 };
 
 // Sums over a model's layers that updates between optimizer steps follow, by name (ReLU

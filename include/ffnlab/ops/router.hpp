@@ -15,33 +15,17 @@ namespace ffnlab {
 
 // How the router turns logits into scores (docs/moe.md).
 enum class ScoreFunc : std::uint8_t { softmax, sigmoid, count };
-// How many experts a token takes (docs/moe.md, "Routing families").
+// How a token gets its experts: the registration table of the routing families. Each value is
+// one family, defined by one file of src/layers/moe/routing/ (layers/moe/routing_family.hpp says
+// what a family defines; docs/moe.md, "Routing families", states each one's rule).
 enum class RoutingKind : std::uint8_t {
-  topk,   // the k best scores (Switch, Mixtral, Qwen-MoE, DeepSeek)
-  top_p,  // the fewest best experts whose probabilities reach top_p, at most k (Huang et al. 2024)
-  relu,   // every expert whose logit is positive, weighted by it (ReMoE, Wang et al. 2025)
-  // each expert takes its best tokens of a sequence; a token gets 0 to E experts (Zhou et al.
-  // 2022). Looks at the whole sequence: bidirectional models only (the masked objective).
-  expert_choice,
-  // every expert's slots are softmax-weighted mixtures of a sequence's tokens, every token a
-  // softmax-weighted mixture of the slots' outputs (Puigcerver et al. 2024). No choice: the
-  // layer's own path (MoEFFN), not route(). Bidirectional models only.
-  soft,
+  topk,           // the k best scores (Switch, Mixtral, Qwen-MoE, DeepSeek): routing/topk.cpp
+  top_p,          // the fewest best whose probabilities reach top_p (Huang et al. 2024)
+  relu,           // every expert whose logit is positive (ReMoE, Wang et al. 2025)
+  expert_choice,  // each expert takes its best tokens of a sequence (Zhou et al. 2022)
+  soft,           // every expert's slots mix a sequence's tokens (Puigcerver et al. 2024)
   count
 };
-// Whether a routing compares or mixes a sequence's tokens (its output at one position depends on
-// the others): a causal model cannot use it, and one token at a time is not a sequence.
-constexpr bool looks_at_whole_sequence(RoutingKind k) {
-  return k == RoutingKind::expert_choice || k == RoutingKind::soft;
-}
-// Whether a routing's experts can be split over ranks (expert parallelism), each expert's rows
-// sent to the rank that holds it. Soft MoE's cannot: every expert's slots mix every token of a
-// sequence. The one place of this rule; kSplitsExpertsRefusal says why, in the messages.
-constexpr bool splits_experts(RoutingKind k) {
-  return k != RoutingKind::soft;
-}
-inline constexpr const char* kSplitsExpertsRefusal =
-    "does not split its experts over ranks (its slots mix every token of a sequence)";
 // Which assignments an expert over capacity drops.
 enum class DropPolicy : std::uint8_t {
   position,     // later ones: all first choices before second choices, then by token index
@@ -135,8 +119,9 @@ struct RouterConfig {
   // [first_copy, first_zero), zero [first_zero, routed_experts()).
   int first_copy_expert() const { return num_experts + constant_experts; }
   int first_zero_expert() const { return first_copy_expert() + copy_experts; }
-  // Whether assignments over an expert's capacity are dropped (top-k and top-p with a factor).
-  bool drops() const { return capacity_factor > 0 && routing != RoutingKind::expert_choice; }
+  // Whether assignments over an expert's capacity are dropped (a factor, under a routing whose
+  // capacity drops: routing_family's capacity_drops).
+  bool drops() const;
   // expert_choice: the tokens an expert takes of a sequence of `sequence` tokens.
   std::int64_t expert_choice_capacity(std::int64_t sequence) const;
   // relu routing's L1 penalty has a coefficient that changes during training (the layer holds
@@ -169,6 +154,7 @@ struct Routing {
   std::vector<std::int64_t> per_token;     // [k + 1] tokens by their FFN experts chosen (group)
   std::vector<std::int64_t> first;         // [E] tokens whose first choice is e (group)
   std::vector<std::int64_t> kept_total;    // [N] FFN assignments kept (group)
+  std::vector<double> mass;                // [E] Σ_t raw weight of e over chosen (group)
   std::int64_t capacity = 0;               // per expert, over the group; 0: dropless
   double balance_loss = 0, z_loss = 0, entropy = 0, top1_prob = 0;
   // relu routing: the L1 penalty without its coefficient, E/(top_k·T²)·Σ_e n_e·Σ_t gate_te
@@ -182,16 +168,18 @@ struct Routing {
   std::int64_t rows_of(int e) const { return offsets[e + 1] - offsets[e]; }
 };
 
-// Scores, selection and combine weights from logits [T, E]. `selection_bias` [E] (null: none)
-// is added to the scores for the choice only (aux-loss-free balancing). Also computes the
-// balance loss, the z-loss, the entropy and the top-1 probability; with a `group` (collective:
-// every rank calls it), over the tokens of all its ranks. With top_p routing a token takes the
-// best experts, in order, until their probabilities sum to at least top_p, or k of them. With
-// relu routing a token takes every expert whose logit is positive, best first, weighted by
-// scaling·logit (r.k = E; r.l1_loss is set). With expert_choice routing each expert takes the
-// expert_choice_capacity(sequence) tokens of best score of every `sequence` consecutive tokens
-// (ties to the earlier token; 0: all T tokens are one sequence); a token's choices are the experts
-// that took it, best score first, weighted by scaling·score (r.k = E).
+struct ChoiceInput;  // layers/moe/routing_family.hpp
+
+// Scores and a routing family's choice (layers/moe/routing_family.hpp) for in.tokens tokens:
+// softmax probabilities, scores (softmax or sigmoid), logsumexp, then the family's choices and
+// combine weights, then the statistics: loads, the balance loss, the z-loss, the entropy, the
+// top-1 probability and the family's own loss; with in.group (collective: every rank calls it),
+// over the tokens of all its ranks. Without logits (a family with no router Linear) the scores
+// are empty and the losses 0. docs/moe.md states every family's rule.
+void route(Routing& r, const RouterConfig& m, const ChoiceInput& in);
+// The same from logits [T, E] (a training forward); `selection_bias` [E] (null: none) is added
+// to the scores for the choice only (aux-loss-free balancing); `sequence`: tokens per sequence
+// (0: all T are one).
 void route(Routing& r, const Tensor& logits, const float* selection_bias, const RouterConfig& m,
            ProcessGroup* group = nullptr, std::int64_t sequence = 0);
 
@@ -204,9 +192,10 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group = nullpt
 
 // dlogits [T, E] (overwritten) from dweight [T, k], the loss gradient of the combine weights
 // (zero for dropped assignments), plus aux_scale·(aux_coef·∂balance + z_coef·∂z +
-// entropy_coef·∂entropy + l1_coef·∂l1)/∂logits (l1: relu routing only).
+// entropy_coef·∂entropy)/∂logits, or the family's own backward (ReLU routing's, with its L1
+// penalty of coefficient loss_coef).
 void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, const RouterConfig& m,
-                    float aux_scale, float l1_coef = 0.0f);
+                    float aux_scale, float loss_coef = 0.0f);
 
 // Soft MoE's weights (Puigcerver et al. 2024) from its logits [T, M] (M slots) of sequences of S
 // tokens one after another: dispatch [T, M] = softmax over each sequence's tokens (per slot,

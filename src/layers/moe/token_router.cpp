@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "check.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/ops/dropout.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/scratch.hpp"
@@ -22,18 +23,22 @@ float sigmoid(float v) {
 }  // namespace
 
 TokenRouter::TokenRouter(const FFNConfig& layer, std::uint64_t seed)
-    : layer_(layer), noise_seed_(seed ^ 0x6a09e667f3bcc909ull) {
+    : layer_(layer),
+      linear_(routing_family(layer.moe.routing).router_linear),
+      l1_penalty_(routing_family(layer.moe.routing).own_loss != nullptr),
+      noise_seed_(seed ^ 0x6a09e667f3bcc909ull) {
   step_load_.assign(static_cast<std::size_t>(layer_.moe.num_experts), 0);
 }
 
 void TokenRouter::declare(ParameterSet& params) const {
   const MoEConfig& m = layer_.moe;
   const std::int64_t D = layer_.d_model, E = m.routed_experts();
+  if (!linear_) return;  // (hash routing: no parameters)
   params.declare("gate.weight", {E, D});
   if (m.router_bias) params.declare("gate.bias", {E});
   if (m.noisy_topk) params.declare("gate.noise.weight", {E, D});
   if (m.balance_bias) params.declare("gate.e_score_correction_bias", {E}, /*trainable=*/false);
-  if (m.routing == RoutingKind::relu) params.declare("gate.l1_coef", {1}, /*trainable=*/false);
+  if (l1_penalty_) params.declare("gate.l1_coef", {1}, /*trainable=*/false);
 }
 
 void TokenRouter::declare_gate_map(ParameterSet& params) const {
@@ -47,21 +52,23 @@ void TokenRouter::bind(ParameterSet& params) {
     value = params.at(name).value;
     grad = params.at(name).grad;
   };
+  if (!linear_) return;
   bind("gate.weight", router_, drouter_);
   if (m.router_bias) bind("gate.bias", router_bias_, drouter_bias_);
   if (m.noisy_topk) bind("gate.noise.weight", noise_, dnoise_);
   if (m.gating_residual) bind("gate.gate_map.weight", gate_map_, dgate_map_);
   if (m.balance_bias) balance_bias_ = params.at("gate.e_score_correction_bias").value;
-  if (m.routing == RoutingKind::relu) l1_coef_ = params.at("gate.l1_coef").value;
+  if (l1_penalty_) l1_coef_ = params.at("gate.l1_coef").value;
 }
 
 void TokenRouter::init(std::mt19937_64& rng) {
   const MoEConfig& m = layer_.moe;
+  if (!linear_) return;
   const float in_bound = 1.0f / std::sqrt(static_cast<float>(layer_.d_model));
   init_uniform(router_, in_bound, rng);
   if (m.router_bias) init_uniform(router_bias_, in_bound, rng);
   if (m.noisy_topk) init_uniform(noise_, in_bound, rng);
-  if (m.routing == RoutingKind::relu) l1_coef_.f32()[0] = m.l1_coef_init;
+  if (l1_penalty_) l1_coef_.f32()[0] = m.l1_coef_init;
 }
 
 void TokenRouter::init_gate_map(std::mt19937_64& rng) {
@@ -74,10 +81,28 @@ void TokenRouter::set_random_stream(std::uint64_t seed, std::uint64_t stream) {
   noise_stream_ = stream + 1;
 }
 
-void TokenRouter::forward(Routing& r, const Tensor& x, const Tensor* gate_residual,
-                          std::int64_t first_token, std::int64_t sequence, ProcessGroup* group,
-                          bool train) {
+void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context,
+                          std::int64_t first_token, ProcessGroup* group, bool train) {
   const MoEConfig& m = layer_.moe;
+  ChoiceInput choice;
+  choice.tokens = x.dim(0);
+  choice.token_ids = context.token_ids;
+  choice.sequence = context.sequence;
+  choice.train = train;
+  choice.group = group;
+  if (!linear_) {  // the choice is given (hash routing)
+    check(!routing_family(m.routing).needs_token_ids || choice.tokens == 0 ||
+              choice.token_ids != nullptr,
+          "[moe] routing '{}' chooses by token id: the layer's context needs the tokens' ids "
+          "(a Transformer hands them over; a lone layer takes them with context().token_ids)",
+          enum_name(m.routing));
+    route(r, m, choice);
+    assign_rows(r, m, group);
+    if (train)
+      for (int e = 0; e < m.num_experts; ++e) step_load_[e] += r.load[e];
+    return;
+  }
+  const Tensor* gate_residual = m.gating_residual ? context.previous_logits : nullptr;
   const std::int64_t T = x.dim(0), D = layer_.d_model, E = m.routed_experts();  // logits columns
   const Tensor* in = &x;
   if (train && m.jitter > 0) {
@@ -132,11 +157,13 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const Tensor* gate_residu
       l[i] += eps[i] * softplus(pre[i]);
     }
   }
-  route(r, logits_, m.balance_bias ? balance_bias_.f32() : nullptr, m, group, sequence);
+  choice.logits = logits_.f32();
+  choice.selection_bias = m.balance_bias ? balance_bias_.f32() : nullptr;
+  route(r, m, choice);
   assign_rows(r, m, group);
   if (train) {
     for (int e = 0; e < m.num_experts; ++e) step_load_[e] += r.load[e];
-    if (m.routing == RoutingKind::relu) {  // positive gates, of T·E
+    if (l1_penalty_) {  // positive gates, of T·E
       std::int64_t active = 0;
       for (auto n : r.load) active += n;
       step_gates_ += {static_cast<double>(active), static_cast<double>(r.total_tokens) * r.experts};
@@ -147,6 +174,7 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const Tensor* gate_residu
 // The combine weights and auxiliary losses back to the logits, then to W_r and x (dx += ...).
 void TokenRouter::backward(Tensor& dx, const Routing& r, const float* dweight, const Tensor& x,
                            const Tensor* logits_grad, float aux_scale) {
+  if (!linear_) return;  // nothing to learn (hash routing)
   const MoEConfig& m = layer_.moe;
   const std::int64_t T = x.dim(0), D = layer_.d_model, E = m.routed_experts();
   dlogits_.ensure({T, E});
@@ -192,13 +220,13 @@ void TokenRouter::backward(Tensor& dx, const Routing& r, const float* dweight, c
 }
 
 ModelSums TokenRouter::model_sums() const {
-  if (layer_.moe.routing != RoutingKind::relu) return {};
+  if (!l1_penalty_) return {};
   return {{"relu_gates", {step_gates_.active, step_gates_.gates}}};
 }
 
 void TokenRouter::after_optimizer_step(const ModelSums* model) {
   const MoEConfig& m = layer_.moe;
-  if (m.routing == RoutingKind::relu) {
+  if (l1_penalty_) {
     // ReMoE's controller: λ grows while the gates are less sparse than the target, shrinks
     // otherwise. No training forward since the last step: nothing to follow.
     GateActivity a = step_gates_;

@@ -51,12 +51,12 @@ class TokenRouter {
   // The training noise's stream (jitter, noisy top-k): counter-based draws of (seed, stream).
   void set_random_stream(std::uint64_t seed, std::uint64_t stream);
 
-  // Routes x [T, D] into r. gate_residual: the previous MoE layer's logits (gating residual;
-  // null for the first such layer); first_token: x's first row's place in the group's batch
-  // (the noise's counter); sequence: tokens per sequence (expert choice); group: the ranks whose
-  // whole batch is routed as one (training), or null.
-  void forward(Routing& r, const Tensor& x, const Tensor* gate_residual, std::int64_t first_token,
-               std::int64_t sequence, ProcessGroup* group, bool train);
+  // Routes x [T, D] into r. context: the previous MoE layer's logits (gating residual; none for
+  // the first such layer), the tokens per sequence (expert choice) and the tokens' ids (hash
+  // routing); first_token: x's first row's place in the group's batch (the noise's counter);
+  // group: the ranks whose whole batch is routed as one (training), or null.
+  void forward(Routing& r, const Tensor& x, const FFNContext& context, std::int64_t first_token,
+               ProcessGroup* group, bool train);
   // dx [T, D] += the router's part, from the combine weights' gradients dweight [T, K] and the
   // losses (scaled by aux_scale); logits_grad: the next MoE layer's gradient of these logits
   // (gating residual), or null. x and r: the training forward's. Adds the parameters' gradients.
@@ -80,6 +80,8 @@ class TokenRouter {
 
  private:
   FFNConfig layer_;
+  bool linear_;      // the family scores with a Linear (not hash routing)
+  bool l1_penalty_;  // the family's own loss is ReLU routing's L1 penalty, λ adapting
   Tensor router_, router_bias_, noise_, gate_map_;      // [E, D], [E], [E, D], [E, E]
   Tensor drouter_, drouter_bias_, dnoise_, dgate_map_;  // their gradients
   Tensor balance_bias_, l1_coef_;                       // [E], [1]: state, values only
