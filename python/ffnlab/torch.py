@@ -35,14 +35,16 @@ class _Function(torch.autograd.Function):
     layer takes) is [..., E], or empty for a layer without the option."""
 
     @staticmethod
-    def forward(ctx, x, residual, module, train, *params):
+    def forward(ctx, x, residual, token_ids, module, train, *params):
         layer = module.layer
         shape = x.shape
         flat = _rows(x, shape[-1])
         # [..., S, D]: sequences of S (what expert-choice routing routes each on its own)
         sequence = shape[-2] if x.dim() >= 3 else 0
         res = None if residual is None else _rows(residual, residual.shape[-1]).numpy()
-        y = layer.forward(flat.numpy(), train=train, sequence=sequence, gate_residual=res)
+        ids = None if token_ids is None else token_ids.reshape(-1).numpy()
+        y = layer.forward(flat.numpy(), train=train, sequence=sequence, gate_residual=res,
+                          token_ids=ids)
         ctx.module = module
         ctx.forward_count = layer.forward_count
         ctx.shape = shape
@@ -80,7 +82,7 @@ class _Function(torch.autograd.Function):
             dres = torch.from_numpy(layer.gate_residual_grad).reshape(ctx.residual_shape)
         # The parameters' gradients are already in their .grad (ffnlab's buffer): nothing for
         # autograd to accumulate.
-        return (dx, dres, None, None, *(None for _ in ctx.module._names))
+        return (dx, dres, None, None, None, *(None for _ in ctx.module._names))
 
 
 class FFN(torch.nn.Module):
@@ -89,7 +91,9 @@ class FFN(torch.nn.Module):
     FFN(config=None, seed=0, **keys) takes the same config as ffnlab.FFN; FFN(layer=...) wraps an
     existing ffnlab.FFN. A layer with MoE++'s gating_residual returns (y, logits) from
     forward(x, gate_residual=None): pass one layer's logits as the next layer's gate_residual
-    (None for the first), as MoE++'s model does; gradients flow back through both. Parameters are registered under their Hugging Face names with '.'
+    (None for the first), as MoE++'s model does; gradients flow back through both.
+    forward(x, token_ids=...) hands hash routing the tokens' ids (an integer tensor of x's
+    leading shape). Parameters are registered under their Hugging Face names with '.'
     replaced by '_' (named_ffn_parameters() gives the Hugging Face names). State that no
     optimizer may move (the MoE's aux-loss-free balancing bias, ReLU routing's L1 coefficient)
     is a buffer, not a parameter.
@@ -133,7 +137,7 @@ class FFN(torch.nn.Module):
         """(Hugging Face name, parameter) pairs."""
         return [(n, getattr(self, n.replace(".", "_"))) for n in self._names]
 
-    def forward(self, x, gate_residual=None):
+    def forward(self, x, gate_residual=None, token_ids=None):
         if x.dtype != torch.float32 or x.device.type != "cpu":
             raise ValueError(f"[python] ffnlab.torch.FFN takes float32 CPU tensors, got "
                              f"{x.dtype} on {x.device}")
@@ -146,7 +150,8 @@ class FFN(torch.nn.Module):
         if gate_residual is not None and not self.gating_residual:
             raise ValueError("[python] gate_residual given, but the layer has no "
                              "gating_residual (MoE++) to take it")
-        y, self.aux_loss, logits = _Function.apply(x, gate_residual, self, train, *params)
+        y, self.aux_loss, logits = _Function.apply(x, gate_residual, token_ids, self, train,
+                                                   *params)
         return (y, logits) if self.gating_residual else y
 
     def after_optimizer_step(self):

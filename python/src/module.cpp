@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -211,7 +212,7 @@ class Layer {
   explicit Layer(std::unique_ptr<FeedForward> ffn) : ffn_(std::move(ffn)) {}
 
   py::array_t<float> forward(const py::array& x, bool train, std::int64_t sequence,
-                             const py::object& gate_residual) {
+                             const py::object& gate_residual, const py::object& token_ids) {
     const FFNConfig& c = ffn_->config();
     const std::int64_t D = c.d_model;
     Tensor xt = borrow_rows(x, D, "x");
@@ -232,14 +233,33 @@ class Layer {
         throw py::value_error("[python] gate_residual has " + std::to_string(rt.dim(0)) +
                               " rows, x " + std::to_string(xt.dim(0)));
     }
+    // The tokens' ids [T] (hash routing chooses by them), copied: the layer reads them in this
+    // forward only.
+    std::vector<std::int32_t> ids;
+    if (!token_ids.is_none()) {
+      const auto a =
+          token_ids.cast<py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>>();
+      if (a.ndim() != 1 || a.shape(0) != xt.dim(0))
+        throw py::value_error("[python] token_ids must be [T] = [" + std::to_string(xt.dim(0)) +
+                              "], one id per row of x");
+      for (py::ssize_t i = 0; i < a.shape(0); ++i) {
+        const std::int64_t id = a.at(i);
+        if (id < 0 || id > std::numeric_limits<std::int32_t>::max())
+          throw py::value_error("[python] token id " + std::to_string(id) +
+                                " is outside [0, 2^31)");
+        ids.push_back(static_cast<std::int32_t>(id));
+      }
+    }
     auto [y, yt] = new_rows(xt.dim(0), D);
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
       ffn_->context().sequence = sequence;
+      ffn_->context().token_ids = ids.empty() ? nullptr : ids.data();
       residual_ = rt;
       ffn_->context().previous_logits = residual_.defined() ? &residual_ : nullptr;
       ffn_->forward(yt, xt, train);
+      ffn_->context().token_ids = nullptr;
     }
     written_in_place(yt, y, "forward");
     saved_x_ = train ? py::object(x) : py::none();
@@ -363,12 +383,14 @@ Weights are initialised like torch.nn.Linear from seed.)")
            py::arg("config") = py::none(), py::arg("seed") = 0)
       .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
            py::arg("sequence") = 0, py::arg("gate_residual") = py::none(),
+           py::arg("token_ids") = py::none(),
            R"(y [T, D] = FFN(x [T, D]); x: C-contiguous float32. y is a new array that owns its
 memory. With train=True the layer keeps what backward needs, x included (by reference: do not
 change x until backward). sequence: x holds sequences of this many tokens one after another,
 which routings that look at the whole sequence (expert choice) route each on its own (0: x is
 one sequence). gate_residual: for a layer with MoE++'s gating_residual, the previous MoE
-layer's router logits [T, E] (its .logits), kept like x.)")
+layer's router logits [T, E] (its .logits), kept like x. token_ids: the tokens' ids [T]
+(integers), which hash routing chooses by.)")
       .def("backward", &Layer::backward, py::arg("dy"), py::arg("dlogits") = py::none(),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
 accumulate into grads() (zero_grad() clears them). dlogits: MoE, the gradient of the loss wrt

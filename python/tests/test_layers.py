@@ -163,6 +163,18 @@ def test_gating_residual_adds_the_previous_logits_and_returns_their_gradient():
         plain.forward(x, gate_residual=res)
 
 
+def test_token_ids_are_one_per_row_and_not_negative():
+    # The tokens' ids, which routings that choose by id read (the others ignore them).
+    layer = ffnlab.FFN(variant="moe", d_model=16, d_ff=24)
+    x = np.ones((4, 16), dtype=np.float32)
+    y = layer.forward(x, token_ids=np.arange(4))
+    np.testing.assert_array_equal(y, layer.forward(x))
+    with pytest.raises(ValueError, match=r"token_ids must be \[T\] = \[4\]"):
+        layer.forward(x, token_ids=np.arange(3))
+    with pytest.raises(ValueError, match="token id -1 is outside"):
+        layer.forward(x, token_ids=np.array([0, 1, 2, -1]))
+
+
 def test_parameters_are_views_that_keep_the_layer_alive():
     layer = ffnlab.FFN(variant="relu", d_model=4, d_ff=8)
     w = layer.parameters()["down_proj.weight"]

@@ -85,6 +85,10 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   auto ffn = make_ffn(config, 1);
   ffn->set_precision(precision);
   ffn->context().sequence = sequence;
+  // Byte ids, a fixed pseudo-random sequence (hash routing chooses by them; others ignore them).
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) ids[t] = static_cast<std::int32_t>((t * 131 + 7) % 256);
+  ffn->context().token_ids = ids.data();
   const Tensor x = random_normal({T, D}, 2), dy = random_normal({T, D}, 3);
   Tensor y, dx;
 

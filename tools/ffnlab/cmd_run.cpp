@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -114,6 +115,20 @@ void run(const RunOptions& o) {
         "[run] {}: holds 'dlogits', but the layer has no gating_residual (MoE++) to take it",
         o.grad_output));
   }
+  // The tokens' ids beside x (I32 or I64, [T] or x's leading shape): routings that choose by
+  // them (hash routing) read them.
+  std::vector<std::int32_t> token_ids;
+  if (const SafeTensors in = SafeTensors::load(o.input); in.contains("token_ids")) {
+    const std::vector<std::int64_t> ids = in.ints("token_ids");
+    if (static_cast<std::int64_t>(ids.size()) != T)
+      throw Error(
+          fmt::format("[run] {}: 'token_ids' holds {} ids for {} tokens", o.input, ids.size(), T));
+    for (const std::int64_t id : ids) {
+      if (id < 0 || id > std::numeric_limits<std::int32_t>::max())
+        throw Error(fmt::format("[run] {}: token id {} is outside [0, 2^31)", o.input, id));
+      token_ids.push_back(static_cast<std::int32_t>(id));
+    }
+  }
   const SafeTensors weights = o.weights.empty() ? SafeTensors{} : SafeTensors::load(o.weights);
   const std::int64_t params = count_params(config);
   check_memory(8.0 * static_cast<double>(params), "run",
@@ -127,6 +142,7 @@ void run(const RunOptions& o) {
   if (!o.weights.empty()) load_parameters(ffn->parameters(), weights, o.prefix);
   ffn->context().previous_logits = gate_residual.defined() ? &gate_residual : nullptr;
   ffn->context().logits_grad = dlogits.defined() ? &dlogits : nullptr;
+  ffn->context().token_ids = token_ids.empty() ? nullptr : token_ids.data();
 
   Tensor y;
   ffn->forward(y, x, backward);
