@@ -175,6 +175,22 @@ def test_token_ids_are_one_per_row_and_not_negative():
         layer.forward(x, token_ids=np.array([0, 1, 2, -1]))
 
 
+def test_hash_routing_chooses_by_the_token_ids_it_is_given():
+    # Roller et al.'s hash layer: no router parameters; a row's expert depends on its id only.
+    layer = ffnlab.FFN({"kind": "moe", "d_model": 8, "d_ff": 16,
+                        "moe": {"num_experts": 4, "top_k": 1, "routing": "hash"}}, seed=3)
+    assert not any(n.startswith("gate.") for n in layer.parameters())
+    x = np.tile(np.random.default_rng(4).standard_normal((1, 8), dtype=np.float32), (256, 1))
+    y = layer.forward(x, token_ids=np.arange(256))
+    same = layer.forward(x, token_ids=np.arange(256))
+    np.testing.assert_array_equal(y, same)
+    # One input row, 256 ids: as many outputs as experts the ids reach (all 4), up to the
+    # rounding of a row's place in its expert's block.
+    assert len({tuple(np.round(row, 4)) for row in y}) == 4
+    with pytest.raises(Exception, match="routing 'hash' chooses by token id"):
+        layer.forward(x)
+
+
 def test_parameters_are_views_that_keep_the_layer_alive():
     layer = ffnlab.FFN(variant="relu", d_model=4, d_ff=8)
     w = layer.parameters()["down_proj.weight"]

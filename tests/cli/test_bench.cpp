@@ -4,6 +4,7 @@
 #include <set>
 
 #include "cli_fixture.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/ops/few_rows.hpp"
 
 using namespace ffnlab;
@@ -121,7 +122,8 @@ TEST_F(Cli, BenchTimesEveryRoutingFamily) {
           "--no-decode --budget 0.002 --no-torch --bandwidth-mib 32 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["routing"].size(), 6u) << j["routing"].dump();
+  const std::size_t F = ffnlab::routing_family_names().size();
+  ASSERT_EQ(j["routing"].size(), F) << j["routing"].dump();
   std::set<std::string> families;
   for (const auto& row : j["routing"]) {
     const std::string f = row["family"];
@@ -132,8 +134,9 @@ TEST_F(Cli, BenchTimesEveryRoutingFamily) {
     EXPECT_GT(row["bare_forward_backward_gflops"].get<double>(), 0.0) << row.dump();
     const double k = row["experts_per_token"];
     // top-k, expert choice (ceil(2·8/8) = 2 tokens an expert of 8 per sequence) and Soft MoE
-    // (8 experts of round(2·8/8) = 2 slots over 8 tokens) run exactly 2; the others decide.
-    if (f == "topk" || f == "expert_choice" || f == "soft") {
+    // (8 experts of round(2·8/8) = 2 slots over 8 tokens) and hash routing (2 hashed experts)
+    // run exactly 2; the others decide.
+    if (f == "topk" || f == "expert_choice" || f == "soft" || f == "hash") {
       EXPECT_DOUBLE_EQ(k, 2.0) << row.dump();
     } else if (f == "top_p") {
       EXPECT_GE(k, 1.0);
@@ -144,7 +147,7 @@ TEST_F(Cli, BenchTimesEveryRoutingFamily) {
       EXPECT_LE(k, 8.0);
     }
   }
-  EXPECT_EQ(families.size(), 6u);
+  EXPECT_EQ(families.size(), F);
   const auto table =
       run("bench --quick --variants relu --dtypes f32 --tokens 16 --shape 32,48 --sequence 8 "
           "--routings soft,relu --no-decode --budget 0.002 --no-torch --bandwidth-mib 32");

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 def save_safetensors(path, tensors, as_dtype=None):
-    """Minimal safetensors writer (F32, F16 and BF16), so that the golden files do not depend on
-    ffnlab's own writer. as_dtype maps a name to 'BF16' or 'F16' for storage in that type."""
+    """Minimal safetensors writer (F32, F16, BF16 and I64), so that the golden files do not depend
+    on ffnlab's own writer. as_dtype maps a name to 'BF16', 'F16' or 'I64' (whole numbers) for
+    storage in that type."""
     as_dtype = as_dtype or {}
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
@@ -30,6 +31,8 @@ def save_safetensors(path, tensors, as_dtype=None):
             blob = t.to(torch.float16).numpy().tobytes()
         elif kind == "BF16":
             blob = t.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+        elif kind == "I64":
+            blob = t.to(torch.int64).numpy().tobytes()
         else:
             raise ValueError(kind)
         header[name] = {"dtype": kind, "shape": list(t.shape),
@@ -167,6 +170,8 @@ def moe_param_names(m, kind, bias, D, Fe, Fs):
     routed = E + C + m.get("copy_experts", 0) + m.get("zero_experts", 0)
     if m.get("routing") == "soft":  # Soft MoE: the slots' parameters and their scale
         out = [("gate.phi", (E * m.get("slots", 1), D), D, False), ("gate.scale", (1,), 1, False)]
+    elif m.get("routing") == "hash":  # hash routing: no router parameters
+        out = []
     else:
         out = [("gate.weight", (routed, D), D, False)]
         if m.get("router_bias", True):
@@ -200,7 +205,16 @@ def moe_param_names(m, kind, bias, D, Fe, Fs):
     return out
 
 
-def moe_reference(p, x, m, kind, act, bias, sequence=0, residual=None):
+def hash_key(token_id, e):
+    """Hash routing's key of expert e for a token id: splitmix64's finaliser of (id << 32 | e)."""
+    mask = (1 << 64) - 1
+    z = (((token_id << 32) | e) + 0x9e3779b97f4a7c15) & mask
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & mask
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & mask
+    return z ^ (z >> 31)
+
+
+def moe_reference(p, x, m, kind, act, bias, sequence=0, residual=None, token_ids=None):
     """The MoE block in float64 autograd, written from the papers' and HF's definitions
     (docs/moe.md). Returns y, balance loss, z-loss, entropy, L1 penalty, chosen experts [T, k],
     weights, kept and the router logits (None for Soft MoE).
@@ -251,6 +265,30 @@ def moe_reference(p, x, m, kind, act, bias, sequence=0, residual=None):
             entropy = entropy - (torch.softmax(L, 1) * torch.log_softmax(L, 1)).sum().detach() / T
         zero, none = torch.zeros((), dtype=torch.float64), torch.zeros(T, 0)
         return with_shared(torch.cat(parts)), zero, zero, entropy, zero, none, none, none, None
+    if m.get("routing") == "hash":
+        # Roller et al. 2021: a token takes the K experts of highest hash_key(id, e), each
+        # weighing 1 (1/K with normalize); capacity drops the later assignments. No losses.
+        idx = torch.tensor([sorted(range(N), key=lambda e: -hash_key(int(i), e))[:K]
+                            for i in token_ids])
+        w = torch.full((T, K), (1.0 / K if m.get("normalize", True) else 1.0) *
+                       m.get("scaling", 1.0), dtype=torch.float64)
+        kept = torch.ones(T, K, dtype=torch.bool)
+        c = m.get("capacity_factor", 0.0)
+        if c > 0:
+            cap = math.ceil(c * K * T / N)
+            for e in range(N):
+                lst = [(j, t) for j in range(K) for t in range(T) if idx[t, j] == e]
+                for j, t in lst[cap:]:
+                    kept[t, j] = False
+            assert not kept.all(), "the capacity drops nothing: pick other values"
+        y = torch.zeros(T, D, dtype=torch.float64)
+        for e in range(N):
+            tok, j = torch.nonzero((idx == e) & kept, as_tuple=True)
+            if len(tok):
+                out = mlp(f"experts.{e}.", x[tok], ins, down)
+                y = y.index_add(0, tok, w[tok, j].unsqueeze(-1) * out)
+        zero = torch.zeros((), dtype=torch.float64)
+        return with_shared(y), zero, zero, zero, zero, idx, w, kept, None
     logits = F.linear(x, p["gate.weight"], p.get("gate.bias"))
     if residual is not None:
         # MoE++'s Router.forward: logits += gate_map(previous layer's logits), no bias.
@@ -394,8 +432,11 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
         res64 = (torch.randn(T, routed, generator=gen, dtype=torch.float64) * 2).float() \
             .double().requires_grad_(True)
         dlogits = torch.randn(T, routed, generator=gen, dtype=torch.float64).float()
+    ids = None
+    if m.get("routing") == "hash":  # byte ids, as ffnlab's language model has
+        ids = torch.randint(0, 256, (T,), generator=gen)
     y, balance, z, entropy, l1, idx, w, kept, logits = moe_reference(
-        p64, x64, m, kind, act, bias, sequence, res64)
+        p64, x64, m, kind, act, bias, sequence, res64, ids)
     loss = (y * dy.double()).sum() + m.get("aux_coef", 0.0) * balance + m.get("z_coef", 0.0) * z \
         + m.get("entropy_coef", 0.0) * entropy + l1_coef * l1
     if dlogits is not None:
@@ -413,10 +454,12 @@ def make_moe_case(out_dir, name, m, kind, act, D, Fe, T, bias, hf=None, prefix="
     # Sequences of `sequence` tokens are stored [B, S, D], as `ffnlab run` reads them.
     rows = (T // sequence, sequence, D) if sequence else (T, D)
     xs, dys = {"x": x.reshape(rows)}, {"dy": dy.reshape(rows)}
+    if ids is not None:
+        xs["token_ids"] = ids.float()
     if res64 is not None:
         xs["gate_residual"] = res64.detach().float()
         dys["dlogits"] = dlogits
-    save_safetensors(os.path.join(d, "x.safetensors"), xs)
+    save_safetensors(os.path.join(d, "x.safetensors"), xs, {"token_ids": "I64"})
     save_safetensors(os.path.join(d, "dy.safetensors"), dys)
     expected = {"y": y.detach().reshape(rows), "dx": x64.grad.reshape(rows),
                 "balance_loss": balance.detach().reshape(1),
@@ -516,6 +559,13 @@ def moe_cases(case):
          {"num_experts": 4, "routing": "soft", "slots": 2, "num_shared": 1,
           "shared_d_ff": 9}, "glu", "silu", 13, 11, 12, False, Fs=9,
          sequence=6)
+    # Hash layers (Roller et al. 2021): one expert a token by a fixed hash of its id; two a
+    # token with a capacity that drops some, and a shared expert.
+    case("moe_hash_e4_k1_swiglu",
+         {"num_experts": 4, "top_k": 1, "routing": "hash"}, "glu", "silu", 13, 11, 16, True)
+    case("moe_hash_e5_k2_capacity_shared",
+         {"num_experts": 5, "top_k": 2, "routing": "hash", "capacity_factor": 1.0,
+          "num_shared": 1, "shared_d_ff": 7}, "plain", "relu", 13, 10, 20, False, Fs=7)
     case("moe_soft_e3_p1_gelu_bias",
          {"num_experts": 3, "routing": "soft", "slots": 1}, "plain", "gelu", 13, 20,
          9, True)

@@ -54,11 +54,9 @@ void check_case(const std::string& name, Precision precision, double tol) {
   ffn->context().previous_logits = residual ? &gate_residual : nullptr;
   // Hash routing: the tokens' ids.
   std::vector<std::int32_t> ids;
-  if (x_file.contains("token_ids")) {
-    const Tensor t = x_file.f32("token_ids");
-    for (std::int64_t i = 0; i < t.numel(); ++i)
-      ids.push_back(static_cast<std::int32_t>(t.f32()[i]));
-  }
+  if (x_file.contains("token_ids"))
+    for (const std::int64_t id : x_file.ints("token_ids"))
+      ids.push_back(static_cast<std::int32_t>(id));
   ffn->context().token_ids = ids.empty() ? nullptr : ids.data();
   ffn->context().logits_grad = residual ? &dlogits : nullptr;
 

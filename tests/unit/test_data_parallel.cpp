@@ -290,8 +290,15 @@ TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
   zc.moe.constant_experts = zc.moe.copy_experts = zc.moe.zero_experts = 1;
   FFNConfig residual = zc;  // MoE++ with its gating residual: the second layer takes the first's
   residual.moe.gating_residual = true;
-  for (const auto& [name, ffn] :
-       {std::pair{"top_p", top_p}, {"relu", relu}, {"zc", zc}, {"zc_gating_residual", residual}}) {
+  FFNConfig hash = small_moe(2);  // chosen by the tokens' ids, with a capacity that drops
+  hash.moe.routing = RoutingKind::hash;
+  hash.moe.aux_coef = 0.0f;
+  hash.moe.capacity_factor = 0.75;
+  for (const auto& [name, ffn] : {std::pair{"top_p", top_p},
+                                  {"relu", relu},
+                                  {"zc", zc},
+                                  {"zc_gating_residual", residual},
+                                  {"hash", hash}}) {
     SCOPED_TRACE(name);
     expect_ranks_train_as_one_process(ffn);
   }

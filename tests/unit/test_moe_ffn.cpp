@@ -200,6 +200,19 @@ std::vector<Case> cases() {
     m.aux_coef = m.z_coef = 0.0f;
     out.push_back(c);
   }
+  {  // Roller et al.'s hash layer: one expert a token, by a fixed hash of its id
+    Case c{"hash_e4_k1_swiglu", base(4, 1, "swiglu", true), 12};
+    c.config.moe.routing = RoutingKind::hash;
+    c.config.moe.aux_coef = c.config.moe.z_coef = 0.0f;
+    out.push_back(c);
+  }
+  {  // two hashed experts a token, each 1/2, and a capacity that drops some
+    Case c{"hash_e5_k2_capacity", base(5, 2, "relu", false), 15};
+    c.config.moe.routing = RoutingKind::hash;
+    c.config.moe.aux_coef = c.config.moe.z_coef = 0.0f;
+    c.config.moe.capacity_factor = 1.0;
+    out.push_back(c);
+  }
   {  // MoE++'s gating residual: the previous layer's logits through gate.gate_map.weight
     Case c{"moepp_gating_residual_e4_k2", base(4, 2, "swiglu", true), 12};
     auto& m = c.config.moe;
@@ -292,6 +305,7 @@ TEST(MoEFFN, MatchesReference) {
     const auto [layer, x, y, residual, ids] = routed(c, seed);
     MoEFFN& moe = *layer;
     auto r = reference_of(moe);
+    r.token_ids = ids;
     if (residual.defined()) r.gate_residual = test::to_vector<double>(residual);
     std::vector<double> yr;
     r.forward(yr, test::to_vector<double>(x), c.tokens);
@@ -652,6 +666,7 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
     moe.backward(dx, dy);
 
     auto r = reference_of(moe);
+    r.token_ids = ids;
     if (residual.defined()) r.gate_residual = test::to_vector<double>(residual);
     if (c.config.moe.jitter > 0) r.jitter = test::to_vector<double>(moe.jitter_noise());
     if (c.config.moe.noisy_topk) r.noise = test::to_vector<double>(moe.gate_noise());
@@ -1104,11 +1119,62 @@ TEST(MoEFFN, SoftMoEDoesNotSplitItsExperts) {
   EXPECT_NO_THROW(MoEFFN(c, 1, HeldExperts{0, 4}));
 }
 
+// Hash routing (Roller et al. 2021): a token's experts are a function of its id alone, every id
+// maps to k distinct experts, the map spreads the ids over every expert, and the layer has no
+// router parameters. Without ids it refuses to route.
+TEST(MoEFFN, HashRoutingChoosesByTheTokenIdAlone) {
+  FFNConfig c = base(4, 2, "relu", true);
+  c.moe.routing = RoutingKind::hash;
+  c.moe.aux_coef = c.moe.z_coef = 0.0f;
+  MoEFFN moe(c, 5);
+  for (const auto& p : moe.parameters().list())
+    EXPECT_EQ(p.name.rfind("gate.", 0), std::string::npos) << p.name;
+  const std::int64_t T = 512;
+  std::vector<std::int32_t> ids(T);
+  for (std::int64_t t = 0; t < T; ++t) ids[t] = static_cast<std::int32_t>(t % 256);
+  moe.context().token_ids = ids.data();
+  Tensor y;
+  moe.forward(y, test::random_tensor({T, 12}, 6), false);
+  const Routing r = moe.routing();
+  std::vector<std::int64_t> load(4, 0);
+  for (std::int64_t t = 0; t < T; ++t) {
+    ASSERT_EQ(r.count[t], 2);
+    EXPECT_NE(r.expert[t * 2], r.expert[t * 2 + 1]);
+    if (t >= 256) {  // the same id (t and t - 256), another input row: the same experts
+      EXPECT_EQ(r.expert[t * 2], r.expert[(t - 256) * 2]);
+      EXPECT_EQ(r.expert[t * 2 + 1], r.expert[(t - 256) * 2 + 1]);
+    }
+    EXPECT_EQ(r.weight[t * 2], 0.5f);  // normalize: 1/k each
+    for (int j = 0; j < 2; ++j) ++load[r.expert[t * 2 + j]];
+  }
+  for (int e = 0; e < 4; ++e) {  // 1,024 assignments: 256 each if uniform
+    EXPECT_GT(load[e], 180) << e;
+    EXPECT_LT(load[e], 330) << e;
+  }
+  EXPECT_EQ(r.balance_loss, 0.0);
+  moe.context().token_ids = nullptr;
+  EXPECT_NE(test::error_of([&] {
+              moe.forward(y, test::random_tensor({T, 12}, 7), false);
+            }).find("routing 'hash' chooses by token id"),
+            std::string::npos);
+}
+
 // A key that a routing does not read is refused unless it holds its default, naming the
 // routing; the defaults themselves (which checkpoints print) pass.
 TEST(MoEFFN, KeysARoutingDoesNotReadAreRefused) {
   const std::vector<std::pair<std::function<void(MoEConfig&)>, std::string>> bad = {
       {[](MoEConfig& m) { m.top_p = 0.9f; }, "routing 'topk' does not read top_p (given"},
+      {[](MoEConfig& m) {
+         m.routing = RoutingKind::hash;
+         m.z_coef = 0.0f;
+       },
+       "routing 'hash' does not read aux_coef"},
+      {[](MoEConfig& m) {
+         m.routing = RoutingKind::hash;
+         m.aux_coef = m.z_coef = 0.0f;
+         m.noisy_topk = true;
+       },
+       "routing 'hash' does not read noisy_topk"},
       {[](MoEConfig& m) {
          m.routing = RoutingKind::soft;
          m.aux_coef = m.z_coef = 0.0f;

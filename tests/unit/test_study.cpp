@@ -5,9 +5,8 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +18,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/interrupt.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/report/staged_dir.hpp"
 #include "ffnlab/study/stages.hpp"
@@ -81,18 +81,25 @@ TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
   planned = 0;
   for (const Stage& s : stages()) planned += s.planned_steps(st);
   // training 3 variants to the cap; MoE: 3 balancing runs of half the steps; MoE at equal
-  // compute, fine-grained, to the cap; the routing families: 3 causal runs a seed, one seed by
-  // default; the sweep: 8 runs.
+  // compute, fine-grained, to the cap; the routing families: a causal run a seed of each that
+  // decides per token but top-k (the moe_axes stage's), one seed by default; the sweep: 8 runs.
+  const auto names = routing_family_names();
+  const auto families = static_cast<std::int64_t>(names.size());
+  std::int64_t causal = -1;  // (top-k's causal runs are another stage's)
+  for (const auto& name : names)
+    causal += !looks_at_whole_sequence(
+        routing_family_config(variant_config("moe", 16, 32, true), name, 8).moe.routing);
   EXPECT_EQ(st.scale.routing_seeds, 1);
-  EXPECT_EQ(planned, 3 * cap * n + 3 * (n / 2) + cap * n + 3 * n + 8 * n);
+  EXPECT_EQ(planned, 3 * cap * n + 3 * (n / 2) + cap * n + causal * n + 8 * n);
   // --full adds the z-loss ablation over the seeds and MoE with top-2 at equal compute, and
-  // trains the routing families over the seeds, on the masked objective too (6 more runs).
+  // trains the routing families over the seeds, on the masked objective too (every family).
   st.options.full = true;
   st.scale = study::make_scale(st.options);
   EXPECT_EQ(st.scale.routing_seeds, st.scale.seeds);
   planned = 0;
   for (const Stage& s : stages()) planned += s.planned_steps(st);
-  EXPECT_EQ(planned, 3 * cap * n + (3 * (n / 2) + cap * n) + 2 * cap * n + 9 * s * n + 8 * n);
+  EXPECT_EQ(planned, 3 * cap * n + (3 * (n / 2) + cap * n) + 2 * cap * n +
+                         (causal + families) * s * n + 8 * n);
 }
 
 TEST(StudyStages, TheDefaultVariantsTakeOneStepOfTheEvolutionEachAndFullTakesThemAll) {
@@ -303,7 +310,8 @@ TEST(StudyComparisons, OutcomesCarryTheSequentialFlagsAndTheReferenceNoiseTest) 
   add(st.axes_runs, std::string(study::kHeadlineMoE), {2.9000, 2.9199, 2.8901}, {90, 91, 89});
   st.axes_runs[1].matrix_gflops = 11;  // one run above its bare products: not measured
 
-  const study::VariantOutcome fine = study::comparison_outcome(st, std::string(study::kHeadlineMoE));
+  const study::VariantOutcome fine =
+      study::comparison_outcome(st, std::string(study::kHeadlineMoE));
   EXPECT_EQ(fine.verdict, study::Verdict::better);
   EXPECT_EQ(fine.sequential_seeds, 3);
   EXPECT_TRUE(fine.narrow_by_chance);

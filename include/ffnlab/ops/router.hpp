@@ -24,6 +24,7 @@ enum class RoutingKind : std::uint8_t {
   relu,           // every expert whose logit is positive (ReMoE, Wang et al. 2025)
   expert_choice,  // each expert takes its best tokens of a sequence (Zhou et al. 2022)
   soft,           // every expert's slots mix a sequence's tokens (Puigcerver et al. 2024)
+  hash,           // a fixed hash of the token id (Roller et al. 2021)
   count
 };
 // Which assignments an expert over capacity drops.
@@ -54,7 +55,8 @@ struct EnumNames<RoutingKind> {
                                {RoutingKind::top_p, "top_p"},
                                {RoutingKind::relu, "relu"},
                                {RoutingKind::expert_choice, "expert_choice"},
-                               {RoutingKind::soft, "soft"}});
+                               {RoutingKind::soft, "soft"},
+                               {RoutingKind::hash, "hash"}});
 };
 template <>
 struct EnumNames<DropPolicy> {

@@ -32,6 +32,8 @@ struct MoEFFN {
   // MoE++'s gating residual (config.moe.gating_residual): the previous MoE layer's logits
   // [tokens, E], added through gate.gate_map.weight (empty: none, as for a first layer).
   std::vector<T> gate_residual;
+  // hash routing: the tokens' ids [tokens].
+  std::vector<std::int32_t> token_ids;
   // Routing: computed by forward unless hold_routing, then reused as given.
   bool hold_routing = false;
   std::vector<int> chosen;  // [tokens, k]
@@ -51,6 +53,15 @@ struct MoEFFN {
     if (r == RoutingKind::soft) return 0;  // nothing is chosen
     return r == RoutingKind::relu || r == RoutingKind::expert_choice ? config.moe.num_experts
                                                                      : config.moe.top_k;
+  }
+
+  // hash routing's key of expert e for token id `id`: splitmix64's finaliser of (id << 32 | e).
+  static std::uint64_t hash_key(std::int32_t id, int e) {
+    std::uint64_t z = (std::uint64_t{static_cast<std::uint32_t>(id)} << 32) + std::uint32_t(e);
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
   }
 
   // MoE++'s zero-computation expert e (≥ num_experts) on one token: constant (a·x + b·v with
@@ -217,13 +228,14 @@ struct MoEFFN {
     const int E = m.routed_experts(), N = m.num_experts, K = choices();
     const int zero_from = m.first_zero_expert();
     const bool relu = m.routing == RoutingKind::relu;
+    const bool hashed = m.routing == RoutingKind::hash;  // no router: no logits
     const T inf = std::numeric_limits<T>::infinity();
 
     // Router logits, probabilities, scores.
     logits.assign(tokens * E, T(0));
     std::vector<T> probs(tokens * E), scores(tokens * E), lse(tokens);
     const bool residual = m.gating_residual && !gate_residual.empty();
-    for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t t = 0; t < tokens && !hashed; ++t) {
       std::vector<T> xr(x.begin() + t * D, x.begin() + (t + 1) * D);
       if (!jitter.empty())
         for (std::int64_t d = 0; d < D; ++d) xr[d] *= jitter[t * D + d];
@@ -278,6 +290,12 @@ struct MoEFFN {
         std::vector<int> order(E);
         std::iota(order.begin(), order.end(), 0);
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sel[a] > sel[b]; });
+        if (hashed) {  // Roller et al.: experts ranked by a fixed hash of (id, expert)
+          std::vector<std::uint64_t> key(E);
+          for (int e = 0; e < E; ++e) key[e] = hash_key(token_ids[t], e);
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int a, int b) { return key[a] > key[b]; });
+        }
         for (int j = 0; j < K; ++j) chosen[t * K + j] = order[j];
       }
       // top_p: the fewest best experts whose probabilities sum to at least top_p, at most k.
@@ -336,6 +354,8 @@ struct MoEFFN {
       std::vector<T> v(K, T(0));
       if (relu) {  // the gate is the logit itself (held: no ReLU kink inside a difference step)
         for (int j = 0; j < n; ++j) v[j] = logits[t * E + chosen[t * K + j]];
+      } else if (hashed) {  // every chosen expert counts the same
+        for (int j = 0; j < n; ++j) v[j] = T(1);
       } else if (n < K) {
         for (int j = 0; j < n; ++j) v[j] = scores[t * E + chosen[t * K + j]];
       } else if (m.softmax_after_topk) {
