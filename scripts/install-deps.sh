@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox fonts-dejavu-core    # figures (pngcairo) and their font
   fortunes                         # default text corpus
-  python3 python3-torch python3-numpy  # the reference that writes golden cases
+  python3 python3-torch python3-numpy python3-scipy  # the reference that writes golden cases
   libopenblas0-openmp  # PyTorch products: without it Debian torch uses the reference BLAS (30x slower)
   libjemalloc2 python3-threadpoolctl  # PyTorch at its best in comparisons: a caching allocator; which BLAS kernels it runs
   python3-dev pybind11-dev python3-pytest  # the Python module (FFNLAB_BUILD_PYTHON) and its tests

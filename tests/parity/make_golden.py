@@ -13,6 +13,7 @@ import os
 import struct
 
 import numpy as np
+import scipy.optimize
 import torch
 import torch.nn.functional as F
 
@@ -332,6 +333,18 @@ def moe_reference(p, x, m, kind, act, bias, sequence=0, residual=None, token_ids
         # Sort key: taken first, then by probability (both descending; probabilities < 1).
         sel = took.double() * 2 + probs.detach()
     idx = torch.sort(sel, dim=-1, descending=True, stable=True).indices[:, :K]
+    if m.get("routing", "topk") == "base":
+        # BASE layers (Lewis et al. 2021), a training forward: the balanced linear assignment of
+        # the batch (expert e takes T // E tokens, the first T % E one more) that maximises the
+        # sum of the affinities, exactly: scipy's linear_sum_assignment over the experts' slots.
+        # Weighted by σ(affinity) (score "sigmoid", unnormalised).
+        a = logits.detach().numpy()
+        cols = [e for e in range(N) for _ in range(T // N + (e < T % N))]
+        rows, picked = scipy.optimize.linear_sum_assignment(a[:, cols], maximize=True)
+        assert list(rows) == list(range(T))
+        idx = torch.tensor([[cols[j]] for j in picked])
+        greedy = a.argmax(-1)
+        assert (idx[:, 0].numpy() != greedy).any(), "the balance changes nothing: pick others"
     # Top-p (Huang et al. 2024): the fewest best experts whose probabilities sum to at least
     # top_p, at most k; `taken` marks them.
     taken = torch.ones(T, K, dtype=torch.bool)
@@ -566,6 +579,15 @@ def moe_cases(case):
     case("moe_hash_e5_k2_capacity_shared",
          {"num_experts": 5, "top_k": 2, "routing": "hash", "capacity_factor": 1.0,
           "num_shared": 1, "shared_d_ff": 7}, "plain", "relu", 13, 10, 20, False, Fs=7)
+    # BASE layers (Lewis et al. 2021): the balanced assignment of a training batch, 4 tokens an
+    # expert; 11 tokens over 3 experts (4, 4, 3) with a router bias and a shared expert.
+    base = {"routing": "base", "top_k": 1, "score": "sigmoid", "normalize": False}
+    case("moe_base_e4_swiglu", dict(base, num_experts=4, router_bias=False), "glu", "silu",
+         13, 11, 16, True)
+    case("moe_base_e3_uneven_bias_shared",
+         dict(base, num_experts=3, num_shared=1, shared_d_ff=7, z_coef=0.01, router_bias=True),
+         "plain", "relu",
+         13, 10, 11, False, Fs=7)
     case("moe_soft_e3_p1_gelu_bias",
          {"num_experts": 3, "routing": "soft", "slots": 1}, "plain", "gelu", 13, 20,
          9, True)

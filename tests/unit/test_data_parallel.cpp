@@ -294,11 +294,18 @@ TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
   hash.moe.routing = RoutingKind::hash;
   hash.moe.aux_coef = 0.0f;
   hash.moe.capacity_factor = 0.75;
+  FFNConfig base = small_moe(1);  // the balanced assignment of every rank's tokens as one batch
+  base.moe.routing = RoutingKind::base;
+  base.moe.score = ScoreFunc::sigmoid;
+  base.moe.normalize = false;
+  base.moe.router_bias = false;
+  base.moe.aux_coef = 0.0f;
   for (const auto& [name, ffn] : {std::pair{"top_p", top_p},
                                   {"relu", relu},
                                   {"zc", zc},
                                   {"zc_gating_residual", residual},
-                                  {"hash", hash}}) {
+                                  {"hash", hash},
+                                  {"base", base}}) {
     SCOPED_TRACE(name);
     expect_ranks_train_as_one_process(ffn);
   }

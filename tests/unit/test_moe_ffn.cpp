@@ -41,6 +41,16 @@ FFNConfig base(int experts, int k, const char* expert_variant, bool bias) {
   return c;
 }
 
+// BASE layers' settings, as routing_defaults gives them to a config file.
+void base_layers(MoEConfig& m) {
+  m.routing = RoutingKind::base;
+  m.top_k = 1;
+  m.score = ScoreFunc::sigmoid;
+  m.normalize = false;
+  m.router_bias = false;
+  m.aux_coef = m.z_coef = 0.0f;
+}
+
 std::vector<Case> cases() {
   std::vector<Case> out;
   out.push_back({"seeds_relu_e8_k2", base(8, 2, "relu", true), 11});
@@ -211,6 +221,19 @@ std::vector<Case> cases() {
     c.config.moe.routing = RoutingKind::hash;
     c.config.moe.aux_coef = c.config.moe.z_coef = 0.0f;
     c.config.moe.capacity_factor = 1.0;
+    out.push_back(c);
+  }
+  {  // BASE layers (Lewis et al. 2021): top-1 by affinity at inference, a balanced assignment
+     // in training (3 tokens an expert), weighted by σ(affinity)
+    Case c{"base_e4_swiglu", base(4, 1, "swiglu", true), 12};
+    base_layers(c.config.moe);
+    out.push_back(c);
+  }
+  {  // 10 tokens over 3 experts: 4, 3 and 3; with a router bias and the z-loss
+    Case c{"base_e3_uneven_bias", base(3, 1, "relu", false), 10};
+    base_layers(c.config.moe);
+    c.config.moe.router_bias = true;
+    c.config.moe.z_coef = 0.01f;
     out.push_back(c);
   }
   {  // MoE++'s gating residual: the previous layer's logits through gate.gate_map.weight
@@ -667,6 +690,7 @@ TEST(MoEFFN, GradientsMatchCentralDifferences) {
 
     auto r = reference_of(moe);
     r.token_ids = ids;
+    r.train = true;  // (BASE layers: the balanced assignment of a training forward)
     if (residual.defined()) r.gate_residual = test::to_vector<double>(residual);
     if (c.config.moe.jitter > 0) r.jitter = test::to_vector<double>(moe.jitter_noise());
     if (c.config.moe.noisy_topk) r.noise = test::to_vector<double>(moe.gate_noise());
@@ -1159,6 +1183,45 @@ TEST(MoEFFN, HashRoutingChoosesByTheTokenIdAlone) {
             std::string::npos);
 }
 
+// BASE layers (Lewis et al. 2021): a training forward assigns the batch in balance, T/E tokens
+// an expert, as the exact optimum of the affinities' sum (the reference solves it by min-cost
+// flow); an inference forward gives each token its best expert; weights are σ(affinity).
+TEST(MoEFFN, BaseLayersAssignTheBatchInBalanceAndEachTokenItsBestAtInference) {
+  for (const auto& [E, T] : {std::pair{4, 64}, {5, 33}}) {
+    SCOPED_TRACE(T);
+    FFNConfig c = base(E, 1, "relu", true);
+    base_layers(c.moe);
+    MoEFFN moe(c, 21);
+    const Tensor x = test::random_tensor({T, 12}, 22);
+    Tensor y;
+    moe.forward(y, x, true);
+    const Routing trained = moe.routing();
+    auto r = reference_of(moe);
+    r.train = true;
+    std::vector<double> yr;
+    r.forward(yr, test::to_vector<double>(x), T);
+    std::vector<std::int64_t> load(E, 0);
+    double got = 0, best = 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      ++load[trained.expert[t]];
+      got += r.logits[t * E + trained.expert[t]];
+      best += r.logits[t * E + r.chosen[t]];
+      EXPECT_EQ(trained.expert[t], r.chosen[t]) << t;
+      EXPECT_NEAR(trained.weight[t], 1.0 / (1.0 + std::exp(-r.logits[t * E + trained.expert[t]])),
+                  1e-6);
+    }
+    for (int e = 0; e < E; ++e) EXPECT_EQ(load[e], T / E + (e < T % E)) << e;
+    EXPECT_NEAR(got, best, 1e-5 * std::abs(best));
+    EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6);
+    moe.forward(y, x, false);  // inference: greedy top-1, whatever the balance
+    const Routing& greedy = moe.routing();
+    for (std::int64_t t = 0; t < T; ++t) {
+      const float* l = moe.router_logits().f32() + t * E;
+      EXPECT_EQ(greedy.expert[t], std::max_element(l, l + E) - l) << t;
+    }
+  }
+}
+
 // A key that a routing does not read is refused unless it holds its default, naming the
 // routing; the defaults themselves (which checkpoints print) pass.
 TEST(MoEFFN, KeysARoutingDoesNotReadAreRefused) {
@@ -1169,6 +1232,16 @@ TEST(MoEFFN, KeysARoutingDoesNotReadAreRefused) {
          m.z_coef = 0.0f;
        },
        "routing 'hash' does not read aux_coef"},
+      {[](MoEConfig& m) {
+         base_layers(m);
+         m.top_k = 2;
+       },
+       "routing 'base' assigns one expert a token: top_k = 2 must be 1"},
+      {[](MoEConfig& m) {
+         base_layers(m);
+         m.score = ScoreFunc::softmax;
+       },
+       "routing 'base' does not read score (given \"softmax\")"},
       {[](MoEConfig& m) {
          m.routing = RoutingKind::hash;
          m.aux_coef = m.z_coef = 0.0f;

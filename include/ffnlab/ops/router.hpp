@@ -25,6 +25,7 @@ enum class RoutingKind : std::uint8_t {
   expert_choice,  // each expert takes its best tokens of a sequence (Zhou et al. 2022)
   soft,           // every expert's slots mix a sequence's tokens (Puigcerver et al. 2024)
   hash,           // a fixed hash of the token id (Roller et al. 2021)
+  base,           // a balanced assignment of the batch in training (BASE layers, Lewis et al. 2021)
   count
 };
 // Which assignments an expert over capacity drops.
@@ -56,7 +57,8 @@ struct EnumNames<RoutingKind> {
                                {RoutingKind::relu, "relu"},
                                {RoutingKind::expert_choice, "expert_choice"},
                                {RoutingKind::soft, "soft"},
-                               {RoutingKind::hash, "hash"}});
+                               {RoutingKind::hash, "hash"},
+                               {RoutingKind::base, "base"}});
 };
 template <>
 struct EnumNames<DropPolicy> {

@@ -34,6 +34,8 @@ struct MoEFFN {
   std::vector<T> gate_residual;
   // hash routing: the tokens' ids [tokens].
   std::vector<std::int32_t> token_ids;
+  // BASE layers: a training forward (the balanced assignment) or not (each token's best).
+  bool train = false;
   // Routing: computed by forward unless hold_routing, then reused as given.
   bool hold_routing = false;
   std::vector<int> chosen;  // [tokens, k]
@@ -53,6 +55,59 @@ struct MoEFFN {
     if (r == RoutingKind::soft) return 0;  // nothing is chosen
     return r == RoutingKind::relu || r == RoutingKind::expert_choice ? config.moe.num_experts
                                                                      : config.moe.top_k;
+  }
+
+  // BASE layers' balanced assignment, exactly: each token to one expert, expert e taking
+  // T/E tokens (the first T mod E one more), maximising Σ a[t, e], by successive shortest
+  // augmenting paths (Bellman-Ford) on the flow network source → tokens → experts → sink.
+  static std::vector<int> balanced_assignment(const std::vector<T>& a, std::int64_t tokens, int E) {
+    const std::int64_t n = tokens + E + 2, src = 0, sink = tokens + E + 1;
+    struct Edge {
+      std::int64_t to;
+      int cap;
+      T cost;
+    };
+    std::vector<Edge> edges;
+    std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(n));
+    auto add = [&](std::int64_t u, std::int64_t v, int cap, T cost) {
+      out[u].push_back(edges.size());
+      edges.push_back({v, cap, cost});
+      out[v].push_back(edges.size());
+      edges.push_back({u, 0, -cost});
+    };
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      add(src, 1 + t, 1, T(0));
+      for (int e = 0; e < E; ++e) add(1 + t, 1 + tokens + e, 1, -a[t * E + e]);
+    }
+    for (int e = 0; e < E; ++e)
+      add(1 + tokens + e, sink, static_cast<int>(tokens / E + (e < tokens % E)), T(0));
+    for (std::int64_t flow = 0; flow < tokens; ++flow) {
+      std::vector<T> dist(static_cast<std::size_t>(n), std::numeric_limits<T>::infinity());
+      std::vector<std::size_t> via(static_cast<std::size_t>(n), edges.size());
+      dist[src] = 0;
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (std::int64_t u = 0; u < n; ++u) {
+          if (dist[u] == std::numeric_limits<T>::infinity()) continue;
+          for (std::size_t i : out[u])
+            if (edges[i].cap > 0 && dist[u] + edges[i].cost < dist[edges[i].to] - T(1e-12)) {
+              dist[edges[i].to] = dist[u] + edges[i].cost;
+              via[edges[i].to] = i;
+              changed = true;
+            }
+        }
+      }
+      for (std::int64_t v = sink; v != src; v = edges[via[v] ^ 1].to) {
+        edges[via[v]].cap -= 1;
+        edges[via[v] ^ 1].cap += 1;
+      }
+    }
+    std::vector<int> expert(static_cast<std::size_t>(tokens), -1);
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::size_t i : out[1 + t])
+        if (edges[i].to > tokens && edges[i].to <= tokens + E && edges[i].cap == 0 && i % 2 == 0)
+          expert[t] = static_cast<int>(edges[i].to - 1 - tokens);
+    return expert;
   }
 
   // hash routing's key of expert e for token id `id`: splitmix64's finaliser of (id << 32 | e).
@@ -297,6 +352,10 @@ struct MoEFFN {
                            [&](int a, int b) { return key[a] > key[b]; });
         }
         for (int j = 0; j < K; ++j) chosen[t * K + j] = order[j];
+      }
+      if (m.routing == RoutingKind::base && train) {  // Lewis et al.: the balanced assignment
+        const std::vector<int> assigned = balanced_assignment(logits, tokens, E);
+        for (std::int64_t t = 0; t < tokens; ++t) chosen[t] = assigned[t];
       }
       // top_p: the fewest best experts whose probabilities sum to at least top_p, at most k.
       count.assign(tokens, K);
