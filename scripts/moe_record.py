@@ -114,7 +114,7 @@ def record_layers():
         residual = None
         if config["moe"].get("gating_residual"):  # a second layer fed the first one's logits
             first = ffnlab.FFN(config, seed=5)
-            first.forward(x, train=True, sequence=SEQUENCE)
+            first.forward(x, train=True, sequence=SEQUENCE, first=True)
             residual = first.logits
         layer.zero_grad()
         y = layer.forward(x, train=True, sequence=SEQUENCE, gate_residual=residual)

@@ -35,7 +35,7 @@ class _Function(torch.autograd.Function):
     layer takes) is [..., E], or empty for a layer without the option."""
 
     @staticmethod
-    def forward(ctx, x, residual, token_ids, module, train, *params):
+    def forward(ctx, x, residual, token_ids, first, module, train, *params):
         layer = module.layer
         shape = x.shape
         flat = _rows(x, shape[-1])
@@ -44,7 +44,7 @@ class _Function(torch.autograd.Function):
         res = None if residual is None else _rows(residual, residual.shape[-1]).numpy()
         ids = None if token_ids is None else token_ids.reshape(-1).numpy()
         y = layer.forward(flat.numpy(), train=train, sequence=sequence, gate_residual=res,
-                          token_ids=ids)
+                          token_ids=ids, first=first)
         ctx.module = module
         ctx.forward_count = layer.forward_count
         ctx.shape = shape
@@ -82,7 +82,7 @@ class _Function(torch.autograd.Function):
             dres = torch.from_numpy(layer.gate_residual_grad).reshape(ctx.residual_shape)
         # The parameters' gradients are already in their .grad (ffnlab's buffer): nothing for
         # autograd to accumulate.
-        return (dx, dres, None, None, None, *(None for _ in ctx.module._names))
+        return (dx, dres, None, None, None, None, *(None for _ in ctx.module._names))
 
 
 class FFN(torch.nn.Module):
@@ -90,8 +90,9 @@ class FFN(torch.nn.Module):
 
     FFN(config=None, seed=0, **keys) takes the same config as ffnlab.FFN; FFN(layer=...) wraps an
     existing ffnlab.FFN. A layer with MoE++'s gating_residual returns (y, logits) from
-    forward(x, gate_residual=None): pass one layer's logits as the next layer's gate_residual
-    (None for the first), as MoE++'s model does; gradients flow back through both.
+    forward(x, gate_residual=None, first=False): pass one layer's logits as the next layer's
+    gate_residual, and first=True to the first (which has none), as MoE++'s model does;
+    gradients flow back through both.
     forward(x, token_ids=...) hands hash routing the tokens' ids (an integer tensor of x's
     leading shape). Parameters are registered under their Hugging Face names with '.'
     replaced by '_' (named_ffn_parameters() gives the Hugging Face names). State that no
@@ -137,7 +138,7 @@ class FFN(torch.nn.Module):
         """(Hugging Face name, parameter) pairs."""
         return [(n, getattr(self, n.replace(".", "_"))) for n in self._names]
 
-    def forward(self, x, gate_residual=None, token_ids=None):
+    def forward(self, x, gate_residual=None, token_ids=None, first=False):
         if x.dtype != torch.float32 or x.device.type != "cpu":
             raise ValueError(f"[python] ffnlab.torch.FFN takes float32 CPU tensors, got "
                              f"{x.dtype} on {x.device}")
@@ -150,8 +151,8 @@ class FFN(torch.nn.Module):
         if gate_residual is not None and not self.gating_residual:
             raise ValueError("[python] gate_residual given, but the layer has no "
                              "gating_residual (MoE++) to take it")
-        y, self.aux_loss, logits = _Function.apply(x, gate_residual, token_ids, self, train,
-                                                   *params)
+        y, self.aux_loss, logits = _Function.apply(x, gate_residual, token_ids, first, self,
+                                                   train, *params)
         return (y, logits) if self.gating_residual else y
 
     def after_optimizer_step(self):

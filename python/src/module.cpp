@@ -212,7 +212,8 @@ class Layer {
   explicit Layer(std::unique_ptr<FeedForward> ffn) : ffn_(std::move(ffn)) {}
 
   py::array_t<float> forward(const py::array& x, bool train, std::int64_t sequence,
-                             const py::object& gate_residual, const py::object& token_ids) {
+                             const py::object& gate_residual, const py::object& token_ids,
+                             bool first) {
     const FFNConfig& c = ffn_->config();
     const std::int64_t D = c.d_model;
     Tensor xt = borrow_rows(x, D, "x");
@@ -256,6 +257,7 @@ class Layer {
       std::lock_guard lock(mutex_);
       ffn_->context().sequence = sequence;
       ffn_->context().token_ids = ids.empty() ? nullptr : ids.data();
+      ffn_->context().first_layer = first;
       residual_ = rt;
       ffn_->context().previous_logits = residual_.defined() ? &residual_ : nullptr;
       ffn_->forward(yt, xt, train);
@@ -383,14 +385,15 @@ Weights are initialised like torch.nn.Linear from seed.)")
            py::arg("config") = py::none(), py::arg("seed") = 0)
       .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
            py::arg("sequence") = 0, py::arg("gate_residual") = py::none(),
-           py::arg("token_ids") = py::none(),
+           py::arg("token_ids") = py::none(), py::arg("first") = false,
            R"(y [T, D] = FFN(x [T, D]); x: C-contiguous float32. y is a new array that owns its
 memory. With train=True the layer keeps what backward needs, x included (by reference: do not
 change x until backward). sequence: x holds sequences of this many tokens one after another,
 which routings that look at the whole sequence (expert choice) route each on its own (0: x is
 one sequence). gate_residual: for a layer with MoE++'s gating_residual, the previous MoE
 layer's router logits [T, E] (its .logits), kept like x. token_ids: the tokens' ids [T]
-(integers), which hash routing chooses by.)")
+(integers), which hash routing chooses by. first: this is the model's first MoE layer, which
+has no gate_residual (a layer with gating_residual refuses to run without one otherwise).)")
       .def("backward", &Layer::backward, py::arg("dy"), py::arg("dlogits") = py::none(),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
 accumulate into grads() (zero_grad() clears them). dlogits: MoE, the gradient of the loss wrt

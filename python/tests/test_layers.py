@@ -152,10 +152,12 @@ def test_gating_residual_adds_the_previous_logits_and_returns_their_gradient():
                                rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(g["gate.gate_map.weight"], dlogits.T @ res, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(g["gate.weight"], dlogits.T @ x, rtol=1e-5, atol=1e-5)
-    # Without a residual the layer is a first layer: no gradient for one.
-    layer.forward(x, train=True)
+    # A first layer has no residual, and says so: no gradient for one. Another refuses.
+    layer.forward(x, train=True, first=True)
     layer.backward(np.zeros_like(x))
     assert layer.gate_residual_grad.shape == (0, 0)
+    with pytest.raises(Exception, match="no gate residual .* was given"):
+        layer.forward(x)
     with pytest.raises(ValueError, match="gate_residual has 3 rows, x 12"):
         layer.forward(x, gate_residual=res[:3])
     plain = ffnlab.FFN(variant="moe", d_model=16, d_ff=24)

@@ -228,7 +228,7 @@ def test_gating_residual_chains_layers_and_carries_the_gradient_back():
 
     def router_grad(cut):
         first, second = ft.FFN(config, seed=1), ft.FFN(config, seed=2)
-        y1, logits1 = first(x)
+        y1, logits1 = first(x, first=True)
         assert logits1.shape == (2, 6, 5)
         y2, _ = second(y1, gate_residual=logits1.detach() if cut else logits1)
         y2.square().sum().backward()

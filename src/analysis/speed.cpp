@@ -89,6 +89,7 @@ LayerSpeed measure_layer_speed(const FFNConfig& config, std::int64_t tokens, dou
   std::vector<std::int32_t> ids(static_cast<std::size_t>(T));
   for (std::int64_t t = 0; t < T; ++t) ids[t] = static_cast<std::int32_t>((t * 131 + 7) % 256);
   ffn->context().token_ids = ids.data();
+  ffn->context().first_layer = true;  // timed as a lone layer (MoE++: without G·W_gᵀ)
   const Tensor x = random_normal({T, D}, 2), dy = random_normal({T, D}, 3);
   Tensor y, dx;
 

@@ -203,9 +203,7 @@ constexpr auto moe_key(const char* name, KeyFlag flag) {
 }
 // Whether m's routing reads `key` (RoutingFamily::unused): its keys are printed where it does.
 bool reads(std::string_view key, const MoEConfig& m) {
-  for (const auto& k : unused_keys(m.routing))
-    if (k == key) return false;
-  return true;
+  return routing_reads(m.routing, key);
 }
 bool relu_routed(const MoEConfig& m) {
   return reads("target_sparsity", m);

@@ -181,6 +181,7 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   for (int i = 0; i < L; ++i) {
     FeedForward& ffn = blocks_[i]->ffn();
     ffn.context().previous_logits = previous_logits;
+    ffn.context().first_layer = previous_logits == nullptr;
     ffn.context().token_ids = ids_.data();
     blocks_[i]->forward(xs_[i + 1], xs_[i], seq, train, dropout_seed_, base + 1 + 2 * i);
     previous_logits = &ffn.router_logits();

@@ -19,6 +19,7 @@ std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
   check(checked_mul(T, D, "[toy] batch × seq × d_model") <= limits::kTokens,
         "[toy] batch × seq × d_model = {} × {} is more than 2^32 input values", T, D);
   auto ffn = make_ffn(ffn_config, c.seed);
+  ffn->context().first_layer = true;  // a lone layer: no previous MoE layer's logits
   Tensor x({T, D}), target({T, D});
   std::mt19937_64 rng(c.seed + 1);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -26,6 +27,10 @@ std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
   float* ts = target.f32();
   for (std::int64_t i = 0; i < T * D; ++i) xs[i] = normal(rng);
   for (std::int64_t i = 0; i < T * D; ++i) ts[i] = normal(rng);
+  // Byte ids for the rows, drawn after the data (hash routing chooses by them).
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(T));
+  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 256);
+  ffn->context().token_ids = ids.data();
 
   OptimizerConfig oc;
   oc.kind = OptimizerKind::adam;

@@ -1022,8 +1022,9 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
   }
 }
 
-// MoE++'s gating residual: a first layer (no previous logits) is the layer without the option,
-// its gate_map untouched; logits of another shape are refused by name.
+// MoE++'s gating residual: a first layer (no previous logits, marked first) is the layer without
+// the option, its gate_map untouched; a layer neither given logits nor marked first, and logits
+// of another shape, are refused by name.
 TEST(MoEFFN, GatingResidualIsOptionalAndChecked) {
   FFNConfig c = base(4, 2, "relu", true);
   c.moe.copy_experts = 1;
@@ -1036,6 +1037,9 @@ TEST(MoEFFN, GatingResidualIsOptionalAndChecked) {
         << p.name;
   const Tensor x = test::random_tensor({7, 12}, 62), dy = test::random_tensor({7, 12}, 63);
   Tensor y1, y2, dx1, dx2;
+  EXPECT_NE(test::error_of([&] { with.forward(y1, x, true); }).find("no gate residual"),
+            std::string::npos);
+  with.context().first_layer = true;
   with.parameters().zero_grad();
   with.forward(y1, x, true);
   with.backward(dx1, dy);

@@ -12,6 +12,7 @@
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
 
 namespace ffnlab::cli {
@@ -24,6 +25,7 @@ struct RunOptions {
   std::string config, weights, prefix, input, output, grad_output, grads, dtype = "f32";
   std::uint64_t seed = 0;
   int threads = 0;
+  bool first_layer = false;  // MoE++: the model's first MoE layer, without a gate_residual
 };
 
 // The tensor `name` of a file as [T, D]: leading dimensions are flattened.
@@ -39,13 +41,19 @@ Tensor read_rows(const std::string& path, const std::string& name, std::int64_t 
   return t.reshape({t.numel() / d, d});
 }
 
-// The MoE's routing next to y: its losses (unweighted), chosen experts and combine weights.
+// The MoE's routing next to y: the losses its routing defines (unweighted), its router entropy,
+// the chosen experts and combine weights.
 void add_routing(SafeTensorsWriter& out, const MoEFFN& moe) {
   const Routing& r = moe.routing();
-  out.add("balance_loss", Tensor::from({1}, {static_cast<float>(r.balance_loss)}));
-  out.add("z_loss", Tensor::from({1}, {static_cast<float>(r.z_loss)}));
-  out.add("entropy", Tensor::from({1}, {static_cast<float>(r.entropy)}));
-  out.add("l1_loss", Tensor::from({1}, {static_cast<float>(r.l1_loss)}));
+  const auto routing = moe.config().moe.routing;
+  const RoutingFamily& family = routing_family(routing);
+  auto scalar = [&](const char* name, double v) {
+    out.add(name, Tensor::from({1}, {static_cast<float>(v)}));
+  };
+  if (routing_reads(routing, "aux_coef")) scalar("balance_loss", r.balance_loss);
+  if (routing_reads(routing, "z_coef")) scalar("z_loss", r.z_loss);
+  if (family.router_linear || family.own_path) scalar("entropy", r.entropy);
+  if (family.own_loss) scalar("l1_loss", r.l1_loss);
   if (moe.router_logits().defined()) out.add("logits", moe.router_logits());
   const Shape shape{r.tokens, r.k};
   out.add_ints("experts", shape, std::vector<std::int64_t>(r.expert.begin(), r.expert.end()));
@@ -143,6 +151,7 @@ void run(const RunOptions& o) {
   ffn->context().previous_logits = gate_residual.defined() ? &gate_residual : nullptr;
   ffn->context().logits_grad = dlogits.defined() ? &dlogits : nullptr;
   ffn->context().token_ids = token_ids.empty() ? nullptr : token_ids.data();
+  ffn->context().first_layer = o.first_layer;
 
   Tensor y;
   ffn->forward(y, x, backward);
@@ -175,7 +184,9 @@ void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run",
       "Run one FFN layer on a tensor x from a safetensors file and write y (MoE: also "
-      "balance_loss, z_loss, entropy, l1_loss, logits, experts, expert_weights, expert_kept); "
+      "experts, expert_weights, expert_kept, and those of balance_loss, z_loss, entropy, l1_loss "
+      "and logits that its routing defines; a 'token_ids' tensor beside x gives hash routing the "
+      "tokens' ids); "
       "with --grad-output, also write dx and every parameter gradient (MoE: of y·dy plus the "
       "weighted aux losses). A layer with MoE++'s gating_residual also takes the previous "
       "layer's logits as gate_residual [T, E] beside x, and dlogits [T, E] beside dy; the "
@@ -211,6 +222,9 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seed", o->seed, "initialisation seed when no --weights")
       ->capture_default_str();
+  cmd->add_flag("--first-layer", o->first_layer,
+                "MoE++'s gating residual: the layer is a model's first MoE layer, which takes "
+                "no gate_residual (without it, a missing gate_residual is an error)");
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run(*o); });
 }

@@ -63,6 +63,9 @@ struct FFNContext {
   // not change until backward.
   const Tensor* previous_logits = nullptr;
   const Tensor* logits_grad = nullptr;
+  // This is the model's first MoE layer: it has no previous logits. A layer with the gating
+  // residual and neither is refused (a missing input is an error, not a first layer).
+  bool first_layer = false;
   // The tokens' ids [T] (null: none). Hash routing chooses by them.
   const std::int32_t* token_ids = nullptr;
 };

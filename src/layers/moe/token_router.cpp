@@ -103,6 +103,11 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context
     return;
   }
   const Tensor* gate_residual = m.gating_residual ? context.previous_logits : nullptr;
+  check(!m.gating_residual || context.first_layer ||
+            (gate_residual != nullptr && gate_residual->defined()),
+        "[moe] gating_residual: no gate residual (the previous MoE layer's logits) was given; a "
+        "model's first MoE layer, which has none, says so (context().first_layer; Python: "
+        "first=True; ffnlab run: --first-layer)");
   const std::int64_t T = x.dim(0), D = layer_.d_model, E = m.routed_experts();  // logits columns
   const Tensor* in = &x;
   if (train && m.jitter > 0) {

@@ -88,7 +88,8 @@ bool splits_experts(RoutingKind kind);
 // "does not split its experts over ranks (<why>)": the one message of that refusal.
 inline constexpr const char* kSplitsExpertsRefusal =
     "does not split its experts over ranks (its slots mix every token of a sequence)";
-// The MoE keys a routing does not read (RoutingFamily::unused), as a list.
+// The MoE keys a routing does not read (RoutingFamily::unused), as a list; whether it reads one.
 std::vector<std::string> unused_keys(RoutingKind kind);
+bool routing_reads(RoutingKind kind, std::string_view key);
 
 }  // namespace ffnlab

@@ -106,7 +106,7 @@ const RoutingFamily& family_of<RoutingKind::expert_choice>() {
       .defaults = R"({"normalize": false, "aux_coef": 0.0})",
       .unused =
           "top_p,slots,target_sparsity,l1_coef_init,l1_coef_rate,topk_groups,"
-          "balance_rate,balance_loss",
+          "balance_rate,balance_loss,aux_coef",
       .validate = validate,
       .study = [](MoEConfig&, std::int64_t) {},  // capacity factor 1: k experts a token
       .describe =

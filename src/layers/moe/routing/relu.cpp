@@ -113,7 +113,9 @@ const RoutingFamily& family_of<RoutingKind::relu>() {
       .summary = "every expert whose router logit is positive",
       .top_k = "the mean a token takes, held by the L1 penalty",
       .defaults = R"({"normalize": false, "aux_coef": 0.0})",
-      .unused = "top_p,slots,topk_groups,balance_rate,drop,balance_loss",
+      .unused =
+          "top_p,slots,topk_groups,balance_rate,drop,balance_loss,aux_coef,z_coef,"
+          "entropy_coef",
       .validate = validate,
       .study = [](MoEConfig& m, std::int64_t) { m.z_coef = 0.0f; },
       .describe =

@@ -47,7 +47,7 @@ const RoutingFamily& family_of<RoutingKind::soft>() {
       .defaults = R"({"aux_coef": 0.0})",
       .unused =
           "top_k,top_p,target_sparsity,l1_coef_init,l1_coef_rate,router_bias,normalize,"
-          "scaling,topk_groups,balance_rate,drop,balance_loss",
+          "scaling,topk_groups,balance_rate,drop,balance_loss,aux_coef,z_coef,entropy_coef",
       .validate = validate,
       .study =
           [](MoEConfig& m, std::int64_t sequence) {

@@ -59,6 +59,12 @@ std::vector<std::string> unused_keys(RoutingKind kind) {
   return out;
 }
 
+bool routing_reads(RoutingKind kind, std::string_view key) {
+  for (const auto& k : unused_keys(kind))
+    if (k == key) return false;
+  return true;
+}
+
 nlohmann::json routing_defaults(RoutingKind routing) {
   return nlohmann::json::parse(routing_family(routing).defaults);
 }
