@@ -296,8 +296,7 @@ constexpr std::array kMoEKeys{
     moe_key<&MoEConfig::normalize>(
         "normalize", {.name = "--normalize",
                       .help = "MoE: divide a token's expert weights by their sum (--no-normalize: "
-                              "keep them as scored). Default: on for topk routing, off for "
-                              "top_p (as Huang et al.), relu and expert_choice (which refuse it)",
+                              "keep them as scored)",
                       .both = true}),
     moe_key<&MoEConfig::expert_kind>("expert_kind"),
     moe_key<&MoEConfig::router_bias>("router_bias"),
@@ -473,6 +472,12 @@ std::vector<ConfigFlag> ffn_config_flags() {
     // Each routing family's reading of the keys whose meaning it sets.
     for (const char* key : {"routing", "top_k", "capacity_factor"})
       if (f.key == std::string("moe.") + key) f.help += routing_readings(key);
+    if (f.key == "moe.normalize") {  // the routings whose defaults turn it off
+      std::vector<std::string> off;
+      for (const auto& name : routing_names())
+        if (routing_defaults(name).value("normalize", true) == false) off.push_back(name);
+      f.help += fmt::format(". Default: on; off under --routing {}", join_names(off));
+    }
     out.push_back(std::move(f));
   }
   return out;

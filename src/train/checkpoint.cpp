@@ -9,7 +9,7 @@
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/limits.hpp"
-#include "ffnlab/train/trainer.hpp"  // TrainConfig
+#include "ffnlab/train/train_config.hpp"
 #include "hash.hpp"
 #include "json_keys.hpp"
 #include "ranges.hpp"

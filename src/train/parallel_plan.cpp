@@ -15,7 +15,7 @@
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/router.hpp"
-#include "ffnlab/train/trainer.hpp"
+#include "ffnlab/train/train_config.hpp"
 #include "ranges.hpp"
 
 namespace ffnlab {

@@ -1,10 +1,11 @@
 // The training settings: their checks and their JSON form (docs/config.md).
+#include "ffnlab/train/train_config.hpp"
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
 #include "ffnlab/limits.hpp"
-#include "ffnlab/train/trainer.hpp"
 #include "json_keys.hpp"
 
 namespace ffnlab {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/ffn_context.hpp"
 #include "ffnlab/layers/layer.hpp"
 #include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/matmul.hpp"
@@ -48,40 +49,6 @@ struct FFNStats {
   double router_logit_std = 0.0;
   std::vector<double> expert_output_rms;  // [E]
 };
-
-// What an FFN layer learns from the model around it for its next forwards and backward. Dense
-// layers read none of it; each MoE part reads what it needs. TransformerLM sets it for every
-// block; a lone layer (Python, `ffnlab run`, the benchmarks) sets what it has.
-struct FFNContext {
-  // Tokens per sequence of the inputs, which hold whole sequences one after another (0: the
-  // input is one sequence). Routings that look at the whole sequence (expert choice, Soft MoE)
-  // route each sequence on its own.
-  std::int64_t sequence = 0;
-  // The previous MoE layer's router_logits() [T, E] for the same tokens (null: none, as for a
-  // first layer), and the gradient of the loss wrt this layer's router_logits() from the next
-  // layer, [T, E] (null: none). MoE++'s gating residuals read them. Kept by reference: they must
-  // not change until backward.
-  const Tensor* previous_logits = nullptr;
-  const Tensor* logits_grad = nullptr;
-  // This is the model's first MoE layer: it has no previous logits. A layer with the gating
-  // residual and neither is refused (a missing input is an error, not a first layer).
-  bool first_layer = false;
-  // The tokens' ids [T] (null: none). Hash routing chooses by them.
-  const std::int32_t* token_ids = nullptr;
-};
-
-// Sums over a model's layers that updates between optimizer steps follow, by name (ReLU
-// routing's "relu_gates": the positive gates and all gates since the last step, which its one
-// L1 coefficient for the whole model follows).
-using ModelSums = std::map<std::string, std::vector<double>>;
-// into[name][i] += from[name][i] for every name of `from`.
-inline void add_sums(ModelSums& into, const ModelSums& from) {
-  for (const auto& [name, values] : from) {
-    std::vector<double>& sum = into[name];
-    sum.resize(std::max(sum.size(), values.size()), 0.0);
-    for (std::size_t i = 0; i < values.size(); ++i) sum[i] += values[i];
-  }
-}
 
 class FeedForward : public Layer {
  public:

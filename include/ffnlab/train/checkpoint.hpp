@@ -17,7 +17,7 @@
 
 namespace ffnlab {
 
-struct TrainConfig;
+struct TrainConfig;  // train_config.hpp
 
 // The file of a checkpoint folder that names its weights and holds its configs; written last.
 inline constexpr const char* kCheckpointInfo = "checkpoint.json";

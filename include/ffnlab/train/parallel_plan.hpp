@@ -20,7 +20,7 @@
 
 namespace ffnlab {
 
-struct TrainConfig;
+struct TrainConfig;  // train_config.hpp
 
 // Data parallelism: the ranks of a group train one model, each on its slice of every batch
 // (batch / ranks sequences; the windows one process would take), with gradients summed over the

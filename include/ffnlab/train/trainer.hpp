@@ -18,47 +18,9 @@
 #include "ffnlab/train/parallel_plan.hpp"
 #include "ffnlab/train/schedule.hpp"
 #include "ffnlab/train/step_log.hpp"
+#include "ffnlab/train/train_config.hpp"
 
 namespace ffnlab {
-
-// What the model learns to predict (docs/training.md).
-enum class Objective : std::uint8_t {
-  causal,  // the next byte at every position (a causal model)
-  masked,  // the masked bytes of every sequence (a bidirectional model, vocabulary 257)
-  count
-};
-template <>
-struct EnumNames<Objective> {
-  static constexpr auto table = name_table<Objective>(
-      "train", "objective", {{Objective::causal, "causal"}, {Objective::masked, "masked"}});
-};
-static_assert(EnumNames<Objective>::table.complete());
-
-struct TrainConfig {
-  Objective objective = Objective::causal;
-  float mask_fraction = 0.15f;  // masked: the share of each sequence's bytes masked (BERT's)
-  std::int64_t steps = 600;
-  std::int64_t batch = 16;      // sequences per micro-batch
-  std::int64_t seq = 128;       // tokens per sequence
-  std::int64_t accumulate = 1;  // micro-batches per step
-  OptimizerConfig optimizer;
-  std::int64_t warmup = 50;
-  float min_lr_ratio = 0.1f;
-  DecayKind decay = DecayKind::cosine;
-  float clip = 1.0f;       // max global gradient norm; 0: no clipping
-  std::uint64_t seed = 1;  // model initialisation, batches, dropout
-  Precision precision = Precision::f32;
-  std::int64_t eval_every = 100;      // 0: only at the end
-  std::int64_t eval_tokens = 0;       // validation tokens per evaluation; 0: the whole part
-  std::int64_t checkpoint_every = 0;  // 0: only at the end (when a directory is set)
-  // Per-layer diagnostics (StepLog::layers) every N steps and at step 1; 0: none. They read the
-  // activations and gradients already there (no extra pass) and change nothing in training.
-  std::int64_t diagnostics_every = 0;
-};
-
-void validate(const TrainConfig& config);
-nlohmann::json train_config_to_json(const TrainConfig& config);
-TrainConfig train_config_from_json(const nlohmann::json& j);
 
 // StepLog and EvalLog (what run() reports) are in step_log.hpp.
 

@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/ffn_context.hpp"
 #include "ffnlab/layers/parameters.hpp"
 #include "ffnlab/ops/router.hpp"
 #include "ffnlab/parallel/group.hpp"
