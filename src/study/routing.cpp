@@ -1,8 +1,9 @@
 // Stage "routing": every routing family against token-choice top-k, at the headline MoE's layout
 // (16 experts of a quarter of ReLU's width and one shared expert of a quarter: ReLU's active
-// compute) and so at its total parameters. The families that decide per token (dynamic top-p,
-// ReLU routing, MoE++'s zero-computation experts) train on the study's causal LM, paired with
-// the moe_axes stage's runs of the headline MoE; all five, and top-k, train on the masked
+// compute) and so at its total parameters. The families come from the routing table
+// (routing_family_names): those that decide per token (dynamic top-p, ReLU routing, MoE++'s
+// zero-computation experts, hash routing, BASE layers) train on the study's causal LM, paired
+// with the moe_axes stage's runs of the headline MoE; all of them, and top-k, train on the masked
 // objective (a bidirectional LM), where expert choice and Soft MoE, which look at the whole
 // sequence, may run. Each over Scale::routing_seeds paired seeds, judged by the training stage's
 // rules against top-k; per family what its layers did over the second half of training (experts
@@ -442,7 +443,7 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
       "and, by its config, its compute per token; the experts a token actually ran are measured "
       "and the FLOPs column and routing_families.png place each family by them. Families that "
       "decide per token train on the causal LM of {}, paired with the headline MoE's own runs; "
-      "{} all five, and top-k again, train on the masked objective (bidirectional attention, {} "
+      "{} all {}, and top-k again, train on the masked objective (bidirectional attention, {} "
       "of each sequence's bytes masked and predicted, RoPE, validation in bits per masked byte), "
       "where expert choice and Soft MoE may run: they look at the whole sequence, and on a causal "
       "LM they would read the future. Same recipe as {}; each family against top-k by fixed "
@@ -450,7 +451,7 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
       sec.ref("moe_axes"), head.moe.num_experts, head.expert_d_ff(), head.moe.top_k,
       sec.ref("training"),
       st.options.full ? "with `--full`," : "`ffnlab evolve --full` also trains (not this run)",
-      percent(r.mask_fraction, 0), sec.ref("training"),
+      families().size() - 1, percent(r.mask_fraction, 0), sec.ref("training"),
       st.results.training ? st.results.training->margin : 0.0);
   md += r.seeds == 1
             ? "**Each family trained one seed** in this run (seed 1): there is no interval and "
@@ -477,7 +478,11 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
       behaviour.push_back(
           {row.name, fmt::format("{:.2f}", row.closed_experts_per_token),
            fmt::format("{:.2f}", b.experts_per_token), fixed(b.load_cv, 3),
-           percent(b.dropped_fraction), fmt::format("{:.3f}", b.router_entropy),
+           percent(b.dropped_fraction),
+           routing_family(row.ffn.moe.routing).router_linear ||
+                   routing_family(row.ffn.moe.routing).own_path
+               ? fmt::format("{:.3f}", b.router_entropy)
+               : std::string("—"),  // (hash routing: no router)
            row.ffn.moe.zc_experts() > 0 ? percent(b.zero_computation_fraction) : "—"});
       std::vector<std::string> cells{row.name};
       for (std::size_t l = 0; l < b.experts_per_token_by_layer.size(); ++l)

@@ -73,7 +73,10 @@ const RoutingFamily& family_of<RoutingKind::hash>() {
           "balance_rate,drop,balance_loss,aux_coef,z_coef,entropy_coef,gating_residual",
       .study = [](MoEConfig& m, std::int64_t) { m.z_coef = 0.0f; },  // k hashed experts a token
       .describe =
-          [](const MoEConfig& m) { return fmt::format("hash of the token id to {}", m.top_k); },
+          [](const MoEConfig& m) {
+            return fmt::format("hash routing: {} experts a token by a fixed hash of its id",
+                               m.top_k);
+          },
       .choose = choose,
   };
   return family;
