@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ffnlab/ops/router.hpp"
@@ -46,7 +47,7 @@ std::vector<ConfigFlag> train_config_flags();
 // What a routing changes of the MoE keys a command line or a config file leaves out, as keys of
 // the "moe" object (its RoutingFamily::defaults): top-p's, ReLU's and expert choice's weights are
 // not divided by their sum, and the load-balancing loss is for routings that choose by score.
-nlohmann::json routing_defaults(RoutingKind routing);
-nlohmann::json routing_defaults(std::string_view routing);  // by name
+// (By value: routing_defaults in layers/moe/routing_family.hpp.)
+nlohmann::json routing_defaults(std::string_view routing);
 
 }  // namespace ffnlab

@@ -6,6 +6,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/config_flags.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/names.hpp"

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,10 @@ bool splits_experts(RoutingKind kind);
 // "does not split its experts over ranks (<why>)": the one message of that refusal.
 inline constexpr const char* kSplitsExpertsRefusal =
     "does not split its experts over ranks (its slots mix every token of a sequence)";
+// What a routing changes of the MoE keys a config leaves out (its RoutingFamily::defaults);
+// config_flags.hpp has the same by name.
+nlohmann::json routing_defaults(RoutingKind routing);
+
 // The MoE keys a routing does not read (RoutingFamily::unused), as a list; whether it reads one.
 std::vector<std::string> unused_keys(RoutingKind kind);
 bool routing_reads(RoutingKind kind, std::string_view key);
