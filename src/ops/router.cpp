@@ -244,6 +244,10 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   const int E = r.experts, K = r.k, zero_from = m.first_zero_expert();
   check(dlogits.rank() == 2 && dlogits.dim(0) == T && dlogits.dim(1) == E,
         "[router] dlogits {} must be [{}, {}]", shape_string(dlogits.shape()), T, E);
+  if (const auto own = routing_family(m.routing).backward) {  // before the shared terms
+    own(dlogits.f32(), r, dweight, m, aux_scale, loss_coef);
+    return;
+  }
   // The losses are means over the group's tokens: each rank adds its tokens' part.
   const double inv_t = r.total_tokens > 0 ? 1.0 / static_cast<double>(r.total_tokens) : 0.0;
   // ∂(aux_coef·balance)/∂P_e and ∂(z_coef·z)/∂lse_t, both scaled.
@@ -254,10 +258,6 @@ void route_backward(Tensor& dlogits, const Routing& r, const float* dweight, con
   const double h_scale = aux_scale * m.entropy_coef * inv_t;
   const bool aux = m.aux_coef > 0, zl = m.z_coef > 0, ent = m.entropy_coef > 0;
   float* DL = dlogits.f32();
-  if (const auto own = routing_family(m.routing).backward) {
-    own(DL, r, dweight, m, aux_scale, loss_coef);
-    return;
-  }
 
 #pragma omp parallel
   {
