@@ -5,7 +5,6 @@
 #include <string>
 
 #include "check.hpp"
-#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/scratch.hpp"
@@ -83,8 +82,7 @@ void DenseFFN::bind_parameters() {
 
 void DenseFFN::set_inference_weights(DType dtype) {
   inference_weights_ = dtype;
-  inference_in_ = dtype == DType::bf16 ? w_in_.to(DType::bf16) : Tensor();
-  inference_out_ = dtype == DType::bf16 ? w_out_.to(DType::bf16) : Tensor();
+  inference_.set(dtype, w_in_, w_out_);
 }
 
 void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
@@ -94,40 +92,30 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const std::int64_t T = x.dim(0);
   const Tensor* b_in = config_.bias ? &b_in_ : nullptr;
   const Tensor* b_out = config_.bias ? &b_out_ : nullptr;
-  if (train && inference_in_.defined()) set_inference_weights(DType::f32);
-  const bool bf16_copy = !train && inference_in_.defined();
-  const Tensor& w_in = bf16_copy ? inference_in_ : w_in_;
-  const Tensor& w_out = bf16_copy ? inference_out_ : w_out_;
-  const Precision precision = bf16_copy ? Precision::bf16 : precision_;
+  if (train && inference_.defined()) set_inference_weights(DType::f32);
+  const InferenceCopy::Read w = inference_.read(train, w_in_, w_out_, precision_);
   h_.ensure({T, F});
   y.ensure({T, D});
   saved_ = train;
   x_ = train ? x : Tensor();
-  if (streams(train, T, bf16_copy, w_in.numel())) {
-    // Decode: each weight row is read once, the mix done as its dot products finish.
-    few_rows_mix(h_, x, w_in, b_in, config_.act, branches_);
-    few_rows_linear(y, h_, w_out, b_out);
-    return;
-  }
+  // Decode: each weight row is read once, the mix done as its dot products finish.
+  if (ffn_block_stream(y, h_, x, w, b_in, b_out, config_.act, branches_, train, precision_)) return;
   // Training with native bf16 products converts x, h and the weights once, for this forward's
   // products and the backward's (converts_operands_once); at many rows the weights are packed
   // instead (packs_weights); otherwise matmul reads these tensors.
-  operands_.start(train, precision, T);
+  operands_.start(train, w.precision, T);
   const ProductOperands& operand = operands_;
-  const Tensor& x_op = operand(x16_, x);
-  const Tensor& w_in_op = operand.weight(w_in_operand_, w_in);
-  PackedWeights* in_packing = operand.forward_packing(w_in_operand_);
-  if (mix_in_epilogue(config_.act, branches_, train)) {
-    // The activation is the up projection's epilogue (a oneDNN post-op). Inference keeps
-    // nothing; training keeps h only when act' is a function of h (ReLU: h > 0).
-    linear_forward(h_, x_op, w_in_op, b_in, precision, &config_.act, false, in_packing);
-  } else {
-    a_.ensure({T, in_width_});
-    linear_forward(a_, x_op, w_in_op, b_in, precision, nullptr, false, in_packing);
-    mix_forward(h_, a_, config_.act, branches_);
-  }
-  linear_forward(y, operand(h16_, h_), operand.weight(w_out_operand_, w_out), b_out, precision,
-                 nullptr, false, operand.forward_packing(w_out_operand_));
+  if (!mix_in_epilogue(config_.act, branches_, train)) a_.ensure({T, in_width_});
+  const BlockOperands op{operand(x16_, x),
+                         operand.weight(w_in_operand_, w.w_in),
+                         b_in,
+                         operand.forward_packing(w_in_operand_),
+                         operand.weight(w_out_operand_, w.w_out),
+                         b_out,
+                         operand.forward_packing(w_out_operand_),
+                         operand.copies() ? &h16_ : nullptr};
+  ffn_block_products(y, h_, a_, op, config_.act, branches_, train, w.precision,
+                     /*varying_rows=*/false);
 }
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {

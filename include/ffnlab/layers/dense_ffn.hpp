@@ -9,6 +9,7 @@
 #pragma once
 
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/layers/ffn_products.hpp"
 #include "ffnlab/ops/linear.hpp"
 
 namespace ffnlab {
@@ -40,7 +41,7 @@ class DenseFFN final : public FeedForward {
   Tensor w_in_, b_in_;    // [P, D], [P]   (b_in_ undefined without bias)
   Tensor w_out_, b_out_;  // [D, F], [D]
   Tensor dw_in_, db_in_, dw_out_, db_out_;
-  Tensor inference_in_, inference_out_;  // bf16 copies of w_in_ and w_out_ (set_inference_weights)
+  InferenceCopy inference_;  // bf16 copies of w_in_ and w_out_ (set_inference_weights)
 
   // Saved by a training forward, reused as workspaces (resized only when T grows).
   Tensor x_;  // [T, D] the caller's input (a view)

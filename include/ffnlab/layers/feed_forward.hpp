@@ -11,7 +11,6 @@
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/ffn_context.hpp"
 #include "ffnlab/layers/layer.hpp"
-#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/parallel/group.hpp"
 
@@ -129,13 +128,6 @@ class FeedForward : public Layer {
   DType inference_weights() const { return inference_weights_; }
 
  protected:
-  // Whether an inference forward over `rows` tokens streams its weights (ops/few_rows.hpp): few
-  // enough rows for its up projection's `weight_elements`, and weights in the storage the
-  // product wants (the bf16 copy, or f32 products).
-  bool streams(bool train, std::int64_t rows, bool bf16_copy, std::int64_t weight_elements) const {
-    return streams_weights(train, rows, bf16_copy, weight_elements, precision_);
-  }
-
   Precision precision_ = Precision::f32;
   DType inference_weights_ = DType::f32;
   float aux_loss_scale_ = 1.0f;

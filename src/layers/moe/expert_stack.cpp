@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "check.hpp"
-#include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/scratch.hpp"
 
@@ -131,8 +130,7 @@ Tensor& ExpertStack::backward(const Tensor& dop, const std::vector<std::int64_t>
 }
 
 void ExpertStack::set_inference_weights(DType dtype) {
-  inference_in_ = dtype == DType::bf16 ? w_in_.to(DType::bf16) : Tensor();
-  inference_out_ = dtype == DType::bf16 ? w_out_.to(DType::bf16) : Tensor();
+  inference_.set(dtype, w_in_, w_out_);
 }
 
 std::vector<Tensor> ExpertStack::grads() const {
@@ -148,10 +146,7 @@ void ExpertStack::blocks_forward(const std::vector<std::int64_t>& offsets, int f
                                  bool train, Precision layer_precision) {
   const std::int64_t D = layer_.d_model, F = expert_.d_ff, P = in_width_;
   Rows& c = rows_;
-  const bool bf16_copy = !train && inference_in_.defined();
-  const Tensor& w_in = bf16_copy ? inference_in_ : w_in_;
-  const Tensor& w_out = bf16_copy ? inference_out_ : w_out_;
-  const Precision precision = bf16_copy ? Precision::bf16 : layer_precision;
+  const InferenceCopy::Read w = inference_.read(train, w_in_, w_out_, layer_precision);
   const int branches = expert_.gated_branches();
   // Expert e's place in the stacks of the experts this layer holds.
   auto in_bias = [&](int i) { return layer_.bias ? w_in_bias_.view(i * P, {P}) : Tensor(); };
@@ -161,15 +156,15 @@ void ExpertStack::blocks_forward(const std::vector<std::int64_t>& offsets, int f
   if (!fused_act) c.ap.ensure({rows_here, P});
   c.hp.ensure({rows_here, F});
   c.op.ensure({rows_here, D});
-  // In inference an expert block of a few rows (every block in decode, most at small T; how few:
-  // few_rows_f32_max) streams its expert's weights once with the mix fused (ops/few_rows);
+  // Each expert's block makes DenseFFN's choices (ffn_products.hpp): in inference a block of a
+  // few rows (every block in decode, most at small T) streams its expert's weights once;
   // otherwise linear_forward, which streams few-row f32 products too and runs larger blocks as
   // a few fixed-shape oneDNN products (varying_rows).
   // Training with native bf16 products converts the rows once and each computed expert's
   // weights once, for this forward's products and the backward's (converts_operands_once);
   // otherwise matmul reads these tensors. The bf16 stacks hold the experts of this call
   // (first_expert onwards), so expert parallelism converts only its own.
-  operands_.start(train, precision);
+  operands_.start(train, w.precision);
   const bool copies = operands_.copies();
   const std::int64_t experts_here = static_cast<std::int64_t>(offsets.size()) - 1;
   if (copies) {
@@ -182,40 +177,34 @@ void ExpertStack::blocks_forward(const std::vector<std::int64_t>& offsets, int f
     const int i = e - held_.first;
     const Tensor bi = in_bias(i), bo = out_bias(i);
     Tensor h = rows(c.hp), o = rows(c.op);
-    Tensor w_in_e = slice(w_in, i, P, D), w_out_e = slice(w_out, i, D, F);
+    Tensor a = fused_act ? Tensor() : rows(c.ap);  // the pre-activation, when it is kept
     const Tensor* b_in = layer_.bias ? &bi : nullptr;
     const Tensor* b_out = layer_.bias ? &bo : nullptr;
-    if (streams_weights(train, rows(c.xp).dim(0), bf16_copy, P * D, layer_precision)) {
-      few_rows_mix(h, rows(c.xp), w_in_e, b_in, layer_.act, branches);
-      few_rows_linear(o, h, w_out_e, b_out);
+    const Tensor w_in_e = slice(w.w_in, i, P, D), w_out_e = slice(w.w_out, i, D, F);
+    const InferenceCopy::Read we{w_in_e, w_out_e, w.bf16_copy, w.precision};
+    if (ffn_block_stream(o, h, rows(c.xp), we, b_in, b_out, layer_.act, branches, train,
+                         layer_precision))
+      return;
+    if (!copies) {
+      const BlockOperands op{rows(c.xp), w_in_e, b_in, nullptr, w_out_e, b_out, nullptr, nullptr};
+      ffn_block_products(o, h, a, op, layer_.act, branches, train, w.precision,
+                         /*varying_rows=*/true);
       return;
     }
-    Tensor xb = rows(c.xp);
-    if (copies) {  // views of the bf16 copies, written in place
-      Tensor w_in16 = slice(w_in16_, e - first_expert, P, D);
-      Tensor w_out16 = slice(w_out16_, e - first_expert, D, F);
-      product_operand(w_in16, w_in_e);
-      product_operand(w_out16, w_out_e);
-      xb = rows(c.xp16);
-      w_in_e = w_in16;
-      w_out_e = w_out16;
-    }
-    if (fused_act) {
-      // Plain experts: the activation is the up projection's epilogue (oneDNN post-op), as in
-      // DenseFFN; training keeps h only when act' is a function of h.
-      linear_forward(h, xb, w_in_e, b_in, precision, &layer_.act, /*varying_rows=*/true);
-    } else {
-      Tensor a = rows(c.ap);
-      linear_forward(a, xb, w_in_e, b_in, precision, nullptr, /*varying_rows=*/true);
-      mix_forward(h, a, layer_.act, branches);
-    }
-    if (copies) {
-      Tensor h16 = rows(c.hp16);
-      linear_forward(o, product_operand(h16, h), w_out_e, b_out, precision, nullptr,
-                     /*varying_rows=*/true);
-    } else {
-      linear_forward(o, h, w_out_e, b_out, precision, nullptr, /*varying_rows=*/true);
-    }
+    // Views of the bf16 copies, written in place.
+    Tensor w_in16 = slice(w_in16_, e - first_expert, P, D);
+    Tensor w_out16 = slice(w_out16_, e - first_expert, D, F);
+    Tensor h16 = rows(c.hp16);
+    const BlockOperands op{rows(c.xp16),
+                           product_operand(w_in16, w_in_e),
+                           b_in,
+                           nullptr,
+                           product_operand(w_out16, w_out_e),
+                           b_out,
+                           nullptr,
+                           &h16};
+    ffn_block_products(o, h, a, op, layer_.act, branches, train, w.precision,
+                       /*varying_rows=*/true);
   });
 }
 

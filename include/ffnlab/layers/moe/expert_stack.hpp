@@ -7,11 +7,12 @@
 //
 // The weights are stacked, W_in [E, P, D] with P = F (plain) or 2F (glu: gate rows, then up
 // rows) and W_out [E, D, F], under Hugging Face per-expert names (experts.{e}.gate_proj.weight,
-// ...), so checkpoints load without conversion. Each block is one or a few oneDNN products
-// (linear_forward's varying rows, never packed weights); in inference a block of a few rows
-// streams its expert's weights once (ops/few_rows.hpp); training with native bf16 products
-// converts the rows and each computed expert's weights once for the forward's products and the
-// backward's (ProductOperands). Expert parallel, the stack sends the rows to the ranks that hold
+// ...), so checkpoints load without conversion. Each block's kernels are chosen as DenseFFN
+// chooses them (layers/ffn_products.hpp): in inference a block of a few rows streams its
+// expert's weights once; otherwise one or a few oneDNN products (linear_forward's varying rows,
+// never packed weights). Training with native bf16 products converts the rows and each
+// computed expert's weights once for the forward's products and the backward's
+// (ProductOperands). Expert parallel, the stack sends the rows to the ranks that hold
 // their experts and brings the outputs back (ExpertExchange). An expert with no rows costs
 // nothing. Reference: layers/ref/moe_ffn_ref.hpp.
 #pragma once
@@ -23,6 +24,7 @@
 
 #include "ffnlab/layers/expert_exchange.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/layers/ffn_products.hpp"
 #include "ffnlab/layers/parameters.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/parallel/group.hpp"
@@ -75,7 +77,7 @@ class ExpertStack {
 
   // bf16: a copy of the held experts' weights that inference forwards read (f32: none).
   void set_inference_weights(DType dtype);
-  bool has_inference_copy() const { return inference_in_.defined(); }
+  bool has_inference_copy() const { return inference_.defined(); }
   // The stacked gradients [held, P, D], [held, D, F] (and the biases'), for the expert-parallel
   // all-reduce that leaves them out.
   std::vector<Tensor> grads() const;
@@ -96,7 +98,7 @@ class ExpertStack {
   std::int64_t in_width_;
   Tensor w_in_, w_in_bias_, w_out_, w_out_bias_;      // [E, P, D], [E, P], [E, D, F], [E, D]
   Tensor dw_in_, dw_in_bias_, dw_out_, dw_out_bias_;  // their gradients
-  Tensor inference_in_, inference_out_;  // bf16 copies of w_in_ and w_out_ (set_inference_weights)
+  InferenceCopy inference_;  // bf16 copies of w_in_ and w_out_ (set_inference_weights)
   // What the products read (ops/linear.hpp); when it makes copies, bf16 weights of the experts a
   // forward computed, [n, P, D] and [n, D, F] for its n experts from first_expert, made by the
   // forward for its products and the backward's (rows_.xp16, rows_.hp16 too).
