@@ -40,7 +40,8 @@ def _progress(progress, function):
 
 
 def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
-           routing_seeds=None, steps=None, variants=None, data=None, sweep=False, margin=None, progress=True):
+           routing_seeds=None, steps=None, variants=None, data=None, sweep=False, margin=None,
+           runs=None, resume=False, progress=True):
     """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
     `out`: REPORT.md, results.json, the figures and their CSV. Returns the results as a dict
     (the schema of results.json, docs/evolve.md).
@@ -55,7 +56,9 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     variants: a non-empty list that includes "relu" (None: relu, gelu, swiglu, gated, moe; with
     full, every variant). data: a text file or a folder (None: the default corpus). sweep: also
     the d_ff / d_model sweep. margin: the equivalence margin in bits/byte, in (0, 1] (None:
-    0.02). progress: True for a text bar, False for none, or a callable
+    0.02). runs: the folder that keeps every finished LM run (None: `out` + ".runs"); resume:
+    take the runs it kept instead of training them again (a study that stopped trains only what
+    it lacks; without resume the folder starts empty). progress: True for a text bar, False for none, or a callable
     progress(kind, done, planned, text, eta_seconds). An argument of another type or out of
     range is a ValueError naming it, before any work. Ctrl-C stops it (KeyboardInterrupt), also
     while it draws the figures; nothing is written then, and an earlier report in `out` is kept.
@@ -63,7 +66,7 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     # Passed as given: the binding checks each one (a ValueError naming it and its value).
     options = dict(out=out, quick=quick, full=full, seeds=seeds, max_seeds=max_seeds,
                    routing_seeds=routing_seeds, steps=steps, sweep=sweep, margin=margin,
-                   variants=variants, data=data)
+                   variants=variants, data=data, runs=runs, resume=resume)
     return _ffnlab._evolve(options, _progress(progress, "evolve"))
 
 

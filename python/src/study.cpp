@@ -461,6 +461,10 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       o.out = path_argument("evolve", key, v);
     else if (key == "data")
       o.data = path_argument("evolve", key, v);
+    else if (key == "runs")
+      o.runs = path_argument("evolve", key, v);
+    else if (key == "resume")
+      o.resume = bool_argument("evolve", key, v);
     else if (key == "quick")
       o.quick = bool_argument("evolve", key, v);
     else if (key == "sweep")

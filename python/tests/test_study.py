@@ -194,6 +194,31 @@ def test_evolve_returns_results_json_and_writes_the_report(corpus, tmp_path):
     assert (out / "training_dynamics.png").stat().st_size > 10000
 
 
+def test_evolve_resume_takes_the_kept_runs_and_a_larger_study_reuses_them(corpus, tmp_path):
+    def study(resume, max_seeds, runs=None):
+        lines = []
+        results = ffnlab.evolve(tmp_path / "report", quick=True, seeds=1, max_seeds=max_seeds,
+                                steps=4, variants=["relu", "swiglu"], data=corpus, runs=runs,
+                                resume=resume,
+                                progress=lambda kind, done, planned, text, eta: lines.append(text))
+        return results, sum("(kept in the run store)" in line for line in lines)
+
+    first, kept = study(False, 1)
+    assert kept == 0
+    again, kept = study(True, 1)
+    assert kept == 2  # relu and swiglu, seed 1: nothing trains
+    for v in ("relu", "swiglu"):
+        assert (again["training"]["variants"][v]["val_bits_per_byte"]
+                == first["training"]["variants"][v]["val_bits_per_byte"])
+    larger, kept = study(True, 3)  # the seeds the first study trained are taken, not trained
+    assert kept == 2
+    assert (larger["training"]["variants"]["relu"]["val_bits_per_byte"][0]
+            == first["training"]["variants"]["relu"]["val_bits_per_byte"][0])
+    assert (tmp_path / "report.runs" / ".ffnlab-runs").exists()
+    _, kept = study(True, 1, runs=tmp_path / "elsewhere")
+    assert kept == 0 and (tmp_path / "elsewhere" / ".ffnlab-runs").exists()
+
+
 def test_evolve_full_adds_the_top2_moe_at_equal_compute_and_the_z_loss_ablation(corpus, tmp_path):
     def study(name, **full):
         return ffnlab.evolve(tmp_path / name, quick=True, seeds=1, max_seeds=1, steps=4,
@@ -221,7 +246,8 @@ def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):
         ffnlab.evolve(out, quick=True, seeds=1, steps=50, variants=["relu"], data=corpus,
                       progress=progress)
     assert (out / "results.json").read_text() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["report"]  # no staging folder left
+    # No staging folder left; the run store beside the report keeps what finished (--resume).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "report.runs"]
 
 
 # A gnuplot that writes its pid the first time it runs and then takes its time; each run then
@@ -293,7 +319,8 @@ def test_evolve_interrupted_while_drawing_figures_keeps_the_earlier_report(corpu
         os.kill(drawing, 0)
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before  # byte for byte: the earlier report is kept
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "gnuplot.pid", "report"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "gnuplot.pid", "report",
+                                                          "report.runs"]
 
 
 def test_evolve_refuses_bad_options_before_any_work(tmp_path):

@@ -109,6 +109,28 @@ class World final : public MpiWorld {
     count_bytes(what, rank_ == root ? static_cast<double>(v.size_bytes()) : 0.0);
     wait(r, what);
   }
+  void send(const std::string& bytes, int to, int tag, const char* what) override {
+    MPI_Request r;
+    ok(MPI_Isend(bytes.data(), count(bytes.size()), MPI_CHAR, to, tag, comm_, &r), "MPI_Isend",
+       what);
+    count_bytes(what, static_cast<double>(bytes.size()));
+    wait(r, what);
+  }
+  bool try_receive(std::string& bytes, int& from, int& tag, const char* what) override {
+    int arrived = 0;
+    MPI_Message message;
+    MPI_Status status;
+    ok(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &arrived, &message, &status), "MPI_Improbe",
+       what);
+    if (!arrived) return false;
+    int n = 0;
+    ok(MPI_Get_count(&status, MPI_CHAR, &n), "MPI_Get_count", what);
+    bytes.resize(static_cast<std::size_t>(n));
+    ok(MPI_Mrecv(bytes.data(), n, MPI_CHAR, &message, MPI_STATUS_IGNORE), "MPI_Mrecv", what);
+    from = status.MPI_SOURCE;
+    tag = status.MPI_TAG;
+    return true;
+  }
   void alltoall(std::span<const std::int64_t> send, std::span<std::int64_t> recv,
                 const char* what) override {
     const int n = count(send.size() / static_cast<std::size_t>(size_));

@@ -151,11 +151,105 @@ std::optional<std::int64_t> LoadSeries::settled_step(std::int64_t run_steps,
   return *std::upper_bound(steps.begin(), steps.end(), moving);
 }
 
+namespace {
+
+// What a balancing setting's run gathers as it trains: over the second half (settled
+// behaviour) the sums of the load statistics, and at every logged step each layer's share of
+// every expert.
+struct Tally {
+  double cv = 0, max_mean = 0, dropped = 0, entropy = 0;
+  std::int64_t tail = 0;
+  double peak = 0;   // the largest share drawn: one y range for every panel
+  std::string wide;  // one column per layer and expert: the figure's data
+  std::string csv;   // every layer
+  LoadSeries load;   // the same shares, for when the load settles
+
+  nlohmann::json to_json() const {
+    return {{"cv", cv},
+            {"max_mean", max_mean},
+            {"dropped", dropped},
+            {"entropy", entropy},
+            {"tail", tail},
+            {"peak", peak},
+            {"wide", wide},
+            {"csv", csv},
+            {"steps", load.steps},
+            {"shares", load.shares}};
+  }
+  static Tally from_json(const nlohmann::json& j) {
+    Tally t;
+    t.cv = j.at("cv");
+    t.max_mean = j.at("max_mean");
+    t.dropped = j.at("dropped");
+    t.entropy = j.at("entropy");
+    t.tail = j.at("tail");
+    t.peak = j.at("peak");
+    t.wide = j.at("wide");
+    t.csv = j.at("csv");
+    t.load.steps = j.at("steps").get<std::vector<std::int64_t>>();
+    t.load.shares = j.at("shares").get<std::vector<std::vector<double>>>();
+    return t;
+  }
+};
+
+class LoadTraceProbe final : public RunProbe {
+ public:
+  explicit LoadTraceProbe(const RunJob& job)
+      : steps_(job.settings->steps),
+        every_(std::max<std::int64_t>(1, steps_ / 60)),
+        name_(job.label.substr(job.label.find('/') + 1)) {
+    t_.wide = "step";
+    for (int l = 0; l < job.model.layers; ++l)
+      for (int e = 0; e < job.model.ffn.moe.num_experts; ++e)
+        t_.wide += fmt::format(",layer_{}_expert_{}", l, e);
+    t_.wide += "\n";
+  }
+  void step(const TransformerLM& lm, const StepLog& log) override {
+    if (log.step > steps_ / 2) {  // the second half: settled behaviour
+      t_.cv += log.load_cv;
+      t_.max_mean += log.max_over_mean;
+      t_.dropped += log.dropped_fraction;
+      t_.entropy += log.router_entropy;
+      ++t_.tail;
+    }
+    if (log.step % every_ != 0 && log.step != 1) return;
+    t_.wide += std::to_string(log.step);
+    t_.load.steps.push_back(log.step);
+    std::vector<double>& logged = t_.load.shares.emplace_back();
+    for (int l = 0; l < lm.config().layers; ++l) {
+      const FFNStats fs = lm.ffn(l).stats();
+      std::int64_t total = 0;
+      for (auto n : fs.tokens_per_expert) total += n;
+      for (std::size_t e = 0; e < fs.tokens_per_expert.size(); ++e) {
+        const double share = total ? static_cast<double>(fs.tokens_per_expert[e]) / total : 0.0;
+        t_.csv += fmt::format("{},{},{},{},{:.5f}\n", name_, log.step, l, e, share);
+        t_.wide += fmt::format(",{:.5f}", share);
+        t_.peak = std::max(t_.peak, share);
+        logged.push_back(share);
+      }
+    }
+    t_.wide += "\n";
+  }
+  nlohmann::json gathered() const override { return t_.to_json(); }
+
+ private:
+  std::int64_t steps_, every_;
+  std::string name_;
+  Tally t_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunProbe> load_trace_probe(const Study& /*st*/, const RunJob& job) {
+  return std::make_unique<LoadTraceProbe>(job);
+}
+
 std::int64_t moe_steps(const Study& st) {
   if (!st.has_variant("moe")) return 0;
   // The z-loss ablation trains as many seeds as the training stage's MoE did: at most the cap
   // before training.
-  const auto trained = static_cast<std::int64_t>(per_seed(st, "moe", &RunRecord::val_bits_per_byte).size());
+  const auto trained =
+      static_cast<std::int64_t>(per_seed(st, "moe", &RunRecord::val_bits_per_byte).size());
   return balancing_settings(st).steps * static_cast<std::int64_t>(kSettings.size()) +
          (st.options.full ? st.scale.train.steps * (trained > 0 ? trained : st.scale.design.cap)
                           : 0);
@@ -173,21 +267,8 @@ void run_moe(Study& st) {
   out.top_k = c.moe.top_k;
   out.expert_d_ff = c.expert_d_ff();
   const TrainConfig balancing = balancing_settings(st);
-  const std::int64_t every = std::max<std::int64_t>(1, balancing.steps / 60);
-  // What each setting's run gathers as it trains (its hook writes only its own).
-  struct Tally {
-    double cv = 0, max_mean = 0, dropped = 0, entropy = 0;
-    std::int64_t tail = 0;
-    double peak = 0;   // the largest share drawn: one y range for every panel
-    std::string wide;  // one column per layer and expert: the figure's data
-    std::string csv;   // every layer
-    LoadSeries load;   // the same shares, for when the load settles
-  };
-  std::vector<Tally> tallies(kSettings.size());
   std::vector<RunJob> jobs;
-  for (std::size_t i = 0; i < kSettings.size(); ++i) {
-    const Setting& s = kSettings[i];
-    Tally& t = tallies[i];
+  for (const Setting& s : kSettings) {
     RunJob job;
     job.model = st.scale.model;
     job.model.ffn = c;
@@ -196,44 +277,14 @@ void run_moe(Study& st) {
     job.model.ffn.moe.capacity_factor = kCapacity;
     job.label = std::string("moe/") + s.name;
     job.settings = balancing;
-    t.wide = "step";
-    for (int l = 0; l < st.scale.model.layers; ++l)
-      for (int e = 0; e < out.experts; ++e) t.wide += fmt::format(",layer_{}_expert_{}", l, e);
-    t.wide += "\n";
-    job.hooks.on_step = [&t, &balancing, every, name = s.name](const TransformerLM& lm,
-                                                               const StepLog& log) {
-      if (log.step > balancing.steps / 2) {  // the second half: settled behaviour
-        t.cv += log.load_cv;
-        t.max_mean += log.max_over_mean;
-        t.dropped += log.dropped_fraction;
-        t.entropy += log.router_entropy;
-        ++t.tail;
-      }
-      if (log.step % every != 0 && log.step != 1) return;
-      t.wide += std::to_string(log.step);
-      t.load.steps.push_back(log.step);
-      std::vector<double>& logged = t.load.shares.emplace_back();
-      for (int l = 0; l < lm.config().layers; ++l) {
-        const FFNStats fs = lm.ffn(l).stats();
-        std::int64_t total = 0;
-        for (auto n : fs.tokens_per_expert) total += n;
-        for (std::size_t e = 0; e < fs.tokens_per_expert.size(); ++e) {
-          const double share = total ? static_cast<double>(fs.tokens_per_expert[e]) / total : 0.0;
-          t.csv += fmt::format("{},{},{},{},{:.5f}\n", name, log.step, l, e, share);
-          t.wide += fmt::format(",{:.5f}", share);
-          t.peak = std::max(t.peak, share);
-          logged.push_back(share);
-        }
-      }
-      t.wide += "\n";
-    };
+    job.probe = Probe::load_trace;
     jobs.push_back(std::move(job));
   }
   const std::vector<RunRecord> runs = train_runs(st, std::move(jobs));
   std::string csv = "setting,step,layer,expert,load_fraction\n";
   for (std::size_t i = 0; i < kSettings.size(); ++i) {
     const Setting& s = kSettings[i];
-    const Tally& t = tallies[i];
+    const Tally t = Tally::from_json(runs[i].gathered);
     st.write(std::string("moe_load_") + s.name + ".csv", t.wide);
     out.load_peak = std::max(out.load_peak, t.peak);
     csv += t.csv;

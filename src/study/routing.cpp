@@ -252,41 +252,76 @@ std::int64_t routing_steps(const Study& st) {
          static_cast<std::int64_t>(own_runs(st).size());
 }
 
-std::vector<RunJob> routing_jobs(Study& st) {
+namespace {
+
+// Per layer, over the second half of the steps: the experts a token ran and their distribution,
+// and MoE++'s zero-computation share.
+class BehaviourProbe final : public RunProbe {
+ public:
+  explicit BehaviourProbe(const RunJob& job)
+      : half_(job.settings->steps / 2),
+        tail_(static_cast<double>(job.settings->steps - half_)),
+        layers_(job.model.layers) {
+    b_.experts_per_token_by_layer.assign(static_cast<std::size_t>(layers_), 0.0);
+    b_.experts_distribution.assign(static_cast<std::size_t>(layers_), {});
+  }
+  void step(const TransformerLM& lm, const StepLog& log) override {
+    if (log.step <= half_) return;
+    for (int l = 0; l < layers_; ++l) {
+      const FFNStats fs = lm.ffn(l).stats();
+      const auto i = static_cast<std::size_t>(l);
+      b_.experts_per_token_by_layer[i] += fs.experts_per_token / tail_;
+      b_.zero_computation_fraction += fs.zero_computation_fraction / tail_ / layers_;
+      auto& d = b_.experts_distribution[i];
+      if (d.size() < fs.tokens_by_experts.size()) d.resize(fs.tokens_by_experts.size(), 0.0);
+      const double tokens = static_cast<double>(std::max<std::int64_t>(1, fs.tokens));
+      for (std::size_t k = 0; k < fs.tokens_by_experts.size(); ++k)
+        d[k] += static_cast<double>(fs.tokens_by_experts[k]) / tokens / tail_;
+    }
+  }
+  nlohmann::json gathered() const override { return routing_behaviour_json(b_); }
+
+ private:
+  std::int64_t half_;
+  double tail_;
+  int layers_;
+  RoutingBehaviour b_;
+};
+
+// What a run's BehaviourProbe gathered.
+RoutingBehaviour behaviour_of(const RunRecord& r) {
+  RoutingBehaviour b;
+  const nlohmann::json& g = r.gathered;
+  b.experts_per_token_by_layer = g.at("experts_per_token_by_layer").get<std::vector<double>>();
+  b.zero_computation_fraction = g.at("zero_computation_fraction");
+  b.experts_distribution = g.at("experts_distribution").get<std::vector<std::vector<double>>>();
+  return b;
+}
+
+}  // namespace
+
+nlohmann::json routing_behaviour_json(const RoutingBehaviour& b) {
+  return {{"experts_per_token_by_layer", b.experts_per_token_by_layer},
+          {"zero_computation_fraction", b.zero_computation_fraction},
+          {"experts_distribution", b.experts_distribution}};
+}
+
+std::unique_ptr<RunProbe> routing_behaviour_probe(const Study& /*st*/, const RunJob& job) {
+  return std::make_unique<BehaviourProbe>(job);
+}
+
+std::vector<RunJob> routing_jobs(const Study& st) {
   std::vector<RunJob> jobs;
   if (!trains(st)) return jobs;
-  const auto runs = own_runs(st);
-  st.routing_behaviour.assign(runs.size() * static_cast<std::size_t>(st.scale.routing_seeds), {});
   const std::int64_t D = st.scale.model.d_model, S = st.scale.train.seq;
-  const int layers = st.scale.model.layers;
   for (int seed = 1; seed <= st.scale.routing_seeds; ++seed)
-    for (const auto& [masked, family] : runs) {
+    for (const auto& [masked, family] : own_runs(st)) {
       RunJob job;
       job.model = family_model(st, family_ffn(family.name, D, S), masked);
       job.settings = family_settings(st, masked);
       job.seed = static_cast<std::uint64_t>(seed);
       job.label = label_of(masked, family.name);
-      // Per layer, over the second half of the steps: the experts a token ran and their
-      // distribution, and MoE++'s zero-computation share (the hook writes only its run's).
-      RoutingBehaviour& b = st.routing_behaviour[jobs.size()];
-      const std::int64_t half = job.settings->steps / 2;
-      const double tail = static_cast<double>(job.settings->steps - half);
-      b.experts_per_token_by_layer.assign(static_cast<std::size_t>(layers), 0.0);
-      b.experts_distribution.assign(static_cast<std::size_t>(layers), {});
-      job.hooks.on_step = [&b, half, tail, layers](const TransformerLM& lm, const StepLog& log) {
-        if (log.step <= half) return;
-        for (int l = 0; l < layers; ++l) {
-          const FFNStats fs = lm.ffn(l).stats();
-          const auto i = static_cast<std::size_t>(l);
-          b.experts_per_token_by_layer[i] += fs.experts_per_token / tail;
-          b.zero_computation_fraction += fs.zero_computation_fraction / tail / layers;
-          auto& d = b.experts_distribution[i];
-          if (d.size() < fs.tokens_by_experts.size()) d.resize(fs.tokens_by_experts.size(), 0.0);
-          const double tokens = static_cast<double>(std::max<std::int64_t>(1, fs.tokens));
-          for (std::size_t k = 0; k < fs.tokens_by_experts.size(); ++k)
-            d[k] += static_cast<double>(fs.tokens_by_experts[k]) / tokens / tail;
-        }
-      };
+      job.probe = Probe::routing_behaviour;
       jobs.push_back(std::move(job));
     }
   return jobs;
@@ -335,7 +370,7 @@ void run_routing(Study& st) {
         const std::string label = label_of(masked, name);
         for (std::size_t i = 0; i < st.routing_runs.size(); ++i)
           if (st.routing_runs[i].variant == label)
-            found.emplace_back(&st.routing_runs[i], st.routing_behaviour[i]);
+            found.emplace_back(&st.routing_runs[i], behaviour_of(st.routing_runs[i]));
       }
       for (auto& [run, b] : found) add_step_means(b, *run);
       return found;

@@ -3,6 +3,7 @@
 // section's body) and draw (a figure). Each stage's are defined in the file named beside it.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -75,8 +76,7 @@ std::vector<std::string> comparison_labels(const Study& st);
 // the reference's median, and the noise test: the spread of the ratios to the reference's run
 // of the same seed, or for the reference itself (`reference`) of its runs against their median.
 void set_throughput(VariantOutcome& outcome, const std::vector<double>& tokens_per_second,
-                    const std::vector<double>& reference_tokens_per_second,
-                    bool reference = false);
+                    const std::vector<double>& reference_tokens_per_second, bool reference = false);
 // "38,812 (0.96×)", or "38,812 (noisy: spread 14 % over seeds)".
 std::string tokens_per_second_cell(const VariantOutcome& outcome);
 // A FLOP utilisation as a percentage, or "not measured" (NaN: not timed, or above 100 %).
@@ -107,6 +107,14 @@ void run_literature(Study& st);
 json literature_json(const Results& r);
 std::string literature_markdown(const Study& st, const Sections& sec);
 
+// The probes (study.hpp's Probe), each beside the stage that reads what it gathered; made by
+// train_runs where the run trains. census (study.cpp): seed 1 of a training-stage variant;
+// take_census puts what it gathered into Study::census_init, census_trained, expert_classes.
+std::unique_ptr<RunProbe> census_probe(const Study& st, const RunJob& job);
+void take_census(Study& st, const RunRecord& record);
+// moe.cpp: the balancing settings' load as they train.
+std::unique_ptr<RunProbe> load_trace_probe(const Study& st, const RunJob& job);
+
 // moe_axes.cpp: MoE at equal parameters and at equal compute
 std::int64_t moe_axes_steps(const Study& st);
 // The configurations of the stage's LM runs (kHeadlineMoE, and moe_compute with --full; none
@@ -123,9 +131,12 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec);
 
 // routing.cpp: every routing family against token-choice top-k
 std::int64_t routing_steps(const Study& st);
-// The stage's LM runs (each with a hook that fills Study::routing_behaviour, sized here): the
-// training stage trains them in its pool (Study::routing_runs).
-std::vector<RunJob> routing_jobs(Study& st);
+// The stage's LM runs, each with its behaviour probe: the training stage trains them in its
+// pool (Study::routing_runs).
+std::vector<RunJob> routing_jobs(const Study& st);
+std::unique_ptr<RunProbe> routing_behaviour_probe(const Study& st, const RunJob& job);
+// What that probe gathers (RunRecord::gathered) from what a run's layers did.
+nlohmann::json routing_behaviour_json(const RoutingBehaviour& behaviour);
 void run_routing(Study& st);
 json routing_json(const Results& r);
 std::string routing_markdown(const Study& st, const Sections& sec);

@@ -91,10 +91,11 @@ void Study::message(const std::string& line) const {
   if (observer) observer->message(line);
 }
 
-void Study::step_done(const StepLog& s, const std::string& what) {
-  ++done_steps;
+void Study::step_done(const StepLog& s, const std::string& what, std::int64_t steps) {
+  done_steps += steps;
   // Runs go side by side, so the time per step is the wall time of training over the steps done.
-  const double per_step = training_seconds / static_cast<double>(done_steps);
+  const double per_step =
+      training_seconds / static_cast<double>(std::max<std::int64_t>(1, done_steps - kept_steps));
   // Evaluations and the stages after training add about a tenth to the steps' time.
   const double eta = 1.1 * per_step * static_cast<double>(planned_steps - done_steps);
   if (observer)
@@ -125,180 +126,6 @@ FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
   }
   const std::int64_t target = count_params(variant_config("relu", D, 4 * D, true));
   return match_params(c, target, /*active=*/false);
-}
-
-namespace {
-
-// Seconds spent timing the bare products of a configuration's shapes.
-constexpr double kBareProductsSeconds = 0.2;
-
-// Thrown inside a run that stopped because another one failed; never leaves train_runs.
-struct Abandoned {};
-
-// What a study run's driver tells it: the job's hooks, the pool's progress, and stop when the
-// study stops or another run failed.
-class JobObserver final : public RunObserver {
- public:
-  JobObserver(const RunJob& job, const std::function<void(const StepLog&)>& progress,
-              const std::atomic<bool>& abandon)
-      : job_(job), progress_(progress), abandon_(abandon) {}
-  void started(const RunStart& /*start*/, TransformerLM& model) override {
-    if (job_.hooks.on_start) job_.hooks.on_start(model);
-  }
-  void step(const StepLog& s, const TransformerLM& model) override {
-    if (job_.hooks.on_step) job_.hooks.on_step(model, s);
-    progress_(s);
-  }
-  bool stop() override { return stop_requested() || abandon_.load(); }
-
- private:
-  const RunJob& job_;
-  const std::function<void(const StepLog&)>& progress_;
-  const std::atomic<bool>& abandon_;
-};
-
-RunRecord train_one(const Study& st, const RunJob& job,
-                    const std::function<void(const StepLog&)>& progress,
-                    const std::atomic<bool>& abandon) {
-  RunRecord r;
-  r.variant = job.label;
-  r.seed = static_cast<int>(job.seed);
-  r.d_ff = job.model.ffn.kind == FFNKind::moe ? job.model.ffn.expert_d_ff() : job.model.ffn.d_ff;
-  RunRequest rq;
-  rq.train = job.settings ? *job.settings : st.scale.train;
-  rq.train.seed = job.seed;
-  rq.corpus = &st.corpus;
-  if (const auto bare = st.bare_products.find(job.label); bare != st.bare_products.end())
-    rq.bare = bare->second;
-  rq.measure_bare = false;  // (timed before the pool: train_runs)
-  rq.validate_at_end = true;
-  TransformerLM lm(job.model, job.seed);
-  r.params = lm.parameters().count();
-  JobObserver observer(job, progress, abandon);
-  RunOutcome run = run_training(rq, observer, &lm);
-  check_stop();
-  if (abandon) throw Abandoned{};
-  r.steps = std::move(run.steps);
-  r.evals = std::move(run.evaluations);
-  r.val_bits_per_byte = run.validation->bits_per_byte;
-  if (job.hooks.on_end) job.hooks.on_end(lm);
-  r.median_tokens_per_second = run.median_tokens_per_second;
-  if (rq.bare) {
-    r.bare_products_gflops = run.bare.gflops();
-    r.matrix_gflops = run.matrix_gflops;
-  }
-  return r;
-}
-
-}  // namespace
-
-std::vector<RunRecord> train_runs(Study& st, std::vector<RunJob> jobs) {
-  std::vector<RunRecord> records(jobs.size());
-  if (jobs.empty()) return records;
-  // The yardstick of FLOP utilisation, for each configuration not yet timed: its bare products
-  // on one thread (as each run trains), before any run of the pool starts.
-  for (const RunJob& job : jobs) {
-    if (st.bare_products.contains(job.label)) continue;
-    check_stop();
-    const TrainConfig tc = job.settings ? *job.settings : st.scale.train;
-    ModelProducts bare;
-    std::exception_ptr error;
-    std::thread([&] {
-      omp_set_num_threads(1);
-      try {
-        bare = measure_model_products(job.model, tc.batch, tc.seq, tc.precision,
-                                      kBareProductsSeconds);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }).join();
-    if (error) std::rethrow_exception(error);
-    st.bare_products[job.label] = bare;
-  }
-  // What the runs tell this thread: a step of job `job` done, or the job finished.
-  struct Event {
-    std::size_t job;
-    bool finished;
-    StepLog log;
-  };
-  std::mutex mutex;
-  std::condition_variable wake;
-  std::deque<Event> events;
-  std::exception_ptr failure;  // the first, from a run or from the observer
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> abandon{false};
-  const int workers = static_cast<int>(
-      std::clamp<std::size_t>(static_cast<std::size_t>(st.concurrent_runs), 1, jobs.size()));
-  int running = workers;
-  auto fail = [&](std::exception_ptr e) {
-    std::lock_guard lock(mutex);
-    if (!failure) failure = e;
-    abandon = true;
-  };
-  auto post = [&](Event e) {
-    {
-      std::lock_guard lock(mutex);
-      events.push_back(std::move(e));
-    }
-    wake.notify_one();
-  };
-  auto work = [&] {
-    omp_set_num_threads(1);  // this thread's runs: one OpenMP thread (and oneDNN on it)
-    for (std::size_t i = next++; i < jobs.size() && !abandon; i = next++) {
-      try {
-        records[i] = train_one(
-            st, jobs[i],
-            [&](const StepLog& s) {
-              post({i, false, s});
-            },
-            abandon);
-        post({i, true, {}});
-      } catch (const Abandoned&) {
-        break;
-      } catch (...) {
-        fail(std::current_exception());
-        break;
-      }
-    }
-    {
-      std::lock_guard lock(mutex);
-      --running;
-    }
-    wake.notify_one();
-  };
-
-  const auto t0 = std::chrono::steady_clock::now();
-  const double before = st.training_seconds;
-  std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) threads.emplace_back(work);
-  // This thread tells the observer (which may be Python's, or throw) what the runs did.
-  std::unique_lock lock(mutex);
-  for (;;) {
-    wake.wait(lock, [&] { return !events.empty() || running == 0; });
-    if (events.empty()) break;  // every worker has finished and nothing is left to tell
-    const Event e = std::move(events.front());
-    events.pop_front();
-    lock.unlock();
-    try {
-      st.training_seconds =
-          before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const RunJob& job = jobs[e.job];
-      if (!e.finished) {
-        st.step_done(e.log, fmt::format("{} seed {}", job.label, job.seed));
-      } else {
-        const RunRecord& r = records[e.job];
-        st.message(fmt::format("  {} seed {}: {:.4f} bits/byte, {:.0f} tokens/s", job.label,
-                               job.seed, r.val_bits_per_byte, r.median_tokens_per_second));
-      }
-    } catch (...) {
-      fail(std::current_exception());
-    }
-    lock.lock();
-  }
-  lock.unlock();
-  for (auto& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
-  return records;
 }
 
 namespace {
@@ -347,6 +174,84 @@ std::vector<ExpertSpecialisation> expert_census(const Study& st, TransformerLM& 
   return layers;
 }
 
+namespace {
+
+json sparsity_json(const std::vector<UnitSparsity>& layers) {
+  json out = json::array();
+  for (const UnitSparsity& s : layers)
+    out.push_back({{"tokens", s.tokens},
+                   {"values", s.values},
+                   {"zeros", s.zeros},
+                   {"near_zeros", s.near_zeros},
+                   {"nonzero", s.nonzero},
+                   {"clear", s.clear},
+                   {"rows", s.rows}});
+  return out;
+}
+
+std::vector<UnitSparsity> sparsity_from_json(const nlohmann::json& j) {
+  std::vector<UnitSparsity> out;
+  for (const auto& l : j) {
+    UnitSparsity& s = out.emplace_back();
+    s.tokens = l.at("tokens");
+    s.values = l.at("values");
+    s.zeros = l.at("zeros");
+    s.near_zeros = l.at("near_zeros");
+    s.nonzero = l.at("nonzero").get<std::vector<std::int64_t>>();
+    s.clear = l.at("clear").get<std::vector<std::int64_t>>();
+    s.rows = l.at("rows").get<std::vector<std::int64_t>>();
+  }
+  return out;
+}
+
+// The training stage's seed 1 of each variant: the census at initialisation and after
+// training, and for the MoE variant which byte classes each expert takes.
+class CensusProbe final : public RunProbe {
+ public:
+  CensusProbe(const Study& st, bool experts) : st_(st), experts_(experts) {}
+  void start(TransformerLM& lm) override { init_ = census(st_, lm); }
+  void end(TransformerLM& lm) override {
+    trained_ = census(st_, lm);
+    if (experts_) classes_ = expert_census(st_, lm);
+  }
+  nlohmann::json gathered() const override {
+    nlohmann::json out{{"init", sparsity_json(init_)}, {"trained", sparsity_json(trained_)}};
+    if (experts_) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const ExpertSpecialisation& e : classes_)
+        layers.push_back({{"experts", e.experts}, {"counts", e.counts}});
+      out["expert_classes"] = std::move(layers);
+    }
+    return out;
+  }
+
+ private:
+  const Study& st_;
+  bool experts_;
+  std::vector<UnitSparsity> init_, trained_;
+  std::vector<ExpertSpecialisation> classes_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunProbe> census_probe(const Study& st, const RunJob& job) {
+  return std::make_unique<CensusProbe>(st, job.label == "moe");
+}
+
+void take_census(Study& st, const RunRecord& r) {
+  const nlohmann::json& g = r.gathered;
+  st.census_init[r.variant] = sparsity_from_json(g.at("init"));
+  st.census_trained[r.variant] = sparsity_from_json(g.at("trained"));
+  if (g.contains("expert_classes")) {
+    st.expert_classes.clear();
+    for (const auto& l : g.at("expert_classes")) {
+      ExpertSpecialisation& e = st.expert_classes.emplace_back();
+      e.experts = l.at("experts");
+      e.counts = l.at("counts").get<std::vector<std::int64_t>>();
+    }
+  }
+}
+
 json to_json(const Results& r) {
   json out = json::object();
   for (const Stage& s : stages())
@@ -362,6 +267,7 @@ json to_json(const Results& r) {
   out["build"] = {{"march_native", false}};
 #endif
   out["threads"] = r.threads;
+  out["ranks"] = r.ranks;
   out["quick"] = r.quick;
   out["full"] = r.full;
   out["seconds"] = r.seconds;
@@ -378,7 +284,7 @@ std::string report_header(const Study& st) {
   std::string md = "# The evolution of the Transformer FFN, measured\n\n";
   const Sections sec(stages());
   md += fmt::format(
-      "Written by `{}{}{}{}` in {} with {} OpenMP threads on {}. Every number below was "
+      "Written by `{}{}{}{}` in {} with {} OpenMP threads{} on {}. Every number below was "
       "computed or measured by this run; results.json holds them all, and each figure's data is "
       "the CSV beside it. The language models train side by side, each on one thread of its "
       "own, so their numbers depend on the seed and the build, not on the thread count; only "
@@ -388,7 +294,12 @@ std::string report_header(const Study& st) {
                   o.max_seeds ? fmt::format(" --max-seeds {}", o.max_seeds) : "",
                   o.routing_seeds ? fmt::format(" --routing-seeds {}", o.routing_seeds) : ""),
       o.steps ? fmt::format(" --steps {}", o.steps) : "", elapsed(st.results.seconds),
-      st.results.threads, st.results.machine.describe(), sec.ref("speed"), sec.ref("training"));
+      st.results.threads,
+      st.results.ranks > 1
+          ? fmt::format(" and {} MPI ranks (the language models trained on all of them)",
+                        st.results.ranks)
+          : "",
+      st.results.machine.describe(), sec.ref("speed"), sec.ref("training"));
   if (o.quick)
     md +=
         "**This is a --quick run:** small models and few steps, to check the pipeline; its "
@@ -436,7 +347,15 @@ void check_options(const Options& o) {
 
 }  // namespace
 
-Results run_study(const Options& options, Observer& observer) {
+std::string runs_dir(const Options& o) {
+  if (!o.runs.empty()) return o.runs;
+  std::filesystem::path out = std::filesystem::path(o.out).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "report/"
+  return out.string() + ".runs";
+}
+
+Results run_study(const Options& options, Observer& observer, ProcessGroup* ranks,
+                  double rank_timeout) {
   const auto t0 = std::chrono::steady_clock::now();
   Study st;
   st.options = options;
@@ -444,10 +363,11 @@ Results run_study(const Options& options, Observer& observer) {
   check_options(st.options);
   st.scale = make_scale(options);
   if (options.max_seeds > 0 && options.max_seeds < st.scale.seeds)
-    throw Error(fmt::format("[evolve] max seeds = {} must not be below the seeds of the first "
-                            "look, {}{}",
-                            options.max_seeds, st.scale.seeds,
-                            options.seeds > 0 ? "" : " (the default; --seeds sets it)"));
+    throw Error(
+        fmt::format("[evolve] max seeds = {} must not be below the seeds of the first "
+                    "look, {}{}",
+                    options.max_seeds, st.scale.seeds,
+                    options.seeds > 0 ? "" : " (the default; --seeds sets it)"));
   if (st.scale.routing_seeds > st.scale.seeds)
     throw Error(fmt::format(
         "[evolve] routing seeds = {} must not exceed seeds = {}: the causal routing families are "
@@ -455,12 +375,15 @@ Results run_study(const Options& options, Observer& observer) {
         st.scale.routing_seeds, st.scale.seeds));
   st.observer = &observer;
   st.concurrent_runs = omp_get_max_threads();
+  st.ranks = ranks;
+  st.rank_timeout = rank_timeout;
   if (!gnuplot_available())
     throw Error(
         "[evolve] gnuplot is not on the PATH (Debian package gnuplot-nox; "
         "scripts/install-deps.sh installs it)");
   // The output place is checked (and staged) before anything is read or computed.
   StagedDirectory out(options.out, {options.data});
+  check_output_apart(runs_dir(options), {options.data, options.out}, "evolve", "--runs");
   st.corpus = load_corpus(options.data, 0.1);
   // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
   const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
@@ -470,11 +393,13 @@ Results run_study(const Options& options, Observer& observer) {
         "need at least {} bytes each (one sequence of {} and its next byte)",
         options.data, st.corpus.bytes.size(), need, st.scale.train.seq));
   st.dir = out.path();
+  st.store = RunStore(runs_dir(options), options.resume, st.corpus.fingerprint);
   st.results.data = DataResult{st.corpus.source, st.corpus.fingerprint,
                                static_cast<std::int64_t>(st.corpus.files.size()),
                                static_cast<std::int64_t>(st.corpus.bytes.size()),
                                static_cast<std::int64_t>(st.corpus.validation().size())};
   st.results.threads = omp_get_max_threads();
+  st.results.ranks = ranks != nullptr ? ranks->size() : 1;
   st.results.machine = this_machine();
   st.results.quick = options.quick;
   st.results.full = options.full;
@@ -483,9 +408,8 @@ Results run_study(const Options& options, Observer& observer) {
   observer.begin(st.planned_steps,
                  fmt::format("{} variants, {} to {} seeds (more while a comparison is undecided) "
                              "× {} steps (at most {} training steps in all), into {}",
-                             st.options.variants.size(), st.scale.design.first,
-                             st.scale.design.cap, st.scale.train.steps, st.planned_steps,
-                             out.final_path()));
+                             st.options.variants.size(), st.scale.design.first, st.scale.design.cap,
+                             st.scale.train.steps, st.planned_steps, out.final_path()));
   try {
     using clock = std::chrono::steady_clock;
     for (const Stage& s : stages()) {

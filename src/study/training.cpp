@@ -216,10 +216,9 @@ void set_throughput(VariantOutcome& o, const std::vector<double>& tokens_per_sec
   // runs against their median (the same noise test).
   std::vector<double> ratio;
   for (std::size_t i = 0; i < tokens_per_second.size(); ++i) {
-    const double base = reference ? reference_median
-                        : i < reference_tokens_per_second.size()
-                            ? reference_tokens_per_second[i]
-                            : 0.0;
+    const double base = reference                                ? reference_median
+                        : i < reference_tokens_per_second.size() ? reference_tokens_per_second[i]
+                                                                 : 0.0;
     if (base > 0) ratio.push_back(tokens_per_second[i] / base);
   }
   if (ratio.empty() || !(reference_median > 0)) return;
@@ -248,8 +247,7 @@ std::string utilisation_cell(double utilisation) {
 
 std::string verdict_cell(const VariantOutcome& o) {
   std::string cell(verdict_text(o.verdict));
-  if (o.sequential_seeds > 0 && o.verdict != Verdict::reference &&
-      o.verdict != Verdict::one_seed) {
+  if (o.sequential_seeds > 0 && o.verdict != Verdict::reference && o.verdict != Verdict::one_seed) {
     if (o.verdict == Verdict::inconclusive)
       cell = fmt::format("inconclusive at the cap of {} seeds", o.sequential_seeds);
     else
@@ -314,22 +312,14 @@ double pooled_spread(const Study& st, const std::string& except) {
 }
 
 // The training stage's run of a variant for a seed; seed 1 also takes the activation census
-// before and after training (into entries made before the pool starts).
-RunJob variant_job(Study& st, const std::string& v, int seed) {
+// before and after training (take_census reads it).
+RunJob variant_job(const Study& st, const std::string& v, int seed) {
   RunJob job;
   job.model = st.scale.model;
   job.model.ffn = study_ffn(v, job.model.d_model);
   job.seed = static_cast<std::uint64_t>(seed);
   job.label = v;
-  if (seed == 1) {
-    auto& init = st.census_init[v];
-    auto& trained = st.census_trained[v];
-    job.hooks.on_start = [&st, &init](TransformerLM& lm) { init = census(st, lm); };
-    job.hooks.on_end = [&st, &trained, moe = v == "moe"](TransformerLM& lm) {
-      trained = census(st, lm);
-      if (moe) st.expert_classes = expert_census(st, lm);
-    };
-  }
+  if (seed == 1) job.probe = Probe::census;
   return job;
 }
 
@@ -353,11 +343,14 @@ void train_round(Study& st, std::vector<RunJob> jobs, std::size_t routing) {
   std::vector<RunRecord> trained = train_runs(st, std::move(pool));
   std::vector<RunRecord> records(order.size());
   for (std::size_t k = 0; k < order.size(); ++k) records[order[k]] = std::move(trained[k]);
-  for (std::size_t i = 0; i < records.size(); ++i)
-    (i >= own                                 ? st.routing_runs
-     : is_axes_label(st, records[i].variant) ? st.axes_runs
-                                              : st.runs)
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const bool variant = i < own && !is_axes_label(st, records[i].variant);
+    if (variant && !records[i].gathered.is_null()) take_census(st, records[i]);
+    (i >= own  ? st.routing_runs
+     : variant ? st.runs
+               : st.axes_runs)
         .push_back(std::move(records[i]));
+  }
 }
 
 }  // namespace
@@ -365,8 +358,8 @@ void train_round(Study& st, std::vector<RunJob> jobs, std::size_t routing) {
 VariantOutcome comparison_outcome(const Study& st, const std::string& label) {
   const SequentialDesign& design = st.scale.design;
   const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
-  VariantOutcome o = paired_outcome(label, per_seed(st, label, &RunRecord::val_bits_per_byte),
-                                    relu, st.options.margin, label == "relu" ? nullptr : &design);
+  VariantOutcome o = paired_outcome(label, per_seed(st, label, &RunRecord::val_bits_per_byte), relu,
+                                    st.options.margin, label == "relu" ? nullptr : &design);
   if (label == "relu") {
     o.verdict = Verdict::reference;
     o.sequential_seeds = 0;
@@ -405,10 +398,6 @@ void run_training(Study& st) {
       st.options.variants.size(),
       st.has_variant("moe") ? " and MoE at equal compute, with the routing families" : "",
       design.first, design.cap, st.scale.train.steps));
-  for (const auto& v : st.options.variants) {  // (the hooks below fill existing entries only)
-    st.census_init[v];
-    st.census_trained[v];
-  }
   const std::vector<std::string> labels = comparison_labels(st);
   auto job_of = [&](const std::string& label, int seed) {
     return is_axes_label(st, label) ? moe_axes_job(st, label, seed) : variant_job(st, label, seed);
@@ -434,19 +423,19 @@ void run_training(Study& st) {
       if (l == "relu") continue;
       const VariantOutcome o = comparison_outcome(st, l);
       const int n = o.sequential_seeds;
-      looked += fmt::format("{}{} {}", looked.empty() ? "" : ", ", l,
-                            o.verdict == Verdict::inconclusive ? "undecided"
-                                                               : std::string(verdict_text(o.verdict)));
+      looked += fmt::format(
+          "{}{} {}", looked.empty() ? "" : ", ", l,
+          o.verdict == Verdict::inconclusive ? "undecided" : std::string(verdict_text(o.verdict)));
       // One seed has no interval yet: the second comes before the first look.
-      if ((o.verdict != Verdict::inconclusive && o.verdict != Verdict::one_seed) ||
-          n >= design.cap)
+      if ((o.verdict != Verdict::inconclusive && o.verdict != Verdict::one_seed) || n >= design.cap)
         continue;
       pending.push_back(l);
       const int to = std::clamp(o.seeds_to_decide, std::max(n + 1, design.first), design.cap);
       planned_runs += to - n;
       relu_needs = std::max(relu_needs, to);
     }
-    const int relu_has = static_cast<int>(per_seed(st, "relu", &RunRecord::val_bits_per_byte).size());
+    const int relu_has =
+        static_cast<int>(per_seed(st, "relu", &RunRecord::val_bits_per_byte).size());
     planned_runs += std::max(0, relu_needs - relu_has);
     // The plan: the steps done, the stages after training, and the runs still planned.
     std::int64_t after = 0;
@@ -594,11 +583,10 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
       sec.ref("moe_axes"), t.design.first, t.design.cap, t.margin, t.comparisons, t.comparisons,
       fixed(t.pooled_spread, 4));
-  md += markdown_table(
-      {"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
-       "paired difference to ReLU [interval of the last look]", "verdict",
-       "tokens/s (÷ ReLU's)", "FLOP utilisation"},
-      rows, "lrrrrrlrr");
+  md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
+                        "paired difference to ReLU [interval of the last look]", "verdict",
+                        "tokens/s (÷ ReLU's)", "FLOP utilisation"},
+                       rows, "lrrrrrlrr");
   md += fmt::format(
       "\nFLOP utilisation: the matrix work of a run's median step per second over the rate of "
       "the bare products of its own shapes (every weight product and attention's score "

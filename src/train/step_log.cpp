@@ -68,7 +68,25 @@ nlohmann::ordered_json json_of(const Log& log, const Field<Log, double> (&fields
   return j;
 }
 
+template <class Log, std::size_t N>
+Log log_of(const nlohmann::json& j, const Field<Log, double> (&fields)[N]) {
+  Log log;
+  log.step = j.at("step");
+  for (const auto& f : fields) log.*f.value = j.at(f.name);
+  return log;
+}
+
 }  // namespace
+
+StepLog step_from_json(const nlohmann::json& j) {
+  return log_of(j, kStepFields);
+}
+
+EvalLog eval_from_json(const nlohmann::json& j) {
+  EvalLog e = log_of(j, kEvalFields);
+  e.tokens = j.at("tokens");
+  return e;
+}
 
 nlohmann::ordered_json layer_to_json(const LayerDiagnostics& d) {
   return {{"residual_rms", d.residual_rms},

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,6 +25,36 @@ extern char** environ;
 namespace ffnlab::test {
 
 namespace fs = std::filesystem;
+
+// The study's results.json without what a run measures in time (speeds, tokens/s, FLOP
+// utilisation, the stages' seconds, the machine) and without how it was run (threads, ranks):
+// what must not depend on where or how the study's runs trained.
+inline nlohmann::json without_timings(nlohmann::json j) {
+  static const std::set<std::string> timed = {
+      "seconds",
+      "stage_seconds",
+      "machine",
+      "threads",
+      "ranks",
+      "speed",  // the run's
+      "tokens_per_second",
+      "median_tokens_per_second",
+      "tokens_per_second_spread",
+      "tokens_per_second_noisy",
+      "tokens_per_second_over_relu",
+      "tokens_per_second_over_topk",
+      "model_flop_utilisation",
+      "best_per_second"};  // measured per run, or read from those
+  if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (!timed.contains(it.key())) out[it.key()] = without_timings(it.value());
+    return out;
+  }
+  if (j.is_array())
+    for (auto& x : j) x = without_timings(x);
+  return j;
+}
 
 // Programs started in the background, for tests that signal them at a stated moment.
 // A started program: its pid, and its stdout/stderr files.

@@ -4,10 +4,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
+#include <set>
+#include <thread>
 
 #include "cli_fixture.hpp"
 #include "ffnlab/report/staged_dir.hpp"
@@ -17,6 +23,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test::Cli;
 using test::Outcome;
+using test::start;
+using test::Started;
 
 namespace {
 
@@ -302,8 +310,8 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
 
 TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
   const std::string out = path("sweep");
-  const Outcome r = run(
-      "evolve --quick --variants relu,swiglu --seeds 1 --max-seeds 1 --sweep --out " + out);
+  const Outcome r =
+      run("evolve --quick --variants relu,swiglu --seeds 1 --max-seeds 1 --sweep --out " + out);
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string md = read(out + "/REPORT.md");
   EXPECT_NE(md.find("## Sweep"), std::string::npos);
@@ -331,4 +339,65 @@ TEST_F(Cli, EvolveRejectsBadInput) {
   expect_error(run("evolve --max-seeds 2 --out " + path("r")),
                "max seeds = 2 must not be below the seeds of the first look, 3 (the default");
   EXPECT_FALSE(fs::exists(path("r")));
+}
+
+namespace {
+
+int kept_runs(const std::string& dir) {
+  int n = 0;
+  if (fs::exists(dir))
+    for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".cbor";
+  return n;
+}
+
+}  // namespace
+
+// A study killed outright after some of its runs finished resumes with --resume: it trains only
+// the runs it lacks and ends with the results of a study that was never stopped.
+TEST_F(Cli, EvolveResumesAfterAKillWithTheResultsOfAnUninterruptedStudy) {
+#ifdef FFNLAB_SANITIZED
+  GTEST_SKIP() << "three quick studies; the release suite checks the resume (the same code)";
+#endif
+  const std::vector<std::string> args = {"evolve", "--quick",    "--threads",
+                                         "1",      "--variants", "relu,swiglu,moe"};
+  auto command = [&](const std::string& out, const std::string& more) {
+    std::string c;
+    for (const auto& a : args) c += a + " ";
+    return c + "--out " + out + more;
+  };
+  const Outcome whole = run(command(path("whole"), ""));
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  const int total = kept_runs(path("whole.runs"));
+  ASSERT_GT(total, 10) << "every finished run is kept beside the report";
+
+  // A random point: after 1 to 8 finished runs, SIGKILL (nothing is cleaned up).
+  const int after = 1 + static_cast<int>(std::random_device{}() % 8);
+  std::vector<std::string> cut_args = args;
+  cut_args.insert(cut_args.end(), {"--out", path("cut")});
+  const Started cut = start(cut_args, path(""), {}, false);
+  ASSERT_GT(cut.pid, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (kept_runs(path("cut.runs")) < after &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(600))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ::kill(cut.pid, SIGKILL);
+  ::waitpid(cut.pid, nullptr, 0);
+  const int finished = kept_runs(path("cut.runs"));
+  ASSERT_GE(finished, after) << "killed after " << after << " runs: " << read(cut.err);
+  ASSERT_LT(finished, total) << "killed after " << after << " runs: the study had ended";
+  EXPECT_FALSE(fs::exists(path("cut") + "/REPORT.md"));
+
+  const Outcome resumed = run(command(path("cut"), " --resume"));
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  int taken = 0;
+  for (std::size_t at = resumed.out.find("(kept in the run store)"); at != std::string::npos;
+       at = resumed.out.find("(kept in the run store)", at + 1))
+    ++taken;
+  EXPECT_EQ(taken, finished) << "killed after " << after << " runs";
+  EXPECT_EQ(kept_runs(path("cut.runs")), total);
+
+  std::ifstream a(path("whole") + "/results.json"), b(path("cut") + "/results.json");
+  const json ja = test::without_timings(json::parse(a)), jb = test::without_timings(json::parse(b));
+  EXPECT_EQ(ja, jb) << "killed after " << after << " runs";
+  EXPECT_EQ(ja.dump().size(), jb.dump().size());
 }

@@ -479,3 +479,39 @@ TEST_F(Distributed, InterruptingMpirunKeepsTheStepItStoppedAt) {
 }
 
 }  // namespace ffnlab::test
+
+namespace ffnlab::test {
+namespace {
+
+// The study over ranks: rank 0 hands the LM runs out to every rank (a work queue) and writes the
+// one report; results.json is the one process's apart from timings and the rank count.
+TEST_F(Distributed, EvolveOverRanksMatchesOneProcess) {
+  const std::string study = "evolve --quick --threads 1 --variants relu,swiglu,moe ";
+  const Outcome one = run(study + "--out " + path("one"));
+  ASSERT_EQ(one.status, 0) << one.err;
+  std::ifstream in_one(path("one") + "/results.json");
+  const nlohmann::json alone = nlohmann::json::parse(in_one);
+  EXPECT_EQ(alone.at("ranks"), 1);
+  for (int n : {2, 3}) {
+    const std::string out = path("np" + std::to_string(n));
+    const Outcome many = run(study + "--out " + out, kMpirun + "-np " + std::to_string(n) + " ");
+    ASSERT_EQ(many.status, 0) << many.err << many.out;
+    for (int r = 1; r < n; ++r)
+      EXPECT_NE(many.out.find("(rank " + std::to_string(r) + ")"), std::string::npos)
+          << "rank " << r << " trains runs\n"
+          << many.out;
+    std::size_t headers = 0;
+    for (std::size_t at = many.out.find("ffnlab evolve: "); at != std::string::npos;
+         at = many.out.find("ffnlab evolve: ", at + 1))
+      ++headers;
+    EXPECT_EQ(headers, 1u) << "one progress display, rank 0's";
+    std::ifstream in(out + "/results.json");
+    const nlohmann::json together = nlohmann::json::parse(in);
+    EXPECT_EQ(together.at("ranks"), n);
+    EXPECT_EQ(without_timings(together), without_timings(alone)) << n << " ranks";
+    EXPECT_NE(read(out + "/REPORT.md").find(std::to_string(n) + " MPI ranks"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ffnlab::test

@@ -771,7 +771,7 @@ TEST(Routing, FamiliesAreJudgedAgainstTopKAtTheComputeTheyRan) {
       b.experts_per_token_by_layer.assign(static_cast<std::size_t>(layers), ran);
       if (label != "masked/soft")
         b.experts_distribution.assign(static_cast<std::size_t>(layers), {0.1, 0.2, 0.3, 0.4});
-      st.routing_behaviour.push_back(b);
+      st.routing_runs.back().gathered = study::routing_behaviour_json(b);
     }
   const Stage& routing = stage("routing");
   routing.run(st);
@@ -1030,6 +1030,89 @@ TEST(StudyFigures, ParetoNamesOfNearbyPointsDoNotOverlap) {
   EXPECT_GE(std::abs(flops.rows.at("swiglu") - flops.rows.at("moe_fine_shared")),
             flops.line_h * (1 - 1e-9));
   EXPECT_DOUBLE_EQ(flops.rows.at("gated"), 3.19456);  // nothing near it: beside its point
+}
+
+// A run as data: a job of every stage's kind reads back as it was written, a record round-trips
+// exactly (NaN too, through CBOR), and the store keeps it under the job and the data, starts
+// empty without --resume and refuses a folder that is not one of its own.
+TEST(StudyRuns, JobsAndRecordsRoundTripAndTheStoreKeepsThemByJobAndData) {
+  study::Study st;
+  st.options.quick = true;
+  st.options.variants = study::default_variants();
+  st.scale = study::make_scale(st.options);
+  study::RunJob job;
+  job.model = st.scale.model;
+  job.model.ffn = study::study_ffn("moe", st.scale.model.d_model);
+  job.seed = 3;
+  job.label = "moe";
+  job.probe = study::Probe::census;
+  const nlohmann::json described = study::job_to_json(st, job);
+  EXPECT_EQ(described.at("train").at("seed"), 3) << "the settings are resolved, seed included";
+  EXPECT_EQ(study::job_to_json(st, study::job_from_json(described)), described);
+  // Every routing family's FFN in the study's bidirectional LM (where every family may run)
+  // reads back as it was written.
+  for (const auto& name : routing_family_names()) {
+    study::RunJob f = job;
+    f.model.causal = false;
+    f.model.vocab = kMaskToken + 1;
+    f.model.positions = PositionKind::rope;
+    f.model.ffn = routing_family_config(study::headline_moe_ffn(st.scale.model.d_model), name,
+                                        st.scale.train.seq);
+    f.probe = study::Probe::routing_behaviour;
+    const nlohmann::json d = study::job_to_json(st, f);
+    EXPECT_EQ(study::job_to_json(st, study::job_from_json(d)), d) << name;
+  }
+
+  study::RunRecord r;
+  r.variant = "moe";
+  r.seed = 3;
+  r.d_ff = 96;
+  r.params = 12345;
+  StepLog s;
+  s.step = 1;
+  s.loss = 5.25;
+  s.grad_norm = std::nan("");
+  s.lr = 1.0 / 3.0;
+  r.steps = {s};
+  r.evals = {EvalLog{1, 3.5, 1.0 / 7.0, 512}};
+  r.val_bits_per_byte = 2.0 / 3.0;
+  r.gathered = {{"shares", {0.1, 1.0 / 3.0}}};
+  const study::RunRecord back = study::record_from_json(
+      nlohmann::json::from_cbor(nlohmann::json::to_cbor(study::record_to_json(r))));
+  EXPECT_EQ(back.steps.at(0).lr, s.lr);
+  EXPECT_TRUE(std::isnan(back.steps.at(0).grad_norm));
+  EXPECT_EQ(back.evals.at(0).bits_per_byte, 1.0 / 7.0);
+  EXPECT_EQ(back.evals.at(0).tokens, 512);
+  EXPECT_EQ(back.val_bits_per_byte, r.val_bits_per_byte);
+  EXPECT_EQ(back.gathered, r.gathered);
+  EXPECT_EQ(back.params, r.params);
+
+  ScratchDir dir("run-store");
+  const std::string store_dir = (dir.path / "runs").string();
+  {
+    const study::RunStore store(store_dir, false, "fnv1a64:1");
+    EXPECT_FALSE(store.find(described).has_value());
+    store.put(described, r);
+  }
+  {
+    const study::RunStore store(store_dir, true, "fnv1a64:1");
+    const std::optional<study::RunRecord> kept = store.find(described);
+    ASSERT_TRUE(kept.has_value());
+    EXPECT_EQ(kept->val_bits_per_byte, r.val_bits_per_byte);
+    nlohmann::json other = described;
+    other["seed"] = 4;
+    EXPECT_FALSE(store.find(other).has_value()) << "another seed is another run";
+  }
+  EXPECT_FALSE(study::RunStore(store_dir, true, "fnv1a64:2").find(described).has_value())
+      << "other data: the run trains again";
+  EXPECT_FALSE(study::RunStore(store_dir, false, "fnv1a64:1").find(described).has_value())
+      << "without resume the store starts empty";
+  EXPECT_FALSE(study::RunStore(store_dir, true, "fnv1a64:1").find(described).has_value());
+
+  std::ofstream(dir.path / "notes.txt") << "mine\n";
+  EXPECT_THROW(study::RunStore(dir.path.string(), false, "fnv1a64:1"), Error)
+      << "a folder of other files is never emptied";
+  EXPECT_TRUE(std::filesystem::exists(dir.path / "notes.txt"));
 }
 
 }  // namespace

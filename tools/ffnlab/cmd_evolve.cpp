@@ -7,6 +7,7 @@
 #include "common.hpp"
 #include "ffnlab/study/study.hpp"
 #include "interrupt.hpp"
+#include "launch.hpp"
 #include "progress.hpp"
 
 namespace ffnlab::cli {
@@ -18,6 +19,7 @@ struct EvolveOptions {
   std::string variants;  // not given: the study's default (study::default_variants)
   CLI::Option* variants_flag = nullptr;
   int threads = 0;
+  double dist_timeout = 300;  // under mpirun
 };
 
 // The study's progress as a bar over its training steps, with stage lines above it.
@@ -43,9 +45,16 @@ void run_evolve(EvolveOptions& o) {
   apply_threads(o.threads);
   // Given, the list must name variants (an empty one is refused, not the default).
   if (o.variants_flag->count() > 0) o.study.variants = variant_list(o.variants);
-  ProgressObserver observer;
-  const study::Results r = study::run_study(o.study, observer);
-  fmt::print("report written to {}/REPORT.md (in {})\n", o.study.out, elapsed(r.seconds));
+  run_launched(o.dist_timeout, [&](ProcessGroup* ranks) {
+    if (ranks != nullptr && ranks->rank() > 0) {  // rank 0 runs the study; this rank trains
+      study::serve_runs(o.study, *ranks);
+      return;
+    }
+    ProgressObserver observer;
+    const study::Results r = study::run_study(o.study, observer, ranks, o.dist_timeout);
+    if (ranks != nullptr) study::release_ranks(*ranks);
+    fmt::print("report written to {}/REPORT.md (in {})\n", o.study.out, elapsed(r.seconds));
+  });
 }
 
 }  // namespace
@@ -100,9 +109,22 @@ void add_evolve_command(CLI::App& app) {
                   "equivalent to ReLU only when its paired difference is shown to lie within it")
       ->capture_default_str()
       ->check(real_in(0, 1, /*hi_open=*/false, /*lo_open=*/true));
+  cmd->add_option("--runs", o->study.runs,
+                  "the folder that keeps every finished LM run, one file each, for --resume "
+                  "(default: OUT.runs, beside the report)");
+  cmd->add_flag("--resume", o->study.resume,
+                "take the runs the --runs folder kept instead of training them again: a study "
+                "that was stopped trains only what it lacks, and one with more seeds or variants "
+                "reuses the runs it shares (each run is kept under its whole configuration, the "
+                "data's fingerprint and its seed); without it, the folder starts empty");
   cmd->add_flag("--sweep", o->study.sweep,
                 "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)");
   add_threads_option(*cmd, o->threads);
+  cmd->add_option("--dist-timeout", o->dist_timeout,
+                  "under mpirun: seconds a rank may stay silent while it trains a run (or in an "
+                  "exchange) before the study fails, naming the run")
+      ->capture_default_str()
+      ->check(real_in(0.001, 1e6));
   cmd->callback([o] { run_evolve(*o); });
 }
 

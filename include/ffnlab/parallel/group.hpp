@@ -67,6 +67,14 @@ class ProcessGroup {
   virtual void progress() = 0;
   virtual void wait_all() = 0;
 
+  // Point to point, for work handed out rank by rank (the study's runs over ranks): send()
+  // hands `bytes` to rank `to` under `tag` and returns once they are on their way (the deadline
+  // applies); try_receive() takes the next message that has arrived from any rank, if any
+  // (false: none yet), and says from which rank and under which tag. Only the thread that
+  // created the group calls them. A group without them (the default) throws Error.
+  virtual void send(const std::string& bytes, int to, int tag, const char* what);
+  virtual bool try_receive(std::string& bytes, int& from, int& tag, const char* what);
+
   // Bytes of payload this process handed to collectives since construction (the vectors above,
   // not MPI's own traffic, which depends on its algorithm), and the seconds spent inside them
   // (waiting for the other ranks included): what docs/distributed.md's model is checked against.

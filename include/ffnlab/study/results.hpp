@@ -12,8 +12,8 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/specialisation.hpp"
-#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/train/toy.hpp"
@@ -382,6 +382,7 @@ struct Results {
   std::optional<Recommendations> recommendations;
   Machine machine;  // where it ran: every measured time is only true of such a machine
   int threads = 0;
+  int ranks = 1;  // MPI ranks the LM runs went to (mpirun -np); their numbers do not depend on it
   bool quick = false;
   bool full = false;  // --full: every variant, the top-2 MoE at equal compute, the z-loss ablation
   double seconds = 0;

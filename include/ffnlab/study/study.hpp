@@ -12,17 +12,20 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <nlohmann/json_fwd.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "ffnlab/analysis/sparsity.hpp"
+#include "ffnlab/analysis/specialisation.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
-#include "ffnlab/analysis/specialisation.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/parallel/group.hpp"
 #include "ffnlab/study/results.hpp"
 #include "ffnlab/train/data.hpp"
 #include "ffnlab/train/trainer.hpp"
@@ -54,6 +57,11 @@ struct Options {
   // The equivalence margin in bits per byte: a variant is "equivalent" to ReLU only when the
   // data show their difference is within it (training.cpp, compare_paired).
   double margin = 0.02;
+  // Where every finished LM run is kept (RunStore); empty: `out` + ".runs", beside the report.
+  std::string runs;
+  // Take the runs the store kept instead of training them again (a study that stopped, or one
+  // with more seeds or variants than an earlier one). Without it, the store starts empty.
+  bool resume = false;
   // How the report's first line names the command that wrote it.
   std::string command = "ffnlab evolve";
 };
@@ -105,6 +113,29 @@ struct RunRecord {
   // Model FLOP utilisation: the matrix work of the median step per second, and the rate of the
   // bare products of the run's model shapes (Study::bare_products).
   double matrix_gflops = 0, bare_products_gflops = 0;
+  // What the job's probe gathered as the run trained (null: no probe); its stage reads it.
+  nlohmann::json gathered;
+};
+
+// Where finished runs are kept, one file each (<run_key>.cbor: the job, the data's fingerprint
+// and the record), so that a study that stopped resumes and trains only what it lacks, and a
+// larger study (more seeds, more variants) reuses the runs it shares with an earlier one.
+class RunStore {
+ public:
+  RunStore() = default;  // none: nothing is kept
+  // Creates `dir` (marked as a run store). With `resume` its records are kept for find();
+  // without, they are removed: the study starts over. Error for a folder that holds other files.
+  RunStore(std::string dir, bool resume, std::string data_fingerprint);
+  bool enabled() const { return !dir_.empty(); }
+  const std::string& dir() const { return dir_; }
+  // The record of a finished run of this job (job_to_json) on these data, if kept.
+  std::optional<RunRecord> find(const nlohmann::json& job) const;
+  // Keeps a finished run (written atomically).
+  void put(const nlohmann::json& job, const RunRecord& record) const;
+
+ private:
+  std::string dir_, fingerprint_;
+  std::set<std::string> kept_;  // the keys found when the store was opened
 };
 
 // The state the stages share while the study runs.
@@ -117,10 +148,9 @@ struct Study {
   // The moe_axes stage's runs: trained with the training stage's, in one pool, so that no core
   // waits for the last run of one stage while the next stage has runs to start.
   std::vector<RunRecord> axes_runs;
-  // The routing stage's runs and what each one's layers did (in routing_jobs' order): trained
-  // with the training stage's too.
+  // The routing stage's runs, with what each one's layers did (its probe's): trained with the
+  // training stage's too.
   std::vector<RunRecord> routing_runs;
-  std::vector<RoutingBehaviour> routing_behaviour;
   // Seed 1's activation census per variant and layer, at initialisation and after training.
   std::map<std::string, std::vector<UnitSparsity>> census_init, census_trained;
   // Seed 1's MoE LM after training: per layer, which byte classes each expert takes.
@@ -135,13 +165,20 @@ struct Study {
   Observer* observer = nullptr;
   int concurrent_runs = 1;  // LM runs trained at once (train_runs): the run's OpenMP threads
   std::int64_t planned_steps = 0, done_steps = 0;
+  std::int64_t kept_steps = 0;  // of done_steps, those of runs the store kept (no time spent)
+  RunStore store;               // where finished runs are kept (none: Options::runs empty)
+  // Under mpirun: the ranks that serve runs (serve_runs) beside this one, rank 0, and how long
+  // one may stay silent while it trains before the study fails.
+  ProcessGroup* ranks = nullptr;
+  double rank_timeout = 300;
   double training_seconds = 0;  // wall time spent in train_runs so far
 
   bool has_variant(std::string_view variant) const;
   // A stage starts: checks for a stop request, then tells the observer.
   void stage(const std::string& what) const;
   void message(const std::string& line) const;
-  void step_done(const StepLog& s, const std::string& what);
+  // `steps` training steps done (the last one's log: s), by the run `what`.
+  void step_done(const StepLog& s, const std::string& what, std::int64_t steps = 1);
   // Writes a file of the report folder (atomically).
   void write(const std::string& name, const std::string& text) const;
 };
@@ -154,26 +191,51 @@ void check_stop();
 // 4·D: the GLU kinds and the gated FFN get a narrower d_ff, MoE narrower experts (equal total).
 FFNConfig study_ffn(const std::string& variant, std::int64_t d_model);
 
-// What a training run lets a stage look at (each optional). They are called on the thread that
-// trains the run, beside other runs: a hook writes only to what belongs to its own run.
-struct RunHooks {
-  std::function<void(TransformerLM&)> on_start;  // the initialised model, before step 1
-  std::function<void(const TransformerLM&, const StepLog&)> on_step;
-  std::function<void(TransformerLM&)> on_end;  // the trained model
+// What a run gathers as it trains, beside its record. A probe is named, not a function, so
+// that a job is data: it can train wherever its study's data are, and what the probe gathered
+// comes back in the record (RunRecord::gathered) for the stage that asked for it to read.
+enum class Probe : std::uint8_t {
+  none,
+  census,             // training stage, seed 1: the activation census before and after training
+  load_trace,         // moe stage: the experts' load as the balancing settings train
+  routing_behaviour,  // routing stage: the experts a token ran, over the second half of training
 };
 
-// One LM training run a stage asks for.
+// A probe while its run trains: called on the thread that trains the run, beside other runs.
+class RunProbe {
+ public:
+  virtual ~RunProbe() = default;
+  virtual void start(TransformerLM& /*initialised*/) {}
+  virtual void step(const TransformerLM& /*model*/, const StepLog& /*log*/) {}
+  virtual void end(TransformerLM& /*trained*/) {}
+  // What it gathered, exactly (doubles round-trip through JSON's CBOR form).
+  virtual nlohmann::json gathered() const = 0;
+};
+
+// One LM training run a stage asks for: everything that decides its numbers.
 struct RunJob {
   LMConfig model;
   std::uint64_t seed = 1;  // initialisation and batches
   std::string label;       // the record's variant and the progress line's name
-  RunHooks hooks;
+  Probe probe = Probe::none;
   std::optional<TrainConfig> settings;  // empty: the study's training settings (seed replaced)
 };
 
+// A run as data (run_io.cpp), for the run store and for other ranks: the job with its
+// settings resolved ({"label", "seed", "probe", "model", "train"}), and its record, exactly
+// (every double round-trips; send it as CBOR where NaN may occur). run_key names a finished
+// run by its job and the data's fingerprint.
+nlohmann::json job_to_json(const Study& study, const RunJob& job);
+RunJob job_from_json(const nlohmann::json& j);
+nlohmann::json record_to_json(const RunRecord& record);
+RunRecord record_from_json(const nlohmann::json& j);
+std::string run_key(const nlohmann::json& job, const std::string& data_fingerprint);
+
 // Trains the jobs and returns their records in the jobs' order. As many runs go at once as the
 // study has threads, each on one OpenMP thread of its own, so that a run's numbers depend on its
-// seed, the build and the CPU, never on --threads or on which runs share the machine. Progress
+// seed, the build and the CPU, never on --threads or on which runs share the machine. Under
+// mpirun (Study::ranks) the other ranks take jobs from the same queue, one at a time each, and
+// send back their records. Runs the store kept are taken, not trained. Progress
 // and a line per finished run reach the observer from the calling thread. The first failure, or
 // a stop request, ends the other runs at their next step and is thrown.
 std::vector<RunRecord> train_runs(Study& study, std::vector<RunJob> jobs);
@@ -184,11 +246,24 @@ std::vector<UnitSparsity> census(const Study& study, TransformerLM& lm);
 // Per MoE layer, which byte classes each expert takes over the same tokens.
 std::vector<ExpertSpecialisation> expert_census(const Study& study, TransformerLM& lm);
 
+// Under mpirun: what every rank but rank 0 does while rank 0 runs run_study with the ranks: it
+// trains the runs rank 0 sends it, one at a time on one thread, until release_ranks (rank 0,
+// after run_study) tells it the study is over. Every rank reads the same data and options.
+void serve_runs(const Options& options, ProcessGroup& ranks);
+void release_ranks(ProcessGroup& ranks);
+
+// The run store's folder: options.runs, or options.out + ".runs".
+std::string runs_dir(const Options& options);
+
 // Runs every stage and writes the report folder options.out (REPORT.md, results.json, figures
 // and their CSV): checked before any work (staged_dir.hpp), replaced only when the new report
 // is complete. Throws Error for bad options (before any work), Interrupted when a stop is
 // requested (the earlier report, if any, unchanged).
-Results run_study(const Options& options, Observer& observer);
+// `ranks` (under mpirun; null: one process): the LM runs go to every rank (serve_runs), which
+// changes none of their numbers; a rank silent for `rank_timeout` seconds while it trains fails
+// the study, naming the run.
+Results run_study(const Options& options, Observer& observer, ProcessGroup* ranks = nullptr,
+                  double rank_timeout = 300);
 
 // results.json: every stage's results under its key, in the stage table's order.
 nlohmann::ordered_json to_json(const Results& results);

@@ -50,6 +50,10 @@ nlohmann::ordered_json to_json(const StepLog& step);
 nlohmann::ordered_json layer_to_json(const LayerDiagnostics& layer);
 // {"step", "loss", "bits_per_byte", "tokens"}.
 nlohmann::ordered_json to_json(const EvalLog& eval);
+// Their inverses, exact for every field (doubles round-trip); a step's "layers" are not read.
+// Throws nlohmann::json's errors for a missing field.
+StepLog step_from_json(const nlohmann::json& j);
+EvalLog eval_from_json(const nlohmann::json& j);
 
 // The CSV forms: a header line and a row line (each ending in '\n'), the columns those of
 // to_json under the log's own names (train_log.csv's "tokens_per_s", eval_log.csv's "val_loss").

@@ -1,0 +1,167 @@
+// A study run as data: its job and its record to and from JSON, and the key that names a
+// finished run (see study.hpp). What the run store keeps and what ranks send each other.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "check.hpp"
+#include "ffnlab/io/files.hpp"
+#include "ffnlab/study/study.hpp"
+#include "ffnlab/train/step_log.hpp"
+#include "hash.hpp"
+
+namespace ffnlab::study {
+
+namespace {
+
+constexpr std::pair<Probe, const char*> kProbeNames[] = {
+    {Probe::none, "none"},
+    {Probe::census, "census"},
+    {Probe::load_trace, "load_trace"},
+    {Probe::routing_behaviour, "routing_behaviour"},
+};
+
+const char* probe_name(Probe p) {
+  for (const auto& [probe, name] : kProbeNames)
+    if (probe == p) return name;
+  fail("[evolve] unknown probe {}", static_cast<int>(p));
+}
+
+Probe probe_of(const std::string& name) {
+  for (const auto& [probe, n] : kProbeNames)
+    if (name == n) return probe;
+  fail("[evolve] unknown probe '{}' in a run's record", name);
+}
+
+}  // namespace
+
+nlohmann::json job_to_json(const Study& st, const RunJob& job) {
+  TrainConfig train = job.settings ? *job.settings : st.scale.train;
+  train.seed = job.seed;
+  return {{"label", job.label},
+          {"seed", job.seed},
+          {"probe", probe_name(job.probe)},
+          {"model", lm_config_to_json(job.model)},
+          {"train", train_config_to_json(train)}};
+}
+
+RunJob job_from_json(const nlohmann::json& j) {
+  RunJob job;
+  job.label = j.at("label");
+  job.seed = j.at("seed");
+  job.probe = probe_of(j.at("probe"));
+  job.model = lm_config_from_json(j.at("model"));
+  job.settings = train_config_from_json(j.at("train"));
+  return job;
+}
+
+std::string run_key(const nlohmann::json& job, const std::string& data_fingerprint) {
+  const std::string text = job.dump() + "\n" + data_fingerprint;
+  return fmt::format("{:016x}", fnv1a64(text.data(), text.size()));
+}
+
+nlohmann::json record_to_json(const RunRecord& r) {
+  nlohmann::json steps = nlohmann::json::array(), evals = nlohmann::json::array();
+  for (const StepLog& s : r.steps) steps.push_back(nlohmann::json(to_json(s)));
+  for (const EvalLog& e : r.evals) evals.push_back(nlohmann::json(to_json(e)));
+  return {{"variant", r.variant},
+          {"seed", r.seed},
+          {"d_ff", r.d_ff},
+          {"params", r.params},
+          {"steps", std::move(steps)},
+          {"evals", std::move(evals)},
+          {"val_bits_per_byte", r.val_bits_per_byte},
+          {"median_tokens_per_second", r.median_tokens_per_second},
+          {"matrix_gflops", r.matrix_gflops},
+          {"bare_products_gflops", r.bare_products_gflops},
+          {"gathered", r.gathered}};
+}
+
+RunRecord record_from_json(const nlohmann::json& j) {
+  RunRecord r;
+  r.variant = j.at("variant");
+  r.seed = j.at("seed");
+  r.d_ff = j.at("d_ff");
+  r.params = j.at("params");
+  for (const auto& s : j.at("steps")) r.steps.push_back(step_from_json(s));
+  for (const auto& e : j.at("evals")) r.evals.push_back(eval_from_json(e));
+  r.val_bits_per_byte = j.at("val_bits_per_byte");
+  r.median_tokens_per_second = j.at("median_tokens_per_second");
+  r.matrix_gflops = j.at("matrix_gflops");
+  r.bare_products_gflops = j.at("bare_products_gflops");
+  r.gathered = j.at("gathered");
+  return r;
+}
+
+}  // namespace ffnlab::study
+
+namespace ffnlab::study {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The file that marks a folder as a run store: only such a folder's records are ever removed.
+constexpr const char* kStoreMarker = ".ffnlab-runs";
+constexpr const char* kStoreMarkerText = "ffnlab evolve's finished runs, one file each\n";
+
+bool is_record_file(const fs::path& p) {
+  return p.extension() == ".cbor";
+}
+
+}  // namespace
+
+RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
+    : dir_(std::move(dir)), fingerprint_(std::move(data_fingerprint)) {
+  const bool exists = fs::exists(dir_);
+  if (exists && !fs::is_directory(dir_))
+    throw Error(fmt::format("[evolve] the run store '{}' is not a folder", dir_));
+  const bool marked = exists && fs::exists(fs::path(dir_) / kStoreMarker);
+  if (exists && !marked && !fs::is_empty(dir_))
+    throw Error(fmt::format(
+        "[evolve] '{}' holds files but is not a run store of ffnlab evolve (no {} in it): give "
+        "another --runs folder",
+        dir_, kStoreMarker));
+  ensure_writable_dir(dir_, "evolve");
+  if (!marked) {
+    const std::string marker = (fs::path(dir_) / kStoreMarker).string();
+    write_file_atomic(marker, kStoreMarkerText, std::char_traits<char>::length(kStoreMarkerText));
+  }
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (!is_record_file(e.path())) continue;
+    if (resume)
+      kept_.insert(e.path().stem().string());
+    else
+      fs::remove(e.path());
+  }
+}
+
+std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {
+  const std::string key = run_key(job, fingerprint_);
+  if (!kept_.contains(key)) return std::nullopt;
+  const std::string path = (fs::path(dir_) / (key + ".cbor")).string();
+  const std::vector<std::uint8_t> bytes = read_regular_file(path, "evolve");
+  nlohmann::json stored;
+  try {
+    stored = nlohmann::json::from_cbor(bytes);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(
+        fmt::format("[evolve] the run store's '{}' cannot be read ({}): remove it, and "
+                    "--resume trains that run again",
+                    path, e.what()));
+  }
+  // The key names the job; a different job under it (a collision, or a file copied from
+  // elsewhere) is trained again, not taken.
+  if (stored.at("job") != job || stored.at("data") != fingerprint_) return std::nullopt;
+  return record_from_json(stored.at("record"));
+}
+
+void RunStore::put(const nlohmann::json& job, const RunRecord& record) const {
+  const std::string key = run_key(job, fingerprint_);
+  const nlohmann::json stored{
+      {"job", job}, {"data", fingerprint_}, {"record", record_to_json(record)}};
+  const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(stored);
+  write_file_atomic((fs::path(dir_) / (key + ".cbor")).string(), bytes.data(), bytes.size());
+}
+
+}  // namespace ffnlab::study
