@@ -126,7 +126,11 @@ class World final : public MpiWorld {
     int n = 0;
     ok(MPI_Get_count(&status, MPI_CHAR, &n), "MPI_Get_count", what);
     bytes.resize(static_cast<std::size_t>(n));
-    ok(MPI_Mrecv(bytes.data(), n, MPI_CHAR, &message, MPI_STATUS_IGNORE), "MPI_Mrecv", what);
+    // Non-blocking, waited for with the deadline: a sender that stops mid-message must not
+    // hang this rank.
+    MPI_Request r;
+    ok(MPI_Imrecv(bytes.data(), n, MPI_CHAR, &message, &r), "MPI_Imrecv", what);
+    wait(r, what);
     from = status.MPI_SOURCE;
     tag = status.MPI_TAG;
     return true;

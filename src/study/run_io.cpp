@@ -42,7 +42,8 @@ nlohmann::json job_to_json(const Study& st, const RunJob& job) {
           {"seed", job.seed},
           {"probe", probe_name(job.probe)},
           {"model", lm_config_to_json(job.model)},
-          {"train", train_config_to_json(train)}};
+          {"train", train_config_to_json(train)},
+          {"validation_tokens", st.scale.validation_tokens}};
 }
 
 RunJob job_from_json(const nlohmann::json& j) {

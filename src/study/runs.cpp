@@ -86,6 +86,7 @@ RunRecord train_one(const Study& st, const RunJob& job,
     rq.bare = bare->second;
   rq.measure_bare = false;  // (timed before the pool: train_runs)
   rq.validate_at_end = true;
+  rq.validation_tokens = st.scale.validation_tokens;
   TransformerLM lm(job.model, job.seed);
   r.params = lm.parameters().count();
   const std::unique_ptr<RunProbe> probe = make_probe(st, job);
@@ -164,16 +165,22 @@ class RemoteRanks {
   }
   bool busy() const { return !busy_.empty(); }
 
-  // Hands jobs to the idle ranks while `next()` gives one (a job index, or none).
-  template <typename Next, typename Describe>
-  void hand_out(Next next, Describe describe) {
+  // Hands jobs to the idle ranks while `next()` gives one (a job index, or none). Throws Error
+  // naming the run (`label(job)`) for a rank that does not take it within the timeout.
+  template <typename Next, typename Describe, typename Label>
+  void hand_out(Next next, Describe describe, Label label) {
     while (!idle_.empty()) {
       const std::optional<std::size_t> job = next();
       if (!job) return;
       const int r = idle_.front();
       idle_.pop_front();
-      ranks_.send(pack(describe(*job)), r, kJob, "study run");
       busy_[r] = {*job, 0, Clock::now()};
+      try {
+        ranks_.send(pack(describe(*job)), r, kJob, "study run");
+      } catch (const std::exception& e) {
+        throw Error(fmt::format("[evolve] rank {} did not take the run '{}': {}", r, label(*job),
+                                e.what()));
+      }
     }
   }
 
@@ -396,7 +403,7 @@ std::vector<RunRecord> train_runs(Study& st, std::vector<RunJob> jobs) {
           finished(e.job, "");
       }
       if (remote && !abandon) {
-        remote->hand_out(next_job, describe);
+        remote->hand_out(next_job, describe, run_name);
         for (RemoteRanks::Event& e : remote->poll(run_name)) {
           if (e.new_steps > 0) st.step_done(e.log, run_name(e.job), e.new_steps);
           if (e.record) {

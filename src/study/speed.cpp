@@ -71,7 +71,9 @@ std::string speed_markdown(const Study& st, const Sections&) {
   auto ratio = [](double of_bare, double spread) {
     if (of_bare > kMaxOfBare || spread > kMaxSpread)
       return fmt::format("noisy ({} ± {})", percent(of_bare, 0), percent(spread / 2, 0));
-    return percent(of_bare, 0);
+    // A layer cannot beat its own products: up to kMaxOfBare the rates are equal within the
+    // noise of the timing.
+    return of_bare > 1.0 ? std::string("≈ 100 %") : percent(of_bare, 0);
   };
   int noisy = 0;
   for (const auto& [v, s] : r.variants) {
@@ -94,7 +96,9 @@ std::string speed_markdown(const Study& st, const Sections&) {
       "load on the machine falls on both; a ratio is the median of the rounds' ratios. A ratio "
       "above {} or whose rounds spread by more than {} (the interquartile range of the rounds' "
       "ratios over their median) is shown as "
-      "noisy: the measurement decided it, not the layer, and no conclusion rests on it{}.\n\n",
+      "noisy: the measurement decided it, not the layer, and no conclusion rests on it{}; one "
+      "from 100 % to that bound is shown as ≈ 100 %: no layer is faster than its own products, "
+      "so the two rates are equal within the timing's noise.\n\n",
       r.d_model, r.d_ff, r.tokens, r.variants.empty() ? 0 : r.variants.front().second.rounds,
       percent(kMaxOfBare, 0), percent(kMaxSpread, 0),
       noisy > 0 ? fmt::format(" ({} of {} rows here)", noisy, r.variants.size()) : "");

@@ -56,6 +56,7 @@ Scale make_scale(const Options& o) {
   s.eval_tokens = o.quick ? 2048 : 16384;
   s.train.eval_tokens = s.eval_tokens;
   s.census_tokens = o.quick ? 2048 : 65536;
+  s.validation_tokens = o.quick ? 32768 : 0;
   // The sequential design of the comparisons against ReLU: 3 paired seeds, then one more per
   // round while a comparison is undecided, up to 6. Paired differences to ReLU spread by
   // 0.015–0.03 bits/byte between seeds (docs/evolve.md); at 6 seeds the design decides a
@@ -284,7 +285,7 @@ std::string report_header(const Study& st) {
   std::string md = "# The evolution of the Transformer FFN, measured\n\n";
   const Sections sec(stages());
   md += fmt::format(
-      "Written by `{}{}{}{}` in {} with {} OpenMP threads{} on {}. Every number below was "
+      "Written by `{}{}{}{}` in {} with {} OpenMP thread{}{} on {}. Every number below was "
       "computed or measured by this run; results.json holds them all, and each figure's data is "
       "the CSV beside it. The language models train side by side, each on one thread of its "
       "own, so their numbers depend on the seed and the build, not on the thread count; only "
@@ -294,7 +295,7 @@ std::string report_header(const Study& st) {
                   o.max_seeds ? fmt::format(" --max-seeds {}", o.max_seeds) : "",
                   o.routing_seeds ? fmt::format(" --routing-seeds {}", o.routing_seeds) : ""),
       o.steps ? fmt::format(" --steps {}", o.steps) : "", elapsed(st.results.seconds),
-      st.results.threads,
+      st.results.threads, st.results.threads == 1 ? "" : "s",
       st.results.ranks > 1
           ? fmt::format(" and {} MPI ranks (the language models trained on all of them)",
                         st.results.ranks)

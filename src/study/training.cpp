@@ -464,6 +464,7 @@ void run_training(Study& st) {
   out.pooled_spread = pooled_spread(st, "");
   out.margin = st.options.margin;
   out.validation_bytes = static_cast<std::int64_t>(st.corpus.validation().size());
+  out.final_validation_tokens = st.scale.validation_tokens;
   for (const auto& v : st.options.variants) {
     VariantOutcome o = comparison_outcome(st, v);
     for (const auto& r : st.runs)
@@ -497,7 +498,8 @@ json training_json(const Results& res) {
                        {"comparisons", t.comparisons},
                        {"pooled_paired_spread", t.pooled_spread}}},
                      {"equivalence_margin", t.margin},
-                     {"validation_bytes", t.validation_bytes}};
+                     {"validation_bytes", t.validation_bytes},
+                     {"final_validation_tokens", t.final_validation_tokens}};
     for (const VariantOutcome& o : t.variants)
       out["variants"][o.variant] = {
           {"d_ff", o.d_ff},
@@ -552,7 +554,7 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "steps of batch {} with "
       "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
       "bits per byte over "
-      "the whole validation part ({} bytes) after the last step. Seeds are paired: seed s gives "
+      "{} after the last step. Seeds are paired: seed s gives "
       "every variant the same batches and the same initial embedding, attention and head (each "
       "matrix drawn from its own stream of the seed), so a variant is compared with ReLU's runs "
       "of its own seeds, by the paired difference (variant − ReLU, per seed).\n\n"
@@ -580,7 +582,12 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "narrower than its precision. Not measurably "
       "worse is never read as as good.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
-      t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"), t.validation_bytes,
+      t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"),
+      t.final_validation_tokens > 0 && t.final_validation_tokens < t.validation_bytes
+          ? fmt::format("the first {} bytes of the validation part ({} in all; --quick reads "
+                        "no more)",
+                        thousands(t.final_validation_tokens), thousands(t.validation_bytes))
+          : fmt::format("the whole validation part ({} bytes)", t.validation_bytes),
       sec.ref("moe_axes"), t.design.first, t.design.cap, t.margin, t.comparisons, t.comparisons,
       fixed(t.pooled_spread, 4));
   md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",

@@ -153,7 +153,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   if (resumed_here && run_finished(o.out, trainer.step(), o.train.steps)) {
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
     o.already_finished = o.finished = true;
-    if (rq.validate_at_end) o.validation = trainer.evaluate(0);
+    if (rq.validate_at_end) o.validation = trainer.evaluate(rq.validation_tokens);
     if (lead) {  // its summary, as the run wrote it (null when it cannot be read)
       try {
         const auto bytes = read_regular_file((fs::path(o.out) / "summary.json").string(), "train",
@@ -219,7 +219,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
       write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
                         o.sample.size());
   }
-  if (rq.validate_at_end) o.validation = trainer.evaluate(0);
+  if (rq.validate_at_end) o.validation = trainer.evaluate(rq.validation_tokens);
 
   std::vector<double> tps;
   for (const StepLog& s : o.steps) tps.push_back(s.tokens_per_second);

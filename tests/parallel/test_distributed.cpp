@@ -7,12 +7,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -511,6 +513,73 @@ TEST_F(Distributed, EvolveOverRanksMatchesOneProcess) {
     EXPECT_EQ(without_timings(together), without_timings(alone)) << n << " ranks";
     EXPECT_NE(read(out + "/REPORT.md").find(std::to_string(n) + " MPI ranks"), std::string::npos);
   }
+}
+
+// The pid of the process of the MPI job with rank `rank` whose command line holds `marker`
+// (its environment says its rank), or -1.
+pid_t rank_pid(int rank, const std::string& marker) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
+    const std::string c((std::istreambuf_iterator<char>(cmd)), {});
+    const std::string v((std::istreambuf_iterator<char>(env)), {});
+    if (c.find(marker) == std::string::npos || c.find("mpirun") != std::string::npos) continue;
+    if (v.find(std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0') !=
+        std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// A rank that stops answering while the study trains (SIGSTOP): rank 0 ends the job after
+// --dist-timeout with a message naming the rank and its run, and writes no report.
+TEST_F(Distributed, EvolveEndsWhenARankHangsNamingItsRun) {
+  const std::string out = path("hung");
+  const std::string command = kMpirun + "-np 2 " + FFNLAB_BIN +
+                              " evolve --quick --threads 1 --variants relu,moe --dist-timeout 3 "
+                              "--out " +
+                              out + " > " + path("mpi.out") + " 2> " + path("mpi.err");
+  const pid_t job = fork();
+  if (job == 0) {
+    setpgid(0, 0);  // mpirun and its ranks in a group of their own, so that the test can end them
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(job, 0);
+  // Once the training has begun, rank 1 stops (as a hung process would).
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t worker = -1;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    if (read(path("mpi.out")).find("== training") != std::string::npos &&
+        (worker = rank_pid(1, out)) > 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(worker, 0) << read(path("mpi.err"));
+  ::kill(worker, SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  int raw = 0;
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() - stopped < std::chrono::seconds(120)) {
+    ended = ::waitpid(job, &raw, WNOHANG) == job;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  ::kill(-job, SIGKILL);  // whatever is left of the job (the stopped rank, if the job left it)
+  ::kill(worker, SIGKILL);
+  if (!ended) ::waitpid(job, &raw, 0);
+  ASSERT_TRUE(ended) << "the job did not end within 120 s of the rank's stop";
+  EXPECT_LT(seconds, 60);
+  EXPECT_FALSE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0);
+  const std::string err = read(path("mpi.err"));
+  // Stopped while training, or before it took its next run: either way the run is named.
+  const bool named =
+      err.find("rank 1 has said nothing for 3 s while training the run '") != std::string::npos ||
+      err.find("rank 1 did not take the run '") != std::string::npos;
+  EXPECT_TRUE(named) << err;
+  EXPECT_FALSE(fs::exists(out + "/REPORT.md"));
 }
 
 }  // namespace

@@ -159,6 +159,9 @@ struct TrainingResult {
   double pooled_spread = 0;
   double margin = 0;  // the equivalence margin in bits per byte, stated before the run
   std::int64_t validation_bytes = 0;
+  // The bytes every run's last evaluation read: the first of the validation part (0: all of
+  // it; --quick reads fewer).
+  std::int64_t final_validation_tokens = 0;
   std::vector<VariantOutcome> variants;
   const VariantOutcome* find(std::string_view variant) const;
 };

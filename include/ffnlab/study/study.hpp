@@ -72,6 +72,10 @@ struct Scale {
   TrainConfig train;           // steps, batch, seq, evaluation
   std::int64_t eval_tokens;    // validation tokens of the periodic evaluations
   std::int64_t census_tokens;  // validation tokens of the sparsity census
+  // Validation tokens of every run's last evaluation, the number each comparison reads: 0, the
+  // whole validation part; --quick, its first 32768 (the pipeline's check needs no more, and
+  // over the whole part a quick run spent most of its time validating).
+  std::int64_t validation_tokens;
   // The comparisons against ReLU: first look, cap, error (design.first is the seeds every
   // comparison trains; routing_seeds of the routing families).
   SequentialDesign design;

@@ -62,7 +62,8 @@ struct RunRequest {
   // this rank's micro-batch, unless measure_bare is off.
   std::optional<ModelProducts> bare;
   bool measure_bare = true;
-  bool validate_at_end = false;  // a last evaluation on the whole validation part
+  bool validate_at_end = false;        // a last evaluation on the whole validation part
+  std::int64_t validation_tokens = 0;  // ... or on its first this many tokens (0: all of it)
   RunNames names;
 };
 
