@@ -41,7 +41,7 @@ def _progress(progress, function):
 
 def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
            routing_seeds=None, steps=None, variants=None, data=None, sweep=False, margin=None,
-           runs=None, resume=False, progress=True):
+           runs=None, resume=False, sizes=None, tasks=None, budget=None, progress=True):
     """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
     `out`: REPORT.md, results.json, the figures and their CSV. Returns the results as a dict
     (the schema of results.json, docs/evolve.md).
@@ -58,7 +58,13 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     the d_ff / d_model sweep. margin: the equivalence margin in bits/byte, in (0, 1] (None:
     0.02). runs: the folder that keeps every finished LM run (None: `out` + ".runs"); resume:
     take the runs it kept instead of training them again (a study that stopped trains only what
-    it lacks; without resume the folder starts empty). progress: True for a text bar, False for none, or a callable
+    it lacks; without resume the folder starts empty). sizes: sizes of the ladder to train
+    every variant at, e.g. ["xs", "s"] (xs, s, m, l: d_model 64, 128, 256, 512; "s" is the
+    study's LM); tasks: ["causal", "masked"] adds the masked objective for the dense variants;
+    either one adds the section "Across model sizes and tasks" with verdicts per size and task
+    and the scaling figure (None for both: one size, one task). budget: a wall-time budget, as
+    seconds or a string such as "30m" or "2h": the planner times this machine and chooses the
+    sizes (unless given), seeds and steps that fit. progress: True for a text bar, False for none, or a callable
     progress(kind, done, planned, text, eta_seconds). An argument of another type or out of
     range is a ValueError naming it, before any work. Ctrl-C stops it (KeyboardInterrupt), also
     while it draws the figures; nothing is written then, and an earlier report in `out` is kept.
@@ -66,7 +72,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     # Passed as given: the binding checks each one (a ValueError naming it and its value).
     options = dict(out=out, quick=quick, full=full, seeds=seeds, max_seeds=max_seeds,
                    routing_seeds=routing_seeds, steps=steps, sweep=sweep, margin=margin,
-                   variants=variants, data=data, runs=runs, resume=resume)
+                   variants=variants, data=data, runs=runs, resume=resume, sizes=sizes,
+                   tasks=tasks, budget=budget)
     return _ffnlab._evolve(options, _progress(progress, "evolve"))
 
 

@@ -299,34 +299,40 @@ std::string path_argument(std::string_view function, std::string_view name, cons
 }
 
 // evolve's variants: a list (or tuple) of names, not empty (None is the default list).
-std::vector<std::string> variants_argument(const py::handle& v) {
-  const auto empty = [] {
-    return py::value_error(fmt::format(
-        "[python] evolve: variants is empty: give a list of variant names that includes 'relu' "
-        "(None: the default, {})",
-        fmt::join(study::default_variants(), ", ")));
-  };
+// A list of names (variants, sizes, tasks): a list or tuple of strings, never a bare string.
+std::vector<std::string> names_argument(const std::string& key, const py::handle& v,
+                                        const std::string& noun, const std::string& example,
+                                        const std::string& when_empty) {
+  const std::string what = fmt::format("a list of {} names such as {}", noun, example);
+  const std::string one = fmt::format("a {} name (a string)", noun);
   if (PyUnicode_Check(v.ptr())) {
-    if (PyUnicode_GetLength(v.ptr()) == 0) throw empty();
-    bad_argument("evolve", "variants", "a list of variant names such as ['relu', 'swiglu']", v);
+    if (PyUnicode_GetLength(v.ptr()) == 0)
+      throw py::value_error(fmt::format("[python] evolve: {} is empty: {}", key, when_empty));
+    bad_argument("evolve", key, what, v);
   }
-  if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr()))
-    bad_argument("evolve", "variants", "a list of variant names such as ['relu', 'swiglu']", v);
+  if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr())) bad_argument("evolve", key, what, v);
   std::vector<std::string> names;
   for (const py::handle item : py::reinterpret_borrow<py::sequence>(v)) {
-    const std::string which = fmt::format("variants[{}]", names.size());
-    if (!PyUnicode_Check(item.ptr()))
-      bad_argument("evolve", which, "a variant name (a string)", item);
+    const std::string which = fmt::format("{}[{}]", key, names.size());
+    if (!PyUnicode_Check(item.ptr())) bad_argument("evolve", which, one, item);
     Py_ssize_t size = 0;
     const char* text = PyUnicode_AsUTF8AndSize(item.ptr(), &size);
     if (text == nullptr) {
       PyErr_Clear();
-      bad_argument("evolve", which, "a variant name (a string)", item);
+      bad_argument("evolve", which, one, item);
     }
     names.emplace_back(text, static_cast<std::size_t>(size));
   }
-  if (names.empty()) throw empty();
+  if (names.empty())
+    throw py::value_error(fmt::format("[python] evolve: {} is empty: {}", key, when_empty));
   return names;
+}
+
+std::vector<std::string> variants_argument(const py::handle& v) {
+  return names_argument(
+      "variants", v, "variant", "['relu', 'swiglu']",
+      fmt::format("give a list of variant names that includes 'relu' (None: the default, {})",
+                  fmt::join(study::default_variants(), ", ")));
 }
 
 // The LM of a model config (docs/config.md), with two conveniences: `variant` (and optionally
@@ -484,7 +490,19 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       o.margin = real_argument("evolve", key, v, 0, 1);
     else if (key == "variants")
       o.variants = variants_argument(v);
-    else
+    else if (key == "sizes")
+      o.sizes =
+          names_argument(key, v, "size", "['xs', 's']",
+                         "give sizes of the ladder, xs, s, m, l (None: the study's LM alone)");
+    else if (key == "tasks")
+      o.tasks = names_argument(key, v, "task", "['causal', 'masked']",
+                               "give tasks, causal and masked (None: causal)");
+    else if (key == "budget") {
+      if (PyUnicode_Check(v.ptr()))
+        o.budget_seconds = study::parse_duration(std::string(py::str(v)));
+      else
+        o.budget_seconds = real_argument("evolve", key, v, 0, 1e9);
+    } else
       throw py::value_error(fmt::format("[python] evolve has no option '{}'", key));
   }
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))

@@ -32,3 +32,7 @@ def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert "reference" in text and "best at equal parameters:" in text
     assert "validation:" in text and "bits/byte" in text
     assert (tmp_path / "ffn_evolution_report" / "REPORT.md").exists()
+    # The ladder's cell: a trend line per task and variant, and its report.
+    for line in ("causal  swiglu", "masked  gelu"):
+        assert line in text, line
+    assert (tmp_path / "ffn_scaling_report" / "scaling.png").exists()

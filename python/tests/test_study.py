@@ -219,6 +219,45 @@ def test_evolve_resume_takes_the_kept_runs_and_a_larger_study_reuses_them(corpus
     assert kept == 0 and (tmp_path / "elsewhere" / ".ffnlab-runs").exists()
 
 
+def test_evolve_across_sizes_and_tasks_and_within_a_budget(corpus, tmp_path):
+    lines = []
+    results = ffnlab.evolve(tmp_path / "report", quick=True, seeds=2, max_seeds=2, steps=4,
+                            variants=["relu", "swiglu"], data=corpus, sizes=["xs", "s"],
+                            tasks=("causal", "masked"),
+                            progress=lambda kind, done, planned, text, eta: lines.append(text))
+    scaling = results["scaling"]
+    assert list(scaling["sizes"]) == ["xs", "s"]
+    assert scaling["tasks"] == ["causal", "masked"]
+    assert scaling["cells"]["s"]["causal"]["from_training_stage"]
+    assert (scaling["cells"]["s"]["causal"]["variants"]["swiglu"]["val_bits_per_byte"]
+            == results["training"]["variants"]["swiglu"]["val_bits_per_byte"])
+    masked = scaling["cells"]["xs"]["masked"]["variants"]
+    assert set(masked) == {"relu", "swiglu"} and len(masked["swiglu"]["val_bits_per_byte"]) == 2
+    assert [(t["task"], t["variant"]) for t in scaling["trends"]] == [("causal", "swiglu"),
+                                                                     ("masked", "swiglu")]
+    assert (tmp_path / "report" / "scaling.png").stat().st_size > 10000
+    assert any(line.startswith("  xs masked, look at 2 seeds") for line in lines)
+    # A budget: the planner chooses, and the report's first lines say what and why.
+    results = ffnlab.evolve(tmp_path / "budget", quick=True, variants=["relu", "swiglu"],
+                            data=corpus, budget="1h", progress=False)
+    assert list(results["scaling"]["sizes"]) == ["xs", "s", "m", "l"]
+    assert "chosen by `--budget`, for a budget of 60 min" in (
+        tmp_path / "budget" / "REPORT.md").read_text()
+
+
+def test_evolve_refuses_bad_sizes_tasks_and_budgets(tmp_path):
+    for options, message in [(dict(sizes=["xs", "xxl"]), "size 'xxl' is not one of xs, s, m, l"),
+                             (dict(sizes="xs,s"), "sizes must be a list of size names"),
+                             (dict(sizes=[]), "sizes is empty"),
+                             (dict(tasks=["masked", 1]), r"tasks\[1\] must be a task name"),
+                             (dict(budget="soon"), "budget 'soon' is not a duration"),
+                             (dict(budget=-5), "budget must be a number in"),
+                             (dict(budget=1), "a budget of 1.0 s .* cannot hold the study")]:
+        with pytest.raises(ValueError, match=message):
+            ffnlab.evolve(tmp_path / "r", quick=True, progress=False, **options)
+    assert not (tmp_path / "r").exists()
+
+
 def test_evolve_full_adds_the_top2_moe_at_equal_compute_and_the_z_loss_ablation(corpus, tmp_path):
     def study(name, **full):
         return ffnlab.evolve(tmp_path / name, quick=True, seeds=1, max_seeds=1, steps=4,

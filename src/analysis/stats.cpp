@@ -10,10 +10,11 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <numeric>
 #include <random>
+#include <tuple>
 
+#include "check.hpp"
 #include "ffnlab/error.hpp"
 
 namespace ffnlab {
@@ -125,7 +126,8 @@ struct GridDensity {
     for (int i = 0; i < kPoints; ++i) {
       x[static_cast<std::size_t>(i)] = -h + step * i;
       const double w = (i == 0 || i == kPoints - 1) ? 1 : (i % 2 ? 4 : 2);
-      weighted[static_cast<std::size_t>(i)] = density(x[static_cast<std::size_t>(i)]) * w * step / 3;
+      weighted[static_cast<std::size_t>(i)] =
+          density(x[static_cast<std::size_t>(i)]) * w * step / 3;
     }
   }
 };
@@ -181,12 +183,12 @@ std::vector<double> obrien_fleming_bounds(std::span<const double> fractions, dou
   return bounds;
 }
 
-std::vector<double> sequential_t_bounds(const SequentialDesign& design, double alpha,
-                                        int paths) {
+std::vector<double> sequential_t_bounds(const SequentialDesign& design, double alpha, int paths) {
   if (design.first < 2 || design.cap < design.first || !(alpha > 0 && alpha < 1) || paths < 1)
-    throw Error(fmt::format("[stats] a sequential design needs 2 <= first ({}) <= cap ({}), "
-                            "alpha ({}) in (0, 1) and paths ({}) >= 1",
-                            design.first, design.cap, alpha, paths));
+    throw Error(
+        fmt::format("[stats] a sequential design needs 2 <= first ({}) <= cap ({}), "
+                    "alpha ({}) in (0, 1) and paths ({}) >= 1",
+                    design.first, design.cap, alpha, paths));
   const double z = normal_quantile(1 - alpha / 2);
   auto spent = [&](int n) {
     return 2 - 2 * normal_cdf(z / std::sqrt(static_cast<double>(n) / design.cap));
@@ -314,7 +316,8 @@ bool decides(double mean_abs, double spread, double margin, int n, double bound,
 }
 
 double t_quantile(int n, double level) {
-  return boost::math::quantile(boost::math::students_t(static_cast<double>(n - 1)), 0.5 + level / 2);
+  return boost::math::quantile(boost::math::students_t(static_cast<double>(n - 1)),
+                               0.5 + level / 2);
 }
 
 }  // namespace
@@ -337,6 +340,53 @@ int values_to_decide(std::span<const double> d, double margin, const SequentialD
                 sequential_bound(design, n, 2 * design.alpha)))
       return n;
   return design.cap + 1;
+}
+
+bool SlopeInterval::defined() const {
+  return !std::isnan(low) && !std::isnan(high);
+}
+
+SlopeInterval slope_interval(std::span<const double> x,
+                             const std::vector<std::vector<double>>& groups, double level) {
+  check(x.size() == groups.size(), "slope_interval: {} positions for {} groups", x.size(),
+        groups.size());
+  SlopeInterval r;
+  r.level = level;
+  r.low = r.high = NAN;
+  const std::size_t k = x.size();
+  if (k < 2) {
+    r.slope = NAN;
+    return r;
+  }
+  const double x_mean = mean(x);
+  double sxx = 0;
+  for (double xi : x) sxx += (xi - x_mean) * (xi - x_mean);
+  if (!(sxx > 0)) {
+    r.slope = NAN;
+    return r;
+  }
+  double variance = 0, welch_denominator = 0;
+  bool every_group_has_spread = true;
+  for (std::size_t i = 0; i < k; ++i) {
+    const double c = (x[i] - x_mean) / sxx;
+    r.slope += c * mean(groups[i]);
+    const auto n = static_cast<double>(groups[i].size());
+    if (groups[i].size() < 2) {
+      every_group_has_spread = false;
+      continue;
+    }
+    const double s = sample_std(groups[i]);
+    const double term = c * c * s * s / n;
+    variance += term;
+    welch_denominator += term * term / (n - 1);
+  }
+  if (!every_group_has_spread || !(variance > 0)) return r;
+  r.degrees_of_freedom = variance * variance / welch_denominator;
+  const boost::math::students_t t(r.degrees_of_freedom);
+  const double half = boost::math::quantile(t, 0.5 + level / 2) * std::sqrt(variance);
+  r.low = r.slope - half;
+  r.high = r.slope + half;
+  return r;
 }
 
 }  // namespace ffnlab

@@ -20,9 +20,9 @@ std::string measured(const VariantOutcome* o) {
   switch (o->verdict) {
     case Verdict::better:
     case Verdict::worse:
-      return fmt::format("{} by {} bits/byte (paired over {} seeds, the sequential rule's interval)",
-                         verdict_text(o->verdict), difference_cell(*o),
-                         o->val_bits_per_byte.size());
+      return fmt::format(
+          "{} by {} bits/byte (paired over {} seeds, the sequential rule's interval)",
+          verdict_text(o->verdict), difference_cell(*o), o->val_bits_per_byte.size());
     case Verdict::equivalent:
       return fmt::format("equivalent to ReLU within the margin ({} bits/byte)",
                          difference_cell(*o));
@@ -224,9 +224,11 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
         {"a fixed compute budget per token", kTutorialBudget,
          c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied) : "not decided",
          "FLOPs per token from " + sec.ref("costs") + ", rule 2"});
-    rows.push_back({"training throughput on this machine", "—",
-                    c->best_per_second.empty() ? "undecided (noisy or overlapping throughput)" : c->best_per_second,
-                    "tokens per second as a ratio to ReLU's, rule 3 of " + sec.ref("recommendations")});
+    rows.push_back(
+        {"training throughput on this machine", "—",
+         c->best_per_second.empty() ? "undecided (noisy or overlapping throughput)"
+                                    : c->best_per_second,
+         "tokens per second as a ratio to ReLU's, rule 3 of " + sec.ref("recommendations")});
     if (c->moe && c->moe->at_equal_compute) {
       const VariantOutcome& o = *c->moe->at_equal_compute;
       rows.push_back(
@@ -239,21 +241,27 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
            "MoE at equal compute, " + sec.ref("moe_axes")});
     }
   }
-  rows.push_back(
-      {"model size",
-       "below 100M ReLU or GELU, 100M–1B GELU, 1B–10B GELU or GLU, 10B–100B GLU or gated, "
-       "above 100B MoE",
-       "not measured: one size",
-       fmt::format("this run trains one LM ({}); the real models of {} show what the field "
-                   "chose at each size (SwiGLU from 7B down, not GELU), evidence of another "
-                   "kind",
-                   sec.ref("limitations"), sec.ref("zoo"))});
-  rows.push_back({"task",
-                  "classification ReLU, NLU and generation GELU, multi-task gated, extreme scale "
-                  "MoE",
-                  "not measured: one task",
-                  "byte-level language modelling on one corpus; nothing here says how a "
-                  "variant fares on another task, and the tutorial gives no measurement either"});
+  if (std::vector<std::vector<std::string>> measured = scaling_choice_rows(st, sec);
+      !measured.empty()) {
+    for (auto& row : measured) rows.push_back(std::move(row));
+  } else {
+    rows.push_back(
+        {"model size",
+         "below 100M ReLU or GELU, 100M–1B GELU, 1B–10B GELU or GLU, 10B–100B GLU or gated, "
+         "above 100B MoE",
+         "not measured: one size (`--sizes` trains a ladder)",
+         fmt::format("this run trains one LM ({}); the real models of {} show what the field "
+                     "chose at each size (SwiGLU from 7B down, not GELU), evidence of another "
+                     "kind",
+                     sec.ref("limitations"), sec.ref("zoo"))});
+    rows.push_back({"task",
+                    "classification ReLU, NLU and generation GELU, multi-task gated, extreme "
+                    "scale MoE",
+                    "not measured: one task (`--tasks causal,masked` adds the masked objective)",
+                    "byte-level language modelling on one corpus; nothing here says how a "
+                    "variant fares on another task, and the tutorial gives no measurement "
+                    "either"});
+  }
   std::string md =
       "**Choosing by situation.** The tutorial's advice beside what this run supports, and "
       "what it cannot tell you:\n\n";

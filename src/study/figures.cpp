@@ -487,7 +487,8 @@ void draw_routing_families(const Study& st) {
   s += fmt::format(
       "set multiplot layout 1,{} title 'Routing families at the headline MoE''s layout: "
       "validation against the compute a token ran ({})'\nset key top right\n",
-      masked ? 2 : 1, r.seeds == 1 ? "seed 1 alone: no bars"
+      masked ? 2 : 1,
+      r.seeds == 1 ? "seed 1 alone: no bars"
                    : fmt::format("mean over {} seeds; bars: ± one standard deviation", r.seeds));
   // One panel an objective, each with its own ranges (bits per byte and per masked byte differ);
   // top-k red, the families blue, each labelled where it meets no other name.
@@ -528,6 +529,64 @@ void draw_routing_families(const Study& st) {
         "Masked objective: all five families");
   s += "unset multiplot\n";
   render_figure(st.dir, "routing_families", s);
+}
+
+void draw_scaling(const Study& st) {
+  const ScalingResult& r = *st.results.scaling;
+  const std::size_t tasks = r.tasks.size();
+  std::string s = preamble("scaling", tasks > 1 ? 1500 : 900, 1100);
+  // Top: each variant's validation (the size effect dwarfs the variants' differences); below:
+  // its paired difference to ReLU of the same size and task, where the gap's trend shows.
+  s += fmt::format(
+      "set multiplot layout 2,{} title 'Across model sizes: validation (mean over seeds; bars: ± "
+      "one standard deviation), and the paired difference to ReLU (bars: the interval of its "
+      "last look)'\n"
+      "set logscale x\nset format x '1e%T'\nset key top right\n"
+      "set xlabel 'training FLOPs of a run'\n",
+      tasks);
+  auto labels_of = [&](const std::string& task) {
+    std::vector<std::string> labels;
+    for (const ScalingCell& c : r.cells)
+      if (c.task == task)
+        for (const ScalingEntry& e : c.variants)
+          if (std::find(labels.begin(), labels.end(), e.outcome.variant) == labels.end())
+            labels.push_back(e.outcome.variant);
+    return labels;
+  };
+  auto title = [](const std::string& task) {
+    return task == "masked" ? "masked objective (bidirectional)" : "causal LM";
+  };
+  for (const std::string& task : r.tasks) {
+    s += fmt::format("set title '{}'\nset ylabel '{}'\n", title(task),
+                     task == "masked" ? "validation bits per masked byte"
+                                      : "validation bits per byte (lower is better)");
+    const std::vector<std::string> labels = labels_of(task);
+    std::vector<std::string> plots;
+    for (std::size_t i = 0; i < labels.size(); ++i)
+      plots.push_back(fmt::format(
+          "'scaling.csv' every ::1 using (strcol(1) eq '{0}' && strcol(2) eq '{1}' ? $4 : 1/0):5:6 "
+          "with yerrorlines lw 2 pt 7 lc rgb '{2}' title '{1}'",
+          task, labels[i], colour(i)));
+    s += fmt::format("plot {}\n", fmt::join(plots, ", "));
+  }
+  for (const std::string& task : r.tasks) {
+    s += fmt::format(
+        "set title '{}: difference to ReLU (below 0: better than ReLU)'\n"
+        "set ylabel 'variant − ReLU, bits per {}byte'\n",
+        title(task), task == "masked" ? "masked " : "");
+    const std::vector<std::string> labels = labels_of(task);
+    std::vector<std::string> plots{"0 with lines dt 2 lw 2 lc rgb '#1f77b4' title 'relu'"};
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      if (labels[i] == "relu") continue;
+      plots.push_back(fmt::format(
+          "'scaling.csv' every ::1 using (strcol(1) eq '{0}' && strcol(2) eq '{1}' ? $4 : "
+          "1/0):8:9:10 with yerrorlines lw 2 pt 7 lc rgb '{2}' title '{1}'",
+          task, labels[i], colour(i)));
+    }
+    s += fmt::format("plot {}\n", fmt::join(plots, ", "));
+  }
+  s += "unset multiplot\n";
+  render_figure(st.dir, "scaling", s);
 }
 
 }  // namespace ffnlab::study

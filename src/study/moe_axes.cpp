@@ -170,9 +170,8 @@ json outcome_json(const VariantOutcome& o) {
           {"paired_difference_ci90", interval_json(o.diff_low90, o.diff_high90)},
           {"verdict", verdict_text(o.verdict)},
           {"seeds", o.val_bits_per_byte.size()},
-          {"interval_levels", o.sequential_seeds > 0
-                                  ? json::array({o.level, o.equivalence_level})
-                                  : json(nullptr)},
+          {"interval_levels",
+           o.sequential_seeds > 0 ? json::array({o.level, o.equivalence_level}) : json(nullptr)},
           {"holds_for_all_comparisons", o.holds_for_all_comparisons},
           {"narrow_by_chance", o.narrow_by_chance},
           {"seeds_to_decide", o.seeds_to_decide}};
@@ -242,8 +241,7 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
                          "same compute trains too.")
            : "`--full` also trains 8 experts of half ReLU's width with top-2 (Mixtral's design) "
              "at the same compute.",
-      sec.ref("training"), st.scale.design.first, st.scale.design.cap,
-      st.results.training->margin);
+      sec.ref("training"), st.scale.design.first, st.scale.design.cap, st.results.training->margin);
   md += markdown_table(
       {"FFN", "what", "LM parameters", "FFN active / total", "forward FLOPs/token", "val bits/byte",
        "paired difference to ReLU [interval]", "verdict", "tokens/s (÷ ReLU's)"},

@@ -365,8 +365,8 @@ void run_recommendations(Study& st) {
   if (!qualifying.empty()) {
     // The fastest by its median ratio; decided only when its slowest seed beat every other
     // candidate's fastest (ReLU: 1), so that the pick never rests on one statistic's noise.
-    const VariantOutcome* fastest = *std::max_element(
-        qualifying.begin(), qualifying.end(), [](const auto* a, const auto* b) {
+    const VariantOutcome* fastest =
+        *std::max_element(qualifying.begin(), qualifying.end(), [](const auto* a, const auto* b) {
           return a->tokens_per_second_over_relu < b->tokens_per_second_over_relu;
         });
     std::vector<std::string> overlapping;
@@ -532,8 +532,7 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
         m.verdict == Verdict::one_seed
             ? fmt::format("{:+.4f} bits/byte (one seed: no interval)", m.diff_mean)
             : fmt::format("{:+.4f} bits/byte, interval [{:+.4f}, {:+.4f}] (its last look's)",
-                          m.diff_mean,
-                          m.diff_low, m.diff_high);
+                          m.diff_mean, m.diff_low, m.diff_high);
     std::string finding;
     switch (m.finding) {
       case Finding::pays_off:
@@ -677,6 +676,39 @@ std::string references_markdown(const Study&, const Sections&) {
 
 namespace ffnlab::study {
 
+namespace {
+
+// What the sizes measured cannot reach, and what the literature says there.
+std::string sizes_limitation(const Study& st, const Sections& sec) {
+  const std::string literature =
+      "Beyond them the evidence is the literature's: Shazeer 2020 measured the GLU variants at "
+      "one size (T5-base, about 220M parameters); Narang et al. 2021 (\"Do Transformer "
+      "Modifications Transfer Across Implementations and Applications?\") re-implemented dozens "
+      "of modifications in one codebase and found the GLU variants among the few that improved "
+      "results across their tasks, mostly at that size; Switch Transformer (Fedus et al. 2021) "
+      "reports MoE at equal compute per token ahead of its dense baselines from T5-base up to "
+      "over a trillion parameters; and the field's largest dense models chose SwiGLU (" +
+      sec.ref("zoo") + ").";
+  if (!st.results.scaling)
+    return "- **One size, one task.** Every comparison is of one LM on next-byte prediction; "
+           "`--sizes` trains a ladder of sizes and `--tasks causal,masked` adds the masked "
+           "objective. " +
+           literature + "\n";
+  const ScalingResult& r = *st.results.scaling;
+  return fmt::format(
+      "- **Sizes.** The ladder of {} ran d_model {} to {} ({} to {} parameters): its largest "
+      "LM is {} times smaller than the smallest the tutorial's size advice is about (100M "
+      "parameters; its rows go above 100B), and a slope fitted across the ladder says nothing "
+      "certain about sizes it did not reach; it cannot reach billions of parameters. {}\n",
+      std::string(kScalingSection), r.sizes.front().model.d_model, r.sizes.back().model.d_model,
+      thousands(r.sizes.front().params), thousands(r.sizes.back().params),
+      thousands(static_cast<std::int64_t>(std::llround(
+          1e8 / static_cast<double>(std::max<std::int64_t>(1, r.sizes.back().params))))),
+      literature);
+}
+
+}  // namespace
+
 std::string limitations_markdown(const Study& st, const Sections& sec) {
   if (!st.results.training) return "";
   const TrainingResult& t = *st.results.training;
@@ -731,15 +763,15 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
       "other ratios. Training tokens/s ({}) were measured with runs side by side, one thread "
       "each.\n"
       "- **The toy run** ({}) measures how fast a layer memorises 8 random vectors, nothing about "
-      "language; **the MoE balancing runs** ({}) are one seed each.\n\n",
+      "language; **the MoE balancing runs** ({}) are one seed each.\n",
       t.train.optimizer.lr, t.train.warmup, t.design.first, t.design.cap, sec.ref("training"),
-      t.comparisons, t.margin, sec.ref("speed"),
-      st.results.machine.describe(), st.results.threads,
+      t.comparisons, t.margin, sec.ref("speed"), st.results.machine.describe(), st.results.threads,
       st.results.speed ? st.results.speed->d_model : 0,
       st.results.speed ? st.results.speed->d_ff : 0,
       st.results.speed ? st.results.speed->tokens : 0, sec.ref("training"), sec.ref("toy"),
       sec.ref("moe"));
-  return md;
+  md += sizes_limitation(st, sec);
+  return md + "\n";
 }
 
 }  // namespace ffnlab::study

@@ -78,12 +78,7 @@ std::string family_description(std::string_view name, const FFNConfig& c, std::i
 LMConfig family_model(const Study& st, const FFNConfig& ffn, bool masked) {
   LMConfig m = st.scale.model;
   m.ffn = ffn;
-  if (masked) {
-    m.causal = false;
-    m.vocab = kMaskToken + 1;
-    m.positions = PositionKind::rope;
-  }
-  return m;
+  return task_model(m, masked);
 }
 
 TrainConfig family_settings(const Study& st, bool masked) {

@@ -65,6 +65,28 @@ std::vector<double> per_seed(const Study& st, std::string_view label, double Run
 VariantOutcome paired_outcome(std::string name, std::vector<double> values,
                               const std::vector<double>& reference, double margin,
                               const SequentialDesign* design = nullptr);
+// A sequential comparison against ReLU at the seeds trained so far (values and ReLU's, seed 1
+// first): paired_outcome by the design, narrow_by_chance against the pooled spread of the
+// other comparisons it is made beside, and holds_for_all_comparisons with the error shared
+// (Bonferroni) over `comparisons`.
+VariantOutcome sequential_outcome(std::string label, std::vector<double> values,
+                                  const std::vector<double>& relu, double margin,
+                                  const SequentialDesign& design, double others_spread,
+                                  int comparisons);
+// The paired spread of several comparisons' differences, pooled (the sample variances weighted
+// by their degrees of freedom); 0 when there is none.
+double pooled_paired_spread(const std::vector<std::vector<double>>& differences);
+// One look of sequential comparisons against ReLU (their outcomes, ReLU's own left out, and the
+// seeds ReLU has): the next round's runs, (label, seed): one more seed of each comparison still
+// undecided below the cap, then ReLU's seeds they pair with; the runs still planned, at an
+// upper bound on the spread; and the look as a line ("gelu undecided, swiglu better ...").
+struct NextRound {
+  std::vector<std::pair<std::string, int>> runs;
+  std::int64_t planned_runs = 0;
+  std::string looked;
+};
+NextRound next_round(const std::vector<VariantOutcome>& outcomes, int relu_seeds,
+                     const SequentialDesign& design);
 // The outcome of a sequential comparison of the run (a variant of the training stage, or an
 // MoE of the moe_axes stage, against ReLU) at the seeds trained so far: paired_outcome by the
 // design, with narrow_by_chance (against the other comparisons' pooled spread) and
@@ -141,6 +163,36 @@ void run_routing(Study& st);
 json routing_json(const Results& r);
 std::string routing_markdown(const Study& st, const Sections& sec);
 
+// scaling.cpp: every variant at every size of the ladder and on every task
+// How the report refers to the stage's section (unnumbered: it runs only when asked for).
+inline constexpr std::string_view kScalingSection = "the section \"Across model sizes and tasks\"";
+// Whether the stage runs (Options::sizes or tasks given), and the sizes and tasks it trains.
+bool trains_scaling(const Options& options);
+std::vector<ModelSize> scaling_sizes(const Options& options);
+std::vector<std::string> scaling_tasks(const Options& options);
+// The LM of a size (ReLU's FFN, causal) and its settings: the study's, with steps grown as its
+// parameters over the study's LM's (never fewer than the study's), no periodic evaluations.
+LMConfig size_model(const Scale& scale, const ModelSize& size);
+TrainConfig size_settings(const Scale& scale, const ModelSize& size);
+// The LM of a task: as it is for "causal"; bidirectional with [MASK] and RoPE for "masked" (as
+// `ffnlab train --objective masked` builds it).
+LMConfig task_model(LMConfig model, bool masked);
+// The labels each cell compares (ReLU first): the variants, and the headline MoE at equal
+// compute beside them on the causal task; the dense variants alone on the masked one.
+std::vector<std::string> scaling_labels(const Study& st, const std::string& task);
+// One run of a cell: its LM, settings and label ("xs/masked/swiglu").
+RunJob scaling_job(const Study& st, const ModelSize& size, const std::string& task,
+                   const std::string& variant, int seed);
+std::int64_t scaling_steps(const Study& st);
+void run_scaling(Study& st);
+// The stage's result from the runs trained (run_scaling trains them, then reads them so).
+ScalingResult scaling_result(const Study& st);
+json scaling_json(const Results& r);
+std::string scaling_markdown(const Study& st, const Sections& sec);
+// The scaling rows of "Choosing by situation" (evolution.cpp): by size and by task, each
+// {situation, the tutorial says, this run's choice, rests on}; empty when the stage did not run.
+std::vector<std::vector<std::string>> scaling_choice_rows(const Study& st, const Sections& sec);
+
 // sweep.cpp
 std::int64_t sweep_steps(const Study& st);
 void run_sweep(Study& st);
@@ -157,6 +209,7 @@ void draw_moe_specialisation(const Study& st);
 void draw_sweep(const Study& st);
 void draw_moe_pareto(const Study& st);
 void draw_routing_families(const Study& st);
+void draw_scaling(const Study& st);
 
 // A stage's JSON of an optional result: null when the stage did not run.
 template <class T, class F>

@@ -114,6 +114,19 @@ const std::vector<Stage>& stages() {
          "ran, per routing family (mean over seeds; bars: ± one standard deviation where there "
          "are several), the causal LM and the masked objective apart: a family right of top-k "
          "spent more compute than its config promised, left of it less"}}},
+      // Unnumbered, like the sweep: it runs only with --sizes or --tasks, and the sections
+      // after it keep their numbers either way.
+      {"scaling",
+       "Across model sizes and tasks",
+       false,
+       scaling_steps,
+       run_scaling,
+       scaling_json,
+       scaling_markdown,
+       {{"scaling", draw_scaling,
+         "validation against the training compute of a run (log scale), one line per variant "
+         "across the sizes of the ladder, one panel per task: where a variant's line falls "
+         "away from ReLU's as compute grows, its lead grows with size"}}},
       {"evolution",
        "The evolution, step by step, in this run's numbers",
        true,

@@ -3,11 +3,13 @@
 #include "ffnlab/study/study.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -38,9 +40,12 @@ std::vector<std::string> default_variants(bool full) {
 Scale make_scale(const Options& o) {
   Scale s;
   // The study's LM: the reference configuration, measured against PyTorch (docs/training.md).
-  s.model.d_model = o.quick ? 32 : 128;
-  s.model.layers = o.quick ? 2 : 4;
-  s.model.heads = o.quick ? 2 : 4;
+  // It is the size "s" of the ladder that --sizes picks from (scaling.cpp).
+  const auto own = std::find_if(size_ladder(o.quick).begin(), size_ladder(o.quick).end(),
+                                [](const ModelSize& m) { return m.name == "s"; });
+  s.model.d_model = own->d_model;
+  s.model.layers = own->layers;
+  s.model.heads = own->heads;
   s.model.ffn = study_ffn("relu", s.model.d_model);  // the reference; each run sets its own
   s.train.seq = o.quick ? 32 : 128;
   s.model.context = s.train.seq;
@@ -294,13 +299,18 @@ std::string report_header(const Study& st) {
       fmt::format("{}{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
                   o.max_seeds ? fmt::format(" --max-seeds {}", o.max_seeds) : "",
                   o.routing_seeds ? fmt::format(" --routing-seeds {}", o.routing_seeds) : ""),
-      o.steps ? fmt::format(" --steps {}", o.steps) : "", elapsed(st.results.seconds),
-      st.results.threads, st.results.threads == 1 ? "" : "s",
+      fmt::format("{}{}{}", o.steps ? fmt::format(" --steps {}", o.steps) : "",
+                  o.sizes.empty() ? "" : fmt::format(" --sizes {}", fmt::join(o.sizes, ",")),
+                  o.tasks.empty() ? "" : fmt::format(" --tasks {}", fmt::join(o.tasks, ","))),
+      elapsed(st.results.seconds), st.results.threads, st.results.threads == 1 ? "" : "s",
       st.results.ranks > 1
           ? fmt::format(" and {} MPI ranks (the language models trained on all of them)",
                         st.results.ranks)
           : "",
       st.results.machine.describe(), sec.ref("speed"), sec.ref("training"));
+  if (!st.plan_why.empty())
+    md += fmt::format("The seeds, steps and sizes above were chosen by `--budget`, for {}.\n\n",
+                      st.plan_why);
   if (o.quick)
     md +=
         "**This is a --quick run:** small models and few steps, to check the pipeline; its "
@@ -344,9 +354,47 @@ void check_options(const Options& o) {
     throw Error(fmt::format("[evolve] margin = {} bits/byte must be in (0, 1]", o.margin));
   if (o.steps < 0 || o.steps > 1000000000)
     throw Error(fmt::format("[evolve] steps = {} must be in [1, 10^9] (0: the default)", o.steps));
+  std::vector<std::string> ladder;
+  for (const ModelSize& s : size_ladder(o.quick)) ladder.emplace_back(s.name);
+  auto check_list = [](const std::vector<std::string>& given, const std::vector<std::string>& known,
+                       std::string_view what) {
+    for (std::size_t i = 0; i < given.size(); ++i) {
+      if (std::find(known.begin(), known.end(), given[i]) == known.end())
+        throw Error(fmt::format("[evolve] {} '{}' is not one of {}", what, given[i],
+                                fmt::join(known, ", ")));
+      if (std::count(given.begin(), given.begin() + static_cast<std::ptrdiff_t>(i), given[i]) > 0)
+        throw Error(fmt::format("[evolve] {} '{}' is listed twice", what, given[i]));
+    }
+  };
+  check_list(o.sizes, ladder, "size");
+  check_list(o.tasks, task_names(), "task");
+  if (!(o.budget_seconds >= 0) || o.budget_seconds > 1e9)
+    throw Error(fmt::format("[evolve] budget = {} s must be positive (0: none)", o.budget_seconds));
 }
 
 }  // namespace
+
+double parse_duration(std::string_view text) {
+  const std::string t(text);
+  std::size_t used = 0;
+  double value = NAN;
+  try {
+    value = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = used > 0 ? t.substr(used) : "";
+  const double scale = unit.empty() || unit == "s"    ? 1
+                       : unit == "m" || unit == "min" ? 60
+                       : unit == "h"                  ? 3600
+                                                      : 0;
+  if (used == 0 || scale == 0 || !(value > 0) || !std::isfinite(value) || value * scale > 1e9)
+    throw Error(fmt::format(
+        "[evolve] budget '{}' is not a duration: a positive number with s, m or h (90s, 30m, "
+        "1.5h), or seconds",
+        t));
+  return value * scale;
+}
 
 std::string runs_dir(const Options& o) {
   if (!o.runs.empty()) return o.runs;
@@ -395,6 +443,14 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         options.data, st.corpus.bytes.size(), need, st.scale.train.seq));
   st.dir = out.path();
   st.store = RunStore(runs_dir(options), options.resume, st.corpus.fingerprint);
+  if (options.budget_seconds > 0) {
+    // The planner times the sizes on this machine and chooses what fits (plan.cpp).
+    const int workers = st.concurrent_runs + (ranks != nullptr ? ranks->size() - 1 : 0);
+    StudyPlan plan = plan_study(st.options, workers, st.corpus);
+    st.options = plan.options;
+    st.scale = plan.scale;
+    st.plan_why = plan.why;
+  }
   st.results.data = DataResult{st.corpus.source, st.corpus.fingerprint,
                                static_cast<std::int64_t>(st.corpus.files.size()),
                                static_cast<std::int64_t>(st.corpus.bytes.size()),
@@ -411,6 +467,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
                              "× {} steps (at most {} training steps in all), into {}",
                              st.options.variants.size(), st.scale.design.first, st.scale.design.cap,
                              st.scale.train.steps, st.planned_steps, out.final_path()));
+  if (!st.plan_why.empty()) st.message("chosen for " + st.plan_why);
   try {
     using clock = std::chrono::steady_clock;
     for (const Stage& s : stages()) {

@@ -296,19 +296,12 @@ std::vector<double> differences(const Study& st, const std::string& label) {
   return d;
 }
 
-// The paired spread of the run's comparisons but `label`, pooled (the sample variances
-// weighted by their degrees of freedom); 0 when there is none.
+// The paired spread of the run's comparisons but `label`, pooled.
 double pooled_spread(const Study& st, const std::string& except) {
-  double squares = 0, dof = 0;
-  for (const std::string& l : comparison_labels(st)) {
-    if (l == "relu" || l == except) continue;
-    const std::vector<double> d = differences(st, l);
-    if (d.size() < 2) continue;
-    const double s = sample_std(d);
-    squares += s * s * static_cast<double>(d.size() - 1);
-    dof += static_cast<double>(d.size() - 1);
-  }
-  return dof > 0 ? std::sqrt(squares / dof) : 0.0;
+  std::vector<std::vector<double>> d;
+  for (const std::string& l : comparison_labels(st))
+    if (l != "relu" && l != except) d.push_back(differences(st, l));
+  return pooled_paired_spread(d);
 }
 
 // The training stage's run of a variant for a seed; seed 1 also takes the activation census
@@ -355,26 +348,73 @@ void train_round(Study& st, std::vector<RunJob> jobs, std::size_t routing) {
 
 }  // namespace
 
+double pooled_paired_spread(const std::vector<std::vector<double>>& differences) {
+  double squares = 0, dof = 0;
+  for (const std::vector<double>& d : differences) {
+    if (d.size() < 2) continue;
+    const double s = sample_std(d);
+    squares += s * s * static_cast<double>(d.size() - 1);
+    dof += static_cast<double>(d.size() - 1);
+  }
+  return dof > 0 ? std::sqrt(squares / dof) : 0.0;
+}
+
+VariantOutcome sequential_outcome(std::string label, std::vector<double> values,
+                                  const std::vector<double>& relu, double margin,
+                                  const SequentialDesign& design, double others_spread,
+                                  int comparisons) {
+  VariantOutcome o = paired_outcome(std::move(label), std::move(values), relu, margin, &design);
+  std::vector<double> d;
+  for (std::size_t i = 0; i < o.val_bits_per_byte.size() && i < relu.size(); ++i)
+    d.push_back(o.val_bits_per_byte[i] - relu[i]);
+  o.narrow_by_chance = narrow_by_chance(d, others_spread);
+  // The same look's intervals with the error shared over every comparison (Bonferroni).
+  SequentialDesign shared = design;
+  shared.alpha = design.alpha / std::max(1.0, static_cast<double>(comparisons));
+  const PairedComparison c = compare_sequential(d, margin, shared);
+  o.holds_for_all_comparisons =
+      (o.verdict == Verdict::better && c.verdict == Comparison::better) ||
+      (o.verdict == Verdict::worse && c.verdict == Comparison::worse) ||
+      (o.verdict == Verdict::equivalent && c.verdict == Comparison::equivalent);
+  return o;
+}
+
+NextRound next_round(const std::vector<VariantOutcome>& outcomes, int relu_seeds,
+                     const SequentialDesign& design) {
+  NextRound next;
+  int relu_needs = 0, relu_to = relu_seeds;
+  for (const VariantOutcome& o : outcomes) {
+    const int n = o.sequential_seeds;
+    next.looked += fmt::format(
+        "{}{} {}", next.looked.empty() ? "" : ", ", o.variant,
+        o.verdict == Verdict::inconclusive ? "undecided" : std::string(verdict_text(o.verdict)));
+    // One seed has no interval yet: the second comes before the first look.
+    if ((o.verdict != Verdict::inconclusive && o.verdict != Verdict::one_seed) || n >= design.cap)
+      continue;
+    const int to = std::clamp(o.seeds_to_decide, std::max(n + 1, design.first), design.cap);
+    next.planned_runs += to - n;
+    relu_needs = std::max(relu_needs, to);
+    next.runs.emplace_back(o.variant, n + 1);
+    relu_to = std::max(relu_to, n + 1);
+  }
+  next.planned_runs += std::max(0, relu_needs - relu_seeds);
+  for (int seed = relu_seeds + 1; seed <= relu_to; ++seed) next.runs.emplace_back("relu", seed);
+  return next;
+}
+
 VariantOutcome comparison_outcome(const Study& st, const std::string& label) {
   const SequentialDesign& design = st.scale.design;
   const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
-  VariantOutcome o = paired_outcome(label, per_seed(st, label, &RunRecord::val_bits_per_byte), relu,
-                                    st.options.margin, label == "relu" ? nullptr : &design);
+  VariantOutcome o;
   if (label == "relu") {
+    o = paired_outcome(label, per_seed(st, label, &RunRecord::val_bits_per_byte), relu,
+                       st.options.margin);
     o.verdict = Verdict::reference;
     o.sequential_seeds = 0;
   } else {
-    const std::vector<double> d = differences(st, label);
-    o.narrow_by_chance = narrow_by_chance(d, pooled_spread(st, label));
-    // The same look's intervals with the error shared over every comparison (Bonferroni).
-    SequentialDesign shared = design;
-    const auto comparisons = static_cast<double>(comparison_labels(st).size() - 1);
-    shared.alpha = design.alpha / std::max(1.0, comparisons);
-    const PairedComparison c = compare_sequential(d, st.options.margin, shared);
-    o.holds_for_all_comparisons =
-        (o.verdict == Verdict::better && c.verdict == Comparison::better) ||
-        (o.verdict == Verdict::worse && c.verdict == Comparison::worse) ||
-        (o.verdict == Verdict::equivalent && c.verdict == Comparison::equivalent);
+    o = sequential_outcome(label, per_seed(st, label, &RunRecord::val_bits_per_byte), relu,
+                           st.options.margin, design, pooled_spread(st, label),
+                           static_cast<int>(comparison_labels(st).size() - 1));
   }
   set_throughput(o, per_seed(st, label, &RunRecord::median_tokens_per_second),
                  per_seed(st, "relu", &RunRecord::median_tokens_per_second), label == "relu");
@@ -415,44 +455,22 @@ void run_training(Study& st) {
   // ReLU, which every comparison pairs with).
   for (;;) {
     check_stop();
-    std::vector<std::string> pending;
-    std::int64_t planned_runs = 0;  // the runs still planned, at an upper bound on the spread
-    int relu_needs = 0;
-    std::string looked;
-    for (const std::string& l : labels) {
-      if (l == "relu") continue;
-      const VariantOutcome o = comparison_outcome(st, l);
-      const int n = o.sequential_seeds;
-      looked += fmt::format(
-          "{}{} {}", looked.empty() ? "" : ", ", l,
-          o.verdict == Verdict::inconclusive ? "undecided" : std::string(verdict_text(o.verdict)));
-      // One seed has no interval yet: the second comes before the first look.
-      if ((o.verdict != Verdict::inconclusive && o.verdict != Verdict::one_seed) || n >= design.cap)
-        continue;
-      pending.push_back(l);
-      const int to = std::clamp(o.seeds_to_decide, std::max(n + 1, design.first), design.cap);
-      planned_runs += to - n;
-      relu_needs = std::max(relu_needs, to);
-    }
+    std::vector<VariantOutcome> outcomes;
+    for (const std::string& l : labels)
+      if (l != "relu") outcomes.push_back(comparison_outcome(st, l));
     const int relu_has =
         static_cast<int>(per_seed(st, "relu", &RunRecord::val_bits_per_byte).size());
-    planned_runs += std::max(0, relu_needs - relu_has);
+    const NextRound next = next_round(outcomes, relu_has, design);
     // The plan: the steps done, the stages after training, and the runs still planned.
     std::int64_t after = 0;
     for (const Stage& s : stages())
       if (s.key != "training" && s.key != "moe_axes" && s.key != "routing")
         after += s.planned_steps(st);
-    st.planned_steps = st.done_steps + after + planned_runs * st.scale.train.steps;
-    st.message(fmt::format("  look at {} seeds: {}", relu_has, looked));
-    if (pending.empty()) break;
+    st.planned_steps = st.done_steps + after + next.planned_runs * st.scale.train.steps;
+    st.message(fmt::format("  look at {} seeds: {}", relu_has, next.looked));
+    if (next.runs.empty()) break;
     jobs.clear();
-    int relu_to = relu_has;
-    for (const std::string& l : pending) {
-      const int next = static_cast<int>(differences(st, l).size()) + 1;
-      jobs.push_back(job_of(l, next));
-      relu_to = std::max(relu_to, next);
-    }
-    for (int seed = relu_has + 1; seed <= relu_to; ++seed) jobs.push_back(job_of("relu", seed));
+    for (const auto& [label, seed] : next.runs) jobs.push_back(job_of(label, seed));
     train_round(st, std::move(jobs), 0);
   }
 

@@ -338,6 +338,14 @@ TEST_F(Cli, EvolveRejectsBadInput) {
   // The default first look (3 seeds) counts too.
   expect_error(run("evolve --max-seeds 2 --out " + path("r")),
                "max seeds = 2 must not be below the seeds of the first look, 3 (the default");
+  expect_error(run("evolve --quick --sizes xs,xl --out " + path("r")),
+               "size 'xl' is not one of xs, s, m, l");
+  expect_error(run("evolve --quick --tasks causal,causal --out " + path("r")),
+               "task 'causal' is listed twice");
+  expect_error(run("evolve --quick --budget 5x --out " + path("r")),
+               "budget '5x' is not a duration");
+  expect_error(run("evolve --quick --plan --plan-cores 8,none"),
+               "--plan-cores: 'none' is not a core count");
   EXPECT_FALSE(fs::exists(path("r")));
 }
 
@@ -354,12 +362,32 @@ int kept_runs(const std::string& dir) {
 
 // A study killed outright after some of its runs finished resumes with --resume: it trains only
 // the runs it lacks and ends with the results of a study that was never stopped.
-TEST_F(Cli, EvolveResumesAfterAKillWithTheResultsOfAnUninterruptedStudy) {
+TEST_F(Cli, EvolvePlanPrintsWhatEachSizeCostsAndTrainsNothing) {
+  const Outcome plan =
+      run("evolve --quick --sizes xs,m --tasks causal,masked --plan --plan-cores 8,512 --out " +
+          path("r"));
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  for (const char* part : {"timing the sizes' steps on one thread", "| xs | 16 / 1 / 1 |",
+                           "| s | 32 / 2 / 2 |", "| m | 64 / 2 / 2 |", "core-hours",
+                           "(this machine) |", "| 8 |", "| 512 |", "tasks causal,masked"})
+    EXPECT_NE(plan.out.find(part), std::string::npos) << part << "\n" << plan.out;
+  EXPECT_FALSE(fs::exists(path("r")));
+  EXPECT_FALSE(fs::exists(path("r.runs")));
+  // With a budget, the plan says what it chose and why.
+  const Outcome budget = run("evolve --quick --budget 1h --plan");
+  ASSERT_EQ(budget.status, 0) << budget.err;
+  EXPECT_NE(budget.out.find("chosen for a budget of 60 min on"), std::string::npos) << budget.out;
+  expect_error(run("evolve --quick --budget 2s --plan"), "cannot hold the study");
+}
+
+// Two sizes and two tasks: the section across them, verdicts per cell and the scaling figure.
+TEST_F(Cli, EvolveAcrossSizesAndTasksResumesAfterAKillAsIfUninterrupted) {
 #ifdef FFNLAB_SANITIZED
   GTEST_SKIP() << "three quick studies; the release suite checks the resume (the same code)";
 #endif
-  const std::vector<std::string> args = {"evolve", "--quick",    "--threads",
-                                         "1",      "--variants", "relu,swiglu,moe"};
+  const std::vector<std::string> args = {"evolve",     "--quick",         "--threads", "1",
+                                         "--variants", "relu,swiglu,moe", "--sizes",   "xs,s",
+                                         "--tasks",    "causal,masked"};
   auto command = [&](const std::string& out, const std::string& more) {
     std::string c;
     for (const auto& a : args) c += a + " ";
@@ -368,10 +396,31 @@ TEST_F(Cli, EvolveResumesAfterAKillWithTheResultsOfAnUninterruptedStudy) {
   const Outcome whole = run(command(path("whole"), ""));
   ASSERT_EQ(whole.status, 0) << whole.err;
   const int total = kept_runs(path("whole.runs"));
-  ASSERT_GT(total, 10) << "every finished run is kept beside the report";
+  ASSERT_GT(total, 30) << "every finished run is kept beside the report";
+  {
+    std::ifstream in(path("whole") + "/results.json");
+    const json scaling = json::parse(in).at("scaling");
+    for (const char* size : {"xs", "s"})
+      for (const char* task : {"causal", "masked"}) {
+        const json& cell = scaling.at("cells").at(size).at(task);
+        EXPECT_EQ(cell.at("from_training_stage"),
+                  std::string(size) == "s" && std::string(task) == "causal");
+        EXPECT_EQ(cell.at("variants").contains("moe"), std::string(task) == "causal");
+        EXPECT_GE(cell.at("variants").at("swiglu").at("seeds"), 2);
+      }
+    EXPECT_EQ(scaling.at("trends").size(), 2u + 2u) << "swiglu on both tasks; both MoEs, causal";
+    const std::string report = read(path("whole") + "/REPORT.md");
+    for (const char* part : {"Across model sizes and tasks", "Does the gap to ReLU grow with size?",
+                             "| model size | below 100M", "measured on causal and masked",
+                             "- **Sizes.** The ladder of the section"})
+      EXPECT_NE(report.find(part), std::string::npos) << part;
+    EXPECT_TRUE(fs::exists(path("whole") + "/scaling.png"));
+    EXPECT_TRUE(fs::exists(path("whole") + "/scaling.csv"));
+  }
 
-  // A random point: after 1 to 8 finished runs, SIGKILL (nothing is cleaned up).
-  const int after = 1 + static_cast<int>(std::random_device{}() % 8);
+  // A random point: after a third to two thirds of the runs (in the training stage, or in the
+  // one across sizes), SIGKILL (nothing is cleaned up).
+  const int after = total / 3 + static_cast<int>(std::random_device{}() % (total / 3));
   std::vector<std::string> cut_args = args;
   cut_args.insert(cut_args.end(), {"--out", path("cut")});
   const Started cut = start(cut_args, path(""), {}, false);

@@ -485,15 +485,18 @@ TEST_F(Distributed, InterruptingMpirunKeepsTheStepItStoppedAt) {
 namespace ffnlab::test {
 namespace {
 
-// The study over ranks: rank 0 hands the LM runs out to every rank (a work queue) and writes the
-// one report; results.json is the one process's apart from timings and the rank count.
+// The study over ranks, two sizes and two tasks: rank 0 hands the LM runs out to every rank (a
+// work queue) and writes the one report; results.json is the one process's apart from timings
+// and the rank count.
 TEST_F(Distributed, EvolveOverRanksMatchesOneProcess) {
-  const std::string study = "evolve --quick --threads 1 --variants relu,swiglu,moe ";
+  const std::string study =
+      "evolve --quick --threads 1 --variants relu,swiglu,moe --sizes xs,s --tasks causal,masked ";
   const Outcome one = run(study + "--out " + path("one"));
   ASSERT_EQ(one.status, 0) << one.err;
   std::ifstream in_one(path("one") + "/results.json");
   const nlohmann::json alone = nlohmann::json::parse(in_one);
   EXPECT_EQ(alone.at("ranks"), 1);
+  EXPECT_EQ(alone.at("scaling").at("cells").size(), 2u) << "two sizes, each with two tasks";
   for (int n : {2, 3}) {
     const std::string out = path("np" + std::to_string(n));
     const Outcome many = run(study + "--out " + out, kMpirun + "-np " + std::to_string(n) + " ");

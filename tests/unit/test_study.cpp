@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <boost/math/distributions/students_t.hpp>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -1113,6 +1114,274 @@ TEST(StudyRuns, JobsAndRecordsRoundTripAndTheStoreKeepsThemByJobAndData) {
   EXPECT_THROW(study::RunStore(dir.path.string(), false, "fnv1a64:1"), Error)
       << "a folder of other files is never emptied";
   EXPECT_TRUE(std::filesystem::exists(dir.path / "notes.txt"));
+}
+
+}  // namespace
+}  // namespace ffnlab
+
+namespace ffnlab {
+namespace {
+
+// Welch's interval of the difference of two means, written out: what slope_interval must give
+// for two groups, over the distance of their x.
+TEST(Stats, TheSlopeIntervalIsWelchsForTwoGroupsAndExactOnALine) {
+  const std::vector<double> a{1, 2, 3}, b{2, 4, 6, 8};
+  const double va = 1.0 / 3.0, vb = (20.0 / 3.0) / 4.0;  // s² / n of each
+  const double df = (va + vb) * (va + vb) / (va * va / 2 + vb * vb / 3);
+  const double half =
+      boost::math::quantile(boost::math::students_t(df), 0.975) * std::sqrt(va + vb);
+  for (const double dx : {1.0, 2.5}) {
+    const std::vector<double> x{0.5, 0.5 + dx};
+    const SlopeInterval s = slope_interval(x, {a, b});
+    ASSERT_TRUE(s.defined());
+    EXPECT_NEAR(s.slope, (5.0 - 2.0) / dx, 1e-12);
+    EXPECT_NEAR(s.degrees_of_freedom, df, 1e-9);
+    EXPECT_NEAR(s.low, (3.0 - half) / dx, 1e-9);
+    EXPECT_NEAR(s.high, (3.0 + half) / dx, 1e-9);
+  }
+  // Groups on the line 1 − 0.5·x with the same deviations: the slope is exact, the interval
+  // around it, and a wider spread widens it.
+  const std::vector<double> x{1, 2, 4};
+  auto groups = [&](double spread) {
+    std::vector<std::vector<double>> g;
+    for (double xi : x) g.push_back({1 - 0.5 * xi - spread, 1 - 0.5 * xi, 1 - 0.5 * xi + spread});
+    return g;
+  };
+  const SlopeInterval narrow = slope_interval(x, groups(0.01)),
+                      wide = slope_interval(x, groups(0.1));
+  EXPECT_NEAR(narrow.slope, -0.5, 1e-12);
+  EXPECT_NEAR(narrow.slope - narrow.low, narrow.high - narrow.slope, 1e-12);
+  EXPECT_LT(narrow.high, 0);
+  EXPECT_NEAR((wide.high - wide.low) / (narrow.high - narrow.low), 10, 1e-9);
+  // No interval: one group, a group of one value, two groups at one x.
+  EXPECT_FALSE(slope_interval(std::vector<double>{1}, {a}).defined());
+  EXPECT_FALSE(slope_interval(std::vector<double>{1, 2}, {a, {3}}).defined());
+  EXPECT_TRUE(std::isfinite(slope_interval(std::vector<double>{1, 2}, {a, {3}}).slope));
+  EXPECT_FALSE(slope_interval(std::vector<double>{1, 1}, {a, b}).defined());
+  EXPECT_THROW(slope_interval(std::vector<double>{1, 2}, {a}), Error);
+}
+
+TEST(StudyScaling, TheLadderGrowsTokensWithParametersFromTheStudysOwnLM) {
+  for (bool quick : {false, true}) {
+    study::Options o;
+    o.quick = quick;
+    o.variants = {"relu", "swiglu", "moe"};
+    const study::Scale scale = study::make_scale(o);
+    const auto& ladder = study::size_ladder(quick);
+    ASSERT_EQ(ladder.size(), 4u);
+    const study::ModelSize& own = ladder[1];
+    EXPECT_EQ(own.name, "s");
+    EXPECT_EQ(scale.model.d_model, own.d_model) << "the study's LM is the ladder's s";
+    EXPECT_EQ(scale.model.layers, own.layers);
+    EXPECT_EQ(scale.model.heads, own.heads);
+    const auto params = [&](const study::ModelSize& m) {
+      return static_cast<double>(
+          transformer_cost(study::size_model(scale, m), scale.train.seq).params);
+    };
+    for (const study::ModelSize& m : ladder) {
+      const TrainConfig t = study::size_settings(scale, m);
+      const double grown = static_cast<double>(scale.train.steps) * params(m) / params(own);
+      EXPECT_EQ(t.steps,
+                std::max(scale.train.steps, static_cast<std::int64_t>(std::llround(grown))))
+          << m.name;
+      EXPECT_EQ(t.warmup, t.steps / 4);
+      EXPECT_EQ(t.eval_every, 0);
+      EXPECT_EQ(t.batch, scale.train.batch);
+      EXPECT_EQ(t.seq, scale.train.seq);
+    }
+    EXPECT_EQ(study::size_settings(scale, ladder[0]).steps, scale.train.steps)
+        << "a smaller LM trains the study's steps";
+    EXPECT_GT(study::size_settings(scale, ladder[3]).steps, 4 * scale.train.steps);
+  }
+  study::Study st;
+  st.options.quick = true;
+  st.options.variants = {"relu", "swiglu", "moe"};
+  st.scale = study::make_scale(st.options);
+  EXPECT_FALSE(study::trains_scaling(st.options));
+  EXPECT_EQ(study::scaling_steps(st), 0);
+  EXPECT_EQ(study::scaling_labels(st, "causal"),
+            (std::vector<std::string>{"relu", "swiglu", "moe", std::string(study::kHeadlineMoE)}));
+  EXPECT_EQ(study::scaling_labels(st, "masked"), (std::vector<std::string>{"relu", "swiglu"}))
+      << "MoE trains on the causal LM only";
+  st.options.sizes = {"s", "xs"};  // taken in the ladder's order
+  st.options.tasks = {"masked", "causal"};
+  const auto sizes = study::scaling_sizes(st.options);
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0].name, "xs");
+  EXPECT_EQ(study::scaling_tasks(st.options), (std::vector<std::string>{"causal", "masked"}));
+  const study::RunJob job = study::scaling_job(st, sizes[0], "masked", "swiglu", 2);
+  EXPECT_EQ(job.label, "xs/masked/swiglu");
+  EXPECT_EQ(job.seed, 2u);
+  EXPECT_FALSE(job.model.causal);
+  EXPECT_EQ(job.model.vocab, kMaskToken + 1);
+  EXPECT_EQ(job.settings->objective, Objective::masked);
+  EXPECT_EQ(job.model.d_model, sizes[0].d_model);
+  // Every cell to the cap but the study's own (s, causal: the training stage's runs).
+  const std::int64_t xs = study::size_settings(st.scale, sizes[0]).steps,
+                     s = study::size_settings(st.scale, sizes[1]).steps, cap = st.scale.design.cap;
+  EXPECT_EQ(study::scaling_steps(st), (4 + 2) * cap * xs + 2 * cap * s);
+  st.options.tasks = {};
+  st.options.sizes = {"m"};
+  EXPECT_EQ(study::scaling_tasks(st.options), (std::vector<std::string>{"causal"}));
+}
+
+// Cells compare with ReLU of their own size and task; the study's own cell is the training
+// stage's runs; the trend reads the slope's interval.
+TEST(StudyScaling, CellsPairWithTheirOwnReLUAndTheTrendReadsTheSlope) {
+  study::Study st;
+  st.options.quick = true;
+  st.options.variants = {"relu", "swiglu"};
+  st.options.sizes = {"xs", "s"};
+  st.options.tasks = {"causal", "masked"};
+  st.scale = study::make_scale(st.options);
+  auto record = [](const std::string& label, int seed, double value) {
+    study::RunRecord r;
+    r.variant = label;
+    r.seed = seed;
+    r.val_bits_per_byte = value;
+    return r;
+  };
+  // swiglu − relu per seed: −0.01 at xs and −0.05 at s, on both tasks (a gap that grows).
+  const std::vector<double> noise{0.002, -0.001, 0.0};
+  for (int seed = 1; seed <= 3; ++seed) {
+    const double n = noise[static_cast<std::size_t>(seed - 1)];
+    st.runs.push_back(record("relu", seed, 5.0 + 0.1 * seed));
+    st.runs.push_back(record("swiglu", seed, 5.0 + 0.1 * seed - 0.05 + n));
+    for (const std::string task : {"causal", "masked"}) {
+      // stored out of seed order: the cell reads them by seed
+      st.scaling_runs.insert(st.scaling_runs.begin(),
+                             record("xs/" + task + "/relu", seed, 6.0 + 0.1 * seed));
+      st.scaling_runs.push_back(
+          record("xs/" + task + "/swiglu", seed, 6.0 + 0.1 * seed - 0.01 + n));
+      st.scaling_runs.push_back(record("s/" + task + "/relu", seed, 5.5 + 0.1 * seed));
+      st.scaling_runs.push_back(record("s/" + task + "/swiglu", seed, 5.5 + 0.1 * seed - 0.05 + n));
+    }
+  }
+  const study::ScalingResult r = study::scaling_result(st);
+  ASSERT_EQ(r.cells.size(), 4u);
+  EXPECT_EQ(r.comparisons, 4);
+  const study::ScalingCell* own = r.find("s", "causal");
+  ASSERT_NE(own, nullptr);
+  EXPECT_TRUE(own->from_training);
+  EXPECT_NEAR(own->variants[0].outcome.mean, 5.2, 1e-12) << "the training stage's ReLU";
+  const study::ScalingCell* small = r.find("xs", "masked");
+  ASSERT_NE(small, nullptr);
+  EXPECT_FALSE(small->from_training);
+  ASSERT_EQ(small->variants.size(), 2u);
+  EXPECT_EQ(small->variants[0].outcome.verdict, study::Verdict::reference);
+  EXPECT_EQ(small->variants[1].outcome.val_bits_per_byte,
+            (std::vector<double>{6.1 - 0.01 + 0.002, 6.2 - 0.01 - 0.001, 6.3 - 0.01}));
+  EXPECT_NEAR(small->variants[1].outcome.diff_mean, -0.01 + 0.001 / 3, 1e-12);
+  EXPECT_GT(r.sizes[1].training_flops, r.sizes[0].training_flops);
+  ASSERT_EQ(r.trends.size(), 2u);
+  for (const study::ScalingTrend& t : r.trends) {
+    EXPECT_EQ(t.variant, "swiglu");
+    // (x: the training FLOPs of ReLU's run of the task at each size)
+    const double dx = std::log10(r.find("s", t.task)->variants[0].training_flops) -
+                      std::log10(r.find("xs", t.task)->variants[0].training_flops);
+    EXPECT_NEAR(t.slope.slope, -0.04 / dx, 1e-9) << t.task;
+    EXPECT_EQ(t.reading, "gains on ReLU with size") << t.task;
+  }
+  // The same gap at both sizes: undecided.
+  for (auto& run : st.scaling_runs)
+    if (run.variant.starts_with("xs/") && run.variant.ends_with("/swiglu"))
+      run.val_bits_per_byte -= 0.04;
+  for (const study::ScalingTrend& t : study::scaling_result(st).trends)
+    EXPECT_EQ(t.reading, "undecided") << t.task;
+  const std::string csv = r.figure_csv();
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "task,variant,size,training_flops,mean,std,seeds,difference_to_relu,difference_low,"
+            "difference_high");
+  EXPECT_NE(csv.find("\ncausal,relu,xs,"), std::string::npos);
+  EXPECT_LT(csv.find("\ncausal,relu,s,"), csv.find("\ncausal,swiglu,xs,"))
+      << "each line of the figure in consecutive rows";
+}
+
+TEST(StudyPlan, DurationsAndTheWallTimeOfRoundsOnWorkers) {
+  EXPECT_EQ(study::parse_duration("90s"), 90);
+  EXPECT_EQ(study::parse_duration("30m"), 1800);
+  EXPECT_EQ(study::parse_duration("1.5h"), 5400);
+  EXPECT_EQ(study::parse_duration("600"), 600);
+  for (const char* bad : {"", "m", "30x", "-5m", "0", "nan", "1e300h"})
+    EXPECT_THROW(study::parse_duration(bad), Error) << bad;
+  study::StudyPlan plan;
+  plan.other_seconds = 10;
+  plan.first = {{5, 3, 3, 1}, {4}};
+  plan.cap = {{5, 3, 3, 1}, {4}, {2, 2}};
+  EXPECT_EQ(plan.core_seconds(false), 10 + 12 + 4);
+  EXPECT_EQ(plan.core_seconds(true), 10 + 12 + 4 + 4);
+  // Longest first to whichever worker frees first: {5, 1 | 3, 3} on 2 workers ends at 6.
+  EXPECT_EQ(plan.wall_seconds(2, false), 10 + 6 + 4);
+  EXPECT_EQ(plan.wall_seconds(2, true), 10 + 6 + 4 + 2);
+  EXPECT_EQ(plan.wall_seconds(1, true), plan.core_seconds(true));
+  EXPECT_EQ(plan.wall_seconds(64, true), 10 + 5 + 4 + 2) << "the longest run of a round is a floor";
+}
+
+TEST(StudyPlan, ABudgetChoosesWhatFitsOrSaysWhatTheSmallestChoiceTakes) {
+  Corpus corpus;
+  corpus.source = "test";
+  std::string text;
+  for (int i = 0; text.size() < 200000; ++i) text += fmt::format("line {} of a test corpus. ", i);
+  corpus.bytes.assign(text.begin(), text.end());
+  corpus.split = static_cast<std::int64_t>(corpus.bytes.size() * 9 / 10);
+  study::Options o;
+  o.quick = true;
+  o.variants = {"relu", "swiglu"};
+  // Without a budget: the options as given, the study's own LM and the ladder's.
+  o.sizes = {"xs", "m"};
+  const study::StudyPlan given = study::plan_study(o, 2, corpus);
+  ASSERT_EQ(given.sizes.size(), 3u);
+  EXPECT_EQ(given.sizes[0].name, "xs");
+  EXPECT_EQ(given.sizes[1].name, "s");
+  EXPECT_EQ(given.sizes[2].name, "m");
+  for (const auto& s : given.sizes) EXPECT_GT(s.step_seconds, 0) << s.name;
+  EXPECT_GT(given.sizes[2].steps, given.sizes[1].steps);
+  EXPECT_TRUE(given.why.empty());
+  EXPECT_GE(given.wall_seconds(2, true), given.wall_seconds(2, false));
+  EXPECT_GE(given.wall_seconds(1, true), given.wall_seconds(2, true));
+  const std::string text_plan = study::plan_text(given, 2, {8, 64});
+  for (const char* part : {"| xs |", "| m |", "core-hours", "| 8 |", "| 2 (this machine) |"})
+    EXPECT_NE(text_plan.find(part), std::string::npos) << part << "\n" << text_plan;
+  // A day holds the whole ladder at the study's seeds and steps.
+  o.sizes = {};
+  o.budget_seconds = 86400;
+  const study::StudyPlan all = study::plan_study(o, 2, corpus);
+  EXPECT_EQ(all.options.sizes, (std::vector<std::string>{"xs", "s", "m", "l"}));
+  EXPECT_EQ(all.scale.design.cap, study::make_scale(o).design.cap);
+  EXPECT_EQ(all.scale.train.steps, study::make_scale(o).train.steps);
+  EXPECT_NE(all.why.find("a budget of 24.0 h on 2 workers: sizes xs,s,m,l"), std::string::npos)
+      << all.why;
+  // Less than the stages that train nothing: refused, saying what the smallest choice takes.
+  o.budget_seconds = 1;
+  try {
+    study::plan_study(o, 2, corpus);
+    ADD_FAILURE() << "a budget of 1 s was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a budget of 1.0 s on 2 workers cannot hold the study"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Study, RefusesBadSizesTasksAndBudgets) {
+  const ScratchDir scratch("scaling-options");
+  study::Options o;
+  o.out = (scratch.path / "report").string();
+  o.data = (scratch.path / "no-corpus-needed").string();
+  o.variants = {"relu"};
+  o.sizes = {"xs", "xl"};
+  EXPECT_NE(refusal(o).find("size 'xl' is not one of xs, s, m, l"), std::string::npos)
+      << refusal(o);
+  o.sizes = {"s", "s"};
+  EXPECT_NE(refusal(o).find("size 's' is listed twice"), std::string::npos);
+  o.sizes = {};
+  o.tasks = {"causal", "classification"};
+  EXPECT_NE(refusal(o).find("task 'classification' is not one of causal, masked"),
+            std::string::npos);
+  o.tasks = {};
+  o.budget_seconds = -1;
+  EXPECT_NE(refusal(o).find("budget = -1 s must be positive"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::is_empty(scratch.path));
 }
 
 }  // namespace

@@ -2,10 +2,14 @@
 // a progress bar, and one call.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "ffnlab/analysis/machine.hpp"
+#include "ffnlab/parallel/mpi.hpp"
 #include "ffnlab/study/study.hpp"
+#include "ffnlab/train/data.hpp"
 #include "interrupt.hpp"
 #include "launch.hpp"
 #include "progress.hpp"
@@ -18,9 +22,54 @@ struct EvolveOptions {
   study::Options study;
   std::string variants;  // not given: the study's default (study::default_variants)
   CLI::Option* variants_flag = nullptr;
+  std::string sizes, tasks, budget;
+  bool plan = false;
+  std::string plan_cores = "8,64,512";
   int threads = 0;
   double dist_timeout = 300;  // under mpirun
 };
+
+std::vector<std::string> name_list(const std::string& spec) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = spec.find(',', start);
+    out.push_back(
+        spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int> core_counts(const std::string& spec) {
+  std::vector<int> out;
+  for (const std::string& c : name_list(spec)) {
+    std::size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(c, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != c.size() || n < 1 || n > 10000000)
+      throw Error(fmt::format("[evolve] --plan-cores: '{}' is not a core count (1 or more)", c));
+    out.push_back(n);
+  }
+  return out;
+}
+
+// --plan: the study's plan on this machine, printed; nothing is trained or written.
+void print_plan(const EvolveOptions& o) {
+  const Corpus corpus = load_corpus(o.study.data, 0.1);
+  const int workers = omp_get_max_threads();
+  fmt::print("ffnlab evolve --plan: timing the sizes' steps on one thread of this machine ({})\n",
+             this_machine().describe());
+  study::Options options = o.study;
+  if (options.variants.empty()) options.variants = study::default_variants(options.full);
+  const study::StudyPlan plan = study::plan_study(options, workers, corpus);
+  fmt::print("{}", study::plan_text(plan, workers, core_counts(o.plan_cores)));
+}
 
 // The study's progress as a bar over its training steps, with stage lines above it.
 class ProgressObserver : public study::Observer {
@@ -45,6 +94,15 @@ void run_evolve(EvolveOptions& o) {
   apply_threads(o.threads);
   // Given, the list must name variants (an empty one is refused, not the default).
   if (o.variants_flag->count() > 0) o.study.variants = variant_list(o.variants);
+  if (!o.sizes.empty()) o.study.sizes = name_list(o.sizes);
+  if (!o.tasks.empty()) o.study.tasks = name_list(o.tasks);
+  if (!o.budget.empty()) o.study.budget_seconds = study::parse_duration(o.budget);
+  if (o.plan) {
+    if (mpi_launched())
+      throw Error("[evolve] --plan runs in one process: it trains nothing (drop mpirun)");
+    print_plan(o);
+    return;
+  }
   run_launched(o.dist_timeout, [&](ProcessGroup* ranks) {
     if (ranks != nullptr && ranks->rank() > 0) {  // rank 0 runs the study; this rank trains
       study::serve_runs(o.study, *ranks);
@@ -117,6 +175,26 @@ void add_evolve_command(CLI::App& app) {
                 "that was stopped trains only what it lacks, and one with more seeds or variants "
                 "reuses the runs it shares (each run is kept under its whole configuration, the "
                 "data's fingerprint and its seed); without it, the folder starts empty");
+  cmd->add_option("--sizes", o->sizes,
+                  "train every variant at these sizes of the ladder too, comma-separated: xs "
+                  "(d_model 64, 2 layers), s (128, 4: the study's LM), m (256, 6), l (512, 8); "
+                  "tokens grow with the parameters. Adds the section \"Across model sizes and "
+                  "tasks\": verdicts per size, the scaling figure, and whether each variant's gap "
+                  "to ReLU grows with size");
+  cmd->add_option("--tasks", o->tasks,
+                  "tasks of that section, comma-separated: causal (next byte, the default) and "
+                  "masked (a bidirectional LM; dense variants only)");
+  cmd->add_option("--budget", o->budget,
+                  "a wall-time budget (90s, 30m, 2h): the planner times this machine and "
+                  "chooses the sizes (unless --sizes), the seeds (unless --max-seeds) and the "
+                  "steps (unless --steps) that end within it even if no comparison decides "
+                  "before the cap, and says what it chose and why");
+  cmd->add_flag("--plan", o->plan,
+                "print the plan and exit: each size's runs, their time on this machine, the "
+                "core-hours, and the wall time here and on --plan-cores cores; trains nothing");
+  cmd->add_option("--plan-cores", o->plan_cores,
+                  "core counts the plan's wall time is given for, comma-separated")
+      ->capture_default_str();
   cmd->add_flag("--sweep", o->study.sweep,
                 "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)");
   add_threads_option(*cmd, o->threads);

@@ -117,4 +117,22 @@ int values_to_decide(std::span<const double> differences, double margin, int lim
 int values_to_decide(std::span<const double> differences, double margin,
                      const SequentialDesign& design);
 
+// How a difference changes along x, from groups of values each taken at one x (e.g. the paired
+// differences to ReLU of each model size, against log10 of its training compute): the slope
+// of the least-squares line through the groups' means, and its two-sided interval at `level`.
+// The groups may differ in spread and size, so the slope's variance is Σ c_k² s_k² / n_k
+// (c_k the line's weight of group k's mean, s_k its sample standard deviation) with
+// Welch–Satterthwaite degrees of freedom; for two groups this is Welch's two-sample interval
+// of the difference of the means, over the distance of their x. No interval (low and high NaN)
+// with fewer than two groups, a group of fewer than two values, two groups at one x, or no
+// spread at all.
+struct SlopeInterval {
+  double slope = 0, low = 0, high = 0;
+  double degrees_of_freedom = 0;
+  double level = 0;
+  bool defined() const;
+};
+SlopeInterval slope_interval(std::span<const double> x,
+                             const std::vector<std::vector<double>>& groups, double level = 0.95);
+
 }  // namespace ffnlab

@@ -290,6 +290,49 @@ struct RoutingResult {
   std::string distribution_csv() const;  // routing_experts_per_token.csv
 };
 
+// The study across model sizes and tasks (the scaling stage): every variant at every size of
+// the ladder, on each objective, as sequential comparisons against ReLU of its own size and
+// objective; and per objective and variant, how its difference to ReLU moves with training
+// compute.
+struct ScalingSize {
+  std::string name;           // "xs", "s", ... (study.hpp's size_ladder)
+  LMConfig model;             // with ReLU's FFN, causal
+  TrainConfig train;          // its steps (tokens grow with the parameters)
+  std::int64_t params = 0;    // the causal LM with ReLU's FFN
+  double training_flops = 0;  // of one ReLU run: 3 × forward FLOPs per token × its tokens
+};
+
+struct ScalingEntry {
+  VariantOutcome outcome;     // against ReLU of the same size and objective
+  double training_flops = 0;  // of one run
+};
+
+struct ScalingCell {
+  std::string size, task;      // "xs", "causal"
+  bool from_training = false;  // the study's own LM and objective: the training stage's runs
+  std::vector<ScalingEntry> variants;  // relu first
+};
+
+// How a variant's paired difference to ReLU (variant − ReLU, bits/byte) moves per tenfold
+// training compute across the sizes (slope_interval over log10 of ReLU's training FLOPs).
+struct ScalingTrend {
+  std::string task, variant;
+  SlopeInterval slope;
+  // "gains on ReLU with size", "loses ground to ReLU with size", "undecided", or "no interval"
+  std::string reading;
+};
+
+struct ScalingResult {
+  std::vector<ScalingSize> sizes;  // smallest first
+  std::vector<std::string> tasks;
+  SequentialDesign design;
+  int comparisons = 0;             // the stage's sequential comparisons (all cells)
+  std::vector<ScalingCell> cells;  // size-major, tasks in order
+  std::vector<ScalingTrend> trends;
+  const ScalingCell* find(std::string_view size, std::string_view task) const;
+  std::string figure_csv() const;  // scaling.csv: what the figure draws
+};
+
 struct SweepPoint {
   int ratio = 0;
   std::int64_t relu_d_ff = 0, swiglu_d_ff = 0;
@@ -379,6 +422,7 @@ struct Results {
   std::optional<SweepResult> sweep;
   std::optional<MoEAxesResult> moe_axes;
   std::optional<RoutingResult> routing;
+  std::optional<ScalingResult> scaling;
   bool zoo = false;  // the real-model table (analysis/zoo.hpp) was reported
   std::optional<std::vector<Correction>> corrections;
   std::optional<LiteratureResult> literature;

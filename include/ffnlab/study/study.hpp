@@ -62,9 +62,27 @@ struct Options {
   // Take the runs the store kept instead of training them again (a study that stopped, or one
   // with more seeds or variants than an earlier one). Without it, the store starts empty.
   bool resume = false;
+  // The study across model sizes and objectives (the scaling stage, scaling.cpp): sizes of the
+  // ladder (size_ladder's names) and tasks ("causal", "masked"). Both empty: the stage does not
+  // run; one empty: {"s"} (the study's own LM) or {"causal"}.
+  std::vector<std::string> sizes, tasks;
+  // A wall-time budget in seconds (0: none): plan_study chooses the sizes (unless `sizes` names
+  // them), the seeds and the steps (unless given) so that the study ends within it.
+  double budget_seconds = 0;
   // How the report's first line names the command that wrote it.
   std::string command = "ffnlab evolve";
 };
+
+// One size of the ladder: "s" is the study's own LM, the others double or halve d_model, with
+// depth and heads grown alongside. --quick shrinks every size (the same names).
+struct ModelSize {
+  std::string_view name;
+  std::int64_t d_model;
+  int layers, heads;
+};
+const std::vector<ModelSize>& size_ladder(bool quick);
+// The tasks the scaling stage knows: "causal" (next byte) and "masked" (a bidirectional LM).
+const std::vector<std::string>& task_names();
 
 // What quick changes: sizes and counts, never the code path.
 struct Scale {
@@ -155,6 +173,9 @@ struct Study {
   // The routing stage's runs, with what each one's layers did (its probe's): trained with the
   // training stage's too.
   std::vector<RunRecord> routing_runs;
+  // The scaling stage's runs (labelled "size/task/variant"), but those of the study's own LM
+  // and objective, which are the training stage's.
+  std::vector<RunRecord> scaling_runs;
   // Seed 1's activation census per variant and layer, at initialisation and after training.
   std::map<std::string, std::vector<UnitSparsity>> census_init, census_trained;
   // Seed 1's MoE LM after training: per layer, which byte classes each expert takes.
@@ -176,6 +197,7 @@ struct Study {
   ProcessGroup* ranks = nullptr;
   double rank_timeout = 300;
   double training_seconds = 0;  // wall time spent in train_runs so far
+  std::string plan_why;         // with a budget: what the planner chose and why (plan_study)
 
   bool has_variant(std::string_view variant) const;
   // A stage starts: checks for a stop request, then tells the observer.
@@ -258,6 +280,43 @@ void release_ranks(ProcessGroup& ranks);
 
 // The run store's folder: options.runs, or options.out + ".runs".
 std::string runs_dir(const Options& options);
+
+// What a study will cost before it runs (plan.cpp): every LM run's time from a cost model timed
+// on this machine (a few training steps of each size's ReLU LM on one thread, and an
+// evaluation), scaled by each variant's FLOPs; the runs of the first look and of the cap (when
+// no comparison decides early); and the wall time on a number of workers, each run on one, the
+// runs of each round handed out longest first as they free (the study's queue).
+struct PlannedSize {
+  std::string name;
+  LMConfig model;  // with ReLU's FFN
+  std::int64_t steps = 0;
+  double step_seconds = 0;           // measured: one training step of ReLU's LM on one thread
+  double run_seconds = 0;            // predicted: one ReLU run with its evaluations
+  int runs_first = 0, runs_cap = 0;  // the LM runs at this size (all stages, all tasks)
+};
+struct StudyPlan {
+  Options options;  // the study as planned (with a budget: as chosen)
+  Scale scale;
+  std::vector<PlannedSize> sizes;  // every size that trains (the study's own LM among them)
+  // The runs by round, their predicted seconds each: rounds run one after another, the runs of
+  // a round side by side. `first` if every comparison decides at its first look, `cap` if none
+  // decides before the cap.
+  std::vector<std::vector<double>> first, cap;
+  double other_seconds = 0;  // the stages that train nothing, and the figures
+  std::string why;           // with a budget: what was chosen and why
+  double core_seconds(bool at_cap) const;
+  // Predicted wall time on `workers` runs at once (this machine: threads × ranks).
+  double wall_seconds(int workers, bool at_cap) const;
+};
+// Measures the cost model (a few seconds; longer for large sizes) and plans `options`; with a
+// budget, first chooses what fits on `workers`. Error when even the smallest choice does not fit.
+StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus);
+// The plan as the command line prints it: per size, the runs and their predicted time; the
+// core-hours; the wall time on this machine's workers and on each of `cores`.
+std::string plan_text(const StudyPlan& plan, int workers, const std::vector<int>& cores);
+
+// A duration as --budget takes it: "90s", "30m", "2h", "1.5h" or plain seconds ("600").
+double parse_duration(std::string_view text);
 
 // Runs every stage and writes the report folder options.out (REPORT.md, results.json, figures
 // and their CSV): checked before any work (staged_dir.hpp), replaced only when the new report

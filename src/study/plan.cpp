@@ -1,0 +1,353 @@
+// The study's plan before it runs: what each LM run will cost on this machine, how the runs fall
+// into rounds, the wall time on a number of workers, and, with a budget, the sizes, seeds and
+// steps that fit. The cost model is timed, not assumed: a few training steps of each size's
+// ReLU LM on one thread (as every run trains), and an evaluation; each run's time is its size's,
+// scaled by its FLOPs per token over ReLU's and by its steps.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "check.hpp"
+#include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/report/markdown.hpp"
+#include "stage_functions.hpp"
+
+namespace ffnlab::study {
+
+namespace {
+
+// The stages that train nothing (speed, the toy run, figures) on a 2-core AVX2 EPYC: about
+// 3 minutes in a default study, 15 s in a quick one. A small share of any study.
+double other_stages_seconds(bool quick) {
+  return quick ? 15 : 190;
+}
+
+struct Timing {
+  double step_seconds = 0;        // one training step
+  double eval_token_seconds = 0;  // one evaluated token
+};
+
+// Times a size's ReLU LM on one thread: one warm-up step, then steps until 0.3 s (at least 2),
+// then an evaluation of 4 batches.
+Timing time_size(const LMConfig& model, const TrainConfig& settings, const Corpus& corpus) {
+  Timing t;
+  std::exception_ptr error;
+  std::thread([&] {
+    omp_set_num_threads(1);
+    try {
+      using clock = std::chrono::steady_clock;
+      TransformerLM lm(model, 1);
+      TrainConfig c = settings;
+      c.steps = 1000000;
+      c.eval_every = 0;
+      Trainer trainer(lm, corpus, c);
+      trainer.train_step();
+      int steps = 0;
+      const auto start = clock::now();
+      double seconds = 0;
+      while (steps < 2 || seconds < 0.3) {
+        trainer.train_step();
+        ++steps;
+        seconds = std::chrono::duration<double>(clock::now() - start).count();
+      }
+      t.step_seconds = seconds / steps;
+      const std::int64_t tokens = 4 * c.batch * c.seq;
+      const auto eval_start = clock::now();
+      trainer.evaluate(tokens);
+      t.eval_token_seconds = std::chrono::duration<double>(clock::now() - eval_start).count() /
+                             static_cast<double>(tokens);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+  return t;
+}
+
+// The predicted seconds of a run, from its size's timing.
+double run_seconds(const Study& st, const RunJob& job, const Timing& timing,
+                   const LMConfig& relu_model) {
+  const TrainConfig t = job.settings ? *job.settings : st.scale.train;
+  const double flops = transformer_cost(job.model, t.seq).forward_flops /
+                       transformer_cost(relu_model, t.seq).forward_flops;
+  const double evaluated =
+      static_cast<double>(t.eval_every > 0 ? (t.steps / t.eval_every) * t.eval_tokens : 0) +
+      static_cast<double>(
+          st.scale.validation_tokens > 0
+              ? std::min<std::int64_t>(st.scale.validation_tokens,
+                                       static_cast<std::int64_t>(st.corpus.validation().size()))
+              : static_cast<std::int64_t>(st.corpus.validation().size()));
+  return flops * (static_cast<double>(t.steps) * timing.step_seconds +
+                  evaluated * timing.eval_token_seconds);
+}
+
+// The wall time of one round: the runs handed out longest first, each to the worker that frees
+// first (the study's queue).
+double round_seconds(std::vector<double> runs, int workers) {
+  std::sort(runs.begin(), runs.end(), std::greater<>());
+  std::vector<double> load(static_cast<std::size_t>(std::max(1, workers)), 0.0);
+  for (double r : runs) *std::min_element(load.begin(), load.end()) += r;
+  return *std::max_element(load.begin(), load.end());
+}
+
+// Plans the study of `options` with the sizes' timings.
+StudyPlan plan_with(const Options& options, const Corpus& corpus,
+                    std::map<std::string, Timing>& timings) {
+  StudyPlan plan;
+  Study st;
+  st.options = options;
+  if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
+  st.scale = make_scale(st.options);
+  st.corpus = corpus;
+  plan.options = st.options;
+  plan.scale = st.scale;
+  plan.other_seconds = other_stages_seconds(options.quick);
+  const SequentialDesign& design = st.scale.design;
+
+  // Every size that trains: the study's own ("s") and the ladder's.
+  std::vector<ModelSize> sizes =
+      trains_scaling(st.options) ? scaling_sizes(st.options) : std::vector<ModelSize>{};
+  if (std::none_of(sizes.begin(), sizes.end(), [](const ModelSize& s) { return s.name == "s"; }))
+    for (const ModelSize& s : size_ladder(options.quick))
+      if (s.name == "s") sizes.insert(sizes.begin(), s);
+  std::sort(sizes.begin(), sizes.end(),
+            [](const ModelSize& a, const ModelSize& b) { return a.d_model < b.d_model; });
+  std::map<std::string, PlannedSize*> by_name;
+  for (const ModelSize& s : sizes) {
+    PlannedSize p;
+    p.name = std::string(s.name);
+    p.model = size_model(st.scale, s);
+    const TrainConfig settings = size_settings(st.scale, s);
+    p.steps = s.name == "s" ? st.scale.train.steps : settings.steps;
+    if (!timings.contains(p.name)) timings[p.name] = time_size(p.model, settings, st.corpus);
+    p.step_seconds = timings[p.name].step_seconds;
+    plan.sizes.push_back(std::move(p));
+  }
+  for (PlannedSize& p : plan.sizes) by_name[p.name] = &p;
+  PlannedSize& own = *by_name.at("s");
+  auto cost = [&](const RunJob& job, const std::string& size) {
+    return run_seconds(st, job, timings.at(size), by_name.at(size)->model);
+  };
+  {
+    RunJob relu;
+    relu.model = own.model;
+    own.run_seconds = cost(relu, "s");
+  }
+
+  // The training stage's pool (its comparisons, MoE at equal compute, the routing families):
+  // the first look's seeds, then at the cap one more seed a round for every comparison.
+  const std::vector<std::string> labels = comparison_labels(st);
+  auto own_job = [&](const std::string& label) {
+    RunJob job;
+    const auto axes = moe_axes_labels(st);
+    if (std::find(axes.begin(), axes.end(), label) != axes.end()) return moe_axes_job(st, label, 1);
+    job.model = st.scale.model;
+    job.model.ffn = study_ffn(label, job.model.d_model);
+    return job;
+  };
+  std::vector<double> first;
+  for (int seed = 1; seed <= design.first; ++seed)
+    for (const std::string& l : labels) first.push_back(cost(own_job(l), "s"));
+  for (const RunJob& j : routing_jobs(st)) first.push_back(cost(j, "s"));
+  own.runs_first += static_cast<int>(first.size());
+  own.runs_cap += static_cast<int>(first.size());
+  plan.first.push_back(first);
+  plan.cap.push_back(first);
+  for (int seed = design.first + 1; seed <= design.cap; ++seed) {
+    std::vector<double> round;
+    for (const std::string& l : labels) round.push_back(cost(own_job(l), "s"));
+    own.runs_cap += static_cast<int>(round.size());
+    plan.cap.push_back(std::move(round));
+  }
+  // The MoE stage's balancing runs (and with --full the z-loss ablation), then the ladder.
+  if (const std::int64_t moe = moe_steps(st); moe > 0) {
+    const std::vector<double> round(static_cast<std::size_t>(moe / st.scale.train.steps),
+                                    cost(own_job("moe"), "s"));
+    own.runs_first += static_cast<int>(round.size());
+    own.runs_cap += static_cast<int>(round.size());
+    plan.first.push_back(round);
+    plan.cap.push_back(round);
+  }
+  if (trains_scaling(st.options)) {
+    std::vector<double> ladder_first;
+    std::vector<std::vector<double>> ladder_rounds(
+        static_cast<std::size_t>(design.cap - design.first));
+    for (const ModelSize& s : scaling_sizes(st.options))
+      for (const std::string& task : scaling_tasks(st.options)) {
+        if (s.name == "s" && task == "causal") continue;  // the training stage's runs
+        PlannedSize& p = *by_name.at(std::string(s.name));
+        for (const std::string& l : scaling_labels(st, task)) {
+          const double seconds = cost(scaling_job(st, s, task, l, 1), p.name);
+          for (int seed = 1; seed <= design.first; ++seed) ladder_first.push_back(seconds);
+          for (auto& round : ladder_rounds) round.push_back(seconds);
+          p.runs_first += design.first;
+          p.runs_cap += design.cap;
+          if (l == "relu" && task == "causal") p.run_seconds = seconds;
+          if (l == "relu" && p.run_seconds == 0) p.run_seconds = seconds;
+        }
+      }
+    plan.first.push_back(ladder_first);
+    plan.cap.push_back(ladder_first);
+    for (auto& round : ladder_rounds) plan.cap.push_back(std::move(round));
+  }
+  if (const std::int64_t sweep = sweep_steps(st); sweep > 0) {
+    const std::vector<double> round(static_cast<std::size_t>(sweep / st.scale.train.steps),
+                                    own.run_seconds);
+    own.runs_first += static_cast<int>(round.size());
+    own.runs_cap += static_cast<int>(round.size());
+    plan.first.push_back(round);
+    plan.cap.push_back(round);
+  }
+  return plan;
+}
+
+std::string duration_text(double seconds) {
+  if (seconds < 10) return fmt::format("{:.1f} s", seconds);
+  if (seconds < 90) return fmt::format("{:.0f} s", seconds);
+  if (seconds < 90 * 60) return fmt::format("{:.0f} min", seconds / 60);
+  if (seconds < 48 * 3600) return fmt::format("{:.1f} h", seconds / 3600);
+  return fmt::format("{:.1f} days", seconds / 86400);
+}
+
+std::string choice_text(const StudyPlan& p) {
+  std::vector<std::string> sizes;
+  for (const PlannedSize& s : p.sizes) sizes.push_back(s.name);
+  return fmt::format("sizes {}, {} to {} seeds, {} steps", fmt::join(sizes, ","),
+                     p.scale.design.first, p.scale.design.cap, p.scale.train.steps);
+}
+
+}  // namespace
+
+double StudyPlan::core_seconds(bool at_cap) const {
+  double total = other_seconds;
+  for (const auto& round : at_cap ? cap : first)
+    for (double r : round) total += r;
+  return total;
+}
+
+double StudyPlan::wall_seconds(int workers, bool at_cap) const {
+  double total = other_seconds;
+  for (const auto& round : at_cap ? cap : first) total += round_seconds(round, workers);
+  return total;
+}
+
+StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) {
+  std::map<std::string, Timing> timings;
+  if (!(options.budget_seconds > 0)) return plan_with(options, corpus, timings);
+  // With a budget: the largest choice that ends within it even if no comparison decides before
+  // the cap. Seeds come first (a verdict needs them), then sizes, then steps: the study's
+  // default seeds with the largest ladder that fits; else fewer seeds at the cap; else, with
+  // the study's LM alone and the fewest seeds, fewer steps (down to a quarter).
+  const double budget = options.budget_seconds;
+  const Scale defaults = make_scale(options);
+  std::vector<std::vector<std::string>> ladders;
+  if (!options.sizes.empty()) {
+    ladders.push_back(options.sizes);
+  } else {
+    std::vector<std::string> ladder;
+    for (const ModelSize& s : size_ladder(options.quick)) {
+      ladder.emplace_back(s.name);
+      if (s.name != "xs") ladders.insert(ladders.begin(), ladder);  // from xs,s up
+    }
+    ladders.push_back({});  // the study's LM alone
+  }
+  const int first = defaults.design.first;
+  std::vector<int> caps;
+  for (int cap = defaults.design.cap; cap >= first; --cap) caps.push_back(cap);
+  std::vector<std::string> tried;
+  auto fits = [&](Options o, StudyPlan& out) {
+    out = plan_with(o, corpus, timings);
+    const double wall = out.wall_seconds(workers, true);
+    tried.push_back(fmt::format("{}: {}", choice_text(out), duration_text(wall)));
+    return wall <= budget;
+  };
+  StudyPlan plan;
+  for (int cap : caps)
+    for (const auto& ladder : ladders) {
+      Options o = options;
+      o.sizes = ladder;
+      if (options.max_seeds == 0)
+        o.max_seeds = cap;
+      else if (cap != caps.front())
+        continue;  // the cap was given
+      if (fits(o, plan)) {
+        plan.why = fmt::format(
+            "a budget of {} on {} worker{}: {} ({} if no comparison decides before the cap, {} "
+            "if every one decides at its first look){}",
+            duration_text(budget), workers, workers == 1 ? "" : "s", choice_text(plan),
+            duration_text(plan.wall_seconds(workers, true)),
+            duration_text(plan.wall_seconds(workers, false)),
+            tried.size() > 1 ? fmt::format("; larger choices did not fit: {}",
+                                           fmt::join(tried.begin(), tried.end() - 1, "; "))
+                             : "");
+        return plan;
+      }
+    }
+  if (options.steps == 0)
+    for (double share : {0.75, 0.5, 0.25}) {
+      Options o = options;
+      if (options.max_seeds == 0) o.max_seeds = first;
+      o.steps = std::max<std::int64_t>(
+          1, std::llround(share * static_cast<double>(defaults.train.steps)));
+      if (fits(o, plan)) {
+        plan.why = fmt::format(
+            "a budget of {} on {} worker{}: {} ({} at the cap); with the study's {} steps even "
+            "the smallest choice took longer ({}), and fewer steps leave the runs earlier in "
+            "training",
+            duration_text(budget), workers, workers == 1 ? "" : "s", choice_text(plan),
+            duration_text(plan.wall_seconds(workers, true)), defaults.train.steps, tried.front());
+        return plan;
+      }
+    }
+  throw Error(fmt::format(
+      "[evolve] a budget of {} on {} worker{} cannot hold the study: the smallest choice, {}, "
+      "takes about {} (a larger --budget, fewer --variants, or more workers under mpirun)",
+      duration_text(budget), workers, workers == 1 ? "" : "s", choice_text(plan),
+      duration_text(plan.wall_seconds(workers, true))));
+}
+
+std::string plan_text(const StudyPlan& p, int workers, const std::vector<int>& cores) {
+  std::vector<std::vector<std::string>> rows;
+  for (const PlannedSize& s : p.sizes)
+    rows.push_back({s.name,
+                    fmt::format("{} / {} / {}", s.model.d_model, s.model.layers, s.model.heads),
+                    thousands(s.steps), fmt::format("{:.3f} s", s.step_seconds),
+                    duration_text(s.run_seconds), fmt::format("{} to {}", s.runs_first, s.runs_cap),
+                    // its runs at the first look and at the cap, each at about ReLU's time
+                    fmt::format("{:.2f} to {:.2f}", s.runs_first * s.run_seconds / 3600,
+                                s.runs_cap * s.run_seconds / 3600)});
+  std::string out = p.why.empty() ? "" : "chosen for " + p.why + "\n\n";
+  out += fmt::format("The study as planned: {}, tasks {}.\n", choice_text(p),
+                     fmt::join(scaling_tasks(p.options), ","));
+  out += markdown_table({"size", "d_model / layers / heads", "steps", "ReLU step (1 core)",
+                         "ReLU run", "runs", "core-hours"},
+                        rows, "lrrrrrr");
+  out += fmt::format(
+      "\nIn all: {:.2f} core-hours if every comparison decides at its first look, {:.2f} if none "
+      "decides before the cap (with the stages that train nothing, about {}).\n",
+      p.core_seconds(false) / 3600, p.core_seconds(true) / 3600, duration_text(p.other_seconds));
+  out += "\n";
+  std::vector<int> all{workers};
+  for (int c : cores)
+    if (c != workers) all.push_back(c);
+  std::vector<std::vector<std::string>> wall;
+  for (int c : all)
+    wall.push_back({fmt::format("{}{}", c, c == workers ? " (this machine)" : ""),
+                    duration_text(p.wall_seconds(c, false)),
+                    duration_text(p.wall_seconds(c, true))});
+  out += markdown_table({"cores (one run each)", "first look", "at the cap"}, wall, "lrr");
+  out +=
+      "\nEach run trains on one core; the rounds of the sequential rule run one after another, "
+      "so beyond as many cores as a round has runs, more cores do not help (the largest size's "
+      "run sets the floor). Predictions come from steps timed on this machine: another CPU "
+      "times its own (`ffnlab evolve --plan` there).\n";
+  return out;
+}
+
+}  // namespace ffnlab::study
