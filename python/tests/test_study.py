@@ -237,11 +237,12 @@ def test_evolve_across_sizes_and_tasks_and_within_a_budget(corpus, tmp_path):
                                                                      ("masked", "swiglu")]
     assert (tmp_path / "report" / "scaling.png").stat().st_size > 10000
     assert any(line.startswith("  xs masked, look at 2 seeds") for line in lines)
-    # A budget: the planner chooses, and the report's first lines say what and why.
+    # A budget with the sizes given: the planner keeps them, chooses the seeds and steps, and
+    # the report's first lines say what and why.
     results = ffnlab.evolve(tmp_path / "budget", quick=True, variants=["relu", "swiglu"],
-                            data=corpus, budget="1h", progress=False)
-    assert list(results["scaling"]["sizes"]) == ["xs", "s", "m", "l"]
-    assert "chosen by `--budget`, for a budget of 60 min" in (
+                            data=corpus, sizes=["xs"], budget="1h", progress=False)
+    assert list(results["scaling"]["sizes"]) == ["xs"]
+    assert "chosen by `--budget`, for a budget of 60 min on 2 workers: sizes xs,s" in (
         tmp_path / "budget" / "REPORT.md").read_text()
 
 

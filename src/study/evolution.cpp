@@ -241,9 +241,15 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
            "MoE at equal compute, " + sec.ref("moe_axes")});
     }
   }
-  if (std::vector<std::vector<std::string>> measured = scaling_choice_rows(st, sec);
-      !measured.empty()) {
-    for (auto& row : measured) rows.push_back(std::move(row));
+  // The size and task rows: measured where the scaling stage ran them, else said unmeasured.
+  const std::vector<std::vector<std::string>> measured = scaling_choice_rows(st, sec);
+  auto measured_row = [&](std::string_view situation) -> const std::vector<std::string>* {
+    for (const auto& row : measured)
+      if (row.front() == situation) return &row;
+    return nullptr;
+  };
+  if (const auto* row = measured_row("model size")) {
+    rows.push_back(*row);
   } else {
     rows.push_back(
         {"model size",
@@ -254,6 +260,10 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
                      "chose at each size (SwiGLU from 7B down, not GELU), evidence of another "
                      "kind",
                      sec.ref("limitations"), sec.ref("zoo"))});
+  }
+  if (const auto* row = measured_row("task")) {
+    rows.push_back(*row);
+  } else {
     rows.push_back({"task",
                     "classification ReLU, NLU and generation GELU, multi-task gated, extreme "
                     "scale MoE",

@@ -36,16 +36,6 @@ const std::vector<Setting> kSettings{
     {"loss", "load-balancing loss, coefficient 0.01", 0.01f, false},
     {"bias", "aux-loss-free bias (rate 1e-3)", 0.0f, true}};
 
-// The balancing runs: half the study's steps, warm-up in proportion. Whether the load settles
-// within them is measured (LoadSeries::settled_step), not assumed.
-TrainConfig balancing_settings(const Study& st) {
-  TrainConfig t = st.scale.train;
-  t.steps = std::max<std::int64_t>(1, t.steps / 2);
-  t.warmup /= 2;
-  t.eval_every = 0;  // no periodic evaluations: the stage reads the final one
-  return t;
-}
-
 // Per expert and layer, the byte class it takes most over what the data has, and per layer the
 // mutual information between expert and class.
 std::string specialisation_markdown(const std::vector<ExpertSpecialisation>& layers) {
@@ -123,6 +113,16 @@ std::string load_settled_markdown(const MoEResult& m) {
 }
 
 }  // namespace
+
+// The balancing runs: half the study's steps, warm-up in proportion. Whether the load settles
+// within them is measured (LoadSeries::settled_step), not assumed.
+TrainConfig balancing_settings(const Study& st) {
+  TrainConfig t = st.scale.train;
+  t.steps = std::max<std::int64_t>(1, t.steps / 2);
+  t.warmup /= 2;
+  t.eval_every = 0;  // no periodic evaluations: the stage reads the final one
+  return t;
+}
 
 std::int64_t LoadSeries::last_moving_step(std::int64_t run_steps, double tolerance) const {
   if (steps.empty()) return 0;

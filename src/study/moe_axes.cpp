@@ -111,6 +111,7 @@ RunJob moe_axes_job(const Study& st, const std::string& label, int seed) {
   job.label = label;
   job.settings = st.scale.train;
   job.settings->eval_every = 0;  // no periodic evaluations: the stage reads the final one
+  job.utilisation = true;
   return job;
 }
 

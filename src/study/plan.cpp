@@ -22,13 +22,16 @@ namespace ffnlab::study {
 
 namespace {
 
-// The stages that train nothing (speed, the toy run, figures) on a 2-core AVX2 EPYC: about
-// 3 minutes in a default study, 15 s in a quick one. A small share of any study.
-double other_stages_seconds(bool quick) {
-  return quick ? 15 : 190;
+// The stages that train nothing, as measured on a 2-core AVX2 EPYC (Zen 3): the toy run
+// (about 50 s; quick 6 s), the speed stage (about 25 s a variant; quick 1.5 s) and the figures
+// (2 s; quick 1 s). A small share of any study but a quick one.
+double other_stages_seconds(const Options& o) {
+  const auto variants = static_cast<double>(o.variants.size());
+  return o.quick ? 7 + 1.5 * variants : 52 + 25 * variants;
 }
 
 struct Timing {
+  double start_seconds = 0;       // building the model and its first step, beyond a step
   double step_seconds = 0;        // one training step
   double eval_token_seconds = 0;  // one evaluated token
 };
@@ -42,12 +45,14 @@ Timing time_size(const LMConfig& model, const TrainConfig& settings, const Corpu
     omp_set_num_threads(1);
     try {
       using clock = std::chrono::steady_clock;
+      const auto built = clock::now();
       TransformerLM lm(model, 1);
       TrainConfig c = settings;
       c.steps = 1000000;
       c.eval_every = 0;
       Trainer trainer(lm, corpus, c);
       trainer.train_step();
+      const double first = std::chrono::duration<double>(clock::now() - built).count();
       int steps = 0;
       const auto start = clock::now();
       double seconds = 0;
@@ -57,6 +62,7 @@ Timing time_size(const LMConfig& model, const TrainConfig& settings, const Corpu
         seconds = std::chrono::duration<double>(clock::now() - start).count();
       }
       t.step_seconds = seconds / steps;
+      t.start_seconds = std::max(0.0, first - t.step_seconds);
       const std::int64_t tokens = 4 * c.batch * c.seq;
       const auto eval_start = clock::now();
       trainer.evaluate(tokens);
@@ -83,7 +89,7 @@ double run_seconds(const Study& st, const RunJob& job, const Timing& timing,
               ? std::min<std::int64_t>(st.scale.validation_tokens,
                                        static_cast<std::int64_t>(st.corpus.validation().size()))
               : static_cast<std::int64_t>(st.corpus.validation().size()));
-  return flops * (static_cast<double>(t.steps) * timing.step_seconds +
+  return flops * (timing.start_seconds + static_cast<double>(t.steps) * timing.step_seconds +
                   evaluated * timing.eval_token_seconds);
 }
 
@@ -103,11 +109,18 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
   Study st;
   st.options = options;
   if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
+  check_options(st.options);
   st.scale = make_scale(st.options);
   st.corpus = corpus;
+  const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
+  if (corpus.train().size() < need || corpus.validation().size() < need)
+    throw Error(fmt::format(
+        "[evolve] '{}' has {} bytes: its training part and its validation part (the last 10 %) "
+        "need at least {} bytes each (one sequence of {} and its next byte)",
+        corpus.source, corpus.bytes.size(), need, st.scale.train.seq));
   plan.options = st.options;
   plan.scale = st.scale;
-  plan.other_seconds = other_stages_seconds(options.quick);
+  plan.other_seconds = other_stages_seconds(st.options);
   const SequentialDesign& design = st.scale.design;
 
   // Every size that trains: the study's own ("s") and the ladder's.
@@ -165,14 +178,22 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
     own.runs_cap += static_cast<int>(round.size());
     plan.cap.push_back(std::move(round));
   }
-  // The MoE stage's balancing runs (and with --full the z-loss ablation), then the ladder.
-  if (const std::int64_t moe = moe_steps(st); moe > 0) {
-    const std::vector<double> round(static_cast<std::size_t>(moe / st.scale.train.steps),
-                                    cost(own_job("moe"), "s"));
-    own.runs_first += static_cast<int>(round.size());
-    own.runs_cap += static_cast<int>(round.size());
-    plan.first.push_back(round);
-    plan.cap.push_back(round);
+  // The MoE stage's balancing runs (and with --full the z-loss ablation over the seeds the
+  // training stage's MoE trained), then the ladder.
+  if (moe_steps(st) > 0) {
+    RunJob balancing = own_job("moe");
+    balancing.settings = balancing_settings(st);
+    std::vector<double> first_round(3, cost(balancing, "s")), cap_round = first_round;
+    if (st.options.full) {
+      first_round.insert(first_round.end(), static_cast<std::size_t>(design.first),
+                         cost(own_job("moe"), "s"));
+      cap_round.insert(cap_round.end(), static_cast<std::size_t>(design.cap),
+                       cost(own_job("moe"), "s"));
+    }
+    own.runs_first += static_cast<int>(first_round.size());
+    own.runs_cap += static_cast<int>(cap_round.size());
+    plan.first.push_back(std::move(first_round));
+    plan.cap.push_back(std::move(cap_round));
   }
   if (trains_scaling(st.options)) {
     std::vector<double> ladder_first;
@@ -196,9 +217,9 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
     plan.cap.push_back(ladder_first);
     for (auto& round : ladder_rounds) plan.cap.push_back(std::move(round));
   }
-  if (const std::int64_t sweep = sweep_steps(st); sweep > 0) {
-    const std::vector<double> round(static_cast<std::size_t>(sweep / st.scale.train.steps),
-                                    own.run_seconds);
+  if (st.options.sweep) {
+    std::vector<double> round;
+    for (const RunJob& j : sweep_jobs(st)) round.push_back(cost(j, "s"));
     own.runs_first += static_cast<int>(round.size());
     own.runs_cap += static_cast<int>(round.size());
     plan.first.push_back(round);
@@ -270,6 +291,8 @@ StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) 
   StudyPlan plan;
   for (int cap : caps)
     for (const auto& ladder : ladders) {
+      // Seeds before sizes: below the study's cap, only the smallest ladder.
+      if (cap != caps.front() && &ladder != &ladders.back()) continue;
       Options o = options;
       o.sizes = ladder;
       if (options.max_seeds == 0)
@@ -289,6 +312,7 @@ StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) 
         return plan;
       }
     }
+  const std::string smallest_at_full_steps = tried.empty() ? "" : tried.back();
   if (options.steps == 0)
     for (double share : {0.75, 0.5, 0.25}) {
       Options o = options;
@@ -301,7 +325,8 @@ StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) 
             "the smallest choice took longer ({}), and fewer steps leave the runs earlier in "
             "training",
             duration_text(budget), workers, workers == 1 ? "" : "s", choice_text(plan),
-            duration_text(plan.wall_seconds(workers, true)), defaults.train.steps, tried.front());
+            duration_text(plan.wall_seconds(workers, true)), defaults.train.steps,
+            smallest_at_full_steps);
         return plan;
       }
     }
@@ -323,7 +348,7 @@ std::string plan_text(const StudyPlan& p, int workers, const std::vector<int>& c
                     fmt::format("{:.2f} to {:.2f}", s.runs_first * s.run_seconds / 3600,
                                 s.runs_cap * s.run_seconds / 3600)});
   std::string out = p.why.empty() ? "" : "chosen for " + p.why + "\n\n";
-  out += fmt::format("The study as planned: {}, tasks {}.\n", choice_text(p),
+  out += fmt::format("The study as planned: {}, tasks {}.\n\n", choice_text(p),
                      fmt::join(scaling_tasks(p.options), ","));
   out += markdown_table({"size", "d_model / layers / heads", "steps", "ReLU step (1 core)",
                          "ReLU run", "runs", "core-hours"},

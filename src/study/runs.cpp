@@ -274,11 +274,12 @@ std::vector<RunRecord> train_runs(Study& st, std::vector<RunJob> jobs) {
     todo.push_back(i);
   }
   if (todo.empty()) return records;
-  // The yardstick of FLOP utilisation, for each configuration not yet timed: its bare products
-  // on one thread (as each run trains), before any run of the pool starts.
+  // The yardstick of FLOP utilisation, for each configuration that reports it and is not yet
+  // timed: its bare products on one thread (as each run trains), before any run of the pool
+  // starts.
   for (std::size_t i : todo) {
     const RunJob& job = jobs[i];
-    if (st.bare_products.contains(job.label)) continue;
+    if (!job.utilisation || st.bare_products.contains(job.label)) continue;
     check_stop();
     const TrainConfig tc = job.settings ? *job.settings : st.scale.train;
     ModelProducts bare;

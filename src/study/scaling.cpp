@@ -92,7 +92,8 @@ LMConfig task_model(LMConfig m, bool masked) {
 std::vector<std::string> scaling_labels(const Study& st, const std::string& task) {
   std::vector<std::string> labels{"relu"};
   for (const std::string& v : st.options.variants)
-    if (v != "relu" && (task == "causal" || study_ffn(v, 64).kind != FFNKind::moe))
+    if (v != "relu" &&
+        (task == "causal" || study_ffn(v, st.scale.model.d_model).kind != FFNKind::moe))
       labels.push_back(v);
   if (task == "causal" && st.has_variant("moe")) labels.emplace_back(kHeadlineMoE);
   return labels;
@@ -160,24 +161,28 @@ std::vector<double> paired(const std::vector<double>& v, const std::vector<doubl
   return d;
 }
 
-// The outcomes of a cell's comparisons (ReLU's first, as the reference), with the spread of the
-// stage's other comparisons pooled for narrow_by_chance.
+// The outcomes of a cell's comparisons (ReLU's first, as the reference): the training stage's
+// for the study's own cell; elsewhere by the sequential rule, narrow_by_chance against the
+// cell's other comparisons (a spread in bits per byte differs between sizes and tasks) and the
+// error shared over the stage's comparisons.
 std::vector<VariantOutcome> cell_outcomes(const Study& st, const std::vector<Cell>& cells,
-                                          const Cell& cell) {
-  const std::vector<double> relu = cell_values(st, cell.size, cell.task, "relu");
+                                          std::size_t which) {
+  const Cell& cell = cells[which];
   std::vector<VariantOutcome> out;
+  if (is_study_cell(cell.size, cell.task)) {
+    for (const std::string& l : cell.labels) out.push_back(comparison_outcome(st, l));
+    return out;
+  }
+  const std::vector<double> relu = cell_values(st, cell.size, cell.task, "relu");
   VariantOutcome reference = paired_outcome("relu", relu, relu, st.options.margin);
   reference.verdict = Verdict::reference;
   out.push_back(std::move(reference));
   for (const std::string& l : cell.labels) {
     if (l == "relu") continue;
     std::vector<std::vector<double>> others;
-    for (const Cell& c : cells) {
-      const std::vector<double> r = cell_values(st, c.size, c.task, "relu");
-      for (const std::string& o : c.labels)
-        if (o != "relu" && !(&c == &cell && o == l))
-          others.push_back(paired(cell_values(st, c.size, c.task, o), r));
-    }
+    for (const std::string& o : cell.labels)
+      if (o != "relu" && o != l)
+        others.push_back(paired(cell_values(st, cell.size, cell.task, o), relu));
     out.push_back(sequential_outcome(l, cell_values(st, cell.size, cell.task, l), relu,
                                      st.options.margin, st.scale.design,
                                      pooled_paired_spread(others), comparisons_of(cells)));
@@ -245,9 +250,10 @@ void run_scaling(Study& st) {
     check_stop();
     jobs.clear();
     std::int64_t planned_steps = 0;
-    for (const Cell& c : cells) {
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      const Cell& c = cells[i];
       if (is_study_cell(c.size, c.task)) continue;
-      std::vector<VariantOutcome> outcomes = cell_outcomes(st, cells, c);
+      std::vector<VariantOutcome> outcomes = cell_outcomes(st, cells, i);
       const int relu_has = static_cast<int>(outcomes.front().val_bits_per_byte.size());
       outcomes.erase(outcomes.begin());
       const NextRound next = next_round(outcomes, relu_has, design);
@@ -287,12 +293,13 @@ ScalingResult scaling_result(const Study& st) {
     row.training_flops = training_flops(scaling_job(st, s, "causal", "relu", 1));
     out.sizes.push_back(std::move(row));
   }
-  for (const Cell& c : cells) {
+  for (std::size_t ci = 0; ci < cells.size(); ++ci) {
+    const Cell& c = cells[ci];
     ScalingCell cell;
     cell.size = std::string(c.size.name);
     cell.task = c.task;
     cell.from_training = is_study_cell(c.size, c.task);
-    std::vector<VariantOutcome> outcomes = cell_outcomes(st, cells, c);
+    std::vector<VariantOutcome> outcomes = cell_outcomes(st, cells, ci);
     for (std::size_t i = 0; i < outcomes.size(); ++i) {
       const RunJob job = scaling_job(st, c.size, c.task, c.labels[i], 1);
       outcomes[i].d_ff =
@@ -442,7 +449,7 @@ std::string range_text(const ScalingResult& r) {
   if (r.sizes.size() == 1)
     return fmt::format("one size, d_model {} ({} parameters)", lo.model.d_model,
                        thousands(lo.params));
-  return fmt::format("d_model {} to {} ({} to {} parameters)", lo.model.d_model, hi.model.d_model,
+  return fmt::format("d_model {} to {}, {} to {} parameters", lo.model.d_model, hi.model.d_model,
                      thousands(lo.params), thousands(hi.params));
 }
 
@@ -472,20 +479,24 @@ std::string scaling_markdown(const Study& st, const Sections& sec) {
   std::vector<std::string> sizes;
   for (const ScalingSize& s : r.sizes) sizes.push_back(size_sentence(s));
   std::string md = fmt::format(
-      "Every variant trained at every size of the ladder ({}) on {}; the sizes: {}. Each "
+      "Every variant trained at every size of the ladder, {}, on {}; the sizes: {}. Each "
       "size trains as many steps as the study's LM, or more in proportion to its parameters "
       "where it is larger (batch and sequence stay: the tokens grow with the parameters), "
       "with the warm-up a quarter of the steps and the rest of {}'s recipe. The masked objective "
-      "is the bidirectional LM of {} (a share of the bytes replaced by [MASK], bits per masked "
-      "byte); MoE variants train on the causal LM only. In each cell (a size and a task) every "
+      "is a bidirectional LM (`ffnlab train --objective masked`: a share of the bytes replaced "
+      "by [MASK], RoPE positions, bits per masked byte){}; MoE variants train on the causal LM "
+      "only. In each cell (a size and a task) every "
       "variant is compared with ReLU of the same size and task, paired by seed, by {}'s "
       "sequential rule: {} seeds, then one more per round while undecided, up to {}. The {} "
       "comparisons each hold their 5 % error; \"not across all comparisons\" marks a verdict "
       "that does not hold with the 5 % shared among all of them.{}\n\n",
       range_text(r), tasks_text(r.tasks), fmt::join(sizes, "; "), sec.ref("training"),
-      sec.ref("routing"), sec.ref("training"), r.design.first, r.design.cap, r.comparisons,
+      st.results.routing && st.results.routing->find("masked", "topk") != nullptr
+          ? fmt::format(", the LM of the routing families' masked runs ({})", sec.ref("routing"))
+          : "",
+      sec.ref("training"), r.design.first, r.design.cap, r.comparisons,
       r.find("s", "causal") != nullptr
-          ? fmt::format(" The cell of the study's own LM (s, causal) is {}'s runs.",
+          ? fmt::format(" The cell of the study's own LM (s, causal) is {}'s runs and verdicts.",
                         sec.ref("training"))
           : "");
   std::vector<std::vector<std::string>> rows;
@@ -540,8 +551,9 @@ std::string scaling_markdown(const Study& st, const Sections& sec) {
         "more): {}. `--max-seeds` with `--resume` trains only the seeds added.\n",
         fmt::join(undecided, "; "));
   md +=
-      "\nscaling.png draws each variant's validation against its training compute, one line "
-      "per variant across the sizes, one panel per task.\n";
+      "\nscaling.png: each variant's validation against its training compute, one line per "
+      "variant across the sizes (top), and its paired difference to ReLU with the interval of "
+      "the last look (bottom), a column per task.\n";
   return md + "\n";
 }
 

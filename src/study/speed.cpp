@@ -25,6 +25,7 @@ void run_speed(Study& st) {
       "variant,forward_gflops,forward_backward_gflops,bare_forward_gflops,"
       "bare_forward_backward_gflops,noisy\n";
   for (const auto& v : st.options.variants) {
+    check_stop();  // a stop request ends the stage between variants, not after all of them
     st.message(fmt::format("  speed: {}", v));
     const LayerSpeed s =
         measure_layer_speed(variant_config(v, r.d_model, r.d_ff, true), r.tokens, r.budget_seconds);

@@ -116,6 +116,8 @@ std::string sparsity_markdown(const Study& st, const Sections& sec);
 
 // moe.cpp
 std::int64_t moe_steps(const Study& st);
+// The balancing runs' settings: half the study's steps, no periodic evaluations.
+TrainConfig balancing_settings(const Study& st);
 void run_moe(Study& st);
 json moe_json(const Results& r);
 std::string moe_markdown(const Study& st, const Sections& sec);
@@ -195,6 +197,8 @@ std::vector<std::vector<std::string>> scaling_choice_rows(const Study& st, const
 
 // sweep.cpp
 std::int64_t sweep_steps(const Study& st);
+// ReLU and SwiGLU (at ReLU's parameters) at each d_ff / d_model ratio, in that order.
+std::vector<RunJob> sweep_jobs(const Study& st);
 void run_sweep(Study& st);
 json sweep_json(const Results& r);
 std::string sweep_markdown(const Study& st, const Sections& sec);

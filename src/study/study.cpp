@@ -329,6 +329,8 @@ std::string render_report(const Study& st) {
   return md;
 }
 
+}  // namespace
+
 void check_options(const Options& o) {
   if (o.variants.empty() ||
       std::find(o.variants.begin(), o.variants.end(), "relu") == o.variants.end())
@@ -370,9 +372,13 @@ void check_options(const Options& o) {
   check_list(o.tasks, task_names(), "task");
   if (!(o.budget_seconds >= 0) || o.budget_seconds > 1e9)
     throw Error(fmt::format("[evolve] budget = {} s must be positive (0: none)", o.budget_seconds));
+  if (o.budget_seconds > 0 && o.resume)
+    throw Error(
+        "[evolve] --budget with --resume: the planner times this machine on every start and may "
+        "choose other sizes, seeds or steps, whose runs the store does not hold; resume with "
+        "what it chose (its first line, \"chosen for a budget of ...\", names the sizes, seeds "
+        "and steps: give them as --sizes, --max-seeds and --steps)");
 }
-
-}  // namespace
 
 double parse_duration(std::string_view text) {
   const std::string t(text);
@@ -442,7 +448,6 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         "need at least {} bytes each (one sequence of {} and its next byte)",
         options.data, st.corpus.bytes.size(), need, st.scale.train.seq));
   st.dir = out.path();
-  st.store = RunStore(runs_dir(options), options.resume, st.corpus.fingerprint);
   if (options.budget_seconds > 0) {
     // The planner times the sizes on this machine and chooses what fits (plan.cpp).
     const int workers = st.concurrent_runs + (ranks != nullptr ? ranks->size() - 1 : 0);
@@ -451,6 +456,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
     st.scale = plan.scale;
     st.plan_why = plan.why;
   }
+  st.store = RunStore(runs_dir(options), options.resume, st.corpus.fingerprint);
   st.results.data = DataResult{st.corpus.source, st.corpus.fingerprint,
                                static_cast<std::int64_t>(st.corpus.files.size()),
                                static_cast<std::int64_t>(st.corpus.bytes.size()),

@@ -14,22 +14,13 @@ std::int64_t sweep_steps(const Study& st) {
              : 0;
 }
 
-void run_sweep(Study& st) {
-  if (!st.options.sweep) return;
-  st.stage("sweep: d_ff / d_model = 1, 2, 4, 8 for ReLU and SwiGLU");
-  SweepResult out;
-  std::string csv = "ratio,relu,swiglu\n";
+std::vector<RunJob> sweep_jobs(const Study& st) {
   std::vector<RunJob> jobs;
   for (int ratio : st.scale.sweep_ratios) {
     const std::int64_t D = st.scale.model.d_model;
     const FFNConfig relu = variant_config("relu", D, ratio * D, true);
     const FFNConfig swiglu =
         match_params(variant_config("swiglu", D, ratio * D, true), count_params(relu));
-    SweepPoint p;
-    p.ratio = ratio;
-    p.relu_d_ff = relu.d_ff;
-    p.swiglu_d_ff = swiglu.d_ff;
-    out.points.push_back(p);
     for (const auto& [name, ffn] : {std::pair{"relu", relu}, std::pair{"swiglu", swiglu}}) {
       RunJob job;
       job.model = st.scale.model;
@@ -37,6 +28,22 @@ void run_sweep(Study& st) {
       job.label = fmt::format("{} x{}", name, ratio);
       jobs.push_back(std::move(job));
     }
+  }
+  return jobs;
+}
+
+void run_sweep(Study& st) {
+  if (!st.options.sweep) return;
+  st.stage("sweep: d_ff / d_model = 1, 2, 4, 8 for ReLU and SwiGLU");
+  SweepResult out;
+  std::string csv = "ratio,relu,swiglu\n";
+  std::vector<RunJob> jobs = sweep_jobs(st);
+  for (std::size_t i = 0; i < st.scale.sweep_ratios.size(); ++i) {
+    SweepPoint p;
+    p.ratio = st.scale.sweep_ratios[i];
+    p.relu_d_ff = jobs[2 * i].model.ffn.d_ff;
+    p.swiglu_d_ff = jobs[2 * i + 1].model.ffn.d_ff;
+    out.points.push_back(p);
   }
   const std::vector<RunRecord> runs = train_runs(st, std::move(jobs));
   for (std::size_t i = 0; i < out.points.size(); ++i) {

@@ -312,6 +312,7 @@ RunJob variant_job(const Study& st, const std::string& v, int seed) {
   job.model.ffn = study_ffn(v, job.model.d_model);
   job.seed = static_cast<std::uint64_t>(seed);
   job.label = v;
+  job.utilisation = true;
   if (seed == 1) job.probe = Probe::census;
   return job;
 }

@@ -465,8 +465,33 @@ TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
   EXPECT_EQ(won.find("bought nothing"), std::string::npos) << won;
   EXPECT_NE(won.find("Here the split paid"), std::string::npos) << won;
   // Sizes and tasks this run did not measure are said to be unmeasured.
-  EXPECT_NE(md.find("above 100B MoE | not measured: one size |"), std::string::npos) << md;
-  EXPECT_NE(md.find("extreme scale MoE | not measured: one task |"), std::string::npos) << md;
+  EXPECT_NE(md.find("above 100B MoE | not measured: one size (`--sizes` trains a ladder) |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("extreme scale MoE | not measured: one task (`--tasks causal,masked`"),
+            std::string::npos)
+      << md;
+  // Measured tasks at one size: the task row is measured, the size row still says it is not.
+  study::ScalingResult scaling;
+  scaling.tasks = {"masked"};
+  study::ScalingSize own;
+  own.name = "s";
+  own.model.d_model = 128;
+  own.params = 842496;
+  scaling.sizes = {own};
+  study::ScalingCell cell;
+  cell.size = "s";
+  cell.task = "masked";
+  cell.variants = {{outcome("relu", 3.5, study::Verdict::reference, 100), 1e12},
+                   {outcome("gelu", 3.4, study::Verdict::better, 100), 1e12}};
+  scaling.cells = {cell};
+  st.results.scaling = scaling;
+  const std::string masked = stage("evolution").markdown(st, study::Sections(stages()));
+  EXPECT_NE(masked.find("above 100B MoE | not measured: one size"), std::string::npos) << masked;
+  EXPECT_NE(masked.find("| task | classification ReLU, NLU and generation GELU, multi-task gated, "
+                        "extreme scale MoE | measured on masked: masked: s gelu |"),
+            std::string::npos)
+      << masked;
   // No training, no section.
   study::Study none;
   EXPECT_TRUE(stage("evolution").markdown(none, study::Sections(stages())).empty());

@@ -245,6 +245,10 @@ struct RunJob {
   std::string label;       // the record's variant and the progress line's name
   Probe probe = Probe::none;
   std::optional<TrainConfig> settings;  // empty: the study's training settings (seed replaced)
+  // Time the bare products of its shapes before its pool, the yardstick of its FLOP
+  // utilisation (the training stage's comparisons report it). Changes no number of the run, so
+  // it is not part of the job's JSON or its key.
+  bool utilisation = false;
 };
 
 // A run as data (run_io.cpp), for the run store and for other ranks: the job with its
@@ -305,7 +309,8 @@ struct StudyPlan {
   double other_seconds = 0;  // the stages that train nothing, and the figures
   std::string why;           // with a budget: what was chosen and why
   double core_seconds(bool at_cap) const;
-  // Predicted wall time on `workers` runs at once (this machine: threads × ranks).
+  // Predicted wall time on `workers` runs at once (this machine: its threads, plus one per
+  // other rank under mpirun).
   double wall_seconds(int workers, bool at_cap) const;
 };
 // Measures the cost model (a few seconds; longer for large sizes) and plans `options`; with a
@@ -314,6 +319,10 @@ StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus);
 // The plan as the command line prints it: per size, the runs and their predicted time; the
 // core-hours; the wall time on this machine's workers and on each of `cores`.
 std::string plan_text(const StudyPlan& plan, int workers, const std::vector<int>& cores);
+
+// Throws Error for options run_study would refuse (before any work): variants, seeds, steps,
+// margin, sizes, tasks, budget. `variants` must be filled (default_variants when not given).
+void check_options(const Options& options);
 
 // A duration as --budget takes it: "90s", "30m", "2h", "1.5h" or plain seconds ("600").
 double parse_duration(std::string_view text);
