@@ -92,6 +92,11 @@ NextRound next_round(const std::vector<VariantOutcome>& outcomes, int relu_seeds
 // design, with narrow_by_chance (against the other comparisons' pooled spread) and
 // holds_for_all_comparisons, and the throughput.
 VariantOutcome comparison_outcome(const Study& st, const std::string& label);
+// Every comparison with ReLU still undecided when the study ends (the training stage's, MoE at
+// equal compute, each cell across sizes and tasks), each with about how many seeds would decide
+// it (values_to_decide: the mean as seen, the spread at its upper bound; a planning figure):
+// "swiglu at s, masked: about 41 seeds would decide it".
+std::vector<std::string> undecided_comparisons(const Study& st);
 // The labels of the run's sequential comparisons, ReLU first.
 std::vector<std::string> comparison_labels(const Study& st);
 // Throughput over seeds (each run's median tokens/s, seed 1 first): the median, its ratio to

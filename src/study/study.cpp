@@ -483,6 +483,14 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         st.results.stage_seconds.emplace_back(
             s.key, std::chrono::duration<double>(clock::now() - start).count());
     }
+    // What would decide what is still undecided: the seeds to give --max-seeds with --resume.
+    if (const std::vector<std::string> open = undecided_comparisons(st); !open.empty()) {
+      st.message(
+          fmt::format("undecided against ReLU at the cap ({} seeds); a planning figure "
+                      "each, for --max-seeds with --resume:",
+                      st.scale.design.cap));
+      for (const std::string& line : open) st.message("  " + line);
+    }
     st.stage("figures (gnuplot)");
     const auto start = clock::now();
     for (const Stage& s : stages())

@@ -403,6 +403,45 @@ NextRound next_round(const std::vector<VariantOutcome>& outcomes, int relu_seeds
   return next;
 }
 
+namespace {
+
+std::string decide_text(const std::vector<double>& values, const std::vector<double>& relu,
+                        double margin) {
+  std::vector<double> d;
+  for (std::size_t i = 0; i < values.size() && i < relu.size(); ++i)
+    d.push_back(values[i] - relu[i]);
+  const int n = values_to_decide(d, margin);
+  if (n == 0) return "no spread to plan from";
+  if (n > 1000) return "the spread hides any difference";
+  return fmt::format("about {} seeds would decide it", n);
+}
+
+}  // namespace
+
+std::vector<std::string> undecided_comparisons(const Study& st) {
+  std::vector<std::string> out;
+  if (!st.results.training) return out;
+  const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);
+  for (const std::string& l : comparison_labels(st)) {
+    if (l == "relu") continue;
+    const VariantOutcome o = comparison_outcome(st, l);
+    if (o.verdict == Verdict::inconclusive)
+      out.push_back(
+          fmt::format("{}: {}", l, decide_text(o.val_bits_per_byte, relu, st.options.margin)));
+  }
+  if (const auto& s = st.results.scaling)
+    for (const ScalingCell& c : s->cells) {
+      if (c.from_training) continue;  // (above)
+      for (const ScalingEntry& e : c.variants)
+        if (e.outcome.verdict == Verdict::inconclusive)
+          out.push_back(fmt::format(
+              "{} at {}, {}: {}", e.outcome.variant, c.size, c.task,
+              decide_text(e.outcome.val_bits_per_byte, c.variants.front().outcome.val_bits_per_byte,
+                          st.options.margin)));
+    }
+  return out;
+}
+
 VariantOutcome comparison_outcome(const Study& st, const std::string& label) {
   const SequentialDesign& design = st.scale.design;
   const std::vector<double> relu = per_seed(st, "relu", &RunRecord::val_bits_per_byte);

@@ -1322,6 +1322,37 @@ TEST(StudyScaling, CellsPairWithTheirOwnReLUAndTheTrendReadsTheSlope) {
       << "each line of the figure in consecutive rows";
 }
 
+// What the study prints at its end: each undecided comparison with the seeds that would
+// decide it.
+TEST(StudyScaling, UndecidedComparisonsSayWhatWouldDecideThem) {
+  study::Study st;
+  st.options.quick = true;
+  st.options.variants = {"relu", "swiglu"};
+  st.scale = study::make_scale(st.options);
+  st.results.training = study::TrainingResult{};
+  EXPECT_TRUE(study::undecided_comparisons(st).empty()) << "no runs, nothing undecided";
+  study::ScalingCell cell;
+  cell.size = "xs";
+  cell.task = "masked";
+  study::VariantOutcome relu, swiglu;
+  relu.variant = "relu";
+  relu.verdict = study::Verdict::reference;
+  relu.val_bits_per_byte = {5.0, 5.1, 5.2};
+  swiglu.variant = "swiglu";
+  swiglu.verdict = study::Verdict::inconclusive;
+  swiglu.val_bits_per_byte = {4.99, 5.12, 5.18};  // differences −0.01, +0.02, −0.02
+  cell.variants = {{relu, 0}, {swiglu, 0}};
+  study::ScalingResult scaling;
+  scaling.cells = {cell};
+  st.results.scaling = scaling;
+  const std::vector<double> d{-0.01, 0.02, -0.02};
+  const int n = values_to_decide(d, st.options.margin);
+  ASSERT_GT(n, 3);
+  EXPECT_EQ(study::undecided_comparisons(st),
+            (std::vector<std::string>{
+                fmt::format("swiglu at xs, masked: about {} seeds would decide it", n)}));
+}
+
 TEST(StudyPlan, DurationsAndTheWallTimeOfRoundsOnWorkers) {
   EXPECT_EQ(study::parse_duration("90s"), 90);
   EXPECT_EQ(study::parse_duration("30m"), 1800);
