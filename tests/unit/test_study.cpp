@@ -1437,6 +1437,12 @@ TEST(Study, RefusesBadSizesTasksAndBudgets) {
   o.tasks = {};
   o.budget_seconds = -1;
   EXPECT_NE(refusal(o).find("budget = -1 s must be positive"), std::string::npos);
+  o.budget_seconds = 3600;
+  o.resume = true;  // the planner could choose other runs than the stopped study's
+  EXPECT_NE(refusal(o).find("--budget with --resume: the planner times this machine on every "
+                            "start"),
+            std::string::npos)
+      << refusal(o);
   EXPECT_TRUE(std::filesystem::is_empty(scratch.path));
 }
 

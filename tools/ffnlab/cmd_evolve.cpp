@@ -184,11 +184,13 @@ void add_evolve_command(CLI::App& app) {
   cmd->add_option("--tasks", o->tasks,
                   "tasks of that section, comma-separated: causal (next byte, the default) and "
                   "masked (a bidirectional LM; dense variants only)");
-  cmd->add_option("--budget", o->budget,
-                  "a wall-time budget (90s, 30m, 2h): the planner times this machine and "
-                  "chooses the sizes (unless --sizes), the seeds (unless --max-seeds) and the "
-                  "steps (unless --steps) that end within it even if no comparison decides "
-                  "before the cap, and says what it chose and why");
+  cmd->add_option(
+      "--budget", o->budget,
+      "a wall-time budget (90s, 30m, 2h): the planner times this machine and "
+      "chooses the sizes (unless --sizes), the seeds (unless --max-seeds) and the "
+      "steps (unless --steps) that end within it even if no comparison decides "
+      "before the cap, and says what it chose and why (not with --resume: resume with what "
+      "it chose)");
   cmd->add_flag("--plan", o->plan,
                 "print the plan and exit: each size's runs, their time on this machine, the "
                 "core-hours, and the wall time here and on --plan-cores cores; trains nothing");
