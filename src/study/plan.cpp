@@ -78,17 +78,15 @@ Timing time_size(const LMConfig& model, const TrainConfig& settings, const Corpu
 
 // The predicted seconds of a run, from its size's timing.
 double run_seconds(const Study& st, const RunJob& job, const Timing& timing,
-                   const LMConfig& relu_model) {
+                   const LMConfig& relu_model, std::int64_t validation_bytes) {
   const TrainConfig t = job.settings ? *job.settings : st.scale.train;
   const double flops = transformer_cost(job.model, t.seq).forward_flops /
                        transformer_cost(relu_model, t.seq).forward_flops;
   const double evaluated =
       static_cast<double>(t.eval_every > 0 ? (t.steps / t.eval_every) * t.eval_tokens : 0) +
-      static_cast<double>(
-          st.scale.validation_tokens > 0
-              ? std::min<std::int64_t>(st.scale.validation_tokens,
-                                       static_cast<std::int64_t>(st.corpus.validation().size()))
-              : static_cast<std::int64_t>(st.corpus.validation().size()));
+      static_cast<double>(st.scale.validation_tokens > 0
+                              ? std::min<std::int64_t>(st.scale.validation_tokens, validation_bytes)
+                              : validation_bytes);
   return flops * (timing.start_seconds + static_cast<double>(t.steps) * timing.step_seconds +
                   evaluated * timing.eval_token_seconds);
 }
@@ -111,7 +109,8 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
   if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
   check_options(st.options);
   st.scale = make_scale(st.options);
-  st.corpus = corpus;
+  // (the corpus is read where it is, not copied into the study: the budget plans many times)
+  const auto validation_bytes = static_cast<std::int64_t>(corpus.validation().size());
   const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
   if (corpus.train().size() < need || corpus.validation().size() < need)
     throw Error(fmt::format(
@@ -138,14 +137,14 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
     p.model = size_model(st.scale, s);
     const TrainConfig settings = size_settings(st.scale, s);
     p.steps = s.name == "s" ? st.scale.train.steps : settings.steps;
-    if (!timings.contains(p.name)) timings[p.name] = time_size(p.model, settings, st.corpus);
+    if (!timings.contains(p.name)) timings[p.name] = time_size(p.model, settings, corpus);
     p.step_seconds = timings[p.name].step_seconds;
     plan.sizes.push_back(std::move(p));
   }
   for (PlannedSize& p : plan.sizes) by_name[p.name] = &p;
   PlannedSize& own = *by_name.at("s");
   auto cost = [&](const RunJob& job, const std::string& size) {
-    return run_seconds(st, job, timings.at(size), by_name.at(size)->model);
+    return run_seconds(st, job, timings.at(size), by_name.at(size)->model, validation_bytes);
   };
   {
     RunJob relu;
