@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# Sets up everything on a fresh Debian machine, builds, and runs the main job: `ffnlab evolve`,
-# the FFN-evolution study (costs, speed, the toy run, one FFN variant per step of the evolution
-# trained as a byte-level language model on paired seeds (ReLU and SwiGLU 4, MoE at equal compute
-# 3), activation sparsity, MoE balancing, corrections of the FFN-evolution tutorial,
-# recommendations, figures), written to report/ (18 min 11 s on 2 cores of an AMD EPYC, measured).
-# Extra arguments go to `ffnlab evolve` (e.g. --quick for a check of the pipeline, 14 s once
-# built, --full for the whole study).
+# The main job on a fresh Debian machine: installs what the program needs (install-deps.sh run),
+# builds the program alone (the `program` preset: release flags, no tests), and runs the
+# FFN-evolution study, `ffnlab evolve`, into report/. Extra arguments go to `ffnlab evolve`:
+# --quick checks the pipeline in under a minute, --full runs the whole study. README.md gives
+# the measured times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-cmake --preset release
-cmake --build --preset release --target ffnlab_cli
-./build/release/ffnlab evolve --out report "$@"
+bash scripts/install-deps.sh run
+cmake --preset program
+cmake --build --preset program
+./build/program/ffnlab evolve --out report "$@"
 echo "Open report/REPORT.md"
