@@ -165,8 +165,23 @@ def describe(r):
     return f"{r['name']}: {m['cpu']} ({m['isa']}), {r['build']} build, commit {r['commit']}"
 
 
+SHORT = {
+    "gelu": "GELU",
+    "swiglu": "SwiGLU",
+    "geglu": "GEGLU",
+    "reglu": "ReGLU",
+    "glu": "GLU (sigmoid gate)",
+    "bilinear": "bilinear GLU",
+    "gated": "gated FFN, 4 branches",
+    "moe": "MoE 8×top-2, ReLU's parameters",
+    "moe_fine_shared": "MoE 16×top-3 + shared, ReLU's compute",
+    "moe_compute": "MoE 8×top-2, ReLU's compute",
+}
+
+
 def readme_block(data):
-    """The README's findings, from the records of the newest design."""
+    """The README's findings, from the records of the newest design: one sentence and a table
+    of every comparison with ReLU (at most 8 lines between the markers' blank lines)."""
     records = data["records"]
     out = [BEGIN, ""]
     if not records:
@@ -177,54 +192,36 @@ def readme_block(data):
     same = [r for r in records if r["design"] == design]
     isas = sorted({r["machine"]["isa"] for r in same})
     covered = "AVX2" in isas and "AVX-512" in isas
-    out.append(
-        f"The default run's comparisons with ReLU ({design['steps']} steps, {design['first_seeds']} "
-        f"to {design['max_seeds']} paired seeds by the sequential rule of docs/evolve.md, "
-        f"equivalence margin ±{design['margin']} bits/byte), as recorded in docs/verdicts.json on "
-        f"{len(same)} run{'s' if len(same) != 1 else ''}:")
-    out.append("")
-    for r in same:
-        out.append(f"- {describe(r)}")
-    out.append("")
+    runs = f"{len(same)} recorded run{'s' if len(same) != 1 else ''} ({', '.join(isas)})"
     if covered:
-        out.append("**Findings** (the same verdict on every recorded machine, AVX2 and AVX-512; "
-                   "intervals of the first record):")
+        status = (f"**Findings** where the last column says yes: the same verdict on every one of "
+                  f"{runs}.")
     else:
-        out.append(f"**No finding yet**: the records cover {' and '.join(isas)} only, and a "
-                   "finding must replicate on an AVX2 and an AVX-512 machine. Where the records "
-                   "agree (intervals of the first record):")
+        status = (f"**No finding yet**: {runs}; a finding must agree on an AVX2 and an AVX-512 "
+                  f"machine.")
+    out.append(f"{status} Validation bits/byte − ReLU's ({design['steps']} steps, "
+               f"{design['first_seeds']}–{design['max_seeds']} paired seeds; first record's "
+               f"numbers):")
     out.append("")
+    out.append("| FFN | difference [interval] | seeds | verdict | same on every run |")
+    out.append("|---|---:|---:|---|---|")
     labels = [l for l in WHAT if any(l in r["comparisons"] for r in same)]
     labels += sorted({l for r in same for l in r["comparisons"]} - set(labels))
-    differ = []
+    def short(verdict):
+        return verdict.replace(" than ReLU", "").replace(" to ReLU", "")
+
     for label in labels:
         cs = [r["comparisons"].get(label) for r in same]
-        if any(c is None for c in cs):
-            continue
-        if len({c["verdict"] for c in cs}) == 1:
-            out.append(f"- {WHAT.get(label, label)}: {cs[0]['verdict']}, {interval_text(cs[0])}.")
-        else:
-            differ.append((label, cs))
-    for k in PICKS:
-        vals = [r["picks"].get(k) for r in same]
-        if len({json.dumps(v) for v in vals}) == 1:
-            v = vals[0]
-            out.append(f"- {PICK_WHAT[k]}: "
-                       f"{'undecided' if v is None else ('yes' if v is True else 'no' if v is False else v)}.")
-        else:
-            differ.append((k, vals))
-    if differ:
-        out.append("")
-        out.append("**Differs between machines** (not a finding):")
-        out.append("")
-        for label, vals in differ:
-            if label in PICKS:
-                text = "; ".join(f"{v} on {r['name']}" for v, r in zip(vals, same))
-                out.append(f"- {PICK_WHAT[label]}: {text}.")
-            else:
-                text = "; ".join(f"{c['verdict']} ({interval_text(c)}) on {r['name']}"
-                                 for c, r in zip(vals, same))
-                out.append(f"- {WHAT.get(label, label)}: {text}.")
+        c = next(c for c in cs if c is not None)
+        iv = c.get("interval")
+        diff = (f"{c['difference']:+.3f} [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv
+                else f"{c['difference']:+.3f}")
+        agree = ("only in some runs" if any(x is None for x in cs)
+                 else "yes" if len({x["verdict"] for x in cs}) == 1
+                 else "no: " + "; ".join(f"{short(x['verdict'])} on {r['name']}"
+                                         for x, r in zip(cs, same)))
+        verdict = short(c["verdict"])
+        out.append(f"| {SHORT.get(label, label)} | {diff} | {c['seeds']} | {verdict} | {agree} |")
     out += ["", END]
     return "\n".join(out)
 

@@ -36,3 +36,19 @@ def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     for line in ("causal  swiglu", "masked  gelu"):
         assert line in text, line
     assert (tmp_path / "ffn_scaling_report" / "scaling.png").exists()
+
+
+def test_the_committed_notebook_holds_its_outputs_and_figures():
+    """A reader who opens the notebook in a viewer sees what it computes: it is committed
+    executed, by scripts/execute_notebook.py."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert all(cell.get("execution_count") for cell in code), \
+        "run scripts/execute_notebook.py: a code cell was never executed"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), \
+        "the cells ran out of order"
+    figures = [cell for cell in code if "plt.show()" in cell.source]
+    assert figures
+    for cell in figures:
+        assert any("image/png" in out.get("data", {}) for out in cell.outputs), cell.source[:60]
+    assert not any(out.get("output_type") == "error" for cell in code for out in cell.outputs)

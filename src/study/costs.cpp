@@ -44,30 +44,54 @@ std::string mib(double bytes) {
   return fixed(bytes / (1024.0 * 1024.0), 2);
 }
 
-// The cost table of `rows`; ratios to the first row.
+// The cost table of `rows`, ratios to the first row: parameters, what a token touches, forward
+// FLOPs and training memory. The counts behind it are in cost_compute_table and
+// cost_memory_table.
 std::string cost_table(const std::vector<CostRow>& rows) {
   std::vector<std::vector<std::string>> cells;
   const double base = static_cast<double>(rows.front().cost.params);
   const double base_flops = rows.front().cost.forward.total();
   for (const CostRow& r : rows) {
     const FFNCost& k = r.cost;
-    cells.push_back(
-        {r.name, thousands(width(r.config)), thousands(k.params), fixed(k.params / base, 2),
-         thousands(k.active_params), percent(static_cast<double>(k.active_params) / k.params, 0),
-         thousands(static_cast<std::int64_t>(k.forward.matmul)),
-         thousands(static_cast<std::int64_t>(k.forward.elementwise)),
-         thousands(static_cast<std::int64_t>(k.backward.matmul)),
-         thousands(static_cast<std::int64_t>(k.backward.elementwise)),
-         fixed(k.forward.total() / base_flops, 2), mib(k.f32.weights), mib(k.f32.grads),
-         mib(k.f32.adam), fixed(k.f32.activations / 1024.0, 1),
-         fixed(k.bf16.activations / 1024.0, 1), mib(k.f32.total()), mib(k.bf16.total())});
+    cells.push_back({r.name, thousands(width(r.config)), thousands(k.params),
+                     fixed(k.params / base, 2),
+                     percent(static_cast<double>(k.active_params) / k.params, 0),
+                     thousands(static_cast<std::int64_t>(k.forward.total())),
+                     fixed(k.forward.total() / base_flops, 2), mib(k.f32.total())});
   }
-  return markdown_table(
-      {"variant", "d_ff", "params", "÷ ReLU", "active params", "active", "fwd matmul FLOP/tok",
-       "fwd elementwise op/tok", "bwd matmul FLOP/tok", "bwd elementwise op/tok",
-       "fwd FLOPs ÷ ReLU", "weights MiB", "grads MiB", "Adam MiB", "activations KiB f32",
-       "activations KiB bf16", "total MiB f32", "total MiB bf16"},
-      cells, "lrrrrrrrrrrrrrrrrr");
+  return markdown_table({"variant", "d_ff", "parameters", "÷ ReLU", "active per token",
+                         "forward FLOPs/token", "÷ ReLU", "training memory MiB (f32)"},
+                        cells, "lrrrrrrr");
+}
+
+// Forward and backward work per token, matrix products apart from elementwise work.
+std::string cost_compute_table(const std::vector<CostRow>& rows) {
+  std::vector<std::vector<std::string>> cells;
+  for (const CostRow& r : rows) {
+    const FFNCost& k = r.cost;
+    cells.push_back({r.name, thousands(k.active_params),
+                     thousands(static_cast<std::int64_t>(k.forward.matmul)),
+                     thousands(static_cast<std::int64_t>(k.forward.elementwise)),
+                     thousands(static_cast<std::int64_t>(k.backward.matmul)),
+                     thousands(static_cast<std::int64_t>(k.backward.elementwise))});
+  }
+  return markdown_table({"variant", "active params", "fwd matmul FLOP/tok",
+                         "fwd elementwise op/tok", "bwd matmul FLOP/tok", "bwd elementwise op/tok"},
+                        cells, "lrrrrr");
+}
+
+// Training memory: weights, gradients, Adam's moments, saved activations (f32 and bf16).
+std::string cost_memory_table(const std::vector<CostRow>& rows) {
+  std::vector<std::vector<std::string>> cells;
+  for (const CostRow& r : rows) {
+    const FFNCost& k = r.cost;
+    cells.push_back({r.name, mib(k.f32.weights), mib(k.f32.grads), mib(k.f32.adam),
+                     fixed(k.f32.activations / 1024.0, 1), fixed(k.bf16.activations / 1024.0, 1),
+                     mib(k.f32.total()), mib(k.bf16.total())});
+  }
+  return markdown_table({"variant", "weights MiB", "grads MiB", "Adam MiB", "activations KiB f32",
+                         "activations KiB bf16", "total MiB f32", "total MiB bf16"},
+                        cells, "lrrrrrrr");
 }
 
 const std::vector<std::string> kGrowthVariants{"relu", "swiglu", "gated", "moe"};
@@ -171,33 +195,40 @@ std::string costs_markdown(const Study& st, const Sections& sec) {
   if (!st.results.costs) return "";
   const CostsResult& c = *st.results.costs;
   std::string md = fmt::format(
-      "Closed-form counts (`ffnlab params`, derived in docs/costs.md), checked in the test suite "
-      "against the parameters of the built layers. FLOPs per token: matrix products at 2 per "
-      "multiply-add; elementwise work at 1 per element per stage. Memory: weights, gradients, "
-      "Adam's two moments (always f32) and the activations a training forward saves for "
-      "backward, for one batch: the tutorial's {} tokens in the tutorial's configuration, one "
-      "training batch of {} tokens ({} sequences of {}) in the study's model.\n\n",
-      c.tutorial_tokens, thousands(c.study_tokens), st.scale.train.batch, st.scale.train.seq);
-  md += fmt::format(
-      "### The tutorial's configuration (d_model {}, d_ff {} for every variant, bias, gated FFN "
-      "with 4 branches, MoE with 8 ReLU experts, top-2; memory for {} tokens)\n\n",
+      "What one FFN layer costs at the tutorial's configuration (d_model {}, d_ff {} for every "
+      "variant, bias, the gated FFN with 4 branches, MoE with 8 ReLU experts and top-2), from "
+      "closed-form counts (`ffnlab params`; derived in docs/costs.md and checked in the test "
+      "suite against the built layers). \"Active per token\" is the share of the parameters "
+      "one token's forward pass touches. FLOPs count 2 per multiply-add and 1 per element of "
+      "each elementwise stage. Training memory is weights, gradients, Adam's two moments and the "
+      "activations saved for backward, for the tutorial's {} tokens.\n\n",
       kTutorialD, kTutorialF, c.tutorial_tokens);
   md += cost_table(c.tutorial);
   md += fmt::format(
       "\nTop-2 MoE: each token runs two whole experts, so its forward matrix FLOPs are {}× one "
       "expert's (the router adds {} FLOPs per token), while {} of its parameters are touched per "
-      "token: compute and parameters are two different budgets.\n\n",
+      "token: compute and parameters are two different budgets. The work behind each column, "
+      "the study's own model and the FFN's share of a whole Transformer are in the appendix.\n",
       fixed(c.moe_forward_matmul_over_one_expert(), 3),
       thousands(static_cast<std::int64_t>(c.moe_token.forward.matmul -
                                           2 * c.expert_token.forward.matmul)),
       percent(static_cast<double>(c.moe_token.active_params) / c.moe_token.params));
+  md += kDetails;
   md += fmt::format(
-      "\n### The study's model (d_model {}, the widths trained in {}; memory for {} tokens)\n\n",
-      st.scale.model.d_model, sec.ref("training"), thousands(c.study_tokens));
+      "**The tutorial's configuration, per token** (matrix products and elementwise work, "
+      "forward and backward), and its training memory for {} tokens:\n\n",
+      c.tutorial_tokens);
+  md += cost_compute_table(c.tutorial) + "\n" + cost_memory_table(c.tutorial);
+  md += fmt::format(
+      "\n**The study's model** (d_model {}, the widths trained in {}; memory for one training "
+      "batch of {} tokens, {} sequences of {}):\n\n",
+      st.scale.model.d_model, sec.ref("training"), thousands(c.study_tokens), st.scale.train.batch,
+      st.scale.train.seq);
   md += cost_table(c.study);
 
-  md += "\n### The FFN's share of a whole Transformer\n\n";
-  md += "Per token of a forward pass; attention counts its full S×S products as computed.\n\n";
+  md +=
+      "\n**The FFN's share of a whole Transformer**, per token of a forward pass (attention "
+      "counts its full S×S products as computed):\n\n";
   std::vector<std::vector<std::string>> rows;
   for (const auto& [name, t] : c.transformer_share)
     rows.push_back({name, thousands(t.params), thousands(t.ffn_params),
@@ -213,7 +244,7 @@ std::string costs_markdown(const Study& st, const Sections& sec) {
       rows, "lrrrrrrrrr");
 
   md +=
-      "\n### Growth with d_model\n\nParameters of one FFN layer with d_ff = 4·d_model "
+      "\n**Growth with d_model.** Parameters of one FFN layer with d_ff = 4·d_model "
       "(SwiGLU at the parameters of ReLU's 4·d_model, about 8/3·d_model; the gated FFN and MoE "
       "experts at 4·d_model): quadratic in d_model for every kind. Forward FLOPs per token are "
       "about 2 × parameters (per active parameter for MoE); both are in cost_growth.csv and "
@@ -254,7 +285,7 @@ json equal_budget_json(const Results& r) {
   return json_if(r.equal_budget, [](const EqualBudgetResult& e) { return rows_json(e.rows); });
 }
 
-std::string equal_budget_markdown(const Study& st, const Sections&) {
+std::string equal_budget_markdown(const Study& st, const Sections& sec) {
   if (!st.results.equal_budget) return "";
   const EqualBudgetResult& e = *st.results.equal_budget;
   std::string md = fmt::format(
@@ -264,6 +295,10 @@ std::string equal_budget_markdown(const Study& st, const Sections&) {
       "tokens.\n\n",
       thousands(e.target), e.relu_d_ff, e.tokens);
   md += cost_table(e.rows);
+  md += std::string(kDetails) +
+        fmt::format("**Equal budgets, per token and in memory** (the widths of {}):\n\n",
+                    sec.ref("equal_budget")) +
+        cost_compute_table(e.rows) + "\n" + cost_memory_table(e.rows);
   return md + "\n";
 }
 

@@ -282,9 +282,33 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
 
 }  // namespace
 
+// What the tutorial covers beside its walk, which this run explains but does not measure.
+std::string beyond_markdown() {
+  return "**Why up-project, then down-project.** The FFN widens each token to d_ff hidden "
+         "units (4·d_model in the tutorial), applies the nonlinearity there, and projects back. "
+         "The width is where the layer's capacity lives: each hidden unit is a direction the "
+         "activation can switch on or off, so more units give more separately gated features "
+         "for the same d_model, while the residual stream stays narrow. `ffnlab evolve --sweep` "
+         "measures validation as d_ff / d_model grows.\n\n"
+         "**ChatGLM's fused layout.** ChatGLM stores a GLU's gate and value projections as one "
+         "[2·d_ff, d_model] matrix (`dense_h_to_4h`, the gate half first) and splits the "
+         "product's output; the result is the same as LLaMA's separate `gate_proj` and "
+         "`up_proj`, from one matrix product that reads the input once. ffnlab runs both layouts "
+         "(`ffnlab run` with a ChatGLM config.json) and matches PyTorch on each.\n\n"
+         "**MoE in production and fine-tuning (from the literature, not measured here).** Every "
+         "expert must be in memory although a token uses few, so an MoE serves from more memory "
+         "than a dense model of its compute, and decoding a small batch reads the weights of "
+         "every expert some token chose. Expert parallelism adds an all-to-all exchange per "
+         "layer, and capacity limits drop tokens under uneven load. Fine-tuned on small data, "
+         "sparse models overfit more readily than dense ones and prefer other settings (ST-MoE, "
+         "Zoph et al. 2022, reports smaller batches and higher learning rates); the balancing "
+         "loss stays on, or the router may collapse onto a few experts.\n\n";
+}
+
 std::string evolution_markdown(const Study& st, const Sections& sec) {
   if (!st.results.training) return "";
-  return steps_markdown(st, sec) + dimensions_markdown(st) + choice_markdown(st, sec);
+  return steps_markdown(st, sec) + beyond_markdown() + choice_markdown(st, sec) +
+         std::string(kDetails) + dimensions_markdown(st);
 }
 
 }  // namespace ffnlab::study

@@ -212,19 +212,21 @@ void draw_ffn_performance(const Study& st) {
        "same parameters)', '' every ::1 using 1:4 lw 2 dt 2 title 'swiglu', '' every ::1 using "
        "1:6 lw 2 title 'gated (4 branches)', '' every ::1 using 1:8 lw 2 title 'moe (8 experts)'\n";
   s += "unset logscale\nset xlabel ''\nset style data histograms\nset xtics rotate by -30\n"
-       "set title 'Measured speed, forward+backward (matrix GFLOP/s; noisy rows left out)'\n"
-       "set ylabel 'GFLOP/s'\nset yrange [0:*]\n"
-       "set key below horizontal\n";
-  // A row the measurement decided (speed.csv's noisy column) is drawn as no bar: the figure
-  // shows what the table does not flag, nothing else; and says so when that is nothing.
-  const auto& rows = st.results.speed->variants;
-  if (std::all_of(rows.begin(), rows.end(), [](const auto& r) { return r.second.noisy(); }))
+       "set title 'Measured speed, forward+backward: the layer as a share of the bare matrix "
+       "products of its shapes'\n"
+       "set ylabel '% of the bare products'\nset yrange [0:*]\nunset key\n";
+  // Only the rows the measurement did not flag as noisy (speed.csv's noisy column) are drawn,
+  // and only they are named; the figure says so when that is none.
+  std::string drawn = "variant,percent_of_bare\n";
+  for (const auto& [name, v] : st.results.speed->variants)
+    if (!v.noisy()) drawn += fmt::format("{},{:.1f}\n", name, 100 * v.forward_backward_of_bare);
+  st.write("speed_drawn.csv", drawn);
+  if (drawn.find('\n') + 1 == drawn.size())
     s += "set yrange [0:1]\nunset ytics\nset xtics ('' 0)\n"
          "set label 'every row was noisy (see the speed table): nothing to draw' at graph 0.5, "
          "0.5 center\nplot -1 notitle\nunset label\n";
   else
-    s += "plot 'speed.csv' every ::1 using ($6 > 0 ? NaN : $3):xtic(1) title 'layer', '' "
-         "every ::1 using ($6 > 0 ? NaN : $5) title 'bare products of the same shapes'\n";
+    s += "plot 'speed_drawn.csv' every ::1 using 2:xtic(1) lc rgb '#1f77b4'\n";
   s += "unset multiplot\n";
   render_figure(st.dir, "ffn_performance_comparison", s);
 }
@@ -298,18 +300,38 @@ void draw_activation_sparsity(const Study& st) {
     csv += "\n";
   }
   st.write("unit_frequency_hist.csv", csv);
-  const int cols = 3, rows = std::max(1, (static_cast<int>(names.size()) + cols - 1) / cols);
-  std::string s = preamble("activation_sparsity", 1500, 40 + 330 * rows);
+  // A variant whose units are all non-zero on nearly every token (the smooth gates) would be
+  // one bar at the right by construction: it gets no panel, and the title names it.
+  std::vector<std::size_t> drawn;
+  std::vector<std::string> one_bar;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::vector<double>& h = hist[names[i]];
+    if (h.back() > 0.99 && h[0] == 0.0)
+      one_bar.push_back(names[i]);
+    else
+      drawn.push_back(i);
+  }
+  const int n = std::max<int>(1, static_cast<int>(drawn.size()));
+  const int cols = std::min(3, n), rows = (n + cols - 1) / cols;
+  std::string s = preamble("activation_sparsity", 500 * cols + 200, 80 + 330 * rows);
   s += fmt::format(
-      "set multiplot layout {},{} title 'How often each hidden unit is non-zero over the census "
-      "tokens (seed 1, every layer, after training; red: dead units, never non-zero; "
-      "near-dead: 0 or |h| < {} rms on every token)'\n"
+      "set multiplot layout {},{} title \"How often each hidden unit is non-zero over the census "
+      "tokens\\n(seed 1, every layer, after training; red: dead units, never non-zero; "
+      "near-dead: 0 or |h| < {} rms on every token){}\"\n"
       "set style fill solid 0.8 border -1\nset boxwidth 0.045\nset xrange [-0.1:1.02]\n"
       "set yrange [0:{:.2f}]\nunset key\n"
       "set xlabel 'fraction of its tokens on which the unit is non-zero'\n"
       "set ylabel 'fraction of units'\n",
-      rows, cols, kNearZeroRelative, std::min(1.0, std::ceil(top * 10.0) / 10.0 + 0.05));
-  for (std::size_t i = 0; i < names.size(); ++i) {
+      rows, cols, kNearZeroRelative,
+      one_bar.empty()
+          ? std::string()
+          : fmt::format("\\nNot drawn, every unit non-zero on more than 95 % of the tokens: {}",
+                        fmt::join(one_bar, ", ")),
+      std::min(1.0, std::ceil(top * 10.0) / 10.0 + 0.05));
+  if (drawn.empty())
+    s += "set label 'no variant has units that are zero on some tokens' at graph 0.5, 0.5 "
+         "center\nplot -1 notitle\nunset label\n";
+  for (std::size_t i : drawn) {
     const int column = 3 + static_cast<int>(i);
     auto share = [](double x) {
       return x > 0 && x < 0.0005 ? std::string("<0.1 %") : fmt::format("{:.1f} %", 100 * x);
@@ -443,14 +465,15 @@ std::string labelled_points(const std::vector<double>& x, const std::vector<doub
 void draw_moe_pareto(const Study& st) {
   const auto& points = st.results.moe_axes->pareto;
   std::string s = preamble("moe_pareto", 1500, 620);
-  s += "set multiplot layout 1,2 title 'Validation against cost: dense variants and MoE (mean "
-       "over seeds; bars: ± one standard deviation)'\n"
-       "set ylabel 'validation bits per byte (lower is better)'\nset key top right\n";
-  // The y range covers every bar with a margin; each panel's x range leaves room for the names.
-  double lo = 1e300, hi = -1e300;
+  s += "set multiplot layout 1,2 title 'Each FFN against ReLU, paired by seed, against its cost "
+       "(bars: the interval its verdict rests on)'\n"
+       "set ylabel 'validation bits/byte minus ReLU''s (below 0: better)'\nset key top right\n";
+  // The y range covers every bar and 0 with a margin; each panel's x range leaves room for the
+  // names.
+  double lo = 0, hi = 0;
   for (const auto& p : points) {
-    lo = std::min(lo, p.mean - p.std);
-    hi = std::max(hi, p.mean + p.std);
+    lo = std::min(lo, p.low);
+    hi = std::max(hi, p.high);
   }
   const double yspan = std::max(hi - lo, 1e-3);
   lo -= 0.08 * yspan;
@@ -461,15 +484,16 @@ void draw_moe_pareto(const Study& st) {
     std::vector<std::string> names;
     for (const auto& p : points) {
       x.push_back((column == 2 ? static_cast<double>(p.params) : p.forward_flops) / 1e6);
-      y.push_back(p.mean);
+      y.push_back(p.difference);
       names.push_back(p.name);
     }
     s += fmt::format("set title '{}'\nset xlabel '{}'\n", title, xlabel);
     s += labelled_points(x, y, names, lo, hi);
     s += fmt::format(
-        "plot 'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $4 : 1/0):5 "
+        "plot 0 with lines lc rgb '#808080' dt 2 title 'ReLU (the reference)', "
+        "'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $7 : 1/0):8:9 "
         "with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4' title 'dense', "
-        "'' every ::1 using (${0}/1e6):(strcol(6) eq 'moe' ? $4 : 1/0):5 with yerrorbars pt 5 "
+        "'' every ::1 using (${0}/1e6):(strcol(6) eq 'moe' ? $7 : 1/0):8:9 with yerrorbars pt 5 "
         "ps 1.2 lc rgb '#d62728' title 'MoE'\n",
         column);
   };
@@ -485,20 +509,25 @@ void draw_routing_families(const Study& st) {
                                   [](const RoutingRow& row) { return row.objective == "masked"; });
   std::string s = preamble("routing_families", masked ? 1500 : 900, 620);
   s += fmt::format(
-      "set multiplot layout 1,{} title 'Routing families at the headline MoE''s layout: "
+      "set multiplot layout 1,{} title 'Routing families on the MoE at equal compute: "
       "validation against the compute a token ran ({})'\nset key top right\n",
       masked ? 2 : 1,
-      r.seeds == 1 ? "seed 1 alone: no bars"
+      r.seeds == 1 ? "seed 1 alone"
                    : fmt::format("mean over {} seeds; bars: ± one standard deviation", r.seeds));
+  // The grey band around top-k: ± the spread of a paired difference between two seeds in the
+  // run's comparisons with ReLU, the scale below which one seed tells nothing apart.
+  const double band = st.results.training ? st.results.training->pooled_spread : 0.0;
+  const bool bars = r.seeds > 1;
   // One panel an objective, each with its own ranges (bits per byte and per masked byte differ);
   // top-k red, the families blue, each labelled where it meets no other name.
   auto panel = [&](const std::string& objective, const std::string& ylabel,
                    const std::string& title) {
     std::vector<double> x, y;
     std::vector<std::string> names;
-    double lo = 1e300, hi = -1e300;
+    double lo = 1e300, hi = -1e300, topk = NAN;
     for (const RoutingRow& row : r.rows) {
       if (row.objective != objective) continue;
+      if (row.name == "topk") topk = row.outcome.mean;
       x.push_back(row.active_forward_flops / 1e6);
       y.push_back(row.outcome.mean);
       names.push_back(row.name);
@@ -507,21 +536,33 @@ void draw_routing_families(const Study& st) {
       hi = std::max(hi, row.outcome.mean + sd);
     }
     if (x.empty()) return;
+    const bool banded = band > 0 && std::isfinite(topk);
+    if (banded) lo = std::min(lo, topk - band), hi = std::max(hi, topk + band);
     const double yspan = std::max(hi - lo, 1e-3);
+    s += "unset object 1\n";
+    if (banded)
+      s += fmt::format(
+          "set object 1 rect from graph 0, first {} to graph 1, first {} fc rgb '#e0e0e0' "
+          "fs solid 1.0 noborder behind\n",
+          topk - band, topk + band);
     s += fmt::format(
         "set title '{}'\nset xlabel 'LM forward FLOPs per token as run (millions)'\n"
         "set ylabel '{}'\n",
         title, ylabel);
     s += labelled_points(x, y, names, lo - 0.1 * yspan, hi + 0.15 * yspan);
-    // (One seed: the CSV's std is 0, the point alone.)
+    // Bars only where there are several seeds; one seed is a point alone.
+    const std::string style = bars ? ":5 with yerrorbars" : " with points";
     s += fmt::format(
         "plot 'routing_families.csv' every ::1 using ($3/1e6):(strcol(1) eq '{0}' && "
-        "strcol(2) ne 'topk' ? $4 : 1/0):5 with yerrorbars pt 7 ps 1.2 "
+        "strcol(2) ne 'topk' ? $4 : 1/0){1} pt 7 ps 1.2 "
         "lc rgb '#1f77b4' title 'routing family', "
-        "'' every ::1 using ($3/1e6):(strcol(1) eq '{0}' && strcol(2) eq 'topk' ? $4 : 1/0):"
-        "5 with yerrorbars pt 5 ps 1.4 lc rgb '#d62728' title 'top-k (the "
-        "reference)'\n",
-        objective);
+        "'' every ::1 using ($3/1e6):(strcol(1) eq '{0}' && strcol(2) eq 'topk' ? $4 : 1/0)"
+        "{1} pt 5 ps 1.4 lc rgb '#d62728' title 'top-k (the reference)'{2}\n",
+        objective, style,
+        banded ? fmt::format(", NaN with filledcurves fc rgb '#e0e0e0' title 'top-k ± {:.3f}: "
+                             "the paired spread of two seeds'",
+                             band)
+               : "");
   };
   panel("causal", "validation bits per byte (lower is better)",
         "Causal LM: the families that decide per token");

@@ -383,14 +383,14 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
       "expert takes at most ⌈{}·k·T/E⌉ assignments per batch; the "
       "rest are dropped and their tokens pass through the residual only), three ways. Load "
       "statistics are means over layers and over the second half of training; entropy is the "
-      "router's softmax entropy in nats (ln {} = {:.3f} is uniform). moe_expert_load.png shows "
-      "each expert's share of the assignments over training.\n\n",
+      "router's softmax entropy in nats (ln {} = {:.3f} is uniform).\n\n",
       m.experts, m.expert_d_ff, m.top_k, m.balancing_steps, m.capacity_factor, m.capacity_factor,
       m.experts, std::log(static_cast<double>(m.experts)));
   md += markdown_table({"balancing", "val bits/byte", "load CV", "max / mean", "dropped",
                         "router entropy", "tokens/s"},
                        rows, "lrrrrrr");
   md += load_settled_markdown(m);
+  if (m.without_z_outcome || !m.specialisation.empty() || m.z_coef > 0) md += kDetails;
   if (!m.specialisation.empty()) md += specialisation_markdown(m.specialisation);
   if (!m.without_z_outcome && m.z_coef > 0)
     md += fmt::format(

@@ -19,10 +19,12 @@
 namespace ffnlab::study {
 
 std::string MoEAxesResult::pareto_csv() const {
-  std::string csv = "variant,params,forward_flops_per_token,mean,std,kind\n";
+  std::string csv =
+      "variant,params,forward_flops_per_token,mean,std,kind,difference_to_relu,low,high\n";
   for (const Point& p : pareto)
-    csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},{}\n", p.name, p.params, p.forward_flops, p.mean,
-                       p.std, p.moe ? "moe" : "dense");
+    csv += fmt::format("{},{},{:.0f},{:.5f},{:.5f},{},{:.5f},{:.5f},{:.5f}\n", p.name, p.params,
+                       p.forward_flops, p.mean, p.std, p.moe ? "moe" : "dense", p.difference, p.low,
+                       p.high);
   return csv;
 }
 
@@ -150,12 +152,16 @@ void run_moe_axes(Study& st) {
     LMConfig m = st.scale.model;
     m.ffn = study_ffn(o.variant, D);
     const TransformerCost tc = transformer_cost(m, st.scale.train.seq, true);
-    out.pareto.push_back({o.variant, tc.params, tc.forward_flops, o.mean, o.std, false});
+    const bool relu = o.verdict == Verdict::reference;
+    out.pareto.push_back({o.variant, tc.params, tc.forward_flops, o.mean, o.std, false,
+                          relu ? 0.0 : o.diff_mean, relu ? 0.0 : o.diff_low,
+                          relu ? 0.0 : o.diff_high});
   }
   for (const MoEAxisRow& row : out.rows)
     if (row.name != "relu")
-      out.pareto.push_back(
-          {row.name, row.params, row.forward_flops, row.outcome.mean, row.outcome.std, true});
+      out.pareto.push_back({row.name, row.params, row.forward_flops, row.outcome.mean,
+                            row.outcome.std, true, row.outcome.diff_mean, row.outcome.diff_low,
+                            row.outcome.diff_high});
   st.write("moe_pareto.csv", out.pareto_csv());
   st.results.moe_axes = std::move(out);
 }
@@ -231,12 +237,12 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
       "total parameters and so a quarter of its active compute; here MoE is also trained at "
       "ReLU's active compute, fine-grained with a shared expert (DeepSeekMoE's design: 16 experts "
       "of a quarter of ReLU's width, top-3, and one shared expert of a quarter), the field's "
-      "current design and the comparison the report headlines. {} "
+      "current design and the MoE the summary reports. {} "
       "Same LM, recipe and rules as {} (paired seeds, the same sequential design: {} seeds "
       "first, one more per round while undecided, up to {}; equivalence within ±{} "
       "bits/byte). FLOPs are the LM's forward FLOPs per token (attention "
       "and head included), parameters the LM's; FFN active / total is one layer's. "
-      "moe_pareto.png draws validation against both.\n\n",
+      "moe_pareto.png draws each difference to ReLU against both.\n\n",
       sec.ref("training"),
       topk ? std::string("8 experts of half ReLU's width with top-2 (Mixtral's design) at the "
                          "same compute trains too.")

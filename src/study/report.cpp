@@ -1,6 +1,6 @@
-// The report's own stages: "data" (the corpus), "figures" (the list at the top), "zoo" (real
-// models), "corrections" (of the FFN-evolution tutorial) and "recommendations" (four rules
-// applied to the typed results of the stages before).
+// The report's own stages: "summary" (every comparison with ReLU, first), "data" (the corpus),
+// "zoo" (real models), "corrections" (of the FFN-evolution tutorial) and "recommendations" (four
+// rules applied to the typed results of the stages before).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +14,137 @@
 #include "stage_functions.hpp"
 
 namespace ffnlab::study {
+
+// ---- summary ----
+
+namespace {
+
+// A comparison's name for a reader who has not seen the sections yet.
+std::string summary_name(std::string_view variant) {
+  static const std::pair<std::string_view, std::string_view> kNames[] = {
+      {"relu", "ReLU FFN (the reference)"},
+      {"gelu", "GELU FFN"},
+      {"glu", "GLU (sigmoid gate)"},
+      {"bilinear", "bilinear GLU (no activation)"},
+      {"reglu", "ReGLU"},
+      {"geglu", "GEGLU"},
+      {"swiglu", "SwiGLU"},
+      {"gated", "gated FFN (4 branches)"},
+      {"moe", "MoE, 8 experts, top-2: ReLU's parameters"},
+      {"moe_compute", "MoE, 8 experts, top-2: ReLU's compute per token"},
+      {"moe_fine_shared", "MoE, 16 experts, top-3, 1 shared: ReLU's compute per token"}};
+  for (const auto& [key, name] : kNames)
+    if (key == variant) return std::string(name);
+  return std::string(variant);
+}
+
+struct SummaryRow {
+  std::string label;
+  std::int64_t params = 0;
+  double forward_flops = 0;  // NaN: not costed in this run
+  const VariantOutcome* outcome = nullptr;
+};
+
+// Every comparison with ReLU, ReLU first: the training stage's dense variants, then the MoE
+// rows of the moe_axes stage (at equal parameters and at equal compute), or the training
+// stage's MoE when that stage did not run.
+std::vector<SummaryRow> summary_rows(const Results& r) {
+  std::vector<SummaryRow> rows;
+  const auto flops_of = [&](std::string_view name) -> double {
+    if (r.moe_axes)
+      for (const auto& p : r.moe_axes->pareto)
+        if (p.name == name) return p.forward_flops;
+    return NAN;
+  };
+  for (const VariantOutcome& o : r.training->variants) {
+    if (o.variant == "moe" && r.moe_axes) continue;  // with the MoE rows below
+    rows.push_back({o.variant, o.params, flops_of(o.variant), &o});
+  }
+  if (r.moe_axes)
+    for (const MoEAxisRow& a : r.moe_axes->rows)
+      if (a.name != "relu") rows.push_back({a.name, a.params, a.forward_flops, &a.outcome});
+  return rows;
+}
+
+std::string verdict_words(const VariantOutcome& o, double margin) {
+  switch (o.verdict) {
+    case Verdict::reference:
+      return "the reference";
+    case Verdict::better:
+      return "**better**";
+    case Verdict::worse:
+      return "worse";
+    case Verdict::equivalent:
+      return fmt::format("equivalent (within ±{})", margin);
+    case Verdict::one_seed:
+      return "one seed: no verdict";
+    default:
+      return fmt::format("undecided at {} seeds", o.val_bits_per_byte.size());
+  }
+}
+
+}  // namespace
+
+std::string summary_markdown(const Study& st, const Sections& sec) {
+  const Results& r = st.results;
+  if (!r.training) return "";
+  const TrainingResult& t = *r.training;
+  const std::vector<SummaryRow> rows = summary_rows(r);
+  const double relu_flops = rows.front().forward_flops;
+  // The sentence: the best at equal parameters, the other comparisons by verdict.
+  std::vector<std::string> better, worse, equivalent, undecided;
+  for (const SummaryRow& row : rows) {
+    const VariantOutcome& o = *row.outcome;
+    const std::string what = fmt::format("{} ({:+.3f})", summary_name(row.label), o.diff_mean);
+    if (o.verdict == Verdict::better) better.push_back(what);
+    if (o.verdict == Verdict::worse) worse.push_back(summary_name(row.label));
+    if (o.verdict == Verdict::equivalent) equivalent.push_back(summary_name(row.label));
+    if (o.verdict == Verdict::inconclusive || o.verdict == Verdict::one_seed)
+      undecided.push_back(summary_name(row.label));
+  }
+  std::string sentence =
+      better.empty()
+          ? "No FFN of this run is measurably better than ReLU's"
+          : fmt::format("Measurably better than ReLU's FFN in validation bits per byte: {}",
+                        fmt::join(better, "; "));
+  if (!equivalent.empty())
+    sentence +=
+        fmt::format("; as good as ReLU within ±{}: {}", t.margin, fmt::join(equivalent, ", "));
+  if (!worse.empty()) sentence += fmt::format("; worse: {}", fmt::join(worse, ", "));
+  if (!undecided.empty())
+    sentence += fmt::format("; not decided by these seeds: {}", fmt::join(undecided, ", "));
+  std::string md = fmt::format(
+      "**{}.** A negative difference is better: fewer bits per byte on held-out text.{}\n\n",
+      sentence,
+      st.options.quick ? " (A --quick run: its models are too small to say anything.)" : "");
+
+  std::vector<std::vector<std::string>> table;
+  for (const SummaryRow& row : rows) {
+    const VariantOutcome& o = *row.outcome;
+    const bool reference = o.verdict == Verdict::reference;
+    table.push_back(
+        {summary_name(row.label), thousands(row.params),
+         std::isnan(row.forward_flops) || std::isnan(relu_flops)
+             ? "—"
+             : fmt::format("{:.2f}×", row.forward_flops / relu_flops),
+         reference ? fmt::format("{} (its mean)", fixed(o.mean, 3)) : difference_cell(o),
+         std::to_string(o.val_bits_per_byte.size()), verdict_words(o, t.margin)});
+  }
+  md += markdown_table({"FFN", "LM parameters", "forward FLOPs per token (÷ ReLU's)",
+                        "bits/byte − ReLU's [interval]", "seeds", "verdict"},
+                       table, "lrrrrl");
+  md += fmt::format(
+      "\nEach row is a byte-level language model ({} layers, d_model {}) with that FFN, trained {} "
+      "steps on the same text; seed s gives every model the same batches and initial weights "
+      "but the FFN, so each difference is paired by seed. Seeds were added one at a time until "
+      "the interval decided, by a rule fixed before the run ({}). {}\n\n",
+      t.model.layers, t.model.d_model, t.train.steps, sec.ref("training"),
+      r.recommendations && r.recommendations->best_at_equal_parameters
+          ? fmt::format("The recommendations ({}) read this table for each situation.",
+                        sec.ref("recommendations"))
+          : "");
+  return md;
+}
 
 // ---- data ----
 
@@ -30,22 +161,12 @@ json data_json(const Results& res) {
 std::string data_markdown(const Study& st, const Sections&) {
   if (!st.results.data) return "";
   const DataResult& d = *st.results.data;
-  return fmt::format(
-      "`{}`: {} files, {} bytes, fingerprint `{}`. Byte-level tokens (vocabulary 256); the "
-      "last 10 % of the bytes ({}) are the validation part.\n\n",
-      d.source, d.files, thousands(d.bytes), d.fingerprint, thousands(d.validation_bytes));
-}
-
-// ---- the figure list ----
-
-std::string figures_markdown(const Study& st, const Sections& sec) {
-  std::string md;
-  for (const Stage& s : stages())
-    for (const Figure& f : s.figures)
-      if (std::filesystem::exists(std::filesystem::path(st.dir) / (std::string(f.name) + ".png")))
-        md += fmt::format("**{0}.png** ({1}): {2}.\n\n![{0}]({0}.png)\n\n", f.name,
-                          s.numbered ? sec.ref(s.key) : std::string(s.section), f.caption);
-  return md;
+  return std::string(kDetails) + fmt::format(
+                                     "The corpus: `{}`: {} files, {} bytes, fingerprint `{}`. "
+                                     "Byte-level tokens (vocabulary 256); the "
+                                     "last 10 % of the bytes ({}) are the validation part.\n\n",
+                                     d.source, d.files, thousands(d.bytes), d.fingerprint,
+                                     thousands(d.validation_bytes));
 }
 
 // ---- real models ----
@@ -60,11 +181,14 @@ json zoo_json(const Results& r) {
 
 std::string zoo_markdown(const Study& st, const Sections&) {
   if (!st.results.zoo) return "";
-  std::string md =
-      "The FFN of well-known models (`ffnlab zoo` prints the same table), costed by ffnlab: one "
-      "layer's parameters, active parameters and forward FLOPs per token (matrix and "
-      "elementwise), and all FFN layers' parameters together. Each row's source is its last "
-      "column.\n\n";
+  std::string md = fmt::format(
+      "The FFN of {} well-known models, from BERT and GPT-2 to Mixtral and DeepSeek-V3, costed "
+      "by ffnlab the same way as the variants above (`ffnlab zoo` prints the table): the "
+      "appendix lists each one's kind, activation, widths, experts, one layer's parameters, "
+      "active parameters and forward FLOPs per token, and its source.\n",
+      zoo_table_rows().size());
+  md += kDetails;
+  md += "Each row's source is its last column.\n\n";
   md += markdown_table(zoo_table_header(), zoo_table_rows(), "llrrrlrrrrrl");
   return md + "\n";
 }

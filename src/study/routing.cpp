@@ -468,11 +468,12 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
   std::string md = fmt::format(
       "Since top-k, MoE routing has grown families that spend a variable number of experts on a "
       "token, let experts choose tokens, or mix tokens into slots. Each family here replaces the "
-      "router of the headline MoE of {} ({} experts of width {}, one shared expert, top-{}: "
-      "ReLU's active compute) and keeps its experts, so every row has about its total parameters "
+      "router of the study's MoE at equal compute, the one the summary reports ({}: {} experts "
+      "of width {}, one shared expert, top-{}: ReLU's active compute), and keeps its experts, so "
+      "every row has about its total parameters "
       "and, by its config, its compute per token; the experts a token actually ran are measured "
       "and the FLOPs column and routing_families.png place each family by them. Families that "
-      "decide per token train on the causal LM of {}, paired with the headline MoE's own runs; "
+      "decide per token train on the causal LM of {}, paired with that MoE's own runs; "
       "{} all {}, and top-k again, train on the masked objective (bidirectional attention, {} "
       "of each sequence's bytes masked and predicted, RoPE, validation in bits per masked byte), "
       "where expert choice and Soft MoE may run: they look at the whole sequence, and on a causal "
@@ -486,11 +487,14 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
   md += r.seeds == 1
             ? "**Each family trained one seed** in this run (seed 1): there is no interval and "
               "no verdict, only the values; `--routing-seeds N` (up to `--seeds`) or `--full` "
-              "trains more, paired.\n\n"
+              "trains more, paired. The figure's grey band is the spread of a paired "
+              "difference between two seeds in this run's comparisons with ReLU: a family "
+              "inside it is not told apart from top-k by one seed. "
             : fmt::format(
                   "Each family trained seeds 1 to {} (`--routing-seeds`; the default run "
                   "trains one).\n\n",
                   r.seeds);
+  std::string tables, details;
   for (const char* objective : {"causal", "masked"}) {
     const bool masked = std::string_view(objective) == "masked";
     std::vector<std::vector<std::string>> rows, behaviour, layers;
@@ -522,24 +526,36 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
       layers.push_back(std::move(cells));
     }
     if (rows.empty()) continue;
-    md += masked ? "**The masked objective** (bits per masked byte):\n\n"
-                 : "**The causal LM** (bits per byte):\n\n";
-    md +=
+    tables += masked ? "**The masked objective** (bits per masked byte):\n\n"
+                     : "**The causal LM** (bits per byte):\n\n";
+    tables +=
         markdown_table({"family", "what", "LM parameters", "forward FLOPs/token (as run)",
                         masked ? "val bits/masked byte" : "val bits/byte",
                         "paired difference to top-k [95 % CI]", "verdict", "tokens/s (÷ top-k's)"},
                        rows, "llrrrrlr");
-    md += "\n";
-    md += markdown_table({"family", "experts/token (config)", "experts/token (ran)", "load CV",
-                          "dropped", "router entropy (nats)", "zero-computation choices"},
-                         behaviour, "lrrrrrr");
+    tables += "\n";
+    details += masked ? "**What each family's router did, masked objective:**\n\n"
+                      : "**What each family's router did, causal LM:**\n\n";
+    details += markdown_table({"family", "experts/token (config)", "experts/token (ran)", "load CV",
+                               "dropped", "router entropy (nats)", "zero-computation choices"},
+                              behaviour, "lrrrrrr");
     std::vector<std::string> head_cells{"family"};
     for (std::size_t l = 0; l < layers.front().size() - 1; ++l)
       head_cells.push_back(fmt::format("layer {}", l));
-    md += "\n";
-    md += markdown_table(head_cells, layers, "l" + std::string(head_cells.size() - 1, 'r'));
-    md += "\n";
+    details += "\n";
+    details += markdown_table(head_cells, layers, "l" + std::string(head_cells.size() - 1, 'r'));
+    details += "\n";
   }
+  // One seed gives values without verdicts: they go to the appendix with the behaviour.
+  if (r.seeds == 1) {
+    md += "The values and what each router did are in the appendix.\n";
+    md += kDetails;
+    md += tables;
+  } else {
+    md += tables;
+    md += kDetails;
+  }
+  md += details;
   md +=
       "The behaviour is the second half of training, the mean over seeds (layers averaged in the "
       "second table). Experts/token (config) is what the config sets: top-p's cap, MoE++'s k "

@@ -163,7 +163,19 @@ std::string sparsity_markdown(const Study& st, const Sections& sec) {
     return fmt::format("{} of {} ({})", n, units,
                        percent(static_cast<double>(n) / static_cast<double>(units)));
   };
-  std::vector<std::vector<std::string>> rows;
+  std::vector<std::vector<std::string>> rows, totals;
+  for (const auto& [v, layers] : r.variants) {
+    double zero_init = 0, zero_trained = 0;
+    std::int64_t dead = 0, near_dead = 0, units = 0;
+    for (const LayerSparsity& l : layers) {
+      zero_init += l.zero_init / static_cast<double>(layers.size());
+      zero_trained += l.zero_trained / static_cast<double>(layers.size());
+      dead += l.dead_trained, near_dead += l.near_dead_trained, units += l.units;
+    }
+    if (!layers.empty())
+      totals.push_back({v, percent(zero_init), percent(zero_trained), of_units(dead, units),
+                        of_units(near_dead, units)});
+  }
   for (const auto& [v, layers] : r.variants)
     for (const LayerSparsity& l : layers)
       rows.push_back({v, std::to_string(l.layer), percent(l.zero_init), percent(l.zero_trained),
@@ -171,7 +183,8 @@ std::string sparsity_markdown(const Study& st, const Sections& sec) {
                       of_units(l.dead_trained, l.units), of_units(l.near_dead_trained, l.units)});
   std::string md = fmt::format(
       "The hidden activations h (what enters the down projection) of each layer of seed 1's "
-      "model, over the first {} validation tokens, at initialisation and after training. "
+      "model, over the first {} validation tokens (the census tokens), at initialisation and "
+      "after training. "
       "**zero**: exactly 0. **near zero**: |h| < {}·rms(h) of that layer and batch. **Dead "
       "units**: hidden units that are 0 on every census token after training (for moe, each "
       "expert's units over the tokens routed to that expert; an expert that no census token "
@@ -184,9 +197,11 @@ std::string sparsity_markdown(const Study& st, const Sections& sec) {
       "GELU, SiLU and sigmoid gates are almost never exactly zero, so they have no dead units "
       "by definition, and near-dead is the count that compares them with ReLU.\n\n",
       r.census_tokens, kNearZeroRelative, kNearZeroRelative);
-  md += markdown_table({"variant", "layer", "zero at init", "zero trained", "near zero at init",
-                        "near zero trained", "dead units trained", "near-dead units trained"},
-                       rows, "lrrrrrrr");
+  md += markdown_table(
+      {"variant", "zero at init", "zero trained", "dead units trained", "near-dead units trained"},
+      totals, "lrrrr");
+  md += "\nThe zero shares are means over the layers; the units are all layers' together.\n";
+  md += "results.json (\"sparsity\") has each layer's numbers, the near-zero shares too.\n";
   md += fmt::format(
       "\nGELU's approximations against the exact x·Φ(x) (double precision, x in [−8, 8]): the "
       "tanh form (GPT-2's gelu_new) is off by at most {:.2e} (at x = {:.2f}); the sigmoid form "

@@ -14,10 +14,12 @@ namespace ffnlab::study {
 
 using json = nlohmann::ordered_json;
 
-// report.cpp: the data, the figure list, the real models, corrections, recommendations
+// report.cpp: the summary, the data, the real models, corrections, recommendations
 json data_json(const Results& r);
 std::string data_markdown(const Study& st, const Sections& sec);
-std::string figures_markdown(const Study& st, const Sections& sec);
+// The answer in one sentence and one table: every comparison with ReLU (the training stage's
+// variants and MoE at equal compute) with its costs, difference, interval and verdict.
+std::string summary_markdown(const Study& st, const Sections& sec);
 void run_zoo(Study& st);
 json zoo_json(const Results& r);
 std::string zoo_markdown(const Study& st, const Sections& sec);

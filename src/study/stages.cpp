@@ -22,8 +22,10 @@ json no_json(const Results&) {
 
 const std::vector<Stage>& stages() {
   static const std::vector<Stage> table{
-      {"data", "Data", true, none, nothing, data_json, data_markdown, {}},
-      {"figures", "Figures", false, none, nothing, no_json, figures_markdown, {}},
+      // The answer first: every comparison with ReLU in one table, from the stages below.
+      {"summary", "Summary", false, none, nothing, no_json, summary_markdown, {}},
+      // Unnumbered: its paragraph goes to the appendix (kDetails).
+      {"data", "Data", false, none, nothing, data_json, data_markdown, {}},
       {"costs", "Costs", true, none, run_costs, costs_json, costs_markdown, {}},
       {"equal_budget",
        "Equal budgets",
@@ -43,8 +45,9 @@ const std::vector<Stage>& stages() {
        {{"ffn_performance_comparison", draw_ffn_performance,
          "parameters, active parameters and FLOPs per token as multiples of ReLU's; training "
          "memory; growth with d_model (ReLU's line lies under SwiGLU's: they are matched in "
-         "parameters); measured speed as a share of the bare products of the same shapes (rows "
-         "flagged noisy are left out)"}}},
+         "parameters); measured forward+backward speed as a share of the bare matrix products "
+         "of the same shapes (the median of alternating rounds; rows the speed table flags as "
+         "noisy are left out, unnamed)"}}},
       {"toy", "Training dynamics", true, none, run_toy, toy_json, toy_markdown, {}},
       {"training",
        "",
@@ -73,9 +76,11 @@ const std::vector<Stage>& stages() {
          "training"},
         {"activation_sparsity", draw_activation_sparsity,
          "per variant, the share of hidden units (every layer, after training) by how often "
-         "they are non-zero; the red bar on the left is the dead units, never non-zero: only the "
-         "ReLU-gated kinds (relu, reglu, moe's ReLU experts) have them, the smooth gates are "
-         "non-zero almost always"}}},
+         "they are non-zero over the census tokens; the red bar on the left is the dead units, "
+         "never non-zero. Only the ReLU-gated kinds (relu, reglu, moe's ReLU experts) can have "
+         "them; a variant whose units are all non-zero on more than 95 % of the tokens (the "
+         "smooth gates) would be one bar at the right, so it gets no panel and the figure's "
+         "title names it"}}},
       {"moe",
        "MoE behaviour",
        true,
@@ -99,9 +104,11 @@ const std::vector<Stage>& stages() {
        moe_axes_json,
        moe_axes_markdown,
        {{"moe_pareto", draw_moe_pareto,
-         "validation (mean ± std over seeds) against the LM's parameters and against its forward "
-         "FLOPs per token: the dense variants share one cost, MoE at equal compute moves right in "
-         "the first panel only"}}},
+         "each FFN's validation minus ReLU's, paired by seed, with the interval its verdict rests "
+         "on (a bar wholly below the dashed line at 0 is better than ReLU, wholly above it "
+         "worse), against the LM's parameters (left) and its forward FLOPs per token (right): the "
+         "dense variants share one cost, and MoE at equal compute moves right in the first panel "
+         "only"}}},
       {"routing",
        "Routing families",
        true,
@@ -111,9 +118,11 @@ const std::vector<Stage>& stages() {
        routing_markdown,
        {{"routing_families", draw_routing_families,
          "validation against the LM's forward FLOPs per token at the experts a token actually "
-         "ran, per routing family (mean over seeds; bars: ± one standard deviation where there "
-         "are several), the causal LM and the masked objective apart: a family right of top-k "
-         "spent more compute than its config promised, left of it less"}}},
+         "ran, per routing family (the mean over seeds, with bars of ± one standard deviation "
+         "when there are several), the causal LM and the masked objective apart. The grey band "
+         "around top-k is the spread of a paired difference between two seeds in this run: a "
+         "family inside it is not told apart from top-k. A family right of top-k spent more "
+         "compute than its config promised, left of it less"}}},
       // Unnumbered, like the sweep: it runs only with --sizes or --tasks, and the sections
       // after it keep their numbers either way.
       {"scaling",
@@ -185,7 +194,7 @@ const std::vector<Stage>& stages() {
 Sections::Sections(const std::vector<Stage>& table) : table_(table) {}
 
 int Sections::number(std::string_view key) const {
-  int n = -1;
+  int n = 0;
   for (const Stage& s : table_) {
     if (s.numbered && !s.section.empty()) ++n;
     if (s.key == key) return n;
@@ -199,6 +208,15 @@ std::string Sections::ref(std::string_view key) const {
     if (s.key == key && !s.numbered)
       throw Error(fmt::format("[study] stage '{}' has no numbered section to refer to", key));
   return fmt::format("section {}", number(key));
+}
+
+std::string_view Sections::title(std::string_view key) const {
+  std::string_view title;
+  for (const Stage& s : table_) {
+    if (!s.section.empty()) title = s.section;
+    if (s.key == key) return title;
+  }
+  throw Error(fmt::format("[study] no stage '{}' in the table", key));
 }
 
 std::string Sections::heading(std::string_view key) const {

@@ -34,7 +34,7 @@ namespace ffnlab::study {
 
 std::vector<std::string> default_variants(bool full) {
   if (full) return variant_names();
-  return {"relu", "gelu", "swiglu", "gated", "moe"};
+  return {"relu", "gelu", "glu", "swiglu", "gated", "moe"};
 }
 
 Scale make_scale(const Options& o) {
@@ -318,14 +318,48 @@ std::string report_header(const Study& st) {
   return md;
 }
 
+// The figures a stage drew, each below its section's text with its caption.
+std::string figures_of(const Study& st, const Stage& s) {
+  std::string md;
+  for (const Figure& f : s.figures)
+    if (std::filesystem::exists(std::filesystem::path(st.dir) / (std::string(f.name) + ".png")))
+      md += fmt::format("![{0}]({0}.png)\n\n*{0}.png: {1}.*\n\n", f.name, f.caption);
+  return md;
+}
+
+bool blank(std::string_view text) {
+  return text.find_first_not_of(" \n") == std::string_view::npos;
+}
+
+// Each stage's section, its text then its figures; what a stage marks as detail (kDetails) goes
+// to the appendix at the end, under the section it belongs to.
 std::string render_report(const Study& st) {
   const Sections sec(stages());
-  std::string md = report_header(st);
+  std::string md = report_header(st), appendix;
+  std::string_view appendix_title;
   for (const Stage& s : stages()) {
     const std::string body = s.markdown(st, sec);
     if (body.empty()) continue;
-    md += sec.heading(s.key) + body;
+    const std::size_t cut = body.find(kDetails);
+    const std::string main = body.substr(0, cut);
+    const std::string figures = figures_of(st, s);
+    if (!blank(main) || !figures.empty())
+      md += sec.heading(s.key) + main + (blank(main) ? "" : "\n") + figures;
+    if (cut == std::string::npos) continue;
+    const std::string_view title = sec.title(s.key);
+    if (title != appendix_title) {
+      const bool numbered = s.numbered || s.section.empty();
+      appendix += numbered ? fmt::format("### {}. {}\n\n", sec.number(s.key), title)
+                           : fmt::format("### {}\n\n", title);
+      appendix_title = title;
+    }
+    appendix += body.substr(cut + kDetails.size());
   }
+  if (!appendix.empty())
+    md +=
+        "## Appendix: details\n\nThe long tables, the one-seed material and how each section "
+        "was measured, under the section they belong to. results.json holds every number.\n\n" +
+        appendix;
   return md;
 }
 

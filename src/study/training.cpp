@@ -615,7 +615,21 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "{} after the last step. Seeds are paired: seed s gives "
       "every variant the same batches and the same initial embedding, attention and head (each "
       "matrix drawn from its own stream of the seed), so a variant is compared with ReLU's runs "
-      "of its own seeds, by the paired difference (variant − ReLU, per seed).\n\n"
+      "of its own seeds, by the paired difference (variant − ReLU, per seed). Seeds are "
+      "added one at a time until each comparison is decided, by the rule in the appendix.\n\n",
+      t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
+      t.train.batch, t.train.optimizer.lr, t.train.warmup, "the appendix (Data)",
+      t.final_validation_tokens > 0 && t.final_validation_tokens < t.validation_bytes
+          ? fmt::format("the first {} bytes of the validation part ({} in all; --quick reads "
+                        "no more)",
+                        thousands(t.final_validation_tokens), thousands(t.validation_bytes))
+          : fmt::format("the whole validation part ({} bytes)", t.validation_bytes));
+  md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
+                        "paired difference to ReLU [interval of the last look]", "verdict",
+                        "tokens/s (÷ ReLU's)", "FLOP utilisation"},
+                       rows, "lrrrrrlrr");
+  md += kDetails;
+  md += fmt::format(
       "**How many seeds, and when a comparison is decided (fixed before the run).** Each "
       "comparison with ReLU (here and MoE at equal compute, {}) trains {} seeds, then looks: if "
       "it is not decided, it trains one more seed (and ReLU too, when it has fewer) and looks "
@@ -639,21 +653,10 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "spread of {}; a chance below 5 % if its spread were theirs): its interval may be "
       "narrower than its precision. Not measurably "
       "worse is never read as as good.\n\n",
-      t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
-      t.train.batch, t.train.optimizer.lr, t.train.warmup, sec.ref("data"),
-      t.final_validation_tokens > 0 && t.final_validation_tokens < t.validation_bytes
-          ? fmt::format("the first {} bytes of the validation part ({} in all; --quick reads "
-                        "no more)",
-                        thousands(t.final_validation_tokens), thousands(t.validation_bytes))
-          : fmt::format("the whole validation part ({} bytes)", t.validation_bytes),
       sec.ref("moe_axes"), t.design.first, t.design.cap, t.margin, t.comparisons, t.comparisons,
       fixed(t.pooled_spread, 4));
-  md += markdown_table({"variant", "d_ff", "parameters", "bits/byte per seed", "mean ± std",
-                        "paired difference to ReLU [interval of the last look]", "verdict",
-                        "tokens/s (÷ ReLU's)", "FLOP utilisation"},
-                       rows, "lrrrrrlrr");
   md += fmt::format(
-      "\nFLOP utilisation: the matrix work of a run's median step per second over the rate of "
+      "**FLOP utilisation**: the matrix work of a run's median step per second over the rate of "
       "the bare products of its own shapes (every weight product and attention's score "
       "products, forward and backward), timed on one thread before the first runs started, "
       "with nothing beside them; the median over seeds. The runs train two at a time, so they "
@@ -662,12 +665,7 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "shown as \"not measured\". Tokens/s: the median over seeds of each run's median, and "
       "its ratio to ReLU's row; \"noisy\" when the ratio to ReLU's run of the same seed (for "
       "ReLU: its runs against their median) spreads by more than 10 % over seeds, and then no "
-      "rule reads it.\n"
-      "\ntraining_dynamics.png draws the runs over training: validation at the periodic "
-      "evaluations (on the first {} bytes of the validation part, so its last values differ "
-      "from this table's), the training loss and the gradient norm, each the mean over seeds "
-      "with a band from the lowest to the highest seed.\n",
-      t.train.eval_tokens);
+      "rule reads it.\n");
   return md + "\n";
 }
 

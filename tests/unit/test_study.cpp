@@ -43,7 +43,7 @@ const Stage& stage(std::string_view key) {
 
 TEST(StudyStages, KeysAndFiguresAreUniqueAndSectionsNumberedInOrder) {
   std::set<std::string_view> keys, figures;
-  int expected = 0;
+  int expected = 1;
   const study::Sections sec(stages());
   for (const Stage& s : stages()) {
     EXPECT_TRUE(keys.insert(s.key).second) << s.key;
@@ -56,8 +56,11 @@ TEST(StudyStages, KeysAndFiguresAreUniqueAndSectionsNumberedInOrder) {
       ++expected;
     }
   }
-  EXPECT_EQ(stages().front().key, "data");
-  EXPECT_EQ(sec.ref("data"), "section 0");
+  // The summary comes first; the data's paragraph is in the appendix, so Costs is section 1.
+  EXPECT_EQ(stages().front().key, "summary");
+  EXPECT_THROW(sec.ref("data"), Error);
+  EXPECT_EQ(sec.ref("costs"), "section 1");
+  EXPECT_EQ(sec.title("training"), "Training dynamics");
   // A stage without a section of its own is in the section before it.
   EXPECT_EQ(stage("training").section, "");
   EXPECT_EQ(sec.ref("training"), sec.ref("toy"));
@@ -105,7 +108,7 @@ TEST(StudyStages, PlanCountsTheTrainingStepsOfTheStagesThatRun) {
 
 TEST(StudyStages, TheDefaultVariantsTakeOneStepOfTheEvolutionEachAndFullTakesThemAll) {
   EXPECT_EQ(study::default_variants(),
-            (std::vector<std::string>{"relu", "gelu", "swiglu", "gated", "moe"}));
+            (std::vector<std::string>{"relu", "gelu", "glu", "swiglu", "gated", "moe"}));
   EXPECT_EQ(study::default_variants(true), variant_names());
 }
 
@@ -169,14 +172,12 @@ TEST(StudyCosts, EachTableSaysTheTokensItsMemoryIsFor) {
   ASSERT_EQ(c.study_tokens, tokens);
   ASSERT_EQ(c.tutorial_tokens, 8);
   const std::string md = stage("costs").markdown(st, study::Sections(stages()));
-  EXPECT_NE(md.find(fmt::format("one training batch of {} tokens ({} sequences of {}) in the "
-                                "study's model",
+  EXPECT_NE(md.find(fmt::format("memory for one training batch of {} tokens, {} sequences of {})",
                                 thousands(tokens), st.scale.train.batch, st.scale.train.seq)),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("top-2; memory for 8 tokens)"), std::string::npos) << md;
-  EXPECT_NE(md.find(fmt::format("memory for {} tokens)", thousands(tokens))), std::string::npos)
-      << md;
+  EXPECT_NE(md.find("saved for backward, for the tutorial's 8 tokens."), std::string::npos) << md;
+  EXPECT_NE(md.find("its training memory for 8 tokens:"), std::string::npos) << md;
   EXPECT_EQ(md.find("the tutorial's batch of 8 tokens.\n"), std::string::npos) << md;
   // The study table's activations are those of `tokens` tokens, not of 8.
   const study::CostRow* relu = c.study_row("relu");
@@ -1010,19 +1011,21 @@ TEST(StudyFigures, SpeedPanelWithEveryRowNoisyStillDraws) {
 
 // moe_pareto.png names every point; two points closer than a line (SwiGLU and the fine-grained
 // MoE against FLOPs per token, in a default run) get their names on different lines, and a
-// point with room keeps its name beside it.
+// point with room keeps its name beside it. It draws the paired differences to ReLU.
 TEST(StudyFigures, ParetoNamesOfNearbyPointsDoNotOverlap) {
   const ScratchDir scratch("pareto");
   const auto& dir = scratch.path;
   study::Study st;
   st.dir = dir.string();
   study::MoEAxesResult axes;
-  axes.pareto = {{"relu", 842496, 1920896, 3.09514, 0.02030, false},
-                 {"gelu", 842496, 1920896, 3.16180, 0.00679, false},
-                 {"swiglu", 847296, 1930496, 3.04577, 0.01307, false},
-                 {"gated", 835840, 1908928, 3.19456, 0.02214, false},
-                 {"moe", 850208, 1142312, 3.17741, 0.01554, true},
-                 {"moe_fine_shared", 2569536, 1942732, 3.04189, 0.01344, true}};
+  // Differences to ReLU with their intervals, as a default run has them.
+  axes.pareto = {
+      {"relu", 842496, 1920896, 3.09514, 0.02030, false, 0, 0, 0},
+      {"gelu", 842496, 1920896, 3.16180, 0.00679, false, 0.06666, 0.016, 0.138},
+      {"swiglu", 847296, 1930496, 3.04577, 0.01307, false, -0.04937, -0.096, -0.001},
+      {"gated", 835840, 1908928, 3.19456, 0.02214, false, 0.09942, 0.072, 0.145},
+      {"moe", 850208, 1142312, 3.17741, 0.01554, true, 0.08227, 0.054, 0.110},
+      {"moe_fine_shared", 2569536, 1942732, 3.04189, 0.01344, true, -0.05325, -0.060, -0.011}};
   st.write("moe_pareto.csv", axes.pareto_csv());
   st.results.moe_axes = axes;
   draw_the_figure(st, "moe_axes");
@@ -1055,7 +1058,7 @@ TEST(StudyFigures, ParetoNamesOfNearbyPointsDoNotOverlap) {
   // 0.0039 apart at their points, less than a line: their names a whole line apart.
   EXPECT_GE(std::abs(flops.rows.at("swiglu") - flops.rows.at("moe_fine_shared")),
             flops.line_h * (1 - 1e-9));
-  EXPECT_DOUBLE_EQ(flops.rows.at("gated"), 3.19456);  // nothing near it: beside its point
+  EXPECT_DOUBLE_EQ(flops.rows.at("gated"), 0.09942);  // nothing near it: beside its point
 }
 
 // A run as data: a job of every stage's kind reads back as it was written, a record round-trips

@@ -612,7 +612,8 @@ void add_bench_command(CLI::App& app) {
       ->expected(2)
       ->check(int_in(1, 1 << 18))
       ->capture_default_str();
-  cmd->add_flag("!--no-decode", o->decode, "skip the decode table");
+  cmd->add_flag_callback(
+      "--no-decode", [o] { o->decode = false; }, "skip the decode table");
   cmd->add_option("--kernels", o->kernel_sets,
                   "comma-separated instruction sets of the few-token kernels the decode table "
                   "times side by side: portable, avx2, avx512, avx512_bf16 (default: the best this "
@@ -631,7 +632,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--budget", o->budget, "seconds of timing per measurement (median of the calls)")
       ->check(real_in(0.001, 60))
       ->capture_default_str();
-  cmd->add_flag("!--no-torch", o->torch, "do not time PyTorch beside ffnlab");
+  cmd->add_flag_callback(
+      "--no-torch", [o] { o->torch = false; }, "do not time PyTorch beside ffnlab");
   cmd->add_option("--python", o->python, "the Python with PyTorch")->capture_default_str();
   cmd->add_option("--torch-script", o->torch_script,
                   "the PyTorch side (default: share/ffnlab/torch_ffn.py beside the program, or "

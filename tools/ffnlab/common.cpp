@@ -141,7 +141,8 @@ CLI::Validator real_in(double lo, double hi, bool hi_open, bool lo_open) {
 
 void add_threads_option(CLI::App& cmd, int& threads) {
   cmd.add_option("--threads", threads,
-                 "OpenMP threads, at most the processors (default: OMP_NUM_THREADS or all)")
+                 "OpenMP threads, at most the processors; 0 (the default): OMP_NUM_THREADS if set, "
+                 "else all processors")
       ->check(int_in(0, omp_get_num_procs()));
 }
 

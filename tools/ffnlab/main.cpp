@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
       "ffnlab: fast, correct feed-forward (dense and MoE) layers of Transformers, measured.\n"
       "Run 'ffnlab COMMAND --help' for a command's options.\n"
       "Exit status: 0 done, 1 bad input (a file, config or value), 2 usage (a flag), 3 system "
-      "failure (a read or write, memory), 130 interrupted."};
+      "failure (a read or write, memory), 130 interrupted.",
+      "ffnlab"};
   app.require_subcommand(1);
   add_params_command(app);
   add_run_command(app);

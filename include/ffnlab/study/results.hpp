@@ -241,6 +241,9 @@ struct MoEAxesResult {
     std::int64_t params = 0;
     double forward_flops = 0, mean = 0, std = 0;
     bool moe = false;
+    // The paired difference to ReLU (variant − ReLU, by seed) and the interval its verdict
+    // rests on; 0 and [0, 0] for ReLU itself.
+    double difference = 0, low = 0, high = 0;
   };
   std::vector<Point> pareto;
   std::string pareto_csv() const;  // moe_pareto.csv, which the figure reads

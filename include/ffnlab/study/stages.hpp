@@ -23,8 +23,13 @@ class Sections;
 struct Figure {
   std::string_view name;  // NAME.png, with NAME.gp and its CSV beside it
   void (*draw)(const Study&);
-  std::string_view caption;  // what it plots and how to read it (the report's figure list)
+  std::string_view caption;  // what it plots and how to read it, below it in its section
 };
+
+// A stage's markdown may put this line after its main text: what follows it is the section's
+// detail (long tables, one-seed material, how it was measured), which the report moves to its
+// appendix under the section's name, so that each section reads as its finding.
+inline constexpr std::string_view kDetails = "\n<!-- details -->\n";
 
 struct Stage {
   std::string_view key;      // results.json's key, and how cross-references name the stage
@@ -46,7 +51,9 @@ const std::vector<Stage>& stages();
 class Sections {
  public:
   explicit Sections(const std::vector<Stage>& table);
-  int number(std::string_view key) const;       // the section the stage is in
+  int number(std::string_view key) const;  // the section the stage is in (from 1)
+  // The title of the section the stage is in ("Training dynamics" for "training").
+  std::string_view title(std::string_view key) const;
   std::string ref(std::string_view key) const;  // "section 4"; Error for an unnumbered stage
   // "## 4. Training dynamics\n\n" (or "## Sweep...\n\n"); empty for a stage that continues.
   std::string heading(std::string_view key) const;
