@@ -180,8 +180,9 @@ SHORT = {
 
 
 def readme_block(data):
-    """The README's findings, from the records of the newest design: one sentence and a table
-    of every comparison with ReLU (at most 8 lines between the markers' blank lines)."""
+    """The README's findings, from the records of the newest design: a table of every
+    comparison with ReLU, the newest record's numbers, and whether each is a finding (the same
+    verdict on every record, which cover an AVX2 and an AVX-512 machine)."""
     records = data["records"]
     out = [BEGIN, ""]
     if not records:
@@ -192,36 +193,33 @@ def readme_block(data):
     same = [r for r in records if r["design"] == design]
     isas = sorted({r["machine"]["isa"] for r in same})
     covered = "AVX2" in isas and "AVX-512" in isas
-    runs = f"{len(same)} recorded run{'s' if len(same) != 1 else ''} ({', '.join(isas)})"
-    if covered:
-        status = (f"**Findings** where the last column says yes: the same verdict on every one of "
-                  f"{runs}.")
-    else:
-        status = (f"**No finding yet**: {runs}; a finding must agree on an AVX2 and an AVX-512 "
-                  f"machine.")
-    out.append(f"{status} Validation bits/byte − ReLU's ({design['steps']} steps, "
-               f"{design['first_seeds']}–{design['max_seeds']} paired seeds; first record's "
-               f"numbers):")
-    out.append("")
-    out.append("| FFN | difference [interval] | seeds | verdict | same on every run |")
+    out.append(f"| FFN (bits/byte − ReLU's after {design['steps']} steps) | difference "
+               f"[interval] | seeds | verdict | a finding? |")
     out.append("|---|---:|---:|---|---|")
     labels = [l for l in WHAT if any(l in r["comparisons"] for r in same)]
     labels += sorted({l for r in same for l in r["comparisons"]} - set(labels))
+
     def short(verdict):
         return verdict.replace(" than ReLU", "").replace(" to ReLU", "")
 
     for label in labels:
         cs = [r["comparisons"].get(label) for r in same]
-        c = next(c for c in cs if c is not None)
+        c = next(c for c in reversed(cs) if c is not None)  # the newest record's numbers
         iv = c.get("interval")
         diff = (f"{c['difference']:+.3f} [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv
                 else f"{c['difference']:+.3f}")
-        agree = ("only in some runs" if any(x is None for x in cs)
-                 else "yes" if len({x["verdict"] for x in cs}) == 1
-                 else "no: " + "; ".join(f"{short(x['verdict'])} on {r['name']}"
-                                         for x, r in zip(cs, same)))
-        verdict = short(c["verdict"])
-        out.append(f"| {SHORT.get(label, label)} | {diff} | {c['seeds']} | {verdict} | {agree} |")
+        present = [x for x in cs if x is not None]
+        if len({x["verdict"] for x in present}) > 1:
+            finding = "no: " + "; ".join(f"{short(x['verdict'])} on {r['name']}"
+                                         for x, r in zip(cs, same) if x is not None)
+        elif len(present) < len(cs):
+            finding = f"not yet: {len(present)} of {len(cs)} runs"
+        elif not covered:
+            finding = f"not yet: {' and '.join(isas)} only"
+        else:
+            finding = "yes"
+        out.append(f"| {SHORT.get(label, label)} | {diff} | {c['seeds']} | {short(c['verdict'])} "
+                   f"| {finding} |")
     out += ["", END]
     return "\n".join(out)
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ffnlab/report/markdown.hpp"
 #include "stage_functions.hpp"
 
@@ -44,6 +46,20 @@ std::string mib(double bytes) {
   return fixed(bytes / (1024.0 * 1024.0), 2);
 }
 
+// Consecutive rows that differ only in their name become one ("glu, bilinear, reglu, ..."):
+// the GLU family costs the same at equal widths.
+std::vector<std::vector<std::string>> merge_equal_rows(std::vector<std::vector<std::string>> rows) {
+  std::vector<std::vector<std::string>> out;
+  for (auto& row : rows) {
+    if (!out.empty() &&
+        std::equal(row.begin() + 1, row.end(), out.back().begin() + 1, out.back().end()))
+      out.back()[0] += ", " + row[0];
+    else
+      out.push_back(std::move(row));
+  }
+  return out;
+}
+
 // The cost table of `rows`, ratios to the first row: parameters, what a token touches, forward
 // FLOPs and training memory. The counts behind it are in cost_compute_table and
 // cost_memory_table.
@@ -61,7 +77,7 @@ std::string cost_table(const std::vector<CostRow>& rows) {
   }
   return markdown_table({"variant", "d_ff", "parameters", "÷ ReLU", "active per token",
                          "forward FLOPs/token", "÷ ReLU", "training memory MiB (f32)"},
-                        cells, "lrrrrrrr");
+                        merge_equal_rows(std::move(cells)), "lrrrrrrr");
 }
 
 // Forward and backward work per token, matrix products apart from elementwise work.
@@ -77,7 +93,7 @@ std::string cost_compute_table(const std::vector<CostRow>& rows) {
   }
   return markdown_table({"variant", "active params", "fwd matmul FLOP/tok",
                          "fwd elementwise op/tok", "bwd matmul FLOP/tok", "bwd elementwise op/tok"},
-                        cells, "lrrrrr");
+                        merge_equal_rows(std::move(cells)), "lrrrrr");
 }
 
 // Training memory: weights, gradients, Adam's moments, saved activations (f32 and bf16).
@@ -91,7 +107,7 @@ std::string cost_memory_table(const std::vector<CostRow>& rows) {
   }
   return markdown_table({"variant", "weights MiB", "grads MiB", "Adam MiB", "activations KiB f32",
                          "activations KiB bf16", "total MiB f32", "total MiB bf16"},
-                        cells, "lrrrrrrr");
+                        merge_equal_rows(std::move(cells)), "lrrrrrrr");
 }
 
 const std::vector<std::string> kGrowthVariants{"relu", "swiglu", "gated", "moe"};

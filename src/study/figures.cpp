@@ -104,10 +104,15 @@ void draw_training_dynamics(const Study& st) {
     }
     s += plot;
   };
-  curves("lm_eval_curves.csv", 0,
-         fmt::format("LM validation on its first {} bytes (the tables use all {})",
-                     st.scale.eval_tokens, st.corpus.validation().size()),
-         "bits per byte", true);
+  curves(
+      "lm_eval_curves.csv", 0,
+      fmt::format("LM validation on its first {} bytes (the tables use {})", st.scale.eval_tokens,
+                  st.scale.validation_tokens > 0 &&
+                          st.scale.validation_tokens <
+                              static_cast<std::int64_t>(st.corpus.validation().size())
+                      ? fmt::format("the first {}", st.scale.validation_tokens)
+                      : fmt::format("all {}", st.corpus.validation().size())),
+      "bits per byte", true);
   curves("lm_train_curves.csv", 0, "LM training loss (10-step means)", "cross-entropy (nats)",
          true);
   s += "set logscale y\n";
@@ -316,8 +321,8 @@ void draw_activation_sparsity(const Study& st) {
   std::string s = preamble("activation_sparsity", 500 * cols + 200, 80 + 330 * rows);
   s += fmt::format(
       "set multiplot layout {},{} title \"How often each hidden unit is non-zero over the census "
-      "tokens\\n(seed 1, every layer, after training; red: dead units, never non-zero; "
-      "near-dead: 0 or |h| < {} rms on every token){}\"\n"
+      "tokens\\n(seed 1, after training; red: dead units; near-dead: 0 or |h| < {} rms on "
+      "every token){}\"\n"
       "set style fill solid 0.8 border -1\nset boxwidth 0.045\nset xrange [-0.1:1.02]\n"
       "set yrange [0:{:.2f}]\nunset key\n"
       "set xlabel 'fraction of its tokens on which the unit is non-zero'\n"

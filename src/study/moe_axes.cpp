@@ -237,7 +237,7 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
       "total parameters and so a quarter of its active compute; here MoE is also trained at "
       "ReLU's active compute, fine-grained with a shared expert (DeepSeekMoE's design: 16 experts "
       "of a quarter of ReLU's width, top-3, and one shared expert of a quarter), the field's "
-      "current design and the MoE the summary reports. {} "
+      "current design and the equal-compute MoE of the summary. {} "
       "Same LM, recipe and rules as {} (paired seeds, the same sequential design: {} seeds "
       "first, one more per round while undecided, up to {}; equivalence within ±{} "
       "bits/byte). FLOPs are the LM's forward FLOPs per token (attention "

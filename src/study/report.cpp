@@ -30,9 +30,9 @@ std::string summary_name(std::string_view variant) {
       {"geglu", "GEGLU"},
       {"swiglu", "SwiGLU"},
       {"gated", "gated FFN (4 branches)"},
-      {"moe", "MoE, 8 experts, top-2: ReLU's parameters"},
-      {"moe_compute", "MoE, 8 experts, top-2: ReLU's compute per token"},
-      {"moe_fine_shared", "MoE, 16 experts, top-3, 1 shared: ReLU's compute per token"}};
+      {"moe", "MoE 8×top-2 at ReLU's parameters"},
+      {"moe_compute", "MoE 8×top-2 at ReLU's compute"},
+      {"moe_fine_shared", "MoE 16×top-3 + 1 shared at ReLU's compute"}};
   for (const auto& [key, name] : kNames)
     if (key == variant) return std::string(name);
   return std::string(variant);
@@ -66,16 +66,23 @@ std::vector<SummaryRow> summary_rows(const Results& r) {
   return rows;
 }
 
+// The verdict, marked † when it holds only at 5 % for itself and ‡ when its interval is narrow
+// by chance (both defined below the summary's table).
 std::string verdict_words(const VariantOutcome& o, double margin) {
+  const bool decided = o.verdict == Verdict::better || o.verdict == Verdict::worse ||
+                       o.verdict == Verdict::equivalent;
+  std::string marks;
+  if (decided && o.sequential_seeds > 0 && !o.holds_for_all_comparisons) marks += "†";
+  if (decided && o.narrow_by_chance) marks += "‡";
   switch (o.verdict) {
     case Verdict::reference:
       return "the reference";
     case Verdict::better:
-      return "**better**";
+      return "**better**" + marks;
     case Verdict::worse:
-      return "worse";
+      return "worse" + marks;
     case Verdict::equivalent:
-      return fmt::format("equivalent (within ±{})", margin);
+      return fmt::format("equivalent (within ±{}){}", margin, marks);
     case Verdict::one_seed:
       return "one seed: no verdict";
     default:
@@ -96,6 +103,7 @@ std::string summary_markdown(const Study& st, const Sections& sec) {
   for (const SummaryRow& row : rows) {
     const VariantOutcome& o = *row.outcome;
     const std::string what = fmt::format("{} ({:+.3f})", summary_name(row.label), o.diff_mean);
+    // (The sentence joins names with "; " and ", ": the names hold neither.)
     if (o.verdict == Verdict::better) better.push_back(what);
     if (o.verdict == Verdict::worse) worse.push_back(summary_name(row.label));
     if (o.verdict == Verdict::equivalent) equivalent.push_back(summary_name(row.label));
@@ -130,17 +138,27 @@ std::string summary_markdown(const Study& st, const Sections& sec) {
          reference ? fmt::format("{} (its mean)", fixed(o.mean, 3)) : difference_cell(o),
          std::to_string(o.val_bits_per_byte.size()), verdict_words(o, t.margin)});
   }
-  md += markdown_table({"FFN", "LM parameters", "forward FLOPs per token (÷ ReLU's)",
+  md += markdown_table({"FFN", "LM parameters", "whole LM's forward FLOPs per token (÷ ReLU's)",
                         "bits/byte − ReLU's [interval]", "seeds", "verdict"},
                        table, "lrrrrl");
   md += fmt::format(
       "\nEach row is a byte-level language model ({} layers, d_model {}) with that FFN, trained {} "
-      "steps on the same text; seed s gives every model the same batches and initial weights "
-      "but the FFN, so each difference is paired by seed. Seeds were added one at a time until "
-      "the interval decided, by a rule fixed before the run ({}). {}\n\n",
-      t.model.layers, t.model.d_model, t.train.steps, sec.ref("training"),
+      "steps on the same text ({}). The terms:\n\n"
+      "- **Paired**: seed s gives every model the same batches and initial weights but the FFN's, "
+      "so each difference is taken seed by seed, and the seeds' luck cancels.\n"
+      "- **Interval**: where the true difference lies, at an error of 5 % over the whole "
+      "comparison; below 0 is better than ReLU, above 0 worse, within ±{} equivalent.\n"
+      "- **Seeds, the looks and the cap**: each comparison trains {} seeds, then looks; while "
+      "undecided it trains one more and looks again, up to {} (the cap). The rule was fixed "
+      "before the run; the appendix gives it whole.\n"
+      "- **†**: the verdict holds at 5 % for itself, not with the 5 % shared over all {} "
+      "comparisons of the run, so one of the marked verdicts may be wrong by chance. **‡**: its "
+      "seeds agree far more closely than the run's other comparisons do: its interval may be "
+      "narrower than its precision.\n\n{}",
+      t.model.layers, t.model.d_model, t.train.steps, sec.ref("training"), t.margin, t.design.first,
+      t.design.cap, t.comparisons,
       r.recommendations && r.recommendations->best_at_equal_parameters
-          ? fmt::format("The recommendations ({}) read this table for each situation.",
+          ? fmt::format("The recommendations ({}) read this table for each situation.\n\n",
                         sec.ref("recommendations"))
           : "");
   return md;

@@ -465,31 +465,44 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
   if (!st.results.routing) return "";
   const RoutingResult& r = *st.results.routing;
   const FFNConfig head = headline_moe_ffn(st.scale.model.d_model);
+  // Each family the run trained on the causal LM, named with what it does, in its table's order.
+  static const std::pair<std::string_view, std::string_view> kShort[] = {
+      {"top_p", "top-p (the fewest experts whose probabilities reach p)"},
+      {"relu", "ReLU routing (every expert whose gate is positive, held near k on average)"},
+      {"moe_pp", "MoE++ (zero-computation experts beside the FFN experts)"},
+      {"hash", "hash routing (experts fixed by the token's id)"},
+      {"base", "BASE layers (a balanced assignment, one expert a token)"},
+      {"expert_choice", "expert choice (each expert takes its best tokens)"},
+      {"soft", "Soft MoE (every expert's slots mix all of a sequence's tokens)"}};
+  std::vector<std::string> causal;
+  for (const RoutingRow& row : r.rows) {
+    if (row.objective != "causal" || row.name == "topk") continue;
+    std::string name = row.name;
+    for (const auto& [key, text] : kShort)
+      if (key == row.name) name = text;
+    causal.push_back(name);
+  }
   std::string md = fmt::format(
-      "Since top-k, MoE routing has grown families that spend a variable number of experts on a "
-      "token, let experts choose tokens, or mix tokens into slots. Each family here replaces the "
-      "router of the study's MoE at equal compute, the one the summary reports ({}: {} experts "
-      "of width {}, one shared expert, top-{}: ReLU's active compute), and keeps its experts, so "
-      "every row has about its total parameters "
-      "and, by its config, its compute per token; the experts a token actually ran are measured "
-      "and the FLOPs column and routing_families.png place each family by them. Families that "
-      "decide per token train on the causal LM of {}, paired with that MoE's own runs; "
-      "{} all {}, and top-k again, train on the masked objective (bidirectional attention, {} "
-      "of each sequence's bytes masked and predicted, RoPE, validation in bits per masked byte), "
-      "where expert choice and Soft MoE may run: they look at the whole sequence, and on a causal "
-      "LM they would read the future. Same recipe as {}; each family against top-k by fixed "
-      "intervals (the paired difference with its 95 % interval; equivalence within ±{} bits). ",
+      "Each routing family replaces the router of the equal-compute MoE ({}: {} experts of width "
+      "{}, one shared, top-{}) and keeps its experts: {}. They train on the causal LM of {} by "
+      "the same recipe, paired with that MoE's runs, and each is compared with top-k by fixed "
+      "intervals (95 %; equivalence within ±{}). The FLOPs column counts the experts a token "
+      "actually ran. {}",
       sec.ref("moe_axes"), head.moe.num_experts, head.expert_d_ff(), head.moe.top_k,
-      sec.ref("training"),
-      st.options.full ? "with `--full`," : "`ffnlab evolve --full` also trains (not this run)",
-      families().size() - 1, percent(r.mask_fraction, 0), sec.ref("training"),
-      st.results.training ? st.results.training->margin : 0.0);
+      fmt::join(causal, "; "), sec.ref("training"),
+      st.results.training ? st.results.training->margin : 0.0,
+      st.options.full
+          ? fmt::format("All {} families and top-k also train on the masked objective "
+                        "(bidirectional attention, {} of each sequence's bytes masked, "
+                        "validation in bits per masked byte), where expert choice and Soft MoE, "
+                        "which look at the whole sequence, may run. ",
+                        families().size() - 1, percent(r.mask_fraction, 0))
+          : "Expert choice and Soft MoE look at the whole sequence and need a bidirectional "
+            "model: `ffnlab evolve --full` trains them on a masked objective. ");
   md += r.seeds == 1
             ? "**Each family trained one seed** in this run (seed 1): there is no interval and "
               "no verdict, only the values; `--routing-seeds N` (up to `--seeds`) or `--full` "
-              "trains more, paired. The figure's grey band is the spread of a paired "
-              "difference between two seeds in this run's comparisons with ReLU: a family "
-              "inside it is not told apart from top-k by one seed. "
+              "trains more, paired. "
             : fmt::format(
                   "Each family trained seeds 1 to {} (`--routing-seeds`; the default run "
                   "trains one).\n\n",

@@ -57,9 +57,9 @@ const std::vector<Stage>& stages() {
        training_json,
        training_markdown,
        {{"training_dynamics", draw_training_dynamics,
-         "validation on the periodic evaluations' part of the validation data (so its values "
-         "differ from the tables', which use all of it), training loss and gradient norm, means "
-         "over seeds with min-to-max bands; the tutorial's toy run"}}},
+         "validation at the periodic evaluations, on a part of the validation data (so its last "
+         "values differ from the tables'), training loss and gradient norm, means over seeds "
+         "with min-to-max bands; the tutorial's toy run"}}},
       {"sparsity",
        "Activation sparsity",
        true,
@@ -119,7 +119,8 @@ const std::vector<Stage>& stages() {
        {{"routing_families", draw_routing_families,
          "validation against the LM's forward FLOPs per token at the experts a token actually "
          "ran, per routing family (the mean over seeds, with bars of ± one standard deviation "
-         "when there are several), the causal LM and the masked objective apart. The grey band "
+         "when there are several); with --full, the masked objective in a second panel. The "
+         "grey band "
          "around top-k is the spread of a paired difference between two seeds in this run: a "
          "family inside it is not told apart from top-k. A family right of top-k spent more "
          "compute than its config promised, left of it less"}}},

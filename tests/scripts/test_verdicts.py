@@ -113,18 +113,16 @@ class Verdicts(unittest.TestCase):
     def test_findings_need_both_isas_and_agreement(self):
         self.run_script("record", self.write_results("a.json", results("AVX2")), "--commit", "a")
         block = verdicts.readme_block(verdicts.load_records())
-        self.assertIn("**No finding yet**: 1 recorded run (AVX2)", block)
-        self.assertIn("| GELU | ", block)
-        self.assertIn("| worse | yes |", block)
+        gelu = next(l for l in block.splitlines() if l.startswith("| GELU |"))
+        self.assertTrue(gelu.endswith("| worse | not yet: AVX2 only |"), gelu)
         self.run_script("record", self.write_results(
             "b.json", results("AVX-512", swiglu_verdict="inconclusive")), "--commit", "b")
         block = verdicts.readme_block(verdicts.load_records())
-        self.assertIn("**Findings** where the last column says yes", block)
         gelu = next(l for l in block.splitlines() if l.startswith("| GELU |"))
         swiglu = next(l for l in block.splitlines() if l.startswith("| SwiGLU |"))
         self.assertTrue(gelu.endswith("| worse | yes |"), gelu)
-        self.assertIn("| -0.040 [-0.050, -0.030] | 5 | better | no: better on avx2-native; "
-                      "inconclusive on avx512-native |", swiglu)
+        self.assertIn("| inconclusive | no: better on avx2-native; inconclusive on "
+                      "avx512-native |", swiglu)
 
     def test_the_block_is_short(self):
         self.run_script("record", self.write_results("a.json", results("AVX2")), "--commit", "a")

@@ -588,7 +588,8 @@ void add_bench_command(CLI::App& app) {
       "decode (one and eight tokens) of a 4096/14336 SwiGLU and an 8-expert MoE of it, as GB/s "
       "of weights read and as a share of the memory read bandwidth; every routing family on "
       "the MoE (--routings) against the bare products of the rows its experts ran; and "
-      "PyTorch's time for the same layers when /usr/bin/python3 has it, in alternating rounds. "
+      "PyTorch's time for the same layers when the --python interpreter has it, in alternating "
+      "rounds. "
       "Everything is measured in the same run. Progress goes to stderr.");
   cmd->add_flag("--quick", o->quick,
                 "a short run: T = 1, 8, 512 with a 0.05 s budget, decode at 2048/5632 and T = 1");

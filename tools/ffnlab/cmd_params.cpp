@@ -114,7 +114,7 @@ void add_params_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "params",
       "Print parameters, FLOPs per token and memory of FFN variants (closed form). The defaults "
-      "are the seed study's configuration.");
+      "are the FFN-evolution tutorial's configuration.");
   add_layer_flags(*cmd, o->ffn, o->config_file, "FFN");
   cmd->add_option("--config", o->config_file,
                   "cost the FFN of a config file (a Hugging Face config.json or ffnlab's layer "

@@ -161,7 +161,7 @@ void add_train_command(CLI::App& app) {
       ->group(D);
   cmd->add_option("--prompt", o->prompt, "text the sample continues")->group(D);
   cmd->add_option("--print-every", o->printing.print_every,
-                  "without a terminal: a progress line every N steps (default: steps/20)")
+                  "without a terminal: a progress line every N steps (0, the default: steps/20)")
       ->check(int_in(0, limits::kSteps))
       ->group(D);
   const char* P = "Data parallel (mpirun -np N ffnlab train ...; docs/distributed.md)";
