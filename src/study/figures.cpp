@@ -217,8 +217,7 @@ void draw_ffn_performance(const Study& st) {
        "same parameters)', '' every ::1 using 1:4 lw 2 dt 2 title 'swiglu', '' every ::1 using "
        "1:6 lw 2 title 'gated (4 branches)', '' every ::1 using 1:8 lw 2 title 'moe (8 experts)'\n";
   s += "unset logscale\nset xlabel ''\nset style data histograms\nset xtics rotate by -30\n"
-       "set title 'Measured speed, forward+backward: the layer as a share of the bare matrix "
-       "products of its shapes'\n"
+       "set title 'Speed, forward+backward: % of the bare products of its shapes'\n"
        "set ylabel '% of the bare products'\nset yrange [0:*]\nunset key\n";
   // Only the rows the measurement did not flag as noisy (speed.csv's noisy column) are drawn,
   // and only they are named; the figure says so when that is none.
