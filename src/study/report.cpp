@@ -199,16 +199,14 @@ json zoo_json(const Results& r) {
 
 std::string zoo_markdown(const Study& st, const Sections&) {
   if (!st.results.zoo) return "";
-  std::string md = fmt::format(
+  // The table itself is `ffnlab zoo`'s and results.json's: the report names what it holds.
+  return fmt::format(
       "The FFN of {} well-known models, from BERT and GPT-2 to Mixtral and DeepSeek-V3, costed "
-      "by ffnlab the same way as the variants above (`ffnlab zoo` prints the table): the "
-      "appendix lists each one's kind, activation, widths, experts, one layer's parameters, "
-      "active parameters and forward FLOPs per token, and its source.\n",
+      "by ffnlab the same way as the variants above: each one's kind, activation, widths, "
+      "experts, one layer's parameters, active parameters and forward FLOPs per token, and the "
+      "source of every row (the paper's section or the published config.json). `ffnlab zoo` "
+      "prints the table, and results.json holds it (\"zoo\").\n\n",
       zoo_table_rows().size());
-  md += kDetails;
-  md += "Each row's source is its last column.\n\n";
-  md += markdown_table(zoo_table_header(), zoo_table_rows(), "llrrrlrrrrrl");
-  return md + "\n";
 }
 
 // ---- corrections ----

@@ -86,16 +86,14 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
         "## 10. The literature: the GLU variants in Shazeer 2020",
         "| geglu | 1.942 (0.004) | 1.633 |",
         "## 11. Real models",
-        "| DeepSeek-V3 |",
-        "| LLaMA-2 70B | GLU (silu) | 8,192 | 28,672 |",
+        "`ffnlab zoo` prints the table, and results.json holds it",
         "## 12. Corrections of the FFN-evolution tutorial",
         "## 13. Recommendations",
         "## 14. Limits of this study",
         "ReLU's validation (on",
         "## References",
         "arXiv:2002.05202",
-        "| GLaM 64B/64E | plain (gelu) | 8,192 | 32,768 |",
-        "| BERT-large |",
+
         "**MoE at equal compute** (fine-grained, 16 experts, top-3, 1 shared)",
         "This is a --quick run",
         "## Appendix: details",
@@ -259,6 +257,17 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_NE(md.find("hidden units (2 layers of 128)"), std::string::npos)
       << "the dead-unit count names its layers";
   EXPECT_EQ(j.at("zoo").size(), 15u);
+  // The real models' table is results.json's (and `ffnlab zoo`'s), not the report's.
+  std::set<std::string> models;
+  for (const auto& row : j.at("zoo")) models.insert(row.at("model").get<std::string>());
+  for (const char* model : {"DeepSeek-V3", "LLaMA-2 70B", "GLaM 64B/64E", "BERT-large"})
+    EXPECT_TRUE(models.count(model)) << model;
+  for (const auto& row : j.at("zoo"))
+    if (row.at("model") == "LLaMA-2 70B") {
+      EXPECT_EQ(row.at("config").at("d_model"), 8192);
+      EXPECT_EQ(row.at("config").at("d_ff"), 28672);
+    }
+  EXPECT_EQ(md.find("| DeepSeek-V3 |"), std::string::npos);
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
 
   // Where the time went: every stage that ran, and the figures.
