@@ -465,22 +465,15 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
   if (!st.results.routing) return "";
   const RoutingResult& r = *st.results.routing;
   const FFNConfig head = headline_moe_ffn(st.scale.model.d_model);
-  // Each family the run trained on the causal LM, named with what it does, in its table's order.
-  static const std::pair<std::string_view, std::string_view> kShort[] = {
-      {"top_p", "top-p (the fewest experts whose probabilities reach p)"},
-      {"relu", "ReLU routing (every expert whose gate is positive, held near k on average)"},
-      {"moe_pp", "MoE++ (zero-computation experts beside the FFN experts)"},
-      {"hash", "hash routing (experts fixed by the token's id)"},
-      {"base", "BASE layers (a balanced assignment, one expert a token)"},
-      {"expert_choice", "expert choice (each expert takes its best tokens)"},
-      {"soft", "Soft MoE (every expert's slots mix all of a sequence's tokens)"}};
+  // Each family the run trained on the causal LM with what it does, in its table's order: the
+  // registry's summary (routing_family.hpp), MoE++ by its zero-computation experts.
   std::vector<std::string> causal;
   for (const RoutingRow& row : r.rows) {
     if (row.objective != "causal" || row.name == "topk") continue;
-    std::string name = row.name;
-    for (const auto& [key, text] : kShort)
-      if (key == row.name) name = text;
-    causal.push_back(name);
+    causal.push_back(fmt::format("{} ({})", row.name,
+                                 row.ffn.moe.zc_experts() > 0
+                                     ? "top-k over the FFN experts and zero-computation experts"
+                                     : routing_family(row.ffn.moe.routing).summary));
   }
   std::string md = fmt::format(
       "Each routing family replaces the router of the equal-compute MoE ({}: {} experts of width "
