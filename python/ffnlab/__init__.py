@@ -8,7 +8,7 @@
 
 The FFN-evolution study and the byte-level language model:
 
-    results = ffnlab.evolve(out="report", quick=True)   # REPORT.md, results.json, figures
+    results = ffnlab.evolve(out="report", quick=True)   # REPORT.md, APPENDIX.md, results.json
     lm = ffnlab.TransformerLM(variant="swiglu", d_model=64, layers=2, heads=2, context=64)
     log = ffnlab.train(lm, data="corpus.txt", steps=100, batch=8, seq=64)
 
@@ -43,8 +43,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
            routing_seeds=None, steps=None, variants=None, data=None, sweep=False, margin=None,
            runs=None, resume=False, sizes=None, tasks=None, budget=None, progress=True):
     """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
-    `out`: REPORT.md, results.json, the figures and their CSV. Returns the results as a dict
-    (the schema of results.json, docs/evolve.md).
+    `out`: REPORT.md, APPENDIX.md, results.json, the figures and their CSV. Returns the results
+    as a dict (the schema of results.json, docs/evolve.md).
 
     quick: small models and few steps (checks the pipeline). full: the whole study (every
     variant, MoE with top-2 at equal compute, the router z-loss ablation, the routing families

@@ -211,12 +211,11 @@ std::string costs_markdown(const Study& st, const Sections& sec) {
   if (!st.results.costs) return "";
   const CostsResult& c = *st.results.costs;
   std::string md = fmt::format(
-      "What one FFN layer costs at the tutorial's configuration (d_model {}, d_ff {} for every "
-      "variant, bias, the gated FFN with 4 branches, MoE with 8 ReLU experts and top-2), from "
-      "closed-form counts (`ffnlab params`; derived in docs/costs.md and checked in the test "
-      "suite against the built layers). \"Active per token\" is the share of the parameters "
-      "one token's forward pass touches. FLOPs count 2 per multiply-add and 1 per element of "
-      "each elementwise stage. Training memory is weights, gradients, Adam's two moments and the "
+      "One FFN layer at the tutorial's configuration (d_model {}, d_ff {} for every variant, "
+      "bias, the gated FFN with 4 branches, MoE with 8 ReLU experts and top-2), counted in "
+      "closed form (`ffnlab params`; docs/costs.md). \"Active per token\": the share of the "
+      "parameters a token's forward pass touches. FLOPs: 2 per multiply-add, 1 per element of "
+      "each elementwise stage. Training memory: weights, gradients, Adam's two moments and the "
       "activations saved for backward, for the tutorial's {} tokens.\n\n",
       kTutorialD, kTutorialF, c.tutorial_tokens);
   md += cost_table(c.tutorial);

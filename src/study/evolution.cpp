@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "ffnlab/report/markdown.hpp"
 #include "stage_functions.hpp"
 
@@ -14,23 +16,20 @@ namespace ffnlab::study {
 
 namespace {
 
-// "worse than ReLU by +0.075 [+0.05, +0.10] bits/byte", "inconclusive against ReLU (...)".
+// "worse than ReLU", "undecided against ReLU by these seeds": the verdict alone, whose
+// numbers the summary gives.
 std::string measured(const VariantOutcome* o) {
   if (!o) return "not trained in this run (`ffnlab evolve --full` trains every variant)";
   switch (o->verdict) {
     case Verdict::better:
     case Verdict::worse:
-      return fmt::format(
-          "{} by {} bits/byte (paired over {} seeds, the sequential rule's interval)",
-          verdict_text(o->verdict), difference_cell(*o), o->val_bits_per_byte.size());
+      return std::string(verdict_text(o->verdict));
     case Verdict::equivalent:
-      return fmt::format("equivalent to ReLU within the margin ({} bits/byte)",
-                         difference_cell(*o));
+      return "equivalent to ReLU within the margin";
     case Verdict::reference:
       return "the reference";
     default:
-      return fmt::format("not separable from ReLU by these seeds: {} bits/byte, {}",
-                         difference_cell(*o), verdict_cell(*o));
+      return "undecided against ReLU by these seeds";
   }
 }
 
@@ -56,20 +55,6 @@ std::string units_text(const SparsityResult* s, std::string_view v,
                      percent(static_cast<double>(n) / static_cast<double>(units)));
 }
 
-// GELU's near-dead units against ReLU's: the like-for-like comparison, since GELU is never
-// exactly 0 and so has no dead units by definition.
-std::string near_dead_comparison(const SparsityResult* s) {
-  std::int64_t relu_units = 0, gelu_units = 0;
-  const std::int64_t relu = unit_count(s, "relu", &LayerSparsity::near_dead_trained, &relu_units);
-  const std::int64_t gelu = unit_count(s, "gelu", &LayerSparsity::near_dead_trained, &gelu_units);
-  if (relu < 0 || gelu < 0 || relu_units == 0 || gelu_units == 0) return "";
-  const double r = static_cast<double>(relu) / static_cast<double>(relu_units);
-  const double g = static_cast<double>(gelu) / static_cast<double>(gelu_units);
-  return g < r   ? ", a smaller share than ReLU's"
-         : g > r ? ", a larger share than ReLU's"
-                 : ", the same share as ReLU's";
-}
-
 std::string steps_markdown(const Study& st, const Sections& sec) {
   const Results& r = st.results;
   const TrainingResult& t = *r.training;
@@ -77,20 +62,24 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   const VariantOutcome* relu = t.find("relu");
   std::string md = fmt::format(
       "Each step of the tutorial's walk, what it was meant to change, and what this run "
-      "measured of it. Verdicts are against ReLU at equal parameters, paired over seeds "
-      "({}); \"not separable\" means these seeds cannot decide, not that the two are alike.\n\n",
-      sec.ref("training"));
+      "measured of it. The verdicts are the summary's (against ReLU at equal parameters); "
+      "\"undecided\" means these seeds cannot decide, not that the two are alike.\n\n");
+  // GELU's near-dead units against ReLU's, where the census counted both.
+  std::int64_t units = 0;
+  const bool census = unit_count(s, "relu", &LayerSparsity::dead_trained, &units) >= 0 &&
+                      unit_count(s, "gelu", &LayerSparsity::near_dead_trained, &units) >= 0;
   md += fmt::format(
       "1. **ReLU → GELU: a smooth activation instead of a hard zero.** ReLU's price is units "
-      "that stop learning: after training, {} of ReLU's hidden units are dead (zero on every "
-      "census token) and {} near-dead (0 or |h| < {}·rms(h) on every census token; {}, "
-      "activation_sparsity.png). GELU is never exactly 0, so it has no dead units by "
-      "definition; what compares with ReLU's is its near-dead units: {}{}. What the smoothness "
-      "bought here: GELU is {}.\n",
-      units_text(s, "relu", &LayerSparsity::dead_trained),
-      units_text(s, "relu", &LayerSparsity::near_dead_trained), kNearZeroRelative,
-      sec.ref("sparsity"), units_text(s, "gelu", &LayerSparsity::near_dead_trained),
-      near_dead_comparison(s), measured(t.find("gelu")));
+      "that stop learning{}. GELU is {}.\n",
+      census
+          ? fmt::format(": after training, {} of its hidden units are dead ({}). GELU is "
+                        "never exactly 0; {} of its units are near-dead (|h| < {}·rms(h) on "
+                        "every census token), against ReLU's {}",
+                        units_text(s, "relu", &LayerSparsity::dead_trained), sec.ref("sparsity"),
+                        units_text(s, "gelu", &LayerSparsity::near_dead_trained), kNearZeroRelative,
+                        units_text(s, "relu", &LayerSparsity::near_dead_trained))
+          : std::string(" (this run's census did not count ReLU's and GELU's units)"),
+      measured(t.find("gelu")));
   const VariantOutcome* swiglu = t.find("swiglu");
   // The GLU family by gate; the members this run did not train are named once, together.
   struct Gate {
@@ -100,21 +89,36 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   static const Gate kGates[] = {{"reglu", "a ReLU gate"},
                                 {"geglu", "a GELU gate"},
                                 {"swiglu", "a Swish gate"},
-                                {"glu", "the original GLU's sigmoid gate"},
-                                {"bilinear", "no activation at all (bilinear)"}};
-  std::string family;
+                                {"glu", "the original sigmoid gate"},
+                                {"bilinear", "no activation"}};
+  // The trained members grouped by verdict, in kGates's order of first appearance.
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_verdict;
   std::vector<std::string> untrained;
   for (const Gate& g : kGates) {
-    if (const VariantOutcome* o = t.find(g.variant))
-      family += fmt::format(" With {}, {} is {}.", g.gate, g.variant, measured(o));
-    else
+    const VariantOutcome* o = t.find(g.variant);
+    if (!o) {
       untrained.push_back(g.variant);
+      continue;
+    }
+    const std::string verdict = measured(o);
+    auto it = std::find_if(by_verdict.begin(), by_verdict.end(),
+                           [&](const auto& v) { return v.first == verdict; });
+    if (it == by_verdict.end()) it = by_verdict.insert(by_verdict.end(), {verdict, {}});
+    it->second.push_back(fmt::format("{} ({})", g.variant, g.gate));
   }
+  // "a, b and c are better than ReLU"; the groups joined by "; ".
+  std::vector<std::string> groups;
+  for (const auto& [verdict, members] : by_verdict) {
+    std::string names = members.front();
+    for (std::size_t i = 1; i < members.size(); ++i)
+      names += (i + 1 == members.size() ? " and " : ", ") + members[i];
+    groups.push_back(fmt::format("{} {} {}", names, members.size() == 1 ? "is" : "are", verdict));
+  }
+  std::string family =
+      groups.empty() ? "" : fmt::format(" Of the family, {}.", fmt::join(groups, "; "));
   if (!untrained.empty())
-    family += fmt::format(
-        " Not trained in this run: {} (`ffnlab evolve --full` trains the whole "
-        "family).",
-        fmt::join(untrained, ", "));
+    family += fmt::format(" Not trained in this run: {} (`ffnlab evolve --full` trains them).",
+                          fmt::join(untrained, ", "));
   md += fmt::format(
       "2. **GELU → GLU: a gate computed from the input.** The hidden value becomes act(xW) ⊙ xV: "
       "a second projection decides, per token and unit, how much passes. At equal parameters "
@@ -124,28 +128,28 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   const CostRow* relu_cost = r.costs ? r.costs->tutorial_row("relu") : nullptr;
   md += fmt::format(
       "3. **GLU → the multi-branch gated FFN: several gated paths summed.** At the tutorial's "
-      "configuration it costs {} ReLU's parameters and forward FLOPs ({}); at equal parameters "
-      "its branches share ReLU's budget, and it is {}. {}\n",
+      "configuration it costs {} ReLU's parameters and FLOPs ({}); at equal parameters, where "
+      "its branches split ReLU's budget, it is {}.{}\n",
       gated_cost && relu_cost
           ? fmt::format("{:.2f}×", static_cast<double>(gated_cost->cost.params) /
                                        static_cast<double>(relu_cost->cost.params))
           : "several times",
       sec.ref("costs"), measured(t.find("gated")),
-      t.find("gated") && t.find("gated")->verdict == Verdict::better
-          ? "Here the split paid, so this run does not explain why the field left it aside."
-          : "That it did not become mainstream fits these numbers: it is a GLU whose budget is "
-            "split over more, narrower paths, and the split bought nothing measurable here (a "
-            "reading of this run, not a measurement of why the field chose).");
+      !t.find("gated")                              ? ""
+      : t.find("gated")->verdict == Verdict::better ? " Here the split paid, so this run does not "
+                                                      "explain why the field left it aside."
+                                                    : " The split bought nothing measurable here, "
+                                                      "which fits the field leaving it aside.");
   const VariantOutcome* moe = t.find("moe");
   const MoEAxisRow* fine = r.moe_axes ? r.moe_axes->find(kHeadlineMoE) : nullptr;
   const MoEAxisRow* topk = r.moe_axes ? r.moe_axes->find("moe_compute") : nullptr;
   const MoEAxisRow* relu_row = r.moe_axes ? r.moe_axes->find("relu") : nullptr;
   md += fmt::format(
-      "4. **Dense → MoE: each token uses a few of many experts** ({}). MoE trades memory for "
-      "compute: more parameters held, the same or fewer used per token. At equal total "
-      "parameters (a token runs {} of the FFN's parameters) the MoE LM is {}. At ReLU's "
-      "compute per token, with {} the LM's parameters, the fine-grained MoE with a shared "
-      "expert (16 experts, top-3, 1 shared) is {}. {}\n\n",
+      "4. **Dense → MoE: each token uses a few of many experts** ({}): more parameters held, "
+      "the same or fewer used per token. At equal total parameters (a token runs {} of the "
+      "FFN's) "
+      "MoE is {}. At ReLU's compute per token, with {} the LM's parameters, the fine-grained "
+      "MoE with a shared expert is {}.{}\n\n",
       sec.ref("moe_axes"),
       r.moe_axes && r.moe_axes->find("moe")
           ? percent(static_cast<double>(r.moe_axes->find("moe")->ffn_active) /
@@ -156,9 +160,9 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
                                                     static_cast<double>(relu_row->params))
                        : "more",
       fine ? measured(&fine->outcome) : "not trained in this run",
-      topk
-          ? fmt::format("8 experts with top-2 at the same compute is {}.", measured(&topk->outcome))
-          : "8 experts with top-2 at the same compute trains with `ffnlab evolve --full`.");
+      topk ? fmt::format(" 8 experts with top-2 at the same compute is {}.",
+                         measured(&topk->outcome))
+           : " 8 experts with top-2 at the same compute trains with `ffnlab evolve --full`.");
   return md;
 }
 
@@ -200,9 +204,11 @@ std::string dimensions_markdown(const Study& st) {
   return md + "\n";
 }
 
-// "geglu (tied with reglu, swiglu)".
+// "geglu (not separable from reglu, swiglu)": the candidates these seeds cannot tell from the
+// pick, whatever they are against ReLU.
 std::string with_ties(const std::string& pick, const std::vector<std::string>& tied) {
-  return tied.empty() ? pick : fmt::format("{} (tied with {})", pick, fmt::join(tied, ", "));
+  return tied.empty() ? pick
+                      : fmt::format("{} (not separable from {})", pick, fmt::join(tied, ", "));
 }
 
 std::string choice_markdown(const Study& st, const Sections& sec) {
@@ -214,12 +220,12 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
       "gated, ample (GPU cluster) MoE";
   std::vector<std::vector<std::string>> rows;
   if (const auto& c = r.recommendations) {
-    rows.push_back({"a fixed parameter (memory) budget, quality first", "—",
-                    c->best_at_equal_parameters
-                        ? with_ties(*c->best_at_equal_parameters, c->best_at_equal_parameters_tied)
-                        : "ReLU (nothing measurably better)",
-                    "the equal-parameter verdicts (" + sec.ref("training") + "), rule 1 of " +
-                        sec.ref("recommendations")});
+    rows.push_back(
+        {"a fixed parameter (memory) budget, quality first", "—",
+         c->best_at_equal_parameters
+             ? with_ties(*c->best_at_equal_parameters, c->best_at_equal_parameters_tied)
+             : "ReLU (nothing measurably better)",
+         "the summary's equal-parameter verdicts, rule 1 of " + sec.ref("recommendations")});
     rows.push_back(
         {"a fixed compute budget per token", kTutorialBudget,
          c->best_per_flop ? with_ties(*c->best_per_flop, c->best_per_flop_tied) : "not decided",
@@ -256,9 +262,7 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
          "below 100M ReLU or GELU, 100M–1B GELU, 1B–10B GELU or GLU, 10B–100B GLU or gated, "
          "above 100B MoE",
          "not measured: one size (`--sizes` trains a ladder)",
-         fmt::format("this run trains one LM ({}); the real models of {} show what the field "
-                     "chose at each size (SwiGLU from 7B down, not GELU), evidence of another "
-                     "kind",
+         fmt::format("one LM ({}); the field's real models ({}) chose SwiGLU from 7B down",
                      sec.ref("limitations"), sec.ref("zoo"))});
   }
   if (const auto* row = measured_row("task")) {
@@ -268,8 +272,7 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
                     "classification ReLU, NLU and generation GELU, multi-task gated, extreme "
                     "scale MoE",
                     "not measured: one task (`--tasks causal,masked` adds the masked objective)",
-                    "byte-level language modelling on one corpus; nothing here says how a "
-                    "variant fares on another task, and the tutorial gives no measurement "
+                    "next-byte prediction on one corpus; the tutorial measures no task "
                     "either"});
   }
   std::string md =
@@ -286,23 +289,20 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
 std::string beyond_markdown() {
   return "**Why up-project, then down-project.** The FFN widens each token to d_ff hidden "
          "units (4·d_model in the tutorial), applies the nonlinearity there, and projects back. "
-         "The width is where the layer's capacity lives: each hidden unit is a direction the "
-         "activation can switch on or off, so more units give more separately gated features "
-         "for the same d_model, while the residual stream stays narrow. `ffnlab evolve --sweep` "
+         "Each hidden unit is a feature the activation switches on or off, so the width holds "
+         "the layer's capacity while the residual stream stays narrow. `ffnlab evolve --sweep` "
          "measures validation as d_ff / d_model grows.\n\n"
          "**ChatGLM's fused layout.** ChatGLM stores a GLU's gate and value projections as one "
          "[2·d_ff, d_model] matrix (`dense_h_to_4h`, the gate half first) and splits the "
-         "product's output; the result is the same as LLaMA's separate `gate_proj` and "
-         "`up_proj`, from one matrix product that reads the input once. ffnlab runs both layouts "
-         "(`ffnlab run` with a ChatGLM config.json) and matches PyTorch on each.\n\n"
-         "**MoE in production and fine-tuning (from the literature, not measured here).** Every "
-         "expert must be in memory although a token uses few, so an MoE serves from more memory "
-         "than a dense model of its compute, and decoding a small batch reads the weights of "
-         "every expert some token chose. Expert parallelism adds an all-to-all exchange per "
-         "layer, and capacity limits drop tokens under uneven load. Fine-tuned on small data, "
-         "sparse models overfit more readily than dense ones and prefer other settings (ST-MoE, "
-         "Zoph et al. 2022, reports smaller batches and higher learning rates); the balancing "
-         "loss stays on, or the router may collapse onto a few experts.\n\n";
+         "product: LLaMA's separate `gate_proj` and `up_proj` in one matrix product. ffnlab runs "
+         "both layouts (`ffnlab run` with a ChatGLM config.json) and matches PyTorch on each.\n\n"
+         "**MoE in production and fine-tuning (from the literature, not measured here).** An "
+         "MoE holds every expert in memory though a token uses few, and decoding a small batch "
+         "reads every expert some token chose. Expert parallelism adds an all-to-all exchange "
+         "per layer; capacity limits drop tokens under uneven load. Fine-tuned on small data, "
+         "sparse models overfit more readily than dense ones and prefer smaller batches and "
+         "higher learning rates (ST-MoE, Zoph et al. 2022); the balancing loss stays on, or the "
+         "router may collapse onto a few experts.\n\n";
 }
 
 std::string evolution_markdown(const Study& st, const Sections& sec) {

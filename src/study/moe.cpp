@@ -87,29 +87,15 @@ std::string specialisation_markdown(const std::vector<ExpertSpecialisation>& lay
   return md + markdown_table(head, rows, "l" + std::string(layers.size(), 'l'));
 }
 
-// Per setting, from which logged step its load stays settled, or that it still moves at the end.
-std::string load_settled_markdown(const MoEResult& m) {
-  std::string list;
-  for (const MoESetting& s : m.settings) {
-    if (s.load.steps.empty()) continue;
-    const auto settled = s.load.settled_step(m.balancing_steps, m.load_tolerance);
-    const std::int64_t moving = s.load.last_moving_step(m.balancing_steps, m.load_tolerance);
-    list += (list.empty() ? "" : "; ") + s.description + ": ";
-    if (!settled)
-      list += fmt::format("the load still moves at step {}, the last logged: not settled", moving);
-    else if (moving == 0)
-      list += fmt::format("settled from step {}, the first logged", *settled);
-    else
-      list +=
-          fmt::format("the load still moves until step {}, settled from step {}", moving, *settled);
-  }
-  if (list.empty()) return "";
-  return fmt::format(
-      "\n**When the load settles**, measured on the logged steps (moe_load_<setting>.csv, "
-      "moe_expert_load.png): a setting's load has settled from the first logged step after "
-      "which every expert's share of the assignments, in every layer, stays within {} (absolute "
-      "share) of its mean over the last 10 % of the run. Per setting: {}.\n",
-      m.load_tolerance, list);
+// From which logged step a setting's load stays settled: "step 30", "step 1, the first logged",
+// or "not by step 100, the last logged"; "—" when nothing was logged.
+std::string settled_cell(const MoESetting& s, const MoEResult& m) {
+  if (s.load.steps.empty()) return "—";
+  const auto settled = s.load.settled_step(m.balancing_steps, m.load_tolerance);
+  const std::int64_t moving = s.load.last_moving_step(m.balancing_steps, m.load_tolerance);
+  if (!settled) return fmt::format("not by step {}, the last logged", moving);
+  if (moving == 0) return fmt::format("step {}, the first logged", *settled);
+  return fmt::format("step {}", *settled);
 }
 
 }  // namespace
@@ -376,20 +362,23 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
     rows.push_back({s.description, fixed(s.val_bits_per_byte, 4), fixed(s.load_cv, 3),
                     fixed(s.max_over_mean, 2), percent(s.dropped_fraction, 2),
                     fixed(s.router_entropy, 3),
-                    thousands(static_cast<std::int64_t>(s.tokens_per_second))});
+                    thousands(static_cast<std::int64_t>(s.tokens_per_second)), settled_cell(s, m)});
   std::string md = fmt::format(
-      "The study's MoE LM ({} experts of width {}, top-{}, softmax router) trained on seed 1 "
-      "for {} steps (half the study's) with capacity factor {} (an "
-      "expert takes at most ⌈{}·k·T/E⌉ assignments per batch; the "
-      "rest are dropped and their tokens pass through the residual only), three ways. Load "
-      "statistics are means over layers and over the second half of training; entropy is the "
-      "router's softmax entropy in nats (ln {} = {:.3f} is uniform).\n\n",
+      "The study's MoE LM ({} experts of width {}, top-{}, softmax router), seed 1, {} steps "
+      "(half the study's), capacity factor {} (an expert takes at most ⌈{}·k·T/E⌉ assignments "
+      "a batch; the rest pass through the residual only), three ways. Load statistics: means "
+      "over layers and the second half of training; entropy: the router's, in nats (ln {} = "
+      "{:.3f} is uniform).\n\n",
       m.experts, m.expert_d_ff, m.top_k, m.balancing_steps, m.capacity_factor, m.capacity_factor,
       m.experts, std::log(static_cast<double>(m.experts)));
   md += markdown_table({"balancing", "val bits/byte", "load CV", "max / mean", "dropped",
-                        "router entropy", "tokens/s"},
-                       rows, "lrrrrrr");
-  md += load_settled_markdown(m);
+                        "router entropy", "tokens/s", "load settled from"},
+                       rows, "lrrrrrrl");
+  md += fmt::format(
+      "\n**Load settled from**: the first logged step after which every expert's share of the "
+      "assignments, in every layer, stays within {} (absolute share) of its mean over the last "
+      "10 % of the run (moe_load_<setting>.csv).\n",
+      m.load_tolerance);
   if (m.without_z_outcome || !m.specialisation.empty() || m.z_coef > 0) md += kDetails;
   if (!m.specialisation.empty()) md += specialisation_markdown(m.specialisation);
   if (!m.without_z_outcome && m.z_coef > 0)

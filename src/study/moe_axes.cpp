@@ -228,31 +228,26 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
                     fmt::format("{} / {}", thousands(r.ffn_active), thousands(r.ffn_params)),
                     fmt::format("{:.2f} M", r.forward_flops / 1e6),
                     fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
-                    r.name == "relu" ? "—" : difference_cell(o),
-                    r.name == "relu" ? "reference" : verdict_cell(o), tokens_per_second_cell(o)});
+                    tokens_per_second_cell(o)});
   }
   const MoEAxisRow* topk = a.find(kCompute.name);
   std::string md = fmt::format(
       "MoE's case is more parameters at the same compute per token. The MoE of {} has ReLU's "
-      "total parameters and so a quarter of its active compute; here MoE is also trained at "
-      "ReLU's active compute, fine-grained with a shared expert (DeepSeekMoE's design: 16 experts "
-      "of a quarter of ReLU's width, top-3, and one shared expert of a quarter), the field's "
-      "current design and the equal-compute MoE of the summary. {} "
-      "Same LM, recipe and rules as {} (paired seeds, the same sequential design: {} seeds "
-      "first, one more per round while undecided, up to {}; equivalence within ±{} "
-      "bits/byte). FLOPs are the LM's forward FLOPs per token (attention "
-      "and head included), parameters the LM's; FFN active / total is one layer's. "
-      "moe_pareto.png draws each difference to ReLU against both.\n\n",
+      "total parameters and a quarter of its compute; here MoE also trains at ReLU's compute, "
+      "fine-grained with a shared expert (DeepSeekMoE's design: 16 experts of a quarter of "
+      "ReLU's width, top-3, one shared expert of a quarter), the summary's equal-compute MoE; "
+      "the summary gives each row's verdict. {} Same LM, recipe and rules as {}. FLOPs and "
+      "parameters are the whole LM's (attention and head included); FFN active / total is one "
+      "layer's.\n\n",
       sec.ref("training"),
       topk ? std::string("8 experts of half ReLU's width with top-2 (Mixtral's design) at the "
                          "same compute trains too.")
            : "`--full` also trains 8 experts of half ReLU's width with top-2 (Mixtral's design) "
              "at the same compute.",
-      sec.ref("training"), st.scale.design.first, st.scale.design.cap, st.results.training->margin);
-  md += markdown_table(
-      {"FFN", "what", "LM parameters", "FFN active / total", "forward FLOPs/token", "val bits/byte",
-       "paired difference to ReLU [interval]", "verdict", "tokens/s (÷ ReLU's)"},
-      rows, "llrrrrrlr");
+      sec.ref("training"));
+  md += markdown_table({"FFN", "what", "LM parameters", "FFN active / total", "forward FLOPs/token",
+                        "val bits/byte", "tokens/s (÷ ReLU's)"},
+                       rows, "llrrrrr");
   if (a.compute_vs_params) {
     const VariantOutcome& c = *a.compute_vs_params;
     md += fmt::format(

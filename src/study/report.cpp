@@ -211,6 +211,16 @@ std::string zoo_markdown(const Study& st, const Sections&) {
 
 // ---- corrections ----
 
+namespace {
+
+// The brief as a sentence: a full stop, unless it ends in one (a quotation's).
+std::string sentence(const std::string& brief) {
+  const bool stopped = brief.ends_with(".") || brief.ends_with(".\"");
+  return stopped ? brief : brief + ".";
+}
+
+}  // namespace
+
 void run_corrections(Study& st) {
   const Results& r = st.results;
   const Sections sec(stages());
@@ -219,6 +229,9 @@ void run_corrections(Study& st) {
   const FFNCost kr = ffn_cost(relu, 8), km = ffn_cost(moe, 8);
   const double MiB = 1024.0 * 1024.0;
   std::string dead = "not measured in this run";
+  std::string dead_brief =
+      "ReLU's \"about 50 % dead neurons\" is the share of exactly-zero hidden values, no count "
+      "of dead units (not measured in this run)";
   if (const auto* layers = r.sparsity ? r.sparsity->find("relu") : nullptr) {
     double zi = 0;
     std::int64_t dead_units = 0, units = 0;
@@ -227,6 +240,10 @@ void run_corrections(Study& st) {
       dead_units += l.dead_trained;
       units += l.units;
     }
+    dead_brief = fmt::format(
+        "ReLU's \"about 50 % dead neurons\" is the share of exactly-zero hidden values ({} at "
+        "initialisation); after training {} of its {} hidden units are dead ({})",
+        percent(zi), dead_units, units, sec.ref("sparsity"));
     dead = fmt::format(
         "the tutorial's number is the exactly-zero fraction of the hidden values, which is no "
         "count of dead units: ReLU's hidden values are zero {} of the time at initialisation, "
@@ -246,6 +263,9 @@ void run_corrections(Study& st) {
   // Correction 14: the tutorial's gradient table (001: std of the gradient norm over its 100
   // iterations, "lower is more stable") against its prose, and this run's toy on the same
   // configuration (seed 42, the tutorial's own).
+  std::string stability_brief =
+      "\"GELU's gradient flow is the most stable\": the tutorial's own gradient table ranks "
+      "GLU's lower";
   std::string stability =
       "the tutorial's own gradient table contradicts the prose by its own rule (lower standard "
       "deviation of the gradient norm, more stable): GLU's 0.0933 is below GELU's 0.1010, and "
@@ -274,6 +294,7 @@ void run_corrections(Study& st) {
       gated = fmt::format("gated's is the {}highest of the {}{}", place, tv.size(),
                           rank == 2 ? ", as in the table" : "");
     }
+    stability_brief += fmt::format("; this run's toy ranks {}'s lowest", lowest.variant);
     std::string stds;
     for (const ToyVariant& v : tv)
       stds += fmt::format("{}{} {}", stds.empty() ? "" : ", ", v.variant,
@@ -294,15 +315,25 @@ void run_corrections(Study& st) {
   const double silu_min = r.sparsity ? r.sparsity->silu_min : NAN;
   const double moe_over_expert = r.costs ? r.costs->moe_forward_matmul_over_one_expert() : NAN;
   st.results.corrections = std::vector<Correction>{
-      {"1", "Linear(512, 2048) has \"512 × 2048 × 2 = 2,097,152\" parameters",
+      {"1",
+       fmt::format("Linear(512, 2048) has {} parameters, not 2,097,152",
+                   thousands(512 * 2048 + 2048)),
+       "Linear(512, 2048) has \"512 × 2048 × 2 = 2,097,152\" parameters",
        fmt::format("{} weights + {} biases = {}", thousands(512 * 2048), thousands(2048),
                    thousands(512 * 2048 + 2048))},
-      {"2", "an activation costs 2·d_model·d_ff FLOPs",
+      {"2",
+       fmt::format("An activation costs one operation per hidden value ({} elementwise "
+                   "operations a token in ReLU's forward), not 2·d_model·d_ff FLOPs",
+                   thousands(static_cast<std::int64_t>(kr.forward.elementwise))),
+       "an activation costs 2·d_model·d_ff FLOPs",
        fmt::format("one operation per hidden value: ReLU's forward elementwise work is {} "
                    "operations per token (activation {} + biases), against {} matrix FLOPs",
                    thousands(static_cast<std::int64_t>(kr.forward.elementwise)), 2048,
                    thousands(static_cast<std::int64_t>(kr.forward.matmul)))},
       {"3",
+       fmt::format("Top-2 MoE does about 2× ReLU's forward matrix FLOPs ({}× one expert's), "
+                   "not 0.25× nor +25 %; its \"efficiency ×32\" measures nothing",
+                   fixed(moe_over_expert, 3)),
        "top-2 MoE against ReLU: FLOPs \"0.25x\", parameters \"8.0x\", \"efficiency\" "
        "(parameters ÷ FLOPs) \"32.0\"; \"parameters ×8, compute only +25 %, efficiency ×32!\"",
        fmt::format("its experts are ReLU FFNs of the same size, and a token runs 2 of them: "
@@ -313,24 +344,30 @@ void run_corrections(Study& st) {
                    "quality",
                    fixed(moe_over_expert, 3),
                    percent(static_cast<double>(km.active_params) / km.params))},
-      {"4", "MoE saves activation memory",
+      {"4",
+       fmt::format("MoE's training forward saves {}× ReLU's activations, not less",
+                   fixed(km.f32.activations / kr.f32.activations, 2)),
+       "MoE saves activation memory",
        fmt::format("a training forward saves {} KiB for 8 tokens against ReLU's {} KiB ({}×)",
                    fixed(km.f32.activations / 1024, 1), fixed(kr.f32.activations / 1024, 1),
                    fixed(km.f32.activations / kr.f32.activations, 2))},
-      {"5",
+      {"5", dead_brief,
        "ReLU \"produces about 50 % dead neurons\" (its figure's dead-neuron demonstration; the "
        "dead-neuron table: ReLU ~49.96 %, GELU ~0 %, GLU ~25 %, gated ~20–30 %, MoE ~75 %)",
        dead},
-      {"6",
+      {"6", "LLaMA uses SwiGLU, not GELU; GPT-2 1.5B has 48 layers, not 12",
        "the real-model table: LLaMA-7B and LLaMA-70B use \"GELU\"; GPT-2 is \"1.5B\" with "
        "\"12\" layers",
        "LLaMA uses SwiGLU (LLaMA-7B: d_ff 11008 for d_model 4096; Hugging Face config.json: "
        "hidden_act silu, intermediate_size 11008); GPT-2 1.5B (gpt2-xl) has 48 layers of "
        "d_model 1600 (n_layer 48, n_embd 1600); 12 layers is GPT-2 124M"},
-      {"7", "Mistral's MLP returns down · up",
+      {"7", "Mistral's MLP returns down_proj(silu(gate_proj(x)) · up_proj(x)), not down · up",
+       "Mistral's MLP returns down · up",
        "it returns down_proj(silu(gate_proj(x)) · up_proj(x)); ffnlab's swiglu matches PyTorch "
        "to f32 rounding in the golden tests (tests/parity)"},
       {"8",
+       "The tutorial's Transformer block attends across the batch and has no residual or norm "
+       "around attention",
        "the Transformer block `x = self.self_attn(x, x, x)[0]; x = self.ff(x)`: no residual or "
        "norm around attention (the FFN has both, after it), and nn.MultiheadAttention (which "
        "takes (seq, batch, d) unless batch_first) given x of (batch, seq, d) = (64, 100, 512)",
@@ -338,23 +375,34 @@ void run_corrections(Study& st) {
        "replaces x; ffnlab's block has a residual and a norm around both attention and FFN (pre- "
        "or post-norm), and its attention takes [batch, seq, d] and attends within each "
        "sequence"},
-      {"9", "the toy run shows which FFN trains best",
+      {"9",
+       fmt::format("The toy run memorises 8 random vectors: it ranks no FFN ({} does)",
+                   sec.ref("training")),
+       "the toy run shows which FFN trains best",
        fmt::format("it memorises 8 random vectors; {} trains each FFN as a language model on "
                    "real text over paired seeds",
                    sec.ref("training"))},
-      {"10", "ReLU's FP32 training memory is ~10–12 MB, activations 2–4 MB",
+      {"10",
+       fmt::format("ReLU's FP32 training memory is {} MiB by the tutorial's own definition, "
+                   "not ~10–12 MB",
+                   fixed(kr.f32.total() / MiB, 2)),
+       "ReLU's FP32 training memory is ~10–12 MB, activations 2–4 MB",
        fmt::format("by the tutorial's own definition: weights {} + gradients {} + Adam {} MiB + "
                    "activations {} MiB for 8 tokens = {} MiB",
                    fixed(kr.f32.weights / MiB, 2), fixed(kr.f32.grads / MiB, 2),
                    fixed(kr.f32.adam / MiB, 2), fixed(kr.f32.activations / MiB, 3),
                    fixed(kr.f32.total() / MiB, 2))},
       {"11",
+       "A 1000B MoE with 8000 experts and top-16 runs 2B expert parameters a token, not 200B: "
+       "some 500× fewer FLOPs than dense, not 5×",
        "a 1000B-parameter MoE with 8000 experts and top-16 routing: \"compute: only 200B worth "
        "of FLOPs (1000 × 16/8000)\", \"inference cost 5× lower\"",
        "1000 × 16/8000 = 2, not 200: a token touches 2B expert parameters (plus attention and "
        "any shared layers), about 4 GFLOPs of expert products forward against the dense 1000B's "
        "2 TFLOPs, some 500× fewer, not 5×"},
       {"12",
+       "LLaMA-7B's d_ff/d_model is 2.69, not 5.33; the 1.6T model is Switch-C; and the ratio is "
+       "no constant (3.5 in Mixtral's experts, 0.29 in DeepSeek-V3's)",
        "LLaMA-7B and LLaMA-70B at d_ff/d_model \"5.33x\"; \"Switch-L, 1.6T, 32 layers, MoE "
        "(Top-1), 4x × 128 experts\"; \"GELU FFN rules models below 100B\"; \"the FFN "
        "expansion ratio is basically fixed at 4–5x\"",
@@ -363,19 +411,30 @@ void run_corrections(Study& st) {
        "2048 experts, top-1 (Fedus et al. 2021, table 9); below 100B, LLaMA and Mistral use "
        "SwiGLU, not GELU; and the ratio is no constant: 3.5 in Mixtral's experts, 0.29 in "
        "DeepSeek-V3's (2048 for d_model 7168)"},
-      {"13", "Switch Transformers by \"Lewis et al.\"",
+      {"13", "Switch Transformers is by Fedus, Zoph and Shazeer (2021), not \"Lewis et al.\"",
+       "Switch Transformers by \"Lewis et al.\"",
        "by Fedus, Zoph and Shazeer (2021), arXiv:2101.03961"},
-      {"14",
+      {"14", stability_brief,
        "training-dynamics prose: \"GELU's gradient flow is the most stable (lowest standard "
        "deviation, 0.1010)\"; \"GLU and Gated-FFN have the most stable gradient flow\"",
        stability},
-      {"15", "the LayerNorm example normalises over the batch",
+      {"15", "LayerNorm normalises each token over its features, not over the batch",
+       "the LayerNorm example normalises over the batch",
        "LayerNorm normalises each token over its d_model features (ops/norm.hpp, checked "
        "against torch.nn.LayerNorm)"},
-      {"16", "SwiGLU: xW gives values, Swish(xV) a gate in (0, 1)",
+      {"16",
+       std::isnan(silu_min)
+           ? std::string("In SwiGLU the Swish branch is the gate, and Swish is no (0, 1) gate: "
+                         "unbounded above, negative below 0")
+           : fmt::format("In SwiGLU the Swish branch is the gate, and Swish is no (0, 1) gate: "
+                         "its minimum is {:.4f}",
+                         silu_min),
+       "SwiGLU: xW gives values, Swish(xV) a gate in (0, 1)",
        fmt::format("SwiGLU is (Swish(xW) ⊙ xV)W₂: the Swish branch is the gate, and Swish is "
-                   "no (0, 1) gate: unbounded above, and its minimum, measured here, is {:.4f}",
-                   silu_min)},
+                   "no (0, 1) gate: unbounded above, and negative below 0{}",
+                   std::isnan(silu_min)
+                       ? std::string(" (its minimum is not measured in this run)")
+                       : fmt::format(", with a minimum, measured here, of {:.4f}", silu_min))},
   };
 }
 
@@ -383,7 +442,7 @@ json corrections_json(const Results& r) {
   return json_if(r.corrections, [](const std::vector<Correction>& rows) {
     json out = json::array();
     for (const Correction& c : rows)
-      out.push_back({{"id", c.id}, {"claim", c.claim}, {"finding", c.finding}});
+      out.push_back({{"id", c.id}, {"brief", c.brief}, {"claim", c.claim}, {"finding", c.finding}});
     return out;
   });
 }
@@ -391,11 +450,14 @@ json corrections_json(const Results& r) {
 std::string corrections_markdown(const Study& st, const Sections&) {
   if (!st.results.corrections) return "";
   std::vector<std::vector<std::string>> rows;
-  for (const Correction& c : *st.results.corrections) rows.push_back({c.id, c.claim, c.finding});
   std::string md =
-      "The FFN-evolution tutorial this study follows (a PyTorch notebook with a quick reference "
-      "and an implementation guide, walking ReLU → GELU → GLU → gated → MoE) makes the claims "
-      "below; each stands beside what this run computed or measured.\n\n";
+      "What the FFN-evolution tutorial (the PyTorch notebook this study follows) gets wrong, one "
+      "line each; the appendix quotes each claim beside its evidence.\n\n";
+  for (const Correction& c : *st.results.corrections) {
+    md += fmt::format("{}. {}\n", c.id, sentence(c.brief));
+    rows.push_back({c.id, c.claim, c.finding});
+  }
+  md += kDetails;
   md += markdown_table({"#", "the tutorial says", "this run"}, rows, "rll");
   return md + "\n";
 }
@@ -604,32 +666,29 @@ json recommendations_json(const Results& r) {
 }
 
 std::string recommendations_markdown(const Study& st, const Sections& sec) {
-  std::string md = "Derived from this run's numbers by the rules stated in each line.\n\n";
+  std::string md =
+      "Each pick follows its rule, fixed before the run; the rules are numbered as "
+      "the choices of " +
+      sec.ref("evolution") + " cite them.\n\n";
   if (!st.results.recommendations) return md + "No LM training in this run: no recommendation.\n\n";
   const Recommendations& c = *st.results.recommendations;
-  // ", and these seeds cannot separate it from a, b (a tie: either is the pick)".
   auto ties = [](const std::vector<std::string>& tied) {
-    if (tied.empty()) return std::string(", and separated from every other candidate");
-    return fmt::format("; these seeds cannot separate it from {} (a tie: {} is as well supported)",
-                       fmt::join(tied, ", "), tied.size() == 1 ? "either" : "any of them");
+    if (tied.empty()) return std::string(", separated from every other candidate");
+    return fmt::format("; these seeds cannot separate it from {}", fmt::join(tied, ", "));
   };
   constexpr const char* kTieRule =
-      "and every candidate whose paired difference to it has a 95 % interval that includes 0 "
-      "(a tie)";
+      "a candidate whose paired difference to the pick has a 95 % interval that includes 0 "
+      "ties with it";
   if (!c.best_at_equal_parameters)
     md += fmt::format(
-        "- **Best validation at equal parameters:** no variant is measurably "
-        "better than ReLU in this run (lowest against ReLU: {}, {:.4f} bits/byte). Rule: among "
-        "the variants whose verdict is better, the lowest mean paired difference to ReLU (the "
-        "variants train different numbers of seeds, so their own means are not compared), "
-        "{}.\n",
+        "1. **Best validation at equal parameters:** none: no variant is measurably better than "
+        "ReLU (lowest against ReLU: {}, {:.4f} bits/byte). *Rule:* of the variants better than "
+        "ReLU, the lowest mean paired difference to ReLU; {}.\n",
         c.lowest, c.lowest_bits_per_byte, kTieRule);
   else
     md += fmt::format(
-        "- **Best validation at equal parameters:** {} ({:.4f} bits/byte, "
-        "measurably better than ReLU){}. Rule: among the variants whose verdict is better, the "
-        "lowest mean paired difference to ReLU (the variants train different numbers of seeds, "
-        "so their own means are not compared), {}.\n",
+        "1. **Best validation at equal parameters:** {} ({:.4f} bits/byte){}. *Rule:* of the "
+        "variants better than ReLU, the lowest mean paired difference to ReLU; {}.\n",
         *c.best_at_equal_parameters, c.best_bits_per_byte, ties(c.best_at_equal_parameters_tied),
         kTieRule);
   if (c.best_per_flop) {
@@ -637,42 +696,38 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
     for (const auto& [v, ratio] : c.flops_over_relu)
       list += fmt::format("{}{} {:.2f}×", list.empty() ? "" : ", ", v, ratio);
     md += fmt::format(
-        "- **Per FLOP:** {} ({:.4f} bits/byte){}. Rule: among every trained variant whose FFN "
-        "does at most 1.05× ReLU's forward matrix FLOPs per token, MoE at equal compute "
-        "included (here: {}), the lowest mean paired difference to ReLU, {}.\n",
-        *c.best_per_flop, c.best_per_flop_bits_per_byte, ties(c.best_per_flop_tied), list,
-        kTieRule);
+        "2. **Per FLOP:** {} ({:.4f} bits/byte){}. *Rule:* among every trained variant whose FFN "
+        "does at most 1.05× ReLU's forward matrix FLOPs per token, whatever its verdict, MoE at "
+        "equal compute included (the FFN's matrix FLOPs, not the summary's whole LM: here {}), "
+        "the lowest mean paired difference to ReLU; ties as in rule 1.\n",
+        *c.best_per_flop, c.best_per_flop_bits_per_byte, ties(c.best_per_flop_tied), list);
+  } else {
+    md += "2. **Per FLOP:** no candidate in this run.\n";
   }
   constexpr const char* kPerSecondRule =
-      "Rule: among ReLU and the variants better than or equivalent to it, the highest training "
-      "tokens/s (the median over seeds, as a ratio to ReLU's); decided only when no candidate's "
-      "throughput is noisy, ReLU's included, and the pick was faster than every other candidate "
-      "on every seed (its lowest ratio to ReLU's run of the same seed above their highest)";
+      "*Rule:* among ReLU and the variants better than or equivalent to it, the highest training "
+      "tokens/s (median over seeds, ÷ ReLU's); decided only when no candidate's throughput is "
+      "noisy and the pick was faster than every other candidate on every seed";
   if (!c.best_per_second.empty())
-    md += fmt::format("- **Per second:** {} ({} tokens/s in training, {:.2f}× ReLU's). {}.\n",
+    md += fmt::format("3. **Per second:** {} ({} tokens/s in training, {:.2f}× ReLU's). {}.\n",
                       c.best_per_second,
                       thousands(static_cast<std::int64_t>(c.best_per_second_tokens)),
                       c.best_per_second_over_relu, kPerSecondRule);
   else if (!c.noisy_throughput.empty())
     md += fmt::format(
-        "- **Per second:** undecided: the throughput of {} was noisy in this run (runs train two "
-        "at a time and share the machine). {}.\n",
+        "3. **Per second:** undecided: the throughput of {} was noisy (runs train two at a time "
+        "and share the machine). {}.\n",
         fmt::join(c.noisy_throughput, ", "), kPerSecondRule);
   else if (!c.per_second_candidate.empty())
     md += fmt::format(
-        "- **Per second:** undecided: {} has the highest median, but on some seeds {} ran as "
+        "3. **Per second:** undecided: {} has the highest median, but on some seeds {} ran as "
         "fast. {}.\n",
         c.per_second_candidate, fmt::join(c.per_second_overlapping, ", "), kPerSecondRule);
   else
-    md += fmt::format("- **Per second:** no candidate. {}.\n", kPerSecondRule);
+    md += fmt::format("3. **Per second:** no candidate. {}.\n", kPerSecondRule);
   if (c.moe) {
     using Finding = Recommendations::MoE::Finding;
     const auto& m = *c.moe;
-    const std::string diff =
-        m.verdict == Verdict::one_seed
-            ? fmt::format("{:+.4f} bits/byte (one seed: no interval)", m.diff_mean)
-            : fmt::format("{:+.4f} bits/byte, interval [{:+.4f}, {:+.4f}] (its last look's)",
-                          m.diff_mean, m.diff_low, m.diff_high);
     std::string finding;
     switch (m.finding) {
       case Finding::pays_off:
@@ -699,21 +754,21 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
               "slower on others";
           break;
         }
-        finding = fmt::format(
-            "undecided: the comparison with ReLU is {} (the seeds cannot tell them apart, nor "
-            "show them within ±{} bits/byte of each other) at the cap of the sequential rule; "
-            "a larger --max-seeds or longer runs could decide it",
-            verdict_text(m.verdict), m.margin);
+        finding = m.verdict == Verdict::one_seed
+                      ? std::string("undecided: one seed gives no interval")
+                      : std::string(
+                            "undecided at the cap of seeds; a larger --max-seeds or "
+                            "longer runs could decide it");
         break;
     }
     md += fmt::format(
-        "- **MoE:** at equal total parameters it touches {} of them per token and trains at {} "
-        "tokens/s against ReLU's {} ({:.2f}×{}); its paired difference to ReLU is {} ({}). Rule: "
-        "MoE pays off where it is better than a dense FFN of its total parameters, or "
-        "equivalent (within the margin) at more tokens per second on every seed. Finding: {}.\n",
+        "4. **MoE at ReLU's parameters:** a token runs {} of its FFN's parameters; it trains at {} "
+        "tokens/s against ReLU's {} ({:.2f}×{}). *Rule:* MoE pays off where it is "
+        "better than the dense FFN of its total parameters, or equivalent at more tokens per "
+        "second on every seed. Finding: {}.\n",
         percent(m.active_fraction), thousands(static_cast<std::int64_t>(m.tokens_per_second)),
         thousands(static_cast<std::int64_t>(m.relu_tokens_per_second)), m.over_relu,
-        m.noisy ? ", noisy" : "", diff, verdict_text(m.verdict), finding);
+        m.noisy ? ", noisy" : "", finding);
     if (m.at_equal_compute) {
       const VariantOutcome& o = *m.at_equal_compute;
       std::string what;
@@ -743,14 +798,12 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
               "decide it";
       }
       md += fmt::format(
-          "- **MoE at equal compute** ({}): with ReLU's active FLOPs per token and {:.1f}× the "
-          "LM's parameters, it trains at {} tokens/s ({:.2f}× ReLU's{}); its paired difference "
-          "to ReLU is {} bits/byte over {} seeds. Rule: the training stage's verdict. Finding: "
-          "{}.",
+          "5. **MoE at equal compute** ({}): with ReLU's active FLOPs per token and {:.1f}× the "
+          "LM's parameters, it trains at {} tokens/s ({:.2f}× ReLU's{}). *Rule:* the summary's "
+          "verdict. Finding: {}.",
           m.at_equal_compute_design, m.compute_params_over_relu,
           thousands(static_cast<std::int64_t>(o.tokens_per_second)), o.tokens_per_second_over_relu,
-          o.tokens_per_second_noisy ? ", noisy" : "", difference_cell(o),
-          o.val_bits_per_byte.size(), what);
+          o.tokens_per_second_noisy ? ", noisy" : "", what);
       if (m.at_equal_compute_other)
         md += fmt::format(
             " The other design at that compute ({}) is {} over {} seeds ({} bits/byte): "
@@ -821,13 +874,10 @@ namespace {
 // What the sizes measured cannot reach, and what the literature says there.
 std::string sizes_limitation(const Study& st, const Sections& sec) {
   const std::string literature =
-      "Beyond them the evidence is the literature's: Shazeer 2020 measured the GLU variants at "
-      "one size (T5-base, about 220M parameters); Narang et al. 2021 (\"Do Transformer "
-      "Modifications Transfer Across Implementations and Applications?\") re-implemented dozens "
-      "of modifications in one codebase and found the GLU variants among the few that improved "
-      "results across their tasks, mostly at that size; Switch Transformer (Fedus et al. 2021) "
-      "reports MoE at equal compute per token ahead of its dense baselines from T5-base up to "
-      "over a trillion parameters; and the field's largest dense models chose SwiGLU (" +
+      "Beyond them the evidence is the literature's: Shazeer 2020 and Narang et al. 2021 found "
+      "the GLU variants ahead at about 220M parameters, Switch Transformer (Fedus et al. 2021) "
+      "MoE at equal compute ahead from T5-base to over a trillion, and the field's largest "
+      "dense models chose SwiGLU (" +
       sec.ref("zoo") + ").";
   if (!st.results.scaling)
     return "- **One size, one task.** Every comparison is of one LM on next-byte prediction; "
@@ -888,28 +938,20 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
       "- **One recipe for every variant.** AdamW at a peak learning rate of {} with a warm-up "
       "over {} steps and a cosine decay, tuned for none of them: a variant that wants another "
       "learning rate at this size loses here for that reason.\n"
-      "- **Seeds.** Each comparison with ReLU trained {} to {} paired seeds by the sequential "
-      "rule of {}, and its verdict says at how many it was decided; one still inconclusive at "
-      "the cap needs a larger `--max-seeds` (a new run: the rule is fixed before it starts). "
-      "The {} comparisons each hold their 5 % error; together, one of them may be wrong by "
-      "chance (the verdicts that hold when the 5 % is shared among all are marked). The "
-      "equivalence margin (±{} bits/byte) was fixed before the run. Per-seed numbers move by "
-      "0.01–0.02 bits/byte with the build and the CPU's instruction set (float rounding), so "
-      "a verdict is a finding only where it replicates on other machines "
-      "(docs/verdicts.json).\n"
-      "- **Speed** ({}) was measured on {} with {} threads at d_model {}, d_ff {} and {} tokens, "
-      "as ratios to the bare products of the same shapes timed in the same rounds; another CPU "
-      "(AVX2 against AVX-512, native bf16 or not), other shapes or another thread count give "
-      "other ratios. Training tokens/s ({}) were measured with runs side by side, one thread "
-      "each.\n"
-      "- **The toy run** ({}) measures how fast a layer memorises 8 random vectors, nothing about "
-      "language; **the MoE balancing runs** ({}) are one seed each.\n",
-      t.train.optimizer.lr, t.train.warmup, t.design.first, t.design.cap, sec.ref("training"),
-      t.comparisons, t.margin, sec.ref("speed"), st.results.machine.describe(), st.results.threads,
-      st.results.speed ? st.results.speed->d_model : 0,
-      st.results.speed ? st.results.speed->d_ff : 0,
-      st.results.speed ? st.results.speed->tokens : 0, sec.ref("training"), sec.ref("toy"),
-      sec.ref("moe"));
+      "- **Seeds.** {} to {} paired seeds a comparison, by a rule fixed before the run; a "
+      "comparison undecided at the cap needs a new run with a larger `--max-seeds`. Per-seed "
+      "numbers move by 0.01–0.02 bits/byte with the build and the CPU's instruction set, so a "
+      "verdict is a finding only where it replicates on other machines (docs/verdicts.json).\n"
+      "- **Speed** ({}) holds for {} with {} threads at the tutorial's shape; another CPU, "
+      "shape or thread count gives other ratios. Training tokens/s were measured with runs "
+      "side by side, one thread each.\n"
+      "- **One seed:** the MoE balancing runs ({}){}; **no language:** the toy run ({}).\n",
+      t.train.optimizer.lr, t.train.warmup, t.design.first, t.design.cap, sec.ref("speed"),
+      st.results.machine.describe(), st.results.threads, sec.ref("moe"),
+      st.results.routing && st.results.routing->seeds == 1
+          ? fmt::format(" and the routing families ({})", sec.ref("routing"))
+          : "",
+      sec.ref("toy"));
   md += sizes_limitation(st, sec);
   return md + "\n";
 }

@@ -477,10 +477,9 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
   }
   std::string md = fmt::format(
       "Each routing family replaces the router of the equal-compute MoE ({}: {} experts of width "
-      "{}, one shared, top-{}) and keeps its experts: {}. They train on the causal LM of {} by "
-      "the same recipe, paired with that MoE's runs, and each is compared with top-k by fixed "
-      "intervals (95 %; equivalence within ±{}). The FLOPs column counts the experts a token "
-      "actually ran. {}",
+      "{}, one shared, top-{}) and keeps its experts: {}. Each trains the causal LM of {}, "
+      "paired with that MoE's runs, and is compared with top-k by fixed intervals (95 %; "
+      "equivalence within ±{}). {}",
       sec.ref("moe_axes"), head.moe.num_experts, head.expert_d_ff(), head.moe.top_k,
       fmt::join(causal, "; "), sec.ref("training"),
       st.results.training ? st.results.training->margin : 0.0,
@@ -490,12 +489,11 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
                         "validation in bits per masked byte), where expert choice and Soft MoE, "
                         "which look at the whole sequence, may run. ",
                         families().size() - 1, percent(r.mask_fraction, 0))
-          : "Expert choice and Soft MoE look at the whole sequence and need a bidirectional "
-            "model: `ffnlab evolve --full` trains them on a masked objective. ");
+          : "Expert choice and Soft MoE need a bidirectional model: `ffnlab evolve --full` "
+            "trains them on a masked objective. ");
   md += r.seeds == 1
-            ? "**Each family trained one seed** in this run (seed 1): there is no interval and "
-              "no verdict, only the values; `--routing-seeds N` (up to `--seeds`) or `--full` "
-              "trains more, paired. "
+            ? "**Each family trained one seed** in this run (seed 1): values without an interval "
+              "or a verdict; `--routing-seeds N` (up to `--seeds`) or `--full` pairs more. "
             : fmt::format(
                   "Each family trained seeds 1 to {} (`--routing-seeds`; the default run "
                   "trains one).\n\n",
@@ -532,8 +530,10 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
       layers.push_back(std::move(cells));
     }
     if (rows.empty()) continue;
-    tables += masked ? "**The masked objective** (bits per masked byte):\n\n"
-                     : "**The causal LM** (bits per byte):\n\n";
+    tables += masked ? "**The masked objective** (bits per masked byte; FLOPs at the experts a "
+                       "token ran):\n\n"
+                     : "**The causal LM** (bits per byte; FLOPs at the experts a token "
+                       "ran):\n\n";
     tables +=
         markdown_table({"family", "what", "LM parameters", "forward FLOPs/token (as run)",
                         masked ? "val bits/masked byte" : "val bits/byte",

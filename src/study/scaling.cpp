@@ -495,10 +495,10 @@ std::string scaling_markdown(const Study& st, const Sections& sec) {
           ? fmt::format(", the LM of the routing families' masked runs ({})", sec.ref("routing"))
           : "",
       sec.ref("training"), r.design.first, r.design.cap, r.comparisons,
-      r.find("s", "causal") != nullptr
-          ? fmt::format(" The cell of the study's own LM (s, causal) is {}'s runs and verdicts.",
-                        sec.ref("training"))
-          : "");
+      r.find("s", "causal") != nullptr ? fmt::format(" The cell of the study's own LM (s, causal) "
+                                                     "is {}'s runs (the summary's verdicts).",
+                                                     sec.ref("training"))
+                                       : "");
   std::vector<std::vector<std::string>> rows;
   for (const ScalingCell& c : r.cells)
     for (const ScalingEntry& e : c.variants) {

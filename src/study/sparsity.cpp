@@ -163,7 +163,7 @@ std::string sparsity_markdown(const Study& st, const Sections& sec) {
     return fmt::format("{} of {} ({})", n, units,
                        percent(static_cast<double>(n) / static_cast<double>(units)));
   };
-  std::vector<std::vector<std::string>> rows, totals;
+  std::vector<std::vector<std::string>> totals;
   for (const auto& [v, layers] : r.variants) {
     double zero_init = 0, zero_trained = 0;
     std::int64_t dead = 0, near_dead = 0, units = 0;
@@ -176,37 +176,29 @@ std::string sparsity_markdown(const Study& st, const Sections& sec) {
       totals.push_back({v, percent(zero_init), percent(zero_trained), of_units(dead, units),
                         of_units(near_dead, units)});
   }
-  for (const auto& [v, layers] : r.variants)
-    for (const LayerSparsity& l : layers)
-      rows.push_back({v, std::to_string(l.layer), percent(l.zero_init), percent(l.zero_trained),
-                      percent(l.near_zero_init), percent(l.near_zero_trained),
-                      of_units(l.dead_trained, l.units), of_units(l.near_dead_trained, l.units)});
   std::string md = fmt::format(
-      "The hidden activations h (what enters the down projection) of each layer of seed 1's "
+      "The hidden activations h (what enters the down projection) of every layer of seed 1's "
       "model, over the first {} validation tokens (the census tokens), at initialisation and "
-      "after training. "
-      "**zero**: exactly 0. **near zero**: |h| < {}·rms(h) of that layer and batch. **Dead "
-      "units**: hidden units that are 0 on every census token after training (for moe, each "
-      "expert's units over the tokens routed to that expert; an expert that no census token "
-      "reaches has all its units dead). **Near-dead units**: hidden units that are 0 or near "
-      "zero (|h| < {}·rms(h)) on every census token after training, the dead ones included. "
-      "These are "
-      "different quantities: the tutorial's \"about 50 % dead neurons\" for ReLU is the zero "
-      "fraction at initialisation; a unit that is zero for half the tokens is not dead. Only "
-      "ReLU-gated hidden units (relu, reglu, and the ReLU experts of moe) can be exactly zero; "
-      "GELU, SiLU and sigmoid gates are almost never exactly zero, so they have no dead units "
-      "by definition, and near-dead is the count that compares them with ReLU.\n\n",
-      r.census_tokens, kNearZeroRelative, kNearZeroRelative);
+      "after training:\n\n"
+      "- **zero**: exactly 0; a share is the mean over layers.\n"
+      "- **dead unit**: a hidden unit that is 0 on every census token after training (for moe, "
+      "on the tokens routed to its expert; an expert no census token reaches is all dead).\n"
+      "- **near-dead unit**: 0 or |h| < {}·rms(h) on every census token, the dead included.\n\n"
+      "Only ReLU-gated units (relu, reglu, moe's ReLU experts) can be exactly 0; GELU, SiLU and "
+      "sigmoid gates have no dead units by definition, and near-dead compares them with ReLU. A "
+      "unit that is 0 for half the tokens is not dead.\n\n",
+      r.census_tokens, kNearZeroRelative);
   md += markdown_table(
       {"variant", "zero at init", "zero trained", "dead units trained", "near-dead units trained"},
       totals, "lrrrr");
-  md += "\nThe zero shares are means over the layers; the units are all layers' together.\n";
-  md += "results.json (\"sparsity\") has each layer's numbers, the near-zero shares too.\n";
+  md += "\nThe units are all layers' together; results.json (\"sparsity\") has each layer's.\n";
+  md += kDetails;
   md += fmt::format(
-      "\nGELU's approximations against the exact x·Φ(x) (double precision, x in [−8, 8]): the "
+      "GELU's approximations against the exact x·Φ(x) (double precision, x in [−8, 8]): the "
       "tanh form (GPT-2's gelu_new) is off by at most {:.2e} (at x = {:.2f}); the sigmoid form "
       "x·σ(1.702x) (quick_gelu) by at most {:.2e} (at x = {:.2f}). Their speed in ffnlab's "
-      "kernels is in {}'s activation table; activation_comparison.png draws all three.\n\n",
+      "kernels is in the activation table of {} above; activation_comparison.png draws all "
+      "three.\n\n",
       r.gelu_tanh_error, r.gelu_tanh_at, r.gelu_sigmoid_error, r.gelu_sigmoid_at, sec.ref("speed"));
   return md;
 }

@@ -88,26 +88,24 @@ std::string speed_markdown(const Study& st, const Sections&) {
   for (const auto& a : r.activations)
     act_rows.push_back({a.activation, fixed(a.elements / a.seconds / 1e9, 2)});
   std::string md = fmt::format(
-      "Every variant at the tutorial's shape (d_model {}, d_ff {}, bias, f32), {} tokens, median "
-      "of repeated calls; the training forward keeps what backward needs. GFLOP/s count matrix "
-      "FLOPs only. **of bare** is the layer's rate over the rate of the bare oneDNN products of "
-      "the same shapes, timed in the same run on this machine (for MoE: the products of two "
-      "experts over all tokens): what the layer loses to its elementwise passes, routing and "
-      "bookkeeping. The layer and its bare products are timed in {} alternating rounds, so that "
-      "load on the machine falls on both; a ratio is the median of the rounds' ratios. A ratio "
-      "above {} or whose rounds spread by more than {} (the interquartile range of the rounds' "
-      "ratios over their median) is shown as "
-      "noisy: the measurement decided it, not the layer, and no conclusion rests on it{}; one "
-      "from 100 % to that bound is shown as ≈ 100 %: no layer is faster than its own products, "
-      "so the two rates are equal within the timing's noise.\n\n",
+      "Every variant at the tutorial's shape (d_model {}, d_ff {}, bias, f32) over {} tokens; "
+      "the training forward keeps what backward needs. GFLOP/s count matrix FLOPs only.\n\n"
+      "- **of bare**: the layer's rate over that of the bare oneDNN products of its shapes (for "
+      "MoE, two experts' products over all tokens), both timed in {} alternating rounds; the "
+      "median of the rounds' ratios. What it misses is lost to elementwise passes, routing and "
+      "bookkeeping.\n"
+      "- **noisy**: a ratio above {} or whose rounds spread by more than {} (interquartile range "
+      "over median): the timing decided it, and no conclusion rests on it{}. **≈ 100 %**: from "
+      "100 % to that bound, equal to the bare products within the timing's noise.\n\n",
       r.d_model, r.d_ff, r.tokens, r.variants.empty() ? 0 : r.variants.front().second.rounds,
       percent(kMaxOfBare, 0), percent(kMaxSpread, 0),
       noisy > 0 ? fmt::format(" ({} of {} rows here)", noisy, r.variants.size()) : "");
   md += markdown_table({"variant", "fwd ms", "fwd GFLOP/s", "fwd of bare", "fwd+bwd ms",
                         "fwd+bwd GFLOP/s", "fwd+bwd of bare"},
                        rows, "lrrrrrr");
+  md += kDetails;
   md += fmt::format(
-      "\nActivation forward kernels alone over {} values (billions of values per "
+      "Activation forward kernels alone over {} values (billions of values per "
       "second):\n\n",
       r.tokens * r.d_ff);
   md += markdown_table({"activation", "G values/s"}, act_rows, "lr");

@@ -68,19 +68,16 @@ const std::vector<Stage>& stages() {
        sparsity_json,
        sparsity_markdown,
        {{"activation_comparison", draw_activation_comparison,
-         "each activation (with tanh and sigmoid, which the tutorial compares) and its "
+         "each activation (tanh and sigmoid too, as the tutorial compares them) and its "
          "derivative as ffnlab computes them; GELU's tanh and sigmoid approximations minus exact "
-         "GELU (at the first panel's scale the three GELU forms coincide: the error panel tells "
-         "them apart); last, the tutorial's dead-neuron number for what it is, the share of "
-         "hidden values that are exactly 0 at initialisation, beside the dead units after "
-         "training"},
+         "GELU, which the first panel cannot tell apart; last, the tutorial's dead-neuron "
+         "number for what it is, the share of hidden values exactly 0 at initialisation, beside "
+         "the dead units after training"},
         {"activation_sparsity", draw_activation_sparsity,
          "per variant, the share of hidden units (every layer, after training) by how often "
          "they are non-zero over the census tokens; the red bar on the left is the dead units, "
-         "never non-zero. Only the ReLU-gated kinds (relu, reglu, moe's ReLU experts) can have "
-         "them; a variant whose units are all non-zero on more than 95 % of the tokens (the "
-         "smooth gates) would be one bar at the right, so it gets no panel and the figure's "
-         "title names it"}}},
+         "which only ReLU-gated kinds can have. A variant whose units are all non-zero on more "
+         "than 95 % of the tokens (a smooth gate) gets no panel; the title names it"}}},
       {"moe",
        "MoE behaviour",
        true,
@@ -118,12 +115,10 @@ const std::vector<Stage>& stages() {
        routing_markdown,
        {{"routing_families", draw_routing_families,
          "validation against the LM's forward FLOPs per token at the experts a token actually "
-         "ran, per routing family (the mean over seeds, with bars of ± one standard deviation "
-         "when there are several); with --full, the masked objective in a second panel. The "
-         "grey band "
-         "around top-k is the spread of a paired difference between two seeds in this run: a "
-         "family inside it is not told apart from top-k. A family right of top-k spent more "
-         "compute than its config promised, left of it less"}}},
+         "ran, per routing family (the mean over seeds, ± one standard deviation when there are "
+         "several); with --full, the masked objective in a second panel. The grey band around "
+         "top-k is the spread of a paired difference between two seeds in this run: a family "
+         "inside it is not told apart from top-k"}}},
       // Unnumbered, like the sweep: it runs only with --sizes or --tasks, and the sections
       // after it keep their numbers either way.
       {"scaling",

@@ -291,10 +291,10 @@ std::string report_header(const Study& st) {
   const Sections sec(stages());
   md += fmt::format(
       "Written by `{}{}{}{}` in {} with {} OpenMP thread{}{} on {}. Every number below was "
-      "computed or measured by this run; results.json holds them all, and each figure's data is "
-      "the CSV beside it. The language models train side by side, each on one thread of its "
-      "own, so their numbers depend on the seed and the build, not on the thread count; only "
-      "the measured times vary (the speeds of {} and the tokens/s of {}).\n\n",
+      "computed or measured by this run: results.json holds them all, APPENDIX.md the long "
+      "tables, and the CSV beside each figure its data. The language models train side by "
+      "side, one thread each, so their numbers depend on the seed and the build, not on the "
+      "thread count; only the measured times vary (the speeds of {}, the training tokens/s).\n\n",
       o.command, fmt::format("{}{}", o.quick ? " --quick" : "", o.full ? " --full" : ""),
       fmt::format("{}{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
                   o.max_seeds ? fmt::format(" --max-seeds {}", o.max_seeds) : "",
@@ -307,7 +307,7 @@ std::string report_header(const Study& st) {
           ? fmt::format(" and {} MPI ranks (the language models trained on all of them)",
                         st.results.ranks)
           : "",
-      st.results.machine.describe(), sec.ref("speed"), sec.ref("training"));
+      st.results.machine.describe(), sec.ref("speed"));
   if (!st.plan_why.empty())
     md += fmt::format("The seeds, steps and sizes above were chosen by `--budget`, for {}.\n\n",
                       st.plan_why);
@@ -331,11 +331,15 @@ bool blank(std::string_view text) {
   return text.find_first_not_of(" \n") == std::string_view::npos;
 }
 
-// Each stage's section, its text then its figures; what a stage marks as detail (kDetails) goes
-// to the appendix at the end, under the section it belongs to.
-std::string render_report(const Study& st) {
+// The report and its appendix: each stage's section, its text then its figures; what a stage
+// marks as detail (kDetails) goes to the appendix (APPENDIX.md), under the section it belongs to.
+struct Rendered {
+  std::string report, appendix;  // appendix empty: no stage had details
+};
+
+Rendered render_report(const Study& st) {
   const Sections sec(stages());
-  std::string md = report_header(st), appendix;
+  Rendered out{report_header(st), ""};
   std::string_view appendix_title;
   for (const Stage& s : stages()) {
     const std::string body = s.markdown(st, sec);
@@ -344,23 +348,28 @@ std::string render_report(const Study& st) {
     const std::string main = body.substr(0, cut);
     const std::string figures = figures_of(st, s);
     if (!blank(main) || !figures.empty())
-      md += sec.heading(s.key) + main + (blank(main) ? "" : "\n") + figures;
+      out.report += sec.heading(s.key) + main + (blank(main) ? "" : "\n") + figures;
     if (cut == std::string::npos) continue;
     const std::string_view title = sec.title(s.key);
     if (title != appendix_title) {
       const bool numbered = s.numbered || s.section.empty();
-      appendix += numbered ? fmt::format("### {}. {}\n\n", sec.number(s.key), title)
-                           : fmt::format("### {}\n\n", title);
+      out.appendix += numbered ? fmt::format("## {}. {}\n\n", sec.number(s.key), title)
+                               : fmt::format("## {}\n\n", title);
       appendix_title = title;
     }
-    appendix += body.substr(cut + kDetails.size());
+    out.appendix += body.substr(cut + kDetails.size());
   }
-  if (!appendix.empty())
-    md +=
-        "## Appendix: details\n\nThe long tables, the one-seed material and how each section "
-        "was measured, under the section they belong to. results.json holds every number.\n\n" +
-        appendix;
-  return md;
+  if (!out.appendix.empty()) {
+    out.report +=
+        "## Appendix\n\nThe long tables, the one-seed material and how each section was "
+        "measured are in [APPENDIX.md](APPENDIX.md), under the section they belong to.\n";
+    out.appendix =
+        "# Appendix to the report: details\n\nThe long tables, the one-seed material and how "
+        "each section of [REPORT.md](REPORT.md) was measured, under the section they belong to. "
+        "results.json holds every number.\n\n" +
+        out.appendix;
+  }
+  return out;
 }
 
 }  // namespace
@@ -539,7 +548,9 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   observer.end();
   st.results.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   st.write("results.json", to_json(st.results).dump(2) + "\n");
-  st.write("REPORT.md", render_report(st));
+  const Rendered report = render_report(st);
+  st.write("REPORT.md", report.report);
+  if (!report.appendix.empty()) st.write("APPENDIX.md", report.appendix);
   // The last look before the report replaces an earlier one: a stop that came during the
   // figures or the writing keeps the earlier report.
   check_stop();

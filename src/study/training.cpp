@@ -603,63 +603,59 @@ std::string training_markdown(const Study& st, const Sections& sec) {
     for (double b : o.val_bits_per_byte) seeds += (seeds.empty() ? "" : ", ") + fixed(b, 3);
     rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params),
                     fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
-                    o.verdict == Verdict::reference ? "—" : difference_cell(o), verdict_cell(o)});
+                    std::to_string(o.val_bits_per_byte.size())});
     per_seed_rows.push_back(
         {o.variant, seeds, tokens_per_second_cell(o), utilisation_cell(o.flop_utilisation)});
   }
   std::string md = fmt::format(
       "### Language modelling on real text\n\n"
       "Every variant as the FFN of a byte-level Transformer LM ({} layers, d_model {}, {} heads, "
-      "sequence {}, pre-norm, tied head), at about equal parameters (the widths of {}'s "
-      "study table; moe: 8 experts, top-2, balancing loss 0.01, router z-loss 0.001), trained {} "
-      "steps of batch {} with "
-      "AdamW (lr {}, linear warm-up over {} steps, then cosine), on the corpus of {}. Validation: "
-      "bits per byte over "
-      "{} after the last step. Seeds are paired: seed s gives "
-      "every variant the same batches and the same initial embedding, attention and head (each "
-      "matrix drawn from its own stream of the seed), so a variant is compared with ReLU's runs "
-      "of its own seeds, by the paired difference (variant − ReLU, per seed). Seeds are "
-      "added one at a time until each comparison is decided, by the rule in the appendix.\n\n",
+      "sequence {}, pre-norm, tied head) at about equal parameters (the widths of the study table "
+      "of {} in the appendix; moe: 8 "
+      "experts, top-2, balancing loss 0.01, router z-loss 0.001), trained {} steps of batch {} "
+      "with AdamW (lr {}, linear warm-up over {} steps, then cosine), on {}. Validation: bits "
+      "per byte over {} after the last step. Seeds are paired and added by the summary's rule; "
+      "the summary gives each comparison's interval and verdict, the appendix the rule "
+      "whole.\n\n",
       t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
-      t.train.batch, t.train.optimizer.lr, t.train.warmup, "the appendix (Data)",
+      t.train.batch, t.train.optimizer.lr, t.train.warmup,
+      st.results.data ? fmt::format("`{}` ({} bytes; the appendix gives its fingerprint)",
+                                    st.results.data->source, thousands(st.results.data->bytes))
+                      : std::string("the study's corpus"),
       t.final_validation_tokens > 0 && t.final_validation_tokens < t.validation_bytes
           ? fmt::format("the first {} bytes of the validation part ({} in all; --quick reads "
                         "no more)",
                         thousands(t.final_validation_tokens), thousands(t.validation_bytes))
           : fmt::format("the whole validation part ({} bytes)", t.validation_bytes));
-  md += markdown_table({"variant", "d_ff", "LM parameters", "bits/byte, mean ± std",
-                        "paired difference to ReLU [interval of the last look]", "verdict"},
-                       rows, "lrrrrl");
+  md += markdown_table({"variant", "d_ff", "LM parameters", "bits/byte, mean ± std", "seeds"}, rows,
+                       "lrrrr");
   md += kDetails;
   md += "**Each seed, and the speed of training** (tokens/s and FLOP utilisation, below):\n\n";
   md += markdown_table({"variant", "bits/byte per seed", "tokens/s (÷ ReLU's)", "FLOP utilisation"},
                        per_seed_rows, "lrrr");
   md += "\n";
   md += fmt::format(
-      "**How many seeds, and when a comparison is decided (fixed before the run).** Each "
-      "comparison with ReLU (here and MoE at equal compute, {}) trains {} seeds, then looks: if "
-      "it is not decided, it trains one more seed (and ReLU too, when it has fewer) and looks "
-      "again, until it is decided or reaches {} seeds, the cap. A comparison is decided when "
-      "its interval lies below 0 (better than ReLU), above 0 (worse), or, for equivalence, "
-      "within ±{} bits/byte. Looking again after every seed gives chance more tries to produce "
-      "a difference, so each look uses a wider interval than a one-off 95 % interval would: the "
-      "intervals are set so that, over all the looks together, a comparison of two equal "
-      "variants is called better or worse at most 5 % of the time, and equivalence wrongly about "
-      "5 % of the time per side. The early looks, with few seeds, are the strictest (an "
-      "O'Brien–Fleming-type error spending, Lan & DeMets 1983, over the fraction of the cap "
-      "trained; repeated confidence intervals, Jennison & Turnbull 2000; the bounds on Student's "
-      "t for these few seeds computed by simulation: docs/evolve.md). This table's interval is "
-      "the one of each comparison's last look; the verdict says at how many seeds it was "
-      "decided. A comparison still undecided at the cap says so. Seeds thus go where the "
-      "decision is close: a large difference is decided at the first looks, a close one takes "
-      "more. The run makes {} such comparisons; a verdict marked \"not across all comparisons\" "
-      "holds at 5 % for itself but not when the 5 % is shared among all {} (Bonferroni), so one "
-      "of them may be wrong by chance. \"Narrow by chance\" marks a comparison whose seeds agree "
-      "far more closely than the run's other comparisons do (all of them pooled: a paired "
-      "spread of {}; a chance below 5 % if its spread were theirs): its interval may be "
-      "narrower than its precision. Not measurably "
-      "worse is never read as as good.\n\n",
-      sec.ref("moe_axes"), t.design.first, t.design.cap, t.margin, t.comparisons, t.comparisons,
+      "**How many seeds, and when a comparison is decided (fixed before the run):**\n\n"
+      "- **The looks.** Each comparison with ReLU (here and MoE at equal compute, {}) trains {} "
+      "seeds, then looks; while undecided it trains one more seed (and ReLU too, when it has "
+      "fewer) and looks again, up to {} seeds, the cap. Seeds thus go where the decision is "
+      "close.\n"
+      "- **Decided** when its interval lies below 0 (better than ReLU), above 0 (worse) or, for "
+      "equivalence, within ±{} bits/byte. Not measurably worse is never read as as good.\n"
+      "- **The intervals** are wider than one-off 95 % intervals, since each look gives chance "
+      "another try: over all the looks, two equal variants are called better or worse at most "
+      "5 % of the time, and equivalence wrongly about 5 % of the time per side. The early "
+      "looks are the strictest (an O'Brien–Fleming-type error spending, Lan & DeMets 1983, over "
+      "the fraction of the cap trained; repeated confidence intervals, Jennison & Turnbull "
+      "2000; the bounds on Student's t for these few seeds computed by simulation: "
+      "docs/evolve.md). The summary's interval is each comparison's last look.\n"
+      "- **† (not across all comparisons)**: the verdict holds at 5 % for itself, not when the "
+      "5 % is shared among all {} comparisons (Bonferroni), so one of them may be wrong by "
+      "chance.\n"
+      "- **‡ (narrow by chance)**: its seeds agree far more closely than the run's other "
+      "comparisons do (all of them pooled: a paired spread of {}; a chance below 5 % if its "
+      "spread were theirs): its interval may be narrower than its precision.\n\n",
+      sec.ref("moe_axes"), t.design.first, t.design.cap, t.margin, t.comparisons,
       fixed(t.pooled_spread, 4));
   md += fmt::format(
       "**FLOP utilisation**: the matrix work of a run's median step per second over the rate of "

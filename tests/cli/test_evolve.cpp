@@ -74,32 +74,43 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
         "## 4. Training dynamics",
         "## 5. Activation sparsity",
         "## 6. MoE behaviour",
-        "**Router z-loss (an ablation of the recipe).**",
         "## 7. MoE at equal compute",
         "| moe_compute | equal active compute",
         "## 8. Routing families",
-        "**The masked objective** (bits per masked byte)",
+        "**The masked objective** (bits per masked byte;",
         "| soft | Soft MoE: 6 slots an expert",
         "## 9. The evolution, step by step, in this run's numbers",
-        "**The three dimensions.**",
         "**Choosing by situation.**",
         "## 10. The literature: the GLU variants in Shazeer 2020",
         "| geglu | 1.942 (0.004) | 1.633 |",
         "## 11. Real models",
         "`ffnlab zoo` prints the table, and results.json holds it",
         "## 12. Corrections of the FFN-evolution tutorial",
+        "1. Linear(512, 2048) has 1,050,624 parameters, not 2,097,152.",
         "## 13. Recommendations",
         "## 14. Limits of this study",
         "ReLU's validation (on",
         "## References",
         "arXiv:2002.05202",
 
-        "**MoE at equal compute** (fine-grained, 16 experts, top-3, 1 shared)",
+        "5. **MoE at equal compute** (fine-grained, 16 experts, top-3, 1 shared)",
         "This is a --quick run",
-        "## Appendix: details",
-        "### Data",
-        "### 1. Costs"})
+        "## Appendix",
+        "[APPENDIX.md](APPENDIX.md)"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
+  // The details stand in the appendix, under their sections, and not in the report.
+  const std::string appendix = read(out + "/APPENDIX.md");
+  for (const char* heading : {"# Appendix to the report", "## Data", "## 1. Costs"})
+    EXPECT_NE(appendix.find(heading), std::string::npos) << heading;
+  for (const char* detail :
+       {"[REPORT.md](REPORT.md)", "**The three dimensions.**",
+        "**Router z-loss (an ablation of the recipe).**", "**Which bytes each expert takes.**",
+        "| 1 | Linear(512, 2048) has \"512 × 2048 × 2 = 2,097,152\" parameters |",
+        "**How many seeds, and when a comparison is decided"}) {
+    EXPECT_NE(appendix.find(detail), std::string::npos) << detail;
+    EXPECT_EQ(md.find(detail), std::string::npos) << detail;
+  }
+  EXPECT_LT(appendix.find("## Data"), appendix.find("## 1. Costs"));
   // The summary opens the report, and each figure stands in its own section.
   EXPECT_LT(md.find("## Summary"), md.find("## 1. Costs"));
   EXPECT_LT(md.find("## 4. Training dynamics"), md.find("![training_dynamics]"));
@@ -175,7 +186,18 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
     EXPECT_NE(md.find("| " + v + " | "), std::string::npos) << v;
     EXPECT_NE(md.find(fmt4(mean)), std::string::npos) << v << " mean " << mean;
   }
-  EXPECT_NE(md.find("| FLOP utilisation |"), std::string::npos);
+  EXPECT_NE(appendix.find("| FLOP utilisation |"), std::string::npos);
+  // The summary is the one place of each comparison's difference and interval: results.json's.
+  for (const auto& [v, x] : vars.items()) {
+    if (v == "relu") continue;
+    const auto& ci = x.at("paired_difference_to_relu_ci95");
+    if (!ci.is_array()) continue;  // no interval: the summary says why in words
+    char cell[96];
+    std::snprintf(cell, sizeof cell, "%+.4f [%+.4f, %+.4f]",
+                  x.at("paired_difference_to_relu_mean").get<double>(), ci[0].get<double>(),
+                  ci[1].get<double>());
+    if (md.find(cell) == std::string::npos) ADD_FAILURE() << v << ": " << cell;
+  }
   for (const auto& [s, x] : j.at("moe").at("settings").items())
     EXPECT_NE(md.find(fmt4(x.at("val_bits_per_byte"))), std::string::npos) << s;
   // MoE on both axes: the training stage's ReLU and MoE rows, and two trained at equal compute,
@@ -209,7 +231,18 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   for (const auto& s : j.at("moe").at("settings"))
     EXPECT_TRUE(s.at("load_settled_step").is_null() || s.at("load_settled_step").is_number())
         << s.at("description");
-  EXPECT_NE(md.find("**When the load settles**"), std::string::npos);
+  EXPECT_NE(md.find("**Load settled from**"), std::string::npos);
+  // Each setting's row ends with the step its load settled from, or says it never did.
+  for (const auto& [name, s] : j.at("moe").at("settings").items()) {
+    const std::string row_start = "| " + s.at("description").get<std::string>() + " |";
+    const std::size_t row = md.find(row_start);
+    ASSERT_NE(row, std::string::npos) << row_start;
+    const std::string line = md.substr(row, md.find('\n', row) - row);
+    const std::string cell = s.at("load_settled_step").is_null()
+                                 ? "| not by step "
+                                 : "| step " + std::to_string(s.at("load_settled_step").get<int>());
+    EXPECT_NE(line.find(cell), std::string::npos) << line;
+  }
   // MoE's experts are censused unit by unit: 8 experts' units per layer, dead ones counted.
   const auto& moe_layers = j.at("sparsity").at("variants").at("moe");
   ASSERT_FALSE(moe_layers.empty());
@@ -245,16 +278,15 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
     EXPECT_TRUE(mi >= 0.0 && mi < 3.0) << mi;
     EXPECT_EQ(layer.at("classes").at("digit").at("share_per_expert").size(), 8u);
   }
-  EXPECT_NE(md.find("**Which bytes each expert takes.**"), std::string::npos);
   EXPECT_EQ(j.at("corrections").size(), 16u);
-  // Corrections quote the tutorial's whole claim, then the finding.
+  // Corrections quote the tutorial's whole claim, then the finding, in the appendix.
   for (const char* claim :
        {"\"parameters ×8, compute only +25 %, efficiency ×32!\"", "\"12\" layers",
         "(1000 × 16/8000)", "\"inference cost 5× lower\"",
         "\"the FFN expansion ratio is basically fixed at 4–5x\"",
         "\"GELU FFN rules models below 100B\"", "(64, 100, 512)", "ReLU ~49.96 %, GELU ~0 %"})
-    EXPECT_NE(md.find(claim), std::string::npos) << claim;
-  EXPECT_NE(md.find("hidden units (2 layers of 128)"), std::string::npos)
+    EXPECT_NE(appendix.find(claim), std::string::npos) << claim;
+  EXPECT_NE(appendix.find("hidden units (2 layers of 128)"), std::string::npos)
       << "the dead-unit count names its layers";
   EXPECT_EQ(j.at("zoo").size(), 15u);
   // The real models' table is results.json's (and `ffnlab zoo`'s), not the report's.
@@ -314,9 +346,12 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_EQ(j2.at("speed").at("variants").size(), 6u) << "the speed of the variants it trains";
   // The report says what it left out and how to get it.
   const std::string md2 = read(again + "/REPORT.md");
+  EXPECT_NE(
+      read(again + "/APPENDIX.md")
+          .find("not measured by this run: `ffnlab evolve --full` measures it as an ablation"),
+      std::string::npos);
   for (const char* text :
        {"Not trained in this run: reglu, geglu, bilinear (`ffnlab evolve --full`",
-        "not measured by this run: `ffnlab evolve --full` measures it as an ablation",
         "`--full` also trains 8 experts",
         "8 experts with top-2 at the same compute trains with `ffnlab evolve --full`."})
     EXPECT_NE(md2.find(text), std::string::npos) << text;

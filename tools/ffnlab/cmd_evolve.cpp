@@ -125,8 +125,8 @@ void add_evolve_command(CLI::App& app) {
       "equal-budget widths, speed, the FFN-evolution tutorial's toy run, every variant trained "
       "as a byte-level LM over paired seeds, activation sparsity, MoE load balancing, "
       "corrections of the tutorial and recommendations, with figures. Writes OUT/REPORT.md, "
-      "OUT/results.json and the figures; an existing OUT is replaced only when the new report "
-      "is complete.");
+      "its details in OUT/APPENDIX.md, OUT/results.json and the figures; an existing OUT is "
+      "replaced only when the new report is complete.");
   cmd->add_option("--out", o->study.out,
                   "report folder: a new or empty folder, or an earlier report (which is replaced "
                   "when the new one is complete); never the data, the current directory or a "

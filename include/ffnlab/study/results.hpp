@@ -346,8 +346,10 @@ struct SweepResult {
   std::vector<SweepPoint> points;
 };
 
+// One claim of the FFN-evolution tutorial: the report's line (brief: the claim and the right
+// number), and the claim quoted beside its evidence (claim, finding) for the appendix.
 struct Correction {
-  std::string id, claim, finding;
+  std::string id, brief, claim, finding;
 };
 
 // One FFN variant in Shazeer 2020 ("GLU Variants Improve Transformer", Table 1: T5-base,
