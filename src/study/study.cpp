@@ -302,7 +302,10 @@ std::string report_header(const Study& st) {
       fmt::format("{}{}{}", o.steps ? fmt::format(" --steps {}", o.steps) : "",
                   o.sizes.empty() ? "" : fmt::format(" --sizes {}", fmt::join(o.sizes, ",")),
                   o.tasks.empty() ? "" : fmt::format(" --tasks {}", fmt::join(o.tasks, ","))),
-      elapsed(st.results.seconds), st.results.threads, st.results.threads == 1 ? "" : "s",
+      // A resumed study's time is its own, not that of the runs it reused.
+      elapsed(st.results.seconds) +
+          (o.resume ? " (resumed with `--resume`, reusing the runs already trained)" : ""),
+      st.results.threads, st.results.threads == 1 ? "" : "s",
       st.results.ranks > 1
           ? fmt::format(" and {} MPI ranks (the language models trained on all of them)",
                         st.results.ranks)

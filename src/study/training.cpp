@@ -626,7 +626,7 @@ std::string training_markdown(const Study& st, const Sections& sec) {
           ? fmt::format("the first {} bytes of the validation part ({} in all; --quick reads "
                         "no more)",
                         thousands(t.final_validation_tokens), thousands(t.validation_bytes))
-          : fmt::format("the whole validation part ({} bytes)", t.validation_bytes));
+          : fmt::format("the whole validation part ({} bytes)", thousands(t.validation_bytes)));
   md += markdown_table({"variant", "d_ff", "LM parameters", "bits/byte, mean ± std", "seeds"}, rows,
                        "lrrrr");
   md += kDetails;

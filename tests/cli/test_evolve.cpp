@@ -495,6 +495,11 @@ TEST_F(Cli, EvolveAcrossSizesAndTasksResumesAfterAKillAsIfUninterrupted) {
     ++taken;
   EXPECT_EQ(taken, finished) << "killed after " << after << " runs";
   EXPECT_EQ(kept_runs(path("cut.runs")), total);
+  // Its report's time is the resumed run's, and it says so.
+  EXPECT_NE(read(path("cut") + "/REPORT.md")
+                .find("(resumed with `--resume`, reusing the runs already trained)"),
+            std::string::npos);
+  EXPECT_EQ(read(path("whole") + "/REPORT.md").find("resumed with"), std::string::npos);
 
   std::ifstream a(path("whole") + "/results.json"), b(path("cut") + "/results.json");
   const json ja = test::without_timings(json::parse(a)), jb = test::without_timings(json::parse(b));
