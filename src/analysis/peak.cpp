@@ -131,8 +131,8 @@ double best_rate(LoopFn loop, int threads, double seconds) {
 
 }  // namespace
 
-double measure_peak_flops(bool bf16, double budget) {
-  if (bf16 && this_machine().amx) return 0;  // tiles outrun every vector loop: no bound
+PeakProbe measure_peak_flops(bool bf16, double budget) {
+  if (bf16 && this_machine().amx) return {};  // tiles outrun every vector loop: no bound
   const LoopFn loop = best_loop(bf16);
   const int threads = omp_get_max_threads();
   // One thread alone first: every thread together must reach most of threads × its rate (a
@@ -143,12 +143,12 @@ double measure_peak_flops(bool bf16, double budget) {
   // SMT siblings share a core: the threads can reach one thread's rate per core they occupy.
   const Machine& m = this_machine();
   const int cores = std::min(threads, std::max(1, m.processors / std::max(1, m.threads_per_core)));
-  double best = 0;
+  PeakProbe probe{0, one, cores};
   for (int attempt = 0; attempt < 3; ++attempt) {
-    best = std::max(best, best_rate(loop, threads, budget));
-    if (best >= 0.75 * cores * one) break;
+    probe.flops = std::max(probe.flops, best_rate(loop, threads, budget));
+    if (probe.held()) break;
   }
-  return best;
+  return probe;
 }
 
 }  // namespace ffnlab

@@ -508,14 +508,16 @@ void run_bench(BenchOptions o) {
   const double bandwidth = measure_read_bandwidth(bandwidth_bytes, o.quick ? 0.25 : 1.0);
   const bool bf16_native = matmul_bf16_native();
   Peaks peaks;
-  const double probe = measure_peak_flops(false, o.quick ? 0.05 : 0.3);
+  const PeakProbe f32_probe = measure_peak_flops(false, o.quick ? 0.05 : 0.3);
+  const double probe = f32_probe.flops;
   const double nominal = nominal_peak_flops(omp_get_max_threads());
-  // A probe far below what the cores reach at their named clock measured a busy machine: it is
-  // said so, and serves as no denominator ("of peak" is then not reported).
-  const bool holds = nominal_peak_holds(probe, omp_get_max_threads());
+  // A probe far below what the cores reach at their named clock, or below what its own cores
+  // reach at one thread's rate, measured a busy or shared machine: it is said so, and serves as
+  // no denominator ("of peak" is then not reported).
+  const bool holds = f32_probe.held() && nominal_peak_holds(probe, omp_get_max_threads());
   peaks.f32 = holds ? probe : 0;
   peaks.bf16 =
-      bf16_native ? (holds ? measure_peak_flops(true, o.quick ? 0.05 : 0.3) : 0) : peaks.f32;
+      bf16_native ? (holds ? measure_peak_flops(true, o.quick ? 0.05 : 0.3).flops : 0) : peaks.f32;
   json out;
   out["machine"] = {{"cpu", this_machine().describe()},
                     {"threads", omp_get_max_threads()},
@@ -523,9 +525,18 @@ void run_bench(BenchOptions o) {
                     {"peak_f32_flops_per_s", peaks.f32},
                     {"peak_bf16_flops_per_s", peaks.bf16},
                     {"peak_probe_f32_flops_per_s", probe},
+                    {"peak_probe_one_thread_f32_flops_per_s", f32_probe.one_thread},
+                    {"peak_probe_cores", f32_probe.cores},
+                    {"peak_probe_held", f32_probe.held()},
                     {"nominal_f32_flops_per_s", nominal},
                     {"bf16_products", bf16_native ? "native" : "emulated"}};
-  if (!holds && !o.json_out)
+  if (!f32_probe.held() && !o.json_out)
+    fmt::print(
+        "the peak probe measured {:.0f} GFLOP/s f32 on {} threads, below 75 % of what its {} "
+        "cores reach at one thread's rate ({:.0f} GFLOP/s each): the host gave them less than "
+        "their cores for the while, and 'of peak' is not reported\n",
+        probe / 1e9, omp_get_max_threads(), f32_probe.cores, f32_probe.one_thread / 1e9);
+  else if (!holds && !o.json_out)
     fmt::print(
         "the peak probe measured {:.0f} GFLOP/s f32, far below the {:.0f} that {} cores reach at "
         "the {:.0f} MHz /proc/cpuinfo names: the machine is busy, and 'of peak' is not "

@@ -28,11 +28,20 @@ const Machine& this_machine();
 // runs — f32 FMAs, or with `bf16` (on a CPU with native bf16) vdpbf16ps, 2 FLOPs per pair as
 // products count them — timed together, the best of calls of a few milliseconds over about
 // `budget` seconds (a peak is a maximum: a busy core or a late thread only lowers a call),
-// measured again (up to three times) while it is below 75 % of threads × one thread's rate. No product can run
-// faster; `ffnlab bench` reports layers against it. bf16 without native bf16 returns the f32
-// rate (such products are emulated in f32); bf16 on a CPU with AMX returns 0 (not measured:
-// oneDNN's tile products outrun any vector loop, so it would bound nothing).
-double measure_peak_flops(bool bf16, double budget);
+// measured again (up to three times) while it is below 75 % of the cores × one thread's rate.
+// No product can run faster; `ffnlab bench` reports layers against it. bf16 without native bf16
+// returns the f32 rate (such products are emulated in f32); bf16 on a CPU with AMX returns 0
+// (not measured: oneDNN's tile products outrun any vector loop, so it would bound nothing).
+struct PeakProbe {
+  double flops = 0;       // the best rate of every thread together
+  double one_thread = 0;  // the best rate of one thread alone (0 with one thread)
+  int cores = 1;          // the cores the threads occupy (SMT siblings share one)
+  // Whether every thread together reached 75 % of the cores × one thread's rate. A shared host
+  // can give two vCPUs one core's pipes for a while (two threads then reach one thread's
+  // rate): such a probe measured the host, not the machine's peak.
+  bool held() const { return cores <= 1 || one_thread <= 0 || flops >= 0.75 * cores * one_thread; }
+};
+PeakProbe measure_peak_flops(bool bf16, double budget);
 
 // The f32 rate `threads` threads reach at the clock /proc/cpuinfo names: FMA pipes × vector lanes
 // × 2 FLOPs × clock (AVX2 and AMD's AVX-512: 32 FLOPs a cycle; Intel's AVX-512: 64) on the cores
