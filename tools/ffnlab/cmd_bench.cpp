@@ -533,8 +533,9 @@ void run_bench(BenchOptions o) {
   if (!f32_probe.held() && !o.json_out)
     fmt::print(
         "the peak probe measured {:.0f} GFLOP/s f32 on {} threads, below 75 % of what its {} "
-        "cores reach at one thread's rate ({:.0f} GFLOP/s each): the host gave them less than "
-        "their cores for the while, and 'of peak' is not reported\n",
+        "cores reach at one thread's rate ({:.0f} GFLOP/s each): the machine gave them less than "
+        "their cores for the while (another process, or a host sharing its cores), and 'of "
+        "peak' is not reported\n",
         probe / 1e9, omp_get_max_threads(), f32_probe.cores, f32_probe.one_thread / 1e9);
   else if (!holds && !o.json_out)
     fmt::print(
