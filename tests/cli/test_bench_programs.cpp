@@ -29,6 +29,10 @@ const Program kMatmul{"bench_matmul", FFNLAB_BENCH_MATMUL};
 const Program kPacked{"bench_packed", FFNLAB_BENCH_PACKED};
 const Program kFewRows{"bench_few_rows", FFNLAB_BENCH_FEW_ROWS};
 const Program kKernels{"bench_kernels", FFNLAB_BENCH_KERNELS};
+const Program kLibraries{"bench_libraries", FFNLAB_BENCH_LIBRARIES};
+
+// Debian's OpenMP build of OpenBLAS (the test set of scripts/install-deps.sh installs it).
+const char* kOpenBlas = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0";
 
 // A number of 170 digits: CLI11's own range checks printed it as the whole message (exit 105).
 const std::string kHuge(170, '9');
@@ -158,6 +162,16 @@ std::vector<Case> cases() {
       {kKernels, "--benchmark_list_tests=maybe", 2, "--benchmark_list_tests"},
       {kKernels, "--v=abc", 2, "--v"},
       {kKernels, "--benchmark_out=/nonexistent/x", 1, "[io] '/nonexistent/x'"},
+      // bench_libraries
+      {kLibraries, "--tokens 0", 2, "--tokens"},
+      {kLibraries, "--d-ff " + w, 2, "--d-ff"},
+      {kLibraries, "--rounds 0", 2, "--rounds"},
+      {kLibraries, "--library /nonexistent/libblas.so", 1,
+       "[bench_libraries] cannot open /nonexistent/libblas.so"},
+      {kLibraries, "--library ''", 1, "[bench_libraries] --library: an empty path"},
+      {kLibraries, "--library libc.so.6 --tokens 4 --d-model 8 --d-ff 8", 1,
+       "[bench_libraries] libc.so.6 has no cblas_sgemm"},
+      {kLibraries, "--tokens 4294967296", 1, "[bench_libraries] the largest product"},
   };
 }
 
@@ -196,6 +210,7 @@ TEST_F(BenchPrograms, HelpShowsTheRanges) {
       {kKernels,
        {"--benchmark_min_time FLOAT:[0.001, 3600]", "--benchmark_repetitions INT:[1, 1000]",
         "--benchmark_format TEXT:console|json|csv"}},
+      {kLibraries, {"--library TEXT", "--tokens INT:[1, 2^32]", "--rounds INT:[1, 1000]"}},
   };
   for (const auto& [program, words] : expected) {
     SCOPED_TRACE(program.name);
@@ -216,6 +231,8 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
       {kPacked, "--d-model 8 --d-ff 8 --tokens 8 --seconds 0.001"},
       {kFewRows, "--shapes 8x8 --tokens 1,2 --rounds 1 --seconds 0.001"},
       {kKernels, "--benchmark_list_tests"},
+      {kLibraries, std::string("--library ") + kOpenBlas +
+                       " --d-model 8 --d-ff 8 --tokens 4 --rounds 1 --seconds 0.001"},
   };
   for (const auto& [program, args] : tiny) {
     SCOPED_TRACE(program.name);
@@ -228,6 +245,30 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
     EXPECT_EQ(full.err.rfind(std::string(program.name) + ": error: [io] ", 0), 0u) << full.err;
     EXPECT_EQ(std::count(full.err.begin(), full.err.end(), '\n'), 1) << full.err;
   }
+}
+
+// bench_libraries against OpenBLAS: every product in the table with both libraries' rates, and
+// the summary's verdict.
+TEST_F(BenchPrograms, LibrariesComparesOneDnnWithOpenBlas) {
+  if (!fs::exists(kOpenBlas)) GTEST_SKIP() << kOpenBlas << " is not installed";
+  const Outcome r = run(kLibraries, std::string("--library ") + kOpenBlas +
+                                        " --d-model 16 --d-ff 32 --tokens 8,24 --rounds 2 "
+                                        "--seconds 0.001");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("against libopenblas.so.0, 2 alternating rounds"), std::string::npos)
+      << r.out;
+  // 2 token counts x 2 weights x 3 products, each a row with both rates.
+  std::istringstream lines(r.out);
+  int in_rows = 0, out_rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (std::count(line.begin(), line.end(), '|') != 2) continue;
+    in_rows += line.rfind("in ", 0) == 0;
+    out_rows += line.rfind("out ", 0) == 0;
+  }
+  EXPECT_EQ(in_rows, 6) << r.out;
+  EXPECT_EQ(out_rows, 6) << r.out;
+  EXPECT_NE(r.out.find("libopenblas.so.0     forward "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  -> "), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -8,6 +8,15 @@
 
 namespace ffnlab::dispatch {
 
+// The product library: every product that does not stream (below) is oneDNN's, on every ISA. A
+// table per ISA, not a measurement at start-up, because a product's sums are ordered by its
+// library: choosing by a timing would let two runs of one configuration compute different
+// values. `bench_libraries` compares oneDNN with Debian's OpenBLAS and BLIS in one process
+// (a layer's forward, input- and weight-gradient products at 1600, 2048 and 6400 rows); a row
+// for another library is added only where it wins by more than 5 % there. Measured: Zen 3
+// (AVX2), where neither does (docs/benchmarks.md, "The product library"). Not yet measured on
+// an AVX-512 CPU.
+
 // Few-row products (ops/few_rows): up to this many rows an f32 product streams the weights
 // through the dot kernels instead of going to oneDNN: a product of so few rows is bound by
 // reading its weights. `bench_few_rows`.
