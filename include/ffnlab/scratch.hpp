@@ -13,6 +13,8 @@ namespace ffnlab {
 enum class Scratch : int {
   ffn_dh,     // DenseFFN: dL/dh          [T, F]
   ffn_da,     // DenseFFN: dL/da          [T, in_width]
+  attn_qkv,   // Attention: the projections q, k, v [T, 3D] (read by the forward only)
+  attn_o,     // attention op: per-head outputs [B·H, S, dh], then dL/d(them) in the backward
   attn_da,    // Attention: dL/d(heads' output before o_proj) [T, D]
   attn_dqkv,  // Attention: dL/dqkv       [T, 3D]
   attn_dp,    // attention op: dL/dP      [B·H, S, S]

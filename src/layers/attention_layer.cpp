@@ -60,12 +60,14 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train
   // instead (packs_weights); otherwise matmul reads these tensors.
   operands_.start(train, precision_, x.dim(0));
   const ProductOperands& operand = operands_;
-  qkv_.ensure({x.dim(0), 3 * D});
-  linear_forward(qkv_, operand(x16_, x), operand.weight(w_qkv_operand_, w_qkv_),
+  // The projections are read by this forward only (the backward reads the cache's head-major
+  // copies), so every layer writes them into one shared tensor.
+  Tensor& qkv = scratch(Scratch::attn_qkv, {x.dim(0), 3 * D});
+  linear_forward(qkv, operand(x16_, x), operand.weight(w_qkv_operand_, w_qkv_),
                  config_.bias ? &b_qkv_ : nullptr, precision_, nullptr, false,
                  operand.forward_packing(w_qkv_operand_));
-  if (config_.rope) rope_forward(qkv_, seq, 2 * D, D / config_.heads, config_.rope_theta);
-  attention_forward(a_, cache_, qkv_, seq, config_.heads, config_.causal, precision_);
+  if (config_.rope) rope_forward(qkv, seq, 2 * D, D / config_.heads, config_.rope_theta);
+  attention_forward(a_, cache_, qkv, seq, config_.heads, config_.causal, precision_);
   y.ensure({x.dim(0), D});
   linear_forward(y, operand(a16_, a_), operand.weight(w_o_operand_, w_o_),
                  config_.bias ? &b_o_ : nullptr, precision_, nullptr, false,

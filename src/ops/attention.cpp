@@ -41,8 +41,8 @@ void to_heads(Tensor& dst, const float* src, std::int64_t width, std::int64_t co
       }
 }
 
-void from_heads(float* dst, std::int64_t width, std::int64_t col0, const Tensor& src,
-                const Dims& d, float scale) {
+void from_heads(float* dst, std::int64_t width, std::int64_t col0, const Tensor& src, const Dims& d,
+                float scale) {
   const float* in = src.f32();
 #pragma omp parallel for collapse(2) schedule(static)
   for (std::int64_t b = 0; b < d.B; ++b)
@@ -65,7 +65,7 @@ void attention_forward(Tensor& out, AttentionCache& c, const Tensor& qkv, std::i
   c.q.ensure(hs);
   c.k.ensure(hs);
   c.v.ensure(hs);
-  c.o.ensure(hs);
+  Tensor& o = scratch(Scratch::attn_o, hs);
   c.p.ensure({G, d.S, d.S});
   out.ensure({d.B * d.S, d.D});
   const float scale = 1.f / std::sqrt(static_cast<float>(d.dh));
@@ -87,8 +87,8 @@ void attention_forward(Tensor& out, AttentionCache& c, const Tensor& qkv, std::i
 #pragma omp simd
     for (std::int64_t j = i + 1; j < S; ++j) row[j] = 0.f;
   }
-  matmul(c.o, c.p, Trans::no, c.v, Trans::no, {.precision = precision});
-  from_heads(out.f32(), d.D, 0, c.o, d, 1.f);
+  matmul(o, c.p, Trans::no, c.v, Trans::no, {.precision = precision});
+  from_heads(out.f32(), d.D, 0, o, d, 1.f);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, AttentionCache& c, std::int64_t seq,
@@ -105,10 +105,11 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, AttentionCache& c, std
   Tensor& dv = scratch(Scratch::attn_dv, hs);
   Tensor& dpt = scratch(Scratch::attn_dp, {G, S, S});
   dqkv.ensure({d.B * S, 3 * d.D});
-  to_heads(c.o, dout.f32(), d.D, 0, d, 1.f);  // o is free now: it holds dO
+  Tensor& dout_heads = scratch(Scratch::attn_o, hs);
+  to_heads(dout_heads, dout.f32(), d.D, 0, d, 1.f);
   const MatmulOptions opt{.precision = precision};
-  matmul(dpt, c.o, Trans::no, c.v, Trans::yes, opt);
-  matmul(dv, c.p, Trans::yes, c.o, Trans::no, opt);
+  matmul(dpt, dout_heads, Trans::no, c.v, Trans::yes, opt);
+  matmul(dv, c.p, Trans::yes, dout_heads, Trans::no, opt);
   // dS = P ⊙ (dP − Σ_j P·dP), in place in dp; zero above the diagonal because P is.
   float* p = c.p.f32();
   float* dp = dpt.f32();

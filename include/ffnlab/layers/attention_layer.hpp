@@ -44,15 +44,14 @@ class Attention final : public Layer {
   Tensor w_qkv_, b_qkv_, w_o_, b_o_;      // [3D, D], [3D], [D, D], [D]
   Tensor dw_qkv_, db_qkv_, dw_o_, db_o_;  // same shapes
   std::int64_t seq_ = 0;
-  Tensor x_;    // saved input [T, D]
-  Tensor qkv_;  // [T, 3D] projections (q, k rotated)
-  Tensor a_;    // [T, D] attention output before o_proj
+  Tensor x_;  // saved input [T, D]
+  Tensor a_;  // [T, D] attention output before o_proj
   // What the products read (ops/linear.hpp); when it keeps copies, bf16 x [T, D], a [T, D],
   // w_qkv [3D, D] and w_o [D, D] made by the forward for its products and the backward's.
   ProductOperands operands_;
   Tensor x16_, a16_;
   ProductWeight w_qkv_operand_, w_o_operand_;
-  AttentionCache cache_;  // per-head copies and probabilities
+  AttentionCache cache_;  // per-head copies and probabilities (the projections are scratch)
 };
 
 }  // namespace ffnlab

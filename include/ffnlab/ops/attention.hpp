@@ -16,8 +16,8 @@ namespace ffnlab {
 struct AttentionCache {
   Tensor q, k, v;  // [B·H, S, dh] head-major copies; q is pre-scaled by 1/√dh
   Tensor p;        // [B·H, S, S] probabilities, zero above the diagonal
-  Tensor o;        // [B·H, S, dh] per-head outputs
-  // The backward's workspaces are shared by all layers (ffnlab/scratch.hpp).
+  // The per-head outputs (copied into `out`) and the backward's workspaces are shared by all
+  // layers (ffnlab/scratch.hpp): the backward needs none of them from the forward.
 };
 
 // causal = false lets every position see the whole sequence (the tutorial's encoder).
