@@ -69,8 +69,12 @@ void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision pre
 }
 
 // Rows from which training products read packed weights (packs_weights): where the reorder
-// costs less than it saves (set_weight_packing_min_rows changes it for benchmarks).
-std::atomic<std::int64_t> packing_min_rows{dispatch::kPackingMinRows};
+// costs less than it saves, on CPUs whose oneDNN products are 512-bit; never elsewhere
+// (dispatch::kPackingMinRows says why). set_weight_packing_min_rows changes it for benchmarks.
+std::int64_t default_packing_min_rows() {
+  return few_rows_isa_supported(FewRowsIsa::avx512) ? dispatch::kPackingMinRows : 0;
+}
+std::atomic<std::int64_t> packing_min_rows{default_packing_min_rows()};
 
 }  // namespace
 

@@ -47,7 +47,10 @@ inline constexpr std::int64_t kVaryingRowsMinQuantum = 16;
 inline constexpr std::int64_t kVaryingRowsShapesPerDoubling = 8;
 
 // Rows from which training products read weights packed in oneDNN's own layout (the reorder
-// costs more than it saves below). `bench_ffn --variants relu,swiglu --pack-rows 0,512`.
+// costs more than it saves below), where oneDNN's f32 products are 512-bit (AVX-512). Elsewhere
+// weights are never packed: on Zen 3 (AVX2) the packed layout ran within noise of the plain one
+// at 6400 rows, so each weight's two packed copies were memory and reorders for nothing.
+// `bench_ffn --variants relu,swiglu --pack-rows 0,512`, `bench_packed`.
 inline constexpr std::int64_t kPackingMinRows = 4096;
 
 // Elementwise kernels (activations, their backward, the GLU mix): elements per OpenMP chunk,
