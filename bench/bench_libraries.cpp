@@ -5,7 +5,8 @@
 // For each token count T it times the three products of each of a layer's two weights, as
 // training runs them: forward y = x·wᵀ, input gradient dx = dy·w, weight gradient dw += dyᵀ·x
 // (oneDNN plain, as matmul() runs them). Every other library is any shared library with a CBLAS
-// cblas_sgemm (Debian's OpenBLAS, BLIS), opened at run time, so ffnlab links none of them. Each
+// cblas_sgemm with 32-bit integer arguments (Debian's OpenBLAS, BLIS; not the 64-bit-integer
+// libopenblas64), opened at run time, so ffnlab links none of them. Each
 // round times every library once per product, in turn; a product's rate is the median over
 // rounds of each round's median call. The summary gives each library's rate over oneDNN's,
 // geometric means per kind of product, and whether any beats oneDNN by more than the margin
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -89,9 +91,11 @@ void add_products(std::vector<Product>& out, const std::string& weight, std::int
   out.push_back({weight, Kind::weight_gradient, O, I, T, true, false, true});
 }
 
+// The median (of an even count, the mean of the two middle values).
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens, int rounds,
@@ -102,6 +106,13 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
   need.add({max_t, 2 * std::max(D, F) + D + F});
   need.add_n(2, {F, D});
   need.check("bench_libraries", "the largest product");
+  // CBLAS takes 32-bit ints (an LP64 build: Debian's libopenblas0 and libblis4, not
+  // libopenblas64): a dimension past INT_MAX would reach it negative.
+  if (max_t > std::numeric_limits<int>::max() || D > std::numeric_limits<int>::max() / 2 ||
+      F > std::numeric_limits<int>::max() / 2)
+    throw Error(fmt::format(
+        "[bench_libraries] --tokens {}: CBLAS takes dimensions of at most {} (32-bit ints)", max_t,
+        std::numeric_limits<int>::max()));
   const int threads = omp_get_max_threads();
   std::vector<Library> libs;
   for (const auto& p : paths) libs.push_back(open_library(p, threads));

@@ -1,6 +1,7 @@
-// Backward workspaces shared by all layers: the gradients of a layer's intermediates live only
-// while that layer's backward runs, so a model of L layers needs one set of them, not L (the
-// attention probabilities' gradient alone is B·H·S² floats per layer). One set per thread and
+// Workspaces shared by all layers: the gradients of a layer's intermediates live only while that
+// layer's backward runs, and what only a forward reads (attention's projections) only while that
+// forward runs, so a model of L layers needs one set of them, not L (the attention
+// probabilities' gradient alone is B·H·S² floats per layer). One set per thread and
 // slot; a slot's tensor is reshaped (and reallocated only when its shape changes) on each use.
 // A caller must not hold a slot across a call that may use the same slot: each layer kind has
 // slots of its own, so an MoE's shared expert (a DenseFFN) may run inside the MoE's backward.

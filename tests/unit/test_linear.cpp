@@ -4,6 +4,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/ops/dispatch.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/ref/activation_ref.hpp"
 #include "ffnlab/ops/ref/linear_ref.hpp"
@@ -314,6 +315,16 @@ TEST(Linear, PacksWeightsFromTheRowsSet) {
   set_weight_packing_min_rows(0);
   EXPECT_FALSE(packs_weights(1 << 20, Precision::f32));
   set_weight_packing_min_rows(saved);
+}
+
+// By default layers pack from dispatch::kPackingMinRows rows where oneDNN's f32 products are
+// 512-bit (AVX-512), and never on other CPUs, where the packed layout measured no faster.
+TEST(Linear, PacksByDefaultOnlyOnAvx512) {
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl");
+  EXPECT_EQ(weight_packing_min_rows(), avx512 ? dispatch::kPackingMinRows : 0);
+  EXPECT_EQ(packs_weights(1 << 20, Precision::f32), avx512);
 }
 
 // A copy shares the packed memory until either packs again, which then packs into memory of its

@@ -9,7 +9,7 @@
 namespace ffnlab::dispatch {
 
 // The product library: every product that does not stream (below) is oneDNN's, on every ISA. A
-// table per ISA, not a measurement at start-up, because a product's sums are ordered by its
+// choice fixed per ISA, not a measurement at start-up, because a product's sums are ordered by its
 // library: choosing by a timing would let two runs of one configuration compute different
 // values. `bench_libraries` compares oneDNN with Debian's OpenBLAS and BLIS in one process
 // (a layer's forward, input- and weight-gradient products at 1600, 2048 and 6400 rows); a row
