@@ -28,6 +28,7 @@
 
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/ops/matmul.hpp"
 
@@ -89,13 +90,6 @@ void add_products(std::vector<Product>& out, const std::string& weight, std::int
   out.push_back({weight, Kind::forward, T, O, I, false, true, false});
   out.push_back({weight, Kind::input_gradient, T, I, O, false, false, false});
   out.push_back({weight, Kind::weight_gradient, O, I, T, true, false, true});
-}
-
-// The median (of an even count, the mean of the two middle values).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens, int rounds,

@@ -547,10 +547,10 @@ void run_bench(BenchOptions o) {
   if (!o.json_out)
     fmt::print(
         "ffnlab bench on {}: {} threads; memory read bandwidth {:.1f} GB/s (a parallel sum over "
-        "{} MiB, median); peak {:.0f} GFLOP/s f32{}, {} (multiply-add loops in registers on "
+        "{} MiB, median); {} {:.0f} GFLOP/s f32{}, {} (multiply-add loops in registers on "
         "every thread, the best call); bf16 products {}.\n",
         this_machine().describe(), omp_get_max_threads(), bandwidth / 1e9, bandwidth_bytes >> 20,
-        probe / 1e9,
+        holds ? "peak" : "peak probe (not held, above)", probe / 1e9,
         nominal > 0
             ? fmt::format(" ({:.0f} nominal at {:.0f} MHz)", nominal / 1e9, this_machine().mhz)
             : std::string(),
