@@ -87,8 +87,9 @@ inline float tanh_fast(float x) {
   return 1.0f - 2.0f / (exp_fast(2.0f * x) + 1.0f);
 }
 
-// erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7).
-inline float erf_fast(float x) {
+// erf(x) by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), given e = e^{−x²}: GELU's
+// derivative needs that exponential as well (gelu_value_grad).
+inline float erf_given_exp(float x, float e) {
   const float a = std::fabs(x);
   const float t = 1.0f / mul_add(0.3275911f, a, 1.0f);
   float p = 1.061405429f;
@@ -96,8 +97,11 @@ inline float erf_fast(float x) {
   p = mul_add(p, t, 1.421413741f);
   p = mul_add(p, t, -0.284496736f);
   p = mul_add(p, t, 0.254829592f);
-  const float e = 1.0f - p * t * exp_fast(-a * a);
-  return std::copysign(e, x);
+  return std::copysign(1.0f - p * t * e, x);
+}
+
+inline float erf_fast(float x) {
+  return erf_given_exp(x, exp_fast(-x * x));
 }
 
 // max_j in[j] (n >= 1). A max reduction in lanes of 16: clang 14 vectorises no floating-point
@@ -134,6 +138,45 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
+// GELU's value x·Φ(x) and derivative Φ(x) + x·φ(x), Φ(x) = (1 + erf(x/√2))/2. One exponential
+// serves both: e^{−(x/√2)²} is erf's factor and √(2π)·φ(x).
+struct ValueGrad {
+  float value, grad;
+};
+inline ValueGrad gelu_value_grad(float x) {
+  const float z = x * kInvSqrt2;
+  const float e = exp_fast(-z * z);
+  const float erf = erf_given_exp(z, e);
+  return {0.5f * x * (1.0f + erf), 0.5f * (1.0f + erf) + x * kInvSqrt2Pi * e};
+}
+
+// The activations whose value and derivative share their costly part (an erf, a sigmoid): the
+// backward of a gated product needs both, and computing them apart doubled its exponentials and
+// divisions (`bench_kernels --benchmark_filter=Glu`). For the sigmoid-based ones the pair is
+// the same values as act_value and act_grad, bit for bit.
+constexpr bool has_value_grad(Activation a) {
+  return a == Activation::gelu || a == Activation::gelu_tanh || a == Activation::gelu_quick ||
+         a == Activation::silu;
+}
+
+template <Activation A>
+inline ValueGrad value_grad(float x, float beta) {
+  static_assert(has_value_grad(A));
+  if constexpr (A == Activation::gelu)
+    return gelu_value_grad(x);
+  else if constexpr (A == Activation::gelu_tanh) {  // d/dx x·σ(2u) = σ + 2x·σ·(1−σ)·u'
+    const auto p = sigmoid_pair(2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+    return {x * p.s, p.s + 2.0f * x * p.s * p.one_minus_s * du};
+  } else if constexpr (A == Activation::gelu_quick) {
+    const auto p = sigmoid_pair(1.702f * x);
+    return {x * p.s, p.s + 1.702f * x * p.s * p.one_minus_s};
+  } else {
+    const auto p = sigmoid_pair(beta * x);
+    return {x * p.s, p.s + beta * x * p.s * p.one_minus_s};
+  }
+}
+
 template <Activation A>
 inline float act_value(float x, float beta) {
   if constexpr (A == Activation::relu)
@@ -164,19 +207,9 @@ template <Activation A>
 inline float act_grad(float x, float beta) {
   if constexpr (A == Activation::relu)
     return x > 0.0f ? 1.0f : 0.0f;
-  else if constexpr (A == Activation::gelu)
-    return 0.5f * (1.0f + erf_fast(x * kInvSqrt2)) + x * kInvSqrt2Pi * exp_fast(-0.5f * x * x);
-  else if constexpr (A == Activation::gelu_tanh) {  // d/dx x·σ(2u) = σ + 2x·σ·(1−σ)·u'
-    const auto p = sigmoid_pair(2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-    return p.s + 2.0f * x * p.s * p.one_minus_s * du;
-  } else if constexpr (A == Activation::gelu_quick) {
-    const auto p = sigmoid_pair(1.702f * x);
-    return p.s + 1.702f * x * p.s * p.one_minus_s;
-  } else if constexpr (A == Activation::silu) {
-    const auto p = sigmoid_pair(beta * x);
-    return p.s + beta * x * p.s * p.one_minus_s;
-  } else if constexpr (A == Activation::sigmoid) {
+  else if constexpr (has_value_grad(A))
+    return value_grad<A>(x, beta).grad;
+  else if constexpr (A == Activation::sigmoid) {
     const auto p = sigmoid_pair(x);
     return p.s * p.one_minus_s;
   } else if constexpr (A == Activation::tanh) {  // 1 − tanh² = 4·σ(2x)·(1 − σ(2x)), no cancellation

@@ -76,10 +76,19 @@ void glu_backward(Tensor& da, const Tensor& dh, const Tensor& a, Act act, int br
           const float* u = g + F;
           float* dg = out + t * P + 2 * b * F;
           float* du = dg + F;
+          if constexpr (kernels::has_value_grad(A)) {
 #pragma omp simd
-          for (std::int64_t f = f0; f < f1; ++f) {
-            dg[f] = kernels::grad_times<A>(dr[f] * u[f], g[f], beta);
-            du[f] = dr[f] * kernels::act_value<A>(g[f], beta);
+            for (std::int64_t f = f0; f < f1; ++f) {
+              const kernels::ValueGrad vg = kernels::value_grad<A>(g[f], beta);
+              dg[f] = dr[f] * u[f] * vg.grad;
+              du[f] = dr[f] * vg.value;
+            }
+          } else {
+#pragma omp simd
+            for (std::int64_t f = f0; f < f1; ++f) {
+              dg[f] = kernels::grad_times<A>(dr[f] * u[f], g[f], beta);
+              du[f] = dr[f] * kernels::act_value<A>(g[f], beta);
+            }
           }
         }
       }

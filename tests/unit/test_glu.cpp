@@ -21,6 +21,7 @@ const Case kCases[] = {{7, 37, 1, {Activation::silu}},
                        {5, 19, 3, {Activation::relu}},
                        {4, 600, 2, {Activation::gelu_tanh}},
                        {3, 11, 1, {Activation::identity}},
+                       {6, 29, 2, {Activation::gelu_quick}},
                        {9, 13, 4, {Activation::silu, 1.5f}},
                        // above the parallel grain, two column blocks and a remainder
                        {64, 700, 1, {Activation::silu}},
