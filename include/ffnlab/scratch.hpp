@@ -22,6 +22,11 @@ enum class Scratch : int {
   attn_dq,    // attention op: dL/dq, dL/dk, dL/dv [B·H, S, dh]
   attn_dk,
   attn_dv,
+  block_a,   // TransformerBlock: attention's output, the residual branch [T, D] (forward only)
+  block_f,   // TransformerBlock: the FFN's output, the residual branch [T, D] (forward only)
+  block_d1,  // TransformerBlock: the backward's three gradients [T, D]
+  block_d2,
+  block_d3,
   moe_dop,        // MoEFFN: dL/d(expert outputs), permuted rows [R, D]
   moe_dhp,        // MoEFFN: dL/dh, permuted rows [R, F]
   moe_dap,        // MoEFFN: dL/da, permuted rows [R, in_width]

@@ -7,6 +7,7 @@
 
 #include "check.hpp"
 #include "ffnlab/ops/dropout.hpp"
+#include "ffnlab/scratch.hpp"
 
 namespace ffnlab {
 
@@ -25,6 +26,14 @@ void add(Tensor& y, const Tensor& a, const Tensor& b) {
   float* yp = y.f32();
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (std::int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
+}
+
+double rms(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0.0;
+  const float* v = t.f32();
+  double q = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i) q += static_cast<double>(v[i]) * v[i];
+  return std::sqrt(q / static_cast<double>(t.numel()));
 }
 
 const char* const kNorm1 = "input_layernorm.";
@@ -77,31 +86,44 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, boo
   dropout_seed_ = dropout_seed;
   stream_ = stream;
   const float p = train ? dropout_ : 0.f;
+  const bool measure = train && diagnose_;
   x_ = x;
   ffn_->context().sequence = seq;
+  // The branches a and f are read by this forward only (the backward needs neither).
+  Tensor& a = scratch(Scratch::block_a);
+  Tensor& f = scratch(Scratch::block_f);
   if (pre_norm_) {
     norm1_.forward(n1_, x);
-    attn_.forward(a_, n1_, seq, train);
-    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream, dropout_first_);
-    add(h_, x, a_);
+    attn_.forward(a, n1_, seq, train);
+    if (p > 0.f) dropout_forward(a, a, p, dropout_seed, stream, dropout_first_);
+    if (measure) attention_rms_ = rms(a);
+    add(h_, x, a);
     norm2_.forward(n2_, h_);
-    ffn_->forward(f_, n2_, train);
-    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1, dropout_first_);
-    add(y, h_, f_);
+    ffn_->forward(f, n2_, train);
+    if (p > 0.f) dropout_forward(f, f, p, dropout_seed, stream + 1, dropout_first_);
+    if (measure) ffn_rms_ = rms(f);
+    add(y, h_, f);
   } else {
-    attn_.forward(a_, x, seq, train);
-    if (p > 0.f) dropout_forward(a_, a_, p, dropout_seed, stream, dropout_first_);
-    add(n1_, x, a_);  // n1_ holds x + a, the input of norm1
+    attn_.forward(a, x, seq, train);
+    if (p > 0.f) dropout_forward(a, a, p, dropout_seed, stream, dropout_first_);
+    if (measure) attention_rms_ = rms(a);
+    add(n1_, x, a);  // n1_ holds x + a, the input of norm1
     norm1_.forward(h_, n1_);
-    ffn_->forward(f_, h_, train);
-    if (p > 0.f) dropout_forward(f_, f_, p, dropout_seed, stream + 1, dropout_first_);
-    add(z_, h_, f_);
+    ffn_->forward(f, h_, train);
+    if (p > 0.f) dropout_forward(f, f, p, dropout_seed, stream + 1, dropout_first_);
+    if (measure) ffn_rms_ = rms(f);
+    add(z_, h_, f);
     norm2_.forward(y, z_);
   }
 }
 
 void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {
   check(train_, "[block] backward needs a training forward");
+  // One block's backward runs at a time: its three gradients are the thread's, shared by every
+  // block (they were 3·T·D floats a layer).
+  Tensor& d1 = scratch(Scratch::block_d1);
+  Tensor& d2 = scratch(Scratch::block_d2);
+  Tensor& d3 = scratch(Scratch::block_d3);
   // The gradient through a residual branch's dropout: g itself when there is no dropout (no copy),
   // else g ⊙ mask/(1 − p) written into the workspace ws.
   auto dropped = [&](Tensor& ws, const Tensor& g, std::uint64_t stream) -> const Tensor& {
@@ -111,39 +133,27 @@ void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {
   };
   if (pre_norm_) {
     // d1 = ∂/∂f, d2 = ∂/∂n2 then ∂/∂h, d3 = ∂/∂a then ∂/∂n1
-    ffn_->backward(d2_, dropped(d1_, dy, stream_ + 1));
-    norm2_.backward(d3_, d2_);
-    add(d2_, d3_, dy);  // dh
-    attn_.backward(d1_, dropped(d3_, d2_, stream_));
-    norm1_.backward(dx, d1_);
-    add(dx, dx, d2_);
+    ffn_->backward(d2, dropped(d1, dy, stream_ + 1));
+    norm2_.backward(d3, d2);
+    add(d2, d3, dy);  // dh
+    attn_.backward(d1, dropped(d3, d2, stream_));
+    norm1_.backward(dx, d1);
+    add(dx, dx, d2);
   } else {
-    norm2_.backward(d1_, dy);  // ∂/∂z
-    ffn_->backward(d3_, dropped(d2_, d1_, stream_ + 1));
-    add(d3_, d3_, d1_);         // dh
-    norm1_.backward(d1_, d3_);  // ∂/∂(x + a)
-    attn_.backward(dx, dropped(d2_, d1_, stream_));
-    add(dx, dx, d1_);
+    norm2_.backward(d1, dy);  // ∂/∂z
+    ffn_->backward(d3, dropped(d2, d1, stream_ + 1));
+    add(d3, d3, d1);          // dh
+    norm1_.backward(d1, d3);  // ∂/∂(x + a)
+    attn_.backward(dx, dropped(d2, d1, stream_));
+    add(dx, dx, d1);
   }
 }
-
-namespace {
-
-double rms(const Tensor& t) {
-  if (!t.defined() || t.numel() == 0) return 0.0;
-  const float* v = t.f32();
-  double q = 0;
-  for (std::int64_t i = 0; i < t.numel(); ++i) q += static_cast<double>(v[i]) * v[i];
-  return std::sqrt(q / static_cast<double>(t.numel()));
-}
-
-}  // namespace
 
 LayerDiagnostics TransformerBlock::diagnostics() const {
   LayerDiagnostics d;
   d.residual_rms = rms(x_);
-  d.attention_rms = rms(a_);
-  d.ffn_rms = rms(f_);
+  d.attention_rms = attention_rms_;
+  d.ffn_rms = ffn_rms_;
   d.attention_entropy = attn_.entropy();
   d.ffn = ffn_->diagnostic_stats();
   // Gradient norms by the parameters' names in this block.

@@ -257,6 +257,10 @@ std::vector<FFNStats> TransformerLM::ffn_stats() const {
   return out;
 }
 
+void TransformerLM::set_diagnostics(bool on) {
+  for (auto& b : blocks_) b->set_diagnostics(on);
+}
+
 std::vector<LayerDiagnostics> TransformerLM::diagnostics() const {
   std::vector<LayerDiagnostics> out;
   for (const auto& b : blocks_) out.push_back(b->diagnostics());

@@ -128,6 +128,9 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   // Data parallel: the loss is the mean over the whole batch, each rank's share 1/ranks of it;
   // the MoE aux losses are already the whole batch's (their backward divides by its tokens).
   const float share = group ? 1.f / static_cast<float>(group->size()) : 1.f;
+  const std::int64_t every = config_.diagnostics_every;
+  const bool diagnose = every > 0 && (step_ == 0 || (step_ + 1) % every == 0);
+  model_.set_diagnostics(diagnose);
   const auto non_finite = [&] {
     return fmt::format("[train] step {}: the loss is {}; training stopped before the update",
                        step_ + 1, log.loss + log.aux_loss);
@@ -159,8 +162,7 @@ StepLog Trainer::train_step(std::span<const Batch> batches) {
   check(std::isfinite(log.grad_norm),
         "[train] step {}: the gradient norm is {}; training stopped before the update", step_ + 1,
         log.grad_norm);
-  const std::int64_t every = config_.diagnostics_every;
-  if (every > 0 && (step_ == 0 || (step_ + 1) % every == 0)) log.layers = model_.diagnostics();
+  if (diagnose) log.layers = model_.diagnostics();
   if (config_.clip > 0.f) {
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)).
     const double factor = config_.clip / (log.grad_norm + 1e-6);

@@ -40,8 +40,12 @@ class TransformerBlock final : public Layer {
   void backward(Tensor& dx, const Tensor& dy);
 
   ParameterSet& parameters() override { return params_; }
-  // Of the last training forward and the gradients now accumulated.
+  // Of the last training forward and the gradients now accumulated. The residual branches' RMS
+  // are those of the last training forward made while set_diagnostics(true) (the default).
   LayerDiagnostics diagnostics() const;
+  // Whether training forwards measure the residual branches for diagnostics(): a pass over each
+  // branch, which a trainer skips on the steps it does not report.
+  void set_diagnostics(bool on) { diagnose_ = on; }
   FeedForward& ffn() { return *ffn_; }
   const FeedForward& ffn() const { return *ffn_; }
   void set_precision(Precision p);
@@ -59,13 +63,15 @@ class TransformerBlock final : public Layer {
   Attention attn_;
   std::unique_ptr<FeedForward> ffn_;
   ParameterSet params_;
-  // Saved by forward: [T, D] each.
+  // Saved by forward: [T, D] each. The residual branches (attention's and the FFN's outputs)
+  // and the backward's gradients are not kept: they live in the thread's scratch, shared by
+  // every block (scratch.hpp).
   bool train_ = false;
   std::uint64_t dropout_seed_ = 0, stream_ = 0;
   std::uint64_t dropout_first_ = 0;  // element index of the first token's first value
-  Tensor x_, n1_, a_, h_, n2_, f_, z_;
-  // Backward workspaces: [T, D] each.
-  Tensor d1_, d2_, d3_;
+  Tensor x_, n1_, h_, n2_, z_;
+  bool diagnose_ = true;
+  double attention_rms_ = 0, ffn_rms_ = 0;  // of the last training forward that measured them
 };
 
 }  // namespace ffnlab

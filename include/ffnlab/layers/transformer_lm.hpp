@@ -48,6 +48,10 @@ class TransformerLM final : public Layer {
   // Per block, of the last training forward and the gradients now accumulated (call between
   // backward and the optimizer step; the trainer's diagnostics do).
   std::vector<LayerDiagnostics> diagnostics() const;
+  // Whether the next training forwards measure what diagnostics() reports of the activations
+  // (TransformerBlock::set_diagnostics; on by default). The trainer turns it on for the steps
+  // it reports.
+  void set_diagnostics(bool on);
   const FeedForward& ffn(int layer) const;  // block `layer`'s FFN
   void after_optimizer_step();  // MoE balancing-bias updates, ReLU routing's L1 coefficient
   void set_precision(Precision p);
