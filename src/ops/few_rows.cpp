@@ -13,6 +13,7 @@
 
 #include "activation_kernels.hpp"
 #include "check.hpp"
+#include "ffnlab/ops/matmul.hpp"
 
 namespace ffnlab {
 
@@ -288,9 +289,9 @@ void check_operands(const Tensor& x, const Tensor& w, const Tensor* b, std::int6
 }  // namespace
 
 std::int64_t few_rows_f32_max(std::int64_t weight_elements, bool backward) {
-  // oneDNN takes 512-bit f32 products wherever the CPU has AVX-512 (the kernels' f32 stays
-  // 256-bit: dot_kernels says why).
-  static const bool wide_onednn = few_rows_isa_supported(FewRowsIsa::avx512);
+  // Against 512-bit oneDNN products the kernels (whose f32 stays 256-bit: dot_kernels says why)
+  // lose sooner on wide weights.
+  static const bool wide_onednn = matmul_f32_512_bit();
   if (!wide_onednn || weight_elements <= kFewRowsSmallWeight) return kFewRowsMax;
   return backward ? dispatch::kFewRowsWideMaxBackward : dispatch::kFewRowsWideMaxForward;
 }

@@ -69,12 +69,15 @@ void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision pre
 }
 
 // Rows from which training products read packed weights (packs_weights): where the reorder
-// costs less than it saves, on CPUs whose oneDNN products are 512-bit; never elsewhere
+// costs less than it saves, where oneDNN's products are 512-bit; never elsewhere
 // (dispatch::kPackingMinRows says why). set_weight_packing_min_rows changes it for benchmarks.
+// Resolved on first read rather than when the library loads: asking oneDNN its instruction set
+// fixes it, and a program may still cap it (dnnl::set_max_cpu_isa) before its first product.
+constexpr std::int64_t kUnresolved = -1;
+std::atomic<std::int64_t> packing_min_rows{kUnresolved};
 std::int64_t default_packing_min_rows() {
-  return few_rows_isa_supported(FewRowsIsa::avx512) ? dispatch::kPackingMinRows : 0;
+  return matmul_f32_512_bit() ? dispatch::kPackingMinRows : 0;
 }
-std::atomic<std::int64_t> packing_min_rows{default_packing_min_rows()};
 
 }  // namespace
 
@@ -120,13 +123,19 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
 }
 
 bool packs_weights(std::int64_t M, Precision precision) {
-  const std::int64_t from = packing_min_rows.load(std::memory_order_relaxed);
+  const std::int64_t from = weight_packing_min_rows();
   return from > 0 && M >= from &&
          (precision == Precision::f32 || converts_operands_once(precision));
 }
 
 std::int64_t weight_packing_min_rows() {
-  return packing_min_rows.load(std::memory_order_relaxed);
+  std::int64_t rows = packing_min_rows.load(std::memory_order_relaxed);
+  if (rows == kUnresolved) {  // two threads may both resolve it: to the same value
+    const std::int64_t resolved = default_packing_min_rows();
+    packing_min_rows.compare_exchange_strong(rows, resolved, std::memory_order_relaxed);
+    rows = packing_min_rows.load(std::memory_order_relaxed);
+  }
+  return rows;
 }
 
 void set_weight_packing_min_rows(std::int64_t rows) {

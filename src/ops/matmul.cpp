@@ -133,6 +133,16 @@ bool matmul_bf16_native() {
   return engine().bf16_native;
 }
 
+bool matmul_f32_512_bit() {
+  // The ISA values are nested bit sets: every AVX-512 one (avx512_core and its successors, in
+  // oneDNN 3 too) contains avx512_core's bits, or the Xeon Phi's avx512_mic; avx2_vnni neither.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto contains = [&](dnnl_cpu_isa_t of) {
+    return (isa & static_cast<unsigned>(of)) == static_cast<unsigned>(of);
+  };
+  return contains(dnnl_cpu_isa_avx512_core) || contains(dnnl_cpu_isa_avx512_mic);
+}
+
 std::int64_t matmul_primitive_count() {
   std::lock_guard lock(engine().mutex);
   return static_cast<std::int64_t>(engine().cache.size());

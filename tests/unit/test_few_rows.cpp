@@ -15,6 +15,7 @@
 #include "ffnlab/layers/moe_ffn.hpp"
 #include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/ops/ref/activation_ref.hpp"
 #include "ffnlab/ops/ref/glu_ref.hpp"
 #include "ffnlab/ops/ref/linear_ref.hpp"
@@ -239,7 +240,7 @@ TEST(FewRows, RejectsWhatItCannotDo) {
 // the rows it does not stream go to oneDNN (a primitive appears). Both paths agree with the
 // reference at every row count.
 TEST(FewRows, LargeWeightsStreamFewerRowsWhereOneDnnIsWider) {
-  const bool wide = few_rows_isa_supported(FewRowsIsa::avx512);
+  const bool wide = matmul_f32_512_bit();
   for (bool backward : {false, true}) {
     EXPECT_EQ(few_rows_f32_max(kFewRowsSmallWeight, backward), kFewRowsMax);
     EXPECT_EQ(few_rows_f32_max(kFewRowsSmallWeight + 1, backward),

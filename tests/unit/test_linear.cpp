@@ -2,6 +2,8 @@
 // the reference's gradients against central differences; the primitive cache.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/ops/dispatch.hpp"
@@ -319,12 +321,20 @@ TEST(Linear, PacksWeightsFromTheRowsSet) {
 
 // By default layers pack from dispatch::kPackingMinRows rows where oneDNN's f32 products are
 // 512-bit (AVX-512), and never on other CPUs, where the packed layout measured no faster.
+// Packing is on by default where oneDNN's f32 products are 512-bit: unless ONEDNN_MAX_CPU_ISA
+// (or its older name DNNL_MAX_CPU_ISA) caps oneDNN, wherever the CPU has AVX-512 (avx512_core:
+// f, bw, vl and dq).
 TEST(Linear, PacksByDefaultOnlyOnAvx512) {
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl");
-  EXPECT_EQ(weight_packing_min_rows(), avx512 ? dispatch::kPackingMinRows : 0);
-  EXPECT_EQ(packs_weights(1 << 20, Precision::f32), avx512);
+  const bool wide = matmul_f32_512_bit();
+#if defined(__x86_64__)
+  if (!std::getenv("ONEDNN_MAX_CPU_ISA") && !std::getenv("DNNL_MAX_CPU_ISA")) {
+    __builtin_cpu_init();
+    EXPECT_EQ(wide, __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"));
+  }
+#endif
+  EXPECT_EQ(weight_packing_min_rows(), wide ? dispatch::kPackingMinRows : 0);
+  EXPECT_EQ(packs_weights(1 << 20, Precision::f32), wide);
 }
 
 // A copy shares the packed memory until either packs again, which then packs into memory of its

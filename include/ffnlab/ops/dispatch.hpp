@@ -24,7 +24,8 @@ inline constexpr std::int64_t kFewRowsMax = 8;
 
 // Weights up to this many elements (1 MiB of f32: an L2's worth) stream up to kFewRowsMax
 // rows on every CPU: oneDNN's fixed costs do not pay off on them. Above it, where oneDNN's f32
-// products are 512-bit, the kernels take 1 row forward and 2 backward. `bench_few_rows`.
+// products are 512-bit (matmul_f32_512_bit), the kernels take 1 row forward and 2 backward.
+// `bench_few_rows`.
 inline constexpr std::int64_t kFewRowsSmallWeight = std::int64_t{1} << 18;
 inline constexpr std::int64_t kFewRowsWideMaxForward = 1, kFewRowsWideMaxBackward = 2;
 
@@ -47,9 +48,10 @@ inline constexpr std::int64_t kVaryingRowsMinQuantum = 16;
 inline constexpr std::int64_t kVaryingRowsShapesPerDoubling = 8;
 
 // Rows from which training products read weights packed in oneDNN's own layout (the reorder
-// costs more than it saves below), where oneDNN's f32 products are 512-bit (AVX-512). Elsewhere
-// weights are never packed: on Zen 3 (AVX2) the packed layout ran within noise of the plain one
-// at 6400 rows, so each weight's two packed copies were memory and reorders for nothing.
+// costs more than it saves below), where oneDNN's f32 products are 512-bit (matmul_f32_512_bit:
+// AVX-512, unless ONEDNN_MAX_CPU_ISA caps oneDNN below it). Elsewhere weights are never packed:
+// on Zen 3 (AVX2) the packed layout ran within noise of the plain one at 6400 rows, so each
+// weight's two packed copies were memory and reorders for nothing.
 // `bench_ffn --variants relu,swiglu --pack-rows 0,512`, `bench_packed`.
 inline constexpr std::int64_t kPackingMinRows = 4096;
 

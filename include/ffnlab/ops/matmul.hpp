@@ -82,6 +82,11 @@ void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOpti
 // values (bf16 products are exact in f32, accumulation is f32 either way) at f32's speed.
 bool matmul_bf16_native();
 
+// Whether oneDNN's f32 products are 512-bit here: whether the instruction set oneDNN runs with
+// (the CPU's, capped by ONEDNN_MAX_CPU_ISA) is an AVX-512 one. Weight packing and the few-row
+// kernels' limits on wide weights were measured against such products (ops/dispatch.hpp).
+bool matmul_f32_512_bit();
+
 // Number of PackedWeights::pack calls in this process (for the tests of the layers that pack).
 std::int64_t matmul_packings();
 
