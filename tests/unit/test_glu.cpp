@@ -4,6 +4,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/ref/glu_ref.hpp"
 
@@ -45,6 +46,35 @@ TEST(Glu, FastMatchesReference) {
         << enum_name(c.act.kind) << " n=" << c.branches;
     EXPECT_LT(test::scaled_error(da.f32(), rda.data(), da.numel()), 2e-6)
         << enum_name(c.act.kind) << " n=" << c.branches;
+  }
+}
+
+// The gated backward takes act(g) and act'(g) together (kernels::value_grad for the activations
+// that share an erf or a sigmoid between them): the same bits as the plain activation's forward
+// and backward give, du = dh·act(g) and dg = (dh·u)·act'(g).
+TEST(Glu, BackwardAgreesBitForBitWithThePlainActivation) {
+  const std::int64_t T = 5, F = 300;
+  for (const Act act :
+       {Act{Activation::gelu}, Act{Activation::gelu_tanh}, Act{Activation::gelu_quick},
+        Act{Activation::silu, 1.5f}, Act{Activation::sigmoid}, Act{Activation::relu}}) {
+    SCOPED_TRACE(enum_name(act.kind));
+    const Tensor a = test::random_tensor({T, 2 * F}, 7, 3.0f), dh = test::random_tensor({T, F}, 8);
+    Tensor da({T, 2 * F});
+    glu_backward(da, dh, a, act);
+    Tensor g({T, F}), dhu({T, F}), value({T, F}), dg({T, F});
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t f = 0; f < F; ++f) {
+        g.f32()[t * F + f] = a.f32()[t * 2 * F + f];
+        dhu.f32()[t * F + f] = dh.f32()[t * F + f] * a.f32()[t * 2 * F + F + f];
+      }
+    activation_forward(value, g, act);
+    activation_backward(dg, dhu, g, act);
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t f = 0; f < F; ++f) {
+        ASSERT_EQ(da.f32()[t * 2 * F + f], dg.f32()[t * F + f]) << t << "," << f;
+        ASSERT_EQ(da.f32()[t * 2 * F + F + f], dh.f32()[t * F + f] * value.f32()[t * F + f])
+            << t << "," << f;
+      }
   }
 }
 
