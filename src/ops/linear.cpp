@@ -139,7 +139,9 @@ std::int64_t weight_packing_min_rows() {
 }
 
 void set_weight_packing_min_rows(std::int64_t rows) {
-  packing_min_rows.store(rows, std::memory_order_relaxed);
+  // Any rows <= 0 mean never; stored as 0, since kUnresolved (-1) means "the default, not yet
+  // asked".
+  packing_min_rows.store(rows < 0 ? 0 : rows, std::memory_order_relaxed);
 }
 
 bool converts_operands_once(Precision precision) {

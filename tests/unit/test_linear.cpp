@@ -319,11 +319,10 @@ TEST(Linear, PacksWeightsFromTheRowsSet) {
   set_weight_packing_min_rows(saved);
 }
 
-// By default layers pack from dispatch::kPackingMinRows rows where oneDNN's f32 products are
-// 512-bit (AVX-512), and never on other CPUs, where the packed layout measured no faster.
-// Packing is on by default where oneDNN's f32 products are 512-bit: unless ONEDNN_MAX_CPU_ISA
-// (or its older name DNNL_MAX_CPU_ISA) caps oneDNN, wherever the CPU has AVX-512 (avx512_core:
-// f, bw, vl and dq).
+// Packing is on by default (from dispatch::kPackingMinRows rows) where oneDNN's f32 products
+// are 512-bit, and off elsewhere, where the packed layout measured no faster: unless
+// ONEDNN_MAX_CPU_ISA (or its older name DNNL_MAX_CPU_ISA) caps oneDNN, wherever the CPU has
+// AVX-512 (avx512_core: f, bw, vl and dq). A negative setting means never, as 0 does.
 TEST(Linear, PacksByDefaultOnlyOnAvx512) {
   const bool wide = matmul_f32_512_bit();
 #if defined(__x86_64__)
@@ -335,6 +334,11 @@ TEST(Linear, PacksByDefaultOnlyOnAvx512) {
 #endif
   EXPECT_EQ(weight_packing_min_rows(), wide ? dispatch::kPackingMinRows : 0);
   EXPECT_EQ(packs_weights(1 << 20, Precision::f32), wide);
+  const std::int64_t saved = weight_packing_min_rows();
+  set_weight_packing_min_rows(-1);
+  EXPECT_EQ(weight_packing_min_rows(), 0);
+  EXPECT_FALSE(packs_weights(1 << 20, Precision::f32));
+  set_weight_packing_min_rows(saved);
 }
 
 // A copy shares the packed memory until either packs again, which then packs into memory of its

@@ -31,9 +31,9 @@ void linear_backward(Tensor* dx, Tensor& dw, Tensor* db, const Tensor& dy, const
 
 // Whether a training product of M rows reads its weight packed (PackedWeights, packed once per
 // forward for the forward's product and once for the backward's dx product): from
-// weight_packing_min_rows() rows (by default dispatch::kPackingMinRows on an AVX-512 CPU, where
-// whole layers run faster packed, and never on others), in f32 and in native bf16 products
-// (converts_operands_once).
+// weight_packing_min_rows() rows (by default dispatch::kPackingMinRows where oneDNN's products
+// are 512-bit, matmul_f32_512_bit, where whole layers run faster packed; never elsewhere), in
+// f32 and in native bf16 products (converts_operands_once).
 bool packs_weights(std::int64_t M, Precision precision);
 std::int64_t weight_packing_min_rows();
 // For benchmarks and tests: rows from which products pack (<= 0: never).
