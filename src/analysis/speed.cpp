@@ -52,6 +52,11 @@ double median_seconds(const std::function<void()>& f, double budget, bool warm_u
   return median(std::move(times));
 }
 
+std::string of_bare_text(double ratio) {
+  if (ratio > kMaxOfBare) return "(>bare)";
+  return ratio > 1.0 ? std::string("~100%") : fmt::format("{:.0f}%", 100 * ratio);
+}
+
 bool LayerSpeed::noisy() const {
   return forward_of_bare > kMaxOfBare || forward_backward_of_bare > kMaxOfBare ||
          forward_of_bare_spread > kMaxSpread || forward_backward_of_bare_spread > kMaxSpread;

@@ -162,6 +162,14 @@ TEST(TransformerCost, TheTutorialEncoderIsTwoThirdsFFN) {
 // The speed measurement reports what it timed: GFLOP/s are the closed-form matrix FLOPs of the
 // tokens over the measured seconds, for the layer and for the bare products (for MoE: k experts'
 // products over all tokens, without the router's).
+// A layer cannot beat its own bare products: tables print no ratio above 100 %.
+TEST(LayerSpeed, OfBareTextNeverShowsALayerAboveItsProducts) {
+  EXPECT_EQ(of_bare_text(0.974), "97%");
+  EXPECT_EQ(of_bare_text(1.0), "100%");
+  EXPECT_EQ(of_bare_text(1.02), "~100%");
+  EXPECT_EQ(of_bare_text(kMaxOfBare + 0.01), "(>bare)");
+}
+
 TEST(LayerSpeed, RatesAreTheClosedFormFlopsOverTheMeasuredTimes) {
   for (const char* variant : {"swiglu", "moe"}) {
     const FFNConfig c = variant_config(variant, 32, 64, true);

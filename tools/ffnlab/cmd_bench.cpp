@@ -159,15 +159,6 @@ struct Peaks {
   double of(Precision p) const { return p == Precision::bf16 ? bf16 : f32; }
 };
 
-// A layer's rate over its bare products: "97%"; "~100%" from 100 % to kMaxOfBare (a layer
-// cannot beat its own products: the rates are equal within the timing's noise); "(>bare)" above,
-// where the bare products were not the limit they stand for in that run (a measurement
-// artefact, never a finding; the JSON keeps the value and marks the row noisy).
-std::string of_bare_text(double ratio) {
-  if (ratio > kMaxOfBare) return "(>bare)";
-  return ratio > 1.0 ? std::string("~100%") : fmt::format("{:.0f}%", 100 * ratio);
-}
-
 // The layer's forward+backward rate over the peak: "97%", or "(>pk)" where the layer measured
 // faster than the loop that bounds it (that measurement was off, not the layer).
 std::string of_peak_text(double gflops, double peak_flops) {

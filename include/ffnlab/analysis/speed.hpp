@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
@@ -45,6 +46,12 @@ struct LayerSpeed {
   bool noisy() const;
 };
 inline constexpr double kMaxOfBare = 1.05, kMaxSpread = 0.10;
+
+// A layer's rate over its bare products as a table shows it: "97%"; "~100%" from 100 % to
+// kMaxOfBare (a layer cannot beat its own products: the rates are equal within the timing's
+// noise); "(>bare)" above, where the bare products were not the limit they stand for in that
+// run (a measurement artefact, never a finding; JSON keeps the value and marks the row noisy).
+std::string of_bare_text(double ratio);
 
 // Times the training forward (which keeps activations), the inference forward and
 // forward+backward of a layer built from `config` on T random tokens, and the bare products at
