@@ -4,10 +4,13 @@
 //
 // With --pack-rows a,b,...: the same layers with the weights packed from each row count
 // (set_weight_packing_min_rows; 0: never), the settings alternating round by round, so the
-// packed layout's gain is measured against the plain one in one run.
+// packed layout's gain is measured against the plain one in one run. --conv-rows a,b,... does
+// the same for the row count from which products run as oneDNN's 1x1 convolution
+// (set_matmul_conv_min_rows; 0: never).
 //
 //   bench_ffn [--d-model 512] [--d-ff 2048] [--tokens 8,6400] [--seconds 0.5] [--json]
-//             [--variants relu,swiglu] [--dtype f32|bf16] [--pack-rows 0,2048] [--rounds 3]
+//             [--variants relu,swiglu] [--dtype f32|bf16] [--pack-rows 0,2048]
+//             [--conv-rows 0,1024] [--rounds 3]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/matmul.hpp"
 
 using namespace ffnlab;
 
@@ -56,55 +60,65 @@ bench::Footprint footprint(const FFNConfig& config, std::int64_t T, bool bare) {
   return f;
 }
 
+// A setting compared across values: the row count from which weights are packed, or from which
+// products run as a convolution.
+struct Setting {
+  const char* what;  // "the weights packed from", "products as a convolution from"
+  std::int64_t (*get)();
+  void (*set)(std::int64_t);
+  std::vector<std::int64_t> values;
+};
+
+// One layer per variant and token count, forward+backward timed once per value and round, the
+// values alternating; the median per value.
+void compare(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& token_counts,
+             double budget, const std::vector<std::string>& variants, Precision precision,
+             const Setting& setting, int rounds) {
+  const auto saved = setting.get();
+  fmt::print(
+      "Dense FFN layers, d_model {}, d_ff {}, bias, {} products: forward+backward with {} "
+      "each row count (0: never), {} alternating rounds, medians; 'speed-up' is the first "
+      "setting's time over each other one's.\n\n",
+      D, F, enum_name(precision), setting.what, rounds);
+  fmt::print("{:<10} {:>6}", "variant", "T");
+  for (auto r : setting.values) fmt::print(" {:>14}", fmt::format("from {} ms", r));
+  for (std::size_t i = 1; i < setting.values.size(); ++i)
+    fmt::print(" {:>16}", fmt::format("speed-up, {}", setting.values[i]));
+  fmt::print("\n");
+  for (const auto& variant : variants)
+    for (std::int64_t T : token_counts) {
+      auto ffn = make_ffn(variant_config(variant, D, F, true), 1);
+      ffn->set_precision(precision);
+      const Tensor x = bench::random({T, D}, 2), dy = bench::random({T, D}, 3);
+      Tensor y, dx;
+      auto step = [&] {
+        ffn->forward(y, x, true);
+        ffn->backward(dx, dy);
+      };
+      std::vector<std::vector<double>> ms(setting.values.size());
+      for (int round = 0; round < rounds; ++round)
+        for (std::size_t i = 0; i < setting.values.size(); ++i) {
+          setting.set(setting.values[i]);
+          step();  // the first step of a setting allocates its buffers
+          ms[i].push_back(bench::time_it(step, budget) * 1e3);
+        }
+      setting.set(saved);
+      std::vector<double> med;
+      for (auto& v : ms) {
+        std::sort(v.begin(), v.end());
+        med.push_back(v[v.size() / 2]);
+      }
+      fmt::print("{:<10} {:>6}", variant, T);
+      for (double m : med) fmt::print(" {:>14.3f}", m);
+      for (std::size_t i = 1; i < med.size(); ++i) fmt::print(" {:>15.3f}x", med[0] / med[i]);
+      fmt::print("\n");
+    }
+}
+
 void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& token_counts,
          double budget, bool json, const std::vector<std::string>& variants,
-         const std::string& dtype, const std::vector<std::int64_t>& pack_rows, int rounds) {
+         const std::string& dtype) {
   const Precision precision = dtype == "bf16" ? Precision::bf16 : Precision::f32;
-  if (!pack_rows.empty()) {
-    // One layer per variant and token count, forward+backward timed once per setting and
-    // round, the settings alternating; the median per setting.
-    const auto saved = weight_packing_min_rows();
-    fmt::print(
-        "Dense FFN layers, d_model {}, d_ff {}, bias, {} products: forward+backward with the "
-        "weights packed from each row count (0: never), {} alternating rounds, medians; "
-        "'speed-up' is the first setting's time over each other one's.\n\n",
-        D, F, dtype, rounds);
-    fmt::print("{:<10} {:>6}", "variant", "T");
-    for (auto r : pack_rows) fmt::print(" {:>14}", fmt::format("from {} ms", r));
-    for (std::size_t i = 1; i < pack_rows.size(); ++i)
-      fmt::print(" {:>16}", fmt::format("speed-up, {}", pack_rows[i]));
-    fmt::print("\n");
-    for (const auto& variant : variants)
-      for (std::int64_t T : token_counts) {
-        auto ffn = make_ffn(variant_config(variant, D, F, true), 1);
-        ffn->set_precision(precision);
-        const Tensor x = bench::random({T, D}, 2), dy = bench::random({T, D}, 3);
-        Tensor y, dx;
-        auto step = [&] {
-          ffn->forward(y, x, true);
-          ffn->backward(dx, dy);
-        };
-        std::vector<std::vector<double>> ms(pack_rows.size());
-        for (int round = 0; round < rounds; ++round)
-          for (std::size_t i = 0; i < pack_rows.size(); ++i) {
-            set_weight_packing_min_rows(pack_rows[i]);
-            step();  // the first step of a setting allocates its buffers
-            ms[i].push_back(bench::time_it(step, budget) * 1e3);
-          }
-        set_weight_packing_min_rows(saved);
-        std::vector<double> med;
-        for (auto& v : ms) {
-          std::sort(v.begin(), v.end());
-          med.push_back(v[v.size() / 2]);
-        }
-        fmt::print("{:<10} {:>6}", variant, T);
-        for (double m : med) fmt::print(" {:>14.3f}", m);
-        for (std::size_t i = 1; i < med.size(); ++i) fmt::print(" {:>15.3f}x", med[0] / med[i]);
-        fmt::print("\n");
-      }
-    return;
-  }
-
   std::vector<Row> rows;
   for (const std::string& variant : variants)
     for (std::int64_t T : token_counts) {
@@ -149,8 +163,9 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App app{
       "Forward and forward+backward of dense FFN variants against bare oneDNN products of the "
-      "same shapes, in one run; with --pack-rows, forward+backward with the weights packed "
-      "from each row count, alternating.\n"
+      "same shapes, in one run; with --pack-rows (--conv-rows), forward+backward with the "
+      "weights packed (the products run as a 1x1 convolution) from each row count, "
+      "alternating.\n"
       "Exit status: 0 done, 1 refused (more memory than there is), 2 a bad flag, 3 out of "
       "memory or a failed write."};
   bench::width_option(app, "--d-model", D, "model width D");
@@ -173,19 +188,39 @@ int main(int argc, char** argv) {
                     "compare packing the weights from these row counts (0: never), alternating "
                     "round by round; comma-separated")
       ->delimiter(',');
+  std::vector<std::int64_t> conv_rows;
+  bench::int_option(app, "--conv-rows", conv_rows, 0, limits::kTokens,
+                    "compare running products as oneDNN's 1x1 convolution from these row counts "
+                    "(0: never), alternating round by round; comma-separated")
+      ->delimiter(',')
+      ->excludes("--pack-rows");
   int rounds = 3;
-  bench::rounds_option(app, rounds, "alternating rounds (with --pack-rows only)");
+  bench::rounds_option(app, rounds, "alternating rounds (with --pack-rows or --conv-rows only)");
   app.callback([&] {
-    if (!pack_rows.empty() && json) throw cli::UsageError("--json: not supported with --pack-rows");
+    const bool comparing = !pack_rows.empty() || !conv_rows.empty();
+    if (comparing && json)
+      throw cli::UsageError("--json: not supported with --pack-rows or --conv-rows");
     // Before anything is allocated: the largest layer and its tensors (one at a time).
     bench::Footprint largest;
     for (const auto& v : variants)
       for (std::int64_t T : token_counts) {
-        const bench::Footprint f = footprint(variant_config(v, D, F, true), T, pack_rows.empty());
+        const bench::Footprint f = footprint(variant_config(v, D, F, true), T, !comparing);
         if (f.bytes() > largest.bytes()) largest = f;
       }
     largest.check("bench_ffn", "the largest layer with its tensors");
-    run(D, F, token_counts, budget, json, variants, dtype, pack_rows, rounds);
+    const Precision precision = dtype == "bf16" ? Precision::bf16 : Precision::f32;
+    if (!pack_rows.empty())
+      compare(D, F, token_counts, budget, variants, precision,
+              {"the weights packed from", weight_packing_min_rows, set_weight_packing_min_rows,
+               pack_rows},
+              rounds);
+    else if (!conv_rows.empty())
+      compare(D, F, token_counts, budget, variants, precision,
+              {"products as a 1x1 convolution from", matmul_conv_min_rows, set_matmul_conv_min_rows,
+               conv_rows},
+              rounds);
+    else
+      run(D, F, token_counts, budget, json, variants, dtype);
   });
   return cli::run_program("bench_ffn", app, argc, argv);
 }

@@ -8,7 +8,10 @@
 // cblas_sgemm with 32-bit integer arguments (Debian's OpenBLAS, BLIS; not the 64-bit-integer
 // libopenblas64), opened at run time, so ffnlab links none of them. Each
 // round times every library once per product, in turn; a product's rate is the median over
-// rounds of each round's median call. The summary gives each library's rate over oneDNN's,
+// rounds of each round's median call. One more column, "1x1 conv", runs the forward and
+// input-gradient products as oneDNN's 1x1 convolution (ops/matmul.hpp, matmul_conv_min_rows):
+// the measurement behind dispatch::kConvMinRows; "oneDNN" is its matmul. The summary gives each
+// library's rate over oneDNN's,
 // geometric means per kind of product, and whether any beats oneDNN by more than the margin
 // that decides (5 %, beyond the round-to-round drift of a shared machine).
 //
@@ -46,6 +49,9 @@ struct Library {
   std::string path;
   std::string name;  // the file name, shown in the table
   Sgemm sgemm = nullptr;
+  // Instead of a library: oneDNN's 1x1 convolution, as matmul() runs it from
+  // matmul_conv_min_rows() rows (forward and input-gradient products only).
+  bool conv = false;
 };
 
 // Opens a library and finds its cblas_sgemm; tells it the thread count where it has a call for
@@ -108,8 +114,9 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
         "[bench_libraries] --tokens {}: CBLAS takes dimensions of at most {} (32-bit ints)", max_t,
         std::numeric_limits<int>::max()));
   const int threads = omp_get_max_threads();
-  std::vector<Library> libs;
+  std::vector<Library> libs{{"", "1x1 conv", nullptr, true}};
   for (const auto& p : paths) libs.push_back(open_library(p, threads));
+  const std::int64_t conv_rows = matmul_conv_min_rows();
 
   std::vector<Product> products;
   for (auto T : tokens) {
@@ -117,13 +124,14 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     add_products(products, "out", T, F, D);
   }
   std::string others;
-  for (std::size_t l = 0; l < libs.size(); ++l)
-    others += (l == 0 ? "" : l + 1 == libs.size() ? " and " : ", ") + libs[l].name;
+  for (std::size_t l = 1; l < libs.size(); ++l)
+    others += (l == 1 ? "" : l + 1 == libs.size() ? " and " : ", ") + libs[l].name;
   fmt::print(
-      "f32 products, {} thread{}, d_model {}, d_ff {}: oneDNN (as ffnlab runs it) against {}, "
-      "{} alternating rounds; GFLOP/s is the median over rounds of each round's median call, "
-      "'x' a library's rate over oneDNN's.\n\n",
-      threads, threads == 1 ? "" : "s", D, F,
+      "f32 products, {} thread{}, d_model {}, d_ff {}: oneDNN's matmul against its 1x1 "
+      "convolution (ffnlab's path from {} rows for forward and input-gradient products{}) and "
+      "{}, {} alternating rounds; GFLOP/s is the median over rounds of each round's median call, "
+      "'x' a column's rate over oneDNN's matmul.\n\n",
+      threads, threads == 1 ? "" : "s", D, F, conv_rows, conv_rows == 0 ? ": never here" : "",
       others.empty() ? std::string("no other library") : others, rounds);
   std::string head = fmt::format("{:<6} {:<12} {:>6} {:>6} {:>6} | {:>8}", "weight", "product", "M",
                                  "N", "K", "oneDNN");
@@ -133,6 +141,8 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
   // log(rate / oneDNN's) per library and kind, for the geometric means.
   std::vector<std::vector<std::vector<double>>> logs(libs.size(),
                                                      std::vector<std::vector<double>>(3));
+  // log(rate / oneDNN's as ffnlab runs the product), for the product-library verdict.
+  auto logs_as_run = logs;
   for (const auto& p : products) {
     const Tensor a = bench::random(p.ta ? Shape{p.K, p.M} : Shape{p.M, p.K}, 1);
     const Tensor b = bench::random(p.tb ? Shape{p.N, p.K} : Shape{p.K, p.N}, 2);
@@ -141,9 +151,17 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     MatmulOptions opt;
     opt.accumulate = p.accumulate;
     const int n = 1 + static_cast<int>(libs.size());
+    // The convolution serves products whose a is read as stored (not the weight gradient).
+    const bool conv_serves = !p.ta;
+    std::int64_t conv_calls = 0;
     auto call = [&](int who) {
-      if (who == 0) {
+      if (who == 0 || libs[who - 1].conv) {
+        if (who > 0 && !conv_serves) return;
+        set_matmul_conv_min_rows(who == 0 ? 0 : 1);
+        const auto before = matmul_conv_products();
         matmul(c, a, p.ta ? Trans::yes : Trans::no, b, p.tb ? Trans::yes : Trans::no, opt);
+        conv_calls += matmul_conv_products() - before;
+        set_matmul_conv_min_rows(conv_rows);
         return;
       }
       libs[who - 1].sgemm(kRowMajor, p.ta ? kTrans : kNoTrans, p.tb ? kTrans : kNoTrans,
@@ -160,9 +178,21 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     const double onednn = flops / median(seconds[0]) / 1e9;
     std::string line = fmt::format("{:<6} {:<12} {:>6} {:>6} {:>6} | {:>8.1f}", p.weight,
                                    kKindNames[static_cast<int>(p.kind)], p.M, p.N, p.K, onednn);
+    // oneDNN as ffnlab runs this product: the convolution's rate where matmul() takes it.
+    const bool conv_ran = conv_serves && conv_calls > 0;
+    const double as_run =
+        conv_ran && conv_rows > 0 && p.M >= conv_rows ? flops / median(seconds[1]) / 1e9 : onednn;
     for (std::size_t l = 0; l < libs.size(); ++l) {
+      // A convolution that did not run (this product, or oneDNN without its 1x1 kernel for the
+      // shape: the matmul served it) has no column.
+      if (libs[l].conv && !conv_ran) {
+        line += fmt::format(" | {:>16} {:>5}", "-", "");
+        continue;
+      }
       const double rate = flops / median(seconds[l + 1]) / 1e9;
       logs[l][static_cast<int>(p.kind)].push_back(std::log(rate / onednn));
+      if (!libs[l].conv)
+        logs_as_run[l][static_cast<int>(p.kind)].push_back(std::log(rate / as_run));
       line += fmt::format(" | {:>16.1f} {:>4.2f}x", rate, rate / onednn);
     }
     fmt::print("{}\n", line);
@@ -170,12 +200,13 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
   }
 
   constexpr double kMargin = 1.05;
-  fmt::print("\nEach library's rate over oneDNN's, geometric mean of the products above:\n");
+  fmt::print("\nEach column's rate over oneDNN's matmul, geometric mean of the products above:\n");
   for (std::size_t l = 0; l < libs.size(); ++l) {
     std::string line = fmt::format("  {:<20}", libs[l].name);
     std::vector<double> all;
     std::vector<std::string> wins;
     for (int k = 0; k < 3; ++k) {
+      if (logs[l][k].empty()) continue;
       double s = 0;
       for (double v : logs[l][k]) s += v;
       const double g = std::exp(s / static_cast<double>(logs[l][k].size()));
@@ -185,13 +216,38 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     }
     double s = 0;
     for (double v : all) s += v;
-    line += fmt::format(" all {:.3f}x", std::exp(s / static_cast<double>(all.size())));
+    if (!all.empty())
+      line += fmt::format(" all {:.3f}x", std::exp(s / static_cast<double>(all.size())));
     fmt::print("{}\n", line);
-    if (wins.empty())
+    if (libs[l].conv) {
+      if (all.empty())
+        fmt::print("  -> oneDNN has no 1x1 convolution kernel for these products here\n");
+      else if (wins.empty())
+        fmt::print(
+            "  -> the convolution beats the matmul on no kind of product by more than {:.0f} %\n",
+            (kMargin - 1) * 100);
+      for (const auto& w : wins)
+        fmt::print("  -> the convolution beats the matmul on {} products by more than {:.0f} %\n",
+                   w, (kMargin - 1) * 100);
+      continue;
+    }
+    // A library replaces oneDNN only where it beats oneDNN as ffnlab runs the product (the
+    // convolution, where it serves).
+    std::string against = "  against oneDNN as ffnlab runs it:";
+    std::vector<std::string> beats;
+    for (int k = 0; k < 3; ++k) {
+      double sum = 0;
+      for (double v : logs_as_run[l][k]) sum += v;
+      const double g = std::exp(sum / static_cast<double>(logs_as_run[l][k].size()));
+      against += fmt::format(" {} {:.3f}x{}", kKindNames[k], g, k < 2 ? "," : "");
+      if (g > kMargin) beats.push_back(kKindNames[k]);
+    }
+    fmt::print("{}\n", against);
+    if (beats.empty())
       fmt::print("  -> no kind of product beats oneDNN by more than {:.0f} %: oneDNN stays\n",
                  (kMargin - 1) * 100);
     else
-      for (const auto& w : wins)
+      for (const auto& w : beats)
         fmt::print("  -> {} beats oneDNN on {} products by more than {:.0f} %\n", libs[l].name, w,
                    (kMargin - 1) * 100);
   }
@@ -209,7 +265,8 @@ int main(int argc, char** argv) {
       "oneDNN's f32 products against other BLAS libraries (any shared library with CBLAS's "
       "cblas_sgemm, opened at run time), in one process, in alternating rounds: a layer's "
       "forward, input-gradient and weight-gradient products at each token count. The measurement "
-      "behind the product-library row of include/ffnlab/ops/dispatch.hpp.\n"
+      "behind the product-library and kConvMinRows rows of include/ffnlab/ops/dispatch.hpp (a "
+      "'1x1 conv' column: oneDNN's 1x1 convolution against its matmul).\n"
       "Exit status: 0 done, 1 refused (a library that does not open, more memory than there is), "
       "2 a bad flag, 3 out of memory or a failed write."};
   app.add_option("--library", libraries,

@@ -4,6 +4,7 @@
 //   params(config) -> the cost accounting as a dict
 //   set_threads(n), get_threads()
 //   set_weight_packing_min_rows(rows), get_weight_packing_min_rows()
+//   set_conv_min_rows(rows), get_conv_min_rows()
 // ffnlab::Error arrives as ValueError, ffnlab::SystemError as OSError, with the same one-line
 // message. The GIL is released around the C++ work.
 #include <fmt/format.h>
@@ -534,6 +535,19 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       "Training products of this many rows or more read their weights packed in oneDNN's own "
       "layout (0: never)");
   m.def("get_weight_packing_min_rows", [] { return weight_packing_min_rows(); });
+  m.def(
+      "set_conv_min_rows",
+      [](std::int64_t rows) {
+        if (rows < 0)
+          throw py::value_error(
+              fmt::format("[python] set_conv_min_rows({}): rows must be 0 (never) or more", rows));
+        set_matmul_conv_min_rows(rows);
+      },
+      py::arg("rows"),
+      "Forward and input-gradient products of this many rows or more run as oneDNN's 1x1 "
+      "convolution instead of its matmul (0: never); by default from 512 rows where oneDNN's "
+      "f32 products are not 512-bit, never elsewhere");
+  m.def("get_conv_min_rows", [] { return matmul_conv_min_rows(); });
   add_study(m);
 }
 

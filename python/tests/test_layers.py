@@ -337,25 +337,24 @@ def test_soft_moe_mixes_every_token_into_every_slot():
     assert layer.grads()["gate.scale"][0] != 0
 
 
-def test_packed_weights_train_like_plain_ones():
-    # From get_weight_packing_min_rows() rows a training layer reads its weights packed in
-    # oneDNN's layout: the same output, input gradient and weight gradients as plain, up to the
-    # order of the sums.
-    saved = ffnlab.get_weight_packing_min_rows()
-    rng = np.random.default_rng(7)
+def _train_alike_at_each(set_rows, get_rows, variant, seed):
+    # A training layer's output, input gradient and weight gradients with a product setting at
+    # 0 (never) and at 16 rows: the same values up to the order of the sums.
+    saved = get_rows()
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((40, 16)).astype(np.float32)
     dy = rng.standard_normal((40, 16)).astype(np.float32)
     results = []
     try:
         for rows in (0, 16):
-            ffnlab.set_weight_packing_min_rows(rows)
-            assert ffnlab.get_weight_packing_min_rows() == rows
-            layer = ffnlab.FFN(variant="swiglu", d_model=16, d_ff=24, seed=3)
+            set_rows(rows)
+            assert get_rows() == rows
+            layer = ffnlab.FFN(variant=variant, d_model=16, d_ff=24, seed=3)
             y = layer.forward(x, train=True)
             dx = layer.backward(dy)
             results.append((y, dx, layer.grads()))
     finally:
-        ffnlab.set_weight_packing_min_rows(saved)
+        set_rows(saved)
     (y0, dx0, g0), (y1, dx1, g1) = results
     np.testing.assert_allclose(y1, y0, rtol=0, atol=1e-5 * float(np.abs(y0).max()))
     np.testing.assert_allclose(dx1, dx0, rtol=0, atol=1e-5 * float(np.abs(dx0).max()))
@@ -363,4 +362,17 @@ def test_packed_weights_train_like_plain_ones():
         np.testing.assert_allclose(g1[name], g0[name], rtol=0,
                                    atol=1e-5 * float(np.abs(g0[name]).max()), err_msg=name)
     with pytest.raises(ValueError, match="rows must be 0"):
-        ffnlab.set_weight_packing_min_rows(-1)
+        set_rows(-1)
+
+
+def test_packed_weights_train_like_plain_ones():
+    # From get_weight_packing_min_rows() rows a training layer reads its weights packed in
+    # oneDNN's layout.
+    _train_alike_at_each(ffnlab.set_weight_packing_min_rows, ffnlab.get_weight_packing_min_rows,
+                         "swiglu", 7)
+
+
+def test_products_as_a_convolution_train_like_matmuls():
+    # From get_conv_min_rows() rows the forward and input-gradient products run as oneDNN's 1x1
+    # convolution instead of its matmul.
+    _train_alike_at_each(ffnlab.set_conv_min_rows, ffnlab.get_conv_min_rows, "gelu", 8)

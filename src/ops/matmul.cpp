@@ -1,6 +1,13 @@
 // oneDNN matmul behind ffnlab's matmul(): memory descriptors by strides, post-ops for bias,
 // activation and accumulation, a primitive cache, and bf16 conversion of the inputs.
 //
+// Where its f32 products are not 512-bit, oneDNN 2.6 computes a row-major product of many rows
+// faster as a 1x1 convolution (tokens as its width, channels last) than as a matmul: its AVX2
+// 1x1 kernel outruns its AVX2 GEMM (dispatch::kConvMinRows has the measurement). That path
+// reorders the second operand into the convolution's blocked weights layout, in per-thread
+// scratch, on every call (a fraction of a percent of such a product), so callers see the same
+// matmul().
+//
 // Threads may call matmul() at once (ranks as threads, Python layers with the GIL released): a
 // primitive is safe to execute concurrently, but oneDNN's library-managed scratchpad is one
 // global buffer unless the library was built for concurrent execution, and a stream belongs to
@@ -16,30 +23,47 @@
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "check.hpp"
+#include "ffnlab/ops/dispatch.hpp"
 
 namespace ffnlab {
 
 namespace {
 
 using dnnl::memory;
-// G M N K ta tb precision bias accumulate act beta threads packed. The OpenMP thread count is
+// G M N K ta tb precision bias accumulate act beta threads path. The OpenMP thread count is
 // part of the key: a primitive plans its work (and so the order of its sums) for the threads it
 // was made with, and the study trains runs side by side on one thread each beside callers on
-// several. packed: b in the layout oneDNN chose (PackedWeights) instead of the plain one.
+// several. path: b plain, packed (b in the layout oneDNN chose: PackedWeights) or reordered for
+// a 1x1 convolution (Path).
 using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int, int,
                        int, int, float, int, int>;
 
 constexpr std::size_t kMaxPrimitives = 1024;
 
+// Rows from which f32 products run as a 1x1 convolution (dispatch::kConvMinRows says where and
+// why); 0: never. Resolved on first read, like weight_packing_min_rows (ops/linear.cpp): asking
+// oneDNN its instruction set fixes it, and a program may still cap it before its first product.
+constexpr std::int64_t kUnresolved = -1;
+std::atomic<std::int64_t> conv_min_rows{kUnresolved};
+std::atomic<std::int64_t> conv_products{0};
+
+// How a product reads b: as stored (oneDNN's matmul), packed by PackedWeights (its matmul with
+// the layout it chose), or reordered on each call for its 1x1 convolution (matmul_conv_min_rows).
+enum class Path : int { plain, packed, conv };
+
 struct Entry {
-  dnnl::matmul prim;
+  dnnl::primitive prim;  // a matmul, or a convolution (Path::conv)
   std::size_t scratchpad_bytes = 0;
   bool emulated_bf16 = false;  // a bf16 product run as f32 on bf16-rounded inputs
   memory::desc weights;        // b's layout as the primitive reads it (packed: oneDNN's choice)
+  memory::desc bias;           // the bias as the primitive reads it
+  memory::desc stored;         // Path::conv: b as stored, read as the convolution's weights
+  dnnl::reorder to_weights;    // Path::conv: `stored` -> `weights`
 };
 
 struct Engine {
@@ -143,6 +167,24 @@ bool matmul_f32_512_bit() {
   return contains(dnnl_cpu_isa_avx512_core) || contains(dnnl_cpu_isa_avx512_mic);
 }
 
+std::int64_t matmul_conv_min_rows() {
+  std::int64_t rows = conv_min_rows.load(std::memory_order_relaxed);
+  if (rows == kUnresolved) {  // two threads may both resolve it: to the same value
+    const std::int64_t resolved = matmul_f32_512_bit() ? 0 : dispatch::kConvMinRows;
+    conv_min_rows.compare_exchange_strong(rows, resolved, std::memory_order_relaxed);
+    rows = conv_min_rows.load(std::memory_order_relaxed);
+  }
+  return rows;
+}
+
+void set_matmul_conv_min_rows(std::int64_t rows) {
+  conv_min_rows.store(rows < 0 ? 0 : rows, std::memory_order_relaxed);
+}
+
+std::int64_t matmul_conv_products() {
+  return conv_products.load(std::memory_order_relaxed);
+}
+
 std::int64_t matmul_primitive_count() {
   std::lock_guard lock(engine().mutex);
   return static_cast<std::int64_t>(engine().cache.size());
@@ -151,7 +193,7 @@ std::int64_t matmul_primitive_count() {
 namespace {
 
 Key make_key(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Trans ta, Trans tb,
-             const MatmulOptions& opt, bool packed) {
+             const MatmulOptions& opt, Path path) {
   return Key{G,
              opt.dynamic_m ? -1 : M,
              N,
@@ -164,15 +206,50 @@ Key make_key(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Tra
              opt.act ? static_cast<int>(opt.act->kind) : -1,
              opt.act ? opt.act->beta : 0.f,
              omp_get_max_threads(),
-             packed};
+             static_cast<int>(path)};
 }
 
-// The cached primitive of a product, created on first use. packed: b's layout left to oneDNN
-// (format_tag::any; native bf16 or f32 only).
+// The convolution that computes c [M, N] = a [M, K] · op(b) (Path::conv): tokens as the width of
+// a 1-D convolution with channels last, so a is its source {1, K, M} and c its destination
+// {1, N, M} as stored; b its weights {N, K, 1} in the blocked layout the kernel chooses, with the
+// reorder into it from b as stored. Left empty where oneDNN has no 1x1 kernel for the shape (it
+// would fall back to a slower implementation): the product then stays a matmul.
+void make_conv(Entry& made, std::int64_t M, std::int64_t N, std::int64_t K, Trans tb,
+               const MatmulOptions& opt, const dnnl::primitive_attr& attr,
+               const dnnl::engine& eng) {
+  using tag = memory::format_tag;
+  const auto f32 = memory::data_type::f32;
+  const memory::desc src({1, K, M}, f32, tag::nwc), dst({1, N, M}, f32, tag::nwc),
+      weights({N, K, 1}, f32, tag::any), bias({N}, f32, tag::a);
+  const memory::dims none{0}, stride{1};
+  const auto desc = opt.bias
+                        ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                          dnnl::algorithm::convolution_direct, src,
+                                                          weights, bias, dst, stride, none, none)
+                        : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                          dnnl::algorithm::convolution_direct, src,
+                                                          weights, dst, stride, none, none);
+  const dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
+  if (std::string_view(pd.impl_info_str()).rfind("jit_1x1", 0) != 0) return;
+  // b stored [K, N] (read as it is) or [N, K] (read transposed), as weights {N, K, 1}.
+  const memory::desc stored({N, K, 1}, f32,
+                            tb == Trans::no ? memory::dims{1, N, 1} : memory::dims{K, 1, 1});
+  made.scratchpad_bytes = pd.scratchpad_desc().get_size();
+  made.weights = pd.weights_desc();
+  made.bias = bias;
+  made.stored = stored;
+  made.to_weights = dnnl::reorder(dnnl::reorder::primitive_desc(eng, stored, eng, made.weights));
+  made.prim = dnnl::convolution_forward(pd);
+}
+
+// The cached primitive of a product, created on first use. Path::packed: b's layout left to
+// oneDNN (format_tag::any; native bf16 or f32 only). Path::conv: f32 inputs, G = 0, a read as
+// stored, fixed M and K; an entry without a primitive where the convolution has no fast kernel.
 Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Trans ta,
-                   Trans tb, const MatmulOptions& opt, bool packed) {
-  const Key key = make_key(G, M, N, K, ta, tb, opt, packed);
+                   Trans tb, const MatmulOptions& opt, Path path) {
+  const Key key = make_key(G, M, N, K, ta, tb, opt, path);
   const bool bf16 = opt.precision == Precision::bf16;
+  const bool packed = path == Path::packed;
   Engine& e = engine();
   std::lock_guard lock(e.mutex);
   auto it = e.cache.find(key);
@@ -186,18 +263,23 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  Entry made;
+  if (path == Path::conv) {
+    make_conv(made, M, N, K, tb, opt, attr, e.engine);
+    made.emulated_bf16 = bf16;
+    return e.cache.emplace(key, made).first->second;
+  }
   const bool dm = opt.dynamic_m, dk = opt.dynamic_k;
+  made.bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
   auto create = [&](memory::data_type in_dt) {
     const auto a_rt = matrix_desc(G, M, K, ta, in_dt, dm, dk);
     const auto b_rt = packed ? memory::desc({K, N}, in_dt, memory::format_tag::any)
                              : matrix_desc(G, K, N, tb, in_dt, dk, false);
     const auto c_rt = matrix_desc(G, M, N, Trans::no, memory::data_type::f32, dm, false);
-    const auto bias_rt = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-    auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, bias_rt, c_rt)
+    auto desc = opt.bias ? dnnl::matmul::desc(a_rt, b_rt, made.bias, c_rt)
                          : dnnl::matmul::desc(a_rt, b_rt, c_rt);
     return dnnl::matmul::primitive_desc(desc, attr, e.engine);
   };
-  Entry made;
   auto make = [&](memory::data_type in_dt) {
     const auto pd = create(in_dt);
     made.scratchpad_bytes = pd.scratchpad_desc().get_size();
@@ -250,18 +332,16 @@ const void* operand(const Tensor& t, int slot, bool bf16, bool native_bf16) {
   return rounded;
 }
 
-// Runs a primitive on a, b (plain or packed memory) and c, with this thread's stream and
-// scratchpad (see the top of the file).
+// Runs a primitive on a, b (plain, packed or reordered memory) and c, with this thread's stream
+// and scratchpad (see the top of the file).
 void run(const Entry& entry, const memory& a_mem, const memory& b_mem, Tensor& c,
-         const memory::desc& c_md, const MatmulOptions& opt, std::int64_t N) {
+         const memory::desc& c_md, const MatmulOptions& opt) {
   const dnnl::engine& eng = engine().engine;
   memory c_mem(c_md, eng, c.f32());
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  if (opt.bias) {
-    const auto bias_md = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-    args.emplace(DNNL_ARG_BIAS, memory(bias_md, eng, const_cast<float*>(opt.bias->f32())));
-  }
+  if (opt.bias)
+    args.emplace(DNNL_ARG_BIAS, memory(entry.bias, eng, const_cast<float*>(opt.bias->f32())));
   thread_local std::vector<std::byte> scratchpad;
   if (entry.scratchpad_bytes > 0) {
     if (scratchpad.size() < entry.scratchpad_bytes) scratchpad.resize(entry.scratchpad_bytes);
@@ -273,6 +353,38 @@ void run(const Entry& entry, const memory& a_mem, const memory& b_mem, Tensor& c
   dnnl::stream& stream = thread_stream();
   entry.prim.execute(stream, args);
   stream.wait();
+}
+
+// Whether c = a · op(b) runs as Path::conv: not batched, a read as stored, fixed shapes, enough
+// rows, f32 inputs (f32, or bf16 where bf16 products are emulated in f32).
+bool runs_as_conv(std::int64_t G, std::int64_t M, Trans ta, const MatmulOptions& opt) {
+  if (G != 0 || ta != Trans::no || opt.dynamic_m || opt.dynamic_k) return false;
+  const std::int64_t from = matmul_conv_min_rows();
+  if (from == 0 || M < from) return false;
+  if (opt.precision == Precision::f32) return true;
+  static const bool native_bf16 = matmul_bf16_native();
+  return !native_bf16;
+}
+
+// c [M, N] = a [M, K] · op(b) as the convolution of `entry`: b (its f32 values, or in an emulated
+// bf16 product those of its bf16 rounding) reordered into the kernel's layout in per-thread
+// scratch, then the convolution on a and c as they are stored.
+void conv_product(const Entry& entry, Tensor& c, const Tensor& a, const Tensor& b, std::int64_t M,
+                  std::int64_t N, std::int64_t K, bool bf16, const MatmulOptions& opt) {
+  using tag = memory::format_tag;
+  const auto f32 = memory::data_type::f32;
+  const dnnl::engine& eng = engine().engine;
+  thread_local std::vector<std::byte> blocked;
+  const std::size_t bytes = entry.weights.get_size();
+  if (blocked.size() < bytes) blocked.resize(bytes);
+  memory stored(entry.stored, eng, const_cast<void*>(operand(b, 1, bf16, false)));
+  memory weights(entry.weights, eng, blocked.data());
+  dnnl::stream& stream = thread_stream();
+  entry.to_weights.execute(stream, stored, weights);
+  conv_products.fetch_add(1, std::memory_order_relaxed);
+  memory a_mem(memory::desc({1, K, M}, f32, tag::nwc), eng,
+               const_cast<void*>(operand(a, 0, bf16, false)));
+  run(entry, a_mem, weights, c, memory::desc({1, N, M}, f32, tag::nwc), opt);
 }
 
 }  // namespace
@@ -307,8 +419,15 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
     return;
   }
 
-  const Entry entry = find_or_make(G, M, N, K, ta, tb, opt, /*packed=*/false);
   const bool bf16 = opt.precision == Precision::bf16;
+  if (runs_as_conv(G, M, ta, opt)) {
+    const Entry entry = find_or_make(G, M, N, K, ta, tb, opt, Path::conv);
+    if (entry.prim) {
+      conv_product(entry, c, a, b, M, N, K, bf16, opt);
+      return;
+    }
+  }
+  const Entry entry = find_or_make(G, M, N, K, ta, tb, opt, Path::plain);
   const bool native_bf16 = bf16 && !entry.emulated_bf16;
   const auto in_dt = native_bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const dnnl::engine& eng = engine().engine;
@@ -316,7 +435,7 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
                const_cast<void*>(operand(a, 0, bf16, native_bf16)));
   memory b_mem(matrix_desc(G, K, N, tb, in_dt), eng,
                const_cast<void*>(operand(b, 1, bf16, native_bf16)));
-  run(entry, a_mem, b_mem, c, matrix_desc(G, M, N, Trans::no, memory::data_type::f32), opt, N);
+  run(entry, a_mem, b_mem, c, matrix_desc(G, M, N, Trans::no, memory::data_type::f32), opt);
 }
 
 namespace {
@@ -349,7 +468,7 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
   const std::int64_t K = tb == Trans::no ? b.dim(0) : b.dim(1);
   const std::int64_t N = tb == Trans::no ? b.dim(1) : b.dim(0);
   check(K > 0 && N > 0, "[matmul] cannot pack an empty operand {}", shape_string(b.shape()));
-  const Key key = make_key(0, M, N, K, Trans::no, tb, opt, true);
+  const Key key = make_key(0, M, N, K, Trans::no, tb, opt, Path::packed);
   const dnnl::engine& eng = engine().engine;
   const auto source = matrix_desc(
       0, K, N, tb, b.dtype() == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32);
@@ -359,7 +478,7 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
     // (every step) only runs the reorder.
     auto s = std::make_shared<State>();
     s->key = key;
-    s->entry = find_or_make(0, M, N, K, Trans::no, tb, opt, /*packed=*/true);
+    s->entry = find_or_make(0, M, N, K, Trans::no, tb, opt, Path::packed);
     s->tb = tb;
     s->K = K;
     s->N = N;
@@ -388,7 +507,7 @@ void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOpti
   const std::int64_t M = a.dim(0), K = s.K, N = s.N;
   check(!opt.bias || opt.bias->numel() == N, "[matmul] bias has {} elements, expected {}",
         opt.bias ? opt.bias->numel() : 0, N);
-  check(make_key(0, M, N, K, Trans::no, s.tb, opt, true) == s.key,
+  check(make_key(0, M, N, K, Trans::no, s.tb, opt, Path::packed) == s.key,
         "[matmul] the operand was packed for another product (rows, options or precision)");
   // The primitive the layout was chosen by (kept with it, so a refill of the cache cannot pair
   // the packed memory with another primitive).
@@ -396,7 +515,7 @@ void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOpti
   const dnnl::engine& eng = engine().engine;
   memory a_mem(matrix_desc(0, M, K, Trans::no, in_dt), eng,
                const_cast<void*>(operand(a, 0, bf16, bf16)));
-  run(s.entry, a_mem, s.packed, c, matrix_desc(0, M, N, Trans::no, memory::data_type::f32), opt, N);
+  run(s.entry, a_mem, s.packed, c, matrix_desc(0, M, N, Trans::no, memory::data_type::f32), opt);
 }
 
 }  // namespace ffnlab

@@ -124,6 +124,9 @@ std::vector<Case> cases() {
       {kFfn, "--rounds 0", 2, "--rounds"},
       {kFfn, "--seconds inf", 2, "--seconds"},
       {kFfn, "--json --pack-rows 0", 2, "--json: not supported with --pack-rows"},
+      {kFfn, "--conv-rows -1", 2, "--conv-rows"},
+      {kFfn, "--json --conv-rows 0", 2, "--json: not supported with --pack-rows or --conv-rows"},
+      {kFfn, "--pack-rows 0 --conv-rows 0", 2, "excludes"},
       {kFfn, "--tokens 4294967296", 1, "[bench_ffn] the largest layer"},
       {kFfn, "--variants gated --d-model 16777216 --d-ff 16777216", 1, "[bench_ffn]"},
       // bench_matmul
@@ -203,7 +206,8 @@ TEST_F(BenchPrograms, HelpShowsTheRanges) {
         "--top-k INT:[1, 65536]", "--expert TEXT:relu|", "--seconds FLOAT:[0.001, 3600]"}},
       {kFfn,
        {"--d-ff INT:[1, 2^24]", "--tokens INT:[1, 2^32]", "--variants TEXT:relu|",
-        "--dtype TEXT:f32|bf16", "--pack-rows INT:[0, 2^32]", "--rounds INT:[1, 1000]"}},
+        "--dtype TEXT:f32|bf16", "--pack-rows INT:[0, 2^32]", "--conv-rows INT:[0, 2^32]",
+        "--rounds INT:[1, 1000]"}},
       {kMatmul, {"--k INT:[1, 2^24]", "--n INT:[1, 2^24]", "--m INT:[1, 2^32]"}},
       {kPacked, {"--d-model INT:[1, 2^24]", "--tokens INT:[1, 2^32]", "--dtype TEXT:f32|bf16"}},
       {kFewRows, {"--shapes TEXT:INxOUT, each in [1, 2^24]", "--tokens INT:[1, 8]"}},
@@ -249,25 +253,50 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
 
 // bench_libraries against OpenBLAS: every product in the table with both libraries' rates, and
 // the summary's verdict.
+// --conv-rows times whole layers with the products as a matmul and as a convolution, one row
+// per variant and token count, with each setting's time and the speed-up.
+TEST_F(BenchPrograms, FfnComparesTheConvolutionWithTheMatmul) {
+  const Outcome r = run(kFfn,
+                        "--d-model 16 --d-ff 32 --tokens 8,40 --variants relu,swiglu "
+                        "--conv-rows 0,16 --rounds 2 --seconds 0.001");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("products as a 1x1 convolution from each row count"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("speed-up, 16"), std::string::npos) << r.out;
+  std::istringstream lines(r.out);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);)
+    rows += (line.rfind("relu ", 0) == 0 || line.rfind("swiglu ", 0) == 0) &&
+            line.back() == 'x';
+  EXPECT_EQ(rows, 4) << r.out;
+}
+
 TEST_F(BenchPrograms, LibrariesComparesOneDnnWithOpenBlas) {
   if (!fs::exists(kOpenBlas)) GTEST_SKIP() << kOpenBlas << " is not installed";
   const Outcome r = run(kLibraries, std::string("--library ") + kOpenBlas +
                                         " --d-model 16 --d-ff 32 --tokens 8,24 --rounds 2 "
                                         "--seconds 0.001");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("against libopenblas.so.0, 2 alternating rounds"), std::string::npos)
+  EXPECT_NE(r.out.find("oneDNN's matmul against its 1x1 convolution"), std::string::npos)
       << r.out;
-  // 2 token counts x 2 weights x 3 products, each a row with both rates.
+  EXPECT_NE(r.out.find("and libopenblas.so.0, 2 alternating rounds"), std::string::npos) << r.out;
+  // 2 token counts x 2 weights x 3 products, each a row with the matmul's, the convolution's
+  // (none for a weight gradient) and OpenBLAS's rates.
   std::istringstream lines(r.out);
-  int in_rows = 0, out_rows = 0;
+  int in_rows = 0, out_rows = 0, no_conv = 0;
   for (std::string line; std::getline(lines, line);) {
-    if (std::count(line.begin(), line.end(), '|') != 2) continue;
+    if (std::count(line.begin(), line.end(), '|') != 3) continue;
     in_rows += line.rfind("in ", 0) == 0;
     out_rows += line.rfind("out ", 0) == 0;
+    no_conv += line.find("weight grad") != std::string::npos &&
+               line.find("|                -       |") != std::string::npos;
   }
   EXPECT_EQ(in_rows, 6) << r.out;
   EXPECT_EQ(out_rows, 6) << r.out;
+  EXPECT_EQ(no_conv, 4) << r.out;
+  EXPECT_NE(r.out.find("1x1 conv             forward "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("libopenblas.so.0     forward "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("against oneDNN as ffnlab runs it: forward "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  -> "), std::string::npos) << r.out;
 }
 

@@ -276,6 +276,76 @@ TEST(Matmul, PackedOperandMatchesThePlainProduct) {
       }
 }
 
+// From matmul_conv_min_rows() rows a product runs as oneDNN's 1x1 convolution: the same product
+// as the matmul up to the order of its sums, with every option, both readings of b, rows that
+// are no multiple of the kernel's blocks, and bf16 (native, or emulated in f32).
+TEST(Matmul, ConvolutionMatchesTheMatmul) {
+  const auto saved = matmul_conv_min_rows();
+  const Act gelu{Activation::gelu};
+  std::uint64_t seed = 900;
+  struct Shape {
+    std::int64_t M, K, N;
+  };
+  for (Precision precision : {Precision::f32, Precision::bf16})
+    for (Shape s : {Shape{64, 32, 48}, Shape{37, 40, 24}, Shape{21, 29, 41}})
+      for (Trans tb : {Trans::no, Trans::yes})
+        for (int variant = 0; variant < 3; ++variant) {
+          const Tensor a = test::random_tensor({s.M, s.K}, seed++);
+          const Tensor b = tb == Trans::no ? test::random_tensor({s.K, s.N}, seed++)
+                                           : test::random_tensor({s.N, s.K}, seed++);
+          const Tensor bias = test::random_tensor({s.N}, seed++);
+          const Tensor start = test::random_tensor({s.M, s.N}, seed++);
+          MatmulOptions o;
+          o.precision = precision;
+          if (variant == 1) o.bias = &bias, o.act = &gelu;
+          if (variant == 2) o.accumulate = true;
+          Tensor want = start.clone(), got = start.clone();
+          set_matmul_conv_min_rows(0);
+          matmul(want, a, Trans::no, b, tb, o);
+          set_matmul_conv_min_rows(16);
+          const auto before = matmul_conv_products();
+          matmul(got, a, Trans::no, b, tb, o);
+          const bool conv = matmul_conv_products() > before;
+          // Where it is the default path, every shape whose channels fill the kernel's 8-float
+          // blocks runs as a convolution (others may fall back to the matmul).
+          if (!matmul_f32_512_bit() && s.K % 8 == 0 && s.N % 8 == 0) {
+            EXPECT_TRUE(conv) << s.M << "x" << s.K << "x" << s.N;
+          }
+          double scale = 0;
+          for (std::int64_t i = 0; i < want.numel(); ++i)
+            scale = std::max(scale, double(std::abs(want.f32()[i])));
+          for (std::int64_t i = 0; i < want.numel(); ++i)
+            ASSERT_NEAR(got.f32()[i], want.f32()[i], 1e-5 * scale)
+                << enum_name(precision) << " " << s.M << "x" << s.K << "x" << s.N
+                << " tb=" << int(tb) << " variant " << variant << " conv " << conv << " at " << i;
+        }
+  set_matmul_conv_min_rows(saved);
+}
+
+// The convolution path is the default only where oneDNN's f32 products are not 512-bit, from
+// dispatch::kConvMinRows rows; a batched, transposed-a or run-time-M product never takes it.
+TEST(Matmul, ConvolutionOnlyWhereItIsTheDefault) {
+  EXPECT_EQ(matmul_conv_min_rows(), matmul_f32_512_bit() ? 0 : dispatch::kConvMinRows);
+  const auto saved = matmul_conv_min_rows();
+  set_matmul_conv_min_rows(8);
+  const Tensor a = test::random_tensor({16, 16}, 1), b = test::random_tensor({16, 16}, 2);
+  Tensor c({16, 16});
+  const auto before = matmul_conv_products();
+  matmul(c, a, Trans::yes, b, Trans::no);  // a weight gradient's reading of a
+  MatmulOptions dynamic;
+  dynamic.dynamic_m = true;
+  matmul(c, a, Trans::no, b, Trans::no, dynamic);
+  Tensor a3 = test::random_tensor({2, 16, 16}, 3), b3 = test::random_tensor({2, 16, 16}, 4),
+         c3({2, 16, 16});
+  matmul(c3, a3, Trans::no, b3, Trans::no);
+  set_matmul_conv_min_rows(17);  // fewer rows than the setting
+  matmul(c, a, Trans::no, b, Trans::no);
+  EXPECT_EQ(matmul_conv_products(), before);
+  set_matmul_conv_min_rows(-5);  // any value below 0 means never
+  EXPECT_EQ(matmul_conv_min_rows(), 0);
+  set_matmul_conv_min_rows(saved);
+}
+
 TEST(Matmul, PackedOperandServesOnlyItsOwnProduct) {
   const Tensor a = test::random_tensor({20, 8}, 1), b = test::random_tensor({6, 8}, 2);
   Tensor c({20, 6});

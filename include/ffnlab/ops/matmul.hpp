@@ -87,6 +87,17 @@ bool matmul_bf16_native();
 // kernels' limits on wide weights were measured against such products (ops/dispatch.hpp).
 bool matmul_f32_512_bit();
 
+// Rows from which an f32 product c = a · op(b) (a read as stored, not batched, fixed shapes) runs
+// as oneDNN's 1x1 convolution, b reordered into its layout on each call: dispatch::kConvMinRows
+// where oneDNN's f32 products are not 512-bit, never (0) elsewhere. The same product either way
+// up to the order of its sums. set_matmul_conv_min_rows changes it (0 or less: never), for
+// benchmarks that compare the two paths; a changed setting changes the last bits of results.
+std::int64_t matmul_conv_min_rows();
+void set_matmul_conv_min_rows(std::int64_t rows);
+
+// Number of products run as a convolution in this process (for the tests of that path).
+std::int64_t matmul_conv_products();
+
 // Number of PackedWeights::pack calls in this process (for the tests of the layers that pack).
 std::int64_t matmul_packings();
 
