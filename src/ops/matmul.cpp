@@ -5,8 +5,9 @@
 // faster as a 1x1 convolution (tokens as its width, channels last) than as a matmul: its AVX2
 // 1x1 kernel outruns its AVX2 GEMM (dispatch::kConvMinRows has the measurement). That path
 // reorders the second operand into the convolution's blocked weights layout, in per-thread
-// scratch, on every call (a fraction of a percent of such a product), so callers see the same
-// matmul().
+// scratch, on every call (its time is inside what bench_libraries measures for the path), so
+// callers see the same matmul(). The scratch grows to the largest weight a thread reorders and is
+// kept for the thread's life, like the library's other per-thread scratch.
 //
 // Threads may call matmul() at once (ranks as threads, Python layers with the GIL released): a
 // primitive is safe to execute concurrently, but oneDNN's library-managed scratchpad is one
@@ -148,11 +149,17 @@ void widen_bf16(float* dst, const std::uint16_t* src, std::int64_t n) {
 
 }  // namespace
 
+namespace {
+Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Trans ta,
+                   Trans tb, const MatmulOptions& opt, Path path);
+}  // namespace
+
 bool matmul_bf16_native() {
-  Tensor a({1, 16}), b({16, 16}), c({1, 16});
+  // The first bf16 primitive finds out. Made directly rather than through matmul(), which asks
+  // this function whether a bf16 product may run as a convolution.
   MatmulOptions opt;
   opt.precision = Precision::bf16;
-  matmul(c, a, Trans::no, b, Trans::no, opt);  // the first bf16 product finds out
+  find_or_make(0, 1, 16, 16, Trans::no, Trans::no, opt, Path::plain);
   std::lock_guard lock(engine().mutex);
   return engine().bf16_native;
 }
@@ -212,7 +219,7 @@ Key make_key(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Tra
 // The convolution that computes c [M, N] = a [M, K] · op(b) (Path::conv): tokens as the width of
 // a 1-D convolution with channels last, so a is its source {1, K, M} and c its destination
 // {1, N, M} as stored; b its weights {N, K, 1} in the blocked layout the kernel chooses, with the
-// reorder into it from b as stored. Left empty where oneDNN has no 1x1 kernel for the shape (it
+// reorder into it from b as stored. Left empty where oneDNN has no AVX2 1x1 kernel for it (it
 // would fall back to a slower implementation): the product then stays a matmul.
 void make_conv(Entry& made, std::int64_t M, std::int64_t N, std::int64_t K, Trans tb,
                const MatmulOptions& opt, const dnnl::primitive_attr& attr,
@@ -230,7 +237,9 @@ void make_conv(Entry& made, std::int64_t M, std::int64_t N, std::int64_t K, Tran
                                                           dnnl::algorithm::convolution_direct, src,
                                                           weights, dst, stride, none, none);
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
-  if (std::string_view(pd.impl_info_str()).rfind("jit_1x1", 0) != 0) return;
+  // Only the AVX2 kernel was measured (dispatch::kConvMinRows); an older CPU's 1x1 kernel stays
+  // a matmul.
+  if (std::string_view(pd.impl_info_str()).rfind("jit_1x1:avx2", 0) != 0) return;
   // b stored [K, N] (read as it is) or [N, K] (read transposed), as weights {N, K, 1}.
   const memory::desc stored({N, K, 1}, f32,
                             tb == Trans::no ? memory::dims{1, N, 1} : memory::dims{K, 1, 1});

@@ -251,10 +251,8 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
   }
 }
 
-// bench_libraries against OpenBLAS: every product in the table with both libraries' rates, and
-// the summary's verdict.
-// --conv-rows times whole layers with the products as a matmul and as a convolution, one row
-// per variant and token count, with each setting's time and the speed-up.
+// bench_ffn --conv-rows times whole layers with the products as a matmul and as a convolution, one
+// row per variant and token count, with each setting's time and the speed-up.
 TEST_F(BenchPrograms, FfnComparesTheConvolutionWithTheMatmul) {
   const Outcome r = run(kFfn,
                         "--d-model 16 --d-ff 32 --tokens 8,40 --variants relu,swiglu "
@@ -266,19 +264,19 @@ TEST_F(BenchPrograms, FfnComparesTheConvolutionWithTheMatmul) {
   std::istringstream lines(r.out);
   int rows = 0;
   for (std::string line; std::getline(lines, line);)
-    rows += (line.rfind("relu ", 0) == 0 || line.rfind("swiglu ", 0) == 0) &&
-            line.back() == 'x';
+    rows += (line.rfind("relu ", 0) == 0 || line.rfind("swiglu ", 0) == 0) && line.back() == 'x';
   EXPECT_EQ(rows, 4) << r.out;
 }
 
+// bench_libraries against OpenBLAS: every product in the table with the matmul's, the
+// convolution's and OpenBLAS's rates, and the summary's verdicts.
 TEST_F(BenchPrograms, LibrariesComparesOneDnnWithOpenBlas) {
   if (!fs::exists(kOpenBlas)) GTEST_SKIP() << kOpenBlas << " is not installed";
   const Outcome r = run(kLibraries, std::string("--library ") + kOpenBlas +
                                         " --d-model 16 --d-ff 32 --tokens 8,24 --rounds 2 "
                                         "--seconds 0.001");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("oneDNN's matmul against its 1x1 convolution"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("oneDNN's matmul against its 1x1 convolution"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("and libopenblas.so.0, 2 alternating rounds"), std::string::npos) << r.out;
   // 2 token counts x 2 weights x 3 products, each a row with the matmul's, the convolution's
   // (none for a weight gradient) and OpenBLAS's rates.

@@ -279,8 +279,14 @@ TEST(Matmul, PackedOperandMatchesThePlainProduct) {
 // From matmul_conv_min_rows() rows a product runs as oneDNN's 1x1 convolution: the same product
 // as the matmul up to the order of its sums, with every option, both readings of b, rows that
 // are no multiple of the kernel's blocks, and bf16 (native, or emulated in f32).
+// Restores the convolution's row setting when a test ends, failed assertions included.
+struct ConvRowsGuard {
+  std::int64_t saved = matmul_conv_min_rows();
+  ~ConvRowsGuard() { set_matmul_conv_min_rows(saved); }
+};
+
 TEST(Matmul, ConvolutionMatchesTheMatmul) {
-  const auto saved = matmul_conv_min_rows();
+  const ConvRowsGuard guard;
   const Act gelu{Activation::gelu};
   std::uint64_t seed = 900;
   struct Shape {
@@ -319,14 +325,33 @@ TEST(Matmul, ConvolutionMatchesTheMatmul) {
                 << enum_name(precision) << " " << s.M << "x" << s.K << "x" << s.N
                 << " tb=" << int(tb) << " variant " << variant << " conv " << conv << " at " << i;
         }
-  set_matmul_conv_min_rows(saved);
+}
+
+// From a setting of 1 row, a bf16 product still finds out whether bf16 is native (that probe is
+// a 1-row bf16 product itself) and runs; the convolution serves it only where bf16 is emulated.
+TEST(Matmul, ConvolutionFromOneRowServesBf16) {
+  const ConvRowsGuard guard;
+  set_matmul_conv_min_rows(1);
+  const Tensor a = test::random_tensor({24, 16}, 11), b = test::random_tensor({32, 16}, 12);
+  Tensor got({24, 32}), want({24, 32});
+  MatmulOptions o;
+  o.precision = Precision::bf16;
+  const auto before = matmul_conv_products();
+  matmul(got, a, Trans::no, b, Trans::yes, o);
+  if (!matmul_f32_512_bit() && !matmul_bf16_native()) {
+    EXPECT_EQ(matmul_conv_products(), before + 1);
+  }
+  set_matmul_conv_min_rows(0);
+  matmul(want, a, Trans::no, b, Trans::yes, o);
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(got.f32()[i], want.f32()[i], 1e-5 * (1 + std::abs(want.f32()[i]))) << i;
 }
 
 // The convolution path is the default only where oneDNN's f32 products are not 512-bit, from
 // dispatch::kConvMinRows rows; a batched, transposed-a or run-time-M product never takes it.
 TEST(Matmul, ConvolutionOnlyWhereItIsTheDefault) {
   EXPECT_EQ(matmul_conv_min_rows(), matmul_f32_512_bit() ? 0 : dispatch::kConvMinRows);
-  const auto saved = matmul_conv_min_rows();
+  const ConvRowsGuard guard;
   set_matmul_conv_min_rows(8);
   const Tensor a = test::random_tensor({16, 16}, 1), b = test::random_tensor({16, 16}, 2);
   Tensor c({16, 16});
@@ -343,7 +368,6 @@ TEST(Matmul, ConvolutionOnlyWhereItIsTheDefault) {
   EXPECT_EQ(matmul_conv_products(), before);
   set_matmul_conv_min_rows(-5);  // any value below 0 means never
   EXPECT_EQ(matmul_conv_min_rows(), 0);
-  set_matmul_conv_min_rows(saved);
 }
 
 TEST(Matmul, PackedOperandServesOnlyItsOwnProduct) {

@@ -22,14 +22,11 @@ namespace ffnlab::dispatch {
 // oneDNN's f32 products are not 512-bit (matmul_conv_min_rows): an f32 product c = a · op(b) with
 // a read as stored, as every forward and input-gradient product of a layer is. oneDNN 2.6's AVX2
 // 1x1 convolution kernel outruns its AVX2 GEMM there, b's reorder into the kernel's layout
-// included; weight gradients (a read transposed) stay matmuls. Measured on Zen 3: over a layer's
-// products at 128-6400 rows (`bench_libraries`, two runs) the convolution ran at 1.01-1.07x the
-// matmul's rate forward and 1.18-1.21x on input gradients (geometric means), forward products
-// losing at 128 rows in one run (0.84x); whole layers gained 2.5-5 % forward+backward at 2048
-// and 6400 rows (`bench_ffn --conv-rows 0,1024`). A one-off sweep of 18 weight shapes of the
-// study's models found the crossover between 128 rows (median 0.95x) and 256 (1.08x); 512
-// leaves a margin. Not used on AVX-512 CPUs, where it is not measured.
-// `bench_libraries --tokens 128,256,512,1024,6400`.
+// included; weight gradients (a read transposed) stay matmuls. docs/benchmarks.md ("Dispatch
+// thresholds", "Products as a 1x1 convolution on AVX2") has the Zen 3 measurements: forward
+// products lost as a convolution at 128 rows, input gradients won from 128; 512 leaves a margin.
+// Not used on AVX-512 CPUs, where it is not measured. `bench_libraries --tokens
+// 128,256,512,1024,6400`, `bench_ffn --conv-rows 0,512`.
 inline constexpr std::int64_t kConvMinRows = 512;
 
 // Few-row products (ops/few_rows): up to this many rows an f32 product streams the weights
