@@ -201,27 +201,28 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
 
   constexpr double kMargin = 1.05;
   fmt::print("\nEach column's rate over oneDNN's matmul, geometric mean of the products above:\n");
+  // The geometric mean of rates given as logs.
+  const auto geomean = [](const std::vector<double>& logs_of) {
+    double sum = 0;
+    for (double v : logs_of) sum += v;
+    return std::exp(sum / static_cast<double>(logs_of.size()));
+  };
   for (std::size_t l = 0; l < libs.size(); ++l) {
     std::string line = fmt::format("  {:<20}", libs[l].name);
     std::vector<double> all;
     std::vector<std::string> wins;
     for (int k = 0; k < 3; ++k) {
       if (logs[l][k].empty()) continue;
-      double s = 0;
-      for (double v : logs[l][k]) s += v;
-      const double g = std::exp(s / static_cast<double>(logs[l][k].size()));
+      const double g = geomean(logs[l][k]);
       all.insert(all.end(), logs[l][k].begin(), logs[l][k].end());
       line += fmt::format(" {} {:.3f}x,", kKindNames[k], g);
       if (g > kMargin) wins.push_back(kKindNames[k]);
     }
-    double s = 0;
-    for (double v : all) s += v;
-    if (!all.empty())
-      line += fmt::format(" all {:.3f}x", std::exp(s / static_cast<double>(all.size())));
+    if (!all.empty()) line += fmt::format(" all {:.3f}x", geomean(all));
     fmt::print("{}\n", line);
     if (libs[l].conv) {
       if (all.empty())
-        fmt::print("  -> oneDNN has no 1x1 convolution kernel for these products here\n");
+        fmt::print("  -> oneDNN has no AVX2 1x1 convolution kernel for these products here\n");
       else if (wins.empty())
         fmt::print(
             "  -> the convolution beats the matmul on no kind of product by more than {:.0f} %\n",
@@ -236,9 +237,7 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     std::string against = "  against oneDNN as ffnlab runs it:";
     std::vector<std::string> beats;
     for (int k = 0; k < 3; ++k) {
-      double sum = 0;
-      for (double v : logs_as_run[l][k]) sum += v;
-      const double g = std::exp(sum / static_cast<double>(logs_as_run[l][k].size()));
+      const double g = geomean(logs_as_run[l][k]);
       against += fmt::format(" {} {:.3f}x{}", kKindNames[k], g, k < 2 ? "," : "");
       if (g > kMargin) beats.push_back(kKindNames[k]);
     }
