@@ -2,7 +2,6 @@
 #include "ffnlab/ops/linear.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 
 #include "check.hpp"
@@ -10,6 +9,7 @@
 #include "ffnlab/ops/dispatch.hpp"
 #include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/scratch.hpp"
+#include "row_threshold.hpp"
 
 namespace ffnlab {
 
@@ -71,13 +71,7 @@ void input_gradient(Tensor& dx, const Tensor& dy, const Tensor& w, Precision pre
 // Rows from which training products read packed weights (packs_weights): where the reorder
 // costs less than it saves, where oneDNN's products are 512-bit; never elsewhere
 // (dispatch::kPackingMinRows says why). set_weight_packing_min_rows changes it for benchmarks.
-// Resolved on first read rather than when the library loads: asking oneDNN its instruction set
-// fixes it, and a program may still cap it (dnnl::set_max_cpu_isa) before its first product.
-constexpr std::int64_t kUnresolved = -1;
-std::atomic<std::int64_t> packing_min_rows{kUnresolved};
-std::int64_t default_packing_min_rows() {
-  return matmul_f32_512_bit() ? dispatch::kPackingMinRows : 0;
-}
+RowThreshold packing_min_rows;
 
 }  // namespace
 
@@ -129,19 +123,12 @@ bool packs_weights(std::int64_t M, Precision precision) {
 }
 
 std::int64_t weight_packing_min_rows() {
-  std::int64_t rows = packing_min_rows.load(std::memory_order_relaxed);
-  if (rows == kUnresolved) {  // two threads may both resolve it: to the same value
-    const std::int64_t resolved = default_packing_min_rows();
-    packing_min_rows.compare_exchange_strong(rows, resolved, std::memory_order_relaxed);
-    rows = packing_min_rows.load(std::memory_order_relaxed);
-  }
-  return rows;
+  return packing_min_rows.get(
+      [] { return matmul_f32_512_bit() ? dispatch::kPackingMinRows : std::int64_t{0}; });
 }
 
 void set_weight_packing_min_rows(std::int64_t rows) {
-  // Any rows <= 0 mean never; stored as 0, since kUnresolved (-1) means "the default, not yet
-  // asked".
-  packing_min_rows.store(rows < 0 ? 0 : rows, std::memory_order_relaxed);
+  packing_min_rows.set(rows);
 }
 
 bool converts_operands_once(Precision precision) {

@@ -30,6 +30,7 @@
 
 #include "check.hpp"
 #include "ffnlab/ops/dispatch.hpp"
+#include "row_threshold.hpp"
 
 namespace ffnlab {
 
@@ -47,10 +48,8 @@ using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, i
 constexpr std::size_t kMaxPrimitives = 1024;
 
 // Rows from which f32 products run as a 1x1 convolution (dispatch::kConvMinRows says where and
-// why); 0: never. Resolved on first read, like weight_packing_min_rows (ops/linear.cpp): asking
-// oneDNN its instruction set fixes it, and a program may still cap it before its first product.
-constexpr std::int64_t kUnresolved = -1;
-std::atomic<std::int64_t> conv_min_rows{kUnresolved};
+// why); 0: never.
+RowThreshold conv_min_rows;
 std::atomic<std::int64_t> conv_products{0};
 
 // How a product reads b: as stored (oneDNN's matmul), packed by PackedWeights (its matmul with
@@ -175,17 +174,12 @@ bool matmul_f32_512_bit() {
 }
 
 std::int64_t matmul_conv_min_rows() {
-  std::int64_t rows = conv_min_rows.load(std::memory_order_relaxed);
-  if (rows == kUnresolved) {  // two threads may both resolve it: to the same value
-    const std::int64_t resolved = matmul_f32_512_bit() ? 0 : dispatch::kConvMinRows;
-    conv_min_rows.compare_exchange_strong(rows, resolved, std::memory_order_relaxed);
-    rows = conv_min_rows.load(std::memory_order_relaxed);
-  }
-  return rows;
+  return conv_min_rows.get(
+      [] { return matmul_f32_512_bit() ? std::int64_t{0} : dispatch::kConvMinRows; });
 }
 
 void set_matmul_conv_min_rows(std::int64_t rows) {
-  conv_min_rows.store(rows < 0 ? 0 : rows, std::memory_order_relaxed);
+  conv_min_rows.set(rows);
 }
 
 std::int64_t matmul_conv_products() {
