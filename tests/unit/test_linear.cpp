@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
+#include <tuple>
+#include <vector>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
@@ -368,6 +371,63 @@ TEST(Matmul, ConvolutionOnlyWhereItIsTheDefault) {
   EXPECT_EQ(matmul_conv_products(), before);
   set_matmul_conv_min_rows(-5);  // any value below 0 means never
   EXPECT_EQ(matmul_conv_min_rows(), 0);
+}
+
+// Threads may run convolution products at once (ranks as threads, Python with the GIL released):
+// each has its own stream, scratchpad and reordered weights, so three threads, each with other
+// shapes (the per-thread weight scratch growing differently), compute bit for bit what each
+// computes alone. Both passes run on fresh threads, which plan their products for the same
+// OpenMP thread count.
+TEST(Matmul, ConvolutionFromSeveralThreadsAtOnce) {
+  const ConvRowsGuard guard;
+  set_matmul_conv_min_rows(16);
+  struct Work {
+    std::int64_t M = 0, K = 0, N = 0;
+    Trans tb = Trans::no;
+    Tensor a, b, bias, alone, together;
+  };
+  std::vector<Work> work;
+  std::uint64_t seed = 70;
+  for (auto [M, K, N, tb] : {std::tuple{96, 64, 48, Trans::yes}, std::tuple{40, 32, 128, Trans::no},
+                             std::tuple{64, 128, 64, Trans::yes}}) {
+    Work w;
+    w.M = M, w.K = K, w.N = N, w.tb = tb;
+    w.a = test::random_tensor({M, K}, seed++);
+    w.b =
+        tb == Trans::no ? test::random_tensor({K, N}, seed++) : test::random_tensor({N, K}, seed++);
+    w.bias = test::random_tensor({N}, seed++);
+    work.push_back(std::move(w));
+  }
+  const auto product = [](Work& w, Tensor& c) {
+    MatmulOptions o;
+    o.bias = &w.bias;
+    c = Tensor({w.M, w.N});
+    matmul(c, w.a, Trans::no, w.b, w.tb, o);
+  };
+  const auto before = matmul_conv_products();
+  for (Work& w : work) std::thread([&] { product(w, w.alone); }).join();
+  if (!matmul_f32_512_bit()) {
+    EXPECT_EQ(matmul_conv_products(), before + static_cast<std::int64_t>(work.size()));
+  }
+  constexpr int kRepeats = 20;
+  std::vector<int> mismatches(work.size(), 0);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < work.size(); ++t)
+    threads.emplace_back([&, t] {
+      Work& w = work[t];
+      for (int r = 0; r < kRepeats; ++r) {
+        product(w, w.together);
+        for (std::int64_t i = 0; i < w.alone.numel(); ++i)
+          if (w.together.f32()[i] != w.alone.f32()[i]) {
+            ++mismatches[t];
+            break;
+          }
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (std::size_t t = 0; t < work.size(); ++t)
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t
+                                << ": products that differ from its product alone";
 }
 
 TEST(Matmul, PackedOperandServesOnlyItsOwnProduct) {
