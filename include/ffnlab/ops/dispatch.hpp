@@ -23,7 +23,7 @@ namespace ffnlab::dispatch {
 // a read as stored, as every forward and input-gradient product of a layer is. oneDNN 2.6's AVX2
 // 1x1 convolution kernel outruns its AVX2 GEMM there, b's reorder into the kernel's layout
 // included; weight gradients (a read transposed) stay matmuls: oneDNN's 1x1 backward-weights
-// kernel ran them at 0.52-0.74x its matmul, and its reorders of a transposed a cost what its
+// kernel ran them at 0.52-0.91x its matmul, and its reorders of a transposed a cost what its
 // forward kernel gains (docs/benchmarks.md, the gated FFN at 6400 tokens). docs/benchmarks.md
 // ("Dispatch thresholds", "Products as a 1x1 convolution on AVX2") has the Zen 3 measurements:
 // forward products lost as a convolution at 128 rows, input gradients won from 128; 512 leaves a
