@@ -207,6 +207,10 @@ TEST_F(Cli, BenchTimesPyTorchBesideFfnlab) {
   for (const auto& row : j["layers"]) {
     EXPECT_GT(row.value("torch_inference_s", 0.0), 0.0) << row.dump();
     EXPECT_GT(row.value("torch_forward_backward_s", 0.0), 0.0) << row.dump();
+    // One paired ratio per round, each a positive time over a positive time.
+    ASSERT_TRUE(row.contains("torch_forward_backward_round_ratios")) << row.dump();
+    ASSERT_EQ(row["torch_forward_backward_round_ratios"].size(), 2u) << row.dump();
+    for (double ratio : row["torch_forward_backward_round_ratios"]) EXPECT_GT(ratio, 0.0);
   }
   for (const auto& row : j["decode"]) EXPECT_GT(row.value("torch_seconds", 0.0), 0.0) << row.dump();
 }
@@ -225,4 +229,5 @@ TEST_F(Cli, BenchGoesOnWithoutPyTorch) {
   const auto parsed = nlohmann::json::parse(j.out);
   EXPECT_EQ(parsed["torch"]["unavailable"], "--no-torch");
   EXPECT_FALSE(parsed["layers"][0].contains("torch_forward_backward_s"));
+  EXPECT_FALSE(parsed["layers"][0].contains("torch_forward_backward_round_ratios"));
 }

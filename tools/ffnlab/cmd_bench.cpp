@@ -124,6 +124,25 @@ std::string speedup(double torch_s, double ffnlab_s) {
   return torch_s > 0 ? fmt::format("{:.2f}x", torch_s / ffnlab_s) : "-";
 }
 
+// Each round's own ratio, PyTorch's time over ffnlab's in that round (paired: the same stretch
+// of a shared machine's drift); empty unless every round has both.
+std::vector<double> paired_ratios(const std::vector<double>& torch_s,
+                                  const std::vector<double>& ffnlab_s) {
+  if (torch_s.size() != ffnlab_s.size() || torch_s.empty() ||
+      *std::min_element(torch_s.begin(), torch_s.end()) <= 0)
+    return {};
+  std::vector<double> out;
+  for (std::size_t i = 0; i < torch_s.size(); ++i) out.push_back(torch_s[i] / ffnlab_s[i]);
+  return out;
+}
+
+// "lowest-highest" of the rounds' ratios, "-" without them.
+std::string ratio_range(const std::vector<double>& ratios) {
+  if (ratios.empty()) return "-";
+  const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+  return fmt::format("{:.2f}-{:.2f}", *lo, *hi);
+}
+
 // The MoE of the study (8 experts, top-2) with experts of `expert` kind at D/F.
 FFNConfig moe_of(const std::string& expert, std::int64_t D, std::int64_t F, bool bias) {
   FFNConfig c = variant_config("moe", D, F, bias);
@@ -179,11 +198,12 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         "the matrix products (ffnlab params); 'of bare' is the layer's rate over oneDNN's bare "
         "products of the same shapes at the same precision, 'of peak' over the machine's peak at "
         "that precision (the header's); 'x torch' is PyTorch's time for the same layer over "
-        "ffnlab's, timed in the same rounds.\n\n",
+        "ffnlab's, timed in the same rounds, and 'rounds' the lowest and highest of each "
+        "round's own forward+backward ratio: the spread one ratio carries on this machine.\n\n",
         D, F, o.rounds);
-    fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} {:>7} {:>7}\n",
+    fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} {:>7} {:>7} {:>11}\n",
                "variant", "dtype", "T", "infer ms", "GFLOP/s", "x torch", "fwd+bwd ms", "GFLOP/s",
-               "of bare", "of peak", "x torch");
+               "of bare", "of peak", "x torch", "rounds");
   }
   const std::size_t total = variants.size() * precisions.size() * T.size();
   std::size_t done = 0;
@@ -205,6 +225,9 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
           torch_fb.push_back(
               torch_seconds(torch, torch_request(c, t, "forward_backward", p, DType::f32, part)));
         }
+        std::vector<double> ours_fb;
+        for (const LayerSpeed& r : ours) ours_fb.push_back(r.forward_backward_s);
+        const std::vector<double> ratios = paired_ratios(torch_fb, ours_fb);
         // The round with the median forward+backward time stands for ffnlab.
         std::sort(ours.begin(), ours.end(), [](const LayerSpeed& a, const LayerSpeed& b) {
           return a.forward_backward_s < b.forward_backward_s;
@@ -216,6 +239,7 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         row.update(json(to_json(s)));
         if (ti > 0) row["torch_inference_s"] = ti;
         if (tf > 0) row["torch_forward_backward_s"] = tf;
+        if (!ratios.empty()) row["torch_forward_backward_round_ratios"] = ratios;
         if (peaks.of(p) > 0) {  // 0: not measured (AMX)
           const double of_peak = s.forward_backward_gflops * 1e9 / peaks.of(p);
           row["forward_backward_of_peak"] = of_peak;
@@ -226,11 +250,11 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         if (!o.json_out)
           fmt::print(
               "{:<10} {:>5} {:>5} | {:>10} {:>8.1f} {:>7} | {:>10} {:>8.1f} {:>7} {:>7} "
-              "{:>7}\n",
+              "{:>7} {:>11}\n",
               v, enum_name(p), t, ms(s.inference_s), s.inference_gflops, speedup(ti, s.inference_s),
               ms(s.forward_backward_s), s.forward_backward_gflops, of_bare_text(of_bare),
               of_peak_text(s.forward_backward_gflops, peaks.of(p)),
-              speedup(tf, s.forward_backward_s));
+              speedup(tf, s.forward_backward_s), ratio_range(ratios));
         std::fflush(stdout);
       }
   return rows;
