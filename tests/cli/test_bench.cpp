@@ -117,6 +117,13 @@ TEST_F(Cli, BenchPrintsTablesAndProgress) {
   EXPECT_EQ(r.out.find("Decode"), std::string::npos) << r.out;
   for (const char* v : {"relu ", "swiglu ", "moe "})
     EXPECT_NE(r.out.find(v), std::string::npos) << v;
+  // The rounds' ratios are a column of their own, empty ("-") without PyTorch.
+  const auto header = r.out.find("x torch      rounds\n");
+  EXPECT_NE(header, std::string::npos) << r.out;
+  const auto row = r.out.find("\nrelu ", header);
+  ASSERT_NE(row, std::string::npos) << r.out;
+  const std::string line = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+  EXPECT_EQ(line.substr(line.size() - 2), " -") << line;
   EXPECT_NE(r.err.find("bench 6/6: moe f32 T=8"), std::string::npos) << r.err;
 }
 
