@@ -10,7 +10,7 @@
 //
 //   bench_ffn [--d-model 512] [--d-ff 2048] [--tokens 8,6400] [--seconds 0.5] [--json]
 //             [--variants relu,swiglu] [--dtype f32|bf16] [--pack-rows 0,2048]
-//             [--conv-rows 0,1024] [--rounds 3]
+//             [--conv-rows 0,1024] [--huge-pages-mib 0,4] [--rounds 3]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +25,7 @@
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/ops/linear.hpp"
 #include "ffnlab/ops/matmul.hpp"
+#include "ffnlab/scratch.hpp"
 
 using namespace ffnlab;
 
@@ -61,36 +62,52 @@ bench::Footprint footprint(const FFNConfig& config, std::int64_t T, bool bare) {
 }
 
 // A setting compared across values: the row count from which weights are packed, or from which
-// products run as a convolution.
+// products run as a convolution, or the size (MiB) from which tensors take huge pages.
 struct Setting {
   const char* what;  // "the weights packed from", "products as a convolution from"
   std::int64_t (*get)();
   void (*set)(std::int64_t);
   std::vector<std::int64_t> values;
+  // Whether it applies only to memory allocated afterwards: then each round gives each value a
+  // layer, tensors and workspaces allocated under it.
+  bool at_allocation = false;
 };
 
-// One layer per variant and token count, forward+backward timed once per value and round, the
-// values alternating; the median per value.
+// One layer per variant and token count (per value and round where the setting applies at
+// allocation), forward+backward timed once per value and round, the values alternating; the
+// median per value.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 void compare(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& token_counts,
              double budget, const std::vector<std::string>& variants, Precision precision,
              const Setting& setting, int rounds) {
   const auto saved = setting.get();
   fmt::print(
       "Dense FFN layers, d_model {}, d_ff {}, bias, {} products: forward+backward with {} "
-      "each row count (0: never), {} alternating rounds, medians; 'speed-up' is the first "
-      "setting's time over each other one's.\n\n",
+      "each value (0: never), {} alternating rounds, medians; 'speed-up' is the first "
+      "setting's time over each other one's, 'rounds' each round's, lowest to highest.\n\n",
       D, F, enum_name(precision), setting.what, rounds);
   fmt::print("{:<10} {:>6}", "variant", "T");
   for (auto r : setting.values) fmt::print(" {:>14}", fmt::format("from {} ms", r));
   for (std::size_t i = 1; i < setting.values.size(); ++i)
-    fmt::print(" {:>16}", fmt::format("speed-up, {}", setting.values[i]));
+    fmt::print(" {:>16} {:>11}", fmt::format("speed-up, {}", setting.values[i]), "rounds");
   fmt::print("\n");
   for (const auto& variant : variants)
     for (std::int64_t T : token_counts) {
-      auto ffn = make_ffn(variant_config(variant, D, F, true), 1);
-      ffn->set_precision(precision);
-      const Tensor x = bench::random({T, D}, 2), dy = bench::random({T, D}, 3);
-      Tensor y, dx;
+      std::unique_ptr<FeedForward> ffn;
+      Tensor x, dy, y, dx;
+      auto allocate = [&] {
+        ffn.reset();
+        release_scratch();
+        ffn = make_ffn(variant_config(variant, D, F, true), 1);
+        ffn->set_precision(precision);
+        x = bench::random({T, D}, 2), dy = bench::random({T, D}, 3);
+        y = Tensor(), dx = Tensor();
+      };
+      allocate();
       auto step = [&] {
         ffn->forward(y, x, true);
         ffn->backward(dx, dy);
@@ -99,18 +116,21 @@ void compare(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& to
       for (int round = 0; round < rounds; ++round)
         for (std::size_t i = 0; i < setting.values.size(); ++i) {
           setting.set(setting.values[i]);
+          if (setting.at_allocation) allocate();
           step();  // the first step of a setting allocates its buffers
           ms[i].push_back(bench::time_it(step, budget) * 1e3);
         }
       setting.set(saved);
-      std::vector<double> med;
-      for (auto& v : ms) {
-        std::sort(v.begin(), v.end());
-        med.push_back(v[v.size() / 2]);
-      }
       fmt::print("{:<10} {:>6}", variant, T);
-      for (double m : med) fmt::print(" {:>14.3f}", m);
-      for (std::size_t i = 1; i < med.size(); ++i) fmt::print(" {:>15.3f}x", med[0] / med[i]);
+      for (const auto& v : ms) fmt::print(" {:>14.3f}", median(v));
+      for (std::size_t i = 1; i < ms.size(); ++i) {
+        // Each round's speed-up, lowest to highest: how far one round's ratio moves.
+        std::vector<double> ratio;
+        for (int round = 0; round < rounds; ++round) ratio.push_back(ms[0][round] / ms[i][round]);
+        const auto [low, high] = std::minmax_element(ratio.begin(), ratio.end());
+        fmt::print(" {:>15.3f}x {:>11}", median(ms[0]) / median(ms[i]),
+                   fmt::format("{:.2f}-{:.2f}", *low, *high));
+      }
       fmt::print("\n");
     }
 }
@@ -194,12 +214,21 @@ int main(int argc, char** argv) {
                     "(0: never), alternating round by round; comma-separated")
       ->delimiter(',')
       ->excludes("--pack-rows");
+  std::vector<std::int64_t> huge_mib;
+  bench::int_option(app, "--huge-pages-mib", huge_mib, 0, 1 << 20,
+                    "compare tensors in huge pages from these sizes in MiB (0: never), each "
+                    "round's layer and tensors allocated anew, alternating; comma-separated")
+      ->delimiter(',')
+      ->excludes("--pack-rows")
+      ->excludes("--conv-rows");
   int rounds = 3;
-  bench::rounds_option(app, rounds, "alternating rounds (with --pack-rows or --conv-rows only)");
+  bench::rounds_option(app, rounds,
+                       "alternating rounds (with --pack-rows, --conv-rows or --huge-pages-mib)");
   app.callback([&] {
-    const bool comparing = !pack_rows.empty() || !conv_rows.empty();
+    const bool comparing = !pack_rows.empty() || !conv_rows.empty() || !huge_mib.empty();
     if (comparing && json)
-      throw cli::UsageError("--json: not supported with --pack-rows or --conv-rows");
+      throw cli::UsageError(
+          "--json: not supported with --pack-rows, --conv-rows or --huge-pages-mib");
     // Before anything is allocated: the largest layer and its tensors (one at a time).
     bench::Footprint largest;
     for (const auto& v : variants)
@@ -218,6 +247,12 @@ int main(int argc, char** argv) {
       compare(D, F, token_counts, budget, variants, precision,
               {"products as a 1x1 convolution from", matmul_conv_min_rows, set_matmul_conv_min_rows,
                conv_rows},
+              rounds);
+    else if (!huge_mib.empty())
+      compare(D, F, token_counts, budget, variants, precision,
+              {"tensors in huge pages from (MiB)", [] { return huge_page_min_bytes() >> 20; },
+               [](std::int64_t mib) { set_huge_page_min_bytes(mib << 20); }, huge_mib,
+               /*at_allocation=*/true},
               rounds);
     else
       run(D, F, token_counts, budget, json, variants, dtype);

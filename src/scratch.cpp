@@ -5,9 +5,21 @@
 
 namespace ffnlab {
 
+namespace {
+
+std::array<Tensor, static_cast<std::size_t>(Scratch::count)>& slots() {
+  thread_local std::array<Tensor, static_cast<std::size_t>(Scratch::count)> mine;
+  return mine;
+}
+
+}  // namespace
+
 Tensor& scratch(Scratch slot) {
-  thread_local std::array<Tensor, static_cast<std::size_t>(Scratch::count)> slots;
-  return slots[static_cast<std::size_t>(slot)];
+  return slots()[static_cast<std::size_t>(slot)];
+}
+
+void release_scratch() {
+  for (Tensor& t : slots()) t = Tensor();
 }
 
 Tensor& scratch(Scratch slot, const Shape& shape) {

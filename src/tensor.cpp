@@ -1,11 +1,18 @@
 // Tensor storage, views and conversions.
 #include "ffnlab/tensor.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 #include "check.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/ops/dispatch.hpp"
 
 namespace ffnlab {
 
@@ -28,13 +35,73 @@ std::int64_t shape_numel(const Shape& shape) {
   return shape.empty() ? 0 : n;
 }
 
-static std::shared_ptr<std::byte> allocate(std::size_t bytes) {
-  // 64-byte alignment: one cache line, one AVX-512 register.
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FFNLAB_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FFNLAB_ADDRESS_SANITIZER 1
+#endif
+#endif
+
+#if defined(FFNLAB_ADDRESS_SANITIZER)
+// AddressSanitizer checks the bounds of what the allocator hands out, not of mappings of one's
+// own: under it every tensor comes from the allocator unless a test asks otherwise.
+constexpr std::int64_t kDefaultHugePageMin = 0;
+#else
+constexpr std::int64_t kDefaultHugePageMin = dispatch::kHugePageMinBytes;
+#endif
+std::atomic<std::int64_t> huge_page_min{kDefaultHugePageMin};
+
+#if defined(__linux__)
+constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
+
+// A mapping of its own for `bytes`: 2 MiB-aligned and advised for transparent huge pages, so the
+// kernel backs each whole aligned 2 MiB of it with one page where it can, the rest with small
+// pages (it holds no more memory than its pages' worth of bytes). Fresh mappings read as zeros.
+// Null where the system refuses the mapping.
+std::shared_ptr<std::byte> map_huge(std::size_t bytes) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const std::uintptr_t length = (bytes + page - 1) / page * page;
+  const std::uintptr_t span = length + kHugePage;  // room to align the start
+  void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) munmap(p, aligned - start);
+  const std::uintptr_t end = aligned + length;
+  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+  auto* data = reinterpret_cast<std::byte*>(aligned);
+  madvise(data, length, MADV_HUGEPAGE);  // advice: the kernel ignores it where THP is off
+  return std::shared_ptr<std::byte>(data, [length](std::byte* q) { munmap(q, length); });
+}
+#endif
+
+// Zeroed storage for `bytes`: from huge_page_min_bytes() a mapping of its own (map_huge), below
+// it (or where the system has no such mappings) the C++ allocator's, 64-byte aligned: one cache
+// line, one AVX-512 register.
+std::shared_ptr<std::byte> allocate(std::size_t bytes) {
+#if defined(__linux__)
+  const std::int64_t from = huge_page_min.load(std::memory_order_relaxed);
+  if (from > 0 && bytes >= static_cast<std::size_t>(from))
+    if (auto mapped = map_huge(bytes)) return mapped;
+#endif
   std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   if (!p) fail_system("[tensor] out of memory allocating {} bytes", bytes);
   std::memset(p, 0, rounded);
   return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+}
+
+}  // namespace
+
+std::int64_t huge_page_min_bytes() {
+  return huge_page_min.load(std::memory_order_relaxed);
+}
+
+void set_huge_page_min_bytes(std::int64_t bytes) {
+  huge_page_min.store(bytes < 0 ? 0 : bytes, std::memory_order_relaxed);
 }
 
 static void check_shape(const Shape& shape) {

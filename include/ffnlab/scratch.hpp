@@ -27,15 +27,17 @@ enum class Scratch : int {
   block_d1,  // TransformerBlock: the backward's three gradients [T, D]
   block_d2,
   block_d3,
-  moe_dop,        // MoEFFN: dL/d(expert outputs), permuted rows [R, D]
-  moe_dhp,        // MoEFFN: dL/dh, permuted rows [R, F]
-  moe_dap,        // MoEFFN: dL/da, permuted rows [R, in_width]
-  moe_dxp,        // MoEFFN: dL/dx, permuted rows [R, D]
-  moe_dx_router,  // MoEFFN: the router's part of dL/dx [T, D]
-  moe_dx_extra,   // MoEFFN: noisy top-k's or the shared gate's part of dL/dx [T, D]
-  moe_dshared,    // MoEFFN: dL/d(shared expert output) [T, D]
-  moe_dx_shared,  // MoEFFN: the shared expert's part of dL/dx [T, D]
-  grad_bf16,      // any layer: a gradient converted once for its two bf16 products (bf16)
+  moe_dop,            // MoEFFN: dL/d(expert outputs), permuted rows [R, D]
+  moe_dhp,            // MoEFFN: dL/dh, permuted rows [R, F]
+  moe_dap,            // MoEFFN: dL/da, permuted rows [R, in_width]
+  moe_dxp,            // MoEFFN: dL/dx, permuted rows [R, D]
+  moe_dx_router,      // MoEFFN: the router's part of dL/dx [T, D]
+  moe_dx_extra,       // MoEFFN: noisy top-k's or the shared gate's part of dL/dx [T, D]
+  moe_dshared,        // MoEFFN: dL/d(shared expert output) [T, D]
+  moe_dx_shared,      // MoEFFN: the shared expert's part of dL/dx [T, D]
+  grad_bf16,          // any layer: a gradient converted once for its two bf16 products (bf16)
+  conv_weights,       // matmul: a product's b in the 1x1 convolution's layout (bytes, as f32 words)
+  matmul_scratchpad,  // matmul: oneDNN's scratchpad for the running primitive (bytes, as words)
   count
 };
 
@@ -44,5 +46,8 @@ Tensor& scratch(Scratch slot, const Shape& shape);
 // The calling thread's tensor of `slot` as it is, for a caller that gives it its shape and type
 // (Tensor::assign_converted).
 Tensor& scratch(Scratch slot);
+// Frees the calling thread's tensors of every slot (a benchmark that compares how tensors are
+// allocated gives each setting fresh ones).
+void release_scratch();
 
 }  // namespace ffnlab

@@ -34,6 +34,13 @@ inline float bf16_to_f32(std::uint16_t value) {
 // dst[i] = the f32 value of src[i] rounded to bf16 (what a bf16 product multiplies).
 void round_to_bf16(float* dst, const float* src, std::int64_t n);
 
+// Tensors of at least huge_page_min_bytes() bytes take a mapping of their own, 2 MiB-aligned and
+// advised for transparent huge pages (Linux): the large products walk fewer page-table entries
+// (dispatch::kHugePageMinBytes says what that measured). 0: never. set_huge_page_min_bytes
+// changes it for benchmarks; it applies to tensors allocated afterwards.
+std::int64_t huge_page_min_bytes();
+void set_huge_page_min_bytes(std::int64_t bytes);
+
 using Shape = std::vector<std::int64_t>;
 std::string shape_string(const Shape& shape);
 std::int64_t shape_numel(const Shape& shape);

@@ -16,15 +16,17 @@ ffnlab.torch wraps a layer as a torch.nn.Module (imported on demand: it needs to
 """
 from . import _ffnlab
 from ._ffnlab import (FFN, TransformerLM, __version__, activation_names, config, from_hf,
-                      get_conv_min_rows, get_threads, get_weight_packing_min_rows, params,
-                      set_conv_min_rows, set_threads, set_weight_packing_min_rows,
+                      get_conv_min_rows, get_huge_page_min_bytes, get_threads,
+                      get_weight_packing_min_rows, params, set_conv_min_rows,
+                      set_huge_page_min_bytes, set_threads, set_weight_packing_min_rows,
                       training_batches, variant_names)
 from .progress import TextProgress
 
 __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_names", "config",
-           "evolve", "from_hf", "get_conv_min_rows", "get_threads",
-           "get_weight_packing_min_rows", "params", "set_conv_min_rows", "set_threads",
-           "set_weight_packing_min_rows", "train", "training_batches", "variant_names"]
+           "evolve", "from_hf", "get_conv_min_rows", "get_huge_page_min_bytes", "get_threads",
+           "get_weight_packing_min_rows", "params", "set_conv_min_rows",
+           "set_huge_page_min_bytes", "set_threads", "set_weight_packing_min_rows", "train",
+           "training_batches", "variant_names"]
 
 
 def _progress(progress, function):

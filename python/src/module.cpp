@@ -5,6 +5,7 @@
 //   set_threads(n), get_threads()
 //   set_weight_packing_min_rows(rows), get_weight_packing_min_rows()
 //   set_conv_min_rows(rows), get_conv_min_rows()
+//   set_huge_page_min_bytes(bytes), get_huge_page_min_bytes()
 // ffnlab::Error arrives as ValueError, ffnlab::SystemError as OSError, with the same one-line
 // message. The GIL is released around the C++ work.
 #include <fmt/format.h>
@@ -523,31 +524,30 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       },
       py::arg("n"), "OpenMP threads for the layers' work");
   m.def("get_threads", [] { return omp_get_max_threads(); });
-  m.def(
-      "set_weight_packing_min_rows",
-      [](std::int64_t rows) {
-        if (rows < 0)
-          throw py::value_error(fmt::format(
-              "[python] set_weight_packing_min_rows({}): rows must be 0 (never) or more", rows));
-        set_weight_packing_min_rows(rows);
-      },
-      py::arg("rows"),
-      "Training products of this many rows or more read their weights packed in oneDNN's own "
-      "layout (0: never)");
-  m.def("get_weight_packing_min_rows", [] { return weight_packing_min_rows(); });
-  m.def(
-      "set_conv_min_rows",
-      [](std::int64_t rows) {
-        if (rows < 0)
-          throw py::value_error(
-              fmt::format("[python] set_conv_min_rows({}): rows must be 0 (never) or more", rows));
-        set_matmul_conv_min_rows(rows);
-      },
-      py::arg("rows"),
-      "Forward and input-gradient products of this many rows or more run as oneDNN's 1x1 "
-      "convolution instead of its matmul (0: never); by default from 512 rows where oneDNN's "
-      "f32 products are not 512-bit, never elsewhere");
-  m.def("get_conv_min_rows", [] { return matmul_conv_min_rows(); });
+  // The thresholds from which a path is taken: set_<name>(n) (0: never) and get_<name>().
+  auto threshold = [&m](const char* name, const char* unit, void (*set)(std::int64_t),
+                        std::int64_t (*get)(), const char* doc) {
+    m.def(
+        fmt::format("set_{}", name).c_str(),
+        [name, unit, set](std::int64_t n) {
+          if (n < 0)
+            throw py::value_error(
+                fmt::format("[python] set_{}({}): {} must be 0 (never) or more", name, n, unit));
+          set(n);
+        },
+        py::arg(unit), doc);
+    m.def(fmt::format("get_{}", name).c_str(), get);
+  };
+  threshold("weight_packing_min_rows", "rows", set_weight_packing_min_rows, weight_packing_min_rows,
+            "Training products of this many rows or more read their weights packed in oneDNN's "
+            "own layout (0: never)");
+  threshold("conv_min_rows", "rows", set_matmul_conv_min_rows, matmul_conv_min_rows,
+            "Forward and input-gradient products of this many rows or more run as oneDNN's 1x1 "
+            "convolution instead of its matmul (0: never); by default from 512 rows where "
+            "oneDNN's f32 products are not 512-bit, never elsewhere");
+  threshold("huge_page_min_bytes", "bytes", set_huge_page_min_bytes, huge_page_min_bytes,
+            "Tensors of this many bytes or more, allocated from now on, take a mapping of their "
+            "own advised for transparent huge pages (0: never; Linux)");
   add_study(m);
 }
 

@@ -376,3 +376,30 @@ def test_products_as_a_convolution_train_like_matmuls():
     # From get_conv_min_rows() rows the forward and input-gradient products run as oneDNN's 1x1
     # convolution instead of its matmul.
     _train_alike_at_each(ffnlab.set_conv_min_rows, ffnlab.get_conv_min_rows, "gelu", 8)
+
+
+def test_layers_in_huge_pages_train_exactly_as_in_small_ones():
+    # From get_huge_page_min_bytes() bytes a tensor takes a mapping advised for huge pages:
+    # where its memory lies changes no value.
+    saved = ffnlab.get_huge_page_min_bytes()
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((40, 16)).astype(np.float32)
+    dy = rng.standard_normal((40, 16)).astype(np.float32)
+    results = []
+    try:
+        for size in (0, 16):
+            ffnlab.set_huge_page_min_bytes(size)
+            assert ffnlab.get_huge_page_min_bytes() == size
+            layer = ffnlab.FFN(variant="swiglu", d_model=16, d_ff=24, seed=3)
+            y = layer.forward(x, train=True)
+            dx = layer.backward(dy)
+            results.append((y, dx, layer.grads()))
+    finally:
+        ffnlab.set_huge_page_min_bytes(saved)
+    (y0, dx0, g0), (y1, dx1, g1) = results
+    np.testing.assert_array_equal(y1, y0)
+    np.testing.assert_array_equal(dx1, dx0)
+    for name in g0:
+        np.testing.assert_array_equal(g1[name], g0[name], err_msg=name)
+    with pytest.raises(ValueError, match="bytes must be 0"):
+        ffnlab.set_huge_page_min_bytes(-1)

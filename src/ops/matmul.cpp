@@ -30,6 +30,7 @@
 
 #include "check.hpp"
 #include "ffnlab/ops/dispatch.hpp"
+#include "ffnlab/scratch.hpp"
 #include "row_threshold.hpp"
 
 namespace ffnlab {
@@ -129,7 +130,7 @@ memory::desc matrix_desc(std::int64_t batch, std::int64_t rows, std::int64_t col
 
 // Grow-only per-thread scratch for the converted inputs (bf16, or bf16-rounded f32).
 template <typename T>
-T* scratch(int slot, std::int64_t n) {
+T* conversion_buffer(int slot, std::int64_t n) {
   thread_local std::vector<T> buffers[2];
   auto& b = buffers[slot];
   if (static_cast<std::int64_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
@@ -322,17 +323,26 @@ dnnl::stream& thread_stream() {
 const void* operand(const Tensor& t, int slot, bool bf16, bool native_bf16) {
   if (native_bf16) {
     if (t.dtype() == DType::bf16) return t.bf16();
-    std::uint16_t* t16 = scratch<std::uint16_t>(slot, t.numel());
+    std::uint16_t* t16 = conversion_buffer<std::uint16_t>(slot, t.numel());
     to_bf16(t16, t.f32(), t.numel());
     return t16;
   }
   if (!bf16) return t.f32();
-  float* rounded = scratch<float>(slot, t.numel());
+  float* rounded = conversion_buffer<float>(slot, t.numel());
   if (t.dtype() == DType::bf16)
     widen_bf16(rounded, t.bf16(), t.numel());
   else
     round_to_bf16(rounded, t.f32(), t.numel());
   return rounded;
+}
+
+// At least `bytes` of the calling thread's tensor of `slot` (grow-only: a smaller request keeps
+// the memory).
+void* byte_scratch(Scratch slot, std::size_t bytes) {
+  Tensor& t = scratch(slot);
+  const auto words = static_cast<std::int64_t>((bytes + 3) / 4);
+  if (!t.defined() || t.numel() < words) t = Tensor({words});
+  return t.f32();
 }
 
 // Runs a primitive on a, b (plain, packed or reordered memory) and c, with this thread's stream
@@ -345,14 +355,11 @@ void run(const Entry& entry, const memory& a_mem, const memory& b_mem, Tensor& c
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   if (opt.bias)
     args.emplace(DNNL_ARG_BIAS, memory(entry.bias, eng, const_cast<float*>(opt.bias->f32())));
-  thread_local std::vector<std::byte> scratchpad;
-  if (entry.scratchpad_bytes > 0) {
-    if (scratchpad.size() < entry.scratchpad_bytes) scratchpad.resize(entry.scratchpad_bytes);
+  if (entry.scratchpad_bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD,
                  memory(memory::desc({static_cast<memory::dim>(entry.scratchpad_bytes)},
                                      memory::data_type::u8, memory::dims{1}),
-                        eng, scratchpad.data()));
-  }
+                        eng, byte_scratch(Scratch::matmul_scratchpad, entry.scratchpad_bytes)));
   dnnl::stream& stream = thread_stream();
   entry.prim.execute(stream, args);
   stream.wait();
@@ -377,11 +384,8 @@ void conv_product(const Entry& entry, Tensor& c, const Tensor& a, const Tensor& 
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
   const dnnl::engine& eng = engine().engine;
-  thread_local std::vector<std::byte> blocked;
-  const std::size_t bytes = entry.weights.get_size();
-  if (blocked.size() < bytes) blocked.resize(bytes);
   memory stored(entry.stored, eng, const_cast<void*>(operand(b, 1, bf16, false)));
-  memory weights(entry.weights, eng, blocked.data());
+  memory weights(entry.weights, eng, byte_scratch(Scratch::conv_weights, entry.weights.get_size()));
   dnnl::stream& stream = thread_stream();
   entry.to_weights.execute(stream, stored, weights);
   conv_products.fetch_add(1, std::memory_order_relaxed);

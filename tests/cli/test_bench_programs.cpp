@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -251,21 +252,52 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
   }
 }
 
+// The rows of a bench_ffn comparison of two values for these variants: each one's speed-up and
+// its rounds' lowest and highest, checked to hold the median speed-up between them (a ratio of
+// medians lies between the rounds' ratios).
+int comparison_rows(const std::string& out, const std::vector<std::string>& variants) {
+  const std::regex row(R"(^(\w+) +\d+ +[\d.]+ +[\d.]+ +([\d.]+)x +([\d.]+)-([\d.]+)$)");
+  std::istringstream lines(out);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, row) ||
+        std::find(variants.begin(), variants.end(), m[1].str()) == variants.end())
+      continue;
+    const double speed_up = std::stod(m[2]), low = std::stod(m[3]), high = std::stod(m[4]);
+    EXPECT_LE(low, high) << line;
+    EXPECT_LE(low, speed_up + 0.005) << line;
+    EXPECT_LE(speed_up, high + 0.005) << line;
+    ++rows;
+  }
+  return rows;
+}
+
 // bench_ffn --conv-rows times whole layers with the products as a matmul and as a convolution, one
-// row per variant and token count, with each setting's time and the speed-up.
+// row per variant and token count, with each setting's time, the speed-up and its rounds' range.
 TEST_F(BenchPrograms, FfnComparesTheConvolutionWithTheMatmul) {
   const Outcome r = run(kFfn,
                         "--d-model 16 --d-ff 32 --tokens 8,40 --variants relu,swiglu "
                         "--conv-rows 0,16 --rounds 2 --seconds 0.001");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("products as a 1x1 convolution from each row count"), std::string::npos)
+  EXPECT_NE(r.out.find("products as a 1x1 convolution from each value"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("speed-up, 16"), std::string::npos) << r.out;
-  std::istringstream lines(r.out);
-  int rows = 0;
-  for (std::string line; std::getline(lines, line);)
-    rows += (line.rfind("relu ", 0) == 0 || line.rfind("swiglu ", 0) == 0) && line.back() == 'x';
-  EXPECT_EQ(rows, 4) << r.out;
+  EXPECT_EQ(comparison_rows(r.out, {"relu", "swiglu"}), 4) << r.out;
+}
+
+// bench_ffn --huge-pages-mib does the same for the size from which tensors take huge pages, each
+// round's layer allocated under each value; it cannot be mixed with the other comparisons.
+TEST_F(BenchPrograms, FfnComparesTensorsInHugePagesWithoutThem) {
+  const Outcome r = run(kFfn,
+                        "--d-model 256 --d-ff 2048 --tokens 8 --variants gelu "
+                        "--huge-pages-mib 0,1 --rounds 3 --seconds 0.001");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("tensors in huge pages from (MiB) each value"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("speed-up, 1"), std::string::npos) << r.out;
+  EXPECT_EQ(comparison_rows(r.out, {"gelu"}), 1) << r.out;
+  const Outcome mixed = run(kFfn, "--huge-pages-mib 0,4 --conv-rows 0,512");
+  EXPECT_EQ(mixed.status, 2) << mixed.err;
 }
 
 // bench_libraries against OpenBLAS: every product in the table with the matmul's, the

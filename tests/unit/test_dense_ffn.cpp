@@ -11,6 +11,7 @@
 #include "ffnlab/layers/ref/dense_ffn_ref.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
+#include "ffnlab/scratch.hpp"
 
 using namespace ffnlab;
 
@@ -296,6 +297,34 @@ TEST(DenseFFN, PrecisionChangedBeforeTheBackwardIsAnError) {
         }
       },
       Error);
+}
+
+// A layer whose tensors, workspaces included, all take huge-page mappings (from 16 bytes) trains
+// to the same bits as one whose tensors come from the allocator: where memory lies changes no
+// value.
+TEST(DenseFFN, TensorsInHugePagesTrainToTheSameBits) {
+  const auto saved = huge_page_min_bytes();
+  std::uint64_t seed = 2300;
+  for (const FFNConfig& c : configs()) {
+    const Tensor x = test::random_tensor({40, c.d_model}, seed++);
+    const Tensor dy = test::random_tensor({40, c.d_model}, seed++);
+    Tensor y[2], dx[2], grads[2];
+    for (int huge = 0; huge < 2; ++huge) {
+      set_huge_page_min_bytes(huge ? 16 : 0);
+      release_scratch();
+      DenseFFN ffn(c, seed);
+      ffn.forward(y[huge], x, true);
+      ffn.backward(dx[huge], dy);
+      grads[huge] = ffn.parameters().grads().clone();
+    }
+    set_huge_page_min_bytes(saved);
+    release_scratch();
+    ++seed;
+    for (auto* pair : {y, dx, grads}) {
+      ASSERT_EQ(pair[0].numel(), pair[1].numel()) << describe(c);
+      EXPECT_EQ(std::memcmp(pair[0].f32(), pair[1].f32(), pair[0].nbytes()), 0) << describe(c);
+    }
+  }
 }
 
 // From weight_packing_min_rows() rows a training layer reads its weights packed (the forward's

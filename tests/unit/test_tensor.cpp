@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <fstream>
 #include <limits>
+#include <sstream>
+#include <string>
 
 #include "ffnlab/error.hpp"
 #include "ffnlab/scratch.hpp"
@@ -85,6 +89,67 @@ TEST(Scratch, OneTensorPerSlotReshapedOnUse) {
   Tensor& other = scratch(Scratch::ffn_da, {4, 3});  // another slot: other memory
   EXPECT_NE(other.f32(), storage);
   EXPECT_EQ(scratch(Scratch::ffn_dh, {2, 5}).shape(), (Shape{2, 5}));
+}
+
+TEST(Scratch, ReleaseFreesEverySlotOfTheThread) {
+  scratch(Scratch::ffn_dh, {4, 3});
+  scratch(Scratch::conv_weights, {8});
+  release_scratch();
+  EXPECT_FALSE(scratch(Scratch::ffn_dh).defined());
+  EXPECT_FALSE(scratch(Scratch::conv_weights).defined());
+}
+
+namespace {
+
+// Sets huge_page_min_bytes() for a test and restores it.
+struct HugePagesFrom {
+  std::int64_t saved = huge_page_min_bytes();
+  explicit HugePagesFrom(std::int64_t bytes) { set_huge_page_min_bytes(bytes); }
+  ~HugePagesFrom() { set_huge_page_min_bytes(saved); }
+};
+
+// The VmFlags line of the mapping holding `p` in /proc/self/smaps ("" if none is found).
+std::string vm_flags_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t from = 0, to = 0;
+    char dash = 0;
+    std::istringstream range(line);
+    if (range >> std::hex >> from >> dash >> to && dash == '-') inside = from <= at && at < to;
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Tensor, LargeTensorsTakeMappingsAdvisedForHugePages) {
+  HugePagesFrom from(std::int64_t{1} << 20);
+  const std::int64_t n = (std::int64_t{3} << 20) / 4 + 5;  // 3 MiB and a little: 1 MiB and up
+  Tensor t({n});
+  const float* data = t.f32();
+#if defined(__linux__)
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(data) % (std::uintptr_t{2} << 20), 0u);
+  EXPECT_NE(vm_flags_at(data).find(" hg"), std::string::npos) << vm_flags_at(data);
+#endif
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], 0.0f) << i;  // zeroed, as any tensor
+  t.f32()[n - 1] = 3.0f;  // the whole of it is writable
+  Tensor copy = t.clone();
+  EXPECT_EQ(copy.f32()[n - 1], 3.0f);
+  Tensor small({8});  // below the threshold: the allocator's memory, not advised
+#if defined(__linux__)
+  EXPECT_EQ(vm_flags_at(small.f32()).find(" hg"), std::string::npos);
+#endif
+  set_huge_page_min_bytes(0);  // never
+  Tensor plain({n});
+#if defined(__linux__)
+  EXPECT_EQ(vm_flags_at(plain.f32()).find(" hg"), std::string::npos);
+#endif
+  EXPECT_EQ(plain.f32()[n - 1], 0.0f);
+  set_huge_page_min_bytes(-3);
+  EXPECT_EQ(huge_page_min_bytes(), 0);
 }
 
 TEST(Tensor, BorrowWritesInPlaceAndNeverFreesOrReallocatesTheCallersMemory) {
