@@ -2,7 +2,8 @@
 // layer's backward runs, and what only a forward reads (attention's projections) only while that
 // forward runs, so a model of L layers needs one set of them, not L (the attention
 // probabilities' gradient alone is B·H·S² floats per layer). One set per thread and
-// slot; a slot's tensor is reshaped (and reallocated only when its shape changes) on each use.
+// slot; a slot's tensor is reshaped (and reallocated only when its shape changes) on each use,
+// except matmul's, which only grow.
 // A caller must not hold a slot across a call that may use the same slot: each layer kind has
 // slots of its own, so an MoE's shared expert (a DenseFFN) may run inside the MoE's backward.
 #pragma once
@@ -27,17 +28,20 @@ enum class Scratch : int {
   block_d1,  // TransformerBlock: the backward's three gradients [T, D]
   block_d2,
   block_d3,
-  moe_dop,            // MoEFFN: dL/d(expert outputs), permuted rows [R, D]
-  moe_dhp,            // MoEFFN: dL/dh, permuted rows [R, F]
-  moe_dap,            // MoEFFN: dL/da, permuted rows [R, in_width]
-  moe_dxp,            // MoEFFN: dL/dx, permuted rows [R, D]
-  moe_dx_router,      // MoEFFN: the router's part of dL/dx [T, D]
-  moe_dx_extra,       // MoEFFN: noisy top-k's or the shared gate's part of dL/dx [T, D]
-  moe_dshared,        // MoEFFN: dL/d(shared expert output) [T, D]
-  moe_dx_shared,      // MoEFFN: the shared expert's part of dL/dx [T, D]
-  grad_bf16,          // any layer: a gradient converted once for its two bf16 products (bf16)
-  conv_weights,       // matmul: a product's b in the 1x1 convolution's layout (bytes, as f32 words)
-  matmul_scratchpad,  // matmul: oneDNN's scratchpad for the running primitive (bytes, as words)
+  moe_dop,        // MoEFFN: dL/d(expert outputs), permuted rows [R, D]
+  moe_dhp,        // MoEFFN: dL/dh, permuted rows [R, F]
+  moe_dap,        // MoEFFN: dL/da, permuted rows [R, in_width]
+  moe_dxp,        // MoEFFN: dL/dx, permuted rows [R, D]
+  moe_dx_router,  // MoEFFN: the router's part of dL/dx [T, D]
+  moe_dx_extra,   // MoEFFN: noisy top-k's or the shared gate's part of dL/dx [T, D]
+  moe_dshared,    // MoEFFN: dL/d(shared expert output) [T, D]
+  moe_dx_shared,  // MoEFFN: the shared expert's part of dL/dx [T, D]
+  grad_bf16,      // any layer: a gradient converted once for its two bf16 products (bf16)
+  // matmul's own, grow-only byte buffers (as f32 words), held only inside one matmul call:
+  matmul_a,           // a converted for a bf16 product
+  matmul_b,           // b converted for a bf16 product
+  conv_weights,       // b in the 1x1 convolution's layout
+  matmul_scratchpad,  // oneDNN's scratchpad for the running primitive
   count
 };
 

@@ -337,32 +337,35 @@ def test_soft_moe_mixes_every_token_into_every_slot():
     assert layer.grads()["gate.scale"][0] != 0
 
 
-def _train_alike_at_each(set_rows, get_rows, variant, seed):
-    # A training layer's output, input gradient and weight gradients with a product setting at
-    # 0 (never) and at 16 rows: the same values up to the order of the sums.
-    saved = get_rows()
+def _train_alike_at_each(set_value, get_value, variant, seed, value=16, unit="rows",
+                         exact=False):
+    # A training layer's output, input gradient and weight gradients with a setting at 0 (never)
+    # and at `value`: the same values up to the order of the sums (exact: to the bit).
+    saved = get_value()
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((40, 16)).astype(np.float32)
     dy = rng.standard_normal((40, 16)).astype(np.float32)
     results = []
     try:
-        for rows in (0, 16):
-            set_rows(rows)
-            assert get_rows() == rows
+        for v in (0, value):
+            set_value(v)
+            assert get_value() == v
             layer = ffnlab.FFN(variant=variant, d_model=16, d_ff=24, seed=3)
             y = layer.forward(x, train=True)
             dx = layer.backward(dy)
             results.append((y, dx, layer.grads()))
     finally:
-        set_rows(saved)
+        set_value(saved)
     (y0, dx0, g0), (y1, dx1, g1) = results
-    np.testing.assert_allclose(y1, y0, rtol=0, atol=1e-5 * float(np.abs(y0).max()))
-    np.testing.assert_allclose(dx1, dx0, rtol=0, atol=1e-5 * float(np.abs(dx0).max()))
-    for name in g0:
-        np.testing.assert_allclose(g1[name], g0[name], rtol=0,
-                                   atol=1e-5 * float(np.abs(g0[name]).max()), err_msg=name)
-    with pytest.raises(ValueError, match="rows must be 0"):
-        set_rows(-1)
+    pairs = [(y1, y0, "y"), (dx1, dx0, "dx")] + [(g1[name], g0[name], name) for name in g0]
+    for got, want, name in pairs:
+        if exact:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()),
+                                       err_msg=name)
+    with pytest.raises(ValueError, match=f"{unit} must be 0"):
+        set_value(-1)
 
 
 def test_packed_weights_train_like_plain_ones():
@@ -381,25 +384,5 @@ def test_products_as_a_convolution_train_like_matmuls():
 def test_layers_in_huge_pages_train_exactly_as_in_small_ones():
     # From get_huge_page_min_bytes() bytes a tensor takes a mapping advised for huge pages:
     # where its memory lies changes no value.
-    saved = ffnlab.get_huge_page_min_bytes()
-    rng = np.random.default_rng(9)
-    x = rng.standard_normal((40, 16)).astype(np.float32)
-    dy = rng.standard_normal((40, 16)).astype(np.float32)
-    results = []
-    try:
-        for size in (0, 16):
-            ffnlab.set_huge_page_min_bytes(size)
-            assert ffnlab.get_huge_page_min_bytes() == size
-            layer = ffnlab.FFN(variant="swiglu", d_model=16, d_ff=24, seed=3)
-            y = layer.forward(x, train=True)
-            dx = layer.backward(dy)
-            results.append((y, dx, layer.grads()))
-    finally:
-        ffnlab.set_huge_page_min_bytes(saved)
-    (y0, dx0, g0), (y1, dx1, g1) = results
-    np.testing.assert_array_equal(y1, y0)
-    np.testing.assert_array_equal(dx1, dx0)
-    for name in g0:
-        np.testing.assert_array_equal(g1[name], g0[name], err_msg=name)
-    with pytest.raises(ValueError, match="bytes must be 0"):
-        ffnlab.set_huge_page_min_bytes(-1)
+    _train_alike_at_each(ffnlab.set_huge_page_min_bytes, ffnlab.get_huge_page_min_bytes,
+                         "swiglu", 9, unit="bytes", exact=True)

@@ -6,8 +6,8 @@
 // 1x1 kernel outruns its AVX2 GEMM (dispatch::kConvMinRows has the measurement). That path
 // reorders the second operand into the convolution's blocked weights layout, in per-thread
 // scratch, on every call (its time is inside what bench_libraries measures for the path), so
-// callers see the same matmul(). The scratch grows to the largest weight a thread reorders and is
-// kept for the thread's life, like the library's other per-thread scratch.
+// callers see the same matmul(). The scratch (a slot of ffnlab/scratch.hpp) grows to the largest
+// weight a thread reorders and is kept until the thread ends or releases its scratch.
 //
 // Threads may call matmul() at once (ranks as threads, Python layers with the GIL released): a
 // primitive is safe to execute concurrently, but oneDNN's library-managed scratchpad is one
@@ -128,13 +128,21 @@ memory::desc matrix_desc(std::int64_t batch, std::int64_t rows, std::int64_t col
   return memory::desc({batch, r, c}, dt, memory::dims{step, strides[0], strides[1]});
 }
 
-// Grow-only per-thread scratch for the converted inputs (bf16, or bf16-rounded f32).
+// At least `bytes` of the calling thread's tensor of `slot` (grow-only: a smaller request keeps
+// the memory).
+void* byte_scratch(Scratch slot, std::size_t bytes) {
+  Tensor& t = scratch(slot);
+  const auto words = static_cast<std::int64_t>((bytes + 3) / 4);
+  if (!t.defined() || t.numel() < words) t = Tensor({words});
+  return t.f32();
+}
+
+// The calling thread's scratch for a converted operand (bf16, or bf16-rounded f32) of n
+// elements: slot 0 for a, 1 for b.
 template <typename T>
 T* conversion_buffer(int slot, std::int64_t n) {
-  thread_local std::vector<T> buffers[2];
-  auto& b = buffers[slot];
-  if (static_cast<std::int64_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
-  return b.data();
+  return static_cast<T*>(byte_scratch(slot == 0 ? Scratch::matmul_a : Scratch::matmul_b,
+                                      static_cast<std::size_t>(n) * sizeof(T)));
 }
 
 void to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) {
@@ -334,15 +342,6 @@ const void* operand(const Tensor& t, int slot, bool bf16, bool native_bf16) {
   else
     round_to_bf16(rounded, t.f32(), t.numel());
   return rounded;
-}
-
-// At least `bytes` of the calling thread's tensor of `slot` (grow-only: a smaller request keeps
-// the memory).
-void* byte_scratch(Scratch slot, std::size_t bytes) {
-  Tensor& t = scratch(slot);
-  const auto words = static_cast<std::int64_t>((bytes + 3) / 4);
-  if (!t.defined() || t.numel() < words) t = Tensor({words});
-  return t.f32();
 }
 
 // Runs a primitive on a, b (plain, packed or reordered memory) and c, with this thread's stream

@@ -11,6 +11,7 @@
 #include "ffnlab/layers/ref/dense_ffn_ref.hpp"
 #include "ffnlab/ops/glu.hpp"
 #include "ffnlab/ops/linear.hpp"
+#include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/scratch.hpp"
 
 using namespace ffnlab;
@@ -301,9 +302,11 @@ TEST(DenseFFN, PrecisionChangedBeforeTheBackwardIsAnError) {
 
 // A layer whose tensors, workspaces included, all take huge-page mappings (from 16 bytes) trains
 // to the same bits as one whose tensors come from the allocator: where memory lies changes no
-// value.
+// value. Products as a convolution from 16 rows, so its blocked-weights scratch is mapped too.
 TEST(DenseFFN, TensorsInHugePagesTrainToTheSameBits) {
-  const auto saved = huge_page_min_bytes();
+  const auto saved_huge = huge_page_min_bytes();
+  const auto saved_conv = matmul_conv_min_rows();
+  set_matmul_conv_min_rows(16);
   std::uint64_t seed = 2300;
   for (const FFNConfig& c : configs()) {
     const Tensor x = test::random_tensor({40, c.d_model}, seed++);
@@ -316,8 +319,16 @@ TEST(DenseFFN, TensorsInHugePagesTrainToTheSameBits) {
       ffn.forward(y[huge], x, true);
       ffn.backward(dx[huge], dy);
       grads[huge] = ffn.parameters().grads().clone();
+#if defined(__linux__)
+      if (huge) {  // the mapped path taken: its starts are 2 MiB-aligned
+        for (const Tensor* t : {&ffn.parameters().values(), &y[huge], &scratch(Scratch::ffn_da)}) {
+          EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t->f32()) % (std::uintptr_t{2} << 20), 0u)
+              << describe(c);
+        }
+      }
+#endif
     }
-    set_huge_page_min_bytes(saved);
+    set_huge_page_min_bytes(saved_huge);
     release_scratch();
     ++seed;
     for (auto* pair : {y, dx, grads}) {
@@ -325,6 +336,7 @@ TEST(DenseFFN, TensorsInHugePagesTrainToTheSameBits) {
       EXPECT_EQ(std::memcmp(pair[0].f32(), pair[1].f32(), pair[0].nbytes()), 0) << describe(c);
     }
   }
+  set_matmul_conv_min_rows(saved_conv);
 }
 
 // From weight_packing_min_rows() rows a training layer reads its weights packed (the forward's

@@ -73,11 +73,9 @@ inline constexpr std::int64_t kPackingMinRows = 4096;
 // pages (huge_page_min_bytes): a 2 MiB page is one TLB entry where 4 KiB pages are 512, and a
 // layer's products stream through tens of MiB of activations and weights. Below it a tensor
 // shares the allocator's pages; the value itself is not measured against others (a tensor of
-// it holds at least two huge pages). Measured on
-// Zen 3 (AVX2) at 6400 tokens, forward+backward against no huge pages, two runs of 5 and 7
-// alternating rounds: ReLU 1.05x and 1.02x, SwiGLU 1.11x and 1.00x, ReGLU 1.05x and 0.99x, the
-// gated FFN 1.01x and 1.05x (single rounds 0.61-1.31x: at most a few percent, within this
-// machine's noise). Not measured on AVX-512. `bench_ffn --tokens 6400 --huge-pages-mib 0,4`.
+// it holds at least two huge pages). On Zen 3 (AVX2), forward+backward at 6400 tokens against
+// no huge pages, in two runs: medians 0.99-1.11x, within the noise of single rounds
+// (0.61-1.31x). Not measured on AVX-512. `bench_ffn --tokens 6400 --huge-pages-mib 0,4`.
 inline constexpr std::int64_t kHugePageMinBytes = std::int64_t{4} << 20;
 
 // Elementwise kernels (activations, their backward, the GLU mix): elements per OpenMP chunk,
