@@ -126,8 +126,11 @@ std::vector<Case> cases() {
       {kFfn, "--seconds inf", 2, "--seconds"},
       {kFfn, "--json --pack-rows 0", 2, "--json: not supported with --pack-rows"},
       {kFfn, "--conv-rows -1", 2, "--conv-rows"},
-      {kFfn, "--json --conv-rows 0", 2, "--json: not supported with --pack-rows or --conv-rows"},
+      {kFfn, "--json --conv-rows 0", 2, "--json: not supported with --pack-rows, --conv-rows"},
       {kFfn, "--pack-rows 0 --conv-rows 0", 2, "excludes"},
+      {kFfn, "--huge-pages-mib -1", 2, "--huge-pages-mib"},
+      {kFfn, "--json --huge-pages-mib 0", 2, "--json: not supported with"},
+      {kFfn, "--huge-pages-mib 0 --pack-rows 0", 2, "excludes"},
       {kFfn, "--tokens 4294967296", 1, "[bench_ffn] the largest layer"},
       {kFfn, "--variants gated --d-model 16777216 --d-ff 16777216", 1, "[bench_ffn]"},
       // bench_matmul
