@@ -21,6 +21,7 @@
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
 #include "ffnlab/analysis/speed.hpp"
+#include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/ops/linear.hpp"
@@ -76,11 +77,6 @@ struct Setting {
 // One layer per variant and token count (per value and round where the setting applies at
 // allocation), forward+backward timed once per value and round, the values alternating; the
 // median per value.
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void compare(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& token_counts,
              double budget, const std::vector<std::string>& variants, Precision precision,
              const Setting& setting, int rounds) {
