@@ -222,7 +222,9 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     fmt::print("{}\n", line);
     if (libs[l].conv) {
       if (all.empty())
-        fmt::print("  -> oneDNN has no AVX2 1x1 convolution kernel for these products here\n");
+        fmt::print(
+            "  -> the convolution did not run: ffnlab runs only oneDNN's AVX2 1x1 kernel as a "
+            "product, and oneDNN has none for these products on this CPU\n");
       else if (wins.empty())
         fmt::print(
             "  -> the convolution beats the matmul on no kind of product by more than {:.0f} %\n",
