@@ -162,7 +162,9 @@ def differences(a, b):
 
 def describe(r):
     m = r["machine"]
-    return f"{r['name']}: {m['cpu']} ({m['isa']}), {r['build']} build, commit {r['commit']}"
+    which = f", family {m['family']} model {m['model']}" if m.get("family") else ""
+    return (f"{r['name']}: {m['cpu']}{which} ({m['isa']}), {r['build']} build, "
+            f"commit {r['commit']}")
 
 
 SHORT = {

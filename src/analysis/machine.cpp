@@ -27,6 +27,8 @@ Machine detect() {
     key.erase(key.find_last_not_of(" \t") + 1);
     const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
     if (key == "model name" && m.cpu == "unknown" && !value.empty()) m.cpu = value;
+    if (key == "cpu family" && m.family == 0) m.family = std::atoi(value.c_str());
+    if (key == "model" && m.model == 0) m.model = std::atoi(value.c_str());
     if (key == "flags" && flags.empty()) flags = " " + value + " ";
     if (key == "vendor_id" && value == "AuthenticAMD") m.amd = true;
     if (key == "cpu MHz" && m.mhz == 0) m.mhz = std::atof(value.c_str());
@@ -68,8 +70,10 @@ bool nominal_peak_holds(double measured, int threads) {
 }
 
 std::string Machine::describe() const {
-  return fmt::format("{} ({}{}, {} processor{})", cpu, isa, bf16 ? " with bf16" : "", processors,
-                     processors == 1 ? "" : "s");
+  const std::string which =
+      family > 0 ? fmt::format(", family {} model {}", family, model) : std::string();
+  return fmt::format("{}{} ({}{}, {} processor{})", cpu, which, isa, bf16 ? " with bf16" : "",
+                     processors, processors == 1 ? "" : "s");
 }
 
 const Machine& this_machine() {

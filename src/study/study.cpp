@@ -262,10 +262,9 @@ json to_json(const Results& r) {
   json out = json::object();
   for (const Stage& s : stages())
     if (json j = s.to_json(r); !j.is_null()) out[std::string(s.key)] = std::move(j);
-  out["machine"] = {{"cpu", r.machine.cpu},
-                    {"isa", r.machine.isa},
-                    {"bf16", r.machine.bf16},
-                    {"processors", r.machine.processors}};
+  out["machine"] = {{"cpu", r.machine.cpu},     {"family", r.machine.family},
+                    {"model", r.machine.model}, {"isa", r.machine.isa},
+                    {"bf16", r.machine.bf16},   {"processors", r.machine.processors}};
   // The build: per-seed numbers move with it (float rounding), verdicts must not.
 #ifdef FFNLAB_MARCH_NATIVE
   out["build"] = {{"march_native", true}};

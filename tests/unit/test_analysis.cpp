@@ -1,9 +1,12 @@
 // Measured statistics and whole-model costs: the activation census on known tensors, and the
 // closed-form Transformer costs against the parameters of built models.
+#include <cpuid.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/machine.hpp"
@@ -243,6 +246,23 @@ TEST(Machine, NamesTheCpuAndItsVectorInstructions) {
   EXPECT_EQ(m.isa == "AVX-512", __builtin_cpu_supports("avx512f") != 0);
   EXPECT_NE(m.describe().find(m.isa), std::string::npos) << m.describe();
   EXPECT_EQ(&m, &this_machine());  // read once
+}
+
+// Its family and model, as /proc/cpuinfo gives them, against the CPUID instruction's leaf 1:
+// the numbers that tell a Zen 3 from a Zen 4 where a hypervisor names both "AMD EPYC".
+TEST(Machine, NamesTheCpuFamilyAndModel) {
+  const Machine& m = this_machine();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!std::ifstream("/proc/cpuinfo") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+    GTEST_SKIP() << "no /proc/cpuinfo or no CPUID leaf 1";
+  const unsigned base = (eax >> 8) & 0xf;
+  const unsigned family = base + (base == 0xf ? (eax >> 20) & 0xff : 0);
+  const unsigned model =
+      ((eax >> 4) & 0xf) | (base == 0xf || base == 6 ? ((eax >> 16) & 0xf) << 4 : 0);
+  EXPECT_EQ(m.family, static_cast<int>(family));
+  EXPECT_EQ(m.model, static_cast<int>(model));
+  EXPECT_NE(m.describe().find(fmt::format("family {} model {}", family, model)), std::string::npos)
+      << m.describe();
 }
 
 // A peak probe holds when every thread together reached 75 % of its cores at one thread's

@@ -9,6 +9,8 @@ namespace ffnlab {
 
 struct Machine {
   std::string cpu;     // /proc/cpuinfo's "model name" ("unknown" where there is none)
+  int family = 0;      // its "cpu family" and "model" (0: unknown); a hypervisor may show a
+  int model = 0;       // bare "AMD EPYC" as the name, and these still tell Zen 3 from Zen 4
   std::string isa;     // "AVX-512", "AVX2", or "other"
   bool bf16 = false;   // native bf16 dot products (avx512_bf16 or AMX)
   bool amx = false;    // AMX bf16 tiles (products no vector loop bounds)
@@ -16,7 +18,7 @@ struct Machine {
   bool amd = false;    // AuthenticAMD (Zen 4 runs a 512-bit FMA as two 256-bit halves)
   double mhz = 0;      // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
   int threads_per_core = 1;  // SMT: "siblings" over "cpu cores"
-  // "AMD EPYC (AVX-512 with bf16, 2 processors)"
+  // "AMD EPYC, family 25 model 17 (AVX-512 with bf16, 2 processors)"
   std::string describe() const;
 };
 
