@@ -183,8 +183,8 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     const double as_run =
         conv_ran && conv_rows > 0 && p.M >= conv_rows ? flops / median(seconds[1]) / 1e9 : onednn;
     for (std::size_t l = 0; l < libs.size(); ++l) {
-      // A convolution that did not run (this product, or oneDNN without its 1x1 kernel for the
-      // shape: the matmul served it) has no column.
+      // A convolution that did not run (this product, or oneDNN choosing a 1x1 kernel other than
+      // its AVX2 one for the shape: the matmul served it) has no column.
       if (libs[l].conv && !conv_ran) {
         line += fmt::format(" | {:>16} {:>5}", "-", "");
         continue;
@@ -224,7 +224,8 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
       if (all.empty())
         fmt::print(
             "  -> the convolution did not run: ffnlab runs only oneDNN's AVX2 1x1 kernel as a "
-            "product, and oneDNN has none for these products on this CPU\n");
+            "product, and oneDNN chose another for these products on this CPU (its AVX-512 one "
+            "where the CPU has AVX-512)\n");
       else if (wins.empty())
         fmt::print(
             "  -> the convolution beats the matmul on no kind of product by more than {:.0f} %\n",

@@ -222,8 +222,9 @@ Key make_key(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Tra
 // The convolution that computes c [M, N] = a [M, K] · op(b) (Path::conv): tokens as the width of
 // a 1-D convolution with channels last, so a is its source {1, K, M} and c its destination
 // {1, N, M} as stored; b its weights {N, K, 1} in the blocked layout the kernel chooses, with the
-// reorder into it from b as stored. Left empty where oneDNN has no AVX2 1x1 kernel for it (it
-// would fall back to a slower implementation): the product then stays a matmul.
+// reorder into it from b as stored. Left empty where oneDNN chooses a kernel other than its AVX2
+// 1x1 one (its AVX-512 kernel, whose matmul is as fast; or a slower fallback): the product then
+// stays a matmul.
 void make_conv(Entry& made, std::int64_t M, std::int64_t N, std::int64_t K, Trans tb,
                const MatmulOptions& opt, const dnnl::primitive_attr& attr,
                const dnnl::engine& eng) {
@@ -240,8 +241,7 @@ void make_conv(Entry& made, std::int64_t M, std::int64_t N, std::int64_t K, Tran
                                                           dnnl::algorithm::convolution_direct, src,
                                                           weights, dst, stride, none, none);
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
-  // Only the AVX2 kernel was measured (dispatch::kConvMinRows); an older CPU's 1x1 kernel stays
-  // a matmul.
+  // Only the AVX2 kernel was measured (dispatch::kConvMinRows); any other stays a matmul.
   if (std::string_view(pd.impl_info_str()).rfind("jit_1x1:avx2", 0) != 0) return;
   // b stored [K, N] (read as it is) or [N, K] (read transposed), as weights {N, K, 1}.
   const memory::desc stored({N, K, 1}, f32,
