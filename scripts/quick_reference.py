@@ -84,8 +84,11 @@ def main():
         f"Corpus: {r['data']['source']}, {r['data']['bytes']:,} bytes, fingerprint "
         f"`{r['data']['fingerprint']}`. The run took {r['seconds'] / 60:.1f} minutes on "
         f"{r['threads']} threads"
-        + (f" of {r['machine']['cpu']} ({r['machine']['isa']}"
-           f"{' with bf16' if r['machine']['bf16'] else ''})" if 'machine' in r else "")
+        + (f" of {r['machine']['cpu']}"
+           + (f", family {r['machine']['family']} model {r['machine']['model']}"
+              if r['machine'].get('family') else "")
+           + f" ({r['machine']['isa']}{' with bf16' if r['machine']['bf16'] else ''})"
+           if 'machine' in r else "")
         + ".\n")
     out.append("| variant | formula | params (one layer) | fwd matrix FLOPs/token | d_ff at "
                "equal params | speed, fwd+bwd of bare | validation bits/byte | vs ReLU | zero / "

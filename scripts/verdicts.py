@@ -204,12 +204,16 @@ def readme_block(data):
     def short(verdict):
         return verdict.replace(" than ReLU", "").replace(" to ReLU", "")
 
+    def num(x):
+        # Three decimals; four where a bound that is not 0 would round to 0.000.
+        return f"{x:+.4f}" if x != 0 and abs(x) < 0.0005 else f"{x:+.3f}"
+
     for label in labels:
         cs = [r["comparisons"].get(label) for r in same]
         c = next(c for c in reversed(cs) if c is not None)  # the newest record's numbers
         iv = c.get("interval")
-        diff = (f"{c['difference']:+.3f} [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv
-                else f"{c['difference']:+.3f}")
+        diff = (f"{num(c['difference'])} [{num(iv[0])}, {num(iv[1])}]" if iv
+                else num(c["difference"]))
         present = [x for x in cs if x is not None]
         if len({x["verdict"] for x in present}) > 1:
             finding = "no: " + "; ".join(f"{short(x['verdict'])} on {r['name']}"
@@ -222,7 +226,9 @@ def readme_block(data):
             finding = "yes"
         out.append(f"| {SHORT.get(label, label)} | {diff} | {c['seeds']} | {short(c['verdict'])} "
                    f"| {finding} |")
-    out += ["", END]
+    newest = same[-1]
+    out += ["", f"Differences, intervals and seeds: the newest record, {describe(newest)}.", "",
+            END]
     return "\n".join(out)
 
 

@@ -22,7 +22,8 @@ def results(isa, swiglu_verdict="better than ReLU", quick=False):
                 "val_bits_per_byte": [3.0] * seeds}
     return {
         "quick": quick, "full": False, "seconds": 2700.4,
-        "machine": {"cpu": "Some EPYC", "isa": isa, "bf16": False, "processors": 2},
+        "machine": {"cpu": "Some EPYC", "family": 25, "model": 17 if isa == "AVX-512" else 1,
+                    "isa": isa, "bf16": False, "processors": 2},
         "build": {"march_native": True},
         "training": {
             "config": {"steps": 600, "equivalence_margin": 0.02,
@@ -105,6 +106,7 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(status, 1)
         self.assertIn("swiglu: better than ReLU (-0.040 [-0.050, -0.030], 5 seeds) on "
                       "avx2-native; inconclusive", out)
+        self.assertIn("avx512-native: Some EPYC, family 25 model 17 (AVX-512)", out)
         self.assertNotIn("gelu:", out)
         status, out, _ = self.run_script("compare", "avx2-native", "avx2-native")
         self.assertEqual(status, 0)
@@ -123,6 +125,16 @@ class Verdicts(unittest.TestCase):
         self.assertTrue(gelu.endswith("| worse | yes |"), gelu)
         self.assertIn("| inconclusive | no: better on avx2-native; inconclusive on "
                       "avx512-native |", swiglu)
+        # The numbers are the newest record's, and the block says whose.
+        self.assertIn("the newest record, avx512-native: Some EPYC, family 25 model 17 (AVX-512), "
+                      "native build, commit b.", block)
+
+    def test_a_bound_near_zero_keeps_its_sign_and_a_digit(self):
+        r = results("AVX2")
+        r["training"]["variants"]["swiglu"]["paired_difference_to_relu_ci95"] = [-0.07, -0.00009]
+        self.run_script("record", self.write_results("a.json", r), "--commit", "a")
+        block = verdicts.readme_block(verdicts.load_records())
+        self.assertIn("| SwiGLU | -0.040 [-0.070, -0.0001] |", block)
 
     def test_the_block_is_short(self):
         self.run_script("record", self.write_results("a.json", results("AVX2")), "--commit", "a")
