@@ -36,19 +36,6 @@ const Program kLibraries{"bench_libraries", FFNLAB_BENCH_LIBRARIES};
 // Debian's OpenMP build of OpenBLAS (the test set of scripts/install-deps.sh installs it).
 const char* kOpenBlas = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0";
 
-// Whether /proc/cpuinfo lists the flag (avx2, avx512f, ...) for the first processor.
-bool cpu_has(const std::string& flag) {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    for (std::string w; words >> w;)
-      if (w == flag) return true;
-    return false;
-  }
-  return false;
-}
-
 // A number of 170 digits: CLI11's own range checks printed it as the whole message (exit 105).
 const std::string kHuge(170, '9');
 
@@ -332,7 +319,8 @@ TEST_F(BenchPrograms, LibrariesComparesOneDnnWithOpenBlas) {
   // and OpenBLAS's rates. The convolution serves no weight gradient, and runs at all only where
   // oneDNN picks its AVX2 1x1 kernel, the only one ffnlab runs as a product (ops/matmul.cpp): on
   // a CPU with AVX2 and no AVX-512.
-  const bool avx2_only = cpu_has("avx2") && !cpu_has("avx512f");
+  __builtin_cpu_init();
+  const bool avx2_only = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
   // ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) may cap oneDNN below the CPU's flags.
   const bool capped = std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA");
   std::istringstream lines(r.out);
