@@ -68,7 +68,7 @@ def ffnlab(a, variant, steps, seed, dtype, out, evaluate):
     cmd = [a.ffnlab, "train", "--variant", variant] + model_args(a, variant) + [
            "--steps", str(steps), "--seed", str(seed), "--threads", str(a.threads),
            "--dtype", dtype, "--eval-every", "0", "--sample", "0", "--data", a.data,
-           "--out", out]
+           "--out", out, "--force"]  # `out` is a scratch folder each run starts over in
     if not evaluate:
         cmd += ["--eval-tokens", "2048"]
     _, rss = run_measured(cmd, capture=False)

@@ -70,7 +70,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     sizes (unless given), seeds and steps that fit. progress: True for a text bar, False for none, or a callable
     progress(kind, done, planned, text, eta_seconds). An argument of another type or out of
     range is a ValueError naming it, before any work. Ctrl-C stops it (KeyboardInterrupt), also
-    while it draws the figures; nothing is written then, and an earlier report in `out` is kept.
+    while it draws the figures; the report is not written then (an earlier one in `out` is
+    kept), and the finished runs stay in `runs` for resume=True.
     """
     # Passed as given: the binding checks each one (a ValueError naming it and its value).
     options = dict(out=out, quick=quick, full=full, seeds=seeds, max_seeds=max_seeds,
@@ -86,7 +87,8 @@ def train(model, data, *, out=None, resume=None, force=False, progress=True, **s
     log, the periodic evaluations, the final validation and a summary as dicts.
 
     out: a run folder written as `ffnlab train --out` writes it (train_log.csv, eval_log.csv,
-    checkpoint/, summary.json). resume: a run folder to continue from, bit-identically (the
+    checkpoint/, summary.json); one that holds an earlier run is refused unless force=True.
+    resume: a run folder to continue from, bit-identically (the
     model must be the checkpoint's: TransformerLM.from_run(folder); other settings or other
     data need force=True); the run continues in that folder unless `out` names another. The GIL
     is released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt), with a

@@ -424,7 +424,7 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
     rq.given.push_back({name, fmt::format("{} = {}", name, j[name].dump())});
   }
   rq.train = train_config_from_json(j);
-  rq.names = {"out", "data", "steps =", "", "pass force=True"};
+  rq.names = {"out", "data", "steps =", "", "pass force=True", "resume="};
   // The yardstick of the run's FLOP utilisation (summary.json), as `ffnlab train` measures it,
   // for a run that writes a folder.
   rq.measure_bare = !rq.out.empty() || !rq.resume.empty();
@@ -574,7 +574,8 @@ docs/config.md (steps, batch, seq, lr, seed, ...). progress(kind, step, steps, t
 called after every step ("step") and evaluation ("eval"). out: a run folder to write as
 `ffnlab train --out` does (logs, checkpoint/, summary.json). resume: a run folder to continue
 from (its checkpoint's model must be this model's; settings given here that differ from the
-checkpoint's, or other data, need force=True). Returns {"steps": [...], "evals": [...],
+checkpoint's, or other data, need force=True). An out that holds an earlier run is refused
+unless it is the resumed run's folder or force=True. Returns {"steps": [...], "evals": [...],
 "validation": {...}, "summary": {...}}. Ctrl-C stops after the current step, with a checkpoint
 when out is given (KeyboardInterrupt).)");
   m.def(

@@ -97,6 +97,15 @@ def test_train_returns_its_logs_and_matches_the_command_line(corpus, tmp_path):
     assert [float(row["loss"]) for row in rows] == pytest.approx(
         [s["loss"] for s in log["steps"]], rel=0, abs=1e-6)
 
+    # A new run into that folder is refused, in Python's words, and changes nothing in it.
+    before = (out / "train_log.csv").read_text()
+    with pytest.raises(ValueError, match=r"holds an earlier run \(a checkpoint at step 5\): "
+                                         r"resume it \(resume=\), give another out, or pass "
+                                         r"force=True to start over in it"):
+        ffnlab.train(ffnlab.TransformerLM(variant="moe", seed=1, **SMALL), corpus, out=out,
+                     progress=False, **SETTINGS)
+    assert (out / "train_log.csv").read_text() == before
+
     # The same run into a folder writes what the command wrote, byte for byte but the timings:
     # the logs, and summary.json with its utilisation, measured the same way. The summary it
     # returns is the one it wrote.

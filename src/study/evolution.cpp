@@ -23,7 +23,7 @@ std::string measured(const VariantOutcome* o) {
   switch (o->verdict) {
     case Verdict::better:
     case Verdict::worse:
-      return std::string(verdict_text(o->verdict));
+      return verdict_text(o->verdict);
     case Verdict::equivalent:
       return "equivalent to ReLU within the margin";
     case Verdict::reference:

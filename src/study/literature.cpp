@@ -123,10 +123,9 @@ std::string literature_markdown(const Study& st, const Sections& sec) {
                     reference ? "—"
                               : fmt::format("{:+.3f} / {:+.3f}: {}", r.shazeer_diff_65k,
                                             r.shazeer_diff_524k, direction_text(r.shazeer)),
-                    reference ? "reference"
-                    : r.here->verdict == Verdict::inconclusive
-                        ? "undecided"
-                        : std::string(verdict_text(r.here->verdict)),
+                    reference                                  ? "reference"
+                    : r.here->verdict == Verdict::inconclusive ? "undecided"
+                                                               : verdict_text(r.here->verdict),
                     reference ? "—" : std::string(agreement_text(r.agreement))});
     if (reference) continue;
     (r.agreement == Agreement::agrees      ? agree

@@ -327,7 +327,7 @@ json moe_json(const Results& res) {
           {"verdict", o.verdict == Verdict::better       ? "better without the z-loss"
                       : o.verdict == Verdict::worse      ? "worse without the z-loss"
                       : o.verdict == Verdict::equivalent ? "equivalent within the margin"
-                      : o.verdict == Verdict::one_seed   ? "one seed: no interval"
+                      : o.verdict == Verdict::one_seed   ? verdict_text(Verdict::one_seed)
                                                          : "inconclusive"}};
     }
     for (const ExpertSpecialisation& layer : m.specialisation) {
@@ -422,7 +422,7 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
         o.verdict == Verdict::worse        ? "in this run the MoE LM is worse without the z-loss"
         : o.verdict == Verdict::better     ? "in this run the MoE LM is better without the z-loss"
         : o.verdict == Verdict::equivalent ? "in this run the two are equivalent within the margin"
-        : o.verdict == Verdict::one_seed   ? "one seed: no interval"
+        : o.verdict == Verdict::one_seed   ? verdict_text(Verdict::one_seed)
                                            : "in this run these seeds cannot tell them apart");
   }
   return md + "\n";

@@ -158,29 +158,10 @@ RoutingBehaviour mean_behaviour(const std::vector<RoutingBehaviour>& runs) {
   return m;
 }
 
-// The verdict against top-k, in the report's words.
-std::string_view against_topk(Verdict v) {
-  switch (v) {
-    case Verdict::reference:
-      return "reference";
-    case Verdict::better:
-      return "better than top-k";
-    case Verdict::worse:
-      return "worse than top-k";
-    case Verdict::equivalent:
-      return "equivalent to top-k within the margin";
-    case Verdict::inconclusive:
-      return "inconclusive";
-    case Verdict::one_seed:
-      return "one seed: no interval";
-  }
-  return "?";
-}
-
 std::string verdict_words(const VariantOutcome& o) {
   if (o.verdict == Verdict::inconclusive && o.seeds_to_decide > 0 && o.seeds_to_decide <= 1000)
     return fmt::format("inconclusive (about {} seeds would decide it)", o.seeds_to_decide);
-  return std::string(against_topk(o.verdict));
+  return verdict_text(o.verdict, "top-k");
 }
 
 std::string throughput_cell(const VariantOutcome& o, bool reference) {
@@ -454,7 +435,7 @@ json routing_json(const Results& res) {
         j["tokens_per_second_spread"] = o.tokens_per_second_spread;
         j["tokens_per_second_noisy"] = o.tokens_per_second_noisy;
       }
-      j["verdict"] = against_topk(o.verdict);
+      j["verdict"] = verdict_text(o.verdict, "top-k");
       out[row.objective][row.name] = std::move(j);
     }
     return out;

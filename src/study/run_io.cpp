@@ -137,6 +137,16 @@ RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
   }
 }
 
+std::int64_t RunStore::size() const {
+  std::int64_t n = 0;
+  std::error_code ec;
+  if (!enabled()) return 0;
+  // Never throws: a count for a message, which an unreadable folder makes 0.
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
+    n += is_record_file(it->path());
+  return n;
+}
+
 std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {
   const std::string key = run_key(job, fingerprint_);
   if (!kept_.contains(key)) return std::nullopt;

@@ -113,11 +113,23 @@ void Study::write(const std::string& name, const std::string& text) const {
   write_file_atomic(dir + "/" + name, text.data(), text.size());
 }
 
+namespace {
+// A stop's message with what it kept: the finished runs, which --resume takes instead of
+// training them again.
+Interrupted with_kept_runs(const Interrupted& e, const RunStore& store) {
+  const std::int64_t kept = store.size();
+  if (kept == 0) return e;
+  return Interrupted(fmt::format(
+      "{}; the {} finished run{} kept in {}: the same command with --resume continues from them",
+      e.what(), kept, kept == 1 ? " is" : "s are", store.dir()));
+}
+}  // namespace
+
 void check_stop() {
   if (stop_requested())
     throw Interrupted(
-        fmt::format("{}: the study stopped; nothing was written (an earlier report in "
-                    "the output folder is unchanged)",
+        fmt::format("{}: the study stopped before its report (an earlier report in the "
+                    "output folder is unchanged)",
                     stop_reason()));
 }
 
@@ -543,6 +555,9 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         for (const Figure& f : s.figures) f.draw(st);
     st.results.stage_seconds.emplace_back(
         "figures", std::chrono::duration<double>(clock::now() - start).count());
+  } catch (const Interrupted& e) {
+    observer.end();
+    throw with_kept_runs(e, st.store);
   } catch (...) {
     observer.end();
     throw;
@@ -555,7 +570,11 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   if (!report.appendix.empty()) st.write("APPENDIX.md", report.appendix);
   // The last look before the report replaces an earlier one: a stop that came during the
   // figures or the writing keeps the earlier report.
-  check_stop();
+  try {
+    check_stop();
+  } catch (const Interrupted& e) {
+    throw with_kept_runs(e, st.store);
+  }
   out.commit();
   return st.results;
 }

@@ -15,16 +15,16 @@
 
 namespace ffnlab::study {
 
-std::string_view verdict_text(Verdict v) {
+std::string verdict_text(Verdict v, std::string_view reference) {
   switch (v) {
     case Verdict::reference:
       return "reference";
     case Verdict::better:
-      return "better than ReLU";
+      return fmt::format("better than {}", reference);
     case Verdict::worse:
-      return "worse than ReLU";
+      return fmt::format("worse than {}", reference);
     case Verdict::equivalent:
-      return "equivalent to ReLU within the margin";
+      return fmt::format("equivalent to {} within the margin", reference);
     case Verdict::inconclusive:
       return "inconclusive";
     case Verdict::one_seed:
@@ -82,7 +82,10 @@ void run_toy(Study& st) {
     for (int i = 0; i < r.seeds; ++i) {
       ToyConfig tc = r.config;
       tc.seed = 42 + static_cast<std::uint64_t>(i);
-      const auto steps = ffnlab::run_toy(variant_config(v, kToyD, kToyF, true), tc);
+      const auto steps = ffnlab::run_toy(variant_config(v, kToyD, kToyF, true), tc, [] {
+        check_stop();  // the study's stop, in the study's words
+        return false;
+      });
       const ToySummary s = summarise(steps);
       if (i == 0) {
         tv.first_seed = s;
@@ -386,9 +389,9 @@ NextRound next_round(const std::vector<VariantOutcome>& outcomes, int relu_seeds
   int relu_needs = 0, relu_to = relu_seeds;
   for (const VariantOutcome& o : outcomes) {
     const int n = o.sequential_seeds;
-    next.looked += fmt::format(
-        "{}{} {}", next.looked.empty() ? "" : ", ", o.variant,
-        o.verdict == Verdict::inconclusive ? "undecided" : std::string(verdict_text(o.verdict)));
+    next.looked +=
+        fmt::format("{}{} {}", next.looked.empty() ? "" : ", ", o.variant,
+                    o.verdict == Verdict::inconclusive ? "undecided" : verdict_text(o.verdict));
     // One seed has no interval yet: the second comes before the first look.
     if ((o.verdict != Verdict::inconclusive && o.verdict != Verdict::one_seed) || n >= design.cap)
       continue;

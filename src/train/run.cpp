@@ -13,6 +13,7 @@
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/train/checkpoint.hpp"
 #include "ffnlab/train/run_folder.hpp"
 
 namespace ffnlab {
@@ -55,6 +56,22 @@ void check_same_data(const RunRequest& rq, const ResumePoint& point, const Corpu
         rq.names.force));
   throw UsageError(fmt::format("[train] {} {}; {} to continue on other data", rq.names.data, m.what,
                                rq.names.force));
+}
+
+// What an earlier run left in `dir`: "a checkpoint at step N", "a summary.json", or "".
+std::string earlier_run(const std::string& dir) {
+  const fs::path checkpoint = fs::path(dir) / "checkpoint";
+  std::error_code ec;
+  if (fs::exists(checkpoint / kCheckpointInfo, ec)) {
+    try {
+      return fmt::format("a checkpoint at step {}",
+                         read_checkpoint_info(checkpoint.string())["step"].get<std::int64_t>());
+    } catch (const std::exception&) {
+      return "a checkpoint";
+    }
+  }
+  if (fs::exists(fs::path(dir) / "summary.json", ec)) return "a summary.json";
+  return "";
 }
 
 RunTraffic traffic_of(const ProcessGroup& group, const std::vector<const ProcessGroup*>& subgroups,
@@ -112,6 +129,16 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     if (const std::string why = run_folder_conflict(o.out, data, rq.names.out, rq.names.data);
         !why.empty())
       throw UsageError(why);
+    // Another run's folder is not written over unless asked: its logs, checkpoint and summary
+    // would be lost, or mixed with this run's.
+    const bool into_resumed =
+        point && fs::weakly_canonical(rq.resume) == fs::weakly_canonical(o.out);
+    if (rq.out_named && !into_resumed && !rq.force)
+      if (const std::string held = earlier_run(o.out); !held.empty())
+        throw UsageError(fmt::format(
+            "[train] {} '{}' holds an earlier run ({}): resume it ({}), give another {}, or {} "
+            "to start over in it",
+            rq.names.out, o.out, held, rq.names.resume, rq.names.out, rq.names.force));
   }
   std::optional<Corpus> loaded;
   const Corpus& corpus = rq.corpus ? *rq.corpus : loaded.emplace(load_corpus(data, val_fraction));

@@ -1,9 +1,12 @@
 // The tutorial's toy run: Adam on one FFN layer, fixed random batch, MSE.
 #include "ffnlab/train/toy.hpp"
 
+#include <fmt/format.h>
+
 #include <random>
 
 #include "check.hpp"
+#include "ffnlab/interrupt.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/ops/dropout.hpp"
@@ -12,7 +15,8 @@
 
 namespace ffnlab {
 
-std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
+std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c,
+                             const std::function<bool()>& stop) {
   check(c.batch > 0 && c.seq > 0 && c.iterations > 0,
         "[toy] batch, seq and iterations must be positive");
   const std::int64_t T = checked_mul(c.batch, c.seq, "[toy] batch × seq"), D = ffn_config.d_model;
@@ -20,6 +24,7 @@ std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
         "[toy] batch × seq × d_model = {} × {} is more than 2^32 input values", T, D);
   auto ffn = make_ffn(ffn_config, c.seed);
   ffn->context().first_layer = true;  // a lone layer: no previous MoE layer's logits
+  ffn->context().sequence = c.seq;    // batch sequences of seq tokens (expert choice routes each)
   Tensor x({T, D}), target({T, D});
   std::mt19937_64 rng(c.seed + 1);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -43,6 +48,9 @@ std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c) {
   std::vector<ToyStep> out;
   Tensor xd, y, dy, dx;
   for (int it = 0; it < c.iterations; ++it) {
+    if (stop && stop())
+      throw Interrupted(fmt::format("{}: the toy run stopped at iteration {} of {}", stop_reason(),
+                                    it, c.iterations));
     ps.zero_grad();
     ffn->set_random_stream(c.seed, static_cast<std::uint64_t>(it));
     dropout_forward(xd, x, c.dropout, c.seed, static_cast<std::uint64_t>(it));

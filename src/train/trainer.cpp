@@ -252,6 +252,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
                   const std::string& checkpoint_dir, const std::function<bool()>& stop) {
   check_validation_part(corpus_, config_.seq);  // fail now, not after the last step
   check_bytes_in_vocab(corpus_, model_.config().vocab);
+  const std::int64_t first_step = step_;
   while (step_ < config_.steps) {
     StepLog log;
     try {
@@ -284,6 +285,9 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
       save(checkpoint_dir);
     if (stopping) return false;
   }
+  // A run that trained no step (--steps 0, or a finished run continued into another folder)
+  // still leaves its model to resume from, as its summary says.
+  if (!checkpoint_dir.empty() && step_ == first_step) save(checkpoint_dir);
   return true;
 }
 

@@ -97,6 +97,10 @@ TEST_F(Cli, HelpAndUsageErrors) {
   EXPECT_NE(run("").status, 0);
   EXPECT_NE(run("params --d-ff 0").status, 0);
   expect_error(run("params --variants relu,selu"), "unknown variant 'selu'");
+  // A flag given twice, or without its value, in words rather than CLI11's counts.
+  expect_usage_error(run("params --d-model 64 --d-model 128"),
+                     "--d-model: given 2 times; give it once");
+  expect_usage_error(run("params --d-model"), "--d-model: needs a value (INT");
 }
 
 // Every command that builds a layer takes the same FFN flags, with the same checks and the
@@ -420,7 +424,7 @@ TEST_F(Cli, TrainMaskedObjective) {
   // Expert choice and Soft MoE train with it; a causal run of them is refused, naming it.
   for (const std::string routing : {"expert_choice", "soft --slots 2"}) {
     const std::string moe = " --variant moe --experts 4 --routing " + routing;
-    const auto ok = run(common + moe + " --steps 2 --out " + path("r"));
+    const auto ok = run(common + moe + " --steps 2 --out " + path(routing.substr(0, 4)));
     EXPECT_EQ(ok.status, 0) << routing << ": " << ok.err;
     const auto causal =
         run("train --data " + path("text") + kTiny + moe + " --steps 2 --out " + path("c"));
@@ -510,4 +514,21 @@ TEST_F(Cli, ToyRunsEveryVariantAndLogsEachIteration) {
   }
   for (const auto& [variant, v] : loss) EXPECT_LT(v.back(), 0.5 * v.front()) << variant;
   EXPECT_EQ(loss.size(), 5u);
+
+  // A layer config file is the one layer: run once, under its own name, at its own shape.
+  std::ofstream(path("swiglu.json"))
+      << R"({"variant":"swiglu","d_model":16,"d_ff":24,"bias":false})";
+  const auto file = run("toy --ffn-config " + path("swiglu.json") +
+                        " --iterations 3 --threads 1 --out " + path("file.csv"));
+  ASSERT_EQ(file.status, 0) << file.err;
+  EXPECT_NE(file.out.find("d_model 16, d_ff 24,"), std::string::npos) << file.out;
+  const std::string rows = read(path("file.csv"));
+  EXPECT_EQ(rows.substr(rows.find('\n') + 1, 9), "swiglu,1,") << rows;
+  EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 1 + 3) << rows;
+  // Routings that look at whole sequences route each of the batch's sequences: one token is not
+  // a sequence, as in `ffnlab run`.
+  expect_error(run("toy --variants moe --routing expert_choice --d-model 8 --d-ff 8 --seq 1 "
+                   "--iterations 1 --threads 1 --out " +
+                   path("ec.csv")),
+               "one token at a time");
 }

@@ -63,6 +63,16 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
     EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
   EXPECT_NE(r.out.find("== training"), std::string::npos) << "progress names the stages";
   EXPECT_NE(r.out.find("ETA"), std::string::npos);
+  // The bar's total follows the plan, which shrinks as comparisons are decided: the last
+  // training step is step N of N.
+  {
+    const std::size_t last = r.out.rfind("\nstep ");
+    ASSERT_NE(last, std::string::npos) << r.out;
+    const std::string line = r.out.substr(last + 6, r.out.find(' ', last + 6) - last - 6);
+    const std::size_t slash = line.find('/');
+    ASSERT_NE(slash, std::string::npos) << line;
+    EXPECT_EQ(line.substr(0, slash), line.substr(slash + 1)) << line;
+  }
 
   const std::string md = read(out + "/REPORT.md");
   for (const char* section :

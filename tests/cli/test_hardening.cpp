@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -59,6 +60,20 @@ class Hardening : public Cli {
  protected:
   void write(const std::string& name, const std::string& text) {
     std::ofstream(path(name), std::ios::binary) << text;
+  }
+  // Starts ffnlab with `args` in the test's folder, waits (at most `seconds`) until `ready()`,
+  // sends SIGINT and waits for the end: its exit status (-1: it did not exit) and its stderr.
+  std::pair<int, std::string> interrupt_when(const std::vector<std::string>& args,
+                                             const std::function<bool()>& ready, int seconds) {
+    const pid_t pid = start(args, dir_, {}, false).pid;
+    if (pid <= 0) return {-1, "not started"};
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!ready() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(seconds))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(pid, SIGINT);
+    int raw = 0;
+    waitpid(pid, &raw, 0);
+    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read(dir_ / "spawn.err")};
   }
   // Runs every case under the limits; none may leave anything in {dir}/out*.
   void check_table(const std::vector<Case>& cases) {
@@ -332,6 +347,34 @@ TEST_F(Hardening, ResumeContinuesInItsFolderAndRefusesOtherDataOrSettings) {
   const Outcome forced =
       run("train --data " + path("other") + common + " --steps 6 --force --resume " + path("run"));
   EXPECT_EQ(forced.status, 0) << forced.err;
+
+  // A new run into the folder of that one is refused, its files untouched; --force starts over.
+  const std::string log_before = read(path("run/train_log.csv"));
+  expect_usage_error(
+      run("train --data " + path("text") + common + " --steps 2 --out " + path("run")),
+      "holds an earlier run (a checkpoint at step 6): resume it (--resume), give another --out, "
+      "or use --force to start over in it");
+  EXPECT_EQ(read(path("run/train_log.csv")), log_before);
+  // Resumed into another folder that holds a run: refused the same way.
+  ASSERT_EQ(
+      run("train --data " + path("text") + common + " --steps 2 --out " + path("second")).status,
+      0);
+  expect_usage_error(run("train --data " + path("other") + common + " --steps 7 --resume " +
+                         path("run") + " --out " + path("second")),
+                     "holds an earlier run (a checkpoint at step 2)");
+  const Outcome over =
+      run("train --data " + path("text") + common + " --steps 2 --force --out " + path("run"));
+  ASSERT_EQ(over.status, 0) << over.err;
+  EXPECT_EQ(nlohmann::json::parse(read(path("run/checkpoint/checkpoint.json")))["step"], 2);
+
+  // A run of no steps leaves its initial model as a checkpoint, which a resume continues.
+  ASSERT_EQ(
+      run("train --data " + path("text") + common + " --steps 0 --out " + path("zero")).status, 0);
+  EXPECT_EQ(nlohmann::json::parse(read(path("zero/checkpoint/checkpoint.json")))["step"], 0);
+  const Outcome from_zero =
+      run("train --data " + path("text") + common + " --steps 2 --resume " + path("zero"));
+  ASSERT_EQ(from_zero.status, 0) << from_zero.err;
+  EXPECT_EQ(nlohmann::json::parse(read(path("zero/checkpoint/checkpoint.json")))["step"], 2);
 }
 
 namespace {
@@ -442,6 +485,47 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
   EXPECT_EQ(read(report / "REPORT.md"), "the old report\n");
 }
 
+// Ctrl-C during toy: exit 130 between iterations, and no half-written log.
+TEST_F(Hardening, InterruptedToyStopsAndWritesNothing) {
+  const fs::path csv = dir_ / "toy.csv";
+  const auto [status, err] = interrupt_when(
+      {"toy", "--variants", "relu", "--d-model", "8", "--d-ff", "8", "--iterations", "100000000",
+       "--threads", "1", "--out", csv.string()},
+      [&] { return read(dir_ / "spawn.out").find("first loss") != std::string::npos; }, 60);
+  EXPECT_EQ(status, 130) << err;
+  EXPECT_NE(err.find("ffnlab: interrupted: SIGINT: the toy run stopped at iteration"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(csv));
+}
+
+// Ctrl-C after runs finished: the message says where they are kept and that --resume takes them.
+TEST_F(Hardening, InterruptedEvolveSaysWhichRunsItKept) {
+#ifdef FFNLAB_SANITIZED
+  GTEST_SKIP() << "waits for a quick study's first runs; the release suite checks it";
+#endif
+  const fs::path report = dir_ / "report", runs = dir_ / "report.runs";
+  const auto finished = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(runs, ec)) n += e.path().extension() == ".cbor";
+    return n;
+  };
+  const auto [status, err] = interrupt_when(
+      {"evolve", "--quick", "--threads", "1", "--out", report.string()},
+      [&] { return finished() > 0; }, 300);
+  EXPECT_EQ(status, 130) << err;
+  const int kept = finished();
+  ASSERT_GT(kept, 0) << err;
+  EXPECT_NE(err.find(fmt::format("finished run{} kept in {}", kept == 1 ? " is" : "s are",
+                                 runs.string())),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("the same command with --resume continues from them"), std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(report));
+}
+
 }  // namespace ffnlab::test
 
 namespace ffnlab::test {
@@ -476,10 +560,22 @@ TEST_F(Hardening, FlagsAndKeysTheLayerWouldNotUseAreRefused) {
       {train + " --model-config {dir}/model.json", 2, "--d-model: does not apply"},
       {"train --data {dir}/text --out {dir}/out --layers 1 --heads 2" + std::string(kTinyTraining) +
            " --ffn-config {dir}/layer.json --variant swiglu",
-       2, "--variant: does not apply with --ffn-config"},
+       2, "--variant: does not apply with a layer config file"},
       {"train --data {dir}/text --out {dir}/out --layers 1 --heads 2" + std::string(kTinyTraining) +
            " --ffn-config {dir}/layer.json --experts 4",
-       2, "--experts: does not apply with --ffn-config"},
+       2, "--experts: does not apply with a layer config file"},
+      {"params --config {dir}/layer.json --experts 4", 2,
+       "--experts: does not apply with a layer config file"},
+      {"params --config {dir}/layer.json --variants relu,swiglu", 2,
+       "--variants: does not apply with a layer config file"},
+      {"params --config {dir}/layer.json --ffn-config {dir}/layer.json", 2,
+       "--config: the same as --ffn-config; give one of them"},
+      {"toy --ffn-config {dir}/layer.json --variants relu,swiglu", 2,
+       "--variants: does not apply with a layer config file"},
+      {"toy --ffn-config {dir}/layer.json --d-model 64", 2, "--d-model 64: the layer of"},
+      {"params --config {dir}/layer.json --d-model 64", 2, "layer.json has d_model 16"},
+      {"toy --out {dir}/missing/toy.csv --iterations 1 --d-model 8 --d-ff 8", 1,
+       "/missing' does not exist"},
       {"params --config {dir}/soft_sigmoid.json", 1,
        "routing 'soft' does not combine with score 'sigmoid'"},
       {"params --config {dir}/ec_probability.json", 1,

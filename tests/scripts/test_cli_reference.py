@@ -88,6 +88,21 @@ class CliReference(unittest.TestCase):
             self.assertIn(f"\nUsage: ffnlab {name} [OPTIONS]\n", block.group(1),
                           f"the section of {name} is not its --help")
 
+    def test_every_flag_a_help_names_is_one_of_its_own(self):
+        """A help text that points at a flag ("(--no-normalize: keep them as scored)") names one
+        the command takes, under a name or an alias of its options list."""
+        for name in listed_subcommands():
+            text = subprocess.run([BINARY, name, "--help"], capture_output=True, text=True,
+                                  check=True).stdout
+            own = set()
+            for line in text.splitlines():  # "  -h,--help", "  --normalize,--no-normalize{false}"
+                m = re.match(r"^  (-\S+)", line)
+                if m:
+                    own.update(re.findall(r"--[a-z0-9][a-z0-9-]*", m.group(1)))
+            named = set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", text))
+            self.assertEqual(named - own, set(),
+                             f"ffnlab {name} --help names flags it does not take")
+
     def test_the_page_is_the_same_in_any_environment_and_on_any_machine(self):
         base = script(BINARY)
         self.assertEqual(base.returncode, 0, base.stderr)

@@ -238,6 +238,23 @@ study::CostsResult study_costs(const std::vector<std::string>& variants) {
   return costs;
 }
 
+// One wording for every comparison: results.json's verdicts against ReLU (docs/schemas.md) and
+// the routing stage's against top-k differ only in what they compare with.
+TEST(Verdicts, OneWordingWhateverTheReference) {
+  using study::Verdict;
+  EXPECT_EQ(study::verdict_text(Verdict::better), "better than ReLU");
+  EXPECT_EQ(study::verdict_text(Verdict::worse, "top-k"), "worse than top-k");
+  EXPECT_EQ(study::verdict_text(Verdict::equivalent), "equivalent to ReLU within the margin");
+  EXPECT_EQ(study::verdict_text(Verdict::equivalent, "top-k"),
+            "equivalent to top-k within the margin");
+  for (const char* reference : {"ReLU", "top-k"}) {
+    EXPECT_EQ(study::verdict_text(Verdict::inconclusive, reference), "inconclusive");
+    EXPECT_EQ(study::verdict_text(Verdict::one_seed, reference),
+              "one seed: no spread to compare with");
+    EXPECT_EQ(study::verdict_text(Verdict::reference, reference), "reference");
+  }
+}
+
 // The recommendations stage reads verdicts, costs and speeds from the typed results.
 TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
   study::Study st;

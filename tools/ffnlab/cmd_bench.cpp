@@ -155,19 +155,22 @@ FFNConfig moe_of(const std::string& expert, std::int64_t D, std::int64_t F, bool
 // Refuses a layer table that cannot fit in memory, before anything is measured: values and
 // gradients, the bare products' four matrices, and activations of T tokens (inputs, outputs and
 // a generous 8 rows of the widest hidden width).
-void check_layer_memory(const BenchOptions& o, const std::vector<std::string>& variants,
+void check_layer_memory(const std::vector<std::pair<std::string, FFNConfig>>& layers,
                         const std::vector<std::int64_t>& tokens) {
-  const std::int64_t D = o.shape[0], F = o.shape[1];
   const std::int64_t T = *std::max_element(tokens.begin(), tokens.end());
-  for (const auto& v : variants) {
-    const FFNConfig c = variant_config(v, D, F, true);
+  for (const auto& [name, c] : layers) {
+    const std::int64_t D = c.d_model;
     const FFNConfig dense = c.kind == FFNKind::moe ? expert_config(c) : c;
-    const double wide = static_cast<double>(std::max(dense.in_width(), D)) *
-                        (c.kind == FFNKind::moe ? c.moe.top_k : 1);
+    // A token's experts: top-k, top-p's cap, or for ReLU routing at initialisation (before its
+    // penalty acts) the experts of positive logit, about half of them.
+    const int experts = c.kind != FFNKind::moe               ? 1
+                        : c.moe.routing == RoutingKind::relu ? (c.moe.num_experts + 1) / 2
+                                                             : c.moe.top_k;
+    const double wide = static_cast<double>(std::max(dense.in_width(), D)) * experts;
     check_memory(8.0 * static_cast<double>(count_params(c)) +
                      16.0 * static_cast<double>(count_params(dense)) +
                      4.0 * static_cast<double>(T) * (4.0 * D + 8.0 * wide),
-                 "bench", fmt::format("{} at {}/{} with {} tokens", v, D, F, T));
+                 "bench", fmt::format("{} at {}/{} with {} tokens", name, D, c.d_ff, T));
   }
 }
 
@@ -528,7 +531,15 @@ void run_bench(BenchOptions o) {
     throw UsageError(
         "[bench] --kernels: times the decode table's kernels, which --no-decode skips");
 
-  check_layer_memory(o, variants, tokens);
+  // Every layer the tables build: the variants', and the routing table's MoE of each family.
+  std::vector<std::pair<std::string, FFNConfig>> layers;
+  for (const std::string& v : variants)
+    layers.emplace_back(v, variant_config(v, o.shape[0], o.shape[1], true));
+  for (const std::string& family : routings)
+    layers.emplace_back(
+        family, routing_family_config(variant_config("moe", o.shape[0], o.shape[1], true), family,
+                                      o.sequence));
+  check_layer_memory(layers, tokens);
   // Far beyond any cache, so this is what memory delivers.
   const std::int64_t bandwidth_bytes = o.bandwidth_mib << 20;
   const double bandwidth = measure_read_bandwidth(bandwidth_bytes, o.quick ? 0.25 : 1.0);

@@ -80,7 +80,8 @@ class ProgressObserver : public study::Observer {
         std::make_unique<Progress>("step", planned, std::max<std::int64_t>(1, planned / 100));
   }
   void message(const std::string& line) override { progress_->message(line); }
-  void step(std::int64_t done, std::int64_t, const std::string& text, double eta) override {
+  void step(std::int64_t done, std::int64_t planned, const std::string& text, double eta) override {
+    progress_->set_total(planned);  // the plan shrinks as comparisons are decided
     progress_->update(done, text, eta);
   }
   void end() override { progress_->finish(); }

@@ -1,6 +1,8 @@
 // ffnlab params: the closed-form cost table (parameters, FLOPs, memory) of FFN variants.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -28,9 +30,12 @@ struct ParamsOptions {
   std::int64_t tokens = 8;
   bool json = false;
   std::string variants = "relu,gelu,glu,gated,moe";
+  CLI::Option *variants_flag = nullptr, *config_flag = nullptr, *ffn_config_flag = nullptr;
 };
 
 void run_params(const ParamsOptions& o) {
+  if (o.config_flag->count() > 0 && o.ffn_config_flag->count() > 0)
+    throw UsageError("--config: the same as --ffn-config; give one of them");
   const std::vector<std::string> names =
       o.config_file.empty() ? variant_list(o.variants) : std::vector<std::string>{""};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -40,7 +45,10 @@ void run_params(const ParamsOptions& o) {
   };
   // The yardstick: a ReLU FFN of the same d_model and d_ff (of a config file's, when given).
   std::optional<FFNConfig> file;
-  if (!o.config_file.empty()) file = layer("");
+  if (!o.config_file.empty()) {
+    file = layer("");
+    refuse_flags_beside_layer_file(o.ffn, *o.variants_flag, o.config_file, *file);
+  }
   const nlohmann::json flags = o.ffn.values();
   const std::int64_t d_model = file ? file->d_model : flags["d_model"].get<std::int64_t>();
   const std::int64_t d_ff = file ? file->d_ff : flags["d_ff"].get<std::int64_t>();
@@ -74,12 +82,22 @@ void run_params(const ParamsOptions& o) {
                    ? fmt::format(" ({} experts of d_ff {}, {})", file->moe.num_experts,
                                  file->expert_d_ff(), routing_text(file->moe))
                    : "");
-  else
-    fmt::print(
-        "FFN costs: d_model {}, d_ff {}, bias {}, {} tokens (MoE: {} experts, {}; gated: "
-        "{} branches)\n\n",
-        d_model, d_ff, bias ? "on" : "off", o.tokens, flags["moe"]["num_experts"].get<int>(),
-        routing_text(layer("moe").moe), flags["branches"].get<int>());
+  else {
+    // The MoE and gated settings, when a variant of that kind is costed.
+    std::vector<std::string> kinds;
+    const auto costed = [&](FFNKind kind) {
+      return std::any_of(names.begin(), names.end(),
+                         [&](const std::string& n) { return layer(n).kind == kind; });
+    };
+    if (costed(FFNKind::moe))
+      kinds.push_back(fmt::format("MoE: {} experts, {}", flags["moe"]["num_experts"].get<int>(),
+                                  routing_text(layer("moe").moe)));
+    if (costed(FFNKind::multi_branch))
+      kinds.push_back(fmt::format("gated: {} branches", flags["branches"].get<int>()));
+    fmt::print("FFN costs: d_model {}, d_ff {}, bias {}, {} tokens{}\n\n", d_model, d_ff,
+               bias ? "on" : "off", o.tokens,
+               kinds.empty() ? "" : fmt::format(" ({})", fmt::join(kinds, "; ")));
+  }
   fmt::print(
       "{:<10} {:>13} {:>7} {:>13} {:>11} {:>9} {:>7} {:>11} {:>9} {:>10} {:>10} {:>10} {:>11}\n",
       "variant", "params", "params", "active", "fwd mm", "fwd ew", "fwd", "bwd mm", "bwd ew",
@@ -116,10 +134,11 @@ void add_params_command(CLI::App& app) {
       "Print parameters, FLOPs per token and memory of FFN variants (closed form). The defaults "
       "are the FFN-evolution tutorial's configuration.");
   add_layer_flags(*cmd, o->ffn, o->config_file, "FFN");
-  cmd->add_option("--config", o->config_file,
-                  "cost the FFN of a config file (a Hugging Face config.json or ffnlab's layer "
-                  "JSON; the same as --ffn-config)");
-  add_variants_flag(*cmd, o->variants);
+  o->ffn_config_flag = cmd->get_option("--ffn-config");
+  o->config_flag = cmd->add_option("--config", o->config_file,
+                                   "cost the FFN of a config file (a Hugging Face config.json or "
+                                   "ffnlab's layer JSON; the same as --ffn-config)");
+  o->variants_flag = add_variants_flag(*cmd, o->variants);
   cmd->add_option("--tokens", o->tokens, "tokens in a batch, for activation memory")
       ->capture_default_str()
       ->check(int_in(0, limits::kTokens));

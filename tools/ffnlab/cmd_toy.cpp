@@ -3,14 +3,20 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/io/safetensors.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/limits.hpp"
 #include "ffnlab/train/toy.hpp"
+#include "interrupt.hpp"
 #include "key_flags.hpp"
 
 namespace ffnlab::cli {
@@ -22,23 +28,53 @@ struct ToyOptions {
   KeyFlags ffn;  // the tutorial's d_model 512, d_ff 2048 for every variant
   std::string config_file;
   std::string variants = "relu,gelu,glu,gated,moe", out = "toy_log.csv";
+  CLI::Option* variants_flag = nullptr;
   int threads = 0;
 };
 
+// The layers to run: every variant of --variants, or the one layer of --ffn-config (under its
+// own name), with the flags checked against it.
+std::vector<std::pair<std::string, FFNConfig>> toy_layers(const ToyOptions& o) {
+  std::vector<std::pair<std::string, FFNConfig>> layers;
+  if (o.config_file.empty()) {
+    for (const std::string& name : variant_list(o.variants))
+      layers.emplace_back(name, layer_config(o.ffn, "", "", name));
+    return layers;
+  }
+  const FFNConfig c = layer_config(o.ffn, "", o.config_file, "");
+  refuse_flags_beside_layer_file(o.ffn, *o.variants_flag, o.config_file, c);
+  layers.emplace_back(variant_name(c), c);
+  return layers;
+}
+
 void run_toy_command(const ToyOptions& o) {
+  InterruptGuard interrupts;  // Ctrl-C stops between iterations; nothing is written then
   apply_threads(o.threads);
-  const std::vector<std::string> names = variant_list(o.variants);
+  const std::vector<std::pair<std::string, FFNConfig>> layers = toy_layers(o);
+  check_output_path(o.out, "toy");                      // before the work, not after it
+  const std::int64_t tokens = o.toy.batch * o.toy.seq;  // (at most 2^40: the flags' ranges)
+  for (const auto& [name, c] : layers) {
+    // Weights, gradients, Adam's moments and the saved activations, in f32, and the run's own
+    // six tensors of the batch (x, target, x after dropout, y, dy, dx).
+    const double bytes = ffn_cost(c, tokens).f32.total() +
+                         6.0 * 4.0 * static_cast<double>(tokens) * static_cast<double>(c.d_model);
+    check_memory(bytes, "toy",
+                 fmt::format("{}: a layer of {} parameters on {} tokens (weights, gradients, "
+                             "Adam's state and activations)",
+                             name, count_params(c), tokens));
+  }
   std::string csv = "variant,iteration,loss,grad_norm\n";
+  const FFNConfig& first = layers.front().second;
   fmt::print(
       "The tutorial's toy run: d_model {}, d_ff {}, batch {} x seq {}, dropout {}, Adam lr {}, "
       "{} iterations, seed {}, fixed random inputs and targets, MSE\n\n",
-      o.ffn.values()["d_model"].get<std::int64_t>(), o.ffn.values()["d_ff"].get<std::int64_t>(),
-      o.toy.batch, o.toy.seq, o.toy.dropout, o.toy.lr, o.toy.iterations, o.toy.seed);
+      first.d_model, first.d_ff, o.toy.batch, o.toy.seq, o.toy.dropout, o.toy.lr, o.toy.iterations,
+      o.toy.seed);
   fmt::print("{:<10} {:>12} {:>12} {:>9} {:>14} {:>13}\n", "variant", "first loss", "last loss",
              "fall", "mean |grad|", "std |grad|");
-  for (const auto& name : names) {
-    const FFNConfig c = layer_config(o.ffn, "", o.config_file, name);
-    const auto steps = run_toy(c, o.toy);
+  std::fflush(stdout);  // the header before the first (perhaps long) variant
+  for (const auto& [name, c] : layers) {
+    const auto steps = run_toy(c, o.toy, [] { return InterruptGuard::requested(); });
     std::vector<double> norms;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       csv += fmt::format("{},{},{:.6f},{:.6f}\n", name, i + 1, steps[i].loss, steps[i].grad_norm);
@@ -62,7 +98,7 @@ void add_toy_command(CLI::App& app) {
       "toy",
       "The tutorial's toy experiment: each FFN variant alone, Adam on one fixed random batch with "
       "MSE.\nIt measures memorisation of 8 random vectors, not language modelling.");
-  add_variants_flag(*cmd, o->variants);
+  o->variants_flag = add_variants_flag(*cmd, o->variants);
   add_layer_flags(*cmd, o->ffn, o->config_file, "FFN");
   cmd->add_option("--batch", o->toy.batch, "batch")
       ->capture_default_str()

@@ -81,6 +81,7 @@ RunRequest request_of(const TrainOptions& o, ProcessGroup* group) {
   // to the driver it means no folder).
   if (o.out.empty()) check_writable_dir(o.out, "train");
   rq.out = o.resume.empty() || o.out_flag->count() > 0 ? o.out : "";
+  rq.out_named = o.out_flag->count() > 0;
   rq.resume = o.resume;
   rq.force = o.force;
   rq.sample = o.printing.sample;
@@ -142,14 +143,18 @@ void add_train_command(CLI::App& app) {
           ->check(real_in(0, 1, true))
           ->group(D);
   o->training.add(*cmd, {data_from, training.end()}, D);
-  o->out_flag = cmd->add_option("--out", o->out, "output folder (with --resume: that folder)")
+  o->out_flag = cmd->add_option("--out", o->out,
+                                "output folder (with --resume: that folder); one that holds "
+                                "an earlier run is refused without --force. The default is a "
+                                "scratch folder each run without --out starts over in")
                     ->capture_default_str()
                     ->group(D);
   cmd->add_option("--resume", o->resume,
                   "continue the run whose output folder this is (from its checkpoint/), in it")
       ->group(D);
   cmd->add_flag("--force", o->force,
-                "with --resume: continue even on other data or with other training settings")
+                "with --resume: continue even on other data or with other training settings; "
+                "without: start over in an --out that holds an earlier run")
       ->group(D);
   cmd->add_option("--sample", o->printing.sample, "bytes of text to sample at the end (0: none)")
       ->capture_default_str()

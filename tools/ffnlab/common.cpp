@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <regex>
 #include <sstream>
 #include <system_error>
 
@@ -50,13 +51,31 @@ int report_filesystem(const std::filesystem::filesystem_error& e) {
   return report("error", fmt::format("[io]{}: {}", where, e.code().message()),
                 input ? kExitInput : kExitSystem);
 }
+
+// CLI11's count messages in the words of the rest of ffnlab's: "--steps: At Most 1 required but
+// received 2" is a flag given twice, and "--tokens: 1 required INT:[1, 2^20] missing" a flag
+// without its value. Any other message is CLI11's own.
+std::string usage_words(const std::string& message) {
+  static const std::regex at_most(R"(^(.+): At Most (\d+) required but received (\d+)$)");
+  static const std::regex missing(R"(^(.+): (\d+) required (.+) missing$)");
+  std::smatch m;
+  if (std::regex_match(message, m, at_most))
+    return m[2] == "1" ? fmt::format("{}: given {} times; give it once", m[1].str(), m[3].str())
+                       : fmt::format("{}: takes at most {} values, given {}", m[1].str(),
+                                     m[2].str(), m[3].str());
+  if (std::regex_match(message, m, missing))
+    return m[2] == "1"
+               ? fmt::format("{}: needs a value ({})", m[1].str(), m[3].str())
+               : fmt::format("{}: needs {} values ({})", m[1].str(), m[2].str(), m[3].str());
+  return message;
+}
 }  // namespace
 
 int report_error(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const CLI::ParseError& e) {
-    return report("usage error", e.what(), kExitUsage);
+    return report("usage error", usage_words(e.what()), kExitUsage);
   } catch (const UsageError& e) {
     return report("usage error", e.what(), kExitUsage);
   } catch (const Interrupted& e) {

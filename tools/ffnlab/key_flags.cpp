@@ -228,8 +228,8 @@ void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix,
     // (--d-model stays: it is also the model's width, which the layer's must match.)
     if (file && name != "--d-model")
       throw UsageError(fmt::format(
-          "{}: does not apply with --ffn-config, whose file describes the whole layer (set it "
-          "there)",
+          "{}: does not apply with a layer config file, which describes the whole layer (set "
+          "it there)",
           name));
     if (!f->routing.empty() && f->routing != routing)
       throw UsageError(
@@ -261,6 +261,16 @@ FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const s
     return read_ffn_config_file(file);
   }
   return config_from_json(layer_json(flags, prefix, variant));
+}
+
+void refuse_flags_beside_layer_file(const KeyFlags& flags, const CLI::Option& variants,
+                                    const std::string& file, const FFNConfig& layer) {
+  if (variants.count() > 0)
+    throw UsageError("--variants: does not apply with a layer config file, which is the one layer");
+  const auto d_model = flags.values()["d_model"].get<std::int64_t>();
+  if (flags.key_given("d_model") && d_model != layer.d_model)
+    throw UsageError(
+        fmt::format("--d-model {}: the layer of {} has d_model {}", d_model, file, layer.d_model));
 }
 
 std::string value_text(const json& v) {

@@ -83,6 +83,12 @@ void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix,
 FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const std::string& file,
                        const std::string& variant);
 
+// For the commands that run or cost one layer per variant (params, toy), beside a layer config
+// file: --variants (the file is the one layer) and a --d-model other than the file's layer's are
+// refused (UsageError).
+void refuse_flags_beside_layer_file(const KeyFlags& flags, const CLI::Option& variants,
+                                    const std::string& file, const FFNConfig& layer);
+
 // Where two JSON objects differ, by dotted key in sorted order (null: the side has no value).
 struct JsonDifference {
   std::string key;

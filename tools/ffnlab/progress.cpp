@@ -22,7 +22,9 @@ void Progress::update(std::int64_t done, const std::string& text, double eta_sec
   const std::string eta = eta_seconds >= 0 ? " | ETA " + duration(eta_seconds) : "";
   if (tty_) {
     const int width = 24;
-    const int filled = static_cast<int>(width * done / std::max<std::int64_t>(1, total_));
+    // (A plan's total may fall short of the steps done: the bar is then full.)
+    const int filled = static_cast<int>(
+        std::clamp<std::int64_t>(width * done / std::max<std::int64_t>(1, total_), 0, width));
     emit(fmt::format("\r[{}{}] {} {}/{} {}{}   ", std::string(filled, '#'),
                      std::string(width - filled, '.'), label_, done, total_, text, eta));
     open_ = true;

@@ -17,6 +17,8 @@ class Progress {
 
   // Step `done` of total; `text` follows the bar; `eta_seconds` < 0 hides the ETA.
   void update(std::int64_t done, const std::string& text, double eta_seconds);
+  // A total that changed with the plan (the study's, after each look at its comparisons).
+  void set_total(std::int64_t total) { total_ = total; }
   // A line of its own (an evaluation, a stage), above the bar.
   void message(const std::string& line);
   // Ends the bar's line (call before printing anything else, or on error).

@@ -72,6 +72,8 @@ void PrintingObserver::started(const RunStart& s, TransformerLM& /*model*/) {
       s.bare.flops / static_cast<double>(s.tokens) / 1e6, s.bare.gflops(), group_ ? " a rank" : "");
   tokens_per_step_ = static_cast<double>(s.train.batch * s.train.seq * s.train.accumulate);
   total_ = s.train.steps;
+  first_step_ = s.from_step;
+  start_ = std::chrono::steady_clock::now();
   masked_ = s.train.objective == Objective::masked;
   progress_.emplace("step", s.train.steps,
                     p_.print_every > 0 ? p_.print_every : s.train.steps / 20);
@@ -81,8 +83,13 @@ void PrintingObserver::step(const StepLog& s, const TransformerLM& /*model*/) {
   tokens_ += tokens_per_step_;
   seconds_ += s.seconds;
   const double mean_tps = tokens_ / seconds_;
-  const double eta =
-      mean_tps > 0 ? static_cast<double>(total_ - s.step) * tokens_per_step_ / mean_tps : 0;
+  // The ETA from the wall time per step so far, evaluations and checkpoints included (the
+  // tokens/s shown are the steps' own).
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double eta = s.step > first_step_ ? wall / static_cast<double>(s.step - first_step_) *
+                                                static_cast<double>(total_ - s.step)
+                                          : 0;
   const std::string val = std::isnan(last_val_)
                               ? ""
                               : fmt::format(" val {:.3f} {}", last_val_, masked_ ? "bpmb" : "bpb");

@@ -2,6 +2,7 @@
 // observer of the run driver), and its outcome.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -41,7 +42,8 @@ class PrintingObserver final : public RunObserver {
   const ProcessGroup* group_;
   std::optional<Progress> progress_;
   double tokens_per_step_ = 0, tokens_ = 0, seconds_ = 0, last_val_ = std::nan("");
-  std::int64_t total_ = 0;
+  std::int64_t total_ = 0, first_step_ = 0;
+  std::chrono::steady_clock::time_point start_;
   bool masked_ = false;
 };
 

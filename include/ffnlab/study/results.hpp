@@ -34,8 +34,9 @@ enum class Verdict {
   inconclusive,  // the seeds cannot tell (in a sequential comparison: by the cap)
   one_seed,      // a single seed: no interval
 };
-// The verdict as results.json and the report write it ("better than ReLU").
-std::string_view verdict_text(Verdict verdict);
+// The verdict as results.json and the report write it, against `reference` ("better than ReLU";
+// the routing stage compares with top-k).
+std::string verdict_text(Verdict verdict, std::string_view reference = "ReLU");
 
 // The corpus the study trained on.
 struct DataResult {

@@ -154,6 +154,8 @@ class RunStore {
   std::optional<RunRecord> find(const nlohmann::json& job) const;
   // Keeps a finished run (written atomically).
   void put(const nlohmann::json& job, const RunRecord& record) const;
+  // The finished runs the store holds now (those kept and those put since).
+  std::int64_t size() const;
 
  private:
   std::string dir_, fingerprint_;

@@ -29,6 +29,7 @@ struct RunNames {
   std::string out = "--out", data = "--data", steps = "--steps";
   std::string val_fraction = "--val-fraction";  // empty: the caller cannot set it
   std::string force = "use --force";            // how the user insists
+  std::string resume = "--resume";
 };
 
 // A training setting the caller set (a key of train_config_to_json), as its user wrote it
@@ -50,8 +51,13 @@ struct RunRequest {
   // The run folder (logs, checkpoint/, sample.txt, summary.json). Empty: the resumed run's own
   // folder when resuming, else none (nothing is written).
   std::string out;
+  // False: `out` is the command's default folder, a scratch folder each new run starts over in;
+  // a named one that holds an earlier run is refused (unless `force`).
+  bool out_named = true;
   std::string resume;  // the folder of the run to continue ("": a new run)
-  bool force = false;  // resume on other data or with other training settings
+  // Resume on other data or with other training settings; without `resume`, start over in a
+  // named `out` that holds an earlier run (refused otherwise).
+  bool force = false;
   // Bytes to sample after training (a causal model holding every expert), from `prompt`.
   std::int64_t sample = 0;
   float temperature = 0.8f;

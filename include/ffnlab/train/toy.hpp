@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ffnlab/layers/ffn_config.hpp"
@@ -28,7 +29,9 @@ struct ToyStep {
 };
 
 // Trains a fresh layer of `config` (initialised from config.seed) and returns every iteration's
-// loss and gradient norm (before the update).
-std::vector<ToyStep> run_toy(const FFNConfig& ffn, const ToyConfig& config);
+// loss and gradient norm (before the update). `stop` is asked before each iteration: true
+// throws Interrupted (it may also throw its own).
+std::vector<ToyStep> run_toy(const FFNConfig& ffn, const ToyConfig& config,
+                             const std::function<bool()>& stop = {});
 
 }  // namespace ffnlab

@@ -113,7 +113,9 @@ const RoutingFamily& family_of<RoutingKind::topk>() {
   static const RoutingFamily family{
       .summary = "the k experts of best score",
       .top_k = "the experts a token takes",
-      .capacity = "dropless at 0, else each expert keeps ceil(c·k·T/E) assignments (--drop)",
+      .capacity =
+          "dropless at 0, else each expert keeps ceil(c·k·T/E) assignments and drops the "
+          "rest by position or probability (the config key drop)",
       .capacity_drops = true,
       .unused = "top_p,slots,target_sparsity,l1_coef_init,l1_coef_rate",
       .study = [](MoEConfig&, std::int64_t) {},  // the layout itself: the reference
