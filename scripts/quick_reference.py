@@ -149,7 +149,7 @@ def main():
     out.append("")
     if missing:
         out.append(f"Not trained in this run: {', '.join(missing)}; `ffnlab evolve --full` trains "
-                   "every variant (docs/evolve.md has a full run's numbers).\n")
+                   "every variant (docs/results-study.md has a full run's numbers).\n")
     out.append("The whole report (figures, MoE balancing, the corrections of the tutorial) is "
                "`report/REPORT.md` after `bash scripts/run.sh`; docs/evolve.md describes it.")
     print("\n".join(out))
