@@ -96,6 +96,14 @@ void run(const RunOptions& o) {
           resolved_path(*out) == resolved_path(*other))
         throw UsageError(fmt::format("[run] {} '{}' is the {} file: writing it would replace it",
                                      out_flag, *out, other_flag));
+  // The leftovers of a run into the same places that was killed while it wrote them.
+  for (const auto& [out_flag, out] : outputs)
+    if (!out->empty()) {
+      const fs::path target(*out);
+      const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+      const std::string name = target.filename().string();
+      remove_stale_temporaries(dir, [&](std::string_view t) { return t == name; });
+    }
   const FFNConfig config = read_ffn_config_file(o.config);
   Shape x_shape, dy_shape;
   const Tensor x = read_rows(o.input, "x", config.d_model, x_shape);
