@@ -466,22 +466,20 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
   fs::create_directories(report);
   std::ofstream(report / "REPORT.md") << "the old report\n";
   std::ofstream(report / ".ffnlab-report") << kReportMarkerText;
-  const pid_t pid =
-      start({"evolve", "--quick", "--threads", "1", "--out", report.string()}, dir_, {}, false).pid;
-  ASSERT_GT(pid, 0);
-  const std::string staging = (dir_ / (".report.partial-" + std::to_string(pid))).string();
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!fs::exists(staging) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_TRUE(fs::exists(staging)) << read(dir_ / "spawn.err");
-  ::kill(pid, SIGINT);
-  int raw = 0;
-  waitpid(pid, &raw, 0);
-  ASSERT_TRUE(WIFEXITED(raw));
-  const std::string err = read(dir_ / "spawn.err");
-  EXPECT_EQ(WEXITSTATUS(raw), 130) << err;
+  const auto staging = [&] {  // the study's staging folder, .report.partial-<pid>
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      if (e.path().filename().string().rfind(".report.partial-", 0) == 0) return true;
+    return false;
+  };
+  bool staged = false;
+  const auto [status, err] = interrupt_when(
+      {"evolve", "--quick", "--threads", "1", "--out", report.string()},
+      [&] { return staged = staging(); }, 60);
+  ASSERT_TRUE(staged) << err;
+  EXPECT_EQ(status, 130) << err;
   EXPECT_NE(err.find("ffnlab: interrupted: SIGINT: the study stopped"), std::string::npos) << err;
-  EXPECT_FALSE(fs::exists(staging));
+  EXPECT_FALSE(staging());
   EXPECT_EQ(read(report / "REPORT.md"), "the old report\n");
 }
 
