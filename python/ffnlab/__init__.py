@@ -19,14 +19,14 @@ from ._ffnlab import (FFN, TransformerLM, __version__, activation_names, config,
                       get_conv_min_rows, get_huge_page_min_bytes, get_threads,
                       get_weight_packing_min_rows, params, set_conv_min_rows,
                       set_huge_page_min_bytes, set_threads, set_weight_packing_min_rows,
-                      training_batches, variant_names)
+                      study_ffn, training_batches, variant_names)
 from .progress import TextProgress
 
 __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_names", "config",
            "evolve", "from_hf", "get_conv_min_rows", "get_huge_page_min_bytes", "get_threads",
            "get_weight_packing_min_rows", "params", "set_conv_min_rows",
-           "set_huge_page_min_bytes", "set_threads", "set_weight_packing_min_rows", "train",
-           "training_batches", "variant_names"]
+           "set_huge_page_min_bytes", "set_threads", "set_weight_packing_min_rows", "study_ffn",
+           "train", "training_batches", "variant_names"]
 
 
 def _progress(progress, function):
@@ -44,7 +44,8 @@ def _progress(progress, function):
 
 def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
            routing_seeds=None, steps=None, variants=None, data=None, sweep=False, margin=None,
-           runs=None, resume=False, sizes=None, tasks=None, budget=None, progress=True):
+           runs=None, resume=False, force=False, sizes=None, tasks=None, budget=None,
+           progress=True):
     """Runs the FFN-evolution study (the same as `ffnlab evolve`) and writes its report folder
     `out`: REPORT.md, APPENDIX.md, results.json, the figures and their CSV. Returns the results
     as a dict (the schema of results.json, docs/evolve.md).
@@ -61,7 +62,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     the d_ff / d_model sweep. margin: the equivalence margin in bits/byte, in (0, 1] (None:
     0.02). runs: the folder that keeps every finished LM run (None: `out` + ".runs"); resume:
     take the runs it kept instead of training them again (a study that stopped trains only what
-    it lacks; without resume the folder starts empty). sizes: sizes of the ladder to train
+    it lacks); force: discard them and start over (a folder that keeps runs is refused without
+    resume or force). sizes: sizes of the ladder to train
     every variant at, e.g. ["xs", "s"] (xs, s, m, l: d_model 64, 128, 256, 512; "s" is the
     study's LM); tasks: ["causal", "masked"] adds the masked objective for the dense variants;
     either one adds the section "Across model sizes and tasks" with verdicts per size and task
@@ -76,7 +78,7 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     # Passed as given: the binding checks each one (a ValueError naming it and its value).
     options = dict(out=out, quick=quick, full=full, seeds=seeds, max_seeds=max_seeds,
                    routing_seeds=routing_seeds, steps=steps, sweep=sweep, margin=margin,
-                   variants=variants, data=data, runs=runs, resume=resume, sizes=sizes,
+                   variants=variants, data=data, runs=runs, resume=resume, force=force, sizes=sizes,
                    tasks=tasks, budget=budget)
     return _ffnlab._evolve(options, _progress(progress, "evolve"))
 

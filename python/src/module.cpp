@@ -495,7 +495,7 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
         cost["tokens"] = tokens;
         return from_json(cost);
       },
-      py::arg("config") = py::none(), py::arg("tokens") = 1,
+      py::arg("config") = py::none(), py::arg("tokens") = kCostTokens,
       "The cost accounting of a config, in the schema of `ffnlab params --json` (docs/costs.md): "
       "params, active_params, flops_per_token, saved_floats_per_token, memory_bytes, tokens");
   m.def(

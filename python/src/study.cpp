@@ -36,6 +36,7 @@
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/limits.hpp"
 #include "ffnlab/train/data.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
@@ -336,8 +337,8 @@ std::vector<std::string> variants_argument(const py::handle& v) {
 }
 
 // The LM of a model config (docs/config.md), with two conveniences: `variant` (and optionally
-// `d_ff`) names the FFN of every block, at the study's equal-parameter width when no d_ff is
-// given; without an `ffn` or `variant` the FFN is ReLU of 4·d_model.
+// `d_ff`) names the FFN of every block as `ffnlab train --variant [--d-ff]` builds it
+// (train_ffn); without an `ffn` or `variant` the FFN is ReLU of 4·d_model, as there.
 LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
   if (!config.is_none() && !py::isinstance<py::dict>(config))
     throw py::value_error("[python] config must be a dict (docs/config.md)");
@@ -355,16 +356,17 @@ LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
   }
   if (j.contains("d_ff")) {
     if (!variant) throw py::value_error("[python] d_ff goes with variant (or inside ffn)");
-    if (!j["d_ff"].is_number_integer()) throw py::value_error("[python] d_ff must be an integer");
+    if (!j["d_ff"].is_number_integer() || j["d_ff"].get<std::int64_t>() <= 0)
+      throw py::value_error(
+          fmt::format("[python] d_ff must be a positive integer (leave it out for the variant's "
+                      "own width), got {}",
+                      j["d_ff"].dump()));
     d_ff = j["d_ff"].get<std::int64_t>();
     j.erase("d_ff");
   }
   if (variant && j.contains("ffn")) throw py::value_error("[python] give variant or ffn, not both");
-  const std::int64_t D = j.value("d_model", std::int64_t{128});
-  if (!j.contains("ffn"))
-    j["ffn"] = config_to_json(!variant   ? variant_config("relu", D, 4 * D, true)
-                              : d_ff > 0 ? variant_config(*variant, D, d_ff, true)
-                                         : study::study_ffn(*variant, D));
+  const std::int64_t D = j.value("d_model", LMConfig{}.d_model);
+  if (!j.contains("ffn")) j["ffn"] = config_to_json(train_ffn(variant.value_or("relu"), D, d_ff));
   return lm_config_from_json(j);
 }
 
@@ -471,6 +473,8 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       o.runs = path_argument("evolve", key, v);
     else if (key == "resume")
       o.resume = bool_argument("evolve", key, v);
+    else if (key == "force")
+      o.force = bool_argument("evolve", key, v);
     else if (key == "quick")
       o.quick = bool_argument("evolve", key, v);
     else if (key == "sweep")
@@ -519,8 +523,9 @@ void add_study(py::module_& m) {
   py::class_<LM>(m, "TransformerLM", R"(The byte-level Transformer LM of `ffnlab train`.
 
 TransformerLM(config=None, seed=1, **keys): config is the model's JSON config as a dict
-(docs/config.md); keys override or add keys of it. variant="swiglu" (with d_ff, or the study's
-width at the parameters of ReLU's 4*d_model) names the FFN of every block. seed draws the
+(docs/config.md); keys override or add keys of it. variant="swiglu" (with d_ff, or the
+variant's own width) names the FFN of every block, as `ffnlab train --variant [--d-ff]` builds
+it; ffn=ffnlab.study_ffn("swiglu") puts the study's equal-parameter layer there. seed draws the
 initial weights; `ffnlab train --seed S` uses S for both the weights and the batches, so the same
 seed here and in train(seed=S) gives the command's run.)")
       .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
@@ -599,11 +604,23 @@ when out is given (KeyboardInterrupt).)");
         }
         return out;
       },
-      py::arg("data"), py::arg("steps"), py::arg("batch") = 16, py::arg("seq") = 128,
-      py::arg("seed") = 1,
+      py::arg("data"), py::arg("steps"), py::arg("batch") = TrainConfig{}.batch,
+      py::arg("seq") = TrainConfig{}.seq, py::arg("seed") = TrainConfig{}.seed,
       "The batches train(model, data, steps=, batch=, seq=, seed=) trains on (one micro-batch a "
       "step): a list of (ids, targets) per step, each batch·seq bytes (row-major [batch, seq]; "
       "targets are the next bytes), so that another framework can train on the same data.");
+  m.def(
+      "study_ffn",
+      [](const std::string& variant, std::int64_t d_model) {
+        if (d_model <= 0 || d_model > limits::kWidth)
+          throw py::value_error(
+              fmt::format("[python] d_model must be in [1, {}], got {}", limits::kWidth, d_model));
+        return from_json(config_to_json(study::study_ffn(variant, d_model)));
+      },
+      py::arg("variant"), py::arg("d_model") = LMConfig{}.d_model,
+      "The study's layer of a variant, as a config dict (docs/config.md): the parameters of the "
+      "ReLU FFN of 4*d_model, and for MoE its balancing and z-loss coefficients. "
+      "TransformerLM(ffn=study_ffn(v, D), d_model=D) is the LM `ffnlab evolve` trains for v.");
   m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
         "The study (ffnlab.evolve wraps it with a progress bar)");
 }

@@ -31,18 +31,62 @@ SMALL = dict(d_model=32, layers=2, heads=2, context=32)
 SETTINGS = dict(steps=5, batch=4, seq=32, seed=1, warmup=1, eval_every=2, eval_tokens=256)
 
 
-def test_transformer_lm_takes_a_variant_at_the_study_width():
+def test_transformer_lm_takes_a_variant_and_the_study_layer():
     lm = ffnlab.TransformerLM(variant="swiglu", **SMALL)
     assert lm.config["ffn"]["activation"] == "silu" and lm.config["ffn"]["kind"] == "glu"
     relu = ffnlab.TransformerLM(variant="relu", **SMALL)
-    # The study's equal-parameter width: within 2 % of ReLU's parameters.
+    # A GLU's own width costs what ReLU's 4·d_model does: within 2 % of ReLU's parameters.
     assert abs(lm.num_params / relu.num_params - 1) < 0.02
     assert ffnlab.TransformerLM(variant="swiglu", d_ff=64, **SMALL).config["ffn"]["d_ff"] == 64
     assert "TransformerLM 2 layers d_model=32 ffn=swiglu" in repr(lm)
+    # The study's layers hold ReLU's parameters (to within a step of 8 in width), MoE's too,
+    # with the study's coefficients; the LM takes them as its FFN.
+    relu_ffn = ffnlab.params(ffnlab.study_ffn("relu"))["params"]
+    for variant in ("swiglu", "gated", "moe"):
+        study = ffnlab.params(ffnlab.study_ffn(variant))["params"]
+        assert abs(study / relu_ffn - 1) < 0.02, variant
+    study_lm = ffnlab.TransformerLM(ffn=ffnlab.study_ffn("moe", 32), **SMALL)
+    assert study_lm.config["ffn"] == ffnlab.study_ffn("moe", 32)
+    moe = ffnlab.study_ffn("moe", d_model=32)
+    assert (moe["moe"]["aux_coef"], moe["moe"]["z_coef"]) == pytest.approx((0.01, 1e-3))
+    assert ffnlab.study_ffn("moe")["d_model"] == ffnlab.TransformerLM().config["d_model"]
     with pytest.raises(ValueError, match="heads"):
         ffnlab.TransformerLM(d_model=30, heads=4)
     with pytest.raises(ValueError):
         ffnlab.TransformerLM(variant="nope")
+    for d_ff in (0, -5, 2.5):
+        with pytest.raises(ValueError, match="d_ff must be a positive integer"):
+            ffnlab.TransformerLM(variant="swiglu", d_ff=d_ff, **SMALL)
+    with pytest.raises(ValueError, match="unknown variant 'nope'"):
+        ffnlab.study_ffn("nope")
+    with pytest.raises(ValueError, match="d_model must be in"):
+        ffnlab.study_ffn("relu", 0)
+
+
+def test_params_is_the_command_lines_by_default():
+    """ffnlab.params with no tokens costs what `ffnlab params` does (the same default tokens)."""
+    cli = json.loads(subprocess.run([str(PROGRAM), "params", "--variants", "swiglu,moe", "--json"],
+                                    check=True, capture_output=True, text=True).stdout)
+    for row in cli["variants"]:
+        python = ffnlab.params(row["config"])
+        assert python["tokens"] == cli["tokens"]
+        assert python["memory_bytes"] == row["memory_bytes"], row["variant"]
+        assert python["params"] == row["params"], row["variant"]
+
+
+def test_a_variant_is_the_same_model_in_python_and_on_the_command_line(tmp_path):
+    """TransformerLM(variant=V[, d_ff=F]) is the model of `ffnlab train --variant V [--d-ff F]`:
+    the same widths and the same MoE coefficients, from one library function."""
+    for variant, d_ff in [(v, None) for v in ffnlab.variant_names()] + [("moe", 24)]:
+        out = tmp_path / f"{variant}-{d_ff}"
+        width = [] if d_ff is None else ["--d-ff", str(d_ff)]
+        subprocess.run([str(PROGRAM), "train", "--variant", variant, *width, "--d-model", "32",
+                        "--layers", "2", "--heads", "2", "--seq", "32", "--batch", "2",
+                        "--steps", "1", "--sample", "0", "--threads", "1", "--out", str(out)],
+                       check=True, capture_output=True)
+        keys = {} if d_ff is None else {"d_ff": d_ff}
+        python = ffnlab.TransformerLM(variant=variant, **keys, **SMALL).config
+        assert ffnlab.TransformerLM.from_run(out).config == python, (variant, d_ff)
 
 
 def masked_log(path):
@@ -224,8 +268,12 @@ def test_evolve_resume_takes_the_kept_runs_and_a_larger_study_reuses_them(corpus
     assert (larger["training"]["variants"]["relu"]["val_bits_per_byte"][0]
             == first["training"]["variants"]["relu"]["val_bits_per_byte"][0])
     assert (tmp_path / "report.runs" / ".ffnlab-runs").exists()
+    assert "(resumed with `--resume`, reusing 2 runs already trained)" in (
+        tmp_path / "report" / "REPORT.md").read_text()
     _, kept = study(True, 1, runs=tmp_path / "elsewhere")
     assert kept == 0 and (tmp_path / "elsewhere" / ".ffnlab-runs").exists()
+    # Nothing was taken: the report does not say it resumed.
+    assert "resumed with" not in (tmp_path / "report" / "REPORT.md").read_text()
 
 
 def test_evolve_across_sizes_and_tasks_and_within_a_budget(corpus, tmp_path):
@@ -286,6 +334,16 @@ def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):
     ffnlab.evolve(out, quick=True, seeds=1, steps=2, variants=["relu"], data=corpus,
                   progress=False)
     before = (out / "results.json").read_text()
+    # The store keeps that study's runs: another study there must say what becomes of them.
+    kept = len(list((tmp_path / "report.runs").glob("*.cbor")))
+    assert kept > 0
+    with pytest.raises(ValueError, match=rf"keeps {kept} finished runs? of an earlier study: "
+                                         r"resume=True takes .*; force=True discards them"):
+        ffnlab.evolve(out, quick=True, seeds=1, steps=50, variants=["relu"], data=corpus,
+                      progress=False)
+    with pytest.raises(ValueError, match="force with --resume"):
+        ffnlab.evolve(out, quick=True, resume=True, force=True, progress=False)
+    assert len(list((tmp_path / "report.runs").glob("*.cbor"))) == kept
 
     def progress(kind, done, *rest):
         if kind == "step" and done == 1:
@@ -293,10 +351,12 @@ def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         ffnlab.evolve(out, quick=True, seeds=1, steps=50, variants=["relu"], data=corpus,
-                      progress=progress)
+                      force=True, progress=progress)
     assert (out / "results.json").read_text() == before
-    # No staging folder left; the run store beside the report keeps what finished (--resume).
+    # No staging folder left; the run store beside the report is kept, emptied by force=True
+    # (the interrupted run did not finish).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "report.runs"]
+    assert not list((tmp_path / "report.runs").glob("*.cbor"))
 
 
 # A gnuplot that writes its pid the first time it runs and then takes its time; each run then
@@ -321,7 +381,7 @@ EVOLVE_CHILD = """
 import sys, ffnlab
 try:
     ffnlab.evolve(sys.argv[1], quick=True, seeds=1, steps=2, variants=["relu"], data=sys.argv[2],
-                  progress=False)
+                  resume=True, progress=False)
     print("finished", flush=True)
 except BaseException as e:
     print("raised", type(e).__name__, flush=True)

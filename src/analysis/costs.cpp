@@ -260,6 +260,13 @@ FFNConfig match_params(FFNConfig c, std::int64_t target, bool active) {
   return c;
 }
 
+FFNConfig train_ffn(std::string_view variant, std::int64_t d_model, std::int64_t d_ff) {
+  FFNConfig c = variant_config(variant, d_model, 1, /*bias=*/true);
+  c.d_ff = d_ff > 0 ? d_ff : default_d_ff(c);
+  if (c.kind == FFNKind::moe) c.moe.aux_coef = kTrainAuxCoef;
+  return c;
+}
+
 std::int64_t default_d_ff(const FFNConfig& c) {
   if (c.kind != FFNKind::glu) return 4 * c.d_model;
   FFNConfig plain = c;

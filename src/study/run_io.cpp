@@ -110,6 +110,16 @@ bool is_record_file(const fs::path& p) {
   return p.extension() == ".cbor";
 }
 
+// The records in `dir`. Never throws: a count for a message or a check, which an unreadable
+// folder makes 0.
+std::int64_t count_records(const std::string& dir) {
+  std::int64_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    n += is_record_file(it->path());
+  return n;
+}
+
 }  // namespace
 
 RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
@@ -137,14 +147,25 @@ RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
   }
 }
 
-std::int64_t RunStore::size() const {
-  std::int64_t n = 0;
+void check_run_store(const Options& o) {
+  if (o.resume || o.force) return;
+  const std::string dir = runs_dir(o);
   std::error_code ec;
-  if (!enabled()) return 0;
-  // Never throws: a count for a message, which an unreadable folder makes 0.
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
-    n += is_record_file(it->path());
-  return n;
+  if (!fs::exists(fs::path(dir) / kStoreMarker, ec)) return;  // new, empty or refused later
+  const std::int64_t kept = count_records(dir);
+  if (kept == 0) return;
+  // Named as the caller wrote them: flags of `ffnlab evolve`, arguments of ffnlab.evolve.
+  const bool python = o.command.starts_with("ffnlab.");
+  throw UsageError(fmt::format(
+      "[evolve] the run store '{}' keeps {} finished run{} of an earlier study: {} takes those "
+      "this study shares and trains the rest; {} discards them and starts over; or give another "
+      "{}",
+      dir, kept, kept == 1 ? "" : "s", python ? "resume=True" : "--resume",
+      python ? "force=True" : "--force", python ? "runs=" : "--runs"));
+}
+
+std::int64_t RunStore::size() const {
+  return enabled() ? count_records(dir_) : 0;
 }
 
 std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {

@@ -266,6 +266,7 @@ std::vector<RunRecord> train_runs(Study& st, std::vector<RunJob> jobs) {
         const std::int64_t steps = static_cast<std::int64_t>(records[i].steps.size());
         st.done_steps += steps;
         st.kept_steps += steps;
+        ++st.kept_runs;
         st.message(fmt::format("  {} seed {}: {:.4f} bits/byte (kept in the run store)",
                                jobs[i].label, jobs[i].seed, records[i].val_bits_per_byte));
         continue;

@@ -137,7 +137,7 @@ FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
   FFNConfig c = variant_config(variant, D, 4 * D, true);
   if (variant == "relu" || variant == "gelu") return c;
   if (c.kind == FFNKind::moe) {
-    c.moe.aux_coef = 0.01f;  // the usual coefficient (Switch, Mixtral)
+    c.moe.aux_coef = kTrainAuxCoef;  // the usual coefficient (Switch, Mixtral)
     // ST-MoE's router z-loss at its coefficient: without it, one seed in three of the study's
     // MoE LM left the early loss plateau a hundred steps late (the MoE stage's ablation).
     c.moe.z_coef = 1e-3f;
@@ -315,7 +315,10 @@ std::string report_header(const Study& st) {
                   o.tasks.empty() ? "" : fmt::format(" --tasks {}", fmt::join(o.tasks, ","))),
       // A resumed study's time is its own, not that of the runs it reused.
       elapsed(st.results.seconds) +
-          (o.resume ? " (resumed with `--resume`, reusing the runs already trained)" : ""),
+          (st.kept_runs > 0 ? fmt::format(" (resumed with `--resume`, reusing {} run{} already "
+                                          "trained)",
+                                          st.kept_runs, st.kept_runs == 1 ? "" : "s")
+                            : ""),
       st.results.threads, st.results.threads == 1 ? "" : "s",
       st.results.ranks > 1
           ? fmt::format(" and {} MPI ranks (the language models trained on all of them)",
@@ -429,6 +432,10 @@ void check_options(const Options& o) {
   check_list(o.tasks, task_names(), "task");
   if (!(o.budget_seconds >= 0) || o.budget_seconds > 1e9)
     throw Error(fmt::format("[evolve] budget = {} s must be positive (0: none)", o.budget_seconds));
+  if (o.resume && o.force)
+    throw UsageError(
+        "[evolve] --force with --resume: --force discards the runs that --resume would take; "
+        "give one of them");
   if (o.budget_seconds > 0 && o.resume)
     throw Error(
         "[evolve] --budget with --resume: the planner times this machine on every start and may "
@@ -496,6 +503,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   // The output place is checked (and staged) before anything is read or computed.
   StagedDirectory out(options.out, {options.data});
   check_output_apart(runs_dir(options), {options.data, options.out}, "evolve", "--runs");
+  check_run_store(options);
   st.corpus = load_corpus(options.data, 0.1);
   // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
   const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);

@@ -1,5 +1,6 @@
 // ffnlab evolve as a user runs it: the --quick report's structure and key numbers, its figures,
 // results.json against REPORT.md, atomic replacement, and determinism.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -507,7 +508,8 @@ TEST_F(Cli, EvolveAcrossSizesAndTasksResumesAfterAKillAsIfUninterrupted) {
   EXPECT_EQ(kept_runs(path("cut.runs")), total);
   // Its report's time is the resumed run's, and it says so.
   EXPECT_NE(read(path("cut") + "/REPORT.md")
-                .find("(resumed with `--resume`, reusing the runs already trained)"),
+                .find(fmt::format("(resumed with `--resume`, reusing {} run{} already trained)",
+                                  finished, finished == 1 ? "" : "s")),
             std::string::npos);
   EXPECT_EQ(read(path("whole") + "/REPORT.md").find("resumed with"), std::string::npos);
 

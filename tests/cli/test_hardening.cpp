@@ -522,6 +522,15 @@ TEST_F(Hardening, InterruptedEvolveSaysWhichRunsItKept) {
   EXPECT_NE(err.find("the same command with --resume continues from them"), std::string::npos)
       << err;
   EXPECT_FALSE(fs::exists(report));
+  // The same command without --resume would lose them: refused, and they are still there.
+  const Outcome again = run("evolve --quick --threads 1 --out " + report.string());
+  expect_usage_error(again, fmt::format("the run store '{}' keeps {} finished run{} of an "
+                                        "earlier study: --resume takes those this study shares",
+                                        runs.string(), kept, kept == 1 ? "" : "s"));
+  expect_usage_error(run("evolve --quick --resume --force --out " + report.string()),
+                     "--force discards the runs that --resume would take");
+  EXPECT_EQ(finished(), kept);
+  EXPECT_FALSE(fs::exists(report));
 }
 
 }  // namespace ffnlab::test

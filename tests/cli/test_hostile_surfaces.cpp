@@ -156,8 +156,11 @@ TEST_F(HostileSurfaces, EvolveStopsWhenInterruptedWhileGnuplotRuns) {
     std::ofstream(report / ".ffnlab-report") << kReportMarkerText;
     const fs::path pid_file = dir_ / "gnuplot.pid";
     fs::remove(pid_file);
-    const Started s = start(small_evolve(report.string()), dir_,
-                            {path_env, "FAKE_GNUPLOT_PID=" + pid_file.string()}, m.group);
+    // --resume: each mode's study takes the runs the one before kept in report.runs.
+    std::vector<std::string> args = small_evolve(report.string());
+    args.emplace_back("--resume");
+    const Started s =
+        start(args, dir_, {path_env, "FAKE_GNUPLOT_PID=" + pid_file.string()}, m.group);
     ASSERT_GT(s.pid, 0);
     const pid_t gnuplot = wait_for_pid_file(pid_file);
     ASSERT_GT(gnuplot, 0) << read(s.err);

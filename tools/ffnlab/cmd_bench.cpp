@@ -143,7 +143,8 @@ std::string ratio_range(const std::vector<double>& ratios) {
   return fmt::format("{:.2f}-{:.2f}", *lo, *hi);
 }
 
-// The MoE of the study (8 experts, top-2) with experts of `expert` kind at D/F.
+// An MoE of 8 experts, top-2 (MoEConfig's defaults; no balancing loss) with experts of `expert`
+// kind at D/F.
 FFNConfig moe_of(const std::string& expert, std::int64_t D, std::int64_t F, bool bias) {
   FFNConfig c = variant_config("moe", D, F, bias);
   const FFNConfig e = variant_config(expert, D, F, bias);

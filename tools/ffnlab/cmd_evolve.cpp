@@ -175,7 +175,10 @@ void add_evolve_command(CLI::App& app) {
                 "take the runs the --runs folder kept instead of training them again: a study "
                 "that was stopped trains only what it lacks, and one with more seeds or variants "
                 "reuses the runs it shares (each run is kept under its whole configuration, the "
-                "data's fingerprint and its seed); without it, the folder starts empty");
+                "data's fingerprint and its seed)");
+  cmd->add_flag("--force", o->study.force,
+                "start over: discard the runs the --runs folder keeps (a folder that keeps runs "
+                "is refused without --resume or --force)");
   cmd->add_option("--sizes", o->sizes,
                   "train every variant at these sizes of the ladder too, comma-separated: xs "
                   "(d_model 64, 2 layers), s (128, 4: the study's LM), m (256, 6), l (512, 8); "

@@ -27,7 +27,7 @@ std::string routing_text(const MoEConfig& m) {
 struct ParamsOptions {
   KeyFlags ffn;  // the FFN flags (the tutorial's configuration by default)
   std::string config_file;
-  std::int64_t tokens = 8;
+  std::int64_t tokens = kCostTokens;
   bool json = false;
   std::string variants = "relu,gelu,glu,gated,moe";
   CLI::Option *variants_flag = nullptr, *config_flag = nullptr, *ffn_config_flag = nullptr;

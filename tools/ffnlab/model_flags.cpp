@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 
@@ -49,7 +50,7 @@ std::map<std::string, FlagChange> train_layer_defaults() {
             .help = "FFN hidden width F (0: 4·D; for the GLU kinds the multiple of 8 closest to "
                     "the parameters of the ReLU FFN of 4·D, about 8/3·D)"}},
           {"--aux-coef",
-           {.default_value = "0.01",
+           {.default_value = fmt::format("{}", kTrainAuxCoef),
             .help = fmt::format("MoE: load-balancing loss coefficient (default 0 with --routing "
                                 "{} or {}, which refuse it)",
                                 join_names(without), last)}}};

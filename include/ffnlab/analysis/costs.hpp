@@ -59,6 +59,20 @@ FFNConfig match_params(FFNConfig config, std::int64_t target, bool active = fals
 // bias setting (about 8/3·D), so that a default GLU costs what a default ReLU FFN costs.
 std::int64_t default_d_ff(const FFNConfig& config);
 
+// The load-balancing coefficient a trained MoE gets unless told otherwise (Switch, Mixtral):
+// `ffnlab train`'s --aux-coef default, ffnlab.TransformerLM(variant=)'s and the study's.
+inline constexpr float kTrainAuxCoef = 0.01f;
+
+// The FFN of an LM built by variant name, as `ffnlab train --variant V [--d-ff F]` and
+// ffnlab.TransformerLM(variant=V, d_ff=F) build it: d_ff 0 is the variant's default width
+// (default_d_ff), with biases, and an MoE (top-k softmax routing) carries the load-balancing
+// loss at kTrainAuxCoef. The study's equal-parameter layers are study::study_ffn.
+FFNConfig train_ffn(std::string_view variant, std::int64_t d_model, std::int64_t d_ff = 0);
+
+// The tokens a cost is counted for unless told (activation memory): `ffnlab params --tokens`'s
+// default and ffnlab.params'.
+inline constexpr std::int64_t kCostTokens = 8;
+
 // A whole Transformer (LMConfig), per token of a forward pass over sequences of `seq` tokens:
 // where its parameters and its FLOPs are. FLOPs count matrix products (2 per multiply-add) and
 // elementwise operations alike. Attention: q/k/v/o projections 8·D² (+ 4·D bias), scores and

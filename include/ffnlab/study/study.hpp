@@ -60,8 +60,11 @@ struct Options {
   // Where every finished LM run is kept (RunStore); empty: `out` + ".runs", beside the report.
   std::string runs;
   // Take the runs the store kept instead of training them again (a study that stopped, or one
-  // with more seeds or variants than an earlier one). Without it, the store starts empty.
+  // with more seeds or variants than an earlier one).
   bool resume = false;
+  // Without `resume`: discard the runs the store keeps and start over. A store that keeps runs
+  // is refused without one of the two, so that no finished run is lost to a forgotten flag.
+  bool force = false;
   // The study across model sizes and objectives (the scaling stage, scaling.cpp): sizes of the
   // ladder (size_ladder's names) and tasks ("causal", "masked"). Both empty: the stage does not
   // run; one empty: {"s"} (the study's own LM) or {"causal"}.
@@ -146,7 +149,8 @@ class RunStore {
  public:
   RunStore() = default;  // none: nothing is kept
   // Creates `dir` (marked as a run store). With `resume` its records are kept for find();
-  // without, they are removed: the study starts over. Error for a folder that holds other files.
+  // without, they are removed: the study starts over (check_run_store refuses that unless
+  // forced). Error for a folder that holds other files.
   RunStore(std::string dir, bool resume, std::string data_fingerprint);
   bool enabled() const { return !dir_.empty(); }
   const std::string& dir() const { return dir_; }
@@ -193,6 +197,7 @@ struct Study {
   int concurrent_runs = 1;  // LM runs trained at once (train_runs): the run's OpenMP threads
   std::int64_t planned_steps = 0, done_steps = 0;
   std::int64_t kept_steps = 0;  // of done_steps, those of runs the store kept (no time spent)
+  std::int64_t kept_runs = 0;   // the runs taken from the store
   RunStore store;               // where finished runs are kept (none: Options::runs empty)
   // Under mpirun: the ranks that serve runs (serve_runs) beside this one, rank 0, and how long
   // one may stay silent while it trains before the study fails.
@@ -286,6 +291,9 @@ void release_ranks(ProcessGroup& ranks);
 
 // The run store's folder: options.runs, or options.out + ".runs".
 std::string runs_dir(const Options& options);
+// Refuses (UsageError) a study that would discard the finished runs its store keeps: without
+// `resume` or `force`. Checked before anything is read or trained.
+void check_run_store(const Options& options);
 
 // What a study will cost before it runs (plan.cpp): every LM run's time from a cost model timed
 // on this machine (a few training steps of each size's ReLU LM on one thread, and an
