@@ -5,9 +5,11 @@ PyTorch:  /usr/bin/python3 bench/torch_train.py --variant relu --d-ff 512 --thre
 
 --from-ffnlab takes the initial weights and every batch from ffnlab itself (its Python module:
 PYTHONPATH=build/release/python), so that PyTorch trains exactly the model ffnlab trains at that
-seed, and trains it in ffnlab beside it: the two runs differ only in their arithmetic. The study's
-MoE (--variant moe: 8 ReLU experts of width 64 with biases, top-2, router with bias, balancing
-loss 0.01) is the Mixtral-style block of tests/parity/torch_lm.py.
+seed, and trains it in ffnlab beside it: the two runs differ only in their arithmetic. The model's
+FFN is the study's layer (ffnlab.study_ffn); its MoE (--variant moe: 8 ReLU experts of width 64
+with biases, top-2, router with bias, balancing loss 0.01) is the Mixtral-style block of
+tests/parity/torch_lm.py, trained here without the study's router z-loss, which that block does
+not have.
   PYTHONPATH=build/release/python /usr/bin/python3 bench/torch_train.py --from-ffnlab \
       --variant moe --seed 2 --warmup 50"""
 import argparse
@@ -136,7 +138,10 @@ def from_ffnlab(a):
     torch.set_num_threads(a.threads)
     ffnlab.set_threads(a.threads)
     shape = dict(d_model=a.d_model, layers=a.layers, heads=a.heads, context=a.seq)
-    lm = ffnlab.TransformerLM(variant=a.variant, seed=a.seed, **shape)
+    layer = ffnlab.study_ffn(a.variant, a.d_model)
+    if a.variant == "moe":
+        layer["moe"]["z_coef"] = 0.0  # torch_lm's block has no router z-loss
+    lm = ffnlab.TransformerLM(ffn=layer, seed=a.seed, **shape)
     c = lm.config
     f = c["ffn"]
     if a.variant == "moe":

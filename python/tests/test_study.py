@@ -341,8 +341,12 @@ def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):
                                          r"resume=True takes .*; force=True discards them"):
         ffnlab.evolve(out, quick=True, seeds=1, steps=50, variants=["relu"], data=corpus,
                       progress=False)
-    with pytest.raises(ValueError, match="force with --resume"):
+    with pytest.raises(ValueError, match="force=True with resume=True: force=True discards"):
         ffnlab.evolve(out, quick=True, resume=True, force=True, progress=False)
+    # A budgeted study cannot resume: the message says what can.
+    with pytest.raises(ValueError, match="give what the budget chose .* with resume=True instead "
+                                         "of the budget; force=True discards them"):
+        ffnlab.evolve(out, quick=True, budget="1h", progress=False)
     assert len(list((tmp_path / "report.runs").glob("*.cbor"))) == kept
 
     def progress(kind, done, *rest):

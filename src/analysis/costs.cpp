@@ -260,8 +260,8 @@ FFNConfig match_params(FFNConfig c, std::int64_t target, bool active) {
   return c;
 }
 
-FFNConfig train_ffn(std::string_view variant, std::int64_t d_model, std::int64_t d_ff) {
-  FFNConfig c = variant_config(variant, d_model, 1, /*bias=*/true);
+FFNConfig train_ffn(std::string_view variant, std::int64_t d_model, std::int64_t d_ff, bool bias) {
+  FFNConfig c = variant_config(variant, d_model, 1, bias);
   c.d_ff = d_ff > 0 ? d_ff : default_d_ff(c);
   if (c.kind == FFNKind::moe) c.moe.aux_coef = kTrainAuxCoef;
   return c;

@@ -154,14 +154,19 @@ void check_run_store(const Options& o) {
   if (!fs::exists(fs::path(dir) / kStoreMarker, ec)) return;  // new, empty or refused later
   const std::int64_t kept = count_records(dir);
   if (kept == 0) return;
-  // Named as the caller wrote them: flags of `ffnlab evolve`, arguments of ffnlab.evolve.
-  const bool python = o.command.starts_with("ffnlab.");
+  const std::string resume = option_name(o, "--resume");
+  // A budgeted study cannot resume (check_options): its way back is the plan it printed.
+  const std::string take =
+      o.budget_seconds > 0
+          ? fmt::format(
+                "to take them, give what the budget chose (sizes, seeds, steps) with {} "
+                "instead of the budget",
+                resume)
+          : fmt::format("{} takes those this study shares and trains the rest", resume);
   throw UsageError(fmt::format(
-      "[evolve] the run store '{}' keeps {} finished run{} of an earlier study: {} takes those "
-      "this study shares and trains the rest; {} discards them and starts over; or give another "
-      "{}",
-      dir, kept, kept == 1 ? "" : "s", python ? "resume=True" : "--resume",
-      python ? "force=True" : "--force", python ? "runs=" : "--runs"));
+      "[evolve] the run store '{}' keeps {} finished run{} of an earlier study: {}; {} discards "
+      "them and starts over; or give another {}",
+      dir, kept, kept == 1 ? "" : "s", take, option_name(o, "--force"), option_name(o, "--runs")));
 }
 
 std::int64_t RunStore::size() const {

@@ -433,11 +433,11 @@ void check_options(const Options& o) {
   if (!(o.budget_seconds >= 0) || o.budget_seconds > 1e9)
     throw Error(fmt::format("[evolve] budget = {} s must be positive (0: none)", o.budget_seconds));
   if (o.resume && o.force)
-    throw UsageError(
-        "[evolve] --force with --resume: --force discards the runs that --resume would take; "
-        "give one of them");
+    throw UsageError(fmt::format(
+        "[evolve] {0} with {1}: {0} discards the runs that {1} would take; give one of them",
+        option_name(o, "--force"), option_name(o, "--resume")));
   if (o.budget_seconds > 0 && o.resume)
-    throw Error(
+    throw UsageError(
         "[evolve] --budget with --resume: the planner times this machine on every start and may "
         "choose other sizes, seeds or steps, whose runs the store does not hold; resume with "
         "what it chose (its first line, \"chosen for a budget of ...\", names the sizes, seeds "
@@ -464,6 +464,12 @@ double parse_duration(std::string_view text) {
         "1.5h), or seconds",
         t));
   return value * scale;
+}
+
+std::string option_name(const Options& o, std::string_view flag) {
+  if (!o.command.starts_with("ffnlab.")) return std::string(flag);
+  const std::string name(flag.substr(2));  // "--resume" -> "resume"
+  return name == "runs" ? "runs=" : name + "=True";
 }
 
 std::string runs_dir(const Options& o) {

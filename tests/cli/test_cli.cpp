@@ -12,6 +12,7 @@
 
 #include "../common/test_util.hpp"
 #include "cli_fixture.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 
@@ -309,6 +310,31 @@ std::string training_text() {
 const char* kTiny =
     " --d-model 16 --layers 1 --heads 2 --seq 16 --batch 2 --threads 1 --print-every 1";
 }  // namespace
+
+// `train --variant V [--d-ff F] [--no-bias]` trains the library's train_ffn: the one definition
+// of a variant's model, which ffnlab.TransformerLM(variant=) builds too.
+TEST_F(Cli, TrainVariantIsTheLibrarysTrainFfn) {
+  std::ofstream(path("text")) << training_text();
+  struct Case {
+    std::string variant;
+    std::int64_t d_ff;
+    bool bias;
+  };
+  std::vector<Case> cases;
+  for (const std::string& v : variant_names()) cases.push_back({v, 0, true});
+  cases.push_back({"moe", 24, true});
+  cases.push_back({"swiglu", 0, false});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.variant + " d_ff " + std::to_string(c.d_ff) + (c.bias ? "" : " no bias"));
+    fs::remove_all(path("run"));
+    const auto r = run("train --data " + path("text") + kTiny + " --steps 1 --sample 0 --variant " +
+                       c.variant + (c.d_ff > 0 ? " --d-ff " + std::to_string(c.d_ff) : "") +
+                       (c.bias ? "" : " --no-bias") + " --out " + path("run"));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto model = nlohmann::json::parse(read(path("run/summary.json")))["model"];
+    EXPECT_EQ(model["ffn"], config_to_json(train_ffn(c.variant, 16, c.d_ff, c.bias)));
+  }
+}
 
 TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
   std::ofstream(path("text")) << training_text();

@@ -580,6 +580,9 @@ TEST_F(Hardening, FlagsAndKeysTheLayerWouldNotUseAreRefused) {
       {"toy --ffn-config {dir}/layer.json --variants relu,swiglu", 2,
        "--variants: does not apply with a layer config file"},
       {"toy --ffn-config {dir}/layer.json --d-model 64", 2, "--d-model 64: the layer of"},
+      {"train --data {dir}/text --out {dir}/out --layers 1 --heads 2" + std::string(kTinyTraining) +
+           " --ffn-config {dir}/layer.json --d-model 64",
+       2, "--d-model 64: the layer of"},
       {"params --config {dir}/layer.json --d-model 64", 2, "layer.json has d_model 16"},
       {"toy --out {dir}/missing/toy.csv --iterations 1 --d-model 8 --d-ff 8", 1,
        "/missing' does not exist"},
@@ -632,6 +635,18 @@ TEST_F(Hardening, AModelConfigWithoutAnFFNTakesTheDefaultFFNAtItsWidth) {
       EXPECT_EQ(model["ffn"]["d_ff"], 4 * D);
     else
       EXPECT_LT(model["ffn"]["d_ff"].get<std::int64_t>(), 4 * D);  // about 8/3·D
+  }
+  // A layer file gives the model its width (--d-model may repeat it).
+  write("layer.json", R"({"variant":"swiglu","d_model":48,"d_ff":96})");
+  for (const std::string width : {"", " --d-model 48"}) {
+    SCOPED_TRACE(width);
+    fs::remove_all(path("run"));
+    const Outcome r = run("train --ffn-config " + path("layer.json") + width + train +
+                          " --heads 2 --out " + path("run"));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto model = nlohmann::json::parse(read(path("run/summary.json")))["model"];
+    EXPECT_EQ(model["d_model"], 48);
+    EXPECT_EQ(model["ffn"]["d_ff"], 96);
   }
 }
 

@@ -216,7 +216,8 @@ void add_layer_flags(CLI::App& cmd, KeyFlags& flags, std::string& file, const st
   flags.add(cmd, ffn_config_flags(), group, prefix, changes, {"--variant"});
   cmd.add_option("--ffn-config", file,
                  "a layer config file instead of the variant and the flags above (ffnlab JSON, "
-                 "docs/config.md, or a Hugging Face config.json)")
+                 "docs/config.md, or a Hugging Face config.json); its d_model is the width "
+                 "(--d-model may repeat it, not change it)")
       ->group(group);
 }
 
@@ -247,9 +248,9 @@ json layer_json(const KeyFlags& flags, const std::string& prefix, const std::str
   for (const auto& [key, value] : defaults.items())
     if (!flags.key_given(prefix + "moe." + key)) j["moe"][key] = value;
   if (j["d_ff"] == 0)  // the variant's own width
-    j["d_ff"] =
-        default_d_ff(variant_config(j["variant"].get<std::string>(),
-                                    j["d_model"].get<std::int64_t>(), 1, j["bias"].get<bool>()));
+    j["d_ff"] = train_ffn(j["variant"].get<std::string>(), j["d_model"].get<std::int64_t>(), 0,
+                          j["bias"].get<bool>())
+                    .d_ff;
   return j;
 }
 }  // namespace
@@ -267,8 +268,14 @@ void refuse_flags_beside_layer_file(const KeyFlags& flags, const CLI::Option& va
                                     const std::string& file, const FFNConfig& layer) {
   if (variants.count() > 0)
     throw UsageError("--variants: does not apply with a layer config file, which is the one layer");
-  const auto d_model = flags.values()["d_model"].get<std::int64_t>();
-  if (flags.key_given("d_model") && d_model != layer.d_model)
+  refuse_other_width(flags, "", file, layer);
+}
+
+void refuse_other_width(const KeyFlags& flags, const std::string& prefix, const std::string& file,
+                        const FFNConfig& layer) {
+  if (!flags.key_given(prefix + "d_model")) return;
+  const auto d_model = flags.values(prefix)["d_model"].get<std::int64_t>();
+  if (d_model != layer.d_model)
     throw UsageError(
         fmt::format("--d-model {}: the layer of {} has d_model {}", d_model, file, layer.d_model));
 }

@@ -88,6 +88,10 @@ FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const s
 // refused (UsageError).
 void refuse_flags_beside_layer_file(const KeyFlags& flags, const CLI::Option& variants,
                                     const std::string& file, const FFNConfig& layer);
+// A layer file fixes the width: the --d-model of flags under `prefix` may repeat its d_model,
+// not change it (UsageError).
+void refuse_other_width(const KeyFlags& flags, const std::string& prefix, const std::string& file,
+                        const FFNConfig& layer);
 
 // Where two JSON objects differ, by dotted key in sorted order (null: the side has no value).
 struct JsonDifference {

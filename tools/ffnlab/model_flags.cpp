@@ -94,6 +94,10 @@ LMConfig ModelFlags::model(const TrainConfig& t) const {
   const FFNConfig layer = layer_config(flags_, "ffn.", ffn_config_, "");
   json m = model_json(flags_, flags_.values(), t, true);
   m.erase("ffn");
+  if (!ffn_config_.empty()) {  // the layer file's width is the model's
+    refuse_other_width(flags_, "ffn.", ffn_config_, layer);
+    m["d_model"] = layer.d_model;
+  }
   LMConfig c = lm_config_from_json(m);
   c.ffn = layer;
   validate(c);

@@ -63,11 +63,13 @@ std::int64_t default_d_ff(const FFNConfig& config);
 // `ffnlab train`'s --aux-coef default, ffnlab.TransformerLM(variant=)'s and the study's.
 inline constexpr float kTrainAuxCoef = 0.01f;
 
-// The FFN of an LM built by variant name, as `ffnlab train --variant V [--d-ff F]` and
-// ffnlab.TransformerLM(variant=V, d_ff=F) build it: d_ff 0 is the variant's default width
-// (default_d_ff), with biases, and an MoE (top-k softmax routing) carries the load-balancing
-// loss at kTrainAuxCoef. The study's equal-parameter layers are study::study_ffn.
-FFNConfig train_ffn(std::string_view variant, std::int64_t d_model, std::int64_t d_ff = 0);
+// The FFN of an LM built by variant name, as `ffnlab train --variant V [--d-ff F] [--no-bias]`
+// and ffnlab.TransformerLM(variant=V, d_ff=F) build it: d_ff 0 is the variant's default width
+// (default_d_ff), and an MoE (top-k softmax routing; other routings bring their own defaults)
+// carries the load-balancing loss at kTrainAuxCoef. The study's equal-parameter layers are
+// study::study_ffn.
+FFNConfig train_ffn(std::string_view variant, std::int64_t d_model, std::int64_t d_ff = 0,
+                    bool bias = true);
 
 // The tokens a cost is counted for unless told (activation memory): `ffnlab params --tokens`'s
 // default and ffnlab.params'.

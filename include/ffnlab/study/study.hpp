@@ -291,6 +291,9 @@ void release_ranks(ProcessGroup& ranks);
 
 // The run store's folder: options.runs, or options.out + ".runs".
 std::string runs_dir(const Options& options);
+// How a message names one of the study's switches: the flag of `ffnlab evolve` ("--resume"), or
+// for ffnlab.evolve (Options::command) its argument ("resume=True"; "runs=" for --runs).
+std::string option_name(const Options& options, std::string_view flag);
 // Refuses (UsageError) a study that would discard the finished runs its store keeps: without
 // `resume` or `force`. Checked before anything is read or trained.
 void check_run_store(const Options& options);
