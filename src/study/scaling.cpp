@@ -310,21 +310,36 @@ ScalingResult scaling_result(const Study& st) {
     out.cells.push_back(std::move(cell));
   }
   // Per task and variant: its differences to ReLU at each size against log10 of ReLU's compute.
+  struct Line {
+    std::vector<double> x;
+    std::vector<std::vector<double>> groups;
+  };
+  std::vector<Line> lines;
   for (const std::string& task : out.tasks)
     for (const std::string& label : scaling_labels(st, task)) {
       if (label == "relu" || out.sizes.size() < 2) continue;
-      std::vector<double> x;
-      std::vector<std::vector<double>> groups;
+      Line line;
       for (const Cell& c : cells) {
         if (c.task != task) continue;
-        x.push_back(std::log10(training_flops(scaling_job(st, c.size, c.task, "relu", 1))));
-        groups.push_back(
+        line.x.push_back(std::log10(training_flops(scaling_job(st, c.size, c.task, "relu", 1))));
+        line.groups.push_back(
             paired(cell_values(st, c.size, task, label), cell_values(st, c.size, task, "relu")));
       }
-      ScalingTrend trend{task, label, slope_interval(x, groups), ""};
+      ScalingTrend trend{task, label, slope_interval(line.x, line.groups), ""};
       trend.reading = reading_of(trend.slope);
       out.trends.push_back(std::move(trend));
+      lines.push_back(std::move(line));
     }
+  // The family of trends shares the 5 % (Bonferroni), as the comparisons' verdicts do.
+  const auto k = std::count_if(out.trends.begin(), out.trends.end(),
+                               [](const ScalingTrend& t) { return t.slope.defined(); });
+  for (std::size_t i = 0; i < out.trends.size(); ++i) {
+    ScalingTrend& t = out.trends[i];
+    if (!t.slope.defined() || t.reading == "undecided" || k < 2) continue;
+    const SlopeInterval shared =
+        slope_interval(lines[i].x, lines[i].groups, 1.0 - 0.05 / static_cast<double>(k));
+    t.holds_for_all_trends = reading_of(shared) == t.reading;
+  }
   return out;
 }
 
@@ -423,7 +438,8 @@ json scaling_json(const Results& res) {
            {"ci95", interval_json(t.slope.low, t.slope.high)},
            {"degrees_of_freedom",
             t.slope.defined() ? json(t.slope.degrees_of_freedom) : json(nullptr)},
-           {"reading", t.reading}});
+           {"reading", t.reading},
+           {"holds_for_all_trends", t.holds_for_all_trends}});
     return out;
   });
 }
@@ -467,8 +483,8 @@ std::string cell_choice(const ScalingCell& c) {
 std::string trend_cell(const ScalingTrend& t) {
   if (!t.slope.defined())
     return std::isnan(t.slope.slope) ? "—" : fmt::format("{:+.4f} (no interval)", t.slope.slope);
-  return fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]: {}", t.slope.slope, t.slope.low, t.slope.high,
-                     t.reading);
+  return fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]: {}{}", t.slope.slope, t.slope.low, t.slope.high,
+                     t.reading, t.holds_for_all_trends ? "" : "; not across all trends");
 }
 
 }  // namespace
@@ -522,7 +538,9 @@ std::string scaling_markdown(const Study& st, const Sections& sec) {
         "through each size's mean difference; the sizes' spreads and seed counts may differ, "
         "so the interval is Welch's, with Satterthwaite's degrees of freedom; it is a fixed "
         "interval, not adjusted for the sequential looks). Below 0 the variant gains on ReLU "
-        "as the model grows; above 0 it loses ground; an interval across 0 is undecided.\n\n");
+        "as the model grows; above 0 it loses ground; an interval across 0 is undecided. "
+        "\"not across all trends\" marks a reading that does not hold with the 5 % shared "
+        "among the trends of this table (Bonferroni).\n\n");
     md += markdown_table({"task", "variant", "difference to ReLU per tenfold compute [95 %]"},
                          trend_rows, "lll");
   }
@@ -570,8 +588,9 @@ std::vector<std::vector<std::string>> scaling_choice_rows(const Study& st, const
     if (t.task == "causal" && t.slope.defined())
       trends.push_back(
           fmt::format("{} {} ({:+.4f} [{:+.4f}, {:+.4f}] bits/byte per tenfold "
-                      "compute)",
-                      t.variant, t.reading, t.slope.slope, t.slope.low, t.slope.high));
+                      "compute{})",
+                      t.variant, t.reading, t.slope.slope, t.slope.low, t.slope.high,
+                      t.holds_for_all_trends ? "" : "; not across all trends"));
   if (!by_size.empty())
     rows.push_back(
         {"model size",

@@ -1378,7 +1378,33 @@ TEST(StudyScaling, CellsPairWithTheirOwnReLUAndTheTrendReadsTheSlope) {
                       std::log10(r.find("xs", t.task)->variants[0].training_flops);
     EXPECT_NEAR(t.slope.slope, -0.04 / dx, 1e-9) << t.task;
     EXPECT_EQ(t.reading, "gains on ReLU with size") << t.task;
+    EXPECT_TRUE(t.holds_for_all_trends) << t.task << ": far from 0";
   }
+  // Two trends share the 5 %: a gap just wide enough for a trend's own 95 % interval is not
+  // enough for the 97.5 % one. Narrowing the growth of the gap finds such a case, and each
+  // trend's mark is what the 97.5 % interval says.
+  bool found_marked = false;
+  for (double growth = 0.04; growth > 0 && !found_marked; growth -= 0.0005) {
+    study::Study narrowed = st;
+    for (auto& run : narrowed.scaling_runs)
+      if (run.variant.starts_with("xs/") && run.variant.ends_with("/swiglu"))
+        run.val_bits_per_byte -= 0.04 - growth;
+    for (const study::ScalingTrend& t : study::scaling_result(narrowed).trends) {
+      if (t.reading != "gains on ReLU with size") continue;
+      found_marked |= !t.holds_for_all_trends;
+      const double x_xs = std::log10(r.find("xs", t.task)->variants[0].training_flops);
+      const double x_s = std::log10(r.find("s", t.task)->variants[0].training_flops);
+      EXPECT_NEAR(t.slope.slope, -growth / (x_s - x_xs), 1e-9);
+      std::vector<std::vector<double>> groups(2);
+      for (double n : noise) {
+        groups[0].push_back(-0.05 + growth + n);
+        groups[1].push_back(-0.05 + n);
+      }
+      const std::vector<double> x{x_xs, x_s};
+      EXPECT_EQ(t.holds_for_all_trends, slope_interval(x, groups, 0.975).high < 0) << growth;
+    }
+  }
+  EXPECT_TRUE(found_marked) << "no gap decided at 95 % and not at 97.5 %";
   // The same gap at both sizes: undecided.
   for (auto& run : st.scaling_runs)
     if (run.variant.starts_with("xs/") && run.variant.ends_with("/swiglu"))
