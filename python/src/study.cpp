@@ -40,6 +40,7 @@
 #include "ffnlab/train/data.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
+#include "ffnlab/train/train_config.hpp"
 #include "ffnlab/train/trainer.hpp"
 #include "python.hpp"
 
@@ -365,6 +366,13 @@ LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
     j.erase("d_ff");
   }
   if (variant && j.contains("ffn")) throw py::value_error("[python] give variant or ffn, not both");
+  if (j.contains("objective")) {  // the keys `ffnlab train --objective` sets on a new model
+    if (!j["objective"].is_string())
+      throw py::value_error("[python] objective must be a string, causal or masked");
+    const auto objective = parse_enum<Objective>(j["objective"].get<std::string>());
+    j.erase("objective");
+    set_objective_keys(j, objective, j.contains("positions"));
+  }
   const std::int64_t D = j.value("d_model", LMConfig{}.d_model);
   if (!j.contains("ffn")) j["ffn"] = config_to_json(train_ffn(variant.value_or("relu"), D, d_ff));
   return lm_config_from_json(j);
@@ -525,8 +533,9 @@ void add_study(py::module_& m) {
 TransformerLM(config=None, seed=1, **keys): config is the model's JSON config as a dict
 (docs/config.md); keys override or add keys of it. variant="swiglu" (with d_ff, or the
 variant's own width) names the FFN of every block, as `ffnlab train --variant [--d-ff]` builds
-it; ffn=ffnlab.study_ffn("swiglu") puts the study's equal-parameter layer there. seed draws the
-initial weights; `ffnlab train --seed S` uses S for both the weights and the batches, so the same
+it; ffn=ffnlab.study_ffn("swiglu") puts the study's equal-parameter layer there.
+objective="masked" sets the keys `ffnlab train --objective masked` sets (causal False, vocab
+257, RoPE positions unless given). seed draws the initial weights; `ffnlab train --seed S` uses S for both the weights and the batches, so the same
 seed here and in train(seed=S) gives the command's run.)")
       .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
              const LMConfig c = lm_config_of(config, keys);

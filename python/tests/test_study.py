@@ -75,18 +75,20 @@ def test_params_is_the_command_lines_by_default():
 
 
 def test_a_variant_is_the_same_model_in_python_and_on_the_command_line(tmp_path):
-    """TransformerLM(variant=V[, d_ff=F]) is the model of `ffnlab train --variant V [--d-ff F]`:
-    the same widths and the same MoE coefficients, from one library function."""
-    for variant, d_ff in [(v, None) for v in ffnlab.variant_names()] + [("moe", 24)]:
-        out = tmp_path / f"{variant}-{d_ff}"
-        width = [] if d_ff is None else ["--d-ff", str(d_ff)]
-        subprocess.run([str(PROGRAM), "train", "--variant", variant, *width, "--d-model", "32",
+    """TransformerLM(variant=V[, d_ff=F][, objective=O]) is the model of `ffnlab train --variant V
+    [--d-ff F] [--objective O]`: the same widths, MoE coefficients and objective keys, from one
+    library function each."""
+    cases = [(v, {}) for v in ffnlab.variant_names()] + [("moe", {"d_ff": 24}),
+                                                         ("swiglu", {"objective": "masked"})]
+    for variant, keys in cases:
+        out = tmp_path / f"{variant}-{len(keys)}-{keys.get('d_ff')}"
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()]
+        subprocess.run([str(PROGRAM), "train", "--variant", variant, *flags, "--d-model", "32",
                         "--layers", "2", "--heads", "2", "--seq", "32", "--batch", "2",
                         "--steps", "1", "--sample", "0", "--threads", "1", "--out", str(out)],
                        check=True, capture_output=True)
-        keys = {} if d_ff is None else {"d_ff": d_ff}
         python = ffnlab.TransformerLM(variant=variant, **keys, **SMALL).config
-        assert ffnlab.TransformerLM.from_run(out).config == python, (variant, d_ff)
+        assert ffnlab.TransformerLM.from_run(out).config == python, (variant, keys)
 
 
 def masked_log(path):
@@ -540,8 +542,15 @@ def test_evolve_refuses_a_variant_listed_twice(tmp_path):
 
 
 def test_masked_objective_trains_a_bidirectional_model(corpus):
-    lm = ffnlab.TransformerLM(variant="relu", causal=False, vocab=257, positions="rope", seed=1,
-                              **SMALL)
+    lm = ffnlab.TransformerLM(variant="relu", objective="masked", seed=1, **SMALL)
+    # The keys `ffnlab train --objective masked` sets: bidirectional, [MASK], RoPE unless given.
+    assert (lm.config["causal"], lm.config["vocab"], lm.config["positions"]) == (False, 257, "rope")
+    learned = ffnlab.TransformerLM(objective="masked", positions="learned", **SMALL)
+    assert learned.config["positions"] == "learned"
+    assert ffnlab.TransformerLM(objective="causal", **SMALL).config == ffnlab.TransformerLM(
+        **SMALL).config
+    with pytest.raises(ValueError, match="unknown objective 'bert'"):
+        ffnlab.TransformerLM(objective="bert", **SMALL)
     log = ffnlab.train(lm, corpus, objective="masked", mask_fraction=0.25, progress=False,
                        **SETTINGS)
     # Bits per masked byte: 8 of each window's 32 bytes (eval_tokens 256: 8 windows).

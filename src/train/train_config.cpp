@@ -6,6 +6,7 @@
 
 #include "check.hpp"
 #include "ffnlab/limits.hpp"
+#include "ffnlab/train/data.hpp"
 #include "json_keys.hpp"
 
 namespace ffnlab {
@@ -142,6 +143,13 @@ TrainConfig train_config_from_json(const json& j) {
   read_keys(kTrainKeys, c, j, "train");
   validate(c);
   return c;
+}
+
+void set_objective_keys(nlohmann::json& model, Objective objective, bool positions_given) {
+  if (objective != Objective::masked) return;
+  model["causal"] = false;
+  model["vocab"] = kMaskToken + 1;
+  if (!positions_given) model["positions"] = "rope";
 }
 
 }  // namespace ffnlab

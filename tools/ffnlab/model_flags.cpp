@@ -19,19 +19,14 @@ namespace {
 using json = nlohmann::json;
 
 // The model's JSON from its flags: the FFN's width is the model's, --context 0 is --seq, and (a
-// new run) the masked objective trains a bidirectional model with [MASK] after the bytes, its
-// positions RoPE unless given (with learned ones the default model sat at the unigram entropy
-// for its 600 steps: 4.79 bits per masked byte on the fortunes, 3.88 with RoPE). A resumed
-// model is the checkpoint's, whatever the objective: the driver compares that setting.
+// new run) the objective's keys (set_objective_keys: the masked objective trains a
+// bidirectional model with [MASK], RoPE unless --positions). A resumed model is the
+// checkpoint's, whatever the objective: the driver compares that setting.
 json model_json(const KeyFlags& flags, const json& given, const TrainConfig& t, bool new_run) {
   json m = given;
   if (m.contains("ffn") && m["ffn"].contains("d_model")) m["d_model"] = m["ffn"]["d_model"];
   if (m.value("context", -1) == 0) m["context"] = t.seq;
-  if (new_run && t.objective == Objective::masked) {
-    m["causal"] = false;
-    m["vocab"] = kMaskToken + 1;
-    if (!flags.given("--positions")) m["positions"] = "rope";
-  }
+  if (new_run) set_objective_keys(m, t.objective, flags.given("--positions"));
   return m;
 }
 
