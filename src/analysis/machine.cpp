@@ -55,10 +55,17 @@ Machine detect() {
 
 }  // namespace
 
+int Machine::f32_flops_per_cycle() const {
+  if (isa == "AVX2") return 32;
+  if (isa != "AVX-512") return 0;
+  const bool split = amd && (family < 26 || (model >= 0x20 && model <= 0x3f));
+  return split ? 32 : 64;
+}
+
 double nominal_peak_flops(int threads) {
   const Machine& m = this_machine();
   if (m.mhz <= 0 || threads <= 0) return 0;
-  const double per_cycle = m.isa == "AVX-512" ? (m.amd ? 32 : 64) : m.isa == "AVX2" ? 32 : 0;
+  const double per_cycle = m.f32_flops_per_cycle();
   // Threads on SMT siblings share a core's FMA pipes: count the cores they can occupy.
   const int cores = std::max(1, m.processors / std::max(1, m.threads_per_core));
   return per_cycle * m.mhz * 1e6 * std::min(threads, cores);

@@ -269,6 +269,31 @@ TEST(Machine, NamesTheCpuFamilyAndModel) {
 }
 #endif
 
+// The FMA width a nominal peak counts, per CPU: Zen 3 and Zen 4 (which splits a 512-bit FMA in
+// halves) retire 32 f32 FLOPs a cycle, Zen 5 64 (its probe reached 453 GFLOP/s on 2 cores of a
+// 2.1 GHz base clock: 3.4 times the 32-a-cycle nominal, 1.7 times the 64), Intel's AVX-512 64.
+TEST(Machine, CountsTheFmaWidthOfEachCpu) {
+  const auto width = [](std::string isa, bool amd, int family, int model) {
+    Machine m;
+    m.isa = std::move(isa);
+    m.amd = amd;
+    m.family = family;
+    m.model = model;
+    return m.f32_flops_per_cycle();
+  };
+  EXPECT_EQ(width("AVX2", true, 25, 1), 32);        // Zen 3
+  EXPECT_EQ(width("AVX-512", true, 25, 17), 32);    // Zen 4 (EPYC Genoa)
+  EXPECT_EQ(width("AVX-512", true, 26, 2), 64);     // Zen 5 (EPYC Turin)
+  EXPECT_EQ(width("AVX-512", true, 26, 0x24), 32);  // mobile Zen 5 (256-bit datapaths)
+  EXPECT_EQ(width("AVX-512", false, 6, 143), 64);   // Intel Sapphire Rapids
+  EXPECT_EQ(width("other", false, 0, 0), 0);
+  // This machine's nominal peak is that width at its clock on its cores.
+  const Machine& m = this_machine();
+  if (m.mhz > 0 && m.f32_flops_per_cycle() > 0) {
+    EXPECT_DOUBLE_EQ(nominal_peak_flops(1), m.f32_flops_per_cycle() * m.mhz * 1e6);
+  }
+}
+
 // A peak probe holds when every thread together reached 75 % of its cores at one thread's
 // rate: two vCPUs that a shared host gave one core's pipes (two threads at one thread's rate,
 // the 103 against 200 GFLOP/s seen on a 2-core EPYC guest) do not.

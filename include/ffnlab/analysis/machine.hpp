@@ -16,7 +16,12 @@ struct Machine {
   bool amx = false;    // AMX bf16 tiles (products no vector loop bounds)
   int processors = 0;  // online processors
   bool amd = false;    // AuthenticAMD (Zen 4 runs a 512-bit FMA as two 256-bit halves)
-  double mhz = 0;      // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
+  // f32 FLOPs a core's FMA pipes retire per cycle at its widest vectors: two FMAs of 8 lanes
+  // (AVX2), of 16 lanes on Intel's AVX-512 and AMD's Zen 5 (family 26) with full-width
+  // datapaths, of 8 on Zen 4 and the mobile Zen 5 (models 0x20-0x3f), which split a 512-bit
+  // FMA in two 256-bit halves. 0: neither AVX2 nor AVX-512.
+  int f32_flops_per_cycle() const;
+  double mhz = 0;  // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
   int threads_per_core = 1;  // SMT: "siblings" over "cpu cores"
   // "AMD EPYC, family 25 model 17 (AVX-512 with bf16, 2 processors)"
   std::string describe() const;
@@ -45,11 +50,11 @@ struct PeakProbe {
 };
 PeakProbe measure_peak_flops(bool bf16, double budget);
 
-// The f32 rate `threads` threads reach at the clock /proc/cpuinfo names: FMA pipes × vector lanes
-// × 2 FLOPs × clock (AVX2 and AMD's AVX-512: 32 FLOPs a cycle; Intel's AVX-512: 64) on the cores
-// they occupy (SMT siblings share one core's pipes). 0 where the
-// clock or the instruction set is unknown. A boost clock above the named one makes the measured
-// peak higher; a probe far below it (nominal_peak_holds) measured a busy machine, not the peak.
+// The f32 rate `threads` threads reach at the clock /proc/cpuinfo names:
+// Machine::f32_flops_per_cycle × clock on the cores they occupy (SMT siblings share one core's
+// pipes). 0 where the clock or the instruction set is unknown. A boost clock above the named one
+// makes the measured peak higher; a probe far below it (nominal_peak_holds) measured a busy
+// machine, not the peak.
 double nominal_peak_flops(int threads);
 // Whether a measured f32 peak is at least 60 % of the nominal one (true when that is unknown).
 bool nominal_peak_holds(double measured, int threads);
