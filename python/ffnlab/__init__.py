@@ -57,8 +57,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     an undecided comparison trains one more seed per round (None: 6; quick 3; at least
     `seeds`). steps: per LM run (None: 600; quick 40). routing_seeds: the seeds of each routing
     family (None: 1, which gives no interval; with full, `seeds`; at most `seeds`).
-    variants: a non-empty list that includes "relu" (None: relu, gelu, glu, swiglu, gated, moe; with
-    full, every variant). data: a text file or a folder (None: the default corpus). sweep: also
+    variants: a non-empty list that includes "relu", or "all" (None: relu, gelu, glu, swiglu,
+    gated, moe; with full, every variant). data: a text file or a folder (None: the default corpus). sweep: also
     the d_ff / d_model sweep. margin: the equivalence margin in bits/byte, in (0, 1] (None:
     0.02). runs: the folder that keeps every finished LM run (None: `out` + ".runs"); resume:
     take the runs it kept instead of training them again (a study that stopped trains only what

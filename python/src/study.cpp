@@ -331,6 +331,8 @@ std::vector<std::string> names_argument(const std::string& key, const py::handle
 }
 
 std::vector<std::string> variants_argument(const py::handle& v) {
+  // "all", as `--variants all`: every variant of the library.
+  if (PyUnicode_Check(v.ptr()) && py::str(v).cast<std::string>() == "all") return variant_names();
   return names_argument(
       "variants", v, "variant", "['relu', 'swiglu']",
       fmt::format("give a list of variant names that includes 'relu' (None: the default, {})",
@@ -366,16 +368,22 @@ LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
     j.erase("d_ff");
   }
   if (variant && j.contains("ffn")) throw py::value_error("[python] give variant or ffn, not both");
-  if (j.contains("objective")) {  // the keys `ffnlab train --objective` sets on a new model
+  // The keys `ffnlab train --objective` sets on a new model, but those given here.
+  Objective objective = Objective::causal;
+  if (j.contains("objective")) {
     if (!j["objective"].is_string())
       throw py::value_error("[python] objective must be a string, causal or masked");
-    const auto objective = parse_enum<Objective>(j["objective"].get<std::string>());
+    objective = parse_enum<Objective>(j["objective"].get<std::string>());
     j.erase("objective");
-    set_objective_keys(j, objective, j.contains("positions"));
   }
+  const GivenModelKeys given{.causal = j.contains("causal"),
+                             .vocab = j.contains("vocab"),
+                             .positions = j.contains("positions")};
   const std::int64_t D = j.value("d_model", LMConfig{}.d_model);
   if (!j.contains("ffn")) j["ffn"] = config_to_json(train_ffn(variant.value_or("relu"), D, d_ff));
-  return lm_config_from_json(j);
+  LMConfig c = lm_config_from_json(j);
+  set_objective_keys(c, objective, given);
+  return c;
 }
 
 struct LM {

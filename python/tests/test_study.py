@@ -315,6 +315,9 @@ def test_evolve_refuses_bad_sizes_tasks_and_budgets(tmp_path):
                              (dict(budget=1), "a budget of 1.0 s .* cannot hold the study")]:
         with pytest.raises(ValueError, match=message):
             ffnlab.evolve(tmp_path / "r", quick=True, progress=False, **options)
+    # variants="all" is taken, as `--variants all` is: the next check is the one that refuses.
+    with pytest.raises(ValueError, match="max seeds = 3 must not be below the seeds"):
+        ffnlab.evolve(tmp_path / "r", variants="all", seeds=4, max_seeds=3, progress=False)
     assert not (tmp_path / "r").exists()
 
 
@@ -551,6 +554,10 @@ def test_masked_objective_trains_a_bidirectional_model(corpus):
         **SMALL).config
     with pytest.raises(ValueError, match="unknown objective 'bert'"):
         ffnlab.TransformerLM(objective="bert", **SMALL)
+    # Keys given beside it are kept; a causal model is not made bidirectional behind one's back.
+    assert ffnlab.TransformerLM(objective="masked", vocab=300, **SMALL).config["vocab"] == 300
+    with pytest.raises(ValueError, match="trains a bidirectional model, not one with causal true"):
+        ffnlab.TransformerLM(ffnlab.TransformerLM(**SMALL).config, objective="masked")
     log = ffnlab.train(lm, corpus, objective="masked", mask_fraction=0.25, progress=False,
                        **SETTINGS)
     # Bits per masked byte: 8 of each window's 32 bytes (eval_tokens 256: 8 windows).

@@ -58,7 +58,10 @@ Machine detect() {
 int Machine::f32_flops_per_cycle() const {
   if (isa == "AVX2") return 32;
   if (isa != "AVX-512") return 0;
-  const bool split = amd && (family < 26 || (model >= 0x20 && model <= 0x3f));
+  // Family 25 is Zen 3 and Zen 4; in family 26 (Zen 5) the mobile Strix Point (0x20-0x2f) and
+  // Krackan Point (0x60-0x6f) keep 256-bit datapaths, the others are full width.
+  const bool mobile = (model >= 0x20 && model <= 0x2f) || (model >= 0x60 && model <= 0x6f);
+  const bool split = amd && (family < 26 || (family == 26 && mobile));
   return split ? 32 : 64;
 }
 

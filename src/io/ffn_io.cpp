@@ -11,12 +11,13 @@
 
 namespace ffnlab {
 
-FFNConfig read_ffn_config_file(const std::string& path) {
+FFNConfig read_ffn_config_file(const std::string& path, std::int64_t model_d_model) {
   const auto bytes = read_regular_file(path, "config", std::uint64_t{1} << 24);
   const nlohmann::json j = parse_json_text(
       std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "config", path);
   try {
-    return is_hf_config(j) ? hf_ffn_config(j) : config_from_json(j);
+    if (is_hf_config(j)) return hf_ffn_config(j);
+    return model_d_model > 0 ? ffn_in_model(j, model_d_model) : config_from_json(j);
   } catch (const Error& e) {
     fail("{} (in {})", e.what(), path);
   }

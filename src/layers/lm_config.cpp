@@ -109,18 +109,20 @@ constexpr std::array kLMKeys{
                          .hi = 1e3}),
     // Read after d_model (table order): an FFN that does not name its d_model takes the
     // model's, and one without d_ff the variant's default width at it (ffnlab train's).
-    JsonKey<LMConfig>{"ffn",
-                      [](LMConfig& c, const json& j) {
-                        json f = j;
-                        const bool width = f.is_object() && !f.contains("d_ff");
-                        if (f.is_object() && !f.contains("d_model")) f["d_model"] = c.d_model;
-                        c.ffn = config_from_json(f);
-                        if (width) c.ffn.d_ff = default_d_ff(c.ffn);
-                      },
+    JsonKey<LMConfig>{"ffn", [](LMConfig& c, const json& j) { c.ffn = ffn_in_model(j, c.d_model); },
                       [](const LMConfig& c) { return config_to_json(c.ffn); }},
 };
 
 }  // namespace
+
+FFNConfig ffn_in_model(const json& ffn, std::int64_t d_model) {
+  json f = ffn;
+  const bool width = f.is_object() && !f.contains("d_ff");
+  if (f.is_object() && !f.contains("d_model")) f["d_model"] = d_model;
+  FFNConfig c = config_from_json(f);
+  if (width) c.d_ff = default_d_ff(c);
+  return c;
+}
 
 LMConfig lm_config_from_json(const nlohmann::json& j) {
   LMConfig c;

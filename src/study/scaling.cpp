@@ -81,11 +81,7 @@ TrainConfig size_settings(const Scale& scale, const ModelSize& size) {
 }
 
 LMConfig task_model(LMConfig m, bool masked) {
-  if (masked) {
-    m.causal = false;
-    m.vocab = kMaskToken + 1;
-    m.positions = PositionKind::rope;
-  }
+  set_objective_keys(m, masked ? Objective::masked : Objective::causal);
   return m;
 }
 
@@ -204,6 +200,10 @@ void train_scaling_round(Study& st, std::vector<RunJob> jobs) {
     return training_flops(a) > training_flops(b);
   });
   for (RunRecord& r : train_runs(st, std::move(jobs))) st.scaling_runs.push_back(std::move(r));
+}
+
+bool decided(const ScalingTrend& t) {
+  return t.slope.defined() && t.reading != "undecided";
 }
 
 std::string reading_of(const SlopeInterval& s) {
@@ -335,7 +335,7 @@ ScalingResult scaling_result(const Study& st) {
                                [](const ScalingTrend& t) { return t.slope.defined(); });
   for (std::size_t i = 0; i < out.trends.size(); ++i) {
     ScalingTrend& t = out.trends[i];
-    if (!t.slope.defined() || t.reading == "undecided" || k < 2) continue;
+    if (!decided(t) || k < 2) continue;
     const SlopeInterval shared =
         slope_interval(lines[i].x, lines[i].groups, 1.0 - 0.05 / static_cast<double>(k));
     t.holds_for_all_trends = reading_of(shared) == t.reading;
@@ -439,7 +439,8 @@ json scaling_json(const Results& res) {
            {"degrees_of_freedom",
             t.slope.defined() ? json(t.slope.degrees_of_freedom) : json(nullptr)},
            {"reading", t.reading},
-           {"holds_for_all_trends", t.holds_for_all_trends}});
+           // Only a decided reading holds or not: null for "undecided" and "no interval".
+           {"holds_for_all_trends", decided(t) ? json(t.holds_for_all_trends) : json(nullptr)}});
     return out;
   });
 }
@@ -540,7 +541,9 @@ std::string scaling_markdown(const Study& st, const Sections& sec) {
         "interval, not adjusted for the sequential looks). Below 0 the variant gains on ReLU "
         "as the model grows; above 0 it loses ground; an interval across 0 is undecided. "
         "\"not across all trends\" marks a reading that does not hold with the 5 % shared "
-        "among the trends of this table (Bonferroni).\n\n");
+        "among the {} trends with an interval (Bonferroni).\n\n",
+        std::count_if(r.trends.begin(), r.trends.end(),
+                      [](const ScalingTrend& t) { return t.slope.defined(); }));
     md += markdown_table({"task", "variant", "difference to ReLU per tenfold compute [95 %]"},
                          trend_rows, "lll");
   }

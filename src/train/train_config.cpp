@@ -145,11 +145,14 @@ TrainConfig train_config_from_json(const json& j) {
   return c;
 }
 
-void set_objective_keys(nlohmann::json& model, Objective objective, bool positions_given) {
+void set_objective_keys(LMConfig& model, Objective objective, GivenModelKeys given) {
   if (objective != Objective::masked) return;
-  model["causal"] = false;
-  model["vocab"] = kMaskToken + 1;
-  if (!positions_given) model["positions"] = "rope";
+  check(!given.causal || !model.causal,
+        "[train] the masked objective predicts bytes from both sides: it trains a bidirectional "
+        "model, not one with causal true");
+  model.causal = false;
+  if (!given.vocab) model.vocab = kMaskToken + 1;
+  if (!given.positions) model.positions = PositionKind::rope;
 }
 
 }  // namespace ffnlab

@@ -16,7 +16,9 @@
 #include <thread>
 
 #include "cli_fixture.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/io/safetensors.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/report/staged_dir.hpp"
 
 namespace ffnlab::test {
@@ -648,6 +650,21 @@ TEST_F(Hardening, AModelConfigWithoutAnFFNTakesTheDefaultFFNAtItsWidth) {
     EXPECT_EQ(model["d_model"], 48);
     EXPECT_EQ(model["ffn"]["d_ff"], 96);
   }
+  // A resume reads the file the same way: another --d-model beside it is refused there too.
+  const Outcome other = run("train --resume " + path("run") + " --ffn-config " +
+                            path("layer.json") + " --d-model 64 --steps 2");
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.err.find("--d-model 64: the layer of"), std::string::npos) << other.err;
+  // A layer file that names no d_model is a layer of the model's width, at the variant's own
+  // d_ff there, as a model config's "ffn" is.
+  write("bare.json", R"({"variant":"swiglu"})");
+  fs::remove_all(path("run"));
+  const Outcome bare = run("train --ffn-config " + path("bare.json") + " --d-model 48" + train +
+                           " --heads 2 --out " + path("run"));
+  ASSERT_EQ(bare.status, 0) << bare.err;
+  const auto model = nlohmann::json::parse(read(path("run/summary.json")))["model"];
+  EXPECT_EQ(model["d_model"], 48);
+  EXPECT_EQ(model["ffn"]["d_ff"], default_d_ff(variant_config("swiglu", 48, 1, /*bias=*/true)));
 }
 
 TEST_F(Hardening, ResumingAFinishedRunLeavesItAsItWas) {

@@ -77,9 +77,14 @@ TEST_F(HostileSurfaces, EvolveReplacesOnlyAnEarlierReportAndRefusesBeforeAnyWork
   write("precious/sub/keep.txt", "mine\n");
   write("precious/notes.txt", "also mine\n");
   write("full/thing.txt", "not a report\n");
+  // A run store that keeps a finished run (marked, one record): without --resume or --force
+  // the study would discard it.
+  write("kept.runs/.ffnlab-runs", "ffnlab evolve's finished runs, one file each\n");
+  write("kept.runs/0123abcd.cbor", "a finished run\n");
   const std::string quick = "evolve --quick --threads 1 ";
   struct Refusal {
     std::string args, what;
+    bool usage = false;  // a usage error (exit 2), not an error (exit 1)
   };
   const std::vector<Refusal> refusals = {
       {"--data " + path("corpus") + " --out " + path("corpus"), "is the input"},
@@ -91,6 +96,8 @@ TEST_F(HostileSurfaces, EvolveReplacesOnlyAnEarlierReportAndRefusesBeforeAnyWork
       {"--data " + path("corpus") + " --out " + dir_.parent_path().string(), "current directory"},
       {"--data " + path("corpus") + " --out /", "root folder"},
       {"--data " + path("corpus") + " --out /proc", "mount point"},
+      {"--data " + path("corpus") + " --out " + path("kept"),
+       "keeps 1 finished run of an earlier study: --resume takes", true},
   };
   for (const auto& c : refusals) {
     SCOPED_TRACE(c.args);
@@ -98,7 +105,10 @@ TEST_F(HostileSurfaces, EvolveReplacesOnlyAnEarlierReportAndRefusesBeforeAnyWork
     // cd into the test folder, so that "." is a folder of ours.
     const Outcome r = run(quick + c.args, "cd " + dir_.string() + " && ");
     const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-    expect_error(r, c.what);
+    if (c.usage)
+      expect_usage_error(r, c.what);
+    else
+      expect_error(r, c.what);
     EXPECT_LT(seconds, 5.0) << "refused only after work";
     EXPECT_EQ(r.out.find("== "), std::string::npos) << "a stage ran: " << r.out;
   }
@@ -106,6 +116,7 @@ TEST_F(HostileSurfaces, EvolveReplacesOnlyAnEarlierReportAndRefusesBeforeAnyWork
   EXPECT_EQ(read(path("precious/sub/keep.txt")), "mine\n");
   EXPECT_EQ(read(path("precious/notes.txt")), "also mine\n");
   EXPECT_EQ(read(path("full/thing.txt")), "not a report\n");
+  EXPECT_EQ(read(path("kept.runs/0123abcd.cbor")), "a finished run\n");
   EXPECT_EQ(read(path("corpus/a.txt")), corpus_text(400));
   for (const auto& e : fs::recursive_directory_iterator(dir_))
     EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();

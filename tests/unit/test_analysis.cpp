@@ -284,7 +284,10 @@ TEST(Machine, CountsTheFmaWidthOfEachCpu) {
   EXPECT_EQ(width("AVX2", true, 25, 1), 32);        // Zen 3
   EXPECT_EQ(width("AVX-512", true, 25, 17), 32);    // Zen 4 (EPYC Genoa)
   EXPECT_EQ(width("AVX-512", true, 26, 2), 64);     // Zen 5 (EPYC Turin)
-  EXPECT_EQ(width("AVX-512", true, 26, 0x24), 32);  // mobile Zen 5 (256-bit datapaths)
+  EXPECT_EQ(width("AVX-512", true, 26, 0x24), 32);  // Strix Point (256-bit datapaths)
+  EXPECT_EQ(width("AVX-512", true, 26, 0x60), 32);  // Krackan Point (256-bit datapaths)
+  EXPECT_EQ(width("AVX-512", true, 26, 0x70), 64);  // Strix Halo (full width)
+  EXPECT_EQ(width("AVX-512", true, 26, 0x44), 64);  // Granite Ridge, Fire Range
   EXPECT_EQ(width("AVX-512", false, 6, 143), 64);   // Intel Sapphire Rapids
   EXPECT_EQ(width("other", false, 0, 0), 0);
   // This machine's nominal peak is that width at its clock on its cores.

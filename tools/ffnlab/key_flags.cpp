@@ -256,10 +256,10 @@ json layer_json(const KeyFlags& flags, const std::string& prefix, const std::str
 }  // namespace
 
 FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const std::string& file,
-                       const std::string& variant) {
+                       const std::string& variant, std::int64_t model_d_model) {
   if (!file.empty()) {
     refuse_unused_layer_flags(flags, prefix, true, "");
-    return read_ffn_config_file(file);
+    return read_ffn_config_file(file, model_d_model);
   }
   return config_from_json(layer_json(flags, prefix, variant));
 }

@@ -79,9 +79,10 @@ void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix,
 // --ffn-config's file when `file` is set. Of the flags: every FFN flag's value, d_ff 0 as the
 // variant's default width (default_d_ff), and the routing's defaults (routing_defaults) for the
 // MoE keys not given. Throws UsageError for a routing family's flag given under another
-// routing, and for FFN flags beside --ffn-config.
+// routing, and for FFN flags beside --ffn-config. `model_d_model` > 0: the file is a model's
+// layer, and takes that width where it names none (read_ffn_config_file).
 FFNConfig layer_config(const KeyFlags& flags, const std::string& prefix, const std::string& file,
-                       const std::string& variant);
+                       const std::string& variant, std::int64_t model_d_model = 0);
 
 // For the commands that run or cost one layer per variant (params, toy), beside a layer config
 // file: --variants (the file is the one layer) and a --d-model other than the file's layer's are

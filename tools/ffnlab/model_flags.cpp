@@ -18,15 +18,13 @@ namespace {
 
 using json = nlohmann::json;
 
-// The model's JSON from its flags: the FFN's width is the model's, --context 0 is --seq, and (a
-// new run) the objective's keys (set_objective_keys: the masked objective trains a
-// bidirectional model with [MASK], RoPE unless --positions). A resumed model is the
-// checkpoint's, whatever the objective: the driver compares that setting.
-json model_json(const KeyFlags& flags, const json& given, const TrainConfig& t, bool new_run) {
+// The model's JSON from its flags: the FFN's width is the model's and --context 0 is --seq. (A
+// new run's model then takes its objective's keys, set_objective_keys; a resumed model is the
+// checkpoint's, whatever the objective: the driver compares that setting.)
+json model_json(const json& given, const TrainConfig& t) {
   json m = given;
   if (m.contains("ffn") && m["ffn"].contains("d_model")) m["d_model"] = m["ffn"]["d_model"];
   if (m.value("context", -1) == 0) m["context"] = t.seq;
-  if (new_run) set_objective_keys(m, t.objective, flags.given("--positions"));
   return m;
 }
 
@@ -86,14 +84,17 @@ LMConfig ModelFlags::model_of_file() const {
 // A new run's model: the flags', or --model-config's file.
 LMConfig ModelFlags::model(const TrainConfig& t) const {
   if (!model_config_.empty()) return model_of_file();
-  const FFNConfig layer = layer_config(flags_, "ffn.", ffn_config_, "");
-  json m = model_json(flags_, flags_.values(), t, true);
+  // A layer file's width is the model's; one that names none takes --d-model's.
+  const FFNConfig layer =
+      layer_config(flags_, "ffn.", ffn_config_, "", flags_.values("ffn.")["d_model"]);
+  json m = model_json(flags_.values(), t);
   m.erase("ffn");
-  if (!ffn_config_.empty()) {  // the layer file's width is the model's
+  if (!ffn_config_.empty()) {
     refuse_other_width(flags_, "ffn.", ffn_config_, layer);
     m["d_model"] = layer.d_model;
   }
   LMConfig c = lm_config_from_json(m);
+  set_objective_keys(c, t.objective, {.positions = flags_.given("--positions")});
   c.ffn = layer;
   validate(c);
   return c;
@@ -143,10 +144,18 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
       asked = model_of_file();
     } else {
       json m = before;
-      if (!ffn_config_.empty()) m["ffn"] = config_to_json(read_ffn_config_file(ffn_config_));
+      if (!ffn_config_.empty()) {  // as in model(): the file's width is the model's
+        const std::int64_t d_model = flags_.key_given("ffn.d_model")
+                                         ? flags_.values("ffn.")["d_model"].get<std::int64_t>()
+                                         : saved.d_model;
+        const FFNConfig layer = read_ffn_config_file(ffn_config_, d_model);
+        refuse_other_width(flags_, "ffn.", ffn_config_, layer);
+        m["ffn"] = config_to_json(layer);
+        m["d_model"] = layer.d_model;
+      }
       for (const ConfigFlag* f : given)
         for (const auto& key : f->presets) m["ffn"].erase(key.substr(4));
-      json patch = model_json(flags_, flags_.values("", true), t, false);
+      json patch = model_json(flags_.values("", true), t);
       if (patch.contains("ffn") && patch["ffn"].value("d_ff", -1) == 0) {
         patch["ffn"].erase("d_ff");  // the variant's own width
         m["ffn"].erase("d_ff");

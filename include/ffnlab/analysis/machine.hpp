@@ -17,9 +17,9 @@ struct Machine {
   int processors = 0;  // online processors
   bool amd = false;    // AuthenticAMD (Zen 4 runs a 512-bit FMA as two 256-bit halves)
   // f32 FLOPs a core's FMA pipes retire per cycle at its widest vectors: two FMAs of 8 lanes
-  // (AVX2), of 16 lanes on Intel's AVX-512 and AMD's Zen 5 (family 26) with full-width
-  // datapaths, of 8 on Zen 4 and the mobile Zen 5 (models 0x20-0x3f), which split a 512-bit
-  // FMA in two 256-bit halves. 0: neither AVX2 nor AVX-512.
+  // (AVX2), of 16 lanes on Intel's AVX-512 and AMD's full-width family 26, of 8 on Zen 4 and
+  // the family-26 mobile models Strix and Krackan Point (0x20-0x2f, 0x60-0x6f), which split a
+  // 512-bit FMA in two 256-bit halves. 0: neither AVX2 nor AVX-512.
   int f32_flops_per_cycle() const;
   double mhz = 0;  // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
   int threads_per_core = 1;  // SMT: "siblings" over "cpu cores"

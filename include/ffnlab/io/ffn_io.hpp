@@ -11,8 +11,10 @@
 
 namespace ffnlab {
 
-// A Hugging Face config.json (recognised by "model_type") or ffnlab's own layer config.
-FFNConfig read_ffn_config_file(const std::string& path);
+// A Hugging Face config.json (recognised by "model_type") or ffnlab's own layer config. With
+// `model_d_model` > 0, the layer of a model of that width: an ffnlab config that names no
+// d_model takes it (ffn_in_model); without, its missing keys are the layer defaults.
+FFNConfig read_ffn_config_file(const std::string& path, std::int64_t model_d_model = 0);
 // A whole model's config (docs/config.md): "[train] path: ..." for a file that is not one.
 LMConfig read_lm_config_file(const std::string& path);
 

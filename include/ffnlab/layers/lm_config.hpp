@@ -55,6 +55,10 @@ LMConfig tutorial_encoder_config();
 
 // JSON: {"vocab": 256, ..., "ffn": {<docs/config.md>}}. Unknown keys are an error.
 LMConfig lm_config_from_json(const nlohmann::json& j);
+// A model's FFN from its layer JSON (the model config's "ffn", or a layer file given to a
+// model): one that names no d_model takes the model's, and one without d_ff the variant's own
+// width at it (default_d_ff, as `ffnlab train --variant` builds it).
+FFNConfig ffn_in_model(const nlohmann::json& ffn, std::int64_t d_model);
 nlohmann::json lm_config_to_json(const LMConfig& config);
 
 }  // namespace ffnlab

@@ -325,7 +325,8 @@ struct ScalingTrend {
   // "gains on ReLU with size", "loses ground to ReLU with size", "undecided", or "no interval"
   std::string reading;
   // A decided reading that also holds with the 5 % shared over every trend with an interval
-  // (Bonferroni: each at 1 − 0.05/k); false when only its own 95 % interval decides it.
+  // (Bonferroni: each at 1 − 0.05/k); false when only its own 95 % interval decides it. (True,
+  // and null in results.json, for a reading that is not decided.)
   bool holds_for_all_trends = true;
 };
 

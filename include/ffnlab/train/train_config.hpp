@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 
+#include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/train/optimizer.hpp"
@@ -49,13 +50,17 @@ struct TrainConfig {
 
 void validate(const TrainConfig& config);
 
-// A new model's keys for the objective it will train on, set in its JSON (docs/config.md) as
-// every front end sets them (`ffnlab train --objective`, ffnlab.TransformerLM(objective=)): for
-// the masked objective, bidirectional attention, the vocabulary with [MASK] and RoPE positions
-// unless `positions_given` (with learned ones the default model sat at the unigram entropy for
-// its 600 steps: 4.79 bits per masked byte on the fortunes, 3.88 with RoPE). The causal
-// objective needs nothing.
-void set_objective_keys(nlohmann::json& model, Objective objective, bool positions_given);
+// The model keys a caller set itself, which set_objective_keys keeps.
+struct GivenModelKeys {
+  bool causal = false, vocab = false, positions = false;
+};
+// A new model's keys for the objective it will train on, as every front end sets them (`ffnlab
+// train --objective`, ffnlab.TransformerLM(objective=), the study's masked runs): for the
+// masked objective, bidirectional attention (a given causal true is an Error), the vocabulary
+// with [MASK] unless given, and RoPE positions unless given (with learned ones the default
+// model sat at the unigram entropy for its 600 steps: 4.79 bits per masked byte on the
+// fortunes, 3.88 with RoPE). The causal objective needs nothing.
+void set_objective_keys(LMConfig& model, Objective objective, GivenModelKeys given = {});
 nlohmann::json train_config_to_json(const TrainConfig& config);
 TrainConfig train_config_from_json(const nlohmann::json& j);
 
