@@ -49,7 +49,6 @@ def test_transformer_lm_takes_a_variant_and_the_study_layer():
     assert study_lm.config["ffn"] == ffnlab.study_ffn("moe", 32)
     moe = ffnlab.study_ffn("moe", d_model=32)
     assert (moe["moe"]["aux_coef"], moe["moe"]["z_coef"]) == pytest.approx((0.01, 1e-3))
-    assert ffnlab.study_ffn("moe")["d_model"] == ffnlab.TransformerLM().config["d_model"]
     with pytest.raises(ValueError, match="heads"):
         ffnlab.TransformerLM(d_model=30, heads=4)
     with pytest.raises(ValueError):

@@ -13,7 +13,6 @@
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/report/markdown.hpp"
-#include "ffnlab/train/data.hpp"
 #include "stage_functions.hpp"
 
 namespace ffnlab::study {
@@ -206,6 +205,12 @@ bool decided(const ScalingTrend& t) {
   return t.slope.defined() && t.reading != "undecided";
 }
 
+// The trends that share the 5 %: those with an interval.
+std::int64_t trends_with_interval(const std::vector<ScalingTrend>& trends) {
+  return std::count_if(trends.begin(), trends.end(),
+                       [](const ScalingTrend& t) { return t.slope.defined(); });
+}
+
 std::string reading_of(const SlopeInterval& s) {
   if (!s.defined()) return "no interval";
   if (s.high < 0) return "gains on ReLU with size";
@@ -331,8 +336,7 @@ ScalingResult scaling_result(const Study& st) {
       lines.push_back(std::move(line));
     }
   // The family of trends shares the 5 % (Bonferroni), as the comparisons' verdicts do.
-  const auto k = std::count_if(out.trends.begin(), out.trends.end(),
-                               [](const ScalingTrend& t) { return t.slope.defined(); });
+  const std::int64_t k = trends_with_interval(out.trends);
   for (std::size_t i = 0; i < out.trends.size(); ++i) {
     ScalingTrend& t = out.trends[i];
     if (!decided(t) || k < 2) continue;
@@ -542,8 +546,7 @@ std::string scaling_markdown(const Study& st, const Sections& sec) {
         "as the model grows; above 0 it loses ground; an interval across 0 is undecided. "
         "\"not across all trends\" marks a reading that does not hold with the 5 % shared "
         "among the {} trends with an interval (Bonferroni).\n\n",
-        std::count_if(r.trends.begin(), r.trends.end(),
-                      [](const ScalingTrend& t) { return t.slope.defined(); }));
+        trends_with_interval(r.trends));
     md += markdown_table({"task", "variant", "difference to ReLU per tenfold compute [95 %]"},
                          trend_rows, "lll");
   }

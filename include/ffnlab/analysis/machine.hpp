@@ -16,15 +16,15 @@ struct Machine {
   bool amx = false;    // AMX bf16 tiles (products no vector loop bounds)
   int processors = 0;  // online processors
   bool amd = false;    // AuthenticAMD (Zen 4 runs a 512-bit FMA as two 256-bit halves)
+  double mhz = 0;      // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
+  int threads_per_core = 1;  // SMT: "siblings" over "cpu cores"
+  // "AMD EPYC, family 25 model 17 (AVX-512 with bf16, 2 processors)"
+  std::string describe() const;
   // f32 FLOPs a core's FMA pipes retire per cycle at its widest vectors: two FMAs of 8 lanes
   // (AVX2), of 16 lanes on Intel's AVX-512 and AMD's full-width family 26, of 8 on Zen 4 and
   // the family-26 mobile models Strix and Krackan Point (0x20-0x2f, 0x60-0x6f), which split a
   // 512-bit FMA in two 256-bit halves. 0: neither AVX2 nor AVX-512.
   int f32_flops_per_cycle() const;
-  double mhz = 0;  // /proc/cpuinfo's "cpu MHz" (the base clock under a hypervisor; 0: unknown)
-  int threads_per_core = 1;  // SMT: "siblings" over "cpu cores"
-  // "AMD EPYC, family 25 model 17 (AVX-512 with bf16, 2 processors)"
-  std::string describe() const;
 };
 
 // Read once per process (Linux: /proc/cpuinfo; elsewhere what the compiler's CPU checks tell).
