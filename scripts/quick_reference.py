@@ -148,8 +148,9 @@ def main():
                        f"{a['std']:.3f} | {vs} |")
     out.append("")
     if missing:
-        out.append(f"Not trained in this run: {', '.join(missing)}; `ffnlab evolve --full` trains "
-                   "every variant (docs/results-study.md has a full run's numbers).\n")
+        out.append(f"Not trained in this run: {', '.join(missing)}; `ffnlab evolve --full --resume` "
+                   "trains every variant, reusing this run's (docs/results-study.md has a full "
+                   "run's numbers).\n")
     out.append("The whole report (figures, MoE balancing, the corrections of the tutorial) is "
                "`report/REPORT.md` after `bash scripts/run.sh`; docs/evolve.md describes it.")
     print("\n".join(out))

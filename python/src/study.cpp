@@ -477,7 +477,7 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
 
 py::object evolve(const py::dict& options, const py::object& progress) {
   study::Options o;
-  o.command = "ffnlab.evolve";
+  o.front_end = study::FrontEnd::python;
   for (const auto& [k, v] : options) {
     const std::string key = py::str(k);
     if (v.is_none()) continue;  // the default

@@ -244,7 +244,7 @@ def test_evolve_returns_results_json_and_writes_the_report(corpus, tmp_path):
     assert results["costs"]["tutorial"]["relu"]["params"] == 2099712
     report = (out / "REPORT.md").read_text()
     assert report.startswith("# The evolution of the Transformer FFN, measured")
-    assert "`ffnlab.evolve --quick --seeds 1 --max-seeds 1 --steps 4`" in report
+    assert "`ffnlab.evolve(quick=True, seeds=1, max_seeds=1, steps=4)`" in report
     assert (out / "training_dynamics.png").stat().st_size > 10000
 
 
@@ -330,7 +330,7 @@ def test_evolve_full_adds_the_top2_moe_at_equal_compute_and_the_z_loss_ablation(
     assert "z_loss_ablation" not in default["moe"]
     assert set(full["moe_axes"]["rows"]) == {"relu", "moe", "moe_compute", "moe_fine_shared"}
     assert len(full["moe"]["z_loss_ablation"]["without_z_loss_val_bits_per_byte"]) == 1
-    assert "`ffnlab.evolve --quick --full --seeds 1" in (tmp_path / "full" / "REPORT.md").read_text()
+    assert "`ffnlab.evolve(quick=True, full=True, seeds=1" in (tmp_path / "full" / "REPORT.md").read_text()
 
 
 def test_evolve_interrupted_keeps_the_earlier_report(corpus, tmp_path):

@@ -18,8 +18,10 @@ namespace {
 
 // "worse than ReLU", "undecided against ReLU by these seeds": the verdict alone, whose
 // numbers the summary gives.
-std::string measured(const VariantOutcome* o) {
-  if (!o) return "not trained in this run (`ffnlab evolve --full` trains every variant)";
+std::string measured(const VariantOutcome* o, const Options& options) {
+  if (!o)
+    return fmt::format("not trained in this run (`{}` trains every variant)",
+                       full_study_call(options));
   switch (o->verdict) {
     case Verdict::better:
     case Verdict::worse:
@@ -79,7 +81,7 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
                         units_text(s, "gelu", &LayerSparsity::near_dead_trained), kNearZeroRelative,
                         units_text(s, "relu", &LayerSparsity::near_dead_trained))
           : std::string(" (this run's census did not count ReLU's and GELU's units)"),
-      measured(t.find("gelu")));
+      measured(t.find("gelu"), st.options));
   const VariantOutcome* swiglu = t.find("swiglu");
   // The GLU family by gate; the members this run did not train are named once, together.
   struct Gate {
@@ -100,7 +102,7 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
       untrained.push_back(g.variant);
       continue;
     }
-    const std::string verdict = measured(o);
+    const std::string verdict = measured(o, st.options);
     auto it = std::find_if(by_verdict.begin(), by_verdict.end(),
                            [&](const auto& v) { return v.first == verdict; });
     if (it == by_verdict.end()) it = by_verdict.insert(by_verdict.end(), {verdict, {}});
@@ -117,8 +119,8 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   std::string family =
       groups.empty() ? "" : fmt::format(" Of the family, {}.", fmt::join(groups, "; "));
   if (!untrained.empty())
-    family += fmt::format(" Not trained in this run: {} (`ffnlab evolve --full` trains them).",
-                          fmt::join(untrained, ", "));
+    family += fmt::format(" Not trained in this run: {} (`{}` trains them).",
+                          fmt::join(untrained, ", "), full_study_call(st.options));
   md += fmt::format(
       "2. **GELU → GLU: a gate computed from the input.** The hidden value becomes act(xW) ⊙ xV: "
       "a second projection decides, per token and unit, how much passes. At equal parameters "
@@ -134,7 +136,7 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
           ? fmt::format("{:.2f}×", static_cast<double>(gated_cost->cost.params) /
                                        static_cast<double>(relu_cost->cost.params))
           : "several times",
-      sec.ref("costs"), measured(t.find("gated")),
+      sec.ref("costs"), measured(t.find("gated"), st.options),
       !t.find("gated")                              ? ""
       : t.find("gated")->verdict == Verdict::better ? " Here the split paid, so this run does not "
                                                       "explain why the field left it aside."
@@ -155,14 +157,15 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
           ? percent(static_cast<double>(r.moe_axes->find("moe")->ffn_active) /
                     static_cast<double>(r.moe_axes->find("moe")->ffn_params))
           : "a fraction",
-      measured(moe),
+      measured(moe, st.options),
       fine && relu_row ? fmt::format("{:.1f}×", static_cast<double>(fine->params) /
                                                     static_cast<double>(relu_row->params))
                        : "more",
-      fine ? measured(&fine->outcome) : "not trained in this run",
+      fine ? measured(&fine->outcome, st.options) : "not trained in this run",
       topk ? fmt::format(" 8 experts with top-2 at the same compute is {}.",
-                         measured(&topk->outcome))
-           : " 8 experts with top-2 at the same compute trains with `ffnlab evolve --full`.");
+                         measured(&topk->outcome, st.options))
+           : fmt::format(" 8 experts with top-2 at the same compute trains with `{}`.",
+                         full_study_call(st.options)));
   return md;
 }
 

@@ -385,10 +385,9 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
     md += fmt::format(
         "\n**Router z-loss.** The study's MoE routers carry ST-MoE's z-loss, "
         "{}·mean(logsumexp(logits)²), which keeps the router's logits small. What it does to "
-        "this MoE LM's validation is not measured by this run: `ffnlab evolve --full` measures "
-        "it as an ablation, the same MoE LM without the z-loss on every seed, paired with these "
-        "runs.\n",
-        m.z_coef);
+        "this MoE LM's validation is not measured by this run: `{}` measures it as an "
+        "ablation, the same MoE LM without the z-loss on every seed, paired with these runs.\n",
+        m.z_coef, full_study_call(st.options));
   if (m.without_z_outcome) {
     const VariantOutcome& o = *m.without_z_outcome;
     auto list = [](const std::vector<double>& x) {

@@ -331,9 +331,11 @@ StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) 
     }
   throw Error(fmt::format(
       "[evolve] a budget of {} on {} worker{} cannot hold the study: the smallest choice, {}, "
-      "takes about {} (a larger --budget, fewer --variants, or more workers under mpirun)",
+      "takes about {} (a larger {}, fewer {}{})",
       duration_text(budget), workers, workers == 1 ? "" : "s", choice_text(plan),
-      duration_text(plan.wall_seconds(workers, true))));
+      duration_text(plan.wall_seconds(workers, true)), option_name(options, "--budget"),
+      option_name(options, "--variants"),
+      options.front_end == FrontEnd::command_line ? ", or more workers under mpirun" : ""));
 }
 
 std::string plan_text(const StudyPlan& p, int workers, const std::vector<int>& cores) {

@@ -470,8 +470,9 @@ std::string routing_markdown(const Study& st, const Sections& sec) {
                         "validation in bits per masked byte), where expert choice and Soft MoE, "
                         "which look at the whole sequence, may run. ",
                         families().size() - 1, percent(r.mask_fraction, 0))
-          : "Expert choice and Soft MoE need a bidirectional model: `ffnlab evolve --full` "
-            "trains them on a masked objective. ");
+          : fmt::format("Expert choice and Soft MoE need a bidirectional model: `{}` trains "
+                        "them on a masked objective. ",
+                        full_study_call(st.options)));
   md += r.seeds == 1
             ? "**Each family trained one seed** in this run (seed 1): values without an interval "
               "or a verdict; `--routing-seeds N` (up to `--seeds`) or `--full` pairs more. "

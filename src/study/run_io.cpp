@@ -130,9 +130,8 @@ RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
   const bool marked = exists && fs::exists(fs::path(dir_) / kStoreMarker);
   if (exists && !marked && !fs::is_empty(dir_))
     throw Error(fmt::format(
-        "[evolve] '{}' holds files but is not a run store of ffnlab evolve (no {} in it): give "
-        "another --runs folder",
-        dir_, kStoreMarker));
+        "[evolve] '{}' holds files but is not a run store of ffnlab evolve (no {} in it)", dir_,
+        kStoreMarker));
   ensure_writable_dir(dir_, "evolve");
   if (!marked) {
     const std::string marker = (fs::path(dir_) / kStoreMarker).string();
@@ -148,10 +147,17 @@ RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
 }
 
 void check_run_store(const Options& o) {
-  if (o.resume || o.force) return;
   const std::string dir = runs_dir(o);
   std::error_code ec;
-  if (!fs::exists(fs::path(dir) / kStoreMarker, ec)) return;  // new, empty or refused later
+  if (!fs::exists(fs::path(dir) / kStoreMarker, ec)) {
+    if (fs::is_directory(dir, ec) && !fs::is_empty(dir, ec))
+      throw Error(fmt::format(
+          "[evolve] '{}' holds files but is not a run store of ffnlab evolve (no {} in it): give "
+          "another {} folder",
+          dir, kStoreMarker, option_name(o, "--runs")));
+    return;  // new or empty
+  }
+  if (o.resume || o.force) return;
   const std::int64_t kept = count_records(dir);
   if (kept == 0) return;
   const std::string resume = option_name(o, "--resume");
@@ -183,8 +189,8 @@ std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {
     stored = nlohmann::json::from_cbor(bytes);
   } catch (const nlohmann::json::exception& e) {
     throw Error(
-        fmt::format("[evolve] the run store's '{}' cannot be read ({}): remove it, and "
-                    "--resume trains that run again",
+        fmt::format("[evolve] the run store's '{}' cannot be read ({}): remove it, and the "
+                    "resumed study trains that run again",
                     path, e.what()));
   }
   // The key names the job; a different job under it (a collision, or a file copied from

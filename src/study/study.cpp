@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -114,14 +115,15 @@ void Study::write(const std::string& name, const std::string& text) const {
 }
 
 namespace {
-// A stop's message with what it kept: the finished runs, which --resume takes instead of
+// A stop's message with what it kept: the finished runs, which a resumed study takes instead of
 // training them again.
-Interrupted with_kept_runs(const Interrupted& e, const RunStore& store) {
+Interrupted with_kept_runs(const Interrupted& e, const RunStore& store, const Options& o) {
   const std::int64_t kept = store.size();
   if (kept == 0) return e;
   return Interrupted(fmt::format(
-      "{}; the {} finished run{} kept in {}: the same command with --resume continues from them",
-      e.what(), kept, kept == 1 ? " is" : "s are", store.dir()));
+      "{}; the {} finished run{} kept in {}: the same {} with {} continues from them", e.what(),
+      kept, kept == 1 ? " is" : "s are", store.dir(),
+      o.front_end == FrontEnd::command_line ? "command" : "call", option_name(o, "--resume")));
 }
 }  // namespace
 
@@ -295,24 +297,63 @@ json to_json(const Results& r) {
 }
 
 namespace {
+// ffnlab.evolve's argument for a flag of `ffnlab evolve`: "--max-seeds" -> "max_seeds".
+std::string argument_of(std::string_view flag) {
+  std::string name(flag.substr(flag.starts_with("--") ? 2 : 0));
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+bool is_switch(std::string_view flag) {
+  for (std::string_view s : {"--resume", "--force", "--quick", "--full", "--sweep"})
+    if (flag == s) return true;
+  return false;
+}
+
+// A flag's value as a Python literal: a number as written, a list flag's comma-separated names
+// as a list, anything else as a string.
+std::string python_value(std::string_view flag, const std::string& value) {
+  char* end = nullptr;
+  (void)std::strtod(value.c_str(), &end);
+  if (!value.empty() && end == value.c_str() + value.size()) return value;
+  auto quoted = [](std::string_view v) { return fmt::format("'{}'", v); };
+  if (flag == "--variants" || flag == "--sizes" || flag == "--tasks") {
+    std::vector<std::string> items;
+    for (std::size_t start = 0; start <= value.size();) {
+      const std::size_t comma = std::min(value.find(',', start), value.size());
+      items.push_back(quoted(std::string_view(value).substr(start, comma - start)));
+      start = comma + 1;
+    }
+    return fmt::format("[{}]", fmt::join(items, ", "));
+  }
+  return quoted(value);
+}
+
+// The options that set the study's scale, as the report's first line names them.
+std::vector<std::pair<std::string, std::string>> scale_args(const Options& o) {
+  std::vector<std::pair<std::string, std::string>> args;
+  if (o.quick) args.emplace_back("--quick", "");
+  if (o.full) args.emplace_back("--full", "");
+  if (o.seeds) args.emplace_back("--seeds", std::to_string(o.seeds));
+  if (o.max_seeds) args.emplace_back("--max-seeds", std::to_string(o.max_seeds));
+  if (o.routing_seeds) args.emplace_back("--routing-seeds", std::to_string(o.routing_seeds));
+  if (o.steps) args.emplace_back("--steps", std::to_string(o.steps));
+  if (!o.sizes.empty()) args.emplace_back("--sizes", fmt::format("{}", fmt::join(o.sizes, ",")));
+  if (!o.tasks.empty()) args.emplace_back("--tasks", fmt::format("{}", fmt::join(o.tasks, ",")));
+  return args;
+}
 
 std::string report_header(const Study& st) {
   const auto& o = st.options;
   std::string md = "# The evolution of the Transformer FFN, measured\n\n";
   const Sections sec(stages());
   md += fmt::format(
-      "Written by `{}{}{}{}` in {} with {} OpenMP thread{}{} on {}. Every number below was "
+      "Written by `{}` in {} with {} OpenMP thread{}{} on {}. Every number below was "
       "computed or measured by this run: results.json holds them all, APPENDIX.md the long "
       "tables, and the CSV beside each figure its data. The language models train side by "
       "side, one thread each, so their numbers depend on the seed and the build, not on the "
       "thread count; only the measured times vary (the speeds of {}, the training tokens/s).\n\n",
-      o.command, fmt::format("{}{}", o.quick ? " --quick" : "", o.full ? " --full" : ""),
-      fmt::format("{}{}{}", o.seeds ? fmt::format(" --seeds {}", o.seeds) : "",
-                  o.max_seeds ? fmt::format(" --max-seeds {}", o.max_seeds) : "",
-                  o.routing_seeds ? fmt::format(" --routing-seeds {}", o.routing_seeds) : ""),
-      fmt::format("{}{}{}", o.steps ? fmt::format(" --steps {}", o.steps) : "",
-                  o.sizes.empty() ? "" : fmt::format(" --sizes {}", fmt::join(o.sizes, ",")),
-                  o.tasks.empty() ? "" : fmt::format(" --tasks {}", fmt::join(o.tasks, ","))),
+      call_text(o.front_end, scale_args(o)),
       // A resumed study's time is its own, not that of the runs it reused.
       elapsed(st.results.seconds) +
           (st.kept_runs > 0 ? fmt::format(" (resumed with `--resume`, reusing {} run{} already "
@@ -437,11 +478,13 @@ void check_options(const Options& o) {
         "[evolve] {0} with {1}: {0} discards the runs that {1} would take; give one of them",
         option_name(o, "--force"), option_name(o, "--resume")));
   if (o.budget_seconds > 0 && o.resume)
-    throw UsageError(
-        "[evolve] --budget with --resume: the planner times this machine on every start and may "
-        "choose other sizes, seeds or steps, whose runs the store does not hold; resume with "
-        "what it chose (its first line, \"chosen for a budget of ...\", names the sizes, seeds "
-        "and steps: give them as --sizes, --max-seeds and --steps)");
+    throw UsageError(fmt::format(
+        "[evolve] {} with {}: the planner times this machine on every start and may choose "
+        "other sizes, seeds or steps, whose runs the store does not hold; resume with what it "
+        "chose (its first line, \"chosen for a budget of ...\", names the sizes, seeds and "
+        "steps: give them as {}, {} and {})",
+        option_name(o, "--budget"), option_name(o, "--resume"), option_name(o, "--sizes"),
+        option_name(o, "--max-seeds"), option_name(o, "--steps")));
 }
 
 double parse_duration(std::string_view text) {
@@ -467,9 +510,34 @@ double parse_duration(std::string_view text) {
 }
 
 std::string option_name(const Options& o, std::string_view flag) {
-  if (!o.command.starts_with("ffnlab.")) return std::string(flag);
-  const std::string name(flag.substr(2));  // "--resume" -> "resume"
-  return name == "runs" ? "runs=" : name + "=True";
+  if (o.front_end == FrontEnd::command_line) return std::string(flag);
+  return argument_of(flag) + (is_switch(flag) ? "=True" : "=");
+}
+
+std::string call_text(FrontEnd front_end,
+                      const std::vector<std::pair<std::string, std::string>>& args) {
+  std::vector<std::string> parts;
+  for (const auto& [flag, value] : args) {
+    if (front_end == FrontEnd::command_line)
+      parts.push_back(value.empty() ? flag : fmt::format("{} {}", flag, value));
+    else
+      parts.push_back(fmt::format("{}={}", argument_of(flag),
+                                  value.empty() ? "True" : python_value(flag, value)));
+  }
+  return front_end == FrontEnd::command_line
+             ? fmt::format("ffnlab evolve{}{}", parts.empty() ? "" : " ", fmt::join(parts, " "))
+             : fmt::format("ffnlab.evolve({})", fmt::join(parts, ", "));
+}
+
+std::string full_study_call(const Options& o) {
+  std::vector<std::pair<std::string, std::string>> args = scale_args(o);
+  if (!o.full) args.emplace(args.begin() + (o.quick ? 1 : 0), "--full", "");
+  args.emplace_back("--resume", "");
+  const Options defaults;
+  if (o.out != defaults.out) args.emplace_back("--out", o.out);
+  if (!o.runs.empty()) args.emplace_back("--runs", o.runs);
+  if (o.data != defaults.data) args.emplace_back("--data", o.data);
+  return call_text(FrontEnd::command_line, args);
 }
 
 std::string runs_dir(const Options& o) {
@@ -488,11 +556,13 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   check_options(st.options);
   st.scale = make_scale(options);
   if (options.max_seeds > 0 && options.max_seeds < st.scale.seeds)
-    throw Error(
-        fmt::format("[evolve] max seeds = {} must not be below the seeds of the first "
-                    "look, {}{}",
-                    options.max_seeds, st.scale.seeds,
-                    options.seeds > 0 ? "" : " (the default; --seeds sets it)"));
+    throw Error(fmt::format(
+        "[evolve] max seeds = {} must not be below the seeds of the first "
+        "look, {}{}",
+        options.max_seeds, st.scale.seeds,
+        options.seeds > 0
+            ? ""
+            : fmt::format(" (the default; {} sets it)", option_name(options, "--seeds"))));
   if (st.scale.routing_seeds > st.scale.seeds)
     throw Error(fmt::format(
         "[evolve] routing seeds = {} must not exceed seeds = {}: the causal routing families are "
@@ -508,7 +578,8 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         "scripts/install-deps.sh installs it)");
   // The output place is checked (and staged) before anything is read or computed.
   StagedDirectory out(options.out, {options.data});
-  check_output_apart(runs_dir(options), {options.data, options.out}, "evolve", "--runs");
+  check_output_apart(runs_dir(options), {options.data, options.out}, "evolve",
+                     option_name(options, "--runs").c_str());
   check_run_store(options);
   st.corpus = load_corpus(options.data, 0.1);
   // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
@@ -558,8 +629,9 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
     if (const std::vector<std::string> open = undecided_comparisons(st); !open.empty()) {
       st.message(
           fmt::format("undecided against ReLU at the cap ({} seeds); a planning figure "
-                      "each, for --max-seeds with --resume:",
-                      st.scale.design.cap));
+                      "each, for {} with {}:",
+                      st.scale.design.cap, option_name(options, "--max-seeds"),
+                      option_name(options, "--resume")));
       for (const std::string& line : open) st.message("  " + line);
     }
     st.stage("figures (gnuplot)");
@@ -571,7 +643,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         "figures", std::chrono::duration<double>(clock::now() - start).count());
   } catch (const Interrupted& e) {
     observer.end();
-    throw with_kept_runs(e, st.store);
+    throw with_kept_runs(e, st.store, st.options);
   } catch (...) {
     observer.end();
     throw;
@@ -587,7 +659,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   try {
     check_stop();
   } catch (const Interrupted& e) {
-    throw with_kept_runs(e, st.store);
+    throw with_kept_runs(e, st.store, st.options);
   }
   out.commit();
   return st.results;

@@ -355,16 +355,18 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
             axes.at("moe_fine_shared").at("against_relu").at("val_bits_per_byte"));
   EXPECT_FALSE(j2.at("moe").contains("z_loss_ablation"));
   EXPECT_EQ(j2.at("speed").at("variants").size(), 6u) << "the speed of the variants it trains";
-  // The report says what it left out and how to get it.
+  // The report says what it left out and how to get it: the full study at this one's scale, in
+  // its folders, taking the runs they share (plain --full would be refused: the store keeps
+  // this study's runs).
   const std::string md2 = read(again + "/REPORT.md");
-  EXPECT_NE(
-      read(again + "/APPENDIX.md")
-          .find("not measured by this run: `ffnlab evolve --full` measures it as an ablation"),
-      std::string::npos);
-  for (const char* text :
-       {"Not trained in this run: reglu, geglu, bilinear (`ffnlab evolve --full`",
-        "`--full` also trains 8 experts",
-        "8 experts with top-2 at the same compute trains with `ffnlab evolve --full`."})
+  const std::string full_call = "`ffnlab evolve --quick --full --resume --out " + again + "`";
+  EXPECT_NE(read(again + "/APPENDIX.md")
+                .find("not measured by this run: " + full_call + " measures it as an ablation"),
+            std::string::npos);
+  for (const std::string& text :
+       {"Not trained in this run: reglu, geglu, bilinear (" + full_call + " trains them)",
+        std::string("`--full` also trains 8 experts"),
+        "8 experts with top-2 at the same compute trains with " + full_call + "."})
     EXPECT_NE(md2.find(text), std::string::npos) << text;
   EXPECT_EQ(md2.find("--full`` "), std::string::npos);
   EXPECT_EQ(md2.find("| moe_compute |"), std::string::npos);

@@ -648,7 +648,7 @@ TEST(StudyMoE, LoadSettlesWhereItIsMeasuredToAndTheZLossIsNotClaimed) {
   EXPECT_NE(md.find("| not by step 100, the last logged |\n"), std::string::npos) << md;
   EXPECT_NE(md.find("stays within 0.05 (absolute share)"), std::string::npos) << md;
   EXPECT_EQ(md.find("settles long before"), std::string::npos) << md;
-  EXPECT_NE(md.find("not measured by this run: `ffnlab evolve --full` measures it"),
+  EXPECT_NE(md.find("not measured by this run: `ffnlab evolve --full --resume` measures it"),
             std::string::npos)
       << md;
   EXPECT_EQ(md.find("bits/byte behind"), std::string::npos) << md;
@@ -1541,7 +1541,54 @@ TEST(Study, RefusesBadSizesTasksAndBudgets) {
                             "start"),
             std::string::npos)
       << refusal(o);
+  // From Python, the same refusal in ffnlab.evolve's arguments.
+  o.front_end = study::FrontEnd::python;
+  EXPECT_NE(refusal(o).find("budget= with resume=True: the planner"), std::string::npos)
+      << refusal(o);
+  EXPECT_NE(refusal(o).find("give them as sizes=, max_seeds= and steps=)"), std::string::npos)
+      << refusal(o);
   EXPECT_TRUE(std::filesystem::is_empty(scratch.path));
+}
+
+// Messages and the report's first line name options in the words of the front end that runs the
+// study; the advice to train the full study names the command that resumes into the same folders.
+TEST(Study, NamesOptionsInTheCallersWords) {
+  study::Options o;
+  EXPECT_EQ(study::option_name(o, "--max-seeds"), "--max-seeds");
+  EXPECT_EQ(study::call_text(o.front_end, {{"--quick", ""}, {"--sizes", "xs,s"}}),
+            "ffnlab evolve --quick --sizes xs,s");
+  EXPECT_EQ(study::full_study_call(o), "ffnlab evolve --full --resume");
+  o.quick = true;
+  o.steps = 40;
+  o.out = "r";
+  o.runs = "store";
+  o.tasks = {"causal", "masked"};
+  EXPECT_EQ(study::full_study_call(o),
+            "ffnlab evolve --quick --full --steps 40 --tasks causal,masked --resume --out r "
+            "--runs store");
+  o.front_end = study::FrontEnd::python;
+  EXPECT_EQ(study::option_name(o, "--max-seeds"), "max_seeds=");
+  EXPECT_EQ(study::option_name(o, "--resume"), "resume=True");
+  EXPECT_EQ(
+      study::call_text(o.front_end,
+                       {{"--quick", ""}, {"--seeds", "3"}, {"--sizes", "xs,s"}, {"--runs", "a b"}}),
+      "ffnlab.evolve(quick=True, seeds=3, sizes=['xs', 's'], runs='a b')");
+  // The report speaks the command line's words whichever front end wrote it.
+  EXPECT_EQ(study::full_study_call(o).substr(0, 34), "ffnlab evolve --quick --full --ste");
+  // A run store folder that holds other files is refused before any work, in the caller's words.
+  const ScratchDir scratch("not-a-store");
+  o.runs = scratch.path.string();
+  std::ofstream(scratch.path / "notes.txt") << "mine";
+  try {
+    study::check_run_store(o);
+    ADD_FAILURE() << "a folder of other files taken as a run store";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a run store of ffnlab evolve (no "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("give another runs= folder"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ffnlab/analysis/sparsity.hpp"
@@ -35,6 +36,9 @@ namespace ffnlab::study {
 // The variants the study trains unless told otherwise: one per step of the evolution (relu,
 // gelu, swiglu, gated, moe); with `full`, every named variant (the whole GLU family).
 std::vector<std::string> default_variants(bool full = false);
+
+// The front ends that run a study: `ffnlab evolve` and Python's ffnlab.evolve.
+enum class FrontEnd { command_line, python };
 
 struct Options {
   std::string out = "report", data = kDefaultCorpus;
@@ -72,8 +76,9 @@ struct Options {
   // A wall-time budget in seconds (0: none): plan_study chooses the sizes (unless `sizes` names
   // them), the seeds and the steps (unless given) so that the study ends within it.
   double budget_seconds = 0;
-  // How the report's first line names the command that wrote it.
-  std::string command = "ffnlab evolve";
+  // Which front end runs the study: its messages and the report's first line name the options
+  // in that front end's words (option_name, call_text).
+  FrontEnd front_end = FrontEnd::command_line;
 };
 
 // One size of the ladder: "s" is the study's own LM, the others double or halve d_model, with
@@ -291,11 +296,22 @@ void release_ranks(ProcessGroup& ranks);
 
 // The run store's folder: options.runs, or options.out + ".runs".
 std::string runs_dir(const Options& options);
-// How a message names one of the study's switches: the flag of `ffnlab evolve` ("--resume"), or
-// for ffnlab.evolve (Options::command) its argument ("resume=True"; "runs=" for --runs).
+// How a message names one of the study's options to the user of options.front_end: the flag of
+// `ffnlab evolve` ("--resume", "--max-seeds"), or ffnlab.evolve's argument ("resume=True",
+// "max_seeds="). `flag` is the command line's.
 std::string option_name(const Options& options, std::string_view flag);
+// A call of the study as `front_end` writes it, from (flag, value) pairs, a switch with an empty
+// value: "ffnlab evolve --full --out r" or "ffnlab.evolve(full=True, out='r')".
+std::string call_text(FrontEnd front_end,
+                      const std::vector<std::pair<std::string, std::string>>& args);
+// The command that trains the full study at this study's scale into its report and run store,
+// taking the runs the store keeps: "ffnlab evolve --full --resume" with this study's --quick,
+// seeds, steps, sizes, tasks, --out, --runs and --data. The report names options as the command
+// line does, whichever front end wrote it.
+std::string full_study_call(const Options& options);
 // Refuses (UsageError) a study that would discard the finished runs its store keeps: without
-// `resume` or `force`. Checked before anything is read or trained.
+// `resume` or `force`; and (Error) a run store folder that holds other files. Checked before
+// anything is read or trained.
 void check_run_store(const Options& options);
 
 // What a study will cost before it runs (plan.cpp): every LM run's time from a cost model timed
