@@ -468,6 +468,35 @@ TEST_F(Cli, TrainMaskedObjective) {
   // Refused by the flag check, with the library's range (0, 1].
   const auto bad = run(common + " --mask-fraction 0 --steps 2 --out " + path("m0"));
   expect_usage_error(bad, "--mask-fraction: '0' is not a number in (0, 1]");
+
+  // A --model-config file takes the objective's keys where it leaves them out, as the flags'
+  // model and Python's TransformerLM(objective=) do; the keys it sets are kept.
+  const std::string file_run = "train --data " + path("text") +
+                               " --seq 16 --batch 2 --threads 1 --objective masked --steps 2";
+  std::ofstream(path("lm.json")) << R"({"d_model": 16, "layers": 1, "heads": 2})";
+  const auto from_file =
+      run(file_run + " --model-config " + path("lm.json") + " --out " + path("f"));
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  const auto file_summary = nlohmann::json::parse(read(path("f/summary.json")));
+  EXPECT_EQ(file_summary["model"]["causal"], false);
+  EXPECT_EQ(file_summary["model"]["vocab"], 257);
+  EXPECT_EQ(file_summary["model"]["positions"], "rope");
+  // Resumed with the same file and no --objective: the checkpoint's objective reads it the same.
+  const auto file_resumed =
+      run("train --resume " + path("f") + " --steps 3 --model-config " + path("lm.json"));
+  EXPECT_EQ(file_resumed.status, 0) << file_resumed.err;
+  std::ofstream(path("lm_learned.json"))
+      << R"({"d_model": 16, "layers": 1, "heads": 2, "positions": "learned"})";
+  const auto learned =
+      run(file_run + " --model-config " + path("lm_learned.json") + " --out " + path("fl"));
+  ASSERT_EQ(learned.status, 0) << learned.err;
+  EXPECT_EQ(nlohmann::json::parse(read(path("fl/summary.json")))["model"]["positions"], "learned");
+  std::ofstream(path("lm_causal.json"))
+      << R"({"d_model": 16, "layers": 1, "heads": 2, "causal": true})";
+  const auto causal_file =
+      run(file_run + " --model-config " + path("lm_causal.json") + " --out " + path("fc"));
+  expect_error(causal_file, "trains a bidirectional model, not one with causal true (in " +
+                                path("lm_causal.json") + ")");
 }
 
 TEST_F(Cli, TrainStopsOnDivergenceAndKeepsTheLastGoodCheckpoint) {

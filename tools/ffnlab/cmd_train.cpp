@@ -68,8 +68,14 @@ RunRequest request_of(const TrainOptions& o, ProcessGroup* group) {
   if (o.resume.empty()) {
     rq.model = o.model.model(rq.train);
   } else {
-    rq.model = read_resume_point(o.resume).model;
-    o.model.check_resumed(rq.model, rq.train, o.resume);
+    const ResumePoint point = read_resume_point(o.resume);
+    rq.model = point.model;
+    // The model flags are read with the settings the run will have (the checkpoint's, where
+    // none was given): its objective and sequence length.
+    std::vector<std::string> given;
+    for (const ConfigFlag* f : o.training.given_flags()) given.push_back(f->key);
+    std::vector<SettingChange> changes;
+    o.model.check_resumed(rq.model, resumed_settings(point, rq.train, given, changes), o.resume);
   }
   for (const ConfigFlag* f : o.training.given_flags())
     rq.given.push_back({f->key, o.training.as_written(*f)});

@@ -66,9 +66,10 @@ void ModelFlags::add(CLI::App& cmd, const std::string& group) {
                 .help = "longest sequence (default: --seq)"}}});
 }
 
-// The model a file describes: no model flag may stand beside it. (A layer flag beside a layer
-// file is refused by refuse_unused_layer_flags.)
-LMConfig ModelFlags::model_of_file() const {
+// The model a file describes, with the objective's keys where the file leaves them out (as for
+// the flags' model and Python's): no model flag may stand beside it. (A layer flag beside a
+// layer file is refused by refuse_unused_layer_flags.)
+LMConfig ModelFlags::model_of_file(Objective objective) const {
   for (const ConfigFlag* f : flags_.given_flags())
     throw UsageError(fmt::format(
         "{}: does not apply with --model-config, whose file describes the whole model (set it "
@@ -78,12 +79,25 @@ LMConfig ModelFlags::model_of_file() const {
     throw UsageError(
         "--ffn-config: does not apply with --model-config, whose file describes the whole model "
         "(set it there)");
-  return read_lm_config_file(model_config_);
+  std::vector<std::string> keys;
+  LMConfig c = read_lm_config_file(model_config_, &keys);
+  auto sets = [&](const char* key) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
+  try {
+    set_objective_keys(
+        c, objective,
+        {.causal = sets("causal"), .vocab = sets("vocab"), .positions = sets("positions")});
+    validate(c);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (in {})", e.what(), model_config_));
+  }
+  return c;
 }
 
 // A new run's model: the flags', or --model-config's file.
 LMConfig ModelFlags::model(const TrainConfig& t) const {
-  if (!model_config_.empty()) return model_of_file();
+  if (!model_config_.empty()) return model_of_file(t.objective);
   // A layer file's width is the model's; one that names none takes --d-model's.
   const FFNConfig layer =
       layer_config(flags_, "ffn.", ffn_config_, "", flags_.values("ffn.")["d_model"]);
@@ -141,7 +155,7 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
   LMConfig asked;
   try {
     if (!model_config_.empty()) {
-      asked = model_of_file();
+      asked = model_of_file(t.objective);
     } else {
       json m = before;
       if (!ffn_config_.empty()) {  // as in model(): the file's width is the model's

@@ -27,7 +27,7 @@ class ModelFlags {
   void check_resumed(const LMConfig& saved, const TrainConfig& t, const std::string& resume) const;
 
  private:
-  LMConfig model_of_file() const;
+  LMConfig model_of_file(Objective objective) const;
   std::string differences(const LMConfig& asked, const LMConfig& saved) const;
 
   KeyFlags flags_;  // --variant, the FFN's flags (keys "ffn.*") and the model's own
