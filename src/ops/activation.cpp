@@ -38,24 +38,16 @@ void activation_backward_from_output(float* dx, const float* dy, const float* y,
                                      Act act) {
   check(derivative_from_output(act),
         "[activation] the derivative of {} is not a function of its output", enum_name(act.kind));
-  auto run = [&](auto a) {
+  kernels::dispatch(act.kind, [&](auto a) {
     constexpr Activation A = decltype(a)::value;
-    const float *ys = y, *dys = dy;  // local copies, as in activation_forward
-    float* dxs = dx;
+    if constexpr (kernels::has_grad_from_output(A)) {
+      const float *ys = y, *dys = dy;  // local copies, as in activation_forward
+      float* dxs = dx;
 #pragma omp parallel for simd schedule(static) if (n > kernels::kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) dxs[i] = kernels::grad_times_from_output<A>(dys[i], ys[i]);
-  };
-  switch (act.kind) {
-    case Activation::relu:
-      run(std::integral_constant<Activation, Activation::relu>{});
-      break;
-    case Activation::sigmoid:
-      run(std::integral_constant<Activation, Activation::sigmoid>{});
-      break;
-    default:
-      run(std::integral_constant<Activation, Activation::tanh>{});
-      break;
-  }
+      for (std::int64_t i = 0; i < n; ++i)
+        dxs[i] = kernels::grad_times_from_output<A>(dys[i], ys[i]);
+    }
+  });
 }
 
 double zero_fraction(const float* x, std::int64_t n) {

@@ -248,8 +248,11 @@ inline float grad_times_from_output(float dy, float y) {
     return y > 0.0f ? dy : 0.0f;  // y > 0 exactly where x > 0
   else if constexpr (A == Activation::sigmoid)
     return dy * (y * (1.0f - y));
-  else
+  else {
+    static_assert(A == Activation::tanh,
+                  "has_grad_from_output names an activation whose formula is not written here");
     return dy * (1.0f - y * y);
+  }
 }
 
 // Calls f(std::integral_constant<Activation, A>{}) for the runtime value `act`, so that the
