@@ -50,6 +50,7 @@ struct JsonKey {
   bool (*printed)(const C&) = nullptr;            // null: always printed
   KeyFlag flag{};                                 // flag.name null: no flag
   std::vector<std::string> (*names)() = nullptr;  // an enum key: its values' names
+  bool (*known)(std::string_view) = nullptr;      // an enum key: whether it reads a name
 };
 
 // A value of the wrong JSON type or out of the C++ type's range. read_keys (and the Hugging Face
@@ -154,6 +155,19 @@ constexpr std::vector<std::string> (*names_of())() {
     return nullptr;
 }
 
+// Whether a name (or an alias) reads as one of an enum's values, for a key of that type.
+template <typename T>
+constexpr bool (*known_of())(std::string_view) {
+  if constexpr (std::is_enum_v<T>)
+    return [](std::string_view text) {
+      for (const auto& row : EnumNames<T>::table.rows)
+        if (text == row.name) return true;
+      return false;
+    };
+  else
+    return nullptr;
+}
+
 // The member at the end of a path of member pointers: o.*a, (o.*a).*b, ...
 template <auto First, auto... Rest, typename O>
 constexpr auto& member_at(O& o) {
@@ -175,7 +189,8 @@ constexpr JsonKey<C> field(const char* name, bool (*printed)(const C&) = nullptr
           [](const C& c) { return json_of(member_at<Path...>(c)); },
           printed,
           flag,
-          names_of<T>()};
+          names_of<T>(),
+          known_of<T>()};
 }
 template <typename C, auto... Path>
 constexpr JsonKey<C> field(const char* name, KeyFlag flag) {
@@ -235,6 +250,7 @@ std::vector<ConfigFlag> flags_of(const std::array<JsonKey<C>, N>& keys, const C&
     f.key = std::string(prefix) + k.name;
     if (k.write) f.default_value = k.write(defaults);
     if (k.names) f.names = k.names();
+    f.known = k.known;
     f.help = k.flag.help;
     for (const auto& [mark, sep] : {std::pair{"{names}", ", "}, std::pair{"{names or}", " or "}})
       if (const auto at = f.help.find(mark); at != std::string::npos)

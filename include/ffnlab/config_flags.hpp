@@ -28,6 +28,9 @@ struct ConfigFlag {
   Value value = Value::integer;
   nlohmann::json default_value;    // the key's value in a default config (null: none)
   std::vector<std::string> names;  // Value::name: the values
+  // Value::name of an enum key: whether a name (or an alias) reads as one (null: not checked
+  // where the flag is read, only by the config's reader).
+  bool (*known)(std::string_view) = nullptr;
   bool ranged = false;
   double lo = 0, hi = 0;
   bool lo_open = false, hi_open = false;

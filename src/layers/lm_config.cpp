@@ -36,7 +36,7 @@ void validate(const LMConfig& c) {
   check(!(c.causal && c.ffn.kind == FFNKind::moe && looks_at_whole_sequence(c.ffn.moe.routing)),
         "[lm] {} routing looks at the whole sequence, so in a causal model the future would reach "
         "every position through it: make the model bidirectional (causal false) and train it "
-        "with --objective masked",
+        "on the masked objective (--objective masked; Python: objective=\"masked\")",
         enum_name(c.ffn.moe.routing));
 }
 

@@ -119,6 +119,14 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
       {train + " --steps -5", 2, "--steps"},
       {"run --input {dir}/text", 2, "--config"},
       {"evolve --steps 0 --out {dir}/out", 2, "--steps: '0' is not an integer in [1, 1000000000]"},
+      // A name flag is checked where it is read, as a number flag is: a usage error naming it.
+      {train + " --decay linear", 2, "--decay: 'linear' is not one of cosine, constant"},
+      {train + " --objective mlm", 2, "--objective: 'mlm' is not one of causal, masked"},
+      {train + " --optimizer lion", 2, "--optimizer: 'lion' is not one of sgd, adam, adamw"},
+      {train + " --positions abs", 2, "--positions: 'abs' is not one of"},
+      {train + " --norm batchnorm", 2, "--norm: 'batchnorm' is not one of layernorm, rmsnorm"},
+      {train + " --dtype f16", 2, "--dtype: 'f16' is not one of f32, bf16"},
+      {"params --routing top_q", 2, "--routing: 'top_q' is not one of topk"},
   });
 }
 

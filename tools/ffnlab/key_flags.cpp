@@ -124,6 +124,13 @@ void KeyFlags::add(CLI::App& cmd, const std::vector<ConfigFlag>& rows, const std
       } else if (row.value == Value::real) {
         o->type_name("FLOAT");
         if (e.row.ranged) o->check(real_in(e.row.lo, e.row.hi, e.row.hi_open, e.row.lo_open));
+      } else if (row.value == Value::name && row.known) {
+        o->check(CLI::Validator(
+            [known = row.known, names = join_names(row.names)](std::string& text) -> std::string {
+              if (known(text)) return {};
+              return fmt::format("'{}' is not one of {}", text.substr(0, 40), names);
+            },
+            ""));
       }
     }
     o->group(group);
