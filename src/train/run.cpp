@@ -193,7 +193,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     return o;
   }
   // Everything is checked: from here on, the output folder is written.
-  if (lead && !o.out.empty()) open_run_folder(o.out);
+  if (lead && !o.out.empty()) open_run_folder(o.out, resumed_here);
   const std::string checkpoint = o.out.empty() ? "" : (fs::path(o.out) / "checkpoint").string();
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
@@ -241,7 +241,13 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   if (rq.sample > 0 && o.held.count > 0) {
     o.sample_skipped = "no rank holds every expert (expert parallel)";
   } else if (rq.sample > 0 && o.model.causal) {  // a masked model fills in; it does not generate
-    o.sample = sample_text(model, rq.prompt, rq.sample, rq.temperature, o.train.seed);
+    o.sample = sample_text(model, rq.prompt, rq.sample, rq.temperature, o.train.seed, stop);
+    // Stopped while sampling: the run's last checkpoint is written, its summary not; a resume
+    // trains nothing and samples again.
+    if (stop()) {
+      o.finished = false;
+      return o;
+    }
     if (!o.out.empty())
       write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
                         o.sample.size());

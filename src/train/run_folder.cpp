@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -28,6 +30,7 @@ std::ofstream continue_log(const fs::path& path, const std::string& header, std:
   std::string line;
   for (bool first = true; std::getline(in, line); first = false) {
     if (first) continue;  // the header
+    if (in.eof()) break;  // no line end: a row cut off by a run that died writing it
     std::int64_t step = 0;
     const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), step);
     if (ec == std::errc() && end != line.data() && *end == ',' && step <= from) {
@@ -66,51 +69,86 @@ std::string run_folder_conflict(const std::string& dir, const std::string& data,
       out_name, dir, data_name, data);
 }
 
-void open_run_folder(const std::string& dir) {
+void open_run_folder(const std::string& dir, bool continued) {
   ensure_writable_dir(dir, "train");
   remove_stale_temporaries(dir, [](std::string_view name) {
     return name == "train_log.csv" || name == "eval_log.csv" || name == "layer_log.csv" ||
            name == "summary.json" || name == "sample.txt";
   });
+  if (continued) return;
+  std::error_code ec;
+  for (const char* name : {"summary.json", "sample.txt"}) {
+    fs::remove(fs::path(dir) / name, ec);
+    if (ec)
+      throw SystemError(fmt::format("[train] cannot remove the earlier run's '{}' ({})",
+                                    (fs::path(dir) / name).string(), ec.message()));
+  }
+  fs::remove_all(fs::path(dir) / "checkpoint", ec);
+  if (ec)
+    throw SystemError(fmt::format("[train] cannot remove the earlier run's checkpoint in '{}' ({})",
+                                  dir, ec.message()));
 }
 
-TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_step, bool layers) {
+namespace {
+// A log stream that failed (to open, or to write a row: a full disk) is an error naming the file
+// and the system's reason, checked at once, before any other call can change errno.
+void check_written(const std::ofstream& log, const fs::path& path) {
+  if (!log.good())
+    throw SystemError(
+        fmt::format("[train] writing '{}' failed ({})", path.string(), std::strerror(errno)));
+}
+
+// A new log: its header only (a run that dies at once leaves its headers).
+std::ofstream new_log(const fs::path& path, const std::string& header) {
+  std::ofstream log(path, std::ios::trunc);
+  log << header << std::flush;
+  check_written(log, path);
+  return log;
+}
+}  // namespace
+
+TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_step, bool layers)
+    : dir_(dir) {
   const fs::path steps = fs::path(dir) / "train_log.csv", evals = fs::path(dir) / "eval_log.csv",
                  per_layer = fs::path(dir) / "layer_log.csv";
   if (continued) {
     steps_ = continue_log(steps, step_csv_header(), from_step);
+    check_written(steps_, steps);
     std::vector<std::string> rows;
     evals_ = continue_log(evals, eval_csv_header(), from_step, &rows);
+    check_written(evals_, evals);
     for (const std::string& row : rows)
       if (const auto e = eval_row(row)) earlier_.push_back(*e);
-    if (layers)
-      layers_ = continue_log(per_layer, layer_csv_header(), from_step);
-    else if (fs::exists(per_layer))  // kept up to the checkpoint, not written on
-      continue_log(per_layer, layer_csv_header(), from_step);
-  } else {
-    steps_ = std::ofstream(steps, std::ios::trunc);
-    evals_ = std::ofstream(evals, std::ios::trunc);
-    steps_ << step_csv_header() << std::flush;  // a run that dies at once leaves its headers
-    evals_ << eval_csv_header() << std::flush;
     if (layers) {
-      layers_ = std::ofstream(per_layer, std::ios::trunc);
-      layers_ << layer_csv_header() << std::flush;
+      layers_ = continue_log(per_layer, layer_csv_header(), from_step);
+      check_written(layers_, per_layer);
+    } else if (fs::exists(per_layer)) {  // kept up to the checkpoint, not written on
+      continue_log(per_layer, layer_csv_header(), from_step);
+    }
+  } else {
+    steps_ = new_log(steps, step_csv_header());
+    evals_ = new_log(evals, eval_csv_header());
+    if (layers) {
+      layers_ = new_log(per_layer, layer_csv_header());
     } else {
       std::error_code ec;  // an earlier run's, which this run does not continue
       fs::remove(per_layer, ec);
     }
   }
-  if (!steps_.good() || !evals_.good() || (layers && !layers_.good()))
-    throw SystemError(fmt::format("[train] cannot write logs into '{}'", dir));
 }
 
 void TrainLogs::add(const StepLog& s) {
   steps_ << step_csv_row(s) << std::flush;
-  if (layers_.is_open()) layers_ << layer_csv_rows(s) << std::flush;
+  check_written(steps_, fs::path(dir_) / "train_log.csv");
+  if (layers_.is_open()) {
+    layers_ << layer_csv_rows(s) << std::flush;
+    check_written(layers_, fs::path(dir_) / "layer_log.csv");
+  }
 }
 
 void TrainLogs::add(const EvalLog& e) {
   evals_ << eval_csv_row(e) << std::flush;
+  check_written(evals_, fs::path(dir_) / "eval_log.csv");
 }
 
 double late_experts_per_token(const std::vector<StepLog>& steps) {

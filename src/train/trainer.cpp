@@ -86,6 +86,19 @@ const TrainConfig& prepared(TransformerLM& model, const Corpus& corpus, const Tr
   model.set_precision(config.precision);
   return config;
 }
+
+// What a run that failed leaves to resume from: the checkpoint in the directory is the last
+// good one (a checkpoint is written with its checkpoint.json last).
+std::string kept_checkpoint(const std::string& dir) {
+  try {
+    if (!dir.empty() && fs::exists(fs::path(dir) / kCheckpointInfo))
+      return fmt::format("the last good checkpoint (step {}) is kept in {}",
+                         read_checkpoint_info(dir)["step"].get<std::int64_t>(), dir);
+  } catch (const std::exception&) {
+    return fmt::format("the checkpoint in {} cannot be read", dir);
+  }
+  return "no checkpoint was written";
+}
 }  // namespace
 
 Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
@@ -258,14 +271,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
     try {
       log = train_step();
     } catch (const Error& e) {
-      // Say what is left to resume from: the checkpoint in the directory is the last good one.
-      const bool kept =
-          !checkpoint_dir.empty() && fs::exists(fs::path(checkpoint_dir) / kCheckpointInfo);
-      throw Error(
-          kept ? fmt::format("{}; the last good checkpoint (step {}) is kept in {}", e.what(),
-                             read_checkpoint_info(checkpoint_dir)["step"].get<std::int64_t>(),
-                             checkpoint_dir)
-               : fmt::format("{}; no checkpoint was written", e.what()));
+      throw Error(fmt::format("{}; {}", e.what(), kept_checkpoint(checkpoint_dir)));
     }
     if (on_step) on_step(log);
     const bool last = step_ == config_.steps;
@@ -281,8 +287,13 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
     }
     if (!checkpoint_dir.empty() &&
         (last || stopping ||
-         (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)))
-      save(checkpoint_dir);
+         (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0))) {
+      try {
+        save(checkpoint_dir);
+      } catch (const SystemError& e) {  // a full disk: the one before is whole
+        throw SystemError(fmt::format("{}; {}", e.what(), kept_checkpoint(checkpoint_dir)));
+      }
+    }
     if (stopping) return false;
   }
   // A run that trained no step (--steps 0, or a finished run continued into another folder)
@@ -292,7 +303,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
 }
 
 std::string sample_text(TransformerLM& model, const std::string& prompt, std::int64_t n,
-                        float temperature, std::uint64_t seed) {
+                        float temperature, std::uint64_t seed, const std::function<bool()>& stop) {
   std::vector<std::int32_t> ctx;
   for (unsigned char c : prompt) {
     check(c < model.config().vocab, "[sample] the prompt holds byte {}, outside vocab = {}",
@@ -311,7 +322,7 @@ std::string sample_text(TransformerLM& model, const std::string& prompt, std::in
         "time: it was trained to fill in masked bytes");
   std::vector<std::int32_t> window;
   std::vector<double> p(static_cast<std::size_t>(V));
-  for (std::int64_t i = 0; i < n; ++i) {
+  for (std::int64_t i = 0; i < n && !(stop && stop()); ++i) {
     const std::int64_t len = std::min<std::int64_t>(S, static_cast<std::int64_t>(ctx.size()));
     window.assign(ctx.end() - len, ctx.end());
     window.resize(static_cast<std::size_t>(S), 0);

@@ -420,6 +420,63 @@ TEST_F(Cli, TrainWritesLogsEvaluationsCheckpointAndSample) {
       0);
 }
 
+// A new run in a folder that holds an earlier run (--force) removes that run's summary, sample
+// and checkpoint before it trains: stopped before its own checkpoint, it leaves no mix of the
+// two, and a resume finds nothing to continue rather than the earlier run "finished".
+TEST_F(Cli, TrainForcedRestartRemovesTheEarlierRunsFiles) {
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny;
+  ASSERT_EQ(run(common + " --steps 2 --sample 8 --out " + path("f")).status, 0);
+  ASSERT_TRUE(fs::exists(path("f/summary.json")));
+  ASSERT_TRUE(fs::exists(path("f/sample.txt")));
+  // The new run diverges at its second step, before any checkpoint of its own.
+  const auto r =
+      run(common + " --force --lr 1e30 --warmup 0 --clip 0 --steps 5 --out " + path("f"));
+  expect_error(r, "step 2");
+  EXPECT_FALSE(fs::exists(path("f/summary.json")));
+  EXPECT_FALSE(fs::exists(path("f/sample.txt")));
+  EXPECT_FALSE(fs::exists(path("f/checkpoint")));
+  EXPECT_NE(run("train --resume " + path("f")).status, 0);
+}
+
+// A log that cannot be written (here: a full device) stops the run with the system's reason,
+// exit 3; it does not train on with a log that silently ends.
+TEST_F(Cli, TrainStopsWhenItsLogCannotBeWritten) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  std::ofstream(path("text")) << training_text();
+  fs::create_directories(path("full"));
+  fs::create_symlink("/dev/full", path("full/train_log.csv"));
+  const auto r = run("train --data " + path("text") + kTiny + " --steps 2 --out " + path("full"));
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("full/summary.json")));
+}
+
+// A log row cut off by a run that died writing it (no line end) is dropped on resume, with the
+// rows after the checkpoint; every row left is whole.
+TEST_F(Cli, TrainResumeDropsARowCutOffMidWrite) {
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny + " --sample 0";
+  ASSERT_EQ(run(common + " --steps 3 --out " + path("cut")).status, 0);
+  std::string log = read(path("cut/train_log.csv"));
+  const std::size_t last_row = log.rfind('\n', log.size() - 2) + 1;
+  log.resize(last_row + (log.size() - last_row) / 2);  // step 3's row, half written
+  std::ofstream(path("cut/train_log.csv"), std::ios::trunc) << log;
+  const auto r = run(common + " --steps 5 --resume " + path("cut"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string resumed = read(path("cut/train_log.csv"));
+  std::istringstream rows(resumed);
+  std::string header, row;
+  std::getline(rows, header);
+  const auto fields = std::count(header.begin(), header.end(), ',');
+  std::vector<std::string> steps;
+  while (std::getline(rows, row)) {
+    EXPECT_EQ(std::count(row.begin(), row.end(), ','), fields) << row;
+    steps.push_back(row.substr(0, row.find(',')));
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"1", "2", "4", "5"})) << resumed;
+}
+
 TEST_F(Cli, TrainResumeEqualsAnUninterruptedRun) {
   std::ofstream(path("text")) << training_text();
   const std::string common = "train --data " + path("text") + kTiny + " --dropout 0.1 --sample 0";

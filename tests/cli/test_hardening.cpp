@@ -493,6 +493,25 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
   EXPECT_EQ(read(report / "REPORT.md"), "the old report\n");
 }
 
+// Ctrl-C while a finished run samples its text (a forward pass a byte): exit 130 at once, the
+// last checkpoint kept and no summary; a resume trains nothing, samples and finishes.
+TEST_F(Hardening, InterruptedSampleKeepsTheCheckpointAndResumes) {
+  write("text", text_of(30));
+  const fs::path run_dir = dir_ / "run";
+  const auto [status, err] = interrupt_when(
+      {"train",   "--data",  path("text"), "--d-model", "16",      "--layers", "1",
+       "--heads", "2",       "--seq",      "16",        "--batch", "2",        "--threads",
+       "1",       "--steps", "2",          "--sample",  "1000000", "--out",    run_dir.string()},
+      [&] { return fs::exists(run_dir / "checkpoint" / "checkpoint.json"); }, 60);
+  EXPECT_EQ(status, 130) << err;
+  EXPECT_NE(err.find("after step 2 of 2; checkpoint written to"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(run_dir / "summary.json"));
+  const Outcome resumed = run("train --resume " + run_dir.string() + " --sample 4");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_TRUE(fs::exists(run_dir / "summary.json"));
+  EXPECT_EQ(read(run_dir / "sample.txt").size(), 4u);
+}
+
 // Ctrl-C during toy: exit 130 between iterations, and no half-written log.
 TEST_F(Hardening, InterruptedToyStopsAndWritesNothing) {
   const fs::path csv = dir_ / "toy.csv";

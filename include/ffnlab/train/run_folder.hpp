@@ -26,8 +26,10 @@ std::string run_folder_conflict(const std::string& dir, const std::string& data,
                                 std::string_view out_name, std::string_view data_name);
 
 // Creates DIR for a run that passed every check (or keeps it) and removes the files a run killed
-// while writing them left half-written (their temporaries).
-void open_run_folder(const std::string& dir);
+// while writing them left half-written (their temporaries). Unless the run continues the one in
+// DIR (`continued`), also the earlier run's summary, sample and checkpoint: a new run that stops
+// before its own would otherwise leave them beside its logs, and a resume would read them.
+void open_run_folder(const std::string& dir, bool continued);
 
 class TrainLogs {
  public:
@@ -35,8 +37,10 @@ class TrainLogs {
   // logs of a run resumed in its own folder from step `from_step`: rows after that step were
   // written by a run that died after its last checkpoint, and are dropped (the resumed run
   // writes them again). With `layers`, also DIR/layer_log.csv: the per-layer diagnostics of
-  // the steps that carry them (TrainConfig::diagnostics_every). Throws SystemError when they
-  // cannot be written.
+  // the steps that carry them (TrainConfig::diagnostics_every). A row the earlier run was
+  // writing when it died (no line end) is dropped too. Throws SystemError when they cannot be
+  // opened, and add() when a row cannot be written (a full disk), naming the file and the
+  // system's reason: a log that silently stops is lost data.
   TrainLogs(const std::string& dir, bool continued, std::int64_t from_step, bool layers = false);
   void add(const StepLog& step);
   void add(const EvalLog& eval);
@@ -46,6 +50,7 @@ class TrainLogs {
 
  private:
   std::ofstream steps_, evals_, layers_;
+  std::string dir_;
   std::vector<EvalLog> earlier_;
 };
 

@@ -89,8 +89,10 @@ class Trainer {
 };
 
 // Generates n bytes after `prompt` by sampling softmax(logits / temperature) (greedy at 0),
-// with the context cut to the model's last `context` bytes.
+// with the context cut to the model's last `context` bytes; fewer when `stop` (asked before
+// each byte: one forward pass of the model) says to stop.
 std::string sample_text(TransformerLM& model, const std::string& prompt, std::int64_t n,
-                        float temperature, std::uint64_t seed);
+                        float temperature, std::uint64_t seed,
+                        const std::function<bool()>& stop = {});
 
 }  // namespace ffnlab
