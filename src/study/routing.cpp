@@ -96,8 +96,8 @@ bool trains(const Study& st) {
   return st.has_variant("moe");
 }
 
-// Whether the stage trains the masked objective: with --full (its 6 runs a seed would take
-// seeds from the sequential comparisons of the default run's budget).
+// Whether the stage trains the masked objective: with --full (its run a seed for every family
+// would take seeds from the sequential comparisons of the default run's budget).
 bool trains_masked(const Study& st) {
   return st.options.full;
 }

@@ -74,8 +74,9 @@ Scale make_scale(const Options& o) {
   // The first look needs two seeds (an interval); with --seeds 1 the second seed comes before it,
   // unless the cap is 1 (one seed, no interval, no look).
   s.design.first = std::min(std::max(s.seeds, 2), s.design.cap);
-  // One seed of each routing family by default: they add 3 runs a seed on the causal LM (and 6
-  // more on the masked objective, with --full); --full trains the study's seeds.
+  // One seed of each routing family by default: they add a run a seed for each causal family but
+  // top-k (and, with --full, one for every family on the masked objective); --full trains the
+  // study's seeds.
   s.routing_seeds = o.routing_seeds > 0 ? o.routing_seeds : (o.full ? s.seeds : 1);
   s.toy_seeds = o.quick ? 2 : 5;
   s.toy_iterations = o.quick ? 20 : 100;
@@ -115,15 +116,30 @@ void Study::write(const std::string& name, const std::string& text) const {
 }
 
 namespace {
-// A stop's message with what it kept: the finished runs, which a resumed study takes instead of
-// training them again.
-Interrupted with_kept_runs(const Interrupted& e, const RunStore& store, const Options& o) {
+// A stop's or a failure's message with what it kept: the finished runs, which a resumed study
+// takes instead of training them again.
+template <class E>
+E with_kept_runs(const E& e, const RunStore& store, const Options& o) {
   const std::int64_t kept = store.size();
   if (kept == 0) return e;
-  return Interrupted(fmt::format(
-      "{}; the {} finished run{} kept in {}: the same {} with {} continues from them", e.what(),
-      kept, kept == 1 ? " is" : "s are", store.dir(),
-      o.front_end == FrontEnd::command_line ? "command" : "call", option_name(o, "--resume")));
+  return E(fmt::format("{}; the {} finished run{} kept in {}: {} continues from them", e.what(),
+                       kept, kept == 1 ? " is" : "s are", store.dir(), resume_call(o)));
+}
+
+// Called in a catch block: rethrows the exception in flight, a stop or an error (a full disk, a
+// failed figure) with the runs kept; a usage error or anything else as it is.
+[[noreturn]] void rethrow_with_kept_runs(const RunStore& store, const Options& o) {
+  try {
+    throw;
+  } catch (const Interrupted& e) {
+    throw with_kept_runs(e, store, o);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const SystemError& e) {
+    throw with_kept_runs(e, store, o);
+  } catch (const Error& e) {
+    throw with_kept_runs(e, store, o);
+  }
 }
 }  // namespace
 
@@ -509,6 +525,20 @@ double parse_duration(std::string_view text) {
   return value * scale;
 }
 
+std::string resume_call(const Options& o) {
+  std::string call =
+      fmt::format("the same {} with {}", o.front_end == FrontEnd::command_line ? "command" : "call",
+                  option_name(o, "--resume"));
+  if (o.budget_seconds > 0)
+    call += fmt::format(
+        " and, in place of {}, the sizes, seeds and steps it chose (its plan's "
+        "first line)",
+        option_name(o, "--budget"));
+  else if (o.force)
+    call += fmt::format(" in place of {}", option_name(o, "--force"));
+  return call;
+}
+
 std::string option_name(const Options& o, std::string_view flag) {
   if (o.front_end == FrontEnd::command_line) return std::string(flag);
   return argument_of(flag) + (is_switch(flag) ? "=True" : "=");
@@ -641,25 +671,22 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         for (const Figure& f : s.figures) f.draw(st);
     st.results.stage_seconds.emplace_back(
         "figures", std::chrono::duration<double>(clock::now() - start).count());
-  } catch (const Interrupted& e) {
-    observer.end();
-    throw with_kept_runs(e, st.store, st.options);
   } catch (...) {
     observer.end();
-    throw;
+    rethrow_with_kept_runs(st.store, st.options);
   }
   observer.end();
   st.results.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  st.write("results.json", to_json(st.results).dump(2) + "\n");
-  const Rendered report = render_report(st);
-  st.write("REPORT.md", report.report);
-  if (!report.appendix.empty()) st.write("APPENDIX.md", report.appendix);
-  // The last look before the report replaces an earlier one: a stop that came during the
-  // figures or the writing keeps the earlier report.
   try {
+    st.write("results.json", to_json(st.results).dump(2) + "\n");
+    const Rendered report = render_report(st);
+    st.write("REPORT.md", report.report);
+    if (!report.appendix.empty()) st.write("APPENDIX.md", report.appendix);
+    // The last look before the report replaces an earlier one: a stop that came during the
+    // figures or the writing keeps the earlier report.
     check_stop();
-  } catch (const Interrupted& e) {
-    throw with_kept_runs(e, st.store, st.options);
+  } catch (...) {
+    rethrow_with_kept_runs(st.store, st.options);
   }
   out.commit();
   return st.results;

@@ -76,6 +76,7 @@ void run_toy(Study& st) {
   r.seeds = st.scale.toy_seeds;
   std::string csv = "variant,iteration,loss,grad_norm\n";
   for (const std::string& v : kToyVariants) {
+    st.message(fmt::format("  toy: {}, {} seeds × {} iterations", v, r.seeds, r.config.iterations));
     std::vector<double> last, drop, gmean;
     ToyVariant tv;
     tv.variant = v;

@@ -332,6 +332,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   const Outcome d = run("evolve --quick --threads 1 --out " + again);
   ASSERT_EQ(d.status, 0) << d.err;
   EXPECT_NE(d.out.find("6 variants"), std::string::npos) << d.out.substr(0, 300);
+  EXPECT_NE(d.out.find("  toy: moe, 2 seeds × "), std::string::npos) << "the toy stage's progress";
   std::ifstream in2(again + "/results.json");
   const json j2 = json::parse(in2);
   const auto& vars2 = j2.at("training").at("variants");

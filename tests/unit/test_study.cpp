@@ -1201,6 +1201,26 @@ TEST(StudyRuns, JobsAndRecordsRoundTripAndTheStoreKeepsThemByJobAndData) {
     other["seed"] = 4;
     EXPECT_FALSE(store.find(other).has_value()) << "another seed is another run";
   }
+  {  // A record file that is CBOR but not a record (an empty map): the file named, not a raw
+     // library error, and the record left for the user to remove.
+    std::filesystem::path record;
+    for (const auto& e : std::filesystem::directory_iterator(store_dir))
+      if (e.path().extension() == ".cbor") record = e.path();
+    ASSERT_FALSE(record.empty());
+    std::ifstream in(record, std::ios::binary);
+    const std::string saved((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    std::ofstream(record, std::ios::binary | std::ios::trunc) << '\xa0';
+    try {
+      (void)study::RunStore(store_dir, true, "fnv1a64:1").find(described);
+      ADD_FAILURE() << "an empty map taken as a record";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + record.string() + "' cannot be read"),
+                std::string::npos)
+          << e.what();
+    }
+    std::ofstream(record, std::ios::binary | std::ios::trunc) << saved;
+  }
   EXPECT_FALSE(study::RunStore(store_dir, true, "fnv1a64:2").find(described).has_value())
       << "other data: the run trains again";
   EXPECT_FALSE(study::RunStore(store_dir, false, "fnv1a64:1").find(described).has_value())
@@ -1573,6 +1593,20 @@ TEST(Study, NamesOptionsInTheCallersWords) {
       study::call_text(o.front_end,
                        {{"--quick", ""}, {"--seeds", "3"}, {"--sizes", "xs,s"}, {"--runs", "a b"}}),
       "ffnlab.evolve(quick=True, seeds=3, sizes=['xs', 's'], runs='a b')");
+  // A stopped study's advice: --resume, in place of what refuses it.
+  {
+    study::Options r;
+    EXPECT_EQ(study::resume_call(r), "the same command with --resume");
+    r.force = true;
+    EXPECT_EQ(study::resume_call(r), "the same command with --resume in place of --force");
+    r.front_end = study::FrontEnd::python;
+    EXPECT_EQ(study::resume_call(r), "the same call with resume=True in place of force=True");
+    r.force = false;
+    r.budget_seconds = 60;
+    EXPECT_NE(study::resume_call(r).find("resume=True and, in place of budget=, the sizes"),
+              std::string::npos)
+        << study::resume_call(r);
+  }
   // The report speaks the command line's words whichever front end wrote it.
   EXPECT_EQ(study::full_study_call(o).substr(0, 34), "ffnlab evolve --quick --full --ste");
   // A run store folder that holds other files is refused before any work, in the caller's words.
