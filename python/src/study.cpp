@@ -557,11 +557,12 @@ seed here and in train(seed=S) gives the command's run.)")
             const std::string dir = py::str(py::module_::import("os").attr("fspath")(run_dir));
             const LMConfig c = read_resume_point(dir).model;
             py::gil_scoped_release release;
-            return LM{std::make_unique<TransformerLM>(c, 0)};
+            return LM{std::make_unique<TransformerLM>(c, 1)};
           },
           py::arg("run_dir"),
-          "A model of the config in a run folder's checkpoint, freshly initialised: its trained "
-          "weights and optimizer state are loaded by train(model, data, resume=run_dir)")
+          "A model of the config in a run folder's checkpoint, freshly initialised (seed 1, as "
+          "TransformerLM(config=...)): its trained weights and optimizer state are loaded by "
+          "train(model, data, resume=run_dir)")
       .def_property_readonly(
           "config", [](const LM& l) { return from_json(lm_config_to_json(l.lm->config())); },
           "the full model config as a dict (every key, defaults filled in)")

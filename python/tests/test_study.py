@@ -123,6 +123,12 @@ def test_train_returns_its_logs_and_matches_the_command_line(corpus, tmp_path):
     assert [c[0] for c in calls].count("step") == 5 and calls[-1][0] == "end"
     # Without a run folder nothing timed the bare products: no utilisation.
     assert "utilisation" not in log["summary"]
+    # At the default eval_tokens the last step's evaluation read the whole validation part: it
+    # is the validation.
+    whole = ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, progress=False,
+                         **{k: v for k, v in dict(SETTINGS, steps=2).items()
+                            if k != "eval_tokens"})
+    assert whole["validation"] == whole["evals"][-1] and whole["evals"][-1]["step"] == 2
 
     # The same model and settings through `ffnlab train`.
     model = tmp_path / "model.json"

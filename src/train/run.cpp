@@ -252,7 +252,15 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
       write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
                         o.sample.size());
   }
-  if (rq.validate_at_end) o.validation = trainer.evaluate(rq.validation_tokens);
+  if (rq.validate_at_end) {
+    // The last step's evaluation is it when it read the same tokens (Python's train at its
+    // defaults: the whole validation part both times).
+    if (!evaluations.empty() && evaluations.back().step == o.step &&
+        o.train.eval_tokens == rq.validation_tokens)
+      o.validation = evaluations.back();
+    else
+      o.validation = trainer.evaluate(rq.validation_tokens);
+  }
 
   std::vector<double> tps;
   for (const StepLog& s : o.steps) tps.push_back(s.tokens_per_second);
