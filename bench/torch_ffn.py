@@ -174,4 +174,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole group: ffnlab bench says it, not we
+        sys.exit(130)

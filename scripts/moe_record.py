@@ -30,6 +30,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,8 @@ LAYERS = {
     "expert_choice": {"moe": {"routing": "expert_choice", "normalize": False, "aux_coef": 0.0,
                               "capacity_factor": 1.0}},
     "soft": {"moe": {"routing": "soft", "slots": 2, "aux_coef": 0.0}},
+    "hash": {"moe": {"routing": "hash"}},
+    "base": {"moe": {"routing": "base", "top_k": 1}},
 }
 # Also recorded with bf16 products and bf16 inference weights.
 BF16 = ("topk_glu_shared", "top_p", "moe_pp", "soft")
@@ -77,6 +80,8 @@ TRAIN = {
               "--gating-residual --layers 2",
     "expert_choice": "--variant moe --routing expert_choice --objective masked",
     "soft": "--variant moe --routing soft --objective masked",
+    "hash": "--variant moe --routing hash",
+    "base": "--variant moe --routing base --top-k 1",
 }
 
 
@@ -106,6 +111,7 @@ def record_layers():
     rng = np.random.default_rng(7)
     x = rng.standard_normal((TOKENS, BASE["d_model"]), dtype=np.float32)
     dy = rng.standard_normal((TOKENS, BASE["d_model"]), dtype=np.float32)
+    ids = rng.integers(0, 256, TOKENS, dtype=np.int64)  # what hash routing reads
     for name, extra in LAYERS.items():
         config = merged(BASE, extra)
         layer = ffnlab.FFN(config, seed=3)
@@ -116,16 +122,18 @@ def record_layers():
             first = ffnlab.FFN(config, seed=5)
             first.forward(x, train=True, sequence=SEQUENCE, first=True)
             residual = first.logits
+        tokens = ids if config["moe"].get("routing") == "hash" else None
         layer.zero_grad()
-        y = layer.forward(x, train=True, sequence=SEQUENCE, gate_residual=residual)
+        y = layer.forward(x, train=True, sequence=SEQUENCE, gate_residual=residual,
+                          token_ids=tokens)
         dx = layer.backward(dy)
         entry["y"] = array_hash(y)
         entry["dx"] = array_hash(dx)
         entry["grads"] = {n: array_hash(g) for n, g in layer.grads().items()}
         entry["aux_loss"] = repr(layer.aux_loss)
         entry["stats"] = sha(json.dumps(layer.stats(), sort_keys=True, default=str).encode())
-        entry["inference_y"] = array_hash(
-            layer.forward(x, train=False, sequence=SEQUENCE, gate_residual=residual))
+        entry["inference_y"] = array_hash(layer.forward(
+            x, train=False, sequence=SEQUENCE, gate_residual=residual, token_ids=tokens))
         if name in BF16:
             layer.precision = "bf16"
             layer.zero_grad()
@@ -177,7 +185,8 @@ def record_params(program):
     out = {}
     for name, flags in {"all": "--variants all", "top_p": "--routing top_p",
                         "relu": "--routing relu", "expert_choice": "--routing expert_choice",
-                        "soft": "--routing soft",
+                        "soft": "--routing soft", "hash": "--routing hash",
+                        "base": "--routing base",
                         "moe_pp": "--variants moe --constant-experts 1 --copy-experts 1 "
                                   "--zero-experts 1 --gating-residual"}.items():
         r = subprocess.run([program, "params", "--json", *flags.split()], capture_output=True,
@@ -208,7 +217,8 @@ def main():
     rec.add_argument("--steps", type=int, default=20)
     rec.add_argument("--data", default="", help="a text corpus (default: a generated one)")
     rec.add_argument("--check", action="store_true",
-                     help="exit 1 unless every layer and run was recorded")
+                     help="exit 1 unless every layer and run was recorded and every "
+                          "routing family the program lists is among them")
     cmp = sub.add_parser("compare", help="list where two records differ")
     cmp.add_argument("before")
     cmp.add_argument("after")
@@ -248,6 +258,14 @@ def main():
           + (f"; runs that failed: {', '.join(errors)}" if errors else "") + f" -> {a.out}")
     if a.check:
         missing = [n for n in LAYERS if n not in record["layers"]]
+        # Every routing family the program knows (its --routing help lists them) is recorded.
+        shown = subprocess.run([program, "params", "--help"], capture_output=True, text=True)
+        listed = re.search(r"how a token gets its experts: ([a-z_, ]+) \(", shown.stdout)
+        families = listed.group(1).split(", ") if listed else ["(no --routing list in the help)"]
+        layers = {merged(BASE, e)["moe"].get("routing", "topk") for e in LAYERS.values()}
+        runs = {f.split("--routing ")[1].split()[0] if "--routing " in f else "topk"
+                for f in TRAIN.values()}
+        missing += [f"routing family {f}" for f in families if f not in layers or f not in runs]
         failed = errors + [n for n, p in record["params"].items() if p.startswith("error")]
         if missing or failed:
             print("not recorded:", ", ".join(missing + failed), file=sys.stderr)

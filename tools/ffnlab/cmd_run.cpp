@@ -180,7 +180,8 @@ void run(const RunOptions& o) {
   for (const auto& p : ffn->parameters().list()) g.add(o.prefix + p.name, p.grad);
   if (gate_residual.defined()) g.add("dgate_residual", ffn->previous_logits_grad());
   const auto g_bytes = g.serialize();
-  // Both files or neither.
+  // Both files or neither when a write fails (a full disk): both are written and synced before
+  // either is renamed into place. (A rename failing between the two would leave the first.)
   write_files_atomic(
       {{o.grads, g_bytes.data(), g_bytes.size()}, {o.output, y_bytes.data(), y_bytes.size()}});
 }
