@@ -1,5 +1,6 @@
-// Learning-rate schedule: linear warm-up to the peak, then cosine decay to min_ratio·peak at the
-// last step (or constant). lr(s) for the update of step s = 0, 1, ..., steps − 1:
+// Learning-rate schedule: linear warm-up to the peak, then cosine decay towards min_ratio·peak,
+// which s = steps, one after the last step, would reach (or constant). lr(s) for the update of
+// step s = 0, 1, ..., steps − 1:
 //   s < warmup:  peak·(s + 1)/warmup
 //   otherwise:   peak·(min_ratio + (1 − min_ratio)·½(1 + cos(π·(s − warmup)/(steps − warmup))))
 #pragma once
