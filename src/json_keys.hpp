@@ -159,11 +159,7 @@ constexpr std::vector<std::string> (*names_of())() {
 template <typename T>
 constexpr bool (*known_of())(std::string_view) {
   if constexpr (std::is_enum_v<T>)
-    return [](std::string_view text) {
-      for (const auto& row : EnumNames<T>::table.rows)
-        if (text == row.name) return true;
-      return false;
-    };
+    return [](std::string_view text) { return EnumNames<T>::table.find(text).has_value(); };
   else
     return nullptr;
 }

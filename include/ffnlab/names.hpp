@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,9 +50,15 @@ struct NameTable {
     return i < count ? rows[i].name : "?";
   }
 
-  E parse(std::string_view text) const {
+  // The value a name (or an alias) reads as; none for another name.
+  std::optional<E> find(std::string_view text) const {
     for (const auto& row : rows)
       if (text == row.name) return row.value;
+    return std::nullopt;
+  }
+
+  E parse(std::string_view text) const {
+    if (const std::optional<E> value = find(text)) return *value;
     // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, falsely) on "literal" + string.
     std::string message = "[";
     message.append(scope).append("] unknown ").append(what).append(" '").append(text);

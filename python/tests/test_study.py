@@ -124,11 +124,16 @@ def test_train_returns_its_logs_and_matches_the_command_line(corpus, tmp_path):
     # Without a run folder nothing timed the bare products: no utilisation.
     assert "utilisation" not in log["summary"]
     # At the default eval_tokens the last step's evaluation read the whole validation part: it
-    # is the validation.
+    # is the validation, the value a fresh evaluation of the whole part gives (the same run with
+    # a smaller eval_tokens evaluates it afresh; evaluations do not change the training).
+    settings = {k: v for k, v in dict(SETTINGS, steps=2).items() if k != "eval_tokens"}
     whole = ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, progress=False,
-                         **{k: v for k, v in dict(SETTINGS, steps=2).items()
-                            if k != "eval_tokens"})
-    assert whole["validation"] == whole["evals"][-1] and whole["evals"][-1]["step"] == 2
+                         **settings)
+    fresh = ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, progress=False,
+                         eval_tokens=64, **settings)
+    assert whole["evals"][-1]["step"] == 2 and whole["validation"] == whole["evals"][-1]
+    assert fresh["evals"][-1]["tokens"] < whole["validation"]["tokens"]
+    assert fresh["validation"] == whole["validation"]
 
     # The same model and settings through `ffnlab train`.
     model = tmp_path / "model.json"
@@ -275,7 +280,7 @@ def test_evolve_resume_takes_the_kept_runs_and_a_larger_study_reuses_them(corpus
     assert (larger["training"]["variants"]["relu"]["val_bits_per_byte"][0]
             == first["training"]["variants"]["relu"]["val_bits_per_byte"][0])
     assert (tmp_path / "report.runs" / ".ffnlab-runs").exists()
-    assert "(resumed with `--resume`, reusing 2 runs already trained)" in (
+    assert "(resumed with `resume=True`, reusing 2 runs already trained)" in (
         tmp_path / "report" / "REPORT.md").read_text()
     _, kept = study(True, 1, runs=tmp_path / "elsewhere")
     assert kept == 0 and (tmp_path / "elsewhere" / ".ffnlab-runs").exists()

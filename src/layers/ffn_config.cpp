@@ -350,6 +350,13 @@ void read_moe_keys(MoEConfig& m, const json& j) {
   read_keys(kMoEKeys, m, absent, "config", "moe.");
 }
 
+// Whether `name` is a variant's (what the --variant flag accepts, as variant_config does).
+bool is_variant(std::string_view name) {
+  for (const auto& v : kVariants)
+    if (name == v.name) return true;
+  return false;
+}
+
 // The FFN config's keys. "variant" comes first: it is a preset that the other keys refine.
 // "ffnlab" is accepted and ignored (a marker some config files carry).
 constexpr std::array kFFNKeys{
@@ -362,7 +369,8 @@ constexpr std::array kFFNKeys{
                        {.name = "--variant",
                         .help = "FFN variant: {names}",
                         .presets = "kind,activation,swish_beta"},
-                       &variant_names},
+                       &variant_names,
+                       &is_variant},
     field<FFNConfig, &FFNConfig::kind>("kind"),
     JsonKey<FFNConfig>{"activation",
                        [](FFNConfig& c, const json& j) { c.act.kind = json_value<Activation>(j); },

@@ -184,18 +184,24 @@ std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {
   if (!kept_.contains(key)) return std::nullopt;
   const std::string path = (fs::path(dir_) / (key + ".cbor")).string();
   const std::vector<std::uint8_t> bytes = read_regular_file(path, "evolve");
-  // A file that is not CBOR, or not a record (a key missing, a value of another type).
+  // A file that is not CBOR, or not a record (a key missing, a value of another type): the
+  // library's reader errors, not another failure (memory) dressed as a bad file.
+  const auto unreadable = [&](const char* why) {
+    return Error(
+        fmt::format("[evolve] the run store's '{}' cannot be read ({}): remove it, and "
+                    "the resumed study trains that run again",
+                    path, why));
+  };
   try {
     const nlohmann::json stored = nlohmann::json::from_cbor(bytes);
     // The key names the job; a different job under it (a collision, or a file copied from
     // elsewhere) is trained again, not taken.
     if (stored.at("job") != job || stored.at("data") != fingerprint_) return std::nullopt;
     return record_from_json(stored.at("record"));
-  } catch (const std::exception& e) {
-    throw Error(
-        fmt::format("[evolve] the run store's '{}' cannot be read ({}): remove it, and the "
-                    "resumed study trains that run again",
-                    path, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    throw unreadable(e.what());
+  } catch (const Error& e) {
+    throw unreadable(e.what());
   }
 }
 

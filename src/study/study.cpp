@@ -8,10 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -326,13 +327,19 @@ bool is_switch(std::string_view flag) {
   return false;
 }
 
-// A flag's value as a Python literal: a number as written, a list flag's comma-separated names
-// as a list, anything else as a string.
+// A flag's value as a Python literal, by the flag: a count or the margin as written, a list
+// flag's comma-separated names as a list, anything else (a path) as an escaped string.
 std::string python_value(std::string_view flag, const std::string& value) {
-  char* end = nullptr;
-  (void)std::strtod(value.c_str(), &end);
-  if (!value.empty() && end == value.c_str() + value.size()) return value;
-  auto quoted = [](std::string_view v) { return fmt::format("'{}'", v); };
+  auto quoted = [](std::string_view v) {
+    std::string out = "'";
+    for (const char c : v) {
+      if (c == '\\' || c == '\'') out += '\\';
+      out += c;
+    }
+    return out + "'";
+  };
+  for (std::string_view n : {"--seeds", "--max-seeds", "--routing-seeds", "--steps", "--margin"})
+    if (flag == n) return value;
   if (flag == "--variants" || flag == "--sizes" || flag == "--tasks") {
     std::vector<std::string> items;
     for (std::size_t start = 0; start <= value.size();) {
@@ -343,6 +350,19 @@ std::string python_value(std::string_view flag, const std::string& value) {
     return fmt::format("[{}]", fmt::join(items, ", "));
   }
   return quoted(value);
+}
+
+// A flag's value as a shell word: as it is when it holds only characters the shell takes as
+// they are, else in single quotes (a path with a space, a quote or a $ pastes as it was).
+std::string shell_word(const std::string& value) {
+  const bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           (c != '\0' && std::strchr("_./,:=+-@%", c) != nullptr);
+  });
+  if (plain) return value;
+  std::string out = "'";
+  for (const char c : value) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 // The options that set the study's scale, as the report's first line names them.
@@ -356,6 +376,8 @@ std::vector<std::pair<std::string, std::string>> scale_args(const Options& o) {
   if (o.steps) args.emplace_back("--steps", std::to_string(o.steps));
   if (!o.sizes.empty()) args.emplace_back("--sizes", fmt::format("{}", fmt::join(o.sizes, ",")));
   if (!o.tasks.empty()) args.emplace_back("--tasks", fmt::format("{}", fmt::join(o.tasks, ",")));
+  if (o.margin != Options{}.margin) args.emplace_back("--margin", fmt::format("{}", o.margin));
+  if (o.sweep) args.emplace_back("--sweep", "");
   return args;
 }
 
@@ -372,10 +394,11 @@ std::string report_header(const Study& st) {
       call_text(o.front_end, scale_args(o)),
       // A resumed study's time is its own, not that of the runs it reused.
       elapsed(st.results.seconds) +
-          (st.kept_runs > 0 ? fmt::format(" (resumed with `--resume`, reusing {} run{} already "
-                                          "trained)",
-                                          st.kept_runs, st.kept_runs == 1 ? "" : "s")
-                            : ""),
+          (st.kept_runs > 0
+               ? fmt::format(" (resumed with `{}`, reusing {} run{} already "
+                             "trained)",
+                             option_name(o, "--resume"), st.kept_runs, st.kept_runs == 1 ? "" : "s")
+               : ""),
       st.results.threads, st.results.threads == 1 ? "" : "s",
       st.results.ranks > 1
           ? fmt::format(" and {} MPI ranks (the language models trained on all of them)",
@@ -529,13 +552,13 @@ std::string resume_call(const Options& o) {
   std::string call =
       fmt::format("the same {} with {}", o.front_end == FrontEnd::command_line ? "command" : "call",
                   option_name(o, "--resume"));
+  // Each of --force and --budget refuses --resume beside it.
+  if (o.force) call += fmt::format(" in place of {}", option_name(o, "--force"));
   if (o.budget_seconds > 0)
     call += fmt::format(
         " and, in place of {}, the sizes, seeds and steps it chose (its plan's "
         "first line)",
         option_name(o, "--budget"));
-  else if (o.force)
-    call += fmt::format(" in place of {}", option_name(o, "--force"));
   return call;
 }
 
@@ -549,7 +572,7 @@ std::string call_text(FrontEnd front_end,
   std::vector<std::string> parts;
   for (const auto& [flag, value] : args) {
     if (front_end == FrontEnd::command_line)
-      parts.push_back(value.empty() ? flag : fmt::format("{} {}", flag, value));
+      parts.push_back(value.empty() ? flag : fmt::format("{} {}", flag, shell_word(value)));
     else
       parts.push_back(fmt::format("{}={}", argument_of(flag),
                                   value.empty() ? "True" : python_value(flag, value)));
@@ -678,7 +701,10 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   observer.end();
   st.results.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   try {
-    st.write("results.json", to_json(st.results).dump(2) + "\n");
+    // (A path's bytes that are not UTF-8, the data's name, become U+FFFD, as in summary.json.)
+    st.write(
+        "results.json",
+        to_json(st.results).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     const Rendered report = render_report(st);
     st.write("REPORT.md", report.report);
     if (!report.appendix.empty()) st.write("APPENDIX.md", report.appendix);

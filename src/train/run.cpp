@@ -124,6 +124,9 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     if (!rq.data_given) data = checkpoint_data_path(*point, data);
     if (!rq.val_fraction_given) val_fraction = checkpoint_val_fraction(*point, val_fraction);
   }
+  // Continuing the run in its own folder (its logs go on), not into another one.
+  const bool resumed_here =
+      point && !o.out.empty() && fs::weakly_canonical(rq.resume) == fs::weakly_canonical(o.out);
   if (lead && !o.out.empty()) {
     check_writable_dir(o.out, "train");
     if (const std::string why = run_folder_conflict(o.out, data, rq.names.out, rq.names.data);
@@ -131,9 +134,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
       throw UsageError(why);
     // Another run's folder is not written over unless asked: its logs, checkpoint and summary
     // would be lost, or mixed with this run's.
-    const bool into_resumed =
-        point && fs::weakly_canonical(rq.resume) == fs::weakly_canonical(o.out);
-    if (rq.out_named && !into_resumed && !rq.force)
+    if (rq.out_named && !resumed_here && !rq.force)
       if (const std::string held = earlier_run(o.out); !held.empty())
         throw UsageError(fmt::format(
             "[train] {} '{}' holds an earlier run ({}): resume it ({}), give another {}, or {} "
@@ -175,8 +176,6 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   if (trainer.step() > o.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past {} {}", trainer.step(),
                                  rq.names.steps, o.train.steps));
-  const bool resumed_here =
-      point && !o.out.empty() && fs::weakly_canonical(rq.resume) == fs::weakly_canonical(o.out);
   if (resumed_here && run_finished(o.out, trainer.step(), o.train.steps)) {
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
     o.already_finished = o.finished = true;
@@ -241,13 +240,10 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   if (rq.sample > 0 && o.held.count > 0) {
     o.sample_skipped = "no rank holds every expert (expert parallel)";
   } else if (rq.sample > 0 && o.model.causal) {  // a masked model fills in; it does not generate
+    // A stop while sampling cuts the sample short; the finished run is still written whole
+    // (its summary: speed, routing, evaluations), and the caller says it stopped.
     o.sample = sample_text(model, rq.prompt, rq.sample, rq.temperature, o.train.seed, stop);
-    // Stopped while sampling: the run's last checkpoint is written, its summary not; a resume
-    // trains nothing and samples again.
-    if (stop()) {
-      o.finished = false;
-      return o;
-    }
+    o.sample_stopped = stop();
     if (!o.out.empty())
       write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
                         o.sample.size());

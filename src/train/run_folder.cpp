@@ -39,6 +39,7 @@ std::ofstream continue_log(const fs::path& path, const std::string& header, std:
     }
   }
   write_file_atomic(path.string(), kept.data(), kept.size());
+  errno = 0;  // what the open sets, if it fails, is the reason given (check_written)
   return std::ofstream(path, std::ios::app);
 }
 
@@ -91,18 +92,28 @@ void open_run_folder(const std::string& dir, bool continued) {
 
 namespace {
 // A log stream that failed (to open, or to write a row: a full disk) is an error naming the file
-// and the system's reason, checked at once, before any other call can change errno.
+// and the system's reason: errno, cleared before the write (written() below) and read at once,
+// before any other call can change it.
 void check_written(const std::ofstream& log, const fs::path& path) {
-  if (!log.good())
-    throw SystemError(
-        fmt::format("[train] writing '{}' failed ({})", path.string(), std::strerror(errno)));
+  if (log.good()) return;
+  const int error = errno;
+  throw SystemError(fmt::format("[train] writing '{}' failed ({})", path.string(),
+                                error != 0 ? std::strerror(error) : "the stream failed"));
+}
+
+// Writes `text` to `log` now (flushed), then checks it.
+void write_now(std::ofstream& log, const std::string& text, const fs::path& path) {
+  errno = 0;
+  log << text << std::flush;
+  check_written(log, path);
 }
 
 // A new log: its header only (a run that dies at once leaves its headers).
 std::ofstream new_log(const fs::path& path, const std::string& header) {
+  errno = 0;
   std::ofstream log(path, std::ios::trunc);
-  log << header << std::flush;
   check_written(log, path);
+  write_now(log, header, path);
   return log;
 }
 }  // namespace
@@ -138,17 +149,12 @@ TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_s
 }
 
 void TrainLogs::add(const StepLog& s) {
-  steps_ << step_csv_row(s) << std::flush;
-  check_written(steps_, fs::path(dir_) / "train_log.csv");
-  if (layers_.is_open()) {
-    layers_ << layer_csv_rows(s) << std::flush;
-    check_written(layers_, fs::path(dir_) / "layer_log.csv");
-  }
+  write_now(steps_, step_csv_row(s), fs::path(dir_) / "train_log.csv");
+  if (layers_.is_open()) write_now(layers_, layer_csv_rows(s), fs::path(dir_) / "layer_log.csv");
 }
 
 void TrainLogs::add(const EvalLog& e) {
-  evals_ << eval_csv_row(e) << std::flush;
-  check_written(evals_, fs::path(dir_) / "eval_log.csv");
+  write_now(evals_, eval_csv_row(e), fs::path(dir_) / "eval_log.csv");
 }
 
 double late_experts_per_token(const std::vector<StepLog>& steps) {

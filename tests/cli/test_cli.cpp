@@ -606,7 +606,8 @@ TEST_F(Cli, TrainRejectsBadInput) {
   std::ofstream(path("run/checkpoint/checkpoint.json")) << "{\"format\": \"ffnlab-chec";
   expect_error(run(common + " --steps 4 --resume " + path("run") + " --out " + path("o6")),
                "corrupt");
-  expect_error(run(common + " --steps 1 --variant nonsense --out " + path("o7")), "nonsense");
+  expect_usage_error(run(common + " --steps 1 --variant nonsense --out " + path("o7")),
+                     "--variant: 'nonsense' is not one of relu");
   expect_error(run("train --data " + path("text") +
                    " --d-model 16 --layers 1 --heads 2 --batch 2 --seq 32 --context 16 --steps 1 "
                    "--out " +

@@ -127,6 +127,7 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
       {train + " --norm batchnorm", 2, "--norm: 'batchnorm' is not one of layernorm, rmsnorm"},
       {train + " --dtype f16", 2, "--dtype: 'f16' is not one of f32, bf16"},
       {"params --routing top_q", 2, "--routing: 'top_q' is not one of topk"},
+      {train + " --variant swigl", 2, "--variant: 'swigl' is not one of relu, gelu"},
   });
 }
 
@@ -494,8 +495,8 @@ TEST_F(Hardening, InterruptedEvolveLeavesTheOldReport) {
 }
 
 // Ctrl-C while a finished run samples its text (a forward pass a byte): exit 130 at once, the
-// last checkpoint kept and no summary; a resume trains nothing, samples and finishes.
-TEST_F(Hardening, InterruptedSampleKeepsTheCheckpointAndResumes) {
+// run written whole (its summary with its speed), the sample cut short.
+TEST_F(Hardening, InterruptedSampleStopsAtOnceAndKeepsTheRun) {
   write("text", text_of(30));
   const fs::path run_dir = dir_ / "run";
   const auto [status, err] = interrupt_when(
@@ -504,12 +505,17 @@ TEST_F(Hardening, InterruptedSampleKeepsTheCheckpointAndResumes) {
        "1",       "--steps", "2",          "--sample",  "1000000", "--out",    run_dir.string()},
       [&] { return fs::exists(run_dir / "checkpoint" / "checkpoint.json"); }, 60);
   EXPECT_EQ(status, 130) << err;
-  EXPECT_NE(err.find("after step 2 of 2; checkpoint written to"), std::string::npos) << err;
-  EXPECT_FALSE(fs::exists(run_dir / "summary.json"));
-  const Outcome resumed = run("train --resume " + run_dir.string() + " --sample 4");
-  ASSERT_EQ(resumed.status, 0) << resumed.err;
-  EXPECT_TRUE(fs::exists(run_dir / "summary.json"));
-  EXPECT_EQ(read(run_dir / "sample.txt").size(), 4u);
+  EXPECT_NE(err.find("SIGINT while sampling: the run is finished and written to"),
+            std::string::npos)
+      << err;
+  const auto summary = nlohmann::json::parse(read(run_dir / "summary.json"));
+  EXPECT_EQ(summary["steps"], 2);
+  EXPECT_GT(summary["median_tokens_per_second"].get<double>(), 0);
+  EXPECT_LT(read(run_dir / "sample.txt").size(), 1000000u);
+  // Finished: a resume in its folder has nothing to do.
+  const Outcome resumed = run("train --resume " + run_dir.string());
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("nothing to do"), std::string::npos) << resumed.out;
 }
 
 // Ctrl-C during toy: exit 130 between iterations, and no half-written log.

@@ -1593,6 +1593,12 @@ TEST(Study, NamesOptionsInTheCallersWords) {
       study::call_text(o.front_end,
                        {{"--quick", ""}, {"--seeds", "3"}, {"--sizes", "xs,s"}, {"--runs", "a b"}}),
       "ffnlab.evolve(quick=True, seeds=3, sizes=['xs', 's'], runs='a b')");
+  // Values are literals by the flag, not by their look, and escaped: pasted, they are the values.
+  EXPECT_EQ(study::call_text(o.front_end, {{"--runs", "2024"}, {"--data", R"(a'b\c)"}}),
+            R"(ffnlab.evolve(runs='2024', data='a\'b\\c'))");
+  EXPECT_EQ(study::call_text(study::FrontEnd::command_line,
+                             {{"--out", "my report"}, {"--data", "it's"}, {"--runs", "r.runs"}}),
+            R"(ffnlab evolve --out 'my report' --data 'it'\''s' --runs r.runs)");
   // A stopped study's advice: --resume, in place of what refuses it.
   {
     study::Options r;
@@ -1604,6 +1610,11 @@ TEST(Study, NamesOptionsInTheCallersWords) {
     r.force = false;
     r.budget_seconds = 60;
     EXPECT_NE(study::resume_call(r).find("resume=True and, in place of budget=, the sizes"),
+              std::string::npos)
+        << study::resume_call(r);
+    r.force = true;  // both refuse resume=True beside them
+    EXPECT_NE(study::resume_call(r).find(
+                  "resume=True in place of force=True and, in place of budget=, the sizes"),
               std::string::npos)
         << study::resume_call(r);
   }

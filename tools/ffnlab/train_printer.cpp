@@ -152,6 +152,11 @@ void print_outcome(const RunOutcome& r, const TrainPrinting& p, const ProcessGro
   }
   fmt::print("median {:.0f} tokens/s; logs, checkpoint and summary in {}\n",
              r.median_tokens_per_second, r.out);
+  if (r.sample_stopped)
+    throw Interrupted(fmt::format(
+        "{} while sampling: the run is finished and written to {}; its sample stopped after {} of "
+        "{} bytes",
+        InterruptGuard::signal_name(), r.out, r.sample.size(), p.sample));
 }
 
 }  // namespace ffnlab::cli

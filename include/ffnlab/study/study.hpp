@@ -301,8 +301,8 @@ std::string runs_dir(const Options& options);
 // "max_seeds="). `flag` is the command line's.
 std::string option_name(const Options& options, std::string_view flag);
 // How the user of options.front_end takes the runs a stopped or failed study kept: "the same
-// command with --resume", "... in place of --force" (which refuses --resume beside it), or for a
-// budgeted study with the sizes, seeds and steps its plan chose in place of --budget.
+// command with --resume", "... in place of --force", and for a budgeted study "... in place of
+// --budget, the sizes, seeds and steps it chose" (each of the two refuses --resume beside it).
 std::string resume_call(const Options& options);
 // A call of the study as `front_end` writes it, from (flag, value) pairs, a switch with an empty
 // value: "ffnlab evolve --full --out r" or "ffnlab.evolve(full=True, out='r')".

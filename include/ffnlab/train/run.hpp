@@ -123,7 +123,9 @@ struct RunOutcome {
   nlohmann::json routing;      // routing_summary (null for a dense model)
   std::string sample;          // empty: none
   std::string sample_skipped;  // why no sample was taken although one was asked for
-  nlohmann::json summary;      // summary.json's content (lead rank, when trained)
+  // A stop came while sampling: the run is finished and written, its sample shorter than asked.
+  bool sample_stopped = false;
+  nlohmann::json summary;  // summary.json's content (lead rank, when trained)
   std::optional<RunTraffic> traffic;
 };
 
