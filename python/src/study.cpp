@@ -1,6 +1,7 @@
 // The study and the language model from Python (docs/python.md):
-//   TransformerLM(config=None, seed=0, **keys)    the byte-level LM of `ffnlab train`
+//   TransformerLM(config=None, seed=1, **keys)    the byte-level LM of `ffnlab train`
 //   train(model, data, progress=None, **keys)     trains it; returns its logs as dicts
+//                                                 (ffnlab.train wraps it: progress=True)
 //   _evolve(options, progress)                    the study (ffnlab.evolve wraps it)
 // The GIL is released while they work; progress callbacks take it back. Ctrl-C sets the
 // library's stop request at once (SigintBridge): the work stops at its next safe point (a child
@@ -262,6 +263,21 @@ std::int64_t int_argument(std::string_view function, std::string_view name, cons
   return static_cast<std::int64_t>(x);
 }
 
+// A random seed: an integer in [0, 2^64 − 1], as `--seed` takes (numpy's too), never a bool.
+std::uint64_t seed_argument(std::string_view function, const py::handle& v) {
+  constexpr std::string_view expected = "an integer in [0, 2^64 - 1]";
+  if (!(PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) && !numpy_scalar(v, "integer"))
+    bad_argument(function, "seed", expected, v);
+  const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  const unsigned long long x = PyLong_AsUnsignedLongLong(i.ptr());
+  if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();  // negative or beyond 64 bits
+    bad_argument(function, "seed", expected, v);
+  }
+  return static_cast<std::uint64_t>(x);
+}
+
 // A finite real number in (lo, hi]: an int or a float (numpy's too), never a bool.
 double real_argument(std::string_view function, std::string_view name, const py::handle& v,
                      double lo, double hi) {
@@ -381,7 +397,14 @@ LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
                              .positions = j.contains("positions")};
   const std::int64_t D = j.value("d_model", LMConfig{}.d_model);
   if (!j.contains("ffn")) j["ffn"] = config_to_json(train_ffn(variant.value_or("relu"), D, d_ff));
-  LMConfig c = lm_config_from_json(j);
+  LMConfig c;
+  try {
+    c = lm_config_from_json(j);
+  } catch (const Error& e) {  // the config's keys are listed; name this call's own too
+    const std::string what = e.what();
+    if (what.find("unknown key") == std::string::npos) throw;
+    throw Error(what + "; TransformerLM also takes variant, d_ff and objective");
+  }
   set_objective_keys(c, objective, given);
   return c;
 }
@@ -545,16 +568,18 @@ it; ffn=ffnlab.study_ffn("swiglu") puts the study's equal-parameter layer there.
 objective="masked" sets the keys `ffnlab train --objective masked` sets (causal False, vocab
 257, RoPE positions unless given). seed draws the initial weights; `ffnlab train --seed S` uses S for both the weights and the batches, so the same
 seed here and in train(seed=S) gives the command's run.)")
-      .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
-             const LMConfig c = lm_config_of(config, keys);
-             py::gil_scoped_release release;
-             return LM{std::make_unique<TransformerLM>(c, seed)};
-           }),
+      .def(py::init(
+               [](const py::object& config, const py::object& seed_arg, const py::kwargs& keys) {
+                 const std::uint64_t seed = seed_argument("TransformerLM", seed_arg);
+                 const LMConfig c = lm_config_of(config, keys);
+                 py::gil_scoped_release release;
+                 return LM{std::make_unique<TransformerLM>(c, seed)};
+               }),
            py::arg("config") = py::none(), py::arg("seed") = 1)
       .def_static(
           "from_run",
           [](const py::object& run_dir) {  // a str or a path-like object
-            const std::string dir = py::str(py::module_::import("os").attr("fspath")(run_dir));
+            const std::string dir = path_argument("from_run", "run_dir", run_dir);
             const LMConfig c = read_resume_point(dir).model;
             py::gil_scoped_release release;
             return LM{std::make_unique<TransformerLM>(c, 1)};
@@ -604,8 +629,9 @@ when out is given (KeyboardInterrupt).)");
   m.def(
       "training_batches",
       [](const py::object& data, std::int64_t steps, std::int64_t batch, std::int64_t seq,
-         std::uint64_t seed) {
-        const std::string path = py::str(py::module_::import("os").attr("fspath")(data));
+         const py::object& seed_arg) {
+        const std::uint64_t seed = seed_argument("training_batches", seed_arg);
+        const std::string path = path_argument("training_batches", "data", data);
         if (steps < 0 || batch <= 0 || seq <= 0)
           throw py::value_error("[python] training_batches needs steps >= 0, batch > 0, seq > 0");
         const Corpus corpus = load_corpus(path, 0.1);

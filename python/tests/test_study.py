@@ -564,6 +564,17 @@ def test_masked_objective_trains_a_bidirectional_model(corpus):
         **SMALL).config
     with pytest.raises(ValueError, match="unknown objective 'bert'"):
         ffnlab.TransformerLM(objective="bert", **SMALL)
+    # Bad arguments are one-line ValueErrors naming them, as evolve's and train's are.
+    with pytest.raises(ValueError, match=r"TransformerLM: seed must be an integer in \[0, 2\^64"):
+        ffnlab.TransformerLM(seed=-1, **SMALL)
+    with pytest.raises(ValueError, match="from_run: run_dir must be a path"):
+        ffnlab.TransformerLM.from_run(5)
+    with pytest.raises(ValueError, match="training_batches: seed must be an integer"):
+        ffnlab.training_batches(corpus, 1, seed=True)
+    # A misspelt key: the config's keys are listed, and this call's own beside them.
+    with pytest.raises(ValueError, match=r"unknown key 'objectve' \(known: .*\); TransformerLM "
+                                         "also takes variant, d_ff and objective"):
+        ffnlab.TransformerLM(objectve="masked", **SMALL)
     # Keys given beside it are kept; a causal model is not made bidirectional behind one's back.
     assert ffnlab.TransformerLM(objective="masked", vocab=300, **SMALL).config["vocab"] == 300
     with pytest.raises(ValueError, match="trains a bidirectional model, not one with causal true"):

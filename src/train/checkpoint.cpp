@@ -236,6 +236,21 @@ json read_checkpoint_info(const std::string& dir) {
   };
   check(info["model"].is_object() && info["train"].is_object(),
         "[checkpoint] {}: 'model' and 'train' must be JSON objects", path.string());
+  // Every checkpoint writes its model and settings whole; one without these keys would resume
+  // with defaults in their place (a model of another shape, another batch).
+  const std::vector<std::pair<const char*, std::vector<const char*>>> whole = {
+      {"model", {"d_model", "layers", "heads", "vocab", "context", "ffn"}},
+      {"train", {"steps", "batch", "seq", "lr"}}};
+  for (const auto& [object, keys] : whole) {
+    std::string missing;
+    for (const char* key : keys)
+      if (!info[object].contains(key))
+        missing += fmt::format("{}{}", missing.empty() ? "" : ", ", key);
+    check(missing.empty(),
+          "[checkpoint] {}: '{}' lacks {} (a checkpoint holds its model and "
+          "training settings whole)",
+          path.string(), object, missing);
+  }
   if (info.contains("data")) {
     const json& d = info["data"];
     const auto is = [&](const char* key, bool (json::*type)() const noexcept) {

@@ -303,6 +303,13 @@ TEST_F(Hardening, HostileCheckpointsAreRefused) {
   expect_error(run(resume), "'data' must be an object of its source, fingerprint and byte counts");
   with("model", "nonsense");
   expect_error(run(resume), "must be JSON objects");
+  // Emptied objects would resume with defaults in their place: refused, naming what is missing.
+  with("model", nlohmann::json::object());
+  expect_error(run(resume), "'model' lacks d_model, layers, heads, vocab, context, ffn");
+  auto no_batch = info;
+  no_batch["train"].erase("batch");
+  std::ofstream(info_path) << no_batch.dump();
+  expect_error(run(resume), "'train' lacks batch (a checkpoint holds");
   auto bad_model = info;
   bad_model["model"]["layers"] = "1";
   std::ofstream(info_path) << bad_model.dump();
