@@ -402,7 +402,7 @@ LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
     c = lm_config_from_json(j);
   } catch (const Error& e) {  // the config's keys are listed; name this call's own too
     const std::string what = e.what();
-    if (what.find("unknown key") == std::string::npos) throw;
+    if (!what.starts_with("[lm] unknown key")) throw;  // the model's own keys, not ffn's
     throw Error(what + "; TransformerLM also takes variant, d_ff and objective");
   }
   set_objective_keys(c, objective, given);
@@ -628,12 +628,16 @@ unless it is the resumed run's folder or force=True. Returns {"steps": [...], "e
 when out is given (KeyboardInterrupt).)");
   m.def(
       "training_batches",
-      [](const py::object& data, std::int64_t steps, std::int64_t batch, std::int64_t seq,
-         const py::object& seed_arg) {
+      [](const py::object& data, const py::object& steps_arg, const py::object& batch_arg,
+         const py::object& seq_arg, const py::object& seed_arg) {
+        const std::int64_t steps = int_argument("training_batches", "steps", steps_arg, 0,
+                                                limits::kSteps),
+                           batch = int_argument("training_batches", "batch", batch_arg, 1,
+                                                limits::kTokens),
+                           seq =
+                               int_argument("training_batches", "seq", seq_arg, 1, limits::kWidth);
         const std::uint64_t seed = seed_argument("training_batches", seed_arg);
         const std::string path = path_argument("training_batches", "data", data);
-        if (steps < 0 || batch <= 0 || seq <= 0)
-          throw py::value_error("[python] training_batches needs steps >= 0, batch > 0, seq > 0");
         const Corpus corpus = load_corpus(path, 0.1);
         py::list out;
         for (std::int64_t step = 0; step < steps; ++step) {

@@ -575,6 +575,12 @@ def test_masked_objective_trains_a_bidirectional_model(corpus):
     with pytest.raises(ValueError, match=r"unknown key 'objectve' \(known: .*\); TransformerLM "
                                          "also takes variant, d_ff and objective"):
         ffnlab.TransformerLM(objectve="masked", **SMALL)
+    with pytest.raises(ValueError) as nested:  # a key of the FFN's: not TransformerLM's to name
+        ffnlab.TransformerLM(ffn={"variant": "relu", "bogus": 1}, **SMALL)
+    assert "unknown key 'bogus'" in str(nested.value)
+    assert "TransformerLM also takes" not in str(nested.value)
+    with pytest.raises(ValueError, match="training_batches: steps must be an integer"):
+        ffnlab.training_batches(corpus, True)
     # Keys given beside it are kept; a causal model is not made bidirectional behind one's back.
     assert ffnlab.TransformerLM(objective="masked", vocab=300, **SMALL).config["vocab"] == 300
     with pytest.raises(ValueError, match="trains a bidirectional model, not one with causal true"):

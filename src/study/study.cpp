@@ -330,11 +330,14 @@ bool is_switch(std::string_view flag) {
 // A flag's value as a Python literal, by the flag: a count or the margin as written, a list
 // flag's comma-separated names as a list, anything else (a path) as an escaped string.
 std::string python_value(std::string_view flag, const std::string& value) {
-  auto quoted = [](std::string_view v) {
+  auto quoted = [](std::string_view v) {  // a control byte as \xNN: still one valid literal
     std::string out = "'";
     for (const char c : v) {
-      if (c == '\\' || c == '\'') out += '\\';
-      out += c;
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u == 0x7f)
+        out += fmt::format("\\x{:02x}", u);
+      else
+        out.append(c == '\\' || c == '\'' ? "\\" : "").push_back(c);
     }
     return out + "'";
   };

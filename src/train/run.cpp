@@ -125,8 +125,12 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     if (!rq.val_fraction_given) val_fraction = checkpoint_val_fraction(*point, val_fraction);
   }
   // Continuing the run in its own folder (its logs go on), not into another one.
+  // (A path that cannot be resolved is not the same folder: the checks below name it.)
+  std::error_code resolve_a, resolve_b;
   const bool resumed_here =
-      point && !o.out.empty() && fs::weakly_canonical(rq.resume) == fs::weakly_canonical(o.out);
+      point && !o.out.empty() &&
+      fs::weakly_canonical(rq.resume, resolve_a) == fs::weakly_canonical(o.out, resolve_b) &&
+      !resolve_a && !resolve_b;
   if (lead && !o.out.empty()) {
     check_writable_dir(o.out, "train");
     if (const std::string why = run_folder_conflict(o.out, data, rq.names.out, rq.names.data);
@@ -243,7 +247,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     // A stop while sampling cuts the sample short; the finished run is still written whole
     // (its summary: speed, routing, evaluations), and the caller says it stopped.
     o.sample = sample_text(model, rq.prompt, rq.sample, rq.temperature, o.train.seed, stop);
-    o.sample_stopped = stop();
+    o.sample_stopped = static_cast<std::int64_t>(o.sample.size()) < rq.sample;  // only a stop
     if (!o.out.empty())
       write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
                         o.sample.size());

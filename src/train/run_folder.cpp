@@ -92,7 +92,7 @@ void open_run_folder(const std::string& dir, bool continued) {
 
 namespace {
 // A log stream that failed (to open, or to write a row: a full disk) is an error naming the file
-// and the system's reason: errno, cleared before the write (written() below) and read at once,
+// and the system's reason: errno, cleared before the write (write_now below) and read at once,
 // before any other call can change it.
 void check_written(const std::ofstream& log, const fs::path& path) {
   if (log.good()) return;

@@ -1586,6 +1586,13 @@ TEST(Study, NamesOptionsInTheCallersWords) {
   EXPECT_EQ(study::full_study_call(o),
             "ffnlab evolve --quick --full --steps 40 --tasks causal,masked --resume --out r "
             "--runs store");
+  o.margin = 0.05;  // what decides the verdicts: carried, as the scale is
+  o.sweep = true;
+  EXPECT_NE(study::full_study_call(o).find("--tasks causal,masked --margin 0.05 --sweep --resume"),
+            std::string::npos)
+      << study::full_study_call(o);
+  o.margin = study::Options{}.margin;
+  o.sweep = false;
   o.front_end = study::FrontEnd::python;
   EXPECT_EQ(study::option_name(o, "--max-seeds"), "max_seeds=");
   EXPECT_EQ(study::option_name(o, "--resume"), "resume=True");
@@ -1596,6 +1603,7 @@ TEST(Study, NamesOptionsInTheCallersWords) {
   // Values are literals by the flag, not by their look, and escaped: pasted, they are the values.
   EXPECT_EQ(study::call_text(o.front_end, {{"--runs", "2024"}, {"--data", R"(a'b\c)"}}),
             R"(ffnlab.evolve(runs='2024', data='a\'b\\c'))");
+  EXPECT_EQ(study::call_text(o.front_end, {{"--data", "a\nb"}}), R"(ffnlab.evolve(data='a\x0ab'))");
   EXPECT_EQ(study::call_text(study::FrontEnd::command_line,
                              {{"--out", "my report"}, {"--data", "it's"}, {"--runs", "r.runs"}}),
             R"(ffnlab evolve --out 'my report' --data 'it'\''s' --runs r.runs)");

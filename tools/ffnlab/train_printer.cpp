@@ -155,8 +155,8 @@ void print_outcome(const RunOutcome& r, const TrainPrinting& p, const ProcessGro
   if (r.sample_stopped)
     throw Interrupted(fmt::format(
         "{} while sampling: the run is finished and written to {}; its sample stopped after {} of "
-        "{} bytes",
-        InterruptGuard::signal_name(), r.out, r.sample.size(), p.sample));
+        "{} bytes (ffnlab train --resume {} --out OTHER --sample {} samples from it)",
+        InterruptGuard::signal_name(), r.out, r.sample.size(), p.sample, r.out, p.sample));
 }
 
 }  // namespace ffnlab::cli
