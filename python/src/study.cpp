@@ -392,9 +392,7 @@ LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
     objective = parse_enum<Objective>(j["objective"].get<std::string>());
     j.erase("objective");
   }
-  const GivenModelKeys given{.causal = j.contains("causal"),
-                             .vocab = j.contains("vocab"),
-                             .positions = j.contains("positions")};
+  const GivenModelKeys given = given_model_keys(j);
   const std::int64_t D = j.value("d_model", LMConfig{}.d_model);
   if (!j.contains("ffn")) j["ffn"] = config_to_json(train_ffn(variant.value_or("relu"), D, d_ff));
   LMConfig c;

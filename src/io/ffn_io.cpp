@@ -23,12 +23,11 @@ FFNConfig read_ffn_config_file(const std::string& path, std::int64_t model_d_mod
   }
 }
 
-LMConfig read_lm_config_file(const std::string& path, std::vector<std::string>* keys) {
+LMConfig read_lm_config_file(const std::string& path, nlohmann::json* file) {
   const auto bytes = read_regular_file(path, "train", std::uint64_t{1} << 24);
   const nlohmann::json j = parse_json_text(
       std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "train", path);
-  if (keys && j.is_object())
-    for (const auto& [key, value] : j.items()) keys->push_back(key);
+  if (file) *file = j;
   try {
     return lm_config_from_json(j);
   } catch (const Error& e) {

@@ -145,6 +145,11 @@ TrainConfig train_config_from_json(const json& j) {
   return c;
 }
 
+GivenModelKeys given_model_keys(const nlohmann::json& config) {
+  const auto sets = [&](const char* key) { return config.is_object() && config.contains(key); };
+  return {.causal = sets("causal"), .vocab = sets("vocab"), .positions = sets("positions")};
+}
+
 void set_objective_keys(LMConfig& model, Objective objective, GivenModelKeys given) {
   if (objective != Objective::masked) return;
   check(!given.causal || !model.causal,

@@ -79,15 +79,10 @@ LMConfig ModelFlags::model_of_file(Objective objective) const {
     throw UsageError(
         "--ffn-config: does not apply with --model-config, whose file describes the whole model "
         "(set it there)");
-  std::vector<std::string> keys;
-  LMConfig c = read_lm_config_file(model_config_, &keys);
-  auto sets = [&](const char* key) {
-    return std::find(keys.begin(), keys.end(), key) != keys.end();
-  };
+  nlohmann::json file;
+  LMConfig c = read_lm_config_file(model_config_, &file);
   try {
-    set_objective_keys(
-        c, objective,
-        {.causal = sets("causal"), .vocab = sets("vocab"), .positions = sets("positions")});
+    set_objective_keys(c, objective, given_model_keys(file));
     validate(c);
   } catch (const Error& e) {
     throw Error(fmt::format("{} (in {})", e.what(), model_config_));

@@ -2,8 +2,8 @@
 // safetensors under Hugging Face parameter names, with an optional prefix.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
-#include <vector>
 
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
@@ -17,9 +17,9 @@ namespace ffnlab {
 // d_model takes it (ffn_in_model); without, its missing keys are the layer defaults.
 FFNConfig read_ffn_config_file(const std::string& path, std::int64_t model_d_model = 0);
 // A whole model's config (docs/config.md): "[train] path: ..." for a file that is not one.
-// `keys`, when given, receives the keys the file sets (the rest are the defaults), for a caller
-// that completes what the file leaves out (the objective's keys, set_objective_keys).
-LMConfig read_lm_config_file(const std::string& path, std::vector<std::string>* keys = nullptr);
+// `file`, when given, receives the file's JSON, for a caller that completes what the file leaves
+// out (the objective's keys: set_objective_keys with given_model_keys).
+LMConfig read_lm_config_file(const std::string& path, nlohmann::json* file = nullptr);
 
 // Copies every parameter from `file`, where parameter "up_proj.weight" is stored as
 // prefix + "up_proj.weight". A missing tensor or a shape mismatch throws "[weights] ...".

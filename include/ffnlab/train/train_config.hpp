@@ -54,6 +54,8 @@ void validate(const TrainConfig& config);
 struct GivenModelKeys {
   bool causal = false, vocab = false, positions = false;
 };
+// Those a model config's JSON sets (a file, or Python's config and keys).
+GivenModelKeys given_model_keys(const nlohmann::json& config);
 // A new model's keys for the objective it will train on, as every front end sets them (`ffnlab
 // train --objective`, ffnlab.TransformerLM(objective=), the study's masked runs): for the
 // masked objective, bidirectional attention (a given causal true is an Error), the vocabulary
