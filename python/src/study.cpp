@@ -3,6 +3,7 @@
 //   train(model, data, progress=None, **keys)     trains it; returns its logs as dicts
 //                                                 (ffnlab.train wraps it: progress=True)
 //   _evolve(options, progress)                    the study (ffnlab.evolve wraps it)
+//   _evolve_arguments()                           the options it takes (study::option_rows)
 // The GIL is released while they work; progress callbacks take it back. Ctrl-C sets the
 // library's stop request at once (SigintBridge): the work stops at its next safe point (a child
 // such as gnuplot is ended, the study stops before its commit) and KeyboardInterrupt is raised;
@@ -15,6 +16,7 @@
 #include <pybind11/stl.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -26,7 +28,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "ffnlab/analysis/costs.hpp"
@@ -502,49 +507,54 @@ py::object evolve(const py::dict& options, const py::object& progress) {
   for (const auto& [k, v] : options) {
     const std::string key = py::str(k);
     if (v.is_none()) continue;  // the default
-    if (key == "out")
-      o.out = path_argument("evolve", key, v);
-    else if (key == "data")
-      o.data = path_argument("evolve", key, v);
-    else if (key == "runs")
-      o.runs = path_argument("evolve", key, v);
-    else if (key == "resume")
-      o.resume = bool_argument("evolve", key, v);
-    else if (key == "force")
-      o.force = bool_argument("evolve", key, v);
-    else if (key == "quick")
-      o.quick = bool_argument("evolve", key, v);
-    else if (key == "sweep")
-      o.sweep = bool_argument("evolve", key, v);
-    else if (key == "full")
-      o.full = bool_argument("evolve", key, v);
-    // The ranges of `ffnlab evolve`'s flags (0, the library's "default", is None here).
-    else if (key == "seeds")
-      o.seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
-    else if (key == "max_seeds")
-      o.max_seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
-    else if (key == "routing_seeds")
-      o.routing_seeds = static_cast<int>(int_argument("evolve", key, v, 1, 1000));
-    else if (key == "steps")
-      o.steps = int_argument("evolve", key, v, 1, 1000000000);
-    else if (key == "margin")
-      o.margin = real_argument("evolve", key, v, 0, 1);
-    else if (key == "variants")
-      o.variants = variants_argument(v);
-    else if (key == "sizes")
-      o.sizes =
-          names_argument(key, v, "size", "['xs', 's']",
-                         "give sizes of the ladder, xs, s, m, l (None: the study's LM alone)");
-    else if (key == "tasks")
-      o.tasks = names_argument(key, v, "task", "['causal', 'masked']",
-                               "give tasks, causal and masked (None: causal)");
-    else if (key == "budget") {
-      if (PyUnicode_Check(v.ptr()))
-        o.budget_seconds = study::parse_duration(std::string(py::str(v)));
-      else
-        o.budget_seconds = real_argument("evolve", key, v, 0, 1e9);
-    } else
+    // An argument per row of the study's options (`ffnlab evolve`'s flags, by the same rows).
+    const auto& rows = study::option_rows();
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const study::OptionRow& r) {
+      return study::argument_name(r.flag) == key;
+    });
+    if (row == rows.end())
       throw py::value_error(fmt::format("[python] evolve has no option '{}'", key));
+    using V = study::OptionRow::Value;
+    switch (row->value) {
+      case V::path:
+        o.*std::get<std::string study::Options::*>(row->field) = path_argument("evolve", key, v);
+        break;
+      case V::on:
+        o.*std::get<bool study::Options::*>(row->field) = bool_argument("evolve", key, v);
+        break;
+      case V::count: {  // the range of the flag (0, the library's "default", is None here)
+        const std::int64_t n = int_argument("evolve", key, v, static_cast<std::int64_t>(row->lo),
+                                            static_cast<std::int64_t>(row->hi));
+        std::visit(
+            [&]<class T>(T study::Options::*field) {
+              if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+                o.*field = static_cast<T>(n);
+              else
+                throw std::logic_error("a count row's field is not an integer");
+            },
+            row->field);
+        break;
+      }
+      case V::real:
+        o.*std::get<double study::Options::*>(row->field) =
+            real_argument("evolve", key, v, row->lo, row->hi);
+        break;
+      case V::names:
+        o.*std::get<std::vector<std::string> study::Options::*>(row->field) =
+            key == "variants" ? variants_argument(v)
+            : key == "sizes"
+                ? names_argument(key, v, "size", "['xs', 's']",
+                                 "give sizes of the ladder, xs, s, m, l (None: the study's LM "
+                                 "alone)")
+                : names_argument(key, v, "task", "['causal', 'masked']",
+                                 "give tasks, causal and masked (None: causal)");
+        break;
+      case V::duration:
+        o.*std::get<double study::Options::*>(row->field) =
+            PyUnicode_Check(v.ptr()) ? study::parse_duration(std::string(py::str(v)))
+                                     : real_argument("evolve", key, v, row->lo, row->hi);
+        break;
+    }
   }
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     bad_argument("evolve", "progress", "None or a callable", progress);
@@ -669,6 +679,16 @@ when out is given (KeyboardInterrupt).)");
       "TransformerLM(ffn=study_ffn(v, D), d_model=D) is the LM `ffnlab evolve` trains for v.");
   m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
         "The study (ffnlab.evolve wraps it with a progress bar)");
+  m.def(
+      "_evolve_arguments",
+      [] {
+        std::vector<std::string> names;
+        for (const study::OptionRow& row : study::option_rows())
+          names.push_back(study::argument_name(row.flag));
+        return names;
+      },
+      "The arguments _evolve takes, one per option of `ffnlab evolve`'s study (ffnlab.evolve "
+      "must take each)");
 }
 
 }  // namespace ffnlab::python

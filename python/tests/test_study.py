@@ -1,9 +1,11 @@
 """The study and the language model from Python: ffnlab.TransformerLM, ffnlab.train (the same
 training as `ffnlab train`) and ffnlab.evolve (the same study as `ffnlab evolve`)."""
 import csv
+import inspect
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -449,6 +451,15 @@ def test_evolve_interrupted_while_drawing_figures_keeps_the_earlier_report(corpu
     assert after == before  # byte for byte: the earlier report is kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "gnuplot.pid", "report",
                                                           "report.runs"]
+
+
+def test_evolve_takes_each_option_of_the_command_and_documents_it():
+    # One argument per option row of the study (the rows `ffnlab evolve` makes its flags from).
+    arguments = set(ffnlab._ffnlab._evolve_arguments())
+    taken = set(inspect.signature(ffnlab.evolve).parameters) - {"progress"}
+    assert taken == arguments
+    for name in arguments:
+        assert re.search(rf"\b{name}\b", ffnlab.evolve.__doc__), name
 
 
 def test_evolve_refuses_bad_options_before_any_work(tmp_path):

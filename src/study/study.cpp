@@ -17,7 +17,10 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <variant>
 
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
@@ -314,76 +317,6 @@ json to_json(const Results& r) {
 }
 
 namespace {
-// ffnlab.evolve's argument for a flag of `ffnlab evolve`: "--max-seeds" -> "max_seeds".
-std::string argument_of(std::string_view flag) {
-  std::string name(flag.substr(flag.starts_with("--") ? 2 : 0));
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
-bool is_switch(std::string_view flag) {
-  for (std::string_view s : {"--resume", "--force", "--quick", "--full", "--sweep"})
-    if (flag == s) return true;
-  return false;
-}
-
-// A flag's value as a Python literal, by the flag: a count or the margin as written, a list
-// flag's comma-separated names as a list, anything else (a path) as an escaped string.
-std::string python_value(std::string_view flag, const std::string& value) {
-  auto quoted = [](std::string_view v) {  // a control byte as \xNN: still one valid literal
-    std::string out = "'";
-    for (const char c : v) {
-      const auto u = static_cast<unsigned char>(c);
-      if (u < 0x20 || u == 0x7f)
-        out += fmt::format("\\x{:02x}", u);
-      else
-        out.append(c == '\\' || c == '\'' ? "\\" : "").push_back(c);
-    }
-    return out + "'";
-  };
-  for (std::string_view n : {"--seeds", "--max-seeds", "--routing-seeds", "--steps", "--margin"})
-    if (flag == n) return value;
-  if (flag == "--variants" || flag == "--sizes" || flag == "--tasks") {
-    std::vector<std::string> items;
-    for (std::size_t start = 0; start <= value.size();) {
-      const std::size_t comma = std::min(value.find(',', start), value.size());
-      items.push_back(quoted(std::string_view(value).substr(start, comma - start)));
-      start = comma + 1;
-    }
-    return fmt::format("[{}]", fmt::join(items, ", "));
-  }
-  return quoted(value);
-}
-
-// A flag's value as a shell word: as it is when it holds only characters the shell takes as
-// they are, else in single quotes (a path with a space, a quote or a $ pastes as it was).
-std::string shell_word(const std::string& value) {
-  const bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) ||
-           (c != '\0' && std::strchr("_./,:=+-@%", c) != nullptr);
-  });
-  if (plain) return value;
-  std::string out = "'";
-  for (const char c : value) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// The options that set the study's scale, as the report's first line names them.
-std::vector<std::pair<std::string, std::string>> scale_args(const Options& o) {
-  std::vector<std::pair<std::string, std::string>> args;
-  if (o.quick) args.emplace_back("--quick", "");
-  if (o.full) args.emplace_back("--full", "");
-  if (o.seeds) args.emplace_back("--seeds", std::to_string(o.seeds));
-  if (o.max_seeds) args.emplace_back("--max-seeds", std::to_string(o.max_seeds));
-  if (o.routing_seeds) args.emplace_back("--routing-seeds", std::to_string(o.routing_seeds));
-  if (o.steps) args.emplace_back("--steps", std::to_string(o.steps));
-  if (!o.sizes.empty()) args.emplace_back("--sizes", fmt::format("{}", fmt::join(o.sizes, ",")));
-  if (!o.tasks.empty()) args.emplace_back("--tasks", fmt::format("{}", fmt::join(o.tasks, ",")));
-  if (o.margin != Options{}.margin) args.emplace_back("--margin", fmt::format("{}", o.margin));
-  if (o.sweep) args.emplace_back("--sweep", "");
-  return args;
-}
-
 std::string report_header(const Study& st) {
   const auto& o = st.options;
   std::string md = "# The evolution of the Transformer FFN, measured\n\n";
@@ -394,7 +327,7 @@ std::string report_header(const Study& st) {
       "tables, and the CSV beside each figure its data. The language models train side by "
       "side, one thread each, so their numbers depend on the seed and the build, not on the "
       "thread count; only the measured times vary (the speeds of {}, the training tokens/s).\n\n",
-      call_text(o.front_end, scale_args(o)),
+      scale_call(o),
       // A resumed study's time is its own, not that of the runs it reused.
       elapsed(st.results.seconds) +
           (st.kept_runs > 0
@@ -487,18 +420,29 @@ void check_options(const Options& o) {
         o.variants.begin() + static_cast<std::ptrdiff_t>(i))
       throw Error(fmt::format("[evolve] variant '{}' is listed twice", v));
   }
-  if (o.seeds < 0 || o.seeds > 1000)
-    throw Error(fmt::format("[evolve] seeds = {} must be in [1, 1000] (0: the default)", o.seeds));
-  if (o.max_seeds < 0 || o.max_seeds > 1000)
-    throw Error(
-        fmt::format("[evolve] max seeds = {} must be in [1, 1000] (0: the default)", o.max_seeds));
-  if (o.routing_seeds < 0 || o.routing_seeds > 1000)
-    throw Error(fmt::format("[evolve] routing seeds = {} must be in [1, 1000] (0: the default)",
-                            o.routing_seeds));
-  if (!(o.margin > 0 && o.margin <= 1))
-    throw Error(fmt::format("[evolve] margin = {} bits/byte must be in (0, 1]", o.margin));
-  if (o.steps < 0 || o.steps > 1000000000)
-    throw Error(fmt::format("[evolve] steps = {} must be in [1, 10^9] (0: the default)", o.steps));
+  // The numbers by their rows: a count in its range (0: the default), a real in (lo, hi].
+  for (const OptionRow& row : option_rows()) {
+    if (row.value == OptionRow::Value::count) {
+      const std::int64_t n = std::visit(
+          [&]<class T>(T Options::*field) -> std::int64_t {
+            if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+              return static_cast<std::int64_t>(o.*field);
+            else
+              throw std::logic_error("a count row's field is not an integer");
+          },
+          row.field);
+      if (n < 0 || n > static_cast<std::int64_t>(row.hi))
+        throw Error(fmt::format("[evolve] {} = {} must be in [{}, {}] (0: the default)",
+                                argument_name(row.flag), n, static_cast<std::int64_t>(row.lo),
+                                static_cast<std::int64_t>(row.hi)));
+    }
+    if (row.value == OptionRow::Value::real) {
+      const double x = o.*std::get<double Options::*>(row.field);
+      if (!(x > row.lo && x <= row.hi))
+        throw Error(fmt::format("[evolve] {} = {} must be in ({}, {}]", argument_name(row.flag), x,
+                                row.lo, row.hi));
+    }
+  }
   std::vector<std::string> ladder;
   for (const ModelSize& s : size_ladder(o.quick)) ladder.emplace_back(s.name);
   auto check_list = [](const std::vector<std::string>& given, const std::vector<std::string>& known,
@@ -513,7 +457,7 @@ void check_options(const Options& o) {
   };
   check_list(o.sizes, ladder, "size");
   check_list(o.tasks, task_names(), "task");
-  if (!(o.budget_seconds >= 0) || o.budget_seconds > 1e9)
+  if (!(o.budget_seconds >= 0) || o.budget_seconds > option_row("--budget").hi)
     throw Error(fmt::format("[evolve] budget = {} s must be positive (0: none)", o.budget_seconds));
   if (o.resume && o.force)
     throw UsageError(fmt::format(
@@ -527,73 +471,6 @@ void check_options(const Options& o) {
         "steps: give them as {}, {} and {})",
         option_name(o, "--budget"), option_name(o, "--resume"), option_name(o, "--sizes"),
         option_name(o, "--max-seeds"), option_name(o, "--steps")));
-}
-
-double parse_duration(std::string_view text) {
-  const std::string t(text);
-  std::size_t used = 0;
-  double value = NAN;
-  try {
-    value = std::stod(t, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = used > 0 ? t.substr(used) : "";
-  const double scale = unit.empty() || unit == "s"    ? 1
-                       : unit == "m" || unit == "min" ? 60
-                       : unit == "h"                  ? 3600
-                                                      : 0;
-  if (used == 0 || scale == 0 || !(value > 0) || !std::isfinite(value) || value * scale > 1e9)
-    throw Error(fmt::format(
-        "[evolve] budget '{}' is not a duration: a positive number with s, m or h (90s, 30m, "
-        "1.5h), or seconds",
-        t));
-  return value * scale;
-}
-
-std::string resume_call(const Options& o) {
-  std::string call =
-      fmt::format("the same {} with {}", o.front_end == FrontEnd::command_line ? "command" : "call",
-                  option_name(o, "--resume"));
-  // Each of --force and --budget refuses --resume beside it.
-  if (o.force) call += fmt::format(" in place of {}", option_name(o, "--force"));
-  if (o.budget_seconds > 0)
-    call += fmt::format(
-        " and, in place of {}, the sizes, seeds and steps it chose (its plan's "
-        "first line)",
-        option_name(o, "--budget"));
-  return call;
-}
-
-std::string option_name(const Options& o, std::string_view flag) {
-  if (o.front_end == FrontEnd::command_line) return std::string(flag);
-  return argument_of(flag) + (is_switch(flag) ? "=True" : "=");
-}
-
-std::string call_text(FrontEnd front_end,
-                      const std::vector<std::pair<std::string, std::string>>& args) {
-  std::vector<std::string> parts;
-  for (const auto& [flag, value] : args) {
-    if (front_end == FrontEnd::command_line)
-      parts.push_back(value.empty() ? flag : fmt::format("{} {}", flag, shell_word(value)));
-    else
-      parts.push_back(fmt::format("{}={}", argument_of(flag),
-                                  value.empty() ? "True" : python_value(flag, value)));
-  }
-  return front_end == FrontEnd::command_line
-             ? fmt::format("ffnlab evolve{}{}", parts.empty() ? "" : " ", fmt::join(parts, " "))
-             : fmt::format("ffnlab.evolve({})", fmt::join(parts, ", "));
-}
-
-std::string full_study_call(const Options& o) {
-  std::vector<std::pair<std::string, std::string>> args = scale_args(o);
-  if (!o.full) args.emplace(args.begin() + (o.quick ? 1 : 0), "--full", "");
-  args.emplace_back("--resume", "");
-  const Options defaults;
-  if (o.out != defaults.out) args.emplace_back("--out", o.out);
-  if (!o.runs.empty()) args.emplace_back("--runs", o.runs);
-  if (o.data != defaults.data) args.emplace_back("--data", o.data);
-  return call_text(FrontEnd::command_line, args);
 }
 
 std::string runs_dir(const Options& o) {

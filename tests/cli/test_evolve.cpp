@@ -18,6 +18,7 @@
 
 #include "cli_fixture.hpp"
 #include "ffnlab/report/staged_dir.hpp"
+#include "ffnlab/study/study.hpp"
 
 using namespace ffnlab;
 namespace fs = std::filesystem;
@@ -411,7 +412,26 @@ TEST_F(Cli, EvolveRejectsBadInput) {
                "budget '5x' is not a duration");
   expect_error(run("evolve --quick --plan --plan-cores 8,none"),
                "--plan-cores: 'none' is not a core count");
+  // A list given empty is refused, not taken as the default (the study's LM alone).
+  const Outcome empty = run("evolve --quick --sizes '' --out " + path("r"));
+  EXPECT_EQ(empty.status, 2) << empty.err;
+  EXPECT_NE(empty.err.find("--sizes: '' names nothing"), std::string::npos) << empty.err;
   EXPECT_FALSE(fs::exists(path("r")));
+}
+
+// The command has a flag for each of the study's option rows (which Python's evolve reads too),
+// with the row's help and, for a number, the row's range.
+TEST_F(Cli, EvolveHasAFlagForEachOptionRow) {
+  const Outcome help = run("evolve --help");
+  ASSERT_EQ(help.status, 0);
+  for (const study::OptionRow& row : study::option_rows()) {
+    EXPECT_NE(help.out.find("  " + row.flag + " "), std::string::npos) << row.flag;
+    EXPECT_NE(help.out.find(row.help.substr(0, 24)), std::string::npos) << row.flag;
+    if (row.value == study::OptionRow::Value::count) {
+      const auto hi = static_cast<std::int64_t>(row.hi);
+      EXPECT_EQ(run(fmt::format("evolve {} {}", row.flag, hi + 1)).status, 2) << row.flag;
+    }
+  }
 }
 
 namespace {

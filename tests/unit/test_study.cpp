@@ -16,6 +16,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <type_traits>
+#include <variant>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/analysis/costs.hpp"
@@ -1572,6 +1575,63 @@ TEST(Study, RefusesBadSizesTasksAndBudgets) {
 
 // Messages and the report's first line name options in the words of the front end that runs the
 // study; the advice to train the full study names the command that resumes into the same folders.
+// The option rows both front ends read: one flag per field, each named once, each number with
+// a range, and each row's value a field of the right type (the front ends std::get by it).
+TEST(Study, EachOptionIsOneRowWithAFieldOfItsKind) {
+  using V = study::OptionRow::Value;
+  std::set<std::string> flags, arguments;
+  for (const study::OptionRow& row : study::option_rows()) {
+    EXPECT_TRUE(row.flag.starts_with("--")) << row.flag;
+    EXPECT_TRUE(flags.insert(row.flag).second) << row.flag;
+    EXPECT_TRUE(arguments.insert(study::argument_name(row.flag)).second) << row.flag;
+    EXPECT_FALSE(row.help.empty()) << row.flag;
+    EXPECT_EQ(&study::option_row(row.flag), &row);
+    const bool fits = std::visit(
+        [&]<class T>(T study::Options::*) {
+          switch (row.value) {
+            case V::path:
+              return std::is_same_v<T, std::string>;
+            case V::on:
+              return std::is_same_v<T, bool>;
+            case V::count:
+              return std::is_integral_v<T> && !std::is_same_v<T, bool>;
+            case V::real:
+            case V::duration:
+              return std::is_same_v<T, double>;
+            case V::names:
+              return std::is_same_v<T, std::vector<std::string>>;
+          }
+          return false;
+        },
+        row.field);
+    EXPECT_TRUE(fits) << row.flag;
+    if (row.value == V::count || row.value == V::real || row.value == V::duration) {
+      EXPECT_LT(row.lo, row.hi) << row.flag;
+    }
+  }
+  const auto& rows = study::option_rows();
+  for (std::size_t i = 0; i < rows.size(); ++i)  // two rows on one field would set it twice
+    for (std::size_t j = i + 1; j < rows.size(); ++j)
+      EXPECT_FALSE(rows[i].field == rows[j].field) << rows[i].flag << " " << rows[j].flag;
+  EXPECT_EQ(study::argument_name("--max-seeds"), "max_seeds");
+  EXPECT_THROW(study::option_row("--no-such-flag"), std::logic_error);
+  // The numbers are checked by their rows also for a library caller, who skips both front ends.
+  study::Options o;
+  o.variants = {"relu"};
+  o.max_seeds = 1001;
+  try {
+    study::check_options(o);
+    ADD_FAILURE() << "max_seeds = 1001 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_seeds = 1001 must be in [1, 1000]"),
+              std::string::npos)
+        << e.what();
+  }
+  o.max_seeds = 0;
+  o.margin = 0;
+  EXPECT_THROW(study::check_options(o), Error);
+}
+
 TEST(Study, NamesOptionsInTheCallersWords) {
   study::Options o;
   EXPECT_EQ(study::option_name(o, "--max-seeds"), "--max-seeds");

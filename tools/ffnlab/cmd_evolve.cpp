@@ -4,6 +4,11 @@
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include <map>
+#include <stdexcept>
+#include <type_traits>
+#include <variant>
+
 #include "commands.hpp"
 #include "common.hpp"
 #include "ffnlab/analysis/machine.hpp"
@@ -20,9 +25,9 @@ namespace {
 
 struct EvolveOptions {
   study::Options study;
-  std::string variants;  // not given: the study's default (study::default_variants)
-  CLI::Option* variants_flag = nullptr;
-  std::string sizes, tasks, budget;
+  // The flags of the study's rows, and the text of a list or a duration as given.
+  std::map<std::string, CLI::Option*> given;
+  std::map<std::string, std::string> texts;
   bool plan = false;
   std::string plan_cores = "8,64,512";
   int threads = 0;
@@ -40,6 +45,13 @@ std::vector<std::string> name_list(const std::string& spec) {
     start = comma + 1;
   }
   return out;
+}
+
+// A list flag's names (--sizes, --tasks): given empty, it is refused, not taken as the default.
+std::vector<std::string> name_list(const std::string& flag, const std::string& spec) {
+  if (spec.empty())
+    throw UsageError(fmt::format("{}: '' names nothing (give comma-separated names)", flag));
+  return name_list(spec);
 }
 
 std::vector<int> core_counts(const std::string& spec) {
@@ -93,11 +105,17 @@ class ProgressObserver : public study::Observer {
 void run_evolve(EvolveOptions& o) {
   InterruptGuard interrupts;  // Ctrl-C stops between steps; the staged folder is removed
   apply_threads(o.threads);
-  // Given, the list must name variants (an empty one is refused, not the default).
-  if (o.variants_flag->count() > 0) o.study.variants = variant_list(o.variants);
-  if (!o.sizes.empty()) o.study.sizes = name_list(o.sizes);
-  if (!o.tasks.empty()) o.study.tasks = name_list(o.tasks);
-  if (!o.budget.empty()) o.study.budget_seconds = study::parse_duration(o.budget);
+  // A list or a duration, given, is read (a list that names nothing is refused, not taken as
+  // the default).
+  for (const study::OptionRow& row : study::option_rows()) {
+    if (o.given.at(row.flag)->count() == 0) continue;
+    const std::string& text = o.texts[row.flag];
+    if (row.value == study::OptionRow::Value::duration)
+      o.study.*std::get<double study::Options::*>(row.field) = study::parse_duration(text);
+    if (row.value == study::OptionRow::Value::names)
+      o.study.*std::get<std::vector<std::string> study::Options::*>(row.field) =
+          row.flag == "--variants" ? variant_list(text) : name_list(row.flag, text);
+  }
   if (o.plan) {
     if (mpi_launched())
       throw Error("[evolve] --plan runs in one process: it trains nothing (drop mpirun)");
@@ -128,81 +146,52 @@ void add_evolve_command(CLI::App& app) {
       "corrections of the tutorial and recommendations, with figures. Writes OUT/REPORT.md, "
       "its details in OUT/APPENDIX.md, OUT/results.json and the figures; an existing OUT is "
       "replaced only when the new report is complete.");
-  cmd->add_option("--out", o->study.out,
-                  "report folder: a new or empty folder, or an earlier report (which is replaced "
-                  "when the new one is complete); never the data, the current directory or a "
-                  "mount point")
-      ->capture_default_str();
-  cmd->add_flag("--quick", o->study.quick,
-                "small models and few steps (same code path; under a minute): checks the "
-                "pipeline, measures nothing about the variants");
-  cmd->add_option("--data", o->study.data, "a text file or a folder of them")
-      ->capture_default_str();
-  cmd->add_option("--seeds", o->study.seeds,
-                  "paired LM seeds every comparison with ReLU trains before its first look "
-                  "(default 3; --quick 2)")
-      ->check(int_in(1, 1000));
-  cmd->add_option("--max-seeds", o->study.max_seeds,
-                  "the cap of the sequential rule: a comparison still undecided trains one more "
-                  "seed per round up to this many (default 6; --quick 3; at least --seeds)")
-      ->check(int_in(1, 1000));
-  cmd->add_option("--routing-seeds", o->study.routing_seeds,
-                  "LM seeds of each routing family (and with --full of top-k on the masked "
-                  "objective); default 1, which gives values but no interval; --full: --seeds; "
-                  "at most --seeds")
-      ->check(int_in(1, 1000));
-  cmd->add_option("--steps", o->study.steps, "optimizer steps per LM run (default 600; --quick 40)")
-      ->check(int_in(1, 1000000000));
-  o->variants_flag = cmd->add_option(
-      "--variants", o->variants,
-      fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step "
-                  "of the evolution, {} (with --full: all)",
-                  join_names(variant_names()), fmt::join(study::default_variants(), ",")));
-  cmd->add_flag("--full", o->study.full,
-                "the whole study: every variant (the whole GLU family, unless --variants says "
-                "otherwise), MoE with 8 experts and top-2 at equal compute beside the "
-                "fine-grained design, the router z-loss ablation, and the routing families on the "
-                "masked objective too, over --seeds");
-  cmd->add_option("--margin", o->study.margin,
-                  "equivalence margin in bits/byte, fixed before the run: a variant is called "
-                  "equivalent to ReLU only when its paired difference is shown to lie within it")
-      ->capture_default_str()
-      ->check(real_in(0, 1, /*hi_open=*/false, /*lo_open=*/true));
-  cmd->add_option("--runs", o->study.runs,
-                  "the folder that keeps every finished LM run, one file each, for --resume "
-                  "(default: OUT.runs, beside the report)");
-  cmd->add_flag("--resume", o->study.resume,
-                "take the runs the --runs folder kept instead of training them again: a study "
-                "that was stopped trains only what it lacks, and one with more seeds or variants "
-                "reuses the runs it shares (each run is kept under its whole configuration, the "
-                "data's fingerprint and its seed)");
-  cmd->add_flag("--force", o->study.force,
-                "start over: discard the runs the --runs folder keeps (a folder that keeps runs "
-                "is refused without --resume or --force)");
-  cmd->add_option("--sizes", o->sizes,
-                  "train every variant at these sizes of the ladder too, comma-separated: xs "
-                  "(d_model 64, 2 layers), s (128, 4: the study's LM), m (256, 6), l (512, 8); "
-                  "tokens grow with the parameters. Adds the section \"Across model sizes and "
-                  "tasks\": verdicts per size, the scaling figure, and whether each variant's gap "
-                  "to ReLU grows with size");
-  cmd->add_option("--tasks", o->tasks,
-                  "tasks of that section, comma-separated: causal (next byte, the default) and "
-                  "masked (a bidirectional LM; dense variants only)");
-  cmd->add_option(
-      "--budget", o->budget,
-      "a wall-time budget (90s, 30m, 2h): the planner times this machine and "
-      "chooses the sizes (unless --sizes), the seeds (unless --max-seeds) and the "
-      "steps (unless --steps) that end within it even if no comparison decides "
-      "before the cap, and says what it chose and why (not with --resume: resume with what "
-      "it chose)");
+  // The study's options, one flag per row of study::option_rows (Python's evolve reads the
+  // same rows); a list or a duration is kept as written and read once the command line is.
+  for (const study::OptionRow& row : study::option_rows()) {
+    using V = study::OptionRow::Value;
+    CLI::Option* flag = nullptr;
+    switch (row.value) {
+      case V::on:
+        flag = cmd->add_flag(row.flag, o->study.*std::get<bool study::Options::*>(row.field),
+                             row.help);
+        break;
+      case V::path:
+        flag = cmd->add_option(
+            row.flag, o->study.*std::get<std::string study::Options::*>(row.field), row.help);
+        if (!(o->study.*std::get<std::string study::Options::*>(row.field)).empty())
+          flag->capture_default_str();
+        break;
+      case V::count:
+        flag = std::visit(
+            [&]<class T>(T study::Options::*field) -> CLI::Option* {
+              if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+                return cmd->add_option(row.flag, o->study.*field, row.help);
+              else
+                throw std::logic_error("a count row's field is not an integer");
+            },
+            row.field);
+        flag->check(int_in(static_cast<std::int64_t>(row.lo), static_cast<std::int64_t>(row.hi)));
+        break;
+      case V::real:
+        flag = cmd->add_option(row.flag, o->study.*std::get<double study::Options::*>(row.field),
+                               row.help)
+                   ->capture_default_str()
+                   ->check(real_in(row.lo, row.hi, /*hi_open=*/false, /*lo_open=*/true));
+        break;
+      case V::names:
+      case V::duration:
+        flag = cmd->add_option(row.flag, o->texts[row.flag], row.help);
+        break;
+    }
+    o->given[row.flag] = flag;
+  }
   cmd->add_flag("--plan", o->plan,
                 "print the plan and exit: each size's runs, their time on this machine, the "
                 "core-hours, and the wall time here and on --plan-cores cores; trains nothing");
   cmd->add_option("--plan-cores", o->plan_cores,
                   "core counts the plan's wall time is given for, comma-separated")
       ->capture_default_str();
-  cmd->add_flag("--sweep", o->study.sweep,
-                "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)");
   add_threads_option(*cmd, o->threads);
   cmd->add_option("--dist-timeout", o->dist_timeout,
                   "under mpirun: seconds a rank may stay silent while it trains a run (or in an "

@@ -17,7 +17,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ffnlab/analysis/sparsity.hpp"
@@ -80,6 +82,36 @@ struct Options {
   // in that front end's words (option_name, call_text).
   FrontEnd front_end = FrontEnd::command_line;
 };
+
+// The study's options as both front ends take them, one row each (options.cpp): the flag of
+// `ffnlab evolve` (ffnlab.evolve's argument is its name with '_' for '-': argument_name), the
+// field of Options it sets, how it takes its value, a number's range, and its help. The command
+// adds a flag per row, Python's evolve reads an argument per row, check_options checks the
+// numbers by them, and the messages name them in the caller's words (option_name, call_text).
+struct OptionRow {
+  enum class Value : std::uint8_t {
+    path,      // a file or folder name
+    on,        // a switch: given (True in Python), the field is true
+    count,     // an integer in [lo, hi] (0 in the field: the default)
+    real,      // a number in (lo, hi]
+    names,     // comma-separated names (a list in Python)
+    duration,  // seconds, or "90s", "30m", "2h" (parse_duration); 0 in the field: none
+  };
+  using Field =
+      std::variant<std::string Options::*, bool Options::*, int Options::*, std::int64_t Options::*,
+                   double Options::*, std::vector<std::string> Options::*>;
+  std::string flag;  // "--max-seeds"
+  Field field;
+  Value value = Value::path;
+  double lo = 0, hi = 0;
+  std::string help;
+};
+const std::vector<OptionRow>& option_rows();
+// The row of a flag of `ffnlab evolve` (std::logic_error for one the table lacks: a typo in
+// the code that names it).
+const OptionRow& option_row(std::string_view flag);
+// ffnlab.evolve's argument for a flag: "--max-seeds" -> "max_seeds".
+std::string argument_name(std::string_view flag);
 
 // One size of the ladder: "s" is the study's own LM, the others double or halve d_model, with
 // depth and heads grown alongside. --quick shrinks every size (the same names).
@@ -308,6 +340,9 @@ std::string resume_call(const Options& options);
 // value: "ffnlab evolve --full --out r" or "ffnlab.evolve(full=True, out='r')".
 std::string call_text(FrontEnd front_end,
                       const std::vector<std::pair<std::string, std::string>>& args);
+// The call that names this study's scale (quick, full, seeds, steps, sizes, tasks, margin,
+// sweep) in its front end's words, as the report's first line gives it.
+std::string scale_call(const Options& options);
 // The command that trains the full study at this study's scale into its report and run store,
 // taking the runs the store keeps: "ffnlab evolve --full --resume" with this study's --quick,
 // seeds, steps, sizes, tasks, --out, --runs and --data. The report names options as the command
