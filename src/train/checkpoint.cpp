@@ -81,8 +81,13 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   if (!failure.empty()) throw SystemError(failure);
 }
 
-void CheckpointIO::save_in_parts(const std::string& dir, std::int64_t step) {
+void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step) {
   ProcessGroup& group = *plan_.group();
+  // Every part goes to rank 0's folder, whose checkpoint.json lists the parts as files beside
+  // it: another rank's own --out (which may differ, or be relative to another directory) is
+  // not where rank 0, or a resume, looks.
+  std::string dir = group.rank() == 0 ? fs::absolute(rank_dir).string() : std::string();
+  group.broadcast(dir, "checkpoint");
   const auto& expert_ranges = plan_.expert_ranges();
   // The dense part is the same on every rank, an expert on each of its holders (one a replica).
   std::vector<std::pair<std::int64_t, std::int64_t>> dense;
@@ -137,7 +142,15 @@ void CheckpointIO::save_in_parts(const std::string& dir, std::int64_t step) {
   std::string info_failure;
   if (failed[0] == 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
-      for (int q = 1; q < eg.size(); ++q) shards.push_back(shard_name(q));
+      for (int q = 1; q < eg.size(); ++q) {
+        shards.push_back(shard_name(q));
+        if (!fs::exists(fs::path(dir) / shards.back()))
+          fail_system(
+              "[checkpoint] the experts of rank {} of the expert group are not in '{}' as rank "
+              "0 sees it: an expert-parallel checkpoint needs a folder every rank shares; no "
+              "checkpoint written",
+              q, dir);
+      }
       write_info(dir, step, weights, shards);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       info_failure = e.what();

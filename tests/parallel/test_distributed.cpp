@@ -236,6 +236,19 @@ TEST_F(Distributed, ExpertParallelRunResumesInOneProcess) {
   EXPECT_LT(weights_gap(path("one"), path("two")), kTolerance);
 }
 
+// Each rank may be given its own --out (only rank 0 writes the logs): an expert-parallel
+// checkpoint still lands whole in rank 0's folder, every part that its checkpoint.json lists,
+// and resumes from there.
+TEST_F(Distributed, ExpertParallelPartsLandInRankZerosFolder) {
+  const std::string args = kRun + "--variant moe --experts 4 --top-k 2 --expert-parallel ";
+  const Outcome r = run(args + "--out " + path("b"), kMpirun + "-np 1 " + FFNLAB_BIN + " " + args +
+                                                         "--out " + path("a") + " : -np 1 ");
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_FALSE(fs::exists(fs::path(path("b")) / "checkpoint")) << "a part went to rank 1's --out";
+  const Outcome rest = run("train --resume " + path("a") + " --steps 22 --sample 0 --threads 1");
+  EXPECT_EQ(rest.status, 0) << rest.err;
+}
+
 // Expert groups: 4 ranks with the experts split over groups of 2 (two replicas) or of 4 end
 // where one process does; a checkpoint of the 2 × 2 layout resumes on 2 ranks (one group),
 // then in one process. Refused: a group that does not divide the ranks, and a group without
