@@ -306,6 +306,14 @@ class Layer {
 
   FeedForward& ffn() { return *ffn_; }
   std::int64_t forwards() const { return forwards_; }
+  // f(layer) with the GIL released and the layer's lock held, as forward and backward run: a
+  // call that reads or changes the layer's state waits for another thread's forward to end.
+  template <class F>
+  auto locked(F&& f) {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    return f(*ffn_);
+  }
 
  private:
   std::unique_ptr<FeedForward> ffn_;
@@ -321,6 +329,15 @@ py::array_t<float> rows_copy(const Tensor& t) {
   auto [a, at] = new_rows(t.defined() ? t.dim(0) : 0, t.defined() ? t.dim(1) : 0);
   if (t.defined()) std::copy(t.f32(), t.f32() + t.numel(), at.f32());
   return a;
+}
+
+// A copy of one of the layer's tensors, taken under its lock (a forward replaces them).
+py::array_t<float> locked_copy(Layer& layer, const Tensor& (FeedForward::*tensor)() const) {
+  const Tensor t = layer.locked([&](FeedForward& f) {
+    const Tensor& x = (f.*tensor)();
+    return x.defined() ? x.clone() : Tensor();
+  });
+  return rows_copy(t);
 }
 
 py::dict named_arrays(const py::object& self, bool grads) {
@@ -401,11 +418,12 @@ has no gate_residual (a layer with gating_residual refuses to run without one ot
 accumulate into grads() (zero_grad() clears them). dlogits: MoE, the gradient of the loss wrt
 this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       .def_property_readonly(
-          "logits", [](Layer& l) { return rows_copy(l.ffn().router_logits()); },
+          "logits", [](Layer& l) { return locked_copy(l, &FeedForward::router_logits); },
           "MoE: the router logits of the last forward [T, E] (a copy), residual included: what "
           "the next layer with gating_residual takes as its gate_residual")
       .def_property_readonly(
-          "gate_residual_grad", [](Layer& l) { return rows_copy(l.ffn().previous_logits_grad()); },
+          "gate_residual_grad",
+          [](Layer& l) { return locked_copy(l, &FeedForward::previous_logits_grad); },
           "gating_residual: the gradient of the loss wrt the gate_residual of the last backward "
           "[T, E] (a copy; [0, 0] when the forward had none): the previous layer's dlogits")
       .def(
@@ -425,26 +443,41 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           "{name: bool}: False for state kept with the weights that no optimizer should move "
           "(the MoE's aux-loss-free balancing bias gate.e_score_correction_bias, ReLU routing's "
           "L1 coefficient gate.l1_coef)")
-      .def("zero_grad", [](Layer& l) { l.ffn().parameters().zero_grad(); })
       .def(
-          "stats", [](Layer& l) { return stats_dict(l.ffn().stats()); },
+          "zero_grad",
+          [](Layer& l) { l.locked([](FeedForward& f) { f.parameters().zero_grad(); }); },
+          "sets every gradient to zero (backward adds to them)")
+      .def(
+          "stats",
+          [](Layer& l) { return stats_dict(l.locked([](FeedForward& f) { return f.stats(); })); },
           "statistics of the last forward: zero fraction; MoE: tokens per expert, load CV, ...")
       .def_property_readonly(
-          "aux_loss", [](Layer& l) { return l.ffn().aux_loss(); },
-          "MoE: the auxiliary loss of the last training forward, with its "
-          "coefficients (0 for dense layers)")
+          "aux_loss",
+          [](Layer& l) { return l.locked([](FeedForward& f) { return f.aux_loss(); }); },
+          "MoE: the auxiliary loss of the last forward (an inference forward computes it too), "
+          "with its coefficients (0 for dense layers)")
       .def(
-          "set_aux_loss_scale", [](Layer& l, float s) { l.ffn().set_aux_loss_scale(s); },
+          "set_aux_loss_scale",
+          [](Layer& l, float s) {
+            if (!std::isfinite(s))
+              throw py::value_error(fmt::format(
+                  "[python] set_aux_loss_scale: scale must be a finite number, got {}", s));
+            l.locked([&](FeedForward& f) { f.set_aux_loss_scale(s); });
+          },
           py::arg("scale"),
           "dLoss/d(aux_loss) that backward applies: 1 by default (the aux loss is part of the "
           "loss), 0 to leave it out")
       .def(
-          "after_optimizer_step", [](Layer& l) { l.ffn().after_optimizer_step(); },
+          "after_optimizer_step",
+          [](Layer& l) { l.locked([](FeedForward& f) { f.after_optimizer_step(); }); },
           "MoE: once per optimizer step (the aux-loss-free balancing bias update; ReLU "
           "routing's L1 coefficient, from this layer's sparsity since the last step)")
       .def_property(
           "precision", [](Layer& l) { return std::string(enum_name(l.ffn().precision())); },
-          [](Layer& l, const std::string& p) { l.ffn().set_precision(parse_enum<Precision>(p)); },
+          [](Layer& l, const std::string& p) {
+            const Precision precision = parse_enum<Precision>(p);
+            l.locked([&](FeedForward& f) { f.set_precision(precision); });
+          },
           "'f32' or 'bf16' products")
       .def_property(
           "inference_weights",
@@ -453,10 +486,13 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
             if (d != "f32" && d != "bf16")
               throw py::value_error("[python] inference_weights must be 'f32' or 'bf16', got '" +
                                     d + "'");
-            py::gil_scoped_release release;
-            l.ffn().set_inference_weights(d == "bf16" ? DType::bf16 : DType::f32);
+            l.locked([&](FeedForward& f) {
+              f.set_inference_weights(d == "bf16" ? DType::bf16 : DType::f32);
+            });
           },
-          "'f32' or 'bf16': the weights inference forwards read (bf16: a copy made now)")
+          "'f32' or 'bf16': the weights inference forwards read. bf16 is a copy of the weights "
+          "made when set, a snapshot: after changing the weights (a view of parameters(), an "
+          "optimizer step) set it again; a training forward drops it (back to 'f32')")
       .def_property_readonly("config",
                              [](Layer& l) { return from_json(config_to_json(l.ffn().config())); })
       .def_property_readonly("d_model", [](Layer& l) { return l.ffn().config().d_model; })

@@ -360,6 +360,14 @@ std::vector<std::string> variants_argument(const py::handle& v) {
                   fmt::join(study::default_variants(), ", ")));
 }
 
+// A model's weights and gradients must fit: refused with a message before the allocation, as
+// `ffnlab train` refuses it (train() checks the optimizer's state when it starts).
+void check_model_memory(const LMConfig& c) {
+  const std::int64_t params = transformer_cost(c, 1).params;
+  check_memory(8.0 * static_cast<double>(params), "python",
+               fmt::format("a model of {} parameters (weights and gradients)", params));
+}
+
 // The LM of a model config (docs/config.md), with two conveniences: `variant` (and optionally
 // `d_ff`) names the FFN of every block as `ffnlab train --variant [--d-ff]` builds it
 // (train_ffn); without an `ffn` or `variant` the FFN is ReLU of 4·d_model, as there.
@@ -580,6 +588,7 @@ seed here and in train(seed=S) gives the command's run.)")
                [](const py::object& config, const py::object& seed_arg, const py::kwargs& keys) {
                  const std::uint64_t seed = seed_argument("TransformerLM", seed_arg);
                  const LMConfig c = lm_config_of(config, keys);
+                 check_model_memory(c);
                  py::gil_scoped_release release;
                  return LM{std::make_unique<TransformerLM>(c, seed)};
                }),
@@ -589,6 +598,7 @@ seed here and in train(seed=S) gives the command's run.)")
           [](const py::object& run_dir) {  // a str or a path-like object
             const std::string dir = path_argument("from_run", "run_dir", run_dir);
             const LMConfig c = read_resume_point(dir).model;
+            check_model_memory(c);
             py::gil_scoped_release release;
             return LM{std::make_unique<TransformerLM>(c, 1)};
           },

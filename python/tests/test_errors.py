@@ -70,6 +70,13 @@ def test_files_that_are_missing_or_not_json(tmp_path):
         ffnlab.from_hf(str(bad))
 
 
+def test_aux_loss_scale_must_be_finite():
+    moe = ffnlab.FFN(variant="moe", d_model=8, d_ff=16)
+    for bad in (float("nan"), float("inf"), 1e39):  # 1e39 overflows float32 to inf
+        with pytest.raises(ValueError, match="scale must be a finite number"):
+            moe.set_aux_loss_scale(bad)
+
+
 def test_empty_input_gives_empty_output():
     y = layer().forward(np.zeros((0, 8), dtype=np.float32))
     assert y.shape == (0, 8)
@@ -79,6 +86,10 @@ def test_a_layer_larger_than_memory_is_refused_before_allocation():
     with pytest.raises(ValueError, match=r"\[python\] a layer of .* parameters .* needs .* GiB, "
                                          r"more than the .* GiB available"):
         ffnlab.FFN(variant="swiglu", d_model=65536, d_ff=1 << 20)
+    # The language model too (about 4.3e12 parameters: more than any machine here holds).
+    with pytest.raises(ValueError, match=r"\[python\] a model of .* parameters .* needs .* GiB, "
+                                         r"more than the .* GiB available"):
+        ffnlab.TransformerLM(d_model=65536, layers=64, heads=512, variant="relu", d_ff=1 << 20)
 
 
 # --- ffnlab.evolve and ffnlab.train: every argument's type and value, in ffnlab's words ----------

@@ -156,20 +156,19 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
                ? held_by_this_rank(o.model, *group, rq.parallel.expert_group)
                : HeldExperts{};
   o.params = transformer_cost(o.model, 1).params;
+  // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation
+  // (checked for a caller's model too: its optimizer state is allocated here).
+  const std::int64_t here = o.held.count > 0 ? held_params(o.model, o.held.count) : o.params;
+  check_memory(
+      16.0 * static_cast<double>(here), "train",
+      o.held.count > 0
+          ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
+                        "dense part and {} experts a layer; weights, gradients, Adam "
+                        "state)",
+                        here, o.params, o.held.count)
+          : fmt::format("a model of {} parameters (weights, gradients, Adam state)", o.params));
   std::optional<TransformerLM> built;
-  if (!given_model) {
-    // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation.
-    const std::int64_t here = o.held.count > 0 ? held_params(o.model, o.held.count) : o.params;
-    check_memory(
-        16.0 * static_cast<double>(here), "train",
-        o.held.count > 0
-            ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
-                          "dense part and {} experts a layer; weights, gradients, Adam "
-                          "state)",
-                          here, o.params, o.held.count)
-            : fmt::format("a model of {} parameters (weights, gradients, Adam state)", o.params));
-    built.emplace(o.model, o.train.seed, o.held);
-  }
+  if (!given_model) built.emplace(o.model, o.train.seed, o.held);
   TransformerLM& model = given_model ? *given_model : *built;
 
   // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
