@@ -12,4 +12,13 @@ bool mpi_launched() {
   return false;
 }
 
+int launched_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* value = std::getenv(name)) {
+      const int n = std::atoi(value);
+      if (n > 0) return n;
+    }
+  return 0;
+}
+
 }  // namespace ffnlab

@@ -88,6 +88,34 @@ void release(Tensor& buffer, const Ranges& ranges) {
 
 }  // namespace
 
+void check_parallel_layout(const FFNConfig& f, std::int64_t batch, int ranks,
+                           const DataParallel& parallel) {
+  if (batch % ranks != 0)
+    throw UsageError(fmt::format(
+        "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {} "
+        "(--batch)",
+        batch, ranks, ranks));
+  if (!parallel.expert_parallel) return;
+  if (f.kind != FFNKind::moe)
+    throw UsageError(fmt::format(
+        "[dist] expert parallelism needs an MoE model (this one's is {}; --expert-parallel)",
+        variant_name(f)));
+  if (!splits_experts(f.moe.routing))
+    throw UsageError(
+        fmt::format("[dist] routing '{}' {}: train it with data parallelism alone (without "
+                    "--expert-parallel)",
+                    enum_name(f.moe.routing), kSplitsExpertsRefusal));
+  const int G = parallel.expert_group > 0 ? parallel.expert_group : ranks;
+  if (G > ranks || ranks % G != 0)
+    throw UsageError(fmt::format(
+        "[dist] an expert group of {} ranks does not divide the {} ranks (--expert-group)", G,
+        ranks));
+  if (f.moe.num_experts % G != 0)
+    throw UsageError(fmt::format(
+        "[dist] {} experts cannot be split evenly over {}{} ranks (--experts: a multiple of {})",
+        f.moe.num_experts, parallel.expert_group > 0 ? "an expert group of " : "", G, G));
+}
+
 ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Corpus& corpus,
                            const TrainConfig& config, DataParallel parallel)
     : model_(model), optimizer_(optimizer), parallel_(std::move(parallel)), steps_(config.steps) {
@@ -102,25 +130,9 @@ ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Cor
   ProcessGroup* g = parallel_.group;
   if (!g) return;
   check_same_setup(*g, model_.config(), config, corpus, parallel_);
-  check(config.batch % g->size() == 0,
-        "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {}",
-        config.batch, g->size(), g->size());
+  check_parallel_layout(f, config.batch, g->size(), parallel_);
   if (parallel_.expert_parallel) {
-    check(f.kind == FFNKind::moe, "[dist] expert parallelism needs an MoE model (this one's is {})",
-          variant_name(f));
-    check(splits_experts(f.moe.routing),
-          "[dist] routing '{}' {}: train it with data parallelism alone (without "
-          "--expert-parallel)",
-          enum_name(f.moe.routing), kSplitsExpertsRefusal);
     const int G = parallel_.expert_group > 0 ? parallel_.expert_group : g->size();
-    check(G <= g->size() && g->size() % G == 0,
-          "[dist] an expert group of {} ranks does not divide the {} ranks (--expert-group)", G,
-          g->size());
-    // (Without groups, held_by_rank below says that the experts do not split over the ranks.)
-    check(parallel_.expert_group == 0 || f.moe.num_experts % G == 0,
-          "[dist] {} experts cannot be split evenly over an expert group of {} ranks "
-          "(--expert-group)",
-          f.moe.num_experts, G);
     if (G < g->size()) {  // groups of G consecutive ranks, each a replica of the others
       experts_group_ = g->split(g->rank() / G, "expert groups");
       replicas_ = g->split(g->rank() % G, "expert replicas");

@@ -150,8 +150,9 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   if (point) check_same_data(rq, *point, corpus);
   check_training_setup(o.model, corpus, o.train);
 
-  // Expert parallel: this rank builds only its experts (the trainer refuses the layouts that do
-  // not split; their models then hold every expert until it does).
+  // Expert parallel: this rank builds only its experts, of a layout checked first (a model that
+  // would never split is not built, nor its memory counted).
+  if (group) check_parallel_layout(o.model.ffn, o.train.batch, group->size(), rq.parallel);
   o.held = rq.parallel.expert_parallel && group
                ? held_by_this_rank(o.model, *group, rq.parallel.expert_group)
                : HeldExperts{};
@@ -207,9 +208,21 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     o.bare = measure_model_products(o.model, sequences, o.train.seq, o.train.precision,
                                     kBareProductsBudget);
   const auto stop = [&] { return observer.stop(); };
+  // The final validation: the last step's evaluation when it read the same tokens (Python's
+  // train at its defaults: the whole validation part both times), else one more. An evaluation
+  // is collective: every rank decides alike (from the same evaluations) and takes part.
+  const auto validation = [&](const std::vector<EvalLog>& evaluations) {
+    if (!evaluations.empty() && evaluations.back().step == trainer.step() &&
+        o.train.eval_tokens == rq.validation_tokens)
+      return evaluations.back();
+    return trainer.evaluate(rq.validation_tokens);
+  };
   if (!lead) {  // another rank: trains, and leaves the output to rank 0
-    o.finished = trainer.run({}, {}, checkpoint, stop);
+    std::vector<EvalLog> evaluations;
+    o.finished = trainer.run(
+        {}, [&](const EvalLog& e) { evaluations.push_back(e); }, checkpoint, stop);
     o.step = trainer.step();
+    if (o.finished && rq.validate_at_end) o.validation = validation(evaluations);
     return o;
   }
 
@@ -240,6 +253,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
 
   o.last_step_stats = trainer.last_step_stats();
   o.routing = routing_summary(o.steps, o.last_step_stats);
+  // (Before the sample, which rank 0 draws alone: the other ranks wait in this evaluation.)
+  if (rq.validate_at_end) o.validation = validation(evaluations);
   if (rq.sample > 0 && o.held.count > 0) {
     o.sample_skipped = "no rank holds every expert (expert parallel)";
   } else if (rq.sample > 0 && o.model.causal) {  // a masked model fills in; it does not generate
@@ -250,15 +265,6 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     if (!o.out.empty())
       write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
                         o.sample.size());
-  }
-  if (rq.validate_at_end) {
-    // The last step's evaluation is it when it read the same tokens (Python's train at its
-    // defaults: the whole validation part both times).
-    if (!evaluations.empty() && evaluations.back().step == o.step &&
-        o.train.eval_tokens == rq.validation_tokens)
-      o.validation = evaluations.back();
-    else
-      o.validation = trainer.evaluate(rq.validation_tokens);
   }
 
   std::vector<double> tps;

@@ -93,6 +93,30 @@ TEST_F(Cli, ParamsCostsAConfigFileAgainstReLU) {
   expect_error(run("params --config " + path("missing.json")), "missing.json");
 }
 
+// The commands that run in one process refuse a launch of several (each would print, time or
+// write the same thing); the launcher is told by its environment, which a test can set.
+TEST_F(Cli, OneProcessCommandsRefuseAnMpiLaunchOfSeveral) {
+  const std::string config = path("config.json");  // refused before it is read
+  std::ofstream(config) << "{}";
+  const std::vector<std::string> commands = {
+      "params --variants relu",
+      "toy --out " + path("toy.csv"),
+      "zoo",
+      "bench --quick",
+      "run --config " + config + " --input " + config + " --output " + path("y"),
+      "evolve --plan --quick"};
+  for (const std::string& command : commands)
+    for (const std::string launcher : {"OMPI_COMM_WORLD_SIZE=2 ", "PMI_SIZE=3 PMI_RANK=0 "}) {
+      const Outcome r = run(command, launcher);
+      EXPECT_EQ(r.status, 2) << launcher << command << "\n" << r.err;
+      EXPECT_NE(r.err.find("runs in one process, but an MPI launcher started it as one of"),
+                std::string::npos)
+          << r.err;
+    }
+  // One process of one is one process.
+  EXPECT_EQ(run("params --variants relu", "OMPI_COMM_WORLD_SIZE=1 ").status, 0);
+}
+
 TEST_F(Cli, HelpAndUsageErrors) {
   EXPECT_EQ(run("--help").status, 0);
   EXPECT_EQ(run("run --help").status, 0);

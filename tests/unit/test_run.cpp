@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "../common/test_util.hpp"
@@ -15,8 +16,10 @@
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
 #include "ffnlab/train/step_log.hpp"
+#include "thread_group.hpp"
 
 using namespace ffnlab;
+using ffnlab::test::ThreadGroup;
 namespace fs = std::filesystem;
 
 // `text` holds `part`.
@@ -145,6 +148,30 @@ struct Recorder : RunObserver {
     return stop_after >= 0 && !steps.empty() && steps.back().step >= stop_after;
   }
 };
+
+// Over ranks the final validation is an evaluation that sums over them: every rank takes part
+// (rank 0 alone would wait for the others forever) and gets the value one process gets.
+TEST_F(RunDriver, FinalValidationOverRanksRunsOnEveryRank) {
+  rq_.validate_at_end = true;
+  rq_.train.eval_tokens = 64;
+  rq_.validation_tokens = 0;  // the whole part, not the periodic evaluations': one more
+  Recorder alone;
+  const RunOutcome one = run_training(rq_, alone);
+  ASSERT_TRUE(one.validation.has_value());
+  std::vector<std::optional<EvalLog>> validations(2);
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    RunRequest rq = rq_;
+    rq.parallel.group = &g;
+    Recorder heard;
+    validations[g.rank()] = run_training(rq, heard).validation;
+  });
+  for (const auto& v : validations) {
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->tokens, one.validation->tokens);
+    EXPECT_NEAR(v->loss, one.validation->loss, 1e-4);
+  }
+  EXPECT_EQ(validations[0]->loss, validations[1]->loss);
+}
 
 TEST_F(RunDriver, WritesTheFolderItsOutcomeDescribes) {
   rq_.out = (dir_ / "run").string();

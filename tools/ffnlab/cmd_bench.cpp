@@ -19,6 +19,7 @@
 #include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "interrupt.hpp"
+#include "launch.hpp"
 #include "torch_worker.hpp"
 
 namespace ffnlab::cli {
@@ -707,6 +708,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->callback([o, cmd] {
+    require_one_process("bench");
     BenchOptions run = *o;
     if (run.quick) {
       if (cmd->count("--tokens") == 0) run.tokens = {1, 8, 512};

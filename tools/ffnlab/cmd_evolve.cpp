@@ -117,8 +117,7 @@ void run_evolve(EvolveOptions& o) {
           row.flag == "--variants" ? variant_list(text) : name_list(row.flag, text);
   }
   if (o.plan) {
-    if (mpi_launched())
-      throw Error("[evolve] --plan runs in one process: it trains nothing (drop mpirun)");
+    require_one_process("evolve --plan");  // it trains nothing
     print_plan(o);
     return;
   }

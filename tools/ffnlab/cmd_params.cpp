@@ -14,6 +14,7 @@
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "key_flags.hpp"
+#include "launch.hpp"
 
 namespace ffnlab::cli {
 
@@ -143,7 +144,10 @@ void add_params_command(CLI::App& app) {
       ->capture_default_str()
       ->check(int_in(0, limits::kTokens));
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
-  cmd->callback([o] { run_params(*o); });
+  cmd->callback([o] {
+    require_one_process("params");
+    run_params(*o);
+  });
 }
 
 }  // namespace ffnlab::cli

@@ -14,6 +14,7 @@
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
+#include "launch.hpp"
 
 namespace ffnlab::cli {
 
@@ -235,7 +236,10 @@ void add_run_command(CLI::App& app) {
                 "MoE++'s gating residual: the layer is a model's first MoE layer, which takes "
                 "no gate_residual (without it, a missing gate_residual is an error)");
   add_threads_option(*cmd, o->threads);
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o] {
+    require_one_process("run");
+    run(*o);
+  });
 }
 
 }  // namespace ffnlab::cli

@@ -18,6 +18,7 @@
 #include "ffnlab/train/toy.hpp"
 #include "interrupt.hpp"
 #include "key_flags.hpp"
+#include "launch.hpp"
 
 namespace ffnlab::cli {
 
@@ -119,7 +120,10 @@ void add_toy_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", o->out, "CSV of every iteration")->capture_default_str();
   add_threads_option(*cmd, o->threads);
-  cmd->callback([o] { run_toy_command(*o); });
+  cmd->callback([o] {
+    require_one_process("toy");
+    run_toy_command(*o);
+  });
 }
 
 }  // namespace ffnlab::cli

@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "ffnlab/study/zoo_table.hpp"
+#include "launch.hpp"
 
 namespace ffnlab::cli {
 
@@ -48,7 +49,10 @@ void add_zoo_command(CLI::App& app) {
       "Mistral, Switch, Mixtral, Qwen MoE, DeepSeek-V3) with the source of every number, and "
       "their parameters and FLOPs as ffnlab computes them.");
   cmd->add_flag("--json", *json, "print JSON instead of a table");
-  cmd->callback([json] { run_zoo(*json); });
+  cmd->callback([json] {
+    require_one_process("zoo");
+    run_zoo(*json);
+  });
 }
 
 }  // namespace ffnlab::cli

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "common.hpp"
@@ -18,12 +19,13 @@ namespace {
 // Started by mpirun: the MPI world (every rank a slice of each batch); else null.
 std::unique_ptr<MpiWorld> join_world(double dist_timeout) {
   if (!mpi_launched()) return nullptr;
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (!mpi_available() && size != nullptr && std::string_view(size) != "1")
+  const int size = launched_world_size();
+  if (!mpi_available() && size != 1)
     throw Error(fmt::format(
-        "[dist] started by mpirun as one of {} processes, but this ffnlab was built without MPI: "
-        "each would train alone; rebuild with -DFFNLAB_MPI=ON (the release preset does)",
-        size));
+        "[dist] started by an MPI launcher as one of {} processes, but this ffnlab was built "
+        "without MPI: each would train alone; rebuild with -DFFNLAB_MPI=ON (the release preset "
+        "does)",
+        size > 0 ? std::to_string(size) : "several"));
   if (!mpi_available()) return nullptr;
   return mpi_world(dist_timeout);
 }
@@ -49,6 +51,16 @@ void run_launched(double dist_timeout, const std::function<void(ProcessGroup*)>&
     const int status = report_error(std::current_exception());
     world->abort(status);
   }
+}
+
+void require_one_process(std::string_view command) {
+  if (!mpi_launched()) return;
+  const int size = launched_world_size();
+  if (size == 1) return;
+  throw UsageError(fmt::format(
+      "[dist] ffnlab {} runs in one process, but an MPI launcher started it as one of {} "
+      "processes, each of which would run it: drop mpirun (train and evolve run over ranks)",
+      command, size > 0 ? std::to_string(size) : "several"));
 }
 
 }  // namespace ffnlab::cli

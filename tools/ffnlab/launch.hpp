@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <string_view>
 
 #include "ffnlab/parallel/group.hpp"
 
@@ -12,5 +13,9 @@ namespace ffnlab::cli {
 // why and ends every rank (they would wait for it) with its exit status. Throws Error when mpirun
 // started several processes of a build without MPI: each would work alone.
 void run_launched(double dist_timeout, const std::function<void(ProcessGroup*)>& work);
+// For a command that runs in one process (params, run, toy, zoo, bench): UsageError when an
+// MPI launcher started more than one process, each of which would run it (the same output N
+// times, N timings sharing the cores).
+void require_one_process(std::string_view command);
 
 }  // namespace ffnlab::cli

@@ -18,6 +18,9 @@ namespace ffnlab {
 bool mpi_available();
 // Whether this process was started by an MPI launcher (mpirun, srun): its environment says so.
 bool mpi_launched();
+// The number of processes the launcher started, as its environment says (OpenMPI's
+// OMPI_COMM_WORLD_SIZE, MPICH's PMI_SIZE, Slurm's SLURM_NTASKS); 0 when it does not say.
+int launched_world_size();
 
 class MpiWorld : public ProcessGroup {
  public:

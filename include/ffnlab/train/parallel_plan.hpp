@@ -48,6 +48,14 @@ struct DataParallel {
   int expert_group = 0;  // expert parallel: ranks the experts are split over (0: all of them)
 };
 
+// The layout's rules, which run_training checks before it builds a model (so that a memory
+// check of a model that would never split does not hide them) and ParallelPlan again: the batch
+// splits over the ranks; with expert_parallel, the model is an MoE whose routing splits its
+// experts, the expert group divides the ranks and the experts split over the group. UsageError
+// naming the command's flag (--batch, --experts, --expert-group).
+void check_parallel_layout(const FFNConfig& ffn, std::int64_t batch, int ranks,
+                           const DataParallel& parallel);
+
 // What of the other ranks' experts a refresh brings and a release gives back.
 enum class ExpertState : std::uint8_t { weights, with_moments };
 
