@@ -169,7 +169,8 @@ class FFN(torch.nn.Module):
 # that a renamed or removed activation fails here, by name, not later inside a model.
 _ACTIVATIONS = {"siluactivation": "silu", "silu": "silu", "relu": "relu", "geluactivation": "gelu",
                 "gelu": "gelu", "newgeluactivation": "gelu_tanh", "pytorchgelutanh": "gelu_tanh",
-                "quickgeluactivation": "gelu_quick", "sigmoid": "sigmoid", "tanh": "tanh"}
+                "quickgeluactivation": "gelu_quick", "sigmoid": "sigmoid", "tanh": "tanh",
+                "relusquaredactivation": "relu2", "identity": "identity"}
 _unknown = set(_ACTIVATIONS.values()) - set(_ffnlab.activation_names())
 if _unknown:
     raise ImportError(f"[python] ffnlab.torch maps activations onto names the library does not "

@@ -239,3 +239,11 @@ def test_gating_residual_chains_layers_and_carries_the_gradient_back():
     plain = ft.FFN(variant="moe", d_model=16, d_ff=24)
     with pytest.raises(ValueError, match="no gating_residual"):
         plain(x, gate_residual=torch.zeros(2, 6, 8))
+
+
+def test_every_library_activation_has_a_torch_name():
+    # A block using any activation ffnlab has can be taken over: each is the target of a torch
+    # or Hugging Face class name (a new activation fails here until it is mapped).
+    assert set(ft._ACTIVATIONS.values()) == set(ffnlab._ffnlab.activation_names())
+    assert ft._act_name(nn.Identity()) == "identity"
+    assert ft._act_name(nn.SiLU()) == "silu"

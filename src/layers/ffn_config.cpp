@@ -39,7 +39,18 @@ void refuse_unused_keys(const MoEConfig& m);
 }  // namespace
 
 int FFNConfig::gated_branches() const {
-  return kind == FFNKind::plain ? 0 : kind == FFNKind::glu ? 1 : branches;
+  switch (kind) {  // a new kind says here how its hidden mix is gated (-Wswitch)
+    case FFNKind::plain:
+      return 0;
+    case FFNKind::glu:
+      return 1;
+    case FFNKind::multi_branch:
+    case FFNKind::moe:  // not a dense mix: its experts' configs are dense kinds
+      return branches;
+    case FFNKind::count:
+      break;
+  }
+  fail("[ffn] kind {} has no hidden mix", static_cast<int>(kind));
 }
 
 std::int64_t FFNConfig::in_width() const {
@@ -500,6 +511,12 @@ FFNConfig config_from_json(const nlohmann::json& j) {
 
 nlohmann::json config_to_json(const FFNConfig& c) {
   return write_keys(kFFNKeys, c);
+}
+
+std::vector<std::string> moe_key_names() {
+  std::vector<std::string> names;
+  for (const auto& k : kMoEKeys) names.emplace_back(k.name);
+  return names;
 }
 
 }  // namespace ffnlab

@@ -172,6 +172,7 @@ inline ValueGrad value_grad(float x, float beta) {
     const auto p = sigmoid_pair(1.702f * x);
     return {x * p.s, p.s + 1.702f * x * p.s * p.one_minus_s};
   } else {
+    static_assert(A == Activation::silu, "value_grad: a branch for each has_value_grad lists");
     const auto p = sigmoid_pair(beta * x);
     return {x * p.s, p.s + beta * x * p.s * p.one_minus_s};
   }

@@ -571,7 +571,7 @@ void draw_routing_families(const Study& st) {
   panel("causal", "validation bits per byte (lower is better)",
         "Causal LM: the families that decide per token");
   panel("masked", "validation bits per masked byte (lower is better)",
-        "Masked objective: all five families");
+        "Masked objective: every family");
   s += "unset multiplot\n";
   render_figure(st.dir, "routing_families", s);
 }

@@ -12,35 +12,12 @@
 
 namespace ffnlab::study {
 
-namespace {
-
-constexpr std::pair<Probe, const char*> kProbeNames[] = {
-    {Probe::none, "none"},
-    {Probe::census, "census"},
-    {Probe::load_trace, "load_trace"},
-    {Probe::routing_behaviour, "routing_behaviour"},
-};
-
-const char* probe_name(Probe p) {
-  for (const auto& [probe, name] : kProbeNames)
-    if (probe == p) return name;
-  fail("[evolve] unknown probe {}", static_cast<int>(p));
-}
-
-Probe probe_of(const std::string& name) {
-  for (const auto& [probe, n] : kProbeNames)
-    if (name == n) return probe;
-  fail("[evolve] unknown probe '{}' in a run's record", name);
-}
-
-}  // namespace
-
 nlohmann::json job_to_json(const Study& st, const RunJob& job) {
   TrainConfig train = job.settings ? *job.settings : st.scale.train;
   train.seed = job.seed;
   return {{"label", job.label},
           {"seed", job.seed},
-          {"probe", probe_name(job.probe)},
+          {"probe", enum_name(job.probe)},
           {"model", lm_config_to_json(job.model)},
           {"train", train_config_to_json(train)},
           {"validation_tokens", st.scale.validation_tokens}};
@@ -50,7 +27,7 @@ RunJob job_from_json(const nlohmann::json& j) {
   RunJob job;
   job.label = j.at("label");
   job.seed = j.at("seed");
-  job.probe = probe_of(j.at("probe"));
+  job.probe = parse_enum<Probe>(j.at("probe").get<std::string>());
   job.model = lm_config_from_json(j.at("model"));
   job.settings = train_config_from_json(j.at("train"));
   return job;

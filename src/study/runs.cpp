@@ -67,6 +67,8 @@ std::unique_ptr<RunProbe> make_probe(const Study& st, const RunJob& job) {
       return load_trace_probe(st, job);
     case Probe::routing_behaviour:
       return routing_behaviour_probe(st, job);
+    case Probe::count:
+      break;
   }
   fail("[evolve] unknown probe {}", static_cast<int>(job.probe));
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <tuple>
 
 #include "../common/test_util.hpp"
@@ -1276,4 +1277,12 @@ TEST(MoEFFN, KeysARoutingDoesNotReadAreRefused) {
     const FFNConfig c = config_from_json(j);  // the routing's defaults
     EXPECT_EQ(config_to_json(config_from_json(config_to_json(c))), config_to_json(c));
   }
+  // A family's list of keys it does not read names keys (a misspelt one would be skipped, and
+  // the key it meant taken and ignored).
+  const std::vector<std::string> names = moe_key_names();
+  const std::set<std::string> keys(names.begin(), names.end());
+  for (const auto& routing : routing_names())
+    for (const std::string& key : unused_keys(parse_enum<RoutingKind>(routing)))
+      EXPECT_EQ(keys.count(key), 1u) << "routing '" << routing << "' lists '" << key
+                                     << "' as a key it does not read, but it is no MoE key";
 }

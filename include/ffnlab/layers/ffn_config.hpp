@@ -142,6 +142,8 @@ std::vector<std::string> routing_family_names();  // topk first
 // ffnlab's own layer config (docs/config.md). Unknown keys are an error.
 FFNConfig config_from_json(const nlohmann::json& j);
 nlohmann::json config_to_json(const FFNConfig& config);
+// The keys of its "moe" object, in table order (config_to_json writes some only when set).
+std::vector<std::string> moe_key_names();
 
 // The dense FFN that one routed expert of an MoE config is; with shared = true, the dense FFN
 // all shared experts together are (n shared experts of width F are one FFN of width n·F).

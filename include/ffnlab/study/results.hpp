@@ -281,7 +281,7 @@ struct RoutingRow {
 };
 
 // Every routing family against token-choice top-k at the headline MoE's layout (experts, width,
-// shared expert) and compute: the families that decide per token on the causal LM, all five on
+// shared expert) and compute: the families that decide per token on the causal LM, every one on
 // the masked objective.
 struct RoutingResult {
   int seeds = 0;            // each family's runs (seeds 1 to `seeds`)

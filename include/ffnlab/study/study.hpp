@@ -28,6 +28,7 @@
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
+#include "ffnlab/names.hpp"
 #include "ffnlab/parallel/group.hpp"
 #include "ffnlab/study/results.hpp"
 #include "ffnlab/train/data.hpp"
@@ -269,7 +270,24 @@ enum class Probe : std::uint8_t {
   census,             // training stage, seed 1: the activation census before and after training
   load_trace,         // moe stage: the experts' load as the balancing settings train
   routing_behaviour,  // routing stage: the experts a token ran, over the second half of training
+  count,
 };
+}  // namespace ffnlab::study
+
+// A probe's name in a run's record (the run store's file), as every enum's (names.hpp).
+template <>
+struct ffnlab::EnumNames<ffnlab::study::Probe> {
+  using Probe = study::Probe;
+  static constexpr auto table =
+      name_table<Probe>("evolve", "probe",
+                        {{Probe::none, "none"},
+                         {Probe::census, "census"},
+                         {Probe::load_trace, "load_trace"},
+                         {Probe::routing_behaviour, "routing_behaviour"}});
+};
+static_assert(ffnlab::EnumNames<ffnlab::study::Probe>::table.complete());
+
+namespace ffnlab::study {
 
 // A probe while its run trains: called on the thread that trains the run, beside other runs.
 class RunProbe {

@@ -20,9 +20,7 @@ struct DenseFFN {
   // saved by forward
   std::vector<T> a, h;  // [T, P], [T, F]
 
-  int branches() const {
-    return config.kind == FFNKind::plain ? 0 : config.kind == FFNKind::glu ? 1 : config.branches;
-  }
+  int branches() const { return config.gated_branches(); }
   std::int64_t in_width() const {
     return branches() == 0 ? config.d_ff : 2 * branches() * config.d_ff;
   }
