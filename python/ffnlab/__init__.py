@@ -52,28 +52,28 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
 
     quick: small models and few steps (checks the pipeline). full: the whole study (every
     variant, MoE with top-2 at equal compute, the router z-loss ablation, the routing families
-    on the masked objective too), as `ffnlab evolve --full`. seeds: the paired seeds every comparison with ReLU trains before
-    its first look (None: 3; quick 2); max_seeds: the cap of the sequential rule, up to which
-    an undecided comparison trains one more seed per round (None: 6; quick 3; at least
-    `seeds`). steps: per LM run (None: 600; quick 40). routing_seeds: the seeds of each routing
-    family (None: 1, which gives no interval; with full, `seeds`; at most `seeds`).
-    variants: a non-empty list that includes "relu", or "all" (None: relu, gelu, glu, swiglu,
-    gated, moe; with full, every variant). data: a text file or a folder (None: the default corpus). sweep: also
-    the d_ff / d_model sweep. margin: the equivalence margin in bits/byte, in (0, 1] (None:
-    0.02). runs: the folder that keeps every finished LM run (None: `out` + ".runs"); resume:
-    take the runs it kept instead of training them again (a study that stopped trains only what
-    it lacks); force: discard them and start over (a folder that keeps runs is refused without
-    resume or force). sizes: sizes of the ladder to train
-    every variant at, e.g. ["xs", "s"] (xs, s, m, l: d_model 64, 128, 256, 512; "s" is the
-    study's LM); tasks: ["causal", "masked"] adds the masked objective for the dense variants;
-    either one adds the section "Across model sizes and tasks" with verdicts per size and task
-    and the scaling figure (None for both: one size, one task). budget: a wall-time budget, as
-    seconds or a string such as "30m" or "2h": the planner times this machine and chooses the
-    sizes (unless given), seeds and steps that fit. progress: True for a text bar, False for none, or a callable
-    progress(kind, done, planned, text, eta_seconds). An argument of another type or out of
-    range is a ValueError naming it, before any work. Ctrl-C stops it (KeyboardInterrupt), also
-    while it draws the figures; the report is not written then (an earlier one in `out` is
-    kept), and the finished runs stay in `runs` for resume=True.
+    on the masked objective too), as `ffnlab evolve --full`. seeds: the paired seeds every
+    comparison with ReLU trains before its first look (None: 3; quick 2); max_seeds: the cap of
+    the sequential rule, up to which an undecided comparison trains one more seed per round
+    (None: 6; quick 3; at least `seeds`). steps: per LM run (None: 600; quick 40).
+    routing_seeds: the seeds of each routing family (None: 1, which gives no interval; with
+    full, `seeds`; at most `seeds`). variants: a non-empty list that includes "relu", or "all"
+    (None: relu, gelu, glu, swiglu, gated, moe; with full, every variant). data: a text file or
+    a folder (None: the default corpus). sweep: also the d_ff / d_model sweep. margin: the
+    equivalence margin in bits/byte, in (0, 1] (None: 0.02). runs: the folder that keeps every
+    finished LM run (None: `out` + ".runs"); resume: take the runs it kept instead of training
+    them again (a study that stopped trains only what it lacks); force: discard them and start
+    over (a folder that keeps runs is refused without resume or force). sizes: sizes of the
+    ladder to train every variant at, e.g. ["xs", "s"] (xs, s, m, l: d_model 64, 128, 256, 512;
+    "s" is the study's LM); tasks: ["causal", "masked"] adds the masked objective for the dense
+    variants; either one adds the section "Across model sizes and tasks" with verdicts per size
+    and task and the scaling figure (None for both: one size, one task). budget: a wall-time
+    budget, as seconds or a string such as "30m" or "2h": the planner times this machine and
+    chooses the sizes (unless given), seeds and steps that fit. progress: True for a text bar,
+    False for none, or a callable progress(kind, done, planned, text, eta_seconds). An argument
+    of another type or out of range is a ValueError naming it, before any work. Ctrl-C stops it
+    (KeyboardInterrupt), also while it draws the figures; the report is not written then (an
+    earlier one in `out` is kept), and the finished runs stay in `runs` for resume=True.
     """
     # Passed as given: the binding checks each one (a ValueError naming it and its value).
     options = dict(out=out, quick=quick, full=full, seeds=seeds, max_seeds=max_seeds,
@@ -92,8 +92,12 @@ def train(model, data, *, out=None, resume=None, force=False, progress=True, **s
     checkpoint/, summary.json); one that holds an earlier run is refused unless force=True.
     resume: a run folder to continue from, bit-identically (the
     model must be the checkpoint's: TransformerLM.from_run(folder); other settings or other
-    data need force=True); the run continues in that folder unless `out` names another. The GIL
-    is released while it trains; Ctrl-C stops after the current step (KeyboardInterrupt), with a
-    checkpoint in the run folder."""
+    data need force=True); the run continues in that folder unless `out` names another. Without
+    `out` or `resume` nothing is written. progress: True for a text bar, False for none, or a
+    callable progress(kind, done, planned, text, eta_seconds). The settings left out take
+    `ffnlab train`'s defaults (docs/config.md: 600 steps, batch 16, seq 128, seed 1, the last
+    10 % of the bytes for validation, ...); the model's context must hold `seq`. The GIL is
+    released while it trains; Ctrl-C stops after the current step with a KeyboardInterrupt that
+    says the step, and, in a run folder, a checkpoint there to resume from."""
     return _ffnlab.train(model, data, _progress(progress, "train"), out, resume, force,
                          **settings)

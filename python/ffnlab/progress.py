@@ -13,6 +13,8 @@ class TextProgress:
     """progress(kind, done, planned, text, eta_seconds), as the bindings call it."""
 
     def __init__(self, stream=None, width=30, every=0.25):
+        """stream: where the bar and the lines go (None: sys.stdout); width: the bar's
+        characters; every: the least seconds between two redraws of the bar."""
         self.stream = stream or sys.stdout
         self.width, self.every = width, every
         self._last = 0.0

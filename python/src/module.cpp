@@ -18,6 +18,7 @@
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "arrays.hpp"
 #include "ffnlab/analysis/costs.hpp"
@@ -199,6 +200,13 @@ void written_in_place(const Tensor& t, const py::array_t<float>& a, const char* 
                            " did not write into the array it was given");
 }
 
+// An array argument: a numpy array (the checks of its dtype, shape and layout follow), not a
+// list or None, which numpy would convert into a new array the caller never sees.
+py::array array_argument(std::string_view function, std::string_view name, const py::object& v) {
+  if (!py::isinstance<py::array>(v)) bad_argument(function, name, "a float32 numpy array", v);
+  return v.cast<py::array>();
+}
+
 // A layer's weights and gradients must fit: refused with a message before the allocation, as
 // the command line does (a zero-filled buffer the system cannot back ends the interpreter).
 void check_layer_memory(const FFNConfig& c) {
@@ -213,13 +221,17 @@ class Layer {
  public:
   explicit Layer(std::unique_ptr<FeedForward> ffn) : ffn_(std::move(ffn)) {}
 
-  py::array_t<float> forward(const py::array& x, bool train, std::int64_t sequence,
-                             const py::object& gate_residual, const py::object& token_ids,
-                             bool first) {
+  py::array_t<float> forward(const py::object& x_arg, const py::object& train_arg,
+                             const py::object& sequence_arg, const py::object& gate_residual,
+                             const py::object& token_ids, const py::object& first_arg) {
     const FFNConfig& c = ffn_->config();
     const std::int64_t D = c.d_model;
+    const py::array x = array_argument("forward", "x", x_arg);
     Tensor xt = borrow_rows(x, D, "x");
-    if (sequence < 0) throw py::value_error("[python] sequence must not be negative");
+    const bool train = bool_argument("forward", "train", train_arg);
+    const bool first = bool_argument("forward", "first", first_arg);
+    const std::int64_t sequence = int_argument("forward", "sequence", sequence_arg, 0,
+                                               std::numeric_limits<std::int64_t>::max(), false);
     // MoE++'s gating residual: the previous MoE layer's logits [T, E].
     Tensor rt;
     py::object residual_array = py::none();
@@ -240,6 +252,10 @@ class Layer {
     // forward only.
     std::vector<std::int32_t> ids;
     if (!token_ids.is_none()) {
+      // Integers only: numpy would cast floats (1.9 to 1) and route by ids never given.
+      const py::array given = py::array::ensure(token_ids);
+      if (!given || (given.dtype().kind() != 'i' && given.dtype().kind() != 'u'))
+        bad_argument("forward", "token_ids", "integers (a list or an integer array)", token_ids);
       const auto a =
           token_ids.cast<py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>>();
       if (a.ndim() != 1 || a.shape(0) != xt.dim(0))
@@ -273,9 +289,10 @@ class Layer {
     return y;
   }
 
-  py::array_t<float> backward(const py::array& dy, const py::object& dlogits) {
+  py::array_t<float> backward(const py::object& dy_arg, const py::object& dlogits) {
     const FFNConfig& c = ffn_->config();
     const std::int64_t D = c.d_model;
+    const py::array dy = array_argument("backward", "dy", dy_arg);
     Tensor dyt = borrow_rows(dy, D, "dy");
     Tensor gt;
     py::array dlogits_array;  // alive until the backward below has read it
@@ -380,8 +397,8 @@ PYBIND11_MODULE(_ffnlab, m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const Interrupted&) {
-      PyErr_SetNone(PyExc_KeyboardInterrupt);
+    } catch (const Interrupted& e) {
+      PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     } catch (const SystemError& e) {
       PyErr_SetString(PyExc_OSError, e.what());
     } catch (const Error& e) {
@@ -395,12 +412,17 @@ PYBIND11_MODULE(_ffnlab, m) {
 
 FFN(config=None, seed=0, **keys): config is ffnlab's layer config as a dict (docs/config.md),
 keys override or add keys of it, e.g. FFN(variant="swiglu", d_model=512, d_ff=1376, bias=False).
-Weights are initialised like torch.nn.Linear from seed.)")
-      .def(py::init([](const py::object& config, std::uint64_t seed, const py::kwargs& keys) {
-             const FFNConfig c = config_of(config, keys);
-             check_layer_memory(c);
-             return std::make_unique<Layer>(make_ffn(c, seed));
-           }),
+Keys not given take the config's defaults (ffnlab.config(**keys) shows them all): a plain ReLU
+FFN of d_model 512, d_ff 2048, with biases; variant="moe" has 8 experts, top-2, and aux_coef
+0 (the study's and `ffnlab train`'s MoE set 0.01). Weights are initialised like
+torch.nn.Linear from seed, an integer in [0, 2^64 - 1].)")
+      .def(py::init(
+               [](const py::object& config, const py::object& seed_arg, const py::kwargs& keys) {
+                 const std::uint64_t seed = seed_argument("FFN", seed_arg);
+                 const FFNConfig c = config_of(config, keys);
+                 check_layer_memory(c);
+                 return std::make_unique<Layer>(make_ffn(c, seed));
+               }),
            py::arg("config") = py::none(), py::arg("seed") = 0)
       .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
            py::arg("sequence") = 0, py::arg("gate_residual") = py::none(),
@@ -458,11 +480,11 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           "with its coefficients (0 for dense layers)")
       .def(
           "set_aux_loss_scale",
-          [](Layer& l, float s) {
-            if (!std::isfinite(s))
-              throw py::value_error(fmt::format(
-                  "[python] set_aux_loss_scale: scale must be a finite number, got {}", s));
-            l.locked([&](FeedForward& f) { f.set_aux_loss_scale(s); });
+          [](Layer& l, const py::object& scale) {
+            const double s = finite_argument("set_aux_loss_scale", "scale", scale);
+            if (!std::isfinite(static_cast<float>(s)))  // beyond float32's range
+              bad_argument("set_aux_loss_scale", "scale", "a finite float32 number", scale);
+            l.locked([&](FeedForward& f) { f.set_aux_loss_scale(static_cast<float>(s)); });
           },
           py::arg("scale"),
           "dLoss/d(aux_loss) that backward applies: 1 by default (the aux loss is part of the "
@@ -474,15 +496,17 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           "routing's L1 coefficient, from this layer's sparsity since the last step)")
       .def_property(
           "precision", [](Layer& l) { return std::string(enum_name(l.ffn().precision())); },
-          [](Layer& l, const std::string& p) {
-            const Precision precision = parse_enum<Precision>(p);
+          [](Layer& l, const py::object& p) {
+            const Precision precision =
+                parse_enum<Precision>(string_argument("FFN", "precision", p));
             l.locked([&](FeedForward& f) { f.set_precision(precision); });
           },
           "'f32' or 'bf16' products")
       .def_property(
           "inference_weights",
           [](Layer& l) { return l.ffn().inference_weights() == DType::bf16 ? "bf16" : "f32"; },
-          [](Layer& l, const std::string& d) {
+          [](Layer& l, const py::object& value) {
+            const std::string d = string_argument("FFN", "inference_weights", value);
             if (d != "f32" && d != "bf16")
               throw py::value_error("[python] inference_weights must be 'f32' or 'bf16', got '" +
                                     d + "'");
@@ -493,10 +517,14 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           "'f32' or 'bf16': the weights inference forwards read. bf16 is a copy of the weights "
           "made when set, a snapshot: after changing the weights (a view of parameters(), an "
           "optimizer step) set it again; a training forward drops it (back to 'f32')")
-      .def_property_readonly("config",
-                             [](Layer& l) { return from_json(config_to_json(l.ffn().config())); })
-      .def_property_readonly("d_model", [](Layer& l) { return l.ffn().config().d_model; })
-      .def_property_readonly("num_params", [](Layer& l) { return l.ffn().parameters().count(); })
+      .def_property_readonly(
+          "config", [](Layer& l) { return from_json(config_to_json(l.ffn().config())); },
+          "the layer's full config as a dict (every key, defaults filled in)")
+      .def_property_readonly(
+          "d_model", [](Layer& l) { return l.ffn().config().d_model; }, "the width of x and y")
+      .def_property_readonly(
+          "num_params", [](Layer& l) { return l.ffn().parameters().count(); },
+          "the values in parameters(), the MoE's balancing state included")
       .def("__repr__",
            [](Layer& l) {
              const FFNConfig& c = l.ffn().config();
@@ -508,8 +536,13 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
 
   m.def(
       "from_hf",
-      [](const std::string& config_path, const std::optional<std::string>& weights_path,
-         const std::string& prefix) {
+      [](const py::object& config_arg, const py::object& weights_arg,
+         const py::object& prefix_arg) {
+        const std::string config_path = path_argument("from_hf", "config_path", config_arg);
+        std::optional<std::string> weights_path;
+        if (!weights_arg.is_none())
+          weights_path = path_argument("from_hf", "weights_path", weights_arg);
+        const std::string prefix = string_argument("from_hf", "prefix", prefix_arg);
         std::unique_ptr<FeedForward> ffn;
         {
           py::gil_scoped_release release;
@@ -526,7 +559,9 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       "safetensors file stored under prefix + the Hugging Face name");
   m.def(
       "params",
-      [](const py::object& config, std::int64_t tokens, const py::kwargs& keys) {
+      [](const py::object& config, const py::object& tokens_arg, const py::kwargs& keys) {
+        const std::int64_t tokens =
+            int_argument("params", "tokens", tokens_arg, 1, std::int64_t{1} << 40, false);
         nlohmann::ordered_json cost = to_json(ffn_cost(config_of(config, keys), tokens));
         cost["tokens"] = tokens;
         return from_json(cost);
@@ -548,7 +583,10 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       py::arg("config") = py::none(), "The full config a dict and keys describe, every key set");
   m.def(
       "set_threads",
-      [](int n) {
+      [](const py::object& n_arg) {
+        const std::int64_t n =
+            int_argument("set_threads", "n", n_arg, std::numeric_limits<std::int64_t>::min(),
+                         std::numeric_limits<std::int64_t>::max(), false);
         // At most the processors, as the command line's --threads: more only waits, and a huge
         // count makes the next parallel region fail to create its threads (the process ends).
         // (Or what OMP_NUM_THREADS already set, so that set_threads(get_threads()) restores.)
@@ -556,23 +594,30 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
         if (n < 1 || n > most)
           throw py::value_error(fmt::format(
               "[python] set_threads({}): threads must be in [1, {}] (the processors)", n, most));
-        omp_set_num_threads(n);
+        omp_set_num_threads(static_cast<int>(n));
       },
       py::arg("n"), "OpenMP threads for the layers' work");
-  m.def("get_threads", [] { return omp_get_max_threads(); });
+  m.def(
+      "get_threads", [] { return omp_get_max_threads(); },
+      "OpenMP threads the layers' work uses (set_threads, or OMP_NUM_THREADS, or the "
+      "processors)");
   // The thresholds from which a path is taken: set_<name>(n) (0: never) and get_<name>().
   auto threshold = [&m](const char* name, const char* unit, void (*set)(std::int64_t),
                         std::int64_t (*get)(), const char* doc) {
     m.def(
         fmt::format("set_{}", name).c_str(),
-        [name, unit, set](std::int64_t n) {
+        [name, unit, set](const py::object& n_arg) {
+          const std::int64_t n = int_argument(fmt::format("set_{}", name), unit, n_arg,
+                                              std::numeric_limits<std::int64_t>::min(),
+                                              std::numeric_limits<std::int64_t>::max(), false);
           if (n < 0)
             throw py::value_error(
                 fmt::format("[python] set_{}({}): {} must be 0 (never) or more", name, n, unit));
           set(n);
         },
         py::arg(unit), doc);
-    m.def(fmt::format("get_{}", name).c_str(), get);
+    m.def(fmt::format("get_{}", name).c_str(), get,
+          fmt::format("The current threshold of set_{} ({}; 0: never)", name, unit).c_str());
   };
   threshold("weight_packing_min_rows", "rows", set_weight_packing_min_rows, weight_packing_min_rows,
             "Training products of this many rows or more read their weights packed in oneDNN's "

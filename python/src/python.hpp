@@ -4,8 +4,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace ffnlab::python {
 
@@ -25,6 +27,28 @@ bool numpy_scalar(const py::handle& value, const char* kind);
 // JSON as Python objects (dicts, lists, numbers, strings).
 py::object from_json(const nlohmann::json& j);
 py::object from_json(const nlohmann::ordered_json& j);
+
+// arguments.cpp: an argument of the API checked, or a ValueError of one line naming the
+// function, the argument, what it must be and the value given.
+[[noreturn]] void bad_argument(std::string_view function, std::string_view name,
+                               std::string_view expected, const py::handle& value);
+// True or False (numpy's bool too).
+bool bool_argument(std::string_view function, std::string_view name, const py::handle& v);
+// An integer in [lo, hi]: a Python int or numpy's, never a bool. none_is_default: the message
+// says that None gives the default (the caller skips None).
+std::int64_t int_argument(std::string_view function, std::string_view name, const py::handle& v,
+                          std::int64_t lo, std::int64_t hi, bool none_is_default = true);
+// A random seed: an integer in [0, 2^64 - 1], as `--seed` takes (numpy's too), never a bool.
+std::uint64_t seed_argument(std::string_view function, const py::handle& v);
+// A finite real number in (lo, hi]: an int or a float (numpy's too), never a bool.
+double real_argument(std::string_view function, std::string_view name, const py::handle& v,
+                     double lo, double hi);
+// Any finite number.
+double finite_argument(std::string_view function, std::string_view name, const py::handle& v);
+// A path: a str or an os.PathLike (bytes too), not empty, without NUL characters.
+std::string path_argument(std::string_view function, std::string_view name, const py::handle& v);
+// A str.
+std::string string_argument(std::string_view function, std::string_view name, const py::handle& v);
 
 // study.cpp: TransformerLM, train, _evolve.
 void add_study(py::module_& m);

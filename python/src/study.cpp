@@ -84,13 +84,25 @@ class Callback {
   // With the GIL, after the work: forgets the stop request and raises what asked for it.
   // `sigint`: a SIGINT arrived while the work ran (SigintBridge), which Python's handler still
   // holds; running it here raises its KeyboardInterrupt now rather than at some later line.
-  void raise_if_stopped(bool sigint) {
+  // `stopped`: what the work said when it stopped ("stopped after step 40; checkpoint written
+  // to run/checkpoint"), the KeyboardInterrupt's message.
+  void raise_if_stopped(bool sigint, const std::string& stopped = "") {
     clear_stop();
-    if (sigint && PyErr_CheckSignals() != 0) throw py::error_already_set();
-    if (interrupted_ || sigint) {
-      PyErr_SetNone(PyExc_KeyboardInterrupt);
+    const auto keyboard_interrupt = [&] {
+      if (stopped.empty())
+        PyErr_SetNone(PyExc_KeyboardInterrupt);
+      else
+        PyErr_SetString(PyExc_KeyboardInterrupt, stopped.c_str());
       throw py::error_already_set();
+    };
+    if (sigint && PyErr_CheckSignals() != 0) {
+      // Python's default handler raises a bare KeyboardInterrupt: it gets the message; another
+      // handler's exception is raised as it is.
+      if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) throw py::error_already_set();
+      PyErr_Clear();
+      keyboard_interrupt();
     }
+    if (interrupted_ || sigint) keyboard_interrupt();
     if (error_) {
       error_->restore();
       error_.reset();
@@ -205,8 +217,8 @@ auto run_released(Callback& callback, F&& work) {
   }
   try {
     std::rethrow_exception(failure);
-  } catch (const Interrupted&) {
-    callback.raise_if_stopped(sigint);
+  } catch (const Interrupted& e) {
+    callback.raise_if_stopped(sigint, e.what());
     clear_stop();
     throw;  // a stop that did not come from Python (no handler of ours asked for it)
   } catch (...) {
@@ -233,93 +245,6 @@ class PythonObserver : public study::Observer {
  private:
   Callback& callback_;
 };
-
-// The arguments of ffnlab.evolve and ffnlab.train, checked one by one before any work: a wrong
-// type or value is a ValueError of one line naming the argument and the value, e.g.
-// "[python] evolve: steps must be an integer in [1, 1000000000], got 1180591620717411303424",
-// never pybind11's "Unable to cast" (which names neither).
-[[noreturn]] void bad_argument(std::string_view function, std::string_view name,
-                               std::string_view expected, const py::handle& value) {
-  throw py::value_error(
-      fmt::format("[python] {}: {} must be {}, got {}", function, name, expected, shown(value)));
-}
-
-bool bool_argument(std::string_view function, std::string_view name, const py::handle& v) {
-  if (PyBool_Check(v.ptr()) || numpy_scalar(v, "bool_")) {
-    const int truth = PyObject_IsTrue(v.ptr());
-    if (truth < 0) throw py::error_already_set();
-    return truth == 1;
-  }
-  bad_argument(function, name, "True or False", v);
-}
-
-// An integer in [lo, hi]: a Python int or another integer type (numpy's), never a bool.
-std::int64_t int_argument(std::string_view function, std::string_view name, const py::handle& v,
-                          std::int64_t lo, std::int64_t hi) {
-  const std::string expected = fmt::format("an integer in [{}, {}] (None: the default)", lo, hi);
-  if (!(PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) && !numpy_scalar(v, "integer"))
-    bad_argument(function, name, expected, v);
-  const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-  if (!i) throw py::error_already_set();
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if (overflow != 0 || x < lo || x > hi) bad_argument(function, name, expected, v);
-  return static_cast<std::int64_t>(x);
-}
-
-// A random seed: an integer in [0, 2^64 − 1], as `--seed` takes (numpy's too), never a bool.
-std::uint64_t seed_argument(std::string_view function, const py::handle& v) {
-  constexpr std::string_view expected = "an integer in [0, 2^64 - 1]";
-  if (!(PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) && !numpy_scalar(v, "integer"))
-    bad_argument(function, "seed", expected, v);
-  const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-  if (!i) throw py::error_already_set();
-  const unsigned long long x = PyLong_AsUnsignedLongLong(i.ptr());
-  if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    PyErr_Clear();  // negative or beyond 64 bits
-    bad_argument(function, "seed", expected, v);
-  }
-  return static_cast<std::uint64_t>(x);
-}
-
-// A finite real number in (lo, hi]: an int or a float (numpy's too), never a bool.
-double real_argument(std::string_view function, std::string_view name, const py::handle& v,
-                     double lo, double hi) {
-  const std::string expected = fmt::format("a number in ({}, {}] (None: the default)", lo, hi);
-  PyObject* o = v.ptr();
-  const bool real = (PyLong_Check(o) && !PyBool_Check(o)) || PyFloat_Check(o) ||
-                    numpy_scalar(v, "integer") || numpy_scalar(v, "floating");
-  if (!real) bad_argument(function, name, expected, v);
-  const double x = PyFloat_AsDouble(o);
-  if (x == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();  // an int beyond a double's range
-    bad_argument(function, name, expected, v);
-  }
-  if (!std::isfinite(x) || !(x > lo && x <= hi)) bad_argument(function, name, expected, v);
-  return x;
-}
-
-// A path: a str or an os.PathLike (bytes too, decoded as the file system does), not empty and
-// without NUL characters (which the system calls would cut the name at).
-std::string path_argument(std::string_view function, std::string_view name, const py::handle& v) {
-  constexpr std::string_view expected = "a path (a str or os.PathLike), not empty";
-  const bool pathlike =
-      PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) || py::hasattr(v, "__fspath__");
-  if (!pathlike) bad_argument(function, name, expected, v);
-  std::string path;
-  try {
-    path = py::str(py::module_::import("os").attr("fsdecode")(v)).cast<std::string>();
-  } catch (const py::error_already_set&) {  // __fspath__ failed or gave another type
-    bad_argument(function, name, expected, v);
-  } catch (const py::cast_error&) {  // a name UTF-8 cannot hold
-    bad_argument(function, name, expected, v);
-  }
-  if (path.empty()) bad_argument(function, name, expected, v);
-  if (path.find('\0') != std::string::npos)
-    bad_argument(function, name, "a path without NUL characters", v);
-  return path;
-}
 
 // evolve's variants: a list (or tuple) of names, not empty (None is the default list).
 // A list of names (variants, sizes, tasks): a list or tuple of strings, never a bare string.
@@ -610,7 +535,7 @@ seed here and in train(seed=S) gives the command's run.)")
           "config", [](const LM& l) { return from_json(lm_config_to_json(l.lm->config())); },
           "the full model config as a dict (every key, defaults filled in)")
       .def_property_readonly(
-          "num_params", [](LM& l) { return l.lm->parameters().count(); }, "parameters")
+          "num_params", [](LM& l) { return l.lm->parameters().count(); }, "the values in weights()")
       .def(
           "weights",
           [](LM& l) {

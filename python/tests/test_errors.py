@@ -38,6 +38,44 @@ def test_bad_arrays_are_refused(x, message):
         layer().forward(x)
 
 
+X = np.ones((4, 8), dtype=np.float32)
+
+
+# Every argument of the layer API in ffnlab's words: a ValueError naming the call and the
+# argument, never pybind11's TypeError with its signature dump.
+@pytest.mark.parametrize("call, named", [
+    (lambda: ffnlab.FFN(variant="relu", d_model=8, d_ff=16, seed=-1), "FFN: seed"),
+    (lambda: ffnlab.FFN(variant="relu", d_model=8, d_ff=16, seed=None), "FFN: seed"),
+    (lambda: ffnlab.FFN(variant="relu", d_model=8, d_ff=16, seed=1.5), "FFN: seed"),
+    (lambda: layer().forward([[1.0] * 8] * 4), "forward: x must be a float32 numpy array"),
+    (lambda: layer().forward(None), "forward: x"),
+    (lambda: layer().forward(X, train="yes"), "forward: train must be True or False"),
+    (lambda: layer().forward(X, train=None), "forward: train"),
+    (lambda: layer().forward(X, sequence=-1), "forward: sequence"),
+    (lambda: layer().backward([[1.0] * 8] * 4), "backward: dy"),
+    (lambda: setattr(layer(), "precision", None), "FFN: precision must be a string"),
+    (lambda: setattr(layer(), "inference_weights", 16), "FFN: inference_weights"),
+    (lambda: layer().set_aux_loss_scale("a"), "set_aux_loss_scale: scale"),
+    (lambda: ffnlab.params(variant="relu", tokens="8"), "params: tokens"),
+    (lambda: ffnlab.set_threads(2 ** 40), "set_threads"),
+    (lambda: ffnlab.set_threads("2"), "set_threads: n must be an integer"),
+    (lambda: ffnlab.set_conv_min_rows(2 ** 70), "set_conv_min_rows: rows"),
+    (lambda: ffnlab.from_hf(3), "from_hf: config_path must be a path"),
+])
+def test_bad_arguments_name_the_call_and_the_argument(call, named):
+    with pytest.raises(ValueError, match=named):
+        call()
+
+
+def test_hash_routing_takes_integer_token_ids_only():
+    moe = ffnlab.FFN(variant="moe", d_model=8, d_ff=16, moe={"routing": "hash"})
+    ids = [1, 2, 3, 4]
+    y = moe.forward(X, token_ids=ids)
+    assert np.array_equal(moe.forward(X, token_ids=np.array(ids, dtype=np.uint8)), y)
+    with pytest.raises(ValueError, match="token_ids must be integers"):
+        moe.forward(X, token_ids=[1.9, 2.9, 3.9, 4.9])  # not truncated to 1, 2, 3, 4
+
+
 def test_backward_needs_a_training_forward_of_the_same_shape():
     l = layer()
     x = np.ones((4, 8), dtype=np.float32)
@@ -73,7 +111,7 @@ def test_files_that_are_missing_or_not_json(tmp_path):
 def test_aux_loss_scale_must_be_finite():
     moe = ffnlab.FFN(variant="moe", d_model=8, d_ff=16)
     for bad in (float("nan"), float("inf"), 1e39):  # 1e39 overflows float32 to inf
-        with pytest.raises(ValueError, match="scale must be a finite number"):
+        with pytest.raises(ValueError, match="scale must be a finite"):
             moe.set_aux_loss_scale(bad)
 
 

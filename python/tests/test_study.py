@@ -492,7 +492,8 @@ def test_train_writes_a_run_folder_and_resumes_bit_identically(corpus, tmp_path)
         if kind == "step" and step == 3:
             os.kill(os.getpid(), signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
+    # The KeyboardInterrupt says where the run stopped and where its checkpoint is.
+    with pytest.raises(KeyboardInterrupt, match="stopped after step 3; checkpoint written to"):
         ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, out=part,
                      progress=interrupt_at_3, **dict(SETTINGS, steps=6))
     assert json.loads((part / "checkpoint" / "checkpoint.json").read_text())["step"] == 3
