@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/limits.hpp"
@@ -50,6 +51,18 @@ bool is_checkpoint_file(std::string_view name) {
          (name.starts_with("weights-") && name.ends_with(".safetensors"));
 }
 
+// A write's failure as one rank tells the others (a string every rank can be sent): its message,
+// marked when a stop ended the write, so that every rank then stops as interrupted (exit 130),
+// not as a failed write (exit 3).
+constexpr char kStoppedMark = '\x01';
+std::string failure_of(const std::exception& e) {
+  return dynamic_cast<const Interrupted*>(&e) ? kStoppedMark + std::string(e.what()) : e.what();
+}
+[[noreturn]] void throw_failure(const std::string& failure) {
+  if (!failure.empty() && failure[0] == kStoppedMark) throw Interrupted(failure.substr(1));
+  throw SystemError(failure);
+}
+
 // FNV-1a of the weights' bytes (its bits as a signed integer: min and max compare them).
 std::vector<std::int64_t> weights_hash(const Tensor& values) {
   const std::uint64_t h = fnv1a64(values.f32(), static_cast<std::size_t>(values.nbytes()));
@@ -74,11 +87,11 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   if (group->rank() == 0) try {
       write(dir, step);
     } catch (const Error& e) {
-      failure = e.what();
+      failure = failure_of(e);
     }
   group->broadcast(failure, "checkpoint");
   plan_.release_unheld_experts(ExpertState::with_moments, step);
-  if (!failure.empty()) throw SystemError(failure);
+  if (!failure.empty()) throw_failure(failure);
 }
 
 void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step) {
@@ -134,7 +147,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
         write_weights((fs::path(dir) / shard_name(eg.rank())).string(), step,
                       [&](const Parameter& p) { return plan_.is_expert(p); });
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      failure = e.what();
+      failure = failure_of(e);
       failed = {1, group.rank()};
     }
   group.allreduce_max(failed, "checkpoint");
@@ -153,15 +166,15 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
       }
       write_info(dir, step, weights, shards);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      info_failure = e.what();
+      info_failure = failure_of(e);
     }
-  group.broadcast(info_failure, "checkpoint");       // rank 0's outcome, to every rank
-  if (!failure.empty()) throw SystemError(failure);  // this rank's own write failed
+  group.broadcast(info_failure, "checkpoint");   // rank 0's outcome, to every rank
+  if (!failure.empty()) throw_failure(failure);  // this rank's own write failed
   check(failed[0] == 0,
         "[checkpoint] rank {} could not write its experts (its message says why); no "
         "checkpoint written",
         static_cast<int>(failed[1]));
-  if (!info_failure.empty()) throw SystemError(info_failure);
+  if (!info_failure.empty()) throw_failure(info_failure);
 }
 
 void CheckpointIO::write(const std::string& dir, std::int64_t step) const {

@@ -12,6 +12,8 @@
 
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/ops/router.hpp"
 #include "ffnlab/train/trainer.hpp"
@@ -419,6 +421,45 @@ TEST(DataParallel, ModelsHoldingTheirOwnExpertsTrainAsOneProcess) {
 TEST(DataParallel, BatchMustSplitEvenly) {
   expect_refused_on_ranks(variant_config("relu", 8, 16, true), 5, false,
                           "batch = 5 sequences cannot be split evenly over 2");
+}
+
+// A stop that ends rank 0's checkpoint write (past the write's grace) stops every rank as
+// interrupted (exit 130), not as a failed write: rank 0 tells the others which it was.
+TEST(DataParallel, AStopDuringTheCheckpointStopsEveryRankAsInterrupted) {
+  Corpus corpus;
+  corpus.source = "test";
+  corpus.bytes.assign(2000, 'a');
+  corpus.split = 1800;
+  LMConfig c;
+  c.d_model = 8;
+  c.layers = 1;
+  c.heads = 1;
+  c.context = 8;
+  c.ffn = variant_config("relu", 8, 16, true);
+  TrainConfig t;
+  t.batch = 2;
+  t.seq = 8;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ffnlab_dp_stop_" + std::to_string(::getpid()));
+  const double grace = write_stop_grace();
+  std::vector<std::string> caught(2);
+  set_write_stop_grace(0);
+  request_stop(0);
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    TransformerLM model(c, 1);
+    Trainer trainer(model, corpus, t, {&g, 1000, false, {}, 0});
+    try {
+      trainer.save(dir.string());
+    } catch (const Interrupted&) {
+      caught[g.rank()] = "interrupted";
+    } catch (const Error& e) {
+      caught[g.rank()] = e.what();
+    }
+  });
+  clear_stop();
+  set_write_stop_grace(grace);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(caught, (std::vector<std::string>{"interrupted", "interrupted"}));
 }
 
 // Expert groups on 4 ranks: the experts split over groups of 2 (2 replicas) or of 4, or each
