@@ -462,6 +462,13 @@ def test_evolve_takes_each_option_of_the_command_and_documents_it():
         assert re.search(rf"\b{name}\b", ffnlab.evolve.__doc__), name
 
 
+def test_evolve_names_its_out_argument_in_pythons_words(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"\[report\] out '\.' is or contains the current "
+                                         r"directory .* e\.g\. out='report'"):
+        ffnlab.evolve(".", quick=True, progress=False)
+
+
 def test_evolve_refuses_bad_options_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="must include relu"):
         ffnlab.evolve(tmp_path / "r", variants=["gelu"], progress=False)

@@ -68,30 +68,33 @@ std::string why_not_replaceable(const std::string& resolved) {
 
 }  // namespace
 
-void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs) {
+void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs,
+                         const std::string& option) {
   check(!dir.empty(), "[report] the output folder name is empty");
   const std::string where = resolved_path(dir);
-  check(where != "/", "[report] --out '{}' is the root folder: a report gets a folder of its own",
-        dir);
+  check(where != "/", "[report] {} '{}' is the root folder: a report gets a folder of its own",
+        option, dir);
   check(!path_within(resolved_path("."), where),
-        "[report] --out '{}' is or contains the current directory ({}): a report gets a folder of "
-        "its own; name a new one, e.g. --out report",
-        dir, resolved_path("."));
-  check_output_apart(dir, inputs, "report", "--out");
+        "[report] {} '{}' is or contains the current directory ({}): a report gets a folder of "
+        "its own; name a new one, e.g. {}",
+        option, dir, resolved_path("."),
+        option.starts_with("--") ? option + " report" : option + "='report'");
+  check_output_apart(dir, inputs, "report", option.c_str());
   std::error_code ec;
   if (fs::is_directory(fs::status(where, ec)))
     check(!mount_point(where),
-          "[report] --out '{}' is a mount point: a report replaces its folder, which would remove "
+          "[report] {} '{}' is a mount point: a report replaces its folder, which would remove "
           "what is mounted there; name a folder inside it",
-          dir);
+          option, dir);
   const std::string why = why_not_replaceable(where);
-  check(why.empty(), "[report] --out '{}' {}", dir, why);
+  check(why.empty(), "[report] {} '{}' {}", option, dir, why);
 }
 
-StagedDirectory::StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs)
-    : shown_(std::move(final_dir)) {
+StagedDirectory::StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs,
+                                 std::string option)
+    : shown_(std::move(final_dir)), option_(std::move(option)) {
   // Refused now, not after the work whose results would go there.
-  check_report_folder(shown_, inputs);
+  check_report_folder(shown_, inputs, option_);
   // The place that was checked is the place replaced: the name resolved (links, "." and ".."),
   // so that "precious/link/.." can pass neither as another folder nor be replaced as one.
   const fs::path f = resolved_path(shown_);
@@ -127,8 +130,8 @@ void StagedDirectory::commit() {
     const std::string why = why_not_replaceable(final_);
     if (why.empty()) return;
     kept_ = true;  // the new report stays, under its staging name
-    fail("[report] --out '{}' changed during the run and now {}; the new report was left in '{}'",
-         shown_, why, staging_);
+    fail("[report] {} '{}' changed during the run and now {}; the new report was left in '{}'",
+         option_, shown_, why, staging_);
   };
   refuse_if_changed();
   std::error_code ec;

@@ -510,7 +510,9 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
         "[evolve] gnuplot is not on the PATH (Debian package gnuplot-nox; "
         "scripts/install-deps.sh installs it)");
   // The output place is checked (and staged) before anything is read or computed.
-  StagedDirectory out(options.out, {options.data});
+  // Refused in the caller's words: `--out` or Python's `out`.
+  StagedDirectory out(options.out, {options.data},
+                      options.front_end == FrontEnd::command_line ? "--out" : "out");
   check_output_apart(runs_dir(options), {options.data, options.out}, "evolve",
                      option_name(options, "--runs").c_str());
   check_run_store(options);

@@ -22,13 +22,16 @@ inline constexpr std::string_view kReportMarkerText =
 
 // Refuses DIR as a report folder (Error "[report] ..." saying why) unless it does not exist, is
 // an empty folder or is an earlier report; `inputs` are the files and folders the run reads.
-void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs);
+// `option`: how the messages name the option that gave DIR ("--out"; Python's "out").
+void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs,
+                         const std::string& option = "--out");
 
 class StagedDirectory {
  public:
   // Checks DIR (check_report_folder), then creates its staging sibling (".DIR.partial-<pid>",
   // removing a stale one of that name) with the marker in it.
-  explicit StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs = {});
+  explicit StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs = {},
+                           std::string option = "--out");
   // Removes the staging directory unless commit() ran.
   ~StagedDirectory();
   StagedDirectory(const StagedDirectory&) = delete;
@@ -43,6 +46,7 @@ class StagedDirectory {
 
  private:
   std::string shown_, final_, staging_;  // DIR as named; DIR resolved; the staging folder
+  std::string option_;                   // the option that named DIR, as messages say it
   bool committed_ = false, kept_ = false;
 };
 
