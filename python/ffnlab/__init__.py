@@ -75,11 +75,9 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     (KeyboardInterrupt), also while it draws the figures; the report is not written then (an
     earlier one in `out` is kept), and the finished runs stay in `runs` for resume=True.
     """
-    # Passed as given: the binding checks each one (a ValueError naming it and its value).
-    options = dict(out=out, quick=quick, full=full, seeds=seeds, max_seeds=max_seeds,
-                   routing_seeds=routing_seeds, steps=steps, sweep=sweep, margin=margin,
-                   variants=variants, data=data, runs=runs, resume=resume, force=force, sizes=sizes,
-                   tasks=tasks, budget=budget)
+    # Every argument but progress, as given: the binding checks each one (a ValueError naming it
+    # and its value), so none added to the signature can be left out here.
+    options = {name: value for name, value in locals().items() if name != "progress"}
     return _ffnlab._evolve(options, _progress(progress, "evolve"))
 
 

@@ -1227,6 +1227,19 @@ TEST(MoEFFN, BaseLayersAssignTheBatchInBalanceAndEachTokenItsBestAtInference) {
   }
 }
 
+// The functions a family's callers call without a check: the study's configuration, the few
+// words of the cost table, and (unless the layer runs it as its own part) the choice. A family
+// that left one null would crash its caller instead of failing here, by name.
+TEST(MoEFFN, EveryRoutingFamilyDefinesWhatItsCallersCall) {
+  for (const auto& name : routing_names()) {
+    const RoutingFamily& f = routing_family(parse_enum<RoutingKind>(name));
+    EXPECT_NE(f.study, nullptr) << name << ": study";
+    EXPECT_NE(f.describe, nullptr) << name << ": describe";
+    EXPECT_TRUE(f.own_path || f.choose != nullptr) << name << ": choose";
+    EXPECT_STRNE(f.summary, "") << name << ": summary (--routing's help)";
+  }
+}
+
 // A key that a routing does not read is refused unless it holds its default, naming the
 // routing; the defaults themselves (which checkpoints print) pass.
 TEST(MoEFFN, KeysARoutingDoesNotReadAreRefused) {

@@ -1,6 +1,6 @@
 // The FFN configurations of well-known real models, each with the source of its numbers (the
 // paper's section or the published config.json), costed by ffnlab (analysis/costs.hpp):
-// `ffnlab zoo`, and section 7 of `ffnlab evolve`'s report.
+// `ffnlab zoo`, and the section "Real models" of `ffnlab evolve`'s report.
 #pragma once
 
 #include <string>

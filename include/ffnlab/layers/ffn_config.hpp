@@ -14,8 +14,8 @@
 
 namespace ffnlab {
 
-// Adding a kind touches: this enum and its name row, validate(), make_ffn() in
-// src/layers/feed_forward.cpp, analysis/costs.cpp, and the parity script (CONTRIBUTING.md).
+// Adding a kind starts with this enum and its name row; CONTRIBUTING.md, "How to add a dense
+// FFN kind", lists every place it touches, and which of them nothing checks.
 enum class FFNKind : std::uint8_t {
   plain,         // W_down · act(W_up·x + b) + b
   glu,           // W_down · (act(W_gate·x) ⊙ W_up·x)
