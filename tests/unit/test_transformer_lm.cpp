@@ -61,6 +61,28 @@ std::vector<Case> cases() {
     c.ffn.moe.num_shared = 1;
     out.push_back({"rope moe with shared expert and aux losses", c});
   }
+  {  // top-p with its entropy ("dynamic") loss
+    LMConfig c = base;
+    c.ffn = variant_config("moe", 8, 6, true);
+    c.ffn.moe.num_experts = 4;
+    c.ffn.moe.top_k = 2;
+    c.ffn.moe.routing = RoutingKind::top_p;
+    c.ffn.moe.top_p = 0.6f;
+    c.ffn.moe.normalize = false;
+    c.ffn.moe.entropy_coef = 0.05f;
+    out.push_back({"top-p moe with the entropy loss", c});
+  }
+  {  // ReLU routing with its L1 loss (a coefficient large enough to show in the gradients)
+    LMConfig c = base;
+    c.ffn = variant_config("moe", 8, 6, true);
+    c.ffn.moe.num_experts = 4;
+    c.ffn.moe.top_k = 2;
+    c.ffn.moe.routing = RoutingKind::relu;
+    c.ffn.moe.normalize = false;
+    c.ffn.moe.aux_coef = c.ffn.moe.z_coef = 0.0f;
+    c.ffn.moe.l1_coef_init = 0.3f;
+    out.push_back({"relu-routed moe with its L1 loss", c});
+  }
   {  // MoE++: the second layer's router adds the first layer's logits through its gate_map
     LMConfig c = base;
     c.ffn = variant_config("moe", 8, 6, true);

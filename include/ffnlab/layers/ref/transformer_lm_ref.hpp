@@ -94,7 +94,12 @@ struct TransformerLM {
       if (c.moe.gating_residual) m.gate_residual = previous_logits;
       m.forward(y, x, tokens);
       if (c.moe.gating_residual) previous_logits = m.logits;
-      aux += T(c.moe.aux_coef) * m.balance + T(c.moe.z_coef) * m.z;
+      // Every loss of the layer's aux_loss: balance, z, top-p's entropy, and ReLU routing's L1
+      // by its current coefficient (state kept with the weights, gate.l1_coef).
+      aux += T(c.moe.aux_coef) * m.balance + T(c.moe.z_coef) * m.z +
+             T(c.moe.entropy_coef) * m.entropy;
+      if (const auto l1_coef = params.find(pre + "gate.l1_coef"); l1_coef != params.end())
+        aux += l1_coef->second.at(0) * m.l1;
       return y;
     }
     DenseFFN<T> d;
