@@ -50,10 +50,12 @@ def build(torch, r):
             self.kind = kind
             if kind == "plain":
                 self.up = nn.Linear(D, Fh, bias=bias)
-            else:
+            elif kind in ("glu", "multi_branch"):
                 n = 1 if kind == "glu" else branches
                 self.gates = nn.ModuleList(nn.Linear(D, Fh, bias=bias) for _ in range(n))
                 self.ups = nn.ModuleList(nn.Linear(D, Fh, bias=bias) for _ in range(n))
+            else:  # a new kind is written here from its definition, not taken for another
+                raise ValueError(f"torch_ffn: no PyTorch layer for FFN kind '{kind}'")
             self.down = nn.Linear(Fh, D, bias=bias)
 
         def forward(self, x):

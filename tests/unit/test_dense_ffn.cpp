@@ -61,11 +61,13 @@ ref::DenseFFN<double> reference_of(DenseFFN& ffn) {
   else if (c.kind == FFNKind::glu)
     ins = c.layout == GLULayout::fused ? std::vector<std::string>{"dense_h_to_4h"}
                                        : std::vector<std::string>{"gate_proj", "up_proj"};
-  else
+  else if (c.kind == FFNKind::multi_branch)
     for (int b = 0; b < c.branches; ++b) {
       ins.push_back("branches." + std::to_string(b) + ".gate_proj");
       ins.push_back("branches." + std::to_string(b) + ".up_proj");
     }
+  else  // a new kind: its input names here, written from its Hugging Face layout
+    ADD_FAILURE() << "reference_of: no input names for kind " << enum_name(c.kind);
   const std::string out = c.layout == GLULayout::fused ? "dense_4h_to_h" : "down_proj";
   for (const auto& n : ins) append(r.w_in, n + ".weight");
   append(r.w_out, out + ".weight");

@@ -2,6 +2,8 @@
 // central differences.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/ops/activation.hpp"
@@ -24,10 +26,19 @@ const Case kCases[] = {{7, 37, 1, {Activation::silu}},
                        {3, 11, 1, {Activation::identity}},
                        {6, 29, 2, {Activation::gelu_quick}},
                        {9, 13, 4, {Activation::silu, 1.5f}},
+                       {8, 17, 1, {Activation::tanh}},
+                       {5, 23, 2, {Activation::relu2}},
                        // above the parallel grain, two column blocks and a remainder
                        {64, 700, 1, {Activation::silu}},
                        {40, 530, 2, {Activation::gelu}}};
 }  // namespace
+
+// The cases run every activation (a new one fails here until it has a row of kCases).
+TEST(Glu, CasesRunEveryActivation) {
+  std::set<Activation> seen;
+  for (const auto& c : kCases) seen.insert(c.act.kind);
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(Activation::count));
+}
 
 TEST(Glu, FastMatchesReference) {
   std::uint64_t seed = 1;
@@ -54,9 +65,10 @@ TEST(Glu, FastMatchesReference) {
 // and backward give, du = dh·act(g) and dg = (dh·u)·act'(g).
 TEST(Glu, BackwardAgreesBitForBitWithThePlainActivation) {
   const std::int64_t T = 5, F = 300;
-  for (const Act act :
-       {Act{Activation::gelu}, Act{Activation::gelu_tanh}, Act{Activation::gelu_quick},
-        Act{Activation::silu, 1.5f}, Act{Activation::sigmoid}, Act{Activation::relu}}) {
+  std::vector<Act> acts{Act{Activation::silu, 1.5f}};  // every activation, and a swish-β
+  for (int i = 0; i < static_cast<int>(Activation::count); ++i)
+    acts.push_back(Act{static_cast<Activation>(i)});
+  for (const Act act : acts) {
     SCOPED_TRACE(enum_name(act.kind));
     const Tensor a = test::random_tensor({T, 2 * F}, 7, 3.0f), dh = test::random_tensor({T, F}, 8);
     Tensor da({T, 2 * F});
