@@ -581,9 +581,17 @@ when out is given (KeyboardInterrupt).)");
                                int_argument("training_batches", "seq", seq_arg, 1, limits::kWidth);
         const std::uint64_t seed = seed_argument("training_batches", seed_arg);
         const std::string path = path_argument("training_batches", "data", data);
+        // Every batch is held at once, ids and targets, each a bytes object: refused before
+        // the work when they cannot fit (a list the system cannot back ends the interpreter).
+        const double bytes = 2.0 * static_cast<double>(steps) * static_cast<double>(batch) *
+                             static_cast<double>(seq);
+        check_memory(bytes + 80.0 * static_cast<double>(steps), "python",
+                     fmt::format("the batches of {} steps ({} bytes of ids and targets a step)",
+                                 steps, 2 * batch * seq));
         const Corpus corpus = load_corpus(path, 0.1);
         py::list out;
         for (std::int64_t step = 0; step < steps; ++step) {
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C
           const Batch b =
               sample_batch(corpus.train(), batch, seq, seed, static_cast<std::uint64_t>(step), 0);
           std::string ids(b.ids.size(), '\0'), targets(b.targets.size(), '\0');
@@ -602,11 +610,10 @@ when out is given (KeyboardInterrupt).)");
       "targets are the next bytes), so that another framework can train on the same data.");
   m.def(
       "study_ffn",
-      [](const std::string& variant, std::int64_t d_model) {
-        if (d_model <= 0 || d_model > limits::kWidth)
-          throw py::value_error(
-              fmt::format("[python] d_model must be in [1, {}], got {}", limits::kWidth, d_model));
-        return from_json(config_to_json(study::study_ffn(variant, d_model)));
+      [](const py::object& variant, const py::object& d_model) {
+        return from_json(config_to_json(study::study_ffn(
+            string_argument("study_ffn", "variant", variant),
+            int_argument("study_ffn", "d_model", d_model, 1, limits::kWidth, false))));
       },
       py::arg("variant"), py::arg("d_model") = LMConfig{}.d_model,
       "The study's layer of a variant, as a config dict (docs/config.md): the parameters of the "

@@ -61,10 +61,20 @@ X = np.ones((4, 8), dtype=np.float32)
     (lambda: ffnlab.set_threads("2"), "set_threads: n must be an integer"),
     (lambda: ffnlab.set_conv_min_rows(2 ** 70), "set_conv_min_rows: rows"),
     (lambda: ffnlab.from_hf(3), "from_hf: config_path must be a path"),
+    (lambda: ffnlab.study_ffn("relu", 8.0), "study_ffn: d_model must be an integer"),
+    (lambda: ffnlab.study_ffn(3), "study_ffn: variant must be a string"),
 ])
 def test_bad_arguments_name_the_call_and_the_argument(call, named):
     with pytest.raises(ValueError, match=named):
         call()
+
+
+def test_batches_larger_than_memory_are_refused_before_any_work(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a few bytes of text for the batches " * 4)
+    with pytest.raises(ValueError, match=r"\[python\] the batches of 1000000000 steps .* needs "
+                                         r".* GiB, more than"):
+        ffnlab.training_batches(corpus, 10 ** 9, batch=2 ** 20, seq=2 ** 10)
 
 
 def test_hash_routing_takes_integer_token_ids_only():
