@@ -181,14 +181,21 @@ def record_training(program, corpus, steps):
     return out
 
 
+def program_families(program):
+    """The routing families the program knows, as its --routing help lists them."""
+    shown = subprocess.run([program, "params", "--help"], capture_output=True, text=True)
+    listed = re.search(r"how a token gets its experts: ([a-z_, ]+) \(", shown.stdout)
+    return listed.group(1).split(", ") if listed else ["(no --routing list in the help)"]
+
+
 def record_params(program):
+    # Every variant (top-k's MoE among them), each other routing family, and MoE++.
+    cases = {"all": "--variants all",
+             "moe_pp": "--variants moe --constant-experts 1 --copy-experts 1 --zero-experts 1 "
+                       "--gating-residual"}
+    cases.update({f: f"--routing {f}" for f in program_families(program) if f != "topk"})
     out = {}
-    for name, flags in {"all": "--variants all", "top_p": "--routing top_p",
-                        "relu": "--routing relu", "expert_choice": "--routing expert_choice",
-                        "soft": "--routing soft", "hash": "--routing hash",
-                        "base": "--routing base",
-                        "moe_pp": "--variants moe --constant-experts 1 --copy-experts 1 "
-                                  "--zero-experts 1 --gating-residual"}.items():
+    for name, flags in cases.items():
         r = subprocess.run([program, "params", "--json", *flags.split()], capture_output=True,
                            text=True)
         out[name] = r.stdout if r.returncode == 0 else "error: " + r.stderr.strip()
@@ -258,10 +265,9 @@ def main():
           + (f"; runs that failed: {', '.join(errors)}" if errors else "") + f" -> {a.out}")
     if a.check:
         missing = [n for n in LAYERS if n not in record["layers"]]
-        # Every routing family the program knows (its --routing help lists them) is recorded.
-        shown = subprocess.run([program, "params", "--help"], capture_output=True, text=True)
-        listed = re.search(r"how a token gets its experts: ([a-z_, ]+) \(", shown.stdout)
-        families = listed.group(1).split(", ") if listed else ["(no --routing list in the help)"]
+        # Every routing family the program knows (its --routing help lists them) is recorded
+        # (params records each by the same list).
+        families = program_families(program)
         layers = {merged(BASE, e)["moe"].get("routing", "topk") for e in LAYERS.values()}
         runs = {f.split("--routing ")[1].split()[0] if "--routing " in f else "topk"
                 for f in TRAIN.values()}
