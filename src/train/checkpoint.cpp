@@ -51,16 +51,27 @@ bool is_checkpoint_file(std::string_view name) {
          (name.starts_with("weights-") && name.ends_with(".safetensors"));
 }
 
-// A write's failure as one rank tells the others (a string every rank can be sent): its message,
-// marked when a stop ended the write, so that every rank then stops as interrupted (exit 130),
-// not as a failed write (exit 3).
-constexpr char kStoppedMark = '\x01';
-std::string failure_of(const std::exception& e) {
-  return dynamic_cast<const Interrupted*>(&e) ? kStoppedMark + std::string(e.what()) : e.what();
-}
-[[noreturn]] void throw_failure(const std::string& failure) {
-  if (!failure.empty() && failure[0] == kStoppedMark) throw Interrupted(failure.substr(1));
-  throw SystemError(failure);
+// A write's outcome on this rank: its message when it failed, and whether a stop ended it (then
+// every rank stops as interrupted, exit 130, not as a failed write, exit 3).
+struct WriteFailure {
+  std::string message;
+  bool stopped = false;
+  static WriteFailure of(const std::exception& e) {
+    return {e.what(), dynamic_cast<const Interrupted*>(&e) != nullptr};
+  }
+  [[noreturn]] void raise() const {
+    if (stopped) throw Interrupted(message);
+    throw SystemError(message);
+  }
+};
+
+// Rank 0's outcome, to every rank: the message broadcast, whether a stop ended it beside it.
+WriteFailure from_rank_zero(ProcessGroup& group, WriteFailure f) {
+  group.broadcast(f.message, "checkpoint");
+  std::vector<std::int64_t> stopped{f.stopped ? 1 : 0};
+  group.allreduce_max(stopped, "checkpoint");
+  f.stopped = stopped[0] != 0;
+  return f;
 }
 
 // FNV-1a of the weights' bytes (its bits as a signed integer: min and max compare them).
@@ -83,15 +94,15 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   group->allreduce_max(hi, "weights check");
   check(lo == hi, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
   // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
-  std::string failure;
+  WriteFailure failure;
   if (group->rank() == 0) try {
       write(dir, step);
     } catch (const Error& e) {
-      failure = failure_of(e);
+      failure = WriteFailure::of(e);
     }
-  group->broadcast(failure, "checkpoint");
+  failure = from_rank_zero(*group, failure);
   plan_.release_unheld_experts(ExpertState::with_moments, step);
-  if (!failure.empty()) throw_failure(failure);
+  if (!failure.message.empty()) failure.raise();
 }
 
 void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step) {
@@ -119,26 +130,31 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   group.allreduce_max(differs, "weights check");
   check(differs[0] == 0, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
 
-  // Rank 0 prepares the folder (and removes a killed run's temporaries) before anyone writes.
-  std::string failure;
+  const ProcessGroup& eg = plan_.expert_group();
+  const auto shard_name = [&](int q) {
+    return fmt::format("weights-{:08d}-experts-{}.safetensors", step, q);
+  };
+  // Rank 0 prepares the folder before anyone writes: it removes a killed run's temporaries, and
+  // parts of this step an earlier attempt left (so that a part found there below is this
+  // attempt's).
+  std::string prepared;
   if (group.rank() == 0) try {
       std::error_code ec;
       fs::create_directories(dir, ec);
       if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
       remove_stale_temporaries(dir, is_checkpoint_file);
+      for (int q = 1; q < eg.size(); ++q) fs::remove(fs::path(dir) / shard_name(q), ec);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      failure = e.what();
+      prepared = e.what();
     }
-  group.broadcast(failure, "checkpoint");
-  if (!failure.empty()) throw SystemError(failure);
+  group.broadcast(prepared, "checkpoint");
+  if (!prepared.empty()) throw SystemError(prepared);
 
-  const ProcessGroup& eg = plan_.expert_group();
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
-  const auto shard_name = [&](int q) {
-    return fmt::format("weights-{:08d}-experts-{}.safetensors", step, q);
-  };
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
-  std::vector<std::int64_t> failed{0, -1};
+  // Whether any rank's part failed, the last such rank, and whether a stop ended a part.
+  WriteFailure failure;
+  std::vector<std::int64_t> failed{0, -1, 0};
   if (writes) try {
       if (eg.rank() == 0)
         write_weights((fs::path(dir) / weights).string(), step,
@@ -147,12 +163,12 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
         write_weights((fs::path(dir) / shard_name(eg.rank())).string(), step,
                       [&](const Parameter& p) { return plan_.is_expert(p); });
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      failure = failure_of(e);
-      failed = {1, group.rank()};
+      failure = WriteFailure::of(e);
+      failed = {1, group.rank(), failure.stopped ? 1 : 0};
     }
   group.allreduce_max(failed, "checkpoint");
   // checkpoint.json last, once every part is written: until then the last one stands.
-  std::string info_failure;
+  WriteFailure info_failure;
   if (failed[0] == 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) {
@@ -166,15 +182,18 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
       }
       write_info(dir, step, weights, shards);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      info_failure = failure_of(e);
+      info_failure = WriteFailure::of(e);
     }
-  group.broadcast(info_failure, "checkpoint");   // rank 0's outcome, to every rank
-  if (!failure.empty()) throw_failure(failure);  // this rank's own write failed
-  check(failed[0] == 0,
-        "[checkpoint] rank {} could not write its experts (its message says why); no "
-        "checkpoint written",
-        static_cast<int>(failed[1]));
-  if (!info_failure.empty()) throw_failure(info_failure);
+  info_failure = from_rank_zero(group, info_failure);
+  if (!failure.message.empty()) failure.raise();  // this rank's own part failed
+  if (failed[0] != 0) {  // another rank's part: a stop ends every rank as one
+    const std::string why = fmt::format(
+        "[checkpoint] rank {} could not write its experts ({}); no checkpoint written",
+        static_cast<int>(failed[1]), failed[2] != 0 ? "a stop ended it" : "its message says why");
+    if (failed[2] != 0) throw Interrupted(why);
+    fail("{}", why);
+  }
+  if (!info_failure.message.empty()) info_failure.raise();
 }
 
 void CheckpointIO::write(const std::string& dir, std::int64_t step) const {

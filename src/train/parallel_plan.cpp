@@ -22,8 +22,6 @@ namespace ffnlab {
 
 using json = nlohmann::json;
 
-namespace {
-
 // What every rank of a data-parallel run must share: the model, the training settings and the
 // data. Rank 0's is sent to all; each compares its own and says what differs.
 void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
@@ -65,6 +63,8 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
         "own message says what differs)",
         static_cast<int>(odd[1]));
 }
+
+namespace {
 
 // The elements of one MoE layer's experts (s.experts equal slices) that the experts of `share`
 // occupy: [begin, end).

@@ -152,22 +152,27 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
 
   // Expert parallel: this rank builds only its experts, of a layout checked first (a model that
   // would never split is not built, nor its memory counted).
-  if (group) check_parallel_layout(o.model.ffn, o.train.batch, group->size(), rq.parallel);
+  if (group) {  // ranks started alike first (else a rank's own layout error hides that)
+    check_same_setup(*group, o.model, o.train, corpus, rq.parallel);
+    check_parallel_layout(o.model.ffn, o.train.batch, group->size(), rq.parallel);
+  }
   o.held = rq.parallel.expert_parallel && group
                ? held_by_this_rank(o.model, *group, rq.parallel.expert_group)
                : HeldExperts{};
   o.params = transformer_cost(o.model, 1).params;
-  // Weights, gradients and Adam's two moments: 16 bytes a parameter, before any activation
-  // (checked for a caller's model too: its optimizer state is allocated here).
+  // Weights, gradients and the optimizer's state (Adam's two moments, SGD's one buffer): 16 or
+  // 12 bytes a parameter, before any activation (checked for a caller's model too: its
+  // optimizer state is allocated here).
+  const bool sgd = o.train.optimizer.kind == OptimizerKind::sgd;
+  const std::string state = sgd ? "SGD state" : "Adam state";
   const std::int64_t here = o.held.count > 0 ? held_params(o.model, o.held.count) : o.params;
   check_memory(
-      16.0 * static_cast<double>(here), "train",
+      (sgd ? 12.0 : 16.0) * static_cast<double>(here), "train",
       o.held.count > 0
           ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
-                        "dense part and {} experts a layer; weights, gradients, Adam "
-                        "state)",
-                        here, o.params, o.held.count)
-          : fmt::format("a model of {} parameters (weights, gradients, Adam state)", o.params));
+                        "dense part and {} experts a layer; weights, gradients, {})",
+                        here, o.params, o.held.count, state)
+          : fmt::format("a model of {} parameters (weights, gradients, {})", o.params, state));
   std::optional<TransformerLM> built;
   if (!given_model) built.emplace(o.model, o.train.seed, o.held);
   TransformerLM& model = given_model ? *given_model : *built;

@@ -113,8 +113,11 @@ TEST_F(Cli, OneProcessCommandsRefuseAnMpiLaunchOfSeveral) {
                 std::string::npos)
           << r.err;
     }
-  // One process of one is one process.
+  // One process of one is one process, and so is one whose launcher does not say how many it
+  // started; srun with PMIx says it through Slurm's task count.
   EXPECT_EQ(run("params --variants relu", "OMPI_COMM_WORLD_SIZE=1 ").status, 0);
+  EXPECT_EQ(run("params --variants relu", "PMIX_RANK=0 ").status, 0);
+  EXPECT_EQ(run("params --variants relu", "PMIX_RANK=0 SLURM_NTASKS=4 ").status, 2);
 }
 
 TEST_F(Cli, HelpAndUsageErrors) {

@@ -435,31 +435,41 @@ TEST(DataParallel, AStopDuringTheCheckpointStopsEveryRankAsInterrupted) {
   c.layers = 1;
   c.heads = 1;
   c.context = 8;
-  c.ffn = variant_config("relu", 8, 16, true);
   TrainConfig t;
   t.batch = 2;
   t.seq = 8;
   const auto dir =
       std::filesystem::temp_directory_path() / ("ffnlab_dp_stop_" + std::to_string(::getpid()));
   const double grace = write_stop_grace();
-  std::vector<std::string> caught(2);
-  set_write_stop_grace(0);
-  request_stop(0);
-  ThreadGroup::run(2, [&](ThreadGroup& g) {
-    TransformerLM model(c, 1);
-    Trainer trainer(model, corpus, t, {&g, 1000, false, {}, 0});
-    try {
-      trainer.save(dir.string());
-    } catch (const Interrupted&) {
-      caught[g.rank()] = "interrupted";
-    } catch (const Error& e) {
-      caught[g.rank()] = e.what();
+  // Rank 0 writes the whole checkpoint; expert parallel, each rank its part.
+  for (const bool expert_parallel : {false, true}) {
+    SCOPED_TRACE(expert_parallel ? "expert parallel" : "data parallel");
+    c.ffn =
+        expert_parallel ? variant_config("moe", 8, 16, true) : variant_config("relu", 8, 16, true);
+    if (expert_parallel) {
+      c.ffn.moe.num_experts = 2;
+      c.ffn.moe.top_k = 1;
     }
-  });
-  clear_stop();
-  set_write_stop_grace(grace);
-  std::filesystem::remove_all(dir);
-  EXPECT_EQ(caught, (std::vector<std::string>{"interrupted", "interrupted"}));
+    std::vector<std::string> caught(2);
+    set_write_stop_grace(0);
+    request_stop(0);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      const HeldExperts held = expert_parallel ? held_by_rank(2, 2, g.rank()) : HeldExperts{};
+      TransformerLM model(c, 1, held);
+      Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}, 0});
+      try {
+        trainer.save(dir.string());
+      } catch (const Interrupted&) {
+        caught[g.rank()] = "interrupted";
+      } catch (const Error& e) {
+        caught[g.rank()] = e.what();
+      }
+    });
+    clear_stop();
+    set_write_stop_grace(grace);
+    std::filesystem::remove_all(dir);
+    EXPECT_EQ(caught, (std::vector<std::string>{"interrupted", "interrupted"}));
+  }
 }
 
 // Expert groups on 4 ranks: the experts split over groups of 2 (2 replicas) or of 4, or each

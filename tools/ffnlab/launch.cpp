@@ -54,13 +54,14 @@ void run_launched(double dist_timeout, const std::function<void(ProcessGroup*)>&
 }
 
 void require_one_process(std::string_view command) {
-  if (!mpi_launched()) return;
+  // Refused only when the launcher says it started several (one whose count is unknown may
+  // have started this one alone).
   const int size = launched_world_size();
-  if (size == 1) return;
+  if (!mpi_launched() || size <= 1) return;
   throw UsageError(fmt::format(
       "[dist] ffnlab {} runs in one process, but an MPI launcher started it as one of {} "
       "processes, each of which would run it: drop mpirun (train and evolve run over ranks)",
-      command, size > 0 ? std::to_string(size) : "several"));
+      command, size));
 }
 
 }  // namespace ffnlab::cli

@@ -14,8 +14,8 @@ namespace ffnlab::cli {
 // started several processes of a build without MPI: each would work alone.
 void run_launched(double dist_timeout, const std::function<void(ProcessGroup*)>& work);
 // For a command that runs in one process (params, run, toy, zoo, bench): UsageError when an
-// MPI launcher started more than one process, each of which would run it (the same output N
-// times, N timings sharing the cores).
+// MPI launcher says it started more than one process, each of which would run it (the same
+// output N times, N timings sharing the cores).
 void require_one_process(std::string_view command);
 
 }  // namespace ffnlab::cli

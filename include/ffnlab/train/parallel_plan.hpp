@@ -48,11 +48,18 @@ struct DataParallel {
   int expert_group = 0;  // expert parallel: ranks the experts are split over (0: all of them)
 };
 
+// What every rank must share, compared over the group (rank 0's sent to all; a rank that differs
+// fails saying what differs): the model, the training settings, the data and the settings of
+// `parallel`. run_training checks it before it builds a model, ParallelPlan again.
+void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
+                      const Corpus& corpus, const DataParallel& parallel);
+
 // The layout's rules, which run_training checks before it builds a model (so that a memory
 // check of a model that would never split does not hide them) and ParallelPlan again: the batch
 // splits over the ranks; with expert_parallel, the model is an MoE whose routing splits its
 // experts, the expert group divides the ranks and the experts split over the group. UsageError
-// naming the command's flag (--batch, --experts, --expert-group).
+// naming the command's flag (--batch, --experts, --expert-group). Checked after
+// check_same_setup, so that ranks started differently hear that first.
 void check_parallel_layout(const FFNConfig& ffn, std::int64_t batch, int ranks,
                            const DataParallel& parallel);
 
