@@ -495,7 +495,10 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           "MoE: once per optimizer step (the aux-loss-free balancing bias update; ReLU "
           "routing's L1 coefficient, from this layer's sparsity since the last step)")
       .def_property(
-          "precision", [](Layer& l) { return std::string(enum_name(l.ffn().precision())); },
+          "precision",
+          [](Layer& l) {
+            return std::string(enum_name(l.locked([](FeedForward& f) { return f.precision(); })));
+          },
           [](Layer& l, const py::object& p) {
             const Precision precision =
                 parse_enum<Precision>(string_argument("FFN", "precision", p));
@@ -504,7 +507,10 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           "'f32' or 'bf16' products")
       .def_property(
           "inference_weights",
-          [](Layer& l) { return l.ffn().inference_weights() == DType::bf16 ? "bf16" : "f32"; },
+          [](Layer& l) {
+            const DType d = l.locked([](FeedForward& f) { return f.inference_weights(); });
+            return d == DType::bf16 ? "bf16" : "f32";
+          },
           [](Layer& l, const py::object& value) {
             const std::string d = string_argument("FFN", "inference_weights", value);
             if (d != "f32" && d != "bf16")

@@ -66,9 +66,11 @@ class Callback {
   void operator()(Args&&... args) {
     py::gil_scoped_acquire gil;
     if (interrupted_ || error_) return;
-    if (PyErr_CheckSignals() != 0) {  // the SIGINT handler raised KeyboardInterrupt
-      PyErr_Clear();
-      stop(true);
+    if (PyErr_CheckSignals() != 0) {  // a signal handler raised: KeyboardInterrupt, or its own
+      py::error_already_set raised;
+      const bool interrupt = raised.matches(PyExc_KeyboardInterrupt);
+      if (!interrupt) error_ = std::move(raised);  // raised as it is, once the work has ended
+      stop(interrupt);
       return;
     }
     if (fn_.is_none()) return;
@@ -102,12 +104,13 @@ class Callback {
       PyErr_Clear();
       keyboard_interrupt();
     }
-    if (interrupted_ || sigint) keyboard_interrupt();
-    if (error_) {
+    if (error_) {  // the callback's exception, or a signal handler's own
       error_->restore();
       error_.reset();
       throw py::error_already_set();
     }
+    // (A SIGINT whose handler raised nothing still stopped the work: it ended early.)
+    if (interrupted_ || sigint) keyboard_interrupt();
   }
 
  private:
@@ -472,16 +475,21 @@ py::object evolve(const py::dict& options, const py::object& progress) {
         o.*std::get<double study::Options::*>(row->field) =
             real_argument("evolve", key, v, row->lo, row->hi);
         break;
-      case V::names:
-        o.*std::get<std::vector<std::string> study::Options::*>(row->field) =
-            key == "variants" ? variants_argument(v)
-            : key == "sizes"
-                ? names_argument(key, v, "size", "['xs', 's']",
-                                 "give sizes of the ladder, xs, s, m, l (None: the study's LM "
-                                 "alone)")
-                : names_argument(key, v, "task", "['causal', 'masked']",
-                                 "give tasks, causal and masked (None: causal)");
+      case V::names: {  // each list's own example and default, in the messages
+        auto& list = o.*std::get<std::vector<std::string> study::Options::*>(row->field);
+        if (key == "variants")
+          list = variants_argument(v);
+        else if (key == "sizes")
+          list = names_argument(key, v, "size", "['xs', 's']",
+                                "give sizes of the ladder, xs, s, m, l (None: the study's LM "
+                                "alone)");
+        else if (key == "tasks")
+          list = names_argument(key, v, "task", "['causal', 'masked']",
+                                "give tasks, causal and masked (None: causal)");
+        else
+          throw std::logic_error("evolve: no Python reading for the list option " + key);
         break;
+      }
       case V::duration:
         o.*std::get<double study::Options::*>(row->field) =
             PyUnicode_Check(v.ptr()) ? study::parse_duration(std::string(py::str(v)))

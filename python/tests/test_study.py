@@ -60,7 +60,7 @@ def test_transformer_lm_takes_a_variant_and_the_study_layer():
             ffnlab.TransformerLM(variant="swiglu", d_ff=d_ff, **SMALL)
     with pytest.raises(ValueError, match="unknown variant 'nope'"):
         ffnlab.study_ffn("nope")
-    with pytest.raises(ValueError, match="d_model must be in"):
+    with pytest.raises(ValueError, match=r"study_ffn: d_model must be an integer in \[1, "):
         ffnlab.study_ffn("relu", 0)
 
 
@@ -458,8 +458,8 @@ def test_evolve_takes_each_option_of_the_command_and_documents_it():
     arguments = set(ffnlab._ffnlab._evolve_arguments())
     taken = set(inspect.signature(ffnlab.evolve).parameters) - {"progress"}
     assert taken == arguments
-    for name in arguments:
-        assert re.search(rf"\b{name}\b", ffnlab.evolve.__doc__), name
+    for name in arguments:  # as the docstring introduces one: "name:" or `name`
+        assert re.search(rf"(\b{name}:|`{name}`)", ffnlab.evolve.__doc__), name
 
 
 def test_evolve_names_its_out_argument_in_pythons_words(tmp_path, monkeypatch):
@@ -541,6 +541,26 @@ def test_a_failing_progress_callback_stops_the_work_and_is_raised_as_it_was(corp
     # The stop request it made is forgotten.
     assert len(ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=False,
                             **SETTINGS)["steps"]) == 5
+
+
+def test_a_sigint_handlers_own_exception_is_raised_as_it_is(corpus):
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop("the program's own handler")
+
+    def progress(kind, step, *rest):
+        if kind == "step" and step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(Stop, match="own handler"):
+            ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=progress,
+                         **dict(SETTINGS, steps=50))
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_after_the_last_step_is_not_lost(corpus):
