@@ -69,29 +69,28 @@ std::string why_not_replaceable(const std::string& resolved) {
 }  // namespace
 
 void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs,
-                         const std::string& option) {
+                         const FolderOption& option) {
   check(!dir.empty(), "[report] the output folder name is empty");
   const std::string where = resolved_path(dir);
   check(where != "/", "[report] {} '{}' is the root folder: a report gets a folder of its own",
-        option, dir);
+        option.name, dir);
   check(!path_within(resolved_path("."), where),
         "[report] {} '{}' is or contains the current directory ({}): a report gets a folder of "
         "its own; name a new one, e.g. {}",
-        option, dir, resolved_path("."),
-        option.starts_with("--") ? option + " report" : option + "='report'");
-  check_output_apart(dir, inputs, "report", option.c_str());
+        option.name, dir, resolved_path("."), option.example);
+  check_output_apart(dir, inputs, "report", option.name.c_str());
   std::error_code ec;
   if (fs::is_directory(fs::status(where, ec)))
     check(!mount_point(where),
           "[report] {} '{}' is a mount point: a report replaces its folder, which would remove "
           "what is mounted there; name a folder inside it",
-          option, dir);
+          option.name, dir);
   const std::string why = why_not_replaceable(where);
-  check(why.empty(), "[report] {} '{}' {}", option, dir, why);
+  check(why.empty(), "[report] {} '{}' {}", option.name, dir, why);
 }
 
 StagedDirectory::StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs,
-                                 std::string option)
+                                 FolderOption option)
     : shown_(std::move(final_dir)), option_(std::move(option)) {
   // Refused now, not after the work whose results would go there.
   check_report_folder(shown_, inputs, option_);
@@ -131,7 +130,7 @@ void StagedDirectory::commit() {
     if (why.empty()) return;
     kept_ = true;  // the new report stays, under its staging name
     fail("[report] {} '{}' changed during the run and now {}; the new report was left in '{}'",
-         option_, shown_, why, staging_);
+         option_.name, shown_, why, staging_);
   };
   refuse_if_changed();
   std::error_code ec;

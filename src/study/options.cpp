@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
+#include <variant>
 
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
@@ -21,37 +23,56 @@ namespace {
 
 std::vector<OptionRow> make_rows() {
   using V = OptionRow::Value;
+  constexpr bool kScale = true;  // sets the study's scale: the report's first line names it
   return {
       {"--out", &Options::out, V::path, 0, 0,
        "report folder: a new or empty folder, or an earlier report (which is replaced when the "
        "new one is complete); never the data, the current directory or a mount point"},
       {"--quick", &Options::quick, V::on, 0, 0,
        "small models and few steps (same code path; under a minute): checks the pipeline, "
-       "measures nothing about the variants"},
-      {"--data", &Options::data, V::path, 0, 0, "a text file or a folder of them"},
-      {"--seeds", &Options::seeds, V::count, 1, 1000,
-       "paired LM seeds every comparison with ReLU trains before its first look (default 3; "
-       "--quick 2)"},
-      {"--max-seeds", &Options::max_seeds, V::count, 1, 1000,
-       "the cap of the sequential rule: a comparison still undecided trains one more seed per "
-       "round up to this many (default 6; --quick 3; at least --seeds)"},
-      {"--routing-seeds", &Options::routing_seeds, V::count, 1, 1000,
-       "LM seeds of each routing family (and with --full of top-k on the masked objective); "
-       "default 1, which gives values but no interval; --full: --seeds; at most --seeds"},
-      {"--steps", &Options::steps, V::count, 1, 1e9,
-       "optimizer steps per LM run (default 600; --quick 40)"},
-      {"--variants", &Options::variants, V::names, 0, 0,
-       fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step of the "
-                   "evolution, {} (with --full: all)",
-                   join_names(variant_names()), fmt::join(default_variants(), ","))},
+       "measures nothing about the variants",
+       kScale},
       {"--full", &Options::full, V::on, 0, 0,
        "the whole study: every variant (the whole GLU family, unless --variants says "
        "otherwise), MoE with 8 experts and top-2 at equal compute beside the fine-grained "
        "design, the router z-loss ablation, and the routing families on the masked objective "
-       "too, over --seeds"},
+       "too, over --seeds",
+       kScale},
+      {"--data", &Options::data, V::path, 0, 0, "a text file or a folder of them"},
+      {"--seeds", &Options::seeds, V::count, 1, 1000,
+       "paired LM seeds every comparison with ReLU trains before its first look (default 3; "
+       "--quick 2)",
+       kScale},
+      {"--max-seeds", &Options::max_seeds, V::count, 1, 1000,
+       "the cap of the sequential rule: a comparison still undecided trains one more seed per "
+       "round up to this many (default 6; --quick 3; at least --seeds)",
+       kScale},
+      {"--routing-seeds", &Options::routing_seeds, V::count, 1, 1000,
+       "LM seeds of each routing family (and with --full of top-k on the masked objective); "
+       "default 1, which gives values but no interval; --full: --seeds; at most --seeds",
+       kScale},
+      {"--steps", &Options::steps, V::count, 1, 1e9,
+       "optimizer steps per LM run (default 600; --quick 40)", kScale},
+      {"--sizes", &Options::sizes, V::names, 0, 0,
+       "train every variant at these sizes of the ladder too, comma-separated: xs (d_model 64, "
+       "2 layers), s (128, 4: the study's LM), m (256, 6), l (512, 8); tokens grow with the "
+       "parameters. Adds the section \"Across model sizes and tasks\": verdicts per size, the "
+       "scaling figure, and whether each variant's gap to ReLU grows with size",
+       kScale},
+      {"--tasks", &Options::tasks, V::names, 0, 0,
+       "tasks of that section, comma-separated: causal (next byte, the default) and masked (a "
+       "bidirectional LM; dense variants only)",
+       kScale},
       {"--margin", &Options::margin, V::real, 0, 1,
        "equivalence margin in bits/byte, fixed before the run: a variant is called equivalent "
-       "to ReLU only when its paired difference is shown to lie within it"},
+       "to ReLU only when its paired difference is shown to lie within it",
+       kScale},
+      {"--sweep", &Options::sweep, V::on, 0, 0,
+       "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)", kScale},
+      {"--variants", &Options::variants, V::names, 0, 0,
+       fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step of the "
+                   "evolution, {} (with --full: all)",
+                   join_names(variant_names()), fmt::join(default_variants(), ","))},
       {"--runs", &Options::runs, V::path, 0, 0,
        "the folder that keeps every finished LM run, one file each, for --resume (default: "
        "OUT.runs, beside the report)"},
@@ -63,21 +84,11 @@ std::vector<OptionRow> make_rows() {
       {"--force", &Options::force, V::on, 0, 0,
        "start over: discard the runs the --runs folder keeps (a folder that keeps runs is "
        "refused without --resume or --force)"},
-      {"--sizes", &Options::sizes, V::names, 0, 0,
-       "train every variant at these sizes of the ladder too, comma-separated: xs (d_model 64, "
-       "2 layers), s (128, 4: the study's LM), m (256, 6), l (512, 8); tokens grow with the "
-       "parameters. Adds the section \"Across model sizes and tasks\": verdicts per size, the "
-       "scaling figure, and whether each variant's gap to ReLU grows with size"},
-      {"--tasks", &Options::tasks, V::names, 0, 0,
-       "tasks of that section, comma-separated: causal (next byte, the default) and masked (a "
-       "bidirectional LM; dense variants only)"},
       {"--budget", &Options::budget_seconds, V::duration, 0, 1e9,
        "a wall-time budget (90s, 30m, 2h): the planner times this machine and chooses the "
        "sizes (unless --sizes), the seeds (unless --max-seeds) and the steps (unless --steps) "
        "that end within it even if no comparison decides before the cap, and says what it "
        "chose and why (not with --resume: resume with what it chose)"},
-      {"--sweep", &Options::sweep, V::on, 0, 0,
-       "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)"},
   };
 }
 
@@ -121,19 +132,25 @@ std::string shell_word(const std::string& value) {
   return out + "'";
 }
 
-// The options that set the study's scale, as the report's first line names them.
+// The options that set the study's scale (their rows say so), those not at their defaults, as
+// the report's first line names them.
 std::vector<std::pair<std::string, std::string>> scale_args(const Options& o) {
+  const Options defaults;
   std::vector<std::pair<std::string, std::string>> args;
-  if (o.quick) args.emplace_back("--quick", "");
-  if (o.full) args.emplace_back("--full", "");
-  if (o.seeds) args.emplace_back("--seeds", std::to_string(o.seeds));
-  if (o.max_seeds) args.emplace_back("--max-seeds", std::to_string(o.max_seeds));
-  if (o.routing_seeds) args.emplace_back("--routing-seeds", std::to_string(o.routing_seeds));
-  if (o.steps) args.emplace_back("--steps", std::to_string(o.steps));
-  if (!o.sizes.empty()) args.emplace_back("--sizes", fmt::format("{}", fmt::join(o.sizes, ",")));
-  if (!o.tasks.empty()) args.emplace_back("--tasks", fmt::format("{}", fmt::join(o.tasks, ",")));
-  if (o.margin != Options{}.margin) args.emplace_back("--margin", fmt::format("{}", o.margin));
-  if (o.sweep) args.emplace_back("--sweep", "");
+  for (const OptionRow& row : option_rows()) {
+    if (!row.sets_scale) continue;
+    std::visit(
+        [&]<class T>(T Options::*field) {
+          if (o.*field == defaults.*field) return;
+          if constexpr (std::is_same_v<T, bool>)
+            args.emplace_back(row.flag, "");
+          else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+            args.emplace_back(row.flag, fmt::format("{}", fmt::join(o.*field, ",")));
+          else
+            args.emplace_back(row.flag, fmt::format("{}", o.*field));
+        },
+        row.field);
+  }
   return args;
 }
 

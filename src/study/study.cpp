@@ -512,7 +512,9 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   // The output place is checked (and staged) before anything is read or computed.
   // Refused in the caller's words: `--out` or Python's `out`.
   StagedDirectory out(options.out, {options.data},
-                      options.front_end == FrontEnd::command_line ? "--out" : "out");
+                      options.front_end == FrontEnd::command_line
+                          ? FolderOption{}
+                          : FolderOption{"out", "out='report'"});
   check_output_apart(runs_dir(options), {options.data, options.out}, "evolve",
                      option_name(options, "--runs").c_str());
   check_run_store(options);

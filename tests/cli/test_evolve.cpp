@@ -408,8 +408,10 @@ TEST_F(Cli, EvolveRejectsBadInput) {
                "size 'xl' is not one of xs, s, m, l");
   expect_error(run("evolve --quick --tasks causal,causal --out " + path("r")),
                "task 'causal' is listed twice");
-  expect_error(run("evolve --quick --budget 5x --out " + path("r")),
-               "budget '5x' is not a duration");
+  expect_usage_error(run("evolve --quick --budget 5x --out " + path("r")),
+                     "budget '5x' is not a duration");
+  expect_usage_error(run("evolve --quick --budget '' --out " + path("r")),
+                     "budget '' is not a duration");
   expect_error(run("evolve --quick --plan --plan-cores 8,none"),
                "--plan-cores: 'none' is not a core count");
   // A list given empty is refused, not taken as the default (the study's LM alone).
@@ -427,9 +429,19 @@ TEST_F(Cli, EvolveHasAFlagForEachOptionRow) {
   for (const study::OptionRow& row : study::option_rows()) {
     EXPECT_NE(help.out.find("  " + row.flag + " "), std::string::npos) << row.flag;
     EXPECT_NE(help.out.find(row.help.substr(0, 24)), std::string::npos) << row.flag;
-    if (row.value == study::OptionRow::Value::count) {
-      const auto hi = static_cast<std::int64_t>(row.hi);
-      EXPECT_EQ(run(fmt::format("evolve {} {}", row.flag, hi + 1)).status, 2) << row.flag;
+    // A number past its row's range is refused when the command line is read (with a corpus
+    // that does not exist, a check that went missing fails at once instead of studying).
+    const auto refused = [&](const std::string& value) {
+      const Outcome r = run(fmt::format("evolve --quick --data {} --out {} {} {}",
+                                        path("no-corpus"), path("r"), row.flag, value));
+      EXPECT_EQ(r.status, 2) << row.flag << " " << value << "\n" << r.err;
+      EXPECT_NE(r.err.find(row.flag + ": '" + value + "' is not"), std::string::npos) << r.err;
+    };
+    if (row.value == study::OptionRow::Value::count)
+      refused(std::to_string(static_cast<std::int64_t>(row.hi) + 1));
+    if (row.value == study::OptionRow::Value::real) {
+      refused(fmt::format("{}", row.hi + 1));
+      refused(fmt::format("{}", row.lo));  // (lo, hi]: lo itself is out
     }
   }
 }

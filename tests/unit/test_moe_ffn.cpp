@@ -1236,6 +1236,7 @@ TEST(MoEFFN, EveryRoutingFamilyDefinesWhatItsCallersCall) {
     EXPECT_NE(f.study, nullptr) << name << ": study";
     EXPECT_NE(f.describe, nullptr) << name << ": describe";
     EXPECT_TRUE(f.own_path || f.choose != nullptr) << name << ": choose";
+    ASSERT_NE(f.summary, nullptr) << name;
     EXPECT_STRNE(f.summary, "") << name << ": summary (--routing's help)";
   }
 }

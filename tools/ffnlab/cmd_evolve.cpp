@@ -110,8 +110,11 @@ void run_evolve(EvolveOptions& o) {
   for (const study::OptionRow& row : study::option_rows()) {
     if (o.given.at(row.flag)->count() == 0) continue;
     const std::string& text = o.texts[row.flag];
-    if (row.value == study::OptionRow::Value::duration)
-      o.study.*std::get<double study::Options::*>(row.field) = study::parse_duration(text);
+    if (row.value == study::OptionRow::Value::duration) try {
+        o.study.*std::get<double study::Options::*>(row.field) = study::parse_duration(text);
+      } catch (const Error& e) {  // a flag's value: a usage error, as the others' are
+        throw UsageError(e.what());
+      }
     if (row.value == study::OptionRow::Value::names)
       o.study.*std::get<std::vector<std::string> study::Options::*>(row.field) =
           row.flag == "--variants" ? variant_list(text) : name_list(row.flag, text);

@@ -22,16 +22,20 @@ inline constexpr std::string_view kReportMarkerText =
 
 // Refuses DIR as a report folder (Error "[report] ..." saying why) unless it does not exist, is
 // an empty folder or is an earlier report; `inputs` are the files and folders the run reads.
-// `option`: how the messages name the option that gave DIR ("--out"; Python's "out").
+// `option`: how the messages name the option that gave DIR, and a good value of it, in the
+// caller's words (the command line's by default; Python's "out" and "out='report'").
+struct FolderOption {
+  std::string name = "--out", example = "--out report";
+};
 void check_report_folder(const std::string& dir, const std::vector<std::string>& inputs,
-                         const std::string& option = "--out");
+                         const FolderOption& option = {});
 
 class StagedDirectory {
  public:
   // Checks DIR (check_report_folder), then creates its staging sibling (".DIR.partial-<pid>",
   // removing a stale one of that name) with the marker in it.
   explicit StagedDirectory(std::string final_dir, const std::vector<std::string>& inputs = {},
-                           std::string option = "--out");
+                           FolderOption option = {});
   // Removes the staging directory unless commit() ran.
   ~StagedDirectory();
   StagedDirectory(const StagedDirectory&) = delete;
@@ -46,7 +50,7 @@ class StagedDirectory {
 
  private:
   std::string shown_, final_, staging_;  // DIR as named; DIR resolved; the staging folder
-  std::string option_;                   // the option that named DIR, as messages say it
+  FolderOption option_;                  // the option that named DIR, as messages say it
   bool committed_ = false, kept_ = false;
 };
 

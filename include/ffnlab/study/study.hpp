@@ -106,6 +106,9 @@ struct OptionRow {
   Value value = Value::path;
   double lo = 0, hi = 0;
   std::string help;
+  // It sets what the study measures (quick, full, seeds, steps, sizes, tasks, margin, sweep):
+  // the report's first line and its advice name it when it is not at its default (scale_call).
+  bool sets_scale = false;
 };
 const std::vector<OptionRow>& option_rows();
 // The row of a flag of `ffnlab evolve` (std::logic_error for one the table lacks: a typo in
