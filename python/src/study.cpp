@@ -479,13 +479,18 @@ py::object evolve(const py::dict& options, const py::object& progress) {
         auto& list = o.*std::get<std::vector<std::string> study::Options::*>(row->field);
         if (key == "variants")
           list = variants_argument(v);
-        else if (key == "sizes")
+        else if (key == "sizes") {
+          std::vector<std::string_view> ladder;
+          for (const study::ModelSize& size : study::size_ladder(false))
+            ladder.push_back(size.name);
           list = names_argument(key, v, "size", "['xs', 's']",
-                                "give sizes of the ladder, xs, s, m, l (None: the study's LM "
-                                "alone)");
-        else if (key == "tasks")
-          list = names_argument(key, v, "task", "['causal', 'masked']",
-                                "give tasks, causal and masked (None: causal)");
+                                fmt::format("give sizes of the ladder, {} (None: the study's LM "
+                                            "alone)",
+                                            fmt::join(ladder, ", ")));
+        } else if (key == "tasks")
+          list = names_argument(
+              key, v, "task", "['causal', 'masked']",
+              fmt::format("give tasks, {} (None: causal)", fmt::join(study::task_names(), ", ")));
         else
           throw std::logic_error("evolve: no Python reading for the list option " + key);
         break;
