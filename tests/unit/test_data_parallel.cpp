@@ -313,24 +313,43 @@ TEST(DataParallel, RoutingFamiliesTrainOverRanksToTheWeightsOfOneProcess) {
   }
 }
 
-// A one-layer model of `ffn` (masked objective for the routings that need it) on two ranks (or
-// `ranks`, with `expert_group`), a batch of `batch` sequences of 8: the Trainer refuses it with
-// `what`.
-void expect_refused_on_ranks(const FFNConfig& ffn, std::int64_t batch, bool expert_parallel,
-                             const std::string& what, int ranks = 2, int expert_group = 0) {
+namespace {
+
+// A corpus of 2000 bytes, and a one-layer model of `ffn` with one head over sequences of 8
+// (batch `batch`): the smallest run ranks can start.
+Corpus tiny_corpus() {
   Corpus corpus;
   corpus.source = "test";
   corpus.bytes.assign(2000, 'a');
   corpus.split = 1800;
+  return corpus;
+}
+LMConfig tiny_model(const FFNConfig& ffn) {
   LMConfig c;
   c.d_model = ffn.d_model;
   c.layers = 1;
   c.heads = 1;
   c.context = 8;
   c.ffn = ffn;
+  return c;
+}
+TrainConfig tiny_training(std::int64_t batch) {
   TrainConfig t;
   t.batch = batch;
   t.seq = 8;
+  return t;
+}
+
+}  // namespace
+
+// A one-layer model of `ffn` (masked objective for the routings that need it) on two ranks (or
+// `ranks`, with `expert_group`), a batch of `batch` sequences of 8: the Trainer refuses it with
+// `what`.
+void expect_refused_on_ranks(const FFNConfig& ffn, std::int64_t batch, bool expert_parallel,
+                             const std::string& what, int ranks = 2, int expert_group = 0) {
+  const Corpus corpus = tiny_corpus();
+  LMConfig c = tiny_model(ffn);
+  TrainConfig t = tiny_training(batch);
   if (ffn.kind == FFNKind::moe && looks_at_whole_sequence(ffn.moe.routing)) {
     c.causal = false;
     c.vocab = kMaskToken + 1;
@@ -426,30 +445,20 @@ TEST(DataParallel, BatchMustSplitEvenly) {
 // A stop that ends rank 0's checkpoint write (past the write's grace) stops every rank as
 // interrupted (exit 130), not as a failed write: rank 0 tells the others which it was.
 TEST(DataParallel, AStopDuringTheCheckpointStopsEveryRankAsInterrupted) {
-  Corpus corpus;
-  corpus.source = "test";
-  corpus.bytes.assign(2000, 'a');
-  corpus.split = 1800;
-  LMConfig c;
-  c.d_model = 8;
-  c.layers = 1;
-  c.heads = 1;
-  c.context = 8;
-  TrainConfig t;
-  t.batch = 2;
-  t.seq = 8;
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
   const auto dir =
       std::filesystem::temp_directory_path() / ("ffnlab_dp_stop_" + std::to_string(::getpid()));
   const double grace = write_stop_grace();
   // Rank 0 writes the whole checkpoint; expert parallel, each rank its part.
   for (const bool expert_parallel : {false, true}) {
     SCOPED_TRACE(expert_parallel ? "expert parallel" : "data parallel");
-    c.ffn =
-        expert_parallel ? variant_config("moe", 8, 16, true) : variant_config("relu", 8, 16, true);
+    FFNConfig ffn = variant_config(expert_parallel ? "moe" : "relu", 8, 16, true);
     if (expert_parallel) {
-      c.ffn.moe.num_experts = 2;
-      c.ffn.moe.top_k = 1;
+      ffn.moe.num_experts = 2;
+      ffn.moe.top_k = 1;
     }
+    const LMConfig c = tiny_model(ffn);
     std::vector<std::string> caught(2);
     set_write_stop_grace(0);
     request_stop(0);
