@@ -18,6 +18,8 @@ def test_bad_configs_are_value_errors():
         ffnlab.FFN(variant="relu", activation="selu")
     with pytest.raises(ValueError, match="d_modle"):
         ffnlab.FFN(variant="relu", d_modle=8)  # unknown keys are errors, not ignored
+    with pytest.raises(ValueError, match="key 'moe' applies to an MoE layer"):
+        ffnlab.FFN(variant="relu", d_model=8, moe={"num_experts": 4})  # a key it would not read
     with pytest.raises(ValueError, match="must be a dict"):
         ffnlab.FFN([1, 2, 3])
     with pytest.raises(ValueError, match="d_model"):

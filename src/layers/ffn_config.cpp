@@ -505,6 +505,13 @@ std::vector<ConfigFlag> ffn_config_flags() {
 FFNConfig config_from_json(const nlohmann::json& j) {
   FFNConfig c;
   read_keys(kFFNKeys, c, j, "config");
+  // A key the layer would not read is refused, not ignored (as its flag is on the command line).
+  if (j.contains("moe") && c.kind != FFNKind::moe)
+    fail("[config] key 'moe' applies to an MoE layer (variant moe), not to this {} layer",
+         variant_name(c));
+  if (j.contains("branches") && c.kind != FFNKind::multi_branch)
+    fail("[config] key 'branches' applies to the gated FFN (variant gated), not to this {} layer",
+         variant_name(c));
   validate(c);
   return c;
 }

@@ -184,7 +184,7 @@ TEST_F(Cli, BenchRejectsBadFlags) {
   expect_usage_error(run("bench --routings topk,nope"), "unknown routing family 'nope'");
   expect_usage_error(run("bench --sequence 1"), "--sequence");
   expect_usage_error(run("bench --bandwidth-mib 1"), "--bandwidth-mib");
-  expect_error(run("bench --variants nope"), "unknown variant");
+  expect_usage_error(run("bench --variants nope"), "unknown variant");
   // More than the machine has: refused before anything is allocated.
   expect_error(run("bench --no-torch --no-decode --bandwidth-mib 16 --shape 65536,262144 "
                    "--variants relu --dtypes f32 --tokens 1"),

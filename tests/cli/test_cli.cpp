@@ -125,7 +125,7 @@ TEST_F(Cli, HelpAndUsageErrors) {
   EXPECT_EQ(run("run --help").status, 0);
   EXPECT_NE(run("").status, 0);
   EXPECT_NE(run("params --d-ff 0").status, 0);
-  expect_error(run("params --variants relu,selu"), "unknown variant 'selu'");
+  expect_usage_error(run("params --variants relu,selu"), "unknown variant 'selu'");
   // A flag given twice, or without its value, in words rather than CLI11's counts.
   expect_usage_error(run("params --d-model 64 --d-model 128"),
                      "--d-model: given 2 times; give it once");

@@ -393,8 +393,8 @@ TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
 
 TEST_F(Cli, EvolveRejectsBadInput) {
   expect_error(run("evolve --quick --variants gelu,swiglu --out " + path("r")), "include relu");
-  expect_error(run("evolve --quick --variants relu,selu --out " + path("r")),
-               "unknown variant 'selu'");
+  expect_usage_error(run("evolve --quick --variants relu,selu --out " + path("r")),
+                     "unknown variant 'selu'");
   std::ofstream(path("tiny.txt")) << "a corpus of a few dozen bytes is too small\n";
   expect_error(run("evolve --quick --data " + path("tiny.txt") + " --out " + path("r")),
                "need at least 33 bytes each");

@@ -128,6 +128,27 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
       {train + " --dtype f16", 2, "--dtype: 'f16' is not one of f32, bf16"},
       {"params --routing top_q", 2, "--routing: 'top_q' is not one of topk"},
       {train + " --variant swigl", 2, "--variant: 'swigl' is not one of relu, gelu"},
+      // Integers in decimal: CLI11 would read a leading 0 as octal, and a seed takes no sign.
+      {"toy --seed -1", 2, "--seed: '-1' is not a non-negative decimal integer"},
+      {"toy --seed 010", 2, "--seed: '010' is not a non-negative decimal integer"},
+      {"toy --batch 010", 2, "--batch: '010' is not an integer in [1, 2^20]"},
+      {train + " --seed 0x2A", 2, "--seed: '0x2A' is not a non-negative decimal integer"},
+      // An empty path names no file; it is not read as the flag left out.
+      {"params --config ''", 2, "--config: an empty path names no file"},
+      {"toy --ffn-config ''", 2, "--ffn-config: an empty path names no file"},
+      {train + " --data ''", 2, "--data: an empty path names no file"},
+      {"evolve --data '' --out {dir}/out", 2, "--data: an empty path names no file"},
+      {"bench --torch-script {dir}/missing.py", 2, "--torch-script"},
+      // A flag no listed layer reads.
+      {"params --variants relu,gelu --experts 8", 2,
+       "--experts: applies to an MoE layer (variant moe), and --variants relu,gelu has none"},
+      {"toy --variants relu --branches 8", 2,
+       "--branches: applies to the gated FFN (variant gated), and --variants relu has none"},
+      {train + " --variant swiglu --top-k 3", 2,
+       "--top-k: applies to an MoE layer (variant moe), and --variant swiglu has none"},
+      {"params --variants relu,nope", 2, "--variants: unknown variant 'nope' (known: all, relu,"},
+      {"bench --dtypes f32,f32", 2, "--dtypes: 'f32' is listed twice"},
+      {"bench --tokens 8,8", 2, "--tokens: 8 is listed twice"},
   });
 }
 
@@ -651,7 +672,18 @@ TEST_F(Hardening, FlagsAndKeysTheLayerWouldNotUseAreRefused) {
       {"bench --kernels portable,portable --threads 1", 2, "--kernels: 'portable' is listed twice"},
       {"bench --kernels portable --no-decode --threads 1", 2,
        "--kernels: times the decode table's kernels, which --no-decode skips"},
+      // What cannot be measured is refused before anything is timed.
+      {"bench --variants relu --tokens 8 --decode-shape 262144,262144 --threads 1", 1,
+       "--decode-shape: the decode table's swiglu layer at 262144/262144 needs"},
+      {"bench --quick --check-torch --python {dir}/no-python --no-decode --routings none "
+       "--threads 1",
+       1, "--check-torch: PyTorch did not start"},
   });
+  // The bandwidth probe's largest buffer, 64 GiB, on a machine of less memory.
+  if (static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) <
+      60.0 * (1 << 30))
+    check_table({{"bench --variants relu --tokens 8 --bandwidth-mib 65536 --threads 1", 1,
+                  "--bandwidth-mib 65536: the read bandwidth's buffer needs 64.0 GiB"}});
   // A raw NUL byte inside a JSON string is not JSON: refused as such, in one line.
   check_table({{"params --config {dir}/nul.json", 1, "not valid JSON"}});
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -441,20 +442,24 @@ TEST_F(HostileSurfaces, BenchChecksItsPyTorchColumnAgainstPyTorchAlone) {
     const char* says;  // in the text output (the percentage depends on the processes started)
   };
   for (const Case& c :
-       {Case{"same", "0.01", true, "(agree within 10 %)"},
+       {Case{"same", "0.01", true, "(+0 %: agree within 10 %)"},
         Case{"slower alone", "0.01 * (1 + n)", false,
-             "% slower; the table's PyTorch ran faster, so its 'x torch' does not flatter "
-             "ffnlab"},
+             "% less time than PyTorch alone, so its 'x torch' does not flatter ffnlab"},
         Case{"faster alone", "0.01 / (1 + n)", false,
-             "% faster, so the table's 'x torch' flatters ffnlab"}}) {
+             "% longer than PyTorch alone, so the table's 'x torch' flatters ffnlab"},
+        // Alone 0.907 of the table's time: the table's took 10.3 % longer, past the 10 % the
+        // check allows (the verdict and the percentage are one measure).
+        Case{"just past", "0.01 * (0.907 if n else 1)", false, "took 10.3 % longer"}}) {
     SCOPED_TRACE(c.name);
     std::string body = answer;
     body.replace(body.find("SECONDS"), 7, c.seconds);
-    const fs::path script = dir_ / (std::string("torch_") + c.name[0] + ".py");
+    std::string name = c.name;
+    std::replace(name.begin(), name.end(), ' ', '_');
+    const fs::path script = dir_ / ("torch_" + name + ".py");
     write_script(script, common + body);
     // Each run counts its own processes: the table's is the first, the check's the second.
     const auto starts = [&](const std::string& tag) {
-      const fs::path d = dir_ / (std::string("starts_") + c.name[0] + tag);
+      const fs::path d = dir_ / ("starts_" + name + tag);
       fs::create_directories(d);
       return "FAKE_TORCH_DIR=" + d.string() + " ";
     };

@@ -162,11 +162,18 @@ TEST_F(Cli, ResumeComparesTheModelAsJsonAndNamesEachFlag) {
       run(resume + "--variant moe --experts 8 --routing topk --aux-coef 0.01 --out " + path("same"))
           .status,
       0);
-  const Outcome r = run(resume + "--variant swiglu --no-bias --routing relu --top-k 1");
+  const Outcome r = run(resume + "--variant swiglu --no-bias");
   EXPECT_EQ(r.status, 1);
   for (const char* part : {"--variant gives \"swiglu\", the checkpoint has \"moe\"",
                            "--no-bias gives true, the checkpoint has false"})
     EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
+  // An MoE flag beside a --variant that is not an MoE means nothing, on resume as on a new run.
+  const Outcome dense = run(resume + "--variant swiglu --top-k 1");
+  EXPECT_EQ(dense.status, 1);
+  EXPECT_NE(dense.err.find("--top-k: applies to an MoE layer (variant moe), and the resumed "
+                           "swiglu layer has none"),
+            std::string::npos)
+      << dense.err;
   const Outcome routing = run(resume + "--routing relu");
   EXPECT_NE(routing.err.find("--routing gives \"relu\", the checkpoint has \"topk\""),
             std::string::npos)

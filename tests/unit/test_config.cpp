@@ -53,6 +53,16 @@ TEST(Config, RejectsNonsenseWithOneLineNamingIt) {
               config_from_json(json::parse(R"({"kind":"multi_branch","layout":"fused"})"));
             }).find("layout 'fused'"),
             std::string::npos);
+  // A key the layer would not read is refused, not ignored.
+  EXPECT_NE(error_of([] {
+              config_from_json(json::parse(R"({"variant":"relu","moe":{"num_experts":4}})"));
+            }).find("key 'moe' applies to an MoE layer (variant moe), not to this relu layer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              config_from_json(json::parse(R"({"variant":"swiglu","branches":4})"));
+            }).find("key 'branches' applies to the gated FFN (variant gated), not to this swiglu"),
+            std::string::npos);
+  EXPECT_NO_THROW(config_from_json(json::parse(R"({"variant":"gated","branches":4})")));
 }
 
 TEST(Config, HuggingFaceLlamaAndChatGLM) {

@@ -38,6 +38,7 @@ struct BenchOptions {
   std::vector<std::int64_t> tokens = {1, 8, 512, 6400};
   std::vector<std::int64_t> shape = {512, 2048};
   std::vector<std::int64_t> decode_shape = {4096, 14336};
+  bool decode_shape_given = false;  // (a layer of it too large is refused, not left out)
   bool decode = true;
   // The few-token kernels' instruction sets the decode table times, side by side (empty: the
   // one in use, the best this CPU runs).
@@ -61,8 +62,10 @@ std::vector<Precision> precision_list(const std::vector<std::string>& names) {
     try {
       out.push_back(parse_enum<Precision>(n));
     } catch (const Error& e) {
-      throw UsageError(std::string("--dtypes: ") + e.what());
+      throw UsageError(std::string("[bench] --dtypes: ") + e.what());
     }
+    if (std::find(out.begin(), out.end() - 1, out.back()) != out.end() - 1)
+      throw UsageError(fmt::format("[bench] --dtypes: '{}' is listed twice", n));
   }
   return out;
 }
@@ -279,10 +282,11 @@ std::vector<std::string> routing_list(const std::string& names) {
   const auto known = routing_family_names();
   for (auto n = out.begin(); n != out.end(); ++n) {
     if (std::find(known.begin(), known.end(), *n) == known.end())
-      throw UsageError(fmt::format("--routings: unknown routing family '{}' (known: {}, all, none)",
-                                   *n, fmt::join(known, ", ")));
+      throw UsageError(
+          fmt::format("[bench] --routings: unknown routing family '{}' (known: {}, all, none)", *n,
+                      fmt::join(known, ", ")));
     if (std::find(out.begin(), n, *n) != n)
-      throw UsageError(fmt::format("--routings: '{}' is listed twice", *n));
+      throw UsageError(fmt::format("[bench] --routings: '{}' is listed twice", *n));
   }
   return out;
 }
@@ -370,7 +374,45 @@ std::vector<FewRowsIsa> kernel_list(const std::vector<std::string>& names) {
   return isas;
 }
 
-json bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, TorchWorker& torch) {
+// The decode table's layers: a SwiGLU of --decode-shape without bias, and an MoE of 8 such
+// experts, top-2.
+std::vector<std::pair<std::string, FFNConfig>> decode_layers(const BenchOptions& o) {
+  const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
+  return {{"swiglu", variant_config("swiglu", D, F, false)},
+          {"moe", moe_of("swiglu", D, F, false)}};
+}
+
+// What the decode table holds while it times a layer: its values and gradients in f32, a bf16
+// copy, oneDNN's f32 weights of one expert, and the bandwidth probe's buffer beside them.
+double decode_bytes(const FFNConfig& c, std::int64_t bandwidth_bytes) {
+  const FFNConfig one = c.kind == FFNKind::moe ? expert_config(c) : c;
+  return static_cast<double>(count_params(c)) * (4.0 + 4.0 + 2.0) +
+         static_cast<double>(count_params(one)) * 4.0 + static_cast<double>(bandwidth_bytes);
+}
+
+// The decode layers this machine cannot hold (beyond 80 % of its memory), each with the reason,
+// decided before anything is timed. With --decode-shape given such a layer is refused: the
+// table asked for cannot be measured.
+std::vector<std::pair<std::string, std::string>> decode_left_out(const BenchOptions& o) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!o.decode) return out;
+  const double have = available_memory_bytes();
+  for (const auto& [layer, c] : decode_layers(o)) {
+    const double need = decode_bytes(c, o.bandwidth_mib << 20);
+    if (need <= 0.8 * have) continue;
+    const std::string why = fmt::format(
+        "the decode table's {} layer at {}/{} needs {:.1f} GiB, more than 80 % of the {:.1f} GiB "
+        "available",
+        layer, c.d_model, c.d_ff, need / (1 << 30), have / (1 << 30));
+    if (o.decode_shape_given)
+      throw Error(fmt::format("[bench] --decode-shape: {} (a smaller shape, or --no-decode)", why));
+    out.emplace_back(layer, why);
+  }
+  return out;
+}
+
+json bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, TorchWorker& torch,
+                  const std::vector<std::pair<std::string, std::string>>& left_out) {
   const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
   const FewRowsIsa in_use = few_rows_isa();
   json rows = json::array();
@@ -389,22 +431,16 @@ json bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
     fmt::print("{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8} {:>8} {:>6} | {:>10} {:>8} | {:>9} {:>7}\n",
                "layer", "weights", "T", "kernels", "ms", "read GB", "GB/s", "of bw", "oneDNN ms",
                "x oneDNN", "torch ms", "x torch");
-  for (const char* layer : {"swiglu", "moe"}) {
-    const FFNConfig c = std::string(layer) == "moe" ? moe_of("swiglu", D, F, false)
-                                                    : variant_config(layer, D, F, false);
+  for (const auto& [layer, c] : decode_layers(o)) {
+    if (const auto skip = std::find_if(left_out.begin(), left_out.end(),
+                                       [&](const auto& l) { return l.first == layer; });
+        skip != left_out.end()) {
+      if (!o.json_out) fmt::print("{:<8} left out: {}\n", layer, skip->second);
+      continue;
+    }
     const FFNConfig one = c.kind == FFNKind::moe ? expert_config(c) : c;  // one expert
     const std::int64_t w_in_elements = one.in_width() * D;
     const double params = static_cast<double>(count_params(c));
-    const double expert = static_cast<double>(count_params(one));
-    // Values and gradients in f32, a bf16 copy, oneDNN's f32 weights of one expert.
-    const double need = params * (4.0 + 4.0 + 2.0) + expert * 4.0;
-    if (need > 0.8 * available_memory_bytes()) {
-      note(
-          fmt::format("bench: decode {} skipped: it needs {:.1f} GiB, more than 80% of the "
-                      "{:.1f} GiB available",
-                      layer, need / (1 << 30), available_memory_bytes() / (1 << 30)));
-      continue;
-    }
     note(fmt::format("bench: building the {} layer at {}/{} ({:.2f} G parameters)", layer, D, F,
                      params / 1e9));
     auto ffn = make_ffn(c, 1);
@@ -496,23 +532,24 @@ void check_torch_column(const BenchOptions& o, const std::string& script, json& 
     const double s = torch_seconds(alone, request);
     if (s <= 0) continue;
     const double in_table = row["torch_forward_backward_s"].get<double>();
-    const bool agrees = std::abs(in_table / s - 1.0) <= 0.10;
+    // Within 10 % of the lone process's time, and the percentage printed is that same measure.
+    const double off = in_table / s - 1.0;
+    const bool agrees = std::abs(off) <= 0.10;
     row["torch_alone_forward_backward_s"] = s;
     row["torch_agrees"] = agrees;
-    // Which way they disagree decides what it means: PyTorch faster alone than in the table
-    // makes the table's 'x torch' flatter ffnlab; slower alone, the table's PyTorch was not held
-    // back (the lone process is the slow one).
-    const double pct = std::abs(s / in_table - 1.0) * 100;
+    // Which way they disagree decides what it means: the table's PyTorch slower than alone makes
+    // the table's 'x torch' flatter ffnlab; faster, the table's PyTorch was not held back (the
+    // lone process is the slow one).
     const std::string verdict =
-        agrees         ? std::string(" (agree within 10 %)")
-        : s < in_table ? fmt::format(
-                             ": PyTorch alone is {:.0f} % faster, so the table's 'x torch' "
-                             "flatters ffnlab: it is not PyTorch at its best",
-                             pct)
-                       : fmt::format(
-                             ": PyTorch alone is {:.0f} % slower; the table's PyTorch ran "
-                             "faster, so its 'x torch' does not flatter ffnlab",
-                             pct);
+        agrees    ? fmt::format(" ({:+.0f} %: agree within 10 %)", 100 * off)
+        : off > 0 ? fmt::format(
+                        ": the table's PyTorch took {:.1f} % longer than PyTorch alone, so the "
+                        "table's 'x torch' flatters ffnlab: it is not PyTorch at its best",
+                        100 * off)
+                  : fmt::format(
+                        ": the table's PyTorch took {:.1f} % less time than PyTorch alone, so its "
+                        "'x torch' does not flatter ffnlab",
+                        -100 * off);
     if (!o.json_out)
       fmt::print("PyTorch alone, {} {} T={}: {} ms forward+backward against the table's {} ms{}\n",
                  row["variant"].get<std::string>(), enum_name(p), T, ms(s), ms(in_table), verdict);
@@ -542,8 +579,15 @@ void run_bench(BenchOptions o) {
         family, routing_family_config(variant_config("moe", o.shape[0], o.shape[1], true), family,
                                       o.sequence));
   check_layer_memory(layers, tokens);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (std::find(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(i), tokens[i]) !=
+        tokens.begin() + static_cast<std::ptrdiff_t>(i))
+      throw UsageError(fmt::format("[bench] --tokens: {} is listed twice", tokens[i]));
   // Far beyond any cache, so this is what memory delivers.
   const std::int64_t bandwidth_bytes = o.bandwidth_mib << 20;
+  check_memory(static_cast<double>(bandwidth_bytes), "bench",
+               fmt::format("--bandwidth-mib {}: the read bandwidth's buffer", o.bandwidth_mib));
+  const auto decode_skipped = decode_left_out(o);
   const double bandwidth = measure_read_bandwidth(bandwidth_bytes, o.quick ? 0.25 : 1.0);
   const bool bf16_native = matmul_bf16_native();
   Peaks peaks;
@@ -555,8 +599,15 @@ void run_bench(BenchOptions o) {
   // no denominator ("of peak" is then not reported).
   const bool holds = f32_probe.held() && nominal_peak_holds(probe, omp_get_max_threads());
   peaks.f32 = holds ? probe : 0;
-  peaks.bf16 =
-      bf16_native ? (holds ? measure_peak_flops(true, o.quick ? 0.05 : 0.3).flops : 0) : peaks.f32;
+  // The bf16 probe serves only when it held too (a busy stretch would inflate bf16's "of peak").
+  bool bf16_held = true;
+  if (bf16_native && holds) {
+    const PeakProbe b = measure_peak_flops(true, o.quick ? 0.05 : 0.3);
+    bf16_held = b.held();
+    peaks.bf16 = bf16_held ? b.flops : 0;
+  } else {
+    peaks.bf16 = bf16_native ? 0 : peaks.f32;
+  }
   json out;
   out["machine"] = {{"cpu", this_machine().describe()},
                     {"threads", omp_get_max_threads()},
@@ -567,6 +618,7 @@ void run_bench(BenchOptions o) {
                     {"peak_probe_one_thread_f32_flops_per_s", f32_probe.one_thread},
                     {"peak_probe_cores", f32_probe.cores},
                     {"peak_probe_held", f32_probe.held()},
+                    {"peak_probe_bf16_held", bf16_held},
                     {"nominal_f32_flops_per_s", nominal},
                     {"bf16_products", bf16_native ? "native" : "emulated"}};
   if (!f32_probe.held() && !o.json_out)
@@ -595,13 +647,20 @@ void run_bench(BenchOptions o) {
             : std::string(),
         peaks.bf16 > 0       ? fmt::format("{:.0f} bf16", peaks.bf16 / 1e9)
         : this_machine().amx ? std::string("bf16 not measured (AMX tiles outrun any vector loop)")
-                             : std::string("bf16 not measured"),
+        : !bf16_held ? std::string("bf16 not reported (its probe did not hold: a busy machine)")
+                     : std::string("bf16 not measured"),
         bf16_native ? "native (oneDNN)"
                     : "emulated: oneDNN has no bf16 product for this CPU, so bf16 rounds the "
                       "inputs and multiplies in f32 (same values, f32 speed)");
   const std::string script = o.torch_script.empty() ? default_torch_script() : o.torch_script;
   TorchWorker torch(o.torch ? o.python : "", o.torch ? script : "", omp_get_max_threads(),
                     o.torch_timeout);
+  if (o.check_torch && !torch.available())  // before the tables, not after them
+    throw Error("[bench] --check-torch: PyTorch did not start: " + torch.why_not());
+  for (const auto& [layer, why] : decode_skipped) {
+    out["decode_left_out"][layer] = why;
+    if (!o.json_out) fmt::print("{}: left out of the decode table\n", why);
+  }
   if (torch.available())
     out["torch"] = {{"version", torch.hello().torch},
                     {"threads", torch.hello().threads},
@@ -618,7 +677,7 @@ void run_bench(BenchOptions o) {
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
   out["layers"] = bench_layers(o, variants, precisions, tokens, torch, peaks);
   if (!routings.empty()) out["routing"] = bench_routing(o, routings, precisions, tokens);
-  if (o.decode) out["decode"] = bench_decode(o, kernels, torch);
+  if (o.decode) out["decode"] = bench_decode(o, kernels, torch, decode_skipped);
   if (o.check_torch && torch.available()) {
     torch.stop("done");  // the check's PyTorch runs alone
     check_torch_column(o, script, out["layers"]);
@@ -645,7 +704,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--quick", o->quick,
                 "a short run: T = 1, 8, 512 with a 0.05 s budget, decode at 2048/5632 and T = 1");
   cmd->add_flag("--json", o->json_out, "print the results as JSON instead of tables");
-  cmd->add_option("--variants", o->variants, "comma-separated variants, or 'all'")
+  cmd->add_option("--variants", o->variants,
+                  "comma-separated variants (" + join_names(variant_names()) + "), or 'all'")
       ->capture_default_str();
   cmd->add_option("--dtypes", o->dtypes, "comma-separated product precisions: f32, bf16")
       ->delimiter(',')
@@ -686,10 +746,13 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag_callback(
       "--no-torch", [o] { o->torch = false; }, "do not time PyTorch beside ffnlab");
-  cmd->add_option("--python", o->python, "the Python with PyTorch")->capture_default_str();
+  cmd->add_option("--python", o->python, "the Python with PyTorch")
+      ->capture_default_str()
+      ->check(named_path());
   cmd->add_option("--torch-script", o->torch_script,
                   "the PyTorch side (default: share/ffnlab/torch_ffn.py beside the program, or "
-                  "bench/torch_ffn.py in the source tree)");
+                  "bench/torch_ffn.py in the source tree)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--check-torch", o->check_torch,
                 "after the layer table, time PyTorch's forward+backward at the largest token "
                 "count again in a process of its own and say whether it agrees with the table's "
@@ -716,6 +779,7 @@ void add_bench_command(CLI::App& app) {
       if (cmd->count("--budget") == 0) run.budget = 0.05;
       if (cmd->count("--bandwidth-mib") == 0) run.bandwidth_mib = 256;
     }
+    run.decode_shape_given = cmd->count("--decode-shape") > 0;
     run_bench(run);
   });
 }

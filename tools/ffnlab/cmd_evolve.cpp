@@ -161,6 +161,7 @@ void add_evolve_command(CLI::App& app) {
       case V::path:
         flag = cmd->add_option(
             row.flag, o->study.*std::get<std::string study::Options::*>(row.field), row.help);
+        flag->check(named_path());
         if (!(o->study.*std::get<std::string study::Options::*>(row.field)).empty())
           flag->capture_default_str();
         break;

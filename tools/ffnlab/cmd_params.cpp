@@ -39,6 +39,7 @@ void run_params(const ParamsOptions& o) {
     throw UsageError("--config: the same as --ffn-config; give one of them");
   const std::vector<std::string> names =
       o.config_file.empty() ? variant_list(o.variants) : std::vector<std::string>{""};
+  if (o.config_file.empty()) refuse_flags_no_variant_reads(o.ffn, names);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<std::string, FFNCost>> costs;
   const auto layer = [&](const std::string& variant) {
@@ -138,9 +139,11 @@ void add_params_command(CLI::App& app) {
   o->ffn_config_flag = cmd->get_option("--ffn-config");
   o->config_flag = cmd->add_option("--config", o->config_file,
                                    "cost the FFN of a config file (a Hugging Face config.json or "
-                                   "ffnlab's layer JSON; the same as --ffn-config)");
+                                   "ffnlab's layer JSON; the same as --ffn-config)")
+                       ->check(named_path());
   o->variants_flag = add_variants_flag(*cmd, o->variants);
-  cmd->add_option("--tokens", o->tokens, "tokens in a batch, for activation memory")
+  cmd->add_option("--tokens", o->tokens,
+                  "tokens in a batch, for activation memory (and Soft MoE's sequence length)")
       ->capture_default_str()
       ->check(int_in(0, limits::kTokens));
   cmd->add_flag("--json", o->json, "print JSON instead of a table");

@@ -38,7 +38,9 @@ struct ToyOptions {
 std::vector<std::pair<std::string, FFNConfig>> toy_layers(const ToyOptions& o) {
   std::vector<std::pair<std::string, FFNConfig>> layers;
   if (o.config_file.empty()) {
-    for (const std::string& name : variant_list(o.variants))
+    const std::vector<std::string> names = variant_list(o.variants);
+    refuse_flags_no_variant_reads(o.ffn, names);
+    for (const std::string& name : names)
       layers.emplace_back(name, layer_config(o.ffn, "", "", name));
     return layers;
   }
@@ -98,7 +100,8 @@ void add_toy_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "toy",
       "The tutorial's toy experiment: each FFN variant alone, Adam on one fixed random batch with "
-      "MSE.\nIt measures memorisation of 8 random vectors, not language modelling.");
+      "MSE.\nIt measures memorisation of batch x seq random vectors (8 at the defaults), not "
+      "language modelling.");
   o->variants_flag = add_variants_flag(*cmd, o->variants);
   add_layer_flags(*cmd, o->ffn, o->config_file, "FFN");
   cmd->add_option("--batch", o->toy.batch, "batch")
@@ -117,7 +120,8 @@ void add_toy_command(CLI::App& app) {
       ->capture_default_str()
       ->check(int_in(1, 100000000));
   cmd->add_option("--seed", o->toy.seed, "seed of weights, data and dropout")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(any_count());
   cmd->add_option("--out", o->out, "CSV of every iteration")->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] {

@@ -141,6 +141,7 @@ void add_train_command(CLI::App& app) {
                                  "a text file or a folder of them (skips .dat and .u8); with "
                                  "--resume: the checkpoint's")
                      ->capture_default_str()
+                     ->check(named_path())
                      ->group(D);
   o->val_fraction_flag =
       cmd->add_option("--val-fraction", o->val_fraction,

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "ffnlab/analysis/zoo.hpp"
 #include "ffnlab/study/zoo_table.hpp"
 #include "launch.hpp"
 
@@ -39,15 +40,22 @@ void run_zoo(bool json) {
     fmt::print("[{}] {}: {}\n", i + 1, rows[i][0], rows[i].back());
 }
 
+// The table's models for the help: "BERT-base, BERT-large, ...".
+std::string model_names() {
+  std::string out;
+  for (const ZooModel& m : zoo_models()) out += (out.empty() ? "" : ", ") + m.name;
+  return out;
+}
+
 }  // namespace
 
 void add_zoo_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand(
       "zoo",
-      "The FFN configurations of real models (BERT, GPT-2, GPT-3, T5 v1.1, PaLM, LLaMA-2, "
-      "Mistral, Switch, Mixtral, Qwen MoE, DeepSeek-V3) with the source of every number, and "
-      "their parameters and FLOPs as ffnlab computes them.");
+      fmt::format("The FFN configurations of real models ({}) with the source of every number, "
+                  "and their parameters and FLOPs as ffnlab computes them.",
+                  model_names()));
   cmd->add_flag("--json", *json, "print JSON instead of a table");
   cmd->callback([json] {
     require_one_process("zoo");

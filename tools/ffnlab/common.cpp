@@ -127,6 +127,13 @@ std::string bound(std::int64_t v) {
   if (v >= (1 << 20) && std::has_single_bit(u)) return fmt::format("2^{}", std::countr_zero(u));
   return std::to_string(v);
 }
+
+// "010" or "-07": CLI11 reads these in octal (strtoll's base 0), so a decimal check must refuse
+// them rather than pass a number other than the one it checked.
+bool octal_looking(std::string_view text) {
+  if (!text.empty() && text[0] == '-') text.remove_prefix(1);
+  return text.size() > 1 && text[0] == '0';
+}
 }  // namespace
 
 CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
@@ -136,7 +143,7 @@ CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
         std::int64_t v = 0;
         const char* end = text.data() + text.size();
         const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc() || ptr != end || v < lo || v > hi)
+        if (ec != std::errc() || ptr != end || v < lo || v > hi || octal_looking(text))
           return fmt::format("'{}' is not an integer in {}", text.substr(0, 40), range);
         return {};
       },
@@ -158,6 +165,27 @@ CLI::Validator real_in(double lo, double hi, bool hi_open, bool lo_open) {
       range);
 }
 
+CLI::Validator any_count() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || ptr != end || octal_looking(text))
+          return fmt::format("'{}' is not a non-negative decimal integer", text.substr(0, 40));
+        return {};
+      },
+      "");
+}
+
+CLI::Validator named_path() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "an empty path names no file" : std::string();
+      },
+      "");
+}
+
 void add_threads_option(CLI::App& cmd, int& threads) {
   cmd.add_option("--threads", threads,
                  "OpenMP threads, at most the processors; 0 (the default): OMP_NUM_THREADS if set, "
@@ -175,7 +203,10 @@ std::vector<std::string> variant_list(const std::string& spec) {
   std::stringstream in(spec);
   for (std::string item; std::getline(in, item, ',');)
     if (!item.empty()) {
-      variant_config(item, 1, 1, false);  // throws "[ffn] unknown variant 'x' (known: ...)"
+      if (const auto known = variant_names();
+          std::find(known.begin(), known.end(), item) == known.end())
+        throw UsageError(fmt::format("--variants: unknown variant '{}' (known: all, {})", item,
+                                     fmt::join(known, ", ")));
       if (std::find(out.begin(), out.end(), item) != out.end())
         throw UsageError(fmt::format("--variants: '{}' is listed twice", item));
       out.push_back(item);

@@ -40,6 +40,10 @@ int run_program(const char* program, CLI::App& app, int argc, char** argv);
 // Flag checks with short messages ("must be an integer in [1, 65536]"); reals must be finite.
 CLI::Validator int_in(std::int64_t lo, std::int64_t hi);
 CLI::Validator real_in(double lo, double hi, bool hi_open = false, bool lo_open = false);
+// A non-negative integer of any size, in decimal (a seed): no sign, no octal or hex prefix.
+CLI::Validator any_count();
+// A path that names something: an empty one is refused, not read as the flag left out.
+CLI::Validator named_path();
 
 // --threads N: sets OpenMP's thread count (0 keeps OMP_NUM_THREADS or the default). At most
 // the number of processors: more only adds waiting (1000 threads took 22 s for a 0.03 s job).
@@ -49,7 +53,7 @@ void apply_threads(int threads);
 // available_memory_bytes() and check_memory() are the library's (ffnlab/limits.hpp).
 
 // "relu,swiglu" -> {"relu", "swiglu"}; "all" -> every named variant (ffnlab::variant_names()).
-// Unknown names are an error that lists the known ones.
+// Unknown names are a usage error that lists the known ones.
 std::vector<std::string> variant_list(const std::string& spec);
 
 // Number formatting (thousands, duration, fixed, percent) is the report layer's

@@ -32,20 +32,6 @@ std::string shown(const json& v) {
   return v.dump();
 }
 
-// A non-negative integer of any size (a seed).
-CLI::Validator any_count() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        std::uint64_t v = 0;
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc() || ptr != end)
-          return fmt::format("'{}' is not a non-negative integer", text.substr(0, 40));
-        return {};
-      },
-      "");
-}
-
 void set_at(json& j, std::string_view key, json value) {
   json* at = &j;
   for (auto dot = key.find('.'); dot != std::string_view::npos; dot = key.find('.')) {
@@ -225,6 +211,7 @@ void add_layer_flags(CLI::App& cmd, KeyFlags& flags, std::string& file, const st
                  "a layer config file instead of the variant and the flags above (ffnlab JSON, "
                  "docs/config.md, or a Hugging Face config.json); its d_model is the width "
                  "(--d-model may repeat it, not change it)")
+      ->check(named_path())
       ->group(group);
 }
 
@@ -245,15 +232,47 @@ void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix,
   }
 }
 
+void refuse_flags_no_layer_reads(const KeyFlags& flags, const std::string& prefix,
+                                 const std::vector<FFNConfig>& layers,
+                                 std::string_view layers_text) {
+  const auto any = [&](FFNKind kind) {
+    return std::any_of(layers.begin(), layers.end(),
+                       [&](const FFNConfig& c) { return c.kind == kind; });
+  };
+  for (const ConfigFlag* f : flags.given_flags()) {
+    if (f->key.rfind(prefix, 0) != 0) continue;
+    const std::string_view key = std::string_view(f->key).substr(prefix.size());
+    if (key.starts_with("moe.") && !any(FFNKind::moe))
+      throw UsageError(fmt::format("{}: applies to an MoE layer (variant moe), and {} has none",
+                                   flags.given_name(*f), layers_text));
+    if (key == "branches" && !any(FFNKind::multi_branch))
+      throw UsageError(fmt::format("{}: applies to the gated FFN (variant gated), and {} has none",
+                                   flags.given_name(*f), layers_text));
+  }
+}
+
+void refuse_flags_no_variant_reads(const KeyFlags& flags, const std::vector<std::string>& names) {
+  std::vector<FFNConfig> layers;
+  for (const std::string& name : names) layers.push_back(variant_config(name, 1, 1, false));
+  refuse_flags_no_layer_reads(flags, "", layers, "--variants " + join_names(names, ","));
+}
+
 namespace {
 // The layer's JSON the flags describe (layer_config without a file).
 json layer_json(const KeyFlags& flags, const std::string& prefix, const std::string& variant) {
   json j = flags.values(prefix);
   refuse_unused_layer_flags(flags, prefix, false, j["moe"]["routing"].get<std::string>());
   if (!variant.empty()) j["variant"] = variant;
-  const json defaults = routing_defaults(j["moe"]["routing"].get<std::string>());
-  for (const auto& [key, value] : defaults.items())
-    if (!flags.key_given(prefix + "moe." + key)) j["moe"][key] = value;
+  // The keys of another kind of layer hold their defaults (refuse_flags_no_layer_reads refuses
+  // them given): a config does not carry them.
+  const FFNKind kind = variant_config(j["variant"].get<std::string>(), 1, 1, false).kind;
+  if (kind != FFNKind::moe) j.erase("moe");
+  if (kind != FFNKind::multi_branch) j.erase("branches");
+  if (kind == FFNKind::moe) {
+    const json defaults = routing_defaults(j["moe"]["routing"].get<std::string>());
+    for (const auto& [key, value] : defaults.items())
+      if (!flags.key_given(prefix + "moe." + key)) j["moe"][key] = value;
+  }
   if (j["d_ff"] == 0)  // the variant's own width
     j["d_ff"] = train_ffn(j["variant"].get<std::string>(), j["d_model"].get<std::int64_t>(), 0,
                           j["bias"].get<bool>())

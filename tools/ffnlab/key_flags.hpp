@@ -75,6 +75,16 @@ void add_layer_flags(CLI::App& cmd, KeyFlags& flags, std::string& file, const st
 void refuse_unused_layer_flags(const KeyFlags& flags, const std::string& prefix, bool file,
                                std::string_view routing);
 
+// Throws UsageError for a layer flag (keys under `prefix`) that none of `layers` reads: an MoE
+// flag when no layer is an MoE, --branches when none is the gated FFN. `layers_text` names the
+// layers in the message ("--variant relu", "--variants relu,gelu").
+void refuse_flags_no_layer_reads(const KeyFlags& flags, const std::string& prefix,
+                                 const std::vector<FFNConfig>& layers,
+                                 std::string_view layers_text);
+
+// The same for the commands that take --variants (params, toy): the layers of those names.
+void refuse_flags_no_variant_reads(const KeyFlags& flags, const std::vector<std::string>& names);
+
 // The layer the flags describe for `variant` (the flags' own --variant when empty), or
 // --ffn-config's file when `file` is set. Of the flags: every FFN flag's value, d_ff 0 as the
 // variant's default width (default_d_ff), and the routing's defaults (routing_defaults) for the

@@ -56,6 +56,7 @@ void ModelFlags::add(CLI::App& cmd, const std::string& group) {
              {{"--variant", {.default_value = "relu"}}});
   cmd.add_option("--model-config", model_config_,
                  "whole-model JSON (docs/config.md) instead of the model flags")
+      ->check(named_path())
       ->group(group);
   add_layer_flags(cmd, flags_, ffn_config_, group, "ffn.", train_layer_defaults());
   flags_.add(cmd, lm_config_flags(), group, "",
@@ -93,6 +94,11 @@ LMConfig ModelFlags::model_of_file(Objective objective) const {
 // A new run's model: the flags', or --model-config's file.
 LMConfig ModelFlags::model(const TrainConfig& t) const {
   if (!model_config_.empty()) return model_of_file(t.objective);
+  if (ffn_config_.empty()) {  // (a layer file's own kind is checked by layer_config)
+    const std::string variant = flags_.values("ffn.")["variant"].get<std::string>();
+    refuse_flags_no_layer_reads(flags_, "ffn.", {variant_config(variant, 1, 1, false)},
+                                "--variant " + variant);
+  }
   // A layer file's width is the model's; one that names none takes --d-model's.
   const FFNConfig layer =
       layer_config(flags_, "ffn.", ffn_config_, "", flags_.values("ffn.")["d_model"]);
@@ -170,6 +176,16 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
         m["ffn"].erase("d_ff");
       }
       m.merge_patch(patch);
+      // Keys of another kind of layer (the checkpoint's MoE keys under a --variant that is not
+      // an MoE) are not carried over; such keys given as flags are refused.
+      json shape = m["ffn"];
+      shape.erase("moe");
+      shape.erase("branches");
+      const FFNConfig asked_layer = config_from_json(shape);
+      refuse_flags_no_layer_reads(flags_, "ffn.", {asked_layer},
+                                  "the resumed " + variant_name(asked_layer) + " layer");
+      if (asked_layer.kind != FFNKind::moe) m["ffn"].erase("moe");
+      if (asked_layer.kind != FFNKind::multi_branch) m["ffn"].erase("branches");
       const std::string routing = m["ffn"].contains("moe") && m["ffn"]["moe"].contains("routing")
                                       ? m["ffn"]["moe"]["routing"].get<std::string>()
                                       : "topk";
