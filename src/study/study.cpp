@@ -8,11 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -58,9 +56,9 @@ Scale make_scale(const Options& o) {
   // 600 steps: by then every variant is past the loss plateau of early training (at 400 the runs
   // are still leaving it, at different steps per seed, and the seeds spread accordingly).
   s.train.steps = o.steps > 0 ? o.steps : (o.quick ? 40 : 600);
-  // A quarter of the steps: with a tenth (50 of 600), the MoE LM without a router z-loss stalled
-  // on one seed in three (layer 0's attention grew large and sharp early and drowned the byte's
-  // own embedding; docs/training.md).
+  // A quarter of the steps: with a tenth (50 of 600), the MoE LM stalls on every seed (layer 0's
+  // attention grows large and sharp early and drowns the byte's own embedding;
+  // docs/results-training.md).
   s.train.warmup = s.train.steps / 4;
   s.train.eval_every = std::max<std::int64_t>(1, s.train.steps / 4);
   s.eval_tokens = o.quick ? 2048 : 16384;
