@@ -83,24 +83,35 @@ void write_curves(const Study& st, const std::string& path, bool eval, int smoot
 void draw_training_dynamics(const Study& st) {
   write_curves(st, "lm_train_curves.csv", false, 10);
   write_curves(st, "lm_eval_curves.csv", true, 1);
+  // Each variant's seeds, for its legend entry: the curves are means over them.
+  std::map<std::string, int> seeds;
+  for (const RunRecord& r : st.runs) ++seeds[r.variant];
   std::string s = preamble("training_dynamics", 1500, 1050);
-  s += "set multiplot layout 2,2 title 'Training dynamics (means over seeds; bands: min to max)'\n";
+  s += "set multiplot layout 2,2 title 'Training dynamics: the LM panels show the mean over each "
+       "variant''s seeds (the legend says how many)'\n";
+  // `scale` divides the column (nats to bits); `points` marks the measured steps (the
+  // evaluations are a few); a dash pattern per variant tells apart curves that overlap.
+  // `first` is the first data row drawn.
   auto curves = [&](const std::string& file, int col_offset, const std::string& title,
-                    const std::string& ylabel, bool band) {
+                    const std::string& ylabel, bool band, const std::string& scale, bool points,
+                    std::int64_t first) {
     s += fmt::format("set title '{}'\nset xlabel 'optimizer step'\nset ylabel '{}'\n", title,
                      ylabel);
     s += "set key top right\n";
     std::string plot = "plot ";
     for (std::size_t i = 0; i < st.options.variants.size(); ++i) {
       const int base = 2 + 4 * static_cast<int>(i);
+      const std::string& v = st.options.variants[i];
       if (band)
         plot += fmt::format(
-            "'{}' every ::1 using 1:{}:{} with filledcurves lc rgb '{}' fs "
+            "'{}' every ::{} using 1:(${}{}):(${}{}) with filledcurves lc rgb '{}' fs "
             "transparent solid 0.15 notitle, ",
-            file, base + 1, base + 2, colour(i));
-      plot += fmt::format("'{}' every ::1 using 1:{} with lines lw 2 lc rgb '{}' title '{}'{}",
-                          file, base + col_offset, colour(i), st.options.variants[i],
-                          i + 1 < st.options.variants.size() ? ", " : "\n");
+            file, first, base + 1, scale, base + 2, scale, colour(i));
+      plot += fmt::format(
+          "'{}' every ::{} using 1:(${}{}) with {} lw 2 dt {} lc rgb '{}' title '{} ({} seed{})'{}",
+          file, first, base + col_offset, scale, points ? "linespoints pt 7 ps 0.8" : "lines",
+          1 + i % 5, colour(i), v, seeds[v], seeds[v] == 1 ? "" : "s",
+          i + 1 < st.options.variants.size() ? ", " : "\n");
     }
     s += plot;
   };
@@ -111,13 +122,19 @@ void draw_training_dynamics(const Study& st) {
                           st.scale.validation_tokens <
                               static_cast<std::int64_t>(st.corpus.validation().size())
                       ? fmt::format("the first {}", st.scale.validation_tokens)
-                      : fmt::format("all {}", st.corpus.validation().size())),
-      "bits per byte", true);
-  curves("lm_train_curves.csv", 0, "LM training loss (10-step means)", "cross-entropy (nats)",
-         true);
+                      : fmt::format("all {}", st.corpus.validation().size())) +
+          "; band: min to max",
+      "bits per byte", true, "", true, 1);
+  // The first tenth of training falls from the initial loss and would squeeze the rest: the
+  // panel starts at the first 10-step window (rows at steps 1, 11, 21, ...) from there.
+  const std::int64_t window = (std::max<std::int64_t>(1, st.scale.train.steps / 10) + 8) / 10;
+  const std::int64_t from = 1 + 10 * window;  // that window's first step
+  curves("lm_train_curves.csv", 0,
+         fmt::format("LM training loss from step {} (10-step means; band: min to max)", from),
+         "cross-entropy (bits per byte)", true, "/log(2)", false, 1 + window);
   s += "set logscale y\n";
   curves("lm_train_curves.csv", 3, "LM gradient norm before clipping (10-step means)",
-         "global gradient norm", false);
+         "global gradient norm", false, "", false, 1);
   s += "unset logscale y\n";
   s += "set title \"The tutorial's toy run, seed 42: one layer memorising 8 random vectors\"\n"
        "set xlabel 'iteration'\nset ylabel 'MSE (log scale)'\nset logscale y\n";
@@ -371,24 +388,31 @@ void draw_moe_specialisation(const Study& st) {
       }
   st.write("moe_specialisation.csv", csv);
   const int L = static_cast<int>(layers.size());
-  std::string s = preamble("moe_specialisation", 160 + 430 * L, 560);
+  std::string s = preamble("moe_specialisation", 220 + 430 * L, 560);
   std::string tics;
   for (int c = 0; c < kByteClasses; ++c)
     tics += fmt::format("{}'{}' {}", c ? ", " : "", byte_class_name(c), c);
   s += fmt::format(
       "set multiplot layout 1,{} title \"Which bytes each expert takes (seed 1's MoE LM, "
       "trained)\\nlog2 of the expert's share of a class over the class's share of all "
-      "assignments: red more often than the data has it, blue less\"\n"
+      "assignments: red more often than the data has it, blue less, grey never\"\n"
       "set palette defined (-2 '#2166ac', 0 '#f7f7f7', 2 '#b2182b')\nset cbrange [-2:2]\n"
+      "set cbtics ('≤ -2' -2, '-1' -1, '0' 0, '+1' 1, '≥ +2' 2)\n"
       "set xtics ({}) rotate by -40\nset ytics 1\nset xrange [-0.5:{}]\nunset grid\n"
-      "set xlabel ''\nset ylabel 'expert'\n",
+      "set xlabel 'byte class'\nset ylabel 'expert'\n"
+      // A class an expert never takes is drawn as no cell, over a grey ground.
+      "set object 1 rect from graph 0, graph 0 to graph 1, graph 1 fc rgb '#9e9e9e' "
+      "fs solid 1.0 noborder behind\n",
       std::max(1, L), tics, kByteClasses - 0.5);
   for (int l = 0; l < L; ++l)
     s += fmt::format(
-        "set title 'layer {} (I(expert; class) = {:.3f} bits)'\nset yrange [-0.5:{}]\n"
-        "plot 'moe_specialisation.csv' index {} using 3:2:6 with image notitle\n",
+        "set title 'layer {} (I(expert; class) = {:.3f} bits)'\nset yrange [-0.5:{}]\n{}"
+        "plot 'moe_specialisation.csv' index {} using 3:2:($4 == 0 && $5 > 0 ? NaN : $6) "
+        "with image notitle\n",
         l, layers[static_cast<std::size_t>(l)].mutual_information_bits(),
-        layers[static_cast<std::size_t>(l)].experts - 0.5, l);
+        layers[static_cast<std::size_t>(l)].experts - 0.5,
+        // One colour bar, beside the last layer.
+        l + 1 < L ? "unset colorbox\n" : "set colorbox\nset cblabel 'log2 lift'\nset rmargin 14\n", l);
   s += "unset multiplot\n";
   render_figure(st.dir, "moe_specialisation", s);
 }
@@ -406,13 +430,20 @@ void draw_sweep(const Study& st) {
 
 namespace {
 
+// What a panel's names must not cover besides the points: a horizontal reference line (at
+// `line_y` when `has_line`, from x_lo to x_hi).
+struct Obstacles {
+  bool has_line = false;
+  double line_y = 0, x_lo = 0, x_hi = 0;
+};
+
 // Where each point's name goes: right of the point, or the nearest line below or above it
-// where its box meets no other name and no other point (gnuplot puts a label where it is told,
-// over anything). Coordinates are the axes' units; `char_w` and `line_h` are a character's width
-// and a line's height in them.
+// where its box meets no other name, no point and not the reference line (gnuplot puts a
+// label where it is told, over anything). Coordinates are the axes' units;
+// `char_w` and `line_h` are a character's width and a line's height in them.
 std::vector<double> label_rows(const std::vector<double>& x, const std::vector<double>& y,
                                const std::vector<std::size_t>& chars, double gap, double char_w,
-                               double line_h) {
+                               double line_h, const Obstacles& avoid) {
   struct Box {
     double x0, x1, y0, y1;
     bool meets(const Box& o) const { return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1; }
@@ -420,6 +451,8 @@ std::vector<double> label_rows(const std::vector<double>& x, const std::vector<d
   std::vector<Box> taken;
   for (std::size_t i = 0; i < x.size(); ++i)  // the points' markers
     taken.push_back({x[i] - char_w, x[i] + char_w, y[i] - line_h / 2, y[i] + line_h / 2});
+  if (avoid.has_line)
+    taken.push_back({avoid.x_lo, avoid.x_hi, avoid.line_y - line_h / 8, avoid.line_y + line_h / 8});
   std::vector<std::size_t> order(x.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return y[a] > y[b]; });
@@ -445,9 +478,12 @@ std::vector<double> label_rows(const std::vector<double>& x, const std::vector<d
 }  // namespace
 
 // A scatter panel's x range (room on the right for names) and its point labels, each where it
-// meets no other name, as gnuplot commands ("set xrange" and the labels; y range [lo, hi]).
+// meets no other name and nothing of `avoid`, as gnuplot commands ("set xrange", the labels,
+// and a thin line from a name moved off its point's height back to the point; y range
+// [lo, hi]).
 std::string labelled_points(const std::vector<double>& x, const std::vector<double>& y,
-                            const std::vector<std::string>& names, double lo, double hi) {
+                            const std::vector<std::string>& names, double lo, double hi,
+                            Obstacles avoid = {}) {
   const double x_lo = *std::min_element(x.begin(), x.end());
   const double x_hi = *std::max_element(x.begin(), x.end());
   const double xspan = std::max(x_hi - x_lo, 0.05 * std::max(std::abs(x_hi), 1e-3));
@@ -457,12 +493,19 @@ std::string labelled_points(const std::vector<double>& x, const std::vector<doub
   const double gap = (right - left) * 9.0 / 600;
   std::vector<std::size_t> chars;
   for (const std::string& n : names) chars.push_back(n.size());
+  avoid.x_lo = left;
+  avoid.x_hi = right;
+  const double line_h = (hi - lo) * 16.0 / 440;
   const std::vector<double> row =
-      label_rows(x, y, chars, gap, (right - left) * 6.0 / 600, (hi - lo) * 16.0 / 440);
-  std::string s =
-      fmt::format("set xrange [{}:{}]\nset yrange [{}:{}]\nunset label\n", left, right, lo, hi);
-  for (std::size_t i = 0; i < names.size(); ++i)
+      label_rows(x, y, chars, gap, (right - left) * 6.0 / 600, line_h, avoid);
+  std::string s = fmt::format("set xrange [{}:{}]\nset yrange [{}:{}]\nunset label\nunset arrow\n",
+                              left, right, lo, hi);
+  for (std::size_t i = 0; i < names.size(); ++i) {
     s += fmt::format("set label '{}' at {},{} left font ',9'\n", names[i], x[i] + gap, row[i]);
+    if (std::abs(row[i] - y[i]) > line_h / 4)
+      s += fmt::format("set arrow from {},{} to {},{} nohead lw 1 lc rgb '#909090'\n",
+                       x[i] + gap * 0.9, row[i], x[i] + gap * 0.3, y[i]);
+  }
   return s;
 }
 
@@ -482,30 +525,67 @@ void draw_moe_pareto(const Study& st) {
   const double yspan = std::max(hi - lo, 1e-3);
   lo -= 0.08 * yspan;
   hi += 0.12 * yspan;
-  // Dense points blue, MoE red; each labelled with its name where it meets no other.
+  // Dense points blue, MoE red; each labelled with its name where it meets no other. Points
+  // of one cost (the dense variants share ReLU's parameters by design) are drawn side by side,
+  // a little apart, so that each bar stays its own; the CSV keeps the exact costs.
   auto panel = [&](int column, const std::string& xlabel, const std::string& title) {
     std::vector<double> x, y;
     std::vector<std::string> names;
+    Obstacles zero_line;  // ReLU's dashed line at 0
+    zero_line.has_line = true;
     for (const auto& p : points) {
       x.push_back((column == 2 ? static_cast<double>(p.params) : p.forward_flops) / 1e6);
       y.push_back(p.difference);
       names.push_back(p.name);
     }
+    const auto [x_min, x_max] = std::minmax_element(x.begin(), x.end());
+    const double span = std::max(*x_max - *x_min, 0.05 * std::max(std::abs(*x_max), 1e-3));
+    std::vector<double> drawn = x;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::vector<std::size_t> same;  // the points at this point's cost, in order
+      for (std::size_t k = 0; k < x.size(); ++k)
+        if (std::abs(x[k] - x[i]) <= 0.01 * span) same.push_back(k);
+      const auto at = static_cast<double>(std::find(same.begin(), same.end(), i) - same.begin());
+      drawn[i] = x[i] + (at - 0.5 * static_cast<double>(same.size() - 1)) * 0.04 * span;
+    }
+    const std::string block = fmt::format("$costs{}", column);
+    s += block + " << EOD\n";
+    for (std::size_t i = 0; i < points.size(); ++i)
+      s += fmt::format("{},{},{},{},{}\n", drawn[i], points[i].difference, points[i].low,
+                       points[i].high, points[i].moe ? "moe" : "dense");
+    s += "EOD\n";
     s += fmt::format("set title '{}'\nset xlabel '{}'\n", title, xlabel);
-    s += labelled_points(x, y, names, lo, hi);
+    s += labelled_points(drawn, y, names, lo, hi, zero_line);
     s += fmt::format(
         "plot 0 with lines lc rgb '#808080' dt 2 title 'ReLU (the reference)', "
-        "'moe_pareto.csv' every ::1 using (${0}/1e6):(strcol(6) eq 'dense' ? $7 : 1/0):8:9 "
+        "{0} using 1:(strcol(5) eq 'dense' ? $2 : 1/0):3:4 "
         "with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4' title 'dense', "
-        "'' every ::1 using (${0}/1e6):(strcol(6) eq 'moe' ? $7 : 1/0):8:9 with yerrorbars pt 5 "
+        "{0} using 1:(strcol(5) eq 'moe' ? $2 : 1/0):3:4 with yerrorbars pt 5 "
         "ps 1.2 lc rgb '#d62728' title 'MoE'\n",
-        column);
+        block);
   };
-  panel(2, "LM parameters (millions)", "Against parameters");
+  panel(2, "LM parameters (millions; points of one cost drawn side by side)", "Against parameters");
   panel(3, "LM forward FLOPs per token (millions)", "Against compute per token");
   s += "unset multiplot\n";
   render_figure(st.dir, "moe_pareto", s);
 }
+
+namespace {
+// A routing family as the figure names it: the words of the report's prose rather than the
+// config's identifier ("relu" would read as the ReLU FFN).
+std::string family_title(const std::string& name) {
+  static const std::map<std::string, std::string> kTitles{{"topk", "top-k"},
+                                                          {"top_p", "top-p"},
+                                                          {"relu", "ReLU routing"},
+                                                          {"moe_pp", "MoE++"},
+                                                          {"hash", "hash"},
+                                                          {"base", "BASE layers"},
+                                                          {"expert_choice", "expert choice"},
+                                                          {"soft", "Soft MoE"}};
+  const auto t = kTitles.find(name);
+  return t == kTitles.end() ? name : t->second;
+}
+}  // namespace
 
 void draw_routing_families(const Study& st) {
   const RoutingResult& r = *st.results.routing;
@@ -534,7 +614,7 @@ void draw_routing_families(const Study& st) {
       if (row.name == "topk") topk = row.outcome.mean;
       x.push_back(row.active_forward_flops / 1e6);
       y.push_back(row.outcome.mean);
-      names.push_back(row.name);
+      names.push_back(family_title(row.name));
       const double sd = std::isfinite(row.outcome.std) ? row.outcome.std : 0.0;
       lo = std::min(lo, row.outcome.mean - sd);
       hi = std::max(hi, row.outcome.mean + sd);

@@ -247,7 +247,7 @@ struct MoEAxesResult {
     double difference = 0, low = 0, high = 0;
   };
   std::vector<Point> pareto;
-  std::string pareto_csv() const;  // moe_pareto.csv, which the figure reads
+  std::string pareto_csv() const;  // moe_pareto.csv, the figure's data
   // Top-2 at equal compute − equal parameters, paired by seed (trained with --full only).
   std::optional<VariantOutcome> compute_vs_params;
   const MoEAxisRow* find(std::string_view name) const;
