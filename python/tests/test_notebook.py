@@ -1,6 +1,8 @@
 """examples/FFN_Evolution.ipynb runs top to bottom (headless, its quick settings), so that it
-cannot rot: every cell executes without error and the study's cell prints every variant."""
+cannot rot: every cell executes without error, the cost cell prints the tutorial's parameter
+counts, and the study's cell prints a line per variant."""
 import pathlib
+import re
 
 import nbclient  # python3-nbclient, python3-ipykernel (scripts/install-deps.sh)
 import nbformat
@@ -25,11 +27,33 @@ def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
+
+    def output_of(marker):  # the text of the one code cell whose source holds `marker`
+        cells = [cell for cell in nb.cells if cell.cell_type == "code" and marker in cell.source]
+        assert len(cells) == 1, marker
+        return "".join(out.get("text", "") for out in cells[0].outputs)
+
     text = "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                      for out in cell.outputs)
-    for variant in ("relu", "swiglu", "moe"):  # the study cell's lines: mean ± std and verdict
-        assert f"\n{variant:10} " in "\n" + text and " bits/byte   " in text, variant
-    assert "reference" in text and "best at equal parameters:" in text
+    # The tutorial's configuration (d_model 512, d_ff 2048, biases): its parameter counts, and
+    # MoE top-2 at twice ReLU's forward work.
+    costs = output_of("ffnlab.params(")
+    for variant, params in (("relu", "2,099,712"), ("glu", "3,150,336"), ("gated", "9,454,080"),
+                            ("moe", "16,801,800")):
+        assert re.search(rf"^{variant} +{params} ", costs, re.M), (variant, costs)
+    assert re.search(r"^moe .* 2\.00 +\d", costs, re.M), costs
+    # The study cell: one line per default variant with its width, mean ± std and verdict.
+    study = output_of('ffnlab.evolve("ffn_evolution_report"')
+    for variant in ("relu", "gelu", "glu", "swiglu", "gated", "moe"):
+        assert re.search(rf"^{variant} +d_ff +\d+ +[\d,]+ params +\d\.\d{{4}} ± \d\.\d{{4}} "
+                         r"bits/byte +(reference|better|worse|equivalent|inconclusive)",
+                         study, re.M), (variant, study[-2000:])
+    assert re.search(r"^relu .* reference$", study, re.M)
+    assert "best at equal parameters:" in text
+    # Sparsity and expert load: a row per variant, a line per balancing setting.
+    assert re.search(r"^relu +\d+\.\d% +\d+\.\d% +\d+ of \d+$", output_of('"sparsity"'), re.M)
+    for setting in ("none", "loss", "bias"):
+        assert f"MoE, balancing {setting:4}: load CV" in text, setting
     assert "validation:" in text and "bits/byte" in text
     assert (tmp_path / "ffn_evolution_report" / "REPORT.md").exists()
     # The ladder's cell: a trend line per task and variant, and its report.
@@ -47,8 +71,12 @@ def test_the_committed_notebook_holds_its_outputs_and_figures():
         "run scripts/execute_notebook.py: a code cell was never executed"
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), \
         "the cells ran out of order"
-    figures = [cell for cell in code if "plt.show()" in cell.source]
-    assert figures
+    figures = [cell for cell in code if "plt.subplots(" in cell.source]
+    assert figures and all("plt.show()" in cell.source for cell in figures)
     for cell in figures:
         assert any("image/png" in out.get("data", {}) for out in cell.outputs), cell.source[:60]
     assert not any(out.get("output_type") == "error" for cell in code for out in cell.outputs)
+    # Outputs of the current code: what the study prints from Python names Python's arguments,
+    # never the command line's flags.
+    text = "".join(out.get("text", "") for cell in code for out in cell.outputs)
+    assert not re.search(r"--[a-z]", text), re.search(r".*--[a-z].*", text).group(0)
