@@ -13,11 +13,13 @@ using namespace ffnlab::test;
 namespace {
 const char* kSmall =
     "bench --quick --variants relu,swiglu,moe --tokens 1,8 --shape 64,96 "
-    "--decode-shape 64,128 --budget 0.002 --no-torch --bandwidth-mib 32";
+    "--budget 0.002 --no-torch --bandwidth-mib 32";
+// Its decode table at a small shape (a decode flag beside --no-decode is refused).
+const char* kDecode = " --decode-shape 64,128";
 }  // namespace
 
 TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
-  const auto r = run(std::string(kSmall) + " --dtypes f32,bf16 --json");
+  const auto r = run(std::string(kSmall) + kDecode + " --dtypes f32,bf16 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["machine"]["read_bandwidth_bytes_per_s"].get<double>(), 1e8);
@@ -96,15 +98,17 @@ TEST_F(Cli, BenchJsonHoldsEveryCaseAndTheBytesADecodeReads) {
 
 // --kernels times the few-token kernels of each instruction set asked for, side by side.
 TEST_F(Cli, BenchDecodeTimesEachKernelSetAskedFor) {
-  const auto r = run(std::string(kSmall) + " --dtypes f32 --routings none --kernels portable," +
-                     enum_name(supported_few_rows_isas().back()) + " --json");
+  const auto r =
+      run(std::string(kSmall) + kDecode + " --dtypes f32 --routings none --kernels portable," +
+          enum_name(supported_few_rows_isas().back()) + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["decode"].size(), 8u);  // {swiglu, moe} x {f32, bf16} x 2 kernel sets
   EXPECT_EQ(j["decode"][0]["kernels"], "portable");
   EXPECT_EQ(j["decode"][1]["kernels"], enum_name(supported_few_rows_isas().back()));
   for (const auto& row : j["decode"]) EXPECT_GT(row["seconds"].get<double>(), 0.0) << row.dump();
-  expect_usage_error(run(std::string(kSmall) + " --kernels sse9"), "unknown kernel set 'sse9'");
+  expect_usage_error(run(std::string(kSmall) + kDecode + " --kernels sse9"),
+                     "unknown kernel set 'sse9'");
 }
 
 TEST_F(Cli, BenchPrintsTablesAndProgress) {

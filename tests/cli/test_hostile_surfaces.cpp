@@ -271,6 +271,17 @@ TEST_F(HostileSurfaces, BenchInterruptedWhileWaitingForPyTorchEndsBoth) {
   const int status = finish(s);
   EXPECT_EQ(status, 130) << read(s.err);
   EXPECT_FALSE(process_exists(child)) << "the PyTorch side outlived bench";
+  // With --json the rows measured so far, and why it stopped, reach standard output.
+  fs::remove(script.string() + ".pid");
+  args.push_back("--json");
+  const Started j = start(args, dir_, {}, false);
+  ASSERT_GT(j.pid, 0);
+  ASSERT_GT(wait_for_pid_file(script.string() + ".pid"), 0) << read(j.err);
+  ::kill(j.pid, SIGINT);
+  EXPECT_EQ(finish(j), 130) << read(j.err);
+  const auto partial = nlohmann::json::parse(read(j.out));
+  EXPECT_NE(partial.value("interrupted", "").find("SIGINT"), std::string::npos) << partial.dump();
+  EXPECT_TRUE(partial.contains("machine") && partial.at("layers").is_array()) << partial.dump();
 }
 
 TEST_F(HostileSurfaces, BenchRefusesWhatItCannotRun) {
@@ -481,7 +492,7 @@ TEST_F(HostileSurfaces, BenchChecksItsPyTorchColumnAgainstPyTorchAlone) {
     EXPECT_EQ(checked, 1) << r.out;  // relu, f32, at the one token count
   }
   expect_usage_error(run(kBench + "--check-torch --no-torch"),
-                     "--check-torch: times PyTorch, which --no-torch leaves out");
+                     "--check-torch: concerns PyTorch, which --no-torch leaves out");
 }
 
 }  // namespace ffnlab::test

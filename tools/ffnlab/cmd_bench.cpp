@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -54,6 +55,7 @@ struct BenchOptions {
   // After the layer table: PyTorch's forward+backward at the largest token count timed again
   // in a process of its own, which bench waits on idle, and compared with the table's column.
   bool check_torch = false;
+  std::set<std::string> given;  // the flags given on the command line (by their long names)
 };
 
 std::vector<Precision> precision_list(const std::vector<std::string>& names) {
@@ -194,11 +196,10 @@ std::string of_peak_text(double gflops, double peak_flops) {
   return r > 1.0 ? std::string("(>pk)") : fmt::format("{:.0f}%", 100 * r);
 }
 
-json bench_layers(const BenchOptions& o, const std::vector<std::string>& variants,
+void bench_layers(const BenchOptions& o, const std::vector<std::string>& variants,
                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T,
-                  TorchWorker& torch, const Peaks& peaks) {
+                  TorchWorker& torch, const Peaks& peaks, json& rows) {
   const std::int64_t D = o.shape[0], F = o.shape[1];
-  json rows = json::array();
   if (!o.json_out) {
     fmt::print(
         "\nLayers at d_model {} and d_ff {} with bias (MoE: 8 experts of that width, top-2). Times "
@@ -265,7 +266,6 @@ json bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
               speedup(tf, s.forward_backward_s), ratio_range(ratios));
         std::fflush(stdout);
       }
-  return rows;
 }
 
 // The routing families of --routings ("all", "none" or a list).
@@ -295,19 +295,19 @@ std::vector<std::string> routing_list(const std::string& names) {
 // sequences of o.sequence tokens: forward+backward against the bare products of the rows its
 // experts ran. Token counts that are not whole sequences are left out (expert choice and Soft
 // MoE route whole sequences; the table keeps one set of rows for all families).
-json bench_routing(const BenchOptions& o, const std::vector<std::string>& families,
-                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T) {
+void bench_routing(const BenchOptions& o, const std::vector<std::string>& families,
+                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T,
+                   json& rows) {
   const std::int64_t D = o.shape[0], F = o.shape[1], S = o.sequence;
   std::vector<std::int64_t> tokens;
   for (std::int64_t t : T)
     if (t % S == 0) tokens.push_back(t);
-  json rows = json::array();
   if (tokens.empty()) {
     note(
         fmt::format("bench: no routing table: no token count of --tokens is a multiple of the "
                     "sequence ({})",
                     S));
-    return rows;
+    return;
   }
   const FFNConfig base = variant_config("moe", D, F, true);
   if (!o.json_out) {
@@ -349,7 +349,6 @@ json bench_routing(const BenchOptions& o, const std::vector<std::string>& famili
               s.noisy() ? "  (noisy: not a finding)" : "");
         std::fflush(stdout);
       }
-  return rows;
 }
 
 // --kernels: the instruction sets named (Usage error for a name or a set this CPU lacks); the
@@ -411,11 +410,10 @@ std::vector<std::pair<std::string, std::string>> decode_left_out(const BenchOpti
   return out;
 }
 
-json bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, TorchWorker& torch,
-                  const std::vector<std::pair<std::string, std::string>>& left_out) {
+void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, TorchWorker& torch,
+                  const std::vector<std::pair<std::string, std::string>>& left_out, json& rows) {
   const std::int64_t D = o.decode_shape[0], F = o.decode_shape[1];
   const FewRowsIsa in_use = few_rows_isa();
-  json rows = json::array();
   if (!o.json_out)
     fmt::print(
         "\nDecode (inference forward) at d_model {}, d_ff {}, no bias: SwiGLU, and an MoE of 8 "
@@ -505,7 +503,6 @@ json bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
     }
     if (torch.available()) (void)torch.ask({{"free", true}});
   }
-  return rows;
 }
 
 // bench's PyTorch column against PyTorch timed alone: for each variant and precision at the
@@ -564,11 +561,25 @@ void run_bench(BenchOptions o) {
   const auto& tokens = o.tokens;
   const auto routings = routing_list(o.routings);
   const auto kernels = kernel_list(o.kernel_sets);
-  if (o.check_torch && !o.torch)
-    throw UsageError("[bench] --check-torch: times PyTorch, which --no-torch leaves out");
-  if (!o.decode && !o.kernel_sets.empty())
-    throw UsageError(
-        "[bench] --kernels: times the decode table's kernels, which --no-decode skips");
+  // A flag for a part that another flag leaves out means nothing: refused.
+  const auto given = [&](const char* flag) { return o.given.count(flag) > 0; };
+  for (const char* flag : {"--check-torch", "--python", "--torch-script", "--torch-timeout"})
+    if (!o.torch && given(flag))
+      throw UsageError(
+          fmt::format("[bench] {}: concerns PyTorch, which --no-torch leaves out", flag));
+  for (const char* flag : {"--kernels", "--decode-shape"})
+    if (!o.decode && given(flag))
+      throw UsageError(
+          fmt::format("[bench] {}: concerns the decode table, which --no-decode skips", flag));
+  if (routings.empty() && given("--sequence"))
+    throw UsageError("[bench] --sequence: concerns the routing table, which --routings none skips");
+  // A routing table asked for by name must have rows: a token count of whole sequences.
+  if (given("--routings") && !routings.empty() &&
+      std::none_of(tokens.begin(), tokens.end(), [&](auto t) { return t % o.sequence == 0; }))
+    throw UsageError(fmt::format(
+        "[bench] --routings: no token count of --tokens is a multiple of --sequence {}, so the "
+        "routing table would be empty",
+        o.sequence));
 
   // Every layer the tables build: the variants', and the routing table's MoE of each family.
   std::vector<std::pair<std::string, FFNConfig>> layers;
@@ -675,12 +686,25 @@ void run_bench(BenchOptions o) {
                                  torch.hello().runtime.empty() ? "runtime not reported"
                                                                : torch.hello().runtime)
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
-  out["layers"] = bench_layers(o, variants, precisions, tokens, torch, peaks);
-  if (!routings.empty()) out["routing"] = bench_routing(o, routings, precisions, tokens);
-  if (o.decode) out["decode"] = bench_decode(o, kernels, torch, decode_skipped);
-  if (o.check_torch && torch.available()) {
-    torch.stop("done");  // the check's PyTorch runs alone
-    check_torch_column(o, script, out["layers"]);
+  // Each table appends its rows as they are measured: a stop keeps what was (with --json, the
+  // rows so far are printed with "interrupted" before the exit).
+  out["layers"] = json::array();
+  if (!routings.empty()) out["routing"] = json::array();
+  if (o.decode) out["decode"] = json::array();
+  try {
+    bench_layers(o, variants, precisions, tokens, torch, peaks, out["layers"]);
+    if (!routings.empty()) bench_routing(o, routings, precisions, tokens, out["routing"]);
+    if (o.decode) bench_decode(o, kernels, torch, decode_skipped, out["decode"]);
+    if (o.check_torch && torch.available()) {
+      torch.stop("done");  // the check's PyTorch runs alone
+      check_torch_column(o, script, out["layers"]);
+    }
+  } catch (const Interrupted& e) {
+    if (o.json_out) {
+      out["interrupted"] = e.what();
+      fmt::print("{}\n", out.dump(2));
+    }
+    throw;
   }
   if (o.json_out) fmt::print("{}\n", out.dump(2));
 }
@@ -780,6 +804,9 @@ void add_bench_command(CLI::App& app) {
       if (cmd->count("--bandwidth-mib") == 0) run.bandwidth_mib = 256;
     }
     run.decode_shape_given = cmd->count("--decode-shape") > 0;
+    for (const CLI::Option* flag : cmd->get_options())
+      if (flag->count() > 0 && !flag->get_lnames().empty())
+        run.given.insert("--" + flag->get_lnames().front());
     run_bench(run);
   });
 }
