@@ -116,6 +116,7 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
       {train + " --lr inf", 2, "--lr"},
       {train + " --val-fraction 1", 2, "--val-fraction"},
       {train + " --dropout 1", 2, "--dropout"},
+      {"toy --dropout 0.99999999", 2, "--dropout: '0.99999999' is not a number in [0, 1)"},
       {train + " --steps -5", 2, "--steps"},
       {"run --input {dir}/text", 2, "--config"},
       {"evolve --steps 0 --out {dir}/out", 2, "--steps: '0' is not an integer in [1, 1000000000]"},

@@ -157,8 +157,12 @@ CLI::Validator real_in(double lo, double hi, bool hi_open, bool lo_open) {
       [lo, hi, hi_open, lo_open, range](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
+        // An open bound holds in single precision too, where most settings live: 0.99999999
+        // would become 1.0f, past "below 1".
+        const auto f = static_cast<double>(static_cast<float>(v));
         const bool ok = !text.empty() && end == text.c_str() + text.size() && std::isfinite(v) &&
-                        (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+                        (lo_open ? v > lo && f > lo : v >= lo) &&
+                        (hi_open ? v < hi && f < hi : v <= hi);
         if (!ok) return fmt::format("'{}' is not a number in {}", text.substr(0, 40), range);
         return {};
       },
