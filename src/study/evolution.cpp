@@ -16,6 +16,11 @@ namespace ffnlab::study {
 
 namespace {
 
+// After a verdict of a --quick run: its models are too small for it to be a finding.
+std::string quick_caveat(const Options& options) {
+  return options.quick ? " (in this --quick run: not a finding)" : "";
+}
+
 // "worse than ReLU", "undecided against ReLU by these seeds": the verdict alone, whose
 // numbers the summary gives.
 std::string measured(const VariantOutcome* o, const Options& options) {
@@ -25,9 +30,9 @@ std::string measured(const VariantOutcome* o, const Options& options) {
   switch (o->verdict) {
     case Verdict::better:
     case Verdict::worse:
-      return verdict_text(o->verdict);
+      return std::string(verdict_text(o->verdict)) + quick_caveat(options);
     case Verdict::equivalent:
-      return "equivalent to ReLU within the margin";
+      return "equivalent to ReLU within the margin" + quick_caveat(options);
     case Verdict::reference:
       return "the reference";
     default:
@@ -140,8 +145,11 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
       !t.find("gated")                              ? ""
       : t.find("gated")->verdict == Verdict::better ? " Here the split paid, so this run does not "
                                                       "explain why the field left it aside."
-                                                    : " The split bought nothing measurable here, "
-                                                      "which fits the field leaving it aside.");
+      : t.find("gated")->verdict == Verdict::worse ||
+              t.find("gated")->verdict == Verdict::equivalent
+          ? " The split bought nothing here, which fits the field leaving it aside."
+          : " These seeds do not decide it, so this run neither explains nor questions why the "
+            "field left it aside.");
   const VariantOutcome* moe = t.find("moe");
   const MoEAxisRow* fine = r.moe_axes ? r.moe_axes->find(kHeadlineMoE) : nullptr;
   const MoEAxisRow* topk = r.moe_axes ? r.moe_axes->find("moe_compute") : nullptr;
@@ -265,7 +273,7 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
          "below 100M ReLU or GELU, 100M–1B GELU, 1B–10B GELU or GLU, 10B–100B GLU or gated, "
          "above 100B MoE",
          "not measured: one size (`--sizes` trains a ladder)",
-         fmt::format("one LM ({}); the field's real models ({}) chose SwiGLU from 7B down",
+         fmt::format("one LM ({}); the field's real models ({}) chose SwiGLU from 7B up",
                      sec.ref("limitations"), sec.ref("zoo"))});
   }
   if (const auto* row = measured_row("task")) {

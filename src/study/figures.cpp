@@ -1,5 +1,7 @@
 // The study's figures: each a gnuplot script over the CSV its stage wrote beside it
-// (report/figure.hpp). The stage table (stages.cpp) names each figure's stage.
+// (report/figure.hpp); moe_pareto draws its points from data inline in the script (moved apart
+// where costs coincide), its CSV keeping the exact costs. The stage table (stages.cpp) names each
+// figure's stage.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -98,18 +100,21 @@ void draw_training_dynamics(const Study& st) {
     s += fmt::format("set title '{}'\nset xlabel 'optimizer step'\nset ylabel '{}'\n", title,
                      ylabel);
     s += "set key top right\n";
+    // A 10-step mean stands at its window's middle (the CSV names the window's first step).
+    const std::string x = file == "lm_train_curves.csv" ? "($1+4.5)" : "1";
     std::string plot = "plot ";
     for (std::size_t i = 0; i < st.options.variants.size(); ++i) {
       const int base = 2 + 4 * static_cast<int>(i);
       const std::string& v = st.options.variants[i];
       if (band)
         plot += fmt::format(
-            "'{}' every ::{} using 1:(${}{}):(${}{}) with filledcurves lc rgb '{}' fs "
+            "'{}' every ::{} using {}:(${}{}):(${}{}) with filledcurves lc rgb '{}' fs "
             "transparent solid 0.15 notitle, ",
-            file, first, base + 1, scale, base + 2, scale, colour(i));
+            file, first, x, base + 1, scale, base + 2, scale, colour(i));
       plot += fmt::format(
-          "'{}' every ::{} using 1:(${}{}) with {} lw 2 dt {} lc rgb '{}' title '{} ({} seed{})'{}",
-          file, first, base + col_offset, scale, points ? "linespoints pt 7 ps 0.8" : "lines",
+          "'{}' every ::{} using {}:(${}{}) with {} lw 2 dt {} lc rgb '{}' title '{} ({} "
+          "seed{})'{}",
+          file, first, x, base + col_offset, scale, points ? "linespoints pt 7 ps 0.8" : "lines",
           1 + i % 5, colour(i), v, seeds[v], seeds[v] == 1 ? "" : "s",
           i + 1 < st.options.variants.size() ? ", " : "\n");
     }
@@ -379,11 +384,12 @@ void draw_moe_specialisation(const Study& st) {
     for (int e = 0; e < layers[l].experts; ++e)
       for (int c = 0; c < kByteClasses; ++c) {
         const double share = layers[l].share(e, c), base = layers[l].base_share(c);
-        // A class the census never saw, or an expert no token reached: no preference (white).
+        // A class the census never saw: no preference (white). A share of 0 (a class the expert
+        // never takes, or an expert no token reached) is drawn grey; its lift is clamped.
         const double lift = base == 0 || layers[l].of_expert(e) == 0 ? 0.0
                             : share > 0                              ? std::log2(share / base)
                                                                      : -4.0;
-        csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.4f}\n", l, e, c, share, base,
+        csv += fmt::format("{},{},{},{:.6g},{:.6g},{:.4f}\n", l, e, c, share, base,
                            std::max(-4.0, std::min(4.0, lift)));
       }
   st.write("moe_specialisation.csv", csv);
@@ -412,7 +418,8 @@ void draw_moe_specialisation(const Study& st) {
         l, layers[static_cast<std::size_t>(l)].mutual_information_bits(),
         layers[static_cast<std::size_t>(l)].experts - 0.5,
         // One colour bar, beside the last layer.
-        l + 1 < L ? "unset colorbox\n" : "set colorbox\nset cblabel 'log2 lift'\nset rmargin 14\n", l);
+        l + 1 < L ? "unset colorbox\n" : "set colorbox\nset cblabel 'log2 lift'\nset rmargin 14\n",
+        l);
   s += "unset multiplot\n";
   render_figure(st.dir, "moe_specialisation", s);
 }
@@ -540,13 +547,16 @@ void draw_moe_pareto(const Study& st) {
     }
     const auto [x_min, x_max] = std::minmax_element(x.begin(), x.end());
     const double span = std::max(*x_max - *x_min, 0.05 * std::max(std::abs(*x_max), 1e-3));
+    // Costs within 1 % of the span would be drawn on top of each other: they are moved apart,
+    // in the order of their costs (then the CSV's).
     std::vector<double> drawn = x;
     for (std::size_t i = 0; i < x.size(); ++i) {
-      std::vector<std::size_t> same;  // the points at this point's cost, in order
+      std::vector<std::size_t> same;
       for (std::size_t k = 0; k < x.size(); ++k)
         if (std::abs(x[k] - x[i]) <= 0.01 * span) same.push_back(k);
+      std::stable_sort(same.begin(), same.end(), [&](auto a, auto b) { return x[a] < x[b]; });
       const auto at = static_cast<double>(std::find(same.begin(), same.end(), i) - same.begin());
-      drawn[i] = x[i] + (at - 0.5 * static_cast<double>(same.size() - 1)) * 0.04 * span;
+      drawn[i] = x[i] + (at - 0.5 * static_cast<double>(same.size() - 1)) * 0.03 * span;
     }
     const std::string block = fmt::format("$costs{}", column);
     s += block + " << EOD\n";
@@ -565,7 +575,8 @@ void draw_moe_pareto(const Study& st) {
         block);
   };
   panel(2, "LM parameters (millions; points of one cost drawn side by side)", "Against parameters");
-  panel(3, "LM forward FLOPs per token (millions)", "Against compute per token");
+  panel(3, "LM forward FLOPs per token (millions; points of one cost drawn side by side)",
+        "Against compute per token");
   s += "unset multiplot\n";
   render_figure(st.dir, "moe_pareto", s);
 }
@@ -644,7 +655,7 @@ void draw_routing_families(const Study& st) {
         "{1} pt 5 ps 1.4 lc rgb '#d62728' title 'top-k (the reference)'{2}\n",
         objective, style,
         banded ? fmt::format(", NaN with filledcurves fc rgb '#e0e0e0' title 'top-k ± {:.3f}: "
-                             "the paired spread of two seeds'",
+                             "one seed''s paired spread'",
                              band)
                : "");
   };

@@ -846,7 +846,8 @@ std::string references_markdown(const Study&, const Sections&) {
       "Mixture-of-Experts Layer*, ICLR, arXiv:1701.06538 — top-k gating with noise.",
       "Lepikhin et al. 2021, *GShard*, ICLR, arXiv:2006.16668 — top-2 routing, expert capacity, "
       "the load-balancing loss.",
-      "Fedus, Zoph and Shazeer 2022, *Switch Transformers*, JMLR 23, arXiv:2101.03961 — top-1 "
+      "Fedus, Zoph and Shazeer 2021, *Switch Transformers*, arXiv:2101.03961 (JMLR 23, 2022) — "
+      "top-1 "
       "routing, the capacity factor, the balancing loss with coefficient 0.01.",
       "Zoph et al. 2022, *ST-MoE*, arXiv:2202.08906 — the router z-loss.",
       "Jiang et al. 2024, *Mixtral of Experts*, arXiv:2401.04088 — 8 SwiGLU experts, top-2.",
@@ -918,7 +919,7 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
   std::string md = fmt::format(
       "What this run can and cannot say, from its own numbers:\n\n"
       "- **Scale.** The LM has {} parameters (with ReLU's FFN) and trains {} steps of {} × {} "
-      "bytes: {} training tokens, {:.2f} passes over the {} training bytes. This measures early "
+      "bytes: {} training tokens, {:.3g} passes over the {} training bytes. This measures early "
       "training: ",
       thousands(relu ? relu->params : 0), t.train.steps, t.train.batch, t.train.seq,
       thousands(tokens),

@@ -58,8 +58,9 @@ const std::vector<Stage>& stages() {
        training_markdown,
        {{"training_dynamics", draw_training_dynamics,
          "validation at the periodic evaluations, on a part of the validation data (so its last "
-         "values differ from the tables'), training loss and gradient norm, means over seeds "
-         "with min-to-max bands; the tutorial's toy run"}}},
+         "values differ from the tables'), and training loss in bits per byte from a tenth of "
+         "the steps on, each the mean over the variant's seeds with a min-to-max band; the "
+         "gradient norm (mean over seeds); the tutorial's toy run"}}},
       {"sparsity",
        "Activation sparsity",
        true,
@@ -91,8 +92,9 @@ const std::vector<Stage>& stages() {
          "near the dashed 1/E and where one expert takes over"},
         {"moe_specialisation", draw_moe_specialisation,
          "which bytes each expert takes in seed 1's trained MoE LM, per layer: red where an "
-         "expert takes a class more often than the data has it, blue where less; the panel "
-         "titles give the mutual information between expert and byte class"}}},
+         "expert takes a class more often than the data has it, blue where less, grey where "
+         "never (an expert no token reached is a grey row); the panel titles give the mutual "
+         "information between expert and byte class"}}},
       {"moe_axes",
        "MoE at equal compute",
        true,
@@ -104,8 +106,8 @@ const std::vector<Stage>& stages() {
          "each FFN's validation minus ReLU's, paired by seed, with the interval its verdict rests "
          "on (a bar wholly below the dashed line at 0 is better than ReLU, wholly above it "
          "worse), against the LM's parameters (left) and its forward FLOPs per token (right): the "
-         "dense variants share one cost, and MoE at equal compute moves right in the first panel "
-         "only"}}},
+         "dense variants have about ReLU's parameters (points of one cost are drawn side by side), "
+         "and MoE at equal compute moves right in the first panel only"}}},
       {"routing",
        "Routing families",
        true,
@@ -117,8 +119,9 @@ const std::vector<Stage>& stages() {
          "validation against the LM's forward FLOPs per token at the experts a token actually "
          "ran, per routing family (the mean over seeds, ± one standard deviation when there are "
          "several); with --full, the masked objective in a second panel. The grey band around "
-         "top-k is the spread of a paired difference between two seeds in this run: a family "
-         "inside it is not told apart from top-k"}}},
+         "top-k is ± one standard deviation of a single seed's paired difference (the run's "
+         "comparisons with ReLU, pooled): a family inside it differs from top-k by less than one "
+         "seed's luck, and one seed alone never tells a family apart"}}},
       // Unnumbered, like the sweep: it runs only with --sizes or --tasks, and the sections
       // after it keep their numbers either way.
       {"scaling",

@@ -56,7 +56,7 @@ Scale make_scale(const Options& o) {
   // 600 steps: by then every variant is past the loss plateau of early training (at 400 the runs
   // are still leaving it, at different steps per seed, and the seeds spread accordingly).
   s.train.steps = o.steps > 0 ? o.steps : (o.quick ? 40 : 600);
-  // A quarter of the steps: with a tenth (50 of 600), the MoE LM stalls on every seed (layer 0's
+  // A quarter of the steps: with a tenth (50 of 600), the MoE LM stalls on most seeds (layer 0's
   // attention grows large and sharp early and drowns the byte's own embedding;
   // docs/results-training.md).
   s.train.warmup = s.train.steps / 4;

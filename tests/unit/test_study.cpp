@@ -476,7 +476,17 @@ TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
   EXPECT_NE(md.find("swiglu (a Swish gate) is better than ReLU."), std::string::npos) << md;
   // An inconclusive step is "undecided", and its reading says nothing was measured.
   EXPECT_NE(md.find("it is undecided against ReLU by these seeds"), std::string::npos) << md;
-  EXPECT_NE(md.find("bought nothing measurable here"), std::string::npos) << md;
+  EXPECT_EQ(md.find("bought nothing"), std::string::npos) << "read from an undecided gated FFN";
+  EXPECT_NE(md.find("These seeds do not decide it, so this run neither explains nor questions"),
+            std::string::npos)
+      << md;
+  // A --quick run's verdicts are said to be no finding where the steps name them.
+  study::Study quick = st;
+  quick.options.quick = true;
+  EXPECT_NE(stage("evolution")
+                .markdown(quick, study::Sections(stages()))
+                .find("GELU is worse than ReLU (in this --quick run: not a finding)."),
+            std::string::npos);
   EXPECT_NE(md.find("| swiglu | learned gate: Swish(xW) ⊙ xV | two | dense | better than ReLU |"),
             std::string::npos)
       << md;
@@ -491,7 +501,12 @@ TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
                          "gate) are better than ReLU."),
             std::string::npos)
       << grouped;
-  // A multi-branch FFN that wins is not explained away.
+  // A multi-branch FFN that loses fits the field's choice; one that wins is not explained away.
+  st.results.training->variants[3].verdict = study::Verdict::worse;
+  EXPECT_NE(stage("evolution")
+                .markdown(st, study::Sections(stages()))
+                .find("The split bought nothing here, which fits the field leaving it aside."),
+            std::string::npos);
   st.results.training->variants[3].verdict = study::Verdict::better;
   const std::string won = stage("evolution").markdown(st, study::Sections(stages()));
   EXPECT_EQ(won.find("bought nothing"), std::string::npos) << won;
