@@ -58,7 +58,8 @@ void check_same_data(const RunRequest& rq, const ResumePoint& point, const Corpu
                                rq.names.force));
 }
 
-// What an earlier run left in `dir`: "a checkpoint at step N", "a summary.json", or "".
+// What an earlier run (or anything under a run's own names, which a new run would remove or
+// write over) left in `dir`: "a checkpoint at step N", "a summary.json", ..., or "".
 std::string earlier_run(const std::string& dir) {
   const fs::path checkpoint = fs::path(dir) / "checkpoint";
   std::error_code ec;
@@ -70,7 +71,8 @@ std::string earlier_run(const std::string& dir) {
       return "a checkpoint";
     }
   }
-  if (fs::exists(fs::path(dir) / "summary.json", ec)) return "a summary.json";
+  for (const std::string& name : run_file_names())
+    if (fs::exists(fs::path(dir) / name, ec)) return "a " + name;
   return "";
 }
 

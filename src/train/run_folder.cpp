@@ -61,13 +61,26 @@ std::optional<EvalLog> eval_row(const std::string& line) {
 
 }  // namespace
 
+const std::vector<std::string>& run_file_names() {
+  static const std::vector<std::string> names{"checkpoint",    "summary.json", "sample.txt",
+                                              "train_log.csv", "eval_log.csv", "layer_log.csv"};
+  return names;
+}
+
 std::string run_folder_conflict(const std::string& dir, const std::string& data,
                                 std::string_view out_name, std::string_view data_name) {
-  if (!path_within(dir, data)) return "";
-  return fmt::format(
-      "[train] {} '{}' is or lies inside the {} '{}': the run's files would become part of its "
-      "data; choose another place",
-      out_name, dir, data_name, data);
+  if (path_within(dir, data))
+    return fmt::format(
+        "[train] {} '{}' is or lies inside the {} '{}': the run's files would become part of "
+        "its data; choose another place",
+        out_name, dir, data_name, data);
+  for (const std::string& name : run_file_names())
+    if (path_within(data, (fs::path(dir) / name).string()))
+      return fmt::format(
+          "[train] {} '{}' is or lies inside '{}', which a run in {} '{}' writes or removes; "
+          "choose another place",
+          data_name, data, (fs::path(dir) / name).string(), out_name, dir);
+  return "";
 }
 
 void open_run_folder(const std::string& dir, bool continued) {

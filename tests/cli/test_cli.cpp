@@ -473,7 +473,9 @@ TEST_F(Cli, TrainStopsWhenItsLogCannotBeWritten) {
   std::ofstream(path("text")) << training_text();
   fs::create_directories(path("full"));
   fs::create_symlink("/dev/full", path("full/train_log.csv"));
-  const auto r = run("train --data " + path("text") + kTiny + " --steps 2 --out " + path("full"));
+  // (--force: a folder holding a train_log.csv holds an earlier run to a new one.)
+  const auto r =
+      run("train --data " + path("text") + kTiny + " --steps 2 --force --out " + path("full"));
   EXPECT_EQ(r.status, 3) << r.err;
   EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(path("full/summary.json")));

@@ -117,6 +117,13 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
       {train + " --val-fraction 1", 2, "--val-fraction"},
       {train + " --dropout 1", 2, "--dropout"},
       {"toy --dropout 0.99999999", 2, "--dropout: '0.99999999' is not a number in [0, 1)"},
+      {train + " --clip 1e-50", 2, "--clip: '1e-50' is not a number in"},
+      {"run --config {dir}/text --input {dir}/text --output {dir}/y --seed 010", 2,
+       "--seed: '010' is not a non-negative decimal integer"},
+      {"run --config {dir}/text --input {dir}/text --output ''", 2,
+       "--output: an empty path names no file"},
+      {train + " --resume ''", 2, "--resume: an empty path names no file"},
+      {"train --data {dir}/text --out ''", 2, "--out: an empty path names no file"},
       {train + " --steps -5", 2, "--steps"},
       {"run --input {dir}/text", 2, "--config"},
       {"evolve --steps 0 --out {dir}/out", 2, "--steps: '0' is not an integer in [1, 1000000000]"},
@@ -406,6 +413,20 @@ TEST_F(Hardening, ResumeContinuesInItsFolderAndRefusesOtherDataOrSettings) {
       run("train --data " + path("text") + common + " --steps 2 --force --out " + path("run"));
   ASSERT_EQ(over.status, 0) << over.err;
   EXPECT_EQ(nlohmann::json::parse(read(path("run/checkpoint/checkpoint.json")))["step"], 2);
+
+  // A folder holding anything under a run's own names is not written over: not another tool's
+  // checkpoint/, and not the data itself.
+  fs::create_directories(dir_ / "theirs" / "checkpoint");
+  write("theirs/checkpoint/notes.txt", "not ffnlab's");
+  expect_usage_error(
+      run("train --data " + path("text") + common + " --steps 2 --out " + path("theirs")),
+      "holds an earlier run (a checkpoint)");
+  write("theirs/sample.txt", text_of(30));
+  expect_usage_error(run("train --data " + path("theirs/sample.txt") + common +
+                         " --steps 2 --force --out " + path("theirs")),
+                     "which a run in --out '" + path("theirs") + "' writes or removes");
+  EXPECT_EQ(read(path("theirs/checkpoint/notes.txt")), "not ffnlab's");
+  EXPECT_EQ(read(path("theirs/sample.txt")), text_of(30));
 
   // A run of no steps leaves its initial model as a checkpoint, which a resume continues.
   ASSERT_EQ(

@@ -217,21 +217,25 @@ void add_run_command(CLI::App& app) {
                   "and gate_residual [T, E] for a layer with gating_residual")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--output", o->output, "safetensors to write y into")->required();
+  cmd->add_option("--output", o->output, "safetensors to write y into")
+      ->required()
+      ->check(named_path());
   auto* dy = cmd->add_option("--grad-output", o->grad_output,
                              "safetensors holding dy, the gradient of the loss wrt y (and "
                              "optionally dlogits, that of the router logits)")
                  ->check(CLI::ExistingFile);
   auto* grads = cmd->add_option("--grads", o->grads,
                                 "safetensors to write dx and the parameter gradients into "
-                                "(names: dx, and prefix + parameter name)");
+                                "(names: dx, and prefix + parameter name)")
+                    ->check(named_path());
   dy->needs(grads);
   grads->needs(dy);
   cmd->add_option("--dtype", o->dtype, "compute precision of the products: f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seed", o->seed, "initialisation seed when no --weights")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(any_count());
   cmd->add_flag("--first-layer", o->first_layer,
                 "MoE++'s gating residual: the layer is a model's first MoE layer, which takes "
                 "no gate_residual (without it, a missing gate_residual is an error)");

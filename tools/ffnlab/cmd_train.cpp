@@ -83,9 +83,8 @@ RunRequest request_of(const TrainOptions& o, ProcessGroup* group) {
   rq.data_given = o.data_flag->count() > 0;
   rq.val_fraction = o.val_fraction;
   rq.val_fraction_given = o.val_fraction_flag->count() > 0;
-  // --resume DIR continues in DIR unless --out names another folder (an empty name is refused:
-  // to the driver it means no folder).
-  if (o.out.empty()) check_writable_dir(o.out, "train");
+  // --resume DIR continues in DIR unless --out names another folder (an empty name is refused by
+  // the flag's check: to the driver it means no folder).
   rq.out = o.resume.empty() || o.out_flag->count() > 0 ? o.out : "";
   rq.out_named = o.out_flag->count() > 0;
   rq.resume = o.resume;
@@ -155,9 +154,11 @@ void add_train_command(CLI::App& app) {
                                 "an earlier run is refused without --force. The default is a "
                                 "scratch folder each run without --out starts over in")
                     ->capture_default_str()
+                    ->check(named_path())
                     ->group(D);
   cmd->add_option("--resume", o->resume,
                   "continue the run whose output folder this is (from its checkpoint/), in it")
+      ->check(named_path())
       ->group(D);
   cmd->add_flag("--force", o->force,
                 "with --resume: continue even on other data or with other training settings; "

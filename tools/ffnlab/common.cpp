@@ -160,8 +160,9 @@ CLI::Validator real_in(double lo, double hi, bool hi_open, bool lo_open) {
         // An open bound holds in single precision too, where most settings live: 0.99999999
         // would become 1.0f, past "below 1".
         const auto f = static_cast<double>(static_cast<float>(v));
+        // Nor may a value other than 0 become 0 there (--clip 1e-50 would turn clipping off).
         const bool ok = !text.empty() && end == text.c_str() + text.size() && std::isfinite(v) &&
-                        (lo_open ? v > lo && f > lo : v >= lo) &&
+                        (v == 0 || f != 0) && (lo_open ? v > lo && f > lo : v >= lo) &&
                         (hi_open ? v < hi && f < hi : v <= hi);
         if (!ok) return fmt::format("'{}' is not a number in {}", text.substr(0, 40), range);
         return {};

@@ -183,7 +183,9 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
       shape.erase("branches");
       const FFNConfig asked_layer = config_from_json(shape);
       refuse_flags_no_layer_reads(flags_, "ffn.", {asked_layer},
-                                  "the resumed " + variant_name(asked_layer) + " layer");
+                                  flags_.given("--variant")
+                                      ? "--variant " + variant_name(asked_layer)
+                                      : "the checkpoint's " + variant_name(asked_layer) + " layer");
       if (asked_layer.kind != FFNKind::moe) m["ffn"].erase("moe");
       if (asked_layer.kind != FFNKind::multi_branch) m["ffn"].erase("branches");
       const std::string routing = m["ffn"].contains("moe") && m["ffn"]["moe"].contains("routing")
@@ -204,6 +206,8 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
       }
       asked = lm_config_from_json(m);
     }
+  } catch (const UsageError& e) {  // a flag that means nothing for that layer: a usage error
+    throw UsageError(fmt::format("[train] resuming {}: {}", resume, e.what()));
   } catch (const Error& e) {
     throw Error(fmt::format(
         "[train] resuming {}: the model flags do not fit the checkpoint's model: {} (a resumed "

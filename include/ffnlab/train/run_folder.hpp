@@ -19,8 +19,13 @@
 
 namespace ffnlab {
 
+// The names a run writes in its folder (and a new run there removes): "checkpoint" (a folder),
+// the summary, the sample and the logs.
+const std::vector<std::string>& run_file_names();
+
 // Why DIR cannot hold a run that reads `data` ("" when it can): DIR is the data or lies inside
-// it, so the run's logs would become part of its data. `out_name` and `data_name` are how the
+// it, so the run's logs would become part of its data; or the data is one of the run's own files
+// (run_file_names), which the run would write or remove. `out_name` and `data_name` are how the
 // caller's user names the two ("--out" and "--data" on the command line).
 std::string run_folder_conflict(const std::string& dir, const std::string& data,
                                 std::string_view out_name, std::string_view data_name);
