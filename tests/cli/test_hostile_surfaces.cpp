@@ -250,6 +250,17 @@ TEST_F(HostileSurfaces, BenchOutlivesABrokenPyTorchSideAndEndsIt) {
     ASSERT_GT(child, 0) << "the script never started";
     EXPECT_FALSE(process_exists(child)) << "the PyTorch side outlived bench";
   }
+  // --check-torch whose PyTorch left during the tables fails at the end: its check cannot run.
+  const fs::path mute = dir_ / "torch_mute_check.py";
+  write_script(mute, pid_line + hello + "sys.stdin.readline()\ntime.sleep(600)\n");
+  const Outcome check = run(
+      kBench + "--torch-timeout 3 --check-torch --torch-script " + mute.string(), "timeout 100 ");
+  EXPECT_EQ(check.status, 1) << check.err;
+  EXPECT_NE(check.err.find("--check-torch: PyTorch left during the tables"), std::string::npos)
+      << check.err;
+  const pid_t child = wait_for_pid_file(mute.string() + ".pid");
+  ASSERT_GT(child, 0);
+  EXPECT_FALSE(process_exists(child)) << "the PyTorch side outlived bench";
 }
 
 TEST_F(HostileSurfaces, BenchInterruptedWhileWaitingForPyTorchEndsBoth) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "commands.hpp"
@@ -611,11 +612,11 @@ void run_bench(BenchOptions o) {
   const bool holds = f32_probe.held() && nominal_peak_holds(probe, omp_get_max_threads());
   peaks.f32 = holds ? probe : 0;
   // The bf16 probe serves only when it held too (a busy stretch would inflate bf16's "of peak").
-  bool bf16_held = true;
+  std::optional<bool> bf16_held;  // (none: the probe did not run)
   if (bf16_native && holds) {
     const PeakProbe b = measure_peak_flops(true, o.quick ? 0.05 : 0.3);
     bf16_held = b.held();
-    peaks.bf16 = bf16_held ? b.flops : 0;
+    peaks.bf16 = *bf16_held ? b.flops : 0;
   } else {
     peaks.bf16 = bf16_native ? 0 : peaks.f32;
   }
@@ -629,7 +630,7 @@ void run_bench(BenchOptions o) {
                     {"peak_probe_one_thread_f32_flops_per_s", f32_probe.one_thread},
                     {"peak_probe_cores", f32_probe.cores},
                     {"peak_probe_held", f32_probe.held()},
-                    {"peak_probe_bf16_held", bf16_held},
+                    {"peak_probe_bf16_held", bf16_held ? json(*bf16_held) : json()},
                     {"nominal_f32_flops_per_s", nominal},
                     {"bf16_products", bf16_native ? "native" : "emulated"}};
   if (!f32_probe.held() && !o.json_out)
@@ -658,8 +659,9 @@ void run_bench(BenchOptions o) {
             : std::string(),
         peaks.bf16 > 0       ? fmt::format("{:.0f} bf16", peaks.bf16 / 1e9)
         : this_machine().amx ? std::string("bf16 not measured (AMX tiles outrun any vector loop)")
-        : !bf16_held ? std::string("bf16 not reported (its probe did not hold: a busy machine)")
-                     : std::string("bf16 not measured"),
+        : bf16_held == false
+            ? std::string("bf16 not reported (its probe did not hold: a busy machine)")
+            : std::string("bf16 not measured"),
         bf16_native ? "native (oneDNN)"
                     : "emulated: oneDNN has no bf16 product for this CPU, so bf16 rounds the "
                       "inputs and multiplies in f32 (same values, f32 speed)");
@@ -695,7 +697,9 @@ void run_bench(BenchOptions o) {
     bench_layers(o, variants, precisions, tokens, torch, peaks, out["layers"]);
     if (!routings.empty()) bench_routing(o, routings, precisions, tokens, out["routing"]);
     if (o.decode) bench_decode(o, kernels, torch, decode_skipped, out["decode"]);
-    if (o.check_torch && torch.available()) {
+    if (o.check_torch) {  // (PyTorch may have left during the tables: past its timeout)
+      if (!torch.available())
+        throw Error("[bench] --check-torch: PyTorch left during the tables: " + torch.why_not());
       torch.stop("done");  // the check's PyTorch runs alone
       check_torch_column(o, script, out["layers"]);
     }

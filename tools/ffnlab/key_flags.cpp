@@ -89,12 +89,14 @@ void KeyFlags::add(CLI::App& cmd, const std::vector<ConfigFlag>& rows, const std
     if (c && !c->help.empty()) e.row.help = c->help;
     if (c && c->lo) e.row.lo = *c->lo;
     CLI::Option* o = nullptr;
+    // A switch takes no value: "--untied=false" would count as given, the opposite of its word.
     if (row.value == Value::on || row.value == Value::off) {
-      o = cmd.add_flag(row.name, e.on, e.row.help);
+      o = cmd.add_flag(row.name, e.on, e.row.help)->disable_flag_override();
     } else if (row.value == Value::both) {  // --x, and --no-x for false
       if (row.name.find(',') != std::string::npos)
         throw std::logic_error("a two-sense switch has one name: " + row.name);
-      o = cmd.add_flag(row.name + ",!--no-" + row.name.substr(2), e.on, e.row.help);
+      o = cmd.add_flag(row.name + ",!--no-" + row.name.substr(2), e.on, e.row.help)
+              ->disable_flag_override();
     } else {
       std::string def = row.default_value.is_null() ? "" : shown(row.default_value);
       if (c && c->default_value) def = *c->default_value;
