@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -400,6 +401,8 @@ PYBIND11_MODULE(_ffnlab, m) {
     } catch (const Interrupted& e) {
       PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     } catch (const SystemError& e) {
+      PyErr_SetString(PyExc_OSError, e.what());
+    } catch (const std::filesystem::filesystem_error& e) {  // a path the system refused
       PyErr_SetString(PyExc_OSError, e.what());
     } catch (const Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());

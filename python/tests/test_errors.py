@@ -311,3 +311,9 @@ def test_dlogits_is_refused_by_a_layer_without_gating_residual(config):
                             "to take it")
     assert all(not g.any() for g in layer.grads().values())  # no backward ran
     layer.backward(np.ones_like(x))  # the layer is still ready for its backward
+
+
+def test_a_run_folder_the_system_cannot_look_at_is_one_error_naming_it():
+    too_long = "/tmp/" + "x" * 5000  # ENAMETOOLONG, once a RuntimeError from the filesystem
+    with pytest.raises(ValueError, match=r"^\[checkpoint\] /tmp/xxx"):
+        ffnlab.TransformerLM.from_run(too_long)

@@ -253,7 +253,9 @@ void CheckpointIO::write_info(const std::string& dir, std::int64_t step, const s
 
 json read_checkpoint_info(const std::string& dir) {
   const fs::path path = fs::path(dir) / kCheckpointInfo;
-  check(fs::exists(path), "[checkpoint] no checkpoint in '{}' ({} is missing)", dir, path.string());
+  std::error_code ec;  // (a path the system cannot look at reads as missing; the read names why)
+  check(fs::exists(path, ec) || ec, "[checkpoint] no checkpoint in '{}' ({} is missing)", dir,
+        path.string());
   const auto bytes = read_regular_file(path.string(), "checkpoint", std::uint64_t{1} << 24);
   json info;
   try {
