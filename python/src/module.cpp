@@ -127,6 +127,29 @@ nlohmann::json json_of(const py::handle& v, const std::string& key, int depth) {
 
 }  // namespace
 
+namespace {
+void merge_into(nlohmann::json& into, const nlohmann::json& from) {
+  for (const auto& [key, value] : from.items())
+    if (value.is_object() && into.contains(key) && into[key].is_object())
+      merge_into(into[key], value);
+    else
+      into[key] = value;
+}
+}  // namespace
+
+nlohmann::json config_with_keys(const py::object& config, const py::kwargs& keys) {
+  if (!config.is_none() && !py::isinstance<py::dict>(config))
+    throw py::value_error("[python] config must be a dict (docs/config.md)");
+  nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
+  nlohmann::json given = nlohmann::json::object();
+  for (const auto& [key, value] : keys) {
+    const std::string name = py::str(key);
+    given[name] = to_json(value, name);
+  }
+  merge_into(j, given);
+  return j;
+}
+
 nlohmann::json to_json(const py::handle& obj, const std::string& key) {
   return json_of(obj, key, 0);
 }
@@ -183,14 +206,7 @@ py::object from_json(const nlohmann::ordered_json& j) {
 namespace {
 
 FFNConfig config_of(const py::object& config, const py::kwargs& keys) {
-  if (!config.is_none() && !py::isinstance<py::dict>(config))
-    throw py::value_error("[python] config must be a dict (docs/config.md)");
-  nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
-  for (const auto& [key, value] : keys) {
-    const std::string name = py::str(key);
-    j[name] = to_json(value, name);
-  }
-  return config_from_json(j);
+  return config_from_json(config_with_keys(config, keys));
 }
 
 // The layers write an output of the right shape in place (Tensor::ensure); a layer that did not
@@ -414,7 +430,8 @@ PYBIND11_MODULE(_ffnlab, m) {
   py::class_<Layer>(m, "FFN", R"(An FFN or MoE layer (dense kinds and every MoE option).
 
 FFN(config=None, seed=0, **keys): config is ffnlab's layer config as a dict (docs/config.md),
-keys override or add keys of it, e.g. FFN(variant="swiglu", d_model=512, d_ff=1376, bias=False).
+keys override or add keys of it, e.g. FFN(variant="swiglu", d_model=512, d_ff=1376, bias=False);
+a dict merges into the config's (moe={"top_k": 4} beside a config's moe changes top_k alone).
 Keys not given take the config's defaults (ffnlab.config(**keys) shows them all): a plain ReLU
 FFN of d_model 512, d_ff 2048, with biases; variant="moe" has 8 experts, top-2, and aux_coef
 0 (the study's and `ffnlab train`'s MoE set 0.01). Weights are initialised like

@@ -24,6 +24,10 @@ std::string shown(const py::handle& value);
 // Whether value is a numpy scalar of `kind` ("integer", "floating", "bool_"); false when numpy
 // is not loaded (then no value is one).
 bool numpy_scalar(const py::handle& value, const char* kind);
+// A config dict (None: empty) with keyword arguments laid over it: a keyword replaces the
+// config's key, except that a dict merges into the config's dict of that key, as deep as they
+// go (moe={"top_k": 4} changes top_k alone). A config that is not a dict is a ValueError.
+nlohmann::json config_with_keys(const py::object& config, const py::kwargs& keys);
 // JSON as Python objects (dicts, lists, numbers, strings).
 py::object from_json(const nlohmann::json& j);
 py::object from_json(const nlohmann::ordered_json& j);

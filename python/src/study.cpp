@@ -300,13 +300,7 @@ void check_model_memory(const LMConfig& c) {
 // `d_ff`) names the FFN of every block as `ffnlab train --variant [--d-ff]` builds it
 // (train_ffn); without an `ffn` or `variant` the FFN is ReLU of 4·d_model, as there.
 LMConfig lm_config_of(const py::object& config, const py::kwargs& keys) {
-  if (!config.is_none() && !py::isinstance<py::dict>(config))
-    throw py::value_error("[python] config must be a dict (docs/config.md)");
-  nlohmann::json j = config.is_none() ? nlohmann::json::object() : to_json(config);
-  for (const auto& [key, value] : keys) {
-    const std::string name = py::str(key);
-    j[name] = to_json(value, name);
-  }
+  nlohmann::json j = config_with_keys(config, keys);
   std::optional<std::string> variant;
   std::int64_t d_ff = 0;
   if (j.contains("variant")) {
@@ -516,7 +510,8 @@ void add_study(py::module_& m) {
   py::class_<LM>(m, "TransformerLM", R"(The byte-level Transformer LM of `ffnlab train`.
 
 TransformerLM(config=None, seed=1, **keys): config is the model's JSON config as a dict
-(docs/config.md); keys override or add keys of it. variant="swiglu" (with d_ff, or the
+(docs/config.md); keys override or add keys of it (a dict merges into the config's).
+variant="swiglu" (with d_ff, or the
 variant's own width) names the FFN of every block, as `ffnlab train --variant [--d-ff]` builds
 it; ffn=ffnlab.study_ffn("swiglu") puts the study's equal-parameter layer there.
 objective="masked" sets the keys `ffnlab train --objective masked` sets (causal False, vocab

@@ -317,3 +317,14 @@ def test_a_run_folder_the_system_cannot_look_at_is_one_error_naming_it():
     too_long = "/tmp/" + "x" * 5000  # ENAMETOOLONG, once a RuntimeError from the filesystem
     with pytest.raises(ValueError, match=r"^\[checkpoint\] /tmp/xxx"):
         ffnlab.TransformerLM.from_run(too_long)
+
+
+def test_a_keyword_dict_merges_into_the_configs_dict():
+    layer = ffnlab.FFN({"variant": "moe", "d_model": 8, "d_ff": 16, "moe": {"num_experts": 16}},
+                       moe={"top_k": 4})
+    assert layer.config["moe"]["num_experts"] == 16 and layer.config["moe"]["top_k"] == 4
+    lm = ffnlab.TransformerLM({"d_model": 16, "layers": 1, "heads": 2,
+                               "ffn": {"variant": "moe", "d_model": 16,
+                                       "moe": {"num_experts": 6}}},
+                              ffn={"moe": {"top_k": 3}})
+    assert lm.config["ffn"]["moe"]["num_experts"] == 6 and lm.config["ffn"]["moe"]["top_k"] == 3
