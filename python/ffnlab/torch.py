@@ -102,6 +102,9 @@ class FFN(torch.nn.Module):
 
     def __init__(self, config=None, seed=0, layer=None, **keys):
         super().__init__()
+        if layer is not None and (config is not None or seed != 0 or keys):
+            raise ValueError("[python] ffnlab.torch.FFN: layer= wraps a built layer; config, "
+                             "seed and keys build one, so give one or the other")
         self.layer = layer if layer is not None else _ffnlab.FFN(config, seed=seed, **keys)
         values, trainable = self.layer.parameters(), self.layer.trainable()
         self._names = [n for n in values if trainable[n]]

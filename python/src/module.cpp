@@ -27,6 +27,7 @@
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/ffn_io.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
+#include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/activation.hpp"
@@ -268,6 +269,11 @@ class Layer {
     // The tokens' ids [T] (hash routing chooses by them), copied: the layer reads them in this
     // forward only.
     std::vector<std::int32_t> ids;
+    if (!token_ids.is_none() &&
+        (c.kind != FFNKind::moe || !routing_family(c.moe.routing).needs_token_ids))
+      throw py::value_error(
+          "[python] token_ids given, but the layer's routing does not read them (hash routing "
+          "does)");
     if (!token_ids.is_none()) {
       // Integers only: numpy would cast floats (1.9 to 1) and route by ids never given.
       const py::array given = py::array::ensure(token_ids);

@@ -166,15 +166,20 @@ def test_gating_residual_adds_the_previous_logits_and_returns_their_gradient():
 
 
 def test_token_ids_are_one_per_row_and_not_negative():
-    # The tokens' ids, which routings that choose by id read (the others ignore them).
-    layer = ffnlab.FFN(variant="moe", d_model=16, d_ff=24)
+    # The tokens' ids, which routings that choose by id read; the others refuse them, as a layer
+    # without MoE++'s gating residual refuses gate_residual.
+    layer = ffnlab.FFN({"variant": "moe", "d_model": 16, "d_ff": 24,
+                        "moe": {"routing": "hash", "top_k": 1}})
     x = np.ones((4, 16), dtype=np.float32)
-    y = layer.forward(x, token_ids=np.arange(4))
-    np.testing.assert_array_equal(y, layer.forward(x))
+    layer.forward(x, token_ids=np.arange(4))
     with pytest.raises(ValueError, match=r"token_ids must be \[T\] = \[4\]"):
         layer.forward(x, token_ids=np.arange(3))
     with pytest.raises(ValueError, match="token id -1 is outside"):
         layer.forward(x, token_ids=np.array([0, 1, 2, -1]))
+    for unread in (ffnlab.FFN(variant="moe", d_model=16, d_ff=24), ffnlab.FFN(d_model=16)):
+        with pytest.raises(ValueError, match="token_ids given, but the layer's routing does not "
+                                             "read them"):
+            unread.forward(x, token_ids=np.arange(4))
 
 
 def test_hash_routing_chooses_by_the_token_ids_it_is_given():

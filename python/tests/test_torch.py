@@ -247,3 +247,10 @@ def test_every_library_activation_has_a_torch_name():
     assert set(ft._ACTIVATIONS.values()) == set(ffnlab._ffnlab.activation_names())
     assert ft._act_name(nn.Identity()) == "identity"
     assert ft._act_name(nn.SiLU()) == "silu"
+
+
+def test_a_wrapped_layer_takes_no_config_besides():
+    layer = ffnlab.FFN(d_model=8, d_ff=16)
+    assert ft.FFN(layer=layer).layer is layer
+    with pytest.raises(ValueError, match="layer= wraps a built layer"):
+        ft.FFN(layer=layer, d_model=16)  # would have been ignored

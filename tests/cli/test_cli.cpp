@@ -227,6 +227,25 @@ TEST_F(Cli, RunReproducesPyTorchWithGradients) {
   }
 }
 
+// The tokens' ids beside x: hash routing reads them; a layer whose routing does not is refused
+// them, as it is refused a gate_residual.
+TEST_F(Cli, RunHandsTokenIdsToTheRoutingThatReadsThem) {
+  Tensor x({4, 8});
+  x.fill(0.5f);
+  SafeTensorsWriter in;
+  in.add("x", x);
+  in.add_ints("token_ids", {4}, {3, 1, 4, 1});
+  in.write(path("x.safetensors"));
+  std::ofstream(path("hash.json"))
+      << R"({"kind":"moe","d_model":8,"d_ff":8,"moe":{"num_experts":4,"top_k":1,"routing":"hash"}})";
+  std::ofstream(path("dense.json")) << R"({"kind":"plain","d_model":8,"d_ff":8})";
+  const std::string io = " --input " + path("x.safetensors") + " --output " + path("y");
+  const Outcome hash = run("run --config " + path("hash.json") + io);
+  EXPECT_EQ(hash.status, 0) << hash.err;
+  expect_error(run("run --config " + path("dense.json") + io),
+               "holds 'token_ids', but the layer's routing does not read them");
+}
+
 TEST_F(Cli, RunRejectsBadMoEInput) {
   const std::string c = "moe_hf_mixtral_e6_k2";
   const std::string x =

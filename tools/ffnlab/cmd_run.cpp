@@ -136,6 +136,11 @@ void run(const RunOptions& o) {
   // them (hash routing) read them.
   std::vector<std::int32_t> token_ids;
   if (const SafeTensors in = SafeTensors::load(o.input); in.contains("token_ids")) {
+    if (config.kind != FFNKind::moe || !routing_family(config.moe.routing).needs_token_ids)
+      throw Error(fmt::format(
+          "[run] {}: holds 'token_ids', but the layer's routing does not read them (hash routing "
+          "does)",
+          o.input));
     const std::vector<std::int64_t> ids = in.ints("token_ids");
     if (static_cast<std::int64_t>(ids.size()) != T)
       throw Error(
