@@ -23,6 +23,7 @@
 
 #include "arrays.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/config_flags.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/ffn_io.hpp"
@@ -129,12 +130,28 @@ nlohmann::json json_of(const py::handle& v, const std::string& key, int depth) {
 }  // namespace
 
 namespace {
+// A dict that names a variant or a kind describes another layer: it replaces the config's dict.
+// A dict that changes the routing drops the keys that routing sets (routing_defaults), as
+// `ffnlab train --resume` does, so that they take the new routing's values.
 void merge_into(nlohmann::json& into, const nlohmann::json& from) {
-  for (const auto& [key, value] : from.items())
-    if (value.is_object() && into.contains(key) && into[key].is_object())
-      merge_into(into[key], value);
-    else
+  for (const auto& [key, value] : from.items()) {
+    if (!value.is_object() || !into.contains(key) || !into[key].is_object() ||
+        value.contains("variant") || value.contains("kind")) {
       into[key] = value;
+      continue;
+    }
+    nlohmann::json& old = into[key];
+    if (value.contains("routing") && value["routing"].is_string() &&
+        old.value("routing", nlohmann::json()) != value["routing"]) {
+      nlohmann::json sets = nlohmann::json::object();
+      try {
+        sets = routing_defaults(value["routing"].get<std::string>());
+      } catch (const Error&) {  // an unknown routing: the config's reader names it
+      }
+      for (const auto& [set, unused] : sets.items()) old.erase(set);
+    }
+    merge_into(old, value);
+  }
 }
 }  // namespace
 
@@ -269,8 +286,7 @@ class Layer {
     // The tokens' ids [T] (hash routing chooses by them), copied: the layer reads them in this
     // forward only.
     std::vector<std::int32_t> ids;
-    if (!token_ids.is_none() &&
-        (c.kind != FFNKind::moe || !routing_family(c.moe.routing).needs_token_ids))
+    if (!token_ids.is_none() && !reads_token_ids(c))
       throw py::value_error(
           "[python] token_ids given, but the layer's routing does not read them (hash routing "
           "does)");
@@ -459,7 +475,8 @@ change x until backward). sequence: x holds sequences of this many tokens one af
 which routings that look at the whole sequence (expert choice) route each on its own (0: x is
 one sequence). gate_residual: for a layer with MoE++'s gating_residual, the previous MoE
 layer's router logits [T, E] (its .logits), kept like x. token_ids: the tokens' ids [T]
-(integers), which hash routing chooses by. first: this is the model's first MoE layer, which
+(integers), which hash routing chooses by (a layer whose routing does not read them refuses
+them). first: this is the model's first MoE layer, which
 has no gate_residual (a layer with gating_residual refuses to run without one otherwise).)")
       .def("backward", &Layer::backward, py::arg("dy"), py::arg("dlogits") = py::none(),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients

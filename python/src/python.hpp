@@ -26,7 +26,9 @@ std::string shown(const py::handle& value);
 bool numpy_scalar(const py::handle& value, const char* kind);
 // A config dict (None: empty) with keyword arguments laid over it: a keyword replaces the
 // config's key, except that a dict merges into the config's dict of that key, as deep as they
-// go (moe={"top_k": 4} changes top_k alone). A config that is not a dict is a ValueError.
+// go (moe={"top_k": 4} changes top_k alone). A dict that names a variant or a kind replaces
+// the config's (it is another layer); one that changes the routing drops the keys that routing
+// sets, which take its defaults. A config that is not a dict is a ValueError.
 nlohmann::json config_with_keys(const py::object& config, const py::kwargs& keys);
 // JSON as Python objects (dicts, lists, numbers, strings).
 py::object from_json(const nlohmann::json& j);

@@ -328,3 +328,10 @@ def test_a_keyword_dict_merges_into_the_configs_dict():
                                        "moe": {"num_experts": 6}}},
                               ffn={"moe": {"top_k": 3}})
     assert lm.config["ffn"]["moe"]["num_experts"] == 6 and lm.config["ffn"]["moe"]["top_k"] == 3
+    # A dict naming a variant is another layer: it replaces the config's, as study_ffn's does.
+    swiglu = ffnlab.TransformerLM(lm.config, ffn=ffnlab.study_ffn("swiglu", 16))
+    assert swiglu.config["ffn"]["kind"] == "glu" and "moe" not in swiglu.config["ffn"]
+    # A routing change brings that routing's defaults for the keys it sets (relu: no normalize).
+    relu = ffnlab.FFN(layer.config, moe={"routing": "relu"})
+    assert relu.config["moe"]["routing"] == "relu" and relu.config["moe"]["normalize"] is False
+    assert relu.config["moe"]["num_experts"] == 16

@@ -142,9 +142,12 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
                                        static_cast<double>(relu_cost->cost.params))
           : "several times",
       sec.ref("costs"), measured(t.find("gated"), st.options),
-      !t.find("gated")                              ? ""
-      : t.find("gated")->verdict == Verdict::better ? " Here the split paid, so this run does not "
-                                                      "explain why the field left it aside."
+      !t.find("gated") ? ""
+      // (A --quick run's verdict is no finding: it reads as undecided here.)
+      : st.options.quick ? " This run does not decide it, so it neither explains nor questions "
+                           "why the field left it aside."
+      : t.find("gated")->verdict == Verdict::better
+          ? " Here the split paid, so this run does not explain why the field left it aside."
       : t.find("gated")->verdict == Verdict::worse ||
               t.find("gated")->verdict == Verdict::equivalent
           ? " The split bought nothing here, which fits the field leaving it aside."

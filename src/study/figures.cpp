@@ -83,7 +83,8 @@ void write_curves(const Study& st, const std::string& path, bool eval, int smoot
 }  // namespace
 
 void draw_training_dynamics(const Study& st) {
-  write_curves(st, "lm_train_curves.csv", false, 10);
+  constexpr int kWindow = 10;  // training steps a point of the training panels averages
+  write_curves(st, "lm_train_curves.csv", false, kWindow);
   write_curves(st, "lm_eval_curves.csv", true, 1);
   // Each variant's seeds, for its legend entry: the curves are means over them.
   std::map<std::string, int> seeds;
@@ -101,7 +102,8 @@ void draw_training_dynamics(const Study& st) {
                      ylabel);
     s += "set key top right\n";
     // A 10-step mean stands at its window's middle (the CSV names the window's first step).
-    const std::string x = file == "lm_train_curves.csv" ? "($1+4.5)" : "1";
+    const std::string x =
+        file == "lm_train_curves.csv" ? fmt::format("($1+{})", (kWindow - 1) / 2.0) : "1";
     std::string plot = "plot ";
     for (std::size_t i = 0; i < st.options.variants.size(); ++i) {
       const int base = 2 + 4 * static_cast<int>(i);
@@ -132,8 +134,9 @@ void draw_training_dynamics(const Study& st) {
       "bits per byte", true, "", true, 1);
   // The first tenth of training falls from the initial loss and would squeeze the rest: the
   // panel starts at the first 10-step window (rows at steps 1, 11, 21, ...) from there.
-  const std::int64_t window = (std::max<std::int64_t>(1, st.scale.train.steps / 10) + 8) / 10;
-  const std::int64_t from = 1 + 10 * window;  // that window's first step
+  const std::int64_t window =
+      (std::max<std::int64_t>(1, st.scale.train.steps / 10) + kWindow - 2) / kWindow;
+  const std::int64_t from = 1 + kWindow * window;  // that window's first step
   curves("lm_train_curves.csv", 0,
          fmt::format("LM training loss from step {} (10-step means; band: min to max)", from),
          "cross-entropy (bits per byte)", true, "/log(2)", false, 1 + window);
@@ -609,8 +612,9 @@ void draw_routing_families(const Study& st) {
       masked ? 2 : 1,
       r.seeds == 1 ? "seed 1 alone"
                    : fmt::format("mean over {} seeds; bars: ± one standard deviation", r.seeds));
-  // The grey band around top-k: ± the spread of a paired difference between two seeds in the
-  // run's comparisons with ReLU, the scale below which one seed tells nothing apart.
+  // The grey band around top-k: ± one standard deviation of a single seed's paired difference
+  // in the run's comparisons with ReLU (pooled), the scale below which one seed tells nothing
+  // apart.
   const double band = st.results.training ? st.results.training->pooled_spread : 0.0;
   const bool bars = r.seeds > 1;
   // One panel an objective, each with its own ranges (bits per byte and per masked byte differ);

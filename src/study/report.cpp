@@ -846,9 +846,9 @@ std::string references_markdown(const Study&, const Sections&) {
       "Mixture-of-Experts Layer*, ICLR, arXiv:1701.06538 — top-k gating with noise.",
       "Lepikhin et al. 2021, *GShard*, ICLR, arXiv:2006.16668 — top-2 routing, expert capacity, "
       "the load-balancing loss.",
-      "Fedus, Zoph and Shazeer 2021, *Switch Transformers*, arXiv:2101.03961 (JMLR 23, 2022) — "
-      "top-1 "
-      "routing, the capacity factor, the balancing loss with coefficient 0.01.",
+      "Fedus, Zoph and Shazeer 2022, *Switch Transformers*, JMLR 23 (arXiv:2101.03961, 2021, "
+      "the year the text cites) — top-1 routing, the capacity factor, the balancing loss with "
+      "coefficient 0.01.",
       "Zoph et al. 2022, *ST-MoE*, arXiv:2202.08906 — the router z-loss.",
       "Jiang et al. 2024, *Mixtral of Experts*, arXiv:2401.04088 — 8 SwiGLU experts, top-2.",
       "Dai et al. 2024, *DeepSeekMoE*, ACL, arXiv:2401.06066 — fine-grained experts and a shared "

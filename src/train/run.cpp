@@ -58,21 +58,23 @@ void check_same_data(const RunRequest& rq, const ResumePoint& point, const Corpu
                                rq.names.force));
 }
 
-// What an earlier run (or anything under a run's own names, which a new run would remove or
-// write over) left in `dir`: "a checkpoint at step N", "a summary.json", ..., or "".
+// What an earlier run, or anything else under a run's own names (which a new run would remove
+// or write over), left in `dir`: "an earlier run (a checkpoint at step N)", "'sample.txt', a
+// name a run writes or removes", or "". A link counts as what it is, dangling or not.
 std::string earlier_run(const std::string& dir) {
   const fs::path checkpoint = fs::path(dir) / "checkpoint";
   std::error_code ec;
   if (fs::exists(checkpoint / kCheckpointInfo, ec)) {
     try {
-      return fmt::format("a checkpoint at step {}",
+      return fmt::format("an earlier run (a checkpoint at step {})",
                          read_checkpoint_info(checkpoint.string())["step"].get<std::int64_t>());
     } catch (const std::exception&) {
-      return "a checkpoint";
+      return "an earlier run (a checkpoint)";
     }
   }
   for (const std::string& name : run_file_names())
-    if (fs::exists(fs::path(dir) / name, ec)) return "a " + name;
+    if (fs::exists(fs::symlink_status(fs::path(dir) / name, ec)))
+      return fmt::format("'{}', a name a run writes or removes", name);
   return "";
 }
 
@@ -142,10 +144,10 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     // would be lost, or mixed with this run's.
     if (rq.out_named && !resumed_here && !rq.force)
       if (const std::string held = earlier_run(o.out); !held.empty())
-        throw UsageError(fmt::format(
-            "[train] {} '{}' holds an earlier run ({}): resume it ({}), give another {}, or {} "
-            "to start over in it",
-            rq.names.out, o.out, held, rq.names.resume, rq.names.out, rq.names.force));
+        throw UsageError(
+            fmt::format("[train] {} '{}' holds {}: resume it ({}), give another {}, or {} "
+                        "to start over in it",
+                        rq.names.out, o.out, held, rq.names.resume, rq.names.out, rq.names.force));
   }
   std::optional<Corpus> loaded;
   const Corpus& corpus = rq.corpus ? *rq.corpus : loaded.emplace(load_corpus(data, val_fraction));

@@ -423,7 +423,7 @@ TEST_F(Hardening, ResumeContinuesInItsFolderAndRefusesOtherDataOrSettings) {
   write("theirs/checkpoint/notes.txt", "not ffnlab's");
   expect_usage_error(
       run("train --data " + path("text") + common + " --steps 2 --out " + path("theirs")),
-      "holds an earlier run (a checkpoint)");
+      "holds 'checkpoint', a name a run writes or removes");
   write("theirs/sample.txt", text_of(30));
   expect_usage_error(run("train --data " + path("theirs/sample.txt") + common +
                          " --steps 2 --force --out " + path("theirs")),

@@ -282,17 +282,32 @@ TEST_F(HostileSurfaces, BenchInterruptedWhileWaitingForPyTorchEndsBoth) {
   const int status = finish(s);
   EXPECT_EQ(status, 130) << read(s.err);
   EXPECT_FALSE(process_exists(child)) << "the PyTorch side outlived bench";
-  // With --json the rows measured so far, and why it stopped, reach standard output.
-  fs::remove(script.string() + ".pid");
-  args.push_back("--json");
-  const Started j = start(args, dir_, {}, false);
+  // With --json the rows measured so far, and why it stopped, reach standard output: PyTorch
+  // answers the first case's two requests (inference, forward+backward), then holds the next.
+  const fs::path later = dir_ / "torch_later.py";
+  write_script(later,
+               "import os, sys, time, json\n"
+               "print(json.dumps({'ready': True, 'torch': 'fake', 'threads': 1}), flush=True)\n"
+               "for _ in range(2):\n"
+               "    sys.stdin.readline()\n"
+               "    print(json.dumps({'seconds': 0.001}), flush=True)\n"
+               "sys.stdin.readline()\n"
+               "open(sys.argv[0] + '.pid', 'w').write(str(os.getpid()))\n"
+               "time.sleep(600)\n");
+  std::string two_cases = kBench + "--json --torch-script " + later.string();
+  two_cases.replace(two_cases.find("--tokens 1 "), 11, "--tokens 1,2 ");
+  std::vector<std::string> json_args;
+  std::stringstream json_words(two_cases);
+  for (std::string w; json_words >> w;) json_args.push_back(w);
+  const Started j = start(json_args, dir_, {}, false);
   ASSERT_GT(j.pid, 0);
-  ASSERT_GT(wait_for_pid_file(script.string() + ".pid"), 0) << read(j.err);
+  ASSERT_GT(wait_for_pid_file(later.string() + ".pid"), 0) << read(j.err);
   ::kill(j.pid, SIGINT);
   EXPECT_EQ(finish(j), 130) << read(j.err);
   const auto partial = nlohmann::json::parse(read(j.out));
   EXPECT_NE(partial.value("interrupted", "").find("SIGINT"), std::string::npos) << partial.dump();
-  EXPECT_TRUE(partial.contains("machine") && partial.at("layers").is_array()) << partial.dump();
+  ASSERT_EQ(partial.at("layers").size(), 1u) << partial.dump();  // the case measured before
+  EXPECT_EQ(partial["layers"][0]["tokens"], 1) << partial.dump();
 }
 
 TEST_F(HostileSurfaces, BenchRefusesWhatItCannotRun) {

@@ -487,6 +487,10 @@ TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
                 .markdown(quick, study::Sections(stages()))
                 .find("GELU is worse than ReLU (in this --quick run: not a finding)."),
             std::string::npos);
+  quick.results.training->variants[3].verdict = study::Verdict::worse;  // the gated FFN
+  const std::string quick_md = stage("evolution").markdown(quick, study::Sections(stages()));
+  EXPECT_EQ(quick_md.find("bought nothing"), std::string::npos) << quick_md;
+  EXPECT_NE(quick_md.find("This run does not decide it"), std::string::npos) << quick_md;
   EXPECT_NE(md.find("| swiglu | learned gate: Swish(xW) ⊙ xV | two | dense | better than ReLU |"),
             std::string::npos)
       << md;

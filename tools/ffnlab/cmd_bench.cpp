@@ -554,8 +554,8 @@ void check_torch_column(const BenchOptions& o, const std::string& script, json& 
   }
 }
 
-void run_bench(BenchOptions o) {
-  InterruptGuard interrupts;  // Ctrl-C stops between measurements and ends PyTorch's process
+// The whole run into `out`; run_bench prints it (with --json).
+void bench_into(const BenchOptions& o, json& out) {
   apply_threads(o.threads);
   const auto variants = variant_list(o.variants);
   const auto precisions = precision_list(o.dtypes);
@@ -620,7 +620,6 @@ void run_bench(BenchOptions o) {
   } else {
     peaks.bf16 = bf16_native ? 0 : peaks.f32;
   }
-  json out;
   out["machine"] = {{"cpu", this_machine().describe()},
                     {"threads", omp_get_max_threads()},
                     {"read_bandwidth_bytes_per_s", bandwidth},
@@ -688,24 +687,37 @@ void run_bench(BenchOptions o) {
                                  torch.hello().runtime.empty() ? "runtime not reported"
                                                                : torch.hello().runtime)
                    : "not measured (" + (o.torch ? torch.why_not() : "--no-torch") + ")");
-  // Each table appends its rows as they are measured: a stop keeps what was (with --json, the
-  // rows so far are printed with "interrupted" before the exit).
+  // Each table appends its rows as they are measured, so that a stop or a failure keeps them.
   out["layers"] = json::array();
   if (!routings.empty()) out["routing"] = json::array();
   if (o.decode) out["decode"] = json::array();
+  bench_layers(o, variants, precisions, tokens, torch, peaks, out["layers"]);
+  if (!routings.empty()) bench_routing(o, routings, precisions, tokens, out["routing"]);
+  if (o.decode) bench_decode(o, kernels, torch, decode_skipped, out["decode"]);
+  if (o.check_torch) {  // (PyTorch may have left during the tables: past its timeout)
+    if (!torch.available())
+      throw Error("[bench] --check-torch: PyTorch left during the tables: " + torch.why_not());
+    torch.stop("done");  // the check's PyTorch runs alone
+    check_torch_column(o, script, out["layers"]);
+  }
+}
+
+// With --json, what was measured reaches standard output whatever ends the run: a stop adds
+// "interrupted", a failure after the first measurement "error" (then the exit status says it).
+void run_bench(const BenchOptions& o) {
+  InterruptGuard interrupts;  // Ctrl-C stops between measurements and ends PyTorch's process
+  json out;
   try {
-    bench_layers(o, variants, precisions, tokens, torch, peaks, out["layers"]);
-    if (!routings.empty()) bench_routing(o, routings, precisions, tokens, out["routing"]);
-    if (o.decode) bench_decode(o, kernels, torch, decode_skipped, out["decode"]);
-    if (o.check_torch) {  // (PyTorch may have left during the tables: past its timeout)
-      if (!torch.available())
-        throw Error("[bench] --check-torch: PyTorch left during the tables: " + torch.why_not());
-      torch.stop("done");  // the check's PyTorch runs alone
-      check_torch_column(o, script, out["layers"]);
-    }
+    bench_into(o, out);
   } catch (const Interrupted& e) {
     if (o.json_out) {
       out["interrupted"] = e.what();
+      fmt::print("{}\n", out.dump(2));
+    }
+    throw;
+  } catch (const Error& e) {
+    if (o.json_out && out.contains("machine")) {
+      out["error"] = e.what();
       fmt::print("{}\n", out.dump(2));
     }
     throw;

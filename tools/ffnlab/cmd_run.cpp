@@ -136,7 +136,7 @@ void run(const RunOptions& o) {
   // them (hash routing) read them.
   std::vector<std::int32_t> token_ids;
   if (const SafeTensors in = SafeTensors::load(o.input); in.contains("token_ids")) {
-    if (config.kind != FFNKind::moe || !routing_family(config.moe.routing).needs_token_ids)
+    if (!reads_token_ids(config))
       throw Error(fmt::format(
           "[run] {}: holds 'token_ids', but the layer's routing does not read them (hash routing "
           "does)",

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <new>
 #include <regex>
 #include <sstream>
@@ -159,7 +160,9 @@ CLI::Validator real_in(double lo, double hi, bool hi_open, bool lo_open) {
         const double v = std::strtod(text.c_str(), &end);
         // An open bound holds in single precision too, where most settings live: 0.99999999
         // would become 1.0f, past "below 1".
-        const auto f = static_cast<double>(static_cast<float>(v));
+        const double f = std::abs(v) <= std::numeric_limits<float>::max()
+                             ? static_cast<double>(static_cast<float>(v))
+                             : v;  // (beyond float's range every bound here is exceeded anyway)
         // Nor may a value other than 0 become 0 there (--clip 1e-50 would turn clipping off).
         const bool ok = !text.empty() && end == text.c_str() + text.size() && std::isfinite(v) &&
                         (v == 0 || f != 0) && (lo_open ? v > lo && f > lo : v >= lo) &&

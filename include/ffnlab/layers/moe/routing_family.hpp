@@ -93,6 +93,11 @@ inline constexpr const char* kSplitsExpertsRefusal =
 // config_flags.hpp has the same by name.
 nlohmann::json routing_defaults(RoutingKind routing);
 
+// Whether a layer of `config` reads the tokens' ids (an MoE whose routing chooses by them, as
+// hash routing does): the one test of whether token_ids mean anything to a layer.
+struct FFNConfig;
+bool reads_token_ids(const FFNConfig& config);
+
 // The MoE keys a routing does not read (RoutingFamily::unused), as a list; whether it reads one.
 std::vector<std::string> unused_keys(RoutingKind kind);
 bool routing_reads(RoutingKind kind, std::string_view key);

@@ -6,6 +6,7 @@
 
 #include "check.hpp"
 #include "ffnlab/config_flags.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 
 namespace ffnlab {
@@ -67,6 +68,10 @@ bool routing_reads(RoutingKind kind, std::string_view key) {
 
 nlohmann::json routing_defaults(RoutingKind routing) {
   return nlohmann::json::parse(routing_family(routing).defaults);
+}
+
+bool reads_token_ids(const FFNConfig& config) {
+  return config.kind == FFNKind::moe && routing_family(config.moe.routing).needs_token_ids;
 }
 
 nlohmann::json routing_defaults(std::string_view routing) {
