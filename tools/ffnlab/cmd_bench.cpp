@@ -430,7 +430,10 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
     fmt::print("{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8} {:>8} {:>6} | {:>10} {:>8} | {:>9} {:>7}\n",
                "layer", "weights", "T", "kernels", "ms", "read GB", "GB/s", "of bw", "oneDNN ms",
                "x oneDNN", "torch ms", "x torch");
-  for (const auto& [layer, c] : decode_layers(o)) {
+  for (const auto& decoded : decode_layers(o)) {
+    // (Named, not a structured binding: clang's C++20 lambdas cannot capture those.)
+    const std::string& layer = decoded.first;
+    const FFNConfig& c = decoded.second;
     if (const auto skip = std::find_if(left_out.begin(), left_out.end(),
                                        [&](const auto& l) { return l.first == layer; });
         skip != left_out.end()) {
