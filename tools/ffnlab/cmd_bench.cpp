@@ -40,7 +40,6 @@ struct BenchOptions {
   std::vector<std::int64_t> tokens = {1, 8, 512, 6400};
   std::vector<std::int64_t> shape = {512, 2048};
   std::vector<std::int64_t> decode_shape = {4096, 14336};
-  bool decode_shape_given = false;  // (a layer of it too large is refused, not left out)
   bool decode = true;
   // The few-token kernels' instruction sets the decode table times, side by side (empty: the
   // one in use, the best this CPU runs).
@@ -404,7 +403,7 @@ std::vector<std::pair<std::string, std::string>> decode_left_out(const BenchOpti
         "the decode table's {} layer at {}/{} needs {:.1f} GiB, more than 80 % of the {:.1f} GiB "
         "available",
         layer, c.d_model, c.d_ff, need / (1 << 30), have / (1 << 30));
-    if (o.decode_shape_given)
+    if (o.given.count("--decode-shape") > 0)  // asked for: refused, not left out
       throw Error(fmt::format("[bench] --decode-shape: {} (a smaller shape, or --no-decode)", why));
     out.emplace_back(layer, why);
   }
@@ -822,7 +821,6 @@ void add_bench_command(CLI::App& app) {
       if (cmd->count("--budget") == 0) run.budget = 0.05;
       if (cmd->count("--bandwidth-mib") == 0) run.bandwidth_mib = 256;
     }
-    run.decode_shape_given = cmd->count("--decode-shape") > 0;
     for (const CLI::Option* flag : cmd->get_options())
       if (flag->count() > 0 && !flag->get_lnames().empty())
         run.given.insert("--" + flag->get_lnames().front());
