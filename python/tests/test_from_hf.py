@@ -51,6 +51,14 @@ def test_from_hf_matches_the_block(tmp_path, model):
         expect = block(x).numpy()
     np.testing.assert_allclose(layer.forward(x.numpy()), expect, rtol=1e-5, atol=1e-5)
 
+    # A tensor under the prefix that the config's layer has no parameter for (a bias) is refused:
+    # the layer would compute without it.
+    tensors[prefix + "gate.bias" if model == "mixtral" else prefix + "up_proj.bias"] = \
+        torch.zeros(4 if model == "mixtral" else 40)
+    write_safetensors(tmp_path / "biased.safetensors", tensors)
+    with pytest.raises(ValueError, match="no parameter of this layer"):
+        ffnlab.from_hf(str(tmp_path / "config.json"), str(tmp_path / "biased.safetensors"), prefix)
+
     with pytest.raises(ValueError, match="model.layers.4.mlp."):
         ffnlab.from_hf(str(tmp_path / "config.json"), str(tmp_path / "model.safetensors"),
                        "model.layers.4.mlp.")

@@ -56,6 +56,21 @@ void load_parameters(ParameterSet& params, const SafeTensors& file, const std::s
           file.source(), name, shape_string(info.shape), shape_string(p.shape));
     file.copy_f32(name, p.value);
   }
+  // A tensor under the prefix that no parameter reads is a layer the config does not describe
+  // (biases, shared experts, another expert count): loading the rest would compute another layer.
+  std::string unread;
+  int count = 0;
+  for (const auto& n : file.names()) {
+    if (n.compare(0, prefix.size(), prefix) != 0 || params.contains(n.substr(prefix.size())))
+      continue;
+    if (count++ < 4) unread += (unread.empty() ? "'" : ", '") + n + "'";
+  }
+  if (count > 0)
+    fail(
+        "[weights] {}: {} tensor{} under the prefix '{}' {} no parameter of this layer ({}{}): "
+        "the config does not describe the layer these weights are for",
+        file.source(), count, count == 1 ? "" : "s", prefix, count == 1 ? "is" : "are", unread,
+        count > 4 ? ", ..." : "");
 }
 
 }  // namespace ffnlab

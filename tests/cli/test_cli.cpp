@@ -281,6 +281,19 @@ TEST_F(Cli, RunRejectsBadMoEInput) {
                "tensor 'model.layers.1.block_sparse_moe.experts.0.w1.weight' has shape [24, 16], "
                "the layer needs [20, 16]");
   hf["intermediate_size"] = 24;
+  // The same weights with a tensor the layer has no parameter for (a bias the config leaves
+  // out): refused, not loaded without it.
+  {
+    const auto file = SafeTensors::load(golden(c, "weights.safetensors"));
+    SafeTensorsWriter w;
+    for (const auto& n : file.names()) w.add(n, file.f32(n));
+    w.add("model.layers.1.block_sparse_moe.experts.0.w1.bias", Tensor(Shape{24}));
+    w.write(path("biased.safetensors"));
+  }
+  expect_error(run(config("mixtral.json", hf.dump()) + " --weights " + path("biased.safetensors") +
+                   " --prefix model.layers.1.block_sparse_moe."),
+               "1 tensor under the prefix 'model.layers.1.block_sparse_moe.' is no parameter of "
+               "this layer ('model.layers.1.block_sparse_moe.experts.0.w1.bias')");
   hf["model_type"] = "deepseek_v2";
   expect_error(run(config("v2.json", hf.dump())), "model_type 'deepseek_v2' has no FFN mapping");
   EXPECT_FALSE(fs::exists(path("y.safetensors")));

@@ -22,7 +22,8 @@ FFNConfig read_ffn_config_file(const std::string& path, std::int64_t model_d_mod
 LMConfig read_lm_config_file(const std::string& path, nlohmann::json* file = nullptr);
 
 // Copies every parameter from `file`, where parameter "up_proj.weight" is stored as
-// prefix + "up_proj.weight". A missing tensor or a shape mismatch throws "[weights] ...".
+// prefix + "up_proj.weight". A missing tensor, a shape mismatch or a tensor under the prefix
+// that is no parameter of the layer (a bias the config leaves out, say) throws "[weights] ...".
 void load_parameters(ParameterSet& params, const SafeTensors& file, const std::string& prefix);
 
 }  // namespace ffnlab
