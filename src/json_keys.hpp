@@ -88,7 +88,8 @@ inline nlohmann::json parse_json_text(std::string_view text, std::string_view sc
 }
 
 // The value of j as a T, strictly: integers must be JSON integers in T's range (13.9 is not an
-// integer; 2^32 + 2 is not an int), floats JSON numbers finite as T, booleans true or false,
+// integer; 2^32 + 2 is not an int), floats JSON numbers finite as T and not 0 in T unless 0
+// (1e-50 is no float), booleans true or false,
 // enums their names. Throws BadValue otherwise.
 template <typename T>
 T json_value(const nlohmann::json& j) {
@@ -128,6 +129,11 @@ T json_value(const nlohmann::json& j) {
     if (!std::isfinite(static_cast<T>(v)))
       throw BadValue{fmt::format("must be a finite number within the range of a {}, got {}",
                                  sizeof(T) == 4 ? "float (about 3.4e38)" : "double",
+                                 json_excerpt(j))};
+    // Nor may a value other than 0 become 0 in T: clip 1e-50 would turn clipping off.
+    if (v != 0 && static_cast<T>(v) == 0)
+      throw BadValue{fmt::format("must be 0 or a number that {} holds as other than 0, got {}",
+                                 sizeof(T) == 4 ? "a float (from about 1.4e-45)" : "a double",
                                  json_excerpt(j))};
     return static_cast<T>(v);
   } else if constexpr (std::is_same_v<T, std::string>) {

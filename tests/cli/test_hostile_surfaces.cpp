@@ -437,6 +437,11 @@ TEST_F(HostileSurfaces, MessagesAreOneScopedLineWhateverTheInput) {
         "\"moe_intermediate_size\": 8, \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, "
         "\"routed_scaling_factor\": 1e300}");
   expect_error(run("params --config " + path("hf.json")), "within the range of a float");
+  // A value other than 0 that becomes 0 in float is refused, in ffnlab's files as in the flags.
+  write("tiny.json", "{\"kind\": \"plain\", \"activation\": \"silu\", \"swish_beta\": 1e-50}");
+  expect_error(run("params --config " + path("tiny.json")),
+               "key 'swish_beta' must be 0 or a number that a float (from about 1.4e-45) holds as "
+               "other than 0, got 1e-50");
   // Not JSON: ffnlab's words, not the parser's.
   write("nan.json", "{\"kind\": \"plain\", \"d_model\": NaN}");
   const Outcome bad = run("params --config " + path("nan.json"));
