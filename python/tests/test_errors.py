@@ -238,6 +238,8 @@ LM_KEYS = dict(d_model=16, layers=1, heads=2, context=16)
     (dict(lr=float("-inf")), ["[config] key 'lr' must be a finite number, got -inf"]),
     # A value other than 0 that float rounds to 0 (clipping would be off).
     (dict(clip=1e-50), ["key 'clip' must be 0 or a number that a float", "got 1e-50"]),
+    # A setting of another optimizer than the run's.
+    (dict(optimizer="sgd", beta2=0.9), ["[train] beta2 = 0.9: an Adam setting, which the sgd"]),
     (dict(seq=[32]), ["key 'seq' must be an integer", "[32]"]),
     (dict(eval_tokens=Opaque()), ["[config] key 'eval_tokens' must be a number, a string",
                                   "got <opaque> (a Opaque)"]),

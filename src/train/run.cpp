@@ -25,17 +25,28 @@ namespace {
 
 // The checkpoint's training settings, except where the caller set one: a setting that differs
 // from the checkpoint's changes the run, which needs force (`steps` sets the new total).
+// A setting the caller gave that the run never reads (unread_setting) is refused: it is most
+// likely meant for another optimizer, objective or schedule than the run's.
+void refuse_unread_settings(const RunRequest& rq, const TrainConfig& train) {
+  for (const GivenSetting& g : rq.given)
+    if (const std::string why = unread_setting(train, g.key); !why.empty())
+      throw UsageError(fmt::format("[train] {}: {}", g.as_written, why));
+}
+
 TrainConfig resumed_train(const RunRequest& rq, const ResumePoint& point) {
   std::vector<std::string> keys;
   for (const GivenSetting& g : rq.given) keys.push_back(g.key);
   std::vector<SettingChange> changes;
   TrainConfig merged = resumed_settings(point, rq.train, keys, changes);
+  refuse_unread_settings(rq, merged);  // (before the changes: force would not make it read)
   std::string conflicts;
   for (const SettingChange& c : changes)
     for (const GivenSetting& g : rq.given)
       if (c.key == g.key)
-        conflicts += fmt::format("{}{} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
-                                 g.as_written, c.saved.dump());
+        conflicts += fmt::format(
+            "{}{} (the checkpoint has {})", conflicts.empty() ? "" : "; ", g.as_written,
+            // (every real setting is a float: 0.9, not the double 0.8999999761581421)
+            c.saved.is_number_float() ? fmt::format("{}", c.saved.get<float>()) : c.saved.dump());
   if (!conflicts.empty() && !rq.force)
     throw UsageError(
         fmt::format("[train] resuming {} with other training settings: {}; {} to change them",
@@ -127,7 +138,20 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     o.train = resumed_train(rq, *point);
     if (!rq.data_given) data = checkpoint_data_path(*point, data);
     if (!rq.val_fraction_given) val_fraction = checkpoint_val_fraction(*point, val_fraction);
+  } else {
+    refuse_unread_settings(rq, o.train);
   }
+  // The sample's settings: a bidirectional (masked) model fills bytes in and draws no sample;
+  // the prompt's bytes must be in the vocabulary (known now, not after the training).
+  if (rq.sample_given && rq.sample > 0 && !o.model.causal)
+    throw UsageError(
+        fmt::format("[train] {}: a masked (bidirectional) model fills bytes in; it draws no sample",
+                    rq.names.sample));
+  if (rq.sample > 0 && o.model.causal)
+    for (const unsigned char c : rq.prompt)
+      if (c >= o.model.vocab)
+        throw UsageError(fmt::format("[train] {} holds byte {}, outside the model's vocab = {}",
+                                     rq.names.prompt, static_cast<int>(c), o.model.vocab));
   // Continuing the run in its own folder (its logs go on), not into another one.
   // (A path that cannot be resolved is not the same folder: the checks below name it.)
   std::error_code resolve_a, resolve_b;

@@ -41,6 +41,23 @@ void validate(const TrainConfig& c) {
         o.momentum);
 }
 
+std::string unread_setting(const TrainConfig& c, std::string_view key) {
+  const bool sgd = c.optimizer.kind == OptimizerKind::sgd;
+  if (sgd && (key == "beta1" || key == "beta2" || key == "eps"))
+    return "an Adam setting, which the sgd optimizer does not read (it reads momentum)";
+  if (!sgd && key == "momentum")
+    return fmt::format(
+        "an SGD setting, which the {} optimizer does not read (its momentum is "
+        "beta1)",
+        enum_name(c.optimizer.kind));
+  if (c.objective != Objective::masked && key == "mask_fraction")
+    return "a setting of the masked objective, which the causal objective does not read";
+  if (c.decay == DecayKind::constant && key == "min_lr_ratio")
+    return "the cosine decay's floor, which the constant decay does not read (it holds the "
+           "peak learning rate)";
+  return {};
+}
+
 namespace {
 
 // A key of TrainConfig; the optimizer's sit inside TrainConfig::optimizer, and are top-level

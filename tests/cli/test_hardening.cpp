@@ -160,6 +160,16 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
       {"params --variants relu,nope", 2, "--variants: unknown variant 'nope' (known: all, relu,"},
       {"bench --dtypes f32,f32", 2, "--dtypes: 'f32' is listed twice"},
       {"bench --tokens 8,8", 2, "--tokens: 8 is listed twice"},
+      // A setting of another optimizer, objective or schedule than the run's.
+      {train + " --optimizer sgd --beta1 0.8", 2,
+       "[train] --beta1 0.8: an Adam setting, which the sgd optimizer does not read"},
+      {train + " --momentum 0.9", 2, "[train] --momentum 0.9: an SGD setting"},
+      {train + " --mask-fraction 0.2", 2, "[train] --mask-fraction 0.2: a setting of the masked"},
+      {train + " --decay constant --min-lr-ratio 0.5", 2,
+       "[train] --min-lr-ratio 0.5: the cosine decay's floor"},
+      {"train --data {dir}/text --out {dir}/out --d-model 16 --layers 1 --heads 2 --seq 16 "
+       "--objective masked --temperature 1",
+       2, "[train] --temperature: a masked (bidirectional) model fills bytes in"},
   });
 }
 

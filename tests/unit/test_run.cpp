@@ -249,7 +249,8 @@ TEST_F(RunDriver, ResumingWithOtherSettingsOrDataNeedsForce) {
   // Steps set the new total; another learning rate is a change the user must insist on.
   const std::string refused = usage_error_of([&] { run_training(again, r1); });
   EXPECT_THAT_CONTAINS(refused, "[train] resuming " + again.resume +
-                                    " with other training settings: --lr 0.5 (the checkpoint has ");
+                                    " with other training settings: --lr 0.5 (the checkpoint "
+                                    "has 0.003)");  // the float as written, not as a double
   EXPECT_THAT_CONTAINS(refused, "; use --force to change them");
   EXPECT_EQ(refused.find("steps"), std::string::npos) << refused;
   again.names.force = "pass force=True";
@@ -266,6 +267,80 @@ TEST_F(RunDriver, ResumingWithOtherSettingsOrDataNeedsForce) {
   const RunOutcome forced = run_training(again, r1);
   EXPECT_TRUE(forced.finished);
   EXPECT_EQ(forced.step, 6);
+}
+
+TEST_F(RunDriver, SettingsTheRunNeverReadsAreRefused) {
+  // Each a setting given for another optimizer, objective or schedule than the run's: refused
+  // before anything is built or written, naming it as the caller wrote it.
+  struct Case {
+    std::function<void(TrainConfig&)> set;
+    GivenSetting given;
+    const char* why;
+  };
+  const std::vector<Case> cases = {
+      {[](TrainConfig& t) { t.optimizer.kind = OptimizerKind::sgd; },
+       {"beta1", "--beta1 0.8"},
+       "[train] --beta1 0.8: an Adam setting, which the sgd optimizer does not read"},
+      {[](TrainConfig& t) { t.optimizer.kind = OptimizerKind::sgd; },
+       {"eps", "eps = 1e-06"},
+       "[train] eps = 1e-06: an Adam setting"},
+      {[](TrainConfig&) {},
+       {"momentum", "--momentum 0.9"},
+       "an SGD setting, which the adamw optimizer does not read (its momentum is beta1)"},
+      {[](TrainConfig&) {},
+       {"mask_fraction", "--mask-fraction 0.2"},
+       "a setting of the masked objective, which the causal objective does not read"},
+      {[](TrainConfig& t) { t.decay = DecayKind::constant; },
+       {"min_lr_ratio", "--min-lr-ratio 0.2"},
+       "the cosine decay's floor, which the constant decay does not read"},
+  };
+  rq_.out = (dir_ / "refused").string();
+  for (const Case& c : cases) {
+    RunRequest rq = rq_;
+    c.set(rq.train);
+    rq.given = {c.given};
+    Recorder heard;
+    EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(rq, heard); }), c.why);
+    EXPECT_EQ(heard.starts, 0);
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "refused"));
+  // The same settings read by the mode they belong to are taken.
+  rq_.train.optimizer.kind = OptimizerKind::sgd;
+  rq_.given = {{"momentum", "--momentum 0.9"}};
+  Recorder sgd;
+  EXPECT_TRUE(run_training(rq_, sgd).finished);
+
+  // Resumed, the checkpoint's optimizer decides, and force does not make a setting read.
+  RunRequest again = rq_;
+  again.resume = again.out;
+  again.out.clear();
+  again.force = true;
+  again.given = {{"beta2", "--beta2 0.99"}};
+  Recorder r;
+  EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(again, r); }),
+                       "[train] --beta2 0.99: an Adam setting, which the sgd optimizer");
+
+  // A sample: not of a masked model; its prompt's bytes within the vocabulary, before training.
+  RunRequest masked = rq_;
+  masked.out = (dir_ / "masked").string();
+  masked.given.clear();
+  set_objective_keys(masked.model, Objective::masked);
+  masked.train.objective = Objective::masked;
+  masked.sample = 20;
+  masked.sample_given = true;
+  Recorder m;
+  EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(masked, m); }),
+                       "[train] --sample: a masked (bidirectional) model fills bytes in");
+  RunRequest prompt = rq_;
+  prompt.out = (dir_ / "prompt").string();
+  prompt.given.clear();
+  prompt.model.vocab = 128;
+  prompt.sample = 20;
+  prompt.prompt = "\xc3\xa9";
+  Recorder p;
+  EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(prompt, p); }),
+                       "[train] --prompt holds byte 195, outside the model's vocab = 128");
+  EXPECT_EQ(m.starts + p.starts, 0);
 }
 
 TEST_F(RunDriver, UtilisationIsTheOneFormulaAtTheMeasuredExperts) {

@@ -35,6 +35,11 @@ struct TrainOptions {
   bool force = false;
   double dist_timeout = 300, bucket_mb = 4;  // data parallelism (under mpirun)
   CLI::Option *out_flag = nullptr, *data_flag = nullptr, *val_fraction_flag = nullptr;
+  std::vector<CLI::Option*> sample_flags;  // --sample, --temperature, --prompt
+  bool sample_flags_given() const {
+    return std::any_of(sample_flags.begin(), sample_flags.end(),
+                       [](const CLI::Option* f) { return f->count() > 0; });
+  }
   CLI::App* command = nullptr;
 };
 
@@ -92,6 +97,10 @@ RunRequest request_of(const TrainOptions& o, ProcessGroup* group) {
   rq.sample = o.printing.sample;
   rq.temperature = o.printing.temperature;
   rq.prompt = o.prompt;
+  rq.sample_given = o.sample_flags_given();
+  rq.names.sample.clear();
+  for (const CLI::Option* f : o.sample_flags)
+    if (f->count() > 0) rq.names.sample += (rq.names.sample.empty() ? "" : ", ") + f->get_name();
   const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
   rq.parallel = {group, std::max<std::int64_t>(1, bucket), o.printing.expert_parallel,
                  agreed_flags(*o.command), o.printing.expert_group};
@@ -164,15 +173,17 @@ void add_train_command(CLI::App& app) {
                 "with --resume: continue even on other data or with other training settings; "
                 "without: start over in an --out that holds an earlier run")
       ->group(D);
-  cmd->add_option("--sample", o->printing.sample, "bytes of text to sample at the end (0: none)")
-      ->capture_default_str()
-      ->check(int_in(0, 1000000))
-      ->group(D);
-  cmd->add_option("--temperature", o->printing.temperature, "sampling temperature (0: greedy)")
-      ->capture_default_str()
-      ->check(real_in(0, 1000))
-      ->group(D);
-  cmd->add_option("--prompt", o->prompt, "text the sample continues")->group(D);
+  o->sample_flags = {
+      cmd->add_option("--sample", o->printing.sample,
+                      "bytes of text to sample at the end (0: none; a causal model's)")
+          ->capture_default_str()
+          ->check(int_in(0, 1000000))
+          ->group(D),
+      cmd->add_option("--temperature", o->printing.temperature, "sampling temperature (0: greedy)")
+          ->capture_default_str()
+          ->check(real_in(0, 1000))
+          ->group(D),
+      cmd->add_option("--prompt", o->prompt, "text the sample continues")->group(D)};
   cmd->add_option("--print-every", o->printing.print_every,
                   "without a terminal: a progress line every N steps (0, the default: steps/20)")
       ->check(int_in(0, limits::kSteps))
