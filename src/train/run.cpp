@@ -141,6 +141,19 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   } else {
     refuse_unread_settings(rq, o.train);
   }
+  // Without a folder (a library caller's run), what writes or overwrites one means nothing.
+  if (o.out.empty()) {
+    for (const GivenSetting& g : rq.given)
+      if (g.key == "checkpoint_every")
+        throw UsageError(fmt::format(
+            "[train] {}: checkpoints are written into a run folder, and this run writes none "
+            "(give {} or {})",
+            g.as_written, rq.names.out, rq.names.resume));
+    if (rq.force)
+      throw UsageError(
+          fmt::format("[train] nothing to force: this run writes no folder (give {} or {})",
+                      rq.names.out, rq.names.resume));
+  }
   // The sample's settings: a bidirectional (masked) model fills bytes in and draws no sample;
   // the prompt's bytes must be in the vocabulary (known now, not after the training).
   if (rq.sample_given && rq.sample > 0 && !o.model.causal)
