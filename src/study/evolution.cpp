@@ -276,7 +276,8 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
          "below 100M ReLU or GELU, 100M–1B GELU, 1B–10B GELU or GLU, 10B–100B GLU or gated, "
          "above 100B MoE",
          "not measured: one size (`--sizes` trains a ladder)",
-         fmt::format("one LM ({}); the field's real models ({}) chose SwiGLU from 7B up",
+         fmt::format("one LM ({}); the real models ({}) since PaLM (2022) chose SwiGLU from 7B up, "
+                     "GPT-3 before them a plain GELU FFN",
                      sec.ref("limitations"), sec.ref("zoo"))});
   }
   if (const auto* row = measured_row("task")) {

@@ -367,8 +367,11 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
       "The study's MoE LM ({} experts of width {}, top-{}, softmax router), seed 1, {} steps "
       "(half the study's), capacity factor {} (an expert takes at most ⌈{}·k·T/E⌉ assignments "
       "a batch; the rest pass through the residual only), three ways. Load statistics: means "
-      "over layers and the second half of training; entropy: the router's, in nats (ln {} = "
-      "{:.3f} is uniform).\n\n",
+      "over layers and the second half of training; entropy: the router's distribution over "
+      "the experts for each token, in nats (ln {} = {:.3f} is uniform). An entropy near uniform "
+      "does not mean a balanced load: top-k follows the router's small preferences, and when "
+      "most tokens share them, most tokens go to the same experts (the load CV and drops say "
+      "so).\n\n",
       m.experts, m.expert_d_ff, m.top_k, m.balancing_steps, m.capacity_factor, m.capacity_factor,
       m.experts, std::log(static_cast<double>(m.experts)));
   md += markdown_table({"balancing", "val bits/byte", "load CV", "max / mean", "dropped",

@@ -199,14 +199,35 @@ json zoo_json(const Results& r) {
 
 std::string zoo_markdown(const Study& st, const Sections&) {
   if (!st.results.zoo) return "";
-  // The table itself is `ffnlab zoo`'s and results.json's: the report names what it holds.
-  return fmt::format(
+  // A reference table, not a finding: the report says what it holds, and its appendix prints it
+  // (`ffnlab zoo`'s table; results.json's "zoo") with the source of each row.
+  const std::vector<std::string> header = zoo_table_header();
+  const std::vector<std::vector<std::string>> rows = zoo_table_rows();
+  std::string md = fmt::format(
       "The FFN of {} well-known models, from BERT and GPT-2 to Mixtral and DeepSeek-V3, costed "
       "by ffnlab the same way as the variants above: each one's kind, activation, widths, "
-      "experts, one layer's parameters, active parameters and forward FLOPs per token, and the "
-      "source of every row (the paper's section or the published config.json). `ffnlab zoo` "
-      "prints the table, and results.json holds it (\"zoo\").\n\n",
-      zoo_table_rows().size());
+      "experts, one layer's parameters, active parameters and forward FLOPs per token. BERT, "
+      "GPT-2 and GPT-3 have a plain GELU FFN and T5 v1.1 a GEGLU; the dense models from PaLM "
+      "(2022) on, of 7B parameters and more, SwiGLU. Of the MoE models, Switch and GLaM have "
+      "plain experts (ReLU, GELU), Mixtral, Qwen1.5-MoE and DeepSeek-V3 SwiGLU experts. The "
+      "appendix prints the table with the source of every row (the paper's section or the "
+      "published config.json); `ffnlab zoo` prints it too, and results.json holds it "
+      "(\"zoo\").\n",
+      rows.size());
+  std::vector<std::string> long_header(header.begin(), header.end() - 1);
+  std::vector<std::vector<std::string>> long_rows;
+  std::string sources;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    long_rows.emplace_back(rows[r].begin(), rows[r].end() - 1);
+    long_rows.back().push_back(fmt::format("[{}]", r + 1));
+    sources += fmt::format("{}. {}\n", r + 1, rows[r].back());
+  }
+  long_header.push_back("source");
+  md += std::string(kDetails) + "The real models' FFNs, one layer each (an MoE's d_ff is one " +
+        "expert's; FLOPs per token forward, matrix and elementwise; parameters include biases " +
+        "where the model has them), with their sources.\n\n" +
+        markdown_table(long_header, long_rows, "llrrrlrrrrrl") + "\n" + sources;
+  return md;
 }
 
 // ---- corrections ----
@@ -694,12 +715,14 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
   if (c.best_per_flop) {
     std::string list;
     for (const auto& [v, ratio] : c.flops_over_relu)
-      list += fmt::format("{}{} {:.2f}×", list.empty() ? "" : ", ", v, ratio);
+      list += fmt::format("{}{} {:.2f}×{}", list.empty() ? "" : ", ", v, ratio,
+                          ratio > 1.05 ? " (over)" : "");
     md += fmt::format(
         "2. **Per FLOP:** {} ({:.4f} bits/byte){}. *Rule:* among every trained variant whose FFN "
-        "does at most 1.05× ReLU's forward matrix FLOPs per token, whatever its verdict, MoE at "
-        "equal compute included (the FFN's matrix FLOPs, not the summary's whole LM: here {}), "
-        "the lowest mean paired difference to ReLU; ties as in rule 1.\n",
+        "does at most 1.05× ReLU's forward matrix FLOPs per token, whatever its verdict (MoE at "
+        "equal compute too, its router's FLOPs counted: a small model's router can put it "
+        "over), the lowest mean paired difference to ReLU; ties as in rule 1. The FFN's matrix "
+        "FLOPs, not the summary's whole LM: here {}.\n",
         *c.best_per_flop, c.best_per_flop_bits_per_byte, ties(c.best_per_flop_tied), list);
   } else {
     md += "2. **Per FLOP:** no candidate in this run.\n";
@@ -877,8 +900,8 @@ std::string sizes_limitation(const Study& st, const Sections& sec) {
   const std::string literature =
       "Beyond them the evidence is the literature's: Shazeer 2020 and Narang et al. 2021 found "
       "the GLU variants ahead at about 220M parameters, Switch Transformer (Fedus et al. 2021) "
-      "MoE at equal compute ahead from T5-base to over a trillion, and the field's largest "
-      "dense models chose SwiGLU (" +
+      "MoE at equal compute ahead from T5-base to over a trillion, and the largest dense models "
+      "since PaLM (2022) chose SwiGLU, GPT-3 before them a plain GELU FFN (" +
       sec.ref("zoo") + ").";
   if (!st.results.scaling)
     return "- **One size, one task.** Every comparison is of one LM on next-byte prediction; "

@@ -95,8 +95,9 @@ std::string speed_markdown(const Study& st, const Sections&) {
       "median of the rounds' ratios. What it misses is lost to elementwise passes, routing and "
       "bookkeeping.\n"
       "- **noisy**: a ratio above {} or whose rounds spread by more than {} (interquartile range "
-      "over median): the timing decided it, and no conclusion rests on it{}. **≈ 100 %**: from "
-      "100 % to that bound, equal to the bare products within the timing's noise.\n\n",
+      "over median; shown as the median ± half that range): the timing decided it, and no "
+      "conclusion rests on it{}. **≈ 100 %**: from 100 % to that bound, equal to the bare "
+      "products within the timing's noise.\n\n",
       r.d_model, r.d_ff, r.tokens, r.variants.empty() ? 0 : r.variants.front().second.rounds,
       percent(kMaxOfBare, 0), percent(kMaxSpread, 0),
       noisy > 0 ? fmt::format(" ({} of {} rows here)", noisy, r.variants.size()) : "");

@@ -96,7 +96,7 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
         "## 10. The literature: the GLU variants in Shazeer 2020",
         "| geglu | 1.942 (0.004) | 1.633 |",
         "## 11. Real models",
-        "`ffnlab zoo` prints the table, and results.json holds it",
+        "`ffnlab zoo` prints it too, and results.json holds it",
         "## 12. Corrections of the FFN-evolution tutorial",
         "1. Linear(512, 2048) has 1,050,624 parameters, not 2,097,152.",
         "## 13. Recommendations",
@@ -311,7 +311,11 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
       EXPECT_EQ(row.at("config").at("d_model"), 8192);
       EXPECT_EQ(row.at("config").at("d_ff"), 28672);
     }
+  // The table itself stands in the appendix, with its sources, not in the report.
   EXPECT_EQ(md.find("| DeepSeek-V3 |"), std::string::npos);
+  const std::string appendix_text = read(out + "/APPENDIX.md");
+  EXPECT_NE(appendix_text.find("| DeepSeek-V3 | GLU (silu) | 7,168 | 2,048 |"), std::string::npos);
+  EXPECT_NE(appendix_text.find("15. "), std::string::npos);  // the fifteenth row's source
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
 
   // Where the time went: every stage that ran, and the figures.

@@ -171,7 +171,7 @@ TEST_F(Cli, ResumeComparesTheModelAsJsonAndNamesEachFlag) {
   const Outcome dense = run(resume + "--variant swiglu --top-k 1");
   EXPECT_EQ(dense.status, 2);
   EXPECT_NE(dense.err.find("--top-k: applies to an MoE layer (variant moe), and --variant swiglu "
-                           "has none"),
+                           "has none (a resumed run keeps its model; leave the model flags out)"),
             std::string::npos)
       << dense.err;
   const Outcome routing = run(resume + "--routing relu");

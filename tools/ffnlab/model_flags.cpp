@@ -207,7 +207,9 @@ void ModelFlags::check_resumed(const LMConfig& saved, const TrainConfig& t,
       asked = lm_config_from_json(m);
     }
   } catch (const UsageError& e) {  // a flag that means nothing for that layer: a usage error
-    throw UsageError(fmt::format("[train] resuming {}: {}", resume, e.what()));
+    throw UsageError(fmt::format(
+        "[train] resuming {}: {} (a resumed run keeps its model; leave the model flags out)",
+        resume, e.what()));
   } catch (const Error& e) {
     throw Error(fmt::format(
         "[train] resuming {}: the model flags do not fit the checkpoint's model: {} (a resumed "
