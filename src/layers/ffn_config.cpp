@@ -436,6 +436,13 @@ std::vector<std::string> routing_family_names() {
   return out;
 }
 
+std::string routing_family_title(std::string_view family) {
+  if (family == "moe_pp") return "MoE++";
+  RouterConfig r;
+  check(set_routing(r, family), "[ffn] unknown routing family '{}'", family);
+  return routing_family(r.routing).title;
+}
+
 FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
                                 std::int64_t sequence) {
   check(moe.kind == FFNKind::moe, "[ffn] a routing family needs an MoE layout, not '{}'",

@@ -584,23 +584,6 @@ void draw_moe_pareto(const Study& st) {
   render_figure(st.dir, "moe_pareto", s);
 }
 
-namespace {
-// A routing family as the figure names it: the words of the report's prose rather than the
-// config's identifier ("relu" would read as the ReLU FFN).
-std::string family_title(const std::string& name) {
-  static const std::map<std::string, std::string> kTitles{{"topk", "top-k"},
-                                                          {"top_p", "top-p"},
-                                                          {"relu", "ReLU routing"},
-                                                          {"moe_pp", "MoE++"},
-                                                          {"hash", "hash"},
-                                                          {"base", "BASE layers"},
-                                                          {"expert_choice", "expert choice"},
-                                                          {"soft", "Soft MoE"}};
-  const auto t = kTitles.find(name);
-  return t == kTitles.end() ? name : t->second;
-}
-}  // namespace
-
 void draw_routing_families(const Study& st) {
   const RoutingResult& r = *st.results.routing;
   const bool masked = std::any_of(r.rows.begin(), r.rows.end(),
@@ -629,7 +612,7 @@ void draw_routing_families(const Study& st) {
       if (row.name == "topk") topk = row.outcome.mean;
       x.push_back(row.active_forward_flops / 1e6);
       y.push_back(row.outcome.mean);
-      names.push_back(family_title(row.name));
+      names.push_back(routing_family_title(row.name));  // ("relu" would read as the ReLU FFN)
       const double sd = std::isfinite(row.outcome.std) ? row.outcome.std : 0.0;
       lo = std::min(lo, row.outcome.mean - sd);
       hi = std::max(hi, row.outcome.mean + sd);

@@ -1238,7 +1238,15 @@ TEST(MoEFFN, EveryRoutingFamilyDefinesWhatItsCallersCall) {
     EXPECT_TRUE(f.own_path || f.choose != nullptr) << name << ": choose";
     ASSERT_NE(f.summary, nullptr) << name;
     EXPECT_STRNE(f.summary, "") << name << ": summary (--routing's help)";
+    EXPECT_STRNE(f.title, "") << name << ": title (the routing figure's words)";
   }
+  // The study's families, MoE++ among them, each with its words; an unknown one is refused.
+  std::set<std::string> titles;
+  for (const auto& name : routing_family_names()) titles.insert(routing_family_title(name));
+  EXPECT_EQ(titles.size(), routing_family_names().size());
+  EXPECT_EQ(routing_family_title("moe_pp"), "MoE++");
+  EXPECT_EQ(routing_family_title("relu"), "ReLU routing");
+  EXPECT_THROW(routing_family_title("nope"), Error);
 }
 
 // A key that a routing does not read is refused unless it holds its default, naming the

@@ -138,6 +138,8 @@ std::string variant_name(const FFNConfig& config);
 FFNConfig routing_family_config(const FFNConfig& moe, std::string_view family,
                                 std::int64_t sequence);
 std::vector<std::string> routing_family_names();  // topk first
+// A family's name in prose and figures: its RoutingFamily::title ("MoE++" for moe_pp).
+std::string routing_family_title(std::string_view family);
 
 // ffnlab's own layer config (docs/config.md). Unknown keys are an error.
 FFNConfig config_from_json(const nlohmann::json& j);

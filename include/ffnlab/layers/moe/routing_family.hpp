@@ -30,6 +30,7 @@ struct ChoiceInput {
 };
 
 struct RoutingFamily {
+  const char* title = "";       // its name in prose and figures ("top-k", "BASE layers")
   const char* summary = "";     // how a token gets its experts (--routing's help, docs/moe.md)
   const char* top_k = "";       // its reading of top_k ("" when it does not read it)
   const char* capacity = "";    // its reading of capacity_factor ("" when it refuses one)

@@ -145,6 +145,7 @@ void choose(Routing& r, const ChoiceInput& in, const RouterConfig& m) {
 template <>
 const RoutingFamily& family_of<RoutingKind::base>() {
   static const RoutingFamily family{
+      .title = "BASE layers",
       .summary =
           "a balanced assignment of the batch's tokens, T/E an expert, in training; the "
           "best affinity at inference",

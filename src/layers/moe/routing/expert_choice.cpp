@@ -97,6 +97,7 @@ void validate(const MoEConfig& m) {
 template <>
 const RoutingFamily& family_of<RoutingKind::expert_choice>() {
   static const RoutingFamily family{
+      .title = "expert choice",
       .summary = "each expert takes its best ceil(capacity·k·S/E) tokens of a sequence",
       .top_k = "the experts a token gets on average (times the capacity factor)",
       .capacity =

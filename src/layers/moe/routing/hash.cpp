@@ -58,6 +58,7 @@ void choose(Routing& r, const ChoiceInput& in, const RouterConfig& m) {
 template <>
 const RoutingFamily& family_of<RoutingKind::hash>() {
   static const RoutingFamily family{
+      .title = "hash",
       .summary = "the experts a fixed hash of the token id ranks first",
       .top_k = "the experts a token takes",
       .capacity =

@@ -110,6 +110,7 @@ void validate(const MoEConfig& m) {
 template <>
 const RoutingFamily& family_of<RoutingKind::relu>() {
   static const RoutingFamily family{
+      .title = "ReLU routing",
       .summary = "every expert whose router logit is positive",
       .top_k = "the mean a token takes, held by the L1 penalty",
       .defaults = R"({"normalize": false, "aux_coef": 0.0})",

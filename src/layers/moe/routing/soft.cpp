@@ -39,6 +39,7 @@ void validate(const MoEConfig& m) {
 template <>
 const RoutingFamily& family_of<RoutingKind::soft>() {
   static const RoutingFamily family{
+      .title = "Soft MoE",
       .summary = "every expert's --slots mix all of a sequence's tokens",
       .whole_sequence = true,
       .splits_experts = false,

@@ -16,6 +16,7 @@ namespace ffnlab {
 template <>
 const RoutingFamily& family_of<RoutingKind::top_p>() {
   static const RoutingFamily family{
+      .title = "top-p",
       .summary = "the fewest best experts whose probabilities reach --top-p",
       .top_k = "the most experts a token takes",
       .capacity = "as topk, k the cap",

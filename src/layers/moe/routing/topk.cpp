@@ -111,6 +111,7 @@ void choose_ranked(Routing& r, const ChoiceInput& in, const RouterConfig& m, dou
 template <>
 const RoutingFamily& family_of<RoutingKind::topk>() {
   static const RoutingFamily family{
+      .title = "top-k",
       .summary = "the k experts of best score",
       .top_k = "the experts a token takes",
       .capacity =
