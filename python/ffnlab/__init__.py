@@ -91,8 +91,9 @@ def train(model, data, *, out=None, resume=None, force=False, progress=True, **s
     resume: a run folder to continue from, bit-identically (the
     model must be the checkpoint's: TransformerLM.from_run(folder); other settings or other
     data need force=True); the run continues in that folder unless `out` names another. Without
-    `out` or `resume` nothing is written (and checkpoint_every or force=True is refused). progress: True for a text bar, False for none, or a
-    callable progress(kind, done, planned, text, eta_seconds). The settings left out take
+    `out` or `resume` nothing is written (and a checkpoint_every but 0, or force=True, is
+    refused). progress: True for a text bar, False for none, or a callable progress(kind, done,
+    planned, text, eta_seconds). The settings left out take
     `ffnlab train`'s defaults (docs/config.md: 600 steps, batch 16, seq 128, seed 1, the last
     10 % of the bytes for validation, ...); the model's context must hold `seq`. The GIL is
     released while it trains; Ctrl-C stops after the current step with a KeyboardInterrupt that

@@ -242,7 +242,7 @@ LM_KEYS = dict(d_model=16, layers=1, heads=2, context=16)
     (dict(optimizer="sgd", beta2=0.9), ["[train] beta2 = 0.9: an Adam setting, which the sgd"]),
     # What writes a folder, without one.
     (dict(checkpoint_every=1), ["[train] checkpoint_every = 1: checkpoints are written into a",
-                                "(give out or resume=)"]),
+                                "(name one with out or resume=)"]),
     (dict(force=True), ["[train] nothing to force: this run writes no folder"]),
     (dict(seq=[32]), ["key 'seq' must be an integer", "[32]"]),
     (dict(eval_tokens=Opaque()), ["[config] key 'eval_tokens' must be a number, a string",

@@ -66,11 +66,13 @@ void load_parameters(ParameterSet& params, const SafeTensors& file, const std::s
     if (count++ < 4) unread += (unread.empty() ? "'" : ", '") + n + "'";
   }
   if (count > 0)
-    fail(
-        "[weights] {}: {} tensor{} under the prefix '{}' {} no parameter of this layer ({}{}): "
-        "the config does not describe the layer these weights are for",
-        file.source(), count, count == 1 ? "" : "s", prefix, count == 1 ? "is" : "are", unread,
-        count > 4 ? ", ..." : "");
+    fail("[weights] {}: {} tensor{} {} {} no parameter of this layer ({}{}): {}", file.source(),
+         count, count == 1 ? "" : "s",
+         prefix.empty() ? "of the file" : fmt::format("under the prefix '{}'", prefix),
+         count == 1 ? "is" : "are", unread, count > 4 ? ", ..." : "",
+         prefix.empty() ? "the file holds more than this layer (a prefix selects one layer's "
+                          "tensors), or the config does not describe the layer they are for"
+                        : "the config does not describe the layer these weights are for");
 }
 
 }  // namespace ffnlab

@@ -208,9 +208,10 @@ std::string zoo_markdown(const Study& st, const Sections&) {
       "by ffnlab the same way as the variants above: each one's kind, activation, widths, "
       "experts, one layer's parameters, active parameters and forward FLOPs per token. BERT, "
       "GPT-2 and GPT-3 have a plain GELU FFN and T5 v1.1 a GEGLU; the dense models from PaLM "
-      "(2022) on, of 7B parameters and more, SwiGLU. Of the MoE models, Switch and GLaM have "
-      "plain experts (ReLU, GELU), Mixtral, Qwen1.5-MoE and DeepSeek-V3 SwiGLU experts. The "
-      "appendix prints the table with the source of every row (the paper's section or the "
+      "(2022) on, of 7B parameters and more, SwiGLU. Of the MoE models, Switch has plain ReLU "
+      "experts and GLaM is costed with plain GELU ones (its paper does not name them); Mixtral, "
+      "Qwen1.5-MoE and DeepSeek-V3 have SwiGLU experts. The appendix prints the table with the "
+      "source of every row (the paper's section or the "
       "published config.json); `ffnlab zoo` prints it too, and results.json holds it "
       "(\"zoo\").\n",
       rows.size());

@@ -71,7 +71,9 @@ std::string speed_markdown(const Study& st, const Sections&) {
   // A ratio is shown only when its rounds agree and it is possible; else the row says why not.
   auto ratio = [](double of_bare, double spread) {
     if (of_bare > kMaxOfBare || spread > kMaxSpread)
-      return fmt::format("noisy ({} ± {})", percent(of_bare, 0), percent(spread / 2, 0));
+      // (spread is relative, the interquartile range over the median: ± half that range, in
+      // the ratio's own points)
+      return fmt::format("noisy ({} ± {})", percent(of_bare, 0), percent(of_bare * spread / 2, 0));
     // A layer cannot beat its own products: up to kMaxOfBare the rates are equal within the
     // noise of the timing.
     return of_bare > 1.0 ? std::string("≈ 100 %") : percent(of_bare, 0);

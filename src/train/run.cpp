@@ -144,27 +144,22 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   // Without a folder (a library caller's run), what writes or overwrites one means nothing.
   if (o.out.empty()) {
     for (const GivenSetting& g : rq.given)
-      if (g.key == "checkpoint_every")
+      if (g.key == "checkpoint_every" && o.train.checkpoint_every != 0)
         throw UsageError(fmt::format(
             "[train] {}: checkpoints are written into a run folder, and this run writes none "
-            "(give {} or {})",
+            "(name one with {} or {})",
             g.as_written, rq.names.out, rq.names.resume));
     if (rq.force)
-      throw UsageError(
-          fmt::format("[train] nothing to force: this run writes no folder (give {} or {})",
-                      rq.names.out, rq.names.resume));
+      throw UsageError(fmt::format(
+          "[train] nothing to force: this run writes no folder (name one with {} or {})",
+          rq.names.out, rq.names.resume));
   }
   // The sample's settings: a bidirectional (masked) model fills bytes in and draws no sample;
   // the prompt's bytes must be in the vocabulary (known now, not after the training).
-  if (rq.sample_given && rq.sample > 0 && !o.model.causal)
+  if (rq.sample_given && !o.model.causal)
     throw UsageError(
         fmt::format("[train] {}: a masked (bidirectional) model fills bytes in; it draws no sample",
                     rq.names.sample));
-  if (rq.sample > 0 && o.model.causal)
-    for (const unsigned char c : rq.prompt)
-      if (c >= o.model.vocab)
-        throw UsageError(fmt::format("[train] {} holds byte {}, outside the model's vocab = {}",
-                                     rq.names.prompt, static_cast<int>(c), o.model.vocab));
   // Continuing the run in its own folder (its logs go on), not into another one.
   // (A path that cannot be resolved is not the same folder: the checks below name it.)
   std::error_code resolve_a, resolve_b;
@@ -190,6 +185,14 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   const Corpus& corpus = rq.corpus ? *rq.corpus : loaded.emplace(load_corpus(data, val_fraction));
   if (point) check_same_data(rq, *point, corpus);
   check_training_setup(o.model, corpus, o.train);
+  // The sample's prompt within the vocabulary, known now rather than after the training.
+  if (rq.sample > 0 && o.model.causal)
+    for (const unsigned char c : rq.prompt)
+      if (c >= o.model.vocab)
+        throw UsageError(fmt::format(
+            "[train] the sample's prompt holds byte {}, outside the model's vocab = {}: give "
+            "another {} (the default is a newline) or {}",
+            static_cast<int>(c), o.model.vocab, rq.names.prompt, rq.names.no_sample));
 
   // Expert parallel: this rank builds only its experts, of a layout checked first (a model that
   // would never split is not built, nor its memory counted).

@@ -42,6 +42,11 @@ void validate(const TrainConfig& c) {
 }
 
 std::string unread_setting(const TrainConfig& c, std::string_view key) {
+  // At its default a setting changes nothing whoever reads it: a run's stored settings, which
+  // hold every key, can be given back as they are.
+  const json now = train_config_to_json(c), defaults = train_config_to_json(TrainConfig{});
+  const std::string k(key);
+  if (!now.contains(k) || now[k] == defaults[k]) return {};
   const bool sgd = c.optimizer.kind == OptimizerKind::sgd;
   if (sgd && (key == "beta1" || key == "beta2" || key == "eps"))
     return "an Adam setting, which the sgd optimizer does not read (it reads momentum)";

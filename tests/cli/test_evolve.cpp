@@ -315,7 +315,9 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_EQ(md.find("| DeepSeek-V3 |"), std::string::npos);
   const std::string appendix_text = read(out + "/APPENDIX.md");
   EXPECT_NE(appendix_text.find("| DeepSeek-V3 | GLU (silu) | 7,168 | 2,048 |"), std::string::npos);
-  EXPECT_NE(appendix_text.find("15. "), std::string::npos);  // the fifteenth row's source
+  EXPECT_NE(appendix_text.find("\n15. "), std::string::npos);  // the fifteenth row's source
+  // Rule 2 marks the variants over its FLOP cap (the gated FFN: 1.12× ReLU's at --quick's size).
+  EXPECT_NE(md.find("gated 1.12× (over)"), std::string::npos);
   EXPECT_EQ(j.at("data").at("fingerprint").get<std::string>().rfind("fnv1a64:", 0), 0u);
 
   // Where the time went: every stage that ran, and the figures.

@@ -278,19 +278,28 @@ TEST_F(RunDriver, SettingsTheRunNeverReadsAreRefused) {
     const char* why;
   };
   const std::vector<Case> cases = {
-      {[](TrainConfig& t) { t.optimizer.kind = OptimizerKind::sgd; },
+      {[](TrainConfig& t) {
+         t.optimizer.kind = OptimizerKind::sgd;
+         t.optimizer.beta1 = 0.8f;
+       },
        {"beta1", "--beta1 0.8"},
        "[train] --beta1 0.8: an Adam setting, which the sgd optimizer does not read"},
-      {[](TrainConfig& t) { t.optimizer.kind = OptimizerKind::sgd; },
+      {[](TrainConfig& t) {
+         t.optimizer.kind = OptimizerKind::sgd;
+         t.optimizer.eps = 1e-6f;
+       },
        {"eps", "eps = 1e-06"},
        "[train] eps = 1e-06: an Adam setting"},
-      {[](TrainConfig&) {},
+      {[](TrainConfig& t) { t.optimizer.momentum = 0.9f; },
        {"momentum", "--momentum 0.9"},
        "an SGD setting, which the adamw optimizer does not read (its momentum is beta1)"},
-      {[](TrainConfig&) {},
+      {[](TrainConfig& t) { t.mask_fraction = 0.2f; },
        {"mask_fraction", "--mask-fraction 0.2"},
        "a setting of the masked objective, which the causal objective does not read"},
-      {[](TrainConfig& t) { t.decay = DecayKind::constant; },
+      {[](TrainConfig& t) {
+         t.decay = DecayKind::constant;
+         t.min_lr_ratio = 0.2f;
+       },
        {"min_lr_ratio", "--min-lr-ratio 0.2"},
        "the cosine decay's floor, which the constant decay does not read"},
   };
@@ -304,17 +313,32 @@ TEST_F(RunDriver, SettingsTheRunNeverReadsAreRefused) {
     EXPECT_EQ(heard.starts, 0);
   }
   EXPECT_FALSE(fs::exists(dir_ / "refused"));
+  // At its default a setting changes nothing: a run's stored settings, every key of them, can
+  // be given back (momentum 0 under adamw, the default mask fraction under causal).
+  {
+    RunRequest replay = rq_;
+    replay.out.clear();
+    const nlohmann::json stored = train_config_to_json(replay.train);
+    for (auto it = stored.begin(); it != stored.end(); ++it)
+      replay.given.push_back({it.key(), it.key() + " = " + it.value().dump()});
+    Recorder heard;
+    EXPECT_TRUE(run_training(replay, heard).finished);
+  }
   // The same settings read by the mode they belong to are taken.
   rq_.train.optimizer.kind = OptimizerKind::sgd;
+  rq_.train.optimizer.momentum = 0.9f;
   rq_.given = {{"momentum", "--momentum 0.9"}};
   Recorder sgd;
   EXPECT_TRUE(run_training(rq_, sgd).finished);
 
-  // Resumed, the checkpoint's optimizer decides, and force does not make a setting read.
+  // Resumed, the checkpoint's optimizer decides (not the request's, which gives no optimizer),
+  // and force does not make a setting read.
   RunRequest again = rq_;
   again.resume = again.out;
   again.out.clear();
   again.force = true;
+  again.train.optimizer.kind = OptimizerKind::adamw;
+  again.train.optimizer.beta2 = 0.99f;
   again.given = {{"beta2", "--beta2 0.99"}};
   Recorder r;
   EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(again, r); }),
@@ -339,7 +363,8 @@ TEST_F(RunDriver, SettingsTheRunNeverReadsAreRefused) {
   prompt.prompt = "\xc3\xa9";
   Recorder p;
   EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(prompt, p); }),
-                       "[train] --prompt holds byte 195, outside the model's vocab = 128");
+                       "[train] the sample's prompt holds byte 195, outside the model's vocab "
+                       "= 128: give another --prompt (the default is a newline) or --sample 0");
   EXPECT_EQ(m.starts + p.starts, 0);
 }
 

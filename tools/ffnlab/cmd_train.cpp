@@ -36,10 +36,6 @@ struct TrainOptions {
   double dist_timeout = 300, bucket_mb = 4;  // data parallelism (under mpirun)
   CLI::Option *out_flag = nullptr, *data_flag = nullptr, *val_fraction_flag = nullptr;
   std::vector<CLI::Option*> sample_flags;  // --sample, --temperature, --prompt
-  bool sample_flags_given() const {
-    return std::any_of(sample_flags.begin(), sample_flags.end(),
-                       [](const CLI::Option* f) { return f->count() > 0; });
-  }
   CLI::App* command = nullptr;
 };
 
@@ -97,10 +93,12 @@ RunRequest request_of(const TrainOptions& o, ProcessGroup* group) {
   rq.sample = o.printing.sample;
   rq.temperature = o.printing.temperature;
   rq.prompt = o.prompt;
-  rq.sample_given = o.sample_flags_given();
+  // (--sample 0, which asks for none, is no sample setting.)
   rq.names.sample.clear();
   for (const CLI::Option* f : o.sample_flags)
-    if (f->count() > 0) rq.names.sample += (rq.names.sample.empty() ? "" : ", ") + f->get_name();
+    if (f->count() > 0 && !(f->get_name() == "--sample" && o.printing.sample == 0))
+      rq.names.sample += (rq.names.sample.empty() ? "" : ", ") + f->get_name();
+  rq.sample_given = !rq.names.sample.empty();
   const auto bucket = static_cast<std::int64_t>(o.bucket_mb * (1 << 20) / sizeof(float));
   rq.parallel = {group, std::max<std::int64_t>(1, bucket), o.printing.expert_parallel,
                  agreed_flags(*o.command), o.printing.expert_group};

@@ -31,6 +31,7 @@ struct RunNames {
   std::string force = "use --force";            // how the user insists
   std::string resume = "--resume";
   std::string sample = "--sample", prompt = "--prompt";  // (sample: the sample's flags given)
+  std::string no_sample = "--sample 0";
 };
 
 // A training setting the caller set (a key of train_config_to_json), as its user wrote it
@@ -63,8 +64,10 @@ struct RunRequest {
   std::int64_t sample = 0;
   float temperature = 0.8f;
   std::string prompt = "\n";
-  bool sample_given = false;  // the caller set the sample's settings (refused for a masked model)
-  DataParallel parallel;      // one process unless it names a group (mpirun)
+  // The caller set the sample's settings (a sample of more than 0 bytes, its prompt or its
+  // temperature): refused for a masked model.
+  bool sample_given = false;
+  DataParallel parallel;  // one process unless it names a group (mpirun)
   // The yardstick of FLOP utilisation: the bare products of the model's shapes, measured by
   // the caller (the study times them before its pool of runs); else timed here at start-up on
   // this rank's micro-batch, unless measure_bare is off.

@@ -52,8 +52,9 @@ struct TrainConfig {
 
 void validate(const TrainConfig& config);
 // Why a run with `config` never reads the setting `key` (Adam's β1 under SGD, a mask fraction
-// under the causal objective, ...), or "" when it does: a setting the caller gives that the run
-// would ignore is refused (run_training), as it is most likely meant for another mode.
+// under the causal objective, ...), or "" when it does or the setting holds its default: a
+// setting the caller gives that the run would ignore is refused (run_training), as it is most
+// likely meant for another mode.
 std::string unread_setting(const TrainConfig& config, std::string_view key);
 
 // The model keys a caller set itself, which set_objective_keys keeps.
