@@ -35,7 +35,7 @@ class _Function(torch.autograd.Function):
     layer takes) is [..., E], or empty for a layer without the option."""
 
     @staticmethod
-    def forward(ctx, x, residual, token_ids, first, module, train, *params):
+    def forward(ctx, x, residual, token_ids, first, module, train, stochastic, *params):
         layer = module.layer
         shape = x.shape
         flat = _rows(x, shape[-1])
@@ -44,7 +44,7 @@ class _Function(torch.autograd.Function):
         res = None if residual is None else _rows(residual, residual.shape[-1]).numpy()
         ids = None if token_ids is None else token_ids.reshape(-1).numpy()
         y = layer.forward(flat.numpy(), train=train, sequence=sequence, gate_residual=res,
-                          token_ids=ids, first=first)
+                          token_ids=ids, first=first, stochastic=stochastic)
         ctx.module = module
         ctx.forward_count = layer.forward_count
         ctx.shape = shape
@@ -82,7 +82,7 @@ class _Function(torch.autograd.Function):
             dres = torch.from_numpy(layer.gate_residual_grad).reshape(ctx.residual_shape)
         # The parameters' gradients are already in their .grad (ffnlab's buffer): nothing for
         # autograd to accumulate.
-        return (dx, dres, None, None, None, None, *(None for _ in ctx.module._names))
+        return (dx, dres, None, None, None, None, None, *(None for _ in ctx.module._names))
 
 
 class FFN(torch.nn.Module):
@@ -149,13 +149,16 @@ class FFN(torch.nn.Module):
             raise ValueError(f"[python] input has {x.shape[-1]} features, the layer "
                              f"{self.layer.d_model}")
         params = self._params
-        # Training (the layer keeps its activations) only where autograd will call backward.
+        # Training (the layer keeps its activations) only where autograd will call backward;
+        # training-only routing (jitter, gate noise, BASE's assignment) as module.training says,
+        # as PyTorch's own modules do: model.eval() with gradients routes as at inference.
         train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+        stochastic = train and self.training
         if gate_residual is not None and not self.gating_residual:
             raise ValueError("[python] gate_residual given, but the layer has no "
                              "gating_residual (MoE++) to take it")
         y, self.aux_loss, logits = _Function.apply(x, gate_residual, token_ids, first, self,
-                                                   train, *params)
+                                                   train, stochastic, *params)
         return (y, logits) if self.gating_residual else y
 
     def after_optimizer_step(self):

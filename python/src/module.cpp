@@ -258,13 +258,22 @@ class Layer {
 
   py::array_t<float> forward(const py::object& x_arg, const py::object& train_arg,
                              const py::object& sequence_arg, const py::object& gate_residual,
-                             const py::object& token_ids, const py::object& first_arg) {
+                             const py::object& token_ids, const py::object& first_arg,
+                             const py::object& stochastic_arg) {
     const FFNConfig& c = ffn_->config();
     const std::int64_t D = c.d_model;
     const py::array x = array_argument("forward", "x", x_arg);
     Tensor xt = borrow_rows(x, D, "x");
     const bool train = bool_argument("forward", "train", train_arg);
     const bool first = bool_argument("forward", "first", first_arg);
+    // Training-only routing (jitter, gate noise, BASE's assignment): a training forward's, unless
+    // the caller evaluates with gradients (stochastic=False).
+    const bool stochastic =
+        stochastic_arg.is_none() ? train : bool_argument("forward", "stochastic", stochastic_arg);
+    if (stochastic && !train)
+      throw py::value_error(
+          "[python] stochastic=True routes as in training, which only a training forward does: "
+          "give train=True too");
     const std::int64_t sequence = int_argument("forward", "sequence", sequence_arg, 0,
                                                std::numeric_limits<std::int64_t>::max(), false);
     // MoE++'s gating residual: the previous MoE layer's logits [T, E].
@@ -315,6 +324,7 @@ class Layer {
       ffn_->context().sequence = sequence;
       ffn_->context().token_ids = ids.empty() ? nullptr : ids.data();
       ffn_->context().first_layer = first;
+      ffn_->context().stochastic = stochastic;
       residual_ = rt;
       ffn_->context().previous_logits = residual_.defined() ? &residual_ : nullptr;
       ffn_->forward(yt, xt, train);
@@ -469,6 +479,7 @@ torch.nn.Linear from seed, an integer in [0, 2^64 - 1].)")
       .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
            py::arg("sequence") = 0, py::arg("gate_residual") = py::none(),
            py::arg("token_ids") = py::none(), py::arg("first") = false,
+           py::arg("stochastic") = py::none(),
            R"(y [T, D] = FFN(x [T, D]); x: C-contiguous float32. y is a new array that owns its
 memory. With train=True the layer keeps what backward needs, x included (by reference: do not
 change x until backward). sequence: x holds sequences of this many tokens one after another,
@@ -477,7 +488,10 @@ one sequence). gate_residual: for a layer with MoE++'s gating_residual, the prev
 layer's router logits [T, E] (its .logits), kept like x. token_ids: the tokens' ids [T]
 (integers), which hash routing chooses by (a layer whose routing does not read them refuses
 them). first: this is the model's first MoE layer, which
-has no gate_residual (a layer with gating_residual refuses to run without one otherwise).)")
+has no gate_residual (a layer with gating_residual refuses to run without one otherwise).
+stochastic: route as in training (the router's jitter and noise, BASE layers' balanced
+assignment); None: as train. train=True with stochastic=False keeps what backward needs but
+routes as at inference, as a framework's evaluation mode with gradients does.)")
       .def("backward", &Layer::backward, py::arg("dy"), py::arg("dlogits") = py::none(),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
 accumulate into grads() (zero_grad() clears them). dlogits: MoE, the gradient of the loss wrt

@@ -254,3 +254,27 @@ def test_a_wrapped_layer_takes_no_config_besides():
     assert ft.FFN(layer=layer).layer is layer
     with pytest.raises(ValueError, match="layer= wraps a built layer"):
         ft.FFN(layer=layer, d_model=16)  # would have been ignored
+
+
+def test_eval_mode_routes_as_at_inference_with_gradients_too():
+    # Training-only routing (gate noise, router jitter) follows module.training, as PyTorch's
+    # own modules do; whether the layer keeps activations follows autograd alone.
+    block = ft.FFN(variant="moe", d_model=8, d_ff=16, seed=4,
+                   moe={"num_experts": 4, "top_k": 2, "noisy_topk": True, "jitter": 0.3})
+    x = torch.randn(12, 8)
+    with torch.no_grad():
+        inference = block(x).numpy()
+    block.eval()
+    xg = x.clone().requires_grad_(True)
+    evaluated = block(xg)
+    np.testing.assert_allclose(evaluated.detach().numpy(), inference, rtol=1e-5, atol=1e-6)
+    evaluated.sum().backward()  # the gradient of the forward as it routed
+    assert xg.grad is not None and torch.isfinite(xg.grad).all()
+    noise = dict(block.named_ffn_parameters())["gate.noise.weight"]
+    assert noise.grad is not None and not noise.grad.any()  # no noise, so no gradient for it
+    block.train()
+    trained = block(x.clone().requires_grad_(True))
+    assert not np.allclose(trained.detach().numpy(), inference, atol=1e-4)
+    # The layer itself: stochastic routing needs a training forward.
+    with pytest.raises(ValueError, match="stochastic=True routes as in training"):
+        block.layer.forward(x.numpy(), stochastic=True)

@@ -867,6 +867,23 @@ TEST(MoEFFN, NoiseOnlyInTraining) {
   EXPECT_EQ(test::scaled_error(y1.f32(), y2.f32(), y1.numel()), 0.0);
   moe.forward(y3, x, true);
   EXPECT_NE(moe.routing().expert, chosen);  // the noise moved some tokens
+
+  // A training forward of a caller that evaluates (FFNContext::stochastic false) keeps what
+  // backward needs but routes as at inference: the same choice and output, and a backward
+  // that gives the unused noise weight no gradient.
+  moe.context().stochastic = false;
+  Tensor y4, dx;
+  moe.forward(y4, x, true);
+  EXPECT_EQ(moe.routing().expert, chosen);
+  EXPECT_LT(test::scaled_error(y4.f32(), y1.f32(), y1.numel()), 1e-6);
+  moe.parameters().zero_grad();
+  moe.backward(dx, test::random_tensor({64, 12}, 33));
+  const Tensor& noise = moe.parameters().at("gate.noise.weight").grad;
+  for (std::int64_t i = 0; i < noise.numel(); ++i) ASSERT_EQ(noise.f32()[i], 0.0f) << i;
+  double router = 0;
+  const Tensor& gate = moe.parameters().at("gate.weight").grad;
+  for (std::int64_t i = 0; i < gate.numel(); ++i) router += std::fabs(gate.f32()[i]);
+  EXPECT_GT(router, 0.0);
 }
 
 TEST(MoEFFN, AuxLossGradientScales) {

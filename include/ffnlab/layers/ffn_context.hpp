@@ -32,6 +32,10 @@ struct FFNContext {
   bool first_layer = false;
   // The tokens' ids [T] (null: none). Hash routing chooses by them.
   const std::int32_t* token_ids = nullptr;
+  // A training forward routes as in training: the router's jitter and noise, BASE layers'
+  // balanced assignment. False: it keeps what backward needs but routes as at inference (a
+  // framework's evaluation mode with gradients, ffnlab.torch.FFN under module.eval()).
+  bool stochastic = true;
 };
 
 // Sums over a model's layers that updates between optimizer steps follow, by name (ReLU

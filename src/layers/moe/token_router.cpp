@@ -88,8 +88,12 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context
   choice.tokens = x.dim(0);
   choice.token_ids = context.token_ids;
   choice.sequence = context.sequence;
-  choice.train = train;
+  // Training-only routing (noise, jitter, BASE's assignment) unless the caller evaluates.
+  const bool stochastic = train && context.stochastic;
+  choice.train = stochastic;
   choice.group = group;
+  jittered_ = stochastic && m.jitter > 0;
+  noised_ = stochastic && m.noisy_topk;
   if (!linear_) {  // the choice is given (hash routing)
     check(!routing_family(m.routing).needs_token_ids || choice.tokens == 0 ||
               choice.token_ids != nullptr,
@@ -110,7 +114,7 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context
         "first=True; ffnlab run: --first-layer)");
   const std::int64_t T = x.dim(0), D = layer_.d_model, E = m.routed_experts();  // logits columns
   const Tensor* in = &x;
-  if (train && m.jitter > 0) {
+  if (jittered_) {
     jitter_.ensure({T, D});
     x_router_.ensure({T, D});
     // Uniform in [1 − jitter, 1 + jitter], a function of (seed, stream, the element's place in
@@ -142,7 +146,7 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context
     const float* r = mapped_.f32();
     for (std::int64_t i = 0; i < T * E; ++i) l[i] += r[i];
   }
-  if (train && m.noisy_topk) {
+  if (noised_) {
     noise_pre_.ensure({T, E});
     noise_eps_.ensure({T, E});
     linear_forward(noise_pre_, *in, noise_, nullptr);
@@ -199,13 +203,13 @@ void TokenRouter::backward(Tensor& dx, const Routing& r, const float* dweight, c
   } else {
     dresidual_ = Tensor();
   }
-  const bool jitter = m.jitter > 0;
+  const bool jitter = jittered_;  // what the forward did
   const Tensor& rin = jitter ? x_router_ : x;
   Tensor& dx_router = scratch(Scratch::moe_dx_router, {T, D});
   linear_backward(&dx_router, drouter_, m.router_bias ? &drouter_bias_ : nullptr, dlogits_, rin,
                   router_);
   float* dxr = dx_router.f32();
-  if (m.noisy_topk) {
+  if (noised_) {
     // logits = clean + ε·softplus(pre): ∂/∂pre = ε·σ(pre).
     dnoise_pre_.ensure({T, E});
     float* dpre = dnoise_pre_.f32();

@@ -87,6 +87,7 @@ class TokenRouter {
   Tensor balance_bias_, l1_coef_;                       // [E], [1]: state, values only
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;
   // Saved by a training forward for backward (workspaces in inference).
+  bool jittered_ = false, noised_ = false;  // the last forward's jitter and gate noise
   Tensor x_router_, jitter_;      // [T, D] jittered router input, the multiplicative noise
   Tensor logits_;                 // [T, E]
   Tensor residual_, mapped_;      // [T, E] the previous layer's logits (a view), residual·W_gᵀ
