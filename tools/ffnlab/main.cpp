@@ -4,6 +4,21 @@
 #include "commands.hpp"
 #include "common.hpp"
 
+namespace {
+
+// CLI11's help, with a two-sense switch named "--x,--no-x" rather than "--x,--no-x{false}" (the
+// value its negated name stores is no part of what a user types).
+class Help : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+    std::string name = CLI::Formatter::make_option_name(opt, is_positional);
+    for (std::size_t at; (at = name.find("{false}")) != std::string::npos;) name.erase(at, 7);
+    return name;
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace ffnlab::cli;
   CLI::App app{
@@ -13,6 +28,7 @@ int main(int argc, char** argv) {
       "failure (a read or write, memory), 130 interrupted.",
       "ffnlab"};
   app.require_subcommand(1);
+  app.formatter(std::make_shared<Help>());  // (before the commands, which take it)
   add_params_command(app);
   add_run_command(app);
   add_train_command(app);
