@@ -97,6 +97,7 @@ def train(model, data, *, out=None, resume=None, force=False, progress=True, **s
     `ffnlab train`'s defaults (docs/config.md: 600 steps, batch 16, seq 128, seed 1, the last
     10 % of the bytes for validation, ...); the model's context must hold `seq`. The GIL is
     released while it trains; Ctrl-C stops after the current step with a KeyboardInterrupt that
-    says the step, and, in a run folder, a checkpoint there to resume from."""
+    says the step (its .log holds the steps and evaluations so far), and, in a run folder, a
+    checkpoint there to resume from."""
     return _ffnlab.train(model, data, _progress(progress, "train"), out, resume, force,
                          **settings)

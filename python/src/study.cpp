@@ -406,26 +406,39 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
   TransformerLM& lm = *model.lm;
   Callback callback(progress);
   TrainObserver observer(callback, rq.train.steps);
-  const RunOutcome r = run_released(callback, [&] {
-    try {
-      RunOutcome outcome = run_training(rq, observer, &lm);
-      if (!outcome.finished)
-        throw Interrupted(
-            fmt::format("stopped after step {}{}", outcome.step,
-                        outcome.out.empty() ? "" : "; checkpoint written to " + outcome.out));
-      callback("end", outcome.step, outcome.train.steps, std::string(), -1.0);
-      return outcome;
-    } catch (...) {
-      callback("end", observer.done, observer.total, std::string(), -1.0);  // ends the bar's line
-      throw;
-    }
-  });
-  py::list step_list, eval_list;
-  for (const StepLog& s : observer.steps) step_list.append(from_json(to_json(s)));
-  for (const EvalLog& e : observer.evals) eval_list.append(from_json(to_json(e)));
-  py::dict result;
-  result["steps"] = step_list;
-  result["evals"] = eval_list;
+  // The steps and evaluations so far, as the result lists them (and a stopped run's
+  // KeyboardInterrupt carries them as .log: without a folder they would be lost).
+  const auto logs = [&] {
+    py::list step_list, eval_list;
+    for (const StepLog& s : observer.steps) step_list.append(from_json(to_json(s)));
+    for (const EvalLog& e : observer.evals) eval_list.append(from_json(to_json(e)));
+    py::dict result;
+    result["steps"] = step_list;
+    result["evals"] = eval_list;
+    return result;
+  };
+  std::optional<RunOutcome> run;
+  try {
+    run.emplace(run_released(callback, [&] {
+      try {
+        RunOutcome outcome = run_training(rq, observer, &lm);
+        if (!outcome.finished)
+          throw Interrupted(
+              fmt::format("stopped after step {}{}", outcome.step,
+                          outcome.out.empty() ? "" : "; checkpoint written to " + outcome.out));
+        callback("end", outcome.step, outcome.train.steps, std::string(), -1.0);
+        return outcome;
+      } catch (...) {
+        callback("end", observer.done, observer.total, std::string(), -1.0);  // ends the bar's line
+        throw;
+      }
+    }));
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_KeyboardInterrupt)) py::setattr(e.value(), "log", logs());
+    throw;
+  }
+  const RunOutcome& r = *run;
+  py::dict result = logs();
   result["validation"] = r.validation ? from_json(to_json(*r.validation)) : py::none();
   result["summary"] = from_json(r.summary);
   return result;

@@ -503,6 +503,13 @@ def test_train_writes_a_run_folder_and_resumes_bit_identically(corpus, tmp_path)
     with pytest.raises(KeyboardInterrupt, match="stopped after step 3; checkpoint written to"):
         ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, out=part,
                      progress=interrupt_at_3, **dict(SETTINGS, steps=6))
+    # Without a folder the steps so far are not lost either: the exception carries them.
+    with pytest.raises(KeyboardInterrupt, match="stopped after step 3$") as stopped:
+        ffnlab.train(ffnlab.TransformerLM(seed=1, **SMALL), corpus, progress=interrupt_at_3,
+                     **dict(SETTINGS, steps=6))
+    assert [s["step"] for s in stopped.value.log["steps"]] == [1, 2, 3]
+    assert [s["loss"] for s in stopped.value.log["steps"]] == \
+        [s["loss"] for s in whole["steps"][:3]]
     assert json.loads((part / "checkpoint" / "checkpoint.json").read_text())["step"] == 3
     lm = ffnlab.TransformerLM.from_run(part)
     assert lm.config == ffnlab.TransformerLM(**SMALL).config
