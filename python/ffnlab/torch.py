@@ -94,7 +94,10 @@ class FFN(torch.nn.Module):
     gate_residual, and first=True to the first (which has none), as MoE++'s model does;
     gradients flow back through both.
     forward(x, token_ids=...) hands hash routing the tokens' ids (an integer tensor of x's
-    leading shape; other layers refuse them). FFN(layer=...) takes no config, seed or keys. Parameters are registered under their Hugging Face names with '.'
+    leading shape; other layers refuse them). FFN(layer=...) takes no config, seed or keys.
+    The layer keeps what backward needs where autograd will call it, and routes as in training
+    (router jitter, gate noise, BASE's assignment, the load the balancing bias follows) only in
+    module.training: after .eval() a forward with gradients routes as at inference. Parameters are registered under their Hugging Face names with '.'
     replaced by '_' (named_ffn_parameters() gives the Hugging Face names). State that no
     optimizer may move (the MoE's aux-loss-free balancing bias, ReLU routing's L1 coefficient)
     is a buffer, not a parameter.

@@ -376,6 +376,15 @@ class TrainObserver final : public RunObserver {
   Callback& callback_;
 };
 
+// Sets a KeyboardInterrupt's .log; a failure to (an exception that takes no attribute) never
+// hides the interrupt.
+void attach_log(py::error_already_set& e, const py::dict& log) {
+  try {
+    py::setattr(e.value(), "log", log);
+  } catch (py::error_already_set&) {
+  }
+}
+
 py::dict train(const py::object& model_arg, const py::object& data_arg, const py::object& progress,
                const py::object& out_arg, const py::object& resume_arg, const py::object& force_arg,
                const py::kwargs& keys) {
@@ -434,8 +443,13 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
       }
     }));
   } catch (py::error_already_set& e) {
-    if (e.matches(PyExc_KeyboardInterrupt)) py::setattr(e.value(), "log", logs());
+    if (e.matches(PyExc_KeyboardInterrupt)) attach_log(e, logs());
     throw;
+  } catch (const Interrupted& stop) {  // a stop Python did not ask for, raised here with .log
+    PyErr_SetString(PyExc_KeyboardInterrupt, stop.what());
+    py::error_already_set e;
+    attach_log(e, logs());
+    throw e;
   }
   const RunOutcome& r = *run;
   py::dict result = logs();

@@ -884,6 +884,55 @@ TEST(MoEFFN, NoiseOnlyInTraining) {
   const Tensor& gate = moe.parameters().at("gate.weight").grad;
   for (std::int64_t i = 0; i < gate.numel(); ++i) router += std::fabs(gate.f32()[i]);
   EXPECT_GT(router, 0.0);
+  EXPECT_FALSE(moe.jitter_noise().defined());  // it drew none
+  EXPECT_FALSE(moe.gate_noise().defined());
+}
+
+// An evaluating training forward (stochastic false): its dx is the gradient of the inference
+// forward it computed (a directional derivative by central differences, the routing held by
+// a small step), its load moves no balancing bias, and BASE layers route greedily in it.
+TEST(MoEFFN, AnEvaluatingTrainingForwardIsTheInferenceForwardWithItsGradient) {
+  FFNConfig c = base(6, 2, "relu", true);
+  c.moe.jitter = 0.5f;
+  c.moe.noisy_topk = true;
+  c.moe.balance_bias = true;
+  c.moe.balance_rate = 0.01f;
+  MoEFFN moe(c, 51);
+  moe.context().stochastic = false;
+  const Tensor x = test::random_tensor({32, 12}, 52), dy = test::random_tensor({32, 12}, 53);
+  const Tensor v = test::random_tensor({32, 12}, 54);
+  Tensor y, dx;
+  moe.forward(y, x, true);
+  moe.backward(dx, dy);
+  const auto loss = [&](float h) {
+    Tensor xs = x.clone(), ys;
+    for (std::int64_t i = 0; i < xs.numel(); ++i) xs.f32()[i] += h * v.f32()[i];
+    moe.forward(ys, xs, false);
+    double s = 0;
+    for (std::int64_t i = 0; i < ys.numel(); ++i) s += double(ys.f32()[i]) * dy.f32()[i];
+    return s;
+  };
+  const double h = 1e-3, numeric = (loss(h) - loss(-h)) / (2 * h);
+  double analytic = 0;
+  for (std::int64_t i = 0; i < dx.numel(); ++i) analytic += double(dx.f32()[i]) * v.f32()[i];
+  EXPECT_NEAR(analytic, numeric, 2e-3 * std::max(1.0, std::fabs(numeric)));
+  moe.after_optimizer_step();
+  const Tensor& b = moe.parameters().at("gate.e_score_correction_bias").value;
+  for (int e = 0; e < 6; ++e) EXPECT_EQ(b.f32()[e], 0.0f) << e;
+
+  FFNConfig bc = base(4, 1, "relu", false);
+  base_layers(bc.moe);
+  MoEFFN layers(bc, 55);
+  const Tensor xb = test::random_tensor({16, 12}, 56);
+  Tensor yb;
+  layers.forward(yb, xb, false);
+  const auto greedy = layers.routing().expert;
+  layers.forward(yb, xb, true);  // in training: the balanced assignment
+  const auto balanced = layers.routing().expert;
+  layers.context().stochastic = false;
+  layers.forward(yb, xb, true);
+  EXPECT_EQ(layers.routing().expert, greedy);
+  EXPECT_NE(balanced, greedy);  // (else the case would not tell them apart)
 }
 
 TEST(MoEFFN, AuxLossGradientScales) {

@@ -33,8 +33,10 @@ struct FFNContext {
   // The tokens' ids [T] (null: none). Hash routing chooses by them.
   const std::int32_t* token_ids = nullptr;
   // A training forward routes as in training: the router's jitter and noise, BASE layers'
-  // balanced assignment. False: it keeps what backward needs but routes as at inference (a
-  // framework's evaluation mode with gradients, ffnlab.torch.FFN under module.eval()).
+  // balanced assignment, and its load counts toward the next after_optimizer_step (the
+  // balancing bias, ReLU routing's λ). False: it keeps what backward needs but routes as at
+  // inference and counts nothing (a framework's evaluation mode with gradients,
+  // ffnlab.torch.FFN under module.eval()).
   bool stochastic = true;
 };
 

@@ -88,7 +88,8 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context
   choice.tokens = x.dim(0);
   choice.token_ids = context.token_ids;
   choice.sequence = context.sequence;
-  // Training-only routing (noise, jitter, BASE's assignment) unless the caller evaluates.
+  // Training-only routing (noise, jitter, BASE's assignment) and the counts the next optimizer
+  // step follows, unless the caller evaluates.
   const bool stochastic = train && context.stochastic;
   choice.train = stochastic;
   choice.group = group;
@@ -102,7 +103,7 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context
           enum_name(m.routing));
     route(r, m, choice);
     assign_rows(r, m, group);
-    if (train)
+    if (stochastic)
       for (int e = 0; e < m.num_experts; ++e) step_load_[e] += r.load[e];
     return;
   }
@@ -170,7 +171,7 @@ void TokenRouter::forward(Routing& r, const Tensor& x, const FFNContext& context
   choice.selection_bias = m.balance_bias ? balance_bias_.f32() : nullptr;
   route(r, m, choice);
   assign_rows(r, m, group);
-  if (train) {
+  if (stochastic) {  // (an evaluation's tokens move no balancing bias nor λ)
     for (int e = 0; e < m.num_experts; ++e) step_load_[e] += r.load[e];
     if (l1_penalty_) {  // positive gates, of T·E
       std::int64_t active = 0;

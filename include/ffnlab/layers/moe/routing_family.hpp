@@ -25,8 +25,8 @@ struct ChoiceInput {
   const float* selection_bias = nullptr;    // [E] added to the scores for the choice only, or null
   const std::int32_t* token_ids = nullptr;  // [T] the tokens' ids, or null
   std::int64_t sequence = 0;                // tokens per sequence (0: the T tokens are one)
-  bool train = false;                       // a training forward (BASE layers assign in training)
-  ProcessGroup* group = nullptr;            // the ranks whose whole batch is routed as one, or null
+  bool train = false;  // routes as in training (BASE layers assign): FFNContext::stochastic
+  ProcessGroup* group = nullptr;  // the ranks whose whole batch is routed as one, or null
 };
 
 struct RoutingFamily {

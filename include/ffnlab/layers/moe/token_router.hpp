@@ -67,9 +67,9 @@ class TokenRouter {
   const Tensor& logits() const { return logits_; }
   // The gradient of the loss wrt the last forward's gate residual [T, E] (undefined without).
   const Tensor& gate_residual_grad() const { return dresidual_; }
-  // The training noise of the last forward (empty tensors when off).
-  const Tensor& jitter_noise() const { return jitter_; }
-  const Tensor& gate_noise() const { return noise_eps_; }
+  // The training noise of the last forward (empty tensors when it drew none).
+  const Tensor& jitter_noise() const { return jittered_ ? jitter_ : none_; }
+  const Tensor& gate_noise() const { return noised_ ? noise_eps_ : none_; }
   // ReLU routing's L1 coefficient λ now (0 for the other routings).
   float l1_coef() const { return l1_coef_.defined() ? l1_coef_.f32()[0] : 0.0f; }
   // What the layer adds to the model's sums (ReLU routing: "relu_gates").
@@ -88,6 +88,7 @@ class TokenRouter {
   std::uint64_t noise_seed_ = 0, noise_stream_ = 0;
   // Saved by a training forward for backward (workspaces in inference).
   bool jittered_ = false, noised_ = false;  // the last forward's jitter and gate noise
+  Tensor none_;
   Tensor x_router_, jitter_;      // [T, D] jittered router input, the multiplicative noise
   Tensor logits_;                 // [T, E]
   Tensor residual_, mapped_;      // [T, E] the previous layer's logits (a view), residual·W_gᵀ
