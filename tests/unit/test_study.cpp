@@ -29,6 +29,7 @@
 #include "ffnlab/report/staged_dir.hpp"
 #include "ffnlab/study/stages.hpp"
 #include "ffnlab/study/study.hpp"
+#include "ffnlab/study/zoo_table.hpp"
 // The stages' functions (an internal header of the library) for the comparisons' outcomes.
 #include "../../src/study/stage_functions.hpp"
 
@@ -1721,6 +1722,41 @@ TEST(Study, NamesOptionsInTheCallersWords) {
     EXPECT_NE(std::string(e.what()).find("give another runs= folder"), std::string::npos)
         << e.what();
   }
+}
+
+// The report's real-model section words the table (src/study/report.cpp, zoo_markdown): BERT,
+// GPT-2 and GPT-3 a plain GELU FFN, T5 v1.1 a GEGLU, the dense models from PaLM on SwiGLU;
+// Switch plain ReLU experts, GLaM plain GELU ones, the MoE models from Mixtral on SwiGLU
+// experts. A row added to or changed in the table that breaks a sentence fails here.
+TEST(Zoo, TheReportsWordsAgreeWithTheTable) {
+  const auto rows = study::zoo_table_rows();
+  std::vector<std::pair<std::string, std::string>> dense, moe;  // (model, FFN), in table order
+  for (const auto& r : rows) {
+    const bool experts = r[5] != "—";
+    (experts ? moe : dense).emplace_back(r[0], r[1]);
+  }
+  bool since_palm = false;
+  for (const auto& [model, ffn] : dense) {
+    since_palm = since_palm || model.rfind("PaLM", 0) == 0;
+    if (since_palm)
+      EXPECT_EQ(ffn, "GLU (silu)") << model;
+    else if (model.rfind("T5", 0) == 0)
+      EXPECT_EQ(ffn, "GLU (gelu_tanh)") << model;
+    else
+      EXPECT_EQ(ffn.rfind("plain (gelu", 0), 0u) << model << ": " << ffn;
+  }
+  EXPECT_TRUE(since_palm);
+  bool since_mixtral = false;
+  for (const auto& [model, ffn] : moe) {
+    since_mixtral = since_mixtral || model.rfind("Mixtral", 0) == 0;
+    if (since_mixtral)
+      EXPECT_EQ(ffn, "GLU (silu)") << model;
+    else if (model.rfind("Switch", 0) == 0)
+      EXPECT_EQ(ffn, "plain (relu)") << model;
+    else
+      EXPECT_EQ(ffn, "plain (gelu)") << model;  // GLaM, costed so
+  }
+  EXPECT_TRUE(since_mixtral);
 }
 
 }  // namespace
