@@ -54,7 +54,6 @@ void load_parameters(ParameterSet& params, const SafeTensors& file, const std::s
     const auto& info = file.info(name);
     check(info.shape == p.shape, "[weights] {}: tensor '{}' has shape {}, the layer needs {}",
           file.source(), name, shape_string(info.shape), shape_string(p.shape));
-    file.copy_f32(name, p.value);
   }
   // A tensor under the prefix that no parameter reads is a layer the config does not describe
   // (biases, shared experts, another expert count): loading the rest would compute another layer.
@@ -73,6 +72,8 @@ void load_parameters(ParameterSet& params, const SafeTensors& file, const std::s
          prefix.empty() ? "the file holds more than this layer (a prefix selects one layer's "
                           "tensors), or the config does not describe the layer they are for"
                         : "the config does not describe the layer these weights are for");
+  // Every check passed: only now is anything copied.
+  for (auto& p : params.list()) file.copy_f32(prefix + p.name, p.value);
 }
 
 }  // namespace ffnlab

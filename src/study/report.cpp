@@ -19,6 +19,10 @@ namespace ffnlab::study {
 
 namespace {
 
+// Rule 2's cap: a per-FLOP candidate's FFN does at most this many times ReLU's forward matrix
+// FLOPs per token.
+constexpr double kPerFlopCap = 1.05;
+
 // A comparison's name for a reader who has not seen the sections yet.
 std::string summary_name(std::string_view variant) {
   static const std::pair<std::string_view, std::string_view> kNames[] = {
@@ -567,7 +571,7 @@ void run_recommendations(Study& st) {
     for (std::size_t i = 0; i < all.size(); ++i) {
       const double ratio = all_flops[i] / relu_flops;
       out.flops_over_relu.emplace_back(all[i]->variant, ratio);
-      if (ratio <= 1.05) cheap.push_back(all[i]);
+      if (ratio <= kPerFlopCap) cheap.push_back(all[i]);
     }
     if (const auto best = lowest_and_ties(cheap, t.margin); !best.empty()) {
       out.best_per_flop = best.front()->variant;
@@ -717,14 +721,15 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
     std::string list;
     for (const auto& [v, ratio] : c.flops_over_relu)
       list += fmt::format("{}{} {:.2f}×{}", list.empty() ? "" : ", ", v, ratio,
-                          ratio > 1.05 ? " (over)" : "");
+                          ratio > kPerFlopCap ? " (over)" : "");
     md += fmt::format(
         "2. **Per FLOP:** {} ({:.4f} bits/byte){}. *Rule:* among every trained variant whose FFN "
-        "does at most 1.05× ReLU's forward matrix FLOPs per token, whatever its verdict (MoE at "
+        "does at most {}× ReLU's forward matrix FLOPs per token, whatever its verdict (MoE at "
         "equal compute too, its router's FLOPs counted: a small model's router can put it "
         "over), the lowest mean paired difference to ReLU; ties as in rule 1. The FFN's matrix "
         "FLOPs, not the summary's whole LM: here {}.\n",
-        *c.best_per_flop, c.best_per_flop_bits_per_byte, ties(c.best_per_flop_tied), list);
+        *c.best_per_flop, c.best_per_flop_bits_per_byte, ties(c.best_per_flop_tied), kPerFlopCap,
+        list);
   } else {
     md += "2. **Per FLOP:** no candidate in this run.\n";
   }
