@@ -26,6 +26,7 @@
 
 #include "check.hpp"
 #include "ffnlab/config_flags.hpp"
+#include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 
 namespace ffnlab {
@@ -51,6 +52,8 @@ struct JsonKey {
   KeyFlag flag{};                                 // flag.name null: no flag
   std::vector<std::string> (*names)() = nullptr;  // an enum key: its values' names
   bool (*known)(std::string_view) = nullptr;      // an enum key: whether it reads a name
+  // A number key: "= v must be in [lo, hi]" when its value lies outside flag's range, else "".
+  std::string (*outside)(const C&, const KeyFlag&) = nullptr;
 };
 
 // A value of the wrong JSON type or out of the C++ type's range. read_keys (and the Hugging Face
@@ -170,6 +173,25 @@ constexpr bool (*known_of())(std::string_view) {
     return nullptr;
 }
 
+// "= v must be in R" when v lies outside the range of f, "" when inside or not a number. A float
+// compares with the bounds rounded to float, as the command line's check does (--top-p 1e-6 is
+// the float nearest 1e-6, a little below it).
+template <typename T>
+std::string outside_range(const T& v, const KeyFlag& f) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const T lo = static_cast<T>(f.lo), hi = static_cast<T>(f.hi);
+    if ((f.lo_open ? v > lo : v >= lo) && (f.hi_open ? v < hi : v <= hi)) return {};  // NaN: out
+    return fmt::format("= {} must be in {}", v,
+                       range_text(f.lo, f.hi, f.lo_open, f.hi_open, false));
+  } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const auto x = static_cast<double>(v);  // exact: every bound is below 2^53
+    if (x >= f.lo && x <= f.hi) return {};
+    return fmt::format("= {} must be in {}", v, range_text(f.lo, f.hi, false, false, true));
+  } else {
+    return {};
+  }
+}
+
 // The member at the end of a path of member pointers: o.*a, (o.*a).*b, ...
 template <auto First, auto... Rest, typename O>
 constexpr auto& member_at(O& o) {
@@ -192,7 +214,8 @@ constexpr JsonKey<C> field(const char* name, bool (*printed)(const C&) = nullptr
           printed,
           flag,
           names_of<T>(),
-          known_of<T>()};
+          known_of<T>(),
+          [](const C& c, const KeyFlag& f) { return outside_range(member_at<Path...>(c), f); }};
 }
 template <typename C, auto... Path>
 constexpr JsonKey<C> field(const char* name, KeyFlag flag) {
@@ -228,6 +251,19 @@ void read_keys(const std::array<JsonKey<C>, N>& keys, C& c, const nlohmann::json
     } catch (const nlohmann::json::exception& e) {
       fail("[{}] key '{}{}' has the wrong type", scope, prefix, k.name);
     }
+  }
+}
+
+// Refuses a value outside its key's range: the range its row gives its flag, which the command
+// line checks as it reads the flag and this checks for every front end (a config file, Python,
+// the C++ API): "[train] batch = 0 must be in [1, 2^32]". Every key is checked, also one c's kind
+// or routing does not read (its default lies in its range).
+template <typename C, std::size_t N>
+void check_key_ranges(const std::array<JsonKey<C>, N>& keys, const C& c, std::string_view scope) {
+  for (const auto& k : keys) {
+    if (!k.outside || (k.flag.lo == 0 && k.flag.hi == 0)) continue;
+    const std::string outside = k.outside(c, k.flag);
+    check(outside.empty(), "[{}] {} {}", scope, k.name, outside);
   }
 }
 

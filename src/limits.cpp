@@ -14,12 +14,19 @@ namespace ffnlab {
 
 namespace {
 // 1099511627776 -> "2^40"; other values as they are.
-std::string size_string(std::int64_t v) {
-  if (v >= 1024 && std::has_single_bit(static_cast<std::uint64_t>(v)))
-    return fmt::format("2^{}", std::countr_zero(static_cast<std::uint64_t>(v)));
+std::string bound(std::int64_t v) {
+  const auto u = static_cast<std::uint64_t>(v);
+  if (v >= (1 << 20) && std::has_single_bit(u)) return fmt::format("2^{}", std::countr_zero(u));
   return std::to_string(v);
 }
 }  // namespace
+
+std::string range_text(double lo, double hi, bool lo_open, bool hi_open, bool integer) {
+  if (integer)
+    return fmt::format("[{}, {}]", bound(static_cast<std::int64_t>(lo)),
+                       bound(static_cast<std::int64_t>(hi)));
+  return fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+}
 
 double available_memory_bytes() {
   double bytes =
@@ -43,8 +50,8 @@ void throw_overflow(std::string_view what, std::int64_t a, std::int64_t b, char 
 
 void check_range(std::int64_t value, std::int64_t lo, std::int64_t hi, std::string_view scope,
                  std::string_view name) {
-  check(lo <= value && value <= hi, "[{}] {} = {} must be in [{}, {}]", scope, name, value,
-        size_string(lo), size_string(hi));
+  check(lo <= value && value <= hi, "[{}] {} = {} must be in {}", scope, name, value,
+        range_text(static_cast<double>(lo), static_cast<double>(hi), false, false, true));
 }
 
 }  // namespace ffnlab

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace ffnlab {
@@ -50,6 +51,10 @@ inline std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view
   if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &out)) throw_overflow(what, a, b, '+');
   return out;
 }
+
+// A range as help and messages print it: "[1, 2^24]", "(0, 1]", "[0, 1e+30]". An integer
+// range prints powers of two from 2^20 as powers.
+std::string range_text(double lo, double hi, bool lo_open, bool hi_open, bool integer);
 
 // Throws Error "[scope] name = value must be in [lo, hi]" unless lo <= value <= hi.
 void check_range(std::int64_t value, std::int64_t lo, std::int64_t hi, std::string_view scope,

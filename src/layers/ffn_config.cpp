@@ -35,6 +35,8 @@ constexpr std::array kVariants{
 
 // A key m's routing does not read holds its default (defined below, with the MoE keys).
 void refuse_unused_keys(const MoEConfig& m);
+// Every key of c (and of its MoE) in its row's range (defined below, with the key tables).
+void check_ranges(const FFNConfig& c);
 
 }  // namespace
 
@@ -59,27 +61,21 @@ std::int64_t FFNConfig::in_width() const {
 }
 
 void validate(const FFNConfig& c) {
-  check_range(c.d_model, 1, limits::kWidth, "ffn", "d_model");
-  check_range(c.d_ff, 1, limits::kWidth, "ffn", "d_ff");
+  check_ranges(c);
   check(c.act.kind < Activation::count, "[ffn] invalid activation");
   check(std::isfinite(c.act.beta) && c.act.beta > 0, "[ffn] swish beta = {} must be positive",
         c.act.beta);
   if (c.kind == FFNKind::multi_branch) {
-    check_range(c.branches, 1, limits::kBranches, "ffn", "branches");
     check(c.layout == GLULayout::separate,
           "[ffn] layout 'fused' applies to plain and glu FFNs, not multi_branch");
   }
   if (c.kind == FFNKind::moe) {
     const auto& m = c.moe;
-    check_range(m.num_experts, 1, limits::kExperts, "moe", "num_experts");
-    check_range(m.top_k, 1, limits::kExperts, "moe", "top_k");
     check(!*routing_family(m.routing).top_k || m.top_k <= m.num_experts,
           "[moe] top_k = {} exceeds num_experts = {}", m.top_k, m.num_experts);
     check(m.expert_kind == FFNKind::plain || m.expert_kind == FFNKind::glu,
           "[moe] expert kind '{}' must be plain or glu", enum_name(m.expert_kind));
-    check_range(m.expert_d_ff, 0, limits::kWidth, "moe", "expert_d_ff");
     check_range(m.shared_d_ff, 0, limits::kWidth, "moe", "shared_d_ff");
-    check_range(m.num_shared, 0, limits::kExperts, "moe", "num_shared");
     check(m.score < ScoreFunc::count && m.drop < DropPolicy::count &&
               m.balance_loss < BalanceLoss::count && m.naming < MoENaming::count,
           "[moe] invalid enum value");
@@ -102,10 +98,6 @@ void validate(const FFNConfig& c) {
           "[moe] jitter = {} must be in [0, 1)", m.jitter);
     check(std::isfinite(m.balance_rate) && m.balance_rate >= 0,
           "[moe] balance rate = {} must not be negative", m.balance_rate);
-    check(std::isfinite(m.capacity_factor) && m.capacity_factor >= 0,
-          "[moe] capacity factor = {} must not be negative (0 is dropless)", m.capacity_factor);
-    check(std::isfinite(m.aux_coef) && m.aux_coef >= 0 && std::isfinite(m.z_coef) && m.z_coef >= 0,
-          "[moe] loss coefficients must not be negative");
     check(!(m.softmax_after_topk && m.score != ScoreFunc::softmax),
           "[moe] softmax_after_topk needs the softmax scoring function");
     check(!(m.naming == MoENaming::qwen2_moe && m.num_shared > 1),
@@ -116,13 +108,6 @@ void validate(const FFNConfig& c) {
           "[moe] layout 'fused' applies to dense FFNs; experts are stored per expert");
     check(!(m.naming == MoENaming::mixtral && m.expert_kind != FFNKind::glu),
           "[moe] mixtral naming (w1/w3/w2) needs glu experts");
-    check(std::isfinite(m.entropy_coef) && m.entropy_coef >= 0,
-          "[moe] entropy_coef = {} must not be negative", m.entropy_coef);
-    check_range(m.constant_experts, 0, limits::kExperts, "moe", "constant_experts");
-    check_range(m.copy_experts, 0, limits::kExperts, "moe", "copy_experts");
-    check_range(m.zero_experts, 0, limits::kExperts, "moe", "zero_experts");
-    check(std::isfinite(m.zc_balance_weight) && m.zc_balance_weight >= 0,
-          "[moe] zc_balance_weight = {} must not be negative", m.zc_balance_weight);
     if (m.zc_experts() > 0) {
       // MoE++: zero-computation experts are top-k choices beside the FFN experts.
       check(m.routing == MoEConfig{}.routing,
@@ -415,6 +400,11 @@ constexpr std::array kFFNKeys{
                        [](const FFNConfig& c) { return c.kind == FFNKind::moe; }},
     JsonKey<FFNConfig>{"ffnlab", [](FFNConfig&, const json&) {}},
 };
+
+void check_ranges(const FFNConfig& c) {
+  check_key_ranges(kFFNKeys, c, "ffn");
+  if (c.kind == FFNKind::moe) check_key_ranges(kMoEKeys, c.moe, "moe");
+}
 
 }  // namespace
 

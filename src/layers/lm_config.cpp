@@ -13,21 +13,21 @@
 
 namespace ffnlab {
 
+namespace {
+// Every key of c in its row's range (defined below, with the key table).
+void check_ranges(const LMConfig& c);
+}  // namespace
+
 void validate(const LMConfig& c) {
   check_range(c.vocab, 1, limits::kWidth, "lm", "vocab");
   check_range(c.d_model, 1, limits::kWidth, "lm", "d_model");
-  check_range(c.layers, 1, limits::kLayers, "lm", "layers");
-  check_range(c.heads, 1, limits::kWidth, "lm", "heads");
-  check_range(c.context, 1, limits::kWidth, "lm", "context");
+  check_ranges(c);
   check(c.d_model % c.heads == 0, "[lm] d_model = {} is not a multiple of heads = {}", c.d_model,
         c.heads);
   check(c.positions != PositionKind::rope || (c.d_model / c.heads) % 2 == 0,
         "[lm] rope needs an even head size, got {}", c.d_model / c.heads);
-  check(c.dropout >= 0.f && c.dropout < 1.f, "[lm] dropout = {} must be in [0, 1)", c.dropout);
   check(std::isfinite(c.norm_eps) && c.norm_eps > 0.f, "[lm] norm_eps = {} must be positive",
         c.norm_eps);
-  check(std::isfinite(c.init_std) && c.init_std >= 0.f, "[lm] init_std = {} must be >= 0",
-        c.init_std);
   check(std::isfinite(c.rope_theta) && c.rope_theta > 0.f, "[lm] rope_theta = {} must be positive",
         c.rope_theta);
   check(c.ffn.d_model == c.d_model, "[lm] ffn d_model = {} differs from d_model = {}",
@@ -112,6 +112,10 @@ constexpr std::array kLMKeys{
     JsonKey<LMConfig>{"ffn", [](LMConfig& c, const json& j) { c.ffn = ffn_in_model(j, c.d_model); },
                       [](const LMConfig& c) { return config_to_json(c.ffn); }},
 };
+
+void check_ranges(const LMConfig& c) {
+  check_key_ranges(kLMKeys, c, "lm");
+}
 
 }  // namespace
 

@@ -13,34 +13,6 @@ namespace ffnlab {
 
 using json = nlohmann::json;
 
-void validate(const TrainConfig& c) {
-  check_range(c.steps, 0, limits::kSteps, "train", "steps");
-  check_range(c.batch, 1, limits::kTokens, "train", "batch");
-  check_range(c.seq, 1, limits::kWidth, "train", "seq");
-  check_range(c.accumulate, 1, limits::kTokens, "train", "accumulate");
-  check(checked_mul(c.batch, c.seq, "[train] batch × seq") <= limits::kTokens,
-        "[train] batch × seq = {} × {} tokens is more than 2^32", c.batch, c.seq);
-  check_range(c.warmup, 0, limits::kSteps, "train", "warmup");
-  check_range(c.eval_every, 0, limits::kSteps, "train", "eval_every");
-  check_range(c.eval_tokens, 0, limits::kSteps, "train", "eval_tokens");
-  check_range(c.checkpoint_every, 0, limits::kSteps, "train", "checkpoint_every");
-  check_range(c.diagnostics_every, 0, limits::kSteps, "train", "diagnostics_every");
-  check(c.min_lr_ratio >= 0.f && c.min_lr_ratio <= 1.f,
-        "[train] min_lr_ratio = {} must be in [0, 1]", c.min_lr_ratio);
-  check(std::isfinite(c.clip) && c.clip >= 0.f, "[train] clip = {} must be >= 0", c.clip);
-  const OptimizerConfig& o = c.optimizer;
-  check(std::isfinite(o.lr) && o.lr >= 0.f, "[train] lr = {} must be >= 0", o.lr);
-  check(std::isfinite(o.eps) && o.eps > 0.f, "[train] eps = {} must be positive", o.eps);
-  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0.f,
-        "[train] weight_decay = {} must be >= 0", o.weight_decay);
-  check(o.beta1 >= 0.f && o.beta1 < 1.f && o.beta2 >= 0.f && o.beta2 < 1.f,
-        "[train] beta1 = {} and beta2 = {} must be in [0, 1)", o.beta1, o.beta2);
-  check(std::isfinite(c.mask_fraction) && c.mask_fraction > 0.f && c.mask_fraction <= 1.f,
-        "[train] mask_fraction = {} must be in (0, 1]", c.mask_fraction);
-  check(o.momentum >= 0.f && o.momentum < 1.f, "[train] momentum = {} must be in [0, 1)",
-        o.momentum);
-}
-
 std::string unread_setting(const TrainConfig& c, std::string_view key) {
   // At its default a setting changes nothing whoever reads it: a run's stored settings, which
   // hold every key, can be given back as they are.
@@ -71,7 +43,7 @@ template <auto... Path>
 constexpr JsonKey<TrainConfig> train(const char* name, KeyFlag flag) {
   return field<TrainConfig, Path...>(name, flag);
 }
-constexpr double kSteps = limits::kSteps;
+constexpr double kSteps = limits::kSteps, kTokens = limits::kTokens;
 
 // In the order of the help.
 constexpr std::array kTrainKeys{
@@ -80,14 +52,14 @@ constexpr std::array kTrainKeys{
                   .help = "optimizer steps in all (with --resume: the checkpoint's, unless given)",
                   .hi = kSteps}),
     train<&TrainConfig::batch>(
-        "batch", {.name = "--batch", .help = "sequences per micro-batch", .lo = 1, .hi = 1 << 20}),
+        "batch", {.name = "--batch", .help = "sequences per micro-batch", .lo = 1, .hi = kTokens}),
     train<&TrainConfig::seq>("seq", {.name = "--seq",
                                      .help = "tokens (bytes) per sequence",
                                      .lo = 1,
                                      .hi = static_cast<double>(limits::kWidth)}),
     train<&TrainConfig::accumulate>(
         "accumulate",
-        {.name = "--accumulate", .help = "micro-batches per step", .lo = 1, .hi = 1 << 20}),
+        {.name = "--accumulate", .help = "micro-batches per step", .lo = 1, .hi = kTokens}),
     train<&TrainConfig::optimizer, &OptimizerConfig::kind>(
         "optimizer", {.name = "--optimizer", .help = "{names}"}),
     train<&TrainConfig::optimizer, &OptimizerConfig::lr>(
@@ -158,6 +130,12 @@ json train_config_to_json(const TrainConfig& c) {
 
 std::vector<ConfigFlag> train_config_flags() {
   return flags_of(kTrainKeys, TrainConfig{});
+}
+
+void validate(const TrainConfig& c) {
+  check_key_ranges(kTrainKeys, c, "train");
+  check(checked_mul(c.batch, c.seq, "[train] batch × seq") <= limits::kTokens,
+        "[train] batch × seq = {} × {} tokens is more than 2^32", c.batch, c.seq);
 }
 
 TrainConfig train_config_from_json(const json& j) {

@@ -269,7 +269,7 @@ TEST_F(Cli, RunRejectsBadMoEInput) {
       "topk_group = 4 must be between 1 and n_group = 3");
   expect_error(
       run(config("c.json", R"({"kind":"moe","d_model":16,"moe":{"capacity_factor":-0.5}})")),
-      "capacity factor = -0.5 must not be negative");
+      "capacity_factor = -0.5 must be in [0, 1000000]");
   expect_error(run(config("u.json", R"({"kind":"moe","d_model":16,"moe":{"top_kk":2}})")),
                "unknown key 'moe.top_kk'");
   // A Mixtral checkpoint whose experts are wider than its config says.

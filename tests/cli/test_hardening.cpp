@@ -199,9 +199,9 @@ TEST_F(Hardening, BadConfigsNameTheKeyAndNeverWrap) {
       {config("own_bool.json", R"({"variant":"relu","bias":1})"), 1,
        "key 'bias' must be true or false, got 1"},
       {config("own_neg.json", R"({"variant":"moe","d_model":8,"moe":{"top_k":-1}})"), 1,
-       "top_k = -1 must be in [1, 2^16]"},
+       "top_k = -1 must be in [1, 65536]"},
       {config("own_experts.json", R"({"variant":"moe","d_model":8,"moe":{"num_experts":70000}})"),
-       1, "num_experts = 70000 must be in [1, 2^16]"},
+       1, "num_experts = 70000 must be in [1, 65536]"},
       // Every width within its limit, but the counts pass 2^53: refused, not printed wrong.
       {config("inexact.json", R"({"variant":"moe","d_model":16384,"d_ff":16777216,
           "moe":{"num_experts":65536}})"),

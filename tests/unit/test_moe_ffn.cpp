@@ -791,7 +791,12 @@ TEST(MoEFFN, CapacityDropsAndReports) {
 TEST(MoEFFN, HugeCapacityFactorIsDropless) {
   FFNConfig c = base(4, 2, "relu", true);
   MoEFFN dropless(c, 7);
-  c.moe.capacity_factor = 1e300;
+  c.moe.capacity_factor = 1e300;  // beyond its key's range
+  EXPECT_NE(test::error_of([&] {
+              MoEFFN(c, 7);
+            }).find("capacity_factor = 1e+300 must be in [0, 1000000]"),
+            std::string::npos);
+  c.moe.capacity_factor = 1e6;  // the largest it takes: a capacity past every token's choices
   MoEFFN huge(c, 7);
   const Tensor x = test::random_tensor({9, 12}, 8);
   Tensor a, b;
@@ -988,14 +993,15 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
          m.topk_groups = 4;
        },
        "topk_group = 4"},
-      {[](MoEConfig& m) { m.capacity_factor = -1; }, "capacity factor"},
+      {[](MoEConfig& m) { m.capacity_factor = -1; },
+       "capacity_factor = -1 must be in [0, 1000000]"},
       {[](MoEConfig& m) { m.expert_kind = FFNKind::multi_branch; }, "must be plain or glu"},
       {[](MoEConfig& m) { m.naming = MoENaming::mixtral; }, "needs glu experts"},
       {[&](MoEConfig& m) {
          top_p(m);
          m.top_p = 0.0f;
        },
-       "top_p = 0 must be in (0, 1]"},
+       "top_p = 0 must be in [1e-06, 1]"},
       {[&](MoEConfig& m) {
          top_p(m);
          m.score = ScoreFunc::sigmoid;

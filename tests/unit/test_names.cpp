@@ -9,6 +9,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
+#include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "ffnlab/train/trainer.hpp"
@@ -150,6 +151,57 @@ TEST(ConfigKeys, EveryFlagRowIsAKeyOfItsTable) {
     j["moe"].update(routing_defaults(c.moe.routing));
     EXPECT_NO_THROW(config_from_json(j)) << name;
   }
+}
+
+// A flag's range is its key's: the library refuses a value just outside it, from a config file
+// as from Python, in the words the command line uses ("must be in [1, 2^32]"), so no front end
+// takes what another refuses.
+TEST(ConfigKeys, EveryFlagsRangeHoldsForItsKeyInTheLibrary) {
+  const auto outside = [](const ConfigFlag& f) {
+    std::vector<json> out;
+    if (f.value == ConfigFlag::Value::integer) {
+      out.push_back(static_cast<std::int64_t>(f.hi) + 1);
+      if (f.lo >= 1) out.push_back(static_cast<std::int64_t>(f.lo) - 1);
+    } else {
+      out.push_back(f.hi_open ? f.hi : f.hi * 2);
+      out.push_back(f.lo_open ? f.lo : f.lo == 0 ? -1.0 : f.lo / 2);
+    }
+    return out;
+  };
+  const auto expect_refused = [&](const ConfigFlag& f, const std::string& scope, auto read) {
+    if (!f.ranged) return;
+    const std::string key = f.key.substr(f.key.find('.') + 1);  // "moe.top_k" -> "top_k"
+    const std::string range =
+        range_text(f.lo, f.hi, f.lo_open, f.hi_open, f.value == ConfigFlag::Value::integer);
+    for (const json& v : outside(f)) {
+      const std::string err = error_of([&] { read(v); });
+      EXPECT_NE(err.find("[" + scope + "] " + key + " = "), std::string::npos) << f.name << err;
+      EXPECT_NE(err.find("must be in " + range), std::string::npos) << f.name << err;
+    }
+  };
+  int rows = 0;
+  for (const ConfigFlag& f : ffn_config_flags()) {
+    const bool moe = f.key.starts_with("moe.");
+    rows += f.ranged;
+    expect_refused(f, moe ? "moe" : "ffn", [&](const json& v) {
+      json j = {{"variant", moe ? "moe" : f.key == "branches" ? "gated" : "relu"}};
+      if (moe && !f.routing.empty()) j["moe"]["routing"] = f.routing;
+      if (moe)
+        j["moe"][f.key.substr(4)] = v;
+      else
+        j[f.key] = v;
+      config_from_json(j);
+    });
+  }
+  for (const ConfigFlag& f : lm_config_flags()) {
+    rows += f.ranged;
+    expect_refused(f, "lm", [&](const json& v) { lm_config_from_json({{f.key, v}}); });
+  }
+  for (const ConfigFlag& f : train_config_flags()) {
+    rows += f.ranged;
+    expect_refused(f, "train", [&](const json& v) { train_config_from_json({{f.key, v}}); });
+  }
+  EXPECT_GE(rows, 40);  // the rows with a range: a table that lost them would pass unseen
 }
 
 TEST(ConfigKeys, UnknownKeysAndBadValuesNameTheKey) {

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -22,6 +21,7 @@
 #include <system_error>
 
 #include "ffnlab/layers/ffn_config.hpp"
+#include "ffnlab/limits.hpp"
 #include "interrupt.hpp"
 
 namespace ffnlab::cli {
@@ -122,13 +122,6 @@ int run_program(const char* program, CLI::App& app, int argc, char** argv) {
 }
 
 namespace {
-// 1099511627776 -> "2^40" (help and messages); other values as they are.
-std::string bound(std::int64_t v) {
-  const auto u = static_cast<std::uint64_t>(v);
-  if (v >= (1 << 20) && std::has_single_bit(u)) return fmt::format("2^{}", std::countr_zero(u));
-  return std::to_string(v);
-}
-
 // "010" or "-07": CLI11 reads these in octal (strtoll's base 0), so a decimal check must refuse
 // them rather than pass a number other than the one it checked.
 bool octal_looking(std::string_view text) {
@@ -138,7 +131,8 @@ bool octal_looking(std::string_view text) {
 }  // namespace
 
 CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
-  const std::string range = fmt::format("[{}, {}]", bound(lo), bound(hi));
+  const std::string range =
+      range_text(static_cast<double>(lo), static_cast<double>(hi), false, false, true);
   return CLI::Validator(
       [lo, hi, range](std::string& text) -> std::string {
         std::int64_t v = 0;
@@ -152,8 +146,7 @@ CLI::Validator int_in(std::int64_t lo, std::int64_t hi) {
 }
 
 CLI::Validator real_in(double lo, double hi, bool hi_open, bool lo_open) {
-  const std::string range =
-      fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+  const std::string range = range_text(lo, hi, lo_open, hi_open, false);
   return CLI::Validator(
       [lo, hi, hi_open, lo_open, range](std::string& text) -> std::string {
         char* end = nullptr;

@@ -96,11 +96,6 @@ void validate(const MoEConfig& m) {
         "[moe] routing 'relu' holds top_k = {} experts per token on average: it must be fewer "
         "than num_experts = {}",
         m.top_k, m.num_experts);
-  check(std::isfinite(m.target_sparsity) && m.target_sparsity >= 0 && m.target_sparsity < 1,
-        "[moe] target_sparsity = {} must be in [0, 1) (0: 1 - top_k/num_experts)",
-        m.target_sparsity);
-  check(std::isfinite(m.l1_coef_init) && m.l1_coef_init > 0,
-        "[moe] l1_coef_init = {} must be positive", m.l1_coef_init);
   check(std::isfinite(m.l1_coef_rate) && m.l1_coef_rate > 1,
         "[moe] l1_coef_rate = {} must be greater than 1", m.l1_coef_rate);
 }

@@ -10,7 +10,6 @@
 #include "check.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
-#include "ffnlab/limits.hpp"
 
 namespace ffnlab {
 
@@ -31,7 +30,6 @@ void validate(const MoEConfig& m) {
   refuse(m.score != ScoreFunc::softmax || m.softmax_after_topk,
          "score 'sigmoid' or softmax_after_topk",
          "its dispatch and combine weights are softmaxes over tokens and slots, not router scores");
-  check_range(m.slots, 1, limits::kExperts, "moe", "slots");
 }
 
 }  // namespace

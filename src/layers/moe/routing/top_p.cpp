@@ -25,9 +25,8 @@ const RoutingFamily& family_of<RoutingKind::top_p>() {
       .unused = "slots,target_sparsity,l1_coef_init,l1_coef_rate,topk_groups,balance_rate",
       .validate =
           [](const MoEConfig& m) {
-            // The mass is of softmax probabilities over every expert, taken best first.
-            check(std::isfinite(m.top_p) && m.top_p > 0 && m.top_p <= 1,
-                  "[moe] top_p = {} must be in (0, 1]", m.top_p);
+            // The mass is of softmax probabilities over every expert, taken best first. (top_p's
+            // range is its key's, checked with the other keys': ffn_config.cpp.)
             check(m.score == ScoreFunc::softmax && !m.softmax_after_topk,
                   "[moe] routing 'top_p' sums softmax probabilities: it needs score 'softmax' "
                   "without softmax_after_topk");
