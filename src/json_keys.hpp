@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -147,10 +148,25 @@ T json_value(const nlohmann::json& j) {
   }
 }
 
+// A float as the shortest decimal that reads back as it: 0.003, not 0.003000000026077032 (the
+// double it widens to), so that a setting reads in a file as it was given. (A value whose decimal
+// would not come back through a double stays that double.)
+inline nlohmann::json json_float(float f) {
+  char text[32];
+  const auto written = std::to_chars(text, text + sizeof text, f);
+  double d = 0;
+  const auto read = std::from_chars(text, written.ptr, d);
+  if (written.ec != std::errc() || read.ec != std::errc() || static_cast<float>(d) != f)
+    return static_cast<double>(f);
+  return d;
+}
+
 template <typename T>
 nlohmann::json json_of(const T& value) {
   if constexpr (std::is_enum_v<T>)
     return enum_name(value);
+  else if constexpr (std::is_same_v<T, float>)
+    return json_float(value);
   else
     return value;
 }

@@ -323,15 +323,10 @@ void refuse_unused_keys(const MoEConfig& m) {
   for (const auto& k : kMoEKeys) {
     if (!k.write || std::find(unused.begin(), unused.end(), k.name) == unused.end()) continue;
     const json given = k.write(m), standard = k.write(d);
-    // A float key as the float it is (0.1, not 0.10000000149011612).
-    auto shown = [](const json& v) {
-      return v.is_number_float() ? fmt::format("{}", static_cast<float>(v.get<double>()))
-                                 : v.dump();
-    };
     check(given == standard,
           "[moe] routing '{}' does not read {} (given {}): leave it out, or at its default {} "
           "(docs/moe.md, \"Routing families\")",
-          enum_name(m.routing), k.name, shown(given), shown(standard));
+          enum_name(m.routing), k.name, given.dump(), standard.dump());
   }
 }
 
@@ -373,7 +368,7 @@ constexpr std::array kFFNKeys{
                        [](const FFNConfig& c) { return json_of(c.act.kind); }},
     JsonKey<FFNConfig>{"swish_beta",
                        [](FFNConfig& c, const json& j) { c.act.beta = json_value<float>(j); },
-                       [](const FFNConfig& c) { return json(c.act.beta); },
+                       [](const FFNConfig& c) { return json_float(c.act.beta); },
                        [](const FFNConfig& c) { return c.act.beta != 1.0f; }},
     field<FFNConfig, &FFNConfig::d_model>(
         "d_model", {.name = "--d-model", .help = "model width D", .lo = 1, .hi = kWidth}),

@@ -337,11 +337,19 @@ std::int64_t CheckpointIO::load(const std::string& dir) {
   const json info = read_checkpoint_info(dir);
   remove_stale_temporaries(dir, is_checkpoint_file);  // files of a run killed while saving
   const json mine = lm_config_to_json(model_.config());
+  // The checkpoint's model as it is written now: an older checkpoint holds a float as its double
+  // (0.019999999552965164 for 0.02).
+  json saved;
+  try {
+    saved = lm_config_to_json(lm_config_from_json(info["model"]));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (in {})", e.what(), (fs::path(dir) / "checkpoint.json").string()));
+  }
   std::string diff;
   for (const auto& [k, v] : mine.items())
-    if (!info["model"].contains(k) || info["model"][k] != v)
+    if (!saved.contains(k) || saved[k] != v)
       diff += fmt::format("{}{} {} in the checkpoint, {} here", diff.empty() ? "" : "; ", k,
-                          info["model"].value(k, json()).dump(), v.dump());
+                          saved.value(k, json()).dump(), v.dump());
   check(diff.empty(), "[checkpoint] '{}' holds a model of another shape: {}", dir, diff);
   // The weights file and the expert shards beside it (an expert-parallel run's): each tensor is
   // read by name from the file that holds it, whatever layout wrote them. One file is mapped at a

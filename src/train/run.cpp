@@ -43,10 +43,8 @@ TrainConfig resumed_train(const RunRequest& rq, const ResumePoint& point) {
   for (const SettingChange& c : changes)
     for (const GivenSetting& g : rq.given)
       if (c.key == g.key)
-        conflicts += fmt::format(
-            "{}{} (the checkpoint has {})", conflicts.empty() ? "" : "; ", g.as_written,
-            // (every real setting is a float: 0.9, not the double 0.8999999761581421)
-            c.saved.is_number_float() ? fmt::format("{}", c.saved.get<float>()) : c.saved.dump());
+        conflicts += fmt::format("{}{} (the checkpoint has {})", conflicts.empty() ? "" : "; ",
+                                 g.as_written, c.saved.dump());
   if (!conflicts.empty() && !rq.force)
     throw UsageError(
         fmt::format("[train] resuming {} with other training settings: {}; {} to change them",

@@ -244,19 +244,26 @@ ResumePoint read_resume_point(const std::string& run_dir) {
 TrainConfig resumed_settings(const ResumePoint& point, const TrainConfig& given,
                              std::span<const std::string> keys,
                              std::vector<SettingChange>& changes) {
+  const auto read = [&](const json& settings) {
+    try {
+      return train_config_from_json(settings);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} (in {})", e.what(),
+                              (fs::path(point.checkpoint_dir) / "checkpoint.json").string()));
+    }
+  };
   const json asked = train_config_to_json(given);
   json merged = point.info["train"];
+  // The checkpoint's settings as they are written now, so that a setting given as it was compares
+  // equal: an older checkpoint holds a float as its double (0.003000000026077032 for 0.003).
+  const json saved = train_config_to_json(read(merged));
   for (const std::string& key : keys) {
-    if (!merged.contains(key) || !asked.contains(key) || merged[key] == asked[key]) continue;
-    if (key != "steps") changes.push_back({key, merged[key], asked[key]});
+    if (!merged.contains(key) || !asked.contains(key) || saved.value(key, json()) == asked[key])
+      continue;
+    if (key != "steps") changes.push_back({key, saved.value(key, json()), asked[key]});
     merged[key] = asked[key];
   }
-  try {
-    return train_config_from_json(merged);
-  } catch (const Error& e) {
-    throw Error(fmt::format("{} (in {})", e.what(),
-                            (fs::path(point.checkpoint_dir) / "checkpoint.json").string()));
-  }
+  return read(merged);
 }
 
 std::string checkpoint_data_path(const ResumePoint& point, const std::string& fallback) {

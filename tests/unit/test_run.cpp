@@ -9,6 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <sstream>
 
 #include "../common/test_util.hpp"
@@ -267,6 +268,46 @@ TEST_F(RunDriver, ResumingWithOtherSettingsOrDataNeedsForce) {
   const RunOutcome forced = run_training(again, r1);
   EXPECT_TRUE(forced.finished);
   EXPECT_EQ(forced.step, 6);
+}
+
+// A float setting is written as the float it is (0.003, not 0.003000000026077032), and a
+// checkpoint written the older way, every float as its double, still loads and resumes with its
+// settings given as they were: no change to insist on, and the run the uninterrupted one.
+TEST_F(RunDriver, FloatsAreWrittenShortAndOlderCheckpointsStillResume) {
+  Recorder whole;
+  run_training(rq_, whole);
+  rq_.out = (dir_ / "part").string();
+  Recorder first;
+  first.stop_after = 2;
+  run_training(rq_, first);
+  const fs::path info_path = dir_ / "part" / "checkpoint" / "checkpoint.json";
+  const std::string text = read(info_path);
+  EXPECT_THAT_CONTAINS(text, "\"lr\": 0.003,");
+  EXPECT_THAT_CONTAINS(text, "\"init_std\": 0.02,");
+  // No number of 12 or more digits after its point (a float's double has 16 or 17).
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"([0-9]\.[0-9]{12,})"))) << text;
+
+  std::function<void(nlohmann::json&)> widen = [&](nlohmann::json& j) {
+    if (j.is_number_float()) j = static_cast<double>(static_cast<float>(j.get<double>()));
+    if (j.is_structured())
+      for (auto& item : j) widen(item);
+  };
+  nlohmann::json info = nlohmann::json::parse(text);
+  widen(info["model"]);
+  widen(info["train"]);
+  ASSERT_EQ(info["train"]["lr"].dump(), "0.003000000026077032");
+  std::ofstream(info_path, std::ios::binary | std::ios::trunc) << info.dump(2);
+
+  RunRequest again = rq_;
+  again.out.clear();
+  again.resume = (dir_ / "part").string();
+  again.model = LMConfig{};
+  again.given = {{"lr", "--lr 0.003"}, {"clip", "--clip 1"}};  // as the run had them
+  Recorder rest;
+  const RunOutcome resumed = run_training(again, rest);
+  EXPECT_TRUE(resumed.finished);
+  ASSERT_EQ(rest.steps.size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(rest.steps[i].loss, whole.steps[2 + i].loss) << i;
 }
 
 TEST_F(RunDriver, SettingsTheRunNeverReadsAreRefused) {
