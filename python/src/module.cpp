@@ -27,6 +27,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/ffn_io.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
@@ -451,7 +452,9 @@ PYBIND11_MODULE(_ffnlab, m) {
     } catch (const SystemError& e) {
       PyErr_SetString(PyExc_OSError, e.what());
     } catch (const std::filesystem::filesystem_error& e) {  // a path the system refused
-      PyErr_SetString(PyExc_OSError, e.what());
+      // OSError(errno, text): Python makes it FileNotFoundError, NotADirectoryError, ...
+      PyErr_SetObject(PyExc_OSError,
+                      py::make_tuple(e.code().value(), filesystem_error_text(e)).ptr());
     } catch (const Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const nlohmann::json::exception& e) {

@@ -162,9 +162,10 @@ std::string folder_of(const std::string& path) {
                           int error) {
   for (const auto& t : tmps) ::unlink(t.c_str());
   if (error == kStopped)
-    throw Interrupted(fmt::format("{} while writing {} (still writing {:.0f} s after it and after "
-                                  "the write began); the earlier file is kept",
-                                  stop_reason(), path, g_write_grace.load()));
+    throw Interrupted(
+        fmt::format("{} while writing {} (still writing {:.0f} s after it and after "
+                    "the write began); the earlier file is kept",
+                    stop_reason(), path, g_write_grace.load()));
   fail_system("[io] {}: write failed ({})", path, std::strerror(error));
 }
 
@@ -297,6 +298,18 @@ void check_output_apart(const std::string& out, const std::vector<std::string>& 
           "another place",
           scope, flag, out, how, in);
   }
+}
+
+std::string filesystem_error_text(const std::filesystem::filesystem_error& e) {
+  std::string where;
+  if (!e.path1().empty()) where = fmt::format(" '{}'", e.path1().string());
+  if (!e.path2().empty()) where += fmt::format(" and '{}'", e.path2().string());
+  return fmt::format("[io]{}: {}", where, e.code().message());
+}
+
+bool path_leads_nowhere(const std::filesystem::filesystem_error& e) {
+  const int code = e.code().value();
+  return code == ENOENT || code == ENOTDIR || code == ELOOP || code == ENAMETOOLONG;
 }
 
 }  // namespace ffnlab

@@ -85,9 +85,9 @@ std::string run_folder_conflict(const std::string& dir, const std::string& data,
 
 void open_run_folder(const std::string& dir, bool continued) {
   ensure_writable_dir(dir, "train");
-  remove_stale_temporaries(dir, [](std::string_view name) {
-    return name == "train_log.csv" || name == "eval_log.csv" || name == "layer_log.csv" ||
-           name == "summary.json" || name == "sample.txt";
+  remove_stale_temporaries(dir, [](std::string_view name) {  // (the checkpoint's: its own)
+    const auto& names = run_file_names();
+    return name != "checkpoint" && std::find(names.begin(), names.end(), name) != names.end();
   });
   if (continued) return;
   std::error_code ec;

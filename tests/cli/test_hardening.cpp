@@ -390,10 +390,17 @@ TEST_F(Hardening, ResumeContinuesInItsFolderAndRefusesOtherDataOrSettings) {
   const std::string leftover =
       path("run/checkpoint/weights-00000004.safetensors.tmp." + std::to_string(gone));
   std::ofstream(leftover) << "half a file";
+  // (One of a run file's too; another name's is not the run's to remove.)
+  const std::string run_leftover = path("run/summary.json.tmp." + std::to_string(gone));
+  const std::string not_ours = path("run/notes.txt.tmp." + std::to_string(gone));
+  std::ofstream(run_leftover) << "half a file";
+  std::ofstream(not_ours) << "someone else's";
   const Outcome r =
       run("train --data " + path("text") + common + " --steps 5 --resume " + path("run"));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_FALSE(fs::exists(leftover));
+  EXPECT_FALSE(fs::exists(run_leftover));
+  EXPECT_TRUE(fs::exists(not_ours));
   std::vector<int> steps;
   std::stringstream log(read(path("run/train_log.csv")));
   std::string line;

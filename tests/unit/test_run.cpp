@@ -14,6 +14,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
 #include "ffnlab/train/step_log.hpp"
@@ -422,3 +423,22 @@ TEST_F(RunDriver, UtilisationIsTheOneFormulaAtTheMeasuredExperts) {
 }
 
 }  // namespace
+
+// A file-system exception that reaches a front end, in the words both front ends print: the path
+// and the system's reason, and whether the path led nowhere (refused input: exit 1, Python's
+// FileNotFoundError) or the system failed (exit 3).
+TEST(Files, AFilesystemErrorNamesItsPathsAndWhoseFaultItIs) {
+  using fs_error = std::filesystem::filesystem_error;
+  const fs_error missing("stat", "/no/such",
+                         std::make_error_code(std::errc::no_such_file_or_directory));
+  EXPECT_EQ(filesystem_error_text(missing), "[io] '/no/such': No such file or directory");
+  EXPECT_TRUE(path_leads_nowhere(missing));
+  const fs_error denied("rename", "/a", "/b", std::make_error_code(std::errc::permission_denied));
+  EXPECT_EQ(filesystem_error_text(denied), "[io] '/a' and '/b': Permission denied");
+  EXPECT_FALSE(path_leads_nowhere(denied));
+  for (const auto code : {std::errc::not_a_directory, std::errc::too_many_symbolic_link_levels,
+                          std::errc::filename_too_long})
+    EXPECT_TRUE(path_leads_nowhere(fs_error("open", "/x", std::make_error_code(code))));
+  EXPECT_FALSE(path_leads_nowhere(
+      fs_error("write", "/x", std::make_error_code(std::errc::no_space_on_device))));
+}

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/limits.hpp"
 #include "interrupt.hpp"
@@ -41,16 +42,11 @@ int report(const char* kind, const std::string& message, int status) {
   return status;
 }
 
-// A file-system error as "[io] 'path': reason": a path that does not lead anywhere (missing, a
-// loop of links, too long) was refused input (exit 1); anything else is the system (exit 3).
+// A file-system error: a path that leads nowhere was refused input (exit 1); anything else is
+// the system (exit 3).
 int report_filesystem(const std::filesystem::filesystem_error& e) {
-  const int code = e.code().value();
-  std::string where;
-  if (!e.path1().empty()) where = fmt::format(" '{}'", e.path1().string());
-  if (!e.path2().empty()) where += fmt::format(" and '{}'", e.path2().string());
-  const bool input = code == ENOENT || code == ENOTDIR || code == ELOOP || code == ENAMETOOLONG;
-  return report("error", fmt::format("[io]{}: {}", where, e.code().message()),
-                input ? kExitInput : kExitSystem);
+  return report("error", filesystem_error_text(e),
+                path_leads_nowhere(e) ? kExitInput : kExitSystem);
 }
 
 // CLI11's count messages in the words of the rest of ffnlab's: "--steps: At Most 1 required but

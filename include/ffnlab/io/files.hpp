@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -84,5 +85,14 @@ bool path_within(const std::string& inner, const std::string& outer);
 // 'out' ... the input 'in'". `flag` names the output in the message.
 void check_output_apart(const std::string& out, const std::vector<std::string>& inputs,
                         const char* scope, const char* flag);
+
+// A std::filesystem exception that reached a front end (a path the system refused where no
+// ffnlab check names it), in ffnlab's words: "[io] 'path': No such file or directory" (and
+// " and 'path2'" for an operation on two). The command line prints it; Python raises OSError
+// with its errno (FileNotFoundError for a missing path).
+std::string filesystem_error_text(const std::filesystem::filesystem_error& e);
+// Whether the exception is a path that leads nowhere (missing, a file where a folder should be, a
+// loop of links, a name too long): refused input rather than the system failing.
+bool path_leads_nowhere(const std::filesystem::filesystem_error& e);
 
 }  // namespace ffnlab
