@@ -153,6 +153,7 @@ std::vector<Case> cases() {
       {kFewRows, "--shapes 512x2048x3", 2, "--shapes"},
       {kFewRows, "--shapes " + kHuge + "x5", 2, "--shapes"},
       {kFewRows, "--tokens 9", 2, "--tokens: '9' is not an integer in [1, 8]"},
+      {kFfn, "--json=false", 2, "--json: a switch takes no value"},
       {kFewRows, "--rounds 0", 2, "--rounds"},
       {kFewRows, "--shapes 16777216x16777216", 1, "[bench_few_rows]"},
       // bench_kernels: Google Benchmark's flags, checked first

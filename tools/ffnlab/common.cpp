@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <new>
 #include <regex>
@@ -50,12 +51,16 @@ int report_filesystem(const std::filesystem::filesystem_error& e) {
 }
 
 // CLI11's count messages in the words of the rest of ffnlab's: "--steps: At Most 1 required but
-// received 2" is a flag given twice, and "--tokens: 1 required INT:[1, 2^20] missing" a flag
-// without its value. Any other message is CLI11's own.
+// received 2" is a flag given twice, "--tokens: 1 required INT:[1, 2^20] missing" a flag
+// without its value, and "untied was given a disallowed flag override" a switch given a value.
+// Any other message is CLI11's own.
 std::string usage_words(const std::string& message) {
   static const std::regex at_most(R"(^(.+): At Most (\d+) required but received (\d+)$)");
   static const std::regex missing(R"(^(.+): (\d+) required (.+) missing$)");
+  static const std::regex valued(R"(^([a-z0-9-]+) was given a disallowed flag override$)");
   std::smatch m;
+  if (std::regex_match(message, m, valued))
+    return fmt::format("--{}: a switch takes no value; give it alone, or leave it out", m[1].str());
   if (std::regex_match(message, m, at_most))
     return m[2] == "1" ? fmt::format("{}: given {} times; give it once", m[1].str(), m[3].str())
                        : fmt::format("{}: takes at most {} values, given {}", m[1].str(),
@@ -92,6 +97,12 @@ int report_error(const std::exception_ptr& error) {
   } catch (...) {
     return report("error", "unknown exception", kExitSystem);
   }
+}
+
+void refuse_switch_values(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) o->disable_flag_override();
+  for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{}))
+    refuse_switch_values(*sub);
 }
 
 int run_program(const char* program, CLI::App& app, int argc, char** argv) {

@@ -89,14 +89,13 @@ void KeyFlags::add(CLI::App& cmd, const std::vector<ConfigFlag>& rows, const std
     if (c && !c->help.empty()) e.row.help = c->help;
     if (c && c->lo) e.row.lo = *c->lo;
     CLI::Option* o = nullptr;
-    // A switch takes no value: "--untied=false" would count as given, the opposite of its word.
+    // (A switch takes no value, in every command: run_program.)
     if (row.value == Value::on || row.value == Value::off) {
-      o = cmd.add_flag(row.name, e.on, e.row.help)->disable_flag_override();
+      o = cmd.add_flag(row.name, e.on, e.row.help);
     } else if (row.value == Value::both) {  // --x, and --no-x for false
       if (row.name.find(',') != std::string::npos)
         throw std::logic_error("a two-sense switch has one name: " + row.name);
-      o = cmd.add_flag(row.name + ",!--no-" + row.name.substr(2), e.on, e.row.help)
-              ->disable_flag_override();
+      o = cmd.add_flag(row.name + ",!--no-" + row.name.substr(2), e.on, e.row.help);
     } else {
       std::string def = row.default_value.is_null() ? "" : shown(row.default_value);
       if (c && c->default_value) def = *c->default_value;
