@@ -93,7 +93,9 @@ std::string settled_cell(const MoESetting& s, const MoEResult& m) {
   if (s.load.steps.empty()) return "—";
   const auto settled = s.load.settled_step(m.balancing_steps, m.load_tolerance);
   const std::int64_t moving = s.load.last_moving_step(m.balancing_steps, m.load_tolerance);
-  if (!settled) return fmt::format("not by step {}, the last logged", moving);
+  if (!settled && moving == s.load.steps.back())
+    return fmt::format("not by step {}, the last logged", moving);
+  if (!settled) return fmt::format("not before the last 10 % (step {} still moved)", moving);
   if (moving == 0) return fmt::format("step {}, the first logged", *settled);
   return fmt::format("step {}", *settled);
 }
@@ -134,7 +136,11 @@ std::optional<std::int64_t> LoadSeries::settled_step(std::int64_t run_steps,
   const std::int64_t moving = last_moving_step(run_steps, tolerance);
   if (moving == 0) return steps.front();
   if (moving == steps.back()) return std::nullopt;
-  return *std::upper_bound(steps.begin(), steps.end(), moving);
+  // Held only inside the last 10 %, the window the mean is taken over, is not settled: a short
+  // run's shares stay near their own mean there.
+  const std::int64_t settled = *std::upper_bound(steps.begin(), steps.end(), moving);
+  if (settled > run_steps - run_steps / 10) return std::nullopt;
+  return settled;
 }
 
 namespace {
@@ -380,7 +386,8 @@ std::string moe_markdown(const Study& st, const Sections& sec) {
   md += fmt::format(
       "\n**Load settled from**: the first logged step after which every expert's share of the "
       "assignments, in every layer, stays within {} (absolute share) of its mean over the last "
-      "10 % of the run (moe_load_<setting>.csv).\n",
+      "10 % of the run (moe_load_<setting>.csv); held only inside that last 10 % is not "
+      "settled.\n",
       m.load_tolerance);
   if (m.without_z_outcome || !m.specialisation.empty() || m.z_coef > 0) md += kDetails;
   if (!m.specialisation.empty()) md += specialisation_markdown(m.specialisation);

@@ -654,6 +654,13 @@ TEST(StudyMoE, LoadSettlesWhereItIsMeasuredToAndTheZLossIsNotClaimed) {
   for (double a : {0.5, 0.5, 0.3, 0.7}) swings.shares.push_back({a, 1 - a});
   EXPECT_EQ(swings.last_moving_step(100, 0.05), 100);
   EXPECT_FALSE(swings.settled_step(100, 0.05).has_value());
+  // Moving until step 89 and held from step 91: inside the last 10 % (steps 91 to 100), the
+  // window its own mean is taken over, which is no settling.
+  study::LoadSeries late;
+  late.steps = {1, 50, 89, 91, 95, 100};
+  for (double a : {0.9, 0.7, 0.6, 0.5, 0.5, 0.5}) late.shares.push_back({a, 1 - a});
+  EXPECT_EQ(late.last_moving_step(100, 0.05), 89);
+  EXPECT_FALSE(late.settled_step(100, 0.05).has_value());
 
   study::Study st;
   study::MoEResult m;
@@ -663,12 +670,15 @@ TEST(StudyMoE, LoadSettlesWhereItIsMeasuredToAndTheZLossIsNotClaimed) {
   m.top_k = 1;
   m.z_coef = 0.001f;
   m.settings = {{"loss", "load-balancing loss", 3.0, 0.1, 1.1, 0, 0.69, 1000, settles},
-                {"bias", "aux-loss-free bias", 3.0, 0.1, 1.1, 0, 0.69, 1000, swings}};
+                {"bias", "aux-loss-free bias", 3.0, 0.1, 1.1, 0, 0.69, 1000, swings},
+                {"none", "no balancing", 3.0, 0.1, 1.1, 0, 0.69, 1000, late}};
   st.results.moe = m;
   const std::string md = stage("moe").markdown(st, study::Sections(stages()));
   // Each setting's row ends with the step its load settled from, or says it never did.
   EXPECT_NE(md.find("| step 30 |\n"), std::string::npos) << md;
   EXPECT_NE(md.find("| not by step 100, the last logged |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| not before the last 10 % (step 89 still moved) |\n"), std::string::npos)
+      << md;
   EXPECT_NE(md.find("stays within 0.05 (absolute share)"), std::string::npos) << md;
   EXPECT_EQ(md.find("settles long before"), std::string::npos) << md;
   EXPECT_NE(md.find("not measured by this run: `ffnlab evolve --full --resume` measures it"),
@@ -679,6 +689,7 @@ TEST(StudyMoE, LoadSettlesWhereItIsMeasuredToAndTheZLossIsNotClaimed) {
   const nlohmann::ordered_json j = stage("moe").to_json(st.results);
   EXPECT_EQ(j.at("settings").at("loss").at("load_settled_step"), 30);
   EXPECT_TRUE(j.at("settings").at("bias").at("load_settled_step").is_null());
+  EXPECT_TRUE(j.at("settings").at("none").at("load_settled_step").is_null());
   EXPECT_EQ(j.at("load_settled_tolerance"), 0.05);
 }
 
