@@ -253,6 +253,5 @@ int main(int argc, char** argv) {
     else
       run(D, F, token_counts, budget, json, variants, dtype);
   });
-  cli::refuse_switch_values(app);
   return cli::run_program("bench_ffn", app, argc, argv);
 }

@@ -220,5 +220,5 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
   });
-  return cli::run_program("bench_kernels", app, argc, argv);
+  return cli::run_program("bench_kernels", app, argc, argv, /*switch_values=*/true);
 }

@@ -288,6 +288,5 @@ int main(int argc, char** argv) {
     footprint(D, F, Fin, T, E, K, (T * K + E - 1) / E).check("bench_moe", "this run");
     run(D, F, Fin, T, E, K, expert, dense_config, budget, json);
   });
-  cli::refuse_switch_values(app);
   return cli::run_program("bench_moe", app, argc, argv);
 }

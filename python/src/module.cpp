@@ -452,9 +452,9 @@ PYBIND11_MODULE(_ffnlab, m) {
     } catch (const SystemError& e) {
       PyErr_SetString(PyExc_OSError, e.what());
     } catch (const std::filesystem::filesystem_error& e) {  // a path the system refused
-      // OSError(errno, text): Python makes it FileNotFoundError, NotADirectoryError, ...
-      PyErr_SetObject(PyExc_OSError,
-                      py::make_tuple(e.code().value(), filesystem_error_text(e)).ptr());
+      // A path that leads nowhere is refused input, as the command line's exit status 1.
+      PyErr_SetString(path_leads_nowhere(e) ? PyExc_ValueError : PyExc_OSError,
+                      filesystem_error_text(e).c_str());
     } catch (const Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const nlohmann::json::exception& e) {

@@ -244,9 +244,10 @@ ResumePoint read_resume_point(const std::string& run_dir) {
 TrainConfig resumed_settings(const ResumePoint& point, const TrainConfig& given,
                              std::span<const std::string> keys,
                              std::vector<SettingChange>& changes) {
-  const auto read = [&](const json& settings) {
+  // f(), its error naming the checkpoint's file.
+  const auto in_file = [&](auto f) {
     try {
-      return train_config_from_json(settings);
+      return f();
     } catch (const Error& e) {
       throw Error(fmt::format("{} (in {})", e.what(),
                               (fs::path(point.checkpoint_dir) / "checkpoint.json").string()));
@@ -256,14 +257,15 @@ TrainConfig resumed_settings(const ResumePoint& point, const TrainConfig& given,
   json merged = point.info["train"];
   // The checkpoint's settings as they are written now, so that a setting given as it was compares
   // equal: an older checkpoint holds a float as its double (0.003000000026077032 for 0.003).
-  const json saved = train_config_to_json(read(merged));
+  // (Unvalidated: a given setting may replace one outside today's range; the merge is checked.)
+  const json saved = in_file([&] { return train_settings_as_written(merged); });
   for (const std::string& key : keys) {
     if (!merged.contains(key) || !asked.contains(key) || saved.value(key, json()) == asked[key])
       continue;
     if (key != "steps") changes.push_back({key, saved.value(key, json()), asked[key]});
     merged[key] = asked[key];
   }
-  return read(merged);
+  return in_file([&] { return train_config_from_json(merged); });
 }
 
 std::string checkpoint_data_path(const ResumePoint& point, const std::string& fallback) {

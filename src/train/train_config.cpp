@@ -1,7 +1,6 @@
 // The training settings: their checks and their JSON form (docs/config.md).
 #include "ffnlab/train/train_config.hpp"
 
-#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
@@ -143,6 +142,12 @@ TrainConfig train_config_from_json(const json& j) {
   read_keys(kTrainKeys, c, j, "train");
   validate(c);
   return c;
+}
+
+json train_settings_as_written(const json& j) {
+  TrainConfig c;
+  read_keys(kTrainKeys, c, j, "train");
+  return write_keys(kTrainKeys, c);
 }
 
 GivenModelKeys given_model_keys(const nlohmann::json& config) {

@@ -786,8 +786,9 @@ TEST(MoEFFN, CapacityDropsAndReports) {
   }
 }
 
-// A capacity factor so large that ceil(factor·T·K/E) does not fit in an int64 (the fuzzer's
-// 1e106) is a capacity of every assignment: nothing dropped, the same output as dropless.
+// A capacity factor beyond its key's range (the fuzzer's 1e106, whose ceil(factor·T·K/E) would
+// not fit in an int64) is refused; the largest it takes is a capacity of every assignment:
+// nothing dropped, the same output as dropless.
 TEST(MoEFFN, HugeCapacityFactorIsDropless) {
   FFNConfig c = base(4, 2, "relu", true);
   MoEFFN dropless(c, 7);

@@ -311,6 +311,32 @@ TEST_F(RunDriver, FloatsAreWrittenShortAndOlderCheckpointsStillResume) {
   for (int i = 0; i < 2; ++i) EXPECT_EQ(rest.steps[i].loss, whole.steps[2 + i].loss) << i;
 }
 
+// A checkpoint may hold a setting outside its range (one written before the range held):
+// resumed as it is, the run is refused naming the file; given a setting in range instead (and
+// told to change it), the run goes on.
+TEST_F(RunDriver, ACheckpointsSettingOutsideItsRangeCanBeReplaced) {
+  rq_.out = (dir_ / "part").string();
+  Recorder first;
+  first.stop_after = 2;
+  run_training(rq_, first);
+  const fs::path info_path = dir_ / "part" / "checkpoint" / "checkpoint.json";
+  nlohmann::json info = nlohmann::json::parse(read(info_path));
+  info["train"]["weight_decay"] = 5000;
+  std::ofstream(info_path, std::ios::binary | std::ios::trunc) << info.dump(2);
+  RunRequest again = rq_;
+  again.out.clear();
+  again.resume = rq_.out;
+  again.model = LMConfig{};
+  Recorder rest;
+  EXPECT_THAT_CONTAINS(
+      test::error_of([&] { run_training(again, rest); }),
+      "[train] weight_decay = 5000 must be in [0, 1000] (in " + info_path.string() + ")");
+  again.train.optimizer.weight_decay = 0.01f;
+  again.given = {{"weight_decay", "--weight-decay 0.01"}};
+  again.force = true;
+  EXPECT_TRUE(run_training(again, rest).finished);
+}
+
 TEST_F(RunDriver, SettingsTheRunNeverReadsAreRefused) {
   // Each a setting given for another optimizer, objective or schedule than the run's: refused
   // before anything is built or written, naming it as the caller wrote it.

@@ -99,14 +99,17 @@ int report_error(const std::exception_ptr& error) {
   }
 }
 
+namespace {
 void refuse_switch_values(CLI::App& app) {
   for (CLI::Option* o : app.get_options()) o->disable_flag_override();
   for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{}))
     refuse_switch_values(*sub);
 }
+}  // namespace
 
-int run_program(const char* program, CLI::App& app, int argc, char** argv) {
+int run_program(const char* program, CLI::App& app, int argc, char** argv, bool switch_values) {
   g_program = program;
+  if (!switch_values) refuse_switch_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -35,12 +35,11 @@ int report_error(const std::exception_ptr& error);
 // subcommands, CLI::App::callback), prints --help, turns every exception into report_error's one
 // line and exit status, and checks that what went to standard output was written (a full disk
 // or a closed pipe is exit 3). `program` starts every error line.
-int run_program(const char* program, CLI::App& app, int argc, char** argv);
-
-// Makes every switch of app and of its subcommands refuse a value: "--json=false" or
-// "--untied=false" would count as given, the opposite of its word. (Not for bench_kernels, whose
-// Google Benchmark switches take one: --benchmark_list_tests=true.)
-void refuse_switch_values(CLI::App& app);
+// Every switch of app and of its subcommands refuses a value ("--json=false" or
+// "--untied=false" would count as given, the opposite of its word) unless `switch_values`
+// (bench_kernels, whose Google Benchmark switches take one: --benchmark_list_tests=true).
+int run_program(const char* program, CLI::App& app, int argc, char** argv,
+                bool switch_values = false);
 
 // Flag checks with short messages ("must be an integer in [1, 65536]"); reals must be finite.
 CLI::Validator int_in(std::int64_t lo, std::int64_t hi);

@@ -89,7 +89,7 @@ void KeyFlags::add(CLI::App& cmd, const std::vector<ConfigFlag>& rows, const std
     if (c && !c->help.empty()) e.row.help = c->help;
     if (c && c->lo) e.row.lo = *c->lo;
     CLI::Option* o = nullptr;
-    // (A switch takes no value, in every command: run_program.)
+    // (A switch takes no value: run_program sees to that for every program.)
     if (row.value == Value::on || row.value == Value::off) {
       o = cmd.add_flag(row.name, e.on, e.row.help);
     } else if (row.value == Value::both) {  // --x, and --no-x for false

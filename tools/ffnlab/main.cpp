@@ -36,7 +36,6 @@ int main(int argc, char** argv) {
   add_evolve_command(app);
   add_zoo_command(app);
   add_bench_command(app);
-  refuse_switch_values(app);
   // Parses, runs the command, and maps every exception to one line and an exit status.
   return run_program("ffnlab", app, argc, argv);
 }

@@ -88,8 +88,8 @@ void check_output_apart(const std::string& out, const std::vector<std::string>& 
 
 // A std::filesystem exception that reached a front end (a path the system refused where no
 // ffnlab check names it), in ffnlab's words: "[io] 'path': No such file or directory" (and
-// " and 'path2'" for an operation on two). The command line prints it; Python raises OSError
-// with its errno (FileNotFoundError for a missing path).
+// " and 'path2'" for an operation on two). The command line prints it, Python raises it
+// (ValueError for a path that leads nowhere, OSError otherwise).
 std::string filesystem_error_text(const std::filesystem::filesystem_error& e);
 // Whether the exception is a path that leads nowhere (missing, a file where a folder should be, a
 // loop of links, a name too long): refused input rather than the system failing.

@@ -72,5 +72,10 @@ GivenModelKeys given_model_keys(const nlohmann::json& config);
 void set_objective_keys(LMConfig& model, Objective objective, GivenModelKeys given = {});
 nlohmann::json train_config_to_json(const TrainConfig& config);
 TrainConfig train_config_from_json(const nlohmann::json& j);
+// The settings of j (as a file holds them) as train_config_to_json writes them: a float as its
+// shortest form (a file may hold it as its double, 0.003000000026077032), names canonical, every
+// key. Types are checked, ranges not: what a caller makes of them is validated then (a resumed
+// run may replace a setting its checkpoint holds outside today's range).
+nlohmann::json train_settings_as_written(const nlohmann::json& j);
 
 }  // namespace ffnlab

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "check.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
