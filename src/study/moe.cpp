@@ -88,16 +88,24 @@ std::string specialisation_markdown(const std::vector<ExpertSpecialisation>& lay
 }
 
 // From which logged step a setting's load stays settled: "step 30", "step 1, the first logged",
-// or "not by step 100, the last logged"; "—" when nothing was logged.
+// "not by step 100, the last logged", "not before the last 10 % (step 89 still moved)", "too
+// short to tell (every logged step in its last 10 %)"; "—" when nothing was logged.
 std::string settled_cell(const MoESetting& s, const MoEResult& m) {
   if (s.load.steps.empty()) return "—";
   const auto settled = s.load.settled_step(m.balancing_steps, m.load_tolerance);
   const std::int64_t moving = s.load.last_moving_step(m.balancing_steps, m.load_tolerance);
-  if (!settled && moving == s.load.steps.back())
-    return fmt::format("not by step {}, the last logged", moving);
-  if (!settled) return fmt::format("not before the last 10 % (step {} still moved)", moving);
-  if (moving == 0) return fmt::format("step {}, the first logged", *settled);
-  return fmt::format("step {}", *settled);
+  if (settled)
+    return moving == 0 ? fmt::format("step {}, the first logged", *settled)
+                       : fmt::format("step {}", *settled);
+  if (moving == s.load.steps.back()) return fmt::format("not by step {}, the last logged", moving);
+  if (moving == 0) return "too short to tell (every logged step in its last 10 %)";
+  return fmt::format("not before the last 10 % (step {} still moved)", moving);
+}
+
+// Whether logged step i lies in the window the shares' reference mean is taken over: the run's
+// last 10 %, and the last logged step whatever it is.
+bool in_tail(const LoadSeries& s, std::size_t i, std::int64_t run_steps) {
+  return s.steps[i] > run_steps - run_steps / 10 || i + 1 == s.steps.size();
 }
 
 }  // namespace
@@ -115,11 +123,10 @@ TrainConfig balancing_settings(const Study& st) {
 std::int64_t LoadSeries::last_moving_step(std::int64_t run_steps, double tolerance) const {
   if (steps.empty()) return 0;
   // The mean of each share over the logged steps of the last 10 % (the last one at least).
-  const std::int64_t tail_from = run_steps - run_steps / 10;
   std::vector<double> tail(shares.front().size(), 0.0);
   int n = 0;
   for (std::size_t i = 0; i < steps.size(); ++i)
-    if (steps[i] > tail_from || i + 1 == steps.size()) {
+    if (in_tail(*this, i, run_steps)) {
       for (std::size_t k = 0; k < tail.size(); ++k) tail[k] += shares[i][k];
       ++n;
     }
@@ -134,13 +141,13 @@ std::optional<std::int64_t> LoadSeries::settled_step(std::int64_t run_steps,
                                                      double tolerance) const {
   if (steps.empty()) return std::nullopt;
   const std::int64_t moving = last_moving_step(run_steps, tolerance);
-  if (moving == 0) return steps.front();
   if (moving == steps.back()) return std::nullopt;
-  // Held only inside the last 10 %, the window the mean is taken over, is not settled: a short
-  // run's shares stay near their own mean there.
-  const std::int64_t settled = *std::upper_bound(steps.begin(), steps.end(), moving);
-  if (settled > run_steps - run_steps / 10) return std::nullopt;
-  return settled;
+  // The first logged step after the last that moved (the first logged when none did). Held only
+  // inside the window the mean is taken over is no settling: shares stay near their own mean.
+  const auto i = static_cast<std::size_t>(
+      moving == 0 ? 0 : std::upper_bound(steps.begin(), steps.end(), moving) - steps.begin());
+  if (in_tail(*this, i, run_steps)) return std::nullopt;
+  return steps[i];
 }
 
 namespace {

@@ -249,7 +249,8 @@ TrainConfig resumed_settings(const ResumePoint& point, const TrainConfig& given,
     try {
       return f();
     } catch (const Error& e) {
-      throw Error(fmt::format("{} (in {})", e.what(),
+      throw Error(fmt::format("{} (in {}; a setting given with the resume replaces the file's)",
+                              e.what(),
                               (fs::path(point.checkpoint_dir) / "checkpoint.json").string()));
     }
   };
@@ -259,10 +260,11 @@ TrainConfig resumed_settings(const ResumePoint& point, const TrainConfig& given,
   // equal: an older checkpoint holds a float as its double (0.003000000026077032 for 0.003).
   // (Unvalidated: a given setting may replace one outside today's range; the merge is checked.)
   const json saved = in_file([&] { return train_settings_as_written(merged); });
+  // (A key the file lacks, from before the key existed, holds its default there: the run trained
+  // with it, and another value given is a change like any other.)
   for (const std::string& key : keys) {
-    if (!merged.contains(key) || !asked.contains(key) || saved.value(key, json()) == asked[key])
-      continue;
-    if (key != "steps") changes.push_back({key, saved.value(key, json()), asked[key]});
+    if (!saved.contains(key) || !asked.contains(key) || saved[key] == asked[key]) continue;
+    if (key != "steps") changes.push_back({key, saved[key], asked[key]});
     merged[key] = asked[key];
   }
   return in_file([&] { return train_config_from_json(merged); });

@@ -328,13 +328,40 @@ TEST_F(RunDriver, ACheckpointsSettingOutsideItsRangeCanBeReplaced) {
   again.resume = rq_.out;
   again.model = LMConfig{};
   Recorder rest;
-  EXPECT_THAT_CONTAINS(
-      test::error_of([&] { run_training(again, rest); }),
-      "[train] weight_decay = 5000 must be in [0, 1000] (in " + info_path.string() + ")");
+  EXPECT_THAT_CONTAINS(test::error_of([&] { run_training(again, rest); }),
+                       "[train] weight_decay = 5000 must be in [0, 1000] (in " +
+                           info_path.string() +
+                           "; a setting given with the resume replaces the file's)");
   again.train.optimizer.weight_decay = 0.01f;
   again.given = {{"weight_decay", "--weight-decay 0.01"}};
   again.force = true;
   EXPECT_TRUE(run_training(again, rest).finished);
+}
+
+// A setting the checkpoint lacks (written before the key existed) trained at its default: given
+// otherwise, it is a change to insist on, and with force the run takes it.
+TEST_F(RunDriver, ASettingTheCheckpointLacksIsAChangeFromItsDefault) {
+  rq_.out = (dir_ / "part").string();
+  Recorder first;
+  first.stop_after = 2;
+  run_training(rq_, first);
+  const fs::path info_path = dir_ / "part" / "checkpoint" / "checkpoint.json";
+  nlohmann::json info = nlohmann::json::parse(read(info_path));
+  info["train"].erase("clip");
+  std::ofstream(info_path, std::ios::binary | std::ios::trunc) << info.dump(2);
+  RunRequest again = rq_;
+  again.out.clear();
+  again.resume = rq_.out;
+  again.model = LMConfig{};
+  again.train.clip = 0.5f;
+  again.given = {{"clip", "--clip 0.5"}};
+  Recorder rest;
+  EXPECT_THAT_CONTAINS(usage_error_of([&] { run_training(again, rest); }),
+                       "--clip 0.5 (the checkpoint has 1.0)");
+  again.force = true;
+  EXPECT_TRUE(run_training(again, rest).finished);
+  const auto resumed = nlohmann::json::parse(read(info_path));
+  EXPECT_EQ(resumed["train"]["clip"], 0.5);
 }
 
 TEST_F(RunDriver, SettingsTheRunNeverReadsAreRefused) {

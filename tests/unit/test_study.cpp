@@ -661,6 +661,18 @@ TEST(StudyMoE, LoadSettlesWhereItIsMeasuredToAndTheZLossIsNotClaimed) {
   for (double a : {0.9, 0.7, 0.6, 0.5, 0.5, 0.5}) late.shares.push_back({a, 1 - a});
   EXPECT_EQ(late.last_moving_step(100, 0.05), 89);
   EXPECT_FALSE(late.settled_step(100, 0.05).has_value());
+  // A run under 10 steps: its window is its last logged step alone, which settles nothing; nor
+  // does a run of one logged step, whose first step is its last.
+  study::LoadSeries five;
+  five.steps = {1, 2, 3, 4, 5};
+  for (double a : {0.9, 0.8, 0.7, 0.6, 0.5}) five.shares.push_back({a, 1 - a});
+  EXPECT_EQ(five.last_moving_step(5, 0.05), 4);
+  EXPECT_FALSE(five.settled_step(5, 0.05).has_value());
+  study::LoadSeries one;
+  one.steps = {1};
+  one.shares.push_back({0.5, 0.5});
+  EXPECT_EQ(one.last_moving_step(1, 0.05), 0);
+  EXPECT_FALSE(one.settled_step(1, 0.05).has_value());
 
   study::Study st;
   study::MoEResult m;

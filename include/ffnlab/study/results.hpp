@@ -192,7 +192,8 @@ struct LoadSeries {
   // over the logged steps of the run's last 10 % (of `run_steps`); 0 when none does.
   std::int64_t last_moving_step(std::int64_t run_steps, double tolerance) const;
   // The logged step after last_moving_step: from there on every share stays within
-  // `tolerance`; empty when the last logged step still moves (or nothing was logged).
+  // `tolerance`; empty when the last logged step still moves, when that step lies in the last
+  // 10 % itself (the window the mean is taken over), or when nothing was logged.
   std::optional<std::int64_t> settled_step(std::int64_t run_steps, double tolerance) const;
 };
 
