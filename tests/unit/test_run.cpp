@@ -119,6 +119,11 @@ class RunDriver : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // rq_ run into dir_/part and stopped at step 2, its checkpoint.json then changed by `edit`;
+  // returns the request that resumes it in its own folder, with the checkpoint's model.
+  RunRequest stopped_with_checkpoint(const std::function<void(nlohmann::json&)>& edit);
+  fs::path info_path() const { return dir_ / "part" / "checkpoint" / "checkpoint.json"; }
+
   fs::path dir_;
   RunRequest rq_;
 };
@@ -150,6 +155,21 @@ struct Recorder : RunObserver {
     return stop_after >= 0 && !steps.empty() && steps.back().step >= stop_after;
   }
 };
+
+RunRequest RunDriver::stopped_with_checkpoint(const std::function<void(nlohmann::json&)>& edit) {
+  rq_.out = (dir_ / "part").string();
+  Recorder first;
+  first.stop_after = 2;
+  run_training(rq_, first);
+  nlohmann::json info = nlohmann::json::parse(read(info_path()));
+  edit(info);
+  std::ofstream(info_path(), std::ios::binary | std::ios::trunc) << info.dump(2);
+  RunRequest again = rq_;
+  again.out.clear();
+  again.resume = rq_.out;
+  again.model = LMConfig{};
+  return again;
+}
 
 // Over ranks the final validation is an evaluation that sums over them: every rank takes part
 // (rank 0 alone would wait for the others forever) and gets the value one process gets.
@@ -277,32 +297,22 @@ TEST_F(RunDriver, ResumingWithOtherSettingsOrDataNeedsForce) {
 TEST_F(RunDriver, FloatsAreWrittenShortAndOlderCheckpointsStillResume) {
   Recorder whole;
   run_training(rq_, whole);
-  rq_.out = (dir_ / "part").string();
-  Recorder first;
-  first.stop_after = 2;
-  run_training(rq_, first);
-  const fs::path info_path = dir_ / "part" / "checkpoint" / "checkpoint.json";
-  const std::string text = read(info_path);
-  EXPECT_THAT_CONTAINS(text, "\"lr\": 0.003,");
-  EXPECT_THAT_CONTAINS(text, "\"init_std\": 0.02,");
-  // No number of 12 or more digits after its point (a float's double has 16 or 17).
-  EXPECT_FALSE(std::regex_search(text, std::regex(R"([0-9]\.[0-9]{12,})"))) << text;
-
   std::function<void(nlohmann::json&)> widen = [&](nlohmann::json& j) {
     if (j.is_number_float()) j = static_cast<double>(static_cast<float>(j.get<double>()));
     if (j.is_structured())
       for (auto& item : j) widen(item);
   };
-  nlohmann::json info = nlohmann::json::parse(text);
-  widen(info["model"]);
-  widen(info["train"]);
-  ASSERT_EQ(info["train"]["lr"].dump(), "0.003000000026077032");
-  std::ofstream(info_path, std::ios::binary | std::ios::trunc) << info.dump(2);
-
-  RunRequest again = rq_;
-  again.out.clear();
-  again.resume = (dir_ / "part").string();
-  again.model = LMConfig{};
+  std::string text;  // as the run wrote it
+  RunRequest again = stopped_with_checkpoint([&](nlohmann::json& info) {
+    text = info.dump(2);
+    widen(info["model"]);
+    widen(info["train"]);
+  });
+  EXPECT_THAT_CONTAINS(text, "\"lr\": 0.003,");
+  EXPECT_THAT_CONTAINS(text, "\"init_std\": 0.02,");
+  // No number of 12 or more digits after its point (a float's double has 16 or 17).
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"([0-9]\.[0-9]{12,})"))) << text;
+  ASSERT_EQ(nlohmann::json::parse(read(info_path()))["train"]["lr"].dump(), "0.003000000026077032");
   again.given = {{"lr", "--lr 0.003"}, {"clip", "--clip 1"}};  // as the run had them
   Recorder rest;
   const RunOutcome resumed = run_training(again, rest);
@@ -315,22 +325,12 @@ TEST_F(RunDriver, FloatsAreWrittenShortAndOlderCheckpointsStillResume) {
 // resumed as it is, the run is refused naming the file; given a setting in range instead (and
 // told to change it), the run goes on.
 TEST_F(RunDriver, ACheckpointsSettingOutsideItsRangeCanBeReplaced) {
-  rq_.out = (dir_ / "part").string();
-  Recorder first;
-  first.stop_after = 2;
-  run_training(rq_, first);
-  const fs::path info_path = dir_ / "part" / "checkpoint" / "checkpoint.json";
-  nlohmann::json info = nlohmann::json::parse(read(info_path));
-  info["train"]["weight_decay"] = 5000;
-  std::ofstream(info_path, std::ios::binary | std::ios::trunc) << info.dump(2);
-  RunRequest again = rq_;
-  again.out.clear();
-  again.resume = rq_.out;
-  again.model = LMConfig{};
+  RunRequest again =
+      stopped_with_checkpoint([](nlohmann::json& info) { info["train"]["weight_decay"] = 5000; });
   Recorder rest;
   EXPECT_THAT_CONTAINS(test::error_of([&] { run_training(again, rest); }),
                        "[train] weight_decay = 5000 must be in [0, 1000] (in " +
-                           info_path.string() +
+                           info_path().string() +
                            "; a setting given with the resume replaces the file's)");
   again.train.optimizer.weight_decay = 0.01f;
   again.given = {{"weight_decay", "--weight-decay 0.01"}};
@@ -341,18 +341,8 @@ TEST_F(RunDriver, ACheckpointsSettingOutsideItsRangeCanBeReplaced) {
 // A setting the checkpoint lacks (written before the key existed) trained at its default: given
 // otherwise, it is a change to insist on, and with force the run takes it.
 TEST_F(RunDriver, ASettingTheCheckpointLacksIsAChangeFromItsDefault) {
-  rq_.out = (dir_ / "part").string();
-  Recorder first;
-  first.stop_after = 2;
-  run_training(rq_, first);
-  const fs::path info_path = dir_ / "part" / "checkpoint" / "checkpoint.json";
-  nlohmann::json info = nlohmann::json::parse(read(info_path));
-  info["train"].erase("clip");
-  std::ofstream(info_path, std::ios::binary | std::ios::trunc) << info.dump(2);
-  RunRequest again = rq_;
-  again.out.clear();
-  again.resume = rq_.out;
-  again.model = LMConfig{};
+  RunRequest again =
+      stopped_with_checkpoint([](nlohmann::json& info) { info["train"].erase("clip"); });
   again.train.clip = 0.5f;
   again.given = {{"clip", "--clip 0.5"}};
   Recorder rest;
@@ -360,7 +350,7 @@ TEST_F(RunDriver, ASettingTheCheckpointLacksIsAChangeFromItsDefault) {
                        "--clip 0.5 (the checkpoint has 1.0)");
   again.force = true;
   EXPECT_TRUE(run_training(again, rest).finished);
-  const auto resumed = nlohmann::json::parse(read(info_path));
+  const auto resumed = nlohmann::json::parse(read(info_path()));
   EXPECT_EQ(resumed["train"]["clip"], 0.5);
 }
 
