@@ -81,7 +81,8 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     return _ffnlab._evolve(options, _progress(progress, "evolve"))
 
 
-def train(model, data, *, out=None, resume=None, force=False, progress=True, **settings):
+def train(model, data, *, out=None, resume=None, force=False, val_fraction=None, progress=True,
+          **settings):
     """Trains `model` (a TransformerLM) in place on the text at `data`; settings are the
     training keys of docs/config.md (steps, batch, seq, lr, seed, ...). Returns the per-step
     log, the periodic evaluations, the final validation and a summary as dicts.
@@ -92,12 +93,13 @@ def train(model, data, *, out=None, resume=None, force=False, progress=True, **s
     model must be the checkpoint's: TransformerLM.from_run(folder); other settings or other
     data need force=True); the run continues in that folder unless `out` names another. Without
     `out` or `resume` nothing is written (and a checkpoint_every but 0, or force=True, is
-    refused). progress: True for a text bar, False for none, or a callable progress(kind, done,
+    refused). val_fraction: the last fraction of the bytes that is the validation part, in
+    [0, 1), as `--val-fraction` (None: 0.1, or the resumed run's). progress: True for a text bar, False for none, or a callable progress(kind, done,
     planned, text, eta_seconds). The settings left out take
-    `ffnlab train`'s defaults (docs/config.md: 600 steps, batch 16, seq 128, seed 1, the last
-    10 % of the bytes for validation, ...); the model's context must hold `seq`. The GIL is
+    `ffnlab train`'s defaults (docs/config.md: 600 steps, batch 16, seq 128, seed 1, ...);
+    the model's context must hold `seq`. The GIL is
     released while it trains; Ctrl-C stops after the current step with a KeyboardInterrupt that
     says the step (its .log holds the steps and evaluations so far), and, in a run folder, a
     checkpoint there to resume from."""
     return _ffnlab.train(model, data, _progress(progress, "train"), out, resume, force,
-                         **settings)
+                         val_fraction, **settings)

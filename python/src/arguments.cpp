@@ -88,6 +88,17 @@ double real_argument(std::string_view function, std::string_view name, const py:
   return x;
 }
 
+// A finite real number in [lo, hi], or [lo, hi) when `below_hi`: an int or a float (numpy's
+// too), never a bool. `note` ends the message: what None gives, or what a value means.
+double real_from_argument(std::string_view function, std::string_view name, const py::handle& v,
+                          double lo, double hi, bool below_hi, std::string_view note) {
+  const std::string expected =
+      fmt::format("a number in [{}, {}{} ({})", lo, hi, below_hi ? ")" : "]", note);
+  const double x = finite_number(function, name, v, expected);
+  if (!(x >= lo && (below_hi ? x < hi : x <= hi))) bad_argument(function, name, expected, v);
+  return x;
+}
+
 double finite_argument(std::string_view function, std::string_view name, const py::handle& v) {
   return finite_number(function, name, v, "a finite number");
 }

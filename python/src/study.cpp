@@ -198,8 +198,8 @@ auto run_released(Callback& callback, F&& work) {
   std::unique_lock busy(running, std::try_to_lock);
   if (!busy.owns_lock())
     throw Error(
-        "[python] another ffnlab.train or ffnlab.evolve is running in this process (they share "
-        "its stop request); run them one after the other");
+        "[python] another ffnlab.train, ffnlab.evolve or TransformerLM.sample is running in this "
+        "process (they share its stop request); run them one after the other");
   clear_stop();
   SigintBridge bridge;
   std::optional<decltype(work())> result;
@@ -387,7 +387,7 @@ void attach_log(py::error_already_set& e, const py::dict& log) {
 
 py::dict train(const py::object& model_arg, const py::object& data_arg, const py::object& progress,
                const py::object& out_arg, const py::object& resume_arg, const py::object& force_arg,
-               const py::kwargs& keys) {
+               const py::object& val_fraction_arg, const py::kwargs& keys) {
   if (!py::isinstance<LM>(model_arg))
     bad_argument("train", "model", "an ffnlab.TransformerLM", model_arg);
   LM& model = model_arg.cast<LM&>();
@@ -397,7 +397,11 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
   // As `ffnlab train --resume DIR` continues in DIR unless --out names another folder.
   rq.out = out_arg.is_none() ? "" : path_argument("train", "out", out_arg);
   rq.force = bool_argument("train", "force", force_arg);
-  rq.val_fraction_given = false;  // 0.1, or a resumed run's split
+  // None: 0.1, or a resumed run's split. The range of `--val-fraction`.
+  rq.val_fraction_given = !val_fraction_arg.is_none();
+  if (rq.val_fraction_given)
+    rq.val_fraction = real_from_argument("train", "val_fraction", val_fraction_arg, 0.0, 1.0, true,
+                                         "None: 0.1, or a resumed run's");
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     bad_argument("train", "progress", "None or a callable", progress);
   nlohmann::json j = nlohmann::json::object();
@@ -407,7 +411,7 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
     rq.given.push_back({name, fmt::format("{} = {}", name, j[name].dump())});
   }
   rq.train = train_config_from_json(j);
-  rq.names = {"out", "data", "steps =", "", "pass force=True", "resume="};
+  rq.names = {"out", "data", "steps =", "val_fraction=", "pass force=True", "resume="};
   // The yardstick of the run's FLOP utilisation (summary.json), as `ffnlab train` measures it,
   // for a run that writes a folder.
   rq.measure_bare = !rq.out.empty() || !rq.resume.empty();
@@ -587,6 +591,37 @@ seed here and in train(seed=S) gives the command's run.)")
           "every parameter by name (Hugging Face names, docs/training.md): (shape, bytes of its "
           "f32 values, row-major, native byte order); e.g. torch.frombuffer(bytearray(b), "
           "dtype=torch.float32).view(shape)")
+      .def(
+          "sample",
+          [](LM& l, const py::object& n_arg, const py::object& prompt_arg,
+             const py::object& temperature_arg, const py::object& seed_arg) {
+            // The ranges of `ffnlab train --sample --temperature`.
+            const std::int64_t n = int_argument("sample", "n", n_arg, 0, 1000000, false);
+            const std::string prompt = PyBytes_Check(prompt_arg.ptr())
+                                           ? prompt_arg.cast<std::string>()
+                                           : string_argument("sample", "prompt", prompt_arg);
+            const auto temperature = static_cast<float>(real_from_argument(
+                "sample", "temperature", temperature_arg, 0.0, 1000.0, false, "0: greedy"));
+            const std::uint64_t seed = seed_argument("sample", seed_arg);
+            Callback callback{py::none()};  // Ctrl-C stops it (KeyboardInterrupt)
+            const std::string text = run_released(callback, [&] {
+              return sample_text(*l.lm, prompt, n, temperature, seed,
+                                 [] { return stop_requested(); });
+            });
+            // The bytes as text, as summary.json holds the command's sample.
+            PyObject* s =
+                PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+            if (s == nullptr) throw py::error_already_set();  // (memory)
+            return py::reinterpret_steal<py::str>(s);
+          },
+          py::arg("n") = 300, py::arg("prompt") = "\n", py::arg("temperature") = 0.8,
+          py::arg("seed") = 1,
+          R"(The model's continuation of `prompt` (a str, UTF-8, or bytes): n bytes drawn from
+softmax(logits / temperature) (0: greedy), with the random generator seeded by `seed`, as `ffnlab
+train --sample n --prompt --temperature` draws the sample after its run with its --seed (the
+same model, prompt and seed give the same bytes). Returned as a str (bytes that are not UTF-8
+read as U+FFFD, as in summary.json). A causal model's only: a masked model fills bytes in.
+Ctrl-C stops it (KeyboardInterrupt).)")
       .def("__repr__", [](LM& l) {
         const LMConfig& c = l.lm->config();
         return fmt::format("<ffnlab.TransformerLM {} layers d_model={} ffn={} params={}>", c.layers,
@@ -594,8 +629,9 @@ seed here and in train(seed=S) gives the command's run.)")
       });
   m.def("train", &train, py::arg("model"), py::arg("data"), py::arg("progress") = py::none(),
         py::arg("out") = py::none(), py::arg("resume") = py::none(), py::arg("force") = false,
+        py::arg("val_fraction") = py::none(),
         R"(Trains `model` (a TransformerLM, in place) on the text at `data` (a file or a folder;
-the last 10 % of the bytes are the validation part). Keys are the training settings of
+the last val_fraction of the bytes, None: 10 % or a resumed run's, are the validation part). Keys are the training settings of
 docs/config.md (steps, batch, seq, lr, seed, ...). progress(kind, step, steps, text, eta) is
 called after every step ("step") and evaluation ("eval"). out: a run folder to write as
 `ffnlab train --out` does (logs, checkpoint/, summary.json). resume: a run folder to continue

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -588,11 +589,82 @@ def test_resume_from_python_splits_the_data_as_the_command_did(corpus, tmp_path)
                     "--val-fraction", "0.2", "--eval-tokens", "256", "--threads",
                     str(ffnlab.get_threads())],
                    check=True, capture_output=True)
+    # val_fraction= is --val-fraction: a new run at 0.2 is the command's run.
+    fresh = ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=False, steps=3, batch=4,
+                         seq=32, eval_tokens=256, val_fraction=0.2)
+    data = fresh["summary"]["data"]
+    assert data["validation_bytes"] == data["bytes"] - int(data["bytes"] * (1 - 0.2))
+    command = json.loads((run / "summary.json").read_text())
+    assert masked_summary(fresh["summary"]) == dict(  # (the command drew a sample; train() none)
+        {k: v for k, v in masked_summary(command).items() if k != "utilisation"}, sample="")
+    # Another split of a resumed run's bytes is refused in Python's words, and taken with force.
+    with pytest.raises(ValueError, match=r"\(another val_fraction=\?\); pass force=True"):
+        ffnlab.train(ffnlab.TransformerLM.from_run(run), corpus, resume=run, out=tmp_path / "other",
+                     progress=False, steps=4, val_fraction=0.3)
+    forced = ffnlab.train(ffnlab.TransformerLM.from_run(run), corpus, resume=run,
+                          out=tmp_path / "other", progress=False, steps=4, val_fraction=0.3,
+                          force=True)
+    assert forced["summary"]["data"]["validation_bytes"] > data["validation_bytes"]
+    for bad in (1, 1.5, -0.1, True, "0.2", float("nan")):
+        with pytest.raises(ValueError, match=r"train: val_fraction must be a number in \[0, 1\)"):
+            ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=False, steps=1,
+                         val_fraction=bad)
+    # None: the resumed run's split.
     log = ffnlab.train(ffnlab.TransformerLM.from_run(run), corpus, resume=run, progress=False,
                        steps=5)
     assert [s["step"] for s in log["steps"]] == [4, 5]
     assert log["summary"]["steps"] == 5
     assert json.loads((run / "summary.json").read_text())["steps"] == 5  # continued in `run`
+
+
+def test_sample_continues_a_prompt_as_the_command_does(corpus, tmp_path):
+    lm = ffnlab.TransformerLM(seed=1, **SMALL)
+    ffnlab.train(lm, corpus, progress=False, **SETTINGS)
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(lm.config))
+    out = tmp_path / "cli"
+    subprocess.run([str(PROGRAM), "train", "--model-config", str(model), "--data", str(corpus),
+                    "--out", str(out), "--steps", "5", "--batch", "4", "--seq", "32",
+                    "--seed", "1", "--warmup", "1", "--eval-every", "2", "--eval-tokens", "256",
+                    "--sample", "64", "--prompt", "The ", "--temperature", "0.5",
+                    "--threads", str(ffnlab.get_threads())],
+                   check=True, capture_output=True)
+    want = (out / "sample.txt").read_bytes()
+    assert len(want) == 64
+    # The trained model's sample at the run's seed is the command's, byte for byte.
+    text = lm.sample(64, prompt="The ", temperature=0.5, seed=1)
+    assert text == want.decode("utf-8", "replace")
+    assert lm.sample(64, prompt=b"The ", temperature=0.5, seed=1) == text
+    assert lm.sample(64, prompt="The ", temperature=0.5, seed=2) != text
+    # Greedy draws nothing at random; the defaults are --sample's.
+    assert lm.sample(32, temperature=0, seed=1) == lm.sample(32, temperature=0, seed=7)
+    assert lm.sample() == lm.sample(300, prompt="\n", temperature=0.8, seed=1)
+    assert lm.sample(0) == ""
+    for name, bad, message in (
+            ("n", -1, r"sample: n must be an integer in \[0, 1000000\]"),
+            ("n", 2.0, "sample: n must be an integer"),
+            ("temperature", -0.5, r"sample: temperature must be a number in \[0, 1000\] "
+                                  r"\(0: greedy\)"),
+            ("temperature", float("inf"), "sample: temperature must be a number"),
+            ("prompt", 5, "sample: prompt must be a string"),
+            ("seed", -1, r"sample: seed must be an integer in \[0, 2\^64")):
+        with pytest.raises(ValueError, match=message):
+            lm.sample(**{name: bad})
+    with pytest.raises(ValueError, match="the prompt holds byte 200, outside vocab = 100"):
+        ffnlab.TransformerLM(vocab=100, **SMALL).sample(4, prompt=b"\xc8")
+    masked = ffnlab.TransformerLM(objective="masked", **SMALL)
+    with pytest.raises(ValueError, match="bidirectional model"):
+        masked.sample(4)
+    # Ctrl-C stops a long sample at once (a million bytes would take minutes), and the next
+    # sample goes through.
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        lm.sample(1000000)
+    timer.join()
+    assert time.monotonic() - started < 20
+    assert lm.sample(32, temperature=0, seed=1) == lm.sample(32, temperature=0, seed=7)
 
 
 def test_evolve_refuses_a_variant_listed_twice(tmp_path):

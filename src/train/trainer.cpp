@@ -314,6 +314,8 @@ std::string sample_text(TransformerLM& model, const std::string& prompt, std::in
   std::mt19937_64 rng(seed);
   std::string out;
   const std::int64_t V = model.config().vocab, S = model.config().context;
+  // The text is bytes: ids from 256 up (a vocab made larger than the bytes) are never drawn.
+  const std::int64_t bytes = std::min<std::int64_t>(V, 256);
   // A causal model's logits at position i do not depend on later positions, so every step runs
   // one window of the full context, zero-padded on the right while the text is shorter: one
   // shape, so the products' primitives are created once instead of once per length.
@@ -321,7 +323,7 @@ std::string sample_text(TransformerLM& model, const std::string& prompt, std::in
         "[sample] a bidirectional model (causal false) does not generate text one byte at a "
         "time: it was trained to fill in masked bytes");
   std::vector<std::int32_t> window;
-  std::vector<double> p(static_cast<std::size_t>(V));
+  std::vector<double> p(static_cast<std::size_t>(bytes));
   for (std::int64_t i = 0; i < n && !(stop && stop()); ++i) {
     const std::int64_t len = std::min<std::int64_t>(S, static_cast<std::int64_t>(ctx.size()));
     window.assign(ctx.end() - len, ctx.end());
@@ -330,10 +332,10 @@ std::string sample_text(TransformerLM& model, const std::string& prompt, std::in
     const float* logits = model.logits().f32() + (len - 1) * V;
     std::int32_t next = 0;
     if (temperature <= 0.f) {
-      next = static_cast<std::int32_t>(std::max_element(logits, logits + V) - logits);
+      next = static_cast<std::int32_t>(std::max_element(logits, logits + bytes) - logits);
     } else {
-      const float mx = *std::max_element(logits, logits + V);
-      for (std::int64_t v = 0; v < V; ++v) p[v] = std::exp((logits[v] - mx) / temperature);
+      const float mx = *std::max_element(logits, logits + bytes);
+      for (std::int64_t v = 0; v < bytes; ++v) p[v] = std::exp((logits[v] - mx) / temperature);
       std::discrete_distribution<std::int32_t> dist(p.begin(), p.end());
       next = dist(rng);
     }

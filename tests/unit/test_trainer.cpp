@@ -1,11 +1,13 @@
 // Data loading and batching, checkpoints, exact resume, and the NaN stop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
@@ -449,6 +451,30 @@ TEST(Sampling, PadsToOneShapeWithoutChangingTheLogits) {
   EXPECT_EQ(matmul_primitive_count(), before);
   EXPECT_EQ(s.size(), 40u);
   EXPECT_EQ(s, sample_text(model, "x", 40, 0.8f, 1));  // seeded
+}
+
+// A causal model may be given a vocab larger than the bytes; the ids from 256 up are not text,
+// and the sample never draws one, even where its logit is the largest.
+TEST(Sampling, DrawsOnlyBytes) {
+  LMConfig c = small_model(Ffn::dense);
+  c.vocab = 300;
+  c.tied_head = false;
+  TransformerLM model(c, 3);
+  float* head = model.parameters().at("lm_head.weight").value.f32();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> large(0.f, 100.f);
+  for (std::int64_t v = 0; v < c.vocab; ++v)
+    for (std::int64_t d = 0; d < c.d_model; ++d)
+      head[v * c.d_model + d] = v < 256 ? 0.f : large(rng);
+  // Every byte's logit is 0, below the largest of the larger ids': greedy takes byte 0 each
+  // time (drawing among all ids, it would take the largest, an id from 256 up)...
+  EXPECT_EQ(sample_text(model, "x", 24, 0.f, 1), std::string(24, '\0'));
+  // ...and sampling draws among the bytes alone, evenly: all 256 values turn up in 4096 draws
+  // (drawing among all ids, nearly every draw is the largest id).
+  const std::string s = sample_text(model, "x", 4096, 1.f, 1);
+  std::vector<int> seen(256, 0);
+  for (const char ch : s) seen[static_cast<unsigned char>(ch)] = 1;
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 256);
 }
 
 // Per-layer diagnostics: at step 1 and every N steps, one row per block, within their bounds,

@@ -88,9 +88,10 @@ class Trainer {
   std::vector<FFNStats> last_step_stats_;
 };
 
-// Generates n bytes after `prompt` by sampling softmax(logits / temperature) (greedy at 0),
-// with the context cut to the model's last `context` bytes; fewer when `stop` (asked before
-// each byte: one forward pass of the model) says to stop.
+// Generates n bytes after `prompt` by sampling softmax(logits / temperature) over the bytes
+// (greedy at 0; the ids of a vocab larger than 256 are not text and never drawn), with the
+// context cut to the model's last `context` bytes; fewer when `stop` (asked before each byte:
+// one forward pass of the model) says to stop.
 std::string sample_text(TransformerLM& model, const std::string& prompt, std::int64_t n,
                         float temperature, std::uint64_t seed,
                         const std::function<bool()>& stop = {});
