@@ -24,7 +24,7 @@ from .progress import TextProgress
 
 __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_names", "config",
            "evolve", "from_hf", "get_conv_min_rows", "get_huge_page_min_bytes", "get_threads",
-           "get_weight_packing_min_rows", "params", "set_conv_min_rows",
+           "get_weight_packing_min_rows", "params", "plan", "set_conv_min_rows",
            "set_huge_page_min_bytes", "set_threads", "set_weight_packing_min_rows", "study_ffn",
            "train", "training_batches", "variant_names"]
 
@@ -79,6 +79,29 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     # and its value), so none added to the signature can be left out here.
     options = {name: value for name, value in locals().items() if name != "progress"}
     return _ffnlab._evolve(options, _progress(progress, "evolve"))
+
+
+def plan(*, quick=False, full=False, seeds=None, max_seeds=None, routing_seeds=None, steps=None,
+         variants=None, data=None, sweep=False, margin=None, sizes=None, tasks=None, budget=None,
+         cores=(8, 64, 512)):
+    """What evolve(...) with the same arguments will cost, as `ffnlab evolve --plan` prints it:
+    a few training steps of each size's ReLU LM are timed on one thread of this machine (seconds;
+    longer for large sizes), and nothing is trained or written. With a budget, what the planner
+    chose to fit it.
+
+    Returns a dict: "arguments" (sizes, tasks, seeds, max_seeds, steps: what a budget chooses,
+    as evolve takes them; given with the other arguments in place of the budget, with
+    resume=True, they train this study and take its kept runs), "sizes" (per size: size, d_model, layers, heads, steps,
+    relu_step_seconds, relu_run_seconds, runs_first_look, runs_at_cap), "core_hours"
+    (first_look: if every comparison decides at its first look; at_cap: if none decides before
+    the cap), "other_seconds" (the stages that train nothing), "wall_seconds" (per core count:
+    cores, this_machine, first_look, at_cap; this machine's threads first, then `cores`),
+    "chosen" (with a budget: what was chosen and why; else "") and "text" (the plan as the
+    command prints it). The arguments are evolve's (see its docstring); cores: the core counts,
+    besides this machine's, the wall time is given for.
+    """
+    options = {name: value for name, value in locals().items() if name != "cores"}
+    return _ffnlab._plan(options, cores)
 
 
 def train(model, data, *, out=None, resume=None, force=False, val_fraction=None, progress=True,

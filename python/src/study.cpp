@@ -4,6 +4,7 @@
 //                                                 (ffnlab.train wraps it: progress=True)
 //   _evolve(options, progress)                    the study (ffnlab.evolve wraps it)
 //   _evolve_arguments()                           the options it takes (study::option_rows)
+//   _plan(options, cores)                         the study's plan, as `evolve --plan`
 // The GIL is released while they work; progress callbacks take it back. Ctrl-C sets the
 // library's stop request at once (SigintBridge): the work stops at its next safe point (a child
 // such as gnuplot is ended, the study stops before its commit) and KeyboardInterrupt is raised;
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <signal.h>
@@ -249,41 +251,41 @@ class PythonObserver : public study::Observer {
   Callback& callback_;
 };
 
-// evolve's variants: a list (or tuple) of names, not empty (None is the default list).
-// A list of names (variants, sizes, tasks): a list or tuple of strings, never a bare string.
-std::vector<std::string> names_argument(const std::string& key, const py::handle& v,
-                                        const std::string& noun, const std::string& example,
-                                        const std::string& when_empty) {
+// A list of names (variants, sizes, tasks) for `function` (evolve, plan): a list or tuple of
+// strings, never a bare string, not empty (None is the default list).
+std::vector<std::string> names_argument(std::string_view function, const std::string& key,
+                                        const py::handle& v, const std::string& noun,
+                                        const std::string& example, const std::string& when_empty) {
   const std::string what = fmt::format("a list of {} names such as {}", noun, example);
   const std::string one = fmt::format("a {} name (a string)", noun);
   if (PyUnicode_Check(v.ptr())) {
     if (PyUnicode_GetLength(v.ptr()) == 0)
-      throw py::value_error(fmt::format("[python] evolve: {} is empty: {}", key, when_empty));
-    bad_argument("evolve", key, what, v);
+      throw py::value_error(fmt::format("[python] {}: {} is empty: {}", function, key, when_empty));
+    bad_argument(function, key, what, v);
   }
-  if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr())) bad_argument("evolve", key, what, v);
+  if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr())) bad_argument(function, key, what, v);
   std::vector<std::string> names;
   for (const py::handle item : py::reinterpret_borrow<py::sequence>(v)) {
     const std::string which = fmt::format("{}[{}]", key, names.size());
-    if (!PyUnicode_Check(item.ptr())) bad_argument("evolve", which, one, item);
+    if (!PyUnicode_Check(item.ptr())) bad_argument(function, which, one, item);
     Py_ssize_t size = 0;
     const char* text = PyUnicode_AsUTF8AndSize(item.ptr(), &size);
     if (text == nullptr) {
       PyErr_Clear();
-      bad_argument("evolve", which, one, item);
+      bad_argument(function, which, one, item);
     }
     names.emplace_back(text, static_cast<std::size_t>(size));
   }
   if (names.empty())
-    throw py::value_error(fmt::format("[python] evolve: {} is empty: {}", key, when_empty));
+    throw py::value_error(fmt::format("[python] {}: {} is empty: {}", function, key, when_empty));
   return names;
 }
 
-std::vector<std::string> variants_argument(const py::handle& v) {
+std::vector<std::string> variants_argument(std::string_view function, const py::handle& v) {
   // "all", as `--variants all`: every variant of the library.
   if (PyUnicode_Check(v.ptr()) && py::str(v).cast<std::string>() == "all") return variant_names();
   return names_argument(
-      "variants", v, "variant", "['relu', 'swiglu']",
+      function, "variants", v, "variant", "['relu', 'swiglu']",
       fmt::format("give a list of variant names that includes 'relu' (None: the default, {})",
                   fmt::join(study::default_variants(), ", ")));
 }
@@ -462,7 +464,9 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
   return result;
 }
 
-py::object evolve(const py::dict& options, const py::object& progress) {
+// The study's options from `function`'s (evolve's, plan's) arguments, one per row of the
+// study's options (`ffnlab evolve`'s flags, by the same rows), each checked by its row.
+study::Options study_options(std::string_view function, const py::dict& options) {
   study::Options o;
   o.front_end = study::FrontEnd::python;
   for (const auto& [k, v] : options) {
@@ -474,17 +478,17 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       return study::argument_name(r.flag) == key;
     });
     if (row == rows.end())
-      throw py::value_error(fmt::format("[python] evolve has no option '{}'", key));
+      throw py::value_error(fmt::format("[python] {} has no option '{}'", function, key));
     using V = study::OptionRow::Value;
     switch (row->value) {
       case V::path:
-        o.*std::get<std::string study::Options::*>(row->field) = path_argument("evolve", key, v);
+        o.*std::get<std::string study::Options::*>(row->field) = path_argument(function, key, v);
         break;
       case V::on:
-        o.*std::get<bool study::Options::*>(row->field) = bool_argument("evolve", key, v);
+        o.*std::get<bool study::Options::*>(row->field) = bool_argument(function, key, v);
         break;
       case V::count: {  // the range of the flag (0, the library's "default", is None here)
-        const std::int64_t n = int_argument("evolve", key, v, static_cast<std::int64_t>(row->lo),
+        const std::int64_t n = int_argument(function, key, v, static_cast<std::int64_t>(row->lo),
                                             static_cast<std::int64_t>(row->hi));
         std::visit(
             [&]<class T>(T study::Options::*field) {
@@ -498,23 +502,23 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       }
       case V::real:
         o.*std::get<double study::Options::*>(row->field) =
-            real_argument("evolve", key, v, row->lo, row->hi);
+            real_argument(function, key, v, row->lo, row->hi);
         break;
       case V::names: {  // each list's own example and default, in the messages
         auto& list = o.*std::get<std::vector<std::string> study::Options::*>(row->field);
         if (key == "variants")
-          list = variants_argument(v);
+          list = variants_argument(function, v);
         else if (key == "sizes") {
           std::vector<std::string_view> ladder;
           for (const study::ModelSize& size : study::size_ladder(false))
             ladder.push_back(size.name);
-          list = names_argument(key, v, "size", "['xs', 's']",
+          list = names_argument(function, key, v, "size", "['xs', 's']",
                                 fmt::format("give sizes of the ladder, {} (None: the study's LM "
                                             "alone)",
                                             fmt::join(ladder, ", ")));
         } else if (key == "tasks")
           list = names_argument(
-              key, v, "task", "['causal', 'masked']",
+              function, key, v, "task", "['causal', 'masked']",
               fmt::format("give tasks, {} (None: causal)", fmt::join(study::task_names(), ", ")));
         else
           throw std::logic_error("evolve: no Python reading for the list option " + key);
@@ -523,16 +527,41 @@ py::object evolve(const py::dict& options, const py::object& progress) {
       case V::duration:
         o.*std::get<double study::Options::*>(row->field) =
             PyUnicode_Check(v.ptr()) ? study::parse_duration(std::string(py::str(v)))
-                                     : real_argument("evolve", key, v, row->lo, row->hi);
+                                     : real_argument(function, key, v, row->lo, row->hi);
         break;
     }
   }
+  return o;
+}
+
+py::object evolve(const py::dict& options, const py::object& progress) {
+  const study::Options o = study_options("evolve", options);
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     bad_argument("evolve", "progress", "None or a callable", progress);
   Callback callback(progress);
   PythonObserver observer(callback);
   const study::Results r = run_released(callback, [&] { return study::run_study(o, observer); });
   return from_json(study::to_json(r));
+}
+
+// `ffnlab evolve --plan`: the study's cost on this machine, timed; nothing is trained or
+// written. `cores`: the core counts besides this machine's that the wall time is given for.
+py::object plan(const py::dict& options, const py::object& cores_arg) {
+  study::Options o = study_options("plan", options);
+  if (o.variants.empty()) o.variants = study::default_variants(o.full);
+  constexpr std::string_view expected = "a list of core counts such as [8, 64, 512]";
+  if (!PyList_Check(cores_arg.ptr()) && !PyTuple_Check(cores_arg.ptr()))
+    bad_argument("plan", "cores", expected, cores_arg);
+  std::vector<int> cores;
+  for (const py::handle c : py::reinterpret_borrow<py::sequence>(cores_arg))
+    cores.push_back(static_cast<int>(
+        int_argument("plan", fmt::format("cores[{}]", cores.size()), c, 1, 10000000, false)));
+  Callback callback{py::none()};  // Ctrl-C: KeyboardInterrupt once the timing ends
+  return from_json(run_released(callback, [&] {
+    const Corpus corpus = load_corpus(o.data, 0.1);
+    const int workers = omp_get_max_threads();
+    return study::plan_to_json(study::plan_study(o, workers, corpus), workers, cores);
+  }));
 }
 
 }  // namespace
@@ -692,6 +721,8 @@ when out is given (KeyboardInterrupt).)");
       "TransformerLM(ffn=study_ffn(v, D), d_model=D) is the LM `ffnlab evolve` trains for v.");
   m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
         "The study (ffnlab.evolve wraps it with a progress bar)");
+  m.def("_plan", &plan, py::arg("options"), py::arg("cores"),
+        "The study's plan on this machine (ffnlab.plan wraps it)");
   m.def(
       "_evolve_arguments",
       [] {

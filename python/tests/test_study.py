@@ -463,6 +463,56 @@ def test_evolve_takes_each_option_of_the_command_and_documents_it():
         assert re.search(rf"(\b{name}:|`{name}`)", ffnlab.evolve.__doc__), name
 
 
+def test_plan_is_the_commands_plan_as_data(tmp_path, monkeypatch):
+    # evolve's arguments but those of its folders, and the core counts.
+    taken = set(inspect.signature(ffnlab.plan).parameters)
+    assert taken == set(ffnlab._ffnlab._evolve_arguments()) - {
+        "out", "runs", "resume", "force"} | {"cores"}
+    monkeypatch.chdir(tmp_path)
+    p = ffnlab.plan(quick=True, cores=[8, 64])
+    assert os.listdir(tmp_path) == []  # nothing written
+    assert p["arguments"] == {"sizes": None, "tasks": None, "seeds": 2, "max_seeds": 3,
+                              "steps": 40}
+    assert p["chosen"] == ""
+    [size] = p["sizes"]
+    assert (size["size"], size["d_model"], size["steps"]) == ("s", 32, 40)
+    assert 0 < size["runs_first_look"] <= size["runs_at_cap"]
+    assert 0 < size["relu_step_seconds"] < size["relu_run_seconds"]
+    assert [w["cores"] for w in p["wall_seconds"]] == [ffnlab.get_threads(), 8, 64]
+    assert [w["this_machine"] for w in p["wall_seconds"]] == [True, False, False]
+    for w in p["wall_seconds"]:
+        assert p["other_seconds"] < w["first_look"] <= w["at_cap"]
+    # More cores never take longer; one core takes the core-hours.
+    walls = [w["at_cap"] for w in p["wall_seconds"]]
+    assert walls == sorted(walls, reverse=True)
+    one = ffnlab.plan(quick=True, cores=[1])["wall_seconds"][-1]
+    assert one["at_cap"] > walls[0]
+    # The text is the command's, its numbers the dict's.
+    assert f"{p['core_hours']['first_look']:.2f} core-hours" in p["text"]
+    command = subprocess.run([str(PROGRAM), "evolve", "--quick", "--plan", "--plan-cores", "8,64"],
+                             check=True, capture_output=True, text=True).stdout
+    line = "The study as planned: sizes s, 2 to 3 seeds, 40 steps, tasks causal."
+    assert line in command and p["text"].startswith(line)
+    runs = f"| {size['runs_first_look']} to {size['runs_at_cap']} |"
+    assert runs in command and runs in p["text"]
+    # A budget: what it chose, as arguments evolve takes.
+    chosen = ffnlab.plan(quick=True, budget="1h")
+    assert chosen["chosen"].startswith("a budget of 60 min on ")
+    assert chosen["text"].startswith("chosen for " + chosen["chosen"])
+    assert chosen["arguments"]["sizes"] == [s["size"] for s in chosen["sizes"]]
+    with pytest.raises(ValueError, match="cannot hold the study"):
+        ffnlab.plan(quick=True, budget=1)
+    # Bad arguments: one-line ValueErrors naming them, before any timing.
+    for arguments, message in (
+            (dict(cores=[0]), r"plan: cores\[0\] must be an integer in \[1, 10000000\]"),
+            (dict(cores="8"), r"plan: cores must be a list of core counts"),
+            (dict(seeds=0), r"plan: seeds must be an integer in \[1, 1000\]"),
+            (dict(variants=[]), r"plan: variants is empty"),
+            (dict(variants=["gelu"]), "must include relu")):
+        with pytest.raises(ValueError, match=message):
+            ffnlab.plan(quick=True, **arguments)
+
+
 def test_evolve_names_its_out_argument_in_pythons_words(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"\[report\] out '\.' is or contains the current "

@@ -376,4 +376,45 @@ std::string plan_text(const StudyPlan& p, int workers, const std::vector<int>& c
   return out;
 }
 
+nlohmann::json plan_to_json(const StudyPlan& p, int workers, const std::vector<int>& cores) {
+  nlohmann::json sizes = nlohmann::json::array();
+  for (const PlannedSize& s : p.sizes)
+    sizes.push_back({{"size", s.name},
+                     {"d_model", s.model.d_model},
+                     {"layers", s.model.layers},
+                     {"heads", s.model.heads},
+                     {"steps", s.steps},
+                     {"relu_step_seconds", s.step_seconds},
+                     {"relu_run_seconds", s.run_seconds},
+                     {"runs_first_look", s.runs_first},
+                     {"runs_at_cap", s.runs_cap}});
+  nlohmann::json wall = nlohmann::json::array();
+  std::vector<int> all{workers};
+  for (int c : cores)
+    if (c != workers) all.push_back(c);
+  for (int c : all)
+    wall.push_back({{"cores", c},
+                    {"this_machine", c == workers},
+                    {"first_look", p.wall_seconds(c, false)},
+                    {"at_cap", p.wall_seconds(c, true)}});
+  // The arguments a budget chooses, as evolve takes them: given with the others in place of
+  // the budget, they train this study (None for a list: the study's LM alone, causal only).
+  const auto names = [](const std::vector<std::string>& list) {
+    return list.empty() ? nlohmann::json(nullptr) : nlohmann::json(list);
+  };
+  return {{"arguments",
+           {{"sizes", names(p.options.sizes)},
+            {"tasks", names(p.options.tasks)},
+            {"seeds", p.scale.design.first},
+            {"max_seeds", p.scale.design.cap},
+            {"steps", p.scale.train.steps}}},
+          {"sizes", std::move(sizes)},
+          {"core_hours",
+           {{"first_look", p.core_seconds(false) / 3600}, {"at_cap", p.core_seconds(true) / 3600}}},
+          {"other_seconds", p.other_seconds},
+          {"wall_seconds", std::move(wall)},
+          {"chosen", p.why},
+          {"text", plan_text(p, workers, cores)}};
+}
+
 }  // namespace ffnlab::study

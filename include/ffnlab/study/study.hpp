@@ -408,6 +408,8 @@ StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus);
 // The plan as the command line prints it: per size, the runs and their predicted time; the
 // core-hours; the wall time on this machine's workers and on each of `cores`.
 std::string plan_text(const StudyPlan& plan, int workers, const std::vector<int>& cores);
+// The plan as data (Python's ffnlab.plan): the same numbers, and `text`, plan_text's.
+nlohmann::json plan_to_json(const StudyPlan& plan, int workers, const std::vector<int>& cores);
 
 // Throws Error for options run_study would refuse (before any work): variants, seeds, steps,
 // margin, sizes, tasks, budget. `variants` must be filled (default_variants when not given).
