@@ -59,6 +59,10 @@ def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     # The ladder's cell: a trend line per task and variant, and its report.
     for line in ("causal  swiglu", "masked  gelu"):
         assert line in text, line
+    # The plan before the study, and the trained LM's sample.
+    assert re.search(r"^\d+ (s|min) to \d+ (s|min) on this machine's \d+ threads \(\d+\.\d\d "
+                     r"core-hours at most\)$", output_of("ffnlab.plan("), re.M)
+    assert len(output_of("lm.sample(").strip()) > 0
     assert (tmp_path / "ffn_scaling_report" / "scaling.png").exists()
 
 
