@@ -32,6 +32,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -125,8 +126,11 @@ class Callback {
   std::optional<py::error_already_set> error_;
 };
 
-// One study or training at a time in a process: they share its stop request (interrupt.hpp).
+// One study, training, plan or sample at a time in a process: they share its stop request
+// (interrupt.hpp). `running_owner` is the thread that holds it, on which the progress callbacks
+// run: a call from one of them must not try the lock again.
 std::mutex running;
+std::atomic<std::thread::id> running_owner{};
 
 // Ctrl-C while the work runs without the GIL. Python's SIGINT handler only marks the signal for
 // the main thread's next bytecode, which the work does not reach until it returns: a callback
@@ -197,11 +201,20 @@ class SigintBridge {
 // Ctrl-C, sent to the whole process group).
 template <class F>
 auto run_released(Callback& callback, F&& work) {
+  if (running_owner.load() == std::this_thread::get_id())
+    throw Error(
+        "[python] ffnlab.train, ffnlab.evolve, ffnlab.plan and TransformerLM.sample cannot be "
+        "called from the progress callback of another (they share the process's stop request): "
+        "call it after that one returns");
   std::unique_lock busy(running, std::try_to_lock);
   if (!busy.owns_lock())
     throw Error(
-        "[python] another ffnlab.train, ffnlab.evolve or TransformerLM.sample is running in this "
-        "process (they share its stop request); run them one after the other");
+        "[python] another ffnlab.train, ffnlab.evolve, ffnlab.plan or TransformerLM.sample is "
+        "running in this process (they share its stop request); run them one after the other");
+  running_owner.store(std::this_thread::get_id());
+  struct Owner {  // cleared before `busy` unlocks
+    ~Owner() { running_owner.store(std::thread::id{}); }
+  } owner;
   clear_stop();
   SigintBridge bridge;
   std::optional<decltype(work())> result;
@@ -626,9 +639,9 @@ seed here and in train(seed=S) gives the command's run.)")
              const py::object& temperature_arg, const py::object& seed_arg) {
             // The ranges of `ffnlab train --sample --temperature`.
             const std::int64_t n = int_argument("sample", "n", n_arg, 0, 1000000, false);
-            const std::string prompt = PyBytes_Check(prompt_arg.ptr())
-                                           ? prompt_arg.cast<std::string>()
-                                           : string_argument("sample", "prompt", prompt_arg);
+            if (!PyBytes_Check(prompt_arg.ptr()) && !PyUnicode_Check(prompt_arg.ptr()))
+              bad_argument("sample", "prompt", "a str or bytes", prompt_arg);
+            const std::string prompt = prompt_arg.cast<std::string>();  // str: UTF-8
             const auto temperature = static_cast<float>(real_from_argument(
                 "sample", "temperature", temperature_arg, 0.0, 1000.0, false, "0: greedy"));
             const std::uint64_t seed = seed_argument("sample", seed_arg);

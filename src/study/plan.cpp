@@ -15,6 +15,7 @@
 
 #include "check.hpp"
 #include "ffnlab/analysis/costs.hpp"
+#include "ffnlab/interrupt.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "stage_functions.hpp"
 
@@ -137,7 +138,11 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
     p.model = size_model(st.scale, s);
     const TrainConfig settings = size_settings(st.scale, s);
     p.steps = s.name == "s" ? st.scale.train.steps : settings.steps;
-    if (!timings.contains(p.name)) timings[p.name] = time_size(p.model, settings, corpus);
+    if (!timings.contains(p.name)) {
+      if (stop_requested())  // (each size's timing takes a second or more)
+        throw Interrupted(stop_reason() + ": the plan stopped while it timed the sizes");
+      timings[p.name] = time_size(p.model, settings, corpus);
+    }
     p.step_seconds = timings[p.name].step_seconds;
     plan.sizes.push_back(std::move(p));
   }
@@ -405,7 +410,7 @@ nlohmann::json plan_to_json(const StudyPlan& p, int workers, const std::vector<i
   return {{"arguments",
            {{"sizes", names(p.options.sizes)},
             {"tasks", names(p.options.tasks)},
-            {"seeds", p.scale.design.first},
+            {"seeds", p.scale.seeds},
             {"max_seeds", p.scale.design.cap},
             {"steps", p.scale.train.steps}}},
           {"sizes", std::move(sizes)},
