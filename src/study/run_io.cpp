@@ -33,6 +33,19 @@ RunJob job_from_json(const nlohmann::json& j) {
   return job;
 }
 
+nlohmann::json job_as_written_now(const nlohmann::json& job) {
+  try {
+    nlohmann::json j = job;
+    j["model"] = lm_config_to_json(lm_config_from_json(job.at("model")));
+    j["train"] = train_config_to_json(train_config_from_json(job.at("train")));
+    return j;
+  } catch (const nlohmann::json::exception&) {
+    return job;
+  } catch (const Error&) {
+    return job;
+  }
+}
+
 std::string run_key(const nlohmann::json& job, const std::string& data_fingerprint) {
   const std::string text = job.dump() + "\n" + data_fingerprint;
   return fmt::format("{:016x}", fnv1a64(text.data(), text.size()));
@@ -116,10 +129,21 @@ RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
   }
   for (const auto& e : fs::directory_iterator(dir_)) {
     if (!is_record_file(e.path())) continue;
-    if (resume)
-      kept_.insert(e.path().stem().string());
-    else
+    if (!resume) {
       fs::remove(e.path());
+      continue;
+    }
+    const std::string path = e.path().string();
+    kept_.emplace(e.path().stem().string(), path);
+    // A record an older ffnlab wrote is named by its job's text then: it is found under the key
+    // of the job as written now too. One that cannot be read stays under its own name, for
+    // find() to report when its run is asked for.
+    try {
+      const nlohmann::json stored = nlohmann::json::from_cbor(read_regular_file(path, "evolve"));
+      kept_.emplace(run_key(job_as_written_now(stored.at("job")), stored.at("data")), path);
+    } catch (const nlohmann::json::exception&) {
+    } catch (const Error&) {
+    }
   }
 }
 
@@ -157,9 +181,9 @@ std::int64_t RunStore::size() const {
 }
 
 std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {
-  const std::string key = run_key(job, fingerprint_);
-  if (!kept_.contains(key)) return std::nullopt;
-  const std::string path = (fs::path(dir_) / (key + ".cbor")).string();
+  const auto kept = kept_.find(run_key(job, fingerprint_));
+  if (kept == kept_.end()) return std::nullopt;
+  const std::string& path = kept->second;
   const std::vector<std::uint8_t> bytes = read_regular_file(path, "evolve");
   // A file that is not CBOR, or not a record (a key missing, a value of another type): the
   // library's reader errors, not another failure (memory) dressed as a bad file.
@@ -173,7 +197,8 @@ std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {
     const nlohmann::json stored = nlohmann::json::from_cbor(bytes);
     // The key names the job; a different job under it (a collision, or a file copied from
     // elsewhere) is trained again, not taken.
-    if (stored.at("job") != job || stored.at("data") != fingerprint_) return std::nullopt;
+    if (job_as_written_now(stored.at("job")) != job || stored.at("data") != fingerprint_)
+      return std::nullopt;
     return record_from_json(stored.at("record"));
   } catch (const nlohmann::json::exception& e) {
     throw unreadable(e.what());

@@ -1273,6 +1273,39 @@ TEST(StudyRuns, JobsAndRecordsRoundTripAndTheStoreKeepsThemByJobAndData) {
       << "without resume the store starts empty";
   EXPECT_FALSE(study::RunStore(store_dir, true, "fnv1a64:1").find(described).has_value());
 
+  {  // A record an older ffnlab wrote: its job's floats in another form and without a key added
+     // since (at its default), its file named by that text's key. It is the same run.
+    nlohmann::json older = described;
+    const nlohmann::json defaults = train_config_to_json(TrainConfig{});
+    std::string dropped;
+    for (const auto& [key, value] : defaults.items())
+      if (key != "seed" && key != "steps" && older.at("train").at(key) == value) dropped = key;
+    ASSERT_FALSE(dropped.empty());
+    older["train"].erase(dropped);
+    const float lr = older.at("train").at("lr").get<float>();
+    older["train"]["lr"] = static_cast<double>(lr);  // the float widened: 0.003000000026...
+    ASSERT_NE(older.at("train").at("lr"), described.at("train").at("lr"));
+    ASSERT_NE(study::run_key(older, "fnv1a64:1"), study::run_key(described, "fnv1a64:1"));
+    EXPECT_EQ(study::job_as_written_now(older), described);
+    const std::string older_dir = (dir.path / "older").string();
+    (void)study::RunStore(older_dir, false, "fnv1a64:1");  // marked, empty
+    const nlohmann::json stored{
+        {"job", older}, {"data", "fnv1a64:1"}, {"record", study::record_to_json(r)}};
+    const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(stored);
+    std::ofstream(std::filesystem::path(older_dir) / (study::run_key(older, "fnv1a64:1") + ".cbor"),
+                  std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+    const std::optional<study::RunRecord> kept =
+        study::RunStore(older_dir, true, "fnv1a64:1").find(described);
+    ASSERT_TRUE(kept.has_value()) << "an older store's run trained again";
+    EXPECT_EQ(kept->val_bits_per_byte, r.val_bits_per_byte);
+    nlohmann::json other = described;
+    other["train"]["lr"] = 0.004;
+    EXPECT_FALSE(study::RunStore(older_dir, true, "fnv1a64:1").find(other).has_value())
+        << "another setting is another run";
+  }
+
   std::ofstream(dir.path / "notes.txt") << "mine\n";
   EXPECT_THROW(study::RunStore(dir.path.string(), false, "fnv1a64:1"), Error)
       << "a folder of other files is never emptied";

@@ -15,7 +15,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -204,7 +203,9 @@ class RunStore {
 
  private:
   std::string dir_, fingerprint_;
-  std::set<std::string> kept_;  // the keys found when the store was opened
+  // The records found when the store was opened, by key (a record an older ffnlab wrote: by
+  // its file's name and by its job's key today): their files.
+  std::map<std::string, std::string> kept_;
 };
 
 // The state the stages share while the study runs.
@@ -325,6 +326,10 @@ RunJob job_from_json(const nlohmann::json& j);
 nlohmann::json record_to_json(const RunRecord& record);
 RunRecord record_from_json(const nlohmann::json& j);
 std::string run_key(const nlohmann::json& job, const std::string& data_fingerprint);
+// A job as this ffnlab writes it: its model and settings read and written again, so that a job
+// an older ffnlab wrote (floats in another form, without a key added since: its default) names
+// the same run. One that no longer reads (a key since removed) is returned as it is.
+nlohmann::json job_as_written_now(const nlohmann::json& job);
 
 // Trains the jobs and returns their records in the jobs' order. As many runs go at once as the
 // study has threads, each on one OpenMP thread of its own, so that a run's numbers depend on its
