@@ -34,6 +34,7 @@
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/activation.hpp"
 #include "ffnlab/ops/linear.hpp"
+#include "ffnlab/study/zoo_table.hpp"
 #include "python.hpp"
 
 namespace ffnlab::python {
@@ -635,6 +636,11 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       py::arg("config") = py::none(), py::arg("tokens") = kCostTokens,
       "The cost accounting of a config, in the schema of `ffnlab params --json` (docs/costs.md): "
       "params, active_params, flops_per_token, saved_floats_per_token, memory_bytes, tokens");
+  m.def(
+      "zoo", [] { return from_json(study::zoo_table_json()); },
+      "The FFN layers of real models, as `ffnlab zoo --json` prints them: per model its name, "
+      "family, FFN layers, the layer's config (ffnlab.FFN(config) builds it; ffnlab.params(config) "
+      "costs it), parameters and FLOPs as ffnlab computes them, and the source of every number");
   m.def(
       "activation_names", [] { return enum_names<Activation>(); },
       "The activations the library has, by the names configs use (for tables that map other "

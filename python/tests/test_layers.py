@@ -1,5 +1,9 @@
 """ffnlab's layers on numpy arrays against the same blocks in PyTorch: outputs, dx and every
 parameter gradient (the numpy API, without ffnlab.torch)."""
+import json
+import pathlib
+import subprocess
+
 import numpy as np
 import pytest
 import torch
@@ -242,6 +246,24 @@ def test_params_and_config():
     assert layer.config == full
     assert repr(layer) == f"<ffnlab.FFN geglu d_model=16 d_ff={full['d_ff']} params={layer.num_params}>"
     assert layer.num_params == sum(v.size for v in layer.parameters().values())
+
+
+def test_zoo_is_the_commands_table_and_its_configs_build_layers():
+    program = pathlib.Path(ffnlab.__file__).resolve().parents[2] / "ffnlab"
+    command = subprocess.run([str(program), "zoo", "--json"], check=True, capture_output=True,
+                             text=True).stdout
+    zoo = ffnlab.zoo()
+    assert zoo == json.loads(command)
+    assert {"BERT-base", "LLaMA-2 7B", "Mixtral 8x7B", "DeepSeek-V3"} <= {m["model"] for m in zoo}
+    for m in zoo:  # each config costs what the table says, per layer and in all layers
+        cost = ffnlab.params(m["config"])
+        assert (cost["params"], cost["active_params"]) == (
+            m["params_per_layer"], m["active_params_per_layer"]), m["model"]
+        assert m["ffn_params_all_layers"] == m["ffn_layers"] * m["params_per_layer"], m["model"]
+        assert m["source"], m["model"]
+    bert = next(m for m in zoo if m["model"] == "BERT-base")
+    layer = ffnlab.FFN(bert["config"])
+    assert layer.num_params == bert["params_per_layer"] == 2 * 768 * 3072 + 3072 + 768
 
 
 def test_precision_threads_and_inference_weights():
