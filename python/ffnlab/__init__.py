@@ -19,14 +19,14 @@ from ._ffnlab import (FFN, TransformerLM, __version__, activation_names, config,
                       get_conv_min_rows, get_huge_page_min_bytes, get_threads,
                       get_weight_packing_min_rows, params, set_conv_min_rows,
                       set_huge_page_min_bytes, set_threads, set_weight_packing_min_rows,
-                      study_ffn, training_batches, variant_names, zoo)
+                      study_ffn, toy, training_batches, variant_names, zoo)
 from .progress import TextProgress
 
 __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_names", "config",
            "evolve", "from_hf", "get_conv_min_rows", "get_huge_page_min_bytes", "get_threads",
            "get_weight_packing_min_rows", "params", "plan", "set_conv_min_rows",
            "set_huge_page_min_bytes", "set_threads", "set_weight_packing_min_rows", "study_ffn",
-           "train", "training_batches", "variant_names", "zoo"]
+           "toy", "train", "training_batches", "variant_names", "zoo"]
 
 
 def _progress(progress, function):

@@ -43,12 +43,14 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/layers/lm_config.hpp"
 #include "ffnlab/layers/transformer_lm.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/train/data.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
+#include "ffnlab/train/toy.hpp"
 #include "ffnlab/train/train_config.hpp"
 #include "ffnlab/train/trainer.hpp"
 #include "python.hpp"
@@ -126,7 +128,7 @@ class Callback {
   std::optional<py::error_already_set> error_;
 };
 
-// One study, training, plan or sample at a time in a process: they share its stop request
+// One study, training, plan, toy run or sample at a time in a process: they share its stop request
 // (interrupt.hpp). `running_owner` is the thread that holds it, on which the progress callbacks
 // run: a call from one of them must not try the lock again.
 std::mutex running;
@@ -203,14 +205,15 @@ template <class F>
 auto run_released(Callback& callback, F&& work) {
   if (running_owner.load() == std::this_thread::get_id())
     throw Error(
-        "[python] ffnlab.train, ffnlab.evolve, ffnlab.plan and TransformerLM.sample cannot be "
-        "called from the progress callback of another (they share the process's stop request): "
-        "call it after that one returns");
+        "[python] ffnlab.train, ffnlab.evolve, ffnlab.plan, ffnlab.toy and TransformerLM.sample "
+        "cannot be called from the progress callback of another (they share the process's stop "
+        "request): call it after that one returns");
   std::unique_lock busy(running, std::try_to_lock);
   if (!busy.owns_lock())
     throw Error(
-        "[python] another ffnlab.train, ffnlab.evolve, ffnlab.plan or TransformerLM.sample is "
-        "running in this process (they share its stop request); run them one after the other");
+        "[python] another ffnlab.train, ffnlab.evolve, ffnlab.plan, ffnlab.toy or "
+        "TransformerLM.sample is running in this process (they share its stop request); run "
+        "them one after the other");
   running_owner.store(std::this_thread::get_id());
   struct Owner {  // cleared before `busy` unlocks
     ~Owner() { running_owner.store(std::thread::id{}); }
@@ -557,6 +560,43 @@ py::object evolve(const py::dict& options, const py::object& progress) {
   return from_json(study::to_json(r));
 }
 
+// `ffnlab toy` for one layer (train/toy.hpp): every iteration's loss and gradient norm.
+py::list toy(const py::object& config, const py::object& batch_arg, const py::object& seq_arg,
+             const py::object& dropout_arg, const py::object& lr_arg,
+             const py::object& iterations_arg, const py::object& seed_arg, const py::kwargs& keys) {
+  ToyConfig t;  // the ranges of `ffnlab toy`'s flags
+  t.batch = int_argument("toy", "batch", batch_arg, 1, std::int64_t{1} << 20, false);
+  t.seq = int_argument("toy", "seq", seq_arg, 1, std::int64_t{1} << 20, false);
+  t.dropout = static_cast<float>(
+      real_from_argument("toy", "dropout", dropout_arg, 0.0, 1.0, true, "the tutorial's 0.1"));
+  t.lr = static_cast<float>(real_argument("toy", "lr", lr_arg, 0.0, 1e30));
+  t.iterations =
+      static_cast<int>(int_argument("toy", "iterations", iterations_arg, 1, 100000000, false));
+  t.seed = seed_argument("toy", seed_arg);
+  const FFNConfig c = config_from_json(config_with_keys(config, keys));
+  // Weights, gradients, Adam's moments and activations, and the run's six tensors of the batch,
+  // as `ffnlab toy` checks them.
+  const std::int64_t tokens = t.batch * t.seq;
+  check_memory(ffn_cost(c, tokens).f32.total() +
+                   6.0 * 4.0 * static_cast<double>(tokens) * static_cast<double>(c.d_model),
+               "python",
+               fmt::format("toy: a layer of {} parameters on {} tokens (weights, gradients, "
+                           "Adam's state and activations)",
+                           count_params(c), tokens));
+  Callback callback{py::none()};  // Ctrl-C stops it before the next iteration
+  const std::vector<ToyStep> steps =
+      run_released(callback, [&] { return run_toy(c, t, [] { return stop_requested(); }); });
+  py::list out;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    py::dict d;
+    d["iteration"] = i + 1;
+    d["loss"] = steps[i].loss;
+    d["grad_norm"] = steps[i].grad_norm;
+    out.append(d);
+  }
+  return out;
+}
+
 // `ffnlab evolve --plan`: the study's cost on this machine, timed; nothing is trained or
 // written. `cores`: the core counts besides this machine's that the wall time is given for.
 py::object plan(const py::dict& options, const py::object& cores_arg) {
@@ -734,6 +774,17 @@ when out is given (KeyboardInterrupt).)");
       "TransformerLM(ffn=study_ffn(v, D), d_model=D) is the LM `ffnlab evolve` trains for v.");
   m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
         "The study (ffnlab.evolve wraps it with a progress bar)");
+  m.def("toy", &toy, py::arg("config") = py::none(), py::kw_only(), py::arg("batch") = 2,
+        py::arg("seq") = 4, py::arg("dropout") = 0.1, py::arg("lr") = 1e-3,
+        py::arg("iterations") = 100, py::arg("seed") = 42,
+        R"(The FFN-evolution tutorial's toy run, as `ffnlab toy` runs it for one layer: a fresh
+layer of `config` and keys (as ffnlab.FFN takes them; the default, ReLU of d_model 512 and d_ff
+2048 with biases, is the tutorial's) trained alone with Adam (lr) on one fixed random batch of
+batch x seq vectors against fixed random targets, MSE, dropout on the layer's input; seed draws
+the weights, the data and the dropout. Returns one dict per iteration: iteration, loss (the MSE,
+plus an MoE's auxiliary losses with their coefficients) and grad_norm (before the update). It
+measures how fast a layer memorises a few random vectors, not language modelling. Ctrl-C stops it
+(KeyboardInterrupt).)");
   m.def("_plan", &plan, py::arg("options"), py::arg("cores"),
         "The study's plan on this machine (ffnlab.plan wraps it)");
   m.def(

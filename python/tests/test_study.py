@@ -735,6 +735,38 @@ def test_sample_continues_a_prompt_as_the_command_does(corpus, tmp_path):
     assert lm.sample(32, temperature=0, seed=1) == lm.sample(32, temperature=0, seed=7)
 
 
+def test_toy_is_the_commands_toy_run(tmp_path):
+    out = tmp_path / "toy.csv"
+    subprocess.run([str(PROGRAM), "toy", "--variants", "relu,swiglu,moe", "--iterations", "6",
+                    "--seed", "7", "--out", str(out), "--threads", str(ffnlab.get_threads())],
+                   check=True, capture_output=True)
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    for variant in ("relu", "swiglu", "moe"):
+        log = ffnlab.toy(variant=variant, iterations=6, seed=7)
+        assert [s["iteration"] for s in log] == [1, 2, 3, 4, 5, 6]
+        command = [r for r in rows if r["variant"] == variant]
+        # The command writes six decimals.
+        assert [s["loss"] for s in log] == pytest.approx(
+            [float(r["loss"]) for r in command], rel=0, abs=1e-6), variant
+        assert [s["grad_norm"] for s in log] == pytest.approx(
+            [float(r["grad_norm"]) for r in command], rel=0, abs=1e-6), variant
+    # The tutorial's defaults: ReLU's loss falls by 99 % in 100 iterations (the tutorial: 1.05 to
+    # 0.0075); another seed draws another run.
+    relu = ffnlab.toy()
+    assert len(relu) == 100 and relu[-1]["loss"] < 0.01 * relu[0]["loss"]
+    assert ffnlab.toy(seed=1, iterations=2) != relu[:2]
+    for arguments, message in ((dict(batch=0), r"toy: batch must be an integer in \[1, "),
+                               (dict(dropout=1.0), r"toy: dropout must be a number in \[0, 1\)"),
+                               (dict(lr=0), r"toy: lr must be a number in \(0, "),
+                               (dict(iterations=2.5), "toy: iterations must be an integer"),
+                               (dict(d_model=-1), "d_model")):
+        with pytest.raises(ValueError, match=message):
+            ffnlab.toy(**arguments)
+    with pytest.raises(TypeError):
+        ffnlab.toy(None, 2)  # the settings are keywords
+
+
 def test_a_progress_callback_cannot_start_another_run(corpus):
     lm = ffnlab.TransformerLM(**SMALL)
 
