@@ -569,20 +569,23 @@ py::list toy(const py::object& config, const py::object& batch_arg, const py::ob
   t.seq = int_argument("toy", "seq", seq_arg, 1, std::int64_t{1} << 20, false);
   t.dropout = static_cast<float>(
       real_from_argument("toy", "dropout", dropout_arg, 0.0, 1.0, true, "the tutorial's 0.1"));
-  t.lr = static_cast<float>(real_argument("toy", "lr", lr_arg, 0.0, 1e30));
+  const double lr = finite_argument("toy", "lr", lr_arg);
+  if (!(lr > 0.0 && lr <= 1e30)) bad_argument("toy", "lr", "a number in (0, 1e+30]", lr_arg);
+  t.lr = static_cast<float>(lr);
   t.iterations =
       static_cast<int>(int_argument("toy", "iterations", iterations_arg, 1, 100000000, false));
   t.seed = seed_argument("toy", seed_arg);
   const FFNConfig c = config_from_json(config_with_keys(config, keys));
   // Weights, gradients, Adam's moments and activations, and the run's six tensors of the batch,
-  // as `ffnlab toy` checks them.
+  // as `ffnlab toy` checks them; and the log returned, a dict an iteration (about 400 bytes).
   const std::int64_t tokens = t.batch * t.seq;
   check_memory(ffn_cost(c, tokens).f32.total() +
-                   6.0 * 4.0 * static_cast<double>(tokens) * static_cast<double>(c.d_model),
+                   6.0 * 4.0 * static_cast<double>(tokens) * static_cast<double>(c.d_model) +
+                   400.0 * t.iterations,
                "python",
                fmt::format("toy: a layer of {} parameters on {} tokens (weights, gradients, "
-                           "Adam's state and activations)",
-                           count_params(c), tokens));
+                           "Adam's state and activations) and the log of {} iterations",
+                           count_params(c), tokens, t.iterations));
   Callback callback{py::none()};  // Ctrl-C stops it before the next iteration
   const std::vector<ToyStep> steps =
       run_released(callback, [&] { return run_toy(c, t, [] { return stop_requested(); }); });

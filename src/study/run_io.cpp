@@ -133,14 +133,25 @@ RunStore::RunStore(std::string dir, bool resume, std::string data_fingerprint)
       fs::remove(e.path());
       continue;
     }
-    const std::string path = e.path().string();
-    kept_.emplace(e.path().stem().string(), path);
-    // A record an older ffnlab wrote is named by its job's text then: it is found under the key
-    // of the job as written now too. One that cannot be read stays under its own name, for
-    // find() to report when its run is asked for.
+    kept_.emplace(e.path().stem().string(), e.path().string());
+  }
+}
+
+// A record an older ffnlab wrote is named by its job's text then: on the first run not found
+// by its file name, every record is read once and indexed by the key of its job as written
+// now. A file named by today's key is found first, so it wins over an older copy of its job.
+// One that cannot be read, or is far larger than a record, is left out (find() names it when
+// its run is asked for by its file name).
+void RunStore::index_older_records() const {
+  if (older_indexed_) return;
+  older_indexed_ = true;
+  constexpr std::uint64_t kMaxRecordBytes = std::uint64_t{256} << 20;
+  for (const auto& [name, path] : kept_) {
     try {
-      const nlohmann::json stored = nlohmann::json::from_cbor(read_regular_file(path, "evolve"));
-      kept_.emplace(run_key(job_as_written_now(stored.at("job")), stored.at("data")), path);
+      const nlohmann::json stored =
+          nlohmann::json::from_cbor(read_regular_file(path, "evolve", kMaxRecordBytes));
+      const std::string key = run_key(job_as_written_now(stored.at("job")), stored.at("data"));
+      if (key != name) older_.emplace(key, path);
     } catch (const nlohmann::json::exception&) {
     } catch (const Error&) {
     }
@@ -181,8 +192,13 @@ std::int64_t RunStore::size() const {
 }
 
 std::optional<RunRecord> RunStore::find(const nlohmann::json& job) const {
-  const auto kept = kept_.find(run_key(job, fingerprint_));
-  if (kept == kept_.end()) return std::nullopt;
+  const std::string key = run_key(job, fingerprint_);
+  auto kept = kept_.find(key);
+  if (kept == kept_.end()) {
+    index_older_records();
+    kept = older_.find(key);
+    if (kept == older_.end()) return std::nullopt;
+  }
   const std::string& path = kept->second;
   const std::vector<std::uint8_t> bytes = read_regular_file(path, "evolve");
   // A file that is not CBOR, or not a record (a key missing, a value of another type): the

@@ -19,6 +19,9 @@ std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c,
                              const std::function<bool()>& stop) {
   check(c.batch > 0 && c.seq > 0 && c.iterations > 0,
         "[toy] batch, seq and iterations must be positive");
+  // (A value just below 1 given as text or a double can round to 1 as a float.)
+  check(c.dropout >= 0.f && c.dropout < 1.f,
+        "[toy] dropout = {:.9g} (as a float) must be in [0, 1)", c.dropout);
   const std::int64_t T = checked_mul(c.batch, c.seq, "[toy] batch × seq"), D = ffn_config.d_model;
   check(checked_mul(T, D, "[toy] batch × seq × d_model") <= limits::kTokens,
         "[toy] batch × seq × d_model = {} × {} is more than 2^32 input values", T, D);

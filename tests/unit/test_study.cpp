@@ -1296,10 +1296,20 @@ TEST(StudyRuns, JobsAndRecordsRoundTripAndTheStoreKeepsThemByJobAndData) {
                   std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()),
                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(std::filesystem::path(older_dir) / "0123456789abcdef.cbor", std::ios::binary)
+        << '\xff';  // not a record: left out of the index, not in the way
     const std::optional<study::RunRecord> kept =
         study::RunStore(older_dir, true, "fnv1a64:1").find(described);
     ASSERT_TRUE(kept.has_value()) << "an older store's run trained again";
     EXPECT_EQ(kept->val_bits_per_byte, r.val_bits_per_byte);
+    // The same run written by today's ffnlab beside the older copy: today's is the one found.
+    study::RunRecord now = r;
+    now.val_bits_per_byte = 0.5;
+    study::RunStore(older_dir, true, "fnv1a64:1").put(described, now);
+    const std::optional<study::RunRecord> found =
+        study::RunStore(older_dir, true, "fnv1a64:1").find(described);
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->val_bits_per_byte, 0.5);
     nlohmann::json other = described;
     other["train"]["lr"] = 0.004;
     EXPECT_FALSE(study::RunStore(older_dir, true, "fnv1a64:1").find(other).has_value())

@@ -202,10 +202,13 @@ class RunStore {
   std::int64_t size() const;
 
  private:
+  void index_older_records() const;
   std::string dir_, fingerprint_;
-  // The records found when the store was opened, by key (a record an older ffnlab wrote: by
-  // its file's name and by its job's key today): their files.
+  // The records found when the store was opened, by their file's name (the key their job had
+  // when written), and, once a run is not found so, by the key of their job today: their files.
   std::map<std::string, std::string> kept_;
+  mutable std::map<std::string, std::string> older_;
+  mutable bool older_indexed_ = false;
 };
 
 // The state the stages share while the study runs.
