@@ -485,6 +485,25 @@ TEST_F(Cli, EvolvePlanPrintsWhatEachSizeCostsAndTrainsNothing) {
   ASSERT_EQ(budget.status, 0) << budget.err;
   EXPECT_NE(budget.out.find("chosen for a budget of 60 min on"), std::string::npos) << budget.out;
   expect_error(run("evolve --quick --budget 2s --plan"), "cannot hold the study");
+  // As JSON: Python's ffnlab.plan, the output nothing but the JSON.
+  const Outcome as_json = run("evolve --quick --sizes xs,s --plan --json --plan-cores 1,8");
+  ASSERT_EQ(as_json.status, 0) << as_json.err;
+  const nlohmann::json p = nlohmann::json::parse(as_json.out);
+  EXPECT_EQ(p.at("arguments").at("sizes"), nlohmann::json({"xs", "s"}));
+  EXPECT_EQ(p.at("arguments").at("steps"), 40);
+  ASSERT_EQ(p.at("sizes").size(), 2u);
+  EXPECT_EQ(p.at("sizes").at(0).at("size"), "xs");
+  EXPECT_TRUE(p.at("wall_seconds").at(0).at("this_machine").get<bool>());
+  EXPECT_EQ(p.at("wall_seconds").back().at("cores"), 8);
+  EXPECT_NE(p.at("text").get<std::string>().find("| xs | 16 / 1 / 1 |"), std::string::npos);
+  EXPECT_NE(as_json.err.find("timing the sizes' steps"), std::string::npos) << as_json.err;
+  // The plan's flags without --plan would be ignored while a study ran: refused.
+  for (const char* flag : {"--plan-cores 8", "--json"}) {
+    const Outcome alone = run(std::string("evolve --quick --out ") + path("r") + " " + flag);
+    EXPECT_EQ(alone.status, 2) << flag << ": " << alone.err;
+    EXPECT_NE(alone.err.find("--plan"), std::string::npos) << alone.err;
+    EXPECT_FALSE(fs::exists(path("r")));
+  }
 }
 
 // Two sizes and two tasks: the section across them, verdicts per cell and the scaling figure.

@@ -28,7 +28,7 @@ struct EvolveOptions {
   // The flags of the study's rows, and the text of a list or a duration as given.
   std::map<std::string, CLI::Option*> given;
   std::map<std::string, std::string> texts;
-  bool plan = false;
+  bool plan = false, json = false;
   std::string plan_cores = "8,64,512";
   int threads = 0;
   double dist_timeout = 300;  // under mpirun
@@ -75,12 +75,19 @@ std::vector<int> core_counts(const std::string& spec) {
 void print_plan(const EvolveOptions& o) {
   const Corpus corpus = load_corpus(o.study.data, 0.1);
   const int workers = omp_get_max_threads();
-  fmt::print("ffnlab evolve --plan: timing the sizes' steps on one thread of this machine ({})\n",
+  // (With --json the header goes to stderr: the output is the JSON alone.)
+  fmt::print(o.json ? stderr : stdout,
+             "ffnlab evolve --plan: timing the sizes' steps on one thread of this machine ({})\n",
              this_machine().describe());
+  std::fflush(stderr);
   study::Options options = o.study;
   if (options.variants.empty()) options.variants = study::default_variants(options.full);
   const study::StudyPlan plan = study::plan_study(options, workers, corpus);
-  fmt::print("{}", study::plan_text(plan, workers, core_counts(o.plan_cores)));
+  const std::vector<int> cores = core_counts(o.plan_cores);
+  if (o.json)
+    fmt::print("{}\n", study::plan_to_json(plan, workers, cores).dump(2));
+  else
+    fmt::print("{}", study::plan_text(plan, workers, cores));
 }
 
 // The study's progress as a bar over its training steps, with stage lines above it.
@@ -189,12 +196,18 @@ void add_evolve_command(CLI::App& app) {
     }
     o->given[row.flag] = flag;
   }
-  cmd->add_flag("--plan", o->plan,
-                "print the plan and exit: each size's runs, their time on this machine, the "
-                "core-hours, and the wall time here and on --plan-cores cores; trains nothing");
+  CLI::Option* plan =
+      cmd->add_flag("--plan", o->plan,
+                    "print the plan and exit: each size's runs, their time on this machine, the "
+                    "core-hours, and the wall time here and on --plan-cores cores; trains nothing");
   cmd->add_option("--plan-cores", o->plan_cores,
-                  "core counts the plan's wall time is given for, comma-separated")
-      ->capture_default_str();
+                  "with --plan: core counts the plan's wall time is given for, comma-separated")
+      ->capture_default_str()
+      ->needs(plan);
+  cmd->add_flag("--json", o->json,
+                "with --plan: print the plan as JSON, the dict of Python's ffnlab.plan "
+                "(docs/python.md)")
+      ->needs(plan);
   add_threads_option(*cmd, o->threads);
   cmd->add_option("--dist-timeout", o->dist_timeout,
                   "under mpirun: seconds a rank may stay silent while it trains a run (or in an "
