@@ -576,13 +576,10 @@ py::list toy(const py::object& config, const py::object& batch_arg, const py::ob
       static_cast<int>(int_argument("toy", "iterations", iterations_arg, 1, 100000000, false));
   t.seed = seed_argument("toy", seed_arg);
   const FFNConfig c = config_from_json(config_with_keys(config, keys));
-  // Weights, gradients, Adam's moments and activations, and the run's six tensors of the batch,
-  // as `ffnlab toy` checks them; and the log returned, a dict an iteration (about 400 bytes).
+  // What the run holds, as `ffnlab toy` checks it, and the log returned: a dict an iteration
+  // (about 400 bytes).
   const std::int64_t tokens = t.batch * t.seq;
-  check_memory(ffn_cost(c, tokens).f32.total() +
-                   6.0 * 4.0 * static_cast<double>(tokens) * static_cast<double>(c.d_model) +
-                   400.0 * t.iterations,
-               "python",
+  check_memory(toy_memory_bytes(c, t) + 400.0 * t.iterations, "python",
                fmt::format("toy: a layer of {} parameters on {} tokens (weights, gradients, "
                            "Adam's state and activations) and the log of {} iterations",
                            count_params(c), tokens, t.iterations));
@@ -603,8 +600,7 @@ py::list toy(const py::object& config, const py::object& batch_arg, const py::ob
 // `ffnlab evolve --plan`: the study's cost on this machine, timed; nothing is trained or
 // written. `cores`: the core counts besides this machine's that the wall time is given for.
 py::object plan(const py::dict& options, const py::object& cores_arg) {
-  study::Options o = study_options("plan", options);
-  if (o.variants.empty()) o.variants = study::default_variants(o.full);
+  const study::Options o = study_options("plan", options);  // (plan_study fills the variants)
   constexpr std::string_view expected = "a list of core counts such as [8, 64, 512]";
   if (!PyList_Check(cores_arg.ptr()) && !PyTuple_Check(cores_arg.ptr()))
     bad_argument("plan", "cores", expected, cores_arg);
@@ -614,9 +610,8 @@ py::object plan(const py::dict& options, const py::object& cores_arg) {
         int_argument("plan", fmt::format("cores[{}]", cores.size()), c, 1, 10000000, false)));
   Callback callback{py::none()};  // Ctrl-C: KeyboardInterrupt once the timing ends
   return from_json(run_released(callback, [&] {
-    const Corpus corpus = load_corpus(o.data, 0.1);
     const int workers = omp_get_max_threads();
-    return study::plan_to_json(study::plan_study(o, workers, corpus), workers, cores);
+    return study::plan_to_json(study::plan_study(o, workers), workers, cores);
   }));
 }
 
@@ -716,9 +711,9 @@ Ctrl-C stops it (KeyboardInterrupt).)")
         py::arg("out") = py::none(), py::arg("resume") = py::none(), py::arg("force") = false,
         py::arg("val_fraction") = py::none(),
         R"(Trains `model` (a TransformerLM, in place) on the text at `data` (a file or a folder;
-the last val_fraction of the bytes, None: 10 % or a resumed run's, are the validation part). Keys are the training settings of
-docs/config.md (steps, batch, seq, lr, seed, ...). progress(kind, step, steps, text, eta) is
-called after every step ("step") and evaluation ("eval"). out: a run folder to write as
+the last val_fraction of the bytes, None: 10 % or a resumed run's, are the validation part).
+Keys are the training settings of docs/config.md (steps, batch, seq, lr, seed, ...).
+progress(kind, step, steps, text, eta) is called after every step ("step") and evaluation ("eval"). out: a run folder to write as
 `ffnlab train --out` does (logs, checkpoint/, summary.json). resume: a run folder to continue
 from (its checkpoint's model must be this model's; settings given here that differ from the
 checkpoint's, or other data, need force=True). An out that holds an earlier run is refused

@@ -759,7 +759,7 @@ def test_toy_is_the_commands_toy_run(tmp_path):
     for arguments, message in ((dict(batch=0), r"toy: batch must be an integer in \[1, "),
                                (dict(dropout=1.0), r"toy: dropout must be a number in \[0, 1\)"),
                                (dict(lr=0), r"toy: lr must be a number in \(0, 1e\+30\], got 0"),
-                               (dict(dropout=0.99999999), r"\[toy\] dropout = 1 \(as a float\)"),
+                               (dict(dropout=0.99999999), r"\[dropout\] p = 1 must be in \[0, 1\)"),
                                (dict(iterations=2.5), "toy: iterations must be an integer"),
                                (dict(d_model=-1), "d_model")):
         with pytest.raises(ValueError, match=message):

@@ -247,6 +247,15 @@ std::string choice_text(const StudyPlan& p) {
                      p.scale.design.first, p.scale.design.cap, p.scale.train.steps);
 }
 
+// The core counts a plan gives the wall time for: this machine's workers, then each of `cores`
+// but that one.
+std::vector<int> wall_core_counts(int workers, const std::vector<int>& cores) {
+  std::vector<int> all{workers};
+  for (int c : cores)
+    if (c != workers) all.push_back(c);
+  return all;
+}
+
 }  // namespace
 
 double StudyPlan::core_seconds(bool at_cap) const {
@@ -260,6 +269,10 @@ double StudyPlan::wall_seconds(int workers, bool at_cap) const {
   double total = other_seconds;
   for (const auto& round : at_cap ? cap : first) total += round_seconds(round, workers);
   return total;
+}
+
+StudyPlan plan_study(const Options& options, int workers) {
+  return plan_study(options, workers, load_corpus(options.data, 0.1));  // split as run_study's
 }
 
 StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) {
@@ -364,11 +377,8 @@ std::string plan_text(const StudyPlan& p, int workers, const std::vector<int>& c
       "decides before the cap (with the stages that train nothing, about {}).\n",
       p.core_seconds(false) / 3600, p.core_seconds(true) / 3600, duration_text(p.other_seconds));
   out += "\n";
-  std::vector<int> all{workers};
-  for (int c : cores)
-    if (c != workers) all.push_back(c);
   std::vector<std::vector<std::string>> wall;
-  for (int c : all)
+  for (int c : wall_core_counts(workers, cores))
     wall.push_back({fmt::format("{}{}", c, c == workers ? " (this machine)" : ""),
                     duration_text(p.wall_seconds(c, false)),
                     duration_text(p.wall_seconds(c, true))});
@@ -394,10 +404,7 @@ nlohmann::json plan_to_json(const StudyPlan& p, int workers, const std::vector<i
                      {"runs_first_look", s.runs_first},
                      {"runs_at_cap", s.runs_cap}});
   nlohmann::json wall = nlohmann::json::array();
-  std::vector<int> all{workers};
-  for (int c : cores)
-    if (c != workers) all.push_back(c);
-  for (int c : all)
+  for (int c : wall_core_counts(workers, cores))
     wall.push_back({{"cores", c},
                     {"this_machine", c == workers},
                     {"first_look", p.wall_seconds(c, false)},

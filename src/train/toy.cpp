@@ -6,6 +6,7 @@
 #include <random>
 
 #include "check.hpp"
+#include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/limits.hpp"
@@ -15,13 +16,16 @@
 
 namespace ffnlab {
 
+double toy_memory_bytes(const FFNConfig& ffn, const ToyConfig& c) {
+  const double tokens = static_cast<double>(c.batch) * static_cast<double>(c.seq);
+  return ffn_cost(ffn, c.batch * c.seq).f32.total() +
+         6.0 * 4.0 * tokens * static_cast<double>(ffn.d_model);
+}
+
 std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c,
                              const std::function<bool()>& stop) {
   check(c.batch > 0 && c.seq > 0 && c.iterations > 0,
         "[toy] batch, seq and iterations must be positive");
-  // (A value just below 1 given as text or a double can round to 1 as a float.)
-  check(c.dropout >= 0.f && c.dropout < 1.f,
-        "[toy] dropout = {:.9g} (as a float) must be in [0, 1)", c.dropout);
   const std::int64_t T = checked_mul(c.batch, c.seq, "[toy] batch × seq"), D = ffn_config.d_model;
   check(checked_mul(T, D, "[toy] batch × seq × d_model") <= limits::kTokens,
         "[toy] batch × seq × d_model = {} × {} is more than 2^32 input values", T, D);

@@ -73,17 +73,14 @@ std::vector<int> core_counts(const std::string& spec) {
 
 // --plan: the study's plan on this machine, printed; nothing is trained or written.
 void print_plan(const EvolveOptions& o) {
-  const Corpus corpus = load_corpus(o.study.data, 0.1);
+  const std::vector<int> cores = core_counts(o.plan_cores);  // before the timing, not after it
   const int workers = omp_get_max_threads();
   // (With --json the header goes to stderr: the output is the JSON alone.)
   fmt::print(o.json ? stderr : stdout,
              "ffnlab evolve --plan: timing the sizes' steps on one thread of this machine ({})\n",
              this_machine().describe());
   std::fflush(stderr);
-  study::Options options = o.study;
-  if (options.variants.empty()) options.variants = study::default_variants(options.full);
-  const study::StudyPlan plan = study::plan_study(options, workers, corpus);
-  const std::vector<int> cores = core_counts(o.plan_cores);
+  const study::StudyPlan plan = study::plan_study(o.study, workers);
   if (o.json)
     fmt::print("{}\n", study::plan_to_json(plan, workers, cores).dump(2));
   else

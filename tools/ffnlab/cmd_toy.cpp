@@ -57,11 +57,7 @@ void run_toy_command(const ToyOptions& o) {
   check_output_path(o.out, "toy");                      // before the work, not after it
   const std::int64_t tokens = o.toy.batch * o.toy.seq;  // (at most 2^40: the flags' ranges)
   for (const auto& [name, c] : layers) {
-    // Weights, gradients, Adam's moments and the saved activations, in f32, and the run's own
-    // six tensors of the batch (x, target, x after dropout, y, dy, dx).
-    const double bytes = ffn_cost(c, tokens).f32.total() +
-                         6.0 * 4.0 * static_cast<double>(tokens) * static_cast<double>(c.d_model);
-    check_memory(bytes, "toy",
+    check_memory(toy_memory_bytes(c, o.toy), "toy",
                  fmt::format("{}: a layer of {} parameters on {} tokens (weights, gradients, "
                              "Adam's state and activations)",
                              name, count_params(c), tokens));

@@ -413,6 +413,9 @@ struct StudyPlan {
 // Measures the cost model (a few seconds; longer for large sizes) and plans `options`; with a
 // budget, first chooses what fits on `workers`. Error when even the smallest choice does not fit.
 StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus);
+// The same on the study's data (options.data), split as run_study splits it: what `ffnlab evolve
+// --plan` and Python's ffnlab.plan print.
+StudyPlan plan_study(const Options& options, int workers);
 // The plan as the command line prints it: per size, the runs and their predicted time; the
 // core-hours; the wall time on this machine's workers and on each of `cores`.
 std::string plan_text(const StudyPlan& plan, int workers, const std::vector<int>& cores);

@@ -28,6 +28,10 @@ struct ToyStep {
   double grad_norm = 0;  // global norm of all parameter gradients
 };
 
+// What run_toy holds in memory: the layer's weights, gradients, Adam's moments and activations
+// in f32, and the run's six tensors of the batch (x, target, x after dropout, y, dy, dx).
+double toy_memory_bytes(const FFNConfig& ffn, const ToyConfig& config);
+
 // Trains a fresh layer of `config` (initialised from config.seed) and returns every iteration's
 // loss and gradient norm (before the update). `stop` is asked before each iteration: true
 // throws Interrupted (it may also throw its own).
