@@ -97,7 +97,9 @@ class FFN(torch.nn.Module):
     leading shape; other layers refuse them). FFN(layer=...) takes no config, seed or keys.
     The layer keeps what backward needs where autograd will call it, and routes as in training
     (router jitter, gate noise, BASE's assignment, the load the balancing bias follows) only in
-    module.training: after .eval() a forward with gradients routes as at inference. Parameters
+    module.training: after .eval() a forward with gradients routes as at inference. Under
+    torch.no_grad() (no backward to come) it routes as at inference in either mode, where
+    torch's Dropout would still drop: call .eval() for evaluation all the same. Parameters
     are registered under their Hugging Face names with '.' replaced by '_'
     (named_ffn_parameters() gives the Hugging Face names). State that no
     optimizer may move (the MoE's aux-loss-free balancing bias, ReLU routing's L1 coefficient)

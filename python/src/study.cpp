@@ -415,11 +415,12 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
   // As `ffnlab train --resume DIR` continues in DIR unless --out names another folder.
   rq.out = out_arg.is_none() ? "" : path_argument("train", "out", out_arg);
   rq.force = bool_argument("train", "force", force_arg);
-  // None: 0.1, or a resumed run's split. The range of `--val-fraction`.
+  // None: the default split, or a resumed run's. The range of `--val-fraction`.
   rq.val_fraction_given = !val_fraction_arg.is_none();
   if (rq.val_fraction_given)
     rq.val_fraction = real_from_argument("train", "val_fraction", val_fraction_arg, 0.0, 1.0, true,
-                                         "None: 0.1, or a resumed run's");
+                                         fmt::format("None: {}, or a resumed run's",
+                                                     kDefaultValFraction));
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     bad_argument("train", "progress", "None or a callable", progress);
   nlohmann::json j = nlohmann::json::object();
@@ -739,7 +740,7 @@ when out is given (KeyboardInterrupt).)");
         check_memory(bytes + 80.0 * static_cast<double>(steps), "python",
                      fmt::format("the batches of {} steps ({} bytes of ids and targets a step)",
                                  steps, 2 * batch * seq));
-        const Corpus corpus = load_corpus(path, 0.1);
+        const Corpus corpus = load_corpus(path, kDefaultValFraction);
         py::list out;
         for (std::int64_t step = 0; step < steps; ++step) {
           if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C

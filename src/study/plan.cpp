@@ -272,7 +272,7 @@ double StudyPlan::wall_seconds(int workers, bool at_cap) const {
 }
 
 StudyPlan plan_study(const Options& options, int workers) {
-  return plan_study(options, workers, load_corpus(options.data, 0.1));  // split as run_study's
+  return plan_study(options, workers, load_corpus(options.data));  // split as run_study's
 }
 
 StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) {

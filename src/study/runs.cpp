@@ -437,7 +437,7 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
   st.options = options;
   if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
   st.scale = make_scale(st.options);
-  st.corpus = load_corpus(options.data, 0.1);
+  st.corpus = load_corpus(options.data, kDefaultValFraction);
   omp_set_num_threads(1);  // each run trains on one thread, as in rank 0's pool
   using Clock = std::chrono::steady_clock;
   std::string bytes;

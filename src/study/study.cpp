@@ -516,7 +516,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   check_output_apart(runs_dir(options), {options.data, options.out}, "evolve",
                      option_name(options, "--runs").c_str());
   check_run_store(options);
-  st.corpus = load_corpus(options.data, 0.1);
+  st.corpus = load_corpus(options.data, kDefaultValFraction);
   // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
   const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
   if (st.corpus.train().size() < need || st.corpus.validation().size() < need)

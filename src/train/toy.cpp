@@ -23,7 +23,8 @@ double toy_memory_bytes(const FFNConfig& ffn, const ToyConfig& c) {
 }
 
 std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c,
-                             const std::function<bool()>& stop) {
+                             const std::function<bool()>& stop,
+                             const std::function<void(int, const ToyStep&)>& done) {
   check(c.batch > 0 && c.seq > 0 && c.iterations > 0,
         "[toy] batch, seq and iterations must be positive");
   const std::int64_t T = checked_mul(c.batch, c.seq, "[toy] batch × seq"), D = ffn_config.d_model;
@@ -73,6 +74,7 @@ std::vector<ToyStep> run_toy(const FFNConfig& ffn_config, const ToyConfig& c,
     opt.step(c.lr);
     ffn->after_optimizer_step();
     out.push_back(s);
+    if (done) done(it + 1, s);
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // The ffnlab program as a user runs it: output, exit status, files written, errors.
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -676,6 +677,38 @@ TEST_F(Cli, TrainRejectsBadInput) {
                "context");
 }
 
+// On a terminal the toy run draws a bar while a variant trains (here about a second each),
+// and each variant's row takes the bar's place.
+TEST_F(Cli, ToyDrawsABarOnATerminalAndRowsInItsPlace) {
+  const std::string csv = path("toy.csv");
+  std::vector<std::string> args = {
+      FFNLAB_BIN, "toy",          "--variants", "relu,gelu", "--batch", "64",    "--seq",
+      "32",       "--iterations", "8",          "--threads", "2",       "--out", csv};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int terminal = -1;
+  const pid_t pid = forkpty(&terminal, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execv(FFNLAB_BIN, argv.data());
+    _exit(127);
+  }
+  std::string out;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(terminal, buffer, sizeof buffer)) > 0;) out.append(buffer, n);
+  close(terminal);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  for (const std::string name : {"relu", "gelu"}) {
+    EXPECT_NE(out.find("] " + name + " "), std::string::npos) << name << ": no bar in " << out;
+    EXPECT_NE(out.find("\r\033[K" + name + "  "), std::string::npos)
+        << name << ": the row is not in the bar's place in " << out;
+  }
+  EXPECT_NE(out.find("per-iteration loss"), std::string::npos) << out;
+}
+
 TEST_F(Cli, ToyRunsEveryVariantAndLogsEachIteration) {
   const auto r = run("toy --d-model 32 --d-ff 64 --iterations 30 --lr 3e-3 --threads 1 --out " +
                      path("toy.csv"));
@@ -696,6 +729,7 @@ TEST_F(Cli, ToyRunsEveryVariantAndLogsEachIteration) {
   }
   for (const auto& [variant, v] : loss) EXPECT_LT(v.back(), 0.5 * v.front()) << variant;
   EXPECT_EQ(loss.size(), 5u);
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;  // no bar where no terminal is
 
   // A layer config file is the one layer: run once, under its own name, at its own shape.
   std::ofstream(path("swiglu.json"))

@@ -2,9 +2,11 @@
 // norm per iteration to CSV, and a summary table.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -19,6 +21,7 @@
 #include "interrupt.hpp"
 #include "key_flags.hpp"
 #include "launch.hpp"
+#include "progress.hpp"
 
 namespace ffnlab::cli {
 
@@ -72,17 +75,44 @@ void run_toy_command(const ToyOptions& o) {
   fmt::print("{:<10} {:>12} {:>12} {:>9} {:>14} {:>13}\n", "variant", "first loss", "last loss",
              "fall", "mean |grad|", "std |grad|");
   std::fflush(stdout);  // the header before the first (perhaps long) variant
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point from) {
+    return std::chrono::duration<double>(Clock::now() - from).count();
+  };
   for (const auto& [name, c] : layers) {
-    const auto steps = run_toy(c, o.toy, [] { return InterruptGuard::requested(); });
+    // On a terminal, a bar under the table while a variant trains, at most ten redraws a
+    // second; elsewhere (logs) the rows alone are the progress.
+    std::optional<Progress> bar;
+    if (Progress p(name, o.toy.iterations, o.toy.iterations); p.redraws()) bar.emplace(p);
+    const auto start = Clock::now();
+    auto drawn = start;
+    std::vector<ToyStep> steps;
+    try {
+      steps = run_toy(
+          c, o.toy, [] { return InterruptGuard::requested(); },
+          [&](int done, const ToyStep& s) {
+            if (!bar || seconds(drawn) < 0.1) return;
+            drawn = Clock::now();
+            bar->update(done, fmt::format("loss {:.4f}", s.loss),
+                        seconds(start) / done * (o.toy.iterations - done));
+          });
+    } catch (...) {
+      if (bar) bar->finish();  // the error on a line of its own
+      throw;
+    }
     std::vector<double> norms;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       csv += fmt::format("{},{},{:.6f},{:.6f}\n", name, i + 1, steps[i].loss, steps[i].grad_norm);
       norms.push_back(steps[i].grad_norm);
     }
     const double mean = ffnlab::mean(norms), sd = population_std(norms);
-    fmt::print("{:<10} {:>12.4f} {:>12.4f} {:>8.2f}% {:>14.4f} {:>13.4f}\n", name,
-               steps.front().loss, steps.back().loss,
-               100.0 * (1.0 - steps.back().loss / steps.front().loss), mean, sd);
+    const std::string row = fmt::format(
+        "{:<10} {:>12.4f} {:>12.4f} {:>8.2f}% {:>14.4f} {:>13.4f}", name, steps.front().loss,
+        steps.back().loss, 100.0 * (1.0 - steps.back().loss / steps.front().loss), mean, sd);
+    if (bar)
+      bar->message(row);  // in the bar's place
+    else
+      fmt::print("{}\n", row);
     std::fflush(stdout);
   }
   write_file_atomic(o.out, csv.data(), csv.size());

@@ -28,7 +28,7 @@ struct TrainOptions {
   ModelFlags model;   // the model's flags, its FFN's, and its files
   KeyFlags training;  // the training settings (train_config_to_json's keys)
   std::string data = kDefaultCorpus, out = "runs/train", resume;
-  double val_fraction = 0.1;
+  double val_fraction = kDefaultValFraction;
   TrainPrinting printing{.sample = 300, .temperature = 0.8f};
   std::string prompt = "\n";
   int threads = 0;

@@ -23,6 +23,8 @@ class Progress {
   void message(const std::string& line);
   // Ends the bar's line (call before printing anything else, or on error).
   void finish();
+  // A bar redrawn in place (a terminal), not lines.
+  bool redraws() const { return tty_; }
 
  private:
   void emit(const std::string& text);

@@ -17,6 +17,10 @@ namespace ffnlab {
 // Debian's `fortunes` package: 43 English files, 2,576,674 bytes (fortunes 1:1.99.1-7.3).
 inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
+// The validation part when none is asked for: `ffnlab train`'s and ffnlab.train's default,
+// and the study's only split.
+inline constexpr double kDefaultValFraction = 0.1;
+
 struct Corpus {
   std::string source;              // what was loaded
   std::vector<std::string> files;  // in order
@@ -35,7 +39,7 @@ struct Corpus {
 };
 
 // Throws "[data] ..." for a missing path, a folder without text files, or empty data.
-Corpus load_corpus(const std::string& path, double val_fraction = 0.1);
+Corpus load_corpus(const std::string& path, double val_fraction = kDefaultValFraction);
 
 // B windows of seq + 1 bytes: ids = window[0, seq), targets = window[1, seq + 1).
 struct Batch {

@@ -47,7 +47,7 @@ struct RunRequest {
   // The data: a text file or a folder, its last val_fraction for validation. A resumed run
   // reads the checkpoint's, split as it was, where the caller did not give them.
   std::string data = kDefaultCorpus;
-  double val_fraction = 0.1;
+  double val_fraction = kDefaultValFraction;
   bool data_given = true, val_fraction_given = true;
   const Corpus* corpus = nullptr;  // data already loaded (the study's runs share theirs)
   // The run folder (logs, checkpoint/, sample.txt, summary.json). Empty: the resumed run's own

@@ -34,8 +34,10 @@ double toy_memory_bytes(const FFNConfig& ffn, const ToyConfig& config);
 
 // Trains a fresh layer of `config` (initialised from config.seed) and returns every iteration's
 // loss and gradient norm (before the update). `stop` is asked before each iteration: true
-// throws Interrupted (it may also throw its own).
+// throws Interrupted (it may also throw its own). `done` is told after each iteration how many
+// have run and that iteration's step (progress).
 std::vector<ToyStep> run_toy(const FFNConfig& ffn, const ToyConfig& config,
-                             const std::function<bool()>& stop = {});
+                             const std::function<bool()>& stop = {},
+                             const std::function<void(int, const ToyStep&)>& done = {});
 
 }  // namespace ffnlab
