@@ -18,6 +18,13 @@ template <typename... Args>
   throw SystemError(fmt::format(format, std::forward<Args>(args)...));
 }
 
+// The same for a system call that failed with errno `error`, which the error keeps (Python
+// raises it as the OSError of that errno).
+template <typename... Args>
+[[noreturn]] void fail_errno(int error, fmt::format_string<Args...> format, Args&&... args) {
+  throw SystemError(fmt::format(format, std::forward<Args>(args)...), error);
+}
+
 template <typename... Args>
 void check(bool ok, fmt::format_string<Args...> format, Args&&... args) {
   if (!ok) throw Error(fmt::format(format, std::forward<Args>(args)...));

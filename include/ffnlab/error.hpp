@@ -48,6 +48,13 @@ class UsageError : public Error {
 class SystemError : public Error {
  public:
   using Error::Error;
+  // `error_number`: the errno of the system call that failed, where one says why.
+  explicit SystemError(std::string_view what, int error_number)
+      : Error(what), errno_(error_number) {}
+  int error_number() const { return errno_; }  // 0: no call's errno says why
+
+ private:
+  int errno_ = 0;
 };
 
 }  // namespace ffnlab

@@ -6,8 +6,8 @@
 //   set_weight_packing_min_rows(rows), get_weight_packing_min_rows()
 //   set_conv_min_rows(rows), get_conv_min_rows()
 //   set_huge_page_min_bytes(bytes), get_huge_page_min_bytes()
-// ffnlab::Error arrives as ValueError, ffnlab::SystemError as OSError, with the same one-line
-// message. The GIL is released around the C++ work.
+// ffnlab::Error arrives as ValueError, ffnlab::SystemError as OSError (of its errno, where
+// one says why), with the same one-line message. The GIL is released around the C++ work.
 #include <fmt/format.h>
 #include <omp.h>
 #include <pybind11/pybind11.h>
@@ -60,6 +60,27 @@ bool numpy_scalar(const py::handle& value, const char* kind) {
 }
 
 namespace {
+
+// The OSError of `error_number`: Python makes OSError(errno, ...) that errno's subclass
+// (PermissionError, ...) with .errno set; its text stays ffnlab's one-line message (no
+// "[Errno N]" before it). A failure no errno describes (0) is a plain OSError(message).
+void raise_os_error(int error_number, const std::string& message) {
+  if (error_number == 0) {
+    PyErr_SetString(PyExc_OSError, message.c_str());
+    return;
+  }
+  PyObject* e = PyObject_CallFunction(PyExc_OSError, "is", error_number, message.c_str());
+  if (e == nullptr) return;  // (the call's own error is set)
+  // str(e) is "[Errno N] strerror" while strerror is set: deleted (it then reads None), the
+  // text is args[0].
+  if (PyObject_DelAttrString(e, "strerror") == 0) {
+    PyObject* args = Py_BuildValue("(s)", message.c_str());
+    if (args != nullptr) PyObject_SetAttrString(e, "args", args);
+    Py_XDECREF(args);
+  }
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e)), e);
+  Py_DECREF(e);
+}
 
 // The key path of a value for a message: "key 'moe.top_k'", or "the config" for the whole.
 std::string key_named(const std::string& key) {
@@ -451,11 +472,13 @@ PYBIND11_MODULE(_ffnlab, m) {
     } catch (const Interrupted& e) {
       PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     } catch (const SystemError& e) {
-      PyErr_SetString(PyExc_OSError, e.what());
+      raise_os_error(e.error_number(), e.what());
     } catch (const std::filesystem::filesystem_error& e) {  // a path the system refused
       // A path that leads nowhere is refused input, as the command line's exit status 1.
-      PyErr_SetString(path_leads_nowhere(e) ? PyExc_ValueError : PyExc_OSError,
-                      filesystem_error_text(e).c_str());
+      if (path_leads_nowhere(e))
+        PyErr_SetString(PyExc_ValueError, filesystem_error_text(e).c_str());
+      else
+        raise_os_error(e.code().value(), filesystem_error_text(e));
     } catch (const Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const nlohmann::json::exception& e) {

@@ -7,7 +7,8 @@ import textwrap
 
 
 def run_python(code):
-    """Runs code in a child interpreter with the same module path; returns (status, stderr)."""
+    """Runs code in a child interpreter with the same module path; returns (status, stdout,
+    stderr)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
@@ -71,3 +72,25 @@ def test_the_torch_activation_table_names_only_library_activations():
     assert set(ft._ACTIVATIONS.values()) <= set(ffnlab.activation_names())
     assert {"relu", "gelu", "silu"} <= set(ffnlab.activation_names())
     assert "swiglu" in ffnlab.variant_names()
+
+
+def test_a_write_the_system_refuses_is_the_oserror_of_its_errno(tmp_path):
+    # A file-size limit makes the checkpoint's write fail with EFBIG, as a full disk would with
+    # ENOSPC: an OSError carrying the errno, with ffnlab's message.
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    status, out, err = run_python(f"""
+        import errno, resource, signal, ffnlab
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        lm = ffnlab.TransformerLM(d_model=32, layers=1, heads=2, context=16)
+        try:
+            ffnlab.train(lm, {str(text)!r}, out={str(tmp_path / "run")!r}, steps=1, batch=2,
+                         seq=16, progress=False)
+        except OSError as e:
+            print("raised", type(e).__name__, e.errno == errno.EFBIG, e)
+    """)
+    assert status == 0, err
+    # ffnlab's message as it is, with no "[Errno 27]" before it
+    assert "raised OSError True [io] " in out, out
+    assert "write failed (File too large)" in out, out

@@ -46,7 +46,7 @@ std::uint64_t open_regular(Fd& f, const std::string& path, const char* scope,
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   check(f.fd >= 0, "[{}] {}: cannot open ({})", scope, path, std::strerror(errno));
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) fail_system("[{}] {}: {}", scope, path, std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0) fail_errno(errno, "[{}] {}: {}", scope, path, std::strerror(errno));
   check(S_ISREG(st.st_mode), "[{}] {}: {}, not a regular file", scope, path, file_kind(st.st_mode));
   const auto size = static_cast<std::uint64_t>(st.st_size);
   check(size <= max_bytes, "[{}] {}: {} bytes is more than the limit of {} bytes", scope, path,
@@ -86,7 +86,7 @@ std::vector<std::uint8_t> read_regular_file(const std::string& path, const char*
   while (done < out.size()) {
     const ssize_t n = ::read(f.fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail_system("[{}] {}: read failed ({})", scope, path, std::strerror(errno));
+    if (n < 0) fail_errno(errno, "[{}] {}: read failed ({})", scope, path, std::strerror(errno));
     if (n == 0) break;  // the file shrank while we read it
     done += static_cast<std::size_t>(n);
   }
@@ -102,7 +102,7 @@ void sync_path(const std::string& path) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0 || ::fsync(f.fd) != 0)
-    fail_system("[io] {}: cannot sync to disk ({})", path, std::strerror(errno));
+    fail_errno(errno, "[io] {}: cannot sync to disk ({})", path, std::strerror(errno));
 }
 
 void sync_tree(const std::string& dir) {
@@ -166,7 +166,7 @@ std::string folder_of(const std::string& path) {
         fmt::format("{} while writing {} (still writing {:.0f} s after it and after "
                     "the write began); the earlier file is kept",
                     stop_reason(), path, g_write_grace.load()));
-  fail_system("[io] {}: write failed ({})", path, std::strerror(error));
+  fail_errno(error, "[io] {}: write failed ({})", path, std::strerror(error));
 }
 
 }  // namespace

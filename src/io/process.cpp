@@ -136,7 +136,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOpti
       for (int fd : {in[0], in[1], out[0], out[1]})
         if (fd >= 0) ::close(fd);
       cleanup();
-      fail_system("[{}] cannot start {}: no pipe ({})", scope_, name_, std::strerror(error));
+      fail_errno(error, "[{}] cannot start {}: no pipe ({})", scope_, name_, std::strerror(error));
     }
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
@@ -160,7 +160,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOpti
     pid_ = -1;
     close_fd(to_);
     close_fd(from_);
-    fail_system("[{}] cannot start {}: {}", scope_, name_, std::strerror(rc));
+    fail_errno(rc, "[{}] cannot start {}: {}", scope_, name_, std::strerror(rc));
   }
 }
 
@@ -276,7 +276,8 @@ std::string ChildProcess::read_line(std::chrono::duration<double> limit, std::si
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       const int error = errno;
-      fail_system("[{}] {}: cannot wait for its reply ({})", scope_, name_, std::strerror(error));
+      fail_errno(error, "[{}] {}: cannot wait for its reply ({})", scope_, name_,
+                 std::strerror(error));
     }
     if (r == 0) continue;  // nothing yet: check the stop request and the deadline again
     char chunk[4096];

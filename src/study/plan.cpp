@@ -101,6 +101,19 @@ double round_seconds(std::vector<double> runs, int workers) {
   return *std::max_element(load.begin(), load.end());
 }
 
+}  // namespace
+
+void check_corpus_holds(const Corpus& corpus, std::int64_t seq) {
+  const auto need = static_cast<std::size_t>(seq + 1);
+  if (corpus.train().size() < need || corpus.validation().size() < need)
+    throw Error(fmt::format(
+        "[evolve] '{}' has {} bytes: its training part and its validation part (the last {:g} "
+        "%) need at least {} bytes each (one sequence of {} and its next byte)",
+        corpus.source, corpus.bytes.size(), 100 * corpus.val_fraction, need, seq));
+}
+
+namespace {
+
 // Plans the study of `options` with the sizes' timings.
 StudyPlan plan_with(const Options& options, const Corpus& corpus,
                     std::map<std::string, Timing>& timings) {
@@ -112,12 +125,7 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
   st.scale = make_scale(st.options);
   // (the corpus is read where it is, not copied into the study: the budget plans many times)
   const auto validation_bytes = static_cast<std::int64_t>(corpus.validation().size());
-  const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
-  if (corpus.train().size() < need || corpus.validation().size() < need)
-    throw Error(fmt::format(
-        "[evolve] '{}' has {} bytes: its training part and its validation part (the last 10 %) "
-        "need at least {} bytes each (one sequence of {} and its next byte)",
-        corpus.source, corpus.bytes.size(), need, st.scale.train.seq));
+  check_corpus_holds(corpus, st.scale.train.seq);
   plan.options = st.options;
   plan.scale = st.scale;
   plan.other_seconds = other_stages_seconds(st.options);
@@ -272,7 +280,8 @@ double StudyPlan::wall_seconds(int workers, bool at_cap) const {
 }
 
 StudyPlan plan_study(const Options& options, int workers) {
-  return plan_study(options, workers, load_corpus(options.data));  // split as run_study's
+  return plan_study(options, workers,
+                    load_corpus(options.data, kDefaultValFraction));  // as run_study
 }
 
 StudyPlan plan_study(const Options& options, int workers, const Corpus& corpus) {

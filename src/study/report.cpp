@@ -186,9 +186,9 @@ std::string data_markdown(const Study& st, const Sections&) {
   return std::string(kDetails) + fmt::format(
                                      "The corpus: `{}`: {} files, {} bytes, fingerprint `{}`. "
                                      "Byte-level tokens (vocabulary 256); the "
-                                     "last 10 % of the bytes ({}) are the validation part.\n\n",
+                                     "last {:g} % of the bytes ({}) are the validation part.\n\n",
                                      d.source, d.files, thousands(d.bytes), d.fingerprint,
-                                     thousands(d.validation_bytes));
+                                     100 * kDefaultValFraction, thousands(d.validation_bytes));
 }
 
 // ---- real models ----

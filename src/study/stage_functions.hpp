@@ -222,6 +222,10 @@ void draw_moe_pareto(const Study& st);
 void draw_routing_families(const Study& st);
 void draw_scaling(const Study& st);
 
+// plan.cpp: throws "[evolve] ..." when the corpus's training or validation part is shorter
+// than one sequence of `seq` and its next byte (before any stage runs, or the plan's timing).
+void check_corpus_holds(const Corpus& corpus, std::int64_t seq);
+
 // A stage's JSON of an optional result: null when the stage did not run.
 template <class T, class F>
 json json_if(const std::optional<T>& result, F&& write) {

@@ -124,8 +124,13 @@ template <class E>
 E with_kept_runs(const E& e, const RunStore& store, const Options& o) {
   const std::int64_t kept = store.size();
   if (kept == 0) return e;
-  return E(fmt::format("{}; the {} finished run{} kept in {}: {} continues from them", e.what(),
-                       kept, kept == 1 ? " is" : "s are", store.dir(), resume_call(o)));
+  const std::string text =
+      fmt::format("{}; the {} finished run{} kept in {}: {} continues from them", e.what(), kept,
+                  kept == 1 ? " is" : "s are", store.dir(), resume_call(o));
+  if constexpr (std::is_same_v<E, SystemError>)
+    return E(text, e.error_number());  // (Python raises the OSError of its errno)
+  else
+    return E(text);
 }
 
 // Called in a catch block: rethrows the exception in flight, a stop or an error (a full disk, a
@@ -518,12 +523,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   check_run_store(options);
   st.corpus = load_corpus(options.data, kDefaultValFraction);
   // Checked before any stage runs, so that a corpus too small fails at once, not minutes in.
-  const auto need = static_cast<std::size_t>(st.scale.train.seq + 1);
-  if (st.corpus.train().size() < need || st.corpus.validation().size() < need)
-    throw Error(fmt::format(
-        "[evolve] '{}' has {} bytes: its training part and its validation part (the last 10 %) "
-        "need at least {} bytes each (one sequence of {} and its next byte)",
-        options.data, st.corpus.bytes.size(), need, st.scale.train.seq));
+  check_corpus_holds(st.corpus, st.scale.train.seq);
   st.dir = out.path();
   if (options.budget_seconds > 0) {
     // The planner times the sizes on this machine and chooses what fits (plan.cpp).

@@ -199,7 +199,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
 void CheckpointIO::write(const std::string& dir, std::int64_t step) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
+  if (ec) fail_errno(ec.value(), "[checkpoint] cannot create '{}': {}", dir, ec.message());
   remove_stale_temporaries(dir, is_checkpoint_file);
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
   write_weights((fs::path(dir) / weights).string(), step, [](const Parameter&) { return true; });

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "check.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/files.hpp"
 
@@ -94,13 +95,13 @@ void open_run_folder(const std::string& dir, bool continued) {
   for (const char* name : {"summary.json", "sample.txt"}) {
     fs::remove(fs::path(dir) / name, ec);
     if (ec)
-      throw SystemError(fmt::format("[train] cannot remove the earlier run's '{}' ({})",
-                                    (fs::path(dir) / name).string(), ec.message()));
+      fail_errno(ec.value(), "[train] cannot remove the earlier run's '{}' ({})",
+                 (fs::path(dir) / name).string(), ec.message());
   }
   fs::remove_all(fs::path(dir) / "checkpoint", ec);
   if (ec)
-    throw SystemError(fmt::format("[train] cannot remove the earlier run's checkpoint in '{}' ({})",
-                                  dir, ec.message()));
+    fail_errno(ec.value(), "[train] cannot remove the earlier run's checkpoint in '{}' ({})", dir,
+               ec.message());
 }
 
 namespace {
@@ -111,7 +112,8 @@ void check_written(const std::ofstream& log, const fs::path& path) {
   if (log.good()) return;
   const int error = errno;
   throw SystemError(fmt::format("[train] writing '{}' failed ({})", path.string(),
-                                error != 0 ? std::strerror(error) : "the stream failed"));
+                                error != 0 ? std::strerror(error) : "the stream failed"),
+                    error);
 }
 
 // Writes `text` to `log` now (flushed), then checks it.

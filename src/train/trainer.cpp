@@ -291,7 +291,8 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
       try {
         save(checkpoint_dir);
       } catch (const SystemError& e) {  // a full disk: the one before is whole
-        throw SystemError(fmt::format("{}; {}", e.what(), kept_checkpoint(checkpoint_dir)));
+        throw SystemError(fmt::format("{}; {}", e.what(), kept_checkpoint(checkpoint_dir)),
+                          e.error_number());
       }
     }
     if (stopping) return false;

@@ -83,7 +83,7 @@ void run_toy_command(const ToyOptions& o) {
     // On a terminal, a bar under the table while a variant trains, at most ten redraws a
     // second; elsewhere (logs) the rows alone are the progress.
     std::optional<Progress> bar;
-    if (Progress p(name, o.toy.iterations, o.toy.iterations); p.redraws()) bar.emplace(p);
+    if (Progress::redraws()) bar.emplace(name, o.toy.iterations, o.toy.iterations);
     const auto start = Clock::now();
     auto drawn = start;
     std::vector<ToyStep> steps;

@@ -17,9 +17,13 @@ Progress::Progress(std::string label, std::int64_t total, std::int64_t every)
     : label_(std::move(label)),
       total_(total),
       every_(std::max<std::int64_t>(1, every)),
-      // Under mpirun a rank's output reaches the terminal (or a file) through the launcher's
-      // pseudo-terminal: lines, not a bar redrawn every step.
-      tty_(isatty(fileno(stdout)) != 0 && !mpi_launched()) {}
+      tty_(redraws()) {}
+
+// Under mpirun a rank's output reaches the terminal (or a file) through the launcher's
+// pseudo-terminal: lines, not a bar redrawn every step.
+bool Progress::redraws() {
+  return isatty(fileno(stdout)) != 0 && !mpi_launched();
+}
 
 void Progress::update(std::int64_t done, const std::string& text, double eta_seconds) {
   const std::string eta = eta_seconds >= 0 ? " | ETA " + duration(eta_seconds) : "";

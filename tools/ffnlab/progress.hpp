@@ -23,8 +23,9 @@ class Progress {
   void message(const std::string& line);
   // Ends the bar's line (call before printing anything else, or on error).
   void finish();
-  // A bar redrawn in place (a terminal), not lines.
-  bool redraws() const { return tty_; }
+  // Whether a bar would be redrawn in place (stdout a terminal, not under mpirun) rather than
+  // written as lines.
+  static bool redraws();
 
  private:
   void emit(const std::string& text);
