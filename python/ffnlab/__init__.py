@@ -19,7 +19,7 @@ from ._ffnlab import (FFN, TransformerLM, __version__, activation_names, config,
                       get_conv_min_rows, get_huge_page_min_bytes, get_threads,
                       get_weight_packing_min_rows, params, set_conv_min_rows,
                       set_huge_page_min_bytes, set_threads, set_weight_packing_min_rows,
-                      study_ffn, toy, training_batches, variant_names, zoo)
+                      study_ffn, training_batches, variant_names, zoo)
 from .progress import TextProgress
 
 __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_names", "config",
@@ -102,6 +102,23 @@ def plan(*, quick=False, full=False, seeds=None, max_seeds=None, routing_seeds=N
     """
     options = {name: value for name, value in locals().items() if name != "cores"}
     return _ffnlab._plan(options, cores)
+
+
+def toy(config=None, *, batch=2, seq=4, dropout=0.1, lr=1e-3, iterations=100, seed=42,
+        progress=False, **keys):
+    """The FFN-evolution tutorial's toy run, as `ffnlab toy` runs it for one layer: a fresh
+    layer of `config` and keys (as ffnlab.FFN takes them; the default, ReLU of d_model 512 and
+    d_ff 2048 with biases, is the tutorial's) trained alone with Adam (lr) on one fixed random
+    batch of batch x seq vectors against fixed random targets, MSE, dropout on the layer's
+    input; seed draws the weights, the data and the dropout. Returns one dict per iteration:
+    iteration, loss (the MSE, plus an MoE's auxiliary losses with their coefficients) and
+    grad_norm (before the update). It measures how fast a layer memorises a few random vectors,
+    not language modelling. progress: False for none (the default: the tutorial's run takes a
+    fraction of a second), True for a text bar, or a callable progress(kind, done, planned,
+    text, eta_seconds) called after every iteration ("step") and at the end ("end"). The GIL is
+    released while it trains; Ctrl-C stops it before the next iteration (KeyboardInterrupt)."""
+    return _ffnlab._toy(config, _progress(progress, "toy"), batch=batch, seq=seq,
+                        dropout=dropout, lr=lr, iterations=iterations, seed=seed, **keys)
 
 
 def train(model, data, *, out=None, resume=None, force=False, val_fraction=None, progress=True,

@@ -1,4 +1,4 @@
-"""A text progress bar for ffnlab.evolve and ffnlab.train: stage lines, and one bar redrawn in
+"""A text progress bar for ffnlab.evolve, ffnlab.train and ffnlab.toy: stage lines, and one bar redrawn in
 place (a terminal or a notebook's output), at most a few times a second."""
 import sys
 import time

@@ -418,9 +418,9 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
   // None: the default split, or a resumed run's. The range of `--val-fraction`.
   rq.val_fraction_given = !val_fraction_arg.is_none();
   if (rq.val_fraction_given)
-    rq.val_fraction = real_from_argument("train", "val_fraction", val_fraction_arg, 0.0, 1.0, true,
-                                         fmt::format("None: {}, or a resumed run's",
-                                                     kDefaultValFraction));
+    rq.val_fraction =
+        real_from_argument("train", "val_fraction", val_fraction_arg, 0.0, 1.0, true,
+                           fmt::format("None: {}, or a resumed run's", kDefaultValFraction));
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     bad_argument("train", "progress", "None or a callable", progress);
   nlohmann::json j = nlohmann::json::object();
@@ -562,8 +562,10 @@ py::object evolve(const py::dict& options, const py::object& progress) {
 }
 
 // `ffnlab toy` for one layer (train/toy.hpp): every iteration's loss and gradient norm.
-py::list toy(const py::object& config, const py::object& batch_arg, const py::object& seq_arg,
-             const py::object& dropout_arg, const py::object& lr_arg,
+// progress: None or a callable progress(kind, done, planned, text, eta_seconds) ("step" after
+// each iteration, "end").
+py::list toy(const py::object& config, const py::object& progress, const py::object& batch_arg,
+             const py::object& seq_arg, const py::object& dropout_arg, const py::object& lr_arg,
              const py::object& iterations_arg, const py::object& seed_arg, const py::kwargs& keys) {
   ToyConfig t;  // the ranges of `ffnlab toy`'s flags
   t.batch = int_argument("toy", "batch", batch_arg, 1, std::int64_t{1} << 20, false);
@@ -584,9 +586,22 @@ py::list toy(const py::object& config, const py::object& batch_arg, const py::ob
                fmt::format("toy: a layer of {} parameters on {} tokens (weights, gradients, "
                            "Adam's state and activations) and the log of {} iterations",
                            count_params(c), tokens, t.iterations));
-  Callback callback{py::none()};  // Ctrl-C stops it before the next iteration
-  const std::vector<ToyStep> steps =
-      run_released(callback, [&] { return run_toy(c, t, [] { return stop_requested(); }); });
+  if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
+    bad_argument("toy", "progress", "None or a callable", progress);
+  Callback callback(progress);  // Ctrl-C stops it before the next iteration
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const std::vector<ToyStep> steps = run_released(callback, [&] {
+    auto log = run_toy(
+        c, t, [] { return stop_requested(); },
+        [&](int done, const ToyStep& s) {
+          const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          callback("step", done, t.iterations, fmt::format("loss {:.4f}", s.loss),
+                   seconds / done * (t.iterations - done));
+        });
+    callback("end", t.iterations, t.iterations, std::string(), -1.0);  // ends the bar's line
+    return log;
+  });
   py::list out;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     py::dict d;
@@ -773,17 +788,10 @@ when out is given (KeyboardInterrupt).)");
       "TransformerLM(ffn=study_ffn(v, D), d_model=D) is the LM `ffnlab evolve` trains for v.");
   m.def("_evolve", &evolve, py::arg("options"), py::arg("progress") = py::none(),
         "The study (ffnlab.evolve wraps it with a progress bar)");
-  m.def("toy", &toy, py::arg("config") = py::none(), py::kw_only(), py::arg("batch") = 2,
+  m.def("_toy", &toy, py::arg("config"), py::arg("progress"), py::kw_only(), py::arg("batch") = 2,
         py::arg("seq") = 4, py::arg("dropout") = 0.1, py::arg("lr") = 1e-3,
         py::arg("iterations") = 100, py::arg("seed") = 42,
-        R"(The FFN-evolution tutorial's toy run, as `ffnlab toy` runs it for one layer: a fresh
-layer of `config` and keys (as ffnlab.FFN takes them; the default, ReLU of d_model 512 and d_ff
-2048 with biases, is the tutorial's) trained alone with Adam (lr) on one fixed random batch of
-batch x seq vectors against fixed random targets, MSE, dropout on the layer's input; seed draws
-the weights, the data and the dropout. Returns one dict per iteration: iteration, loss (the MSE,
-plus an MoE's auxiliary losses with their coefficients) and grad_norm (before the update). It
-measures how fast a layer memorises a few random vectors, not language modelling. Ctrl-C stops it
-(KeyboardInterrupt).)");
+        "The toy run of one layer (ffnlab.toy wraps it with a progress bar)");
   m.def("_plan", &plan, py::arg("options"), py::arg("cores"),
         "The study's plan on this machine (ffnlab.plan wraps it)");
   m.def(

@@ -766,6 +766,14 @@ def test_toy_is_the_commands_toy_run(tmp_path):
             ffnlab.toy(**arguments)
     with pytest.raises(TypeError):
         ffnlab.toy(None, 2)  # the settings are keywords
+    # Progress: a "step" after each iteration with its loss, then "end".
+    calls = []
+    log = ffnlab.toy(iterations=3, progress=lambda *call: calls.append(call))
+    assert [c[:3] for c in calls] == [("step", 1, 3), ("step", 2, 3), ("step", 3, 3),
+                                      ("end", 3, 3)], calls
+    assert calls[0][3] == f"loss {log[0]['loss']:.4f}" and calls[2][4] == 0, calls
+    with pytest.raises(ValueError, match="toy: progress must be True, False, None or a callable"):
+        ffnlab.toy(progress="yes")
 
 
 def test_a_progress_callback_cannot_start_another_run(corpus):
