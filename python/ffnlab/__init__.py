@@ -29,6 +29,17 @@ __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_na
            "toy", "train", "training_batches", "variant_names", "zoo"]
 
 
+def _run(work, progress, function):
+    """work(progress) with the progress the caller asked for (see _progress); a text bar's line
+    is ended however the work ends (an error or Ctrl-C ends it before its "end")."""
+    bar = _progress(progress, function)
+    try:
+        return work(bar)
+    finally:
+        if isinstance(bar, TextProgress):
+            bar.close()
+
+
 def _progress(progress, function):
     if progress is True:
         return TextProgress()
@@ -78,7 +89,7 @@ def evolve(out="report", *, quick=False, full=False, seeds=None, max_seeds=None,
     # Every argument but progress, as given: the binding checks each one (a ValueError naming it
     # and its value), so none added to the signature can be left out here.
     options = {name: value for name, value in locals().items() if name != "progress"}
-    return _ffnlab._evolve(options, _progress(progress, "evolve"))
+    return _run(lambda bar: _ffnlab._evolve(options, bar), progress, "evolve")
 
 
 def plan(*, quick=False, full=False, seeds=None, max_seeds=None, routing_seeds=None, steps=None,
@@ -117,8 +128,9 @@ def toy(config=None, *, batch=2, seq=4, dropout=0.1, lr=1e-3, iterations=100, se
     fraction of a second), True for a text bar, or a callable progress(kind, done, planned,
     text, eta_seconds) called after every iteration ("step") and at the end ("end"). The GIL is
     released while it trains; Ctrl-C stops it before the next iteration (KeyboardInterrupt)."""
-    return _ffnlab._toy(config, _progress(progress, "toy"), batch=batch, seq=seq,
-                        dropout=dropout, lr=lr, iterations=iterations, seed=seed, **keys)
+    return _run(lambda bar: _ffnlab._toy(config, bar, batch=batch, seq=seq, dropout=dropout,
+                                         lr=lr, iterations=iterations, seed=seed, **keys),
+                progress, "toy")
 
 
 def train(model, data, *, out=None, resume=None, force=False, val_fraction=None, progress=True,
@@ -141,5 +153,5 @@ def train(model, data, *, out=None, resume=None, force=False, val_fraction=None,
     released while it trains; Ctrl-C stops after the current step with a KeyboardInterrupt that
     says the step (its .log holds the steps and evaluations so far), and, in a run folder, a
     checkpoint there to resume from."""
-    return _ffnlab.train(model, data, _progress(progress, "train"), out, resume, force,
-                         val_fraction, **settings)
+    return _run(lambda bar: _ffnlab.train(model, data, bar, out, resume, force, val_fraction,
+                                          **settings), progress, "train")

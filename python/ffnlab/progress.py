@@ -1,5 +1,5 @@
-"""A text progress bar for ffnlab.evolve, ffnlab.train and ffnlab.toy: stage lines, and one bar redrawn in
-place (a terminal or a notebook's output), at most a few times a second."""
+"""A text progress bar for ffnlab.evolve, ffnlab.train and ffnlab.toy: stage lines, and one bar
+redrawn in place (a terminal or a notebook's output), at most a few times a second."""
 import sys
 import time
 
@@ -36,6 +36,11 @@ class TextProgress:
             self._open = True
         elif kind == "end":
             self._close()
+        self.stream.flush()
+
+    def close(self):
+        """Ends an open bar's line (the work stopped before its "end": an error, Ctrl-C)."""
+        self._close()
         self.stream.flush()
 
     def _close(self):

@@ -61,23 +61,21 @@ bool numpy_scalar(const py::handle& value, const char* kind) {
 
 namespace {
 
-// The OSError of `error_number`: Python makes OSError(errno, ...) that errno's subclass
-// (PermissionError, ...) with .errno set; its text stays ffnlab's one-line message (no
-// "[Errno N]" before it). A failure no errno describes (0) is a plain OSError(message).
+// Python's OSError(errno, message), as its own file calls raise it: the errno's subclass
+// (PermissionError, ...) with .errno, .strerror the message, str(e) "[Errno N] message"; it
+// pickles whole. A failure no errno describes (0) is a plain OSError(message). A message that
+// is not UTF-8 (a file name) keeps its other characters (U+FFFD for the rest).
 void raise_os_error(int error_number, const std::string& message) {
-  if (error_number == 0) {
-    PyErr_SetString(PyExc_OSError, message.c_str());
-    return;
-  }
-  PyObject* e = PyObject_CallFunction(PyExc_OSError, "is", error_number, message.c_str());
-  if (e == nullptr) return;  // (the call's own error is set)
-  // str(e) is "[Errno N] strerror" while strerror is set: deleted (it then reads None), the
-  // text is args[0].
-  if (PyObject_DelAttrString(e, "strerror") == 0) {
-    PyObject* args = Py_BuildValue("(s)", message.c_str());
-    if (args != nullptr) PyObject_SetAttrString(e, "args", args);
-    Py_XDECREF(args);
-  }
+  PyObject* text =
+      PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "replace");
+  if (text == nullptr) return;  // (its error is set: memory)
+  PyObject* args =
+      error_number == 0 ? Py_BuildValue("(O)", text) : Py_BuildValue("(iO)", error_number, text);
+  Py_DECREF(text);
+  if (args == nullptr) return;
+  PyObject* e = PyObject_Call(PyExc_OSError, args, nullptr);  // the subclass, made now
+  Py_DECREF(args);
+  if (e == nullptr) return;
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e)), e);
   Py_DECREF(e);
 }

@@ -88,9 +88,12 @@ def test_a_write_the_system_refuses_is_the_oserror_of_its_errno(tmp_path):
             ffnlab.train(lm, {str(text)!r}, out={str(tmp_path / "run")!r}, steps=1, batch=2,
                          seq=16, progress=False)
         except OSError as e:
+            import pickle
+            again = pickle.loads(pickle.dumps(e))  # (a worker process hands it on whole)
+            assert (type(again), again.errno, str(again)) == (type(e), e.errno, str(e)), again
             print("raised", type(e).__name__, e.errno == errno.EFBIG, e)
     """)
     assert status == 0, err
-    # ffnlab's message as it is, with no "[Errno 27]" before it
-    assert "raised OSError True [io] " in out, out
+    # Python's own form: "[Errno 27]" before ffnlab's message
+    assert "raised OSError True [Errno 27] [io] " in out, out
     assert "write failed (File too large)" in out, out

@@ -776,6 +776,15 @@ def test_toy_is_the_commands_toy_run(tmp_path):
         ffnlab.toy(progress="yes")
 
 
+def test_a_text_bar_ends_its_line_when_the_work_fails(capsys):
+    # A learning rate of 1e30 makes the second iteration's loss infinite: the run fails after the
+    # bar was drawn, and the error is not written at the end of the bar's line.
+    with pytest.raises(ValueError, match="is not finite"):
+        ffnlab.toy(lr=1e30, iterations=5, progress=True)
+    out = capsys.readouterr().out
+    assert out.startswith("\r[") and out.endswith("\n"), repr(out)
+
+
 def test_a_progress_callback_cannot_start_another_run(corpus):
     lm = ffnlab.TransformerLM(**SMALL)
 
