@@ -37,7 +37,10 @@ def _run(work, progress, function):
         return work(bar)
     finally:
         if isinstance(bar, TextProgress):
-            bar.close()
+            try:
+                bar.close()
+            except (OSError, ValueError):  # a stream that failed: the work's own error stands
+                pass
 
 
 def _progress(progress, function):
