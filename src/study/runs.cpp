@@ -23,6 +23,7 @@
 #include "ffnlab/study/study.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/step_log.hpp"
+#include "parallel/failure.hpp"
 #include "stage_functions.hpp"
 
 namespace ffnlab::study {
@@ -116,7 +117,7 @@ enum Tag : int {
   kJob = 1,     // 0 → r: {"index", "job", "data", "bare"}: train this run
   kStep = 2,    // r → 0: {"index", "steps", "log"}: steps done so far, the last one's log
   kDone = 3,    // r → 0: {"index", "record"}
-  kFailed = 4,  // r → 0: {"index", "error"}
+  kFailed = 4,  // r → 0: {"index", "failure"}: a RankFailure, raised on rank 0 as its kind
   kStop = 5,    // 0 → r: abandon the run in hand (another failed)
   kFinish = 6,  // 0 → r: the study is over
 };
@@ -186,7 +187,8 @@ class RemoteRanks {
     }
   }
 
-  // The messages that have arrived. Throws Error for a rank that failed, or that has said
+  // The messages that have arrived. Throws, for a rank that failed, the error of its failure's
+  // kind (a failed write on a rank exits 3 as it would alone); Error for a rank that has said
   // nothing for `timeout` seconds while it trains (`label(job)` names the run).
   template <typename Label>
   std::vector<Event> poll(Label label) {
@@ -201,8 +203,8 @@ class RemoteRanks {
       Busy& b = at->second;
       b.heard = Clock::now();
       if (tag == kFailed)
-        throw Error(fmt::format("[evolve] rank {} failed in the run '{}': {}", from, label(b.job),
-                                m.at("error").get<std::string>()));
+        RankFailure::from_json(m.at("failure"))
+            .raise(fmt::format("[evolve] rank {} failed in the run '{}': ", from, label(b.job)));
       Event e{b.job, from, 0, {}, std::nullopt};
       if (tag == kStep) {
         const std::int64_t steps = m.at("steps");
@@ -496,7 +498,8 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
     } catch (const Interrupted&) {
       throw;
     } catch (const std::exception& e) {
-      ranks.send(pack({{"index", index}, {"error", e.what()}}), 0, kFailed, "study run");
+      ranks.send(pack({{"index", index}, {"failure", RankFailure::of(e).to_json()}}), 0, kFailed,
+                 "study run");
     }
   }
 }

@@ -13,6 +13,7 @@
 #include "ffnlab/train/train_config.hpp"
 #include "hash.hpp"
 #include "json_keys.hpp"
+#include "parallel/failure.hpp"
 #include "ranges.hpp"
 
 namespace ffnlab {
@@ -51,26 +52,15 @@ bool is_checkpoint_file(std::string_view name) {
          (name.starts_with("weights-") && name.ends_with(".safetensors"));
 }
 
-// A write's outcome on this rank: its message when it failed, and whether a stop ended it (then
-// every rank stops as interrupted, exit 130, not as a failed write, exit 3).
-struct WriteFailure {
-  std::string message;
-  bool stopped = false;
-  static WriteFailure of(const std::exception& e) {
-    return {e.what(), dynamic_cast<const Interrupted*>(&e) != nullptr};
-  }
-  [[noreturn]] void raise() const {
-    if (stopped) throw Interrupted(message);
-    throw SystemError(message);
-  }
-};
-
-// Rank 0's outcome, to every rank: the message broadcast, whether a stop ended it beside it.
-WriteFailure from_rank_zero(ProcessGroup& group, WriteFailure f) {
+// Rank 0's outcome of a write, to every rank: the message broadcast, its kind and errno beside
+// it, so that every rank fails as rank 0 did (a stop as interrupted, exit 130, not as a failed
+// write, exit 3).
+RankFailure from_rank_zero(ProcessGroup& group, RankFailure f) {
   group.broadcast(f.message, "checkpoint");
-  std::vector<std::int64_t> stopped{f.stopped ? 1 : 0};
-  group.allreduce_max(stopped, "checkpoint");
-  f.stopped = stopped[0] != 0;
+  std::vector<std::int64_t> code{static_cast<std::int64_t>(f.kind), f.error_number};
+  group.allreduce_max(code, "checkpoint");  // the other ranks give zeros
+  f.kind = static_cast<RankFailure::Kind>(code[0]);
+  f.error_number = static_cast<int>(code[1]);
   return f;
 }
 
@@ -94,15 +84,15 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   group->allreduce_max(hi, "weights check");
   check(lo == hi, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
   // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
-  WriteFailure failure;
+  RankFailure failure;
   if (group->rank() == 0) try {
       write(dir, step);
-    } catch (const Error& e) {
-      failure = WriteFailure::of(e);
+    } catch (const std::exception& e) {  // every rank must reach the exchanges below
+      failure = RankFailure::of(e);
     }
   failure = from_rank_zero(*group, failure);
   plan_.release_unheld_experts(ExpertState::with_moments, step);
-  if (!failure.message.empty()) failure.raise();
+  if (failure.failed()) failure.raise();
 }
 
 void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step) {
@@ -137,23 +127,23 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   // Rank 0 prepares the folder before anyone writes: it removes a killed run's temporaries, and
   // parts of this step an earlier attempt left (so that a part found there below is this
   // attempt's).
-  std::string prepared;
+  RankFailure prepared;
   if (group.rank() == 0) try {
       std::error_code ec;
       fs::create_directories(dir, ec);
-      if (ec) fail_system("[checkpoint] cannot create '{}': {}", dir, ec.message());
+      if (ec) fail_errno(ec.value(), "[checkpoint] cannot create '{}': {}", dir, ec.message());
       remove_stale_temporaries(dir, is_checkpoint_file);
       for (int q = 1; q < eg.size(); ++q) fs::remove(fs::path(dir) / shard_name(q), ec);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      prepared = e.what();
+      prepared = RankFailure::of(e);
     }
-  group.broadcast(prepared, "checkpoint");
-  if (!prepared.empty()) throw SystemError(prepared);
+  prepared = from_rank_zero(group, prepared);
+  if (prepared.failed()) prepared.raise();
 
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
   // Whether any rank's part failed, the last such rank, and whether a stop ended a part.
-  WriteFailure failure;
+  RankFailure failure;
   std::vector<std::int64_t> failed{0, -1, 0};
   if (writes) try {
       if (eg.rank() == 0)
@@ -163,12 +153,12 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
         write_weights((fs::path(dir) / shard_name(eg.rank())).string(), step,
                       [&](const Parameter& p) { return plan_.is_expert(p); });
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      failure = WriteFailure::of(e);
-      failed = {1, group.rank(), failure.stopped ? 1 : 0};
+      failure = RankFailure::of(e);
+      failed = {1, group.rank(), failure.kind == RankFailure::Kind::interrupted ? 1 : 0};
     }
   group.allreduce_max(failed, "checkpoint");
   // checkpoint.json last, once every part is written: until then the last one stands.
-  WriteFailure info_failure;
+  RankFailure info_failure;
   if (failed[0] == 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) {
@@ -182,18 +172,18 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
       }
       write_info(dir, step, weights, shards);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      info_failure = WriteFailure::of(e);
+      info_failure = RankFailure::of(e);
     }
   info_failure = from_rank_zero(group, info_failure);
-  if (!failure.message.empty()) failure.raise();  // this rank's own part failed
-  if (failed[0] != 0) {  // another rank's part: a stop ends every rank as one
+  if (failure.failed()) failure.raise();  // this rank's own part failed
+  if (failed[0] != 0) {                   // another rank's part: a stop ends every rank as one
     const std::string why = fmt::format(
         "[checkpoint] rank {} could not write its experts ({}); no checkpoint written",
         static_cast<int>(failed[1]), failed[2] != 0 ? "a stop ended it" : "its message says why");
     if (failed[2] != 0) throw Interrupted(why);
-    fail("{}", why);
+    fail_system("{}", why);
   }
-  if (!info_failure.message.empty()) info_failure.raise();
+  if (info_failure.failed()) info_failure.raise();
 }
 
 void CheckpointIO::write(const std::string& dir, std::int64_t step) const {

@@ -5,11 +5,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <new>
 #include <random>
+#include <system_error>
+#include <typeinfo>
 
+#include "../../src/parallel/failure.hpp"
+#include "../common/test_util.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/interrupt.hpp"
@@ -333,6 +340,16 @@ LMConfig tiny_model(const FFNConfig& ffn) {
   c.ffn = ffn;
   return c;
 }
+// The tiny model's FFN for a checkpoint over 2 ranks: ReLU, or for expert parallelism an MoE of
+// 2 experts (one a rank), top-1.
+FFNConfig checkpoint_ffn(bool expert_parallel) {
+  FFNConfig ffn = variant_config(expert_parallel ? "moe" : "relu", 8, 16, true);
+  if (expert_parallel) {
+    ffn.moe.num_experts = 2;
+    ffn.moe.top_k = 1;
+  }
+  return ffn;
+}
 TrainConfig tiny_training(std::int64_t batch) {
   TrainConfig t;
   t.batch = batch;
@@ -453,12 +470,7 @@ TEST(DataParallel, AStopDuringTheCheckpointStopsEveryRankAsInterrupted) {
   // Rank 0 writes the whole checkpoint; expert parallel, each rank its part.
   for (const bool expert_parallel : {false, true}) {
     SCOPED_TRACE(expert_parallel ? "expert parallel" : "data parallel");
-    FFNConfig ffn = variant_config(expert_parallel ? "moe" : "relu", 8, 16, true);
-    if (expert_parallel) {
-      ffn.moe.num_experts = 2;
-      ffn.moe.top_k = 1;
-    }
-    const LMConfig c = tiny_model(ffn);
+    const LMConfig c = tiny_model(checkpoint_ffn(expert_parallel));
     std::vector<std::string> caught(2);
     set_write_stop_grace(0);
     request_stop(0);
@@ -479,6 +491,116 @@ TEST(DataParallel, AStopDuringTheCheckpointStopsEveryRankAsInterrupted) {
     std::filesystem::remove_all(dir);
     EXPECT_EQ(caught, (std::vector<std::string>{"interrupted", "interrupted"}));
   }
+}
+
+// A failure crosses from rank to rank as its kind (the exit status: 1 input, 2 usage, 3 the
+// system, 130 a stop) and errno: the study's work queue sends it as JSON.
+TEST(DataParallel, AFailureCrossesRanksWithItsKindAndErrno) {
+  const auto crossed = [](const std::exception& e) {
+    const RankFailure f = RankFailure::from_json(RankFailure::of(e).to_json());
+    try {
+      f.raise("[evolve] rank 1: ");
+    } catch (const std::exception&) {
+      return std::current_exception();
+    }
+    return std::exception_ptr();
+  };
+  const auto expect_raised = [&](const std::exception& e, const std::string& message,
+                                 auto is_kind) {
+    const std::exception_ptr p = crossed(e);
+    ASSERT_TRUE(p) << e.what();
+    try {
+      std::rethrow_exception(p);
+    } catch (const std::exception& raised) {
+      EXPECT_TRUE(is_kind(raised)) << raised.what();
+      EXPECT_EQ(std::string(raised.what()), "[evolve] rank 1: " + message);
+    }
+  };
+  expect_raised(SystemError("[io] cannot write 'x'", EFBIG), "[io] cannot write 'x'",
+                [](const std::exception& r) {
+                  const auto* s = dynamic_cast<const SystemError*>(&r);
+                  return s && s->error_number() == EFBIG;
+                });
+  expect_raised(std::bad_alloc(), "out of memory", [](const std::exception& r) {
+    return dynamic_cast<const SystemError*>(&r) != nullptr;
+  });
+  expect_raised(UsageError("[train] --steps conflicts"), "[train] --steps conflicts",
+                [](const std::exception& r) { return dynamic_cast<const UsageError*>(&r); });
+  expect_raised(Interrupted("[train] stopped"), "[train] stopped",
+                [](const std::exception& r) { return dynamic_cast<const Interrupted*>(&r); });
+  expect_raised(Error("[moe] top_k = 9 exceeds num_experts = 8"),
+                "[moe] top_k = 9 exceeds num_experts = 8",
+                [](const std::exception& r) { return typeid(r) == typeid(Error); });
+  // A file-system error: a path that leads nowhere is refused input, another the system's.
+  const std::filesystem::filesystem_error missing(
+      "open", "/nowhere/x", std::make_error_code(std::errc::no_such_file_or_directory));
+  expect_raised(missing, filesystem_error_text(missing),
+                [](const std::exception& r) { return typeid(r) == typeid(Error); });
+  const std::filesystem::filesystem_error full("write", "/x",
+                                               std::make_error_code(std::errc::no_space_on_device));
+  expect_raised(full, filesystem_error_text(full), [](const std::exception& r) {
+    const auto* s = dynamic_cast<const SystemError*>(&r);
+    return s && s->error_number() == ENOSPC;
+  });
+}
+
+// A checkpoint that cannot be written fails every rank as the writer failed: the system's
+// error (exit 3) with its errno, whether rank 0 writes it all or each rank its experts' part.
+TEST(DataParallel, AFailedCheckpointWriteFailsEveryRankWithTheWritersErrno) {
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
+  const test::ScratchDir scratch("dp-write");
+  std::ofstream(scratch.path / "file") << "x";
+  const std::string dir = (scratch.path / "file" / "checkpoint").string();  // under a file
+  for (const bool expert_parallel : {false, true}) {
+    SCOPED_TRACE(expert_parallel ? "expert parallel" : "data parallel");
+    const LMConfig c = tiny_model(checkpoint_ffn(expert_parallel));
+    std::vector<int> errnos(2, -1);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      const HeldExperts held = expert_parallel ? held_by_rank(2, 2, g.rank()) : HeldExperts{};
+      TransformerLM model(c, 1, held);
+      Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}, 0});
+      try {
+        trainer.save(dir);
+      } catch (const SystemError& e) {
+        errnos[g.rank()] = e.error_number();
+      }
+    });
+    EXPECT_EQ(errnos, (std::vector<int>{ENOTDIR, ENOTDIR}));
+  }
+}
+
+// Expert parallel: one rank's part that cannot be written (a folder stands at its name) fails
+// that rank with its errno, and every other rank as the system's error too, naming the rank.
+TEST(DataParallel, ARanksFailedPartFailsEveryRankAsTheSystems) {
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
+  const test::ScratchDir scratch("dp-part");
+  const std::string dir = (scratch.path / "checkpoint").string();
+  // rank 1's part at step 0; a file in it keeps the checkpoint's clean-up from removing it
+  std::filesystem::create_directories(std::filesystem::path(dir) /
+                                      "weights-00000000-experts-1.safetensors" / "x");
+  const LMConfig c = tiny_model(checkpoint_ffn(true));
+  std::vector<std::string> caught(2);
+  std::vector<int> errnos(2, -1);
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
+    Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
+    try {
+      trainer.save(dir);
+    } catch (const SystemError& e) {
+      caught[g.rank()] = e.what();
+      errnos[g.rank()] = e.error_number();
+    } catch (const std::exception& e) {
+      caught[g.rank()] = e.what();
+    }
+  });
+  EXPECT_EQ(errnos[0], 0) << "a SystemError, whose errno is rank 1's to tell: " << caught[0];
+  EXPECT_EQ(errnos[1], EISDIR) << "rank 1's own error: " << caught[1];
+  EXPECT_NE(caught[0].find("rank 1 could not write its experts"), std::string::npos) << caught[0];
+  EXPECT_NE(caught[1].find("weights-00000000-experts-1.safetensors"), std::string::npos)
+      << caught[1];
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / "checkpoint.json"));
 }
 
 // Expert groups on 4 ranks: the experts split over groups of 2 (2 replicas) or of 4, or each

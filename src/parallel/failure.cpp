@@ -1,0 +1,63 @@
+// RankFailure: a failure's kind, errno and message, from one rank to another.
+#include "parallel/failure.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
+#include "ffnlab/io/files.hpp"
+
+namespace ffnlab {
+
+RankFailure RankFailure::of(const std::exception& e) {
+  using K = Kind;
+  if (dynamic_cast<const Interrupted*>(&e)) return {K::interrupted, 0, e.what()};
+  if (dynamic_cast<const UsageError*>(&e)) return {K::usage, 0, e.what()};
+  if (const auto* s = dynamic_cast<const SystemError*>(&e))
+    return {K::system, s->error_number(), e.what()};
+  if (dynamic_cast<const Error*>(&e)) return {K::input, 0, e.what()};
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return {K::system, 0, "out of memory"};
+  if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e))
+    return {path_leads_nowhere(*f) ? K::input : K::system, f->code().value(),
+            filesystem_error_text(*f)};
+  if (const auto* s = dynamic_cast<const std::system_error*>(&e)) {
+    const bool os = s->code().category() == std::generic_category() ||
+                    s->code().category() == std::system_category();
+    return {K::system, os ? s->code().value() : 0, fmt::format("[io] {}", e.what())};
+  }
+  return {K::system, 0, e.what()};
+}
+
+void RankFailure::raise(std::string_view prefix) const {
+  const std::string what = fmt::format("{}{}", prefix, message);
+  switch (kind) {
+    case Kind::interrupted:
+      throw Interrupted(what);
+    case Kind::usage:
+      throw UsageError(what);
+    case Kind::system:
+      throw SystemError(what, error_number);
+    case Kind::none:
+    case Kind::input:
+      break;
+  }
+  throw Error(what);
+}
+
+nlohmann::json RankFailure::to_json() const {
+  return {{"kind", static_cast<std::int64_t>(kind)}, {"errno", error_number}, {"message", message}};
+}
+
+RankFailure RankFailure::from_json(const nlohmann::json& j) {
+  const std::int64_t k = j.at("kind");
+  const bool known = k >= 0 && k <= static_cast<std::int64_t>(Kind::interrupted);
+  return {known ? static_cast<Kind>(k) : Kind::system, j.at("errno").get<int>(),
+          j.at("message").get<std::string>()};
+}
+
+}  // namespace ffnlab
