@@ -19,11 +19,11 @@
 #include <thread>
 
 #include "check.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/study/study.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/step_log.hpp"
-#include "parallel/failure.hpp"
 #include "stage_functions.hpp"
 
 namespace ffnlab::study {
@@ -117,7 +117,7 @@ enum Tag : int {
   kJob = 1,     // 0 → r: {"index", "job", "data", "bare"}: train this run
   kStep = 2,    // r → 0: {"index", "steps", "log"}: steps done so far, the last one's log
   kDone = 3,    // r → 0: {"index", "record"}
-  kFailed = 4,  // r → 0: {"index", "failure"}: a RankFailure, raised on rank 0 as its kind
+  kFailed = 4,  // r → 0: {"index", "failure"}: a Failure, raised on rank 0 as its kind
   kStop = 5,    // 0 → r: abandon the run in hand (another failed)
   kFinish = 6,  // 0 → r: the study is over
 };
@@ -203,7 +203,7 @@ class RemoteRanks {
       Busy& b = at->second;
       b.heard = Clock::now();
       if (tag == kFailed)
-        RankFailure::from_json(m.at("failure"))
+        Failure::from_json(m.at("failure"))
             .raise(fmt::format("[evolve] rank {} failed in the run '{}': ", from, label(b.job)));
       Event e{b.job, from, 0, {}, std::nullopt};
       if (tag == kStep) {
@@ -498,7 +498,7 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
     } catch (const Interrupted&) {
       throw;
     } catch (const std::exception& e) {
-      ranks.send(pack({{"index", index}, {"failure", RankFailure::of(e).to_json()}}), 0, kFailed,
+      ranks.send(pack({{"index", index}, {"failure", Failure::of(e).to_json()}}), 0, kFailed,
                  "study run");
     }
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/io/safetensors.hpp"
@@ -13,7 +14,6 @@
 #include "ffnlab/train/train_config.hpp"
 #include "hash.hpp"
 #include "json_keys.hpp"
-#include "parallel/failure.hpp"
 #include "ranges.hpp"
 
 namespace ffnlab {
@@ -54,12 +54,13 @@ bool is_checkpoint_file(std::string_view name) {
 
 // Rank 0's outcome of a write, to every rank: the message broadcast, its kind and errno beside
 // it, so that every rank fails as rank 0 did (a stop as interrupted, exit 130, not as a failed
-// write, exit 3).
-RankFailure from_rank_zero(ProcessGroup& group, RankFailure f) {
+// write, exit 3). Another rank's `f` is not read.
+Failure from_rank_zero(ProcessGroup& group, Failure f) {
+  if (group.rank() != 0) f = {};
   group.broadcast(f.message, "checkpoint");
   std::vector<std::int64_t> code{static_cast<std::int64_t>(f.kind), f.error_number};
   group.allreduce_max(code, "checkpoint");  // the other ranks give zeros
-  f.kind = static_cast<RankFailure::Kind>(code[0]);
+  f.kind = static_cast<Failure::Kind>(code[0]);
   f.error_number = static_cast<int>(code[1]);
   return f;
 }
@@ -84,11 +85,11 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   group->allreduce_max(hi, "weights check");
   check(lo == hi, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
   // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
-  RankFailure failure;
+  Failure failure;
   if (group->rank() == 0) try {
       write(dir, step);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      failure = RankFailure::of(e);
+      failure = Failure::of(e);
     }
   failure = from_rank_zero(*group, failure);
   plan_.release_unheld_experts(ExpertState::with_moments, step);
@@ -127,7 +128,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   // Rank 0 prepares the folder before anyone writes: it removes a killed run's temporaries, and
   // parts of this step an earlier attempt left (so that a part found there below is this
   // attempt's).
-  RankFailure prepared;
+  Failure prepared;
   if (group.rank() == 0) try {
       std::error_code ec;
       fs::create_directories(dir, ec);
@@ -135,7 +136,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
       remove_stale_temporaries(dir, is_checkpoint_file);
       for (int q = 1; q < eg.size(); ++q) fs::remove(fs::path(dir) / shard_name(q), ec);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      prepared = RankFailure::of(e);
+      prepared = Failure::of(e);
     }
   prepared = from_rank_zero(group, prepared);
   if (prepared.failed()) prepared.raise();
@@ -143,7 +144,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
   // Whether any rank's part failed, the last such rank, and whether a stop ended a part.
-  RankFailure failure;
+  Failure failure;
   std::vector<std::int64_t> failed{0, -1, 0};
   if (writes) try {
       if (eg.rank() == 0)
@@ -153,12 +154,19 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
         write_weights((fs::path(dir) / shard_name(eg.rank())).string(), step,
                       [&](const Parameter& p) { return plan_.is_expert(p); });
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      failure = RankFailure::of(e);
-      failed = {1, group.rank(), failure.kind == RankFailure::Kind::interrupted ? 1 : 0};
+      failure = Failure::of(e);
+      failed = {1, group.rank(), failure.kind == Failure::Kind::interrupted ? 1 : 0};
     }
   group.allreduce_max(failed, "checkpoint");
+  // That rank's kind and errno, to every rank: all fail as it did (every rank knows `failed`).
+  std::vector<std::int64_t> code{0, 0};
+  if (failed[0] != 0) {
+    if (group.rank() == failed[1])
+      code = {static_cast<std::int64_t>(failure.kind), failure.error_number};
+    group.allreduce_max(code, "checkpoint");
+  }
   // checkpoint.json last, once every part is written: until then the last one stands.
-  RankFailure info_failure;
+  Failure info_failure;
   if (failed[0] == 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) {
@@ -172,7 +180,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
       }
       write_info(dir, step, weights, shards);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      info_failure = RankFailure::of(e);
+      info_failure = Failure::of(e);
     }
   info_failure = from_rank_zero(group, info_failure);
   if (failure.failed()) failure.raise();  // this rank's own part failed
@@ -181,7 +189,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
         "[checkpoint] rank {} could not write its experts ({}); no checkpoint written",
         static_cast<int>(failed[1]), failed[2] != 0 ? "a stop ended it" : "its message says why");
     if (failed[2] != 0) throw Interrupted(why);
-    fail_system("{}", why);
+    Failure{static_cast<Failure::Kind>(code[0]), static_cast<int>(code[1]), why}.raise();
   }
   if (info_failure.failed()) info_failure.raise();
 }

@@ -13,14 +13,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <limits>
-#include <new>
 #include <regex>
 #include <sstream>
 #include <system_error>
 
+#include "ffnlab/failure.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/limits.hpp"
@@ -41,13 +40,6 @@ int report(const char* kind, const std::string& message, int status) {
   std::fprintf(stderr, "%s: %s: %s\n", g_program, kind, line.c_str());
   std::fflush(stderr);
   return status;
-}
-
-// A file-system error: a path that leads nowhere was refused input (exit 1); anything else is
-// the system (exit 3).
-int report_filesystem(const std::filesystem::filesystem_error& e) {
-  return report("error", filesystem_error_text(e),
-                path_leads_nowhere(e) ? kExitInput : kExitSystem);
 }
 
 // CLI11's count messages in the words of the rest of ffnlab's: "--steps: At Most 1 required but
@@ -78,22 +70,21 @@ int report_error(const std::exception_ptr& error) {
     std::rethrow_exception(error);
   } catch (const CLI::ParseError& e) {
     return report("usage error", usage_words(e.what()), kExitUsage);
-  } catch (const UsageError& e) {
-    return report("usage error", e.what(), kExitUsage);
-  } catch (const Interrupted& e) {
-    return report("interrupted", e.what(), kExitInterrupted);
-  } catch (const ffnlab::SystemError& e) {
-    return report("error", e.what(), kExitSystem);
-  } catch (const ffnlab::Error& e) {
-    return report("error", e.what(), kExitInput);
-  } catch (const std::bad_alloc&) {
-    return report("error", "out of memory", kExitSystem);
-  } catch (const std::filesystem::filesystem_error& e) {
-    return report_filesystem(e);
-  } catch (const std::system_error& e) {  // fmt's failed writes to stdout, among others
-    return report("error", fmt::format("[io] {}", e.what()), kExitSystem);
-  } catch (const std::exception& e) {
-    return report("error", e.what(), kExitSystem);
+  } catch (const std::exception& e) {  // its kind: ffnlab/failure.hpp
+    using K = Failure::Kind;
+    const Failure f = Failure::of(e);
+    switch (f.kind) {
+      case K::usage:
+        return report("usage error", f.message, kExitUsage);
+      case K::interrupted:
+        return report("interrupted", f.message, kExitInterrupted);
+      case K::input:
+        return report("error", f.message, kExitInput);
+      case K::none:
+      case K::system:
+        break;
+    }
+    return report("error", f.message, kExitSystem);
   } catch (...) {
     return report("error", "unknown exception", kExitSystem);
   }

@@ -1,5 +1,5 @@
-// RankFailure: a failure's kind, errno and message, from one rank to another.
-#include "parallel/failure.hpp"
+// Failure: an exception's kind, errno and message (include/ffnlab/failure.hpp).
+#include "ffnlab/failure.hpp"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 
 namespace ffnlab {
 
-RankFailure RankFailure::of(const std::exception& e) {
+Failure Failure::of(const std::exception& e) {
   using K = Kind;
   if (dynamic_cast<const Interrupted*>(&e)) return {K::interrupted, 0, e.what()};
   if (dynamic_cast<const UsageError*>(&e)) return {K::usage, 0, e.what()};
@@ -25,7 +25,7 @@ RankFailure RankFailure::of(const std::exception& e) {
   if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e))
     return {path_leads_nowhere(*f) ? K::input : K::system, f->code().value(),
             filesystem_error_text(*f)};
-  if (const auto* s = dynamic_cast<const std::system_error*>(&e)) {
+  if (const auto* s = dynamic_cast<const std::system_error*>(&e)) {  // fmt's failed writes
     const bool os = s->code().category() == std::generic_category() ||
                     s->code().category() == std::system_category();
     return {K::system, os ? s->code().value() : 0, fmt::format("[io] {}", e.what())};
@@ -33,7 +33,7 @@ RankFailure RankFailure::of(const std::exception& e) {
   return {K::system, 0, e.what()};
 }
 
-void RankFailure::raise(std::string_view prefix) const {
+void Failure::raise(std::string_view prefix) const {
   const std::string what = fmt::format("{}{}", prefix, message);
   switch (kind) {
     case Kind::interrupted:
@@ -42,20 +42,21 @@ void RankFailure::raise(std::string_view prefix) const {
       throw UsageError(what);
     case Kind::system:
       throw SystemError(what, error_number);
-    case Kind::none:
     case Kind::input:
+      throw Error(what);
+    case Kind::none:
       break;
   }
-  throw Error(what);
+  throw Error(fmt::format("[failure] raised without a failure: {}", what));  // a caller's bug
 }
 
-nlohmann::json RankFailure::to_json() const {
+nlohmann::json Failure::to_json() const {
   return {{"kind", static_cast<std::int64_t>(kind)}, {"errno", error_number}, {"message", message}};
 }
 
-RankFailure RankFailure::from_json(const nlohmann::json& j) {
+Failure Failure::from_json(const nlohmann::json& j) {
   const std::int64_t k = j.at("kind");
-  const bool known = k >= 0 && k <= static_cast<std::int64_t>(Kind::interrupted);
+  const bool known = k > 0 && k <= static_cast<std::int64_t>(Kind::interrupted);
   return {known ? static_cast<Kind>(k) : Kind::system, j.at("errno").get<int>(),
           j.at("message").get<std::string>()};
 }

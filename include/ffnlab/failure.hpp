@@ -1,0 +1,40 @@
+// What kind of failure an exception is, in one place: the command line's exit status and error
+// line come from it (tools/ffnlab/common.cpp, report_error), and so does what one MPI rank tells
+// another of a failure, so that the rank that reports it raises the same kind of error and the
+// job ends with the status it would end with alone. Kinds and statuses: include/ffnlab/error.hpp.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+
+namespace ffnlab {
+
+struct Failure {
+  enum class Kind : std::int64_t {
+    none = 0,         // no failure
+    input = 1,        // refused input: Error (exit 1)
+    usage = 2,        // UsageError (exit 2)
+    system = 3,       // SystemError, memory, a file-system or other system error (exit 3)
+    interrupted = 4,  // Interrupted (exit 130)
+  };
+  Kind kind = Kind::none;
+  int error_number = 0;  // the errno that says why (0: none does)
+  std::string message;   // the error line's text
+
+  // ffnlab's errors as their class says; std::bad_alloc is the system's ("out of memory"); a
+  // file-system error is refused input when its path leads nowhere (path_leads_nowhere), else
+  // the system's; any other std::system_error or exception is the system's.
+  static Failure of(const std::exception& e);
+  bool failed() const { return kind != Kind::none; }
+  // Throws the failure as the exception of its kind, with `prefix` before its message.
+  [[noreturn]] void raise(std::string_view prefix = {}) const;
+
+  // For a message between ranks: {"kind", "errno", "message"} (an unknown kind reads as system).
+  nlohmann::json to_json() const;
+  static Failure from_json(const nlohmann::json& j);
+};
+
+}  // namespace ffnlab
