@@ -185,10 +185,14 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   info_failure = from_rank_zero(group, info_failure);
   if (failure.failed()) failure.raise();  // this rank's own part failed
   if (failed[0] != 0) {                   // another rank's part: a stop ends every rank as one
+    // (A stop on any rank outranks another's failure; the rank named is the last that failed.)
+    if (failed[2] != 0)
+      throw Interrupted(
+          "[checkpoint] a stop ended the writing of the experts' parts; no checkpoint written");
     const std::string why = fmt::format(
-        "[checkpoint] rank {} could not write its experts ({}); no checkpoint written",
-        static_cast<int>(failed[1]), failed[2] != 0 ? "a stop ended it" : "its message says why");
-    if (failed[2] != 0) throw Interrupted(why);
+        "[checkpoint] rank {} could not write its experts (its message says why); no checkpoint "
+        "written",
+        static_cast<int>(failed[1]));
     Failure{static_cast<Failure::Kind>(code[0]), static_cast<int>(code[1]), why}.raise();
   }
   if (info_failure.failed()) info_failure.raise();
