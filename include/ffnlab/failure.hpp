@@ -1,7 +1,8 @@
 // What kind of failure an exception is, in one place: the command line's exit status and error
 // line come from it (tools/ffnlab/common.cpp, report_error), and so does what one MPI rank tells
 // another of a failure, so that the rank that reports it raises the same kind of error and the
-// job ends with the status it would end with alone. Kinds and statuses: include/ffnlab/error.hpp.
+// job ends with the status it would end with alone; Python's exceptions come from it too. The
+// kinds and statuses: include/ffnlab/error.hpp and interrupt.hpp.
 #pragma once
 
 #include <cstdint>

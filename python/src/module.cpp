@@ -15,19 +15,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <system_error>
 
 #include "arrays.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/config_flags.hpp"
 #include "ffnlab/error.hpp"
-#include "ffnlab/interrupt.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/io/ffn_io.hpp"
-#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/feed_forward.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
@@ -464,21 +463,26 @@ PYBIND11_MODULE(_ffnlab, m) {
   m.doc() = "ffnlab's FFN and MoE layers on numpy arrays (docs/python.md)";
   m.attr("__version__") = FFNLAB_VERSION;
 
+  // ffnlab's errors and the system's (a file-system error among them) take the kind the command
+  // line gives them (Failure::of, its exit statuses), as Python's exceptions: refused input and
+  // usage ValueError (a path that leads nowhere too), the system's the OSError of its errno, a
+  // stop KeyboardInterrupt. A JSON error is a config's ValueError; anything else is pybind11's
+  // (std::bad_alloc: MemoryError).
   py::register_exception_translator([](std::exception_ptr p) {
+    const auto raise = [](const Failure& f) {
+      if (f.kind == Failure::Kind::interrupted)
+        PyErr_SetString(PyExc_KeyboardInterrupt, f.message.c_str());
+      else if (f.kind == Failure::Kind::system)
+        raise_os_error(f.error_number, f.message);
+      else
+        PyErr_SetString(PyExc_ValueError, f.message.c_str());
+    };
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const Interrupted& e) {
-      PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
-    } catch (const SystemError& e) {
-      raise_os_error(e.error_number(), e.what());
-    } catch (const std::filesystem::filesystem_error& e) {  // a path the system refused
-      // A path that leads nowhere is refused input, as the command line's exit status 1.
-      if (path_leads_nowhere(e))
-        PyErr_SetString(PyExc_ValueError, filesystem_error_text(e).c_str());
-      else
-        raise_os_error(e.code().value(), filesystem_error_text(e));
     } catch (const Error& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      raise(Failure::of(e));
+    } catch (const std::system_error& e) {  // std::filesystem::filesystem_error among them
+      raise(Failure::of(e));
     } catch (const nlohmann::json::exception& e) {
       PyErr_SetString(PyExc_ValueError, (std::string("[config] ") + e.what()).c_str());
     }

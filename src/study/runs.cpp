@@ -168,8 +168,9 @@ class RemoteRanks {
   }
   bool busy() const { return !busy_.empty(); }
 
-  // Hands jobs to the idle ranks while `next()` gives one (a job index, or none). Throws Error
-  // naming the run (`label(job)`) for a rank that does not take it within the timeout.
+  // Hands jobs to the idle ranks while `next()` gives one (a job index, or none). A send that
+  // fails (a rank that does not take the run within the timeout) is thrown as its own kind,
+  // naming the run (`label(job)`).
   template <typename Next, typename Describe, typename Label>
   void hand_out(Next next, Describe describe, Label label) {
     while (!idle_.empty()) {
@@ -181,15 +182,16 @@ class RemoteRanks {
       try {
         ranks_.send(pack(describe(*job)), r, kJob, "study run");
       } catch (const std::exception& e) {
-        throw Error(fmt::format("[evolve] rank {} did not take the run '{}': {}", r, label(*job),
-                                e.what()));
+        Failure::of(e).raise(
+            fmt::format("[evolve] rank {} did not take the run '{}': ", r, label(*job)));
       }
     }
   }
 
   // The messages that have arrived. Throws, for a rank that failed, the error of its failure's
-  // kind (a failed write on a rank exits 3 as it would alone); Error for a rank that has said
-  // nothing for `timeout` seconds while it trains (`label(job)` names the run).
+  // kind (a failed write on a rank exits 3 as it would alone); SystemError, as training's own
+  // exchanges do, for a rank that has said nothing for `timeout` seconds while it trains
+  // (`label(job)` names the run).
   template <typename Label>
   std::vector<Event> poll(Label label) {
     std::vector<Event> out;
@@ -224,10 +226,10 @@ class RemoteRanks {
     const auto now = Clock::now();
     for (const auto& [r, b] : busy_)
       if (std::chrono::duration<double>(now - b.heard).count() > timeout_)
-        throw Error(fmt::format(
+        fail_system(
             "[evolve] rank {} has said nothing for {} s while training the run '{}': it has "
             "stopped or hangs (--dist-timeout sets the wait)",
-            r, timeout_, label(b.job)));
+            r, timeout_, label(b.job));
     return out;
   }
 

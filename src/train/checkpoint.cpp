@@ -143,7 +143,8 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
 
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
-  // Whether any rank's part failed, the last such rank, and whether a stop ended a part.
+  // Whether any rank's part failed, the highest-numbered such rank, and whether a stop ended a
+  // part.
   Failure failure;
   std::vector<std::int64_t> failed{0, -1, 0};
   if (writes) try {
@@ -185,7 +186,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   info_failure = from_rank_zero(group, info_failure);
   if (failure.failed()) failure.raise();  // this rank's own part failed
   if (failed[0] != 0) {                   // another rank's part: a stop ends every rank as one
-    // (A stop on any rank outranks another's failure; the rank named is the last that failed.)
+    // (A stop on any rank outranks another's failure; the rank named is the highest-numbered that failed.)
     if (failed[2] != 0)
       throw Interrupted(
           "[checkpoint] a stop ended the writing of the experts' parts; no checkpoint written");

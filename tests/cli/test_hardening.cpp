@@ -316,6 +316,22 @@ TEST_F(Hardening, OutOfMemoryIsOneLineWithExitStatus3) {
   EXPECT_FALSE(fs::exists(path("y.st")));
 }
 
+// A file-size limit (ulimit -f: 8 KiB in sh's 512-byte blocks) fails the checkpoint's write with
+// EFBIG: exit 3 and one line naming the file, instead of SIGXFSZ ending the process mid-write;
+// the logs below the limit are written, and no checkpoint is claimed.
+TEST_F(Hardening, AFileSizeLimitFailsTheWriteWithExitStatus3) {
+  write("text", text_of(30));
+  const Outcome r = run("train --data " + path("text") +
+                            " --d-model 32 --layers 2 --heads 2 --seq 32 --batch 4 --steps 3 "
+                            "--eval-every 0 --sample 0 --threads 1 --out " +
+                            path("run"),
+                        "ulimit -f 16; ");
+  expect_failure(r, 3, "ffnlab: error: [io] ", "write failed (File too large)");
+  EXPECT_NE(r.err.find("no checkpoint was written"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(path("run") + "/train_log.csv"));
+  EXPECT_FALSE(fs::exists(path("run") + "/checkpoint/checkpoint.json"));
+}
+
 TEST_F(Hardening, HostileCheckpointsAreRefused) {
   write("text", text_of(30));
   const std::string common = "train --data " + path("text") + kTiny;

@@ -403,6 +403,18 @@ std::pair<Outcome, double> run_with_stray_rank(Distributed& t, const std::string
   return {r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
+// Rank 0's checkpoint write fails (a file-size limit: EFBIG): every rank raises rank 0's error
+// as the system's, and the job ends with exit status 3, as one process would. (TCP between the
+// ranks: under the limit OpenMPI's shared memory would not start.)
+TEST_F(Distributed, AFailedCheckpointWriteEndsTheJobWithExitStatus3) {
+  const Outcome r = run(kRun + "--out " + path("a") + "'",
+                        kMpirun + "--mca btl self,tcp -np 2 sh -c 'ulimit -f 16; exec ");
+  EXPECT_EQ(r.status, 3) << r.err;
+  const std::string line = "write failed (File too large); no checkpoint was written";
+  EXPECT_NE(r.err.find(line), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("a") + "/checkpoint/checkpoint.json"));
+}
+
 // A rank that never answers: the other gives up after --dist-timeout and ends the job.
 TEST_F(Distributed, HungRankEndsTheRunAfterTheTimeout) {
   const auto [r, seconds] = run_with_stray_rank(*this, "silent", 3);

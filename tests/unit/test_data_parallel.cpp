@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <system_error>
 #include <typeinfo>

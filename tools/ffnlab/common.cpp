@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,10 +21,8 @@
 #include <system_error>
 
 #include "ffnlab/failure.hpp"
-#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/ffn_config.hpp"
 #include "ffnlab/limits.hpp"
-#include "interrupt.hpp"
 
 namespace ffnlab::cli {
 
@@ -100,6 +99,10 @@ void refuse_switch_values(CLI::App& app) {
 
 int run_program(const char* program, CLI::App& app, int argc, char** argv, bool switch_values) {
   g_program = program;
+  // Past a file-size limit (ulimit -f) the write fails with EFBIG, reported as the system's
+  // error with the file named (exit 3; the earlier file kept), instead of SIGXFSZ ending the
+  // process mid-write without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (!switch_values) refuse_switch_values(app);
   try {
     app.parse(argc, argv);
