@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -217,6 +218,9 @@ int main(int argc, char** argv) {
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, ptrs.data());
     if (n > 1) throw cli::UsageError(fmt::format("{}: not taken by Google Benchmark", ptrs[1]));
+    // Google Benchmark does not check its writes to --benchmark_out: past a file-size limit the
+    // signal ends the process (run_program ignores it) rather than leave a cut-off file.
+    std::signal(SIGXFSZ, SIG_DFL);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
   });

@@ -116,10 +116,11 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOpti
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // The child starts with the default signal actions and no blocked signals, whatever this
-  // process ignores or blocks.
+  // process ignores or blocks. (SIGXFSZ too: a child that does not check its writes, gnuplot,
+  // is ended at a file-size limit rather than leaving a cut-off file behind.)
   sigset_t defaults, none;
   sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP}) sigaddset(&defaults, s);
+  for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGXFSZ}) sigaddset(&defaults, s);
   sigemptyset(&none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setsigmask(&attr, &none);

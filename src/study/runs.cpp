@@ -176,11 +176,12 @@ class RemoteRanks {
     while (!idle_.empty()) {
       const std::optional<std::size_t> job = next();
       if (!job) return;
+      const std::string message = pack(describe(*job));  // (its own errors are not the send's)
       const int r = idle_.front();
       idle_.pop_front();
       busy_[r] = {*job, 0, Clock::now()};
       try {
-        ranks_.send(pack(describe(*job)), r, kJob, "study run");
+        ranks_.send(message, r, kJob, "study run");
       } catch (const std::exception& e) {
         Failure::of(e).raise(
             fmt::format("[evolve] rank {} did not take the run '{}': ", r, label(*job)));

@@ -404,11 +404,12 @@ std::pair<Outcome, double> run_with_stray_rank(Distributed& t, const std::string
 }
 
 // Rank 0's checkpoint write fails (a file-size limit: EFBIG): every rank raises rank 0's error
-// as the system's, and the job ends with exit status 3, as one process would. (TCP between the
-// ranks: under the limit OpenMPI's shared memory would not start.)
+// as the system's, and the job ends with exit status 3, as one process would. (TCP over the
+// loopback between the ranks: under the limit OpenMPI's shared memory would not start.)
 TEST_F(Distributed, AFailedCheckpointWriteEndsTheJobWithExitStatus3) {
   const Outcome r = run(kRun + "--out " + path("a") + "'",
-                        kMpirun + "--mca btl self,tcp -np 2 sh -c 'ulimit -f 16; exec ");
+                        "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo " +
+                            kMpirun + "-np 2 sh -c 'ulimit -f 16; exec ");
   EXPECT_EQ(r.status, 3) << r.err;
   const std::string line = "write failed (File too large); no checkpoint was written";
   EXPECT_NE(r.err.find(line), std::string::npos) << r.err;

@@ -1,12 +1,17 @@
 // The report layer: Markdown tables, gnuplot figures, and the staged report directory that
 // replaces the old one atomically.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
 #include "../common/test_util.hpp"
+#include "ffnlab/error.hpp"
 #include "ffnlab/report/figure.hpp"
 #include "ffnlab/report/markdown.hpp"
 #include "ffnlab/report/staged_dir.hpp"
@@ -143,4 +148,38 @@ TEST(Figure, RendersAPngOrNamesGnuplotsError) {
                   "set terminal pngcairo\nset output 'bad.png'\nplot 'data.csv' using (\n");
   });
   EXPECT_NE(err.find("[figure] bad: gnuplot failed"), std::string::npos) << err;
+}
+
+// Past a file-size limit gnuplot is ended by SIGXFSZ (the program itself ignores it, but a child
+// starts with the default), and the figure fails as the system's error with EFBIG, not with a
+// cut-off PNG taken as written. In a child process, which the limit binds alone.
+TEST(Figure, AFileSizeLimitFailsTheFigureWithEFBIG) {
+  ASSERT_TRUE(gnuplot_available()) << "gnuplot is not on the PATH";
+  const test::ScratchDir scratch_dir("figure-limit");
+  const fs::path& dir = scratch_dir.path;
+  std::ofstream(dir / "data.csv") << "x,y\n0,1\n1,3\n2,2\n";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit limit{1024, 1024};  // bytes: the script fits, a PNG does not
+    std::signal(SIGXFSZ, SIG_IGN);   // as the program (run_program)
+    int code = 1;
+    try {
+      if (::setrlimit(RLIMIT_FSIZE, &limit) == 0)
+        render_figure(dir.string(), "big",
+                      "set terminal pngcairo size 300,200\nset output 'big.png'\n"
+                      "set datafile separator ','\nplot 'data.csv' every ::1 using 1:2 with "
+                      "lines\n");
+      code = 2;  // no error
+    } catch (const SystemError& e) {
+      code = e.error_number() == EFBIG ? 0 : 3;
+    } catch (...) {
+      code = 4;
+    }
+    ::_exit(code);
+  }
+  int raw = 0;
+  ASSERT_EQ(::waitpid(child, &raw, 0), child);
+  ASSERT_TRUE(WIFEXITED(raw)) << raw;
+  EXPECT_EQ(WEXITSTATUS(raw), 0) << "1: no limit, 2: no error, 3: another errno, 4: another error";
 }
