@@ -57,8 +57,8 @@ void render_figure(const std::string& dir, const std::string& name, const std::s
   const bool written = fs::exists(png, ec) && fs::file_size(png, ec) > 0;
   if (status != 0 || !written) check_folder_writable(dir);
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ)
-    fail_errno(EFBIG, "[figure] {}: gnuplot passed the file-size limit writing {}", name,
-               png.string());
+    fail_errno(EFBIG, "[figure] {}: gnuplot passed the file-size limit (writing {} or its log)",
+               name, png.string());
   check(status == 0, "[figure] {}: gnuplot failed ({})", name,
         first_error.empty() ? describe_status(status) : first_error);
   check(written, "[figure] {}: gnuplot wrote no {}", name, png.string());
