@@ -563,6 +563,24 @@ pid_t rank_pid(int rank, const std::string& marker) {
 
 // A rank that stops answering while the study trains (SIGSTOP): rank 0 ends the job after
 // --dist-timeout with a message naming the rank and its run, and writes no report.
+// A rank that reads other data than rank 0 fails the first run it is given; rank 0 ends the study
+// with that rank's error as its own kind (refused input: exit 1), naming the rank and the run,
+// and writes no report.
+TEST_F(Distributed, EvolveEndsWithARanksFailureAsItsKind) {
+  {
+    std::ofstream other(path("other.txt"));
+    for (int i = 0; i < 3000; ++i) other << "Line " << i << " of a corpus only rank 1 reads.\n";
+  }
+  const std::string study = " evolve --quick --threads 1 --variants relu,moe ";
+  const Outcome r = run(study + "--out " + path("a") + " : -np 1 " + FFNLAB_BIN + study +
+                            "--data " + path("other.txt") + " --out " + path("b"),
+                        kMpirun + "-np 1 ");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("[evolve] rank 1 failed in the run '"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 reads other data than rank 0"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("a") + "/REPORT.md"));
+}
+
 TEST_F(Distributed, EvolveEndsWhenARankHangsNamingItsRun) {
   const std::string out = path("hung");
   const std::string command = kMpirun + "-np 2 " + FFNLAB_BIN +
