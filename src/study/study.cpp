@@ -24,6 +24,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
@@ -118,34 +119,22 @@ void Study::write(const std::string& name, const std::string& text) const {
 }
 
 namespace {
-// A stop's or a failure's message with what it kept: the finished runs, which a resumed study
-// takes instead of training them again.
-template <class E>
-E with_kept_runs(const E& e, const RunStore& store, const Options& o) {
-  const std::int64_t kept = store.size();
-  if (kept == 0) return e;
-  const std::string text =
-      fmt::format("{}; the {} finished run{} kept in {}: {} continues from them", e.what(), kept,
-                  kept == 1 ? " is" : "s are", store.dir(), resume_call(o));
-  if constexpr (std::is_same_v<E, SystemError>)
-    return E(text, e.error_number());  // (Python raises the OSError of its errno)
-  else
-    return E(text);
-}
-
 // Called in a catch block: rethrows the exception in flight, a stop or an error (a full disk, a
-// failed figure) with the runs kept; a usage error or anything else as it is.
+// failed figure), of its own kind, with what it kept: the finished runs, which a resumed study
+// takes instead of training them again. A usage error, or anything else, goes on as it is.
 [[noreturn]] void rethrow_with_kept_runs(const RunStore& store, const Options& o) {
   try {
     throw;
-  } catch (const Interrupted& e) {
-    throw with_kept_runs(e, store, o);
   } catch (const UsageError&) {
     throw;
-  } catch (const SystemError& e) {
-    throw with_kept_runs(e, store, o);
   } catch (const Error& e) {
-    throw with_kept_runs(e, store, o);
+    const std::int64_t kept = store.size();
+    if (kept == 0) throw;
+    Failure f = Failure::of(e);
+    f.message =
+        fmt::format("{}; the {} finished run{} kept in {}: {} continues from them", f.message, kept,
+                    kept == 1 ? " is" : "s are", store.dir(), resume_call(o));
+    f.raise();
   }
 }
 }  // namespace

@@ -186,7 +186,8 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   info_failure = from_rank_zero(group, info_failure);
   if (failure.failed()) failure.raise();  // this rank's own part failed
   if (failed[0] != 0) {                   // another rank's part: a stop ends every rank as one
-    // (A stop on any rank outranks another's failure; the rank named is the highest-numbered that failed.)
+    // (A stop on any rank outranks another's failure; the rank named is the highest-numbered
+    // that failed.)
     if (failed[2] != 0)
       throw Interrupted(
           "[checkpoint] a stop ended the writing of the experts' parts; no checkpoint written");

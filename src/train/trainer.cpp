@@ -11,7 +11,7 @@
 #include <random>
 
 #include "check.hpp"
-#include "ffnlab/interrupt.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
@@ -101,20 +101,12 @@ std::string kept_checkpoint(const std::string& dir) {
   return "no checkpoint was written";
 }
 
-// Called in a catch block: rethrows the error in flight with what the run kept added, of its own
-// kind (a stop stays a stop, a system failure one, with its errno).
-[[noreturn]] void rethrow_with_kept_checkpoint(const std::string& dir) {
-  try {
-    throw;
-  } catch (const Interrupted& e) {
-    throw Interrupted(fmt::format("{}; {}", e.what(), kept_checkpoint(dir)));
-  } catch (const SystemError& e) {
-    throw SystemError(fmt::format("{}; {}", e.what(), kept_checkpoint(dir)), e.error_number());
-  } catch (const UsageError& e) {
-    throw UsageError(fmt::format("{}; {}", e.what(), kept_checkpoint(dir)));
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}; {}", e.what(), kept_checkpoint(dir)));
-  }
+// Called in a catch block of ffnlab's errors: rethrows the error in flight with what the run kept
+// added, of its own kind (a stop stays a stop, a system failure one, with its errno).
+[[noreturn]] void rethrow_with_kept_checkpoint(const Error& e, const std::string& dir) {
+  Failure f = Failure::of(e);
+  f.message = fmt::format("{}; {}", f.message, kept_checkpoint(dir));
+  f.raise();
 }
 }  // namespace
 
@@ -287,8 +279,8 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
     StepLog log;
     try {
       log = train_step();
-    } catch (const Error&) {  // a non-finite loss, memory
-      rethrow_with_kept_checkpoint(checkpoint_dir);
+    } catch (const Error& e) {  // a non-finite loss, memory
+      rethrow_with_kept_checkpoint(e, checkpoint_dir);
     }
     if (on_step) on_step(log);
     const bool last = step_ == config_.steps;
@@ -307,8 +299,8 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
          (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0))) {
       try {
         save(checkpoint_dir);
-      } catch (const SystemError&) {  // a full disk: the one before is whole
-        rethrow_with_kept_checkpoint(checkpoint_dir);
+      } catch (const SystemError& e) {  // a full disk: the one before is whole
+        rethrow_with_kept_checkpoint(e, checkpoint_dir);
       }
     }
     if (stopping) return false;

@@ -2,15 +2,19 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ffnlab/error.hpp"
@@ -95,6 +99,21 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// Waits for the child `pid` for at most `limit`; past it, kills it (SIGKILL) and reaps it. Returns
+// whether it ended by itself; `raw` is its wait status either way.
+inline bool wait_or_kill(pid_t pid, int& raw, std::chrono::seconds limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (::waitpid(pid, &raw, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > limit) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &raw, 0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 }  // namespace ffnlab::test

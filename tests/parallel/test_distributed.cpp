@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "../cli/cli_fixture.hpp"
+#include "../common/test_util.hpp"
 #include "ffnlab/io/safetensors.hpp"
 
 extern char** environ;
@@ -483,15 +484,8 @@ TEST_F(Distributed, InterruptingMpirunKeepsTheStepItStoppedAt) {
     ASSERT_GE(rows(), 50) << read(path("mpirun.err"));
     ::kill(pid, sig);
     int raw = 0;
-    const auto t1 = std::chrono::steady_clock::now();
-    while (::waitpid(pid, &raw, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() - t1 > std::chrono::seconds(60)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &raw, 0);
-        FAIL() << "mpirun did not end within 60 s of the signal";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    ASSERT_TRUE(wait_or_kill(pid, raw, std::chrono::seconds(60)))
+        << "mpirun did not end within 60 s of the signal";
     const std::string err = read(path("mpirun.err"));
     ASSERT_TRUE(fs::exists(out + "/checkpoint/checkpoint.json")) << err;
     const auto info = nlohmann::json::parse(read(out + "/checkpoint/checkpoint.json"));

@@ -10,7 +10,6 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
@@ -181,15 +180,8 @@ TEST(Figure, AFileSizeLimitFailsTheFigureWithEFBIG) {
     ::_exit(code);
   }
   int raw = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (::waitpid(child, &raw, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120)) {
-      ::kill(child, SIGKILL);
-      ::waitpid(child, &raw, 0);
-      FAIL() << "the child did not end within 120 s";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(test::wait_or_kill(child, raw, std::chrono::seconds(120)))
+      << "the child did not end within 120 s";
   ASSERT_TRUE(WIFEXITED(raw)) << raw;
   EXPECT_EQ(WEXITSTATUS(raw), 0) << "1: no limit, 2: no error, 3: another errno, 4: another error";
 }
