@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -21,7 +22,7 @@ Failure Failure::of(const std::exception& e) {
   if (const auto* s = dynamic_cast<const SystemError*>(&e))
     return {K::system, s->error_number(), e.what()};
   if (dynamic_cast<const Error*>(&e)) return {K::input, 0, e.what()};
-  if (dynamic_cast<const std::bad_alloc*>(&e)) return {K::system, 0, "out of memory"};
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return {K::system, ENOMEM, "out of memory"};
   if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e))
     return {path_leads_nowhere(*f) ? K::input : K::system, f->code().value(),
             filesystem_error_text(*f)};

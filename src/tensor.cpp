@@ -2,6 +2,7 @@
 #include "ffnlab/tensor.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -89,7 +90,7 @@ std::shared_ptr<std::byte> allocate(std::size_t bytes) {
 #endif
   std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-  if (!p) fail_system("[tensor] out of memory allocating {} bytes", bytes);
+  if (!p) fail_errno(ENOMEM, "[tensor] out of memory allocating {} bytes", bytes);
   std::memset(p, 0, rounded);
   return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
 }

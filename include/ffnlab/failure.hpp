@@ -25,9 +25,9 @@ struct Failure {
   int error_number = 0;  // the errno that says why (0: none does)
   std::string message;   // the error line's text
 
-  // ffnlab's errors as their class says; std::bad_alloc is the system's ("out of memory"); a
-  // file-system error is refused input when its path leads nowhere (path_leads_nowhere), else
-  // the system's; any other std::system_error or exception is the system's.
+  // ffnlab's errors as their class says; std::bad_alloc is the system's ("out of memory", ENOMEM);
+  // a file-system error is refused input when its path leads nowhere (path_leads_nowhere), else the
+  // system's; any other std::system_error or exception is the system's.
   static Failure of(const std::exception& e);
   bool failed() const { return kind != Kind::none; }
   // Throws the failure as the exception of its kind, with `prefix` before its message.

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -465,13 +466,15 @@ PYBIND11_MODULE(_ffnlab, m) {
 
   // ffnlab's errors and the system's (a file-system error among them) take the kind the command
   // line gives them (Failure::of, its exit statuses), as Python's exceptions: refused input and
-  // usage ValueError (a path that leads nowhere too), the system's the OSError of its errno, a
-  // stop KeyboardInterrupt. A JSON error is a config's ValueError; anything else is pybind11's
-  // (std::bad_alloc: MemoryError).
+  // usage ValueError (a path that leads nowhere too), the system's the OSError of its errno but
+  // memory (ENOMEM) MemoryError, a stop KeyboardInterrupt. A JSON error is a config's ValueError;
+  // anything else is pybind11's (std::bad_alloc: MemoryError).
   py::register_exception_translator([](std::exception_ptr p) {
     const auto raise = [](const Failure& f) {
       if (f.kind == Failure::Kind::interrupted)
         PyErr_SetString(PyExc_KeyboardInterrupt, f.message.c_str());
+      else if (f.kind == Failure::Kind::system && f.error_number == ENOMEM)
+        PyErr_SetString(PyExc_MemoryError, f.message.c_str());
       else if (f.kind == Failure::Kind::system)
         raise_os_error(f.error_number, f.message);
       else

@@ -97,3 +97,21 @@ def test_a_write_the_system_refuses_is_the_oserror_of_its_errno(tmp_path):
     # Python's own form: "[Errno 27]" before ffnlab's message
     assert "raised OSError True [Errno 27] [io] " in out, out
     assert "write failed (File too large)" in out, out
+
+
+def test_memory_that_runs_out_is_a_memory_error_with_ffnlabs_message():
+    # An address-space limit below the hidden activation [2^20, 1024] (4 GiB): the tensor ffnlab
+    # cannot allocate is Python's MemoryError, with the size in its message; the interpreter goes on.
+    status, out, err = run_python("""
+        import resource, numpy as np, ffnlab
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        layer = ffnlab.FFN(d_model=64, d_ff=1024)
+        try:
+            layer.forward(np.ones((1 << 20, 64), np.float32))
+        except MemoryError as e:
+            print("raised", e)
+        print("then", layer.forward(np.ones((4, 64), np.float32)).shape)
+    """)
+    assert status == 0, err
+    assert "raised [tensor] out of memory allocating 4294967296 bytes" in out, out
+    assert "then (4, 64)" in out, out

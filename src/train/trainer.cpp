@@ -101,9 +101,9 @@ std::string kept_checkpoint(const std::string& dir) {
   return "no checkpoint was written";
 }
 
-// Called in a catch block of ffnlab's errors: rethrows the error in flight with what the run kept
-// added, of its own kind (a stop stays a stop, a system failure one, with its errno).
-[[noreturn]] void rethrow_with_kept_checkpoint(const Error& e, const std::string& dir) {
+// Called in a catch block: rethrows the error in flight with what the run kept added, of its own
+// kind (a stop stays a stop, a system failure one, with its errno: memory ENOMEM).
+[[noreturn]] void rethrow_with_kept_checkpoint(const std::exception& e, const std::string& dir) {
   Failure f = Failure::of(e);
   f.message = fmt::format("{}; {}", f.message, kept_checkpoint(dir));
   f.raise();
@@ -275,39 +275,35 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
   check_validation_part(corpus_, config_.seq);  // fail now, not after the last step
   check_bytes_in_vocab(corpus_, model_.config().vocab);
   const std::int64_t first_step = step_;
-  while (step_ < config_.steps) {
-    StepLog log;
-    try {
-      log = train_step();
-    } catch (const Error& e) {  // a non-finite loss, memory
-      rethrow_with_kept_checkpoint(e, checkpoint_dir);
-    }
-    if (on_step) on_step(log);
-    const bool last = step_ == config_.steps;
-    if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0)) {
-      const EvalLog e = evaluate(config_.eval_tokens);
-      if (on_eval) on_eval(e);
-    }
-    bool stopping = !last && stop && stop();
-    if (plan_.group() && !last) {  // one rank interrupted: all stop, at the same step
-      std::vector<std::int64_t> any{stopping ? 1 : 0};
-      plan_.group()->allreduce_max(any, "stop");
-      stopping = any[0] > 0;
-    }
-    if (!checkpoint_dir.empty() &&
-        (last || stopping ||
-         (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0))) {
-      try {
-        save(checkpoint_dir);
-      } catch (const SystemError& e) {  // a full disk: the one before is whole
-        rethrow_with_kept_checkpoint(e, checkpoint_dir);
+  // Whatever fails - a non-finite loss, memory, a log's write, a full disk - the error says what
+  // the run kept to resume from: the checkpoint before a failed write is whole.
+  try {
+    while (step_ < config_.steps) {
+      const StepLog log = train_step();
+      if (on_step) on_step(log);
+      const bool last = step_ == config_.steps;
+      if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0)) {
+        const EvalLog e = evaluate(config_.eval_tokens);
+        if (on_eval) on_eval(e);
       }
+      bool stopping = !last && stop && stop();
+      if (plan_.group() && !last) {  // one rank interrupted: all stop, at the same step
+        std::vector<std::int64_t> any{stopping ? 1 : 0};
+        plan_.group()->allreduce_max(any, "stop");
+        stopping = any[0] > 0;
+      }
+      if (!checkpoint_dir.empty() &&
+          (last || stopping ||
+           (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)))
+        save(checkpoint_dir);
+      if (stopping) return false;
     }
-    if (stopping) return false;
+    // A run that trained no step (--steps 0, or a finished run continued into another folder)
+    // still leaves its model to resume from, as its summary says.
+    if (!checkpoint_dir.empty() && step_ == first_step) save(checkpoint_dir);
+  } catch (const std::exception& e) {
+    rethrow_with_kept_checkpoint(e, checkpoint_dir);
   }
-  // A run that trained no step (--steps 0, or a finished run continued into another folder)
-  // still leaves its model to resume from, as its summary says.
-  if (!checkpoint_dir.empty() && step_ == first_step) save(checkpoint_dir);
   return true;
 }
 

@@ -524,7 +524,8 @@ TEST(DataParallel, AFailureCrossesRanksWithItsKindAndErrno) {
                   return s && s->error_number() == EFBIG;
                 });
   expect_raised(std::bad_alloc(), "out of memory", [](const std::exception& r) {
-    return dynamic_cast<const SystemError*>(&r) != nullptr;
+    const auto* s = dynamic_cast<const SystemError*>(&r);
+    return s && s->error_number() == ENOMEM;
   });
   expect_raised(UsageError("[train] --steps conflicts"), "[train] --steps conflicts",
                 [](const std::exception& r) { return dynamic_cast<const UsageError*>(&r); });

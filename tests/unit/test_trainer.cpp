@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -268,6 +269,42 @@ TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
   EXPECT_EQ(reloaded.step(), 2);
   EXPECT_EQ(read_checkpoint_info(dir.string())["step"], 2);
   EXPECT_TRUE(std::isfinite(global_norm(fresh.parameters().values())));
+}
+
+// Memory that runs out, or a log that cannot be written, in any part of a step says what the run
+// kept to resume from, and stays the failure it was (memory: the system's, ENOMEM).
+TEST(Trainer, AFailureAnywhereInAStepSaysWhatTheRunKept) {
+  const Corpus corpus = text_corpus();
+  const test::ScratchDir scratch_dir("kept");
+  const std::string dir = scratch_dir.path.string();
+  const auto failure_of = [&](int fail_at, bool in_eval) {
+    TransformerLM model(small_model(Ffn::dense), 3);
+    TrainConfig t = small_train(6);
+    t.checkpoint_every = 2;
+    t.eval_every = 1;
+    Trainer trainer(model, corpus, t);
+    try {
+      trainer.run(
+          [&](const StepLog& log) {
+            if (!in_eval && log.step == fail_at) throw std::bad_alloc();
+          },
+          [&](const EvalLog& log) {
+            if (in_eval && log.step == fail_at) throw SystemError("[io] eval_log.csv", EFBIG);
+          },
+          dir);
+    } catch (const SystemError& e) {
+      EXPECT_EQ(trainer.step(), fail_at);
+      return std::make_pair(std::string(e.what()), e.error_number());
+    }
+    ADD_FAILURE() << "no error";
+    return std::make_pair(std::string(), 0);
+  };
+  EXPECT_EQ(
+      failure_of(3, false),
+      std::make_pair("out of memory; the last good checkpoint (step 2) is kept in " + dir, ENOMEM));
+  EXPECT_EQ(failure_of(5, true),
+            std::make_pair("[io] eval_log.csv; the last good checkpoint (step 4) is kept in " + dir,
+                           EFBIG));
 }
 
 TEST(Trainer, CheckpointErrorsAreClear) {
