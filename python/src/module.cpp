@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <system_error>
@@ -467,8 +468,8 @@ PYBIND11_MODULE(_ffnlab, m) {
   // ffnlab's errors and the system's (a file-system error among them) take the kind the command
   // line gives them (Failure::of, its exit statuses), as Python's exceptions: refused input and
   // usage ValueError (a path that leads nowhere too), the system's the OSError of its errno but
-  // memory (ENOMEM) MemoryError, a stop KeyboardInterrupt. A JSON error is a config's ValueError;
-  // anything else is pybind11's (std::bad_alloc: MemoryError).
+  // memory (ENOMEM, std::bad_alloc among it) MemoryError, a stop KeyboardInterrupt. A JSON error
+  // is a config's ValueError; anything else is pybind11's.
   py::register_exception_translator([](std::exception_ptr p) {
     const auto raise = [](const Failure& f) {
       if (f.kind == Failure::Kind::interrupted)
@@ -485,6 +486,8 @@ PYBIND11_MODULE(_ffnlab, m) {
     } catch (const Error& e) {
       raise(Failure::of(e));
     } catch (const std::system_error& e) {  // std::filesystem::filesystem_error among them
+      raise(Failure::of(e));
+    } catch (const std::bad_alloc& e) {
       raise(Failure::of(e));
     } catch (const nlohmann::json::exception& e) {
       PyErr_SetString(PyExc_ValueError, (std::string("[config] ") + e.what()).c_str());

@@ -100,18 +100,24 @@ def test_a_write_the_system_refuses_is_the_oserror_of_its_errno(tmp_path):
 
 
 def test_memory_that_runs_out_is_a_memory_error_with_ffnlabs_message():
-    # An address-space limit below the hidden activation [2^20, 1024] (4 GiB): the tensor ffnlab
-    # cannot allocate is Python's MemoryError, with the size in its message; the interpreter goes on.
+    # An address-space limit 1.5 GiB above what the process maps once its threads run, below the
+    # hidden activation [2^20, 1024] (4 GiB): the tensor ffnlab cannot allocate is Python's
+    # MemoryError, with the size in its message; the interpreter goes on.
     status, out, err = run_python("""
         import resource, numpy as np, ffnlab
-        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        ffnlab.set_threads(1)
         layer = ffnlab.FFN(d_model=64, d_ff=1024)
+        layer.forward(np.ones((64, 64), np.float32))  # the threads, before the limit
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (3 << 29), mapped + (3 << 29)))
+        x = np.ones((1 << 20, 64), np.float32)
         try:
-            layer.forward(np.ones((1 << 20, 64), np.float32))
-        except MemoryError as e:
-            print("raised", e)
+            layer.forward(x)
+        except Exception as e:
+            print("raised", type(e).__name__, e)
         print("then", layer.forward(np.ones((4, 64), np.float32)).shape)
     """)
     assert status == 0, err
-    assert "raised [tensor] out of memory allocating 4294967296 bytes" in out, out
+    assert "raised MemoryError [tensor] out of memory allocating 4294967296 bytes" in out, out
     assert "then (4, 64)" in out, out

@@ -305,9 +305,10 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
   } else if (bf16 && e.bf16_native) {
     try {
       make(memory::data_type::bf16);
-    } catch (const dnnl::error&) {
+    } catch (const dnnl::error& error) {
       // oneDNN has no bf16 product for this CPU (it needs AVX-512 or AMX): from now on
-      // bf16 products are emulated exactly, below.
+      // bf16 products are emulated exactly, below. Another failure (memory) is an error.
+      if (error.status != dnnl_unimplemented) throw;
       e.bf16_native = false;
     }
   }

@@ -83,7 +83,8 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   std::vector<std::int64_t> lo = weights_hash(model_.parameters().values()), hi = lo;
   group->allreduce_min(lo, "weights check");
   group->allreduce_max(hi, "weights check");
-  check(lo == hi, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
+  check(lo == hi, "[dist] step {}: the ranks' weights differ; this checkpoint is not written",
+        step);
   // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
   Failure failure;
   if (group->rank() == 0) try {
@@ -119,7 +120,8 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
     same = same_everywhere(*replicas, expert_ranges) && same;
   std::vector<std::int64_t> differs{same ? 0 : 1};
   group.allreduce_max(differs, "weights check");
-  check(differs[0] == 0, "[dist] step {}: the ranks' weights differ; no checkpoint written", step);
+  check(differs[0] == 0,
+        "[dist] step {}: the ranks' weights differ; this checkpoint is not written", step);
 
   const ProcessGroup& eg = plan_.expert_group();
   const auto shard_name = [&](int q) {
@@ -175,8 +177,8 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
         if (!fs::exists(fs::path(dir) / shards.back()))
           fail_system(
               "[checkpoint] the experts of rank {} of the expert group are not in '{}' as rank "
-              "0 sees it: an expert-parallel checkpoint needs a folder every rank shares; no "
-              "checkpoint written",
+              "0 sees it: an expert-parallel checkpoint needs a folder every rank shares; this "
+              "checkpoint is not written",
               q, dir);
       }
       write_info(dir, step, weights, shards);
@@ -190,10 +192,11 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
     // that failed.)
     if (failed[2] != 0)
       throw Interrupted(
-          "[checkpoint] a stop ended the writing of the experts' parts; no checkpoint written");
+          "[checkpoint] a stop ended the writing of the experts' parts; this checkpoint is not "
+          "written");
     const std::string why = fmt::format(
-        "[checkpoint] rank {} could not write its experts (its message says why); no checkpoint "
-        "written",
+        "[checkpoint] rank {} could not write its experts (its message says why); this "
+        "checkpoint is not written",
         static_cast<int>(failed[1]));
     Failure{static_cast<Failure::Kind>(code[0]), static_cast<int>(code[1]), why}.raise();
   }
@@ -243,7 +246,8 @@ void CheckpointIO::write_info(const std::string& dir, std::int64_t step, const s
                {"model", lm_config_to_json(model_.config())},
                {"train", train_config_to_json(config_)}};
   if (!shards.empty()) info["shards"] = shards;
-  const std::string text = info.dump(2) + "\n";
+  // (A data path that is not UTF-8 is kept with U+FFFD in its place: a resume names the data.)
+  const std::string text = info.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   write_file_atomic((fs::path(dir) / kCheckpointInfo).string(), text.data(), text.size());
   // The commit point has passed: older weights files are no longer referenced.
   std::error_code ec;

@@ -10,6 +10,7 @@
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
@@ -179,8 +180,20 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
                         "to start over in it",
                         rq.names.out, o.out, held, rq.names.resume, rq.names.out, rq.names.force));
   }
+  // A resumed run reads the data its checkpoint names unless given other: data that moved, or
+  // whose name JSON could not keep (not UTF-8), is given again.
+  const auto load = [&] {
+    try {
+      return load_corpus(data, val_fraction);
+    } catch (const Error& e) {
+      Failure f = Failure::of(e);
+      if (!point || rq.data_given || f.kind != Failure::Kind::input) throw;
+      f.message += fmt::format(" (the data the checkpoint names: give it with {})", rq.names.data);
+      f.raise();
+    }
+  };
   std::optional<Corpus> loaded;
-  const Corpus& corpus = rq.corpus ? *rq.corpus : loaded.emplace(load_corpus(data, val_fraction));
+  const Corpus& corpus = rq.corpus ? *rq.corpus : loaded.emplace(load());
   if (point) check_same_data(rq, *point, corpus);
   check_training_setup(o.model, corpus, o.train);
   // The sample's prompt within the vocabulary, known now rather than after the training.

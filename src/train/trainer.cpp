@@ -88,25 +88,20 @@ const TrainConfig& prepared(TransformerLM& model, const Corpus& corpus, const Tr
   return config;
 }
 
-// What a run that failed leaves to resume from: the checkpoint in the directory is the last
-// good one (a checkpoint is written with its checkpoint.json last).
+std::string kept_note(std::int64_t step, const std::string& dir) {
+  return fmt::format("the last good checkpoint (step {}) is kept in {}", step, dir);
+}
+
+// What a run that failed leaves to resume from, before it wrote a checkpoint: the one in the
+// directory is the last good one (a checkpoint is written with its checkpoint.json last).
 std::string kept_checkpoint(const std::string& dir) {
   try {
-    if (!dir.empty() && fs::exists(fs::path(dir) / kCheckpointInfo))
-      return fmt::format("the last good checkpoint (step {}) is kept in {}",
-                         read_checkpoint_info(dir)["step"].get<std::int64_t>(), dir);
+    if (fs::exists(fs::path(dir) / kCheckpointInfo))
+      return kept_note(read_checkpoint_info(dir)["step"].get<std::int64_t>(), dir);
   } catch (const std::exception&) {
     return fmt::format("the checkpoint in {} cannot be read", dir);
   }
   return "no checkpoint was written";
-}
-
-// Called in a catch block: rethrows the error in flight with what the run kept added, of its own
-// kind (a stop stays a stop, a system failure one, with its errno: memory ENOMEM).
-[[noreturn]] void rethrow_with_kept_checkpoint(const std::exception& e, const std::string& dir) {
-  Failure f = Failure::of(e);
-  f.message = fmt::format("{}; {}", f.message, kept_checkpoint(dir));
-  f.raise();
 }
 }  // namespace
 
@@ -276,7 +271,14 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
   check_bytes_in_vocab(corpus_, model_.config().vocab);
   const std::int64_t first_step = step_;
   // Whatever fails - a non-finite loss, memory, a log's write, a full disk - the error says what
-  // the run kept to resume from: the checkpoint before a failed write is whole.
+  // the run kept to resume from (the checkpoint before a failed write is whole), as rank 0, which
+  // writes it, sees it: every rank's line says the same.
+  std::string dir = checkpoint_dir;
+  std::string kept = dir.empty() ? std::string() : kept_checkpoint(dir);
+  if (ProcessGroup* group = plan_.group()) {
+    group->broadcast(dir, "checkpoint");
+    group->broadcast(kept, "checkpoint");
+  }
   try {
     while (step_ < config_.steps) {
       const StepLog log = train_step();
@@ -294,15 +296,22 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
       }
       if (!checkpoint_dir.empty() &&
           (last || stopping ||
-           (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)))
+           (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0))) {
         save(checkpoint_dir);
+        kept = kept_note(step_, dir);
+      }
       if (stopping) return false;
     }
     // A run that trained no step (--steps 0, or a finished run continued into another folder)
     // still leaves its model to resume from, as its summary says.
     if (!checkpoint_dir.empty() && step_ == first_step) save(checkpoint_dir);
   } catch (const std::exception& e) {
-    rethrow_with_kept_checkpoint(e, checkpoint_dir);
+    if (kept.empty()) throw;  // a run without a checkpoint folder (the study's) has nothing to say
+    // The error in flight, of its own kind (a stop stays a stop, a system failure one, with its
+    // errno: memory ENOMEM).
+    Failure f = Failure::of(e);
+    f.message = fmt::format("{}; {}", f.message, kept);
+    f.raise();
   }
   return true;
 }

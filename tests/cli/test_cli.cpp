@@ -665,6 +665,11 @@ TEST_F(Cli, TrainRejectsBadInput) {
                    path("run") + " --out " + path("o5")),
                "the model flags do not match the checkpoint's model: --d-model gives 32, the "
                "checkpoint has 16");
+  // The data moved: a resume that reads the checkpoint's says to give it.
+  fs::rename(path("text"), path("moved"));
+  expect_error(run("train --steps 3 --sample 0 --resume " + path("run")),
+               "does not exist (the data the checkpoint names: give it with --data)");
+  fs::rename(path("moved"), path("text"));
   std::ofstream(path("run/checkpoint/checkpoint.json")) << "{\"format\": \"ffnlab-chec";
   expect_error(run(common + " --steps 4 --resume " + path("run") + " --out " + path("o6")),
                "corrupt");

@@ -399,6 +399,26 @@ TEST_F(HostileSurfaces, MatchingModelFlagsOnResumeAreJudgedWithTheCheckpointsMod
                "--heads gives 2, the checkpoint has 3");
 }
 
+// Data whose name is not UTF-8 trains and checkpoints (JSON keeps the name with U+FFFD in place
+// of the byte), and resumes when given again; without it the resume says to give it.
+TEST_F(HostileSurfaces, DataWhoseNameIsNotUtf8TrainsAndResumesWhenGiven) {
+  write("d\xff.txt", corpus_text(40));
+  const std::string data = path("d\xff.txt");
+  const std::string flags =
+      " --d-model 16 --heads 2 --layers 1 --seq 16 --batch 2 --sample 0 "
+      "--threads 1 --eval-every 0";
+  const Outcome first =
+      run("train --data '" + data + "'" + flags + " --steps 2 --out " + path("r"));
+  ASSERT_EQ(first.status, 0) << first.err;
+  EXPECT_NE(read(path("r/checkpoint/checkpoint.json")).find("d\xef\xbf\xbd.txt"),
+            std::string::npos);
+  expect_error(run("train --resume " + path("r") + " --steps 3 --sample 0"),
+               "(the data the checkpoint names: give it with --data)");
+  const Outcome resumed = run("train --resume " + path("r") + " --data '" + data +
+                              "' --steps 3 --sample 0 --threads 1");
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+}
+
 // --- messages and exit statuses -----------------------------------------------------------------
 
 TEST_F(HostileSurfaces, OutputThatCannotBeWrittenIsExitStatus3) {

@@ -7,11 +7,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <typeinfo>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/ops/loss.hpp"
 #include "ffnlab/train/trainer.hpp"
@@ -271,13 +274,16 @@ TEST(Trainer, NaNStopsBeforeTheUpdateAndKeepsTheLastCheckpoint) {
   EXPECT_TRUE(std::isfinite(global_norm(fresh.parameters().values())));
 }
 
-// Memory that runs out, or a log that cannot be written, in any part of a step says what the run
-// kept to resume from, and stays the failure it was (memory: the system's, ENOMEM).
+// Memory that runs out, a log that cannot be written, a stop, in any part of a step: the error
+// says what the run kept to resume from, and stays the failure it was (memory: the system's,
+// ENOMEM). A run without a checkpoint folder (the study's) has nothing to add.
 TEST(Trainer, AFailureAnywhereInAStepSaysWhatTheRunKept) {
   const Corpus corpus = text_corpus();
   const test::ScratchDir scratch_dir("kept");
   const std::string dir = scratch_dir.path.string();
-  const auto failure_of = [&](int fail_at, bool in_eval) {
+  // The failure `fail` throws at step `at` (in the step's callback, or the evaluation's), as
+  // Trainer::run raises it: its message, and its errno or what it is.
+  const auto failure_of = [&](int at, bool in_eval, const std::string& folder, auto fail) {
     TransformerLM model(small_model(Ffn::dense), 3);
     TrainConfig t = small_train(6);
     t.checkpoint_every = 2;
@@ -286,25 +292,37 @@ TEST(Trainer, AFailureAnywhereInAStepSaysWhatTheRunKept) {
     try {
       trainer.run(
           [&](const StepLog& log) {
-            if (!in_eval && log.step == fail_at) throw std::bad_alloc();
+            if (!in_eval && log.step == at) fail();
           },
           [&](const EvalLog& log) {
-            if (in_eval && log.step == fail_at) throw SystemError("[io] eval_log.csv", EFBIG);
+            if (in_eval && log.step == at) fail();
           },
-          dir);
-    } catch (const SystemError& e) {
-      EXPECT_EQ(trainer.step(), fail_at);
-      return std::make_pair(std::string(e.what()), e.error_number());
+          folder);
+    } catch (const std::exception& e) {
+      EXPECT_EQ(trainer.step(), at);
+      const auto* s = dynamic_cast<const SystemError*>(&e);
+      const std::string kind = s ? std::to_string(s->error_number())
+                               : dynamic_cast<const Interrupted*>(&e) ? "interrupted"
+                               : typeid(e) == typeid(Error)           ? "input"
+                               : typeid(e) == typeid(std::bad_alloc)  ? "bad_alloc"
+                                                                      : "other";
+      return std::make_pair(std::string(e.what()), kind);
     }
     ADD_FAILURE() << "no error";
-    return std::make_pair(std::string(), 0);
+    return std::make_pair(std::string(), std::string());
   };
-  EXPECT_EQ(
-      failure_of(3, false),
-      std::make_pair("out of memory; the last good checkpoint (step 2) is kept in " + dir, ENOMEM));
-  EXPECT_EQ(failure_of(5, true),
+  const std::string kept2 = "; the last good checkpoint (step 2) is kept in " + dir;
+  EXPECT_EQ(failure_of(3, false, dir, [] { throw std::bad_alloc(); }),
+            std::make_pair("out of memory" + kept2, std::to_string(ENOMEM)));
+  EXPECT_EQ(failure_of(5, true, dir, [] { throw SystemError("[io] eval_log.csv", EFBIG); }),
             std::make_pair("[io] eval_log.csv; the last good checkpoint (step 4) is kept in " + dir,
-                           EFBIG));
+                           std::to_string(EFBIG)));
+  EXPECT_EQ(failure_of(3, false, dir, [] { throw Interrupted("[train] stopped"); }),
+            std::make_pair("[train] stopped" + kept2, std::string("interrupted")));
+  EXPECT_EQ(failure_of(3, true, dir, [] { throw Error("[train] refused"); }),
+            std::make_pair("[train] refused" + kept2, std::string("input")));
+  EXPECT_EQ(failure_of(3, false, "", [] { throw std::bad_alloc(); }),
+            std::make_pair(std::string("std::bad_alloc"), std::string("bad_alloc")));
 }
 
 TEST(Trainer, CheckpointErrorsAreClear) {
