@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cerrno>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -292,11 +293,22 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
                          : dnnl::matmul::desc(a_rt, b_rt, c_rt);
     return dnnl::matmul::primitive_desc(desc, attr, e.engine);
   };
+  // oneDNN's failures as ffnlab's: memory is ENOMEM (Python's MemoryError); a product oneDNN
+  // does not implement stays its dnnl::error, for the bf16 probe below.
   auto make = [&](memory::data_type in_dt) {
-    const auto pd = create(in_dt);
-    made.scratchpad_bytes = pd.scratchpad_desc().get_size();
-    made.weights = pd.weights_desc();
-    made.prim = dnnl::matmul(pd);
+    try {
+      const auto pd = create(in_dt);
+      made.scratchpad_bytes = pd.scratchpad_desc().get_size();
+      made.weights = pd.weights_desc();
+      made.prim = dnnl::matmul(pd);
+    } catch (const dnnl::error& error) {
+      if (error.status == dnnl_unimplemented) throw;
+      if (error.status == dnnl_out_of_memory)
+        fail_errno(ENOMEM, "[matmul] out of memory creating the product [{}, {}] x [{}, {}]", M, K,
+                   K, N);
+      fail_system("[matmul] oneDNN could not create the product [{}, {}] x [{}, {}]: {}", M, K, K,
+                  N, error.what());
+    }
   };
   if (bf16 && packed) {
     // Only where plain bf16 products are native (PackedWeights::pack checks): a failure here is
@@ -305,10 +317,9 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
   } else if (bf16 && e.bf16_native) {
     try {
       make(memory::data_type::bf16);
-    } catch (const dnnl::error& error) {
+    } catch (const dnnl::error&) {
       // oneDNN has no bf16 product for this CPU (it needs AVX-512 or AMX): from now on
-      // bf16 products are emulated exactly, below. Another failure (memory) is an error.
-      if (error.status != dnnl_unimplemented) throw;
+      // bf16 products are emulated exactly, below. (Another failure, memory, is an error.)
       e.bf16_native = false;
     }
   }

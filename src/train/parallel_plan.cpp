@@ -26,7 +26,7 @@ using json = nlohmann::json;
 // data. Rank 0's is sent to all; each compares its own and says what differs.
 void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainConfig& train,
                       const Corpus& corpus, const DataParallel& parallel) {
-  const json mine = {
+  const json raw = {
       {"model", lm_config_to_json(model)},
       {"train", train_config_to_json(train)},
       {"data", {{"fingerprint", corpus.fingerprint}, {"train_bytes", corpus.train().size()}}},
@@ -35,6 +35,9 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
         {"expert_parallel", parallel.expert_parallel},
         {"expert_group", parallel.expert_group}}},
       {"settings", parallel.agreed}};
+  // (A flag's bytes that are not UTF-8 - a folder's name - are compared as JSON keeps them, with
+  // U+FFFD in their place, on every rank alike.)
+  const json mine = json::parse(raw.dump(-1, ' ', false, json::error_handler_t::replace));
   std::string text = mine.dump();
   group.broadcast(text, "configuration check");
   const json first = json::parse(text);

@@ -240,7 +240,12 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   if (trainer.step() > o.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past {} {}", trainer.step(),
                                  rq.names.steps, o.train.steps));
-  if (resumed_here && run_finished(o.out, trainer.step(), o.train.steps)) {
+  // (Rank 0 decides from its folder: the ranks take the same path, whose evaluation is
+  // collective, whatever the others' folders hold.)
+  std::vector<std::int64_t> finished{
+      lead && resumed_here && run_finished(o.out, trainer.step(), o.train.steps) ? 1 : 0};
+  if (group) group->allreduce_max(finished, "finished run");
+  if (finished[0] != 0) {
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
     o.already_finished = o.finished = true;
     if (rq.validate_at_end) o.validation = trainer.evaluate(rq.validation_tokens);

@@ -272,10 +272,14 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
   const std::int64_t first_step = step_;
   // Whatever fails - a non-finite loss, memory, a log's write, a full disk - the error says what
   // the run kept to resume from (the checkpoint before a failed write is whole), as rank 0, which
-  // writes it, sees it: every rank's line says the same.
-  std::string dir = checkpoint_dir;
+  // writes it, sees it: every rank's line says the same, naming the folder whole.
+  ProcessGroup* group = plan_.group();
+  const bool writer = !group || group->rank() == 0;
+  std::string dir = !writer || checkpoint_dir.empty() ? std::string()
+                    : group                           ? fs::absolute(checkpoint_dir).string()
+                                                      : checkpoint_dir;
   std::string kept = dir.empty() ? std::string() : kept_checkpoint(dir);
-  if (ProcessGroup* group = plan_.group()) {
+  if (group) {
     group->broadcast(dir, "checkpoint");
     group->broadcast(kept, "checkpoint");
   }
@@ -289,9 +293,9 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
         if (on_eval) on_eval(e);
       }
       bool stopping = !last && stop && stop();
-      if (plan_.group() && !last) {  // one rank interrupted: all stop, at the same step
+      if (group && !last) {  // one rank interrupted: all stop, at the same step
         std::vector<std::int64_t> any{stopping ? 1 : 0};
-        plan_.group()->allreduce_max(any, "stop");
+        group->allreduce_max(any, "stop");
         stopping = any[0] > 0;
       }
       if (!checkpoint_dir.empty() &&

@@ -381,6 +381,20 @@ TEST_F(Distributed, RanksWithOtherExchangeSettingsAreRefusedBeforeAnyOutput) {
   }
 }
 
+// A flag whose value is not UTF-8 (a folder's name) is compared over the ranks as JSON keeps it,
+// not refused by the JSON writer: a run resumed from such a folder continues on 2 ranks.
+TEST_F(Distributed, AFolderWhoseNameIsNotUtf8ResumesOverRanks) {
+  std::string folder = "'";  // (one + at a time: GCC 12's -Wrestrict misfires on a chain)
+  folder += path("r\xff");
+  folder += "'";
+  const Outcome first = run(kRun + "--out " + folder, kMpirun + "-np 2 ");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const Outcome resumed =
+      run("train --resume " + folder + " --steps 22 --threads 1 --sample 0", kMpirun + "-np 2 ");
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(read(path("r\xff") + "/train_log.csv").find("\n22,"), std::string::npos);
+}
+
 TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
   std::string args = kRun;
   args.replace(args.find("--batch 4"), 9, "--batch 3");

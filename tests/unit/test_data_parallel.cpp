@@ -577,7 +577,8 @@ TEST(DataParallel, AFailedCheckpointWriteFailsEveryRankWithTheWritersErrno) {
 }
 
 // A failure during training names the checkpoint rank 0 keeps on every rank, whatever folder
-// another rank was given (rank 0 writes it): every rank's line is the same.
+// another rank was given (rank 0 writes it): every rank's line is the same, the folder whole.
+// Before the run's first checkpoint, that is the one rank 0's folder held when the run began.
 TEST(DataParallel, AFailedRunNamesRankZerosCheckpointOnEveryRank) {
   const Corpus corpus = tiny_corpus();
   TrainConfig t = tiny_training(2);
@@ -586,26 +587,32 @@ TEST(DataParallel, AFailedRunNamesRankZerosCheckpointOnEveryRank) {
   t.eval_every = 0;
   const test::ScratchDir scratch("dp-kept");
   const std::string dir = (scratch.path / "checkpoint").string();
-  std::vector<std::string> caught(2);
-  std::vector<int> errnos(2, -1);
-  ThreadGroup::run(2, [&](ThreadGroup& g) {
-    TransformerLM model(tiny_model(checkpoint_ffn(false)), 1);
-    Trainer trainer(model, corpus, t, {&g, 1000, false, {}, 0});
-    const std::string mine = g.rank() == 0 ? dir : (scratch.path / "elsewhere").string();
-    try {
-      trainer.run(
-          [](const StepLog& s) {
-            if (s.step == 3) throw std::bad_alloc();
-          },
-          nullptr, mine);
-    } catch (const SystemError& e) {
-      caught[g.rank()] = e.what();
-      errnos[g.rank()] = e.error_number();
-    }
-  });
-  const std::string line = "out of memory; the last good checkpoint (step 2) is kept in " + dir;
-  EXPECT_EQ(caught, (std::vector<std::string>{line, line}));
-  EXPECT_EQ(errnos, (std::vector<int>{ENOMEM, ENOMEM}));
+  const auto failed_at = [&](std::int64_t step) {
+    std::vector<std::string> caught(2);
+    std::vector<int> errnos(2, -1);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      TransformerLM model(tiny_model(checkpoint_ffn(false)), 1);
+      Trainer trainer(model, corpus, t, {&g, 1000, false, {}, 0});
+      const std::string mine = g.rank() == 0 ? dir : (scratch.path / "elsewhere").string();
+      try {
+        trainer.run(
+            [&](const StepLog& s) {
+              if (s.step == step) throw std::bad_alloc();
+            },
+            nullptr, mine);
+      } catch (const SystemError& e) {
+        caught[g.rank()] = e.what();
+        errnos[g.rank()] = e.error_number();
+      }
+    });
+    EXPECT_EQ(errnos, (std::vector<int>{ENOMEM, ENOMEM}));
+    return caught;
+  };
+  const std::string line = "out of memory; the last good checkpoint (step 2) is kept in " +
+                           std::filesystem::absolute(dir).string();
+  EXPECT_EQ(failed_at(3), (std::vector<std::string>{line, line}));  // the run's own, step 2
+  EXPECT_EQ(failed_at(1), (std::vector<std::string>{line, line}));  // the folder's, from before
+  EXPECT_FALSE(std::filesystem::exists(scratch.path / "elsewhere"));
 }
 
 // Expert parallel: one rank's part that cannot be written (a folder stands at its name) fails

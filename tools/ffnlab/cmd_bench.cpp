@@ -709,22 +709,26 @@ void bench_into(const BenchOptions& o, json& out) {
 void run_bench(const BenchOptions& o) {
   InterruptGuard interrupts;  // Ctrl-C stops between measurements and ends PyTorch's process
   json out;
+  // (A message that quotes bytes that are not UTF-8 - a path - keeps U+FFFD in their place.)
+  const auto print = [&] {
+    fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
+  };
   try {
     bench_into(o, out);
   } catch (const Interrupted& e) {
     if (o.json_out) {
       out["interrupted"] = e.what();
-      fmt::print("{}\n", out.dump(2));
+      print();
     }
     throw;
   } catch (const Error& e) {
     if (o.json_out && out.contains("machine")) {
       out["error"] = e.what();
-      fmt::print("{}\n", out.dump(2));
+      print();
     }
     throw;
   }
-  if (o.json_out) fmt::print("{}\n", out.dump(2));
+  if (o.json_out) print();
 }
 
 }  // namespace

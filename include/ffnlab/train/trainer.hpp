@@ -46,9 +46,12 @@ class Trainer {
   // Trains from the current step to config.steps. Evaluates every eval_every steps and at the
   // end, and checkpoints to `checkpoint_dir` (if not empty) every checkpoint_every steps and at
   // the end. A non-finite loss or gradient stops training before the update with an Error naming
-  // the step and the checkpoint left to resume from, which stays as it is. `stop` (optional) is
-  // asked after every step: when it says yes, run checkpoints (when a directory is set) and
-  // returns false before config.steps; run returns true when all steps are done.
+  // the step and the checkpoint left to resume from, which stays as it is; any other failure
+  // names it too, and stays of its kind (with a directory set; with a group, rank 0's whole
+  // path on every rank). `stop` (optional) is asked after every step: when it says yes, run
+  // checkpoints (when a directory is set) and returns false before config.steps; run returns
+  // true when all steps are done. With a group, every rank calls run (it starts with an
+  // exchange).
   bool run(const std::function<void(const StepLog&)>& on_step,
            const std::function<void(const EvalLog&)>& on_eval,
            const std::string& checkpoint_dir = "", const std::function<bool()>& stop = {});
