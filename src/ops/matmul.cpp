@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -161,6 +162,17 @@ void widen_bf16(float* dst, const std::uint16_t* src, std::int64_t n) {
 namespace {
 Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t K, Trans ta,
                    Trans tb, const MatmulOptions& opt, Path path);
+
+// oneDNN's failure to create or run `what` as ffnlab's: memory is ENOMEM (Python's
+// MemoryError), anything else the system's, with oneDNN's words.
+[[noreturn]] void fail_dnnl(const dnnl::error& error, std::string_view what) {
+  if (error.status == dnnl_out_of_memory) fail_errno(ENOMEM, "[matmul] out of memory for {}", what);
+  fail_system("[matmul] oneDNN failed on {}: {}", what, error.what());
+}
+
+std::string product_name(std::int64_t M, std::int64_t N, std::int64_t K) {
+  return fmt::format("the product [{}, {}] x [{}, {}]", M, K, K, N);
+}
 }  // namespace
 
 bool matmul_bf16_native() {
@@ -278,7 +290,11 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   Entry made;
   if (path == Path::conv) {
-    make_conv(made, M, N, K, tb, opt, attr, e.engine);
+    try {
+      make_conv(made, M, N, K, tb, opt, attr, e.engine);
+    } catch (const dnnl::error& error) {
+      fail_dnnl(error, product_name(M, N, K));
+    }
     made.emulated_bf16 = bf16;
     return e.cache.emplace(key, made).first->second;
   }
@@ -293,30 +309,25 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
                          : dnnl::matmul::desc(a_rt, b_rt, c_rt);
     return dnnl::matmul::primitive_desc(desc, attr, e.engine);
   };
-  // oneDNN's failures as ffnlab's: memory is ENOMEM (Python's MemoryError); a product oneDNN
-  // does not implement stays its dnnl::error, for the bf16 probe below.
-  auto make = [&](memory::data_type in_dt) {
+  // `probe`: a product oneDNN does not implement stays its dnnl::error, for the bf16 probe below.
+  auto make = [&](memory::data_type in_dt, bool probe) {
     try {
       const auto pd = create(in_dt);
       made.scratchpad_bytes = pd.scratchpad_desc().get_size();
       made.weights = pd.weights_desc();
       made.prim = dnnl::matmul(pd);
     } catch (const dnnl::error& error) {
-      if (error.status == dnnl_unimplemented) throw;
-      if (error.status == dnnl_out_of_memory)
-        fail_errno(ENOMEM, "[matmul] out of memory creating the product [{}, {}] x [{}, {}]", M, K,
-                   K, N);
-      fail_system("[matmul] oneDNN could not create the product [{}, {}] x [{}, {}]: {}", M, K, K,
-                  N, error.what());
+      if (probe && error.status == dnnl_unimplemented) throw;
+      fail_dnnl(error, product_name(M, N, K));
     }
   };
   if (bf16 && packed) {
     // Only where plain bf16 products are native (PackedWeights::pack checks): a failure here is
     // oneDNN's error, not a sign that the CPU lacks bf16.
-    make(memory::data_type::bf16);
+    make(memory::data_type::bf16, false);
   } else if (bf16 && e.bf16_native) {
     try {
-      make(memory::data_type::bf16);
+      make(memory::data_type::bf16, true);
     } catch (const dnnl::error&) {
       // oneDNN has no bf16 product for this CPU (it needs AVX-512 or AMX): from now on
       // bf16 products are emulated exactly, below. (Another failure, memory, is an error.)
@@ -324,7 +335,7 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
     }
   }
   if (!made.prim) {
-    make(memory::data_type::f32);
+    make(memory::data_type::f32, false);
     made.emulated_bf16 = bf16;
   }
   return e.cache.emplace(key, made).first->second;
@@ -501,8 +512,12 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
     s->K = K;
     s->N = N;
     s->source = source;
-    s->packed = memory(s->entry.weights, eng);
-    s->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, source, eng, s->entry.weights));
+    try {
+      s->packed = memory(s->entry.weights, eng);
+      s->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, source, eng, s->entry.weights));
+    } catch (const dnnl::error& error) {
+      fail_dnnl(error, "packing the weights of " + product_name(M, N, K));
+    }
     state_ = std::move(s);
   }
   packings.fetch_add(1, std::memory_order_relaxed);

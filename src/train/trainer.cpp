@@ -275,9 +275,12 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
   // writes it, sees it: every rank's line says the same, naming the folder whole.
   ProcessGroup* group = plan_.group();
   const bool writer = !group || group->rank() == 0;
-  std::string dir = !writer || checkpoint_dir.empty() ? std::string()
-                    : group                           ? fs::absolute(checkpoint_dir).string()
-                                                      : checkpoint_dir;
+  std::string dir = writer ? checkpoint_dir : std::string();
+  if (group && !dir.empty()) {  // (as given where the working directory cannot be read)
+    std::error_code ec;
+    const fs::path whole = fs::absolute(dir, ec);
+    if (!ec) dir = whole.string();
+  }
   std::string kept = dir.empty() ? std::string() : kept_checkpoint(dir);
   if (group) {
     group->broadcast(dir, "checkpoint");

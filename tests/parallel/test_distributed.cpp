@@ -18,6 +18,7 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 #include <tuple>
 
@@ -393,6 +394,20 @@ TEST_F(Distributed, AFolderWhoseNameIsNotUtf8ResumesOverRanks) {
       run("train --resume " + folder + " --steps 22 --threads 1 --sample 0", kMpirun + "-np 2 ");
   EXPECT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_NE(read(path("r\xff") + "/train_log.csv").find("\n22,"), std::string::npos);
+}
+
+// A finished run resumed in rank 0's folder is finished on every rank, whatever folder another
+// rank names as its own: rank 0 decides, and no rank trains (or waits for the others) alone.
+TEST_F(Distributed, AFinishedRunIsFinishedOnEveryRank) {
+  ASSERT_EQ(run(kRun + "--out " + path("a"), kMpirun + "-np 2 ").status, 0);
+  const std::string bin = FFNLAB_BIN;
+  const std::string resume = "train --resume " + path("a") + " --threads 1 --sample 0 --out ";
+  const Outcome r =
+      run(resume + path("a") + " : -np 1 " + bin + " " + resume + path("b"),
+          std::regex_replace(kMpirun, std::regex("mpirun "), "timeout 120 mpirun ") + "-np 1 ");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("is finished at step 20 of 20"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("b") + "/checkpoint")) << "rank 1 trained on its own";
 }
 
 TEST_F(Distributed, BatchThatDoesNotSplitIsRefused) {
