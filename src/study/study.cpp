@@ -152,8 +152,9 @@ FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
   if (variant == "relu" || variant == "gelu") return c;
   if (c.kind == FFNKind::moe) {
     c.moe.aux_coef = kTrainAuxCoef;  // the usual coefficient (Switch, Mixtral)
-    // ST-MoE's router z-loss at its coefficient: without it, one seed in three of the study's
-    // MoE LM left the early loss plateau a hundred steps late (the MoE stage's ablation).
+    // ST-MoE's router z-loss at its coefficient: without it, one or two seeds in five of the
+    // study's MoE LM end about 0.05-0.1 bits/byte behind (docs/results-training.md; the MoE stage
+    // measures it again as an ablation).
     c.moe.z_coef = 1e-3f;
   }
   const std::int64_t target = count_params(variant_config("relu", D, 4 * D, true));
