@@ -576,6 +576,32 @@ TEST(DataParallel, AFailedCheckpointWriteFailsEveryRankWithTheWritersErrno) {
   }
 }
 
+// Flags whose values are not UTF-8 (a folder's name) are compared over the ranks byte for byte:
+// the same bytes start, bytes that differ only where JSON keeps U+FFFD are refused.
+TEST(DataParallel, FlagsThatAreNotUtf8AreComparedByTheirBytes) {
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
+  const auto refusal = [&](const std::string& rank1) {
+    std::vector<std::string> caught(2);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      TransformerLM model(tiny_model(checkpoint_ffn(false)), 1);
+      DataParallel parallel{&g, 1000, false, {}, 0};
+      parallel.agreed["--resume"] = g.rank() == 0 ? "r\xff" : rank1;
+      try {
+        Trainer trainer(model, corpus, t, parallel);
+      } catch (const Error& e) {
+        caught[g.rank()] = e.what();
+      }
+    });
+    return caught;
+  };
+  EXPECT_EQ(refusal("r\xff"), (std::vector<std::string>{"", ""}));
+  const std::vector<std::string> caught = refusal("r\xfe");
+  EXPECT_NE(caught[1].find("parallel.flags_fingerprint"), std::string::npos) << caught[1];
+  EXPECT_NE(caught[0].find("rank 1 was started with another configuration"), std::string::npos)
+      << caught[0];
+}
+
 // A failure during training names the checkpoint rank 0 keeps on every rank, whatever folder
 // another rank was given (rank 0 writes it): every rank's line is the same, the folder whole.
 // Before the run's first checkpoint, that is the one rank 0's folder held when the run began.
