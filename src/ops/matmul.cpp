@@ -292,8 +292,9 @@ Entry find_or_make(std::int64_t G, std::int64_t M, std::int64_t N, std::int64_t 
   if (path == Path::conv) {
     try {
       make_conv(made, M, N, K, tb, opt, attr, e.engine);
-    } catch (const dnnl::error& error) {
-      fail_dnnl(error, product_name(M, N, K));
+    } catch (const dnnl::error& error) {  // no convolution for it: it stays a matmul
+      if (error.status != dnnl_unimplemented) fail_dnnl(error, product_name(M, N, K));
+      made = Entry();
     }
     made.emulated_bf16 = bf16;
     return e.cache.emplace(key, made).first->second;
@@ -419,7 +420,7 @@ void conv_product(const Entry& entry, Tensor& c, const Tensor& a, const Tensor& 
 }  // namespace
 
 void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
-            const MatmulOptions& opt) {
+            const MatmulOptions& opt) try {
   const int rank = c.rank();
   check((rank == 2 || rank == 3) && a.rank() == rank && b.rank() == rank &&
             (rank == 2 || (a.dim(0) == c.dim(0) && b.dim(0) == c.dim(0))),
@@ -465,6 +466,8 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
   memory b_mem(matrix_desc(G, K, N, tb, in_dt), eng,
                const_cast<void*>(operand(b, 1, bf16, native_bf16)));
   run(entry, a_mem, b_mem, c, matrix_desc(G, M, N, Trans::no, memory::data_type::f32), opt);
+} catch (const dnnl::error& error) {  // running it: memory, or anything else
+  fail_dnnl(error, "a product");
 }
 
 namespace {
@@ -485,7 +488,7 @@ struct PackedWeights::State {
   dnnl::reorder reorder;  // source -> packed
 };
 
-void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const MatmulOptions& opt) {
+void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const MatmulOptions& opt) try {
   check(b.rank() == 2, "[matmul] a packed operand must be a matrix, got {}",
         shape_string(b.shape()));
   check(!opt.dynamic_m && !opt.dynamic_k, "[matmul] a packed operand needs fixed dimensions");
@@ -525,9 +528,11 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
   dnnl::stream& stream = thread_stream();
   state_->reorder.execute(stream, src, state_->packed);
   stream.wait();
+} catch (const dnnl::error& error) {  // running it: memory, or anything else
+  fail_dnnl(error, "packing the weights");
 }
 
-void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOptions& opt) {
+void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOptions& opt) try {
   check(b.packed(), "[matmul] the operand was not packed");
   const PackedWeights::State& s = *b.state_;
   check(
@@ -549,6 +554,8 @@ void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOpti
   memory a_mem(matrix_desc(0, M, K, Trans::no, in_dt), eng,
                const_cast<void*>(operand(a, 0, bf16, bf16)));
   run(s.entry, a_mem, s.packed, c, matrix_desc(0, M, N, Trans::no, memory::data_type::f32), opt);
+} catch (const dnnl::error& error) {  // running it: memory, or anything else
+  fail_dnnl(error, "a product");
 }
 
 }  // namespace ffnlab

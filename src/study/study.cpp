@@ -152,8 +152,8 @@ FFNConfig study_ffn(const std::string& variant, std::int64_t D) {
   if (variant == "relu" || variant == "gelu") return c;
   if (c.kind == FFNKind::moe) {
     c.moe.aux_coef = kTrainAuxCoef;  // the usual coefficient (Switch, Mixtral)
-    // ST-MoE's router z-loss at its coefficient: without it, one or two seeds in five of the
-    // study's MoE LM end about 0.05-0.1 bits/byte behind (docs/results-training.md; the MoE stage
+    // ST-MoE's router z-loss at its coefficient: without it, two seeds in five of the
+    // study's MoE LM end 0.045-0.11 bits/byte behind (docs/results-training.md; the MoE stage
     // measures it again as an ablation).
     c.moe.z_coef = 1e-3f;
   }

@@ -37,12 +37,12 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
         {"expert_group", parallel.expert_group}}},
       {"settings", parallel.agreed}};
   // A flag's bytes that are not UTF-8 - a folder's name - are compared as JSON keeps them, with
-  // U+FFFD in their place, on every rank alike; and whole, by a fingerprint of every flag's bytes.
+  // U+FFFD in their place, on every rank alike; and whole, by a fingerprint of each flag's bytes.
   json mine = json::parse(raw.dump(-1, ' ', false, json::error_handler_t::replace));
-  std::string bytes;
-  for (const auto& [flag, value] : parallel.agreed) bytes += flag + '\0' + value + '\0';
-  mine["parallel"]["flags_fingerprint"] =
-      fmt::format("fnv1a64:{:016x}", fnv1a64(bytes.data(), bytes.size()));
+  mine["settings_bytes"] = json::object();
+  for (const auto& [flag, value] : parallel.agreed)
+    mine["settings_bytes"][flag] =
+        fmt::format("fnv1a64:{:016x}", fnv1a64(value.data(), value.size()));
   std::string text = mine.dump();
   group.broadcast(text, "configuration check");
   const json first = json::parse(text);
