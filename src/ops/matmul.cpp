@@ -175,7 +175,7 @@ std::string product_name(std::int64_t M, std::int64_t N, std::int64_t K) {
 }
 }  // namespace
 
-bool matmul_bf16_native() {
+bool matmul_bf16_native() try {
   // The first bf16 primitive finds out. Made directly rather than through matmul(), which asks
   // this function whether a bf16 product may run as a convolution.
   MatmulOptions opt;
@@ -183,6 +183,8 @@ bool matmul_bf16_native() {
   find_or_make(0, 1, 16, 16, Trans::no, Trans::no, opt, Path::plain);
   std::lock_guard lock(engine().mutex);
   return engine().bf16_native;
+} catch (const dnnl::error& error) {  // oneDNN's engine
+  fail_dnnl(error, "finding out whether bf16 products are native");
 }
 
 bool matmul_f32_512_bit() {
@@ -467,7 +469,8 @@ void matmul(Tensor& c, const Tensor& a, Trans ta, const Tensor& b, Trans tb,
                const_cast<void*>(operand(b, 1, bf16, native_bf16)));
   run(entry, a_mem, b_mem, c, matrix_desc(G, M, N, Trans::no, memory::data_type::f32), opt);
 } catch (const dnnl::error& error) {  // running it: memory, or anything else
-  fail_dnnl(error, "a product");
+  fail_dnnl(error,
+            fmt::format("the product {} x {}", shape_string(a.shape()), shape_string(b.shape())));
 }
 
 namespace {
@@ -529,7 +532,7 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
   state_->reorder.execute(stream, src, state_->packed);
   stream.wait();
 } catch (const dnnl::error& error) {  // running it: memory, or anything else
-  fail_dnnl(error, "packing the weights");
+  fail_dnnl(error, "packing the weights " + shape_string(b.shape()));
 }
 
 void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOptions& opt) try {
@@ -555,7 +558,7 @@ void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOpti
                const_cast<void*>(operand(a, 0, bf16, bf16)));
   run(s.entry, a_mem, s.packed, c, matrix_desc(0, M, N, Trans::no, memory::data_type::f32), opt);
 } catch (const dnnl::error& error) {  // running it: memory, or anything else
-  fail_dnnl(error, "a product");
+  fail_dnnl(error, fmt::format("the product {} x packed weights", shape_string(a.shape())));
 }
 
 }  // namespace ffnlab
