@@ -27,6 +27,7 @@
 
 #include "check.hpp"
 #include "ffnlab/config_flags.hpp"
+#include "ffnlab/io/json_text.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
 
@@ -65,7 +66,7 @@ struct BadValue {
 
 // The JSON text of a value for an error message, cut short.
 inline std::string json_excerpt(const nlohmann::json& j) {
-  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string s = json_text(j);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
@@ -252,8 +253,7 @@ void read_keys(const std::array<JsonKey<C>, N>& keys, C& c, const nlohmann::json
       std::string list;
       for (const auto& k : keys) list += (list.empty() ? "" : ", ") + std::string(k.name);
       // The key as JSON writes it: a NUL or another control byte in it stays visible.
-      const std::string shown =
-          nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      const std::string shown = json_text(nlohmann::json(key));
       fail("[{}] unknown key '{}{}' (known: {})", scope, prefix, shown.substr(1, shown.size() - 2),
            list);
     }

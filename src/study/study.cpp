@@ -27,6 +27,7 @@
 #include "ffnlab/failure.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/io/json_text.hpp"
 #include "ffnlab/layers/moe_ffn.hpp"
 #include "ffnlab/report/figure.hpp"
 #include "ffnlab/report/markdown.hpp"
@@ -574,9 +575,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   st.results.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   try {
     // (A path's bytes that are not UTF-8, the data's name, become U+FFFD, as in summary.json.)
-    st.write(
-        "results.json",
-        to_json(st.results).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    st.write("results.json", json_text(to_json(st.results), 2) + "\n");
     const Rendered report = render_report(st);
     st.write("REPORT.md", report.report);
     if (!report.appendix.empty()) st.write("APPENDIX.md", report.appendix);

@@ -9,6 +9,7 @@
 #include "ffnlab/failure.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/io/json_text.hpp"
 #include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/train/train_config.hpp"
@@ -247,7 +248,7 @@ void CheckpointIO::write_info(const std::string& dir, std::int64_t step, const s
                {"train", train_config_to_json(config_)}};
   if (!shards.empty()) info["shards"] = shards;
   // (A data path that is not UTF-8 is kept with U+FFFD in its place: a resume names the data.)
-  const std::string text = info.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  const std::string text = json_text(info, 2) + "\n";
   write_file_atomic((fs::path(dir) / kCheckpointInfo).string(), text.data(), text.size());
   // The commit point has passed: older weights files are no longer referenced.
   std::error_code ec;

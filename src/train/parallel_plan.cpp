@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.hpp"
+#include "ffnlab/io/json_text.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/names.hpp"
 #include "ffnlab/ops/router.hpp"
@@ -38,7 +39,7 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
       {"settings", parallel.agreed}};
   // A flag's bytes that are not UTF-8 - a folder's name - are compared as JSON keeps them, with
   // U+FFFD in their place, on every rank alike; and whole, by a fingerprint of each flag's bytes.
-  json mine = json::parse(raw.dump(-1, ' ', false, json::error_handler_t::replace));
+  json mine = json::parse(json_text(raw));
   mine["settings_bytes"] = json::object();
   for (const auto& [flag, value] : parallel.agreed)
     mine["settings_bytes"][flag] =

@@ -14,6 +14,7 @@
 #include "check.hpp"
 #include "ffnlab/error.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/io/json_text.hpp"
 
 namespace ffnlab {
 
@@ -222,7 +223,7 @@ json summary_json(const RunSummary& r, const Corpus& corpus) {
 
 void write_summary(const std::string& dir, const json& summary) {
   // The sample is raw bytes; JSON needs UTF-8, so invalid sequences become U+FFFD there.
-  const std::string s = summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  const std::string s = json_text(summary, 2) + "\n";
   write_file_atomic((fs::path(dir) / "summary.json").string(), s.data(), s.size());
 }
 

@@ -18,6 +18,7 @@
 #include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/io/json_text.hpp"
 #include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/matmul.hpp"
 #include "interrupt.hpp"
@@ -710,9 +711,7 @@ void run_bench(const BenchOptions& o) {
   InterruptGuard interrupts;  // Ctrl-C stops between measurements and ends PyTorch's process
   json out;
   // (A message that quotes bytes that are not UTF-8 - a path - keeps U+FFFD in their place.)
-  const auto print = [&] {
-    fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
-  };
+  const auto print = [&] { fmt::print("{}\n", json_text(out, 2)); };
   try {
     bench_into(o, out);
   } catch (const Interrupted& e) {
