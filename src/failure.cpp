@@ -12,6 +12,7 @@
 #include "ffnlab/error.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
+#include "json_keys.hpp"
 
 namespace ffnlab {
 
@@ -31,11 +32,15 @@ Failure Failure::of(const std::exception& e) {
                     s->code().category() == std::system_category();
     return {K::system, os ? s->code().value() : 0, fmt::format("[io] {}", e.what())};
   }
+  // JSON that escaped its reader's checks (a config's, a checkpoint's): refused input, in
+  // ffnlab's words rather than nlohmann's.
+  if (const auto* j = dynamic_cast<const nlohmann::json::exception*>(&e))
+    return {K::input, 0, fmt::format("[json] {}", json_error_text(*j))};
   return {K::system, 0, e.what()};
 }
 
-void Failure::raise(std::string_view prefix) const {
-  const std::string what = fmt::format("{}{}", prefix, message);
+void Failure::raise(std::string_view prefix, std::string_view suffix) const {
+  const std::string what = fmt::format("{}{}{}", prefix, message, suffix);
   switch (kind) {
     case Kind::interrupted:
       throw Interrupted(what);

@@ -27,11 +27,13 @@ struct Failure {
 
   // ffnlab's errors as their class says; std::bad_alloc is the system's ("out of memory", ENOMEM);
   // a file-system error is refused input when its path leads nowhere (path_leads_nowhere), else the
-  // system's; any other std::system_error or exception is the system's.
+  // system's; a JSON error (nlohmann's) is refused input; any other std::system_error or
+  // exception is the system's.
   static Failure of(const std::exception& e);
   bool failed() const { return kind != Kind::none; }
-  // Throws the failure as the exception of its kind, with `prefix` before its message.
-  [[noreturn]] void raise(std::string_view prefix = {}) const;
+  // Throws the failure as the exception of its kind, with `prefix` before its message and
+  // `suffix` after it (what a caller adds: what the run kept, where to look), errno unchanged.
+  [[noreturn]] void raise(std::string_view prefix = {}, std::string_view suffix = {}) const;
 
   // For a message between ranks: {"kind", "errno", "message"} (an unknown kind reads as system).
   nlohmann::json to_json() const;

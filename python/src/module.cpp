@@ -468,8 +468,8 @@ PYBIND11_MODULE(_ffnlab, m) {
   // ffnlab's errors and the system's (a file-system error among them) take the kind the command
   // line gives them (Failure::of, its exit statuses), as Python's exceptions: refused input and
   // usage ValueError (a path that leads nowhere too), the system's the OSError of its errno but
-  // memory (ENOMEM, std::bad_alloc among it) MemoryError, a stop KeyboardInterrupt. A JSON error
-  // is a config's ValueError; anything else is pybind11's.
+  // memory (ENOMEM, std::bad_alloc among it) MemoryError, a stop KeyboardInterrupt; a JSON error
+  // is refused input, ValueError. Anything else is pybind11's.
   py::register_exception_translator([](std::exception_ptr p) {
     const auto raise = [](const Failure& f) {
       if (f.kind == Failure::Kind::interrupted)
@@ -490,7 +490,7 @@ PYBIND11_MODULE(_ffnlab, m) {
     } catch (const std::bad_alloc& e) {
       raise(Failure::of(e));
     } catch (const nlohmann::json::exception& e) {
-      PyErr_SetString(PyExc_ValueError, (std::string("[config] ") + e.what()).c_str());
+      raise(Failure::of(e));
     }
   });
 

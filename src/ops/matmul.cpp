@@ -518,12 +518,8 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
     s->K = K;
     s->N = N;
     s->source = source;
-    try {
-      s->packed = memory(s->entry.weights, eng);
-      s->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, source, eng, s->entry.weights));
-    } catch (const dnnl::error& error) {
-      fail_dnnl(error, "packing the weights of " + product_name(M, N, K));
-    }
+    s->packed = memory(s->entry.weights, eng);
+    s->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, source, eng, s->entry.weights));
     state_ = std::move(s);
   }
   packings.fetch_add(1, std::memory_order_relaxed);
@@ -531,8 +527,10 @@ void PackedWeights::pack(const Tensor& b, Trans tb, std::int64_t M, const Matmul
   dnnl::stream& stream = thread_stream();
   state_->reorder.execute(stream, src, state_->packed);
   stream.wait();
-} catch (const dnnl::error& error) {  // running it: memory, or anything else
-  fail_dnnl(error, "packing the weights " + shape_string(b.shape()));
+} catch (const dnnl::error& error) {  // its buffer, the reorder or running it: memory, or else
+  fail_dnnl(error,
+            "packing the weights of " + product_name(M, tb == Trans::no ? b.dim(1) : b.dim(0),
+                                                     tb == Trans::no ? b.dim(0) : b.dim(1)));
 }
 
 void matmul(Tensor& c, const Tensor& a, const PackedWeights& b, const MatmulOptions& opt) try {

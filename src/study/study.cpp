@@ -131,11 +131,9 @@ namespace {
   } catch (const Error& e) {
     const std::int64_t kept = store.size();
     if (kept == 0) throw;
-    Failure f = Failure::of(e);
-    f.message =
-        fmt::format("{}; the {} finished run{} kept in {}: {} continues from them", f.message, kept,
-                    kept == 1 ? " is" : "s are", store.dir(), resume_call(o));
-    f.raise();
+    Failure::of(e).raise(
+        {}, fmt::format("; the {} finished run{} kept in {}: {} continues from them", kept,
+                        kept == 1 ? " is" : "s are", store.dir(), resume_call(o)));
   }
 }
 }  // namespace

@@ -186,10 +186,9 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     try {
       return load_corpus(data, val_fraction);
     } catch (const Error& e) {
-      Failure f = Failure::of(e);
+      const Failure f = Failure::of(e);
       if (!point || rq.data_given || f.kind != Failure::Kind::input) throw;
-      f.message += fmt::format(" (the data the checkpoint names: give it with {})", rq.names.data);
-      f.raise();
+      f.raise({}, fmt::format(" (the data the checkpoint names: give it with {})", rq.names.data));
     }
   };
   std::optional<Corpus> loaded;

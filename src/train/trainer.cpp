@@ -316,9 +316,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
     if (kept.empty()) throw;  // a run without a checkpoint folder (the study's) has nothing to say
     // The error in flight, of its own kind (a stop stays a stop, a system failure one, with its
     // errno: memory ENOMEM).
-    Failure f = Failure::of(e);
-    f.message = fmt::format("{}; {}", f.message, kept);
-    f.raise();
+    Failure::of(e).raise({}, fmt::format("; {}", kept));
   }
   return true;
 }

@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -52,6 +53,16 @@ TEST(ReportError, EveryKindOfExceptionHasItsLineAndStatus) {
       {"a system error (fmt's failed write)",
        std::make_exception_ptr(std::system_error(std::make_error_code(std::errc::io_error), "w")),
        "ffnlab: error: [io] w: Input/output error\n", kExitSystem},
+      {"a JSON error that escaped its reader's checks",
+       [] {
+         try {
+           (void)nlohmann::json(1).get<std::string>();
+         } catch (...) {
+           return std::current_exception();
+         }
+         return std::exception_ptr();
+       }(),
+       "ffnlab: error: [json] type must be string, but is number\n", kExitInput},
       {"another exception", std::make_exception_ptr(std::logic_error("odd")),
        "ffnlab: error: odd\n", kExitSystem},
       {"not an exception", std::make_exception_ptr(42), "ffnlab: error: unknown exception\n",
