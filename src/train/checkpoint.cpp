@@ -66,6 +66,28 @@ Failure from_rank_zero(ProcessGroup& group, Failure f) {
   return f;
 }
 
+// Whether any rank failed in a part every rank takes, to every rank: the highest-numbered rank
+// that failed (-1: none), its kind and errno (its message stays with it), and whether a stop
+// ended any rank's part.
+struct AnyFailure {
+  int rank = -1;
+  Failure::Kind kind = Failure::Kind::none;
+  int error_number = 0;
+  bool stopped = false;
+};
+AnyFailure any_rank_failed(ProcessGroup& group, const Failure& mine) {
+  std::vector<std::int64_t> failed{mine.failed() ? 1 : 0, mine.failed() ? group.rank() : -1,
+                                   mine.kind == Failure::Kind::interrupted ? 1 : 0};
+  group.allreduce_max(failed, "checkpoint");
+  if (failed[0] == 0) return {};
+  // That rank's kind and errno (every rank knows which rank it is).
+  std::vector<std::int64_t> code{0, 0};
+  if (group.rank() == failed[1]) code = {static_cast<std::int64_t>(mine.kind), mine.error_number};
+  group.allreduce_max(code, "checkpoint");
+  return {static_cast<int>(failed[1]), static_cast<Failure::Kind>(code[0]),
+          static_cast<int>(code[1]), failed[2] != 0};
+}
+
 // FNV-1a of the weights' bytes (its bits as a signed integer: min and max compare them).
 std::vector<std::int64_t> weights_hash(const Tensor& values) {
   const std::uint64_t h = fnv1a64(values.f32(), static_cast<std::size_t>(values.nbytes()));
@@ -105,23 +127,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   // not where rank 0, or a resume, looks.
   std::string dir = group.rank() == 0 ? fs::absolute(rank_dir).string() : std::string();
   group.broadcast(dir, "checkpoint");
-  const auto& expert_ranges = plan_.expert_ranges();
-  // The dense part is the same on every rank, an expert on each of its holders (one a replica).
-  std::vector<std::pair<std::int64_t, std::int64_t>> dense;
-  for_each_outside(0, model_.parameters().count(), expert_ranges,
-                   [&](std::int64_t b, std::int64_t e) { dense.emplace_back(b, e); });
-  const auto same_everywhere = [&](ProcessGroup& g, const auto& ranges) {
-    std::vector<std::int64_t> lo{ranges_hash(model_.parameters().values(), ranges)}, hi = lo;
-    g.allreduce_min(lo, "weights check");
-    g.allreduce_max(hi, "weights check");
-    return lo == hi;
-  };
-  bool same = same_everywhere(group, dense);
-  if (ProcessGroup* replicas = plan_.replicas())
-    same = same_everywhere(*replicas, expert_ranges) && same;
-  std::vector<std::int64_t> differs{same ? 0 : 1};
-  group.allreduce_max(differs, "weights check");
-  check(differs[0] == 0,
+  check(ranks_hold_the_same_weights(),
         "[dist] step {}: the ranks' weights differ; this checkpoint is not written", step);
 
   const ProcessGroup& eg = plan_.expert_group();
@@ -146,10 +152,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
 
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
-  // Whether any rank's part failed, the highest-numbered such rank, and whether a stop ended a
-  // part.
   Failure failure;
-  std::vector<std::int64_t> failed{0, -1, 0};
   if (writes) try {
       if (eg.rank() == 0)
         write_weights((fs::path(dir) / weights).string(), step,
@@ -159,19 +162,12 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
                       [&](const Parameter& p) { return plan_.is_expert(p); });
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       failure = Failure::of(e);
-      failed = {1, group.rank(), failure.kind == Failure::Kind::interrupted ? 1 : 0};
     }
-  group.allreduce_max(failed, "checkpoint");
-  // That rank's kind and errno, to every rank: all fail as it did (every rank knows `failed`).
-  std::vector<std::int64_t> code{0, 0};
-  if (failed[0] != 0) {
-    if (group.rank() == failed[1])
-      code = {static_cast<std::int64_t>(failure.kind), failure.error_number};
-    group.allreduce_max(code, "checkpoint");
-  }
+  // Whether any rank's part failed: all fail as it did.
+  const AnyFailure failed = any_rank_failed(group, failure);
   // checkpoint.json last, once every part is written: until then the last one stands.
   Failure info_failure;
-  if (failed[0] == 0 && group.rank() == 0) try {
+  if (failed.rank < 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) {
         shards.push_back(shard_name(q));
@@ -188,18 +184,18 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
     }
   info_failure = from_rank_zero(group, info_failure);
   if (failure.failed()) failure.raise();  // this rank's own part failed
-  if (failed[0] != 0) {                   // another rank's part: a stop ends every rank as one
+  if (failed.rank >= 0) {                 // another rank's part: a stop ends every rank as one
     // (A stop on any rank outranks another's failure; the rank named is the highest-numbered
     // that failed.)
-    if (failed[2] != 0)
+    if (failed.stopped)
       throw Interrupted(
           "[checkpoint] a stop ended the writing of the experts' parts; this checkpoint is not "
           "written");
-    const std::string why = fmt::format(
-        "[checkpoint] rank {} could not write its experts (its message says why); this "
-        "checkpoint is not written",
-        static_cast<int>(failed[1]));
-    Failure{static_cast<Failure::Kind>(code[0]), static_cast<int>(code[1]), why}.raise();
+    Failure{failed.kind, failed.error_number,
+            fmt::format("[checkpoint] rank {} could not write its experts (its message says "
+                        "why); this checkpoint is not written",
+                        failed.rank)}
+        .raise();
   }
   if (info_failure.failed()) info_failure.raise();
 }
@@ -342,7 +338,62 @@ json read_checkpoint_info(const std::string& dir) {
   return info;
 }
 
+bool CheckpointIO::ranks_hold_the_same_weights() {
+  ProcessGroup& group = *plan_.group();
+  const auto& expert_ranges = plan_.expert_ranges();
+  // The dense part is the same on every rank, an expert on each of its holders (one a replica).
+  std::vector<std::pair<std::int64_t, std::int64_t>> dense;
+  for_each_outside(0, model_.parameters().count(), expert_ranges,
+                   [&](std::int64_t b, std::int64_t e) { dense.emplace_back(b, e); });
+  const auto same_everywhere = [&](ProcessGroup& g, const auto& ranges) {
+    std::vector<std::int64_t> lo{ranges_hash(model_.parameters().values(), ranges)}, hi = lo;
+    g.allreduce_min(lo, "weights check");
+    g.allreduce_max(hi, "weights check");
+    return lo == hi;
+  };
+  bool same = same_everywhere(group, dense);
+  if (ProcessGroup* replicas = plan_.replicas())
+    same = same_everywhere(*replicas, expert_ranges) && same;
+  std::vector<std::int64_t> differs{same ? 0 : 1};
+  group.allreduce_max(differs, "weights check");
+  return differs[0] == 0;
+}
+
 std::int64_t CheckpointIO::load(const std::string& dir) {
+  ProcessGroup* group = plan_.group();
+  if (!group) return read(dir);
+  // Every rank reads its own folder (one they share, or a copy each). All learn whether every
+  // rank could, so that none waits in the first step for a rank that failed, and whether they
+  // hold the same state: ranks that resumed different checkpoints would train on apart.
+  Failure failure;
+  std::int64_t step = -1;
+  try {
+    step = read(dir);
+  } catch (const std::exception& e) {  // every rank must reach the exchanges below
+    failure = Failure::of(e);
+  }
+  const AnyFailure failed = any_rank_failed(*group, failure);
+  if (failure.failed()) failure.raise();
+  if (failed.rank >= 0)
+    Failure{failed.kind, failed.error_number,
+            fmt::format("[checkpoint] rank {} could not read its checkpoint (its message says why)",
+                        failed.rank)}
+        .raise();
+  std::vector<std::int64_t> lo{step}, hi{step};
+  group->allreduce_min(lo, "checkpoint");
+  group->allreduce_max(hi, "checkpoint");
+  check(lo == hi,
+        "[dist] the ranks resumed checkpoints of different steps ({} to {}): every rank resumes "
+        "the same checkpoint",
+        lo[0], hi[0]);
+  check(ranks_hold_the_same_weights(),
+        "[dist] the ranks resumed checkpoints of step {} whose weights differ: every rank resumes "
+        "the same checkpoint",
+        step);
+  return step;
+}
+
+std::int64_t CheckpointIO::read(const std::string& dir) {
   const json info = read_checkpoint_info(dir);
   remove_stale_temporaries(dir, is_checkpoint_file);  // files of a run killed while saving
   const json mine = lm_config_to_json(model_.config());

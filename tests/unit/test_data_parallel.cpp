@@ -576,6 +576,75 @@ TEST(DataParallel, AFailedCheckpointWriteFailsEveryRankWithTheWritersErrno) {
   }
 }
 
+// A resume over ranks, data or expert parallel: ranks that read the same checkpoint go on from
+// its step; a rank that cannot read its own fails every rank (none is left waiting in the first
+// step for it), and ranks that read checkpoints of other steps, or other weights, fail together.
+TEST(DataParallel, RanksThatCannotResumeTheSameStateFailTogether) {
+  const Corpus corpus = tiny_corpus();
+  const test::ScratchDir scratch("dp-resume");
+  for (const bool expert_parallel : {false, true}) {
+    SCOPED_TRACE(expert_parallel ? "expert parallel" : "data parallel");
+    const LMConfig c = tiny_model(checkpoint_ffn(expert_parallel));
+    const std::string mode = expert_parallel ? "ep-" : "dp-";
+    // One process's run of `steps` steps from `seed`, its checkpoint in `name`.
+    const auto saved = [&](const std::string& name, std::uint64_t seed, std::int64_t steps) {
+      TrainConfig t = tiny_training(2);
+      t.steps = steps;
+      t.eval_every = 0;
+      TransformerLM model(c, seed);
+      Trainer trainer(model, corpus, t);
+      const std::string dir = (scratch.path / (mode + name)).string();
+      trainer.run(nullptr, nullptr, dir);
+      return dir;
+    };
+    const std::string at2 = saved("at2", 1, 2), at4 = saved("at4", 1, 4),
+                      other = saved("other", 2, 2), none = (scratch.path / "none").string();
+    std::filesystem::create_directories(none);
+    // Each rank resumes its folder; what each caught ("" when it resumed), and its step.
+    const auto resume = [&](const std::string& zero, const std::string& one) {
+      std::vector<std::string> caught(2);
+      std::vector<std::int64_t> steps(2, -1);
+      ThreadGroup::run(2, [&](ThreadGroup& g) {
+        TrainConfig t = tiny_training(2);
+        t.steps = 6;
+        const HeldExperts held = expert_parallel ? held_by_rank(2, 2, g.rank()) : HeldExperts{};
+        TransformerLM model(c, 3, held);
+        Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}, 0});
+        try {
+          trainer.load(g.rank() == 0 ? zero : one);
+          steps[g.rank()] = trainer.step();
+        } catch (const Error& e) {
+          caught[g.rank()] = e.what();
+        }
+      });
+      return std::pair{caught, steps};
+    };
+    const auto contains = [](const std::string& text, const std::string& part) {
+      return text.find(part) != std::string::npos;
+    };
+    {
+      const auto [caught, steps] = resume(at2, at2);
+      EXPECT_EQ(caught, (std::vector<std::string>{"", ""}));
+      EXPECT_EQ(steps, (std::vector<std::int64_t>{2, 2}));
+    }
+    {
+      const auto [caught, steps] = resume(at2, none);
+      EXPECT_TRUE(contains(caught[0], "rank 1 could not read its checkpoint")) << caught[0];
+      EXPECT_TRUE(contains(caught[1], "no checkpoint in")) << caught[1];
+    }
+    {
+      const auto [caught, steps] = resume(at2, at4);
+      for (const std::string& line : caught)
+        EXPECT_TRUE(contains(line, "resumed checkpoints of different steps (2 to 4)")) << line;
+    }
+    {
+      const auto [caught, steps] = resume(other, at2);
+      for (const std::string& line : caught)
+        EXPECT_TRUE(contains(line, "resumed checkpoints of step 2 whose weights differ")) << line;
+    }
+  }
+}
+
 // Flags whose values are not UTF-8 (a folder's name) are compared over the ranks byte for byte:
 // the same bytes start, bytes that differ only where JSON keeps U+FFFD are refused.
 TEST(DataParallel, FlagsThatAreNotUtf8AreComparedByTheirBytes) {

@@ -41,13 +41,20 @@ class CheckpointIO {
   void save(const std::string& dir, std::int64_t step);
   // Loads weights and optimizer state from DIR and returns its step. Each tensor is read by name
   // from whichever file holds it, so a checkpoint resumes on any layout. Throws
-  // "[checkpoint] ..." for a missing or corrupt checkpoint or one of another model shape.
+  // "[checkpoint] ..." for a missing or corrupt checkpoint or one of another model shape. Data
+  // parallel (collective): each rank reads its DIR; a rank that could not fails every rank (with
+  // its kind and errno), and so do ranks at other steps or holding other weights.
   std::int64_t load(const std::string& dir);
 
  private:
   // One process's checkpoint (or rank 0's for the group): every parameter in one file.
   void write(const std::string& dir, std::int64_t step) const;
   void save_in_parts(const std::string& dir, std::int64_t step);
+  // One process's load (load reads with it on each rank).
+  std::int64_t read(const std::string& dir);
+  // Whether every rank holds the same weights (collective): the dense part on every rank, each
+  // expert on each of its holders.
+  bool ranks_hold_the_same_weights();
   // The parameters `keep` accepts, with their optimizer moments, to `path` (atomically).
   void write_weights(const std::string& path, std::int64_t step,
                      const std::function<bool(const Parameter&)>& keep) const;
