@@ -13,6 +13,8 @@
 
 namespace ffnlab {
 
+class ProcessGroup;
+
 struct Failure {
   enum class Kind : std::int64_t {
     none = 0,         // no failure
@@ -39,5 +41,23 @@ struct Failure {
   nlohmann::json to_json() const;
   static Failure from_json(const nlohmann::json& j);
 };
+
+// Whether any rank of `group` failed in a part every rank takes (collective; `mine` is this
+// rank's, none when it did not fail): the highest-numbered rank that failed (-1: none), its kind
+// and errno (its message stays with it), and whether a stop ended any rank's part.
+struct RanksFailure {
+  int rank = -1;
+  Failure::Kind kind = Failure::Kind::none;
+  int error_number = 0;
+  bool stopped = false;
+};
+RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const char* exchange);
+
+// The same exchange, then: a rank that failed raises its own failure; when another did, every
+// other rank raises a stop if a stop ended any rank's part, else an error of the failed rank's
+// kind and errno whose message is `others`' with the rank in place of its {}. So that no rank is
+// left waiting in the next exchange for one that failed, and the job ends with its status.
+void fail_together(ProcessGroup& group, const Failure& mine, const char* exchange,
+                   std::string_view others);
 
 }  // namespace ffnlab

@@ -24,6 +24,7 @@
 #include "ffnlab/study/study.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/step_log.hpp"
+#include "json_keys.hpp"
 #include "stage_functions.hpp"
 
 namespace ffnlab::study {
@@ -131,6 +132,15 @@ nlohmann::json unpack(const std::string& bytes) {
   return nlohmann::json::from_cbor(bytes);
 }
 
+// A message between ranks that does not read as its kind says (nlohmann's error, `e`): the
+// ranks' own exchange failed, not the user's input.
+[[noreturn]] void fail_message(int from, const nlohmann::json::exception& e) {
+  fail_system(
+      "[evolve] a message from rank {} does not read ({}): every rank must run the same "
+      "ffnlab",
+      from, json_error_text(e));
+}
+
 nlohmann::json products_json(const ModelProducts& p) {
   return {{"flops", p.flops},
           {"seconds", p.seconds},
@@ -199,30 +209,34 @@ class RemoteRanks {
     std::string bytes;
     int from = 0, tag = 0;
     while (ranks_.try_receive(bytes, from, tag, "study run")) {
-      const nlohmann::json m = unpack(bytes);
-      const auto at = busy_.find(from);
-      check(at != busy_.end() && at->second.job == m.at("index").get<std::size_t>(),
-            "[evolve] rank {} sent a message about a run it was not given", from);
-      Busy& b = at->second;
-      b.heard = Clock::now();
-      if (tag == kFailed)
-        Failure::from_json(m.at("failure"))
-            .raise(fmt::format("[evolve] rank {} failed in the run '{}': ", from, label(b.job)));
-      Event e{b.job, from, 0, {}, std::nullopt};
-      if (tag == kStep) {
-        const std::int64_t steps = m.at("steps");
-        e.new_steps = steps - b.steps;
-        b.steps = steps;
-        e.log = step_from_json(m.at("log"));
-      } else if (tag == kDone) {
-        e.record = record_from_json(m.at("record"));
-        e.new_steps = static_cast<std::int64_t>(e.record->steps.size()) - b.steps;
-        busy_.erase(at);
-        idle_.push_back(from);
-      } else {
-        fail("[evolve] rank {} sent a message of unknown kind {}", from, tag);
+      try {
+        const nlohmann::json m = unpack(bytes);
+        const auto at = busy_.find(from);
+        check(at != busy_.end() && at->second.job == m.at("index").get<std::size_t>(),
+              "[evolve] rank {} sent a message about a run it was not given", from);
+        Busy& b = at->second;
+        b.heard = Clock::now();
+        if (tag == kFailed)
+          Failure::from_json(m.at("failure"))
+              .raise(fmt::format("[evolve] rank {} failed in the run '{}': ", from, label(b.job)));
+        Event e{b.job, from, 0, {}, std::nullopt};
+        if (tag == kStep) {
+          const std::int64_t steps = m.at("steps");
+          e.new_steps = steps - b.steps;
+          b.steps = steps;
+          e.log = step_from_json(m.at("log"));
+        } else if (tag == kDone) {
+          e.record = record_from_json(m.at("record"));
+          e.new_steps = static_cast<std::int64_t>(e.record->steps.size()) - b.steps;
+          busy_.erase(at);
+          idle_.push_back(from);
+        } else {
+          fail("[evolve] rank {} sent a message of unknown kind {}", from, tag);
+        }
+        out.push_back(std::move(e));
+      } catch (const nlohmann::json::exception& e) {
+        fail_message(from, e);
       }
-      out.push_back(std::move(e));
     }
     const auto now = Clock::now();
     for (const auto& [r, b] : busy_)
@@ -463,8 +477,14 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
     if (tag == kStop) continue;  // about a run this rank had finished already
     check(tag == kJob, "[evolve] rank {}: an unknown message {} from rank {}", ranks.rank(), tag,
           from);
-    const nlohmann::json m = unpack(bytes);
-    const std::size_t index = m.at("index");
+    nlohmann::json m;
+    std::size_t index = 0;
+    try {
+      m = unpack(bytes);
+      index = m.at("index");
+    } catch (const nlohmann::json::exception& e) {
+      fail_message(from, e);
+    }
     try {
       check(m.at("data") == st.corpus.fingerprint,
             "rank {} reads other data than rank 0 ({} against {}): give every rank the same "

@@ -66,28 +66,6 @@ Failure from_rank_zero(ProcessGroup& group, Failure f) {
   return f;
 }
 
-// Whether any rank failed in a part every rank takes, to every rank: the highest-numbered rank
-// that failed (-1: none), its kind and errno (its message stays with it), and whether a stop
-// ended any rank's part.
-struct AnyFailure {
-  int rank = -1;
-  Failure::Kind kind = Failure::Kind::none;
-  int error_number = 0;
-  bool stopped = false;
-};
-AnyFailure any_rank_failed(ProcessGroup& group, const Failure& mine) {
-  std::vector<std::int64_t> failed{mine.failed() ? 1 : 0, mine.failed() ? group.rank() : -1,
-                                   mine.kind == Failure::Kind::interrupted ? 1 : 0};
-  group.allreduce_max(failed, "checkpoint");
-  if (failed[0] == 0) return {};
-  // That rank's kind and errno (every rank knows which rank it is).
-  std::vector<std::int64_t> code{0, 0};
-  if (group.rank() == failed[1]) code = {static_cast<std::int64_t>(mine.kind), mine.error_number};
-  group.allreduce_max(code, "checkpoint");
-  return {static_cast<int>(failed[1]), static_cast<Failure::Kind>(code[0]),
-          static_cast<int>(code[1]), failed[2] != 0};
-}
-
 // FNV-1a of the weights' bytes (its bits as a signed integer: min and max compare them).
 std::vector<std::int64_t> weights_hash(const Tensor& values) {
   const std::uint64_t h = fnv1a64(values.f32(), static_cast<std::size_t>(values.nbytes()));
@@ -164,7 +142,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
       failure = Failure::of(e);
     }
   // Whether any rank's part failed: all fail as it did.
-  const AnyFailure failed = any_rank_failed(group, failure);
+  const RanksFailure failed = any_rank_failed(group, failure, "checkpoint");
   // checkpoint.json last, once every part is written: until then the last one stands.
   Failure info_failure;
   if (failed.rank < 0 && group.rank() == 0) try {
@@ -372,20 +350,20 @@ std::int64_t CheckpointIO::load(const std::string& dir) {
   } catch (const std::exception& e) {  // every rank must reach the exchanges below
     failure = Failure::of(e);
   }
-  const AnyFailure failed = any_rank_failed(*group, failure);
-  if (failure.failed()) failure.raise();
-  if (failed.rank >= 0)
-    Failure{failed.kind, failed.error_number,
-            fmt::format("[checkpoint] rank {} could not read its checkpoint (its message says why)",
-                        failed.rank)}
-        .raise();
-  std::vector<std::int64_t> lo{step}, hi{step};
+  fail_together(*group, failure, "checkpoint",
+                "[checkpoint] rank {} could not read its checkpoint (its message says why)");
+  // (The optimizer's own count sets Adam's bias correction.)
+  std::vector<std::int64_t> lo{step, optimizer_.steps()}, hi = lo;
   group->allreduce_min(lo, "checkpoint");
   group->allreduce_max(hi, "checkpoint");
-  check(lo == hi,
+  check(lo[0] == hi[0],
         "[dist] the ranks resumed checkpoints of different steps ({} to {}): every rank resumes "
         "the same checkpoint",
         lo[0], hi[0]);
+  check(lo[1] == hi[1],
+        "[dist] the ranks resumed checkpoints of step {} whose optimizers counted other steps ({} "
+        "to {}): every rank resumes the same checkpoint",
+        step, lo[1], hi[1]);
   check(ranks_hold_the_same_weights(),
         "[dist] the ranks resumed checkpoints of step {} whose weights differ: every rank resumes "
         "the same checkpoint",

@@ -127,82 +127,100 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   o.model = given_model ? given_model->config() : rq.model;
   o.train = rq.train;
 
-  // A resumed run: the checkpoint's model, settings and data, unless the caller set them.
+  // What each rank checks alone, before the ranks' first exchange (the settings, the folder, the
+  // data): under mpirun a rank that fails here fails every rank, the others naming it, rather
+  // than leaving them waiting in that exchange.
   std::optional<ResumePoint> point;
   std::string data = rq.data;
   double val_fraction = rq.val_fraction;
-  if (!rq.resume.empty()) {
-    point = read_resume_point(rq.resume);
-    if (!given_model) o.model = point->model;
-    o.train = resumed_train(rq, *point);
-    if (!rq.data_given) data = checkpoint_data_path(*point, data);
-    if (!rq.val_fraction_given) val_fraction = checkpoint_val_fraction(*point, val_fraction);
-  } else {
-    refuse_unread_settings(rq, o.train);
-  }
-  // Without a folder (a library caller's run), what writes or overwrites one means nothing.
-  if (o.out.empty()) {
-    for (const GivenSetting& g : rq.given)
-      if (g.key == "checkpoint_every" && o.train.checkpoint_every != 0)
-        throw UsageError(fmt::format(
-            "[train] {}: checkpoints are written into a run folder, and this run writes none "
-            "(name one with {} or {})",
-            g.as_written, rq.names.out, rq.names.resume));
-    if (rq.force)
-      throw UsageError(fmt::format(
-          "[train] nothing to force: this run writes no folder (name one with {} or {})",
-          rq.names.out, rq.names.resume));
-  }
-  // The sample's settings: a bidirectional (masked) model fills bytes in and draws no sample;
-  // the prompt's bytes must be in the vocabulary (known now, not after the training).
-  if (rq.sample_given && !o.model.causal)
-    throw UsageError(
-        fmt::format("[train] {}: a masked (bidirectional) model fills bytes in; it draws no sample",
-                    rq.names.sample));
-  // Continuing the run in its own folder (its logs go on), not into another one.
-  // (A path that cannot be resolved is not the same folder: the checks below name it.)
-  std::error_code resolve_a, resolve_b;
-  const bool resumed_here =
-      point && !o.out.empty() &&
-      fs::weakly_canonical(rq.resume, resolve_a) == fs::weakly_canonical(o.out, resolve_b) &&
-      !resolve_a && !resolve_b;
-  if (lead && !o.out.empty()) {
-    check_writable_dir(o.out, "train");
-    if (const std::string why = run_folder_conflict(o.out, data, rq.names.out, rq.names.data);
-        !why.empty())
-      throw UsageError(why);
-    // Another run's folder is not written over unless asked: its logs, checkpoint and summary
-    // would be lost, or mixed with this run's.
-    if (rq.out_named && !resumed_here && !rq.force)
-      if (const std::string held = earlier_run(o.out); !held.empty())
-        throw UsageError(
-            fmt::format("[train] {} '{}' holds {}: resume it ({}), give another {}, or {} "
-                        "to start over in it",
-                        rq.names.out, o.out, held, rq.names.resume, rq.names.out, rq.names.force));
-  }
-  // A resumed run reads the data its checkpoint names unless given other: data that moved, or
-  // whose name JSON could not keep (not UTF-8), is given again.
-  const auto load = [&] {
-    try {
-      return load_corpus(data, val_fraction);
-    } catch (const Error& e) {
-      const Failure f = Failure::of(e);
-      if (!point || rq.data_given || f.kind != Failure::Kind::input) throw;
-      f.raise({}, fmt::format(" (the data the checkpoint names: give it with {})", rq.names.data));
-    }
-  };
+  bool resumed_here = false;
   std::optional<Corpus> loaded;
-  const Corpus& corpus = rq.corpus ? *rq.corpus : loaded.emplace(load());
-  if (point) check_same_data(rq, *point, corpus);
-  check_training_setup(o.model, corpus, o.train);
-  // The sample's prompt within the vocabulary, known now rather than after the training.
-  if (rq.sample > 0 && o.model.causal)
-    for (const unsigned char c : rq.prompt)
-      if (c >= o.model.vocab)
+  const Corpus* given_corpus = rq.corpus;
+  Failure alone;
+  try {
+    // A resumed run: the checkpoint's model, settings and data, unless the caller set them.
+    if (!rq.resume.empty()) {
+      point = read_resume_point(rq.resume);
+      if (!given_model) o.model = point->model;
+      o.train = resumed_train(rq, *point);
+      if (!rq.data_given) data = checkpoint_data_path(*point, data);
+      if (!rq.val_fraction_given) val_fraction = checkpoint_val_fraction(*point, val_fraction);
+    } else {
+      refuse_unread_settings(rq, o.train);
+    }
+    // Without a folder (a library caller's run), what writes or overwrites one means nothing.
+    if (o.out.empty()) {
+      for (const GivenSetting& g : rq.given)
+        if (g.key == "checkpoint_every" && o.train.checkpoint_every != 0)
+          throw UsageError(fmt::format(
+              "[train] {}: checkpoints are written into a run folder, and this run writes none "
+              "(name one with {} or {})",
+              g.as_written, rq.names.out, rq.names.resume));
+      if (rq.force)
         throw UsageError(fmt::format(
-            "[train] the sample's prompt holds byte {}, outside the model's vocab = {}: give "
-            "another {} (the default is a newline) or {}",
-            static_cast<int>(c), o.model.vocab, rq.names.prompt, rq.names.no_sample));
+            "[train] nothing to force: this run writes no folder (name one with {} or {})",
+            rq.names.out, rq.names.resume));
+    }
+    // The sample's settings: a bidirectional (masked) model fills bytes in and draws no sample;
+    // the prompt's bytes must be in the vocabulary (known now, not after the training).
+    if (rq.sample_given && !o.model.causal)
+      throw UsageError(fmt::format(
+          "[train] {}: a masked (bidirectional) model fills bytes in; it draws no sample",
+          rq.names.sample));
+    // Continuing the run in its own folder (its logs go on), not into another one.
+    // (A path that cannot be resolved is not the same folder: the checks below name it.)
+    std::error_code resolve_a, resolve_b;
+    resumed_here =
+        point && !o.out.empty() &&
+        fs::weakly_canonical(rq.resume, resolve_a) == fs::weakly_canonical(o.out, resolve_b) &&
+        !resolve_a && !resolve_b;
+    if (lead && !o.out.empty()) {
+      check_writable_dir(o.out, "train");
+      if (const std::string why = run_folder_conflict(o.out, data, rq.names.out, rq.names.data);
+          !why.empty())
+        throw UsageError(why);
+      // Another run's folder is not written over unless asked: its logs, checkpoint and summary
+      // would be lost, or mixed with this run's.
+      if (rq.out_named && !resumed_here && !rq.force)
+        if (const std::string held = earlier_run(o.out); !held.empty())
+          throw UsageError(fmt::format(
+              "[train] {} '{}' holds {}: resume it ({}), give another {}, or {} "
+              "to start over in it",
+              rq.names.out, o.out, held, rq.names.resume, rq.names.out, rq.names.force));
+    }
+    // A resumed run reads the data its checkpoint names unless given other: data that moved, or
+    // whose name JSON could not keep (not UTF-8), is given again.
+    const auto load = [&] {
+      try {
+        return load_corpus(data, val_fraction);
+      } catch (const Error& e) {
+        const Failure f = Failure::of(e);
+        if (!point || rq.data_given || f.kind != Failure::Kind::input) throw;
+        f.raise({},
+                fmt::format(" (the data the checkpoint names: give it with {})", rq.names.data));
+      }
+    };
+    if (!given_corpus) given_corpus = &loaded.emplace(load());
+    const Corpus& corpus = *given_corpus;
+    if (point) check_same_data(rq, *point, corpus);
+    check_training_setup(o.model, corpus, o.train);
+    // The sample's prompt within the vocabulary, known now rather than after the training.
+    if (rq.sample > 0 && o.model.causal)
+      for (const unsigned char c : rq.prompt)
+        if (c >= o.model.vocab)
+          throw UsageError(fmt::format(
+              "[train] the sample's prompt holds byte {}, outside the model's vocab = {}: give "
+              "another {} (the default is a newline) or {}",
+              static_cast<int>(c), o.model.vocab, rq.names.prompt, rq.names.no_sample));
+  } catch (const std::exception& e) {
+    if (!group) throw;
+    alone = Failure::of(e);
+  }
+  if (group)
+    fail_together(*group, alone, "run checks",
+                  "[train] rank {} refused the run before the ranks compared their setup (its "
+                  "message says why)");
+  const Corpus& corpus = *given_corpus;
 
   // Expert parallel: this rank builds only its experts, of a layout checked first (a model that
   // would never split is not built, nor its memory counted).

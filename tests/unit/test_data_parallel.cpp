@@ -2,6 +2,7 @@
 // over a group decides what one process holding every rank's tokens decides (loads, losses,
 // capacity in the position order, the aux-loss gradient), and a Trainer over 2 or 3 ranks ends
 // where one process does. The MPI runs of the same are tests/parallel/.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -643,6 +644,76 @@ TEST(DataParallel, RanksThatCannotResumeTheSameStateFailTogether) {
         EXPECT_TRUE(contains(line, "resumed checkpoints of step 2 whose weights differ")) << line;
     }
   }
+}
+
+// Expert groups of 2 on 4 ranks: the experts are compared over their holders too. Ranks 2 and
+// 3 (the second group) resume a checkpoint whose dense part is the first group's and whose
+// expert 0 of layer 0 is not: every rank fails.
+TEST(DataParallel, ReplicasThatResumeOtherExpertsFailTogether) {
+  const Corpus corpus = tiny_corpus();
+  const test::ScratchDir scratch("dp-resume-replicas");
+  const LMConfig c = tiny_model(checkpoint_ffn(true));
+  TrainConfig t = tiny_training(4);
+  t.steps = 2;
+  t.eval_every = 0;
+  const std::string same = (scratch.path / "same").string(),
+                    moved = (scratch.path / "moved").string();
+  {
+    TransformerLM model(c, 1);
+    Trainer trainer(model, corpus, t);
+    trainer.run(nullptr, nullptr, same);
+    model.parameters().values().f32()[model.expert_spans().front().begin] += 1.0f;
+    trainer.save(moved);
+  }
+  const auto resume = [&](const std::string& second_group) {
+    std::vector<std::string> caught(4);
+    ThreadGroup::run(4, [&](ThreadGroup& g) {
+      TrainConfig more = t;
+      more.steps = 4;
+      TransformerLM model(c, 3, held_by_rank(2, 2, g.rank() % 2));
+      Trainer trainer(model, corpus, more, {&g, 1000, true, {}, 2});
+      try {
+        trainer.load(g.rank() < 2 ? same : second_group);
+      } catch (const Error& e) {
+        caught[g.rank()] = e.what();
+      }
+    });
+    return caught;
+  };
+  EXPECT_EQ(resume(same), std::vector<std::string>(4));
+  for (const std::string& line : resume(moved))
+    EXPECT_NE(line.find("resumed checkpoints of step 2 whose weights differ"), std::string::npos)
+        << line;
+}
+
+// fail_together: with no failure every rank goes on; a rank's failure is raised on it as its own
+// and on the others as its kind and errno with their message naming it; a stop anywhere is a
+// stop everywhere.
+TEST(DataParallel, FailTogetherRaisesARanksFailureOnEveryRankAsItsKind) {
+  const auto outcome = [](int failing, const Failure& f) {
+    std::vector<std::string> lines(3);
+    ThreadGroup::run(3, [&](ThreadGroup& g) {
+      try {
+        fail_together(g, g.rank() == failing ? f : Failure{}, "test", "rank {} failed");
+        lines[g.rank()] = "went on";
+      } catch (const std::exception& e) {
+        const Failure seen = Failure::of(e);
+        lines[g.rank()] =
+            fmt::format("{} {} {}", static_cast<int>(seen.kind), seen.error_number, seen.message);
+      }
+    });
+    return lines;
+  };
+  EXPECT_EQ(outcome(-1, {}), (std::vector<std::string>{"went on", "went on", "went on"}));
+  const std::string full = fmt::format("3 {} ", ENOSPC);
+  EXPECT_EQ(outcome(1, {Failure::Kind::system, ENOSPC, "[io] full"}),
+            (std::vector<std::string>{full + "rank 1 failed", full + "[io] full",
+                                      full + "rank 1 failed"}));
+  EXPECT_EQ(
+      outcome(2, {Failure::Kind::usage, 0, "[train] --x"}),
+      (std::vector<std::string>{"2 0 rank 2 failed", "2 0 rank 2 failed", "2 0 [train] --x"}));
+  EXPECT_EQ(outcome(0, {Failure::Kind::interrupted, 0, "SIGINT"}),
+            (std::vector<std::string>{"4 0 SIGINT", "4 0 rank 0 failed", "4 0 rank 0 failed"}));
 }
 
 // Flags whose values are not UTF-8 (a folder's name) are compared over the ranks byte for byte:

@@ -1,5 +1,6 @@
 // The run driver (train/run.hpp) and the one serialisation of the step and evaluation logs
 // (train/step_log.hpp): what every front end that trains goes through.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "../common/test_util.hpp"
 #include "ffnlab/error.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/io/files.hpp"
 #include "ffnlab/train/run.hpp"
 #include "ffnlab/train/run_folder.hpp"
@@ -193,6 +195,51 @@ TEST_F(RunDriver, FinalValidationOverRanksRunsOnEveryRank) {
     EXPECT_NEAR(v->loss, one.validation->loss, 1e-4);
   }
   EXPECT_EQ(validations[0]->loss, validations[1]->loss);
+}
+
+// What a rank checks alone before the ranks' first exchange (rank 0 its output folder, each its
+// checkpoint) fails every rank: the others name it with its kind, instead of waiting for it in
+// that exchange.
+TEST_F(RunDriver, ARankRefusedBeforeTheFirstExchangeFailsEveryRank) {
+  const auto outcome = [&](const std::function<void(RunRequest&, int)>& set) {
+    std::vector<std::string> lines(2);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      RunRequest rq = rq_;
+      rq.parallel.group = &g;
+      set(rq, g.rank());
+      Recorder heard;
+      try {
+        run_training(rq, heard);
+        lines[g.rank()] = "trained";
+      } catch (const std::exception& e) {
+        const Failure f = Failure::of(e);
+        lines[g.rank()] = fmt::format("{} {}", static_cast<int>(f.kind), f.message);
+      }
+    });
+    return lines;
+  };
+  // Rank 0's --out holds an earlier run: usage (exit 2) on both ranks.
+  RunRequest earlier = rq_;
+  earlier.out = (dir_ / "earlier").string();
+  Recorder first;
+  run_training(earlier, first);
+  std::vector<std::string> lines = outcome([&](RunRequest& rq, int) {
+    rq.out = earlier.out;
+    rq.out_named = true;
+  });
+  EXPECT_THAT_CONTAINS(lines[0], "2 [train] --out '");
+  EXPECT_THAT_CONTAINS(lines[0], "holds an earlier run (a checkpoint at step 4)");
+  EXPECT_EQ(lines[1],
+            "2 [train] rank 0 refused the run before the ranks compared their setup (its message "
+            "says why)");
+  // Rank 1's --resume holds no checkpoint: refused input (exit 1) on both ranks.
+  lines = outcome([&](RunRequest& rq, int rank) {
+    rq.resume = rank == 0 ? earlier.out : (dir_ / "nothing").string();
+  });
+  EXPECT_EQ(lines[0],
+            "1 [train] rank 1 refused the run before the ranks compared their setup (its message "
+            "says why)");
+  EXPECT_THAT_CONTAINS(lines[1], "1 [checkpoint] no checkpoint in");
 }
 
 TEST_F(RunDriver, WritesTheFolderItsOutcomeDescribes) {
