@@ -59,7 +59,7 @@ void Failure::raise(std::string_view prefix, std::string_view suffix) const {
 
 RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const char* exchange) {
   std::vector<std::int64_t> failed{mine.failed() ? 1 : 0, mine.failed() ? group.rank() : -1,
-                                   mine.kind == Failure::Kind::interrupted ? 1 : 0};
+                                   mine.kind == Failure::Kind::interrupted ? group.rank() : -1};
   group.allreduce_max(failed, exchange);
   if (failed[0] == 0) return {};
   // That rank's kind and errno (every rank knows which rank it is).
@@ -67,7 +67,7 @@ RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const cha
   if (group.rank() == failed[1]) code = {static_cast<std::int64_t>(mine.kind), mine.error_number};
   group.allreduce_max(code, exchange);
   return {static_cast<int>(failed[1]), static_cast<Failure::Kind>(code[0]),
-          static_cast<int>(code[1]), failed[2] != 0};
+          static_cast<int>(code[1]), static_cast<int>(failed[2])};
 }
 
 void fail_together(ProcessGroup& group, const Failure& mine, const char* exchange,
@@ -75,9 +75,9 @@ void fail_together(ProcessGroup& group, const Failure& mine, const char* exchang
   const RanksFailure failed = any_rank_failed(group, mine, exchange);
   if (mine.failed()) mine.raise();
   if (failed.rank < 0) return;
-  const std::string what = fmt::format(fmt::runtime(others), failed.rank);
-  if (failed.stopped) throw Interrupted(what);
-  Failure{failed.kind, failed.error_number, what}.raise();
+  if (failed.stopped_rank >= 0)
+    throw Interrupted(fmt::format(fmt::runtime(others), failed.stopped_rank));
+  Failure{failed.kind, failed.error_number, fmt::format(fmt::runtime(others), failed.rank)}.raise();
 }
 
 nlohmann::json Failure::to_json() const {

@@ -44,19 +44,20 @@ struct Failure {
 
 // Whether any rank of `group` failed in a part every rank takes (collective; `mine` is this
 // rank's, none when it did not fail): the highest-numbered rank that failed (-1: none), its kind
-// and errno (its message stays with it), and whether a stop ended any rank's part.
+// and errno (its message stays with it), and the highest-numbered rank a stop ended (-1: none).
 struct RanksFailure {
   int rank = -1;
   Failure::Kind kind = Failure::Kind::none;
   int error_number = 0;
-  bool stopped = false;
+  int stopped_rank = -1;
 };
 RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const char* exchange);
 
 // The same exchange, then: a rank that failed raises its own failure; when another did, every
 // other rank raises a stop if a stop ended any rank's part, else an error of the failed rank's
-// kind and errno whose message is `others`' with the rank in place of its {}. So that no rank is
-// left waiting in the next exchange for one that failed, and the job ends with its status.
+// kind and errno, with `others` as its message and that rank in place of its {} (the stopped
+// one for a stop). So that no rank is left waiting in the next exchange for one that failed,
+// and the job ends with its status.
 void fail_together(ProcessGroup& group, const Failure& mine, const char* exchange,
                    std::string_view others);
 

@@ -165,7 +165,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   if (failed.rank >= 0) {                 // another rank's part: a stop ends every rank as one
     // (A stop on any rank outranks another's failure; the rank named is the highest-numbered
     // that failed.)
-    if (failed.stopped)
+    if (failed.stopped_rank >= 0)
       throw Interrupted(
           "[checkpoint] a stop ended the writing of the experts' parts; this checkpoint is not "
           "written");

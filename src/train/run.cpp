@@ -110,6 +110,12 @@ RunTraffic traffic_of(const ProcessGroup& group, const std::vector<const Process
 
 }  // namespace
 
+void fail_checks_together(ProcessGroup& group, const Failure& mine) {
+  fail_together(group, mine, "run checks",
+                "[train] rank {} failed its checks before the ranks compared their setup (its "
+                "message says why)");
+}
+
 HeldExperts held_by_this_rank(const LMConfig& model, const ProcessGroup& group, int expert_group) {
   const int P = group.size(), G = expert_group > 0 ? expert_group : P;
   if (model.ffn.kind != FFNKind::moe || !splits_experts(model.ffn.moe.routing)) return {};
@@ -128,14 +134,13 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   o.train = rq.train;
 
   // What each rank checks alone, before the ranks' first exchange (the settings, the folder, the
-  // data): under mpirun a rank that fails here fails every rank, the others naming it, rather
-  // than leaving them waiting in that exchange.
+  // data): a rank that fails here fails every rank (fail_checks_together).
   std::optional<ResumePoint> point;
   std::string data = rq.data;
   double val_fraction = rq.val_fraction;
   bool resumed_here = false;
   std::optional<Corpus> loaded;
-  const Corpus* given_corpus = rq.corpus;
+  const Corpus* corpus_in_use = rq.corpus;
   Failure alone;
   try {
     // A resumed run: the checkpoint's model, settings and data, unless the caller set them.
@@ -200,8 +205,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
                 fmt::format(" (the data the checkpoint names: give it with {})", rq.names.data));
       }
     };
-    if (!given_corpus) given_corpus = &loaded.emplace(load());
-    const Corpus& corpus = *given_corpus;
+    if (!corpus_in_use) corpus_in_use = &loaded.emplace(load());
+    const Corpus& corpus = *corpus_in_use;
     if (point) check_same_data(rq, *point, corpus);
     check_training_setup(o.model, corpus, o.train);
     // The sample's prompt within the vocabulary, known now rather than after the training.
@@ -216,11 +221,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     if (!group) throw;
     alone = Failure::of(e);
   }
-  if (group)
-    fail_together(*group, alone, "run checks",
-                  "[train] rank {} refused the run before the ranks compared their setup (its "
-                  "message says why)");
-  const Corpus& corpus = *given_corpus;
+  if (group) fail_checks_together(*group, alone);
+  const Corpus& corpus = *corpus_in_use;
 
   // Expert parallel: this rank builds only its experts, of a layout checked first (a model that
   // would never split is not built, nor its memory counted).
@@ -238,15 +240,25 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   const bool sgd = o.train.optimizer.kind == OptimizerKind::sgd;
   const std::string state = sgd ? "SGD state" : "Adam state";
   const std::int64_t here = o.held.count > 0 ? held_params(o.model, o.held.count) : o.params;
-  check_memory(
-      (sgd ? 12.0 : 16.0) * static_cast<double>(here), "train",
-      o.held.count > 0
-          ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
-                        "dense part and {} experts a layer; weights, gradients, {})",
-                        here, o.params, o.held.count, state)
-          : fmt::format("a model of {} parameters (weights, gradients, {})", o.params, state));
+  // (Each rank's own memory: a rank short of it fails every rank.)
   std::optional<TransformerLM> built;
-  if (!given_model) built.emplace(o.model, o.train.seed, o.held);
+  Failure no_room;
+  try {
+    check_memory(
+        (sgd ? 12.0 : 16.0) * static_cast<double>(here), "train",
+        o.held.count > 0
+            ? fmt::format("this rank's part of the model ({} of its {} parameters: the "
+                          "dense part and {} experts a layer; weights, gradients, {})",
+                          here, o.params, o.held.count, state)
+            : fmt::format("a model of {} parameters (weights, gradients, {})", o.params, state));
+    if (!given_model) built.emplace(o.model, o.train.seed, o.held);
+  } catch (const std::exception& e) {
+    if (!group) throw;
+    no_room = Failure::of(e);
+  }
+  if (group)
+    fail_together(*group, no_room, "run checks",
+                  "[train] rank {} could not build its part of the model (its message says why)");
   TransformerLM& model = given_model ? *given_model : *built;
 
   // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
@@ -277,8 +289,22 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     }
     return o;
   }
-  // Everything is checked: from here on, the output folder is written.
-  if (lead && !o.out.empty()) open_run_folder(o.out, resumed_here);
+  // Everything is checked: from here on, the output folder is written (rank 0 opens it and its
+  // logs; a failure there fails every rank before the first step).
+  std::optional<TrainLogs> logs;
+  Failure unopened;
+  try {
+    if (lead && !o.out.empty()) {
+      open_run_folder(o.out, resumed_here);
+      logs.emplace(o.out, resumed_here, trainer.step(), o.train.diagnostics_every > 0);
+    }
+  } catch (const std::exception& e) {
+    if (!group) throw;
+    unopened = Failure::of(e);
+  }
+  if (group)
+    fail_together(*group, unopened, "run checks",
+                  "[train] rank {} could not open the run's folder (its message says why)");
   const std::string checkpoint = o.out.empty() ? "" : (fs::path(o.out) / "checkpoint").string();
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
@@ -308,9 +334,6 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     return o;
   }
 
-  std::optional<TrainLogs> logs;
-  if (!o.out.empty())
-    logs.emplace(o.out, resumed_here, trainer.step(), o.train.diagnostics_every > 0);
   observer.started(
       {o.model, o.train, corpus, o.params, trainer.step(), o.bare, sequences * o.train.seq, o.held},
       model);

@@ -688,13 +688,13 @@ TEST(DataParallel, ReplicasThatResumeOtherExpertsFailTogether) {
 
 // fail_together: with no failure every rank goes on; a rank's failure is raised on it as its own
 // and on the others as its kind and errno with their message naming it; a stop anywhere is a
-// stop everywhere.
+// stop everywhere, naming the rank it stopped.
 TEST(DataParallel, FailTogetherRaisesARanksFailureOnEveryRankAsItsKind) {
-  const auto outcome = [](int failing, const Failure& f) {
+  const auto outcomes = [](const std::vector<Failure>& failures) {
     std::vector<std::string> lines(3);
     ThreadGroup::run(3, [&](ThreadGroup& g) {
       try {
-        fail_together(g, g.rank() == failing ? f : Failure{}, "test", "rank {} failed");
+        fail_together(g, failures[g.rank()], "test", "rank {} failed");
         lines[g.rank()] = "went on";
       } catch (const std::exception& e) {
         const Failure seen = Failure::of(e);
@@ -703,6 +703,11 @@ TEST(DataParallel, FailTogetherRaisesARanksFailureOnEveryRankAsItsKind) {
       }
     });
     return lines;
+  };
+  const auto outcome = [&](int failing, const Failure& f) {
+    std::vector<Failure> failures(3);
+    if (failing >= 0) failures[failing] = f;
+    return outcomes(failures);
   };
   EXPECT_EQ(outcome(-1, {}), (std::vector<std::string>{"went on", "went on", "went on"}));
   const std::string full = fmt::format("3 {} ", ENOSPC);
@@ -714,6 +719,11 @@ TEST(DataParallel, FailTogetherRaisesARanksFailureOnEveryRankAsItsKind) {
       (std::vector<std::string>{"2 0 rank 2 failed", "2 0 rank 2 failed", "2 0 [train] --x"}));
   EXPECT_EQ(outcome(0, {Failure::Kind::interrupted, 0, "SIGINT"}),
             (std::vector<std::string>{"4 0 SIGINT", "4 0 rank 0 failed", "4 0 rank 0 failed"}));
+  // A stop on rank 0 and a usage error on rank 1: each its own, rank 2 the stop, naming rank 0.
+  EXPECT_EQ(outcomes({{Failure::Kind::interrupted, 0, "SIGINT"},
+                      {Failure::Kind::usage, 0, "[train] --x"},
+                      {}}),
+            (std::vector<std::string>{"4 0 SIGINT", "2 0 [train] --x", "4 0 rank 0 failed"}));
 }
 
 // Flags whose values are not UTF-8 (a folder's name) are compared over the ranks byte for byte:

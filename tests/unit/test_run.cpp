@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -197,10 +198,10 @@ TEST_F(RunDriver, FinalValidationOverRanksRunsOnEveryRank) {
   EXPECT_EQ(validations[0]->loss, validations[1]->loss);
 }
 
-// What a rank checks alone before the ranks' first exchange (rank 0 its output folder, each its
-// checkpoint) fails every rank: the others name it with its kind, instead of waiting for it in
-// that exchange.
-TEST_F(RunDriver, ARankRefusedBeforeTheFirstExchangeFailsEveryRank) {
+// What a rank checks alone (rank 0 its output folder, each its checkpoint), and rank 0's opening
+// of the folder, fail every rank: the others name it with its kind and errno, instead of
+// waiting for it in the next exchange.
+TEST_F(RunDriver, WhatOneRankChecksAloneFailsEveryRank) {
   const auto outcome = [&](const std::function<void(RunRequest&, int)>& set) {
     std::vector<std::string> lines(2);
     ThreadGroup::run(2, [&](ThreadGroup& g) {
@@ -213,7 +214,8 @@ TEST_F(RunDriver, ARankRefusedBeforeTheFirstExchangeFailsEveryRank) {
         lines[g.rank()] = "trained";
       } catch (const std::exception& e) {
         const Failure f = Failure::of(e);
-        lines[g.rank()] = fmt::format("{} {}", static_cast<int>(f.kind), f.message);
+        lines[g.rank()] =
+            fmt::format("{} {} {}", static_cast<int>(f.kind), f.error_number, f.message);
       }
     });
     return lines;
@@ -227,19 +229,33 @@ TEST_F(RunDriver, ARankRefusedBeforeTheFirstExchangeFailsEveryRank) {
     rq.out = earlier.out;
     rq.out_named = true;
   });
-  EXPECT_THAT_CONTAINS(lines[0], "2 [train] --out '");
+  EXPECT_THAT_CONTAINS(lines[0], "2 0 [train] --out '");
   EXPECT_THAT_CONTAINS(lines[0], "holds an earlier run (a checkpoint at step 4)");
   EXPECT_EQ(lines[1],
-            "2 [train] rank 0 refused the run before the ranks compared their setup (its message "
-            "says why)");
+            "2 0 [train] rank 0 failed its checks before the ranks compared their setup (its "
+            "message says why)");
   // Rank 1's --resume holds no checkpoint: refused input (exit 1) on both ranks.
   lines = outcome([&](RunRequest& rq, int rank) {
     rq.resume = rank == 0 ? earlier.out : (dir_ / "nothing").string();
   });
   EXPECT_EQ(lines[0],
-            "1 [train] rank 1 refused the run before the ranks compared their setup (its message "
-            "says why)");
-  EXPECT_THAT_CONTAINS(lines[1], "1 [checkpoint] no checkpoint in");
+            "1 0 [train] rank 1 failed its checks before the ranks compared their setup (its "
+            "message says why)");
+  EXPECT_THAT_CONTAINS(lines[1], "1 0 [checkpoint] no checkpoint in");
+  // Past the checks, rank 0 cannot open its folder (forced over a run whose 'sample.txt' is a
+  // folder that holds a file): the system's failure (exit 3) with its errno on both ranks.
+  const fs::path blocked = dir_ / "blocked";
+  fs::create_directories(blocked / "sample.txt");
+  std::ofstream(blocked / "sample.txt" / "x") << "x";
+  lines = outcome([&](RunRequest& rq, int) {
+    rq.out = blocked.string();
+    rq.out_named = true;
+    rq.force = true;
+  });
+  const std::string full = fmt::format("3 {} ", ENOTEMPTY);
+  EXPECT_THAT_CONTAINS(lines[0], full + "[train] cannot remove the earlier run's '");
+  EXPECT_EQ(lines[1],
+            full + "[train] rank 0 could not open the run's folder (its message says why)");
 }
 
 TEST_F(RunDriver, WritesTheFolderItsOutcomeDescribes) {

@@ -112,9 +112,19 @@ void train(TrainOptions& o, ProcessGroup* group) {
     throw UsageError(
         "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
         "start it with mpirun -np N (N > 1)");
-  if (o.printing.expert_group > 0 && !o.printing.expert_parallel)
-    throw UsageError("[train] --expert-group sizes the groups of --expert-parallel: give both");
-  const RunRequest rq = request_of(o, group);
+  // (A rank whose flags or checkpoint are refused here fails every rank, as the driver's own
+  // checks do.)
+  RunRequest rq;
+  Failure refused;
+  try {
+    if (o.printing.expert_group > 0 && !o.printing.expert_parallel)
+      throw UsageError("[train] --expert-group sizes the groups of --expert-parallel: give both");
+    rq = request_of(o, group);
+  } catch (const std::exception& e) {
+    if (!group) throw;
+    refused = Failure::of(e);
+  }
+  if (group) fail_checks_together(*group, refused);
   PrintingObserver observer(o.printing, group);
   RunOutcome r;
   try {
