@@ -61,4 +61,18 @@ RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const cha
 void fail_together(ProcessGroup& group, const Failure& mine, const char* exchange,
                    std::string_view others);
 
+// `part`, which each rank does alone, as one: over `group` a failure on any rank fails every
+// rank (fail_together); without a group (null) an exception propagates as thrown.
+template <typename Part>
+void as_one(ProcessGroup* group, const char* exchange, std::string_view others, Part&& part) {
+  Failure mine;
+  try {
+    part();
+  } catch (const std::exception& e) {
+    if (!group) throw;
+    mine = Failure::of(e);
+  }
+  if (group) fail_together(*group, mine, exchange, others);
+}
+
 }  // namespace ffnlab

@@ -110,12 +110,6 @@ RunTraffic traffic_of(const ProcessGroup& group, const std::vector<const Process
 
 }  // namespace
 
-void fail_checks_together(ProcessGroup& group, const Failure& mine) {
-  fail_together(group, mine, "run checks",
-                "[train] rank {} failed its checks before the ranks compared their setup (its "
-                "message says why)");
-}
-
 HeldExperts held_by_this_rank(const LMConfig& model, const ProcessGroup& group, int expert_group) {
   const int P = group.size(), G = expert_group > 0 ? expert_group : P;
   if (model.ffn.kind != FFNKind::moe || !splits_experts(model.ffn.moe.routing)) return {};
@@ -134,15 +128,14 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   o.train = rq.train;
 
   // What each rank checks alone, before the ranks' first exchange (the settings, the folder, the
-  // data): a rank that fails here fails every rank (fail_checks_together).
+  // data): a rank that fails here fails every rank (as_one).
   std::optional<ResumePoint> point;
   std::string data = rq.data;
   double val_fraction = rq.val_fraction;
   bool resumed_here = false;
   std::optional<Corpus> loaded;
   const Corpus* corpus_in_use = rq.corpus;
-  Failure alone;
-  try {
+  as_one(group, "run checks", kRankFailedItsChecks, [&] {
     // A resumed run: the checkpoint's model, settings and data, unless the caller set them.
     if (!rq.resume.empty()) {
       point = read_resume_point(rq.resume);
@@ -217,11 +210,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
               "[train] the sample's prompt holds byte {}, outside the model's vocab = {}: give "
               "another {} (the default is a newline) or {}",
               static_cast<int>(c), o.model.vocab, rq.names.prompt, rq.names.no_sample));
-  } catch (const std::exception& e) {
-    if (!group) throw;
-    alone = Failure::of(e);
-  }
-  if (group) fail_checks_together(*group, alone);
+  });
   const Corpus& corpus = *corpus_in_use;
 
   // Expert parallel: this rank builds only its experts, of a layout checked first (a model that
@@ -242,8 +231,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   const std::int64_t here = o.held.count > 0 ? held_params(o.model, o.held.count) : o.params;
   // (Each rank's own memory: a rank short of it fails every rank.)
   std::optional<TransformerLM> built;
-  Failure no_room;
-  try {
+  const auto build = [&] {
     check_memory(
         (sgd ? 12.0 : 16.0) * static_cast<double>(here), "train",
         o.held.count > 0
@@ -252,13 +240,9 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
                           here, o.params, o.held.count, state)
             : fmt::format("a model of {} parameters (weights, gradients, {})", o.params, state));
     if (!given_model) built.emplace(o.model, o.train.seed, o.held);
-  } catch (const std::exception& e) {
-    if (!group) throw;
-    no_room = Failure::of(e);
-  }
-  if (group)
-    fail_together(*group, no_room, "run checks",
-                  "[train] rank {} could not build its part of the model (its message says why)");
+  };
+  as_one(group, "run checks",
+         "[train] rank {} could not build its part of the model (its message says why)", build);
   TransformerLM& model = given_model ? *given_model : *built;
 
   // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
@@ -292,19 +276,13 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   // Everything is checked: from here on, the output folder is written (rank 0 opens it and its
   // logs; a failure there fails every rank before the first step).
   std::optional<TrainLogs> logs;
-  Failure unopened;
-  try {
-    if (lead && !o.out.empty()) {
-      open_run_folder(o.out, resumed_here);
-      logs.emplace(o.out, resumed_here, trainer.step(), o.train.diagnostics_every > 0);
-    }
-  } catch (const std::exception& e) {
-    if (!group) throw;
-    unopened = Failure::of(e);
-  }
-  if (group)
-    fail_together(*group, unopened, "run checks",
-                  "[train] rank {} could not open the run's folder (its message says why)");
+  const auto open = [&] {
+    if (!lead || o.out.empty()) return;
+    open_run_folder(o.out, resumed_here);
+    logs.emplace(o.out, resumed_here, trainer.step(), o.train.diagnostics_every > 0);
+  };
+  as_one(group, "run checks",
+         "[train] rank {} could not open the run's folder (its message says why)", open);
   const std::string checkpoint = o.out.empty() ? "" : (fs::path(o.out) / "checkpoint").string();
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,

@@ -115,16 +115,11 @@ void train(TrainOptions& o, ProcessGroup* group) {
   // (A rank whose flags or checkpoint are refused here fails every rank, as the driver's own
   // checks do.)
   RunRequest rq;
-  Failure refused;
-  try {
+  as_one(group, "run checks", kRankFailedItsChecks, [&] {
     if (o.printing.expert_group > 0 && !o.printing.expert_parallel)
       throw UsageError("[train] --expert-group sizes the groups of --expert-parallel: give both");
     rq = request_of(o, group);
-  } catch (const std::exception& e) {
-    if (!group) throw;
-    refused = Failure::of(e);
-  }
-  if (group) fail_checks_together(*group, refused);
+  });
   PrintingObserver observer(o.printing, group);
   RunOutcome r;
   try {

@@ -145,11 +145,12 @@ RunOutcome run_training(const RunRequest& request, RunObserver& observer,
                         TransformerLM* model = nullptr);
 
 // Over ranks, what each rank checks alone before the ranks first compare their setup (its
-// settings, flags and checkpoint, rank 0's output folder, the data; `mine`: this rank's failure,
-// none when it passed) fails every rank together, the others naming the rank with its kind and
-// errno (fail_together), rather than leaving them waiting for it. run_training calls it; so does
-// a front end that checks a checkpoint before calling run_training.
-void fail_checks_together(ProcessGroup& group, const Failure& mine);
+// settings, flags and checkpoint, rank 0's output folder, the data) fails every rank together
+// (as_one), the others with this line, naming the rank, rather than waiting for it.
+// run_training's checks say it; so does a front end that checks a checkpoint before calling it.
+inline constexpr const char* kRankFailedItsChecks =
+    "[train] rank {} failed its checks before the ranks compared their setup (its message says "
+    "why)";
 
 // The experts this rank of an expert-parallel run holds: its place in its expert group of G
 // consecutive ranks (every rank when G is 0). All of them ({}) where the layout does not split
