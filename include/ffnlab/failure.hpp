@@ -61,16 +61,23 @@ RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const cha
 void fail_together(ProcessGroup& group, const Failure& mine, const char* exchange,
                    std::string_view others);
 
-// `part`, which each rank does alone, as one: over `group` a failure on any rank fails every
-// rank (fail_together); without a group (null) an exception propagates as thrown.
+// `part`, which each rank does alone (no exchange in it), then fail_together: over `group` a
+// failure on any rank fails every rank, each raising the error of its kind (Failure::raise: the
+// failed rank its own message, in the class of its kind rather than the original's); without a
+// group (null) an exception propagates as thrown. A throw of something that is not an exception
+// is the system's ("unknown exception", as the command line prints it).
 template <typename Part>
-void as_one(ProcessGroup* group, const char* exchange, std::string_view others, Part&& part) {
+void fail_together_around(ProcessGroup* group, const char* exchange, std::string_view others,
+                          Part&& part) {
   Failure mine;
   try {
     part();
   } catch (const std::exception& e) {
     if (!group) throw;
     mine = Failure::of(e);
+  } catch (...) {
+    if (!group) throw;
+    mine = {Failure::Kind::system, 0, "unknown exception"};
   }
   if (group) fail_together(*group, mine, exchange, others);
 }

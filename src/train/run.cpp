@@ -128,14 +128,14 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   o.train = rq.train;
 
   // What each rank checks alone, before the ranks' first exchange (the settings, the folder, the
-  // data): a rank that fails here fails every rank (as_one).
+  // data): a rank that fails here fails every rank (fail_together_around).
   std::optional<ResumePoint> point;
   std::string data = rq.data;
   double val_fraction = rq.val_fraction;
   bool resumed_here = false;
   std::optional<Corpus> loaded;
   const Corpus* corpus_in_use = rq.corpus;
-  as_one(group, "run checks", kRankFailedItsChecks, [&] {
+  fail_together_around(group, "run checks", kRankFailedItsChecks, [&] {
     // A resumed run: the checkpoint's model, settings and data, unless the caller set them.
     if (!rq.resume.empty()) {
       point = read_resume_point(rq.resume);
@@ -229,7 +229,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   const bool sgd = o.train.optimizer.kind == OptimizerKind::sgd;
   const std::string state = sgd ? "SGD state" : "Adam state";
   const std::int64_t here = o.held.count > 0 ? held_params(o.model, o.held.count) : o.params;
-  // (Each rank's own memory: a rank short of it fails every rank.)
+  // (Each rank's own memory: a rank whose check fails, or that cannot build its model, fails
+  // every rank.)
   std::optional<TransformerLM> built;
   const auto build = [&] {
     check_memory(
@@ -241,8 +242,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
             : fmt::format("a model of {} parameters (weights, gradients, {})", o.params, state));
     if (!given_model) built.emplace(o.model, o.train.seed, o.held);
   };
-  as_one(group, "run checks",
-         "[train] rank {} could not build its part of the model (its message says why)", build);
+  fail_together_around(group, "run checks",
+                       "[train] rank {} could not build its model (its message says why)", build);
   TransformerLM& model = given_model ? *given_model : *built;
 
   // Under mpirun this checks that the ranks agree (model, settings, data, the split of the
@@ -281,8 +282,9 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     open_run_folder(o.out, resumed_here);
     logs.emplace(o.out, resumed_here, trainer.step(), o.train.diagnostics_every > 0);
   };
-  as_one(group, "run checks",
-         "[train] rank {} could not open the run's folder (its message says why)", open);
+  fail_together_around(group, "run checks",
+                       "[train] rank {} could not open the run's folder (its message says why)",
+                       open);
   const std::string checkpoint = o.out.empty() ? "" : (fs::path(o.out) / "checkpoint").string();
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,

@@ -726,6 +726,28 @@ TEST(DataParallel, FailTogetherRaisesARanksFailureOnEveryRankAsItsKind) {
             (std::vector<std::string>{"4 0 SIGINT", "2 0 [train] --x", "4 0 rank 0 failed"}));
 }
 
+// fail_together_around: a part that throws on one rank fails both, whatever it throws (a throw
+// of something that is not an exception is the system's); without a group the throw goes on as
+// it is.
+TEST(DataParallel, FailTogetherAroundFailsEveryRankWhateverAPartThrows) {
+  std::vector<std::string> lines(2);
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    try {
+      fail_together_around(&g, "test", "rank {} failed", [&] {
+        if (g.rank() == 1) throw 42;
+      });
+      lines[g.rank()] = "went on";
+    } catch (const SystemError& e) {
+      lines[g.rank()] = e.what();
+    }
+  });
+  EXPECT_EQ(lines, (std::vector<std::string>{"rank 1 failed", "unknown exception"}));
+  EXPECT_THROW(fail_together_around(nullptr, "test", "rank {} failed", [] { throw 42; }), int);
+  EXPECT_THROW(
+      fail_together_around(nullptr, "test", "rank {} failed", [] { throw std::bad_alloc(); }),
+      std::bad_alloc);
+}
+
 // Flags whose values are not UTF-8 (a folder's name) are compared over the ranks byte for byte:
 // the same bytes start, bytes that differ only where JSON keeps U+FFFD are refused.
 TEST(DataParallel, FlagsThatAreNotUtf8AreComparedByTheirBytes) {

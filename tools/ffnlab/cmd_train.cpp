@@ -115,7 +115,7 @@ void train(TrainOptions& o, ProcessGroup* group) {
   // (A rank whose flags or checkpoint are refused here fails every rank, as the driver's own
   // checks do.)
   RunRequest rq;
-  as_one(group, "run checks", kRankFailedItsChecks, [&] {
+  fail_together_around(group, "run checks", kRankFailedItsChecks, [&] {
     if (o.printing.expert_group > 0 && !o.printing.expert_parallel)
       throw UsageError("[train] --expert-group sizes the groups of --expert-parallel: give both");
     rq = request_of(o, group);

@@ -146,7 +146,7 @@ RunOutcome run_training(const RunRequest& request, RunObserver& observer,
 
 // Over ranks, what each rank checks alone before the ranks first compare their setup (its
 // settings, flags and checkpoint, rank 0's output folder, the data) fails every rank together
-// (as_one), the others with this line, naming the rank, rather than waiting for it.
+// (fail_together_around), the others with this line, naming the rank, rather than waiting for it.
 // run_training's checks say it; so does a front end that checks a checkpoint before calling it.
 inline constexpr const char* kRankFailedItsChecks =
     "[train] rank {} failed its checks before the ranks compared their setup (its message says "
