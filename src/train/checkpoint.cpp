@@ -343,15 +343,10 @@ std::int64_t CheckpointIO::load(const std::string& dir) {
   // Every rank reads its own folder (one they share, or a copy each). All learn whether every
   // rank could, so that none waits in the first step for a rank that failed, and whether they
   // hold the same state: ranks that resumed different checkpoints would train on apart.
-  Failure failure;
   std::int64_t step = -1;
-  try {
-    step = read(dir);
-  } catch (const std::exception& e) {  // every rank must reach the exchanges below
-    failure = Failure::of(e);
-  }
-  fail_together(*group, failure, "checkpoint",
-                "[checkpoint] rank {} could not read its checkpoint (its message says why)");
+  fail_together_around(group, "checkpoint",
+                       "[checkpoint] rank {} could not read its checkpoint (its message says why)",
+                       [&] { step = read(dir); });
   // (The optimizer's own count sets Adam's bias correction.)
   std::vector<std::int64_t> lo{step, optimizer_.steps()}, hi = lo;
   group->allreduce_min(lo, "checkpoint");

@@ -691,18 +691,9 @@ TEST(DataParallel, ReplicasThatResumeOtherExpertsFailTogether) {
 // stop everywhere, naming the rank it stopped.
 TEST(DataParallel, FailTogetherRaisesARanksFailureOnEveryRankAsItsKind) {
   const auto outcomes = [](const std::vector<Failure>& failures) {
-    std::vector<std::string> lines(3);
-    ThreadGroup::run(3, [&](ThreadGroup& g) {
-      try {
-        fail_together(g, failures[g.rank()], "test", "rank {} failed");
-        lines[g.rank()] = "went on";
-      } catch (const std::exception& e) {
-        const Failure seen = Failure::of(e);
-        lines[g.rank()] =
-            fmt::format("{} {} {}", static_cast<int>(seen.kind), seen.error_number, seen.message);
-      }
-    });
-    return lines;
+    return ThreadGroup::outcomes(
+        3, [&](ThreadGroup& g) { fail_together(g, failures[g.rank()], "test", "rank {} failed"); },
+        "went on");
   };
   const auto outcome = [&](int failing, const Failure& f) {
     std::vector<Failure> failures(3);

@@ -203,22 +203,16 @@ TEST_F(RunDriver, FinalValidationOverRanksRunsOnEveryRank) {
 // waiting for it in the next exchange.
 TEST_F(RunDriver, WhatOneRankChecksAloneFailsEveryRank) {
   const auto outcome = [&](const std::function<void(RunRequest&, int)>& set) {
-    std::vector<std::string> lines(2);
-    ThreadGroup::run(2, [&](ThreadGroup& g) {
-      RunRequest rq = rq_;
-      rq.parallel.group = &g;
-      set(rq, g.rank());
-      Recorder heard;
-      try {
-        run_training(rq, heard);
-        lines[g.rank()] = "trained";
-      } catch (const std::exception& e) {
-        const Failure f = Failure::of(e);
-        lines[g.rank()] =
-            fmt::format("{} {} {}", static_cast<int>(f.kind), f.error_number, f.message);
-      }
-    });
-    return lines;
+    return ThreadGroup::outcomes(
+        2,
+        [&](ThreadGroup& g) {
+          RunRequest rq = rq_;
+          rq.parallel.group = &g;
+          set(rq, g.rank());
+          Recorder heard;
+          run_training(rq, heard);
+        },
+        "trained");
   };
   // Rank 0's --out holds an earlier run: usage (exit 2) on both ranks.
   RunRequest earlier = rq_;

@@ -4,6 +4,7 @@
 // run(n, body) starts n threads, body(group_of_rank), and rethrows the first exception.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ffnlab/failure.hpp"
 #include "ffnlab/parallel/group.hpp"
 
 namespace ffnlab::test {
@@ -146,6 +148,24 @@ class ThreadGroup final : public ProcessGroup {
       });
     for (auto& t : threads) t.join();
     if (error) std::rethrow_exception(error);
+  }
+
+  // What each of n ranks ended with: `done` when body returned, else its failure as "kind errno
+  // message" (Failure::of), the line tests of failures that cross ranks compare.
+  static std::vector<std::string> outcomes(int n, const std::function<void(ThreadGroup&)>& body,
+                                           const std::string& done) {
+    std::vector<std::string> lines(n);
+    run(n, [&](ThreadGroup& g) {
+      try {
+        body(g);
+        lines[g.rank()] = done;
+      } catch (const std::exception& e) {
+        const Failure f = Failure::of(e);
+        lines[g.rank()] =
+            fmt::format("{} {} {}", static_cast<int>(f.kind), f.error_number, f.message);
+      }
+    });
+    return lines;
   }
 
  private:
