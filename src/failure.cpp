@@ -58,16 +58,17 @@ void Failure::raise(std::string_view prefix, std::string_view suffix) const {
 }
 
 RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const char* exchange) {
-  std::vector<std::int64_t> failed{mine.failed() ? 1 : 0, mine.failed() ? group.rank() : -1,
+  // The highest-numbered rank that failed and the highest that a stop ended (-1: none).
+  std::vector<std::int64_t> failed{mine.failed() ? group.rank() : -1,
                                    mine.kind == Failure::Kind::interrupted ? group.rank() : -1};
   group.allreduce_max(failed, exchange);
-  if (failed[0] == 0) return {};
+  if (failed[0] < 0) return {};
   // That rank's kind and errno (every rank knows which rank it is).
   std::vector<std::int64_t> code{0, 0};
-  if (group.rank() == failed[1]) code = {static_cast<std::int64_t>(mine.kind), mine.error_number};
+  if (group.rank() == failed[0]) code = {static_cast<std::int64_t>(mine.kind), mine.error_number};
   group.allreduce_max(code, exchange);
-  return {static_cast<int>(failed[1]), static_cast<Failure::Kind>(code[0]),
-          static_cast<int>(code[1]), static_cast<int>(failed[2])};
+  return {static_cast<int>(failed[0]), static_cast<Failure::Kind>(code[0]),
+          static_cast<int>(code[1]), static_cast<int>(failed[1])};
 }
 
 void fail_together(ProcessGroup& group, const Failure& mine, const char* exchange,

@@ -113,16 +113,6 @@ RunRecord train_one(const Study& st, const RunJob& job,
   return r;
 }
 
-// The messages between rank 0 and the ranks that serve runs (CBOR of a JSON object each).
-enum Tag : int {
-  kJob = 1,     // 0 → r: {"index", "job", "data", "bare"}: train this run
-  kStep = 2,    // r → 0: {"index", "steps", "log"}: steps done so far, the last one's log
-  kDone = 3,    // r → 0: {"index", "record"}
-  kFailed = 4,  // r → 0: {"index", "failure"}: a Failure, raised on rank 0 as its kind
-  kStop = 5,    // 0 → r: abandon the run in hand (another failed)
-  kFinish = 6,  // 0 → r: the study is over
-};
-
 std::string pack(const nlohmann::json& j) {
   const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(j);
   return {bytes.begin(), bytes.end()};
@@ -133,7 +123,8 @@ nlohmann::json unpack(const std::string& bytes) {
 }
 
 // A message between ranks that does not read as its kind says (nlohmann's error, `e`): the
-// ranks' own exchange failed, not the user's input.
+// ranks' own exchange failed, not the user's input. (So does a message that no rank should have
+// sent: each is a system failure, exit 3.)
 [[noreturn]] void fail_message(int from, const nlohmann::json::exception& e) {
   fail_system(
       "[evolve] a message from rank {} does not read ({}): every rank must run the same "
@@ -159,6 +150,24 @@ ModelProducts products_of(const nlohmann::json& j) {
   p.expert_token_flops = j.at("expert_token_flops");
   p.tokens = j.at("tokens");
   return p;
+}
+
+// A job message's run, the fingerprint of rank 0's data and the bare products rank 0 timed (none:
+// the run times its own), as rank 0 (`from`) wrote them; one that does not read fails as
+// fail_message says.
+struct JobMessage {
+  RunJob job;
+  std::string data;
+  std::optional<ModelProducts> bare;
+};
+JobMessage job_message(const nlohmann::json& m, int from) {
+  try {
+    const nlohmann::json& bare = m.at("bare");
+    return {job_from_json(m.at("job")), m.at("data").get<std::string>(),
+            bare.is_null() ? std::nullopt : std::optional(products_of(bare))};
+  } catch (const nlohmann::json::exception& e) {
+    fail_message(from, e);
+  }
 }
 
 // Rank 0's view of the ranks that serve runs during one train_runs call.
@@ -212,8 +221,8 @@ class RemoteRanks {
       try {
         const nlohmann::json m = unpack(bytes);
         const auto at = busy_.find(from);
-        check(at != busy_.end() && at->second.job == m.at("index").get<std::size_t>(),
-              "[evolve] rank {} sent a message about a run it was not given", from);
+        if (at == busy_.end() || at->second.job != m.at("index").get<std::size_t>())
+          fail_system("[evolve] rank {} sent a message about a run it was not given", from);
         Busy& b = at->second;
         b.heard = Clock::now();
         if (tag == kFailed)
@@ -231,7 +240,7 @@ class RemoteRanks {
           busy_.erase(at);
           idle_.push_back(from);
         } else {
-          fail("[evolve] rank {} sent a message of unknown kind {}", from, tag);
+          fail_system("[evolve] rank {} sent a message of unknown kind {}", from, tag);
         }
         out.push_back(std::move(e));
       } catch (const nlohmann::json::exception& e) {
@@ -475,8 +484,8 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
     receive();
     if (tag == kFinish) return;
     if (tag == kStop) continue;  // about a run this rank had finished already
-    check(tag == kJob, "[evolve] rank {}: an unknown message {} from rank {}", ranks.rank(), tag,
-          from);
+    if (tag != kJob)
+      fail_system("[evolve] rank {}: an unknown message {} from rank {}", ranks.rank(), tag, from);
     nlohmann::json m;
     std::size_t index = 0;
     try {
@@ -486,14 +495,18 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
       fail_message(from, e);
     }
     try {
-      check(m.at("data") == st.corpus.fingerprint,
+      const JobMessage given = job_message(m, from);
+      const RunJob& job = given.job;
+      check(given.data == st.corpus.fingerprint,
             "rank {} reads other data than rank 0 ({} against {}): give every rank the same "
             "--data",
-            ranks.rank(), st.corpus.fingerprint, m.at("data").get<std::string>());
-      const RunJob job = job_from_json(m.at("job"));
-      check(job_to_json(st, job) == m.at("job"),
-            "the run '{}' does not read back as it was written", job.label);
-      if (!m.at("bare").is_null()) st.bare_products[job.label] = products_of(m.at("bare"));
+            ranks.rank(), st.corpus.fingerprint, given.data);
+      if (job_to_json(st, job) != m.at("job"))
+        fail_system(
+            "the run '{}' does not read back as it was written: every rank must run the "
+            "same ffnlab",
+            job.label);
+      if (given.bare) st.bare_products[job.label] = *given.bare;
       std::atomic<bool> abandon{false};
       std::int64_t steps = 0;
       auto last = Clock::now();
@@ -509,8 +522,8 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
         std::string stop;
         int stop_from = 0, stop_tag = 0;
         if (ranks.try_receive(stop, stop_from, stop_tag, "study run")) {
-          check(stop_tag == kStop, "[evolve] rank {}: message {} while training", ranks.rank(),
-                stop_tag);
+          if (stop_tag != kStop)
+            fail_system("[evolve] rank {}: message {} while training", ranks.rank(), stop_tag);
           abandon = true;
         }
       };

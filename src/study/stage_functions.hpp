@@ -222,6 +222,17 @@ void draw_moe_pareto(const Study& st);
 void draw_routing_families(const Study& st);
 void draw_scaling(const Study& st);
 
+// runs.cpp: the messages between rank 0 and the ranks that serve runs (serve_runs), each the
+// CBOR of a JSON object, by their tags.
+enum RunMessage : int {
+  kJob = 1,     // 0 → r: {"index", "job", "data", "bare"}: train this run
+  kStep = 2,    // r → 0: {"index", "steps", "log"}: steps done so far, the last one's log
+  kDone = 3,    // r → 0: {"index", "record"}
+  kFailed = 4,  // r → 0: {"index", "failure"}: a Failure, raised on rank 0 as its kind
+  kStop = 5,    // 0 → r: abandon the run in hand (another failed)
+  kFinish = 6,  // 0 → r: the study is over
+};
+
 // plan.cpp: throws "[evolve] ..." when the corpus's training or validation part is shorter
 // than one sequence of `seq` and its next byte (before any stage runs, or the plan's timing).
 void check_corpus_holds(const Corpus& corpus, std::int64_t seq);

@@ -131,17 +131,35 @@ void check_parallel_layout(const FFNConfig& f, std::int64_t batch, int ranks,
         f.moe.num_experts, parallel.expert_group > 0 ? "an expert group of " : "", G, G));
 }
 
+void check_holds_its_experts(const TransformerLM& model, const DataParallel& parallel) {
+  const HeldExperts held = model.held_experts();
+  const FFNConfig& f = model.config().ffn;
+  const int experts = f.kind == FFNKind::moe ? f.moe.num_experts : 0;
+  if (held.count >= experts) return;  // every expert, or a model without experts
+  ProcessGroup* g = parallel.group;
+  check(g != nullptr && parallel.expert_parallel,
+        "[train] this model holds experts [{}, {}) of {} only: it trains expert parallel "
+        "(--expert-parallel under mpirun), with the other ranks holding the rest",
+        held.first, held.first + held.count, experts);
+  // Its place in its expert group: groups of G consecutive ranks (a layout that does not split
+  // is refused by check_parallel_layout, on every rank alike).
+  const int G = parallel.expert_group > 0 ? parallel.expert_group : g->size();
+  if (G > g->size() || g->size() % G != 0 || experts % G != 0) return;
+  const HeldExperts here = held_by_rank(experts, G, g->rank() % G);
+  check(held.first == here.first && held.count == here.count,
+        "[dist] this rank's model holds experts [{}, {}), but its place in an expert group of {} "
+        "ranks holds [{}, {}) (build it with TransformerLM's held = held_by_rank(E, group size, "
+        "rank in the group))",
+        held.first, held.first + held.count, G, here.first, here.first + here.count);
+}
+
 ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Corpus& corpus,
                            const TrainConfig& config, DataParallel parallel)
     : model_(model), optimizer_(optimizer), parallel_(std::move(parallel)), steps_(config.steps) {
   const HeldExperts held = model_.held_experts();
   const FFNConfig& f = model_.config().ffn;
-  const int experts = f.kind == FFNKind::moe ? f.moe.num_experts : 0;
-  own_experts_only_ = held.count < experts;
-  check(!own_experts_only_ || (parallel_.group != nullptr && parallel_.expert_parallel),
-        "[train] this model holds experts [{}, {}) of {} only: it trains expert parallel "
-        "(--expert-parallel under mpirun), with the other ranks holding the rest",
-        held.first, held.first + held.count, experts);
+  own_experts_only_ = held.count < (f.kind == FFNKind::moe ? f.moe.num_experts : 0);
+  check_holds_its_experts(model_, parallel_);  // (alone: Trainer has checked it over the ranks)
   ProcessGroup* g = parallel_.group;
   if (!g) return;
   check_same_setup(*g, model_.config(), config, corpus, parallel_);
@@ -154,11 +172,6 @@ ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Cor
     }
     const ProcessGroup& eg = expert_group();
     const HeldExperts here = held_by_rank(f.moe.num_experts, eg.size(), eg.rank());
-    check(!own_experts_only_ || (held.first == here.first && held.count == here.count),
-          "[dist] this rank's model holds experts [{}, {}), but its place in an expert group "
-          "of {} ranks holds [{}, {}) (build it with TransformerLM's held = held_by_rank(E, "
-          "group size, rank in the group))",
-          held.first, held.first + held.count, eg.size(), here.first, here.first + here.count);
     expert_spans_ = model_.expert_spans();
     for (const auto& s : expert_spans_) {
       expert_ranges_.emplace_back(s.begin, s.end);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "check.hpp"
@@ -80,12 +81,23 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
 }
 
 namespace {
-// The config, once the model and data are checked for it and the model set to its precision
-// (before the optimizer takes the model's parameters).
-const TrainConfig& prepared(TransformerLM& model, const Corpus& corpus, const TrainConfig& config) {
-  check_training_setup(model.config(), corpus, config, false);
-  model.set_precision(config.precision);
-  return config;
+// What each rank does alone before the ranks first meet (ParallelPlan's setup exchange): the
+// model and data checked for the config, the model set to its precision, whether it holds the
+// experts it may, and the optimizer with its state allocated. Under a group a rank that fails
+// here (its memory, a caller's setup) fails every rank, rather than leaving them waiting.
+Optimizer set_up_alone(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
+                       const DataParallel& parallel) {
+  std::optional<Optimizer> optimizer;
+  const auto set_up = [&] {
+    check_training_setup(model.config(), corpus, config, false);
+    check_holds_its_experts(model, parallel);
+    model.set_precision(config.precision);
+    optimizer.emplace(config.optimizer, model.parameters(), TransformerLM::is_decayed);
+  };
+  fail_together_around(parallel.group, "trainer setup",
+                       "[train] rank {} could not set up its training (its message says why)",
+                       set_up);
+  return std::move(*optimizer);
 }
 
 std::string kept_note(std::int64_t step, const std::string& dir) {
@@ -109,9 +121,9 @@ Trainer::Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& 
                  DataParallel parallel)
     : model_(model),
       corpus_(corpus),
-      config_(prepared(model, corpus, config)),
+      config_(config),
       schedule_(schedule_of(config)),
-      optimizer_(config_.optimizer, model_.parameters(), TransformerLM::is_decayed),
+      optimizer_(set_up_alone(model_, corpus_, config_, parallel)),
       plan_(model_, optimizer_, corpus_, config_, std::move(parallel)),
       checkpoints_(model_, optimizer_, plan_, corpus_, config_) {}
 

@@ -646,6 +646,37 @@ TEST(DataParallel, RanksThatCannotResumeTheSameStateFailTogether) {
   }
 }
 
+// What a rank sets up alone before the ranks first meet (its settings checked, its model's
+// experts, its optimizer and that state): a rank that fails there fails every rank, in the kind
+// of its failure, rather than leaving the others waiting in the setup exchange.
+TEST(DataParallel, ARankThatCannotSetUpItsTrainingFailsEveryRank) {
+  const Corpus corpus = tiny_corpus();
+  const LMConfig c = tiny_model(checkpoint_ffn(true));
+  // Rank 1 with Adam's beta1 at 1 (refused), or holding rank 0's experts (refused).
+  const auto outcomes = [&](bool bad_beta, bool wrong_experts) {
+    return ThreadGroup::outcomes(
+        2,
+        [&](ThreadGroup& g) {
+          TrainConfig t = tiny_training(2);
+          if (bad_beta && g.rank() == 1) t.optimizer.beta1 = 1.f;
+          const int place = wrong_experts && g.rank() == 1 ? 0 : g.rank();
+          TransformerLM model(c, 1, held_by_rank(2, 2, place));
+          Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
+        },
+        "set up");
+  };
+  EXPECT_EQ(outcomes(false, false), (std::vector<std::string>{"set up", "set up"}));
+  const std::string others =
+      "1 0 [train] rank 1 could not set up its training (its message says why)";
+  for (const auto& [bad_beta, wrong_experts, says] :
+       {std::tuple{true, false, "beta1"}, std::tuple{false, true, "holds experts [0, 1)"}}) {
+    const std::vector<std::string> lines = outcomes(bad_beta, wrong_experts);
+    EXPECT_EQ(lines[0], others);
+    EXPECT_TRUE(lines[1].starts_with("1 0 ") && lines[1].find(says) != std::string::npos)
+        << lines[1];
+  }
+}
+
 // Expert groups of 2 on 4 ranks: the experts are compared over their holders too. Ranks 2 and
 // 3 (the second group) resume a checkpoint whose dense part is the first group's and whose
 // expert 0 of layer 0 is not: every rank fails.

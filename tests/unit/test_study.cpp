@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/math/distributions/students_t.hpp>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -17,12 +18,14 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <variant>
 
 #include "../common/test_util.hpp"
 #include "ffnlab/analysis/costs.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/failure.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/report/markdown.hpp"
@@ -32,6 +35,7 @@
 #include "ffnlab/study/zoo_table.hpp"
 // The stages' functions (an internal header of the library) for the comparisons' outcomes.
 #include "../../src/study/stage_functions.hpp"
+#include "thread_group.hpp"
 
 namespace ffnlab {
 namespace {
@@ -1021,6 +1025,61 @@ TEST(Study, RefusesBadOptionsBeforeAnyWork) {
       << refusal(o);
   EXPECT_FALSE(std::filesystem::exists(o.out));  // nothing written, no staging folder either
   EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+// A message between the study's ranks that does not read, or that no rank should have sent, is
+// the ranks' own exchange failing, a system failure (exit 3): a serving rank ends with it, or,
+// when it knows the run the message was about, tells rank 0 of that run's failure as such.
+TEST(Study, AServingRankTakesAMessageItCannotReadAsTheSystemsFailure) {
+  const ScratchDir scratch("serve_messages");
+  {
+    std::ofstream corpus(scratch.path / "corpus.txt");
+    for (int i = 0; i < 500; ++i) corpus << "Q: Why did the chicken cross the road?\n%\n";
+  }
+  study::Options o;
+  o.data = (scratch.path / "corpus.txt").string();
+  o.quick = true;
+  // Rank 0 sends rank 1 `tag` with `bytes`, waits for its answer when `answers`, then sends the
+  // study's end: how rank 1 ended, and the failure it told rank 0 of ("kind message").
+  struct Served {
+    std::string ended, told;
+  };
+  const auto served = [&](int tag, const std::string& bytes, bool answers) {
+    Served s;
+    s.ended = test::ThreadGroup::outcomes(
+        2,
+        [&](test::ThreadGroup& g) {
+          if (g.rank() == 1) return study::serve_runs(o, g);
+          g.send(bytes, 1, tag, "test");
+          std::string answer;
+          int from = 0, answer_tag = 0;
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (answers && !g.try_receive(answer, from, answer_tag, "test") &&
+                 std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          if (answer_tag == study::kFailed) {
+            const Failure f = Failure::from_json(nlohmann::json::from_cbor(answer).at("failure"));
+            s.told = fmt::format("{} {}", static_cast<int>(f.kind), f.message);
+          }
+          g.send("", 1, study::kFinish, "test");
+        },
+        "served")[1];
+    return s;
+  };
+  const auto starts = [](const std::string& text, const std::string& start) {
+    return text.starts_with(start);
+  };
+  // A stop about a run it had finished already: nothing to do.
+  EXPECT_EQ(served(study::kStop, "", false).ended, "served");
+  EXPECT_EQ(served(99, "", false).ended, "3 0 [evolve] rank 1: an unknown message 99 from rank 0");
+  const std::string unread = served(study::kJob, "not CBOR", false).ended;
+  EXPECT_PRED2(starts, unread, "3 0 [evolve] a message from rank 0 does not read (");
+  // A run's message that reads as far as its index, without the run: that run failed, as the
+  // system's failure, and rank 1 goes on serving.
+  const std::vector<std::uint8_t> index_only = nlohmann::json::to_cbor({{"index", 0}});
+  const Served partial = served(study::kJob, {index_only.begin(), index_only.end()}, true);
+  EXPECT_EQ(partial.ended, "served");
+  EXPECT_PRED2(starts, partial.told, "3 [evolve] a message from rank 0 does not read (");
 }
 
 // A stop that comes after the last figure, before the report replaces the earlier one (the

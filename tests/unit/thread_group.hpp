@@ -1,6 +1,8 @@
 // ThreadGroup: a ProcessGroup of N threads in one process, for testing data parallelism without
 // MPI (and under the sanitizers). Each collective puts every rank's values in a shared slot,
 // waits for all, combines them in rank order, and waits again before the slots are reused.
+// Point-to-point messages go to a mailbox per rank, read in the order they were sent (one order
+// over all senders; MPI keeps the order only per sender).
 // run(n, body) starts n threads, body(group_of_rank), and rethrows the first exception.
 #pragma once
 
@@ -9,6 +11,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -27,7 +30,8 @@ namespace ffnlab::test {
 class ThreadGroup final : public ProcessGroup {
  public:
   struct Shared {
-    explicit Shared(int n) : size(n), barrier(n), slots(n), texts(n), floats(n), counts(n) {}
+    explicit Shared(int n)
+        : size(n), barrier(n), slots(n), texts(n), floats(n), counts(n), mail(n) {}
     int size;
     std::barrier<> barrier;
     std::vector<std::vector<double>> slots;
@@ -35,6 +39,12 @@ class ThreadGroup final : public ProcessGroup {
     std::vector<std::vector<float>> floats;
     std::vector<std::vector<std::int64_t>> counts;
     std::map<int, std::shared_ptr<Shared>> children;  // split: the new groups by color
+    struct Message {
+      std::string bytes;
+      int from, tag;
+    };
+    std::mutex mail_lock;
+    std::vector<std::deque<Message>> mail;  // each rank's, oldest first
   };
 
   ThreadGroup(Shared& shared, int rank, std::shared_ptr<Shared> owned = nullptr)
@@ -122,6 +132,20 @@ class ThreadGroup final : public ProcessGroup {
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(d[i]);
     ++buckets_;
     gradient_elements_ += static_cast<std::int64_t>(v.size());
+  }
+  void send(const std::string& bytes, int to, int tag, const char*) override {
+    std::lock_guard lock(s_.mail_lock);
+    s_.mail.at(to).push_back({bytes, rank_, tag});
+  }
+  bool try_receive(std::string& bytes, int& from, int& tag, const char*) override {
+    std::lock_guard lock(s_.mail_lock);
+    auto& box = s_.mail[rank_];
+    if (box.empty()) return false;
+    bytes = std::move(box.front().bytes);
+    from = box.front().from;
+    tag = box.front().tag;
+    box.pop_front();
+    return true;
   }
   void progress() override {}
   void wait_all() override {}

@@ -63,6 +63,13 @@ void check_same_setup(ProcessGroup& group, const LMConfig& model, const TrainCon
 void check_parallel_layout(const FFNConfig& ffn, std::int64_t batch, int ranks,
                            const DataParallel& parallel);
 
+// Whether this rank's model holds the experts it may, checked alone (no exchange): every expert
+// unless it trains expert parallel under a group, and then those of its place in its expert
+// group (held_by_rank(E, G, rank % G)). Error naming what it holds and what it may. Trainer
+// checks it before the ranks first meet, where a rank that fails it fails every rank;
+// ParallelPlan again, alone.
+void check_holds_its_experts(const TransformerLM& model, const DataParallel& parallel);
+
 // What of the other ranks' experts a refresh brings and a release gives back.
 enum class ExpertState : std::uint8_t { weights, with_moments };
 

@@ -36,8 +36,11 @@ void check_training_setup(const LMConfig& model, const Corpus& corpus, const Tra
 // expert parallelism, docs/distributed.md), how it is saved and resumed its CheckpointIO.
 class Trainer {
  public:
-  // With a group (collective): checks that every rank was given the same model, training
-  // settings and data, and throws "[dist] ..." naming the difference otherwise.
+  // With a group (collective): a rank that fails what it sets up alone (the settings checked
+  // for its model and data, the experts its model holds, its optimizer's state) fails every
+  // rank, the others with "[train] rank R could not set up its training ..."; then checks that
+  // every rank was given the same model, training settings and data, and throws "[dist] ..."
+  // naming the difference otherwise.
   Trainer(TransformerLM& model, const Corpus& corpus, const TrainConfig& config,
           DataParallel parallel = {});
   Trainer(const Trainer&) = delete;
