@@ -289,12 +289,22 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
   // as the ranks of a step compute at once.
+  // Then rank 0's observer hears that the run starts. (Each rank's part alone: a rank that
+  // fails it fails every rank before the first step.)
   const std::int64_t sequences = o.train.batch / ranks;
-  if (rq.bare)
-    o.bare = *rq.bare;
-  else if (rq.measure_bare)
-    o.bare = measure_model_products(o.model, sequences, o.train.seq, o.train.precision,
-                                    kBareProductsBudget);
+  const auto start = [&] {
+    if (rq.bare)
+      o.bare = *rq.bare;
+    else if (rq.measure_bare)
+      o.bare = measure_model_products(o.model, sequences, o.train.seq, o.train.precision,
+                                      kBareProductsBudget);
+    if (lead)
+      observer.started({o.model, o.train, corpus, o.params, trainer.step(), o.bare,
+                        sequences * o.train.seq, o.held},
+                       model);
+  };
+  fail_together_around(group, "run checks",
+                       "[train] rank {} could not start the run (its message says why)", start);
   const auto stop = [&] { return observer.stop(); };
   // The final validation: the last step's evaluation when it read the same tokens (Python's
   // train at its defaults: the whole validation part both times), else one more. An evaluation
@@ -314,9 +324,6 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     return o;
   }
 
-  observer.started(
-      {o.model, o.train, corpus, o.params, trainer.step(), o.bare, sequences * o.train.seq, o.held},
-      model);
   std::vector<EvalLog> evaluations;
   o.finished = trainer.run(
       [&](const StepLog& s) {

@@ -198,9 +198,9 @@ TEST_F(RunDriver, FinalValidationOverRanksRunsOnEveryRank) {
   EXPECT_EQ(validations[0]->loss, validations[1]->loss);
 }
 
-// What a rank checks alone (rank 0 its output folder, each its checkpoint), and rank 0's opening
-// of the folder, fail every rank: the others name it with its kind and errno, instead of
-// waiting for it in the next exchange.
+// What a rank checks alone (rank 0 its output folder, each its checkpoint), rank 0's opening
+// of the folder and its observer's start fail every rank: the others name it with its kind and
+// errno, instead of waiting for it in the next exchange.
 TEST_F(RunDriver, WhatOneRankChecksAloneFailsEveryRank) {
   const auto outcome = [&](const std::function<void(RunRequest&, int)>& set) {
     return ThreadGroup::outcomes(
@@ -250,6 +250,25 @@ TEST_F(RunDriver, WhatOneRankChecksAloneFailsEveryRank) {
   EXPECT_THAT_CONTAINS(lines[0], full + "[train] cannot remove the earlier run's '");
   EXPECT_EQ(lines[1],
             full + "[train] rank 0 could not open the run's folder (its message says why)");
+  // Rank 0's observer fails as the run starts (its output cannot be written): the system's
+  // failure with its errno on both ranks, before the first step.
+  struct FailsToStart : Recorder {
+    void started(const RunStart&, TransformerLM&) override {
+      throw SystemError("[io] cannot write to standard output", EPIPE);
+    }
+  };
+  lines = ThreadGroup::outcomes(
+      2,
+      [&](ThreadGroup& g) {
+        RunRequest rq = rq_;
+        rq.parallel.group = &g;
+        FailsToStart heard;
+        run_training(rq, heard);
+      },
+      "trained");
+  const std::string pipe = fmt::format("3 {} ", EPIPE);
+  EXPECT_EQ(lines[0], pipe + "[io] cannot write to standard output");
+  EXPECT_EQ(lines[1], pipe + "[train] rank 0 could not start the run (its message says why)");
 }
 
 TEST_F(RunDriver, WritesTheFolderItsOutcomeDescribes) {
