@@ -289,22 +289,25 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
   // as the ranks of a step compute at once.
-  // Then rank 0's observer hears that the run starts. (Each rank's part alone: a rank that
-  // fails it fails every rank before the first step.)
+  // Then rank 0's observer hears that the run starts, once every rank has timed its products.
+  // (Each rank's part alone: a rank that fails either fails every rank before the first step.)
   const std::int64_t sequences = o.train.batch / ranks;
-  const auto start = [&] {
+  const char* const not_started = "[train] rank {} could not start the run (its message says why)";
+  const auto time_products = [&] {
     if (rq.bare)
       o.bare = *rq.bare;
     else if (rq.measure_bare)
       o.bare = measure_model_products(o.model, sequences, o.train.seq, o.train.precision,
                                       kBareProductsBudget);
+  };
+  fail_together_around(group, "run checks", not_started, time_products);
+  const auto start = [&] {
     if (lead)
       observer.started({o.model, o.train, corpus, o.params, trainer.step(), o.bare,
                         sequences * o.train.seq, o.held},
                        model);
   };
-  fail_together_around(group, "run checks",
-                       "[train] rank {} could not start the run (its message says why)", start);
+  fail_together_around(group, "run checks", not_started, start);
   const auto stop = [&] { return observer.stop(); };
   // The final validation: the last step's evaluation when it read the same tokens (Python's
   // train at its defaults: the whole validation part both times), else one more. An evaluation
