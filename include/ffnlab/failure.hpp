@@ -61,24 +61,32 @@ RanksFailure any_rank_failed(ProcessGroup& group, const Failure& mine, const cha
 void fail_together(ProcessGroup& group, const Failure& mine, const char* exchange,
                    std::string_view others);
 
-// `part`, which each rank does alone (no exchange in it), then fail_together: over `group` a
-// failure on any rank fails every rank, each raising the error of its kind (Failure::raise: the
-// failed rank its own message, in the class of its kind rather than the original's); without a
-// group (null) an exception propagates as thrown. A throw of something that is not an exception
-// is the system's ("unknown exception", as the command line prints it).
+// `part`, which a rank does alone: under a group (not null) its failure as a Failure instead of
+// its throw (none when it did not fail), kept for an exchange every rank reaches; without a group
+// an exception propagates as thrown. A throw of something that is not an exception is the
+// system's ("unknown exception", as the command line prints it).
 template <typename Part>
-void fail_together_around(ProcessGroup* group, const char* exchange, std::string_view others,
-                          Part&& part) {
-  Failure mine;
+Failure failure_of(ProcessGroup* group, Part&& part) {
   try {
     part();
   } catch (const std::exception& e) {
     if (!group) throw;
-    mine = Failure::of(e);
+    return Failure::of(e);
   } catch (...) {
     if (!group) throw;
-    mine = {Failure::Kind::system, 0, "unknown exception"};
+    return {Failure::Kind::system, 0, "unknown exception"};
   }
+  return {};
+}
+
+// `part`, which each rank does alone (no exchange in it), then fail_together: over `group` a
+// failure on any rank fails every rank, each raising the error of its kind (Failure::raise: the
+// failed rank its own message, in the class of its kind rather than the original's); without a
+// group (null) an exception propagates as thrown (failure_of).
+template <typename Part>
+void fail_together_around(ProcessGroup* group, const char* exchange, std::string_view others,
+                          Part&& part) {
+  const Failure mine = failure_of(group, part);
   if (group) fail_together(*group, mine, exchange, others);
 }
 

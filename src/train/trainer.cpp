@@ -301,13 +301,29 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
   try {
     while (step_ < config_.steps) {
       const StepLog log = train_step();
-      if (on_step) on_step(log);
+      // The caller's callbacks and stop request are this rank's alone: under a group a rank
+      // that fails in one goes on to the step's evaluation, which every rank takes, and then
+      // fails every rank (instead of leaving them waiting in the next step).
+      Failure mine;
+      const auto alone = [&](const auto& part) {
+        if (!mine.failed()) mine = failure_of(group, part);
+      };
+      alone([&] {
+        if (on_step) on_step(log);
+      });
       const bool last = step_ == config_.steps;
       if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0)) {
         const EvalLog e = evaluate(config_.eval_tokens);
-        if (on_eval) on_eval(e);
+        alone([&] {
+          if (on_eval) on_eval(e);
+        });
       }
-      bool stopping = !last && stop && stop();
+      bool stopping = false;
+      alone([&] { stopping = !last && stop && stop(); });
+      if (group)
+        fail_together(
+            *group, mine, "step callbacks",
+            fmt::format("[train] rank {{}} failed after step {} (its message says why)", step_));
       if (group && !last) {  // one rank interrupted: all stop, at the same step
         std::vector<std::int64_t> any{stopping ? 1 : 0};
         group->allreduce_max(any, "stop");

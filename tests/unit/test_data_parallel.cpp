@@ -677,6 +677,46 @@ TEST(DataParallel, ARankThatCannotSetUpItsTrainingFailsEveryRank) {
   }
 }
 
+// The caller's callbacks are each rank's own: a rank whose step or evaluation callback, or stop
+// request, fails goes on to the step's evaluation and then fails every rank, the others naming it
+// and the step, instead of leaving them waiting in the next step's exchanges.
+TEST(DataParallel, ARankWhoseCallbackFailsFailsEveryRankAfterTheStep) {
+  const Corpus corpus = tiny_corpus();
+  const LMConfig c = tiny_model(checkpoint_ffn(false));
+  TrainConfig t = tiny_training(2);
+  t.steps = 4;
+  t.eval_every = 2;
+  // Rank `who` fails in its `where` callback ("step", "eval" or "stop") at step 2.
+  const auto outcomes = [&](int who, const std::string& where) {
+    return ThreadGroup::outcomes(
+        2,
+        [&](ThreadGroup& g) {
+          TransformerLM model(c, 1);
+          Trainer trainer(model, corpus, t, {&g, 1000, false, {}, 0});
+          const auto fails = [&](const std::string& here, std::int64_t step) {
+            if (g.rank() == who && here == where && step == 2)
+              throw Error("[test] the " + where + " callback failed");
+          };
+          trainer.run([&](const StepLog& s) { fails("step", s.step); },
+                      [&](const EvalLog& e) { fails("eval", e.step); }, "",
+                      [&] {
+                        fails("stop", trainer.step());
+                        return false;
+                      });
+        },
+        "trained");
+  };
+  EXPECT_EQ(outcomes(-1, ""), (std::vector<std::string>{"trained", "trained"}));
+  for (const auto& [who, where] :
+       {std::pair{0, std::string("step")}, {1, std::string("eval")}, {0, std::string("stop")}}) {
+    SCOPED_TRACE(where);
+    const std::vector<std::string> lines = outcomes(who, where);
+    EXPECT_EQ(lines[who], "1 0 [test] the " + where + " callback failed");
+    EXPECT_EQ(lines[1 - who],
+              fmt::format("1 0 [train] rank {} failed after step 2 (its message says why)", who));
+  }
+}
+
 // Expert groups of 2 on 4 ranks: the experts are compared over their holders too. Ranks 2 and
 // 3 (the second group) resume a checkpoint whose dense part is the first group's and whose
 // expert 0 of layer 0 is not: every rank fails.
