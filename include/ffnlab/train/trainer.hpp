@@ -55,7 +55,8 @@ class Trainer {
   // checkpoints (when a directory is set) and returns false before config.steps; run returns
   // true when all steps are done. With a group, every rank calls run (it starts with an
   // exchange), and a callback or `stop` that throws on one rank fails every rank once the step's
-  // evaluation is done ("[train] rank R failed after step S ...", of the failure's kind).
+  // evaluation, if it has one, is done ("[train] rank R failed after step S ...", of the
+  // failure's kind).
   bool run(const std::function<void(const StepLog&)>& on_step,
            const std::function<void(const EvalLog&)>& on_eval,
            const std::string& checkpoint_dir = "", const std::function<bool()>& stop = {});
