@@ -320,13 +320,15 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
       }
       bool stopping = false;
       alone([&] { stopping = !last && stop && stop(); });
-      if (group)
-        fail_together(
-            *group, mine, "step callbacks",
-            fmt::format("[train] rank {{}} failed after step {} (its message says why)", step_));
-      if (group && !last) {  // one rank interrupted: all stop, at the same step
-        std::vector<std::int64_t> any{stopping ? 1 : 0};
+      // One exchange a step: a rank that stops stops every rank at this step, and one that
+      // failed fails every rank (fail_together's exchanges run only then, on every rank).
+      if (group) {
+        std::vector<std::int64_t> any{stopping ? 1 : 0, mine.failed() ? 1 : 0};
         group->allreduce_max(any, "stop");
+        if (any[1] > 0)
+          fail_together(
+              *group, mine, "stop",
+              fmt::format("[train] rank {{}} failed after step {} (its message says why)", step_));
         stopping = any[0] > 0;
       }
       if (!checkpoint_dir.empty() &&
