@@ -686,15 +686,15 @@ TEST(DataParallel, ARankWhoseCallbackFailsFailsEveryRankAfterTheStep) {
   TrainConfig t = tiny_training(2);
   t.steps = 4;
   t.eval_every = 2;
-  // Rank `who` fails in its `where` callback ("step", "eval" or "stop") at step 2.
-  const auto outcomes = [&](int who, const std::string& where) {
+  // Rank `who` fails in its `where` callback ("step", "eval" or "stop") at step `when`.
+  const auto outcomes = [&](int who, const std::string& where, std::int64_t when) {
     return ThreadGroup::outcomes(
         2,
         [&](ThreadGroup& g) {
           TransformerLM model(c, 1);
           Trainer trainer(model, corpus, t, {&g, 1000, false, {}, 0});
           const auto fails = [&](const std::string& here, std::int64_t step) {
-            if (g.rank() == who && here == where && step == 2)
+            if (g.rank() == who && here == where && step == when)
               throw Error("[test] the " + where + " callback failed");
           };
           trainer.run([&](const StepLog& s) { fails("step", s.step); },
@@ -706,15 +706,26 @@ TEST(DataParallel, ARankWhoseCallbackFailsFailsEveryRankAfterTheStep) {
         },
         "trained");
   };
-  EXPECT_EQ(outcomes(-1, ""), (std::vector<std::string>{"trained", "trained"}));
-  for (const auto& [who, where] :
-       {std::pair{0, std::string("step")}, {1, std::string("eval")}, {0, std::string("stop")}}) {
-    SCOPED_TRACE(where);
-    const std::vector<std::string> lines = outcomes(who, where);
-    EXPECT_EQ(lines[who], "1 0 [test] the " + where + " callback failed");
-    EXPECT_EQ(lines[1 - who],
-              fmt::format("1 0 [train] rank {} failed after step 2 (its message says why)", who));
+  EXPECT_EQ(outcomes(-1, "", 0), (std::vector<std::string>{"trained", "trained"}));
+  struct Case {
+    int who;
+    std::string where;
+    std::int64_t when;
+  };
+  // The first step, a step with an evaluation, and the last step (with the run's last
+  // evaluation).
+  for (const Case& f :
+       {Case{0, "step", 2}, Case{1, "eval", 2}, Case{0, "stop", 2}, Case{1, "step", 1},
+        Case{0, "stop", 1}, Case{1, "step", 4}, Case{0, "eval", 4}}) {
+    SCOPED_TRACE(fmt::format("rank {}, {} callback, step {}", f.who, f.where, f.when));
+    const std::vector<std::string> lines = outcomes(f.who, f.where, f.when);
+    EXPECT_EQ(lines[f.who], "1 0 [test] the " + f.where + " callback failed");
+    EXPECT_EQ(lines[1 - f.who],
+              fmt::format("1 0 [train] rank {} failed after step {} (its message says why)", f.who,
+                          f.when));
   }
+  // The last step asks no stop: the run ends there.
+  EXPECT_EQ(outcomes(0, "stop", 4), (std::vector<std::string>{"trained", "trained"}));
 }
 
 // Expert groups of 2 on 4 ranks: the experts are compared over their holders too. Ranks 2 and
