@@ -252,8 +252,8 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
     const VariantOutcome& c = *a.compute_vs_params;
     md += fmt::format(
         "\nEqual active compute (top-2) against equal total parameters (moe_compute − moe, paired "
-        "by seed): {} bits/byte, {}.\n",
-        difference_cell(c),
+        "by seed over the {} seeds both trained, a fixed 95 % interval): {} bits/byte, {}.\n",
+        c.val_bits_per_byte.size(), difference_cell(c),
         c.verdict == Verdict::better  ? "equal compute is better"
         : c.verdict == Verdict::worse ? "equal parameters is better"
         : c.verdict == Verdict::equivalent

@@ -60,10 +60,11 @@ json interval_json(double low, double high);
 // A member of every run labelled `label` (of the training or moe_axes stage), seed 1 first
 // (e.g. &RunRecord::val_bits_per_byte).
 std::vector<double> per_seed(const Study& st, std::string_view label, double RunRecord::*value);
-// Validation per seed against a reference's (the same seeds, in order): mean, spread, the
-// paired difference with its intervals, and the verdict by the study's rules: the sequential
-// design's (compare_sequential) when `design` is given, else the fixed intervals
-// (compare_paired).
+// Validation per seed against a reference's (the same seeds, in order), over the seeds both
+// have (values past the reference's are left out, so that the mean, the spread and the seeds
+// counted are those of the pairs): mean, spread, the paired difference with its intervals, and
+// the verdict by the study's rules: the sequential design's (compare_sequential) when `design`
+// is given, else the fixed intervals (compare_paired).
 VariantOutcome paired_outcome(std::string name, std::vector<double> values,
                               const std::vector<double>& reference, double margin,
                               const SequentialDesign* design = nullptr);

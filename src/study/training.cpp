@@ -172,9 +172,10 @@ VariantOutcome paired_outcome(std::string name, std::vector<double> values,
                               const SequentialDesign* design) {
   VariantOutcome o;
   o.variant = std::move(name);
+  if (values.size() > reference.size()) values.resize(reference.size());
   o.val_bits_per_byte = std::move(values);
   std::vector<double> diff;
-  for (std::size_t i = 0; i < o.val_bits_per_byte.size() && i < reference.size(); ++i)
+  for (std::size_t i = 0; i < o.val_bits_per_byte.size(); ++i)
     diff.push_back(o.val_bits_per_byte[i] - reference[i]);
   o.mean = mean(o.val_bits_per_byte);
   o.std = sample_std(o.val_bits_per_byte);
