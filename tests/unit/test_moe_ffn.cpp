@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -572,6 +573,13 @@ TEST(MoEFFN, ReluRoutingCoefficientFollowsTheSparsity) {
   EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
   moe.after_optimizer_step();  // no training forward since: unchanged
   EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
+  // A long stretch below the target (a short run whose gates closed past it) shrinks λ to the
+  // smallest normal float and no further; then it grows again at the first step above.
+  for (int step = 0; step < 600; ++step) moe.after_optimizer_step(&sparse);
+  EXPECT_EQ(moe.l1_coef(), std::numeric_limits<float>::min());
+  const ModelSums dense{{"relu_gates", {90, 100}}};
+  moe.after_optimizer_step(&dense);
+  EXPECT_FLOAT_EQ(moe.l1_coef(), std::numeric_limits<float>::min() * 1.2f);
 }
 
 // Top-p routing: each token takes its best experts, in order, until their probabilities reach

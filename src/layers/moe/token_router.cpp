@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "check.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
@@ -238,7 +239,9 @@ void TokenRouter::after_optimizer_step(const ModelSums* model) {
   const MoEConfig& m = layer_.moe;
   if (l1_penalty_) {
     // ReMoE's controller: λ grows while the gates are less sparse than the target, shrinks
-    // otherwise. No training forward since the last step: nothing to follow.
+    // otherwise. No training forward since the last step: nothing to follow. λ stays a normal
+    // float: among the subnormals a step of 1.2 rounds back to where it was, and a λ shrunk
+    // there by a long stretch below the target could never grow again.
     GateActivity a = step_gates_;
     if (model) {
       const auto it = model->find("relu_gates");
@@ -247,8 +250,9 @@ void TokenRouter::after_optimizer_step(const ModelSums* model) {
     }
     if (a.gates > 0) {
       float& lambda = l1_coef_.f32()[0];
-      lambda =
-          a.sparsity() < m.sparsity_target() ? lambda * m.l1_coef_rate : lambda / m.l1_coef_rate;
+      lambda = a.sparsity() < m.sparsity_target()
+                   ? lambda * m.l1_coef_rate
+                   : std::max(lambda / m.l1_coef_rate, std::numeric_limits<float>::min());
     }
     step_gates_ = {};
   }
