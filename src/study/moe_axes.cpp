@@ -250,12 +250,17 @@ std::string moe_axes_markdown(const Study& st, const Sections& sec) {
                        rows, "llrrrrr");
   if (a.compute_vs_params) {
     const VariantOutcome& c = *a.compute_vs_params;
+    const bool one = c.verdict == Verdict::one_seed;
     md += fmt::format(
-        "\nEqual active compute (top-2) against equal total parameters (moe_compute − moe, paired "
-        "by seed over the {} seeds both trained, a fixed 95 % interval): {} bits/byte, {}.\n",
-        c.val_bits_per_byte.size(), difference_cell(c),
-        c.verdict == Verdict::better  ? "equal compute is better"
-        : c.verdict == Verdict::worse ? "equal parameters is better"
+        "\nEqual active compute (top-2) against equal total parameters (moe_compute − moe, {}): {} "
+        "bits/byte, {}.\n",
+        one ? std::string("seed 1 alone")
+            : fmt::format("paired by seed over the {} seeds both trained, a fixed 95 % interval",
+                          c.val_bits_per_byte.size()),
+        difference_cell(c),
+        one                            ? "which one seed cannot decide"
+        : c.verdict == Verdict::better ? "equal compute is better"
+        : c.verdict == Verdict::worse  ? "equal parameters is better"
         : c.verdict == Verdict::equivalent
             ? "equivalent within the margin"
             : "inconclusive: these seeds cannot tell them apart" +

@@ -573,8 +573,9 @@ TEST(MoEFFN, ReluRoutingCoefficientFollowsTheSparsity) {
   EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
   moe.after_optimizer_step();  // no training forward since: unchanged
   EXPECT_FLOAT_EQ(moe.l1_coef(), 1e-3f);
-  // A long stretch below the target (a short run whose gates closed past it) shrinks λ to the
-  // smallest normal float and no further; then it grows again at the first step above.
+  // A long stretch of gates sparser than the target (a short run whose gates closed past it)
+  // shrinks λ to the smallest normal float and no further; then it grows again at the first
+  // step whose gates are denser.
   for (int step = 0; step < 600; ++step) moe.after_optimizer_step(&sparse);
   EXPECT_EQ(moe.l1_coef(), std::numeric_limits<float>::min());
   const ModelSums dense{{"relu_gates", {90, 100}}};

@@ -313,6 +313,21 @@ TEST(Recommendations, FollowTheVerdictsNotTheirWording) {
   EXPECT_TRUE(rec.to_json(st.results)["best_at_equal_parameters"].is_null());
 }
 
+// MoE at equal compute may have gone to more looks than MoE at equal parameters: their
+// comparison is over the seeds both trained, and says so in every field.
+TEST(StudyComparisons, APairedOutcomeIsOverTheSeedsBothHave) {
+  const std::vector<double> reference{3.10, 3.09, 3.07};
+  const study::VariantOutcome o = study::paired_outcome(
+      "moe_compute − moe", {3.08, 3.11, 3.08, 3.10, 3.18, 3.12}, reference, 0.02);
+  EXPECT_EQ(o.val_bits_per_byte, (std::vector<double>{3.08, 3.11, 3.08}));
+  EXPECT_NEAR(o.mean, (3.08 + 3.11 + 3.08) / 3, 1e-12);
+  EXPECT_NEAR(o.diff_mean, (-0.02 + 0.02 + 0.01) / 3, 1e-12);
+  // The shorter side may be the values: the reference's extra seeds pair with nothing.
+  const study::VariantOutcome shorter = study::paired_outcome("x", {3.0, 3.1}, reference, 0.02);
+  EXPECT_EQ(shorter.val_bits_per_byte.size(), 2u);
+  EXPECT_NEAR(shorter.diff_mean, (-0.10 + 0.01) / 2, 1e-12);
+}
+
 // A comparison's outcome from its runs: the sequential verdict with the seeds it was decided at,
 // narrow by chance against the other comparisons' spread, the verdict with the error shared
 // over both comparisons, and ReLU held to the same noise test as the others.
@@ -555,21 +570,6 @@ TEST(Evolution, EachStepSaysWhatItsVerdictSays) {
 
 // Correction 14 says that the tutorial's own gradient table contradicts its "most stable"
 // prose, and reads this run's toy numbers, whichever way they fall.
-// MoE at equal compute may have gone to more looks than MoE at equal parameters: their
-// comparison is over the seeds both trained, and says so in every field.
-TEST(StudyComparisons, APairedOutcomeIsOverTheSeedsBothHave) {
-  const std::vector<double> reference{3.10, 3.09, 3.07};
-  const study::VariantOutcome o = study::paired_outcome(
-      "moe_compute − moe", {3.08, 3.11, 3.08, 3.10, 3.18, 3.12}, reference, 0.02);
-  EXPECT_EQ(o.val_bits_per_byte, (std::vector<double>{3.08, 3.11, 3.08}));
-  EXPECT_NEAR(o.mean, (3.08 + 3.11 + 3.08) / 3, 1e-12);
-  EXPECT_NEAR(o.diff_mean, (-0.02 + 0.02 + 0.01) / 3, 1e-12);
-  // The shorter side may be the values: the reference's extra seeds pair with nothing.
-  const study::VariantOutcome shorter = study::paired_outcome("x", {3.0, 3.1}, reference, 0.02);
-  EXPECT_EQ(shorter.val_bits_per_byte.size(), 2u);
-  EXPECT_NEAR(shorter.diff_mean, (-0.10 + 0.01) / 2, 1e-12);
-}
-
 TEST(StudyCorrections, StabilityProseIsCheckedAgainstTheTableAndTheToyRun) {
   auto finding = [](const study::Study& st) {
     for (const study::Correction& c : *st.results.corrections)

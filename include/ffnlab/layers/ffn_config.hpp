@@ -79,7 +79,8 @@ struct MoEConfig : RouterConfig {
 
   // relu routing (ReMoE): the L1 penalty's coefficient λ (state gate.l1_coef) starts at
   // l1_coef_init and, after each optimizer step, is multiplied by l1_coef_rate while the
-  // fraction of zero gates since the last step is below target_sparsity, divided otherwise.
+  // fraction of zero gates since the last step is below target_sparsity, divided otherwise,
+  // and never falls below the smallest normal float.
   // In a Transformer one λ follows the sparsity of all its ReLU-routed layers.
   float target_sparsity = 0.0f;  // 0: 1 - top_k/num_experts
   float l1_coef_init = 1e-8f;    // ReMoE's released code

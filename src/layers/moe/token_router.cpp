@@ -240,8 +240,9 @@ void TokenRouter::after_optimizer_step(const ModelSums* model) {
   if (l1_penalty_) {
     // ReMoE's controller: λ grows while the gates are less sparse than the target, shrinks
     // otherwise. No training forward since the last step: nothing to follow. λ stays a normal
-    // float: among the subnormals a step of 1.2 rounds back to where it was, and a λ shrunk
-    // there by a long stretch below the target could never grow again.
+    // float (whatever it came in as: a checkpoint's may be smaller): at the two smallest
+    // subnormals a step of 1.2 either way rounds back, and a λ shrunk there by a long stretch
+    // of gates sparser than the target could never grow again.
     GateActivity a = step_gates_;
     if (model) {
       const auto it = model->find("relu_gates");
@@ -250,9 +251,9 @@ void TokenRouter::after_optimizer_step(const ModelSums* model) {
     }
     if (a.gates > 0) {
       float& lambda = l1_coef_.f32()[0];
-      lambda = a.sparsity() < m.sparsity_target()
-                   ? lambda * m.l1_coef_rate
-                   : std::max(lambda / m.l1_coef_rate, std::numeric_limits<float>::min());
+      lambda = std::max(
+          a.sparsity() < m.sparsity_target() ? lambda * m.l1_coef_rate : lambda / m.l1_coef_rate,
+          std::numeric_limits<float>::min());
     }
     step_gates_ = {};
   }
