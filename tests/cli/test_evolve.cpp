@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -129,6 +130,23 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_LT(md.find("![training_dynamics]"), md.find("## 5. Activation sparsity"));
   EXPECT_LT(md.find("## 7. MoE at equal compute"), md.find("![moe_pareto]"));
   EXPECT_LT(md.find("![moe_pareto]"), md.find("## 8. Routing families"));
+  // MoE top-2 against MoE at equal parameters: over the seeds both trained, in every field.
+  {
+    const nlohmann::json j = nlohmann::json::parse(read(out + "/results.json"));
+    const auto& c = j.at("moe_axes").at("equal_compute_minus_equal_parameters");
+    const std::size_t both =
+        std::min(j.at("training").at("variants").at("moe").at("val_bits_per_byte").size(),
+                 j.at("moe_axes")
+                     .at("rows")
+                     .at("moe_compute")
+                     .at("against_relu")
+                     .at("val_bits_per_byte")
+                     .size());
+    EXPECT_EQ(c.at("seeds").get<std::size_t>(), both);
+    EXPECT_EQ(c.at("val_bits_per_byte").size(), both);
+    EXPECT_NE(md.find(fmt::format("paired by seed over the {} seeds both trained", both)),
+              std::string::npos);
+  }
   for (const char* figure : {"activation_comparison", "ffn_performance_comparison",
                              "training_dynamics", "moe_expert_load", "activation_sparsity",
                              "moe_pareto", "moe_specialisation", "routing_families"}) {
