@@ -475,6 +475,11 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
     throw e;
   }
   const RunOutcome& r = *run;
+  // A resume given another number of steps that will not equal an uninterrupted run, as
+  // `ffnlab train` notes it.
+  if (!r.schedule_note.empty() &&
+      PyErr_WarnEx(PyExc_UserWarning, ("[train] " + r.schedule_note).c_str(), 1) != 0)
+    throw py::error_already_set();
   py::dict result = logs();
   result["validation"] = r.validation ? from_json(to_json(*r.validation)) : py::none();
   result["summary"] = from_json(r.summary);

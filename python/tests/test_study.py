@@ -589,6 +589,13 @@ def test_train_writes_a_run_folder_and_resumes_bit_identically(corpus, tmp_path)
     with open(part / "train_log.csv") as f:
         assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4, 5, 6]
 
+    # Extended past its length, the cosine schedule gave the steps it trained other rates than
+    # an 8-step run's: warned, as `ffnlab train` notes it.
+    with pytest.warns(UserWarning, match=r"\[train\] the checkpoint's 6 steps followed a 6-step "
+                                         r"cosine schedule, which from step 3 on"):
+        ffnlab.train(ffnlab.TransformerLM.from_run(part), corpus, resume=part,
+                     out=tmp_path / "longer", progress=False, steps=8)
+
     # Other settings, or other data, only when forced.
     with pytest.raises(ValueError, match="lr"):
         ffnlab.train(ffnlab.TransformerLM.from_run(part), corpus, resume=part, progress=False,

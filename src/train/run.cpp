@@ -53,6 +53,25 @@ TrainConfig resumed_train(const RunRequest& rq, const ResumePoint& point) {
   return merged;
 }
 
+// Why a run resumed with another number of steps will not equal an uninterrupted one ("" when it
+// will): the checkpoint's steps took the rates of its own schedule, which a decaying schedule's
+// length changes.
+std::string schedule_note(const ResumePoint& point, const TrainConfig& train,
+                          std::int64_t trained) {
+  TrainConfig before = train;
+  before.steps = point.info["train"].value("steps", train.steps);
+  const Schedule was = schedule_of(before), is = schedule_of(train);
+  const std::int64_t s = first_rate_change(was, is, trained);
+  if (s < 0) return "";
+  return fmt::format(
+      "the checkpoint's {} steps followed a {}-step {} schedule, which from step {} on gave "
+      "them other learning rates than a {}-step run's; the run goes on under the {}-step "
+      "schedule (lr {:.3g} at step {}, after {:.3g} at step {}), so it will not equal {} "
+      "uninterrupted steps",
+      trained, before.steps, enum_name(train.decay), s + 1, train.steps, train.steps,
+      is.lr(trained), trained + 1, was.lr(trained - 1), trained, train.steps);
+}
+
 // A resumed run must see the bytes it was trained on, split the same way (its batches are a
 // function of them): other data is refused unless forced.
 void check_same_data(const RunRequest& rq, const ResumePoint& point, const Corpus& corpus) {
@@ -251,6 +270,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   Trainer trainer(model, corpus, o.train, rq.parallel);
   if (point) trainer.load(point->checkpoint_dir);
   o.first_step = o.step = trainer.step();
+  if (point) o.schedule_note = schedule_note(*point, o.train, trainer.step());
   if (trainer.step() > o.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past {} {}", trainer.step(),
                                  rq.names.steps, o.train.steps));
@@ -304,7 +324,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   const auto start = [&] {
     if (lead)
       observer.started({o.model, o.train, corpus, o.params, trainer.step(), o.bare,
-                        sequences * o.train.seq, o.held},
+                        sequences * o.train.seq, o.held, o.schedule_note},
                        model);
   };
   fail_together_around(group, "run checks", not_started, start);

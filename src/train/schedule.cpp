@@ -17,4 +17,11 @@ float Schedule::lr(std::int64_t step) const {
   return static_cast<float>(peak * (min_ratio + (1.0 - min_ratio) * cosine));
 }
 
+std::int64_t first_rate_change(const Schedule& before, const Schedule& after,
+                               std::int64_t trained) {
+  for (std::int64_t s = 0; s < trained; ++s)
+    if (before.lr(s) != after.lr(s)) return s;
+  return -1;
+}
+
 }  // namespace ffnlab

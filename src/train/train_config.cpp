@@ -165,4 +165,8 @@ void set_objective_keys(LMConfig& model, Objective objective, GivenModelKeys giv
   if (!given.positions) model.positions = PositionKind::rope;
 }
 
+Schedule schedule_of(const TrainConfig& c) {
+  return {c.optimizer.lr, c.warmup, c.steps, c.min_lr_ratio, c.decay};
+}
+
 }  // namespace ffnlab

@@ -27,10 +27,6 @@ using json = nlohmann::json;
 namespace {
 constexpr std::uint64_t kValidationMaskSeed = 0x76616c6964ull;
 
-Schedule schedule_of(const TrainConfig& c) {
-  return {c.optimizer.lr, c.warmup, c.steps, c.min_lr_ratio, c.decay};
-}
-
 void check_validation_part(const Corpus& corpus, std::int64_t seq) {
   check(window_count(corpus.validation(), seq) > 0,
         "[data] the validation part of '{}' ({} bytes) is shorter than one sequence of {} bytes "

@@ -555,6 +555,29 @@ TEST_F(Cli, TrainResumeEqualsAnUninterruptedRun) {
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 7) << log;  // appended, one header
 }
 
+// Past the warm-up, a cosine schedule's rates depend on the run's length: a run extended with
+// another --steps is told it will not equal an uninterrupted one (and does not), where a
+// constant schedule's extension does, without a note.
+TEST_F(Cli, TrainResumeWithMoreStepsSaysWhenTheScheduleMoved) {
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny + " --sample 0 --warmup 1";
+  for (const std::string decay : {"cosine", "constant"}) {
+    const std::string c = common + " --decay " + decay;
+    const std::string full = path("full-" + decay), half = path("half-" + decay);
+    ASSERT_EQ(run(c + " --steps 6 --out " + full).status, 0);
+    ASSERT_EQ(run(c + " --steps 3 --out " + half).status, 0);
+    const auto r = run(c + " --steps 6 --resume " + half);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const bool same = read(full + "/checkpoint/weights-00000006.safetensors") ==
+                      read(half + "/checkpoint/weights-00000006.safetensors");
+    const bool noted = r.out.find(
+                           "note: the checkpoint's 3 steps followed a 3-step cosine "
+                           "schedule, which from step 3 on") != std::string::npos;
+    EXPECT_EQ(same, decay == "constant") << decay;
+    EXPECT_EQ(noted, decay == "cosine") << decay << ": " << r.out;
+  }
+}
+
 // --objective masked: a bidirectional model with [MASK] and RoPE, validation in bits per masked
 // byte, no sample; resumed without the flag it stays masked (the checkpoint's objective).
 TEST_F(Cli, TrainMaskedObjective) {

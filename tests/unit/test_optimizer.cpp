@@ -88,6 +88,20 @@ TEST(Optimizer, GlobalNormAndScale) {
   EXPECT_NEAR(global_norm(t), 0.5 * std::sqrt(sq), 1e-6);
 }
 
+// A resume's question: from which step two lengths of one schedule give other rates.
+TEST(Schedule, FirstRateChangeIsWhereTheLengthsPartWays) {
+  const Schedule short_run{1.0f, 10, 110, 0.1f, DecayKind::cosine};
+  Schedule long_run = short_run;
+  long_run.steps = 220;
+  EXPECT_EQ(first_rate_change(short_run, long_run, 10), -1);  // the warm-up is shared
+  EXPECT_EQ(first_rate_change(short_run, long_run, 11), -1);  // both at the peak at step 10
+  EXPECT_EQ(first_rate_change(short_run, long_run, 110), 11);
+  EXPECT_EQ(first_rate_change(short_run, short_run, 110), -1);
+  Schedule flat = short_run, flat_long = long_run;
+  flat.decay = flat_long.decay = DecayKind::constant;
+  EXPECT_EQ(first_rate_change(flat, flat_long, 110), -1);
+}
+
 TEST(Schedule, WarmupThenCosineToTheFloor) {
   Schedule s{1.0f, 10, 110, 0.1f, DecayKind::cosine};
   EXPECT_FLOAT_EQ(s.lr(0), 0.1f);

@@ -59,6 +59,7 @@ void print_traffic(const RunTraffic& t) {
 
 void PrintingObserver::started(const RunStart& s, TransformerLM& /*model*/) {
   print_header(s.model, s.train, s.corpus, s.params, s.from_step);
+  if (!s.schedule_note.empty()) fmt::print("note: {}\n", s.schedule_note);
   if (group_)
     fmt::print("data parallel: {} ranks, {} sequences each per micro-batch{}\n", group_->size(),
                s.train.batch / group_->size(),

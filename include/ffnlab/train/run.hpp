@@ -87,8 +87,9 @@ struct RunStart {
   std::int64_t params;     // closed form (transformer_cost)
   std::int64_t from_step;  // 0, or the checkpoint's step
   const ModelProducts& bare;
-  std::int64_t tokens;  // of this rank's micro-batch (what `bare` timed)
-  HeldExperts held;     // the experts this rank holds ({}: every expert)
+  std::int64_t tokens;             // of this rank's micro-batch (what `bare` timed)
+  HeldExperts held;                // the experts this rank holds ({}: every expert)
+  std::string schedule_note = {};  // RunOutcome::schedule_note
 };
 
 // What a run tells its caller as it goes. Only the lead rank (rank 0, or the one process)
@@ -117,6 +118,9 @@ struct RunOutcome {
   std::int64_t params = 0, first_step = 0, step = 0;
   bool already_finished = false;  // resumed in its own folder at its last step: nothing done
   bool finished = false;          // every step done (false: stopped, checkpointed)
+  // Not empty: a resume given another number of steps, whose schedule gives the steps the
+  // checkpoint trained other learning rates; the run will not equal an uninterrupted one.
+  std::string schedule_note;
   HeldExperts held;
   std::vector<StepLog> steps;         // this process's (a resumed run's since the checkpoint)
   std::vector<EvalLog> evaluations;   // the whole run's: a resumed run's earlier ones first

@@ -30,4 +30,10 @@ struct Schedule {
   float lr(std::int64_t step) const;
 };
 
+// The first step s < trained whose rate differs between the two schedules, or -1 for none. A
+// checkpoint that took its `trained` steps under `before` and continues under `after` (a resume
+// given another --steps) trains what an uninterrupted run under `after` trains only when none
+// does: a cosine decay's rates depend on its number of steps, a constant schedule's do not.
+std::int64_t first_rate_change(const Schedule& before, const Schedule& after, std::int64_t trained);
+
 }  // namespace ffnlab

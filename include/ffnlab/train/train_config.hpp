@@ -51,6 +51,8 @@ struct TrainConfig {
 };
 
 void validate(const TrainConfig& config);
+// The learning-rate schedule the settings give.
+Schedule schedule_of(const TrainConfig& config);
 // Why a run with `config` never reads the setting `key` (Adam's β1 under SGD, a mask fraction
 // under the causal objective, ...), or "" when it does or the setting holds its default: a
 // setting the caller gives that the run would ignore is refused (run_training), as it is most
