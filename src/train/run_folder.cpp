@@ -23,21 +23,32 @@ using json = nlohmann::json;
 
 namespace {
 
+// The largest log a resume reads back (a row is about a hundred bytes).
+constexpr std::uint64_t kMaxLogBytes = std::uint64_t{1} << 36;
+
 // A log continued from step `from`: the header, then its rows up to that step (also handed to
-// `rows`, when given).
+// `rows`, when given). A log that is there but cannot be read fails, naming why, before it is
+// rewritten: its rows are never replaced by the header alone.
 std::ofstream continue_log(const fs::path& path, const std::string& header, std::int64_t from,
                            std::vector<std::string>* rows = nullptr) {
   std::string kept = header;
-  std::ifstream in(path);
-  std::string line;
-  for (bool first = true; std::getline(in, line); first = false) {
+  std::error_code ec;
+  const std::vector<std::uint8_t> bytes =
+      fs::exists(path, ec) || ec ? read_regular_file(path.string(), "train", kMaxLogBytes)
+                                 : std::vector<std::uint8_t>{};
+  std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  for (bool first = true;; first = false) {
+    const std::size_t eol = text.find('\n');
+    if (eol == std::string_view::npos) break;  // no line end: a row cut off by a run that died
+    const std::string_view line = text.substr(0, eol);
+    text.remove_prefix(eol + 1);
     if (first) continue;  // the header
-    if (in.eof()) break;  // no line end: a row cut off by a run that died writing it
     std::int64_t step = 0;
-    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), step);
-    if (ec == std::errc() && end != line.data() && *end == ',' && step <= from) {
+    const auto [end, parsed] = std::from_chars(line.data(), line.data() + line.size(), step);
+    if (parsed == std::errc() && end != line.data() && end < line.data() + line.size() &&
+        *end == ',' && step <= from) {
       kept.append(line).append("\n");
-      if (rows) rows->push_back(line);
+      if (rows) rows->push_back(std::string(line));
     }
   }
   write_file_atomic(path.string(), kept.data(), kept.size());

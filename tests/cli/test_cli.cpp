@@ -1,6 +1,7 @@
 // The ffnlab program as a user runs it: output, exit status, files written, errors.
 #include <gtest/gtest.h>
 #include <pty.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -512,6 +513,24 @@ TEST_F(Cli, TrainStopsWhenItsLogCannotBeWritten) {
   EXPECT_EQ(r.status, 3) << r.err;
   EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(path("full/summary.json")));
+}
+
+// A log that a resume cannot read back is not replaced by its header alone: the resume fails,
+// naming it, before any step (a FIFO, which an unchecked read would also wait on forever).
+TEST_F(Cli, TrainResumeRefusesALogItCannotRead) {
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny + " --sample 0";
+  ASSERT_EQ(run(common + " --steps 2 --out " + path("r")).status, 0);
+  fs::remove(path("r/train_log.csv"));
+  ASSERT_EQ(::mkfifo(path("r/train_log.csv").c_str(), 0600), 0);
+  const std::string eval_log = read(path("r/eval_log.csv"));
+  const auto r = run(common + " --steps 3 --resume " + path("r"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find(path("r/train_log.csv") + ": a FIFO, not a regular file"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::is_fifo(path("r/train_log.csv")));
+  EXPECT_EQ(read(path("r/eval_log.csv")), eval_log);
+  EXPECT_EQ(nlohmann::json::parse(read(path("r/checkpoint/checkpoint.json")))["step"], 2);
 }
 
 // A log row cut off by a run that died writing it (no line end) is dropped on resume, with the
