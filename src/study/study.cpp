@@ -402,15 +402,16 @@ Rendered render_report(const Study& st) {
 void check_options(const Options& o) {
   if (o.variants.empty() ||
       std::find(o.variants.begin(), o.variants.end(), "relu") == o.variants.end())
-    throw Error("[evolve] the variants must include relu: every comparison is against it");
+    throw UsageError("[evolve] the variants must include relu: every comparison is against it");
   const auto known = variant_names();
   for (std::size_t i = 0; i < o.variants.size(); ++i) {
     const std::string& v = o.variants[i];
     if (std::find(known.begin(), known.end(), v) == known.end())
-      throw Error(fmt::format("[evolve] variant '{}' is not one of {}", v, fmt::join(known, ", ")));
+      throw UsageError(
+          fmt::format("[evolve] variant '{}' is not one of {}", v, fmt::join(known, ", ")));
     if (std::find(o.variants.begin(), o.variants.begin() + static_cast<std::ptrdiff_t>(i), v) !=
         o.variants.begin() + static_cast<std::ptrdiff_t>(i))
-      throw Error(fmt::format("[evolve] variant '{}' is listed twice", v));
+      throw UsageError(fmt::format("[evolve] variant '{}' is listed twice", v));
   }
   // The numbers by their rows: a count in its range (0: the default), a real in (lo, hi].
   for (const OptionRow& row : option_rows()) {
@@ -424,15 +425,15 @@ void check_options(const Options& o) {
           },
           row.field);
       if (n < 0 || n > static_cast<std::int64_t>(row.hi))
-        throw Error(fmt::format("[evolve] {} = {} must be in [{}, {}] (0: the default)",
-                                argument_name(row.flag), n, static_cast<std::int64_t>(row.lo),
-                                static_cast<std::int64_t>(row.hi)));
+        throw UsageError(fmt::format("[evolve] {} = {} must be in [{}, {}] (0: the default)",
+                                     argument_name(row.flag), n, static_cast<std::int64_t>(row.lo),
+                                     static_cast<std::int64_t>(row.hi)));
     }
     if (row.value == OptionRow::Value::real) {
       const double x = o.*std::get<double Options::*>(row.field);
       if (!(x > row.lo && x <= row.hi))
-        throw Error(fmt::format("[evolve] {} = {} must be in ({}, {}]", argument_name(row.flag), x,
-                                row.lo, row.hi));
+        throw UsageError(fmt::format("[evolve] {} = {} must be in ({}, {}]",
+                                     argument_name(row.flag), x, row.lo, row.hi));
     }
   }
   std::vector<std::string> ladder;
@@ -441,16 +442,17 @@ void check_options(const Options& o) {
                        std::string_view what) {
     for (std::size_t i = 0; i < given.size(); ++i) {
       if (std::find(known.begin(), known.end(), given[i]) == known.end())
-        throw Error(fmt::format("[evolve] {} '{}' is not one of {}", what, given[i],
-                                fmt::join(known, ", ")));
+        throw UsageError(fmt::format("[evolve] {} '{}' is not one of {}", what, given[i],
+                                     fmt::join(known, ", ")));
       if (std::count(given.begin(), given.begin() + static_cast<std::ptrdiff_t>(i), given[i]) > 0)
-        throw Error(fmt::format("[evolve] {} '{}' is listed twice", what, given[i]));
+        throw UsageError(fmt::format("[evolve] {} '{}' is listed twice", what, given[i]));
     }
   };
   check_list(o.sizes, ladder, "size");
   check_list(o.tasks, task_names(), "task");
   if (!(o.budget_seconds >= 0) || o.budget_seconds > option_row("--budget").hi)
-    throw Error(fmt::format("[evolve] budget = {} s must be positive (0: none)", o.budget_seconds));
+    throw UsageError(
+        fmt::format("[evolve] budget = {} s must be positive (0: none)", o.budget_seconds));
   if (o.resume && o.force)
     throw UsageError(fmt::format(
         "[evolve] {0} with {1}: {0} discards the runs that {1} would take; give one of them",
@@ -463,6 +465,19 @@ void check_options(const Options& o) {
         "steps: give them as {}, {} and {})",
         option_name(o, "--budget"), option_name(o, "--resume"), option_name(o, "--sizes"),
         option_name(o, "--max-seeds"), option_name(o, "--steps")));
+  // The seeds, as make_scale sets them from the options (--plan plans only what would run).
+  const Scale scale = make_scale(o);
+  if (o.max_seeds > 0 && o.max_seeds < scale.seeds)
+    throw UsageError(fmt::format(
+        "[evolve] max seeds = {} must not be below the seeds of the first "
+        "look, {}{}",
+        o.max_seeds, scale.seeds,
+        o.seeds > 0 ? "" : fmt::format(" (the default; {} sets it)", option_name(o, "--seeds"))));
+  if (scale.routing_seeds > scale.seeds)
+    throw UsageError(fmt::format(
+        "[evolve] routing seeds = {} must not exceed seeds = {}: the causal routing families are "
+        "paired with the runs of the fine-grained MoE, which trains that many",
+        scale.routing_seeds, scale.seeds));
 }
 
 std::string runs_dir(const Options& o) {
@@ -480,19 +495,6 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
   check_options(st.options);
   st.scale = make_scale(options);
-  if (options.max_seeds > 0 && options.max_seeds < st.scale.seeds)
-    throw Error(fmt::format(
-        "[evolve] max seeds = {} must not be below the seeds of the first "
-        "look, {}{}",
-        options.max_seeds, st.scale.seeds,
-        options.seeds > 0
-            ? ""
-            : fmt::format(" (the default; {} sets it)", option_name(options, "--seeds"))));
-  if (st.scale.routing_seeds > st.scale.seeds)
-    throw Error(fmt::format(
-        "[evolve] routing seeds = {} must not exceed seeds = {}: the causal routing families are "
-        "paired with the runs of the fine-grained MoE, which trains that many",
-        st.scale.routing_seeds, st.scale.seeds));
   st.observer = &observer;
   st.concurrent_runs = omp_get_max_threads();
   st.ranks = ranks;

@@ -32,7 +32,8 @@ void append_file(Corpus& c, const fs::path& p) {
 }  // namespace
 
 Corpus load_corpus(const std::string& path, double val_fraction) {
-  check(val_fraction >= 0.0 && val_fraction < 1.0, "[data] validation fraction {} outside [0, 1)",
+  // (A run always has a validation part: its evaluations and final validation read it.)
+  check(val_fraction > 0.0 && val_fraction < 1.0, "[data] validation fraction {} outside (0, 1)",
         val_fraction);
   Corpus c;
   c.source = path;

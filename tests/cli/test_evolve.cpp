@@ -420,28 +420,37 @@ TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
 }
 
 TEST_F(Cli, EvolveRejectsBadInput) {
-  expect_error(run("evolve --quick --variants gelu,swiglu --out " + path("r")), "include relu");
+  expect_usage_error(run("evolve --quick --variants gelu,swiglu --out " + path("r")),
+                     "include relu");
   expect_usage_error(run("evolve --quick --variants relu,selu --out " + path("r")),
                      "unknown variant 'selu'");
   std::ofstream(path("tiny.txt")) << "a corpus of a few dozen bytes is too small\n";
   expect_error(run("evolve --quick --data " + path("tiny.txt") + " --out " + path("r")),
                "need at least 33 bytes each");
   EXPECT_EQ(run("evolve --seeds 0").status, 2);
-  expect_error(run("evolve --quick --seeds 4 --max-seeds 3 --out " + path("r")),
-               "max seeds = 3 must not be below the seeds of the first look, 4");
-  // The default first look (3 seeds) counts too.
-  expect_error(run("evolve --max-seeds 2 --out " + path("r")),
-               "max seeds = 2 must not be below the seeds of the first look, 3 (the default");
-  expect_error(run("evolve --quick --sizes xs,xl --out " + path("r")),
-               "size 'xl' is not one of xs, s, m, l");
-  expect_error(run("evolve --quick --tasks causal,causal --out " + path("r")),
-               "task 'causal' is listed twice");
+  // The seeds, by the study and by its plan alike (a plan plans only what would run).
+  for (const std::string plan : {"", " --plan"}) {
+    expect_usage_error(run("evolve --quick --seeds 4 --max-seeds 3 --out " + path("r") + plan),
+                       "max seeds = 3 must not be below the seeds of the first look, 4");
+    // The default first look (3 seeds) counts too.
+    expect_usage_error(
+        run("evolve --max-seeds 2 --out " + path("r") + plan),
+        "max seeds = 2 must not be below the seeds of the first look, 3 (the default");
+    expect_usage_error(run("evolve --quick --routing-seeds 4 --out " + path("r") + plan),
+                       "routing seeds = 4 must not exceed seeds = 2");
+  }
+  expect_usage_error(run("evolve --quick --sizes xs,xl --out " + path("r")),
+                     "size 'xl' is not one of xs, s, m, l");
+  expect_usage_error(run("evolve --quick --tasks causal,causal --out " + path("r")),
+                     "task 'causal' is listed twice");
   expect_usage_error(run("evolve --quick --budget 5x --out " + path("r")),
                      "budget '5x' is not a duration");
   expect_usage_error(run("evolve --quick --budget '' --out " + path("r")),
                      "budget '' is not a duration");
-  expect_error(run("evolve --quick --plan --plan-cores 8,none"),
-               "--plan-cores: 'none' is not a core count");
+  expect_usage_error(run("evolve --quick --plan --plan-cores 8,none"),
+                     "--plan-cores: 'none' is not a core count");
+  expect_usage_error(run("evolve --quick --plan --plan-cores 0"),
+                     "--plan-cores: '0' is not a core count (1 to 10000000)");
   // A list given empty is refused, not taken as the default (the study's LM alone).
   const Outcome empty = run("evolve --quick --sizes '' --out " + path("r"));
   EXPECT_EQ(empty.status, 2) << empty.err;

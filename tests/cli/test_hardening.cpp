@@ -128,6 +128,7 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
        "--output: an empty path names no file"},
       {train + " --resume ''", 2, "--resume: an empty path names no file"},
       {"train --data {dir}/text --out ''", 2, "--out: an empty path names no file"},
+      {"toy --out ''", 2, "--out: an empty path names no file"},
       {train + " --steps -5", 2, "--steps"},
       {"run --input {dir}/text", 2, "--config"},
       {"evolve --steps 0 --out {dir}/out", 2, "--steps: '0' is not an integer in [1, 1000000000]"},
@@ -238,8 +239,10 @@ TEST_F(Hardening, BadFilesAndDataAreRefusedBeforeAnyWork) {
       {"train --data {dir}/text --out {dir}/out --d-model 16 --layers 1 --heads 2 --batch 2 "
        "--seq 10000000",
        1, "needs at least 10000001 bytes"},
-      // No validation part: refused before the first step, not after the last.
-      {train + " --data {dir}/text --val-fraction 0", 1, "validation part"},
+      // No validation part: refused by the flag (a run always validates), or before the first
+      // step, not after the last.
+      {train + " --data {dir}/text --val-fraction 0", 2,
+       "--val-fraction: '0' is not a number in (0, 1)"},
       {"train --data {dir}/text --out {dir}/out --d-model 16 --layers 1 --heads 2 --seq 16 "
        "--batch 2 --val-fraction 0.005",
        1, "validation part"},

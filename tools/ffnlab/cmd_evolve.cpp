@@ -65,7 +65,8 @@ std::vector<int> core_counts(const std::string& spec) {
       used = 0;
     }
     if (used == 0 || used != c.size() || n < 1 || n > 10000000)
-      throw Error(fmt::format("[evolve] --plan-cores: '{}' is not a core count (1 or more)", c));
+      throw UsageError(
+          fmt::format("[evolve] --plan-cores: '{}' is not a core count (1 to 10000000)", c));
     out.push_back(n);
   }
   return out;

@@ -148,7 +148,9 @@ void add_toy_command(CLI::App& app) {
   cmd->add_option("--seed", o->toy.seed, "seed of weights, data and dropout")
       ->capture_default_str()
       ->check(any_count());
-  cmd->add_option("--out", o->out, "CSV of every iteration")->capture_default_str();
+  cmd->add_option("--out", o->out, "CSV of every iteration")
+      ->capture_default_str()
+      ->check(named_path());
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] {
     require_one_process("toy");

@@ -158,7 +158,7 @@ void add_train_command(CLI::App& app) {
       cmd->add_option("--val-fraction", o->val_fraction,
                       "last fraction of the bytes for validation (with --resume: the checkpoint's)")
           ->capture_default_str()
-          ->check(real_in(0, 1, true))
+          ->check(real_in(0, 1, true, true))
           ->group(D);
   o->training.add(*cmd, {data_from, training.end()}, D);
   o->out_flag = cmd->add_option("--out", o->out,

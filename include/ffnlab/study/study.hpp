@@ -422,8 +422,8 @@ std::string plan_text(const StudyPlan& plan, int workers, const std::vector<int>
 // The plan as data (Python's ffnlab.plan): the same numbers, and `text`, plan_text's.
 nlohmann::json plan_to_json(const StudyPlan& plan, int workers, const std::vector<int>& cores);
 
-// Throws Error for options run_study would refuse (before any work): variants, seeds, steps,
-// margin, sizes, tasks, budget. `variants` must be filled (default_variants when not given).
+// Throws UsageError for options run_study would refuse (before any work): variants, seeds,
+// steps, margin, sizes, tasks, budget. `variants` must be filled (default_variants when not given).
 void check_options(const Options& options);
 
 // A duration as --budget takes it: "90s", "30m", "2h", "1.5h" or plain seconds ("600").
