@@ -246,6 +246,42 @@ TEST_F(Cli, RunHandsTokenIdsToTheRoutingThatReadsThem) {
   EXPECT_EQ(hash.status, 0) << hash.err;
   expect_error(run("run --config " + path("dense.json") + io),
                "holds 'token_ids', but the layer's routing does not read them");
+  // Without them, hash routing is refused before the layer is built, naming the tensor to add.
+  SafeTensorsWriter bare;
+  bare.add("x", x);
+  bare.write(path("bare.safetensors"));
+  expect_error(run("run --config " + path("hash.json") + " --input " + path("bare.safetensors") +
+                   " --output " + path("y")),
+               "the layer's routing (hash) chooses experts by the tokens' ids: put them beside x "
+               "as 'token_ids'");
+}
+
+// MoE++'s gating residual: the previous layer's logits as gate_residual, or --first-layer for a
+// model's first MoE layer; the flag is refused where it means nothing, and beside a residual.
+TEST_F(Cli, RunTakesAGateResidualOrTheFirstLayerFlag) {
+  Tensor x({4, 8}), logits({4, 4});
+  x.fill(0.5f);
+  logits.fill(0.25f);
+  SafeTensorsWriter bare, with;
+  bare.add("x", x);
+  bare.write(path("bare.safetensors"));
+  with.add("x", x);
+  with.add("gate_residual", logits);
+  with.write(path("with.safetensors"));
+  std::ofstream(path("pp.json")) << R"({"kind":"moe","d_model":8,"d_ff":8,)"
+                                 << R"("moe":{"num_experts":4,"top_k":1,"gating_residual":true}})";
+  std::ofstream(path("dense.json")) << R"({"kind":"plain","d_model":8,"d_ff":8})";
+  const auto with_input = [&](const std::string& config, const std::string& input) {
+    return "run --config " + path(config) + " --input " + path(input) + " --output " + path("y");
+  };
+  EXPECT_EQ(run(with_input("pp.json", "with.safetensors")).status, 0);
+  const Outcome first = run(with_input("pp.json", "bare.safetensors") + " --first-layer");
+  EXPECT_EQ(first.status, 0) << first.err;
+  expect_error(run(with_input("pp.json", "bare.safetensors")), "no gate residual");
+  expect_usage_error(run(with_input("pp.json", "with.safetensors") + " --first-layer"),
+                     "--first-layer: a model's first MoE layer takes no gate_residual");
+  expect_usage_error(run(with_input("dense.json", "bare.safetensors") + " --first-layer"),
+                     "--first-layer: the layer has no gating_residual (MoE++)");
 }
 
 TEST_F(Cli, RunRejectsBadMoEInput) {

@@ -119,6 +119,16 @@ void run(const RunOptions& o) {
   // optionally the gradient the next layer hands back for this layer's logits beside dy.
   const bool residual = config.kind == FFNKind::moe && config.moe.gating_residual;
   const std::int64_t T = x.dim(0), E = config.moe.routed_experts();
+  // --first-layer says that the layer takes no gate_residual: it means something only to MoE++'s
+  // gating residual, and never beside one.
+  if (o.first_layer && !residual)
+    throw UsageError(
+        "[run] --first-layer: the layer has no gating_residual (MoE++), which alone reads it");
+  if (o.first_layer && SafeTensors::load(o.input).contains("gate_residual"))
+    throw UsageError(fmt::format(
+        "[run] --first-layer: a model's first MoE layer takes no gate_residual, and {} holds one; "
+        "drop one of them",
+        o.input));
   Tensor gate_residual, dlogits;
   if (residual) {
     gate_residual = read_optional(o.input, "gate_residual", {T, E});
@@ -150,6 +160,11 @@ void run(const RunOptions& o) {
         throw Error(fmt::format("[run] {}: token id {} is outside [0, 2^31)", o.input, id));
       token_ids.push_back(static_cast<std::int32_t>(id));
     }
+  } else if (reads_token_ids(config) && T > 0) {
+    throw Error(fmt::format(
+        "[run] {}: the layer's routing ({}) chooses experts by the tokens' ids: put them beside x "
+        "as 'token_ids' (I32 or I64, [T] or x's leading shape)",
+        o.input, enum_name(config.moe.routing)));
   }
   const SafeTensors weights = o.weights.empty() ? SafeTensors{} : SafeTensors::load(o.weights);
   const std::int64_t params = count_params(config);
