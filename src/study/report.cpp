@@ -492,6 +492,14 @@ std::string corrections_markdown(const Study& st, const Sections&) {
 
 namespace {
 
+// a − b by seed, over the seeds both trained.
+std::vector<double> shared_differences(const VariantOutcome& a, const VariantOutcome& b) {
+  std::vector<double> diff;
+  for (std::size_t i = 0; i < a.val_bits_per_byte.size() && i < b.val_bits_per_byte.size(); ++i)
+    diff.push_back(a.val_bits_per_byte[i] - b.val_bits_per_byte[i]);
+  return diff;
+}
+
 // Of the candidates, the one with the lowest validation and those these seeds cannot
 // separate from it: a candidate is separated when its paired difference to the lowest
 // (candidate − lowest, by seed) has a 95 % interval above 0. The lowest first; empty for none.
@@ -502,15 +510,28 @@ std::vector<const VariantOutcome*> lowest_and_ties(const std::vector<const Varia
   // numbers of seeds, and means over different seeds are not comparable.
   const VariantOutcome* lowest = *std::min_element(
       c.begin(), c.end(), [](const auto* a, const auto* b) { return a->diff_mean < b->diff_mean; });
-  std::vector<const VariantOutcome*> out{lowest};
-  for (const VariantOutcome* o : c) {
-    if (o == lowest) continue;
-    std::vector<double> diff;
-    for (std::size_t i = 0; i < o->val_bits_per_byte.size() && i < lowest->val_bits_per_byte.size();
-         ++i)
-      diff.push_back(o->val_bits_per_byte[i] - lowest->val_bits_per_byte[i]);
-    if (compare_paired(diff, margin).verdict != Comparison::worse) out.push_back(o);
+  // A candidate measurably lower than it on the seeds both trained (the interval below 0: one
+  // stopped early on lucky seeds can have the lower mean over its own) takes its place, the
+  // lowest of them by that difference first. (A cycle of such pairs, which the rounding of
+  // different seed counts could make, keeps the one it comes back to.)
+  std::vector<const VariantOutcome*> held{lowest};
+  for (;;) {
+    const VariantOutcome* lower = nullptr;
+    double lower_by = 0;
+    for (const VariantOutcome* o : c) {
+      if (o == lowest) continue;
+      const PairedComparison p = compare_paired(shared_differences(*o, *lowest), margin);
+      if (p.verdict == Comparison::better && (lower == nullptr || p.ci95.mean < lower_by))
+        lower = o, lower_by = p.ci95.mean;
+    }
+    if (lower == nullptr || std::find(held.begin(), held.end(), lower) != held.end()) break;
+    held.push_back(lowest = lower);
   }
+  std::vector<const VariantOutcome*> out{lowest};
+  for (const VariantOutcome* o : c)
+    if (o != lowest &&
+        compare_paired(shared_differences(*o, *lowest), margin).verdict != Comparison::worse)
+      out.push_back(o);
   return out;
 }
 

@@ -426,6 +426,34 @@ TEST(Recommendations, ATieIsNeverCalledTheBest) {
             std::string::npos);
 }
 
+// Under the sequential rule a candidate stopped early on lucky seeds can have the lowest mean over
+// its own seeds while another is measurably lower on the seeds both trained: that one is the pick,
+// and the first is separated from it, not named "not separable".
+TEST(Recommendations, ACandidateLowerOnTheSharedSeedsIsThePick) {
+  study::Study st;
+  st.options.variants = {"relu", "reglu", "geglu"};
+  st.results.costs = study_costs(st.options.variants);
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("reglu", 2.90, study::Verdict::better, 100),
+                outcome("geglu", 2.9083, study::Verdict::better, 100)};
+  // reglu: −0.1 against ReLU on its 3 seeds; geglu: −0.17, −0.23, −0.20, then +0.05, 0, 0 (a mean
+  // of −0.0917 over its 6), so geglu − reglu on seeds 1–3 is −0.07, −0.13, −0.10: below 0.
+  t.variants[0].val_bits_per_byte = {3.00, 3.00, 3.00, 3.00, 3.00, 3.00};
+  t.variants[1].val_bits_per_byte = {2.9000, 2.8999, 2.9001};
+  t.variants[2].val_bits_per_byte = {2.83, 2.77, 2.80, 3.05, 3.00, 3.00};
+  t.variants[1].diff_mean = -0.1;
+  t.variants[2].diff_mean = -0.55 / 6;
+  st.results.training = t;
+  const Stage& rec = stage("recommendations");
+  rec.run(st);
+  const nlohmann::ordered_json j = rec.to_json(st.results);
+  EXPECT_EQ(j["best_at_equal_parameters"], "geglu");
+  EXPECT_TRUE(j["best_at_equal_parameters_tied"].empty()) << j.dump();
+  EXPECT_EQ(j["best_per_flop"], "geglu");
+}
+
 // The literature stage puts this run's verdicts beside Shazeer 2020's Table 1, by its rule.
 TEST(Literature, AgreementFollowsTheVerdictsAndThePapersDirection) {
   study::Study st;
