@@ -212,8 +212,11 @@ def readme_block(data):
         out.append(f"| {SHORT.get(label, label)} | {diff} | {c['seeds']} | {short(c['verdict'])} "
                    f"| {finding} |")
     newest = same[-1]
-    out += ["", f"Differences, intervals and seeds: the newest record, {describe(newest)}.", "",
-            END]
+    n = len(newest["comparisons"])
+    out += ["", f"Differences, intervals and seeds: the newest record, {describe(newest)}. "
+            f"Each verdict is tested at 5 % for its own comparison alone: a run's report marks "
+            f"with † each that would not hold with the 5 % shared over the run's {n} "
+            f"comparisons.", "", END]
     return "\n".join(out)
 
 

@@ -135,6 +135,9 @@ class Verdicts(unittest.TestCase):
         self.run_script("record", self.write_results("a.json", r), "--commit", "a")
         block = verdicts.readme_block(verdicts.load_records())
         self.assertIn("| SwiGLU | -0.040 [-0.070, -0.0001] |", block)
+        # What a verdict's 5 % covers: its comparison alone, of those the record holds.
+        n = len(verdicts.load_records()["records"][-1]["comparisons"])
+        self.assertIn(f"with the 5 % shared over the run's {n} comparisons", block)
 
     def test_the_block_is_short(self):
         self.run_script("record", self.write_results("a.json", results("AVX2")), "--commit", "a")
