@@ -276,8 +276,12 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
                                  rq.names.steps, o.train.steps));
   // (Rank 0 decides from its folder: the ranks take the same path, whose evaluation is
   // collective, whatever the others' folders hold.)
+  // [1]: the folder's checkpoint is already at the last step (a run stopped while it sampled,
+  // so without its summary): the run trains no step and leaves that checkpoint as it is, as a
+  // save would only rewrite it (and an expert-parallel save removes the parts it lists first).
   std::vector<std::int64_t> finished{
-      lead && resumed_here && run_finished(o.out, trainer.step(), o.train.steps) ? 1 : 0};
+      lead && resumed_here && run_finished(o.out, trainer.step(), o.train.steps) ? 1 : 0,
+      lead && resumed_here && trainer.step() == o.train.steps ? 1 : 0};
   if (group) group->allreduce_max(finished, "finished run");
   if (finished[0] != 0) {
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
@@ -305,7 +309,8 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   fail_together_around(group, "run checks",
                        "[train] rank {} could not open the run's folder (its message says why)",
                        open);
-  const std::string checkpoint = o.out.empty() ? "" : (fs::path(o.out) / "checkpoint").string();
+  const std::string checkpoint =
+      o.out.empty() || finished[1] != 0 ? "" : (fs::path(o.out) / "checkpoint").string();
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
   // as the ranks of a step compute at once.

@@ -551,6 +551,27 @@ TEST_F(Cli, TrainStopsWhenItsLogCannotBeWritten) {
   EXPECT_FALSE(fs::exists(path("full/summary.json")));
 }
 
+// A run stopped while it sampled (its checkpoint at the last step, no summary.json) is finished by
+// a resume in its folder, which leaves the checkpoint as it is: nothing rewritten (an
+// expert-parallel save would first remove the parts the checkpoint lists).
+TEST_F(Cli, TrainFinishingAStoppedRunLeavesItsLastCheckpoint) {
+  std::ofstream(path("text")) << training_text();
+  const std::string common = "train --data " + path("text") + kTiny + " --sample 0";
+  ASSERT_EQ(run(common + " --steps 2 --out " + path("s")).status, 0);
+  fs::remove(path("s/summary.json"));
+  const auto inode = [&](const std::string& file) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path("s/checkpoint/" + file).c_str(), &st), 0) << file;
+    return st.st_ino;
+  };
+  const auto weights = inode("weights-00000002.safetensors"), info = inode("checkpoint.json");
+  const auto r = run(common + " --resume " + path("s"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("s/summary.json")));
+  EXPECT_EQ(inode("weights-00000002.safetensors"), weights);
+  EXPECT_EQ(inode("checkpoint.json"), info);
+}
+
 // A log that a resume cannot read back is not replaced by its header alone: the resume fails,
 // naming it, before any step (a FIFO, which an unchecked read would also wait on forever).
 TEST_F(Cli, TrainResumeRefusesALogItCannotRead) {
