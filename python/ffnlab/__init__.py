@@ -149,7 +149,7 @@ def train(model, data, *, out=None, resume=None, force=False, val_fraction=None,
     data need force=True); the run continues in that folder unless `out` names another. Without
     `out` or `resume` nothing is written (and a checkpoint_every but 0, or force=True, is
     refused). val_fraction: the last fraction of the bytes that is the validation part, in
-    [0, 1), as `--val-fraction` (None: 0.1, or the resumed run's). progress: True for a text bar, False for none, or a callable progress(kind, done,
+    (0, 1), as `--val-fraction` (None: 0.1, or the resumed run's). progress: True for a text bar, False for none, or a callable progress(kind, done,
     planned, text, eta_seconds). The settings left out take
     `ffnlab train`'s defaults (docs/config.md: 600 steps, batch 16, seq 128, seed 1, ...);
     the model's context must hold `seq`. The GIL is

@@ -91,11 +91,13 @@ double real_argument(std::string_view function, std::string_view name, const py:
 // A finite real number in [lo, hi], or [lo, hi) when `below_hi`: an int or a float (numpy's
 // too), never a bool. `note` ends the message: what None gives, or what a value means.
 double real_from_argument(std::string_view function, std::string_view name, const py::handle& v,
-                          double lo, double hi, bool below_hi, std::string_view note) {
-  const std::string expected =
-      fmt::format("a number in [{}, {}{} ({})", lo, hi, below_hi ? ")" : "]", note);
+                          double lo, double hi, bool below_hi, std::string_view note,
+                          bool above_lo) {
+  const std::string expected = fmt::format("a number in {}{}, {}{} ({})", above_lo ? "(" : "[", lo,
+                                           hi, below_hi ? ")" : "]", note);
   const double x = finite_number(function, name, v, expected);
-  if (!(x >= lo && (below_hi ? x < hi : x <= hi))) bad_argument(function, name, expected, v);
+  if (!((above_lo ? x > lo : x >= lo) && (below_hi ? x < hi : x <= hi)))
+    bad_argument(function, name, expected, v);
   return x;
 }
 

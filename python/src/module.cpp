@@ -321,6 +321,20 @@ class Layer {
       throw py::value_error(
           "[python] token_ids given, but the layer's routing does not read them (hash routing "
           "does)");
+    if (token_ids.is_none() && reads_token_ids(c) && xt.dim(0) > 0)
+      throw py::value_error(
+          fmt::format("[python] the layer's routing ({}) chooses experts by the tokens' ids: give "
+                      "token_ids, one per row of x",
+                      enum_name(c.moe.routing)));
+    // first=True says that the layer takes no gate_residual: it means something only to MoE++'s
+    // gating residual, and never beside one.
+    if (first && (c.kind != FFNKind::moe || !c.moe.gating_residual))
+      throw py::value_error(
+          "[python] first=True: the layer has no gating_residual (MoE++), which alone reads it");
+    if (first && !gate_residual.is_none())
+      throw py::value_error(
+          "[python] first=True: a model's first MoE layer takes no gate_residual; give one of "
+          "them");
     if (!token_ids.is_none()) {
       // Integers only: numpy would cast floats (1.9 to 1) and route by ids never given.
       const py::array given = py::array::ensure(token_ids);

@@ -49,10 +49,11 @@ std::uint64_t seed_argument(std::string_view function, const py::handle& v);
 // A finite real number in (lo, hi]: an int or a float (numpy's too), never a bool.
 double real_argument(std::string_view function, std::string_view name, const py::handle& v,
                      double lo, double hi);
-// A finite real number in [lo, hi], or [lo, hi) when `below_hi`; `note` ends the message
-// ("None: the default", "0: greedy").
+// A finite real number in [lo, hi], or [lo, hi) when `below_hi`, (lo, ...] when `above_lo`;
+// `note` ends the message ("None: the default", "0: greedy").
 double real_from_argument(std::string_view function, std::string_view name, const py::handle& v,
-                          double lo, double hi, bool below_hi, std::string_view note);
+                          double lo, double hi, bool below_hi, std::string_view note,
+                          bool above_lo = false);
 // Any finite number.
 double finite_argument(std::string_view function, std::string_view name, const py::handle& v);
 // A path: a str or an os.PathLike (bytes too), not empty, without NUL characters.

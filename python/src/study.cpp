@@ -420,9 +420,8 @@ py::dict train(const py::object& model_arg, const py::object& data_arg, const py
   if (rq.val_fraction_given)
     rq.val_fraction =
         real_from_argument("train", "val_fraction", val_fraction_arg, 0.0, 1.0, true,
-                           fmt::format("None: {}, or a resumed run's", kDefaultValFraction));
-  if (rq.val_fraction_given && rq.val_fraction == 0)  // (a run always validates)
-    bad_argument("train", "val_fraction", "a number in (0, 1), or None", val_fraction_arg);
+                           fmt::format("None: {}, or a resumed run's", kDefaultValFraction),
+                           /*above_lo=*/true);
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     bad_argument("train", "progress", "None or a callable", progress);
   nlohmann::json j = nlohmann::json::object();

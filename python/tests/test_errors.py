@@ -226,8 +226,9 @@ LM_KEYS = dict(d_model=16, layers=1, heads=2, context=16)
     (dict(out=""), ["[python] train: out must be a path", "not empty", "got ''"]),
     (dict(resume=["run"]), ["[python] train: resume must be a path", "got ['run']"]),
     (dict(force="yes"), ["[python] train: force must be True or False", "got 'yes'"]),
-    (dict(val_fraction=0), ["[python] train: val_fraction must be a number in (0, 1), or None",
+    (dict(val_fraction=0), ["[python] train: val_fraction must be a number in (0, 1) (None: ",
                             "got 0"]),
+    (dict(val_fraction=1.5), ["val_fraction must be a number in (0, 1)", "got 1.5"]),
     (dict(progress="bar"), ["[python] train: progress must be True, False, None or a callable",
                             "got 'bar'"]),
     # The training settings: JSON keys, judged by the library's key table or, for what JSON

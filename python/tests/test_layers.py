@@ -167,6 +167,12 @@ def test_gating_residual_adds_the_previous_logits_and_returns_their_gradient():
     plain = ffnlab.FFN(variant="moe", d_model=16, d_ff=24)
     with pytest.raises(ValueError, match="no gating_residual"):
         plain.forward(x, gate_residual=res)
+    # first=True means something only to a gating residual, and never beside one.
+    with pytest.raises(ValueError, match="first=True: the layer has no gating_residual"):
+        plain.forward(x, first=True)
+    with pytest.raises(ValueError, match="first=True: a model's first MoE layer takes no "
+                                         "gate_residual"):
+        layer.forward(x, gate_residual=res, first=True)
 
 
 def test_token_ids_are_one_per_row_and_not_negative():
@@ -198,7 +204,8 @@ def test_hash_routing_chooses_by_the_token_ids_it_is_given():
     # One input row, 256 ids: as many outputs as experts the ids reach (all 4), up to the
     # rounding of a row's place in its expert's block.
     assert len({tuple(np.round(row, 4)) for row in y}) == 4
-    with pytest.raises(Exception, match="routing 'hash' chooses by token id"):
+    with pytest.raises(ValueError, match=r"the layer's routing \(hash\) chooses experts by the "
+                                         r"tokens' ids: give token_ids"):
         layer.forward(x)
 
 

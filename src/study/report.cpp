@@ -502,7 +502,9 @@ std::vector<double> shared_differences(const VariantOutcome& a, const VariantOut
 
 // Of the candidates, the one with the lowest validation and those these seeds cannot
 // separate from it: a candidate is separated when its paired difference to the lowest
-// (candidate − lowest, by seed) has a 95 % interval above 0. The lowest first; empty for none.
+// (candidate − lowest, by seed) has a 95 % interval above 0. The lowest is the lowest paired
+// difference to ReLU, or a candidate measurably lower than it on the seeds both trained. The
+// lowest first; empty for none.
 std::vector<const VariantOutcome*> lowest_and_ties(const std::vector<const VariantOutcome*>& c,
                                                    double margin) {
   if (c.empty()) return {};
@@ -512,9 +514,10 @@ std::vector<const VariantOutcome*> lowest_and_ties(const std::vector<const Varia
       c.begin(), c.end(), [](const auto* a, const auto* b) { return a->diff_mean < b->diff_mean; });
   // A candidate measurably lower than it on the seeds both trained (the interval below 0: one
   // stopped early on lucky seeds can have the lower mean over its own) takes its place, the
-  // lowest of them by that difference first. (A cycle of such pairs, which the rounding of
-  // different seed counts could make, keeps the one it comes back to.)
-  std::vector<const VariantOutcome*> held{lowest};
+  // lowest of them by that difference first. (Pairs over different seeds could form a cycle:
+  // the search then ends at the last candidate it reached, and the one lower than that is named
+  // beside it, as a tie.)
+  std::vector<const VariantOutcome*> reached{lowest};
   for (;;) {
     const VariantOutcome* lower = nullptr;
     double lower_by = 0;
@@ -524,8 +527,9 @@ std::vector<const VariantOutcome*> lowest_and_ties(const std::vector<const Varia
       if (p.verdict == Comparison::better && (lower == nullptr || p.ci95.mean < lower_by))
         lower = o, lower_by = p.ci95.mean;
     }
-    if (lower == nullptr || std::find(held.begin(), held.end(), lower) != held.end()) break;
-    held.push_back(lowest = lower);
+    if (lower == nullptr || std::find(reached.begin(), reached.end(), lower) != reached.end())
+      break;
+    reached.push_back(lowest = lower);
   }
   std::vector<const VariantOutcome*> out{lowest};
   for (const VariantOutcome* o : c)
@@ -557,11 +561,11 @@ void run_recommendations(Study& st) {
   const TrainingResult& t = *r.training;
   // Rule 1: among the variants measurably better than ReLU, the lowest paired difference, and
   // those these seeds cannot separate from it.
-  double lowest_diff = 0;
   std::vector<const VariantOutcome*> better;
   for (const VariantOutcome& o : t.variants) {
-    if (out.lowest.empty() || o.diff_mean < lowest_diff)
-      lowest_diff = o.diff_mean, out.lowest_bits_per_byte = o.mean, out.lowest = o.variant;
+    if (o.verdict == Verdict::reference) continue;
+    if (out.lowest.empty() || o.diff_mean < out.lowest_difference)
+      out.lowest_difference = o.diff_mean, out.lowest = o.variant;
     if (o.verdict == Verdict::better) better.push_back(&o);
   }
   if (const auto best = lowest_and_ties(better, t.margin); !best.empty()) {
@@ -723,21 +727,26 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
     if (tied.empty()) return std::string(", separated from every other candidate");
     return fmt::format("; these seeds cannot separate it from {}", fmt::join(tied, ", "));
   };
+  constexpr const char* kLowestRule =
+      "the lowest mean paired difference to ReLU (or a candidate measurably lower than that one "
+      "on the seeds both trained)";
   constexpr const char* kTieRule =
       "a candidate whose paired difference to the pick has a 95 % interval that includes 0 "
       "ties with it";
   if (!c.best_at_equal_parameters)
     md += fmt::format(
         "1. **Best validation at equal parameters:** none: no variant is measurably better than "
-        "ReLU (lowest against ReLU: {}, {:.4f} bits/byte). *Rule:* of the variants better than "
-        "ReLU, the lowest mean paired difference to ReLU; {}.\n",
-        c.lowest, c.lowest_bits_per_byte, kTieRule);
+        "ReLU{}. *Rule:* of the variants better than ReLU, {}; {}.\n",
+        c.lowest.empty() ? ""
+                         : fmt::format(" (the lowest against ReLU: {}, {:+.4f} bits/byte)",
+                                       c.lowest, c.lowest_difference),
+        kLowestRule, kTieRule);
   else
     md += fmt::format(
         "1. **Best validation at equal parameters:** {} ({:.4f} bits/byte){}. *Rule:* of the "
-        "variants better than ReLU, the lowest mean paired difference to ReLU; {}.\n",
+        "variants better than ReLU, {}; {}.\n",
         *c.best_at_equal_parameters, c.best_bits_per_byte, ties(c.best_at_equal_parameters_tied),
-        kTieRule);
+        kLowestRule, kTieRule);
   if (c.best_per_flop) {
     std::string list;
     for (const auto& [v, ratio] : c.flops_over_relu)
@@ -747,7 +756,7 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
         "2. **Per FLOP:** {} ({:.4f} bits/byte){}. *Rule:* among every trained variant whose FFN "
         "does at most {}× ReLU's forward matrix FLOPs per token, whatever its verdict (MoE at "
         "equal compute too, its router's FLOPs counted: a small model's router can put it "
-        "over), the lowest mean paired difference to ReLU; ties as in rule 1. The FFN's matrix "
+        "over), the lowest as in rule 1; ties as in rule 1. The FFN's matrix "
         "FLOPs, not the summary's whole LM: here {}.\n",
         *c.best_per_flop, c.best_per_flop_bits_per_byte, ties(c.best_per_flop_tied), kPerFlopCap,
         list);

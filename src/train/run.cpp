@@ -58,18 +58,37 @@ TrainConfig resumed_train(const RunRequest& rq, const ResumePoint& point) {
 // length changes.
 std::string schedule_note(const ResumePoint& point, const TrainConfig& train,
                           std::int64_t trained) {
-  TrainConfig before = train;
-  before.steps = point.info["train"].value("steps", train.steps);
+  TrainConfig before = train;  // the checkpoint's schedule (its steps alone, when it cannot be
+  try {                        // read as settings of today's ranges)
+    before = train_config_from_json(point.info["train"]);
+  } catch (const std::exception&) {
+    before.steps = point.info["train"].value("steps", train.steps);
+  }
   const Schedule was = schedule_of(before), is = schedule_of(train);
   const std::int64_t s = first_rate_change(was, is, trained);
   if (s < 0) return "";
+  const std::string goes_on =
+      trained < train.steps
+          ? fmt::format(
+                "the run goes on under the {}-step schedule (lr {:.3g} at step {}, after "
+                "{:.3g} at step {}), so it will not equal {} uninterrupted steps",
+                train.steps, is.lr(trained), trained + 1, was.lr(trained - 1), trained, train.steps)
+          : fmt::format("so it is not the run {} uninterrupted steps give", train.steps);
   return fmt::format(
       "the checkpoint's {} steps followed a {}-step {} schedule, which from step {} on gave "
-      "them other learning rates than a {}-step run's; the run goes on under the {}-step "
-      "schedule (lr {:.3g} at step {}, after {:.3g} at step {}), so it will not equal {} "
-      "uninterrupted steps",
-      trained, before.steps, enum_name(train.decay), s + 1, train.steps, train.steps,
-      is.lr(trained), trained + 1, was.lr(trained - 1), trained, train.steps);
+      "them other learning rates than a {}-step run's; {}",
+      trained, before.steps, enum_name(before.decay), s + 1, train.steps, goes_on);
+}
+
+// Whether the checkpoint was saved with these training settings (as written, so that a float
+// read back compares equal).
+bool checkpoint_holds_settings(const ResumePoint& point, const TrainConfig& train) {
+  try {
+    return train_settings_as_written(point.info["train"]) ==
+           train_settings_as_written(train_config_to_json(train));
+  } catch (const std::exception&) {  // settings of an older format: saved again, as they are now
+    return false;
+  }
 }
 
 // A resumed run must see the bytes it was trained on, split the same way (its batches are a
@@ -276,14 +295,19 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
                                  rq.names.steps, o.train.steps));
   // (Rank 0 decides from its folder: the ranks take the same path, whose evaluation is
   // collective, whatever the others' folders hold.)
-  // [1]: the folder's checkpoint is already at the last step (a run stopped while it sampled,
-  // so without its summary): the run trains no step and leaves that checkpoint as it is, as a
-  // save would only rewrite it (and an expert-parallel save removes the parts it lists first).
-  std::vector<std::int64_t> finished{
+  // The folder's checkpoint may already be this run's last, its settings as they are now (a run
+  // stopped while it sampled, so without its summary): the run trains no step and leaves that
+  // checkpoint as it is, as a save would only rewrite it (and an expert-parallel save removes
+  // the parts it lists first). Another --steps or a forced setting is saved.
+  std::vector<std::int64_t> decided{
       lead && resumed_here && run_finished(o.out, trainer.step(), o.train.steps) ? 1 : 0,
-      lead && resumed_here && trainer.step() == o.train.steps ? 1 : 0};
-  if (group) group->allreduce_max(finished, "finished run");
-  if (finished[0] != 0) {
+      lead && resumed_here && trainer.step() == o.train.steps &&
+              checkpoint_holds_settings(*point, o.train)
+          ? 1
+          : 0};
+  if (group) group->allreduce_max(decided, "finished run");
+  const bool already_finished = decided[0] != 0, checkpoint_is_last = decided[1] != 0;
+  if (already_finished) {
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
     o.already_finished = o.finished = true;
     if (rq.validate_at_end) o.validation = trainer.evaluate(rq.validation_tokens);
@@ -310,7 +334,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
                        "[train] rank {} could not open the run's folder (its message says why)",
                        open);
   const std::string checkpoint =
-      o.out.empty() || finished[1] != 0 ? "" : (fs::path(o.out) / "checkpoint").string();
+      o.out.empty() || checkpoint_is_last ? "" : (fs::path(o.out) / "checkpoint").string();
   // Model FLOP utilisation's yardstick: the bare products of this model's shapes, on this
   // rank's micro-batch, at the run's precision and threads; every rank times its own at once,
   // as the ranks of a step compute at once.

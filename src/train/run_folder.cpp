@@ -26,11 +26,11 @@ namespace {
 // The largest log a resume reads back (a row is about a hundred bytes).
 constexpr std::uint64_t kMaxLogBytes = std::uint64_t{1} << 36;
 
-// A log continued from step `from`: the header, then its rows up to that step (also handed to
-// `rows`, when given). A log that is there but cannot be read fails, naming why, before it is
-// rewritten: its rows are never replaced by the header alone.
-std::ofstream continue_log(const fs::path& path, const std::string& header, std::int64_t from,
-                           std::vector<std::string>* rows = nullptr) {
+// A log cut back to step `from`: the header, then its rows up to that step (also handed to
+// `rows`, when given). A log that is there but cannot be read fails, naming why: its rows are
+// never replaced by the header alone.
+std::string log_up_to(const fs::path& path, const std::string& header, std::int64_t from,
+                      std::vector<std::string>* rows = nullptr) {
   std::string kept = header;
   std::error_code ec;
   const std::vector<std::uint8_t> bytes =
@@ -51,6 +51,11 @@ std::ofstream continue_log(const fs::path& path, const std::string& header, std:
       if (rows) rows->push_back(std::string(line));
     }
   }
+  return kept;
+}
+
+// The log rewritten as `kept` (log_up_to's), open to append to.
+std::ofstream continue_log(const fs::path& path, const std::string& kept) {
   write_file_atomic(path.string(), kept.data(), kept.size());
   errno = 0;  // what the open sets, if it fails, is the reason given (check_written)
   return std::ofstream(path, std::ios::app);
@@ -150,18 +155,26 @@ TrainLogs::TrainLogs(const std::string& dir, bool continued, std::int64_t from_s
   const fs::path steps = fs::path(dir) / "train_log.csv", evals = fs::path(dir) / "eval_log.csv",
                  per_layer = fs::path(dir) / "layer_log.csv";
   if (continued) {
-    steps_ = continue_log(steps, step_csv_header(), from_step);
-    check_written(steps_, steps);
+    // Every log is read before any is rewritten: one that cannot be read leaves them all as
+    // they were. A layer log the run does not write on is kept up to the checkpoint.
+    std::error_code ec;
+    const bool layer_log = layers || fs::exists(per_layer, ec) || ec;
     std::vector<std::string> rows;
-    evals_ = continue_log(evals, eval_csv_header(), from_step, &rows);
+    const std::string kept_steps = log_up_to(steps, step_csv_header(), from_step);
+    const std::string kept_evals = log_up_to(evals, eval_csv_header(), from_step, &rows);
+    const std::string kept_layers =
+        layer_log ? log_up_to(per_layer, layer_csv_header(), from_step) : "";
+    steps_ = continue_log(steps, kept_steps);
+    check_written(steps_, steps);
+    evals_ = continue_log(evals, kept_evals);
     check_written(evals_, evals);
     for (const std::string& row : rows)
       if (const auto e = eval_row(row)) earlier_.push_back(*e);
     if (layers) {
-      layers_ = continue_log(per_layer, layer_csv_header(), from_step);
+      layers_ = continue_log(per_layer, kept_layers);
       check_written(layers_, per_layer);
-    } else if (fs::exists(per_layer)) {  // kept up to the checkpoint, not written on
-      continue_log(per_layer, layer_csv_header(), from_step);
+    } else if (layer_log) {
+      continue_log(per_layer, kept_layers);
     }
   } else {
     steps_ = new_log(steps, step_csv_header());

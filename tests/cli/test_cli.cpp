@@ -570,23 +570,36 @@ TEST_F(Cli, TrainFinishingAStoppedRunLeavesItsLastCheckpoint) {
   EXPECT_TRUE(fs::exists(path("s/summary.json")));
   EXPECT_EQ(inode("weights-00000002.safetensors"), weights);
   EXPECT_EQ(inode("checkpoint.json"), info);
+  // With another setting, forced, the checkpoint is saved again with it: a later resume takes
+  // the run's settings as they ended.
+  fs::remove(path("s/summary.json"));
+  const auto forced = run(common + " --resume " + path("s") + " --lr 0.002 --force");
+  ASSERT_EQ(forced.status, 0) << forced.err;
+  const auto saved = nlohmann::json::parse(read(path("s/checkpoint/checkpoint.json")));
+  EXPECT_NEAR(saved["train"]["lr"].get<double>(), 0.002, 1e-9);
 }
 
 // A log that a resume cannot read back is not replaced by its header alone: the resume fails,
-// naming it, before any step (a FIFO, which an unchecked read would also wait on forever).
+// naming it, before any step and before any log is rewritten (a FIFO, which an unchecked read
+// would also wait on forever).
 TEST_F(Cli, TrainResumeRefusesALogItCannotRead) {
   std::ofstream(path("text")) << training_text();
   const std::string common = "train --data " + path("text") + kTiny + " --sample 0";
   ASSERT_EQ(run(common + " --steps 2 --out " + path("r")).status, 0);
-  fs::remove(path("r/train_log.csv"));
-  ASSERT_EQ(::mkfifo(path("r/train_log.csv").c_str(), 0600), 0);
-  const std::string eval_log = read(path("r/eval_log.csv"));
+  fs::remove(path("r/eval_log.csv"));
+  ASSERT_EQ(::mkfifo(path("r/eval_log.csv").c_str(), 0600), 0);
+  const auto inode = [&](const std::string& file) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path(file).c_str(), &st), 0) << file;
+    return st.st_ino;
+  };
+  const auto train_log = inode("r/train_log.csv");  // (a rewrite, even of the same rows, renames)
   const auto r = run(common + " --steps 3 --resume " + path("r"));
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.err.find(path("r/train_log.csv") + ": a FIFO, not a regular file"), std::string::npos)
+  EXPECT_NE(r.err.find(path("r/eval_log.csv") + ": a FIFO, not a regular file"), std::string::npos)
       << r.err;
-  EXPECT_TRUE(fs::is_fifo(path("r/train_log.csv")));
-  EXPECT_EQ(read(path("r/eval_log.csv")), eval_log);
+  EXPECT_TRUE(fs::is_fifo(path("r/eval_log.csv")));
+  EXPECT_EQ(inode("r/train_log.csv"), train_log);
   EXPECT_EQ(nlohmann::json::parse(read(path("r/checkpoint/checkpoint.json")))["step"], 2);
 }
 

@@ -382,8 +382,10 @@ struct LiteratureResult {
 // The four rules of the recommendations, each with what it found.
 struct Recommendations {
   std::optional<std::string> best_at_equal_parameters;  // measurably better than ReLU
-  std::string lowest;                                   // the lowest mean, whatever its verdict
-  double best_bits_per_byte = 0, lowest_bits_per_byte = 0;
+  // The variant with the lowest paired difference to ReLU, whatever its verdict ("": none but
+  // ReLU trained), and that difference.
+  std::string lowest;
+  double best_bits_per_byte = 0, lowest_difference = 0;
   std::optional<std::string> best_per_flop;  // when the study's costs ran
   double best_per_flop_bits_per_byte = 0;
   // The other candidates of each pick that these seeds cannot separate from it (their paired
