@@ -454,6 +454,27 @@ TEST(Recommendations, ACandidateLowerOnTheSharedSeedsIsThePick) {
   EXPECT_EQ(j["best_per_flop"], "geglu");
 }
 
+// With no variant better than ReLU, rule 1 names the lowest of the others and its difference,
+// never ReLU itself (whose difference to itself, 0, is below every worse variant's).
+TEST(Recommendations, NoneBetterNamesTheLowestVariantNotReLU) {
+  study::Study st;
+  st.options.variants = {"relu", "gelu", "moe"};
+  st.results.costs = study_costs(st.options.variants);
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("gelu", 3.07, study::Verdict::worse, 100),
+                outcome("moe", 3.09, study::Verdict::worse, 100)};
+  st.results.training = t;
+  const Stage& rec = stage("recommendations");
+  rec.run(st);
+  const std::string md = rec.markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("none: no variant is measurably better than ReLU (the lowest against ReLU: "
+                    "gelu, +0.0700 bits/byte)"),
+            std::string::npos)
+      << md;
+}
+
 // The literature stage puts this run's verdicts beside Shazeer 2020's Table 1, by its rule.
 TEST(Literature, AgreementFollowsTheVerdictsAndThePapersDirection) {
   study::Study st;
