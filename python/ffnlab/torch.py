@@ -45,6 +45,9 @@ class _Function(torch.autograd.Function):
         ids = None if token_ids is None else token_ids.reshape(-1).numpy()
         y = layer.forward(flat.numpy(), train=train, sequence=sequence, gate_residual=res,
                           token_ids=ids, first=first, stochastic=stochastic)
+        # The layer reads x's (and the residual's) memory again in backward: saved, so that
+        # autograd refuses a backward after they were changed in place, as for its own ops.
+        ctx.save_for_backward(x, residual)
         ctx.module = module
         ctx.forward_count = layer.forward_count
         ctx.shape = shape
@@ -64,6 +67,7 @@ class _Function(torch.autograd.Function):
                 "create_graph=True (double backward, gradient penalties) would silently drop the "
                 "layer's second-order terms; take that gradient without create_graph, or use a "
                 "PyTorch FFN where second derivatives are needed")
+        ctx.saved_tensors  # autograd's check: x and the residual as forward read them
         layer = ctx.module.layer
         if layer.forward_count != ctx.forward_count:
             raise RuntimeError(
@@ -132,8 +136,12 @@ class FFN(torch.nn.Module):
     def _attach_grads(self):
         """Makes every parameter's .grad a view of ffnlab's gradient buffer, so that backward
         accumulates into it. A .grad that was None starts from zero; one that is another tensor
-        (set by hand) has its value copied into the buffer first."""
+        (set by hand) has its value copied into the buffer first. A frozen parameter
+        (requires_grad False) keeps its .grad, as autograd leaves it: an optimizer steps only
+        the parameters that have one."""
         for p, buffer in zip(self._params, self._grad_buffers):
+            if not p.requires_grad:
+                continue
             if p.grad is not None and p.grad.data_ptr() == buffer.data_ptr():
                 continue
             with torch.no_grad():

@@ -112,6 +112,35 @@ def test_moe_aux_loss_is_differentiable_and_counted_once():
     np.testing.assert_allclose(got, layer.grads()["gate.weight"], rtol=1e-4, atol=1e-6)
 
 
+def test_x_changed_in_place_after_forward_is_refused_as_autograd_refuses_it():
+    # The layer reads x's memory again in backward: a change in between would give the
+    # gradients of other inputs, silently.
+    block = ft.FFN(variant="relu", d_model=8, d_ff=16)
+    lin = nn.Linear(8, 8)
+    h = lin(torch.randn(4, 8))
+    y = block(h)
+    h.mul_(0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_a_frozen_parameter_gets_no_grad_and_no_optimizer_moves_it():
+    torch.manual_seed(3)
+    block = ft.FFN(variant="swiglu", d_model=8, d_ff=16)
+    name, frozen = block.named_ffn_parameters()[0]
+    frozen.requires_grad_(False)
+    before = frozen.detach().clone()
+    others = [p.detach().clone() for n, p in block.named_ffn_parameters() if n != name]
+    opt = torch.optim.SGD(block.parameters(), lr=1.0)
+    block(torch.randn(4, 8)).pow(2).sum().backward()
+    opt.step()
+    assert frozen.grad is None
+    assert torch.equal(frozen.detach(), before)
+    # The others trained.
+    assert any(not torch.equal(p.detach(), b) for (n, p), b in
+               zip([q for q in block.named_ffn_parameters() if q[0] != name], others))
+
+
 def test_a_stale_backward_is_refused():
     block = ft.FFN(variant="relu", d_model=4, d_ff=8)
     x = torch.randn(3, 4, requires_grad=True)
