@@ -70,7 +70,8 @@ std::vector<OptionRow> make_rows() {
       {"--sweep", &Options::sweep, V::on, 0, 0,
        "also train ReLU and SwiGLU LMs at d_ff/d_model = 1, 2, 4, 8 (8 more runs)", kScale},
       {"--variants", &Options::variants, V::names, 0, 0,
-       fmt::format("comma-separated FFN variants, or 'all' ({}); default: one per step of the "
+       fmt::format("comma-separated FFN variants, or 'all' ({}), relu among them (it comes "
+                   "first: every comparison is against it); default: one per step of the "
                    "evolution, {} (with --full: all)",
                    join_names(variant_names()), fmt::join(default_variants(), ","))},
       {"--runs", &Options::runs, V::path, 0, 0,

@@ -120,7 +120,7 @@ StudyPlan plan_with(const Options& options, const Corpus& corpus,
   StudyPlan plan;
   Study st;
   st.options = options;
-  if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
+  st.options.variants = study_variants(options);
   check_options(st.options);
   st.scale = make_scale(st.options);
   // (the corpus is read where it is, not copied into the study: the budget plans many times)

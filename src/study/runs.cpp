@@ -463,7 +463,7 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
   check(ranks.rank() > 0, "[evolve] rank 0 runs the study; the other ranks serve its runs");
   Study st;
   st.options = options;
-  if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
+  st.options.variants = study_variants(options);
   st.scale = make_scale(st.options);
   st.corpus = load_corpus(options.data, kDefaultValFraction);
   omp_set_num_threads(1);  // each run trains on one thread, as in rank 0's pool

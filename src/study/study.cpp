@@ -42,6 +42,13 @@ std::vector<std::string> default_variants(bool full) {
   return {"relu", "gelu", "glu", "swiglu", "gated", "moe"};
 }
 
+std::vector<std::string> study_variants(const Options& options) {
+  std::vector<std::string> v =
+      options.variants.empty() ? default_variants(options.full) : options.variants;
+  std::stable_partition(v.begin(), v.end(), [](const std::string& s) { return s == "relu"; });
+  return v;
+}
+
 Scale make_scale(const Options& o) {
   Scale s;
   // The study's LM: the reference configuration, measured against PyTorch (docs/training.md).
@@ -492,7 +499,7 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
   const auto t0 = std::chrono::steady_clock::now();
   Study st;
   st.options = options;
-  if (st.options.variants.empty()) st.options.variants = default_variants(options.full);
+  st.options.variants = study_variants(options);
   check_options(st.options);
   st.scale = make_scale(options);
   st.observer = &observer;

@@ -122,6 +122,18 @@ TEST(StudyStages, TheDefaultVariantsTakeOneStepOfTheEvolutionEachAndFullTakesThe
   EXPECT_EQ(study::default_variants(true), variant_names());
 }
 
+// Every table and ratio of the report is against the first variant: ReLU comes first whatever
+// the order given (--variants gelu,relu would otherwise give every "÷ ReLU" column against GELU).
+TEST(StudyStages, TheStudyTrainsReLUFirstWhateverTheOrderGiven) {
+  study::Options o;
+  o.variants = {"gelu", "moe", "relu", "swiglu"};
+  EXPECT_EQ(study::study_variants(o), (std::vector<std::string>{"relu", "gelu", "moe", "swiglu"}));
+  o.variants = {};
+  EXPECT_EQ(study::study_variants(o), study::default_variants());
+  o.full = true;
+  EXPECT_EQ(study::study_variants(o).front(), "relu");
+}
+
 // The narrowest multiple of 8 whose parameters are closest to the target, by search.
 std::int64_t searched_width(FFNConfig c, std::int64_t target, bool active) {
   std::int64_t best = 8;

@@ -38,6 +38,10 @@ namespace ffnlab::study {
 // The variants the study trains unless told otherwise: one per step of the evolution (relu,
 // gelu, swiglu, gated, moe); with `full`, every named variant (the whole GLU family).
 std::vector<std::string> default_variants(bool full = false);
+struct Options;
+// The variants a study of `options` trains: the given ones (default_variants when none), ReLU
+// first, the others in their order (every comparison, table and ratio is against ReLU, the first).
+std::vector<std::string> study_variants(const Options& options);
 
 // The front ends that run a study: `ffnlab evolve` and Python's ffnlab.evolve.
 enum class FrontEnd { command_line, python };
