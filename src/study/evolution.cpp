@@ -66,7 +66,6 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   const Results& r = st.results;
   const TrainingResult& t = *r.training;
   const SparsityResult* s = r.sparsity ? &*r.sparsity : nullptr;
-  const VariantOutcome* relu = t.find("relu");
   std::string md = fmt::format(
       "Each step of the tutorial's walk, what it was meant to change, and what this run "
       "measured of it. The verdicts are the summary's (against ReLU at equal parameters); "
@@ -87,7 +86,6 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
                         units_text(s, "relu", &LayerSparsity::near_dead_trained))
           : std::string(" (this run's census did not count ReLU's and GELU's units)"),
       measured(t.find("gelu"), st.options));
-  const VariantOutcome* swiglu = t.find("swiglu");
   // The GLU family by gate; the members this run did not train are named once, together.
   struct Gate {
     const char* variant;
@@ -129,8 +127,10 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   md += fmt::format(
       "2. **GELU → GLU: a gate computed from the input.** The hidden value becomes act(xW) ⊙ xV: "
       "a second projection decides, per token and unit, how much passes. At equal parameters "
-      "the gate costs width ({} hidden units instead of ReLU's {}).{}\n",
-      swiglu ? std::to_string(swiglu->d_ff) : "?", relu ? std::to_string(relu->d_ff) : "?", family);
+      "the gate costs width (SwiGLU's {} hidden units instead of ReLU's {}).{}\n",
+      // (Widths the study sets by parameters: the same whether or not the variants trained.)
+      study_ffn("swiglu", st.scale.model.d_model).d_ff,
+      study_ffn("relu", st.scale.model.d_model).d_ff, family);
   const CostRow* gated_cost = r.costs ? r.costs->tutorial_row("gated") : nullptr;
   const CostRow* relu_cost = r.costs ? r.costs->tutorial_row("relu") : nullptr;
   md += fmt::format(

@@ -405,9 +405,16 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
 TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
   const std::string out = path("sweep");
   const Outcome r =
-      run("evolve --quick --variants relu,swiglu --seeds 1 --max-seeds 1 --sweep --out " + out);
+      run("evolve --quick --variants relu,gelu --seeds 1 --max-seeds 1 --sweep --out " + out);
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string md = read(out + "/REPORT.md");
+  // The GLU step gives the widths at equal parameters, set by the study whether or not the
+  // family trained (here none of it did; --quick: d_model 32, ReLU's d_ff 128).
+  const std::string widths = "the gate costs width (SwiGLU's " +
+                             std::to_string(study::study_ffn("swiglu", 32).d_ff) +
+                             " hidden units instead of ReLU's 128). Not trained in this run: "
+                             "reglu, geglu, swiglu, glu, bilinear";
+  EXPECT_NE(md.find(widths), std::string::npos) << widths;
   EXPECT_NE(md.find("## Sweep"), std::string::npos);
   EXPECT_NE(md.find("one seed: no spread to compare with"), std::string::npos);
   EXPECT_GT(fs::file_size(out + "/sweep.png"), 10000u);
