@@ -62,4 +62,8 @@ std::string percent(double fraction, int decimals) {
   return fmt::format("{:.{}f} %", 100.0 * fraction, decimals);
 }
 
+std::string counted(std::int64_t n, std::string_view noun) {
+  return fmt::format("{} {}{}", thousands(n), noun, n == 1 ? "" : "s");
+}
+
 }  // namespace ffnlab

@@ -58,7 +58,10 @@ std::vector<SummaryRow> summary_rows(const Results& r) {
     if (r.moe_axes)
       for (const auto& p : r.moe_axes->pareto)
         if (p.name == name) return p.forward_flops;
-    return NAN;
+    // A run without the MoE stages: the study's LM with this FFN, costed as that stage costs it.
+    LMConfig m = r.training->model;
+    m.ffn = study_ffn(std::string(name), m.d_model);
+    return transformer_cost(m, r.training->train.seq, true).forward_flops;
   };
   for (const VariantOutcome& o : r.training->variants) {
     if (o.variant == "moe" && r.moe_axes) continue;  // with the MoE rows below
@@ -152,15 +155,15 @@ std::string summary_markdown(const Study& st, const Sections& sec) {
       "so each difference is taken seed by seed, and the seeds' luck cancels.\n"
       "- **Interval**: where the true difference lies, at an error of 5 % over the whole "
       "comparison; below 0 is better than ReLU, above 0 worse, within ±{} equivalent.\n"
-      "- **Seeds, the looks and the cap**: each comparison trains {} seeds, then looks; while "
+      "- **Seeds, the looks and the cap**: each comparison trains {}, then looks; while "
       "undecided it trains one more and looks again, up to {} (the cap). The rule was fixed "
       "before the run; the appendix gives it whole.\n"
-      "- **†**: the verdict holds at 5 % for itself, not with the 5 % shared over all {} "
-      "comparisons of the run, so one of the marked verdicts may be wrong by chance. **‡**: its "
+      "- **†**: the verdict holds at 5 % for itself, not with the 5 % shared over the run's {}, "
+      "so one of the marked verdicts may be wrong by chance. **‡**: its "
       "seeds agree far more closely than the run's other comparisons do: its interval may be "
       "narrower than its precision.\n\n{}",
-      t.model.layers, t.model.d_model, t.train.steps, sec.ref("training"), t.margin, t.design.first,
-      t.design.cap, t.comparisons,
+      t.model.layers, t.model.d_model, t.train.steps, sec.ref("training"), t.margin,
+      counted(t.design.first, "seed"), t.design.cap, counted(t.comparisons, "comparison"),
       r.recommendations && r.recommendations->best_at_equal_parameters
           ? fmt::format("The recommendations ({}) read this table for each situation.\n\n",
                         sec.ref("recommendations"))
@@ -184,11 +187,12 @@ std::string data_markdown(const Study& st, const Sections&) {
   if (!st.results.data) return "";
   const DataResult& d = *st.results.data;
   return std::string(kDetails) + fmt::format(
-                                     "The corpus: `{}`: {} files, {} bytes, fingerprint `{}`. "
+                                     "The corpus: `{}`: {}, {} bytes, fingerprint `{}`. "
                                      "Byte-level tokens (vocabulary 256); the "
                                      "last {:g} % of the bytes ({}) are the validation part.\n\n",
-                                     d.source, d.files, thousands(d.bytes), d.fingerprint,
-                                     100 * kDefaultValFraction, thousands(d.validation_bytes));
+                                     d.source, counted(d.files, "file"), thousands(d.bytes),
+                                     d.fingerprint, 100 * kDefaultValFraction,
+                                     thousands(d.validation_bytes));
 }
 
 // ---- real models ----
@@ -988,11 +992,16 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
           : 0.0,
       st.results.data ? thousands(st.results.data->bytes - st.results.data->validation_bytes)
                       : "?");
-  if (!first.empty())
+  if (!first.empty() && mean(last) < mean(first))
     md += fmt::format(
         "ReLU's validation (on {} bytes) still fell from {:.3f} bits/byte at step {} to {:.3f} "
         "at step {}, so a longer run can reorder variants whose differences are small. ",
         thousands(st.scale.eval_tokens), mean(first), first_step, mean(last), last_step);
+  else if (!first.empty())
+    md += fmt::format(
+        "ReLU's validation (on {} bytes) did not fall from step {} ({:.3f} bits/byte) to step {} "
+        "({:.3f}). ",
+        thousands(st.scale.eval_tokens), first_step, mean(first), last_step, mean(last));
   md += fmt::format(
       "`--steps` makes the runs longer (the warm-up stays a quarter of them).\n"
       "- **One recipe for every variant.** AdamW at a peak learning rate of {} with a warm-up "
@@ -1002,12 +1011,12 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
       "comparison undecided at the cap needs a new run with a larger `--max-seeds`. Per-seed "
       "numbers move by 0.01–0.02 bits/byte with the build and the CPU's instruction set, so a "
       "verdict is a finding only where it replicates on other machines (docs/verdicts.json).\n"
-      "- **Speed** ({}) holds for {} with {} threads at the tutorial's shape; another CPU, "
+      "- **Speed** ({}) holds for {} with {} at the tutorial's shape; another CPU, "
       "shape or thread count gives other ratios. Training tokens/s were measured with runs "
       "side by side, one thread each.\n"
       "- **One seed:** the MoE balancing runs ({}){}; **no language:** the toy run ({}).\n",
       t.train.optimizer.lr, t.train.warmup, t.design.first, t.design.cap, sec.ref("speed"),
-      st.results.machine.describe(), st.results.threads, sec.ref("moe"),
+      st.results.machine.describe(), counted(st.results.threads, "thread"), sec.ref("moe"),
       st.results.routing && st.results.routing->seeds == 1
           ? fmt::format(" and the routing families ({})", sec.ref("routing"))
           : "",

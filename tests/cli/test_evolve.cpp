@@ -415,6 +415,11 @@ TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
                              " hidden units instead of ReLU's 128). Not trained in this run: "
                              "reglu, geglu, swiglu, glu, bilinear";
   EXPECT_NE(md.find(widths), std::string::npos) << widths;
+  // Without the MoE stages the summary still costs each LM's forward FLOPs (GELU's equal ReLU's).
+  const std::size_t gelu = md.find("| GELU FFN |");
+  ASSERT_NE(gelu, std::string::npos) << md;
+  EXPECT_NE(md.substr(gelu, md.find('\n', gelu) - gelu).find("| 1.00× |"), std::string::npos)
+      << md.substr(gelu, 200);
   EXPECT_NE(md.find("## Sweep"), std::string::npos);
   EXPECT_NE(md.find("one seed: no spread to compare with"), std::string::npos);
   EXPECT_GT(fs::file_size(out + "/sweep.png"), 10000u);

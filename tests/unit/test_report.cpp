@@ -37,6 +37,12 @@ TEST(Markdown, TablesAlignAndCheckTheirShape) {
 }
 
 // A run's length reads as a length, never as a time of day ("19:15").
+TEST(Markdown, ACountTakesItsNounSingularOnlyForOne) {
+  EXPECT_EQ(counted(1, "seed"), "1 seed");
+  EXPECT_EQ(counted(0, "file"), "0 files");
+  EXPECT_EQ(counted(2048, "thread"), "2,048 threads");
+}
+
 TEST(Markdown, ElapsedTimeInWords) {
   EXPECT_EQ(elapsed(42.7), "42 s");
   EXPECT_EQ(elapsed(19 * 60 + 15.2), "19 min 15 s");

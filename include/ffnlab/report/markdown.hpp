@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ffnlab {
@@ -22,5 +23,7 @@ std::string elapsed(double seconds);
 std::string fixed(double value, int decimals);
 // A fraction as a percentage ("12.5 %"); "n/a" for a value that is not finite.
 std::string percent(double fraction, int decimals = 1);
+// A count and its noun, plural but for 1: "1 seed", "3 seeds", "2,048 files".
+std::string counted(std::int64_t n, std::string_view noun);
 
 }  // namespace ffnlab
