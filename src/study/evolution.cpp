@@ -257,7 +257,10 @@ std::string choice_markdown(const Study& st, const Sections& sec) {
            o.verdict == Verdict::better ? "MoE at equal compute, " + c->moe->at_equal_compute_design
            : o.verdict == Verdict::worse ? "the dense FFN (MoE at equal compute, " +
                                                c->moe->at_equal_compute_design + ", was worse here)"
-                                         : std::string("not decided by these seeds"),
+           : o.verdict == Verdict::equivalent
+               ? "either: MoE at equal compute (" + c->moe->at_equal_compute_design +
+                     ") was as good as the dense FFN here, within the margin"
+               : std::string("not decided by these seeds"),
            "MoE at equal compute, " + sec.ref("moe_axes")});
     }
   }

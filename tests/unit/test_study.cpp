@@ -899,6 +899,17 @@ TEST(Recommendations, MoEAtEqualComputeAndNoisyThroughput) {
   EXPECT_NE(md.find("The other design at that compute (8 experts, top-2) is inconclusive"),
             std::string::npos)
       << md;
+  // Shown equivalent, MoE at equal compute is a decision too: the choices table says either
+  // serves, not "not decided".
+  st.results.moe_axes->rows[2].outcome.verdict = study::Verdict::equivalent;
+  rec.run(st);
+  const std::string choices = stage("evolution").markdown(st, sec);
+  EXPECT_NE(choices.find("either: MoE at equal compute (fine-grained, 16 experts, top-3, 1 "
+                         "shared) was as good as the dense FFN here, within the margin"),
+            std::string::npos)
+      << choices;
+  st.results.moe_axes->rows[2].outcome.verdict = study::Verdict::better;
+  rec.run(st);
 
   // Noisy throughput: swiglu leaves the per-second rule, and MoE's "on cost" is undecided.
   auto& v = st.results.training->variants;
