@@ -157,6 +157,13 @@ std::string steps_markdown(const Study& st, const Sections& sec) {
   const MoEAxisRow* fine = r.moe_axes ? r.moe_axes->find(kHeadlineMoE) : nullptr;
   const MoEAxisRow* topk = r.moe_axes ? r.moe_axes->find("moe_compute") : nullptr;
   const MoEAxisRow* relu_row = r.moe_axes ? r.moe_axes->find("relu") : nullptr;
+  if (!moe && !r.moe_axes) {  // a run without the moe variant: none of the MoE stages ran
+    md += fmt::format(
+        "4. **Dense → MoE: each token uses a few of many experts**: more parameters held, the "
+        "same or fewer used per token. Not trained in this run (`{}` trains it).\n\n",
+        full_study_call(st.options));
+    return md;
+  }
   md += fmt::format(
       "4. **Dense → MoE: each token uses a few of many experts** ({}): more parameters held, "
       "the same or fewer used per token. At equal total parameters (a token runs {} of the "

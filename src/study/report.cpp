@@ -1002,6 +1002,15 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
         "ReLU's validation (on {} bytes) did not fall from step {} ({:.3f} bits/byte) to step {} "
         "({:.3f}). ",
         thousands(st.scale.eval_tokens), first_step, mean(first), last_step, mean(last));
+  // The one-seed parts, each where it ran (a run without the moe variant has neither MoE
+  // section), then the run without language.
+  std::string one_seed_and_toy = "**No language:**";
+  if (st.results.moe)
+    one_seed_and_toy =
+        fmt::format("**One seed:** the MoE balancing runs ({}){}; **no language:**", sec.ref("moe"),
+                    st.results.routing && st.results.routing->seeds == 1
+                        ? fmt::format(" and the routing families ({})", sec.ref("routing"))
+                        : "");
   md += fmt::format(
       "`--steps` makes the runs longer (the warm-up stays a quarter of them).\n"
       "- **One recipe for every variant.** AdamW at a peak learning rate of {} with a warm-up "
@@ -1014,12 +1023,9 @@ std::string limitations_markdown(const Study& st, const Sections& sec) {
       "- **Speed** ({}) holds for {} with {} at the tutorial's shape; another CPU, "
       "shape or thread count gives other ratios. Training tokens/s were measured with runs "
       "side by side, one thread each.\n"
-      "- **One seed:** the MoE balancing runs ({}){}; **no language:** the toy run ({}).\n",
+      "- {} the toy run ({}).\n",
       t.train.optimizer.lr, t.train.warmup, t.design.first, t.design.cap, sec.ref("speed"),
-      st.results.machine.describe(), counted(st.results.threads, "thread"), sec.ref("moe"),
-      st.results.routing && st.results.routing->seeds == 1
-          ? fmt::format(" and the routing families ({})", sec.ref("routing"))
-          : "",
+      st.results.machine.describe(), counted(st.results.threads, "thread"), one_seed_and_toy,
       sec.ref("toy"));
   md += sizes_limitation(st, sec);
   return md + "\n";

@@ -415,6 +415,13 @@ TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
                              " hidden units instead of ReLU's 128). Not trained in this run: "
                              "reglu, geglu, swiglu, glu, bilinear";
   EXPECT_NE(md.find(widths), std::string::npos) << widths;
+  // Without the moe variant no MoE stage runs, and the report points at none of their sections.
+  EXPECT_NE(md.find("4. **Dense → MoE: each token uses a few of many experts**: more parameters "
+                    "held, the same or fewer used per token. Not trained in this run"),
+            std::string::npos);
+  EXPECT_NE(md.find("- **No language:** the toy run"), std::string::npos);
+  for (const char* absent : {"section 6", "section 7", "section 8"})
+    EXPECT_EQ(md.find(absent), std::string::npos) << absent;
   // Without the MoE stages the summary still costs each LM's forward FLOPs (GELU's equal ReLU's).
   const std::size_t gelu = md.find("| GELU FFN |");
   ASSERT_NE(gelu, std::string::npos) << md;
