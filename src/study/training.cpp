@@ -607,7 +607,10 @@ std::string training_markdown(const Study& st, const Sections& sec) {
     std::string seeds;
     for (double b : o.val_bits_per_byte) seeds += (seeds.empty() ? "" : ", ") + fixed(b, 3);
     rows.push_back({o.variant, thousands(o.d_ff), thousands(o.params),
-                    fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
+                    // (One seed has no spread: its value alone.)
+                    o.val_bits_per_byte.size() < 2
+                        ? fixed(o.mean, 4)
+                        : fmt::format("{} ± {}", fixed(o.mean, 4), fixed(o.std, 4)),
                     std::to_string(o.val_bits_per_byte.size())});
     per_seed_rows.push_back(
         {o.variant, seeds, tokens_per_second_cell(o), utilisation_cell(o.flop_utilisation)});
@@ -616,14 +619,14 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "### Language modelling on real text\n\n"
       "Every variant as the FFN of a byte-level Transformer LM ({} layers, d_model {}, {} heads, "
       "sequence {}, pre-norm, tied head) at about equal parameters (the widths of the study table "
-      "of {} in the appendix; moe: 8 "
-      "experts, top-2, balancing loss 0.01, router z-loss 0.001), trained {} steps of batch {} "
+      "of {} in the appendix{}), trained {} steps of batch {} "
       "with AdamW (lr {}, linear warm-up over {} steps, then cosine), on {}. Validation: bits "
       "per byte over {} after the last step. Seeds are paired and added by the summary's rule; "
       "the summary gives each comparison's interval and verdict, the appendix the rule "
       "whole.\n\n",
-      t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"), t.train.steps,
-      t.train.batch, t.train.optimizer.lr, t.train.warmup,
+      t.model.layers, t.model.d_model, t.model.heads, t.train.seq, sec.ref("costs"),
+      t.find("moe") ? "; moe: 8 experts, top-2, balancing loss 0.01, router z-loss 0.001" : "",
+      t.train.steps, t.train.batch, t.train.optimizer.lr, t.train.warmup,
       st.results.data ? fmt::format("`{}` ({} bytes; the appendix gives its fingerprint)",
                                     st.results.data->source, thousands(st.results.data->bytes))
                       : std::string("the study's corpus"),
