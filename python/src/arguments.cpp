@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -96,8 +97,15 @@ double real_from_argument(std::string_view function, std::string_view name, cons
   const std::string expected = fmt::format("a number in {}{}, {}{} ({})", above_lo ? "(" : "[", lo,
                                            hi, below_hi ? ")" : "]", note);
   const double x = finite_number(function, name, v, expected);
-  if (!((above_lo ? x > lo : x >= lo) && (below_hi ? x < hi : x <= hi)))
-    bad_argument(function, name, expected, v);
+  // As `real_in` checks a flag: the bounds hold in single precision too, where the settings
+  // live (dropout 0.99999999 would become 1.0f), and no value but 0 becomes 0 there.
+  const double f = std::abs(x) <= std::numeric_limits<float>::max()
+                       ? static_cast<double>(static_cast<float>(x))
+                       : x;
+  const auto within = [&](double y) {
+    return (above_lo ? y > lo : y >= lo) && (below_hi ? y < hi : y <= hi);
+  };
+  if (!within(x) || !within(f) || (x != 0 && f == 0)) bad_argument(function, name, expected, v);
   return x;
 }
 

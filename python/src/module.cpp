@@ -673,7 +673,7 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
       "params",
       [](const py::object& config, const py::object& tokens_arg, const py::kwargs& keys) {
         const std::int64_t tokens =
-            int_argument("params", "tokens", tokens_arg, 1, std::int64_t{1} << 40, false);
+            int_argument("params", "tokens", tokens_arg, 0, limits::kTokens, false);  // --tokens'
         nlohmann::ordered_json cost = to_json(ffn_cost(config_of(config, keys), tokens));
         cost["tokens"] = tokens;
         return from_json(cost);

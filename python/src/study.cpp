@@ -579,7 +579,9 @@ py::list toy(const py::object& config, const py::object& progress, const py::obj
   t.dropout = static_cast<float>(
       real_from_argument("toy", "dropout", dropout_arg, 0.0, 1.0, true, "the tutorial's 0.1"));
   const double lr = finite_argument("toy", "lr", lr_arg);
-  if (!(lr > 0.0 && lr <= 1e30)) bad_argument("toy", "lr", "a number in (0, 1e+30]", lr_arg);
+  // (In single precision too, as `--lr`: 1e-50 would train with a rate of 0.)
+  if (!(lr > 0.0 && lr <= 1e30 && static_cast<float>(lr) > 0.0f))
+    bad_argument("toy", "lr", "a number in (0, 1e+30]", lr_arg);
   t.lr = static_cast<float>(lr);
   t.iterations =
       static_cast<int>(int_argument("toy", "iterations", iterations_arg, 1, 100000000, false));
@@ -746,12 +748,13 @@ when out is given (KeyboardInterrupt).)");
       "training_batches",
       [](const py::object& data, const py::object& steps_arg, const py::object& batch_arg,
          const py::object& seq_arg, const py::object& seed_arg) {
+        // (None is no setting here: every argument has its default in the signature.)
         const std::int64_t steps = int_argument("training_batches", "steps", steps_arg, 0,
-                                                limits::kSteps),
+                                                limits::kSteps, false),
                            batch = int_argument("training_batches", "batch", batch_arg, 1,
-                                                limits::kTokens),
-                           seq =
-                               int_argument("training_batches", "seq", seq_arg, 1, limits::kWidth);
+                                                limits::kTokens, false),
+                           seq = int_argument("training_batches", "seq", seq_arg, 1, limits::kWidth,
+                                              false);
         const std::uint64_t seed = seed_argument("training_batches", seed_arg);
         const std::string path = path_argument("training_batches", "data", data);
         // Every batch is held at once, ids and targets, each a bytes object: refused before

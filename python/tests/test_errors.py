@@ -59,6 +59,7 @@ X = np.ones((4, 8), dtype=np.float32)
     (lambda: setattr(layer(), "inference_weights", 16), "FFN: inference_weights"),
     (lambda: layer().set_aux_loss_scale("a"), "set_aux_loss_scale: scale"),
     (lambda: ffnlab.params(variant="relu", tokens="8"), "params: tokens"),
+    (lambda: ffnlab.params(variant="relu", tokens=2 ** 33), r"params: tokens .*\[0, 4294967296\]"),
     (lambda: ffnlab.set_threads(2 ** 40), "set_threads"),
     (lambda: ffnlab.set_threads("2"), "set_threads: n must be an integer"),
     (lambda: ffnlab.set_conv_min_rows(2 ** 70), "set_conv_min_rows: rows"),

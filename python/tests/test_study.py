@@ -680,8 +680,8 @@ def test_resume_from_python_splits_the_data_as_the_command_did(corpus, tmp_path)
                           out=tmp_path / "other", progress=False, steps=4, val_fraction=0.3,
                           force=True)
     assert forced["summary"]["data"]["validation_bytes"] > data["validation_bytes"]
-    for bad in (1, 1.5, -0.1, True, "0.2", float("nan")):
-        with pytest.raises(ValueError, match=r"train: val_fraction must be a number in \[0, 1\)"):
+    for bad in (0, 1, 1.5, -0.1, True, "0.2", float("nan")):
+        with pytest.raises(ValueError, match=r"train: val_fraction must be a number in \(0, 1\)"):
             ffnlab.train(ffnlab.TransformerLM(**SMALL), corpus, progress=False, steps=1,
                          val_fraction=bad)
     # None: the resumed run's split.
@@ -766,7 +766,10 @@ def test_toy_is_the_commands_toy_run(tmp_path):
     for arguments, message in ((dict(batch=0), r"toy: batch must be an integer in \[1, "),
                                (dict(dropout=1.0), r"toy: dropout must be a number in \[0, 1\)"),
                                (dict(lr=0), r"toy: lr must be a number in \(0, 1e\+30\], got 0"),
-                               (dict(dropout=0.99999999), r"\[dropout\] p = 1 must be in \[0, 1\)"),
+                               # In single precision too, as the CLI's flags check them.
+                               (dict(dropout=0.99999999),
+                                r"toy: dropout must be a number in \[0, 1\) .*got 0.99999999"),
+                               (dict(lr=1e-50), r"toy: lr must be a number in \(0, 1e\+30\]"),
                                (dict(iterations=2.5), "toy: iterations must be an integer"),
                                (dict(d_model=-1), "d_model")):
         with pytest.raises(ValueError, match=message):

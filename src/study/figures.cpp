@@ -354,7 +354,8 @@ void draw_activation_sparsity(const Study& st) {
       rows, cols, kNearZeroRelative,
       one_bar.empty()
           ? std::string()
-          : fmt::format("\\nNot drawn, every unit non-zero on more than 95 % of the tokens: {}",
+          : fmt::format("\\nNot drawn, none dead and over 99 % of the units non-zero on more than "
+                        "95 % of the tokens: {}",
                         fmt::join(one_bar, ", ")),
       std::min(1.0, std::ceil(top * 10.0) / 10.0 + 0.05));
   if (drawn.empty())

@@ -109,7 +109,11 @@ std::string summary_markdown(const Study& st, const Sections& sec) {
   std::vector<std::string> better, worse, equivalent, undecided;
   for (const SummaryRow& row : rows) {
     const VariantOutcome& o = *row.outcome;
-    const std::string what = fmt::format("{} ({:+.3f})", summary_name(row.label), o.diff_mean);
+    // (Three decimals; four where a difference that is not 0 would read as 0.000.)
+    const std::string what =
+        o.diff_mean != 0 && std::abs(o.diff_mean) < 0.0005
+            ? fmt::format("{} ({:+.4f})", summary_name(row.label), o.diff_mean)
+            : fmt::format("{} ({:+.3f})", summary_name(row.label), o.diff_mean);
     // (The sentence joins names with "; " and ", ": the names hold neither.)
     if (o.verdict == Verdict::better) better.push_back(what);
     if (o.verdict == Verdict::worse) worse.push_back(summary_name(row.label));
@@ -771,11 +775,15 @@ std::string recommendations_markdown(const Study& st, const Sections& sec) {
       "*Rule:* among ReLU and the variants better than or equivalent to it, the highest training "
       "tokens/s (median over seeds, ÷ ReLU's); decided only when no candidate's throughput is "
       "noisy and the pick was faster than every other candidate on every seed";
+  // (A pick faster on every seed by less than half a percent would read "1.00×": a third digit.)
+  const double x = c.best_per_second_over_relu;
+  const std::string over_relu = fmt::format("{:.2f}", x) == "1.00" && x != 1.0
+                                    ? fmt::format("{:.3f}×", x)
+                                    : fmt::format("{:.2f}×", x);
   if (!c.best_per_second.empty())
-    md += fmt::format("3. **Per second:** {} ({} tokens/s in training, {:.2f}× ReLU's). {}.\n",
-                      c.best_per_second,
-                      thousands(static_cast<std::int64_t>(c.best_per_second_tokens)),
-                      c.best_per_second_over_relu, kPerSecondRule);
+    md += fmt::format(
+        "3. **Per second:** {} ({} tokens/s in training, {} ReLU's). {}.\n", c.best_per_second,
+        thousands(static_cast<std::int64_t>(c.best_per_second_tokens)), over_relu, kPerSecondRule);
   else if (!c.noisy_throughput.empty())
     md += fmt::format(
         "3. **Per second:** undecided: the throughput of {} was noisy (runs train two at a time "

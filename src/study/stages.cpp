@@ -77,8 +77,9 @@ const std::vector<Stage>& stages() {
         {"activation_sparsity", draw_activation_sparsity,
          "per variant, the share of hidden units (every layer, after training) by how often "
          "they are non-zero over the census tokens; the red bar on the left is the dead units, "
-         "which only ReLU-gated kinds can have. A variant whose units are all non-zero on more "
-         "than 95 % of the tokens (a smooth gate) gets no panel; the title names it"}}},
+         "which only ReLU-gated kinds can have. A variant with no dead unit and over 99 % of its "
+         "units non-zero on more than 95 % of the tokens (a smooth gate) gets no panel; the "
+         "title names it"}}},
       {"moe",
        "MoE behaviour",
        true,

@@ -466,6 +466,42 @@ TEST(Recommendations, ACandidateLowerOnTheSharedSeedsIsThePick) {
   EXPECT_EQ(j["best_per_flop"], "geglu");
 }
 
+// Rule 3's pick is faster on every seed: a lead under half a percent shows its third digit
+// rather than "1.00×".
+TEST(Recommendations, APerSecondLeadUnderHalfAPercentShowsAThirdDigit) {
+  study::Study st;
+  st.options.variants = {"relu", "swiglu"};
+  st.results.costs = study_costs(st.options.variants);
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("swiglu", 2.90, study::Verdict::better, 100.4)};
+  st.results.training = t;
+  const Stage& rec = stage("recommendations");
+  rec.run(st);
+  const std::string md = rec.markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("3. **Per second:** swiglu (100 tokens/s in training, 1.004× ReLU's)"),
+            std::string::npos)
+      << md;
+}
+
+// The summary's sentence gives each difference to three decimals, or four where three would read
+// a decided difference as 0.
+TEST(Summary, ADifferenceUnderHalfAThousandthKeepsAFourthDecimal) {
+  study::Study st;
+  st.options.variants = {"relu", "swiglu", "gelu"};
+  study::TrainingResult t;
+  t.margin = 0.02;
+  t.model.d_model = 128;
+  t.variants = {outcome("relu", 3.00, study::Verdict::reference, 100),
+                outcome("swiglu", 2.9996, study::Verdict::better, 100),
+                outcome("gelu", 2.95, study::Verdict::better, 100)};
+  st.results.training = t;
+  const std::string md = stage("summary").markdown(st, study::Sections(stages()));
+  EXPECT_NE(md.find("SwiGLU (-0.0004)"), std::string::npos) << md;
+  EXPECT_NE(md.find("GELU FFN (-0.050)"), std::string::npos) << md;
+}
+
 // With no variant better than ReLU, rule 1 names the lowest of the others and its difference,
 // never ReLU itself (whose difference to itself, 0, is below every worse variant's).
 TEST(Recommendations, NoneBetterNamesTheLowestVariantNotReLU) {
