@@ -67,7 +67,7 @@ class _Function(torch.autograd.Function):
                 "create_graph=True (double backward, gradient penalties) would silently drop the "
                 "layer's second-order terms; take that gradient without create_graph, or use a "
                 "PyTorch FFN where second derivatives are needed")
-        ctx.saved_tensors  # autograd's check: x and the residual as forward read them
+        _ = ctx.saved_tensors  # autograd's check: x and the residual as forward read them
         layer = ctx.module.layer
         if layer.forward_count != ctx.forward_count:
             raise RuntimeError(
@@ -137,10 +137,13 @@ class FFN(torch.nn.Module):
         """Makes every parameter's .grad a view of ffnlab's gradient buffer, so that backward
         accumulates into it. A .grad that was None starts from zero; one that is another tensor
         (set by hand) has its value copied into the buffer first. A frozen parameter
-        (requires_grad False) keeps its .grad, as autograd leaves it: an optimizer steps only
-        the parameters that have one."""
+        (requires_grad False) keeps its .grad as autograd leaves it: None stays None (an
+        optimizer steps only the parameters that have one), and one that is the buffer, which
+        backward goes on adding to, becomes a copy of it."""
         for p, buffer in zip(self._params, self._grad_buffers):
             if not p.requires_grad:
+                if p.grad is not None and p.grad.data_ptr() == buffer.data_ptr():
+                    p.grad = buffer.clone()
                 continue
             if p.grad is not None and p.grad.data_ptr() == buffer.data_ptr():
                 continue

@@ -136,6 +136,14 @@ def test_a_frozen_parameter_gets_no_grad_and_no_optimizer_moves_it():
     opt.step()
     assert frozen.grad is None
     assert torch.equal(frozen.detach(), before)
+    # Frozen after training, with its gradient zeroed in place: backward adds nothing to it.
+    trained = block.named_ffn_parameters()[1][1]
+    trained.requires_grad_(False)
+    opt.zero_grad(set_to_none=False)
+    kept = trained.detach().clone()
+    block(torch.randn(4, 8)).pow(2).sum().backward()
+    opt.step()
+    assert torch.equal(trained.detach(), kept)
     # The others trained.
     assert any(not torch.equal(p.detach(), b) for (n, p), b in
                zip([q for q in block.named_ffn_parameters() if q[0] != name], others))

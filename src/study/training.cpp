@@ -644,9 +644,9 @@ std::string training_markdown(const Study& st, const Sections& sec) {
   md += "\n";
   md += fmt::format(
       "**How many seeds, and when a comparison is decided (fixed before the run):**\n\n"
-      "- **The looks.** Each comparison with ReLU (here and MoE at equal compute, {}) trains {} "
-      "seeds, then looks; while undecided it trains one more seed (and ReLU too, when it has "
-      "fewer) and looks again, up to {} seeds, the cap. Seeds thus go where the decision is "
+      "- **The looks.** Each comparison with ReLU (here{}) trains {}, then looks; while "
+      "undecided it trains one more seed (and ReLU too, when it has "
+      "fewer) and looks again, up to {}, the cap. Seeds thus go where the decision is "
       "close.\n"
       "- **Decided** when its interval lies below 0 (better than ReLU), above 0 (worse) or, for "
       "equivalence, within ±{} bits/byte. Not measurably worse is never read as as good.\n"
@@ -658,12 +658,15 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       "2000; the bounds on Student's t for these few seeds computed by simulation: "
       "docs/evolve.md). The summary's interval is each comparison's last look.\n"
       "- **† (not across all comparisons)**: the verdict holds at 5 % for itself, not when the "
-      "5 % is shared among all {} comparisons (Bonferroni), so one of them may be wrong by "
+      "5 % is shared among the run's {} (Bonferroni), so one of them may be wrong by "
       "chance.\n"
       "- **‡ (narrow by chance)**: its seeds agree far more closely than the run's other "
       "comparisons do (all of them pooled: a paired spread of {}; a chance below 5 % if its "
       "spread were theirs): its interval may be narrower than its precision.\n\n",
-      sec.ref("moe_axes"), t.design.first, t.design.cap, t.margin, t.comparisons,
+      // (MoE at equal compute where it trained: a run without the moe variant has no section.)
+      st.results.moe_axes ? fmt::format(" and MoE at equal compute, {}", sec.ref("moe_axes"))
+                          : std::string(),
+      counted(t.design.first, "seed"), counted(t.design.cap, "seed"), t.margin, counted(t.comparisons, "comparison"),
       fixed(t.pooled_spread, 4));
   md += fmt::format(
       "**FLOP utilisation**: the matrix work of a run's median step per second over the rate of "

@@ -421,6 +421,11 @@ TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
             std::string::npos);
   EXPECT_NE(md.find("- **No language:** the toy run"), std::string::npos);
   // One seed has no spread to print, and the MoE it did not train is not described.
+  const std::string appendix = read(out + "/APPENDIX.md");
+  for (const char* absent : {"section 6", "section 7", "section 8", "1 seeds", "1 comparisons"})
+    EXPECT_EQ(appendix.find(absent), std::string::npos) << absent;
+  EXPECT_NE(appendix.find("Each comparison with ReLU (here) trains 1 seed, then looks"),
+            std::string::npos);
   for (const char* absent :
        {"section 6", "section 7", "section 8", "± 0.0000", "moe: 8 experts, top-2"})
     EXPECT_EQ(md.find(absent), std::string::npos) << absent;
