@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include "check.hpp"
 #include "ffnlab/interrupt.hpp"
@@ -56,6 +58,40 @@ std::uint64_t open_regular(Fd& f, const std::string& path, const char* scope,
 
 bool process_alive(long pid) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+// The temporary files this process is writing now, by resolved path. A temporary named with this
+// process's pid and not among them is a leftover of an earlier process that had the same pid (in
+// a container the pid repeats, often 1), so it is stale although its pid is alive.
+std::mutex g_writing_mutex;
+std::multiset<std::string> g_writing;
+
+// Registers temporaries as being written for its lifetime.
+class Writing {
+ public:
+  explicit Writing(const std::vector<std::string>& tmps) {
+    for (const auto& t : tmps) names_.push_back(resolved_path(t));
+    const std::lock_guard lock(g_writing_mutex);
+    for (const auto& n : names_) g_writing.insert(n);
+  }
+  ~Writing() {
+    const std::lock_guard lock(g_writing_mutex);
+    for (const auto& n : names_) g_writing.erase(g_writing.find(n));
+  }
+  Writing(const Writing&) = delete;
+  Writing& operator=(const Writing&) = delete;
+
+ private:
+  std::vector<std::string> names_;
+};
+
+// Removes a temporary file of this process's pid unless a write of this process holds it; under
+// the lock, so that a write cannot begin between the look and the removal.
+bool remove_unless_written(const fs::path& tmp) {
+  const std::string name = resolved_path(tmp.string());
+  const std::lock_guard lock(g_writing_mutex);
+  std::error_code ec;
+  return g_writing.count(name) == 0 && fs::remove(tmp, ec);
 }
 
 // The pid at the end of name after `marker`, or 0.
@@ -183,10 +219,12 @@ void set_write_stop_grace(double seconds) {
 
 void write_files_atomic(const std::vector<FileContent>& files) {
   std::vector<std::string> tmps;
+  for (const auto& f : files) tmps.push_back(temporary_name(f.path));
+  const Writing writing(tmps);
   const auto give_up = [&](const std::string& path, int error) { abandon(tmps, path, error); };
-  for (const auto& f : files) {
-    tmps.push_back(temporary_name(f.path));
-    if (const int error = write_synced(tmps.back(), {FilePiece{f.data, f.size}}))
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const FileContent& f = files[i];
+    if (const int error = write_synced(tmps[i], {FilePiece{f.data, f.size}}))
       give_up(f.path, error);
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -205,6 +243,7 @@ void write_file_atomic(const std::string& path, const void* data, std::size_t si
 
 void write_file_atomic(const std::string& path, const std::vector<FilePiece>& pieces) {
   const std::string tmp = temporary_name(path);
+  const Writing writing({tmp});
   const auto give_up = [&](int error) { abandon({tmp}, path, error); };
   if (const int error = write_synced(tmp, pieces)) give_up(error);
   if (::rename(tmp.c_str(), path.c_str()) != 0) give_up(errno);
@@ -231,12 +270,18 @@ int remove_stale_temporaries(const std::string& dir,
     const std::string name = e.path().filename().string();
     std::string target;
     long pid = pid_after(name, ".tmp.");
-    if (pid) {
+    const bool file = pid != 0;
+    if (file) {
       target = name.substr(0, name.rfind(".tmp."));
     } else if (name.starts_with(".") && (pid = pid_after(name, ".partial-"))) {
       target = name.substr(1, name.rfind(".partial-") - 1);
     }
-    if (pid == 0 || !ours(target) || process_alive(pid)) continue;
+    if (pid == 0 || !ours(target)) continue;
+    if (file && pid == ::getpid()) {
+      removed += remove_unless_written(e.path()) ? 1 : 0;
+      continue;
+    }
+    if (process_alive(pid)) continue;
     std::error_code rm;
     removed += fs::remove_all(e.path(), rm) > 0 ? 1 : 0;
   }

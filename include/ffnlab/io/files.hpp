@@ -62,7 +62,9 @@ void sync_path(const std::string& path);
 void sync_tree(const std::string& dir);
 // Deletes the leftovers of killed runs in dir: `<target>.tmp.<pid>` files and
 // `.<target>.partial-<pid>` folders whose process no longer runs, for the targets `ours` accepts
-// (so that another program's temporaries are never touched). Returns how many it removed.
+// (so that another program's temporaries are never touched). A file named with this process's
+// own pid is a leftover too unless this process is writing it now: an earlier process had the
+// pid (in a container it repeats, often 1). Returns how many it removed.
 int remove_stale_temporaries(const std::string& dir,
                              const std::function<bool(std::string_view target)>& ours);
 // The name a temporary file of this process gets for path.
