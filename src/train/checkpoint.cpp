@@ -407,10 +407,15 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
     wanted.push_back({moment_name("m", p), optimizer_.m().view(p.offset, p.shape), true});
     if (v) wanted.push_back({moment_name("v", p), optimizer_.v().view(p.offset, p.shape), true});
   }
-  const auto state_error = [&](const std::string& name) {
+  // Where a tensor was looked for: the file that holds it, or (missing) every file.
+  const std::string every_file = files.size() == 1
+                                     ? main_file
+                                     : fmt::format("{} and its {} expert part{}", main_file,
+                                                   files.size() - 1, files.size() == 2 ? "" : "s");
+  const auto state_error = [&](const std::string& where, const std::string& name) {
     return fmt::format(
-        "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})",
-        main_file, name, enum_name(optimizer_.config().kind));
+        "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})", where,
+        name, enum_name(optimizer_.config().kind));
   };
   for (const std::string& path : files) {
     const SafeTensors f = SafeTensors::load(path);
@@ -428,14 +433,15 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
            {std::pair{"optimizer.m", optimizer_.m()}, std::pair{"optimizer.v", optimizer_.v()}}) {
         if (!t.defined()) continue;
         check(f.contains(name) && shape_numel(f.info(name).shape) == t.numel(), "{}",
-              state_error(name));
+              state_error(f.source(), name));
         f.copy_f32(name, t);
       }
     }
     std::erase_if(wanted, [&](Wanted& w) {
       if (!f.contains(w.name)) return false;
       if (w.moment)
-        check(shape_numel(f.info(w.name).shape) == w.t.numel(), "{}", state_error(w.name));
+        check(shape_numel(f.info(w.name).shape) == w.t.numel(), "{}",
+              state_error(f.source(), w.name));
       else
         check(f.info(w.name).shape == w.t.shape(), "[checkpoint] {}: '{}' is {}, the model has {}",
               f.source(), w.name, shape_string(f.info(w.name).shape), shape_string(w.t.shape()));
@@ -444,8 +450,8 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
     });
   }
   if (!wanted.empty()) {
-    if (wanted.front().moment) fail("{}", state_error(wanted.front().name));
-    fail("[checkpoint] {}: no tensor '{}'", main_file, wanted.front().name);
+    if (wanted.front().moment) fail("{}", state_error(every_file, wanted.front().name));
+    fail("[checkpoint] {}: no tensor '{}'", every_file, wanted.front().name);
   }
   const auto step = info["step"].get<std::int64_t>();
   // Expert parallel: this rank keeps its own experts only.

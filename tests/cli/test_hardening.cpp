@@ -151,7 +151,6 @@ TEST_F(Hardening, BadFlagsAreUsageErrorsNamingTheFlag) {
       {"toy --ffn-config ''", 2, "--ffn-config: an empty path names no file"},
       {train + " --data ''", 2, "--data: an empty path names no file"},
       {"evolve --data '' --out {dir}/out", 2, "--data: an empty path names no file"},
-      {"bench --torch-script {dir}/missing.py", 2, "--torch-script"},
       // A flag no listed layer reads.
       {"params --variants relu,gelu --experts 8", 2,
        "--experts: applies to an MoE layer (variant moe), and --variants relu,gelu has none"},
@@ -231,7 +230,14 @@ TEST_F(Hardening, BadFilesAndDataAreRefusedBeforeAnyWork) {
       {train + " --data /dev/zero", 1, "a character device"},
       {"run --config {dir}/fifo --input " + golden_x + " --output {dir}/out.st", 1, "a FIFO"},
       {"run --config {dir}/relu.json --input {dir}/fifo --output {dir}/out.st", 1,
-       "fifo: not a regular file"},
+       "fifo: a FIFO, not a regular file"},
+      // A missing input file is bad input (1) in every command, as params --config's is.
+      {"run --config {dir}/missing.json --input " + golden_x + " --output {dir}/out.st", 1,
+       "missing.json: cannot open (No such file or directory)"},
+      {"run --config {dir}/relu.json --input {dir}/missing.st --output {dir}/out.st", 1,
+       "missing.st: cannot open"},
+      {"params --config {dir}/missing.json", 1, "missing.json: cannot open"},
+      {"bench --torch-script {dir}/missing.py", 1, "missing.py: cannot open"},
       {"run --config {dir}/big.json --input " + golden_x + " --output {dir}/out.st", 1,
        "expected [..., 10000]"},
       {"run --config {dir}/relu.json --input " + golden_x + " --output {dir}/out/y.st", 1,

@@ -1,4 +1,6 @@
 // Data loading and batching, checkpoints, exact resume, and the NaN stop.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -207,6 +209,74 @@ TEST(Trainer, CheckpointKeepsMomentsByNameAndReadsTheFlatLayout) {
   const Tensor& wa = full.parameters().values();
   const Tensor& wc = resumed.parameters().values();
   EXPECT_EQ(std::memcmp(wa.f32(), wc.f32(), wa.nbytes()), 0);
+}
+
+// A checkpoint with expert parts (an expert-parallel run's): each tensor is read from the file
+// that holds it, and an error names that file, or every file when a tensor is in none.
+TEST(Trainer, CheckpointErrorsNameTheExpertPartThatHoldsTheTensor) {
+  const Corpus corpus = text_corpus();
+  const test::ScratchDir scratch_dir("expert_part_errors");
+  const fs::path& dir = scratch_dir.path;
+  TransformerLM model(small_model(Ffn::moe), 3);
+  Trainer trainer(model, corpus, small_train(4));
+  for (int i = 0; i < 2; ++i) trainer.train_step();
+  trainer.save(dir.string());
+  const fs::path main = dir / "weights-00000002.safetensors";
+  const fs::path part = dir / "weights-00000002-experts-1.safetensors";
+  const std::string expert = "model.layers.0.mlp.experts.1.up_proj.weight";
+  const std::string moment = "optimizer.v." + expert;
+  const fs::path whole = dir / "whole.safetensors";  // the file as saved, before a split
+  fs::copy_file(main, whole);
+  // Splits the file: the expert and its moments go to the part (`in_part` changes them there);
+  // `drop` is written to neither.
+  const auto split = [&](const std::function<Tensor(const std::string&, Tensor)>& in_part,
+                         const std::string& drop) {
+    const SafeTensors all = SafeTensors::load(whole.string());
+    SafeTensorsWriter m, p;
+    for (const auto& [k, v] : all.metadata()) m.set_metadata(k, v);
+    for (const std::string& name : all.names()) {
+      if (name == drop) continue;
+      if (name.ends_with(expert))
+        p.add(name, in_part(name, all.f32(name)));
+      else
+        m.add(name, all.f32(name));
+    }
+    m.write(main.string());
+    p.write(part.string());
+    nlohmann::json info = read_checkpoint_info(dir.string());
+    info["shards"] = {part.filename().string()};
+    std::ofstream(dir / "checkpoint.json") << info.dump();
+  };
+  const auto same = [](const std::string&, Tensor t) { return t; };
+  const auto message = [&] {
+    TransformerLM other(small_model(Ffn::moe), 5);
+    Trainer t(other, corpus, small_train(4));
+    try {
+      t.load(dir.string());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const SafeTensors before = SafeTensors::load(whole.string());
+  ASSERT_TRUE(before.contains(expert)) << fmt::format("{}", fmt::join(before.names(), " "));
+  ASSERT_TRUE(before.contains(moment));
+  split(same, "");
+  EXPECT_EQ(message(), "no error") << "every tensor is in one of the files";
+
+  split([&](const std::string& name,
+            Tensor t) { return name == moment ? Tensor(Shape{t.numel() + 1}) : t; },
+        "");
+  const std::string wrong_size = message();
+  EXPECT_NE(wrong_size.find(part.string() + ": optimizer state '" + moment + "'"),
+            std::string::npos)
+      << wrong_size;
+
+  split(same, expert);
+  const std::string missing = message();
+  EXPECT_NE(missing.find(main.string() + " and its 1 expert part: no tensor '" + expert + "'"),
+            std::string::npos)
+      << missing;
 }
 
 // ReLU routing in a Transformer: one L1 coefficient, shared by the layers, drives the gates from

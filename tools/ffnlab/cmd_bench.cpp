@@ -18,6 +18,7 @@
 #include "ffnlab/analysis/machine.hpp"
 #include "ffnlab/analysis/speed.hpp"
 #include "ffnlab/analysis/stats.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/io/json_text.hpp"
 #include "ffnlab/ops/few_rows.hpp"
 #include "ffnlab/ops/matmul.hpp"
@@ -571,6 +572,8 @@ void bench_into(const BenchOptions& o, json& out) {
     if (!o.torch && given(flag))
       throw UsageError(
           fmt::format("[bench] {}: concerns PyTorch, which --no-torch leaves out", flag));
+  // A missing script is bad input (exit 1), found before the minutes of timing.
+  if (o.torch && !o.torch_script.empty()) regular_file_size(o.torch_script, "bench");
   for (const char* flag : {"--kernels", "--decode-shape"})
     if (!o.decode && given(flag))
       throw UsageError(
@@ -797,7 +800,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--torch-script", o->torch_script,
                   "the PyTorch side (default: share/ffnlab/torch_ffn.py beside the program, or "
                   "bench/torch_ffn.py in the source tree)")
-      ->check(CLI::ExistingFile);
+      ->check(named_path());
   cmd->add_flag("--check-torch", o->check_torch,
                 "after the layer table, time PyTorch's forward+backward at the largest token "
                 "count again in a process of its own and say whether it agrees with the table's "

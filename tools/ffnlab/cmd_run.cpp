@@ -77,7 +77,13 @@ Tensor read_optional(const std::string& path, const std::string& name, const Sha
 
 void run(const RunOptions& o) {
   apply_threads(o.threads);
-  // Every input is read and checked, and every output place, before the layer is built.
+  // Every input is read and checked, and every output place, before the layer is built. A
+  // missing input file is bad input (exit 1), as for every command, not a usage error.
+  for (const auto& [flag, path] : {std::pair{"--config", &o.config},
+                                   {"--weights", &o.weights},
+                                   {"--input", &o.input},
+                                   {"--grad-output", &o.grad_output}})
+    if (!path->empty()) regular_file_size(*path, "run");
   check_output_path(o.output, "run");
   const bool backward = !o.grad_output.empty();
   if (backward) check_output_path(o.grads, "run");
@@ -225,25 +231,25 @@ void add_run_command(CLI::App& app) {
                   "layer config: a Hugging Face config.json (llama, mistral, qwen2, chatglm, "
                   "mixtral, qwen2_moe, deepseek_v3) or ffnlab's own JSON (docs/config.md)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(named_path());
   cmd->add_option("--weights", o->weights,
                   "safetensors with Hugging Face parameter names (without it: random init from "
                   "--seed)")
-      ->check(CLI::ExistingFile);
+      ->check(named_path());
   cmd->add_option("--prefix", o->prefix,
                   "name prefix of the layer's tensors, e.g. model.layers.3.mlp.");
   cmd->add_option("--input", o->input,
                   "safetensors holding x [T, D] (one sequence) or [..., S, D] (sequences of S), "
                   "and gate_residual [T, E] for a layer with gating_residual")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(named_path());
   cmd->add_option("--output", o->output, "safetensors to write y into")
       ->required()
       ->check(named_path());
   auto* dy = cmd->add_option("--grad-output", o->grad_output,
                              "safetensors holding dy, the gradient of the loss wrt y (and "
                              "optionally dlogits, that of the router logits)")
-                 ->check(CLI::ExistingFile);
+                 ->check(named_path());
   auto* grads = cmd->add_option("--grads", o->grads,
                                 "safetensors to write dx and the parameter gradients into "
                                 "(names: dx, and prefix + parameter name)")
