@@ -1309,6 +1309,67 @@ TEST(MoEFFN, BaseLayersAssignTheBatchInBalanceAndEachTokenItsBestAtInference) {
   }
 }
 
+// A token whose input is NaN or infinite makes NaN or infinite router logits. Every routing
+// family still chooses valid experts for every token, in training and at inference, without a
+// crash or a hang; the non-finite values reach the output, which the trainer reports.
+TEST(MoEFFN, NonFiniteInputsStillChooseValidExperts) {
+  std::uint64_t seed = 900;
+  for (const auto& c : cases()) {
+    SCOPED_TRACE(c.name);
+    auto [layer, x, y, residual, ids] = routed(c, seed);
+    MoEFFN& moe = *layer;
+    moe.context().sequence = c.sequence;
+    moe.context().token_ids = ids.data();
+    moe.context().previous_logits = residual.defined() ? &residual : nullptr;
+    float* xs = x.f32();
+    const std::int64_t D = c.config.d_model;
+    xs[0] = std::numeric_limits<float>::quiet_NaN();
+    if (c.tokens > 2) xs[2 * D] = std::numeric_limits<float>::infinity();
+    if (c.tokens > 3) xs[3 * D + 1] = -std::numeric_limits<float>::infinity();
+    for (const bool train : {true, false}) {
+      SCOPED_TRACE(train ? "training" : "inference");
+      moe.forward(y, x, train);
+      const Routing& r = moe.routing();
+      if (c.config.moe.routing == RoutingKind::soft) continue;  // nothing is chosen
+      const int E = r.experts;
+      for (std::int64_t t = 0; t < c.tokens; ++t) {
+        ASSERT_GE(r.count[t], 0) << t;
+        ASSERT_LE(r.count[t], r.k) << t;
+        for (int j = 0; j < r.count[t]; ++j) {
+          const std::int32_t e = r.expert[t * r.k + j];
+          EXPECT_TRUE(e >= 0 && e < E) << "token " << t << " choice " << j << ": " << e;
+        }
+      }
+    }
+    // One expert's router row NaN: its logit is NaN for every token, the others finite. A ReLU
+    // routing token still takes exactly its experts of positive logit.
+    if (!routing_family(c.config.moe.routing).router_linear) continue;
+    Tensor w = moe.parameters().at("gate.weight").value;
+    std::fill(w.f32() + D, w.f32() + 2 * D, std::numeric_limits<float>::quiet_NaN());
+    const Tensor clean = test::random_tensor({c.tokens, D}, ++seed);
+    for (const bool train : {true, false}) {
+      SCOPED_TRACE(train ? "training, NaN router row" : "inference, NaN router row");
+      moe.forward(y, clean, train);
+      const Routing& r = moe.routing();
+      if (c.config.moe.routing == RoutingKind::soft) continue;
+      for (std::int64_t t = 0; t < c.tokens; ++t) {
+        for (int j = 0; j < r.count[t]; ++j) {
+          const std::int32_t e = r.expert[t * r.k + j];
+          EXPECT_TRUE(e >= 0 && e < r.experts) << "token " << t << " choice " << j << ": " << e;
+        }
+        if (!relu(c.config)) continue;
+        const float* l = moe.router_logits().f32() + t * r.experts;
+        int positive = 0;
+        for (int e = 0; e < r.experts; ++e) positive += l[e] > 0;
+        EXPECT_EQ(r.count[t], positive) << t;
+        for (int j = 0; j < r.count[t]; ++j) EXPECT_GT(l[r.expert[t * r.k + j]], 0.0f) << t;
+      }
+    }
+    moe.context().previous_logits = nullptr;
+    moe.context().token_ids = nullptr;
+  }
+}
+
 // The functions a family's callers call without a check: the study's configuration, the few
 // words of the cost table, and (unless the layer runs it as its own part) the choice. A family
 // that left one null would crash its caller instead of failing here, by name.

@@ -106,6 +106,23 @@ std::vector<std::int32_t> balanced_assignment(const double* a, std::int64_t T, i
   return expert;
 }
 
+// Non-finite affinities (a diverged run's NaN or infinite logits) as finite ones in the same
+// order: +inf above every finite value, -inf and NaN below, so that the auction's prices stay
+// finite and it ends; the non-finite logits still reach the output, which the trainer reports.
+void make_finite(std::vector<double>& a) {
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const double v : a)
+    if (std::isfinite(v)) {
+      lo = any ? std::min(lo, v) : v;
+      hi = any ? std::max(hi, v) : v;
+      any = true;
+    }
+  const double span = std::max(hi - lo, 1.0);
+  for (double& v : a)
+    if (!std::isfinite(v)) v = v > 0 ? hi + span : lo - span;  // NaN > 0 is false
+}
+
 // Training: the balanced assignment of the group's whole batch by the logits; inference: each
 // token's best logit (ties to the lower expert). Weight: scaling·σ(logit).
 void choose(Routing& r, const ChoiceInput& in, const RouterConfig& m) {
@@ -124,12 +141,16 @@ void choose(Routing& r, const ChoiceInput& in, const RouterConfig& m) {
     all.assign(static_cast<std::size_t>(total[0] * E), 0.0);
     for (std::int64_t i = 0; i < T * E; ++i) all[at[0] * E + i] = in.logits[i];
     if (in.group) in.group->allreduce_sum(all, "BASE assignment");
+    make_finite(all);
     const std::vector<std::int32_t> whole = balanced_assignment(all.data(), total[0], E);
     std::copy(whole.begin() + at[0], whole.begin() + at[0] + T, chosen.begin());
   } else {
     for (std::int64_t t = 0; t < T; ++t) {
       const float* l = in.logits + t * E;
-      chosen[t] = static_cast<std::int32_t>(std::max_element(l, l + E) - l);
+      // NaN ranks last; all NaN: the first expert
+      chosen[t] = static_cast<std::int32_t>(
+          std::max_element(l, l + E, [](float a, float b) { return rank_key(a) < rank_key(b); }) -
+          l);
     }
   }
   for (std::int64_t t = 0; t < T; ++t) {

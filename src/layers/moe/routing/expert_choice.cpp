@@ -17,12 +17,6 @@ namespace ffnlab {
 
 namespace {
 
-// A score as a sort key: NaN (from non-finite logits; the layer reports its non-finite output)
-// ranks last, so that the orderings below stay strict weak orders.
-float rank_key(float v) {
-  return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
-}
-
 // Expert choice (Zhou et al. 2022): in every sequence of S tokens, expert e takes the C tokens of
 // best score s_te (ties to the earlier token). Then each token's choices are the experts that
 // took it, best score first (ties to the lower expert), followed by the others as padding.

@@ -16,8 +16,8 @@ namespace ffnlab {
 
 namespace {
 
-// Every expert, best logit first (ties to the lower index); those with a positive logit are the
-// token's, weighted by scaling·logit.
+// Every expert, best logit first (ties to the lower index; NaN last); those with a positive logit
+// are the token's, weighted by scaling·logit.
 void choose(Routing& r, const ChoiceInput& in, const RouterConfig& m) {
   const int E = r.experts;
   const std::int64_t T = r.tokens;
@@ -31,7 +31,8 @@ void choose(Routing& r, const ChoiceInput& in, const RouterConfig& m) {
       float* v = r.raw.data() + t * E;
       float* w = r.weight.data() + t * E;
       for (int e = 0; e < E; ++e) order[e] = e;
-      std::stable_sort(order.begin(), order.end(), [l](int a, int b) { return l[a] > l[b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [l](int a, int b) { return rank_key(l[a]) > rank_key(l[b]); });
       int n = 0;
       for (int j = 0; j < E; ++j) {
         chosen[j] = order[j];
