@@ -276,7 +276,7 @@ void check_layer_memory(const FFNConfig& c) {
 // (the layer reads it again in backward) is kept alive here.
 class Layer {
  public:
-  explicit Layer(std::unique_ptr<FeedForward> ffn) : ffn_(std::move(ffn)) {}
+  Layer(std::unique_ptr<FeedForward> ffn, std::uint64_t seed) : ffn_(std::move(ffn)), seed_(seed) {}
 
   py::array_t<float> forward(const py::object& x_arg, const py::object& train_arg,
                              const py::object& sequence_arg, const py::object& gate_residual,
@@ -361,6 +361,9 @@ class Layer {
       ffn_->context().token_ids = ids.empty() ? nullptr : ids.data();
       ffn_->context().first_layer = first;
       ffn_->context().stochastic = stochastic;
+      // Each stochastic forward draws new noise: the n-th from (seed, n), as a trainer's step n
+      // does, so that a layer built with the same seed draws the same sequence.
+      if (train && stochastic) ffn_->set_random_stream(seed_, stochastic_forwards_++);
       residual_ = rt;
       ffn_->context().previous_logits = residual_.defined() ? &residual_ : nullptr;
       ffn_->forward(yt, xt, train);
@@ -424,6 +427,7 @@ class Layer {
   py::object saved_residual_ = py::none();
   Tensor residual_;  // the gate residual handed to the layer (a view of saved_residual_'s memory)
   std::int64_t forwards_ = 0;
+  std::uint64_t seed_ = 0, stochastic_forwards_ = 0;
 };
 
 // A new [rows, cols] array holding a copy of t ([0, 0] when t is empty).
@@ -522,7 +526,7 @@ torch.nn.Linear from seed, an integer in [0, 2^64 - 1].)")
                  const std::uint64_t seed = seed_argument("FFN", seed_arg);
                  const FFNConfig c = config_of(config, keys);
                  check_layer_memory(c);
-                 return std::make_unique<Layer>(make_ffn(c, seed));
+                 return std::make_unique<Layer>(make_ffn(c, seed), seed);
                }),
            py::arg("config") = py::none(), py::arg("seed") = 0)
       .def("forward", &Layer::forward, py::arg("x"), py::arg("train") = false,
@@ -539,7 +543,8 @@ layer's router logits [T, E] (its .logits), kept like x. token_ids: the tokens' 
 them). first: this is the model's first MoE layer, which
 has no gate_residual (a layer with gating_residual refuses to run without one otherwise).
 stochastic: route as in training (the router's jitter and noise, BASE layers' balanced
-assignment); None: as train. train=True with stochastic=False keeps what backward needs but
+assignment); None: as train. Each stochastic forward draws new noise, the layer's n-th from its
+seed and n: two layers built with the same seed draw the same sequence. train=True with stochastic=False keeps what backward needs but
 routes as at inference, as a framework's evaluation mode with gradients does.)")
       .def("backward", &Layer::backward, py::arg("dy"), py::arg("dlogits") = py::none(),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
@@ -664,7 +669,7 @@ this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
           if (weights_path)
             load_parameters(ffn->parameters(), SafeTensors::load(*weights_path), prefix);
         }
-        return std::make_unique<Layer>(std::move(ffn));
+        return std::make_unique<Layer>(std::move(ffn), 0);
       },
       py::arg("config_path"), py::arg("weights_path") = py::none(), py::arg("prefix") = "",
       "A layer from a Hugging Face config.json (or ffnlab's own), with weights from a "

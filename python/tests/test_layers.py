@@ -420,3 +420,27 @@ def test_layers_in_huge_pages_train_exactly_as_in_small_ones():
     # where its memory lies changes no value.
     _train_alike_at_each(ffnlab.set_huge_page_min_bytes, ffnlab.get_huge_page_min_bytes,
                          "swiglu", 9, unit="bytes", exact=True)
+
+
+def test_each_stochastic_forward_draws_new_noise_from_the_layers_seed():
+    # Router jitter and gate noise: a new draw every training forward (the same draw each time
+    # would be a constant offset, not noise), the n-th from (seed, n), so a layer built with the
+    # same seed repeats the sequence and another seed does not.
+    keys = dict(variant="moe", d_model=8, d_ff=16,
+                moe={"num_experts": 4, "top_k": 2, "noisy_topk": True, "jitter": 0.3})
+    x = np.random.default_rng(3).standard_normal((24, 8)).astype(np.float32)
+    a, b, c = ffnlab.FFN(seed=5, **keys), ffnlab.FFN(seed=5, **keys), ffnlab.FFN(seed=6, **keys)
+    c_params = c.parameters()
+    for name, value in a.parameters().items():  # c: a's weights, another seed
+        c_params[name][...] = value
+    first, second = a.forward(x, train=True), a.forward(x, train=True)
+    assert not np.allclose(first, second, atol=1e-4)
+    np.testing.assert_array_equal(b.forward(x, train=True), first)
+    np.testing.assert_array_equal(b.forward(x, train=True), second)
+    assert not np.allclose(c.forward(x, train=True), first, atol=1e-4)
+    # Evaluation forwards draw nothing: the sequence goes on where it was.
+    inference = a.forward(x)
+    np.testing.assert_array_equal(a.forward(x, train=True, stochastic=False), inference)
+    third = a.forward(x, train=True)
+    assert not np.allclose(third, inference, atol=1e-4)
+    np.testing.assert_array_equal(b.forward(x, train=True), third)

@@ -284,6 +284,41 @@ TEST_F(Cli, RunTakesAGateResidualOrTheFirstLayerFlag) {
                      "--first-layer: the layer has no gating_residual (MoE++)");
 }
 
+// With --grad-output the forward is a training one and routes as in training (jitter and gate
+// noise from --seed); --no-stochastic routes it as at inference, so y is a plain run's y.
+TEST_F(Cli, RunWithGradientsRoutesAsInTrainingUnlessToldNotTo) {
+  const Tensor x = test::random_tensor({16, 8}, 3), dy = test::random_tensor({16, 8}, 4);
+  SafeTensorsWriter in;
+  in.add("x", x);
+  in.write(path("x.safetensors"));
+  SafeTensorsWriter g;
+  g.add("dy", dy);
+  g.write(path("dy.safetensors"));
+  std::ofstream(path("moe.json"))
+      << R"({"kind":"moe","d_model":8,"d_ff":8,"moe":{"num_experts":4,"top_k":2,)"
+      << R"("jitter":0.3,"noisy_topk":true}})";
+  const std::string base = "run --config " + path("moe.json") + " --input " + path("x.safetensors");
+  const auto y_of = [&](const std::string& flags, const std::string& name) {
+    const Outcome o = run(base + " --output " + path(name) + flags);
+    EXPECT_EQ(o.status, 0) << o.err;
+    return SafeTensors::load(path(name)).f32("y");
+  };
+  const std::string grads = " --grad-output " + path("dy.safetensors") + " --grads ";
+  const Tensor plain = y_of("", "plain");
+  const Tensor trained = y_of(grads + path("g1") + " --prefix m.", "trained");
+  const Tensor evaluated = y_of(grads + path("g2") + " --no-stochastic", "evaluated");
+  const Tensor again = y_of(grads + path("g3") + " --stochastic", "again");
+  // The same weights (any tensors of their shapes: the first run's gradients), another seed.
+  const std::string weights = " --weights " + path("g1") + " --prefix m.";
+  const Tensor seed0 = y_of(grads + path("g4") + weights, "seed0");
+  const Tensor seed1 = y_of(grads + path("g5") + weights + " --seed 1", "seed1");
+  EXPECT_GT(test::scaled_error(seed1.f32(), seed0.f32(), plain.numel()), 1e-3);
+  EXPECT_GT(test::scaled_error(trained.f32(), plain.f32(), plain.numel()), 1e-3);
+  EXPECT_EQ(test::scaled_error(evaluated.f32(), plain.f32(), plain.numel()), 0.0);
+  EXPECT_EQ(test::scaled_error(again.f32(), trained.f32(), plain.numel()), 0.0);
+  expect_usage_error(run(base + " --output " + path("y") + " --no-stochastic"), "--grad-output");
+}
+
 TEST_F(Cli, RunRejectsBadMoEInput) {
   const std::string c = "moe_hf_mixtral_e6_k2";
   const std::string x =

@@ -27,6 +27,7 @@ struct RunOptions {
   std::uint64_t seed = 0;
   int threads = 0;
   bool first_layer = false;  // MoE++: the model's first MoE layer, without a gate_residual
+  bool stochastic = true;    // with --grad-output: route as in training (--no-stochastic: not)
 };
 
 // The tensor `name` of a file as [T, D]: leading dimensions are flattened.
@@ -187,6 +188,8 @@ void run(const RunOptions& o) {
   ffn->context().logits_grad = dlogits.defined() ? &dlogits : nullptr;
   ffn->context().token_ids = token_ids.empty() ? nullptr : token_ids.data();
   ffn->context().first_layer = o.first_layer;
+  ffn->context().stochastic = o.stochastic;
+  ffn->set_random_stream(o.seed, 0);  // the training forward's jitter and noise follow --seed
 
   Tensor y;
   ffn->forward(y, x, backward);
@@ -259,9 +262,18 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "compute precision of the products: f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--seed", o->seed, "initialisation seed when no --weights")
+  cmd->add_option("--seed", o->seed,
+                  "initialisation seed when no --weights, and the seed of the training "
+                  "forward's noise with --grad-output")
       ->capture_default_str()
       ->check(any_count());
+  cmd->add_flag(
+         "--stochastic,!--no-stochastic", o->stochastic,
+         "with --grad-output, route as in training (the default: the router's jitter and gate "
+         "noise, drawn from --seed, and BASE layers' balanced assignment), or with "
+         "--no-stochastic as at inference, so that y is the y of a run without --grad-output (an "
+         "evaluation with gradients)")
+      ->needs(dy);
   cmd->add_flag("--first-layer", o->first_layer,
                 "MoE++'s gating residual: the layer is a model's first MoE layer, which takes "
                 "no gate_residual (without it, a missing gate_residual is an error)");
