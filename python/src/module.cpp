@@ -153,8 +153,10 @@ nlohmann::json json_of(const py::handle& v, const std::string& key, int depth) {
 
 namespace {
 // A dict that names a variant or a kind describes another layer: it replaces the config's dict.
-// A dict that changes the routing drops the keys that routing sets (routing_defaults), as
-// `ffnlab train --resume` does, so that they take the new routing's values.
+// A dict that changes the routing drops the keys the new routing sets (routing_defaults), and
+// those the old routing set that still hold its value, so that both take the new routing's
+// values (BASE layers' top_k 1 and sigmoid do not follow a config to top-k routing); a value
+// the config changed from the old routing's stays.
 void merge_into(nlohmann::json& into, const nlohmann::json& from) {
   for (const auto& [key, value] : from.items()) {
     if (!value.is_object() || !into.contains(key) || !into[key].is_object() ||
@@ -165,12 +167,19 @@ void merge_into(nlohmann::json& into, const nlohmann::json& from) {
     nlohmann::json& old = into[key];
     if (value.contains("routing") && value["routing"].is_string() &&
         old.value("routing", nlohmann::json()) != value["routing"]) {
-      nlohmann::json sets = nlohmann::json::object();
+      nlohmann::json sets = nlohmann::json::object(), had = nlohmann::json::object();
       try {
         sets = routing_defaults(value["routing"].get<std::string>());
       } catch (const Error&) {  // an unknown routing: the config's reader names it
       }
+      try {
+        const nlohmann::json was = old.value("routing", nlohmann::json("topk"));
+        if (was.is_string()) had = routing_defaults(was.get<std::string>());
+      } catch (const Error&) {
+      }
       for (const auto& [set, unused] : sets.items()) old.erase(set);
+      for (const auto& [set, default_value] : had.items())
+        if (old.contains(set) && old[set] == default_value) old.erase(set);
     }
     merge_into(old, value);
   }

@@ -255,6 +255,21 @@ def test_params_and_config():
     assert layer.num_params == sum(v.size for v in layer.parameters().values())
 
 
+
+def test_a_config_that_changes_the_routing_takes_the_new_routings_defaults():
+    # BASE layers' defaults (top-1, sigmoid, no router bias) do not follow a config to top-k
+    # routing; a value the config changed from them stays, and keys given with the change win.
+    keys = ["top_k", "score", "normalize", "router_bias", "aux_coef"]
+    topk = ffnlab.config(variant="moe")["moe"]
+    base = ffnlab.config(variant="moe", moe={"routing": "base"})
+    assert [base["moe"][k] for k in keys] == [1, "sigmoid", False, False, 0.0]
+    back = ffnlab.config(base, moe={"routing": "topk"})["moe"]
+    assert {k: back[k] for k in keys} == {k: topk[k] for k in keys}
+    changed = ffnlab.config(variant="moe", moe={"routing": "base", "router_bias": True})
+    kept = ffnlab.config(changed, moe={"routing": "expert_choice", "top_k": 3})["moe"]
+    assert kept["router_bias"] is True and kept["top_k"] == 3
+    assert kept["score"] == topk["score"] and kept["normalize"] is False  # expert choice's
+
 def test_zoo_is_the_commands_table_and_its_configs_build_layers():
     program = pathlib.Path(ffnlab.__file__).resolve().parents[2] / "ffnlab"
     command = subprocess.run([str(program), "zoo", "--json"], check=True, capture_output=True,
