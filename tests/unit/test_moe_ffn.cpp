@@ -795,6 +795,39 @@ TEST(MoEFFN, CapacityDropsAndReports) {
   }
 }
 
+// drop = probability between equal scores: the position order decides, first choices before
+// second ones, in the layer and its reference alike. Token 0 chooses expert 0 second and token 1
+// first, both with score σ(1); expert 0 keeps one assignment: token 1's.
+TEST(MoEFFN, DropByProbabilityBreaksTiesInThePositionOrder) {
+  FFNConfig c = base(4, 2, "relu", false);
+  c.moe.score = ScoreFunc::sigmoid;
+  c.moe.router_bias = false;
+  c.moe.capacity_factor = 1.0;  // ceil(1·2·2/4) = 1 assignment an expert
+  c.moe.drop = DropPolicy::probability;
+  MoEFFN moe(c, 3);
+  Tensor w = moe.parameters().at("gate.weight").value;  // [4, 12]: logits = x[:, :4]
+  w.fill(0.0f);
+  for (int e = 0; e < 4; ++e) w.f32()[e * 12 + e] = 1.0f;
+  Tensor x({2, 12});
+  x.fill(0.0f);
+  const float rows[2][4] = {{1.0f, 2.0f, -5.0f, -6.0f}, {1.0f, -5.0f, -6.0f, -7.0f}};
+  for (int t = 0; t < 2; ++t)
+    for (int e = 0; e < 4; ++e) x.f32()[t * 12 + e] = rows[t][e];
+  Tensor y;
+  moe.forward(y, x, false);
+  const Routing& r = moe.routing();
+  ASSERT_EQ(r.capacity, 1);
+  ASSERT_EQ(r.expert[0 * 2 + 1], 0);  // token 0's second choice
+  ASSERT_EQ(r.expert[1 * 2 + 0], 0);  // token 1's first
+  EXPECT_LT(r.slot[0 * 2 + 1], 0);
+  EXPECT_GE(r.slot[1 * 2 + 0], 0);
+  auto ref = reference_of(moe);
+  std::vector<double> yr;
+  ref.forward(yr, test::to_vector<double>(x), 2);
+  for (int a = 0; a < 4; ++a) EXPECT_EQ(ref.kept[a] != 0, r.slot[a] >= 0) << "assignment " << a;
+  EXPECT_LT(test::scaled_error(y.f32(), yr.data(), y.numel()), 2e-6);
+}
+
 // A capacity factor beyond its key's range (the fuzzer's 1e106, whose ceil(factor·T·K/E) would
 // not fit in an int64) is refused; the largest it takes is a capacity of every assignment:
 // nothing dropped, the same output as dropless.

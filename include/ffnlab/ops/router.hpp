@@ -31,7 +31,7 @@ enum class RoutingKind : std::uint8_t {
 // Which assignments an expert over capacity drops.
 enum class DropPolicy : std::uint8_t {
   position,     // later ones: all first choices before second choices, then by token index
-  probability,  // those of lowest combine weight
+  probability,  // those of lowest score s[e] (ties: the later in the position order)
   count
 };
 // Which f_e the load-balancing loss E·Σ_e f_e·P_e uses (docs/moe.md).

@@ -446,8 +446,10 @@ struct MoEFFN {
           std::vector<std::int64_t> list;  // assignment t·K + j
           for (std::int64_t a = 0; a < tokens * K; ++a)
             if (chosen[a] == e && a % K < count[a / K]) list.push_back(a);
+          // probability: best score first, ties in the position order (rank, then token)
           std::stable_sort(list.begin(), list.end(), [&](std::int64_t a, std::int64_t b) {
-            if (m.drop == DropPolicy::probability)
+            if (m.drop == DropPolicy::probability &&
+                scores[(a / K) * E + e] != scores[(b / K) * E + e])
               return scores[(a / K) * E + e] > scores[(b / K) * E + e];
             return a % K != b % K ? a % K < b % K : a < b;  // rank, then token
           });
