@@ -2,9 +2,14 @@
 """Writes docs/quick-reference.md from a report's results.json (`ffnlab evolve`), so that the
 table's measured columns are the report's numbers and can be regenerated after any run:
 
-    python3 scripts/quick_reference.py report/results.json > docs/quick-reference.md
+    python3 scripts/quick_reference.py report/results.json [--record NAME] > docs/quick-reference.md
+
+--record NAME: the run is the record of that name in docs/verdicts.json (scripts/verdicts.py
+adds it), which the page then names, with its machine, build and commit.
 """
+import argparse
 import json
+import pathlib
 import sys
 
 FORMULA = {
@@ -46,12 +51,35 @@ def seeds_text(cfg):
     seq = cfg.get("sequential")
     if seq:
         return (f"{seq['first_seeds']} to {seq['max_seeds']} paired seeds by the report's "
-                "sequential rule")
+                f"sequential rule: each comparison with ReLU trains {seq['first_seeds']} paired "
+                "seeds, then one more at a time while its interval is undecided, up to "
+                f"{seq['max_seeds']}, each look's interval widened so that the error over all "
+                f"the looks stays at {100 * seq.get('alpha', 0.05):g} %; [evolve.md](evolve.md#how-many-seeds-the-sequential-rule)")
     return f"{cfg['seeds']} paired seeds"
 
 
+def record_text(name):
+    """The sentence naming the run's record in docs/verdicts.json, and the README's."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "verdicts.json"
+    records = {x["name"]: x for x in json.load(open(path))["records"]}
+    if name not in records:
+        sys.exit(f"quick_reference.py: no record '{name}' in {path} (it has: "
+                 f"{', '.join(records)})")
+    x = records[name]
+    m = x["machine"]
+    cpu = f"{m['cpu']} family {m['family']} model {m['model']}, {m['isa']}"
+    return (f" Here that run is the record `{name}` of [verdicts.json](verdicts.json): {cpu}, "
+            f"{x['build']} build, commit {x['commit']} ([results-study.md](results-study.md) "
+            "says how each record was made). The README's findings table quotes the record it "
+            "names, whose differences, intervals and seeds need not be these.")
+
+
 def main():
-    r = json.load(open(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="a report's results.json")
+    parser.add_argument("--record", help="the run's record in docs/verdicts.json")
+    args = parser.parse_args()
+    r = json.load(open(args.results))
     train = r["training"]["variants"]
     speed = r["speed"]["variants"]
     sparsity = r.get("sparsity", {}).get("variants", {})
@@ -67,8 +95,10 @@ def main():
         "One row per variant. Formulas and cost columns are closed form (D = d_model, F = d_ff, "
         "n branches, E experts, top-k; docs/costs.md). The measured columns come from one run of "
         f"`{command}` (its results.json; regenerate this page with "
-        f"`python3 scripts/quick_reference.py report/results.json > docs/quick-reference.md` "
-        f"after `{command} --out report`):\n")
+        f"`python3 scripts/quick_reference.py report/results.json --record NAME > "
+        "docs/quick-reference.md` "
+        f"after `{command} --out report`)."
+        + (record_text(args.record) if args.record else "") + " The columns:\n")
     out.append(
         f"- **speed**: forward+backward matrix GFLOP/s as a share of the bare products of the same "
         f"shapes, at d_model 512, d_ff 2048, {r['speed']['tokens']} tokens, {r['threads']} threads;")
@@ -79,7 +109,9 @@ def main():
         f"verdict (equivalence margin ±{cfg['equivalence_margin']} bits/byte);")
     out.append(
         "- **zero / dead**: exactly-zero hidden activations after training (mean over layers) and "
-        "dead units (zero on every census token), seed 1.\n")
+        "dead units (zero on every census token: the census tokens are the first "
+        f"{r.get('sparsity', {}).get('census_tokens', 65536):,} bytes of the validation part, "
+        "run through the trained model), seed 1.\n")
     out.append(
         f"Corpus: {r['data']['source']}, {r['data']['bytes']:,} bytes, fingerprint "
         f"`{r['data']['fingerprint']}`. The run took {r['seconds'] / 60:.1f} minutes on "
