@@ -98,6 +98,20 @@ void validate(const FFNConfig& c) {
           "[moe] jitter = {} must be in [0, 1)", m.jitter);
     check(std::isfinite(m.balance_rate) && m.balance_rate >= 0,
           "[moe] balance rate = {} must not be negative", m.balance_rate);
+    // Keys that size or tune a part the layer does not have would be ignored: refused unless at
+    // their default (shared_d_ff also as a printed config resolves it, the experts' width).
+    check(m.balance_bias || m.balance_rate == MoEConfig{}.balance_rate,
+          "[moe] balance_rate = {} is the balancing bias's step: it needs balance_bias (or leave "
+          "it out)",
+          m.balance_rate);
+    check(m.zc_experts() > 0 || m.zc_balance_weight == MoEConfig{}.zc_balance_weight,
+          "[moe] zc_balance_weight = {} weighs the zero-computation experts (MoE++): it needs "
+          "zero, copy or constant experts (or leave it out)",
+          m.zc_balance_weight);
+    check(m.num_shared > 0 || m.shared_d_ff == 0 || m.shared_d_ff == c.expert_d_ff(),
+          "[moe] shared_d_ff = {} sizes the shared experts: it needs num_shared > 0 (or leave it "
+          "out)",
+          m.shared_d_ff);
     check(!(m.softmax_after_topk && m.score != ScoreFunc::softmax),
           "[moe] softmax_after_topk needs the softmax scoring function");
     check(!(m.naming == MoENaming::qwen2_moe && m.num_shared > 1),

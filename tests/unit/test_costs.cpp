@@ -56,7 +56,7 @@ TEST(Costs, MoEClosedFormEqualsInstantiatedLayers) {
               c.moe.top_k = 2;
               c.moe.router_bias = router_bias;
               c.moe.num_shared = shared;
-              c.moe.shared_d_ff = 3;
+              c.moe.shared_d_ff = shared > 0 ? 3 : 0;
               c.moe.shared_gate = gate && shared > 0;
               c.moe.noisy_topk = noisy;
               c.moe.balance_bias = noisy;  // state, not a trained parameter: not counted

@@ -1092,6 +1092,9 @@ TEST(MoEFFN, InvalidConfigsAreRejected) {
        },
        "dropless layer"},
       {[](MoEConfig& m) { m.zc_balance_weight = -1.0f; }, "zc_balance_weight = -1"},
+      {[](MoEConfig& m) { m.zc_balance_weight = 0.5f; }, "zc_balance_weight = 0.5 weighs"},
+      {[](MoEConfig& m) { m.balance_rate = 0.01f; }, "balance_rate = 0.01 is the balancing"},
+      {[](MoEConfig& m) { m.shared_d_ff = 7; }, "shared_d_ff = 7 sizes the shared experts"},
       {[](MoEConfig& m) {
          m.zero_experts = 1;
          m.balance_bias = true;
