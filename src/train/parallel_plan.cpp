@@ -110,6 +110,13 @@ void check_parallel_layout(const FFNConfig& f, std::int64_t batch, int ranks,
         "[dist] batch = {} sequences cannot be split evenly over {} ranks; use a multiple of {} "
         "(--batch)",
         batch, ranks, ranks));
+  // Dropping by probability ranks an expert's assignments by score over the whole batch, which
+  // no rank holds: refused here, before the output folder is opened (--force would have
+  // removed the old run first).
+  if (f.kind == FFNKind::moe && f.moe.drops() && f.moe.drop == DropPolicy::probability)
+    throw UsageError(
+        "[dist] capacity with drop = probability is not supported in data-parallel training (it "
+        "needs every rank's scores); use drop = position, or capacity_factor = 0 (dropless)");
   if (!parallel.expert_parallel) return;
   if (f.kind != FFNKind::moe)
     throw UsageError(fmt::format(

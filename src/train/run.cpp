@@ -399,7 +399,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   o.routing = routing_summary(o.steps, o.last_step_stats);
   // (Before the sample, which rank 0 draws alone: the other ranks wait in this evaluation.)
   if (rq.validate_at_end) o.validation = validation(evaluations);
-  if (rq.sample > 0 && o.held.count > 0) {
+  if (rq.sample > 0 && o.model.causal && o.held.count > 0) {
     o.sample_skipped = "no rank holds every expert (expert parallel)";
   } else if (rq.sample > 0 && o.model.causal) {  // a masked model fills in; it does not generate
     // A stop while sampling cuts the sample short; the finished run is still written whole

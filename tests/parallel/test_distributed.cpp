@@ -251,6 +251,23 @@ TEST_F(Distributed, ExpertParallelPartsLandInRankZerosFolder) {
   EXPECT_EQ(rest.status, 0) << rest.err;
 }
 
+// Expert parallel, no rank holds the whole model to sample from: a causal run says how to sample
+// from its checkpoint in one process; a masked model draws no sample, and says nothing of it.
+TEST_F(Distributed, OnlyACausalExpertParallelRunSaysHowToSampleLater) {
+  std::string args = kRun;
+  args.replace(args.find("--sample 0 "), 11, "");
+  args.replace(args.find("--steps 20"), 10, "--steps 4");
+  args += "--variant moe --experts 4 --top-k 2 --expert-parallel ";
+  const Outcome causal = run(args + "--out " + path("a"), kMpirun + "-np 2 ");
+  ASSERT_EQ(causal.status, 0) << causal.err;
+  EXPECT_NE(causal.out.find("no sample: no rank holds every expert"), std::string::npos)
+      << causal.out;
+  const Outcome masked = run(args + "--objective masked --out " + path("b"), kMpirun + "-np 2 ");
+  ASSERT_EQ(masked.status, 0) << masked.err;
+  EXPECT_EQ(masked.out.find("no sample"), std::string::npos) << masked.out;
+  EXPECT_EQ(masked.out.find("--sample"), std::string::npos) << masked.out;
+}
+
 // Expert groups: 4 ranks with the experts split over groups of 2 (two replicas) or of 4 end
 // where one process does; a checkpoint of the 2 × 2 layout resumes on 2 ranks (one group),
 // then in one process. Refused: a group that does not divide the ranks, and a group without
@@ -467,6 +484,38 @@ TEST_F(Distributed, DeadRankEndsTheRun) {
 TEST_F(Cli, ExpertParallelNeedsAnMpiRun) {
   expect_usage_error(run(kRun + "--variant moe --expert-parallel --out " + path("a")),
                      "--expert-parallel splits the experts over the ranks of an MPI run");
+}
+
+// The settings of the exchanges between ranks mean nothing to one process: refused, not
+// ignored, before any output.
+TEST_F(Cli, ExchangeSettingsNeedAnMpiRun) {
+  expect_usage_error(run(kRun + "--dist-timeout 10 --out " + path("a")),
+                     "--dist-timeout sets the exchanges between the ranks of an MPI run");
+  expect_usage_error(run(kRun + "--bucket-mb 1 --out " + path("a")),
+                     "--bucket-mb sets the exchanges between the ranks of an MPI run");
+  expect_usage_error(run("evolve --quick --threads 1 --dist-timeout 3 --out " + path("r")),
+                     "--dist-timeout bounds the silence of an MPI run's ranks");
+  EXPECT_FALSE(fs::exists(path("a")) || fs::exists(path("r"))) << "a refused run left --out";
+}
+
+// Capacity with drop = probability ranks an expert's assignments over the whole batch, which no
+// rank holds: refused at start-up, before the output folder is touched (with --force, the old
+// run's folder stays).
+TEST_F(Distributed, DropByProbabilityIsRefusedBeforeTheFolderIsTouched) {
+  std::string args = kRun;
+  args.replace(args.find("--steps 20"), 10, "--steps 2");
+  ASSERT_EQ(run(args + "--out " + path("a")).status, 0);
+  const std::string before = read(fs::path(path("a")) / "train_log.csv");
+  std::ofstream(path("moe.json"))
+      << R"({"variant":"moe","moe":{"num_experts":4,"top_k":2,"capacity_factor":1.25,)"
+      << R"("drop":"probability"}})";
+  const Outcome r = run(args + "--ffn-config " + path("moe.json") + " --force --out " + path("a"),
+                        kMpirun + "-np 2 ");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("capacity with drop = probability is not supported in data-parallel"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(read(fs::path(path("a")) / "train_log.csv"), before);
 }
 
 // Built without MPI, a launch by mpirun is refused: each process would train alone.

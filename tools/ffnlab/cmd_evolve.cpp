@@ -32,6 +32,7 @@ struct EvolveOptions {
   std::string plan_cores = "8,64,512";
   int threads = 0;
   double dist_timeout = 300;  // under mpirun
+  bool dist_timeout_given = false;
 };
 
 std::vector<std::string> name_list(const std::string& spec) {
@@ -130,6 +131,10 @@ void run_evolve(EvolveOptions& o) {
     return;
   }
   run_launched(o.dist_timeout, [&](ProcessGroup* ranks) {
+    if (ranks == nullptr && o.dist_timeout_given)
+      throw UsageError(
+          "[evolve] --dist-timeout bounds the silence of an MPI run's ranks, which one process "
+          "does not have: leave it out, or start the study with mpirun -np N (N > 1)");
     if (ranks != nullptr && ranks->rank() > 0) {  // rank 0 runs the study; this rank trains
       study::serve_runs(o.study, *ranks);
       return;
@@ -207,12 +212,17 @@ void add_evolve_command(CLI::App& app) {
                 "(docs/python.md)")
       ->needs(plan);
   add_threads_option(*cmd, o->threads);
-  cmd->add_option("--dist-timeout", o->dist_timeout,
-                  "under mpirun: seconds a rank may stay silent while it trains a run (or in an "
-                  "exchange) before the study fails, naming the run")
-      ->capture_default_str()
-      ->check(real_in(0.001, 1e6));
-  cmd->callback([o] { run_evolve(*o); });
+  auto* timeout =
+      cmd->add_option(
+             "--dist-timeout", o->dist_timeout,
+             "under mpirun: seconds a rank may stay silent while it trains a run (or in an "
+             "exchange) before the study fails, naming the run")
+          ->capture_default_str()
+          ->check(real_in(0.001, 1e6));
+  cmd->callback([o, timeout] {
+    o->dist_timeout_given = timeout->count() > 0;
+    run_evolve(*o);
+  });
 }
 
 }  // namespace ffnlab::cli

@@ -112,6 +112,12 @@ void train(TrainOptions& o, ProcessGroup* group) {
     throw UsageError(
         "[train] --expert-parallel splits the experts over the ranks of an MPI run: "
         "start it with mpirun -np N (N > 1)");
+  for (const char* flag : {"--dist-timeout", "--bucket-mb"})
+    if (group == nullptr && o.command->get_option(flag)->count() > 0)
+      throw UsageError(fmt::format(
+          "[train] {} sets the exchanges between the ranks of an MPI run, which one process "
+          "does not make: leave it out, or start the run with mpirun -np N (N > 1)",
+          flag));
   // (A rank whose flags or checkpoint are refused here fails every rank, as the driver's own
   // checks do.)
   RunRequest rq;
