@@ -198,6 +198,19 @@ std::string of_peak_text(double gflops, double peak_flops) {
   return r > 1.0 ? std::string("(>pk)") : fmt::format("{:.0f}%", 100 * r);
 }
 
+// After a row whose "of bare" the measurement decided (LayerSpeed::noisy).
+constexpr const char* kNoisyMark = "  (noisy: not a finding)";
+
+// PyTorch's bf16 is compared only on a CPU with native bf16 products (avx512_bf16 or AMX):
+// elsewhere it has no fast bf16 kernel, and the ratio would measure that, not ffnlab.
+constexpr const char* kNoNativeBf16 = "no native bf16 on this CPU";
+constexpr const char* kNoTorchBf16 =
+    "PyTorch's bf16 is not timed: this CPU has no native bf16 products, where PyTorch has no "
+    "fast bf16 kernel and a ratio would measure that (docs/bench.md)";
+bool torch_times(bool bf16) {
+  return !bf16 || this_machine().bf16;
+}
+
 void bench_layers(const BenchOptions& o, const std::vector<std::string>& variants,
                   const std::vector<Precision>& precisions, const std::vector<std::int64_t>& T,
                   TorchWorker& torch, const Peaks& peaks, json& rows) {
@@ -218,6 +231,9 @@ void bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
   }
   const std::size_t total = variants.size() * precisions.size() * T.size();
   std::size_t done = 0;
+  if (!o.json_out && torch.available() && !this_machine().bf16 &&
+      std::find(precisions.begin(), precisions.end(), Precision::bf16) != precisions.end())
+    fmt::print("{}\n\n", kNoTorchBf16);
   for (const auto& v : variants)
     for (Precision p : precisions)
       for (std::int64_t t : T) {
@@ -228,9 +244,10 @@ void bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         std::vector<LayerSpeed> ours;
         std::vector<double> torch_inf, torch_fb;
         const double part = o.budget / o.rounds;
+        const bool with_torch = torch.available() && torch_times(p == Precision::bf16);
         for (int round = 0; round < o.rounds; ++round) {
           ours.push_back(measure_layer_speed(c, t, part, p));
-          if (!torch.available()) continue;
+          if (!with_torch) continue;
           torch_inf.push_back(
               torch_seconds(torch, torch_request(c, t, "inference", p, DType::f32, part)));
           torch_fb.push_back(
@@ -251,6 +268,7 @@ void bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         if (ti > 0) row["torch_inference_s"] = ti;
         if (tf > 0) row["torch_forward_backward_s"] = tf;
         if (!ratios.empty()) row["torch_forward_backward_round_ratios"] = ratios;
+        if (torch.available() && !with_torch) row["torch_not_timed"] = kNoNativeBf16;
         if (peaks.of(p) > 0) {  // 0: not measured (AMX)
           const double of_peak = s.forward_backward_gflops * 1e9 / peaks.of(p);
           row["forward_backward_of_peak"] = of_peak;
@@ -261,11 +279,11 @@ void bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         if (!o.json_out)
           fmt::print(
               "{:<10} {:>5} {:>5} | {:>10} {:>8.1f} {:>7} | {:>10} {:>8.1f} {:>7} {:>7} "
-              "{:>7} {:>11}\n",
+              "{:>7} {:>11}{}\n",
               v, enum_name(p), t, ms(s.inference_s), s.inference_gflops, speedup(ti, s.inference_s),
               ms(s.forward_backward_s), s.forward_backward_gflops, of_bare_text(of_bare),
               of_peak_text(s.forward_backward_gflops, peaks.of(p)),
-              speedup(tf, s.forward_backward_s), ratio_range(ratios));
+              speedup(tf, s.forward_backward_s), ratio_range(ratios), s.noisy() ? kNoisyMark : "");
         std::fflush(stdout);
       }
 }
@@ -347,8 +365,7 @@ void bench_routing(const BenchOptions& o, const std::vector<std::string>& famili
               "{:>7}{}\n",
               family, enum_name(p), t, s.experts_per_token, ms(s.forward_s), s.forward_gflops,
               of_bare_text(s.forward_of_bare), ms(s.forward_backward_s), s.forward_backward_gflops,
-              of_bare_text(s.forward_backward_of_bare),
-              s.noisy() ? "  (noisy: not a finding)" : "");
+              of_bare_text(s.forward_backward_of_bare), s.noisy() ? kNoisyMark : "");
         std::fflush(stdout);
       }
 }
@@ -427,6 +444,7 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
         "its f32 products of the same shapes (T rows) on the same weights; 'torch' is PyTorch's "
         "module with its weights in the same dtype, timed in alternating rounds.\n\n",
         D, F);
+  if (!o.json_out && torch.available() && !torch_times(true)) fmt::print("{}\n\n", kNoTorchBf16);
   if (!o.json_out)
     fmt::print("{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8} {:>8} {:>6} | {:>10} {:>8} | {:>9} {:>7}\n",
                "layer", "weights", "T", "kernels", "ms", "read GB", "GB/s", "of bw", "oneDNN ms",
@@ -464,7 +482,7 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
             ours[k].push_back(measure_decode_speed(*ffn, t, part));
           }
           set_few_rows_isa(in_use);
-          if (torch.available())
+          if (torch.available() && torch_times(w == DType::bf16))
             theirs.push_back(
                 torch_seconds(torch, torch_request(c, t, "inference", Precision::f32, w, part)));
         }
@@ -493,6 +511,8 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
                           {"of_bandwidth_impossible", s.bytes_per_s > bandwidth},
                           {"onednn_f32_seconds", s.bare_seconds}});
           if (ts > 0) rows.back()["torch_seconds"] = ts;
+          if (torch.available() && !torch_times(w == DType::bf16))
+            rows.back()["torch_not_timed"] = kNoNativeBf16;
           if (!o.json_out)
             fmt::print(
                 "{:<8} {:>7} {:>3} {:>11} | {:>9} {:>8.3f} {:>8.1f} {:>6} | {:>10} {:>7.2f}x | "
@@ -619,7 +639,7 @@ void bench_into(const BenchOptions& o, json& out) {
   peaks.f32 = holds ? probe : 0;
   // The bf16 probe serves only when it held too (a busy stretch would inflate bf16's "of peak").
   std::optional<bool> bf16_held;  // (none: the probe did not run)
-  if (bf16_native && holds) {
+  if (bf16_native && holds && !this_machine().amx) {  // AMX: no vector loop bounds its tiles
     const PeakProbe b = measure_peak_flops(true, o.quick ? 0.05 : 0.3);
     bf16_held = b.held();
     peaks.bf16 = *bf16_held ? b.flops : 0;
@@ -637,7 +657,8 @@ void bench_into(const BenchOptions& o, json& out) {
                     {"peak_probe_held", f32_probe.held()},
                     {"peak_probe_bf16_held", bf16_held ? json(*bf16_held) : json()},
                     {"nominal_f32_flops_per_s", nominal},
-                    {"bf16_products", bf16_native ? "native" : "emulated"}};
+                    {"bf16_products", bf16_native ? "native" : "emulated"},
+                    {"cpu_bf16", this_machine().bf16}};
   if (!f32_probe.held() && !o.json_out)
     fmt::print(
         "the peak probe measured {:.0f} GFLOP/s f32 on {} threads, below 75 % of what its {} "
@@ -755,14 +776,18 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--variants", o->variants,
                   "comma-separated variants (" + join_names(variant_names()) + "), or 'all'")
       ->capture_default_str();
-  cmd->add_option("--dtypes", o->dtypes, "comma-separated product precisions: f32, bf16")
+  cmd->add_option("--dtypes", o->dtypes,
+                  "comma-separated product precisions: f32, bf16 (bf16 products, f32 weights "
+                  "kept; PyTorch's bf16 runs under autocast, and only on a CPU with native bf16)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "comma-separated token counts of the layer table")
       ->delimiter(',')
       ->check(int_in(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--shape", o->shape, "d_model and d_ff of the layer table (the tutorial's shape)")
+  cmd->add_option("--shape", o->shape,
+                  "d_model and d_ff of the layer table (the tutorial's shape; the MoE's 8 experts "
+                  "are each d_ff wide)")
       ->delimiter(',')
       ->expected(2)
       ->check(int_in(1, 1 << 18))
@@ -789,12 +814,18 @@ void add_bench_command(CLI::App& app) {
                   "each on its own); token counts that are not multiples of it are left out")
       ->check(int_in(2, 1 << 16))
       ->capture_default_str();
-  cmd->add_option("--budget", o->budget, "seconds of timing per measurement (median of the calls)")
+  cmd->add_option("--budget", o->budget,
+                  "seconds of timing each timed quantity of a case gets (the layer's inference, "
+                  "forward and forward+backward, the bare products, PyTorch's side), split over "
+                  "--rounds; each is the median of its calls. A case takes several budgets "
+                  "(0.05 with --quick)")
       ->check(real_in(0.001, 60))
       ->capture_default_str();
   cmd->add_flag_callback(
       "--no-torch", [o] { o->torch = false; }, "do not time PyTorch beside ffnlab");
-  cmd->add_option("--python", o->python, "the Python with PyTorch")
+  cmd->add_option("--python", o->python,
+                  "the Python interpreter whose PyTorch times PyTorch's side (one that cannot "
+                  "start or has no torch: the tables go on without PyTorch, and say why)")
       ->capture_default_str()
       ->check(named_path());
   cmd->add_option("--torch-script", o->torch_script,
@@ -810,7 +841,9 @@ void add_bench_command(CLI::App& app) {
                   "ends PyTorch's process and goes on without it")
       ->check(real_in(0.1, 1e5))
       ->capture_default_str();
-  cmd->add_option("--rounds", o->rounds, "alternating ffnlab/PyTorch rounds per case")
+  cmd->add_option("--rounds", o->rounds,
+                  "alternating ffnlab/PyTorch rounds per case: each side's time is the median "
+                  "over them, and 'rounds' the range of the per-round ratios")
       ->check(int_in(1, 100))
       ->capture_default_str();
   cmd->add_option("--bandwidth-mib", o->bandwidth_mib,
