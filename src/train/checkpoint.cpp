@@ -2,8 +2,10 @@
 // its rank's experts) in parts; reading checks every field of a file that may be hostile.
 #include "ffnlab/train/checkpoint.hpp"
 
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "check.hpp"
 #include "ffnlab/failure.hpp"
@@ -98,13 +100,83 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   if (failure.failed()) failure.raise();
 }
 
+std::pair<std::string, std::string> CheckpointIO::folder_and_token(const std::string& rank_dir) {
+  ProcessGroup& group = *plan_.group();
+  std::string dir = group.rank() == 0 ? fs::absolute(rank_dir).string() : std::string();
+  std::string token;
+  if (group.rank() == 0) {
+    std::random_device random;
+    const auto now =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    token = fmt::format("{:08x}{:08x}{:016x}", random(), random(), now);
+  }
+  group.broadcast(dir, "checkpoint");
+  group.broadcast(token, "checkpoint");
+  return {dir, token};
+}
+
+void CheckpointIO::check_shared_folder(const std::string& rank_dir) {
+  if (!plan_.own_experts_only()) return;
+  ProcessGroup& group = *plan_.group();
+  const auto [dir, token] = folder_and_token(rank_dir);
+  const ProcessGroup& eg = plan_.expert_group();
+  const auto probe = [&](int q) {
+    return fs::path(dir) / fmt::format(".ffnlab-shared-{}-{}", token, q);
+  };
+  Failure prepared;
+  if (group.rank() == 0) try {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) fail_errno(ec.value(), "[checkpoint] cannot create '{}': {}", dir, ec.message());
+    } catch (const std::exception& e) {  // every rank must reach the exchanges below
+      prepared = Failure::of(e);
+    }
+  prepared = from_rank_zero(group, prepared);
+  if (prepared.failed()) prepared.raise();
+  // The ranks that write parts (rank q > 0 of the first expert group) each leave a file.
+  const bool writes =
+      (plan_.replicas() == nullptr || plan_.replicas()->rank() == 0) && eg.rank() > 0;
+  Failure failure;
+  if (writes) try {
+      write_file_atomic(probe(eg.rank()).string(), token.data(), token.size());
+    } catch (const std::exception& e) {
+      failure = Failure::of(e);
+    }
+  fail_together(group, failure, "checkpoint folder",
+                "[checkpoint] rank {} cannot write into the checkpoint folder (its message says "
+                "why); nothing was trained");
+  Failure seen;
+  if (group.rank() == 0) try {
+      std::vector<int> missing;
+      for (int q = 1; q < eg.size(); ++q)
+        if (!fs::exists(probe(q))) missing.push_back(q);
+      for (int q = 1; q < eg.size(); ++q) {
+        std::error_code ec;
+        fs::remove(probe(q), ec);
+      }
+      if (!missing.empty())
+        fail_system(
+            "[checkpoint] rank {} of the expert group wrote a file into '{}' that rank 0 does not "
+            "see there: an expert-parallel checkpoint needs a folder every rank shares; nothing "
+            "was trained",
+            missing.front(), dir);
+    } catch (const std::exception& e) {
+      seen = Failure::of(e);
+    }
+  seen = from_rank_zero(group, seen);
+  if (seen.failed()) seen.raise();
+}
+
 void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step) {
   ProcessGroup& group = *plan_.group();
   // Every part goes to rank 0's folder, whose checkpoint.json lists the parts as files beside
   // it: another rank's own --out (which may differ, or be relative to another directory) is
   // not where rank 0, or a resume, looks.
-  std::string dir = group.rank() == 0 ? fs::absolute(rank_dir).string() : std::string();
-  group.broadcast(dir, "checkpoint");
+  // A token of this save that every part carries, so that rank 0 knows a part it finds is this
+  // save's, not one an earlier attempt left or the committed checkpoint's of the same step (a
+  // resume that saves its changed settings): those are not removed first, and the committed
+  // checkpoint stays whole until checkpoint.json names the new one.
+  const auto [dir, attempt] = folder_and_token(rank_dir);
   check(ranks_hold_the_same_weights(),
         "[dist] step {}: the ranks' weights differ; this checkpoint is not written", step);
 
@@ -112,16 +184,13 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   const auto shard_name = [&](int q) {
     return fmt::format("weights-{:08d}-experts-{}.safetensors", step, q);
   };
-  // Rank 0 prepares the folder before anyone writes: it removes a killed run's temporaries, and
-  // parts of this step an earlier attempt left (so that a part found there below is this
-  // attempt's).
+  // Rank 0 prepares the folder before anyone writes: it removes a killed run's temporaries.
   Failure prepared;
   if (group.rank() == 0) try {
       std::error_code ec;
       fs::create_directories(dir, ec);
       if (ec) fail_errno(ec.value(), "[checkpoint] cannot create '{}': {}", dir, ec.message());
       remove_stale_temporaries(dir, is_checkpoint_file);
-      for (int q = 1; q < eg.size(); ++q) fs::remove(fs::path(dir) / shard_name(q), ec);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       prepared = Failure::of(e);
     }
@@ -137,22 +206,30 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
                       [](const Parameter&) { return true; });
       else
         write_weights((fs::path(dir) / shard_name(eg.rank())).string(), step,
-                      [&](const Parameter& p) { return plan_.is_expert(p); });
+                      [&](const Parameter& p) { return plan_.is_expert(p); }, attempt);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       failure = Failure::of(e);
     }
   // Whether any rank's part failed: all fail as it did.
   const RanksFailure failed = any_rank_failed(group, failure, "checkpoint");
+  // Whether a part in the folder is this save's (an older one has another attempt, or none).
+  const auto written_now = [&](const fs::path& part) {
+    if (!fs::exists(part)) return false;
+    const SafeTensors file = SafeTensors::load(part.string());
+    const auto at = file.metadata().find("attempt");
+    return at != file.metadata().end() && at->second == attempt;
+  };
   // checkpoint.json last, once every part is written: until then the last one stands.
   Failure info_failure;
   if (failed.rank < 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) {
         shards.push_back(shard_name(q));
-        if (!fs::exists(fs::path(dir) / shards.back()))
+        if (!written_now(fs::path(dir) / shards.back()))
           fail_system(
-              "[checkpoint] the experts of rank {} of the expert group are not in '{}' as rank "
-              "0 sees it: an expert-parallel checkpoint needs a folder every rank shares; this "
+              "[checkpoint] the experts rank {} of the expert group wrote now are not in '{}' as "
+              "rank 0 sees it: an expert-parallel checkpoint needs a folder every rank shares; "
+              "this "
               "checkpoint is not written",
               q, dir);
       }
@@ -189,7 +266,8 @@ void CheckpointIO::write(const std::string& dir, std::int64_t step) const {
 }
 
 void CheckpointIO::write_weights(const std::string& path, std::int64_t step,
-                                 const std::function<bool(const Parameter&)>& keep) const {
+                                 const std::function<bool(const Parameter&)>& keep,
+                                 const std::string& attempt) const {
   SafeTensorsWriter w;
   // Views: the file is written from the buffers (a checkpoint costs no copy of the model).
   for (const Parameter& p : model_.parameters().list())
@@ -202,6 +280,7 @@ void CheckpointIO::write_weights(const std::string& path, std::int64_t step,
   }
   w.set_metadata("format", kFormat);
   w.set_metadata("step", std::to_string(step));
+  if (!attempt.empty()) w.set_metadata("attempt", attempt);
   w.write(path);
 }
 

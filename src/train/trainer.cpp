@@ -295,6 +295,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
     group->broadcast(kept, "checkpoint");
   }
   try {
+    if (!checkpoint_dir.empty()) checkpoints_.check_shared_folder(checkpoint_dir);
     while (step_ < config_.steps) {
       const StepLog log = train_step();
       // The caller's callbacks and stop request are this rank's alone: under a group a rank

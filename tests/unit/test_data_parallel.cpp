@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -918,6 +919,76 @@ TEST(DataParallel, ARanksFailedPartFailsEveryRankWithItsKindAndErrno) {
   EXPECT_NE(caught[1].find("weights-00000000-experts-1.safetensors"), std::string::npos)
       << caught[1];
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / "checkpoint.json"));
+}
+
+// An expert-parallel checkpoint saved again at its own step (a resume that saves its changed
+// settings) that fails, here rank 1's part, leaves the committed checkpoint whole: its parts are
+// not removed before the new ones are written, and it still loads on every rank.
+TEST(DataParallel, AFailedSaveAtTheCommittedStepKeepsTheCommittedCheckpoint) {
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
+  const test::ScratchDir scratch("dp-same-step");
+  const std::string dir = (scratch.path / "checkpoint").string();
+  const LMConfig c = tiny_model(checkpoint_ffn(true));
+  const auto on_ranks = [&](const std::function<void(Trainer&)>& f) {
+    std::vector<std::string> caught(2);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
+      Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
+      try {
+        f(trainer);
+      } catch (const std::exception& e) {
+        caught[g.rank()] = e.what();
+      }
+    });
+    return caught;
+  };
+  EXPECT_EQ(on_ranks([&](Trainer& tr) { tr.save(dir); }), (std::vector<std::string>{"", ""}));
+  const auto part = std::filesystem::path(dir) / "weights-00000000-experts-1.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(part));
+  // Rank 1's next write of its part cannot open its temporary (a directory with a file in it,
+  // which the clean-up of leftovers cannot remove).
+  const auto blocked = std::filesystem::path(part.string() + ".tmp." + std::to_string(::getpid()));
+  std::filesystem::create_directories(blocked / "x");
+  const auto failed = on_ranks([&](Trainer& tr) { tr.save(dir); });
+  EXPECT_NE(failed[0].find("rank 1 could not write its experts"), std::string::npos) << failed[0];
+  EXPECT_TRUE(std::filesystem::exists(part)) << "the committed checkpoint's part was removed";
+  std::filesystem::remove_all(blocked);
+  EXPECT_EQ(on_ranks([&](Trainer& tr) { tr.load(dir); }), (std::vector<std::string>{"", ""}));
+}
+
+// An expert-parallel run finds a checkpoint folder its ranks cannot share before its first step,
+// not at its first checkpoint (by default after the last step); the check leaves no file behind.
+TEST(DataParallel, AnExpertParallelRunChecksItsFolderBeforeTheFirstStep) {
+  const Corpus corpus = tiny_corpus();
+  const test::ScratchDir scratch("dp-probe");
+  std::ofstream(scratch.path / "file") << "x";
+  const LMConfig c = tiny_model(checkpoint_ffn(true));
+  for (const std::string& dir :
+       {(scratch.path / "file" / "checkpoint").string(), (scratch.path / "good").string()}) {
+    SCOPED_TRACE(dir);
+    std::vector<std::string> caught(2);
+    std::vector<std::int64_t> steps(2, -1);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      TrainConfig t = tiny_training(2);
+      t.steps = 3;
+      t.eval_every = 0;
+      TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
+      Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
+      try {
+        trainer.run(nullptr, nullptr, dir);
+      } catch (const std::exception& e) {
+        caught[g.rank()] = e.what();
+      }
+      steps[g.rank()] = trainer.step();
+    });
+    const bool bad = dir.find("file") != std::string::npos;
+    EXPECT_EQ(steps, (std::vector<std::int64_t>(2, bad ? 0 : 3)));
+    for (const std::string& e : caught) EXPECT_EQ(e.empty(), !bad) << e;
+    if (bad) continue;
+    for (const auto& f : std::filesystem::directory_iterator(dir))
+      EXPECT_EQ(f.path().filename().string().find(".ffnlab-shared"), std::string::npos) << f.path();
+  }
 }
 
 // Expert groups on 4 ranks: the experts split over groups of 2 (2 replicas) or of 4, or each
