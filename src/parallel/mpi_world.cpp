@@ -188,6 +188,7 @@ class World final : public MpiWorld {
     pending_.clear();
   }
 
+  void set_extra_wait(double seconds) override { extra_ = std::max(0.0, seconds); }
   double payload_bytes() const override { return payload_; }
   double seconds_in_collectives() const override { return seconds_; }
   std::map<std::string, std::pair<double, double>> by_exchange() const override { return by_what_; }
@@ -225,7 +226,8 @@ class World final : public MpiWorld {
   // waiting rank leaves the cores to the ranks still computing. Throws after the deadline.
   void wait(MPI_Request& r, const char* what) {
     const auto t0 = Clock::now();
-    const auto deadline = t0 + std::chrono::duration<double>(timeout_);
+    const double patience = timeout_ + extra_;
+    const auto deadline = t0 + std::chrono::duration<double>(patience);
     auto nap = std::chrono::microseconds(1);
     for (int polls = 0;; ++polls) {
       int done = 0;
@@ -236,7 +238,7 @@ class World final : public MpiWorld {
         fail_system(
             "[dist] rank {} of {}: no answer from the other ranks for {} s in the {} exchange; a "
             "rank has stopped or hangs (--dist-timeout sets the wait)",
-            rank_, size_, timeout_, what);
+            rank_, size_, patience, what);
       if (polls > 100) {
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, std::chrono::microseconds(1000));
@@ -247,7 +249,7 @@ class World final : public MpiWorld {
     by_what_[what].second += seconds;
   }
 
-  double timeout_;
+  double timeout_, extra_ = 0;
   bool owns_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "check.hpp"
@@ -58,6 +59,22 @@ bool is_checkpoint_file(std::string_view name) {
 // Rank 0's outcome of a write, to every rank: the message broadcast, its kind and errno beside
 // it, so that every rank fails as rank 0 did (a stop as interrupted, exit 130, not as a failed
 // write, exit 3). Another rank's `f` is not read.
+// While checkpoint files are written, the ranks that wait for the writers' results wait longer
+// than --dist-timeout by a second for every 10 MB of the model's checkpoint (weights and
+// optimizer moments): a large checkpoint on a slow shared file system is not a hung rank.
+class WriteWait {
+ public:
+  WriteWait(ProcessGroup& group, TransformerLM& model) : group_(group) {
+    group_.set_extra_wait(12.0 * static_cast<double>(model.parameters().count()) / 10e6);
+  }
+  ~WriteWait() { group_.set_extra_wait(0); }
+  WriteWait(const WriteWait&) = delete;
+  WriteWait& operator=(const WriteWait&) = delete;
+
+ private:
+  ProcessGroup& group_;
+};
+
 Failure from_rank_zero(ProcessGroup& group, Failure f) {
   if (group.rank() != 0) f = {};
   group.broadcast(f.message, "checkpoint");
@@ -90,12 +107,15 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
         step);
   // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
   Failure failure;
-  if (group->rank() == 0) try {
-      write(dir, step);
-    } catch (const std::exception& e) {  // every rank must reach the exchanges below
-      failure = Failure::of(e);
-    }
-  failure = from_rank_zero(*group, failure);
+  {
+    const WriteWait patience(*group, model_);
+    if (group->rank() == 0) try {
+        write(dir, step);
+      } catch (const std::exception& e) {  // every rank must reach the exchanges below
+        failure = Failure::of(e);
+      }
+    failure = from_rank_zero(*group, failure);
+  }
   plan_.release_unheld_experts(ExpertState::with_moments, step);
   if (failure.failed()) failure.raise();
 }
@@ -199,6 +219,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
 
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
   const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
+  std::optional<WriteWait> patience(std::in_place, group, model_);  // until the last exchange
   Failure failure;
   if (writes) try {
       if (eg.rank() == 0)
@@ -229,8 +250,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
           fail_system(
               "[checkpoint] the experts rank {} of the expert group wrote now are not in '{}' as "
               "rank 0 sees it: an expert-parallel checkpoint needs a folder every rank shares; "
-              "this "
-              "checkpoint is not written",
+              "this checkpoint is not written",
               q, dir);
       }
       write_info(dir, step, weights, shards);
@@ -238,6 +258,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
       info_failure = Failure::of(e);
     }
   info_failure = from_rank_zero(group, info_failure);
+  patience.reset();
   if (failure.failed()) failure.raise();  // this rank's own part failed
   if (failed.rank >= 0) {                 // another rank's part: a stop ends every rank as one
     // (A stop on any rank outranks another's failure; the rank named is the highest-numbered

@@ -957,6 +957,34 @@ TEST(DataParallel, AFailedSaveAtTheCommittedStepKeepsTheCommittedCheckpoint) {
   EXPECT_EQ(on_ranks([&](Trainer& tr) { tr.load(dir); }), (std::vector<std::string>{"", ""}));
 }
 
+// While a checkpoint is written, the ranks wait for the writers longer than the deadline (by a
+// second for every 10 MB of the model's checkpoint), and the deadline is back after: data and
+// expert parallel.
+TEST(DataParallel, RanksWaitForACheckpointWriteBeyondTheDeadline) {
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
+  const test::ScratchDir scratch("dp-patience");
+  for (const bool expert_parallel : {false, true}) {
+    SCOPED_TRACE(expert_parallel ? "expert parallel" : "data parallel");
+    const LMConfig c = tiny_model(checkpoint_ffn(expert_parallel));
+    std::vector<std::vector<double>> waits(2);
+    std::vector<std::int64_t> params(2);
+    ThreadGroup::run(2, [&](ThreadGroup& g) {
+      const HeldExperts held = expert_parallel ? held_by_rank(2, 2, g.rank()) : HeldExperts{};
+      TransformerLM model(c, 1, held);
+      Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}, 0});
+      trainer.save((scratch.path / (expert_parallel ? "ep" : "dp")).string());
+      waits[g.rank()] = g.extra_waits;
+      params[g.rank()] = model.parameters().count();
+    });
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(waits[r].size(), 2u) << r;
+      EXPECT_DOUBLE_EQ(waits[r][0], 12.0 * static_cast<double>(params[r]) / 10e6) << r;
+      EXPECT_EQ(waits[r][1], 0.0) << r;
+    }
+  }
+}
+
 // An expert-parallel run finds a checkpoint folder its ranks cannot share before its first step,
 // not at its first checkpoint (by default after the last step); the check leaves no file behind.
 TEST(DataParallel, AnExpertParallelRunChecksItsFolderBeforeTheFirstStep) {

@@ -147,6 +147,9 @@ class ThreadGroup final : public ProcessGroup {
     box.pop_front();
     return true;
   }
+  // What set_extra_wait was given, in order (the group has no deadline to extend).
+  std::vector<double> extra_waits;
+  void set_extra_wait(double seconds) override { extra_waits.push_back(seconds); }
   void progress() override {}
   void wait_all() override {}
   double payload_bytes() const override { return 0; }

@@ -75,6 +75,11 @@ class ProcessGroup {
   virtual void send(const std::string& bytes, int to, int tag, const char* what);
   virtual bool try_receive(std::string& bytes, int& from, int& tag, const char* what);
 
+  // The exchanges from now on may wait `seconds` beyond the group's deadline (0: none again),
+  // for long work that one rank does alone while the others wait for its result (rank 0's
+  // checkpoint write). A group without a deadline ignores it.
+  virtual void set_extra_wait(double seconds) { (void)seconds; }
+
   // Bytes of payload this process handed to collectives since construction (the vectors above,
   // not MPI's own traffic, which depends on its algorithm), and the seconds spent inside them
   // (waiting for the other ranks included): what docs/distributed.md's model is checked against.
