@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <string>
 
@@ -28,9 +29,18 @@ std::string range_text(double lo, double hi, bool lo_open, bool hi_open, bool in
   return fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
 }
 
+namespace {
+std::atomic<int> sharers{1};  // processes sharing the machine's memory (share_memory_among)
+}  // namespace
+
+void share_memory_among(int processes) {
+  check(processes >= 1, "[limits] {} processes cannot share the memory", processes);
+  sharers = processes;
+}
+
 double available_memory_bytes() {
-  double bytes =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  double bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                 static_cast<double>(sysconf(_SC_PAGESIZE)) / sharers.load();
   struct rlimit limit {};
   if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
     bytes = std::min(bytes, static_cast<double>(limit.rlim_cur));
@@ -39,8 +49,10 @@ double available_memory_bytes() {
 
 void check_memory(double bytes, std::string_view scope, std::string_view what) {
   const double have = available_memory_bytes();
-  check(bytes <= have, "[{}] {} needs {:.1f} GiB, more than the {:.1f} GiB available", scope, what,
-        bytes / (1 << 30), have / (1 << 30));
+  const int n = sharers.load();
+  check(bytes <= have, "[{}] {} needs {:.1f} GiB, more than the {:.1f} GiB available{}", scope,
+        what, bytes / (1 << 30), have / (1 << 30),
+        n > 1 ? fmt::format(" to each of the {} processes on this machine", n) : std::string());
 }
 
 void throw_overflow(std::string_view what, std::int64_t a, std::int64_t b, char op) {

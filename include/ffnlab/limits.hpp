@@ -27,12 +27,16 @@ inline constexpr std::int64_t kSteps = std::int64_t{1} << 40;
 inline constexpr std::int64_t kExact = std::int64_t{1} << 53;
 }  // namespace limits
 
-// Bytes this process may allocate: the machine's memory, or the address-space limit (ulimit -v)
-// when that is lower.
+// Bytes this process may allocate: its share of the machine's memory (see share_memory_among),
+// or the address-space limit (ulimit -v) when that is lower.
 double available_memory_bytes();
+// The processes that share this machine's memory (an MPI job's ranks on one node, each of which
+// allocates its own model): each may allocate 1/n of it. 1 unless set.
+void share_memory_among(int processes);
 
 // Refuses work whose `bytes` (what it must allocate at least) exceed available_memory_bytes():
-// Error "[scope] <what> needs X GiB, more than the Y GiB available". Callers check before they
+// Error "[scope] <what> needs X GiB, more than the Y GiB available" (with sharers: "to each of
+// the n processes on this machine"). Callers check before they
 // allocate what a config asks for: zero-filled memory the system promised but cannot give ends
 // the process, not with a message.
 void check_memory(double bytes, std::string_view scope, std::string_view what);

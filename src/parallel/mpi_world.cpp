@@ -62,6 +62,20 @@ class World final : public MpiWorld {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  int ranks_on_this_node() override {
+    // MPI_Comm_split_type has no non-blocking form: an exchange with the deadline first, as in
+    // split().
+    std::vector<std::int64_t> here{1};
+    allreduce_sum(here, "ranks on a node");
+    MPI_Comm node = MPI_COMM_NULL;
+    ok(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+       "MPI_Comm_split_type", "ranks on a node");
+    int n = 1;
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+    return n;
+  }
+
   std::unique_ptr<ProcessGroup> split(int color, const char* what) override {
     // MPI_Comm_split has no non-blocking form: an exchange with the deadline first, so that a
     // rank that never arrives makes the others fail instead of hanging in the split.

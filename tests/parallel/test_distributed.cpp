@@ -336,6 +336,21 @@ TEST_F(Distributed, ExpertGroupsMatchOneProcessAndResumeOnAnyLayout) {
   EXPECT_FALSE(fs::exists(path("a")) || fs::exists(path("b"))) << "a refused run left --out";
 }
 
+// The ranks on one machine share its memory: each checks its model against its part, and a
+// model no part holds is refused naming how many share it (here 2 ranks on this machine; the
+// model, 3.2 G parameters, is more than the whole machine holds, so that no rank allocates).
+TEST_F(Distributed, RanksOnOneMachineCheckTheirShareOfItsMemory) {
+  const Outcome r =
+      run("train --d-model 128 --layers 12 --heads 2 --seq 32 --batch 4 --steps 2 "
+          "--sample 0 --threads 1 --variant moe --experts 4 --top-k 2 --d-ff 262144 "
+          "--out " +
+              path("a"),
+          kMpirun + "-np 2 ");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("available to each of the 2 processes on this machine"), std::string::npos)
+      << r.err;
+}
+
 // Held experts: a rank allocates only its own. Under a per-process cap of 1.34 GiB (ulimit
 // -v), a model of 101.5 M parameters (3 MoE layers of 4 experts of width 65536; 1.5 GiB of
 // weights, gradients and Adam state) is refused in one process, naming the memory it needs, and

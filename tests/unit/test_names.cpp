@@ -218,3 +218,23 @@ TEST(ConfigKeys, UnknownKeysAndBadValuesNameTheKey) {
             std::string::npos)
       << moe_err;
 }
+
+// The ranks of an MPI job on one machine share its memory: each checks what it needs against
+// its part, and the refusal says so.
+TEST(Limits, ProcessesOnOneMachineEachGetTheirShareOfItsMemory) {
+  const double whole = available_memory_bytes();
+  share_memory_among(2);
+  const double half = available_memory_bytes();
+  try {
+    check_memory(0.75 * whole, "train", "a model");
+    ADD_FAILURE() << "three quarters of the machine fit in half of it";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("available to each of the 2 processes on this machine"),
+              std::string::npos)
+        << e.what();
+  }
+  share_memory_among(1);
+  EXPECT_NO_THROW(check_memory(0.75 * whole, "train", "a model"));
+  EXPECT_LE(half, whole / 2 + 1);
+  EXPECT_THROW(share_memory_among(0), Error);
+}

@@ -27,6 +27,8 @@ class MpiWorld : public ProcessGroup {
   // Abandons every rank of the job with `code` (MPI_Abort). For use after an error on one rank,
   // so that the others do not wait for it.
   virtual void abort(int code) noexcept = 0;
+  // The ranks on this rank's machine (node), this one included: they share its memory.
+  virtual int ranks_on_this_node() = 0;
 };
 
 // Initialises MPI (once per process) and returns the world. MPI is finalised when the returned
