@@ -34,6 +34,8 @@ class World final : public MpiWorld {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    world_rank_ = rank_;
+    world_size_ = size_;
     // A duplicate of the world, so that its error handler is ours alone. Duplicating is
     // collective: non-blocking, with the deadline, like every exchange (a rank that never
     // arrives must not hang the others here either).
@@ -50,6 +52,8 @@ class World final : public MpiWorld {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
   }
 
   ~World() override {
@@ -215,12 +219,20 @@ class World final : public MpiWorld {
     return static_cast<int>(n);
   }
 
+  // This rank in messages: its rank in the job (the one mpirun and the other ranks' lines
+  // name), and in a group of some ranks its place there too.
+  std::string who() const {
+    if (size_ == world_size_) return fmt::format("rank {} of {}", world_rank_, world_size_);
+    return fmt::format("rank {} of {} (rank {} of the {} of its group)", world_rank_, world_size_,
+                       rank_, size_);
+  }
+
   void ok(int rc, const char* call, const char* what) const {
     if (rc == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    fail_system("[dist] rank {}: {} ({}) failed: {}", rank_, call, what, std::string(text, len));
+    fail_system("[dist] {}: {} ({}) failed: {}", who(), call, what, std::string(text, len));
   }
 
   void allreduce(void* values, std::size_t n, std::size_t bytes, MPI_Datatype type, MPI_Op op,
@@ -250,9 +262,9 @@ class World final : public MpiWorld {
       const auto now = Clock::now();
       if (now > deadline)
         fail_system(
-            "[dist] rank {} of {}: no answer from the other ranks for {} s in the {} exchange; a "
-            "rank has stopped or hangs (--dist-timeout sets the wait)",
-            rank_, size_, patience, what);
+            "[dist] {}: no answer from the other ranks for {} s in the {} exchange; a rank has "
+            "stopped or hangs (--dist-timeout sets the wait)",
+            who(), patience, what);
       if (polls > 100) {
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, std::chrono::microseconds(1000));
@@ -266,7 +278,7 @@ class World final : public MpiWorld {
   double timeout_, extra_ = 0;
   bool owns_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, world_rank_ = 0, world_size_ = 1;
   std::vector<MPI_Request> pending_;
   const char* pending_what_ = "";
   double payload_ = 0, seconds_ = 0;
