@@ -30,16 +30,22 @@ class MixtralExpert(nn.Module):
 
 
 class MixtralSparseMoeBlock(nn.Module):
-    def __init__(self, d_model, d_ff, experts, top_k):
+    """returns_logits: return (hidden, router_logits [tokens, experts]) as Hugging Face's block
+    does (its decoder layer unpacks both and sums a balancing loss over the logits); False: the
+    hidden states alone."""
+
+    def __init__(self, d_model, d_ff, experts, top_k, returns_logits=False):
         super().__init__()
         self.top_k = top_k
+        self.returns_logits = returns_logits
         self.gate = nn.Linear(d_model, experts, bias=False)
         self.experts = nn.ModuleList(MixtralExpert(d_model, d_ff) for _ in range(experts))
 
     def forward(self, x):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        weights = torch.softmax(self.gate(x), dim=1, dtype=torch.float)
+        logits = self.gate(x)
+        weights = torch.softmax(logits, dim=1, dtype=torch.float)
         weights, chosen = torch.topk(weights, self.top_k, dim=-1)
         weights = weights / weights.sum(dim=-1, keepdim=True)
         out = torch.zeros_like(x)
@@ -48,4 +54,4 @@ class MixtralSparseMoeBlock(nn.Module):
             idx, top = torch.where(mask[e])
             if top.numel():
                 out.index_add_(0, top, expert(x[top]) * weights[top, idx, None])
-        return out.reshape(shape)
+        return (out.reshape(shape), logits) if self.returns_logits else out.reshape(shape)

@@ -15,6 +15,8 @@ ffnlab's gradient buffer: ffnlab's backward accumulates into .grad directly, as 
 None is re-attached to the buffer, zeroed, in the next backward. Gradient hooks on these
 parameters do not run (autograd does not deliver their gradients).
 """
+import warnings
+
 import torch
 
 from . import _ffnlab
@@ -31,8 +33,9 @@ def _rows(t, width):
 class _Function(torch.autograd.Function):
     """y, aux, logits = ffnlab layer(x, gate_residual). The parameters are inputs so that y
     requires grad when they do; their gradients go straight into their .grad
-    (FFN._attach_grads), not through autograd. logits (MoE++'s gating residual: what the next
-    layer takes) is [..., E], or empty for a layer without the option."""
+    (FFN._attach_grads), not through autograd. logits (what the next layer's gating residual
+    takes, or what the module returns with router_logits=True) is [..., E], or empty when the
+    module returns none."""
 
     @staticmethod
     def forward(ctx, x, residual, token_ids, first, module, train, stochastic, *params):
@@ -54,7 +57,7 @@ class _Function(torch.autograd.Function):
         ctx.residual_shape = None if residual is None else residual.shape
         aux = torch.tensor(layer.aux_loss if train else 0.0, dtype=x.dtype)
         logits = torch.zeros(0, dtype=x.dtype)
-        if module.gating_residual:
+        if module.returns_logits:
             logits = torch.from_numpy(layer.logits)
             logits = logits.reshape(*shape[:-1], logits.shape[-1])
         return torch.from_numpy(y).reshape(shape), aux, logits
@@ -78,7 +81,7 @@ class _Function(torch.autograd.Function):
         ctx.module._attach_grads()
         g = _rows(dy.float(), ctx.shape[-1])
         dl = None
-        if ctx.module.gating_residual and dlogits is not None and dlogits.numel() > 0:
+        if ctx.module.returns_logits and dlogits is not None and dlogits.numel() > 0:
             dl = _rows(dlogits.float(), dlogits.shape[-1]).numpy()
         dx = torch.from_numpy(layer.backward(g.numpy(), dlogits=dl)).reshape(ctx.shape)
         dres = None
@@ -96,7 +99,9 @@ class FFN(torch.nn.Module):
     existing ffnlab.FFN. A layer with MoE++'s gating_residual returns (y, logits) from
     forward(x, gate_residual=None, first=False): pass one layer's logits as the next layer's
     gate_residual, and first=True to the first (which has none), as MoE++'s model does;
-    gradients flow back through both.
+    gradients flow back through both. router_logits=True makes an MoE return (y, logits
+    [tokens, E]) as Hugging Face's sparse MoE blocks do, for a loss on them (their balancing
+    loss), whose gradient reaches the router.
     forward(x, token_ids=...) hands hash routing the tokens' ids (an integer tensor of x's
     leading shape; other layers refuse them). FFN(layer=...) takes no config, seed or keys.
     The layer keeps what backward needs where autograd will call it, and routes as in training
@@ -110,7 +115,7 @@ class FFN(torch.nn.Module):
     is a buffer, not a parameter.
     """
 
-    def __init__(self, config=None, seed=0, layer=None, **keys):
+    def __init__(self, config=None, seed=0, layer=None, router_logits=False, **keys):
         super().__init__()
         if layer is not None and (config is not None or seed != 0 or keys):
             raise ValueError("[python] ffnlab.torch.FFN: layer= wraps a built layer; config, "
@@ -128,6 +133,12 @@ class FFN(torch.nn.Module):
         self.aux_loss = torch.zeros(())
         config = self.layer.config
         self.gating_residual = bool(config.get("moe", {}).get("gating_residual", False))
+        self.router_logits = bool(router_logits)
+        if self.router_logits and not self.layer.has_router_logits:
+            raise ValueError("[python] ffnlab.torch.FFN: router_logits=True returns an MoE "
+                             "router's logits; this layer has none (a dense layer, or hash or "
+                             "soft routing)")
+        self.returns_logits = self.gating_residual or self.router_logits
         # ffnlab's buffers never move: the parameters and their gradient views, once.
         self._params = [getattr(self, n.replace(".", "_")) for n in self._names]
         grads = self.layer.grads()
@@ -176,7 +187,9 @@ class FFN(torch.nn.Module):
                              "gating_residual (MoE++) to take it")
         y, self.aux_loss, logits = _Function.apply(x, gate_residual, token_ids, first, self,
                                                    train, stochastic, *params)
-        return (y, logits) if self.gating_residual else y
+        if self.router_logits and not self.gating_residual:
+            return y, logits.reshape(-1, logits.shape[-1])
+        return (y, logits) if self.returns_logits else y
 
     def after_optimizer_step(self):
         """MoE with the aux-loss-free balancing bias or ReLU routing (its adaptive L1
@@ -229,7 +242,12 @@ def from_module(block, seed=0):
     """An ffnlab.torch.FFN computing what `block` computes, with its weights copied.
 
     Recognised: a LLaMA-style MLP (gate_proj, up_proj, down_proj Linears and act_fn) and a
-    Mixtral-style sparse MoE block (gate Linear, experts with w1, w2, w3 and act_fn, top_k).
+    Mixtral-style sparse MoE block (gate Linear, experts with w1, w2, w3 and act_fn, top_k). A
+    block that returns (hidden, router_logits), as Hugging Face's Mixtral block does, gives a
+    module that returns them too (router_logits=True), so that it takes the block's place in
+    its decoder layer. The block's router jitter (Hugging Face's jitter_noise, which scales the
+    experts' input too) is not copied: ffnlab's jitter scales the router's input alone, so a
+    block with jitter is warned of, and trains without it.
     """
     state = block.state_dict()
     if all(hasattr(block, n) for n in ("gate_proj", "up_proj", "down_proj")):
@@ -237,6 +255,11 @@ def from_module(block, seed=0):
         config = {"kind": "glu", "activation": _act_name(block.act_fn), "d_model": d_model,
                   "d_ff": d_ff, "bias": block.up_proj.bias is not None}
     elif hasattr(block, "gate") and hasattr(block, "experts"):
+        if getattr(block, "jitter_noise", 0.0):
+            warnings.warn(f"[python] from_module: the block's jitter_noise = {block.jitter_noise} "
+                          "is not copied (ffnlab's router jitter scales the router's input "
+                          "alone, Hugging Face's the experts' too): the module trains without "
+                          "jitter", stacklevel=2)
         expert = block.experts[0]
         d_ff, d_model = expert.w1.weight.shape
         top_k = getattr(block, "top_k", None) or getattr(block, "num_experts_per_tok")
@@ -248,6 +271,20 @@ def from_module(block, seed=0):
     else:
         raise ValueError(f"[python] from_module does not know {type(block).__name__}: it takes a "
                          "LLaMA-style MLP or a Mixtral-style sparse MoE block")
-    ffn = FFN(config, seed=seed)
+    ffn = FFN(config, seed=seed, router_logits=config["kind"] == "moe" and _returns_pair(block))
     _copy_weights(ffn, state)
     return ffn
+
+
+def _returns_pair(block):
+    """Whether the MoE block returns (hidden, router_logits): one token through it, in
+    evaluation mode, without gradients, and without touching torch's random state."""
+    weight = block.gate.weight
+    was_training = block.training
+    block.eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = block(torch.zeros(1, 1, weight.shape[1], dtype=weight.dtype))
+    finally:
+        block.train(was_training)
+    return isinstance(out, tuple) and len(out) == 2

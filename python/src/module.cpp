@@ -281,6 +281,11 @@ void check_layer_memory(const FFNConfig& c) {
                fmt::format("a layer of {} parameters (weights and gradients)", params));
 }
 
+// An MoE whose router is a Linear: it has logits, and takes their gradient in backward.
+bool has_router_logits(const FFNConfig& c) {
+  return c.kind == FFNKind::moe && routing_family(c.moe.routing).router_linear;
+}
+
 // One FFN layer and what its Python caller handed it: the input of the last training forward
 // (the layer reads it again in backward) is kept alive here.
 class Layer {
@@ -394,12 +399,13 @@ class Layer {
     Tensor gt;
     py::array dlogits_array;  // alive until the backward below has read it
     if (!dlogits.is_none()) {
-      // Only a layer with the option hands its logits on, as a Transformer of such layers does
-      // (and has them: Soft MoE refuses the option); elsewhere a gradient of logits that no next
-      // layer took would join the router's silently.
-      if (c.kind != FFNKind::moe || !c.moe.gating_residual)
+      // The logits' gradient from whatever read them (a next layer's gating residual, a loss on
+      // them such as Hugging Face's balancing loss) joins the router's; a layer without router
+      // logits (dense, hash routing, Soft MoE) has nothing it could join.
+      if (!has_router_logits(c))
         throw py::value_error(
-            "[python] dlogits given, but the layer has no gating_residual (MoE++) to take it");
+            "[python] dlogits given, but the layer has no router logits to take it (an MoE "
+            "whose router is a Linear has)");
       dlogits_array = dlogits.cast<py::array>();
       gt = borrow_rows(dlogits_array, c.moe.routed_experts(), "dlogits");
       if (gt.dim(0) != dyt.dim(0))
@@ -557,12 +563,17 @@ seed and n: two layers built with the same seed draw the same sequence. train=Tr
 routes as at inference, as a framework's evaluation mode with gradients does.)")
       .def("backward", &Layer::backward, py::arg("dy"), py::arg("dlogits") = py::none(),
            R"(dx [T, D] from dy [T, D] of the last training forward; parameter gradients
-accumulate into grads() (zero_grad() clears them). dlogits: MoE, the gradient of the loss wrt
-this layer's .logits [T, E] from a layer that took them as its gate_residual.)")
+accumulate into grads() (zero_grad() clears them). dlogits: MoE with router logits, the
+gradient of the loss wrt this layer's .logits [T, E]: from a layer that took them as its
+gate_residual, or from a loss on them (Hugging Face's balancing loss).)")
       .def_property_readonly(
           "logits", [](Layer& l) { return locked_copy(l, &FeedForward::router_logits); },
           "MoE: the router logits of the last forward [T, E] (a copy), residual included: what "
           "the next layer with gating_residual takes as its gate_residual")
+      .def_property_readonly(
+          "has_router_logits", [](Layer& l) { return has_router_logits(l.ffn().config()); },
+          "whether the layer is an MoE whose router is a Linear: it has .logits, and its backward "
+          "takes their gradient (dlogits)")
       .def_property_readonly(
           "gate_residual_grad",
           [](Layer& l) { return locked_copy(l, &FeedForward::previous_logits_grad); },

@@ -307,20 +307,21 @@ def test_numpy_scalars_are_config_values():
     assert layer.config["d_model"] == 8 and layer.config["swish_beta"] == 1.5
 
 
-# --- MoE++'s gradient of the logits, only where a next layer took them -------------------------
+# --- The gradient of the router logits, only where there are logits ----------------------------
 
 @pytest.mark.parametrize("config", [
     dict(variant="relu", d_model=8, d_ff=16),
-    dict(variant="moe", d_model=8, d_ff=16, moe={"num_experts": 4, "top_k": 2}),
+    dict(variant="moe", d_model=8, d_ff=16, moe={"num_experts": 4, "top_k": 2, "routing": "hash"}),
 ])
-def test_dlogits_is_refused_by_a_layer_without_gating_residual(config):
+def test_dlogits_is_refused_by_a_layer_without_router_logits(config):
     layer = ffnlab.FFN(**config)
     x = np.ones((3, 8), dtype=np.float32)
-    layer.forward(x, train=True)
+    hashed = config.get("moe", {}).get("routing") == "hash"
+    layer.forward(x, train=True, token_ids=[1, 2, 3] if hashed else None)
     with pytest.raises(ValueError) as e:
         layer.backward(np.ones_like(x), dlogits=np.ones((3, 4), dtype=np.float32))
-    assert str(e.value) == ("[python] dlogits given, but the layer has no gating_residual (MoE++) "
-                            "to take it")
+    assert str(e.value) == ("[python] dlogits given, but the layer has no router logits to take "
+                            "it (an MoE whose router is a Linear has)")
     assert all(not g.any() for g in layer.grads().values())  # no backward ran
     layer.backward(np.ones_like(x))  # the layer is still ready for its backward
 

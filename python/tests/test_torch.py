@@ -315,3 +315,44 @@ def test_eval_mode_routes_as_at_inference_with_gradients_too():
     # The layer itself: stochastic routing needs a training forward.
     with pytest.raises(ValueError, match="stochastic=True routes as in training"):
         block.layer.forward(x.numpy(), stochastic=True)
+
+
+def test_a_block_that_returns_its_router_logits_is_replaced_by_one_that_does():
+    # Hugging Face's Mixtral block returns (hidden, router_logits [tokens, E]), and its decoder
+    # adds a balancing loss over the logits: the copy returns both, and that loss's gradient
+    # reaches the router and x as PyTorch's does.
+    torch.manual_seed(5)
+    block = MixtralSparseMoeBlock(16, 24, 4, 2, returns_logits=True)
+    swapped = ft.from_module(block)
+    assert swapped.router_logits
+    x = torch.randn(2, 5, 16)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ya, la = block(xa)
+    yb, lb = swapped(xb)
+    assert la.shape == lb.shape == (10, 4)
+    np.testing.assert_allclose(yb.detach().numpy(), ya.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lb.detach().numpy(), la.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    def loss(y, logits):
+        return (y ** 2).sum() + 3.0 * torch.softmax(logits, dim=-1).square().sum()
+
+    loss(ya, la).backward()
+    loss(yb, lb).backward()
+    np.testing.assert_allclose(xb.grad.numpy(), xa.grad.numpy(), rtol=1e-4, atol=1e-5)
+    gate = dict(swapped.named_ffn_parameters())["gate.weight"]
+    np.testing.assert_allclose(gate.grad.numpy(), block.gate.weight.grad.numpy(), rtol=1e-4,
+                               atol=1e-5)
+    # The probe of the block's outputs leaves torch's random numbers where they were.
+    torch.manual_seed(9)
+    expected = torch.rand(3)
+    torch.manual_seed(9)
+    ft.from_module(block)
+    assert torch.equal(torch.rand(3), expected)
+    # A block that returns the hidden states alone gives a module that does too.
+    plain = ft.from_module(MixtralSparseMoeBlock(16, 24, 4, 2))
+    assert not plain.router_logits and isinstance(plain(x), torch.Tensor)
+    with pytest.raises(ValueError, match="router_logits=True returns an MoE router's logits"):
+        ft.FFN(variant="relu", d_model=8, d_ff=16, router_logits=True)
+    block.jitter_noise = 0.1  # Hugging Face's, on the experts' input too: not copied, said
+    with pytest.warns(UserWarning, match="jitter_noise = 0.1 is not copied"):
+        ft.from_module(block)
