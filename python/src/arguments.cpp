@@ -83,10 +83,8 @@ double finite_number(std::string_view function, std::string_view name, const py:
 // A finite real number in (lo, hi]: an int or a float (numpy's too), never a bool.
 double real_argument(std::string_view function, std::string_view name, const py::handle& v,
                      double lo, double hi) {
-  const std::string expected = fmt::format("a number in ({}, {}] (None: the default)", lo, hi);
-  const double x = finite_number(function, name, v, expected);
-  if (!(x > lo && x <= hi)) bad_argument(function, name, expected, v);
-  return x;
+  // The flag's rule too (real_in): a value that single precision would make 0 is refused.
+  return real_from_argument(function, name, v, lo, hi, false, "None: the default", true);
 }
 
 // A finite real number in [lo, hi], or [lo, hi) when `below_hi`: an int or a float (numpy's

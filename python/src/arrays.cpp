@@ -16,7 +16,9 @@ std::string shape_of(const py::array& a) {
 }  // namespace
 
 Tensor borrow_rows(const py::array& a, std::int64_t cols, const char* what) {
-  if (!a.dtype().is(py::dtype::of<float>()))
+  // Equivalent, not the same object: a float32 dtype made another way (with metadata) is
+  // float32; one of the other byte order is not.
+  if (!a.dtype().equal(py::dtype::of<float>()))
     throw py::value_error(fmt::format("[python] {} must be a float32 array, got {}", what,
                                       std::string(py::str(a.dtype()))));
   if (a.ndim() != 2 || a.shape(1) != cols)
@@ -25,6 +27,13 @@ Tensor borrow_rows(const py::array& a, std::int64_t cols, const char* what) {
   if (!(a.flags() & py::array::c_style))
     throw py::value_error(fmt::format(
         "[python] {} must be C-contiguous (numpy.ascontiguousarray makes a copy that is)", what));
+  // The kernels read whole floats: an array at an address no float starts at (a view into a
+  // byte buffer at an odd offset) is refused rather than read at a cost or wrongly.
+  if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+    throw py::value_error(fmt::format(
+        "[python] {} must be aligned to its 4-byte floats (numpy.require(x, requirements='A') "
+        "makes a copy that is)",
+        what));
   // The layers never write their inputs; the cast only fits Tensor's one pointer type.
   return Tensor::borrow(const_cast<void*>(a.data()), {a.shape(0), cols});
 }

@@ -368,9 +368,11 @@ class Layer {
       }
     }
     auto [y, yt] = new_rows(xt.dim(0), D);
+    std::uint64_t mine = 0;  // this forward's number
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
+      mine = ++forwards_;
       ffn_->context().sequence = sequence;
       ffn_->context().token_ids = ids.empty() ? nullptr : ids.data();
       ffn_->context().first_layer = first;
@@ -384,10 +386,19 @@ class Layer {
       ffn_->context().token_ids = nullptr;
     }
     written_in_place(yt, y, "forward");
-    saved_x_ = train ? py::object(x) : py::none();
-    // The layer reads the residual's memory again in backward: its array stays alive here.
-    saved_residual_ = train ? residual_array : py::none();
-    forwards_ += 1;
+    // The layer reads x's and the residual's memory again in backward: their arrays stay alive
+    // here, unless another thread's forward ran after this one (the layer holds its
+    // activations, and that forward keeps its own arrays).
+    // (The arrays they replace are let go after the lock: their release may run Python code.)
+    py::object old_x = train ? py::object(x) : py::none();
+    py::object old_residual = train ? residual_array : py::none();
+    {
+      std::lock_guard lock(mutex_);
+      if (forwards_ == mine) {
+        std::swap(saved_x_, old_x);
+        std::swap(saved_residual_, old_residual);
+      }
+    }
     return y;
   }
 
@@ -425,7 +436,10 @@ class Layer {
   }
 
   FeedForward& ffn() { return *ffn_; }
-  std::int64_t forwards() const { return forwards_; }
+  std::int64_t forwards() {
+    std::lock_guard lock(mutex_);
+    return static_cast<std::int64_t>(forwards_);
+  }
   // f(layer) with the GIL released and the layer's lock held, as forward and backward run: a
   // call that reads or changes the layer's state waits for another thread's forward to end.
   template <class F>
@@ -441,7 +455,7 @@ class Layer {
   py::object saved_x_ = py::none();
   py::object saved_residual_ = py::none();
   Tensor residual_;  // the gate residual handed to the layer (a view of saved_residual_'s memory)
-  std::int64_t forwards_ = 0;
+  std::uint64_t forwards_ = 0;  // forwards run (each takes the next number, under mutex_)
   std::uint64_t seed_ = 0, stochastic_forwards_ = 0;
 };
 

@@ -34,10 +34,19 @@ def test_bad_configs_are_value_errors():
     (np.ones(8, dtype=np.float32), r"shape \[T, 8\]"),
     (np.ones((16, 8), dtype=np.float32)[::2], "C-contiguous"),
     (np.asfortranarray(np.ones((3, 8), dtype=np.float32)), "C-contiguous"),
+    (np.ones((3, 8), dtype=">f4"), "float32"),  # the other byte order
+    (np.frombuffer(bytearray(3 * 8 * 4 + 1), dtype=np.float32, offset=1).reshape(3, 8),
+     "aligned to its 4-byte floats"),
 ])
 def test_bad_arrays_are_refused(x, message):
     with pytest.raises(ValueError, match=message):
         layer().forward(x)
+
+
+def test_a_float32_dtype_made_another_way_is_float32():
+    x = np.ones((3, 8), dtype=np.dtype("float32", metadata={"unit": "none"}))
+    assert x.dtype is not np.dtype(np.float32)
+    np.testing.assert_array_equal(layer().forward(x), layer().forward(np.ones((3, 8), np.float32)))
 
 
 X = np.ones((4, 8), dtype=np.float32)
@@ -164,6 +173,7 @@ def one_line(error, *parts):
     (dict(margin=float("nan")), ["evolve: margin must be", "got nan"]),
     (dict(margin=True), ["evolve: margin must be", "got True"]),
     (dict(margin=0), ["evolve: margin must be", "got 0"]),
+    (dict(margin=1e-50), ["evolve: margin must be", "got 1e-50"]),  # 0 in single precision
     (dict(steps=2**70), ["evolve: steps must be an integer in [1, 1000000000]",
                          "got 1180591620717411303424"]),
     (dict(steps=1.5), ["evolve: steps must be an integer", "got 1.5"]),
