@@ -399,17 +399,6 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   o.routing = routing_summary(o.steps, o.last_step_stats);
   // (Before the sample, which rank 0 draws alone: the other ranks wait in this evaluation.)
   if (rq.validate_at_end) o.validation = validation(evaluations);
-  if (rq.sample > 0 && o.model.causal && o.held.count > 0) {
-    o.sample_skipped = "no rank holds every expert (expert parallel)";
-  } else if (rq.sample > 0 && o.model.causal) {  // a masked model fills in; it does not generate
-    // A stop while sampling cuts the sample short; the finished run is still written whole
-    // (its summary: speed, routing, evaluations), and the caller says it stopped.
-    o.sample = sample_text(model, rq.prompt, rq.sample, rq.temperature, o.train.seed, stop);
-    o.sample_stopped = static_cast<std::int64_t>(o.sample.size()) < rq.sample;  // only a stop
-    if (!o.out.empty())
-      write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
-                        o.sample.size());
-  }
 
   std::vector<double> tps;
   for (const StepLog& s : o.steps) tps.push_back(s.tokens_per_second);
@@ -430,7 +419,24 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   o.summary = summary_json({o.model, o.train, o.params, trainer.step(), o.median_tokens_per_second,
                             o.matrix_gflops, o.bare.gflops(), o.evaluations, o.sample, o.routing},
                            corpus);
+  // The summary before the sample, which may take long: a run killed while it samples is
+  // finished and summed up (a resume in its folder has nothing to do), not summed up again
+  // later from its logs without this part's speed and routing.
   if (!o.out.empty()) write_summary(o.out, o.summary);
+  if (rq.sample > 0 && o.model.causal && o.held.count > 0) {
+    o.sample_skipped = "no rank holds every expert (expert parallel)";
+  } else if (rq.sample > 0 && o.model.causal) {  // a masked model fills in; it does not generate
+    // A stop while sampling cuts the sample short; the run is written whole all the same, and
+    // the caller says it stopped.
+    o.sample = sample_text(model, rq.prompt, rq.sample, rq.temperature, o.train.seed, stop);
+    o.sample_stopped = static_cast<std::int64_t>(o.sample.size()) < rq.sample;  // only a stop
+    o.summary["sample"] = o.sample;
+    if (!o.out.empty()) {
+      write_file_atomic((fs::path(o.out) / "sample.txt").string(), o.sample.data(),
+                        o.sample.size());
+      write_summary(o.out, o.summary);
+    }
+  }
   return o;
 }
 

@@ -66,13 +66,14 @@ class Hardening : public Cli {
   // Starts ffnlab with `args` in the test's folder, waits (at most `seconds`) until `ready()`,
   // sends SIGINT and waits for the end: its exit status (-1: it did not exit) and its stderr.
   std::pair<int, std::string> interrupt_when(const std::vector<std::string>& args,
-                                             const std::function<bool()>& ready, int seconds) {
+                                             const std::function<bool()>& ready, int seconds,
+                                             int signal = SIGINT) {
     const pid_t pid = start(args, dir_, {}, false).pid;
     if (pid <= 0) return {-1, "not started"};
     const auto t0 = std::chrono::steady_clock::now();
     while (!ready() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(seconds))
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    ::kill(pid, SIGINT);
+    ::kill(pid, signal);
     int raw = 0;
     waitpid(pid, &raw, 0);
     return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read(dir_ / "spawn.err")};
@@ -612,6 +613,36 @@ TEST_F(Hardening, InterruptedSampleStopsAtOnceAndKeepsTheRun) {
   const Outcome resumed = run("train --resume " + run_dir.string());
   EXPECT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("nothing to do"), std::string::npos) << resumed.out;
+}
+
+// A run killed outright while it samples (SIGKILL: nothing of it runs after) is finished and
+// summed up: its summary is written before the sample, with this part's speed and routing, and
+// a resume in its folder has nothing to do and leaves that summary as it is.
+TEST_F(Hardening, ARunKilledWhileItSamplesKeepsItsSummary) {
+  write("text", text_of(30));
+  const fs::path run_dir = dir_ / "run";
+  const auto [status, err] = interrupt_when(
+      {"train",     "--data",    path("text"),
+       "--d-model", "16",        "--layers",
+       "1",         "--heads",   "2",
+       "--seq",     "16",        "--batch",
+       "2",         "--threads", "1",
+       "--steps",   "2",         "--variant",
+       "moe",       "--experts", "4",
+       "--top-k",   "2",         "--sample",
+       "1000000",   "--out",     run_dir.string()},
+      [&] { return fs::exists(run_dir / "summary.json"); }, 60, SIGKILL);
+  EXPECT_EQ(status, -1) << err;  // killed
+  ASSERT_TRUE(fs::exists(run_dir / "summary.json")) << "no summary before the sample";
+  const std::string written = read(run_dir / "summary.json");
+  const auto summary = nlohmann::json::parse(written);
+  EXPECT_EQ(summary["steps"], 2);
+  EXPECT_GT(summary["median_tokens_per_second"].get<double>(), 0);
+  EXPECT_TRUE(summary.contains("routing")) << written;
+  const Outcome resumed = run("train --resume " + run_dir.string());
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("nothing to do"), std::string::npos) << resumed.out;
+  EXPECT_EQ(read(run_dir / "summary.json"), written);
 }
 
 // Ctrl-C during toy: exit 130 between iterations, and no half-written log.
