@@ -459,3 +459,19 @@ def test_each_stochastic_forward_draws_new_noise_from_the_layers_seed():
     third = a.forward(x, train=True)
     assert not np.allclose(third, inference, atol=1e-4)
     np.testing.assert_array_equal(b.forward(x, train=True), third)
+
+
+def test_a_printed_config_changed_in_one_key_reads_back():
+    # Keys printed only where they mean something: a printed MoE config with another expert
+    # width, or with its balancing bias turned off, holds no key the layer would refuse.
+    moe = ffnlab.config(variant="moe", d_model=16)
+    assert "shared_d_ff" not in moe["moe"] and "balance_rate" not in moe["moe"]
+    narrower = ffnlab.config(moe, moe={"expert_d_ff": 8})
+    assert narrower["moe"]["expert_d_ff"] == 8
+    biased = ffnlab.config(moe, moe={"balance_bias": True, "balance_rate": 0.01})
+    assert biased["moe"]["balance_rate"] == pytest.approx(0.01)
+    plain = ffnlab.config(ffnlab.config(moe, moe={"balance_bias": True}), moe={"balance_bias": False})
+    assert "balance_rate" not in plain["moe"]
+    shared = ffnlab.config(moe, moe={"num_shared": 1, "shared_d_ff": 12})
+    assert shared["moe"]["shared_d_ff"] == 12
+    ffnlab.FFN(ffnlab.config(shared, moe={"expert_d_ff": 8}))  # the shared width stays its own

@@ -310,7 +310,10 @@ constexpr std::array kMoEKeys{
                       .both = true}),
     moe_key<&MoEConfig::expert_kind>("expert_kind"),
     moe_key<&MoEConfig::router_bias>("router_bias"),
-    moe_key<&MoEConfig::shared_d_ff>("shared_d_ff"),
+    // Printed only where they mean something, so that a printed config changed in one key (no
+    // more shared experts, no balancing bias) reads back without a key it would refuse.
+    moe_key<&MoEConfig::shared_d_ff>("shared_d_ff",
+                                     [](const MoEConfig& m) { return m.num_shared > 0; }),
     moe_key<&MoEConfig::shared_gate>("shared_gate"),
     moe_key<&MoEConfig::score>("score"),
     moe_key<&MoEConfig::softmax_after_topk>("softmax_after_topk"),
@@ -320,7 +323,8 @@ constexpr std::array kMoEKeys{
     moe_key<&MoEConfig::jitter>("jitter"),
     moe_key<&MoEConfig::noisy_topk>("noisy_topk"),
     moe_key<&MoEConfig::balance_bias>("balance_bias"),
-    moe_key<&MoEConfig::balance_rate>("balance_rate"),
+    moe_key<&MoEConfig::balance_rate>("balance_rate",
+                                      [](const MoEConfig& m) { return m.balance_bias; }),
     moe_key<&MoEConfig::drop>("drop"),
     moe_key<&MoEConfig::balance_loss>("balance_loss"),
     moe_key<&MoEConfig::l1_coef_rate>("l1_coef_rate", relu_routed),
@@ -403,7 +407,7 @@ constexpr std::array kFFNKeys{
                          // The expert widths are printed resolved (0 means "inherit").
                          json m = write_keys(kMoEKeys, c.moe);
                          m["expert_d_ff"] = c.expert_d_ff();
-                         m["shared_d_ff"] = c.shared_d_ff();
+                         if (c.moe.num_shared > 0) m["shared_d_ff"] = c.shared_d_ff();
                          return m;
                        },
                        [](const FFNConfig& c) { return c.kind == FFNKind::moe; }},

@@ -216,7 +216,7 @@ void assign_rows(Routing& r, const RouterConfig& m, ProcessGroup* group) {
       if (r.capacity > 0 && static_cast<std::int64_t>(list.size()) > r.capacity) {
         if (m.drop == DropPolicy::probability)
           std::stable_sort(list.begin(), list.end(), [&](std::int64_t a, std::int64_t b) {
-            return r.scores[(a / K) * E + e] > r.scores[(b / K) * E + e];
+            return rank_key(r.scores[(a / K) * E + e]) > rank_key(r.scores[(b / K) * E + e]);
           });
         list.resize(static_cast<std::size_t>(r.capacity));
       }

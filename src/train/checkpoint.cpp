@@ -56,9 +56,6 @@ bool is_checkpoint_file(std::string_view name) {
          (name.starts_with("weights-") && name.ends_with(".safetensors"));
 }
 
-// Rank 0's outcome of a write, to every rank: the message broadcast, its kind and errno beside
-// it, so that every rank fails as rank 0 did (a stop as interrupted, exit 130, not as a failed
-// write, exit 3). Another rank's `f` is not read.
 // While checkpoint files are written, the ranks that wait for the writers' results wait longer
 // than --dist-timeout by a second for every 10 MB of the model's checkpoint (weights and
 // optimizer moments): a large checkpoint on a slow shared file system is not a hung rank.
@@ -75,6 +72,9 @@ class WriteWait {
   ProcessGroup& group_;
 };
 
+// Rank 0's outcome of a write, to every rank: the message broadcast, its kind and errno beside
+// it, so that every rank fails as rank 0 did (a stop as interrupted, exit 130, not as a failed
+// write, exit 3). Another rank's `f` is not read.
 Failure from_rank_zero(ProcessGroup& group, Failure f) {
   if (group.rank() != 0) f = {};
   group.broadcast(f.message, "checkpoint");
@@ -120,9 +120,8 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   if (failure.failed()) failure.raise();
 }
 
-std::pair<std::string, std::string> CheckpointIO::folder_and_token(const std::string& rank_dir) {
+std::string CheckpointIO::new_token() {
   ProcessGroup& group = *plan_.group();
-  std::string dir = group.rank() == 0 ? fs::absolute(rank_dir).string() : std::string();
   std::string token;
   if (group.rank() == 0) {
     std::random_device random;
@@ -130,15 +129,14 @@ std::pair<std::string, std::string> CheckpointIO::folder_and_token(const std::st
         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     token = fmt::format("{:08x}{:08x}{:016x}", random(), random(), now);
   }
-  group.broadcast(dir, "checkpoint");
   group.broadcast(token, "checkpoint");
-  return {dir, token};
+  return token;
 }
 
-void CheckpointIO::check_shared_folder(const std::string& rank_dir) {
+void CheckpointIO::check_shared_folder(const std::string& dir) {
   if (!plan_.own_experts_only()) return;
   ProcessGroup& group = *plan_.group();
-  const auto [dir, token] = folder_and_token(rank_dir);
+  const std::string token = new_token();
   const ProcessGroup& eg = plan_.expert_group();
   const auto probe = [&](int q) {
     return fs::path(dir) / fmt::format(".ffnlab-shared-{}-{}", token, q);
@@ -162,18 +160,24 @@ void CheckpointIO::check_shared_folder(const std::string& rank_dir) {
     } catch (const std::exception& e) {
       failure = Failure::of(e);
     }
-  fail_together(group, failure, "checkpoint folder",
-                "[checkpoint] rank {} cannot write into the checkpoint folder (its message says "
-                "why); nothing was trained");
+  // Each writer removes its own file once rank 0 has looked (whatever came of it): a folder the
+  // ranks do not share keeps none of them either.
+  const auto remove_mine = [&] {
+    std::error_code ec;
+    if (writes) fs::remove(probe(eg.rank()), ec);
+  };
+  const RanksFailure failed = any_rank_failed(group, failure, "checkpoint folder");
+  if (failed.rank >= 0) {
+    remove_mine();
+    fail_together(group, failure, "checkpoint folder",
+                  "[checkpoint] rank {} cannot write into the checkpoint folder (its message says "
+                  "why); nothing was trained");
+  }
   Failure seen;
   if (group.rank() == 0) try {
       std::vector<int> missing;
       for (int q = 1; q < eg.size(); ++q)
         if (!fs::exists(probe(q))) missing.push_back(q);
-      for (int q = 1; q < eg.size(); ++q) {
-        std::error_code ec;
-        fs::remove(probe(q), ec);
-      }
       if (!missing.empty())
         fail_system(
             "[checkpoint] rank {} of the expert group wrote a file into '{}' that rank 0 does not "
@@ -184,6 +188,7 @@ void CheckpointIO::check_shared_folder(const std::string& rank_dir) {
       seen = Failure::of(e);
     }
   seen = from_rank_zero(group, seen);
+  remove_mine();
   if (seen.failed()) seen.raise();
 }
 
@@ -196,7 +201,14 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   // save's, not one an earlier attempt left or the committed checkpoint's of the same step (a
   // resume that saves its changed settings): those are not removed first, and the committed
   // checkpoint stays whole until checkpoint.json names the new one.
-  const auto [dir, attempt] = folder_and_token(rank_dir);
+  std::string dir;
+  if (group.rank() == 0) {  // (as given where the working directory cannot be read)
+    std::error_code ec;
+    const fs::path whole = fs::absolute(rank_dir, ec);
+    dir = ec ? rank_dir : whole.string();
+  }
+  group.broadcast(dir, "checkpoint");
+  const std::string attempt = new_token();
   check(ranks_hold_the_same_weights(),
         "[dist] step {}: the ranks' weights differ; this checkpoint is not written", step);
 
@@ -248,7 +260,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
         shards.push_back(shard_name(q));
         if (!written_now(fs::path(dir) / shards.back()))
           fail_system(
-              "[checkpoint] the experts rank {} of the expert group wrote now are not in '{}' as "
+              "[checkpoint] this save's part of rank {} of the expert group is not in '{}' as "
               "rank 0 sees it: an expert-parallel checkpoint needs a folder every rank shares; "
               "this checkpoint is not written",
               q, dir);

@@ -296,9 +296,9 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   // (Rank 0 decides from its folder: the ranks take the same path, whose evaluation is
   // collective, whatever the others' folders hold.)
   // The folder's checkpoint may already be this run's last, its settings as they are now (a run
-  // stopped while it sampled, so without its summary): the run trains no step and leaves that
-  // checkpoint as it is, as a save would only rewrite it (and an expert-parallel save removes
-  // the parts it lists first). Another --steps or a forced setting is saved.
+  // stopped between its last checkpoint and its summary): the run trains no step and leaves
+  // that checkpoint as it is, as a save would only rewrite it. Another --steps or a forced
+  // setting is saved.
   std::vector<std::int64_t> decided{
       lead && resumed_here && run_finished(o.out, trainer.step(), o.train.steps) ? 1 : 0,
       lead && resumed_here && trainer.step() == o.train.steps &&

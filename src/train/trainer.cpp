@@ -295,7 +295,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
     group->broadcast(kept, "checkpoint");
   }
   try {
-    if (!checkpoint_dir.empty()) checkpoints_.check_shared_folder(checkpoint_dir);
+    if (!dir.empty()) checkpoints_.check_shared_folder(dir);  // rank 0's, on every rank
     while (step_ < config_.steps) {
       const StepLog log = train_step();
       // The caller's callbacks and stop request are this rank's alone: under a group a rank
@@ -328,17 +328,17 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
               fmt::format("[train] rank {{}} failed after step {} (its message says why)", step_));
         stopping = any[0] > 0;
       }
-      if (!checkpoint_dir.empty() &&
+      if (!dir.empty() &&
           (last || stopping ||
            (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0))) {
-        save(checkpoint_dir);
+        save(dir);
         kept = kept_note(step_, dir);
       }
       if (stopping) return false;
     }
     // A run that trained no step (--steps 0, or a finished run continued into another folder)
     // still leaves its model to resume from, as its summary says.
-    if (!checkpoint_dir.empty() && step_ == first_step) save(checkpoint_dir);
+    if (!dir.empty() && step_ == first_step) save(dir);
   } catch (const std::exception& e) {
     if (kept.empty()) throw;  // a run without a checkpoint folder (the study's) has nothing to say
     // The error in flight, of its own kind (a stop stays a stop, a system failure one, with its

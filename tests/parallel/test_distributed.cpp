@@ -337,14 +337,20 @@ TEST_F(Distributed, ExpertGroupsMatchOneProcessAndResumeOnAnyLayout) {
 }
 
 // The ranks on one machine share its memory: each checks its model against its part, and a
-// model no part holds is refused naming how many share it (here 2 ranks on this machine; the
-// model, 3.2 G parameters, is more than the whole machine holds, so that no rank allocates).
+// model no part holds is refused naming how many share it (here 2 ranks on this machine). The
+// model needs half as much again as the whole machine, whatever its size, so that no rank
+// allocates it even if the sharing were lost.
 TEST_F(Distributed, RanksOnOneMachineCheckTheirShareOfItsMemory) {
+  const double machine =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  // 12 MoE layers of 4 experts of d_model 128: about 12·4·257·d_ff parameters, 16 bytes each
+  // with gradients and Adam's moments.
+  const auto d_ff = static_cast<std::int64_t>(std::ceil(1.5 * machine / (16.0 * 12 * 4 * 257)));
+  ASSERT_LE(d_ff, std::int64_t{1} << 24) << "a machine beyond what one --d-ff can exceed";
   const Outcome r =
-      run("train --d-model 128 --layers 12 --heads 2 --seq 32 --batch 4 --steps 2 "
-          "--sample 0 --threads 1 --variant moe --experts 4 --top-k 2 --d-ff 262144 "
-          "--out " +
-              path("a"),
+      run("train --d-model 128 --layers 12 --heads 2 --seq 32 --batch 4 --steps 2 --sample 0 "
+          "--threads 1 --variant moe --experts 4 --top-k 2 --d-ff " +
+              std::to_string(d_ff) + " --out " + path("a"),
           kMpirun + "-np 2 ");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("available to each of the 2 processes on this machine"), std::string::npos)

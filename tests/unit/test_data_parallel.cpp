@@ -1017,6 +1017,37 @@ TEST(DataParallel, AnExpertParallelRunChecksItsFolderBeforeTheFirstStep) {
     for (const auto& f : std::filesystem::directory_iterator(dir))
       EXPECT_EQ(f.path().filename().string().find(".ffnlab-shared"), std::string::npos) << f.path();
   }
+  // A folder rank 0 does not see as rank 1 does: rank 1's file is gone (as if written to its own
+  // machine's folder of that name) by the time rank 0 looks.
+  const std::string dir = (scratch.path / "unshared").string();
+  std::vector<std::string> caught(2);
+  std::vector<std::int64_t> steps(2, -1);
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    TrainConfig t = tiny_training(2);
+    t.steps = 3;
+    t.eval_every = 0;
+    TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
+    Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
+    if (g.rank() == 1)
+      g.on_allreduce_max = [&](const std::string& what) {
+        if (what != "checkpoint folder" || !std::filesystem::exists(dir)) return;
+        for (const auto& f : std::filesystem::directory_iterator(dir))
+          if (f.path().filename().string().starts_with(".ffnlab-shared"))
+            std::filesystem::remove(f.path());
+      };
+    try {
+      trainer.run(nullptr, nullptr, dir);
+    } catch (const std::exception& e) {
+      caught[g.rank()] = e.what();
+    }
+    steps[g.rank()] = trainer.step();
+  });
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{0, 0}));
+  for (const std::string& e : caught)
+    EXPECT_NE(e.find("rank 1 of the expert group wrote a file into '" + dir +
+                     "' that rank 0 does not see there"),
+              std::string::npos)
+        << e;
 }
 
 // Expert groups on 4 ranks: the experts split over groups of 2 (2 replicas) or of 4, or each

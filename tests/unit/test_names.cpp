@@ -1,6 +1,7 @@
 // The one enum-name mechanism (names.hpp) for every enum, and the JSON key tables of the configs:
 // every name parses back to its value, errors list what is known, every printed key is read back.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
 
@@ -222,6 +223,9 @@ TEST(ConfigKeys, UnknownKeysAndBadValuesNameTheKey) {
 // The ranks of an MPI job on one machine share its memory: each checks what it needs against
 // its part, and the refusal says so.
 TEST(Limits, ProcessesOnOneMachineEachGetTheirShareOfItsMemory) {
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    GTEST_SKIP() << "an address-space limit (ulimit -v) decides the memory here, not the sharing";
   const double whole = available_memory_bytes();
   share_memory_among(2);
   const double half = available_memory_bytes();

@@ -80,7 +80,11 @@ class ThreadGroup final : public ProcessGroup {
     combine(
         v, [](auto a, auto b) { return std::min(a, b); }, s_.size);
   }
-  void allreduce_max(std::span<std::int64_t> v, const char*) override {
+  // Called with the exchange's name as this rank enters allreduce_max (null: nothing): a test
+  // does something on one rank at a given point of the others' work.
+  std::function<void(const std::string&)> on_allreduce_max;
+  void allreduce_max(std::span<std::int64_t> v, const char* what) override {
+    if (on_allreduce_max) on_allreduce_max(what);
     combine(
         v, [](auto a, auto b) { return std::max(a, b); }, s_.size);
   }

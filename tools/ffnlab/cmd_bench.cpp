@@ -225,15 +225,15 @@ void bench_layers(const BenchOptions& o, const std::vector<std::string>& variant
         "ffnlab's, timed in the same rounds, and 'rounds' the lowest and highest of each "
         "round's own forward+backward ratio: the spread one ratio carries on this machine.\n\n",
         D, F, o.rounds);
+    if (torch.available() && !torch_times(true) &&
+        std::find(precisions.begin(), precisions.end(), Precision::bf16) != precisions.end())
+      fmt::print("{}\n\n", kNoTorchBf16);
     fmt::print("{:<10} {:>5} {:>5} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} {:>7} {:>7} {:>11}\n",
                "variant", "dtype", "T", "infer ms", "GFLOP/s", "x torch", "fwd+bwd ms", "GFLOP/s",
                "of bare", "of peak", "x torch", "rounds");
   }
   const std::size_t total = variants.size() * precisions.size() * T.size();
   std::size_t done = 0;
-  if (!o.json_out && torch.available() && !this_machine().bf16 &&
-      std::find(precisions.begin(), precisions.end(), Precision::bf16) != precisions.end())
-    fmt::print("{}\n\n", kNoTorchBf16);
   for (const auto& v : variants)
     for (Precision p : precisions)
       for (std::int64_t t : T) {
@@ -638,7 +638,7 @@ void bench_into(const BenchOptions& o, json& out) {
   const bool holds = f32_probe.held() && nominal_peak_holds(probe, omp_get_max_threads());
   peaks.f32 = holds ? probe : 0;
   // The bf16 probe serves only when it held too (a busy stretch would inflate bf16's "of peak").
-  std::optional<bool> bf16_held;  // (none: the probe did not run)
+  std::optional<bool> bf16_held;                      // (none: the probe did not run)
   if (bf16_native && holds && !this_machine().amx) {  // AMX: no vector loop bounds its tiles
     const PeakProbe b = measure_peak_flops(true, o.quick ? 0.05 : 0.3);
     bf16_held = b.held();

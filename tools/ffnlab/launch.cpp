@@ -36,9 +36,6 @@ std::unique_ptr<MpiWorld> join_world(double dist_timeout) {
 void run_launched(double dist_timeout, const std::function<void(ProcessGroup*)>& work) {
   const std::unique_ptr<MpiWorld> world = join_world(dist_timeout);
   if (!world || world->size() == 1) return work(nullptr);
-  // Every rank allocates its own model: the ranks on a machine share its memory, and each
-  // checks what it needs against its share.
-  share_memory_among(world->ranks_on_this_node());
   // When mpirun ends the job it stops reading the ranks' output and sends SIGTERM a second
   // later: the stop signal makes the output non-blocking (a line that cannot go out is
   // dropped: Progress), so that rank 0 reaches its checkpoint instead of blocking on a full
@@ -47,6 +44,9 @@ void run_launched(double dist_timeout, const std::function<void(ProcessGroup*)>&
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGHUP, SIG_IGN);
   try {
+    // Every rank allocates its own model: the ranks on a machine share its memory, and each
+    // checks what it needs against its share. (An exchange: a failure ends every rank, below.)
+    share_memory_among(world->ranks_on_this_node());
     work(world.get());
   } catch (...) {
     // One rank failed: say why, then end every rank (they would wait for this one). Interrupted

@@ -4,7 +4,9 @@
 // Reference: layers/ref/moe_ffn_ref.hpp (an independent, sort-based implementation).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "ffnlab/names.hpp"
@@ -28,6 +30,13 @@ enum class RoutingKind : std::uint8_t {
   base,           // a balanced assignment of the batch in training (BASE layers, Lewis et al. 2021)
   count
 };
+// A logit or score as a sort key: NaN (from a diverged run's non-finite logits; the layer's
+// output carries them, and the trainer reports it) ranks last, so that an ordering by it stays
+// a strict weak order and every token still gets valid experts.
+inline float rank_key(float v) {
+  return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
+}
+
 // Which assignments an expert over capacity drops.
 enum class DropPolicy : std::uint8_t {
   position,     // later ones: all first choices before second choices, then by token index

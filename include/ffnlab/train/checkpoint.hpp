@@ -46,9 +46,10 @@ class CheckpointIO {
   // parallel (collective): each rank reads its DIR; a rank that could not fails every rank (with
   // its kind and errno), and so do ranks at other steps or holding other weights.
   std::int64_t load(const std::string& dir);
-  // A model that holds only this rank's experts (collective): every rank that will write a part
-  // writes a file into rank 0's DIR, and rank 0 must see each, or every rank fails: a folder
-  // the ranks do not share is found before the first step, not at the first checkpoint.
+  // A model that holds only this rank's experts (collective; `dir` rank 0's folder, the same on
+  // every rank): every rank that will write a part writes a file into it, and rank 0 must see
+  // each, or every rank fails: a folder the ranks do not share is found before the first step,
+  // not at the first checkpoint. The files are removed.
   void check_shared_folder(const std::string& dir);
 
  private:
@@ -60,10 +61,10 @@ class CheckpointIO {
   // Whether every rank holds the same weights (collective): the dense part on every rank, each
   // expert on each of its holders.
   bool ranks_hold_the_same_weights();
+  // A token no other save has, rank 0's, on every rank (collective).
+  std::string new_token();
   // The parameters `keep` accepts, with their optimizer moments, to `path` (atomically);
   // `attempt` (when not empty) in its metadata: the save it belongs to.
-  // Rank 0's DIR made absolute, and a token of this save, broadcast to every rank.
-  std::pair<std::string, std::string> folder_and_token(const std::string& rank_dir);
   void write_weights(const std::string& path, std::int64_t step,
                      const std::function<bool(const Parameter&)>& keep,
                      const std::string& attempt = "") const;

@@ -6,9 +6,7 @@
 // trainer, the costs and the front ends ask the family; none of them names a routing.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
@@ -68,13 +66,6 @@ struct RoutingFamily {
   // The family's own loss from r's group counts and r.mass (null: none), as r.l1_loss.
   double (*own_loss)(const Routing& r, const RouterConfig& m) = nullptr;
 };
-
-// A logit or score as a sort key: NaN (from a diverged run's non-finite logits; the layer's
-// output carries them, and the trainer reports it) ranks last, so that an ordering by it stays
-// a strict weak order and every token still gets valid experts.
-inline float rank_key(float v) {
-  return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
-}
 
 // The choice by rank shared by top-k and top-p: per token, the k best of score + selection bias
 // (within the topk_groups best groups when groups > 0), best first; with reach > 0 (top-p) the
