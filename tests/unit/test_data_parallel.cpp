@@ -992,9 +992,10 @@ TEST(DataParallel, AnExpertParallelRunChecksItsFolderBeforeTheFirstStep) {
   const test::ScratchDir scratch("dp-probe");
   std::ofstream(scratch.path / "file") << "x";
   const LMConfig c = tiny_model(checkpoint_ffn(true));
-  for (const std::string& dir :
-       {(scratch.path / "file" / "checkpoint").string(), (scratch.path / "good").string()}) {
-    SCOPED_TRACE(dir);
+  // 3 steps on 2 ranks into `dir`: what each rank caught ("": nothing) and its step after;
+  // `hook` (when set) is rank 1's on_allreduce_max.
+  const auto train_into = [&](const std::string& dir,
+                              const std::function<void(const std::string&)>& hook) {
     std::vector<std::string> caught(2);
     std::vector<std::int64_t> steps(2, -1);
     ThreadGroup::run(2, [&](ThreadGroup& g) {
@@ -1003,6 +1004,7 @@ TEST(DataParallel, AnExpertParallelRunChecksItsFolderBeforeTheFirstStep) {
       t.eval_every = 0;
       TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
       Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
+      if (g.rank() == 1) g.on_allreduce_max = hook;
       try {
         trainer.run(nullptr, nullptr, dir);
       } catch (const std::exception& e) {
@@ -1010,6 +1012,12 @@ TEST(DataParallel, AnExpertParallelRunChecksItsFolderBeforeTheFirstStep) {
       }
       steps[g.rank()] = trainer.step();
     });
+    return std::pair{caught, steps};
+  };
+  for (const std::string& dir :
+       {(scratch.path / "file" / "checkpoint").string(), (scratch.path / "good").string()}) {
+    SCOPED_TRACE(dir);
+    const auto [caught, steps] = train_into(dir, nullptr);
     const bool bad = dir.find("file") != std::string::npos;
     EXPECT_EQ(steps, (std::vector<std::int64_t>(2, bad ? 0 : 3)));
     for (const std::string& e : caught) EXPECT_EQ(e.empty(), !bad) << e;
@@ -1020,27 +1028,11 @@ TEST(DataParallel, AnExpertParallelRunChecksItsFolderBeforeTheFirstStep) {
   // A folder rank 0 does not see as rank 1 does: rank 1's file is gone (as if written to its own
   // machine's folder of that name) by the time rank 0 looks.
   const std::string dir = (scratch.path / "unshared").string();
-  std::vector<std::string> caught(2);
-  std::vector<std::int64_t> steps(2, -1);
-  ThreadGroup::run(2, [&](ThreadGroup& g) {
-    TrainConfig t = tiny_training(2);
-    t.steps = 3;
-    t.eval_every = 0;
-    TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
-    Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
-    if (g.rank() == 1)
-      g.on_allreduce_max = [&](const std::string& what) {
-        if (what != "checkpoint folder" || !std::filesystem::exists(dir)) return;
-        for (const auto& f : std::filesystem::directory_iterator(dir))
-          if (f.path().filename().string().starts_with(".ffnlab-shared"))
-            std::filesystem::remove(f.path());
-      };
-    try {
-      trainer.run(nullptr, nullptr, dir);
-    } catch (const std::exception& e) {
-      caught[g.rank()] = e.what();
-    }
-    steps[g.rank()] = trainer.step();
+  const auto [caught, steps] = train_into(dir, [&](const std::string& what) {
+    if (what != "checkpoint folder" || !std::filesystem::exists(dir)) return;
+    for (const auto& f : std::filesystem::directory_iterator(dir))
+      if (f.path().filename().string().starts_with(".ffnlab-shared"))
+        std::filesystem::remove(f.path());
   });
   EXPECT_EQ(steps, (std::vector<std::int64_t>{0, 0}));
   for (const std::string& e : caught)
