@@ -183,6 +183,12 @@ std::vector<double> obrien_fleming_bounds(std::span<const double> fractions, dou
   return bounds;
 }
 
+std::string seeds_text(const SequentialDesign& design) {
+  if (design.first == design.cap)
+    return fmt::format("{} seed{}", design.first, design.first == 1 ? "" : "s");
+  return fmt::format("{} to {} seeds", design.first, design.cap);
+}
+
 std::vector<double> sequential_t_bounds(const SequentialDesign& design, double alpha, int paths) {
   if (design.first < 2 || design.cap < design.first || !(alpha > 0 && alpha < 1) || paths < 1)
     throw Error(

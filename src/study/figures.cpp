@@ -523,15 +523,20 @@ std::string labelled_points(const std::vector<double>& x, const std::vector<doub
 void draw_moe_pareto(const Study& st) {
   const auto& points = st.results.moe_axes->pareto;
   std::string s = preamble("moe_pareto", 1500, 620);
-  s += "set multiplot layout 1,2 title 'Each FFN against ReLU, paired by seed, against its cost "
-       "(bars: the interval its verdict rests on)'\n"
-       "set ylabel 'validation bits/byte minus ReLU''s (below 0: better)'\nset key top right\n";
+  const bool unbarred = std::any_of(points.begin(), points.end(), [](const auto& p) {
+    return !std::isfinite(p.low) || !std::isfinite(p.high);
+  });
+  s += fmt::format(
+      "set multiplot layout 1,2 title 'Each FFN against ReLU, paired by seed, against its cost "
+      "(bars: the interval its verdict rests on{})'\n",
+      unbarred ? "; a point without bars has one seed, and no interval" : "");
+  s += "set ylabel 'validation bits/byte minus ReLU''s (below 0: better)'\nset key top right\n";
   // The y range covers every bar and 0 with a margin; each panel's x range leaves room for the
   // names.
   double lo = 0, hi = 0;
-  for (const auto& p : points) {
-    lo = std::min(lo, p.low);
-    hi = std::max(hi, p.high);
+  for (const auto& p : points) {  // (a bound of NaN, one seed's, leaves them as they are)
+    lo = std::min({lo, p.low, p.difference});
+    hi = std::max({hi, p.high, p.difference});
   }
   const double yspan = std::max(hi - lo, 1e-3);
   lo -= 0.08 * yspan;
@@ -564,9 +569,14 @@ void draw_moe_pareto(const Study& st) {
     }
     const std::string block = fmt::format("$costs{}", column);
     s += block + " << EOD\n";
-    for (std::size_t i = 0; i < points.size(); ++i)
-      s += fmt::format("{},{},{},{},{}\n", drawn[i], points[i].difference, points[i].low,
-                       points[i].high, points[i].moe ? "moe" : "dense");
+    // A comparison of one seed has no interval (low and high NaN): its point is drawn without
+    // bars, not left out.
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const auto& p = points[i];
+      s += fmt::format("{},{},{},{},{}\n", drawn[i], p.difference,
+                       std::isfinite(p.low) ? p.low : p.difference,
+                       std::isfinite(p.high) ? p.high : p.difference, p.moe ? "moe" : "dense");
+    }
     s += "EOD\n";
     s += fmt::format("set title '{}'\nset xlabel '{}'\n", title, xlabel);
     s += labelled_points(drawn, y, names, lo, hi, zero_line);

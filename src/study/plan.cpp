@@ -251,8 +251,8 @@ std::string duration_text(double seconds) {
 std::string choice_text(const StudyPlan& p) {
   std::vector<std::string> sizes;
   for (const PlannedSize& s : p.sizes) sizes.push_back(s.name);
-  return fmt::format("sizes {}, {} to {} seeds, {} steps", fmt::join(sizes, ","),
-                     p.scale.design.first, p.scale.design.cap, p.scale.train.steps);
+  return fmt::format("sizes {}, {}, {} steps", fmt::join(sizes, ","), seeds_text(p.scale.design),
+                     p.scale.train.steps);
 }
 
 // The core counts a plan gives the wall time for: this machine's workers, then each of `cores`

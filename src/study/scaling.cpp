@@ -263,8 +263,8 @@ void run_scaling(Study& st) {
       outcomes.erase(outcomes.begin());
       const NextRound next = next_round(outcomes, relu_has, design);
       planned_steps += next.planned_runs * size_settings(st.scale, c.size).steps;
-      st.message(
-          fmt::format("  {} {}, look at {} seeds: {}", c.size.name, c.task, relu_has, next.looked));
+      st.message(fmt::format("  {} {}, look at {}: {}", c.size.name, c.task,
+                             counted(relu_has, "seed"), next.looked));
       for (const auto& [label, seed] : next.runs)
         jobs.push_back(scaling_job(st, c.size, c.task, label, seed));
     }
@@ -508,14 +508,14 @@ std::string scaling_markdown(const Study& st, const Sections& sec) {
       "by [MASK], RoPE positions, bits per masked byte){}; MoE variants train on the causal LM "
       "only. In each cell (a size and a task) every "
       "variant is compared with ReLU of the same size and task, paired by seed, by {}'s "
-      "sequential rule: {} seeds, then one more per round while undecided, up to {}. The {} "
+      "sequential rule: {}, then one more per round while undecided, up to {}. The {} "
       "comparisons each hold their 5 % error; \"not across all comparisons\" marks a verdict "
       "that does not hold with the 5 % shared among all of them.{}\n\n",
       range_text(r), tasks_text(r.tasks), fmt::join(sizes, "; "), sec.ref("training"),
       st.results.routing && st.results.routing->find("masked", "topk") != nullptr
           ? fmt::format(", the LM of the routing families' masked runs ({})", sec.ref("routing"))
           : "",
-      sec.ref("training"), r.design.first, r.design.cap, r.comparisons,
+      sec.ref("training"), counted(r.design.first, "seed"), r.design.cap, r.comparisons,
       r.find("s", "causal") != nullptr ? fmt::format(" The cell of the study's own LM (s, causal) "
                                                      "is {}'s runs (the summary's verdicts).",
                                                      sec.ref("training"))

@@ -544,9 +544,12 @@ Results run_study(const Options& options, Observer& observer, ProcessGroup* rank
 
   for (const Stage& s : stages()) st.planned_steps += s.planned_steps(st);
   observer.begin(st.planned_steps,
-                 fmt::format("{} variants, {} to {} seeds (more while a comparison is undecided) "
-                             "× {} steps (at most {} training steps in all), into {}",
-                             st.options.variants.size(), st.scale.design.first, st.scale.design.cap,
+                 fmt::format("{} variants, {}{} × {} steps (at most {} training steps in all), "
+                             "into {}",
+                             st.options.variants.size(), seeds_text(st.scale.design),
+                             st.scale.design.cap > st.scale.design.first
+                                 ? " (more while a comparison is undecided)"
+                                 : "",
                              st.scale.train.steps, st.planned_steps, out.final_path()));
   if (!st.plan_why.empty()) st.message("chosen for " + st.plan_why);
   try {

@@ -512,7 +512,7 @@ void run_training(Study& st) {
       if (s.key != "training" && s.key != "moe_axes" && s.key != "routing")
         after += s.planned_steps(st);
     st.planned_steps = st.done_steps + after + next.planned_runs * st.scale.train.steps;
-    st.message(fmt::format("  look at {} seeds: {}", relu_has, next.looked));
+    st.message(fmt::format("  look at {}: {}", counted(relu_has, "seed"), next.looked));
     if (next.runs.empty()) break;
     jobs.clear();
     for (const auto& [label, seed] : next.runs) jobs.push_back(job_of(label, seed));
@@ -666,8 +666,8 @@ std::string training_markdown(const Study& st, const Sections& sec) {
       // (MoE at equal compute where it trained: a run without the moe variant has no section.)
       st.results.moe_axes ? fmt::format(" and MoE at equal compute, {}", sec.ref("moe_axes"))
                           : std::string(),
-      counted(t.design.first, "seed"), counted(t.design.cap, "seed"), t.margin, counted(t.comparisons, "comparison"),
-      fixed(t.pooled_spread, 4));
+      counted(t.design.first, "seed"), counted(t.design.cap, "seed"), t.margin,
+      counted(t.comparisons, "comparison"), fixed(t.pooled_spread, 4));
   md += fmt::format(
       "**FLOP utilisation**: the matrix work of a run's median step per second over the rate of "
       "the bare products of its own shapes (every weight product and attention's score "

@@ -402,6 +402,20 @@ TEST_F(Cli, EvolveQuickWritesTheWholeReportAndReplacesTheOldOneAtomically) {
   EXPECT_EQ(md2.find("| moe_compute |"), std::string::npos);
 }
 
+// One seed: each comparison has no interval. The cost figure draws every point (without bars, as
+// its title says) instead of NaN bars that leave the point out, and progress counts "1 seed".
+TEST_F(Cli, EvolveWithOneSeedDrawsEveryPointAndCountsInTheSingular) {
+  const std::string out = path("one");
+  const Outcome r = run("evolve --quick --threads 1 --seeds 1 --max-seeds 1 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string script = read(out + "/moe_pareto.gp");
+  EXPECT_EQ(script.find("nan"), std::string::npos) << script;
+  EXPECT_NE(script.find("a point without bars has one seed, and no interval"), std::string::npos);
+  const std::string said = r.out + r.err;
+  EXPECT_NE(said.find("look at 1 seed:"), std::string::npos) << said;
+  EXPECT_EQ(said.find("1 seeds"), std::string::npos) << said;
+}
+
 TEST_F(Cli, EvolveSweepAddsTheWidthTableAndFigure) {
   const std::string out = path("sweep");
   const Outcome r =

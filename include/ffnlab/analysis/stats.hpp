@@ -3,6 +3,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <vector>
 
 namespace ffnlab {
@@ -69,6 +70,8 @@ struct SequentialDesign {
   int cap = 6;          // the most seeds a comparison trains; looks at first, first + 1, …, cap
   double alpha = 0.05;  // two-sided error of better/worse; equivalence spends 2α (TOST at α)
 };
+// The design's seeds in words: "3 to 6 seeds", or "1 seed" where first = cap = 1.
+std::string seeds_text(const SequentialDesign& design);
 
 // The two-sided z boundaries of a group-sequential test that looks at increasing information
 // fractions (the last 1) and spends `alpha` by the O'Brien–Fleming-type function above: with no
