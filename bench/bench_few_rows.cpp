@@ -101,6 +101,7 @@ void run(const std::vector<std::string>& shape_text, const std::vector<std::int6
   std::vector<Shape2> shapes;
   for (const auto& text : shape_text) shapes.push_back(parse_shape(text));
 
+  fmt::print("{}\n", bench::measured_on("bench_few_rows"));
   fmt::print(
       "f32 (kernel set {}: f32 weights take its AVX2 kernel), median of {} alternating rounds ({} "
       "s each); x = oneDNN's time over "

@@ -81,6 +81,7 @@ void compare(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& to
              double budget, const std::vector<std::string>& variants, Precision precision,
              const Setting& setting, int rounds) {
   const auto saved = setting.get();
+  fmt::print("{}\n", bench::measured_on("bench_ffn"));
   fmt::print(
       "Dense FFN layers, d_model {}, d_ff {}, bias, {} products: forward+backward with {} "
       "each value (0: never), {} alternating rounds, medians; 'speed-up' is the first "
@@ -147,13 +148,18 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& token_
   if (json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const auto& r : rows) {  // LayerSpeed's one JSON form, after the row's names
-      nlohmann::ordered_json row{{"variant", r.variant}, {"tokens", r.tokens}, {"dtype", dtype}};
+      nlohmann::ordered_json row{{"variant", r.variant},
+                                 {"tokens", r.tokens},
+                                 {"dtype", dtype},
+                                 {"machine", this_machine().describe()},
+                                 {"threads", bench::threads()}};
       row.update(to_json(r.speed));
       out.push_back(row);
     }
     fmt::print("{}\n", out.dump(2));
     return;
   }
+  fmt::print("{}\n", bench::measured_on("bench_ffn"));
   fmt::print(
       "Dense FFN layers, d_model {}, d_ff {}, bias, {} products (training forward keeps "
       "activations). GFLOP/s count matrix-product FLOPs only; 'of bare' is the layer's "

@@ -221,6 +221,9 @@ int main(int argc, char** argv) {
     // Google Benchmark does not check its writes to --benchmark_out: past a file-size limit the
     // signal ends the process (run_program ignores it) rather than leave a cut-off file.
     std::signal(SIGXFSZ, SIG_DFL);
+    // Google Benchmark's context names the clock and caches, not the CPU: ffnlab's description
+    // (model, family, AVX2 or AVX-512, bf16) goes with every report, console and JSON alike.
+    benchmark::AddCustomContext("ffnlab_machine", this_machine().describe());
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
   });

@@ -126,6 +126,7 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
   std::string others;
   for (std::size_t l = 1; l < libs.size(); ++l)
     others += (l == 1 ? "" : l + 1 == libs.size() ? " and " : ", ") + libs[l].name;
+  fmt::print("{}\n", bench::measured_on("bench_libraries"));
   fmt::print(
       "f32 products, {} thread{}, d_model {}, d_ff {}: oneDNN's matmul against its 1x1 "
       "convolution (ffnlab's path from {} rows for forward and input-gradient products{}) and "

@@ -219,10 +219,13 @@ void run(std::int64_t D, std::int64_t F, std::int64_t Fin, std::int64_t T, int E
                        {"products_as_the_moe_overhead", linear_overhead},
                        {"products_batched_overhead", batched_overhead},
                        {"load_cv", s.load_cv},
-                       {"max_over_mean", s.max_over_mean}};
+                       {"max_over_mean", s.max_over_mean},
+                       {"machine", this_machine().describe()},
+                       {"threads", bench::threads()}};
     fmt::print("{}\n", out.dump(2));
     return;
   }
+  fmt::print("{}\n", bench::measured_on("bench_moe"));
   fmt::print(
       "MoE ({} experts of {} d_ff {}, top-{}, d_model {}, bias, f32) against {} x the dense FFN "
       "of one expert, {} tokens, inference forward, training forward (+ backward); best of 3 "

@@ -5,32 +5,40 @@
 // product converts on every call: "convert/prod" is that conversion's share. The dW product
 // (dyᵀ·x) has no weight operand, so nothing to pack: its rate is printed for comparison.
 //
+// The plain and packed products (and the reorder and conversion) are timed in alternating rounds,
+// so that drift of a shared machine hits both alike: medians over rounds, and the range of each
+// round's packed/plain ratio.
+//
 //   bench_packed [--d-model 512] [--d-ff 2048] [--tokens 8,512,6400] [--dtype f32]
-//                [--seconds 0.5]
+//                [--rounds 3] [--seconds 0.2]
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
 #include "bench_cli.hpp"
 #include "bench_util.hpp"
+#include "ffnlab/analysis/stats.hpp"
 
 using namespace ffnlab;
 using dnnl::memory;
 
 namespace {
 
+// Medians over rounds, seconds; `speed_up` each round's plain over packed time.
 struct Result {
-  double plain_s, packed_s, reorder_s, convert_s;
+  double plain_s = 0, packed_s = 0, reorder_s = 0, convert_s = 0;
+  std::vector<double> speed_up;
 };
 
 // C [M, N] = A [M, K] · B, with B stored [N, K] (read transposed, as y = x·Wᵀ) or [K, N]. A is
 // stored [M, K], or [K, M] read transposed (dW = dyᵀ·x, whose B is not a weight: then only the
 // plain product is timed).
 Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed, bool b_transposed,
-               bool bf16, double budget) {
+               bool bf16, int rounds, double budget) {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   static dnnl::stream strm(eng);
   const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
@@ -47,34 +55,41 @@ Result compare(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed
   memory am(a_md, eng, a_ptr), bm(b_md, eng, b_ptr), bm32(b_f32, eng, const_cast<float*>(b.f32())),
       cm(c_md, eng, c.f32());
   dnnl::matmul plain(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), eng));
-  Result r{};
-  r.plain_s = bench::time_it(
-      [&] {
-        plain.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-        strm.wait();
-      },
-      budget);
-  if (a_transposed) return r;
-  if (bf16) {  // what a plain bf16 product of f32 weights adds on every call (as ops/matmul)
-    Tensor converted;
-    r.convert_s = bench::time_it([&] { converted.assign_converted(b, DType::bf16); }, budget);
+  auto run_plain = [&] {
+    plain.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    strm.wait();
+  };
+  Result r;
+  std::vector<double> plain_s, packed_s, reorder_s, convert_s;
+  if (a_transposed) {  // no weight operand: the plain product alone
+    for (int round = 0; round < rounds; ++round)
+      plain_s.push_back(bench::time_it(run_plain, budget));
+    r.plain_s = median(plain_s);
+    return r;
   }
   const memory::desc any({K, N}, dt, memory::format_tag::any);
   const auto packed_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, any, c_md), eng);
   dnnl::matmul packed(packed_pd);
   memory bp(packed_pd.weights_desc(), eng);
-  r.reorder_s = bench::time_it(  // from the f32 master weights, as a training step would
-      [&] {
-        dnnl::reorder(bm32, bp).execute(strm, bm32, bp);
-        strm.wait();
-      },
-      budget);
-  r.packed_s = bench::time_it(
-      [&] {
-        packed.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bp}, {DNNL_ARG_DST, cm}});
-        strm.wait();
-      },
-      budget);
+  auto reorder = [&] {  // from the f32 master weights, as a training step would
+    dnnl::reorder(bm32, bp).execute(strm, bm32, bp);
+    strm.wait();
+  };
+  auto run_packed = [&] {
+    packed.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bp}, {DNNL_ARG_DST, cm}});
+    strm.wait();
+  };
+  Tensor converted;  // what a plain bf16 product of f32 weights adds on every call (as ops/matmul)
+  auto convert = [&] { converted.assign_converted(b, DType::bf16); };
+  for (int round = 0; round < rounds; ++round) {
+    plain_s.push_back(bench::time_it(run_plain, budget));
+    if (bf16) convert_s.push_back(bench::time_it(convert, budget));
+    reorder_s.push_back(bench::time_it(reorder, budget));
+    packed_s.push_back(bench::time_it(run_packed, budget));
+    r.speed_up.push_back(plain_s.back() / packed_s.back());
+  }
+  r.plain_s = median(plain_s), r.packed_s = median(packed_s), r.reorder_s = median(reorder_s);
+  if (bf16) r.convert_s = median(convert_s);
   return r;
 }
 
@@ -93,7 +108,7 @@ std::vector<Case> cases(std::int64_t D, std::int64_t F, std::int64_t T) {
 }
 
 void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens, bool bf16,
-         const std::string& dtype, double budget);
+         const std::string& dtype, int rounds, double budget);
 
 }  // namespace
 
@@ -101,9 +116,12 @@ int main(int argc, char** argv) {
   std::int64_t D = 512, F = 2048;
   std::vector<std::int64_t> tokens{8, 512, 6400};
   std::string dtype = "f32";
-  double budget = 0.5;
+  int rounds = 3;
+  double budget = 0.2;
   CLI::App app{
-      "oneDNN's packed weight layout against the plain one, for an FFN's products.\n"
+      "oneDNN's packed weight layout against the plain one, for an FFN's products, in "
+      "alternating rounds (plain, conversion, reorder, packed): medians over rounds, and the "
+      "range of each round's speed-up.\n"
       "Exit status: 0 done, 1 refused (more memory than there is, or bf16 on a CPU without "
       "it), 2 a bad flag, 3 out of memory or a failed write."};
   bench::width_option(app, "--d-model", D, "model width D");
@@ -112,6 +130,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "product precision (bf16: bf16 products, f32 weights)")
       ->check(bench::one_of({"f32", "bf16"}))
       ->capture_default_str();
+  bench::rounds_option(app, rounds, "alternating rounds");
   bench::add_seconds_option(app, budget);
   app.callback([&] {
     const bool bf16 = dtype == "bf16";
@@ -132,7 +151,7 @@ int main(int argc, char** argv) {
         largest = std::max(largest, f.bytes());
       }
     check_memory(largest, "bench_packed", "the largest product");
-    run(D, F, tokens, bf16, dtype, budget);
+    run(D, F, tokens, bf16, dtype, rounds, budget);
   });
   return cli::run_program("bench_packed", app, argc, argv);
 }
@@ -140,26 +159,30 @@ int main(int argc, char** argv) {
 namespace {
 
 void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens, bool bf16,
-         const std::string& dtype, double budget) {
+         const std::string& dtype, int rounds, double budget) {
+  fmt::print("{}\n", bench::measured_on("bench_packed"));
   fmt::print(
-      "{} products; packed/ = plain time over packed time; reorder (f32 plain -> packed{}) "
-      "and convert (f32 -> bf16) as a share of one packed product\n",
-      dtype, bf16 ? " bf16" : "");
-  fmt::print("{:<28} {:>6} {:>12} {:>12} {:>8} {:>13} {:>13}\n", "product", "T", "plain GF/s",
-             "packed GF/s", "packed/", "reorder/prod", "convert/prod");
+      "{} products, d_model {}, d_ff {}, {} alternating rounds ({} s each), medians; packed/ = "
+      "plain time over packed time ('rounds': each round's, lowest to highest); reorder (f32 "
+      "plain -> packed{}) and convert (f32 -> bf16) as a share of one packed product\n\n",
+      dtype, D, F, rounds, budget, bf16 ? " bf16" : "");
+  fmt::print("{:<28} {:>6} {:>12} {:>12} {:>8} {:>11} {:>13} {:>13}\n", "product", "T",
+             "plain GF/s", "packed GF/s", "packed/", "rounds", "reorder/prod", "convert/prod");
   for (std::int64_t T : tokens) {
     for (const Case& c : cases(D, F, T)) {
-      const Result r = compare(c.M, c.K, c.N, c.a_transposed, c.b_transposed, bf16, budget);
+      const Result r = compare(c.M, c.K, c.N, c.a_transposed, c.b_transposed, bf16, rounds, budget);
       const double flops = 2.0 * static_cast<double>(c.M) * c.K * c.N;
       if (c.a_transposed) {
-        fmt::print("{:<28} {:>6} {:>12.1f} {:>12} {:>8} {:>13} {:>13}\n", c.name, T,
-                   flops / r.plain_s / 1e9, "-", "-", "-", "-");
+        fmt::print("{:<28} {:>6} {:>12.1f} {:>12} {:>8} {:>11} {:>13} {:>13}\n", c.name, T,
+                   flops / r.plain_s / 1e9, "-", "-", "-", "-", "-");
         continue;
       }
-      fmt::print("{:<28} {:>6} {:>12.1f} {:>12.1f} {:>7.3f}x {:>12.1f}% {:>13}\n", c.name, T,
+      const auto [low, high] = std::minmax_element(r.speed_up.begin(), r.speed_up.end());
+      fmt::print("{:<28} {:>6} {:>12.1f} {:>12.1f} {:>7.3f}x {:>11} {:>12.1f}% {:>13}\n", c.name, T,
                  flops / r.plain_s / 1e9, flops / r.packed_s / 1e9, r.plain_s / r.packed_s,
-                 100 * r.reorder_s / r.packed_s,
+                 fmt::format("{:.2f}-{:.2f}", *low, *high), 100 * r.reorder_s / r.packed_s,
                  bf16 ? fmt::format("{:.1f}%", 100 * r.convert_s / r.packed_s) : "-");
+      std::fflush(stdout);
     }
   }
 }

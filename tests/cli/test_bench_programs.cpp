@@ -244,11 +244,20 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
       {kLibraries, (fs::exists(kOpenBlas) ? std::string("--library ") + kOpenBlas : std::string()) +
                        " --d-model 8 --d-ff 8 --tokens 4 --rounds 1 --seconds 0.001"},
   };
+  // Every table opens with the machine it measured on (Google Benchmark's context carries it in
+  // bench_kernels, whose listing of tests is no table).
+  const std::regex machine(
+      R"(^bench_\w+ on .+ \((AVX-512|AVX2|other)( with bf16)?, \d+ processors?\), 1 thread\.\n)");
   for (const auto& [program, args] : tiny) {
     SCOPED_TRACE(program.name);
     const Outcome ok = run(program, args);
     EXPECT_EQ(ok.status, 0) << ok.err;
     EXPECT_FALSE(ok.out.empty());
+    if (std::string(program.name) != kKernels.name) {
+      EXPECT_EQ(ok.out.rfind(std::string(program.name) + " on ", 0), 0u) << ok.out;
+      EXPECT_TRUE(std::regex_search(ok.out, machine, std::regex_constants::match_continuous))
+          << ok.out;
+    }
     EXPECT_LT(ok.seconds, 20.0);
     const Outcome full = run(program, args, "/dev/full");
     EXPECT_EQ(full.status, 3) << full.err;
@@ -257,17 +266,18 @@ TEST_F(BenchPrograms, TinyRunsWorkAndAFullDiskIsExit3) {
   }
 }
 
-// The rows of a bench_ffn comparison of two values for these variants: each one's speed-up and
-// its rounds' lowest and highest, checked to hold the median speed-up between them (a ratio of
-// medians lies between the rounds' ratios).
-int comparison_rows(const std::string& out, const std::vector<std::string>& variants) {
-  const std::regex row(R"(^(\w+) +\d+ +[\d.]+ +[\d.]+ +([\d.]+)x +([\d.]+)-([\d.]+)$)");
+// The rows of a comparison in alternating rounds that match `row`, whose groups are the row's
+// name, its speed-up (a ratio of medians) and its rounds' lowest and highest ratio: each checked
+// to hold the speed-up between them (a ratio of medians lies between the rounds' ratios, since
+// a_i > r·b_i for every round makes median(a) > r·median(b)). Only names in `names`, if given.
+int ratio_rows(const std::string& out, const std::regex& row,
+               const std::vector<std::string>& names = {}) {
   std::istringstream lines(out);
   int rows = 0;
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (!std::regex_match(line, m, row) ||
-        std::find(variants.begin(), variants.end(), m[1].str()) == variants.end())
+        (!names.empty() && std::find(names.begin(), names.end(), m[1].str()) == names.end()))
       continue;
     const double speed_up = std::stod(m[2]), low = std::stod(m[3]), high = std::stod(m[4]);
     EXPECT_LE(low, high) << line;
@@ -277,6 +287,41 @@ int comparison_rows(const std::string& out, const std::vector<std::string>& vari
     ++rows;
   }
   return rows;
+}
+
+// The rows of a bench_ffn comparison of two values for these variants.
+int comparison_rows(const std::string& out, const std::vector<std::string>& variants) {
+  return ratio_rows(
+      out, std::regex(R"(^(\w+) +\d+ +[\d.]+ +[\d.]+ +([\d.]+)x +([\d.]+)-([\d.]+)$)"), variants);
+}
+
+// bench_packed times the plain and packed products in alternating rounds: one row per product
+// with a weight and token count, the speed-up within its rounds' range; the weight gradient
+// (no weight to pack) its plain rate alone.
+TEST_F(BenchPrograms, PackedAlternatesPlainAndPacked) {
+  const Outcome r = run(kPacked, "--d-model 16 --d-ff 32 --tokens 8,24 --rounds 3 --seconds 0.001");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("3 alternating rounds"), std::string::npos) << r.out;
+  const std::regex row(
+      R"(^(up|down|dx): .+ +\d+ +[\d.]+ +[\d.]+ +([\d.]+)x +([\d.]+)-([\d.]+) +[\d.]+% +-$)");
+  EXPECT_EQ(ratio_rows(r.out, row), 6) << r.out;
+  // The weight gradients: the plain rate, every other column '-'.
+  const std::regex dw(R"(^dW: .+ +\d+ +[\d.]+( +-){5}$)");
+  std::istringstream lines(r.out);
+  int dw_rows = 0;
+  for (std::string line; std::getline(lines, line);) dw_rows += std::regex_match(line, dw);
+  EXPECT_EQ(dw_rows, 2) << r.out;
+}
+
+// bench_matmul times the fixed-shape and run-time-dimension products' steady rates in
+// alternating rounds: one row per product and row count.
+TEST_F(BenchPrograms, MatmulAlternatesFixedAndDynamic) {
+  const Outcome r = run(kMatmul, "--k 16 --n 32 --m 8,24 --rounds 3 --seconds 0.001");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("median of 3 alternating rounds"), std::string::npos) << r.out;
+  const std::regex row(
+      R"(^(Y|dW)\S* .+ +\d+ +[\d.]+ms +\d+ +[\d.]+ms +\d+ +([\d.]+)x +([\d.]+)-([\d.]+)$)");
+  EXPECT_EQ(ratio_rows(r.out, row), 4) << r.out;
 }
 
 // bench_ffn --conv-rows times whole layers with the products as a matmul and as a convolution, one
