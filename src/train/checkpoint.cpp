@@ -36,6 +36,14 @@ std::string moment_name(const char* moment, const Parameter& p) {
   return fmt::format("optimizer.{}.{}", moment, p.name);
 }
 
+// A save's files: its main weights file, and rank q's expert shard (expert parallel).
+std::string main_weights_name(const std::string& stem) {
+  return stem + ".safetensors";
+}
+std::string shard_name(const std::string& stem, int q) {
+  return fmt::format("{}-experts-{}.safetensors", stem, q);
+}
+
 // A weights file's name as checkpoint.json may give it: weights-*.safetensors beside it.
 bool is_weights_name(const std::string& name) {
   return name.starts_with("weights-") && name.ends_with(".safetensors") &&
@@ -49,6 +57,39 @@ std::int64_t ranges_hash(const Tensor& values,
   for (const auto& [b, e] : ranges)
     h = splitmix64(h ^ fnv1a64(values.f32() + b, static_cast<std::size_t>(e - b) * sizeof(float)));
   return static_cast<std::int64_t>(h);
+}
+
+// The names of the weights files the committed checkpoint in `dir` lists (none where there is
+// no checkpoint or it cannot be read: then nothing is committed that a save could replace).
+std::vector<std::string> committed_files(const std::string& dir) {
+  std::vector<std::string> names;
+  try {
+    const json info = read_checkpoint_info(dir);
+    names.push_back(info["weights"].get<std::string>());
+    if (info.contains("shards"))
+      for (const json& n : info["shards"]) names.push_back(n.get<std::string>());
+  } catch (const Error&) {
+  }
+  return names;
+}
+
+// The stem of a save's weights files at `step` in `dir`, of `parts` files (the main one and
+// parts − 1 expert shards): "weights-00000020", or where the committed checkpoint lists a file
+// of that stem (a save at its own step: a resume that saves its changed settings)
+// "weights-00000020-r1" (or the next number free), so that no committed file is replaced before
+// checkpoint.json names the new ones: a save that fails leaves the committed checkpoint whole.
+std::string weights_stem(const std::string& dir, std::int64_t step, int parts) {
+  const std::vector<std::string> committed = committed_files(dir);
+  const auto taken = [&](const std::string& name) {
+    return std::find(committed.begin(), committed.end(), name) != committed.end();
+  };
+  for (int revision = 0;; ++revision) {
+    const std::string stem = revision == 0 ? fmt::format("weights-{:08d}", step)
+                                           : fmt::format("weights-{:08d}-r{}", step, revision);
+    bool free = !taken(main_weights_name(stem));
+    for (int q = 1; q < parts && free; ++q) free = !taken(shard_name(stem, q));
+    if (free) return stem;
+  }
 }
 
 bool is_checkpoint_file(std::string_view name) {
@@ -197,25 +238,24 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   // Every part goes to rank 0's folder, whose checkpoint.json lists the parts as files beside
   // it: another rank's own --out (which may differ, or be relative to another directory) is
   // not where rank 0, or a resume, looks.
-  // A token of this save that every part carries, so that rank 0 knows a part it finds is this
-  // save's, not one an earlier attempt left or the committed checkpoint's of the same step (a
-  // resume that saves its changed settings): those are not removed first, and the committed
-  // checkpoint stays whole until checkpoint.json names the new one.
-  std::string dir;
+  // A token of this save that every part carries, and checkpoint.json too: rank 0 knows a part
+  // it finds is this save's, not one an earlier attempt left, and a load that every file it
+  // reads is. The parts' names are not the committed checkpoint's (weights_stem): that stays
+  // whole until checkpoint.json names the new one.
+  const ProcessGroup& eg = plan_.expert_group();
+  std::string dir, stem;
   if (group.rank() == 0) {  // (as given where the working directory cannot be read)
     std::error_code ec;
     const fs::path whole = fs::absolute(rank_dir, ec);
     dir = ec ? rank_dir : whole.string();
+    stem = weights_stem(dir, step, eg.size());
   }
   group.broadcast(dir, "checkpoint");
+  group.broadcast(stem, "checkpoint");
   const std::string attempt = new_token();
   check(ranks_hold_the_same_weights(),
         "[dist] step {}: the ranks' weights differ; this checkpoint is not written", step);
 
-  const ProcessGroup& eg = plan_.expert_group();
-  const auto shard_name = [&](int q) {
-    return fmt::format("weights-{:08d}-experts-{}.safetensors", step, q);
-  };
   // Rank 0 prepares the folder before anyone writes: it removes a killed run's temporaries.
   Failure prepared;
   if (group.rank() == 0) try {
@@ -230,15 +270,15 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   if (prepared.failed()) prepared.raise();
 
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
-  const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
+  const std::string weights = main_weights_name(stem);
   std::optional<WriteWait> patience(std::in_place, group, model_);  // until the last exchange
   Failure failure;
   if (writes) try {
       if (eg.rank() == 0)
         write_weights((fs::path(dir) / weights).string(), step,
-                      [](const Parameter&) { return true; });
+                      [](const Parameter&) { return true; }, attempt);
       else
-        write_weights((fs::path(dir) / shard_name(eg.rank())).string(), step,
+        write_weights((fs::path(dir) / shard_name(stem, eg.rank())).string(), step,
                       [&](const Parameter& p) { return plan_.is_expert(p); }, attempt);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       failure = Failure::of(e);
@@ -257,7 +297,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   if (failed.rank < 0 && group.rank() == 0) try {
       std::vector<std::string> shards;
       for (int q = 1; q < eg.size(); ++q) {
-        shards.push_back(shard_name(q));
+        shards.push_back(shard_name(stem, q));
         if (!written_now(fs::path(dir) / shards.back()))
           fail_system(
               "[checkpoint] this save's part of rank {} of the expert group is not in '{}' as "
@@ -265,7 +305,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
               "this checkpoint is not written",
               q, dir);
       }
-      write_info(dir, step, weights, shards);
+      write_info(dir, step, weights, shards, attempt);
     } catch (const std::exception& e) {  // every rank must reach the exchanges below
       info_failure = Failure::of(e);
     }
@@ -293,7 +333,7 @@ void CheckpointIO::write(const std::string& dir, std::int64_t step) const {
   fs::create_directories(dir, ec);
   if (ec) fail_errno(ec.value(), "[checkpoint] cannot create '{}': {}", dir, ec.message());
   remove_stale_temporaries(dir, is_checkpoint_file);
-  const std::string weights = fmt::format("weights-{:08d}.safetensors", step);
+  const std::string weights = main_weights_name(weights_stem(dir, step, 1));
   write_weights((fs::path(dir) / weights).string(), step, [](const Parameter&) { return true; });
   write_info(dir, step, weights, {});
 }
@@ -318,7 +358,8 @@ void CheckpointIO::write_weights(const std::string& path, std::int64_t step,
 }
 
 void CheckpointIO::write_info(const std::string& dir, std::int64_t step, const std::string& weights,
-                              const std::vector<std::string>& shards) const {
+                              const std::vector<std::string>& shards,
+                              const std::string& attempt) const {
   json info = {{"format", kFormat},
                {"step", step},
                {"optimizer_steps", optimizer_.steps()},
@@ -333,6 +374,7 @@ void CheckpointIO::write_info(const std::string& dir, std::int64_t step, const s
                {"model", lm_config_to_json(model_.config())},
                {"train", train_config_to_json(config_)}};
   if (!shards.empty()) info["shards"] = shards;
+  if (!attempt.empty()) info["attempt"] = attempt;
   // (A data path that is not UTF-8 is kept with U+FFFD in its place: a resume names the data.)
   const std::string text = json_text(info, 2) + "\n";
   write_file_atomic((fs::path(dir) / kCheckpointInfo).string(), text.data(), text.size());
@@ -425,6 +467,9 @@ json read_checkpoint_info(const std::string& dir) {
           "[checkpoint] {}: 'shards' must list weights-*.safetensors files beside it",
           path.string());
   }
+  check(!info.contains("attempt") ||
+            (info["attempt"].is_string() && info["attempt"].get<std::string>().size() <= 64),
+        "[checkpoint] {}: 'attempt' must be a string (the save its files carry)", path.string());
   return info;
 }
 
@@ -529,8 +574,17 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
         "[checkpoint] {}: optimizer state '{}' is missing or of another size (optimizer {})", where,
         name, enum_name(optimizer_.config().kind));
   };
+  // A checkpoint saved in parts names its save: every file it lists carries the same.
+  const std::string attempt = info.value("attempt", std::string());
   for (const std::string& path : files) {
     const SafeTensors f = SafeTensors::load(path);
+    if (!attempt.empty()) {
+      const auto at = f.metadata().find("attempt");
+      check(at != f.metadata().end() && at->second == attempt,
+            "[checkpoint] {} is not of the save {} names (its 'attempt' differs): the folder "
+            "mixes the files of two saves",
+            f.source(), (fs::path(dir) / kCheckpointInfo).string());
+    }
     // An earlier checkpoint: the moments in the buffer's order, which the model check above
     // (the same config, so the same declaration order) makes this buffer's order — of a model
     // that holds every expert.

@@ -24,6 +24,7 @@
 #include "ffnlab/failure.hpp"
 #include "ffnlab/interrupt.hpp"
 #include "ffnlab/io/files.hpp"
+#include "ffnlab/io/safetensors.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/ops/router.hpp"
 #include "ffnlab/train/trainer.hpp"
@@ -31,6 +32,7 @@
 
 using namespace ffnlab;
 using ffnlab::test::ThreadGroup;
+using json = nlohmann::json;
 
 namespace {
 
@@ -921,40 +923,95 @@ TEST(DataParallel, ARanksFailedPartFailsEveryRankWithItsKindAndErrno) {
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / "checkpoint.json"));
 }
 
+// Two ranks of one expert-parallel model, each with a Trainer of `t` running `f`: what each
+// threw ("" for nothing).
+std::vector<std::string> on_expert_ranks(const Corpus& corpus, const LMConfig& c,
+                                         const TrainConfig& t,
+                                         const std::function<void(Trainer&)>& f) {
+  std::vector<std::string> caught(2);
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
+    Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
+    try {
+      f(trainer);
+    } catch (const std::exception& e) {
+      caught[g.rank()] = e.what();
+    }
+  });
+  return caught;
+}
+
 // An expert-parallel checkpoint saved again at its own step (a resume that saves its changed
-// settings) that fails, here rank 1's part, leaves the committed checkpoint whole: its parts are
-// not removed before the new ones are written, and it still loads on every rank.
+// settings, here another optimizer) that fails, here rank 1's part, leaves the committed
+// checkpoint whole: the new save's files take other names (-r1), so no committed file is
+// replaced, and the committed checkpoint still loads on every rank with its own settings. A save
+// that succeeds then takes the -r1 names, removes the old ones, and the next returns to the
+// plain names.
 TEST(DataParallel, AFailedSaveAtTheCommittedStepKeepsTheCommittedCheckpoint) {
+  namespace fs = std::filesystem;
   const Corpus corpus = tiny_corpus();
-  const TrainConfig t = tiny_training(2);
+  const TrainConfig adam = tiny_training(2);
+  TrainConfig sgd = adam;
+  sgd.optimizer.kind = OptimizerKind::sgd;
   const test::ScratchDir scratch("dp-same-step");
   const std::string dir = (scratch.path / "checkpoint").string();
   const LMConfig c = tiny_model(checkpoint_ffn(true));
-  const auto on_ranks = [&](const std::function<void(Trainer&)>& f) {
-    std::vector<std::string> caught(2);
-    ThreadGroup::run(2, [&](ThreadGroup& g) {
-      TransformerLM model(c, 1, held_by_rank(2, 2, g.rank()));
-      Trainer trainer(model, corpus, t, {&g, 1000, true, {}, 0});
-      try {
-        f(trainer);
-      } catch (const std::exception& e) {
-        caught[g.rank()] = e.what();
-      }
-    });
-    return caught;
+  const auto save = [&](Trainer& tr) { tr.save(dir); };
+  const auto load = [&](Trainer& tr) { tr.load(dir); };
+  const std::vector<std::string> fine{"", ""};
+  EXPECT_EQ(on_expert_ranks(corpus, c, adam, save), fine);
+  const fs::path main = fs::path(dir) / "weights-00000000.safetensors";
+  const fs::path part = fs::path(dir) / "weights-00000000-experts-1.safetensors";
+  ASSERT_TRUE(fs::exists(main) && fs::exists(part));
+  const auto bytes = [](const fs::path& f) {
+    return read_regular_file(f.string(), "test", std::uint64_t{1} << 30);
   };
-  EXPECT_EQ(on_ranks([&](Trainer& tr) { tr.save(dir); }), (std::vector<std::string>{"", ""}));
-  const auto part = std::filesystem::path(dir) / "weights-00000000-experts-1.safetensors";
-  ASSERT_TRUE(std::filesystem::exists(part));
+  const auto committed = bytes(main);
   // Rank 1's next write of its part cannot open its temporary (a directory with a file in it,
   // which the clean-up of leftovers cannot remove).
-  const auto blocked = std::filesystem::path(part.string() + ".tmp." + std::to_string(::getpid()));
-  std::filesystem::create_directories(blocked / "x");
-  const auto failed = on_ranks([&](Trainer& tr) { tr.save(dir); });
+  const fs::path next_part = fs::path(dir) / "weights-00000000-r1-experts-1.safetensors";
+  const fs::path blocked(next_part.string() + ".tmp." + std::to_string(::getpid()));
+  fs::create_directories(blocked / "x");
+  const auto failed = on_expert_ranks(corpus, c, sgd, save);
   EXPECT_NE(failed[0].find("rank 1 could not write its experts"), std::string::npos) << failed[0];
-  EXPECT_TRUE(std::filesystem::exists(part)) << "the committed checkpoint's part was removed";
-  std::filesystem::remove_all(blocked);
-  EXPECT_EQ(on_ranks([&](Trainer& tr) { tr.load(dir); }), (std::vector<std::string>{"", ""}));
+  EXPECT_TRUE(fs::exists(part)) << "the committed checkpoint's part was removed";
+  EXPECT_TRUE(bytes(main) == committed) << "rank 0's committed file was replaced";
+  // (Adam's second moments are in the committed files: the SGD save's would have none.)
+  EXPECT_EQ(on_expert_ranks(corpus, c, adam, load), fine);
+  fs::remove_all(blocked);
+  EXPECT_EQ(on_expert_ranks(corpus, c, sgd, save), fine);
+  const json info = read_checkpoint_info(dir);
+  EXPECT_EQ(info["weights"], "weights-00000000-r1.safetensors");
+  EXPECT_EQ(info["shards"], json::array({next_part.filename().string()}));
+  EXPECT_FALSE(fs::exists(main) || fs::exists(part)) << "the replaced save's files are kept";
+  EXPECT_EQ(on_expert_ranks(corpus, c, sgd, load), fine);
+  EXPECT_EQ(on_expert_ranks(corpus, c, sgd, save), fine);
+  EXPECT_EQ(read_checkpoint_info(dir)["weights"], "weights-00000000.safetensors");
+}
+
+// Every file of an expert-parallel checkpoint carries its save's "attempt", which
+// checkpoint.json names: a load refuses a folder whose files are not all of the save it names.
+TEST(DataParallel, ALoadRefusesFilesOfAnotherSave) {
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
+  const test::ScratchDir scratch("dp-attempt");
+  const std::string dir = (scratch.path / "checkpoint").string();
+  const LMConfig c = tiny_model(checkpoint_ffn(true));
+  EXPECT_EQ(on_expert_ranks(corpus, c, t, [&](Trainer& tr) { tr.save(dir); }),
+            (std::vector<std::string>{"", ""}));
+  json info = read_checkpoint_info(dir);
+  ASSERT_TRUE(info.contains("attempt") && info["attempt"].is_string());
+  for (const std::string& name :
+       {info["weights"].get<std::string>(), info["shards"][0].get<std::string>()}) {
+    const SafeTensors f = SafeTensors::load((std::filesystem::path(dir) / name).string());
+    EXPECT_EQ(f.metadata().at("attempt"), info["attempt"]) << name;
+  }
+  info["attempt"] = "0123456789abcdef";  // another save's
+  const std::string text = info.dump();
+  write_file_atomic((std::filesystem::path(dir) / "checkpoint.json").string(), text.data(),
+                    text.size());
+  const auto caught = on_expert_ranks(corpus, c, t, [&](Trainer& tr) { tr.load(dir); });
+  for (const auto& e : caught) EXPECT_NE(e.find("is not of the save"), std::string::npos) << e;
 }
 
 // While a checkpoint is written, the ranks wait for the writers longer than the deadline (by a

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -209,6 +210,38 @@ TEST(Trainer, CheckpointKeepsMomentsByNameAndReadsTheFlatLayout) {
   const Tensor& wa = full.parameters().values();
   const Tensor& wc = resumed.parameters().values();
   EXPECT_EQ(std::memcmp(wa.f32(), wc.f32(), wa.nbytes()), 0);
+}
+
+// A save at the committed checkpoint's own step (a resume that saves its changed settings, here
+// another optimizer) writes weights-<step>-r1: a save that fails there leaves the committed
+// file untouched, and the committed checkpoint resumes with its own optimizer; one that succeeds
+// names the new file and removes the old.
+TEST(Trainer, ASaveAtTheCommittedStepReplacesNoCommittedFile) {
+  const Corpus corpus = text_corpus();
+  const test::ScratchDir scratch_dir("same_step");
+  const fs::path& dir = scratch_dir.path;
+  TransformerLM model(small_model(Ffn::dense), 3);
+  Trainer adam(model, corpus, small_train(8));
+  adam.train_step();
+  adam.save(dir.string());
+  const fs::path committed = dir / "weights-00000001.safetensors";
+  ASSERT_TRUE(fs::exists(committed));
+  TrainConfig sgd_config = small_train(8);
+  sgd_config.optimizer.kind = OptimizerKind::sgd;
+  Trainer sgd(model, corpus, sgd_config);
+  sgd.load(dir.string());
+  const fs::path next = dir / "weights-00000001-r1.safetensors";
+  const fs::path blocked(next.string() + ".tmp." + std::to_string(::getpid()));
+  fs::create_directories(blocked / "x");  // its temporary cannot be opened
+  EXPECT_THROW(sgd.save(dir.string()), Error);
+  EXPECT_TRUE(fs::exists(committed));
+  TransformerLM again(small_model(Ffn::dense), 4);
+  Trainer resumed(again, corpus, small_train(8));
+  EXPECT_NO_THROW(resumed.load(dir.string()));  // (Adam's second moments are there)
+  fs::remove_all(blocked);
+  sgd.save(dir.string());
+  EXPECT_EQ(read_checkpoint_info(dir.string())["weights"], next.filename().string());
+  EXPECT_FALSE(fs::exists(committed));
 }
 
 // A checkpoint with expert parts (an expert-parallel run's): each tensor is read from the file

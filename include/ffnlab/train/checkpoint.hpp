@@ -1,7 +1,9 @@
 // Checkpoints: DIR/checkpoint.json (configs, step, seed, the data's fingerprint and split, the
 // weights file's name) and DIR/weights-<step>.safetensors (parameters and their optimizer
 // moments, all by name). Each file is written to a temporary name and renamed; checkpoint.json
-// is renamed last, so that a crash at any point leaves the previous checkpoint whole.
+// is renamed last, so that a crash at any point leaves the previous checkpoint whole. A save at
+// the committed checkpoint's own step writes weights-<step>-r1.safetensors (or the next number
+// free): no committed file is replaced before checkpoint.json names the new ones.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,8 @@ class CheckpointIO {
   // The state after `step` steps, to DIR. Data parallel (collective): the ranks first check
   // that their weights agree, then rank 0 writes. A model that holds only this rank's experts: rank
   // q of the first expert group writes its experts to weights-<step>-experts-<q>.safetensors beside
-  // rank 0's file (the dense part and rank 0's experts), which checkpoint.json lists as "shards".
+  // rank 0's file (the dense part and rank 0's experts), which checkpoint.json lists as "shards";
+  // every file and checkpoint.json carry the save's "attempt", which a load checks.
   void save(const std::string& dir, std::int64_t step);
   // Loads weights and optimizer state from DIR and returns its step. Each tensor is read by name
   // from whichever file holds it, so a checkpoint resumes on any layout. Throws
@@ -68,10 +71,11 @@ class CheckpointIO {
   void write_weights(const std::string& path, std::int64_t step,
                      const std::function<bool(const Parameter&)>& keep,
                      const std::string& attempt = "") const;
-  // DIR/checkpoint.json naming `weights` (and the expert shards beside it), written last; then
-  // removes the weights files it does not name.
+  // DIR/checkpoint.json naming `weights` (and the expert shards beside it, and `attempt`, the
+  // save every one of them carries, when not empty), written last; then removes the weights
+  // files it does not name.
   void write_info(const std::string& dir, std::int64_t step, const std::string& weights,
-                  const std::vector<std::string>& shards) const;
+                  const std::vector<std::string>& shards, const std::string& attempt = "") const;
 
   TransformerLM& model_;
   Optimizer& optimizer_;
