@@ -1,6 +1,6 @@
 // The `ffnlab._ffnlab` extension: ffnlab's FFN layers on numpy arrays (docs/python.md).
 //   FFN(config=None, seed=0, **keys)  config: ffnlab's JSON config as a dict (docs/config.md)
-//   from_hf(config_path, weights_path=None, prefix="")
+//   from_hf(config_path, weights_path=None, prefix="", seed=0)
 //   params(config) -> the cost accounting as a dict
 //   set_threads(n), get_threads()
 //   set_weight_packing_min_rows(rows), get_weight_packing_min_rows()
@@ -687,9 +687,10 @@ gate_residual, or from a loss on them (Hugging Face's balancing loss).)")
 
   m.def(
       "from_hf",
-      [](const py::object& config_arg, const py::object& weights_arg,
-         const py::object& prefix_arg) {
+      [](const py::object& config_arg, const py::object& weights_arg, const py::object& prefix_arg,
+         const py::object& seed_arg) {
         const std::string config_path = path_argument("from_hf", "config_path", config_arg);
+        const std::uint64_t seed = seed_argument("from_hf", seed_arg);
         std::optional<std::string> weights_path;
         if (!weights_arg.is_none())
           weights_path = path_argument("from_hf", "weights_path", weights_arg);
@@ -699,15 +700,18 @@ gate_residual, or from a loss on them (Hugging Face's balancing loss).)")
           py::gil_scoped_release release;
           const FFNConfig c = read_ffn_config_file(config_path);
           check_layer_memory(c);
-          ffn = make_ffn(c, 0);
+          ffn = make_ffn(c, seed);
           if (weights_path)
             load_parameters(ffn->parameters(), SafeTensors::load(*weights_path), prefix);
         }
-        return std::make_unique<Layer>(std::move(ffn), 0);
+        return std::make_unique<Layer>(std::move(ffn), seed);
       },
       py::arg("config_path"), py::arg("weights_path") = py::none(), py::arg("prefix") = "",
+      py::arg("seed") = 0,
       "A layer from a Hugging Face config.json (or ffnlab's own), with weights from a "
-      "safetensors file stored under prefix + the Hugging Face name");
+      "safetensors file stored under prefix + the Hugging Face name; seed (an integer in "
+      "[0, 2^64 - 1]) initialises what the file does not hold and draws the routing noise of "
+      "stochastic forwards: give each layer of a model its own");
   m.def(
       "params",
       [](const py::object& config, const py::object& tokens_arg, const py::kwargs& keys) {

@@ -62,3 +62,27 @@ def test_from_hf_matches_the_block(tmp_path, model):
     with pytest.raises(ValueError, match="model.layers.4.mlp."):
         ffnlab.from_hf(str(tmp_path / "config.json"), str(tmp_path / "model.safetensors"),
                        "model.layers.4.mlp.")
+
+
+def test_from_hf_seed_sets_each_layers_noise(tmp_path):
+    """seed draws the routing noise of stochastic forwards (and initialises the weights when no
+    file is given): layers loaded with one seed route alike, with two seeds apart."""
+    config = tmp_path / "ffn.json"
+    config.write_text(json.dumps({"variant": "moe", "d_model": 8, "d_ff": 16,
+                                  "moe": {"num_experts": 4, "top_k": 1, "jitter": 0.5}}))
+    x = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+
+    def routed(seed):
+        layer = ffnlab.from_hf(str(config), seed=seed)
+        # (the weights of seed 3, so that only the noise differs between layers)
+        for name, value in ffnlab.from_hf(str(config), seed=3).parameters().items():
+            layer.parameters()[name][...] = value
+        layer.forward(x, train=True)
+        return layer.stats()["tokens_per_expert"]
+
+    assert routed(1) == routed(1)
+    assert routed(1) != routed(2)
+    a, b = ffnlab.from_hf(str(config), seed=1), ffnlab.from_hf(str(config), seed=2)
+    assert not np.array_equal(a.parameters()["gate.weight"], b.parameters()["gate.weight"])
+    with pytest.raises(ValueError, match="from_hf: seed"):
+        ffnlab.from_hf(str(config), seed=-1)
