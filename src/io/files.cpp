@@ -312,6 +312,12 @@ void ensure_writable_dir(const std::string& dir, const char* scope) {
   }
 }
 
+std::string absolute_or_as_given(const std::string& path) {
+  std::error_code ec;
+  const fs::path whole = fs::absolute(path, ec);
+  return ec ? path : whole.string();
+}
+
 std::string resolved_path(const std::string& path) {
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec);

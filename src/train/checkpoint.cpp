@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "check.hpp"
 #include "ffnlab/failure.hpp"
@@ -59,18 +60,20 @@ std::int64_t ranges_hash(const Tensor& values,
   return static_cast<std::int64_t>(h);
 }
 
-// The names of the weights files the committed checkpoint in `dir` lists (none where there is
-// no checkpoint or it cannot be read: then nothing is committed that a save could replace).
-std::vector<std::string> committed_files(const std::string& dir) {
-  std::vector<std::string> names;
+// The names of the weights files the committed checkpoint in `dir` lists: none where there is
+// no checkpoint.json; nothing (not known) where there is one that cannot be read.
+std::optional<std::set<std::string>> committed_files(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / kCheckpointInfo, ec) && !ec) return std::set<std::string>{};
   try {
     const json info = read_checkpoint_info(dir);
-    names.push_back(info["weights"].get<std::string>());
+    std::set<std::string> names{info["weights"].get<std::string>()};
     if (info.contains("shards"))
-      for (const json& n : info["shards"]) names.push_back(n.get<std::string>());
+      for (const json& n : info["shards"]) names.insert(n.get<std::string>());
+    return names;
   } catch (const Error&) {
+    return std::nullopt;
   }
-  return names;
 }
 
 // The stem of a save's weights files at `step` in `dir`, of `parts` files (the main one and
@@ -78,10 +81,12 @@ std::vector<std::string> committed_files(const std::string& dir) {
 // of that stem (a save at its own step: a resume that saves its changed settings)
 // "weights-00000020-r1" (or the next number free), so that no committed file is replaced before
 // checkpoint.json names the new ones: a save that fails leaves the committed checkpoint whole.
+// Where checkpoint.json cannot be read, every file in the folder counts as committed.
 std::string weights_stem(const std::string& dir, std::int64_t step, int parts) {
-  const std::vector<std::string> committed = committed_files(dir);
+  const std::optional<std::set<std::string>> committed = committed_files(dir);
   const auto taken = [&](const std::string& name) {
-    return std::find(committed.begin(), committed.end(), name) != committed.end();
+    std::error_code ec;
+    return committed ? committed->contains(name) : fs::exists(fs::path(dir) / name, ec) || ec;
   };
   for (int revision = 0;; ++revision) {
     const std::string stem = revision == 0 ? fmt::format("weights-{:08d}", step)
@@ -244,10 +249,8 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
   // whole until checkpoint.json names the new one.
   const ProcessGroup& eg = plan_.expert_group();
   std::string dir, stem;
-  if (group.rank() == 0) {  // (as given where the working directory cannot be read)
-    std::error_code ec;
-    const fs::path whole = fs::absolute(rank_dir, ec);
-    dir = ec ? rank_dir : whole.string();
+  if (group.rank() == 0) {
+    dir = absolute_or_as_given(rank_dir);
     stem = weights_stem(dir, step, eg.size());
   }
   group.broadcast(dir, "checkpoint");
@@ -469,7 +472,9 @@ json read_checkpoint_info(const std::string& dir) {
   }
   check(!info.contains("attempt") ||
             (info["attempt"].is_string() && info["attempt"].get<std::string>().size() <= 64),
-        "[checkpoint] {}: 'attempt' must be a string (the save its files carry)", path.string());
+        "[checkpoint] {}: 'attempt' must be a string of at most 64 characters (the save its files "
+        "carry)",
+        path.string());
   return info;
 }
 

@@ -13,6 +13,7 @@
 
 #include "check.hpp"
 #include "ffnlab/failure.hpp"
+#include "ffnlab/io/files.hpp"
 #include "ffnlab/layers/moe/routing_family.hpp"
 #include "ffnlab/limits.hpp"
 #include "ffnlab/names.hpp"
@@ -284,11 +285,7 @@ bool Trainer::run(const std::function<void(const StepLog&)>& on_step,
   ProcessGroup* group = plan_.group();
   const bool writer = !group || group->rank() == 0;
   std::string dir = writer ? checkpoint_dir : std::string();
-  if (group && !dir.empty()) {  // (as given where the working directory cannot be read)
-    std::error_code ec;
-    const fs::path whole = fs::absolute(dir, ec);
-    if (!ec) dir = whole.string();
-  }
+  if (group && !dir.empty()) dir = absolute_or_as_given(dir);
   std::string kept = dir.empty() ? std::string() : kept_checkpoint(dir);
   if (group) {
     group->broadcast(dir, "checkpoint");

@@ -587,8 +587,7 @@ TEST_F(Cli, TrainStopsWhenItsLogCannotBeWritten) {
 }
 
 // A run stopped while it sampled (its checkpoint at the last step, no summary.json) is finished by
-// a resume in its folder, which leaves the checkpoint as it is: nothing rewritten (an
-// expert-parallel save would first remove the parts the checkpoint lists).
+// a resume in its folder, which leaves the checkpoint as it is: nothing rewritten.
 TEST_F(Cli, TrainFinishingAStoppedRunLeavesItsLastCheckpoint) {
   std::ofstream(path("text")) << training_text();
   const std::string common = "train --data " + path("text") + kTiny + " --sample 0";

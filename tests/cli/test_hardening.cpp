@@ -366,6 +366,10 @@ TEST_F(Hardening, HostileCheckpointsAreRefused) {
   expect_error(run(resume), "'shards' must list weights-*.safetensors files beside it");
   with("shards", {"weights-00000001-experts-1.safetensors"});  // named, but absent
   expect_error(run(resume), "weights-00000001-experts-1.safetensors");
+  with("attempt", 7);  // the save an expert-parallel checkpoint's files carry: a short string
+  expect_error(run(resume), "'attempt' must be a string of at most 64 characters");
+  with("attempt", std::string(65, 'a'));
+  expect_error(run(resume), "'attempt' must be a string of at most 64 characters");
   with("format", true);  // found by fuzz_checkpoint: escaped as nlohmann's type_error
   expect_error(run(resume), "is not an ffnlab checkpoint");
   with("data", {{"fingerprint", 5}});

@@ -77,6 +77,11 @@ void check_writable_dir(const std::string& dir, const char* scope);
 // Error "[scope] cannot write into 'dir': ..." otherwise.
 void ensure_writable_dir(const std::string& dir, const char* scope);
 
+// The path against the working directory ("runs/x" -> "/home/me/runs/x", nothing resolved), or
+// as given where the working directory cannot be read: a name another process, started
+// elsewhere, still finds.
+std::string absolute_or_as_given(const std::string& path);
+
 // The absolute path with symbolic links, "." and ".." resolved (as far as the path exists), so
 // that two names of one place compare equal: "precious/sub/.." is "precious".
 std::string resolved_path(const std::string& path);
