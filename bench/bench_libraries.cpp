@@ -128,11 +128,11 @@ void run(std::int64_t D, std::int64_t F, const std::vector<std::int64_t>& tokens
     others += (l == 1 ? "" : l + 1 == libs.size() ? " and " : ", ") + libs[l].name;
   fmt::print("{}\n", bench::measured_on("bench_libraries"));
   fmt::print(
-      "f32 products, {} thread{}, d_model {}, d_ff {}: oneDNN's matmul against its 1x1 "
+      "f32 products, d_model {}, d_ff {}: oneDNN's matmul against its 1x1 "
       "convolution (ffnlab's path from {} rows for forward and input-gradient products{}) and "
       "{}, {} alternating rounds; GFLOP/s is the median over rounds of each round's median call, "
       "'x' a column's rate over oneDNN's matmul.\n\n",
-      threads, threads == 1 ? "" : "s", D, F, conv_rows, conv_rows == 0 ? ": never here" : "",
+      D, F, conv_rows, conv_rows == 0 ? ": never here" : "",
       others.empty() ? std::string("no other library") : others, rounds);
   std::string head = fmt::format("{:<6} {:<12} {:>6} {:>6} {:>6} | {:>8}", "weight", "product", "M",
                                  "N", "K", "oneDNN");

@@ -77,11 +77,10 @@ def test_from_hf_seed_sets_each_layers_noise(tmp_path):
         # (the weights of seed 3, so that only the noise differs between layers)
         for name, value in ffnlab.from_hf(str(config), seed=3).parameters().items():
             layer.parameters()[name][...] = value
-        layer.forward(x, train=True)
-        return layer.stats()["tokens_per_expert"]
+        return layer.forward(x, train=True)  # (jitter scales the router's input: the mix moves)
 
-    assert routed(1) == routed(1)
-    assert routed(1) != routed(2)
+    np.testing.assert_array_equal(routed(1), routed(1))
+    assert not np.array_equal(routed(1), routed(2))
     a, b = ffnlab.from_hf(str(config), seed=1), ffnlab.from_hf(str(config), seed=2)
     assert not np.array_equal(a.parameters()["gate.weight"], b.parameters()["gate.weight"])
     with pytest.raises(ValueError, match="from_hf: seed"):
