@@ -1,20 +1,29 @@
 """A small PyTorch GPT trained on text, once with its own MLP blocks and once with them swapped
 for ffnlab.torch.FFN (the same weights at the start), in alternating steps of the same run:
-prints both losses and both speeds.
+prints both losses and both speeds. Both run in the environment that puts PyTorch at its best
+(bench/torch_at_best.py: the script re-executes itself with a caching allocator, the OpenBLAS
+variables unset and OMP_WAIT_POLICY=PASSIVE), so that its speeds compare.
 
     PYTHONPATH=build/release/python /usr/bin/python3 examples/python/gpt_swap.py \
         [--text /usr/share/games/fortunes/fortunes] [--steps 60] [--mlp swiglu|moe]
 """
 import argparse
 import copy
+import os
+import sys
 import time
 
-import torch
-from torch import nn
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import torch_at_best  # noqa: E402 (the repository's bench/)
 
-import ffnlab
-import ffnlab.torch as ft
-from ffnlab.hf_blocks import LlamaMLP, MixtralSparseMoeBlock
+torch_at_best.reexec_at_best()  # before torch is imported
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import ffnlab  # noqa: E402
+import ffnlab.torch as ft  # noqa: E402
+from ffnlab.hf_blocks import LlamaMLP, MixtralSparseMoeBlock  # noqa: E402
 
 
 class Block(nn.Module):
@@ -58,6 +67,8 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     ffnlab.set_threads(a.threads)
+    print(f"PyTorch {torch.__version__}, {a.threads} threads: {torch_at_best.runtime(torch)}",
+          flush=True)
 
     data = torch.tensor(list(open(a.text, "rb").read()), dtype=torch.long)
     if len(data) < a.seq + 2:
