@@ -418,14 +418,25 @@ DecodeSpeed measure_decode_speed(FeedForward& ffn, std::int64_t tokens, double b
   s.bytes += static_cast<double>(experts_read) * (matrices + biases);
   s.bytes_per_s = s.bytes / s.seconds;
 
-  // oneDNN's products over the same f32 weights, T rows (for MoE, per expert read).
+  // oneDNN's products over weights of the same storage, T rows (for MoE, per expert read): bf16
+  // weights in bf16 products where this CPU has them (the operands converted beforehand, the
+  // products alone), f32 products on f32 weights otherwise. A bf16 layer against f32 products
+  // would be credited for reading half the bytes.
+  s.bare_weights =
+      ffn.inference_weights() == DType::bf16 && matmul_bf16_native() ? DType::bf16 : DType::f32;
+  MatmulOptions o;
+  o.precision = s.bare_weights == DType::bf16 ? Precision::bf16 : Precision::f32;
   Tensor w_in({dense.in_width(), D}), w_out({D, dense.d_ff}), a({T, dense.in_width()}),
       h({T, dense.d_ff}), out({T, D});
+  Tensor xs = x;
+  if (s.bare_weights == DType::bf16)
+    w_in = w_in.to(DType::bf16), w_out = w_out.to(DType::bf16), h = h.to(DType::bf16),
+    xs = x.to(DType::bf16);
   s.bare_seconds =
       static_cast<double>(experts_read) * median_seconds(
                                               [&] {
-                                                matmul(a, x, Trans::no, w_in, Trans::yes);
-                                                matmul(out, h, Trans::no, w_out, Trans::yes);
+                                                matmul(a, xs, Trans::no, w_in, Trans::yes, o);
+                                                matmul(out, h, Trans::no, w_out, Trans::yes, o);
                                               },
                                               budget);
   return s;

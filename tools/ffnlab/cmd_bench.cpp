@@ -441,7 +441,9 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
         "rounds ('(>bw)': above it, so that measurement was off, not a finding); 'kernels' the "
         "few-token kernels' instruction set (--kernels), or oneDNN where f32 weights of this "
         "size do not stream at T tokens on this CPU; 'oneDNN ms' is "
-        "its f32 products of the same shapes (T rows) on the same weights; 'torch' is PyTorch's "
+        "its products of the same shapes (T rows) on weights in the same storage (bf16 weights: "
+        "bf16 products where this CPU has them, else f32 ones, which read twice the bytes: "
+        "marked '*'); 'torch' is PyTorch's "
         "module with its weights in the same dtype, timed in alternating rounds.\n\n",
         D, F);
   if (!o.json_out && torch.available() && !torch_times(true)) fmt::print("{}\n\n", kNoTorchBf16);
@@ -509,7 +511,8 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
                           // Above the bandwidth measured beside it: that measurement, not the
                           // layer, is off (a layer cannot read faster than memory delivers).
                           {"of_bandwidth_impossible", s.bytes_per_s > bandwidth},
-                          {"onednn_f32_seconds", s.bare_seconds}});
+                          {"onednn_seconds", s.bare_seconds},
+                          {"onednn_weights", dtype_name(s.bare_weights)}});
           if (ts > 0) rows.back()["torch_seconds"] = ts;
           if (torch.available() && !torch_times(w == DType::bf16))
             rows.back()["torch_not_timed"] = kNoNativeBf16;
@@ -520,8 +523,8 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
                 layer, dtype_name(w), t, kernels, ms(s.seconds), s.bytes / 1e9, s.bytes_per_s / 1e9,
                 s.bytes_per_s > bandwidth ? std::string("(>bw)")
                                           : fmt::format("{:.0f}%", 100 * s.bytes_per_s / bandwidth),
-                ms(s.bare_seconds), s.bare_seconds / s.seconds, ts > 0 ? ms(ts) : "-",
-                speedup(ts, s.seconds));
+                ms(s.bare_seconds) + (s.bare_weights != w ? "*" : ""), s.bare_seconds / s.seconds,
+                ts > 0 ? ms(ts) : "-", speedup(ts, s.seconds));
           std::fflush(stdout);
         }
       }

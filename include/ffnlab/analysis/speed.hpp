@@ -117,10 +117,11 @@ double measure_read_bandwidth(std::int64_t bytes, double budget);
 // a dense layer; for MoE the router, the experts the tokens chose and the shared experts — in
 // the storage the layer reads (set_inference_weights). A few-row forward reads each once.
 struct DecodeSpeed {
-  double seconds = 0;       // median per inference forward
-  double bytes = 0;         // weight bytes that must be read
-  double bytes_per_s = 0;   // bytes / seconds
-  double bare_seconds = 0;  // the same products through oneDNN on f32 weights (M = T rows)
+  double seconds = 0;               // median per inference forward
+  double bytes = 0;                 // weight bytes that must be read
+  double bytes_per_s = 0;           // bytes / seconds
+  double bare_seconds = 0;          // the same products through oneDNN (M = T rows), on weights in
+  DType bare_weights = DType::f32;  // the layer's storage: bf16 where products of it are native
 };
 DecodeSpeed measure_decode_speed(FeedForward& ffn, std::int64_t tokens, double budget);
 
