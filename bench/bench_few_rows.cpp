@@ -2,9 +2,13 @@
 // few_rows_linear / few_rows_linear_backward against oneDNN's products of the same shapes (fixed
 // shape, and a run-time M as the MoE's expert blocks use), in alternating rounds. The layers
 // send every f32 product of up to few_rows_f32_max() rows to the kernels; this is the
-// measurement behind that limit (docs/benchmarks.md).
+// measurement behind that limit (docs/benchmarks.md). With --weights bf16, the inference
+// forward on a bf16 copy of the weights (set_inference_weights): the kernels reading bf16 against
+// oneDNN's bf16 products (linear_forward in bf16, fixed shape and run-time M) on the same copy,
+// where the CPU has them natively: the measurement behind few_rows_bf16_max().
 //
 //   bench_few_rows [--shapes 512x2048,2048x512,4096x14336] [--tokens 1,2,...,8] [--rounds 3]
+//                  [--weights f32|bf16]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -55,6 +59,8 @@ CLI::Validator shape_validator() {
 
 void run(const std::vector<std::string>& shape_text, const std::vector<std::int64_t>& tokens,
          int rounds, double budget);
+void run_bf16(const std::vector<std::string>& shape_text, const std::vector<std::int64_t>& tokens,
+              int rounds, double budget);
 
 }  // namespace
 
@@ -77,7 +83,18 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   bench::rounds_option(app, rounds, "alternating rounds");
   bench::add_seconds_option(app, budget);
+  std::string weights = "f32";
+  app.add_option("--weights", weights,
+                 "the weights' storage: f32 (training products and f32 inference, forward and "
+                 "backward) or bf16 (the inference forward on a bf16 copy, against oneDNN's bf16 "
+                 "products; needs native bf16)")
+      ->check(bench::one_of({"f32", "bf16"}))
+      ->capture_default_str();
   app.callback([&] {
+    if (weights == "bf16" && !matmul_bf16_native())
+      throw Error(
+          "[bench_few_rows] --weights bf16: this CPU has no native bf16 products (oneDNN needs "
+          "AVX-512 with bf16, or AMX)");
     // Before anything is allocated: the largest weight's tensors (one shape at a time), w and
     // dw [OUT, IN], and the rows' x, dx, y and dy.
     double largest = 0;
@@ -89,7 +106,10 @@ int main(int argc, char** argv) {
       largest = std::max(largest, f.bytes());
     }
     check_memory(largest, "bench_few_rows", "the largest weight with its gradient");
-    run(shape_text, tokens, rounds, budget);
+    if (weights == "bf16")
+      run_bf16(shape_text, tokens, rounds, budget);
+    else
+      run(shape_text, tokens, rounds, budget);
   });
   return cli::run_program("bench_few_rows", app, argc, argv);
 }
@@ -152,6 +172,44 @@ void run(const std::vector<std::string>& shape_text, const std::vector<std::int6
           "{:>12} {:>2} | {:>9.1f} {:>9.1f} {:>9.1f} {:>5.2f}x {:>5.2f}x | {:>9.1f} {:>9.1f} "
           "{:>5.2f}x\n",
           text, T, m[0], m[1], m[2], m[1] / m[0], m[2] / m[0], m[3], m[4], m[4] / m[3]);
+      std::fflush(stdout);
+    }
+  }
+}
+
+void run_bf16(const std::vector<std::string>& shape_text, const std::vector<std::int64_t>& tokens,
+              int rounds, double budget) {
+  fmt::print("{}\n", bench::measured_on("bench_few_rows"));
+  fmt::print(
+      "bf16 weights, inference forward y = x·Wᵀ + b (kernel set {}), median of {} alternating "
+      "rounds ({} s each); x = oneDNN's bf16 product's time over the kernels' (fixed shape / "
+      "run-time M), 'rounds' each round's fixed-shape ratio, lowest to highest; now: whether "
+      "the layers stream these rows (few_rows_bf16_max)\n\n",
+      enum_name(few_rows_isa()), rounds, budget);
+  fmt::print("{:>12} {:>2} | {:>9} {:>9} {:>9} {:>6} {:>6} {:>11} | {:>6}\n", "IN x OUT", "T",
+             "fwd us", "dnn us", "dnn-rt us", "x", "x rt", "rounds", "now");
+  for (const auto& text : shape_text) {
+    const Shape2 s = parse_shape(text);
+    const Tensor w = bench::random({s.out, s.in}, 1).to(DType::bf16), b = bench::random({s.out}, 2);
+    for (auto T : tokens) {
+      const Tensor x = bench::random({T, s.in}, 3);
+      Tensor y({T, s.out});
+      std::vector<double> t[3], ratio;
+      for (int r = 0; r < rounds; ++r) {
+        t[0].push_back(bench::time_it([&] { few_rows_linear(y, x, w, &b); }, budget));
+        t[1].push_back(bench::time_it(
+            [&] { linear_forward(y, x, w, &b, Precision::bf16, nullptr, false); }, budget));
+        t[2].push_back(bench::time_it(
+            [&] { linear_forward(y, x, w, &b, Precision::bf16, nullptr, true); }, budget));
+        ratio.push_back(t[1].back() / t[0].back());
+      }
+      double m[3];
+      for (int i = 0; i < 3; ++i) m[i] = median(t[i]) * 1e6;
+      const auto [low, high] = std::minmax_element(ratio.begin(), ratio.end());
+      fmt::print("{:>12} {:>2} | {:>9.1f} {:>9.1f} {:>9.1f} {:>5.2f}x {:>5.2f}x {:>11} | {:>6}\n",
+                 text, T, m[0], m[1], m[2], m[1] / m[0], m[2] / m[0],
+                 fmt::format("{:.2f}-{:.2f}", *low, *high),
+                 streams_weights(false, T, true, w.numel(), Precision::bf16) ? "kernel" : "oneDNN");
       std::fflush(stdout);
     }
   }

@@ -155,6 +155,7 @@ std::vector<Case> cases() {
       {kFewRows, "--tokens 9", 2, "--tokens: '9' is not an integer in [1, 8]"},
       {kFfn, "--json=false", 2, "--json: a switch takes no value"},
       {kFewRows, "--rounds 0", 2, "--rounds"},
+      {kFewRows, "--weights f16", 2, "--weights: 'f16' is not one of f32, bf16"},
       {kFewRows, "--shapes 16777216x16777216", 1, "[bench_few_rows]"},
       // bench_kernels: Google Benchmark's flags, checked first
       {kKernels, "--bogus", 2, "--bogus"},
@@ -312,6 +313,23 @@ TEST_F(BenchPrograms, PackedPrintsEachSpeedUpWithinItsRounds) {
   int dw_rows = 0;
   for (std::string line; std::getline(lines, line);) dw_rows += std::regex_match(line, dw);
   EXPECT_EQ(dw_rows, 2) << r.out;
+}
+
+// bench_few_rows --weights bf16 times the kernels on a bf16 copy against oneDNN's bf16 products
+// (where the CPU has them natively; elsewhere it refuses, exit 1): one row per shape and row
+// count, its ratio within its rounds' range, and whether the layers stream those rows.
+TEST_F(BenchPrograms, FewRowsComparesBf16KernelsWithOneDnn) {
+  const Outcome r =
+      run(kFewRows, "--weights bf16 --shapes 16x32 --tokens 1,2,8 --rounds 2 --seconds 0.001");
+  if (r.status == 1) {
+    EXPECT_NE(r.err.find("--weights bf16: this CPU has no native bf16 products"), std::string::npos)
+        << r.err;
+    GTEST_SKIP() << "no native bf16 products on this CPU";
+  }
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::regex row(
+      R"(^ +(16x32) +\d +\| +[\d.]+ +[\d.]+ +[\d.]+ +([\d.]+)x +[\d.]+x +([\d.]+)-([\d.]+) +\| +(kernel|oneDNN)$)");
+  EXPECT_EQ(ratio_rows(r.out, row), 3) << r.out;
 }
 
 // bench_matmul times the fixed-shape and run-time-dimension products' steady rates in rounds:
