@@ -184,7 +184,8 @@ void run_bf16(const std::vector<std::string>& shape_text, const std::vector<std:
       "bf16 weights, inference forward y = x·Wᵀ + b (kernel set {}), median of {} alternating "
       "rounds ({} s each); x = oneDNN's bf16 product's time over the kernels' (fixed shape / "
       "run-time M), 'rounds' each round's fixed-shape ratio, lowest to highest; now: whether "
-      "the layers stream these rows (few_rows_bf16_max)\n\n",
+      "a dense layer's up projection of this shape streams these rows (few_rows_bf16_max; a "
+      "layer decides both its products by its up projection)\n\n",
       enum_name(few_rows_isa()), rounds, budget);
   fmt::print("{:>12} {:>2} | {:>9} {:>9} {:>9} {:>6} {:>6} {:>11} | {:>6}\n", "IN x OUT", "T",
              "fwd us", "dnn us", "dnn-rt us", "x", "x rt", "rounds", "now");
@@ -209,7 +210,7 @@ void run_bf16(const std::vector<std::string>& shape_text, const std::vector<std:
       fmt::print("{:>12} {:>2} | {:>9.1f} {:>9.1f} {:>9.1f} {:>5.2f}x {:>5.2f}x {:>11} | {:>6}\n",
                  text, T, m[0], m[1], m[2], m[1] / m[0], m[2] / m[0],
                  fmt::format("{:.2f}-{:.2f}", *low, *high),
-                 streams_weights(false, T, true, w.numel(), Precision::bf16) ? "kernel" : "oneDNN");
+                 few_rows_bf16_max(s.in, w.numel(), false) >= T ? "kernel" : "oneDNN");
       std::fflush(stdout);
     }
   }

@@ -99,7 +99,9 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   saved_ = train;
   x_ = train ? x : Tensor();
   // Decode: each weight row is read once, the mix done as its dot products finish.
-  if (ffn_block_stream(y, h_, x, w, b_in, b_out, config_.act, branches_, train, precision_)) return;
+  if (ffn_block_stream(y, h_, x, w, b_in, b_out, config_.act, branches_, train, precision_,
+                       /*varying_rows=*/false))
+    return;
   // Training with native bf16 products converts x, h and the weights once, for this forward's
   // products and the backward's (converts_operands_once); at many rows the weights are packed
   // instead (packs_weights); otherwise matmul reads these tensors.

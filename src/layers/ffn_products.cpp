@@ -20,8 +20,8 @@ InferenceCopy::Read InferenceCopy::read(bool train, const Tensor& w_in, const Te
 
 bool ffn_block_stream(Tensor& y, Tensor& h, const Tensor& x, const InferenceCopy::Read& w,
                       const Tensor* b_in, const Tensor* b_out, Act act, int branches, bool train,
-                      Precision layer) {
-  if (!streams_weights(train, x.dim(0), w.bf16_copy, w.w_in.numel(), layer)) return false;
+                      Precision layer, bool varying_rows) {
+  if (!streams_weights(train, x.dim(0), w.bf16_copy, w.w_in, layer, varying_rows)) return false;
   few_rows_mix(h, x, w.w_in, b_in, act, branches);
   few_rows_linear(y, h, w.w_out, b_out);
   return true;

@@ -296,6 +296,15 @@ std::int64_t few_rows_f32_max(std::int64_t weight_elements, bool backward) {
   return backward ? dispatch::kFewRowsWideMaxBackward : dispatch::kFewRowsWideMaxForward;
 }
 
+std::int64_t few_rows_bf16_max(std::int64_t inputs, std::int64_t weight_elements,
+                               bool varying_rows) {
+  static const bool native = matmul_bf16_native();
+  if (!native || varying_rows || inputs < dispatch::kFewRowsBf16DeepInputs ||
+      weight_elements < dispatch::kFewRowsBf16LargeWeight)
+    return kFewRowsMax;
+  return dispatch::kFewRowsBf16LargeMax;
+}
+
 bool few_rows_isa_supported(FewRowsIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();

@@ -329,6 +329,38 @@ TEST(FewRows, Bf16InferenceWeightsMatchBf16Products) {
   }
 }
 
+// A bf16 copy streams up to kFewRowsMax rows, except deep and large up projections in
+// fixed-shape rows where oneDNN's bf16 products are native (kFewRowsBf16LargeMax); an MoE's
+// blocks keep kFewRowsMax rows. A dense SwiGLU of d_model 2048: its bf16 copy at one more row
+// than the limit goes to oneDNN (a primitive appears where bf16 is native) and gives the rows
+// streamed one at a time, within bf16's rounding of the sums' order.
+TEST(FewRows, DeepBf16CopiesStreamFewerRowsWhereOneDnnHasBf16) {
+  const bool native = matmul_bf16_native();
+  const std::int64_t deep = dispatch::kFewRowsBf16DeepInputs,
+                     large = dispatch::kFewRowsBf16LargeWeight;
+  const std::int64_t limited = native ? dispatch::kFewRowsBf16LargeMax : kFewRowsMax;
+  EXPECT_EQ(few_rows_bf16_max(deep, large, false), limited);
+  EXPECT_EQ(few_rows_bf16_max(deep, large - 1, false), kFewRowsMax);
+  EXPECT_EQ(few_rows_bf16_max(deep - 1, large, false), kFewRowsMax);
+  EXPECT_EQ(few_rows_bf16_max(deep, large, true), kFewRowsMax);
+
+  const FFNConfig c = variant_config("gated", 2048, 128, false);  // w_in: 1024 x 2048 = 2^21
+  DenseFFN ffn(c, 31);
+  ffn.set_inference_weights(DType::bf16);
+  const std::int64_t T = dispatch::kFewRowsBf16LargeMax + 1;
+  const Tensor x = test::random_tensor({T, c.d_model}, 32);
+  Tensor y, y_row;
+  const auto before = matmul_primitive_count();
+  ffn.forward(y, x, false);
+  EXPECT_EQ(matmul_primitive_count() > before, native);
+  for (std::int64_t t = 0; t < T; ++t) {
+    const Tensor row = x.rows(t, t + 1).clone();
+    ffn.forward(y_row, row, false);  // one row: streamed
+    EXPECT_LT(test::scaled_error(y.rows(t, t + 1).f32(), y_row.f32(), y_row.numel()), 2e-3)
+        << "row " << t;
+  }
+}
+
 TEST(FewRows, TrainingForwardDropsTheBf16Copy) {
   const FFNConfig c = variant_config("swiglu", 16, 24, false);
   DenseFFN ffn(c, 7);

@@ -439,7 +439,7 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
         "such experts, top-2. 'read' is the weights the tokens need (MoE: the router and the "
         "chosen experts); 'of bw' is GB/s over the memory read bandwidth measured in the same "
         "rounds ('(>bw)': above it, so that measurement was off, not a finding); 'kernels' the "
-        "few-token kernels' instruction set (--kernels), or oneDNN where f32 weights of this "
+        "few-token kernels' instruction set (--kernels), or oneDNN where weights of this "
         "size do not stream at T tokens on this CPU; 'oneDNN ms' is "
         "its products of the same shapes (T rows) on weights in the same storage (bf16 weights: "
         "bf16 products where this CPU has them, else f32 ones, which read twice the bytes: "
@@ -494,8 +494,12 @@ void bench_decode(const BenchOptions& o, const std::vector<FewRowsIsa>& isas, To
             return a.seconds < b.seconds;
           });
           const DecodeSpeed s = ours[k][ours[k].size() / 2];
-          // f32 weights this large may not stream at t tokens here (few_rows_f32_max).
-          const bool streamed = w != DType::f32 || few_rows_fits(t, w_in_elements, Precision::f32);
+          // Weights this large may not stream at t tokens here (few_rows_f32_max; bf16:
+          // few_rows_bf16_max, by rows of a fixed shape for a dense layer, of an MoE's blocks).
+          const bool streamed =
+              w == DType::bf16 ? t <= few_rows_bf16_max(D, w_in_elements,
+                                                        /*varying_rows=*/c.kind == FFNKind::moe)
+                               : few_rows_fits(t, w_in_elements, Precision::f32);
           const std::string kernels = streamed ? std::string(enum_name(isas[k])) : "oneDNN";
           rows.push_back({{"layer", layer},
                           {"kernels", kernels},

@@ -122,8 +122,9 @@ class FeedForward : public Layer {
   // bf16 with f32 accumulation. f32 (the default) drops it and reads the weights themselves. The
   // copy is a snapshot: call this again after changing the weights; a training forward drops it
   // (the weights are about to change). Inference forwards of a few tokens stream the weights
-  // once (ops/few_rows.hpp) from either storage: up to kFewRowsMax from bf16, and from f32
-  // as many as few_rows_f32_max allows.
+  // once (ops/few_rows.hpp) from either storage: from bf16 as many as few_rows_bf16_max allows
+  // (kFewRowsMax, or 3 for a dense layer of d_model 2048 or more where oneDNN's bf16 products
+  // are native), and from f32 as many as few_rows_f32_max allows.
   virtual void set_inference_weights(DType dtype) = 0;
   DType inference_weights() const { return inference_weights_; }
 

@@ -43,10 +43,11 @@ class InferenceCopy {
 };
 
 // If an inference forward of x's rows streams the weights (streams_weights, with the layer's
-// precision), computes h [rows, F] and y [rows, D] that way and returns true; else false.
+// precision; `varying_rows`: an MoE's expert block), computes h [rows, F] and y [rows, D] that
+// way and returns true; else false.
 bool ffn_block_stream(Tensor& y, Tensor& h, const Tensor& x, const InferenceCopy::Read& w,
                       const Tensor* b_in, const Tensor* b_out, Act act, int branches, bool train,
-                      Precision layer);
+                      Precision layer, bool varying_rows);
 
 // The operands of a block's products, as the layer converted or packs them.
 struct BlockOperands {

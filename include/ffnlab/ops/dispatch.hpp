@@ -43,6 +43,20 @@ inline constexpr std::int64_t kFewRowsMax = 8;
 inline constexpr std::int64_t kFewRowsSmallWeight = std::int64_t{1} << 18;
 inline constexpr std::int64_t kFewRowsWideMaxForward = 1, kFewRowsWideMaxBackward = 2;
 
+// A bf16 copy of the weights (an inference forward's) streams up to kFewRowsMax rows, except
+// where oneDNN's bf16 products are native and the rows have a fixed shape (a dense layer's; an
+// MoE's expert blocks would take oneDNN's run-time-M products, which the kernels beat at 2-5
+// rows on every shape measured): an up projection of kFewRowsBf16DeepInputs inputs or more and
+// kFewRowsBf16LargeWeight elements or more then streams up to kFewRowsBf16LargeMax rows, and
+// more rows take oneDNN's fixed-shape bf16 products. `bench_few_rows --weights bf16` (Zen 5,
+// 12 shapes: with 2048 inputs or more the kernels ran at 0.76-1.13x oneDNN's speed at 4 rows
+// and slower on every shape from 6, 0.51-0.93x; with 512 or 1024 inputs they were faster at
+// 3-6 rows, by up to 2.8x, so such layers keep the kernels). The 2^20-element floor is the
+// smallest weight measured (2048x512).
+inline constexpr std::int64_t kFewRowsBf16DeepInputs = 2048;
+inline constexpr std::int64_t kFewRowsBf16LargeWeight = std::int64_t{1} << 20;
+inline constexpr std::int64_t kFewRowsBf16LargeMax = 3;
+
 // Weight elements below which one thread computes a whole few-row product (a fork costs more
 // than the work). Not measured; `bench_few_rows` on small shapes would.
 inline constexpr std::int64_t kFewRowsSerialElements = std::int64_t{1} << 15;

@@ -60,13 +60,21 @@ inline bool few_rows_fits(std::int64_t rows, std::int64_t weight_elements, Preci
          rows <= few_rows_f32_max(weight_elements, backward);
 }
 
+// The most rows an inference forward on a bf16 copy of an up projection of `inputs` inputs
+// (d_model) and `weight_elements` elements streams through these kernels: kFewRowsMax, or where
+// oneDNN's bf16 products are native, the rows a fixed shape (not `varying_rows`, an MoE's expert
+// blocks) and the projection deep and large, dispatch.hpp's kFewRowsBf16LargeMax.
+std::int64_t few_rows_bf16_max(std::int64_t inputs, std::int64_t weight_elements,
+                               bool varying_rows);
+
 // Whether an inference forward (train false) over `rows` tokens streams its weights: few enough
-// rows for its up projection's `weight_elements`, and weights in the storage the kernels take
-// (a bf16 copy of the weights, up to kFewRowsMax rows; or f32 products, few_rows_fits).
-inline bool streams_weights(bool train, std::int64_t rows, bool bf16_copy,
-                            std::int64_t weight_elements, Precision precision) {
-  return !train && (bf16_copy ? rows >= 1 && rows <= kFewRowsMax
-                              : few_rows_fits(rows, weight_elements, precision));
+// rows for its up projection w_in [P, D], and weights in the storage the kernels take (a bf16
+// copy of the weights, few_rows_bf16_max; or f32 products, few_rows_fits).
+inline bool streams_weights(bool train, std::int64_t rows, bool bf16_copy, const Tensor& w_in,
+                            Precision precision, bool varying_rows) {
+  return !train && (bf16_copy ? rows >= 1 && rows <= few_rows_bf16_max(w_in.dim(1), w_in.numel(),
+                                                                       varying_rows)
+                              : few_rows_fits(rows, w_in.numel(), precision));
 }
 
 // y [T, O] = x [T, I] · w [O, I]ᵀ + b [O] (b may be null; y += ... with accumulate).

@@ -183,7 +183,7 @@ void ExpertStack::blocks_forward(const std::vector<std::int64_t>& offsets, int f
     const Tensor w_in_e = slice(w.w_in, i, P, D), w_out_e = slice(w.w_out, i, D, F);
     const InferenceCopy::Read we{w_in_e, w_out_e, w.bf16_copy, w.precision};
     if (ffn_block_stream(o, h, rows(c.xp), we, b_in, b_out, layer_.act, branches, train,
-                         layer_precision))
+                         layer_precision, /*varying_rows=*/true))
       return;
     if (!copies) {
       const BlockOperands op{rows(c.xp), w_in_e, b_in, nullptr, w_out_e, b_out, nullptr, nullptr};
