@@ -123,8 +123,9 @@ class FeedForward : public Layer {
   // copy is a snapshot: call this again after changing the weights; a training forward drops it
   // (the weights are about to change). Inference forwards of a few tokens stream the weights
   // once (ops/few_rows.hpp) from either storage: from bf16 as many as few_rows_bf16_max allows
-  // (kFewRowsMax, or 3 for a dense layer of d_model 2048 or more where oneDNN's bf16 products
-  // are native), and from f32 as many as few_rows_f32_max allows.
+  // (kFewRowsMax, or 3 for a dense layer whose up projection has 2048 inputs or more and 2^20
+  // elements or more, where oneDNN's bf16 products are native), and from f32 as many as
+  // few_rows_f32_max allows.
   virtual void set_inference_weights(DType dtype) = 0;
   DType inference_weights() const { return inference_weights_; }
 
