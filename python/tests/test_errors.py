@@ -98,6 +98,16 @@ def test_hash_routing_takes_integer_token_ids_only():
         moe.forward(X, token_ids=[1.9, 2.9, 3.9, 4.9])  # not truncated to 1, 2, 3, 4
 
 
+def test_a_training_forward_that_fails_leaves_no_backward():
+    moe = ffnlab.FFN(variant="moe", d_model=8, d_ff=16, moe={"routing": "expert_choice"})
+    moe.forward(X, train=True)
+    moe.backward(np.ones_like(X))
+    with pytest.raises(ValueError, match="not whole sequences of 3"):
+        moe.forward(X + 1, train=True, sequence=3)  # refused by the layer itself
+    with pytest.raises(ValueError, match="backward needs a forward with train = true"):
+        moe.backward(np.ones_like(X))
+
+
 def test_backward_needs_a_training_forward_of_the_same_shape():
     l = layer()
     x = np.ones((4, 8), dtype=np.float32)

@@ -53,7 +53,7 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train
   const std::int64_t D = config_.d_model;
   check(x.rank() == 2 && x.dim(1) == D && seq > 0 && x.dim(0) % seq == 0,
         "[attention] input {} is not [B·{}, {}]", shape_string(x.shape()), seq, D);
-  x_ = x;
+  x_ = Tensor();  // set once this forward has finished: a failed one leaves no backward
   seq_ = seq;
   // Training with native bf16 products converts x, a and the weights once, for this forward's
   // products and the backward's (converts_operands_once); at many rows the weights are packed
@@ -72,10 +72,11 @@ void Attention::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train
   linear_forward(y, operand(a16_, a_), operand.weight(w_o_operand_, w_o_),
                  config_.bias ? &b_o_ : nullptr, precision_, nullptr, false,
                  operand.forward_packing(w_o_operand_));
+  x_ = train ? x : Tensor();
 }
 
 void Attention::backward(Tensor& dx, const Tensor& dy) {
-  check(x_.defined(), "[attention] backward without a forward");
+  check(x_.defined(), "[attention] backward needs a training forward");
   operands_.check_unchanged(precision_, "[attention]");
   const std::int64_t D = config_.d_model;
   Tensor& da = scratch(Scratch::attn_da, a_.shape());

@@ -86,6 +86,10 @@ void DenseFFN::set_inference_weights(DType dtype) {
 }
 
 void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
+  // What backward reads is this forward's only once it has finished: a forward that throws
+  // (bad input, out of memory) leaves no backward to run on half-written activations.
+  saved_ = false;
+  x_ = Tensor();
   const std::int64_t D = config_.d_model, F = config_.d_ff;
   check(x.rank() == 2 && x.dim(1) == D, "[ffn] input {} must be [T, {}]", shape_string(x.shape()),
         D);
@@ -96,12 +100,12 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
   const InferenceCopy::Read w = inference_.read(train, w_in_, w_out_, precision_);
   h_.ensure({T, F});
   y.ensure({T, D});
-  saved_ = train;
-  x_ = train ? x : Tensor();
   // Decode: each weight row is read once, the mix done as its dot products finish.
   if (ffn_block_stream(y, h_, x, w, b_in, b_out, config_.act, branches_, train, precision_,
-                       /*varying_rows=*/false))
+                       /*varying_rows=*/false)) {
+    finish_forward(x, train);
     return;
+  }
   // Training with native bf16 products converts x, h and the weights once, for this forward's
   // products and the backward's (converts_operands_once); at many rows the weights are packed
   // instead (packs_weights); otherwise matmul reads these tensors.
@@ -118,6 +122,12 @@ void DenseFFN::forward(Tensor& y, const Tensor& x, bool train) {
                          operand.copies() ? &h16_ : nullptr};
   ffn_block_products(y, h_, a_, op, config_.act, branches_, train, w.precision,
                      /*varying_rows=*/false);
+  finish_forward(x, train);
+}
+
+void DenseFFN::finish_forward(const Tensor& x, bool train) {
+  saved_ = train;
+  x_ = train ? x : Tensor();
 }
 
 void DenseFFN::backward(Tensor& dx, const Tensor& dy) {

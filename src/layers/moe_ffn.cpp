@@ -94,6 +94,10 @@ void MoEFFN::experts_forward(Tensor& y, const Tensor& x, bool train) {
 }
 
 void MoEFFN::forward(Tensor& y, const Tensor& x, bool train) {
+  // What backward reads is this forward's only once it has finished: a forward that throws (bad
+  // input, out of memory) leaves no backward to run on another batch's routing.
+  saved_ = false;
+  x_ = Tensor();
   const std::int64_t D = config_.d_model;
   check(x.rank() == 2 && x.dim(1) == D, "[moe] input {} must be [T, {}]", shape_string(x.shape()),
         D);

@@ -82,7 +82,7 @@ void TransformerBlock::set_data_parallel(ProcessGroup* group, std::int64_t first
 
 void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, bool train,
                                std::uint64_t dropout_seed, std::uint64_t stream) {
-  train_ = train;
+  train_ = false;  // set once this forward has finished: a failed one leaves no backward
   dropout_seed_ = dropout_seed;
   stream_ = stream;
   const float p = train ? dropout_ : 0.f;
@@ -115,6 +115,7 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, std::int64_t seq, boo
     add(z_, h_, f);
     norm2_.forward(y, z_);
   }
+  train_ = train;
 }
 
 void TransformerBlock::backward(Tensor& dx, const Tensor& dy) {

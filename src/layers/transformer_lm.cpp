@@ -162,7 +162,7 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   check(T > 0 && T % seq == 0, "[lm] {} tokens are not whole sequences of {}", T, seq);
   check(targets.empty() || targets.size() == ids.size(), "[lm] {} targets for {} tokens",
         targets.size(), ids.size());
-  train_ = train;
+  train_ = false;  // set once this forward has finished: a failed one leaves no backward
   seq_ = seq;
   ids_.assign(ids.begin(), ids.end());
   targets_.assign(targets.begin(), targets.end());
@@ -199,8 +199,9 @@ double TransformerLM::forward(std::span<const std::int32_t> ids,
   const ProductOperands& operand = head_operands_;
   linear_forward(logits_, operand(z16_, *z), operand.weight(head_operand_, head_), nullptr,
                  precision_, nullptr, false, operand.forward_packing(head_operand_));
-  if (targets.empty()) return 0.0;
-  return cross_entropy_forward(probs_, logits_, targets);
+  const double loss = targets.empty() ? 0.0 : cross_entropy_forward(probs_, logits_, targets);
+  train_ = train;
+  return loss;
 }
 
 void TransformerLM::backward(float scale, float aux_scale,

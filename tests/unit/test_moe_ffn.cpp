@@ -1487,3 +1487,24 @@ TEST(MoEFFN, KeysARoutingDoesNotReadAreRefused) {
       EXPECT_EQ(keys.count(key), 1u) << "routing '" << routing << "' lists '" << key
                                      << "' as a key it does not read, but it is no MoE key";
 }
+
+// A forward that throws part way (here hash routing without the tokens' ids, after the checks
+// of the input) leaves no backward: the last training forward's routing and rows are gone.
+TEST(MoEFFN, AFailedForwardLeavesNoBackward) {
+  FFNConfig c = base(4, 2, "relu", true);
+  c.moe.routing = RoutingKind::hash;
+  c.moe.aux_coef = c.moe.z_coef = 0.0f;
+  MoEFFN moe(c, 5);
+  const std::int64_t T = 8;
+  std::vector<std::int32_t> ids(T);
+  for (std::int64_t t = 0; t < T; ++t) ids[t] = static_cast<std::int32_t>(t);
+  moe.context().token_ids = ids.data();
+  Tensor y, dx;
+  const Tensor dy = test::random_tensor({T, 12}, 8);
+  moe.forward(y, test::random_tensor({T, 12}, 6), true);
+  moe.backward(dx, dy);  // the training forward's backward runs
+  moe.context().token_ids = nullptr;
+  EXPECT_THROW(moe.forward(y, test::random_tensor({T, 12}, 7), true), Error);
+  EXPECT_NE(test::error_of([&] { moe.backward(dx, dy); }).find("backward needs a forward"),
+            std::string::npos);
+}

@@ -153,7 +153,8 @@ TEST(TransformerLM, MatchesReferenceAndCentralDifferences) {
   }
 }
 
-TEST(TransformerLM, RejectsBadInput) {
+// One ReLU layer, d_model 8, 2 heads, context 4, a vocabulary of 7.
+static LMConfig tiny_lm() {
   LMConfig c;
   c.vocab = 7;
   c.d_model = 8;
@@ -161,6 +162,11 @@ TEST(TransformerLM, RejectsBadInput) {
   c.layers = 1;
   c.context = 4;
   c.ffn = variant_config("relu", 8, 8, true);
+  return c;
+}
+
+TEST(TransformerLM, RejectsBadInput) {
+  const LMConfig c = tiny_lm();
   TransformerLM lm(c, 1);
   const std::vector<std::int32_t> five{1, 2, 3, 4, 5}, six{1, 2, 3, 4, 5, 6}, bad{1, 2, 9, 1};
   EXPECT_THROW(lm.forward(five, {}, 5, false), Error);  // longer than the context
@@ -258,4 +264,17 @@ TEST(TransformerLM, PackedWeightsTrainLikeThePlainOnes) {
         }
       }
     }
+}
+
+// A training forward that throws part way (a token outside the vocabulary, found by the
+// embedding) leaves no backward: the last forward's activations and the new targets do not
+// belong together.
+TEST(TransformerLM, AFailedForwardLeavesNoBackward) {
+  TransformerLM lm(tiny_lm(), 1);
+  const std::vector<std::int32_t> ids{1, 2, 3, 4}, bad{1, 2, 9, 1}, targets{2, 3, 4, 5};
+  lm.forward(ids, targets, 4, true);
+  lm.backward();  // the training forward's backward runs
+  EXPECT_THROW(lm.forward(bad, targets, 4, true), Error);
+  EXPECT_NE(test::error_of([&] { lm.backward(); }).find("backward needs a training forward"),
+            std::string::npos);
 }

@@ -33,6 +33,7 @@ class DenseFFN final : public FeedForward {
 
  private:
   void bind_parameters() override;
+  void finish_forward(const Tensor& x, bool train);  // what backward reads, once forward is done
 
   FFNConfig config_;
   std::int64_t in_width_;  // P = F, 2F or 2nF
