@@ -15,6 +15,7 @@ ffnlab's gradient buffer: ffnlab's backward accumulates into .grad directly, as 
 None is re-attached to the buffer, zeroed, in the next backward. Gradient hooks on these
 parameters do not run (autograd does not deliver their gradients).
 """
+import threading
 import warnings
 
 import torch
@@ -22,6 +23,15 @@ import torch
 from . import _ffnlab
 
 __all__ = ["FFN", "from_module"]
+
+
+def _unshared(what):
+    return RuntimeError(
+        f"[python] ffnlab.torch.FFN: its parameters and buffers are ffnlab's own float32 CPU "
+        f"memory, which the layer computes with; {what} would give the module tensors the layer "
+        f"never reads (its weights would stop following the optimizer and loaded values). Keep "
+        f"the module float32 on the CPU, and make another module for another copy (ft.FFN(config), "
+        f"ft.from_module(block))")
 
 
 def _rows(t, width):
@@ -39,6 +49,12 @@ class _Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, residual, token_ids, first, module, train, stochastic, *params):
+        with module._lock:  # the forward and what it left (its number, aux loss, logits)
+            return _Function._forward(ctx, x, residual, token_ids, first, module, train,
+                                      stochastic)
+
+    @staticmethod
+    def _forward(ctx, x, residual, token_ids, first, module, train, stochastic):
         layer = module.layer
         shape = x.shape
         flat = _rows(x, shape[-1])
@@ -71,6 +87,11 @@ class _Function(torch.autograd.Function):
                 "layer's second-order terms; take that gradient without create_graph, or use a "
                 "PyTorch FFN where second derivatives are needed")
         _ = ctx.saved_tensors  # autograd's check: x and the residual as forward read them
+        with ctx.module._lock:  # no other thread's forward between the check and the backward
+            return _Function._backward(ctx, dy, daux, dlogits)
+
+    @staticmethod
+    def _backward(ctx, dy, daux, dlogits):
         layer = ctx.module.layer
         if layer.forward_count != ctx.forward_count:
             raise RuntimeError(
@@ -121,6 +142,9 @@ class FFN(torch.nn.Module):
             raise ValueError("[python] ffnlab.torch.FFN: layer= wraps a built layer; config, "
                              "seed and keys build one, so give one or the other")
         self.layer = layer if layer is not None else _ffnlab.FFN(config, seed=seed, **keys)
+        # Held by a forward until its number and outputs are read, and by a backward from its
+        # check to its end: threads sharing the module cannot slip a forward in between.
+        self._lock = threading.Lock()
         values, trainable = self.layer.parameters(), self.layer.trainable()
         self._names = [n for n in values if trainable[n]]
         for name in values:
@@ -143,6 +167,33 @@ class FFN(torch.nn.Module):
         self._params = [getattr(self, n.replace(".", "_")) for n in self._names]
         grads = self.layer.grads()
         self._grad_buffers = [torch.from_numpy(grads[n]) for n in self._names]
+        # Every parameter and buffer as registered, and its memory: forward refuses a module
+        # whose tensors were replaced (setattr, .data =, load_state_dict(assign=True)).
+        self._shared = [(key, t, t.data_ptr()) for key, t in
+                        (*self._parameters.items(), *self._buffers.items())]
+
+    def _check_shared(self):
+        for key, t, ptr in self._shared:
+            now = self._parameters[key] if key in self._parameters else self._buffers.get(key)
+            if now is not t or now.data_ptr() != ptr:
+                raise _unshared(f"'{key}' was replaced: that")
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(), .double(), .half(), to_empty() and the like: refused when they would make any
+        # tensor a new one (.float() and .cpu() keep them, and pass).
+        for key, t in (*self._parameters.items(), *self._buffers.items()):
+            if t is not None and fn(t) is not t:
+                raise _unshared(f"a conversion of '{key}' (.to(), .double(), .half())")
+        return super()._apply(fn, *args, **kwargs)
+
+    def share_memory(self):
+        raise _unshared("share_memory()")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        # load_state_dict copies into the parameters (ffnlab's buffer) unless told to assign
+        if local_metadata.get("assign_to_params_buffers", False):
+            raise _unshared("load_state_dict(assign=True)")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def _attach_grads(self):
         """Makes every parameter's .grad a view of ffnlab's gradient buffer, so that backward
@@ -176,6 +227,7 @@ class FFN(torch.nn.Module):
         if x.shape[-1] != self.layer.d_model:
             raise ValueError(f"[python] input has {x.shape[-1]} features, the layer "
                              f"{self.layer.d_model}")
+        self._check_shared()
         params = self._params
         # Training (the layer keeps its activations) only where autograd will call backward;
         # training-only routing (jitter, gate noise, BASE's assignment) as module.training says,

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <limits>
@@ -39,6 +40,32 @@
 #include "python.hpp"
 
 namespace ffnlab::python {
+
+namespace {
+std::atomic<int> chosen_threads{0};  // set_threads(n); 0: none chosen
+}  // namespace
+
+ChosenThreads::ChosenThreads() {
+  const int n = chosen_threads.load();
+  const int now = omp_get_max_threads();
+  if (n > 0 && now != n) {
+    before_ = now;
+    omp_set_num_threads(n);
+  }
+}
+
+ChosenThreads::~ChosenThreads() {
+  if (before_ > 0) omp_set_num_threads(before_);
+}
+
+int ChosenThreads::chosen() {
+  return chosen_threads.load();
+}
+
+void ChosenThreads::choose(int n) {
+  chosen_threads.store(n);
+  omp_set_num_threads(n);  // this thread's own count too, as PyTorch's set_num_threads does
+}
 
 std::string shown(const py::handle& value) {
   std::string text;
@@ -371,6 +398,7 @@ class Layer {
     std::uint64_t mine = 0;  // this forward's number
     {
       py::gil_scoped_release release;
+      const ChosenThreads threads;
       std::lock_guard lock(mutex_);
       mine = ++forwards_;
       ffn_->context().sequence = sequence;
@@ -426,6 +454,7 @@ class Layer {
     auto [dx, dxt] = new_rows(dyt.dim(0), D);
     {
       py::gil_scoped_release release;
+      const ChosenThreads threads;
       std::lock_guard lock(mutex_);
       ffn_->context().logits_grad = gt.defined() ? &gt : nullptr;
       ffn_->backward(dxt, dyt);
@@ -445,6 +474,7 @@ class Layer {
   template <class F>
   auto locked(F&& f) {
     py::gil_scoped_release release;
+    const ChosenThreads threads;
     std::lock_guard lock(mutex_);
     return f(*ffn_);
   }
@@ -698,6 +728,7 @@ gate_residual, or from a loss on them (Hugging Face's balancing loss).)")
         std::unique_ptr<FeedForward> ffn;
         {
           py::gil_scoped_release release;
+          const ChosenThreads threads;
           const FFNConfig c = read_ffn_config_file(config_path);
           check_layer_memory(c);
           ffn = make_ffn(c, seed);
@@ -754,11 +785,16 @@ gate_residual, or from a loss on them (Hugging Face's balancing loss).)")
         if (n < 1 || n > most)
           throw py::value_error(fmt::format(
               "[python] set_threads({}): threads must be in [1, {}] (the processors)", n, most));
-        omp_set_num_threads(static_cast<int>(n));
+        ChosenThreads::choose(static_cast<int>(n));
       },
-      py::arg("n"), "OpenMP threads for the layers' work");
+      py::arg("n"),
+      "OpenMP threads for the layers' work, in every Python thread that calls the library");
   m.def(
-      "get_threads", [] { return omp_get_max_threads(); },
+      "get_threads",
+      [] {
+        const ChosenThreads threads;  // as a call of the layers' work counts them
+        return omp_get_max_threads();
+      },
       "OpenMP threads the layers' work uses (set_threads, or OMP_NUM_THREADS, or the "
       "processors)");
   // The thresholds from which a path is taken: set_<name>(n) (0: never) and get_<name>().

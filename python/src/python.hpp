@@ -61,6 +61,24 @@ std::string path_argument(std::string_view function, std::string_view name, cons
 // A str.
 std::string string_argument(std::string_view function, std::string_view name, const py::handle& v);
 
+// The OpenMP threads set_threads() chose (none chosen: OpenMP's default), on the calling thread
+// for this object's life. omp_set_num_threads sets the calling thread's count alone, so every
+// call that runs the library's work holds one, with the GIL released: a forward from a
+// threading.Thread or an executor's worker runs with the chosen threads too. The thread's own
+// count (what PyTorch's ops there use: one OpenMP runtime) is back when the call returns.
+class ChosenThreads {
+ public:
+  ChosenThreads();
+  ~ChosenThreads();
+  ChosenThreads(const ChosenThreads&) = delete;
+  ChosenThreads& operator=(const ChosenThreads&) = delete;
+  static int chosen();  // 0: none chosen
+  static void choose(int n);
+
+ private:
+  int before_ = 0;  // the thread's count to restore; 0: unchanged
+};
+
 // study.cpp: TransformerLM, train, _evolve.
 void add_study(py::module_& m);
 

@@ -224,6 +224,7 @@ auto run_released(Callback& callback, F&& work) {
   std::exception_ptr failure;
   {
     py::gil_scoped_release release;
+    const ChosenThreads threads;
     try {
       result.emplace(work());
     } catch (...) {
@@ -658,6 +659,7 @@ seed here and in train(seed=S) gives the command's run.)")
                  const LMConfig c = lm_config_of(config, keys);
                  check_model_memory(c);
                  py::gil_scoped_release release;
+                 const ChosenThreads threads;
                  return LM{std::make_unique<TransformerLM>(c, seed)};
                }),
            py::arg("config") = py::none(), py::arg("seed") = 1)
@@ -668,6 +670,7 @@ seed here and in train(seed=S) gives the command's run.)")
             const LMConfig c = read_resume_point(dir).model;
             check_model_memory(c);
             py::gil_scoped_release release;
+            const ChosenThreads threads;
             return LM{std::make_unique<TransformerLM>(c, 1)};
           },
           py::arg("run_dir"),

@@ -6,14 +6,41 @@ import sys
 import textwrap
 
 
-def run_python(code):
-    """Runs code in a child interpreter with the same module path; returns (status, stdout,
-    stderr)."""
-    env = dict(os.environ)
+def run_python(code, **environment):
+    """Runs code in a child interpreter with the same module path (and `environment` laid over
+    this one's); returns (status, stdout, stderr)."""
+    env = dict(os.environ, **environment)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                        capture_output=True, text=True, timeout=120)
     return r.returncode, r.stdout, r.stderr
+
+
+def test_the_chosen_thread_count_holds_in_every_python_thread():
+    # OpenMP keeps a count for each thread: set_threads in the main thread must hold for the
+    # library's calls in a threading.Thread and an executor's worker too, and leave the count
+    # that thread's PyTorch ops use as it was.
+    status, out, err = run_python("""
+        import threading, numpy as np, torch, ffnlab
+        from concurrent.futures import ThreadPoolExecutor
+        ffnlab.set_threads(2)
+        layer = ffnlab.FFN(d_model=8, d_ff=16)
+        seen = []
+        def work():
+            torch_before = torch.get_num_threads()
+            seen.append(ffnlab.get_threads())
+            layer.forward(np.ones((4, 8), np.float32))
+            seen.append(ffnlab.get_threads())
+            seen.append(torch.get_num_threads() == torch_before)
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(work).result()
+        print("threads", ffnlab.get_threads(), seen)
+    """, OMP_NUM_THREADS="3")
+    assert status == 0, err
+    assert "threads 2 [2, 2, True, 2, 2, True]" in out, out
 
 
 def test_thread_counts_beyond_the_processors_are_refused_and_forward_still_runs():

@@ -149,11 +149,72 @@ def test_a_frozen_parameter_gets_no_grad_and_no_optimizer_moves_it():
                zip([q for q in block.named_ffn_parameters() if q[0] != name], others))
 
 
+def test_what_would_end_the_memory_sharing_is_refused_and_what_keeps_it_works():
+    block = ft.FFN(variant="moe", d_model=8, d_ff=16,
+                   moe={"num_experts": 4, "top_k": 2, "balance_bias": True})  # a buffer too
+    x = torch.randn(5, 8)
+    y = block(x)
+    for convert in (lambda m: m.double(), lambda m: m.half(), lambda m: m.to(torch.bfloat16),
+                    lambda m: m.share_memory()):
+        with pytest.raises(RuntimeError, match="ffnlab's own float32 CPU memory"):
+            convert(block)
+    # nothing was converted on the way: the module still computes with its weights
+    assert block.float() is block and block.cpu() is block and block.to("cpu") is block
+    assert all(p.dtype == torch.float32 for p in block.parameters())
+    assert torch.equal(block(x), y)
+    # load_state_dict copies into ffnlab's memory; with assign=True it would replace the tensors
+    state = {k: v.clone() * 2 for k, v in block.state_dict().items()}
+    block.load_state_dict(state)
+    assert not torch.equal(block(x), y)
+    with pytest.raises(RuntimeError, match="assign=True"):
+        block._load_from_state_dict(state, "", {"assign_to_params_buffers": True}, True, [], [],
+                                    [])
+    # a parameter replaced by hand (assigned, or .data =) is found by the next forward
+    name = block.named_ffn_parameters()[0][0].replace(".", "_")
+    for replace in (lambda p: torch.nn.Parameter(p.detach().clone()),
+                    lambda p: setattr(p, "data", p.detach().clone()) or p):
+        again = ft.FFN(variant="swiglu", d_model=8, d_ff=16)
+        setattr(again, "up_proj_weight", replace(again.up_proj_weight))
+        with pytest.raises(RuntimeError, match="'up_proj_weight' was replaced"):
+            again(x)
+    assert name in dict(block.named_parameters())
+
+
 def test_a_stale_backward_is_refused():
     block = ft.FFN(variant="relu", d_model=4, d_ff=8)
     x = torch.randn(3, 4, requires_grad=True)
     first = block(x).sum()
     block(x).sum()  # a second forward replaces the saved activations
+    with pytest.raises(RuntimeError, match="not the layer's last"):
+        first.backward()
+
+
+def test_another_threads_forward_cannot_slip_between_a_forward_and_its_number():
+    # Thread B's forward starts while thread A's is inside the layer. Had B's forward run
+    # before A read the layer's forward number, A's backward would pass its check and take B's
+    # activations: B waits for A's forward instead, and A's backward is then stale.
+    import threading
+    import time
+    block = ft.FFN(variant="relu", d_model=4, d_ff=8)
+
+    class Layer:  # the layer, with thread B started inside A's first forward
+        def __init__(self, layer):
+            self.layer, self.other = layer, None
+
+        def __getattr__(self, name):
+            return getattr(self.layer, name)
+
+        def forward(self, *args, **kwargs):
+            y = self.layer.forward(*args, **kwargs)
+            if self.other is None:
+                self.other = threading.Thread(target=lambda: block(torch.randn(3, 4)).sum())
+                self.other.start()
+                time.sleep(0.3)  # ample for B's forward, unless it waits for this one
+            return y
+
+    block.layer = Layer(block.layer)
+    first = block(torch.randn(3, 4, requires_grad=True)).sum()
+    block.layer.other.join()
     with pytest.raises(RuntimeError, match="not the layer's last"):
         first.backward()
 
