@@ -67,7 +67,8 @@ def record_text(name):
                  f"{', '.join(records)})")
     x = records[name]
     m = x["machine"]
-    cpu = f"{m['cpu']} family {m['family']} model {m['model']}, {m['isa']}"
+    bf16 = " with bf16" if m.get("bf16") else ", no bf16"
+    cpu = f"{m['cpu']} family {m['family']} model {m['model']}, {m['isa']}{bf16}"
     return (f" Here that run is the record `{name}` of [verdicts.json](verdicts.json): {cpu}, "
             f"{x['build']} build, commit {x['commit']} ([results-study.md](results-study.md) "
             "says how each record was made). The README's findings table quotes the record it "

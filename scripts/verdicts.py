@@ -162,8 +162,9 @@ def differences(a, b):
 def describe(r):
     m = r["machine"]
     which = f", family {m['family']} model {m['model']}" if m.get("family") else ""
-    return (f"{r['name']}: {m['cpu']}{which} ({m['isa']}), {r['build']} build, "
-            f"commit {r['commit']}")
+    bf16 = " with bf16" if m.get("bf16") else ", no bf16"
+    return (f"{r['name']}: {m['cpu']}{which} ({m['isa']}{bf16}), {r['build']} build, "
+            f"commit {r['commit']}, `ffnlab evolve --out report`")
 
 
 def readme_block(data):

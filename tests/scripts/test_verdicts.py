@@ -106,7 +106,7 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(status, 1)
         self.assertIn("swiglu: better than ReLU (-0.040 [-0.050, -0.030], 5 seeds) on "
                       "avx2-native; inconclusive", out)
-        self.assertIn("avx512-native: Some EPYC, family 25 model 17 (AVX-512)", out)
+        self.assertIn("avx512-native: Some EPYC, family 25 model 17 (AVX-512, no bf16)", out)
         self.assertNotIn("gelu:", out)
         status, out, _ = self.run_script("compare", "avx2-native", "avx2-native")
         self.assertEqual(status, 0)
@@ -126,8 +126,8 @@ class Verdicts(unittest.TestCase):
         self.assertIn("| inconclusive | no: better on avx2-native; inconclusive on "
                       "avx512-native |", swiglu)
         # The numbers are the newest record's, and the block says whose.
-        self.assertIn("the newest record, avx512-native: Some EPYC, family 25 model 17 (AVX-512), "
-                      "native build, commit b.", block)
+        self.assertIn("the newest record, avx512-native: Some EPYC, family 25 model 17 (AVX-512, "
+                      "no bf16), native build, commit b, `ffnlab evolve --out report`.", block)
 
     def test_a_bound_near_zero_keeps_its_sign_and_a_digit(self):
         r = results("AVX2")
