@@ -171,6 +171,14 @@ ParallelPlan::ParallelPlan(TransformerLM& model, Optimizer& optimizer, const Cor
   if (!g) return;
   check_same_setup(*g, model_.config(), config, corpus, parallel_);
   check_parallel_layout(f, config.batch, g->size(), parallel_);
+  // Every rank's model holds every expert, or every rank's its own: with a mix, ranks would
+  // call different exchanges (a refresh's broadcasts against all-to-alls) and wait on each
+  // other until the timeout.
+  std::vector<std::int64_t> layouts{own_experts_only_ ? 1 : 0, own_experts_only_ ? 0 : 1};
+  g->allreduce_max(layouts, "expert layout check");
+  check(layouts[0] == 0 || layouts[1] == 0,
+        "[dist] some ranks' models hold every expert and others only their own: build every "
+        "rank's model alike (all experts, or each its share, held_by_rank)");
   if (parallel_.expert_parallel) {
     const int G = parallel_.expert_group > 0 ? parallel_.expert_group : g->size();
     if (G < g->size()) {  // groups of G consecutive ranks, each a replica of the others

@@ -1120,3 +1120,22 @@ TEST(DataParallel, ExpertGroupsTrainOverRanksToTheWeightsOfOneProcess) {
   expect_refused_on_ranks(ffn, 4, true, "an expert group of 3 ranks does not divide the 4 ranks", 4,
                           3);
 }
+
+// Models that hold every expert on some ranks and only their own on others would call different
+// exchanges (a refresh's broadcasts against all-to-alls): refused on every rank at the start.
+TEST(DataParallel, RanksWhoseModelsHoldDifferentExpertsAreRefused) {
+  const Corpus corpus = tiny_corpus();
+  const TrainConfig t = tiny_training(2);
+  const LMConfig c = tiny_model(small_moe(2));
+  std::vector<std::string> caught(2);
+  ThreadGroup::run(2, [&](ThreadGroup& g) {
+    const int E = c.ffn.moe.num_experts;
+    const HeldExperts held = g.rank() == 1 ? held_by_rank(E, 2, 1) : HeldExperts{};
+    TransformerLM model(c, 1, held);
+    caught[g.rank()] = test::error_of([&] { Trainer(model, corpus, t, {&g, 1000, true, {}, 0}); });
+  });
+  for (const std::string& message : caught)
+    EXPECT_NE(message.find("some ranks' models hold every expert and others only their own"),
+              std::string::npos)
+        << message;
+}
