@@ -488,6 +488,7 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
       fail_system("[evolve] rank {}: an unknown message {} from rank {}", ranks.rank(), tag, from);
     nlohmann::json m;
     std::size_t index = 0;
+    bool exchange_failed = false;
     try {
       m = unpack(bytes);
       index = m.at("index");
@@ -508,32 +509,44 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
             job.label);
       if (given.bare) st.bare_products[job.label] = *given.bare;
       std::atomic<bool> abandon{false};
+      // A message to or from rank 0 that fails ends this rank, not the run alone: a send that
+      // timed out may still be in flight, reading a buffer that is gone.
+      auto exchange = [&exchange_failed](auto&& talk) {
+        try {
+          return talk();
+        } catch (...) {
+          exchange_failed = true;
+          throw;
+        }
+      };
       std::int64_t steps = 0;
       auto last = Clock::now();
       auto progress = [&](const StepLog& s) {
         ++steps;
         const bool last_step = job.settings && s.step == job.settings->steps;
         if (last_step || Clock::now() - last > std::chrono::milliseconds(250)) {
-          ranks.send(
-              pack({{"index", index}, {"steps", steps}, {"log", nlohmann::json(to_json(s))}}), 0,
-              kStep, "study run");
+          const std::string message =
+              pack({{"index", index}, {"steps", steps}, {"log", nlohmann::json(to_json(s))}});
+          exchange([&] { ranks.send(message, 0, kStep, "study run"); });
           last = Clock::now();
         }
         std::string stop;
         int stop_from = 0, stop_tag = 0;
-        if (ranks.try_receive(stop, stop_from, stop_tag, "study run")) {
+        if (exchange([&] { return ranks.try_receive(stop, stop_from, stop_tag, "study run"); })) {
           if (stop_tag != kStop)
             fail_system("[evolve] rank {}: message {} while training", ranks.rank(), stop_tag);
           abandon = true;
         }
       };
       const RunRecord r = train_one(st, job, progress, abandon);
-      ranks.send(pack({{"index", index}, {"record", record_to_json(r)}}), 0, kDone, "study run");
+      const std::string message = pack({{"index", index}, {"record", record_to_json(r)}});
+      exchange([&] { ranks.send(message, 0, kDone, "study run"); });
     } catch (const Abandoned&) {
       continue;
     } catch (const Interrupted&) {
       throw;
     } catch (const std::exception& e) {
+      if (exchange_failed) throw;
       ranks.send(pack({{"index", index}, {"failure", Failure::of(e).to_json()}}), 0, kFailed,
                  "study run");
     }

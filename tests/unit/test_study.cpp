@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/math/distributions/students_t.hpp>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -1203,6 +1204,74 @@ TEST(Study, AServingRankTakesAMessageItCannotReadAsTheSystemsFailure) {
   const Served partial = served(study::kJob, {index_only.begin(), index_only.end()}, true);
   EXPECT_EQ(partial.ended, "served");
   EXPECT_PRED2(starts, partial.told, "3 [evolve] a message from rank 0 does not read (");
+}
+
+// A message to rank 0 that the serving rank cannot send (a send that timed out may still be in
+// flight, reading its buffer) ends that rank with the send's failure: it does not report the run
+// as failed to rank 0 and go on serving. The step's message and the record's alike.
+TEST(Study, AServingRankWhoseMessageFailsEndsWithThatFailure) {
+  const ScratchDir scratch("serve_send");
+  {
+    std::ofstream corpus(scratch.path / "corpus.txt");
+    for (int i = 0; i < 500; ++i) corpus << "Q: Why did the chicken cross the road?\n%\n";
+  }
+  study::Options o;
+  o.data = (scratch.path / "corpus.txt").string();
+  o.quick = true;
+  study::Study st;  // what rank 0 describes the run with, as serve_runs reads it
+  st.options = o;
+  st.options.variants = study::study_variants(o);
+  st.scale = study::make_scale(st.options);
+  st.corpus = load_corpus(o.data);
+  study::RunJob job;
+  job.model.d_model = 8;
+  job.model.layers = 1;
+  job.model.heads = 1;
+  job.model.context = 8;
+  job.model.ffn = variant_config("relu", 8, 16, true);
+  job.label = "relu";
+  TrainConfig t;
+  t.batch = 2;
+  t.seq = 8;
+  t.steps = 2;
+  job.settings = t;
+  const std::vector<std::uint8_t> message =
+      nlohmann::json::to_cbor({{"index", 0},
+                               {"job", study::job_to_json(st, job)},
+                               {"data", st.corpus.fingerprint},
+                               {"bare", nullptr}});
+  for (const int failing : {study::kStep, study::kDone}) {
+    std::atomic<bool> stopped{false};
+    const std::string ended = test::ThreadGroup::outcomes(
+        2,
+        [&](test::ThreadGroup& g) {
+          if (g.rank() == 1) {
+            g.failing_send_tag = failing;
+            try {
+              study::serve_runs(o, g);
+            } catch (...) {
+              stopped = true;
+              throw;
+            }
+            stopped = true;
+            return;
+          }
+          g.send({message.begin(), message.end()}, 1, study::kJob, "test");
+          // Until rank 1 ends, or answers the run other than by its steps (then it serves on,
+          // and the study's end ends it).
+          std::string answer;
+          int from = 0, tag = 0;
+          while (!stopped) {
+            if (g.try_receive(answer, from, tag, "test") && tag != study::kStep) {
+              g.send("", 1, study::kFinish, "test");
+              break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        },
+        "served")[1];
+    EXPECT_EQ(ended, fmt::format("3 {} [dist] the send of message {} failed", ETIMEDOUT, failing));
+  }
 }
 
 // A stop that comes after the last figure, before the report replaces the earlier one (the

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <cerrno>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -22,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ffnlab/error.hpp"
 #include "ffnlab/failure.hpp"
 #include "ffnlab/parallel/group.hpp"
 
@@ -137,7 +139,11 @@ class ThreadGroup final : public ProcessGroup {
     ++buckets_;
     gradient_elements_ += static_cast<std::int64_t>(v.size());
   }
+  // A send of this tag fails as a timed-out exchange would (-1: none), before it is delivered.
+  int failing_send_tag = -1;
   void send(const std::string& bytes, int to, int tag, const char*) override {
+    if (tag == failing_send_tag)
+      throw SystemError(fmt::format("[dist] the send of message {} failed", tag), ETIMEDOUT);
     std::lock_guard lock(s_.mail_lock);
     s_.mail.at(to).push_back({bytes, rank_, tag});
   }
