@@ -1,6 +1,8 @@
 """Bad configs, shapes, dtypes and layouts arrive as Python exceptions with ffnlab's one-line
 message; nothing out of bounds is read."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -150,6 +152,26 @@ def test_aux_loss_scale_must_be_finite():
 def test_empty_input_gives_empty_output():
     y = layer().forward(np.zeros((0, 8), dtype=np.float32))
     assert y.shape == (0, 8)
+
+
+@pytest.mark.parametrize("routing", ["topk", "top_p", "relu", "expert_choice", "soft", "hash",
+                                     "base"])
+def test_empty_input_trains_every_routing_to_nothing(routing):
+    # No rows: a training forward and backward give empty outputs, add nothing to any gradient,
+    # and every statistic and the aux loss stay finite (no 0/0).
+    moe = ffnlab.FFN(variant="moe", d_model=8, d_ff=16,
+                     moe={"routing": routing, "num_shared": 1})
+    none = np.zeros((0, 8), dtype=np.float32)
+    ids = np.zeros(0, np.int64) if routing == "hash" else None
+    assert moe.forward(none, train=True, token_ids=ids).shape == (0, 8)
+    assert moe.backward(none).shape == (0, 8)
+    assert all(not g.any() for g in moe.grads().values())
+    assert math.isfinite(moe.aux_loss)
+    stats = moe.stats()
+    for key, value in stats.items():
+        values = np.asarray(value, dtype=float) if not isinstance(value, dict) else np.zeros(0)
+        assert np.isfinite(values).all(), (key, value)
+    moe.after_optimizer_step()
 
 
 def test_a_layer_larger_than_memory_is_refused_before_allocation():
