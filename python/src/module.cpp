@@ -421,7 +421,7 @@ class Layer {
     py::object old_x = train ? py::object(x) : py::none();
     py::object old_residual = train ? residual_array : py::none();
     {
-      std::lock_guard lock(mutex_);
+      const auto lock = lock_with_gil();
       if (forwards_ == mine) {
         std::swap(saved_x_, old_x);
         std::swap(saved_residual_, old_residual);
@@ -466,7 +466,7 @@ class Layer {
 
   FeedForward& ffn() { return *ffn_; }
   std::int64_t forwards() {
-    std::lock_guard lock(mutex_);
+    const auto lock = lock_with_gil();
     return static_cast<std::int64_t>(forwards_);
   }
   // f(layer) with the GIL released and the layer's lock held, as forward and backward run: a
@@ -480,6 +480,18 @@ class Layer {
   }
 
  private:
+  // The layer's lock for a caller that holds the GIL, waited for with the GIL released: a thread
+  // waiting for another thread's forward must not stop every Python thread meanwhile. (No one
+  // waits for the lock holding the GIL, so a holder that takes the GIL back cannot deadlock.)
+  std::unique_lock<std::mutex> lock_with_gil() {
+    std::unique_lock lock(mutex_, std::defer_lock);
+    if (!lock.try_lock()) {
+      py::gil_scoped_release release;
+      lock.lock();
+    }
+    return lock;
+  }
+
   std::unique_ptr<FeedForward> ffn_;
   std::mutex mutex_;
   py::object saved_x_ = py::none();
