@@ -26,12 +26,26 @@ __all__ = ["FFN", "from_module"]
 
 
 def _unshared(what):
+    """The refusal of `what`, a phrase that ends '... gives' or '... would give'."""
     return RuntimeError(
         f"[python] ffnlab.torch.FFN: its parameters and buffers are ffnlab's own float32 CPU "
-        f"memory, which the layer computes with; {what} would give the module tensors the layer "
-        f"never reads (its weights would stop following the optimizer and loaded values). Keep "
-        f"the module float32 on the CPU, and make another module for another copy (ft.FFN(config), "
-        f"ft.from_module(block))")
+        f"memory, which the layer computes with; {what} the module tensors the layer never reads "
+        f"(its weights would stop following the optimizer and loaded values). Keep the module "
+        f"float32 on the CPU; copy.deepcopy(module) makes an independent copy")
+
+
+def _rebuilt(layer, router_logits, training, requires_grad, grads):
+    """An FFN module around `layer` (a copy, from pickle or copy.deepcopy) as FFN.__reduce_ex__
+    described the original."""
+    module = FFN(layer=layer, router_logits=router_logits)
+    module.train(training)
+    for p, buffer, wants, grad in zip(module._params, module._grad_buffers, requires_grad, grads):
+        p.requires_grad_(wants)
+        if isinstance(grad, str):  # "buffer": the grad was ffnlab's buffer, copied with the layer
+            p.grad = buffer
+        elif grad is not None:
+            p.grad = grad
+    return module
 
 
 def _rows(t, width):
@@ -176,24 +190,45 @@ class FFN(torch.nn.Module):
         for key, t, ptr in self._shared:
             now = self._parameters[key] if key in self._parameters else self._buffers.get(key)
             if now is not t or now.data_ptr() != ptr:
-                raise _unshared(f"'{key}' was replaced: that")
+                raise _unshared(f"'{key}' was replaced (assigned, or its .data set), which gives")
 
     def _apply(self, fn, *args, **kwargs):
-        # .to(), .double(), .half(), to_empty() and the like: refused when they would make any
-        # tensor a new one (.float() and .cpu() keep them, and pass).
-        for key, t in (*self._parameters.items(), *self._buffers.items()):
-            if t is not None and fn(t) is not t:
-                raise _unshared(f"a conversion of '{key}' (.to(), .double(), .half())")
+        # What a conversion does to a float32 CPU tensor, tried on one of its own first: .to(),
+        # .double(), .half(), to_empty() make a new tensor, share_memory() moves the memory in
+        # place; either is refused before any of the module's tensors is touched. .float(),
+        # .cpu() and .to() of float32 on the CPU keep the tensor, and pass.
+        probe = torch.zeros(1)
+        where = probe.data_ptr()
+        if fn(probe) is not probe or probe.data_ptr() != where:
+            raise _unshared("this conversion of the module or of one that holds it (.to(), "
+                            ".double(), .half(), share_memory(); modules converted before this "
+                            "one stay converted) would give")
         return super()._apply(fn, *args, **kwargs)
 
     def share_memory(self):
-        raise _unshared("share_memory()")
+        raise _unshared("share_memory() would give")
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         # load_state_dict copies into the parameters (ffnlab's buffer) unless told to assign
+        # (PyTorch 2.1 and later)
         if local_metadata.get("assign_to_params_buffers", False):
-            raise _unshared("load_state_dict(assign=True)")
+            raise _unshared("load_state_dict(assign=True) would give")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
+    def __reduce_ex__(self, protocol):
+        # pickle and copy.deepcopy: the layer as its own state (weights, gradients, buffers,
+        # seed and settings; ffnlab.FFN's pickling), then a module built around the copy, in the
+        # same mode, with the same requires_grad and .grad. Hooks are not copied.
+        grads = []
+        for p, buffer in zip(self._params, self._grad_buffers):
+            if p.grad is None:
+                grads.append(None)
+            elif p.grad.data_ptr() == buffer.data_ptr():
+                grads.append("buffer")
+            else:
+                grads.append(p.grad.detach().clone())
+        return (_rebuilt, (self.layer, self.router_logits, self.training,
+                           [p.requires_grad for p in self._params], grads))
 
     def _attach_grads(self):
         """Makes every parameter's .grad a view of ffnlab's gradient buffer, so that backward

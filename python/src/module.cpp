@@ -410,8 +410,11 @@ class Layer {
       if (train && stochastic) ffn_->set_random_stream(seed_, stochastic_forwards_++);
       residual_ = rt;
       ffn_->context().previous_logits = residual_.defined() ? &residual_ : nullptr;
+      struct Unset {  // `ids` ends with this call, a forward that throws included
+        FFNContext& context;
+        ~Unset() { context.token_ids = nullptr; }
+      } unset{ffn_->context()};
       ffn_->forward(yt, xt, train);
-      ffn_->context().token_ids = nullptr;
     }
     written_in_place(yt, y, "forward");
     // The layer reads x's and the residual's memory again in backward: their arrays stay alive
@@ -465,6 +468,61 @@ class Layer {
   }
 
   FeedForward& ffn() { return *ffn_; }
+
+  // What pickle and copy.deepcopy keep (py::pickle below): the config, the seed and the
+  // stochastic forwards drawn so far, copies of the parameter and gradient buffers, and the
+  // settings. Not the last forward's activations (a copy has no backward to run), nor what MoE
+  // gathers between optimizer steps for after_optimizer_step.
+  py::dict state() {
+    const auto lock = lock_with_gil();
+    py::dict s;
+    s["format"] = "ffnlab.FFN 1";
+    s["config"] = from_json(config_to_json(ffn_->config()));
+    s["seed"] = seed_;
+    s["stochastic_forwards"] = stochastic_forwards_;
+    py::list names;
+    for (const auto& p : ffn_->parameters().list()) names.append(p.name);
+    s["names"] = names;
+    s["values"] = flat_copy(ffn_->parameters().values());
+    s["grads"] = flat_copy(ffn_->parameters().grads());
+    s["precision"] = std::string(enum_name(ffn_->precision()));
+    s["aux_loss_scale"] = ffn_->aux_loss_scale();
+    s["inference_weights"] = ffn_->inference_weights() == DType::bf16 ? "bf16" : "f32";
+    return s;
+  }
+  static std::unique_ptr<Layer> from_state(const py::dict& state_arg) {
+    const auto bad = [](const std::string& why) {
+      return py::value_error("[python] not the state of an ffnlab.FFN this ffnlab reads: " + why);
+    };
+    const py::dict& s = state_arg;
+    for (const char* key : {"format", "config", "seed", "stochastic_forwards", "names", "values",
+                            "grads", "precision", "aux_loss_scale", "inference_weights"})
+      if (!s.contains(key)) throw bad(std::string("no '") + key + "'");
+    if (string_argument("FFN", "format", s["format"]) != "ffnlab.FFN 1")
+      throw bad("format " + shown(s["format"]));
+    const FFNConfig c = config_of(s["config"], py::kwargs());
+    check_layer_memory(c);
+    const std::uint64_t seed = seed_argument("FFN", s["seed"]);
+    auto layer = std::make_unique<Layer>(make_ffn(c, seed), seed);
+    FeedForward& f = *layer->ffn_;
+    py::list names;
+    for (const auto& p : f.parameters().list()) names.append(p.name);
+    if (!names.equal(s["names"].cast<py::object>()))
+      throw bad("its parameters are not the config's");
+    fill_from(f.parameters().values(), s["values"].cast<py::object>(), "values");
+    fill_from(f.parameters().grads(), s["grads"].cast<py::object>(), "grads");
+    f.set_precision(parse_enum<Precision>(string_argument("FFN", "precision", s["precision"])));
+    f.set_aux_loss_scale(
+        static_cast<float>(finite_argument("FFN", "aux_loss_scale", s["aux_loss_scale"])));
+    layer->stochastic_forwards_ = static_cast<std::uint64_t>(
+        int_argument("FFN", "stochastic_forwards", s["stochastic_forwards"], 0,
+                     std::numeric_limits<std::int64_t>::max(), false));
+    // The bf16 copy last: a snapshot of the weights just restored.
+    if (string_argument("FFN", "inference_weights", s["inference_weights"]) == "bf16")
+      f.set_inference_weights(DType::bf16);
+    return layer;
+  }
+
   std::int64_t forwards() {
     const auto lock = lock_with_gil();
     return static_cast<std::int64_t>(forwards_);
@@ -490,6 +548,22 @@ class Layer {
       lock.lock();
     }
     return lock;
+  }
+
+  static py::array_t<float> flat_copy(const Tensor& t) {
+    py::array_t<float> a(static_cast<py::ssize_t>(t.numel()));
+    std::copy_n(t.f32(), t.numel(), a.mutable_data());
+    return a;
+  }
+  static void fill_from(Tensor& t, const py::object& values, const char* what) {
+    const py::array a = array_argument("FFN", what, values);
+    if (!py::isinstance<py::array_t<float>>(a) || a.ndim() != 1 || a.shape(0) != t.numel())
+      throw py::value_error(fmt::format(
+          "[python] not the state of an ffnlab.FFN this ffnlab reads: '{}' must be {} float32 "
+          "values",
+          what, t.numel()));
+    const py::array_t<float, py::array::c_style | py::array::forcecast> f = a;
+    std::copy_n(f.data(), t.numel(), t.f32());
   }
 
   std::unique_ptr<FeedForward> ffn_;
@@ -597,6 +671,7 @@ torch.nn.Linear from seed, an integer in [0, 2^64 - 1].)")
                  const std::uint64_t seed = seed_argument("FFN", seed_arg);
                  const FFNConfig c = config_of(config, keys);
                  check_layer_memory(c);
+                 const ChosenThreads threads;
                  return std::make_unique<Layer>(make_ffn(c, seed), seed);
                }),
            py::arg("config") = py::none(), py::arg("seed") = 0)
@@ -725,7 +800,10 @@ gate_residual, or from a loss on them (Hugging Face's balancing loss).)")
                                 c.d_model, c.d_ff, l.ffn().parameters().count());
            })
       .def_property_readonly("forward_count", &Layer::forwards,
-                             "forwards run so far (ffnlab.torch checks it in backward)");
+                             "forwards run so far (ffnlab.torch checks it in backward)")
+      // pickle and copy.deepcopy: the config, seed, weights, gradients and settings (Layer::state)
+      .def(py::pickle([](Layer& l) { return l.state(); },
+                      [](const py::dict& state) { return Layer::from_state(state); }));
 
   m.def(
       "from_hf",

@@ -134,7 +134,6 @@ def test_a_frozen_parameter_gets_no_grad_and_no_optimizer_moves_it():
     opt = torch.optim.SGD(block.parameters(), lr=1.0)
     block(torch.randn(4, 8)).pow(2).sum().backward()
     opt.step()
-    assert frozen.grad is None
     assert torch.equal(frozen.detach(), before)
     # Frozen after training, with its gradient zeroed in place: backward adds nothing to it.
     trained = block.named_ffn_parameters()[1][1]
@@ -154,10 +153,13 @@ def test_what_would_end_the_memory_sharing_is_refused_and_what_keeps_it_works():
                    moe={"num_experts": 4, "top_k": 2, "balance_bias": True})  # a buffer too
     x = torch.randn(5, 8)
     y = block(x)
+    model = nn.Sequential(nn.Linear(8, 8), block)  # converted through a module that holds it
     for convert in (lambda m: m.double(), lambda m: m.half(), lambda m: m.to(torch.bfloat16),
-                    lambda m: m.share_memory()):
+                    lambda m: m.share_memory(), lambda m: model.share_memory(),
+                    lambda m: model[1:].double()):
         with pytest.raises(RuntimeError, match="ffnlab's own float32 CPU memory"):
             convert(block)
+    assert all(not b.is_shared() for b in block.buffers())
     # nothing was converted on the way: the module still computes with its weights
     assert block.float() is block and block.cpu() is block and block.to("cpu") is block
     assert all(p.dtype == torch.float32 for p in block.parameters())
@@ -178,6 +180,62 @@ def test_what_would_end_the_memory_sharing_is_refused_and_what_keeps_it_works():
         with pytest.raises(RuntimeError, match="'up_proj_weight' was replaced"):
             again(x)
     assert name in dict(block.named_parameters())
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_is_the_same_module_with_memory_of_its_own(how):
+    import pickle
+    torch.manual_seed(4)
+    block = ft.FFN(variant="moe", d_model=8, d_ff=16, seed=5,
+                   moe={"num_experts": 4, "top_k": 2, "balance_bias": True, "jitter": 0.1})
+    x = torch.randn(6, 8)
+    block(x.requires_grad_()).sum().backward()  # gradients in ffnlab's buffer
+    block.after_optimizer_step()  # the balancing bias moves: a buffer
+    block.named_ffn_parameters()[0][1].requires_grad_(False)  # frozen, its .grad kept
+    block.eval()
+    twin = copy.deepcopy(block) if how == "deepcopy" else pickle.loads(pickle.dumps(block))
+    assert not twin.training and twin.router_logits == block.router_logits
+    for (n, p), (m, q) in zip(block.named_parameters(), twin.named_parameters()):
+        assert n == m and torch.equal(p, q) and p.data_ptr() != q.data_ptr()
+        assert p.requires_grad == q.requires_grad
+        assert (p.grad is None) == (q.grad is None)
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad) and p.grad.data_ptr() != q.grad.data_ptr()
+    for (n, b), (m, c) in zip(block.named_buffers(), twin.named_buffers()):
+        assert n == m and torch.equal(b, c) and b.data_ptr() != c.data_ptr()
+    # The same layer: the same output, and in training the same draws of router noise next.
+    with torch.no_grad():
+        assert torch.equal(block(x), twin(x))
+    block.train()
+    twin.train()
+    assert torch.equal(block(x), twin(x))
+    # Independent: training the copy leaves the original as it was.
+    before = [p.detach().clone() for p in block.parameters()]
+    opt = torch.optim.SGD(twin.parameters(), lr=1.0)
+    twin(x).pow(2).sum().backward()
+    opt.step()
+    assert all(torch.equal(p, b) for p, b in zip(block.parameters(), before))
+    assert any(not torch.equal(p, q) for p, q in zip(block.parameters(), twin.parameters()))
+
+
+def test_a_layers_state_that_does_not_read_is_refused():
+    import pickle
+    layer = ffnlab.FFN(variant="swiglu", d_model=8, d_ff=16)
+    again = pickle.loads(pickle.dumps(layer))
+    assert np.array_equal(again.forward(np.ones((2, 8), np.float32)),
+                          layer.forward(np.ones((2, 8), np.float32)))
+    state = layer.__getstate__()
+    for change, message in [(dict(format="ffnlab.FFN 0"), "format 'ffnlab.FFN 0'"),
+                            (dict(values=np.zeros(3, np.float32)), "'values' must be"),
+                            (dict(names=["x"]), "its parameters are not the config's"),
+                            (dict(config=dict(state["config"], d_ff=32)),
+                             "its parameters are not the config's")]:
+        blank = ffnlab.FFN.__new__(ffnlab.FFN)
+        with pytest.raises(ValueError, match="not the state of an ffnlab.FFN"):
+            blank.__setstate__(dict(state, **change))
+    blank = ffnlab.FFN.__new__(ffnlab.FFN)
+    with pytest.raises(ValueError, match="no 'grads'"):
+        blank.__setstate__({k: v for k, v in state.items() if k != "grads"})
 
 
 def test_a_stale_backward_is_refused():

@@ -533,8 +533,10 @@ void serve_runs(const Options& options, ProcessGroup& ranks) {
         std::string stop;
         int stop_from = 0, stop_tag = 0;
         if (exchange([&] { return ranks.try_receive(stop, stop_from, stop_tag, "study run"); })) {
-          if (stop_tag != kStop)
+          if (stop_tag != kStop) {  // the ranks' messages are out of step: this rank ends
+            exchange_failed = true;
             fail_system("[evolve] rank {}: message {} while training", ranks.rank(), stop_tag);
+          }
           abandon = true;
         }
       };

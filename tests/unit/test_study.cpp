@@ -5,8 +5,8 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <boost/math/distributions/students_t.hpp>
 #include <atomic>
+#include <boost/math/distributions/students_t.hpp>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -1208,7 +1208,8 @@ TEST(Study, AServingRankTakesAMessageItCannotReadAsTheSystemsFailure) {
 
 // A message to rank 0 that the serving rank cannot send (a send that timed out may still be in
 // flight, reading its buffer) ends that rank with the send's failure: it does not report the run
-// as failed to rank 0 and go on serving. The step's message and the record's alike.
+// as failed to rank 0 and go on serving. The step's message and the record's alike, and a
+// message out of step with the run.
 TEST(Study, AServingRankWhoseMessageFailsEndsWithThatFailure) {
   const ScratchDir scratch("serve_send");
   {
@@ -1272,6 +1273,16 @@ TEST(Study, AServingRankWhoseMessageFailsEndsWithThatFailure) {
         "served")[1];
     EXPECT_EQ(ended, fmt::format("3 {} [dist] the send of message {} failed", ETIMEDOUT, failing));
   }
+  // A message other than a stop while it trains: the ranks are out of step, and rank 1 ends.
+  const std::string ended = test::ThreadGroup::outcomes(
+      2,
+      [&](test::ThreadGroup& g) {
+        if (g.rank() == 1) return study::serve_runs(o, g);
+        g.send({message.begin(), message.end()}, 1, study::kJob, "test");
+        g.send("", 1, study::kFinish, "test");  // read by the run's first step
+      },
+      "served")[1];
+  EXPECT_EQ(ended, "3 0 [evolve] rank 1: message 6 while training");
 }
 
 // A stop that comes after the last figure, before the report replaces the earlier one (the

@@ -72,6 +72,7 @@ class FeedForward : public Layer {
   // balance + z_coef·z); the training loss adds it. Backward adds aux_loss_scale·∂aux/∂θ.
   virtual double aux_loss() const { return 0.0; }
   void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
+  float aux_loss_scale() const { return aux_loss_scale_; }
   // Called once per optimizer step: MoE's aux-loss-free balancing bias update, and ReLU
   // routing's L1 coefficient. `model`: the sums of every layer's model_sums() (TransformerLM adds
   // them in block order), or with null the layer's own.
