@@ -1508,3 +1508,31 @@ TEST(MoEFFN, AFailedForwardLeavesNoBackward) {
   EXPECT_NE(test::error_of([&] { moe.backward(dx, dy); }).find("backward needs a forward"),
             std::string::npos);
 }
+
+// A NaN score ranks last whichever expert has it: with sigmoid scores (one per expert), a NaN
+// router row for expert 0 or for expert 2 alike leaves every token its best finite experts.
+TEST(MoEFFN, ANaNScoreRanksLastWhereverItIs) {
+  for (const int nan_expert : {0, 2}) {
+    SCOPED_TRACE(nan_expert);
+    FFNConfig c = base(4, 2, "relu", true);
+    c.moe.score = ScoreFunc::sigmoid;
+    MoEFFN moe(c, 11);
+    const std::int64_t D = c.d_model, T = 16;
+    Tensor w = moe.parameters().at("gate.weight").value;
+    std::fill(w.f32() + nan_expert * D, w.f32() + (nan_expert + 1) * D,
+              std::numeric_limits<float>::quiet_NaN());
+    Tensor y;
+    moe.forward(y, test::random_tensor({T, D}, 12), false);
+    const Routing& r = moe.routing();
+    for (std::int64_t t = 0; t < T; ++t) {
+      const float* l = moe.router_logits().f32() + t * 4;
+      float best = -std::numeric_limits<float>::infinity();  // the best finite logit
+      for (int e = 0; e < 4; ++e)
+        if (e != nan_expert) best = std::max(best, l[e]);
+      EXPECT_EQ(l[r.expert[t * 2]], best) << t;
+      for (int j = 0; j < 2; ++j) EXPECT_NE(r.expert[t * 2 + j], nan_expert) << t;
+      for (int j = 0; j < 2; ++j) EXPECT_TRUE(std::isfinite(r.weight[t * 2 + j])) << t;
+    }
+    for (std::int64_t i = 0; i < y.numel(); ++i) ASSERT_TRUE(std::isfinite(y.f32()[i])) << i;
+  }
+}

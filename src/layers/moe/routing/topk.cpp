@@ -55,7 +55,7 @@ void choose_ranked(Routing& r, const ChoiceInput& in, const RouterConfig& m, dou
 #pragma omp parallel
   {
     std::vector<float> sel(E), group_score(std::max(m.groups, 1));
-    std::vector<char> group_kept(std::max(m.groups, 1));
+    std::vector<char> group_kept(std::max(m.groups, 1)), taken(E);
 #pragma omp for schedule(static)
     for (std::int64_t t = 0; t < T; ++t) {
       const float* l = L + t * E;
@@ -72,13 +72,16 @@ void choose_ranked(Routing& r, const ChoiceInput& in, const RouterConfig& m, dou
       // double, are at least top_p.
       int n = K;
       double sum = 0;
-      for (int j = 0; j < K; ++j) {  // k passes of argmax, best first: k and E are small
+      std::fill(taken.begin(), taken.end(), 0);
+      // k passes of argmax, best first (k and E are small), by rank_key: a NaN score (a diverged
+      // run's) ranks last wherever it is, with the group-limited experts' -inf; ties go to the
+      // lower index.
+      for (int j = 0; j < K; ++j) {
         int arg = -1;
         for (int e = 0; e < E; ++e)
-          if (sel[e] != kNegInf && (arg < 0 || sel[e] > sel[arg])) arg = e;
-        if (arg < 0) arg = 0;  // only with NaN scores; the layer reports non-finite output
+          if (!taken[e] && (arg < 0 || rank_key(sel[e]) > rank_key(sel[arg]))) arg = e;
         chosen[j] = arg;
-        sel[arg] = kNegInf;
+        taken[arg] = 1;
         if (reach > 0 && n == K) {
           sum += p[arg];
           if (sum >= reach) n = j + 1;
