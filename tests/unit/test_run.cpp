@@ -332,6 +332,18 @@ TEST_F(RunDriver, StoppedThenResumedIsTheUninterruptedRun) {
   EXPECT_TRUE(done.already_finished);
   EXPECT_EQ(none.starts, 0);
   EXPECT_EQ(done.summary, nlohmann::json::parse(read(dir_ / "part" / "summary.json")));
+
+  // A summary of fewer steps than the checkpoint's (the run extended with --steps, stopped after
+  // its last checkpoint, before its new summary): not finished; the run writes its summary.
+  nlohmann::json shorter = done.summary;
+  shorter["steps"] = 2;
+  { std::ofstream(dir_ / "part" / "summary.json") << shorter.dump(); }
+  Recorder extended;
+  const RunOutcome rewritten = run_training(again, extended);
+  EXPECT_FALSE(rewritten.already_finished);
+  EXPECT_TRUE(rewritten.finished);
+  EXPECT_TRUE(extended.steps.empty());  // the checkpoint is the last step's: nothing to train
+  EXPECT_EQ(nlohmann::json::parse(read(dir_ / "part" / "summary.json"))["steps"], 4);
 }
 
 TEST_F(RunDriver, ResumingWithOtherSettingsOrDataNeedsForce) {

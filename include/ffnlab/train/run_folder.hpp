@@ -88,8 +88,9 @@ nlohmann::json routing_summary(const std::vector<StepLog>& steps,
 nlohmann::json summary_json(const RunSummary& summary, const Corpus& corpus);
 void write_summary(const std::string& dir, const nlohmann::json& summary);
 
-// Whether DIR holds a run finished at `step` of `steps`: its last step done and its summary
-// written (a run killed while sampling has no summary yet). Resuming it in DIR has nothing to do.
+// Whether DIR holds a run finished at `step` of `steps`: its last step done and its summary of
+// `steps` written (a run killed while sampling has no summary yet; one extended with --steps and
+// killed before its new summary has the shorter run's). Resuming it in DIR has nothing to do.
 bool run_finished(const std::string& dir, std::int64_t step, std::int64_t steps);
 
 // Where a run resumes: DIR/checkpoint's checkpoint.json and the model it holds (errors name the
