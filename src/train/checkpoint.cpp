@@ -556,6 +556,12 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
     for (const json& name : info["shards"])
       files.push_back((fs::path(dir) / name.get<std::string>()).string());
   const bool v = optimizer_.v().defined();
+  // The moments are read when they are this optimizer's kind of state: Adam's and AdamW's two,
+  // or SGD's momentum. A run forced onto the other kind starts its state afresh (zero moments,
+  // step count 0; the run's note says so) instead of reading Adam's mean as SGD's momentum.
+  const std::string saved_kind =
+      info["train"].is_object() ? info["train"].value("optimizer", std::string()) : "";
+  const bool fresh_state = !saved_kind.empty() && (saved_kind == "sgd") == v;
   // What is still to read: each parameter's value, and its moments (trainable ones).
   struct Wanted {
     std::string name;
@@ -565,7 +571,7 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
   std::vector<Wanted> wanted;
   for (Parameter& p : model_.parameters().list()) {
     wanted.push_back({p.name, p.value, false});
-    if (!p.trainable) continue;
+    if (!p.trainable || fresh_state) continue;
     wanted.push_back({moment_name("m", p), optimizer_.m().view(p.offset, p.shape), true});
     if (v) wanted.push_back({moment_name("v", p), optimizer_.v().view(p.offset, p.shape), true});
   }
@@ -593,7 +599,7 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
     // An earlier checkpoint: the moments in the buffer's order, which the model check above
     // (the same config, so the same declaration order) makes this buffer's order — of a model
     // that holds every expert.
-    if (f.contains("optimizer.m")) {
+    if (f.contains("optimizer.m") && !fresh_state) {
       check(!plan_.own_experts_only(),
             "[checkpoint] {} keeps the optimizer's moments in one process's layout (an earlier "
             "format): resume it once without --expert-parallel; its next checkpoint resumes on "
@@ -627,8 +633,14 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
   const auto step = info["step"].get<std::int64_t>();
   // Expert parallel: this rank keeps its own experts only.
   plan_.release_unheld_experts(ExpertState::with_moments, step);
-  optimizer_.set_steps(
-      info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step);
+  if (fresh_state) {
+    optimizer_.m().zero();
+    if (v) optimizer_.v().zero();
+    optimizer_.set_steps(0);
+  } else {
+    optimizer_.set_steps(
+        info.contains("optimizer_steps") ? info["optimizer_steps"].get<std::int64_t>() : step);
+  }
   return step;
 }
 

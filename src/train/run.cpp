@@ -80,6 +80,20 @@ std::string schedule_note(const ResumePoint& point, const TrainConfig& train,
       trained, before.steps, enum_name(before.decay), s + 1, train.steps, goes_on);
 }
 
+// What a resume onto another kind of optimizer state does ("" when the state is read): Adam's
+// and AdamW's moments against SGD's momentum (Trainer::load starts the state afresh).
+std::string optimizer_note(const ResumePoint& point, const TrainConfig& train) {
+  const json& saved = point.info["train"];
+  const std::string kind = saved.is_object() ? saved.value("optimizer", std::string()) : "";
+  const bool sgd = train.optimizer.kind == OptimizerKind::sgd;
+  if (kind.empty() || (kind == "sgd") == sgd) return "";
+  return fmt::format(
+      "the checkpoint's optimizer state is {}'s ({}), which {} does not read: its {} start "
+      "afresh (zero, and {} counting steps from 1)",
+      kind, kind == "sgd" ? "a momentum buffer" : "two moments", enum_name(train.optimizer.kind),
+      sgd ? "momentum buffer and step count" : "moments", sgd ? "SGD" : "Adam's bias correction");
+}
+
 // Whether the checkpoint was saved with these training settings (as written, so that a float
 // read back compares equal).
 bool checkpoint_holds_settings(const ResumePoint& point, const TrainConfig& train) {
@@ -289,7 +303,11 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
   Trainer trainer(model, corpus, o.train, rq.parallel);
   if (point) trainer.load(point->checkpoint_dir);
   o.first_step = o.step = trainer.step();
-  if (point) o.schedule_note = schedule_note(*point, o.train, trainer.step());
+  if (point) {
+    o.schedule_note = schedule_note(*point, o.train, trainer.step());
+    if (const std::string n = optimizer_note(*point, o.train); !n.empty())
+      o.schedule_note += (o.schedule_note.empty() ? "" : "; ") + n;
+  }
   if (trainer.step() > o.train.steps)
     throw UsageError(fmt::format("[train] the checkpoint is at step {}, past {} {}", trainer.step(),
                                  rq.names.steps, o.train.steps));

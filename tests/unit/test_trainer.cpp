@@ -244,6 +244,56 @@ TEST(Trainer, ASaveAtTheCommittedStepReplacesNoCommittedFile) {
   EXPECT_FALSE(fs::exists(committed));
 }
 
+// A resume onto the other kind of optimizer state (Adam's two moments, SGD's momentum) reads
+// the weights and starts the state afresh: zero moments and step count, not Adam's mean taken
+// as SGD's momentum, nor a refusal for SGD's missing second moment. Adam to AdamW reads it.
+TEST(Trainer, AResumeOntoAnotherKindOfOptimizerStartsItsStateAfresh) {
+  const Corpus corpus = text_corpus();
+  const test::ScratchDir scratch_dir("other_optimizer");
+  const fs::path& dir = scratch_dir.path;
+  const auto all_zero = [](const Tensor& t) {
+    return std::all_of(t.f32(), t.f32() + t.numel(), [](float x) { return x == 0.0f; });
+  };
+  for (const OptimizerKind saved : {OptimizerKind::adamw, OptimizerKind::sgd}) {
+    SCOPED_TRACE(enum_name(saved));
+    TrainConfig first = small_train(8);
+    first.optimizer.kind = saved;
+    first.optimizer.momentum = saved == OptimizerKind::sgd ? 0.9f : 0.f;
+    TransformerLM model(small_model(Ffn::dense), 3);
+    Trainer trainer(model, corpus, first);
+    for (int i = 0; i < 2; ++i) trainer.train_step();
+    trainer.save(dir.string());
+    ASSERT_FALSE(all_zero(trainer.optimizer().m()));
+    TrainConfig other = small_train(8);
+    other.optimizer.kind = saved == OptimizerKind::sgd ? OptimizerKind::adamw : OptimizerKind::sgd;
+    other.optimizer.momentum = other.optimizer.kind == OptimizerKind::sgd ? 0.9f : 0.f;
+    TransformerLM again(small_model(Ffn::dense), 4);
+    Trainer resumed(again, corpus, other);
+    resumed.load(dir.string());
+    EXPECT_EQ(resumed.step(), 2);
+    EXPECT_EQ(std::memcmp(again.parameters().values().f32(), model.parameters().values().f32(),
+                          model.parameters().values().nbytes()),
+              0);
+    EXPECT_TRUE(all_zero(resumed.optimizer().m()));
+    EXPECT_EQ(resumed.optimizer().steps(), 0);
+    fs::remove_all(dir);
+  }
+  // Adam's moments are AdamW's too: read, with the step count.
+  TransformerLM model(small_model(Ffn::dense), 3);
+  TrainConfig adam = small_train(8);
+  adam.optimizer.kind = OptimizerKind::adam;
+  Trainer trainer(model, corpus, adam);
+  for (int i = 0; i < 2; ++i) trainer.train_step();
+  trainer.save(dir.string());
+  TransformerLM again(small_model(Ffn::dense), 4);
+  Trainer resumed(again, corpus, small_train(8));  // AdamW
+  resumed.load(dir.string());
+  EXPECT_EQ(resumed.optimizer().steps(), 2);
+  EXPECT_EQ(std::memcmp(resumed.optimizer().m().f32(), trainer.optimizer().m().f32(),
+                        trainer.optimizer().m().nbytes()),
+            0);
+}
+
 // A checkpoint with expert parts (an expert-parallel run's): each tensor is read from the file
 // that holds it, and an error names that file, or every file when a tensor is in none.
 TEST(Trainer, CheckpointErrorsNameTheExpertPartThatHoldsTheTensor) {
