@@ -88,10 +88,10 @@ std::string optimizer_note(const ResumePoint& point, const TrainConfig& train) {
   const bool sgd = train.optimizer.kind == OptimizerKind::sgd;
   if (kind.empty() || (kind == "sgd") == sgd) return "";
   return fmt::format(
-      "the checkpoint's optimizer state is {}'s ({}), which {} does not read: its {} start "
-      "afresh (zero, and {} counting steps from 1)",
-      kind, kind == "sgd" ? "a momentum buffer" : "two moments", enum_name(train.optimizer.kind),
-      sgd ? "momentum buffer and step count" : "moments", sgd ? "SGD" : "Adam's bias correction");
+      "the checkpoint's optimizer state is {}'s ({}), which {} does not read: {}", kind,
+      kind == "sgd" ? "a momentum buffer" : "two moments", enum_name(train.optimizer.kind),
+      sgd ? "its momentum buffer starts at zero"
+          : "its moments start at zero, and its bias correction counts steps from 1 again");
 }
 
 // Whether the checkpoint was saved with these training settings (as written, so that a float
