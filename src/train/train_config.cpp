@@ -106,7 +106,8 @@ constexpr std::array kTrainKeys{
                                      .hi = kSteps}),
     train<&TrainConfig::eval_tokens>("eval_tokens",
                                      {.name = "--eval-tokens",
-                                      .help = "validation tokens per evaluation (0: all)",
+                                      .help = "validation tokens per evaluation, in whole "
+                                              "windows of --seq (at least one; 0: all)",
                                       .hi = kSteps}),
     train<&TrainConfig::checkpoint_every>("checkpoint_every",
                                           {.name = "--checkpoint-every",

@@ -67,7 +67,8 @@ class Trainer {
   // One step on the given micro-batches (each config.seq-token sequences). Data parallel: each
   // rank passes its own batch/ranks sequences of every micro-batch (collective).
   StepLog train_step(std::span<const Batch> batches);
-  // Mean loss over the first max_tokens tokens of the validation part (0: all of it).
+  // Mean loss over the validation part's first max_tokens tokens, rounded down to whole windows
+  // of seq (at least one; 0: every whole window, the last bytes short of a window unscored).
   EvalLog evaluate(std::int64_t max_tokens);
 
   // The checkpoint of the current step to DIR (CheckpointIO::save; collective).
