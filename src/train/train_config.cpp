@@ -136,6 +136,10 @@ void validate(const TrainConfig& c) {
   check_key_ranges(kTrainKeys, c, "train");
   check(checked_mul(c.batch, c.seq, "[train] batch × seq") <= limits::kTokens,
         "[train] batch × seq = {} × {} tokens is more than 2^32", c.batch, c.seq);
+  // The micro-batches of the run (they number the dropout streams) and the tokens of one step:
+  // each range allows more than a 64-bit count of the two together holds.
+  checked_mul(c.steps, c.accumulate, "[train] steps × accumulate");
+  checked_mul(c.batch * c.seq, c.accumulate, "[train] batch × seq × accumulate");
 }
 
 TrainConfig train_config_from_json(const json& j) {

@@ -141,6 +141,7 @@ StepLog Trainer::train_step() {
 }
 
 StepLog Trainer::train_step(std::span<const Batch> batches) {
+  check(!batches.empty(), "[train] a step needs at least one batch (given none)");
   const auto t0 = std::chrono::steady_clock::now();
   StepLog log;
   ParameterSet& ps = model_.parameters();

@@ -213,6 +213,16 @@ TEST(ConfigKeys, UnknownKeysAndBadValuesNameTheKey) {
   const std::string train_err =
       error_of([] { train_config_from_json(json::parse(R"({"steps": "many"})")); });
   EXPECT_NE(train_err.find("[train] key 'steps'"), std::string::npos) << train_err;
+  // Values each in range whose products overflow: the run's micro-batches, a step's tokens.
+  const std::string micro = error_of([] {
+    train_config_from_json({{"steps", std::int64_t{1} << 40}, {"accumulate", 1 << 30}});
+  });
+  EXPECT_NE(micro.find("[train] steps × accumulate"), std::string::npos) << micro;
+  const std::string step_tokens = error_of([] {
+    train_config_from_json(
+        {{"batch", 1 << 16}, {"seq", 1 << 16}, {"accumulate", std::int64_t{1} << 32}});
+  });
+  EXPECT_NE(step_tokens.find("[train] batch × seq × accumulate"), std::string::npos) << step_tokens;
   const std::string moe_err =
       error_of([] { config_from_json(json::parse(R"({"kind":"moe","moe":{"drop":"random"}})")); });
   EXPECT_NE(moe_err.find("unknown drop policy 'random' (known: position, probability)"),

@@ -294,6 +294,22 @@ TEST(Trainer, AResumeOntoAnotherKindOfOptimizerStartsItsStateAfresh) {
             0);
 }
 
+// A step of no batches (the library's own caller's) is refused, the weights untouched: its
+// weight 1/0 would still move them through the optimizer's momentum and decay.
+TEST(Trainer, AStepOfNoBatchesIsRefused) {
+  const Corpus corpus = text_corpus();
+  TransformerLM model(small_model(Ffn::dense), 3);
+  Trainer trainer(model, corpus, small_train(8));
+  trainer.train_step();
+  const Tensor before = model.parameters().values().clone();
+  EXPECT_NE(test::error_of([&] {
+              trainer.train_step(std::span<const Batch>{});
+            }).find("a step needs at least one batch"),
+            std::string::npos);
+  EXPECT_EQ(std::memcmp(before.f32(), model.parameters().values().f32(), before.nbytes()), 0);
+  EXPECT_EQ(trainer.step(), 1);
+}
+
 // A checkpoint with expert parts (an expert-parallel run's): each tensor is read from the file
 // that holds it, and an error names that file, or every file when a tensor is in none.
 TEST(Trainer, CheckpointErrorsNameTheExpertPartThatHoldsTheTensor) {
