@@ -15,6 +15,8 @@ double cross_entropy_forward(Tensor& probs, const Tensor& logits,
   check(logits.rank() == 2 && static_cast<std::int64_t>(targets.size()) == logits.dim(0),
         "[cross_entropy] logits {} for {} targets", shape_string(logits.shape()), targets.size());
   const std::int64_t T = logits.dim(0), V = logits.dim(1);
+  check(V >= 1 || T == 0, "[cross_entropy] logits {} have no vocabulary",
+        shape_string(logits.shape()));
   for (std::int32_t t : targets)
     check(t == kIgnoreTarget || (t >= 0 && t < V),
           "[cross_entropy] target {} outside the vocabulary [0, {})", t, V);

@@ -54,6 +54,12 @@ TEST(CrossEntropy, RejectsTargetsOutsideTheVocabulary) {
   EXPECT_THROW(cross_entropy_forward(probs, logits, negative), Error);
   const std::vector<std::int32_t> short_targets{1};
   EXPECT_THROW(cross_entropy_forward(probs, logits, short_targets), Error);
+  // No vocabulary: every target ignored still has no row to take a maximum of.
+  const std::vector<std::int32_t> ignored{kIgnoreTarget, kIgnoreTarget};
+  EXPECT_NE(test::error_of([&] {
+              cross_entropy_forward(probs, Tensor({2, 0}), ignored);
+            }).find("have no vocabulary"),
+            std::string::npos);
 }
 
 TEST(Mse, MatchesReferenceAndCentralDifferences) {
