@@ -1507,6 +1507,24 @@ TEST(MoEFFN, AFailedForwardLeavesNoBackward) {
   EXPECT_THROW(moe.forward(y, test::random_tensor({T, 12}, 7), true), Error);
   EXPECT_NE(test::error_of([&] { moe.backward(dx, dy); }).find("backward needs a forward"),
             std::string::npos);
+
+  // MoE++'s gate residual of the wrong width, found after the router has written this forward's
+  // logits over the last one's (and let go of the last residual): no backward either.
+  FFNConfig g = base(4, 2, "relu", true);
+  g.moe.gating_residual = true;
+  MoEFFN gated(g, 6);
+  const Tensor residual = test::random_tensor({T, 4}, 9), wrong = test::random_tensor({T, 5}, 10);
+  gated.context().previous_logits = &residual;
+  gated.forward(y, test::random_tensor({T, 12}, 6), true);
+  gated.backward(dx, dy);
+  gated.context().previous_logits = &wrong;
+  EXPECT_NE(test::error_of([&] {
+              gated.forward(y, test::random_tensor({T, 12}, 7), true);
+            }).find("the gate residual [8, 5] must be"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { gated.backward(dx, dy); }).find("backward needs a forward"),
+            std::string::npos);
+  gated.context().previous_logits = nullptr;
 }
 
 // A NaN score ranks last whichever expert has it: with sigmoid scores (one per expert), a NaN
