@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,7 +49,8 @@ class World final : public MpiWorld {
 
   // A group of some of the world's ranks (split): the communicator is its own; MPI stays the
   // world's to finalise.
-  World(double timeout, MPI_Comm comm) : timeout_(timeout), comm_(comm) {
+  World(double timeout, MPI_Comm comm, std::shared_ptr<std::string> broken)
+      : timeout_(timeout), broken_(std::move(broken)), comm_(comm) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -57,6 +59,10 @@ class World final : public MpiWorld {
   }
 
   ~World() override {
+    // After a failed exchange MPI may still be running it (a collective cannot be cancelled):
+    // freeing its communicator or finalising could wait for it forever. The process's end
+    // (or abort()) is what ends it.
+    if (!broken_->empty()) return;
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -87,7 +93,7 @@ class World final : public MpiWorld {
     allreduce_sum(here, what);
     MPI_Comm comm = MPI_COMM_NULL;
     ok(MPI_Comm_split(comm_, color, rank_, &comm), "MPI_Comm_split", what);
-    return std::make_unique<World>(timeout_, comm);
+    return std::make_unique<World>(timeout_, comm, broken_);
   }
 
   void allreduce_sum(std::span<double> v, const char* what) override {
@@ -103,6 +109,7 @@ class World final : public MpiWorld {
     allreduce(v.data(), v.size(), v.size_bytes(), MPI_INT64_T, MPI_MAX, what);
   }
   void exscan_sum(std::span<std::int64_t> v, const char* what) override {
+    usable(what);
     std::vector<std::int64_t> in(v.begin(), v.end());
     MPI_Request r;
     ok(MPI_Iexscan(in.data(), v.data(), count(v.size()), MPI_INT64_T, MPI_SUM, comm_, &r),
@@ -112,6 +119,7 @@ class World final : public MpiWorld {
     if (rank_ == 0) std::fill(v.begin(), v.end(), 0);  // MPI leaves rank 0's undefined
   }
   void broadcast(std::string& text, const char* what) override {
+    usable(what);
     unsigned long long n = text.size();
     MPI_Request r;
     ok(MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, comm_, &r), "MPI_Ibcast", what);
@@ -122,12 +130,14 @@ class World final : public MpiWorld {
     wait(r, what);
   }
   void broadcast(std::span<float> v, int root, const char* what) override {
+    usable(what);
     MPI_Request r;
     ok(MPI_Ibcast(v.data(), count(v.size()), MPI_FLOAT, root, comm_, &r), "MPI_Ibcast", what);
     count_bytes(what, rank_ == root ? static_cast<double>(v.size_bytes()) : 0.0);
     wait(r, what);
   }
   void send(const std::string& bytes, int to, int tag, const char* what) override {
+    usable(what);
     MPI_Request r;
     ok(MPI_Isend(bytes.data(), count(bytes.size()), MPI_CHAR, to, tag, comm_, &r), "MPI_Isend",
        what);
@@ -135,6 +145,7 @@ class World final : public MpiWorld {
     wait(r, what);
   }
   bool try_receive(std::string& bytes, int& from, int& tag, const char* what) override {
+    usable(what);
     int arrived = 0;
     MPI_Message message;
     MPI_Status status;
@@ -155,6 +166,7 @@ class World final : public MpiWorld {
   }
   void alltoall(std::span<const std::int64_t> send, std::span<std::int64_t> recv,
                 const char* what) override {
+    usable(what);
     const int n = count(send.size() / static_cast<std::size_t>(size_));
     MPI_Request r;
     ok(MPI_Ialltoall(send.data(), n, MPI_INT64_T, recv.data(), n, MPI_INT64_T, comm_, &r),
@@ -164,6 +176,7 @@ class World final : public MpiWorld {
   }
   void alltoallv(const float* send, std::span<const std::int64_t> send_counts, float* recv,
                  std::span<const std::int64_t> recv_counts, const char* what) override {
+    usable(what);
     std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
     std::int64_t so = 0, ro = 0;
     for (int q = 0; q < size_; ++q) {
@@ -183,6 +196,7 @@ class World final : public MpiWorld {
   }
 
   void start_allreduce_sum(std::span<float> v, const char* what) override {
+    usable(what);
     MPI_Request r;
     ok(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count(v.size()), MPI_FLOAT, MPI_SUM, comm_, &r),
        "MPI_Iallreduce", what);
@@ -192,6 +206,7 @@ class World final : public MpiWorld {
   }
   void progress() override {
     if (pending_.empty()) return;
+    usable(pending_what_);
     const auto t0 = Clock::now();
     int done = 0;
     ok(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE),
@@ -202,6 +217,7 @@ class World final : public MpiWorld {
     by_what_[pending_what_].second += seconds;
   }
   void wait_all() override {
+    if (!pending_.empty()) usable(pending_what_);
     for (MPI_Request& r : pending_) wait(r, pending_what_);
     pending_.clear();
   }
@@ -232,11 +248,12 @@ class World final : public MpiWorld {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    fail_system("[dist] {}: {} ({}) failed: {}", who(), call, what, std::string(text, len));
+    broke(fmt::format("[dist] {}: {} ({}) failed: {}", who(), call, what, std::string(text, len)));
   }
 
   void allreduce(void* values, std::size_t n, std::size_t bytes, MPI_Datatype type, MPI_Op op,
                  const char* what) {
+    usable(what);
     MPI_Request r;
     ok(MPI_Iallreduce(MPI_IN_PLACE, values, count(n), type, op, comm_, &r), "MPI_Iallreduce", what);
     count_bytes(what, static_cast<double>(bytes));
@@ -261,10 +278,10 @@ class World final : public MpiWorld {
       if (done) break;
       const auto now = Clock::now();
       if (now > deadline)
-        fail_system(
+        broke(fmt::format(
             "[dist] {}: no answer from the other ranks for {} s in the {} exchange; a rank has "
             "stopped or hangs (--dist-timeout sets the wait)",
-            who(), patience, what);
+            who(), patience, what));
       if (polls > 100) {
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, std::chrono::microseconds(1000));
@@ -275,7 +292,23 @@ class World final : public MpiWorld {
     by_what_[what].second += seconds;
   }
 
+  // An exchange failed (its message; empty: none): MPI may still run it, into memory that is
+  // gone, and a next exchange would pair with it. The world and the groups split from it share
+  // this; each refuses every exchange after it.
+  [[noreturn]] void broke(std::string message) const {
+    if (broken_->empty()) *broken_ = message;
+    throw SystemError(std::move(message));
+  }
+  void usable(const char* what) const {
+    if (!broken_->empty())
+      fail_system(
+          "[dist] {}: the {} exchange cannot start: an earlier one failed ({}), and MPI may still "
+          "be running it; this process can exchange no more",
+          who(), what, *broken_);
+  }
+
   double timeout_, extra_ = 0;
+  std::shared_ptr<std::string> broken_ = std::make_shared<std::string>();
   bool owns_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, world_rank_ = 0, world_size_ = 1;

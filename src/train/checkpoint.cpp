@@ -102,17 +102,18 @@ bool is_checkpoint_file(std::string_view name) {
          (name.starts_with("weights-") && name.ends_with(".safetensors"));
 }
 
-// While checkpoint files are written, the ranks that wait for the writers' results wait longer
-// than --dist-timeout by a second for every 10 MB of the model's checkpoint (weights and
-// optimizer moments): a large checkpoint on a slow shared file system is not a hung rank.
-class WriteWait {
+// While checkpoint files are written or read, the ranks that wait for the writers' or readers'
+// results wait longer than --dist-timeout by a second for every 10 MB of the model's checkpoint
+// (weights and optimizer moments): a large checkpoint on a slow shared file system is not a
+// hung rank.
+class FileWait {
  public:
-  WriteWait(ProcessGroup& group, TransformerLM& model) : group_(group) {
+  FileWait(ProcessGroup& group, TransformerLM& model) : group_(group) {
     group_.set_extra_wait(12.0 * static_cast<double>(model.parameters().count()) / 10e6);
   }
-  ~WriteWait() { group_.set_extra_wait(0); }
-  WriteWait(const WriteWait&) = delete;
-  WriteWait& operator=(const WriteWait&) = delete;
+  ~FileWait() { group_.set_extra_wait(0); }
+  FileWait(const FileWait&) = delete;
+  FileWait& operator=(const FileWait&) = delete;
 
  private:
   ProcessGroup& group_;
@@ -154,7 +155,7 @@ void CheckpointIO::save(const std::string& dir, std::int64_t step) {
   // Rank 0 writes; every rank learns whether it could, so that all stop on a failed write.
   Failure failure;
   {
-    const WriteWait patience(*group, model_);
+    const FileWait patience(*group, model_);
     if (group->rank() == 0) try {
         write(dir, step);
       } catch (const std::exception& e) {  // every rank must reach the exchanges below
@@ -274,7 +275,7 @@ void CheckpointIO::save_in_parts(const std::string& rank_dir, std::int64_t step)
 
   const bool writes = plan_.replicas() == nullptr || plan_.replicas()->rank() == 0;  // group 0
   const std::string weights = main_weights_name(stem);
-  std::optional<WriteWait> patience(std::in_place, group, model_);  // until the last exchange
+  std::optional<FileWait> patience(std::in_place, group, model_);  // until the last exchange
   Failure failure;
   if (writes) try {
       if (eg.rank() == 0)
@@ -506,6 +507,7 @@ std::int64_t CheckpointIO::load(const std::string& dir) {
   // rank could, so that none waits in the first step for a rank that failed, and whether they
   // hold the same state: ranks that resumed different checkpoints would train on apart.
   std::int64_t step = -1;
+  const FileWait patience(*group, model_);  // a rank reading a large checkpoint is not hung
   fail_together_around(group, "checkpoint",
                        "[checkpoint] rank {} could not read its checkpoint (its message says why)",
                        [&] { step = read(dir); });

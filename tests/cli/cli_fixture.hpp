@@ -135,9 +135,12 @@ class Cli : public ::testing::Test {
 
   // Runs `ffnlab args`; `prefix` goes before it in the shell command (limits, environment).
   Outcome run(const std::string& args, const std::string& prefix = "") {
+    return run_command(prefix + std::string(FFNLAB_BIN) + " " + args);
+  }
+  // Any command line, its output captured as run()'s.
+  Outcome run_command(const std::string& command) {
     const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
-    const std::string cmd =
-        prefix + std::string(FFNLAB_BIN) + " " + args + " > " + out + " 2> " + err;
+    const std::string cmd = command + " > " + out + " 2> " + err;
     const int raw = std::system(cmd.c_str());
     return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read(out), read(err)};
   }

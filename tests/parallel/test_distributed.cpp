@@ -31,6 +31,9 @@ extern char** environ;
 #ifndef FFNLAB_STRAY_RANK
 #define FFNLAB_STRAY_RANK ""  // built only with MPI; the tests that use it skip without
 #endif
+#ifndef FFNLAB_WORLD_AFTER_FAILURE
+#define FFNLAB_WORLD_AFTER_FAILURE ""  // the same
+#endif
 
 namespace ffnlab::test {
 namespace {
@@ -492,6 +495,28 @@ TEST_F(Distributed, HungRankEndsTheRunAfterTheTimeout) {
   EXPECT_NE(r.err.find("rank 0 of 2: no answer from the other ranks for 3 s"), std::string::npos)
       << r.err;
   EXPECT_LT(seconds, 60) << "the stray rank sleeps 120 s: the job was not ended";
+}
+
+// After an exchange that timed out (MPI may still be running it), the next exchange of the
+// world and of a group split from it fail at once, naming the failure, instead of pairing with
+// the abandoned one (tests/parallel/world_after_failure.cpp).
+TEST_F(Distributed, AnExchangeAfterAFailedOneFailsAtOnce) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r =
+      run_command(std::regex_replace(kMpirun, std::regex("mpirun "), "timeout 60 mpirun ") +
+                  "-np 2 " + std::string(FFNLAB_WORLD_AFTER_FAILURE));
+  const std::string failed = "no answer from the other ranks for 1 s in the first exchange";
+  EXPECT_NE(r.out.find("first (after waiting): [dist] rank 0 of 2: " + failed), std::string::npos)
+      << r.out << r.err;
+  EXPECT_NE(r.out.find("second (at once): [dist] rank 0 of 2: the second exchange cannot start: "
+                       "an earlier one failed ([dist] rank 0 of 2: " +
+                       failed),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("group (at once): [dist] rank 0 of 2: the group exchange cannot start"),
+            std::string::npos)
+      << r.out;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60);
 }
 
 // A rank that dies: the job ends with an error, not a hang, and no checkpoint is claimed.

@@ -1019,9 +1019,9 @@ TEST(DataParallel, ALoadRefusesFilesOfAnotherSave) {
   for (const auto& e : caught) EXPECT_NE(e.find("is not of the save"), std::string::npos) << e;
 }
 
-// While a checkpoint is written, the ranks wait for the writers longer than the deadline (by a
-// second for every 10 MB of the model's checkpoint), and the deadline is back after: data and
-// expert parallel.
+// While a checkpoint is written or read, the ranks wait for the writers or readers longer than
+// the deadline (by a second for every 10 MB of the model's checkpoint), and the deadline is back
+// after: data and expert parallel.
 TEST(DataParallel, RanksWaitForACheckpointWriteBeyondTheDeadline) {
   const Corpus corpus = tiny_corpus();
   const TrainConfig t = tiny_training(2);
@@ -1036,13 +1036,17 @@ TEST(DataParallel, RanksWaitForACheckpointWriteBeyondTheDeadline) {
       TransformerLM model(c, 1, held);
       Trainer trainer(model, corpus, t, {&g, 1000, expert_parallel, {}, 0});
       trainer.save((scratch.path / (expert_parallel ? "ep" : "dp")).string());
+      TransformerLM again(c, 2, held);
+      Trainer resumed(again, corpus, t, {&g, 1000, expert_parallel, {}, 0});
+      resumed.load((scratch.path / (expert_parallel ? "ep" : "dp")).string());
       waits[g.rank()] = g.extra_waits;
       params[g.rank()] = model.parameters().count();
     });
-    for (int r = 0; r < 2; ++r) {
-      ASSERT_EQ(waits[r].size(), 2u) << r;
-      EXPECT_DOUBLE_EQ(waits[r][0], 12.0 * static_cast<double>(params[r]) / 10e6) << r;
-      EXPECT_EQ(waits[r][1], 0.0) << r;
+    for (int r = 0; r < 2; ++r) {  // the save's wait and the load's, each ended
+      ASSERT_EQ(waits[r].size(), 4u) << r;
+      for (int i : {0, 2})
+        EXPECT_DOUBLE_EQ(waits[r][i], 12.0 * static_cast<double>(params[r]) / 10e6) << r;
+      for (int i : {1, 3}) EXPECT_EQ(waits[r][i], 0.0) << r;
     }
   }
 }

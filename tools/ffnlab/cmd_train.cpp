@@ -200,7 +200,7 @@ void add_train_command(CLI::App& app) {
   const char* P = "Data parallel (mpirun -np N ffnlab train ...; docs/distributed.md)";
   cmd->add_option("--dist-timeout", o->dist_timeout,
                   "seconds a rank waits for the others in one exchange before it ends the run "
-                  "(for a checkpoint's write, a second longer for every 10 MB of it)")
+                  "(for a checkpoint's write or read, a second longer for every 10 MB of it)")
       ->capture_default_str()
       ->check(real_in(0.001, 1e6))
       ->group(P);

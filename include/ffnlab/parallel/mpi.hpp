@@ -5,7 +5,10 @@
 // Failure behaviour: MPI calls return their errors (MPI_ERRORS_RETURN), which become
 // SystemError; every collective is started non-blocking and waited for with a deadline, so a
 // rank that stops answering makes the others fail with "[dist] ... no answer" after
-// `timeout_seconds` instead of hanging. After an error, abort() ends every rank.
+// `timeout_seconds` instead of hanging. After an error, abort() ends every rank. A caller that
+// goes on instead gets SystemError at once from every later exchange of the world and of the
+// groups split from it (MPI may still be running the failed one, which cannot be cancelled: a
+// next exchange would pair with it), and the world is then not finalised when destroyed.
 #pragma once
 
 #include <memory>
