@@ -29,6 +29,12 @@ __all__ = ["FFN", "TransformerLM", "TextProgress", "__version__", "activation_na
            "toy", "train", "training_batches", "variant_names", "zoo"]
 
 
+def _ffn_from_state(state):
+    """An FFN from the state FFN.__reduce__ gives (pickle and copy.deepcopy call it): a Python
+    function, which pickle names by its module and name at any protocol."""
+    return _ffnlab._ffn_from_state(state)
+
+
 def _run(work, progress, function):
     """work(progress) with the progress the caller asked for (see _progress); a text bar's line
     is ended however the work ends (an error or Ctrl-C ends it before its "end")."""

@@ -469,7 +469,7 @@ class Layer {
 
   FeedForward& ffn() { return *ffn_; }
 
-  // What pickle and copy.deepcopy keep (py::pickle below): the config, the seed and the
+  // What pickle and copy.deepcopy keep (__reduce__ below): the config, the seed and the
   // stochastic forwards drawn so far, copies of the parameter and gradient buffers, and the
   // settings. Not the last forward's activations (a copy has no backward to run), nor what MoE
   // gathers between optimizer steps for after_optimizer_step.
@@ -503,6 +503,7 @@ class Layer {
     const FFNConfig c = config_of(s["config"], py::kwargs());
     check_layer_memory(c);
     const std::uint64_t seed = seed_argument("FFN", s["seed"]);
+    const ChosenThreads threads;
     auto layer = std::make_unique<Layer>(make_ffn(c, seed), seed);
     FeedForward& f = *layer->ffn_;
     py::list names;
@@ -801,9 +802,15 @@ gate_residual, or from a loss on them (Hugging Face's balancing loss).)")
            })
       .def_property_readonly("forward_count", &Layer::forwards,
                              "forwards run so far (ffnlab.torch checks it in backward)")
-      // pickle and copy.deepcopy: the config, seed, weights, gradients and settings (Layer::state)
-      .def(py::pickle([](Layer& l) { return l.state(); },
-                      [](const py::dict& state) { return Layer::from_state(state); }));
+      // pickle (any protocol) and copy.deepcopy: _ffn_from_state(the layer's state), the config,
+      // seed, weights, gradients and settings (Layer::state).
+      .def("__reduce__", [](Layer& l) {
+        return py::make_tuple(py::module_::import("ffnlab").attr("_ffn_from_state"),
+                              py::make_tuple(l.state()));
+      });
+  m.def(
+      "_ffn_from_state", [](const py::dict& state) { return Layer::from_state(state); },
+      py::arg("state"), "An FFN from FFN.__reduce__'s state (pickle and copy.deepcopy call it)");
 
   m.def(
       "from_hf",

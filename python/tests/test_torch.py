@@ -134,6 +134,7 @@ def test_a_frozen_parameter_gets_no_grad_and_no_optimizer_moves_it():
     opt = torch.optim.SGD(block.parameters(), lr=1.0)
     block(torch.randn(4, 8)).pow(2).sum().backward()
     opt.step()
+    assert frozen.grad is None
     assert torch.equal(frozen.detach(), before)
     # Frozen after training, with its gradient zeroed in place: backward adds nothing to it.
     trained = block.named_ffn_parameters()[1][1]
@@ -224,18 +225,24 @@ def test_a_layers_state_that_does_not_read_is_refused():
     again = pickle.loads(pickle.dumps(layer))
     assert np.array_equal(again.forward(np.ones((2, 8), np.float32)),
                           layer.forward(np.ones((2, 8), np.float32)))
-    state = layer.__getstate__()
+    rebuild, (state,) = layer.__reduce__()
+    assert rebuild is ffnlab._ffn_from_state
     for change, message in [(dict(format="ffnlab.FFN 0"), "format 'ffnlab.FFN 0'"),
                             (dict(values=np.zeros(3, np.float32)), "'values' must be"),
                             (dict(names=["x"]), "its parameters are not the config's"),
-                            (dict(config=dict(state["config"], d_ff=32)),
-                             "its parameters are not the config's")]:
-        blank = ffnlab.FFN.__new__(ffnlab.FFN)
-        with pytest.raises(ValueError, match="not the state of an ffnlab.FFN"):
-            blank.__setstate__(dict(state, **change))
-    blank = ffnlab.FFN.__new__(ffnlab.FFN)
+                            (dict(config=dict(state["config"], kind="plain")),
+                             "its parameters are not the config's"),
+                            (dict(config=dict(state["config"], d_ff=32)), "'values' must be")]:
+        with pytest.raises(ValueError, match="not the state of an ffnlab.FFN.*" + message):
+            rebuild(dict(state, **change))
     with pytest.raises(ValueError, match="no 'grads'"):
-        blank.__setstate__({k: v for k, v in state.items() if k != "grads"})
+        rebuild({k: v for k, v in state.items() if k != "grads"})
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):  # every protocol, the oldest included
+        for obj in (layer, ft.FFN(layer=layer)):
+            again = pickle.loads(pickle.dumps(obj, protocol=protocol))
+            assert np.array_equal(
+                (again if isinstance(again, ffnlab.FFN) else again.layer).forward(
+                    np.ones((2, 8), np.float32)), layer.forward(np.ones((2, 8), np.float32)))
 
 
 def test_a_stale_backward_is_refused():

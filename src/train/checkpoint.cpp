@@ -633,11 +633,13 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
     fail("[checkpoint] {}: no tensor '{}'", every_file, wanted.front().name);
   }
   const auto step = info["step"].get<std::int64_t>();
+  if (fresh_state) {  // (before the release below: zeros written after it would bring back the
+    optimizer_.m().zero();  // pages it gives back)
+    if (v) optimizer_.v().zero();
+  }
   // Expert parallel: this rank keeps its own experts only.
   plan_.release_unheld_experts(ExpertState::with_moments, step);
   if (fresh_state) {
-    optimizer_.m().zero();
-    if (v) optimizer_.v().zero();
     optimizer_.set_steps(0);
   } else {
     optimizer_.set_steps(
