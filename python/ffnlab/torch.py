@@ -15,6 +15,7 @@ ffnlab's gradient buffer: ffnlab's backward accumulates into .grad directly, as 
 None is re-attached to the buffer, zeroed, in the next backward. Gradient hooks on these
 parameters do not run (autograd does not deliver their gradients).
 """
+import operator
 import threading
 import warnings
 
@@ -181,16 +182,24 @@ class FFN(torch.nn.Module):
         self._params = [getattr(self, n.replace(".", "_")) for n in self._names]
         grads = self.layer.grads()
         self._grad_buffers = [torch.from_numpy(grads[n]) for n in self._names]
-        # Every parameter and buffer as registered, and its memory: forward refuses a module
-        # whose tensors were replaced (setattr, .data =, load_state_dict(assign=True)).
-        self._shared = [(key, t, t.data_ptr()) for key, t in
-                        (*self._parameters.items(), *self._buffers.items())]
+        # Every parameter and buffer as registered, and its memory: a forward refuses a module
+        # whose tensors were replaced (assigned, parametrized), a training forward also one whose
+        # tensor's memory was (.data =). (Identity is a C-level pass; the addresses cost a call a
+        # tensor, ~20 us a forward for 64 experts' 258 tensors, so inference skips them.)
+        self._keys = [*self._parameters, *self._buffers]
+        self._tensors = (*self._parameters.values(), *self._buffers.values())
+        self._addresses = [t.data_ptr() for t in self._tensors]
 
-    def _check_shared(self):
-        for key, t, ptr in self._shared:
-            now = self._parameters[key] if key in self._parameters else self._buffers.get(key)
-            if now is not t or now.data_ptr() != ptr:
+    def _check_shared(self, train):
+        now = (*self._parameters.values(), *self._buffers.values())
+        if len(now) == len(self._tensors) and all(map(operator.is_, now, self._tensors)) and (
+                not train or [t.data_ptr() for t in now] == self._addresses):
+            return
+        for key, t, address in zip(self._keys, self._tensors, self._addresses):
+            current = self._parameters[key] if key in self._parameters else self._buffers.get(key)
+            if current is not t or current.data_ptr() != address:
                 raise _unshared(f"'{key}' was replaced (assigned, or its .data set), which gives")
+        raise _unshared("a parameter or buffer was added, which gives")
 
     def _apply(self, fn, *args, **kwargs):
         # What a conversion does to a float32 CPU tensor, tried on one of its own first: .to(),
@@ -262,12 +271,12 @@ class FFN(torch.nn.Module):
         if x.shape[-1] != self.layer.d_model:
             raise ValueError(f"[python] input has {x.shape[-1]} features, the layer "
                              f"{self.layer.d_model}")
-        self._check_shared()
         params = self._params
         # Training (the layer keeps its activations) only where autograd will call backward;
         # training-only routing (jitter, gate noise, BASE's assignment) as module.training says,
         # as PyTorch's own modules do: model.eval() with gradients routes as at inference.
         train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+        self._check_shared(train)
         stochastic = train and self.training
         if gate_residual is not None and not self.gating_residual:
             raise ValueError("[python] gate_residual given, but the layer has no "

@@ -58,10 +58,6 @@ ChosenThreads::~ChosenThreads() {
   if (before_ > 0) omp_set_num_threads(before_);
 }
 
-int ChosenThreads::chosen() {
-  return chosen_threads.load();
-}
-
 void ChosenThreads::choose(int n) {
   chosen_threads.store(n);
   omp_set_num_threads(n);  // this thread's own count too, as PyTorch's set_num_threads does

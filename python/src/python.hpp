@@ -72,7 +72,6 @@ class ChosenThreads {
   ~ChosenThreads();
   ChosenThreads(const ChosenThreads&) = delete;
   ChosenThreads& operator=(const ChosenThreads&) = delete;
-  static int chosen();  // 0: none chosen
   static void choose(int n);
 
  private:

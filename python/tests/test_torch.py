@@ -172,7 +172,8 @@ def test_what_would_end_the_memory_sharing_is_refused_and_what_keeps_it_works():
     with pytest.raises(RuntimeError, match="assign=True"):
         block._load_from_state_dict(state, "", {"assign_to_params_buffers": True}, True, [], [],
                                     [])
-    # a parameter replaced by hand (assigned, or .data =) is found by the next forward
+    # a parameter replaced by hand is found by the next forward (an inference one too), one whose
+    # memory was replaced (.data =) by the next training forward
     name = block.named_ffn_parameters()[0][0].replace(".", "_")
     for replace in (lambda p: torch.nn.Parameter(p.detach().clone()),
                     lambda p: setattr(p, "data", p.detach().clone()) or p):
@@ -180,6 +181,10 @@ def test_what_would_end_the_memory_sharing_is_refused_and_what_keeps_it_works():
         setattr(again, "up_proj_weight", replace(again.up_proj_weight))
         with pytest.raises(RuntimeError, match="'up_proj_weight' was replaced"):
             again(x)
+    again = ft.FFN(variant="swiglu", d_model=8, d_ff=16)
+    again.up_proj_weight = torch.nn.Parameter(again.up_proj_weight.detach().clone())
+    with torch.no_grad(), pytest.raises(RuntimeError, match="'up_proj_weight' was replaced"):
+        again(x)
     assert name in dict(block.named_parameters())
 
 

@@ -392,6 +392,12 @@ void CheckpointIO::write_info(const std::string& dir, std::int64_t step, const s
   }
 }
 
+std::string other_optimizer_state(const json& saved_train, bool sgd) {
+  const std::string kind =
+      saved_train.is_object() ? saved_train.value("optimizer", std::string()) : std::string();
+  return kind.empty() || (kind == "sgd") == sgd ? std::string() : kind;
+}
+
 json read_checkpoint_info(const std::string& dir) {
   const fs::path path = fs::path(dir) / kCheckpointInfo;
   std::error_code ec;  // (a path the system cannot look at reads as missing; the read names why)
@@ -561,9 +567,7 @@ std::int64_t CheckpointIO::read(const std::string& dir) {
   // The moments are read when they are this optimizer's kind of state: Adam's and AdamW's two,
   // or SGD's momentum. A run forced onto the other kind starts its state afresh (zero moments,
   // step count 0; the run's note says so) instead of reading Adam's mean as SGD's momentum.
-  const std::string saved_kind =
-      info["train"].is_object() ? info["train"].value("optimizer", std::string()) : "";
-  const bool fresh_state = !saved_kind.empty() && (saved_kind == "sgd") == v;
+  const bool fresh_state = !other_optimizer_state(info["train"], !v).empty();
   // What is still to read: each parameter's value, and its moments (trainable ones).
   struct Wanted {
     std::string name;

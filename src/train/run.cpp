@@ -83,10 +83,9 @@ std::string schedule_note(const ResumePoint& point, const TrainConfig& train,
 // What a resume onto another kind of optimizer state does ("" when the state is read): Adam's
 // and AdamW's moments against SGD's momentum (Trainer::load starts the state afresh).
 std::string optimizer_note(const ResumePoint& point, const TrainConfig& train) {
-  const json& saved = point.info["train"];
-  const std::string kind = saved.is_object() ? saved.value("optimizer", std::string()) : "";
   const bool sgd = train.optimizer.kind == OptimizerKind::sgd;
-  if (kind.empty() || (kind == "sgd") == sgd) return "";
+  const std::string kind = other_optimizer_state(point.info["train"], sgd);
+  if (kind.empty()) return "";
   return fmt::format(
       "the checkpoint's optimizer state is {}'s ({}), which {} does not read: {}", kind,
       kind == "sgd" ? "a momentum buffer" : "two moments", enum_name(train.optimizer.kind),
@@ -329,15 +328,7 @@ RunOutcome run_training(const RunRequest& rq, RunObserver& observer, Transformer
     // A finished run, resumed in its own folder: nothing to train, and nothing of it changes.
     o.already_finished = o.finished = true;
     if (rq.validate_at_end) o.validation = trainer.evaluate(rq.validation_tokens);
-    if (lead) {  // its summary, as the run wrote it (null when it cannot be read)
-      try {
-        const auto bytes = read_regular_file((fs::path(o.out) / "summary.json").string(), "train",
-                                             std::uint64_t{1} << 26);
-        o.summary = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
-      } catch (const Error&) {
-      }
-      if (o.summary.is_discarded()) o.summary = nullptr;
-    }
+    if (lead) o.summary = read_summary(o.out);  // as the run wrote it (null: unreadable)
     return o;
   }
   // Everything is checked: from here on, the output folder is written (rank 0 opens it and its

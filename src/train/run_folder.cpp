@@ -251,19 +251,24 @@ void write_summary(const std::string& dir, const json& summary) {
   write_file_atomic((fs::path(dir) / "summary.json").string(), s.data(), s.size());
 }
 
+json read_summary(const std::string& dir) {
+  try {
+    const auto bytes = read_regular_file((fs::path(dir) / "summary.json").string(), "train",
+                                         std::uint64_t{1} << 26);
+    const json summary = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    return summary.is_object() ? summary : json();
+  } catch (const Error&) {
+    return json();
+  }
+}
+
 bool run_finished(const std::string& dir, std::int64_t step, std::int64_t steps) {
   if (step != steps) return false;
   // The summary of a run of these steps: a run extended in place (--steps) and stopped between
   // its last checkpoint and its new summary still holds the shorter run's. (A summary that
   // cannot be read reads as missing: the run writes it again.)
-  try {
-    const auto bytes = read_regular_file((fs::path(dir) / "summary.json").string(), "train",
-                                         std::uint64_t{1} << 26);
-    const json summary = json::parse(bytes.begin(), bytes.end(), nullptr, false);
-    return summary.is_object() && summary.value("steps", json()) == json(steps);
-  } catch (const Error&) {
-    return false;
-  }
+  const json summary = read_summary(dir);
+  return summary.is_object() && summary.value("steps", json()) == json(steps);
 }
 
 ResumePoint read_resume_point(const std::string& run_dir) {

@@ -29,6 +29,11 @@ inline constexpr const char* kCheckpointInfo = "checkpoint.json";
 // corrupt file.
 nlohmann::json read_checkpoint_info(const std::string& dir);
 
+// The optimizer of a checkpoint's settings (checkpoint.json's "train"), when its state is of
+// another kind than `sgd` says (SGD's momentum buffer against Adam's and AdamW's two moments);
+// "" when it is of the same kind or not named. A load starts such state afresh.
+std::string other_optimizer_state(const nlohmann::json& saved_train, bool sgd);
+
 // Writes and reads the checkpoints of one training run: its model and optimizer, laid out by its
 // parallel plan, with its configs and data named in checkpoint.json.
 class CheckpointIO {

@@ -87,6 +87,8 @@ nlohmann::json routing_summary(const std::vector<StepLog>& steps,
 // summary.json's content; write_summary writes it into DIR (atomically).
 nlohmann::json summary_json(const RunSummary& summary, const Corpus& corpus);
 void write_summary(const std::string& dir, const nlohmann::json& summary);
+// DIR/summary.json as written; null when it is missing or cannot be read as a JSON object.
+nlohmann::json read_summary(const std::string& dir);
 
 // Whether DIR holds a run finished at `step` of `steps`: its last step done and its summary of
 // `steps` written (a run killed while sampling has no summary yet; one extended with --steps and
