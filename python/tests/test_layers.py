@@ -308,80 +308,79 @@ def test_precision_threads_and_inference_weights():
     ffnlab.set_threads(threads)
 
 
-def test_a_thread_waiting_for_the_layer_leaves_the_gil_to_others():
+@pytest.fixture
+def one_ffnlab_thread():
+    """ffnlab on one thread (a core left for the test's own Python thread), restored after."""
+    threads = ffnlab.get_threads()
+    ffnlab.set_threads(1)
+    yield
+    ffnlab.set_threads(threads)
+
+
+def test_a_thread_waiting_for_the_layer_leaves_the_gil_to_others(one_ffnlab_thread):
     # Thread A's long forward holds the layer; thread B asks for its forward count, which waits
     # for A. This thread must run while B waits: it could not if B waited holding the GIL.
     import threading
     import time
-    threads = ffnlab.get_threads()
-    ffnlab.set_threads(1)
-    try:
-        layer = ffnlab.FFN(variant="relu", d_model=256, d_ff=1024)
-        x = np.ones((16384, 256), dtype=np.float32)
-        for attempt in range(5):
-            in_forward = threading.Event()
-            span = []
+    layer = ffnlab.FFN(variant="relu", d_model=256, d_ff=1024)
+    x = np.ones((16384, 256), dtype=np.float32)
+    for attempt in range(5):
+        in_forward = threading.Event()
+        span = []
 
-            def work():
-                in_forward.set()
-                layer.forward(x)
+        def work():
+            in_forward.set()
+            layer.forward(x)
 
-            def wait():
-                t0 = time.perf_counter()
-                layer.forward_count
-                span.extend([t0, time.perf_counter()])
+        def wait():
+            t0 = time.perf_counter()
+            layer.forward_count
+            span.extend([t0, time.perf_counter()])
 
-            a = threading.Thread(target=work)
-            a.start()
-            in_forward.wait()
-            time.sleep(0.005)  # A is in the layer by now
-            b = threading.Thread(target=wait)
-            stamps = []
-            b.start()
-            while b.is_alive():
-                stamps.append(time.perf_counter())
-            b.join()
-            a.join()
-            t0, t1 = span
-            if t1 - t0 > 0.02:  # B did wait for A: long enough to tell
-                middle = [t for t in stamps if t0 + 0.25 * (t1 - t0) < t < t1 - 0.25 * (t1 - t0)]
-                assert len(middle) > 100, (t1 - t0, len(middle))
-                break
-        else:
-            pytest.fail("thread B never waited for A's forward in 5 attempts")
-    finally:
-        ffnlab.set_threads(threads)
+        a = threading.Thread(target=work)
+        a.start()
+        in_forward.wait()
+        time.sleep(0.005)  # A is in the layer by now
+        b = threading.Thread(target=wait)
+        stamps = []
+        b.start()
+        while b.is_alive():
+            stamps.append(time.perf_counter())
+        b.join()
+        a.join()
+        t0, t1 = span
+        if t1 - t0 > 0.02:  # B did wait for A: long enough to tell
+            middle = [t for t in stamps if t0 + 0.25 * (t1 - t0) < t < t1 - 0.25 * (t1 - t0)]
+            assert len(middle) > 100, (t1 - t0, len(middle))
+            break
+    else:
+        pytest.fail("thread B never waited for A's forward in 5 attempts")
 
 
-def test_the_gil_is_released_during_forward():
+def test_the_gil_is_released_during_forward(one_ffnlab_thread):
     # One ffnlab thread, so that a core is left for this Python thread. While the worker's
     # forward runs in C++, this thread must run too: it could not if the forward held the GIL.
     import threading
     import time
-    threads = ffnlab.get_threads()
-    ffnlab.set_threads(1)
-    try:
-        layer = ffnlab.FFN(variant="relu", d_model=256, d_ff=1024)
-        x = np.ones((4096, 256), dtype=np.float32)
-        span = []
+    layer = ffnlab.FFN(variant="relu", d_model=256, d_ff=1024)
+    x = np.ones((4096, 256), dtype=np.float32)
+    span = []
 
-        def work():
-            t0 = time.perf_counter()
-            layer.forward(x)
-            span.extend([t0, time.perf_counter()])
+    def work():
+        t0 = time.perf_counter()
+        layer.forward(x)
+        span.extend([t0, time.perf_counter()])
 
-        worker = threading.Thread(target=work)
-        stamps = []
-        worker.start()
-        while worker.is_alive():
-            stamps.append(time.perf_counter())
-        worker.join()
-        t0, t1 = span
-        assert t1 - t0 > 0.01  # long enough to tell
-        middle = [t for t in stamps if t0 + 0.25 * (t1 - t0) < t < t1 - 0.25 * (t1 - t0)]
-        assert len(middle) > 100
-    finally:
-        ffnlab.set_threads(threads)
+    worker = threading.Thread(target=work)
+    stamps = []
+    worker.start()
+    while worker.is_alive():
+        stamps.append(time.perf_counter())
+    worker.join()
+    t0, t1 = span
+    assert t1 - t0 > 0.01  # long enough to tell
+    middle = [t for t in stamps if t0 + 0.25 * (t1 - t0) < t < t1 - 0.25 * (t1 - t0)]
+    assert len(middle) > 100
 
 
 def test_expert_choice_lets_each_expert_take_its_best_tokens_of_a_sequence():

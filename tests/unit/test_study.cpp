@@ -1151,18 +1151,25 @@ TEST(Study, RefusesBadOptionsBeforeAnyWork) {
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }
 
+// The options of a quick study on a small corpus written into `dir`: what the serving-rank
+// tests serve.
+study::Options serving_options(const std::filesystem::path& dir) {
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int i = 0; i < 500; ++i) corpus << "Q: Why did the chicken cross the road?\n%\n";
+  }
+  study::Options o;
+  o.data = (dir / "corpus.txt").string();
+  o.quick = true;
+  return o;
+}
+
 // A message between the study's ranks that does not read, or that no rank should have sent, is
 // the ranks' own exchange failing, a system failure (exit 3): a serving rank ends with it, or,
 // when it knows the run the message was about, tells rank 0 of that run's failure as such.
 TEST(Study, AServingRankTakesAMessageItCannotReadAsTheSystemsFailure) {
   const ScratchDir scratch("serve_messages");
-  {
-    std::ofstream corpus(scratch.path / "corpus.txt");
-    for (int i = 0; i < 500; ++i) corpus << "Q: Why did the chicken cross the road?\n%\n";
-  }
-  study::Options o;
-  o.data = (scratch.path / "corpus.txt").string();
-  o.quick = true;
+  const study::Options o = serving_options(scratch.path);
   // Rank 0 sends rank 1 `tag` with `bytes`, waits for its answer when `answers`, then sends the
   // study's end: how rank 1 ended, and the failure it told rank 0 of ("kind message").
   struct Served {
@@ -1212,13 +1219,7 @@ TEST(Study, AServingRankTakesAMessageItCannotReadAsTheSystemsFailure) {
 // message out of step with the run.
 TEST(Study, AServingRankWhoseMessageFailsEndsWithThatFailure) {
   const ScratchDir scratch("serve_send");
-  {
-    std::ofstream corpus(scratch.path / "corpus.txt");
-    for (int i = 0; i < 500; ++i) corpus << "Q: Why did the chicken cross the road?\n%\n";
-  }
-  study::Options o;
-  o.data = (scratch.path / "corpus.txt").string();
-  o.quick = true;
+  const study::Options o = serving_options(scratch.path);
   study::Study st;  // what rank 0 describes the run with, as serve_runs reads it
   st.options = o;
   st.options.variants = study::study_variants(o);
